@@ -1,0 +1,3 @@
+from rnnconv.cli import main
+
+main()

@@ -1,0 +1,161 @@
+"""The one in-memory form every format is read into and written from.
+
+An RNN is a spec (mode, sizes, layers, directions, projection, dtype) plus, per
+layer and direction, cuDNN's per-gate tensors: W (H, in) and R (H, H or P)
+matrices, bW and bR biases (H), and the LSTM projection P (P, H). Tensors are
+held as loaders, so a writer pulls one block at a time from a file that may be
+far larger than memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+
+from rnnconv.errors import BadInput
+from rnnconv.layouts import CUDNN_GATES, CUDNN_MODES
+
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+DIRECTIONS = ("fwd", "rev")
+KINDS = ("W", "R", "bW", "bR", "P")
+
+
+@dataclass(frozen=True)
+class RNNSpec:
+    mode: str
+    input_size: int
+    hidden_size: int
+    num_layers: int = 1
+    bidirectional: bool = False
+    proj_size: int = 0  # 0: no projection (PyTorch's convention; cuDNN wants projSize = hiddenSize then)
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.mode not in CUDNN_MODES:
+            raise BadInput(f"unknown RNN mode {self.mode!r} (choose {', '.join(CUDNN_MODES)})")
+        if self.dtype not in DTYPES:
+            raise BadInput(f"unknown dtype {self.dtype!r} (choose {', '.join(DTYPES)})")
+        for name in ("input_size", "hidden_size", "num_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise BadInput(f"{name} must be a positive integer, not {value!r}")
+        if not isinstance(self.proj_size, int) or self.proj_size < 0:
+            raise BadInput(f"proj_size must be 0 or a positive integer, not {self.proj_size!r}")
+        if self.proj_size and self.mode != "lstm":
+            raise BadInput(f"a projection (proj_size={self.proj_size}) exists only for LSTMs, not {self.mode}")
+        if self.proj_size >= self.hidden_size:
+            raise BadInput(f"proj_size ({self.proj_size}) must be smaller than hidden_size ({self.hidden_size})")
+
+    @property
+    def cell(self) -> str:
+        return CUDNN_MODES[self.mode][0]
+
+    @property
+    def gates(self) -> tuple[str, ...]:
+        return CUDNN_GATES[self.cell]
+
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.bidirectional else 1
+
+    @property
+    def output_size(self) -> int:
+        """Size of h (and of each direction's output): P with a projection, else H."""
+        return self.proj_size or self.hidden_size
+
+    def layer_input_size(self, layer: int) -> int:
+        return self.input_size if layer == 0 else self.num_directions * self.output_size
+
+    def param_shape(self, key: "ParamKey") -> tuple[int, ...]:
+        if key.kind == "W":
+            return (self.hidden_size, self.layer_input_size(key.layer))
+        if key.kind == "R":
+            return (self.hidden_size, self.output_size)
+        if key.kind == "P":
+            return (self.proj_size, self.hidden_size)
+        return (self.hidden_size,)
+
+    def param_keys(self) -> Iterator["ParamKey"]:
+        """Every tensor of the RNN, layer by layer, direction by direction."""
+        for layer in range(self.num_layers):
+            for direction in range(self.num_directions):
+                for kind in KINDS:
+                    if kind == "P":
+                        if self.proj_size:
+                            yield ParamKey(layer, direction, "P", "")
+                        continue
+                    for gate in self.gates:
+                        yield ParamKey(layer, direction, kind, gate)
+
+    def parameter_count(self) -> int:
+        return sum(int(np.prod(self.param_shape(k))) for k in self.param_keys())
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str) -> "RNNSpec":
+        names = {f for f in cls.__dataclass_fields__}
+        missing = {"mode", "input_size", "hidden_size"} - set(data)
+        if missing:
+            raise BadInput(f"{where}: the spec lacks {', '.join(sorted(missing))}")
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def describe(self) -> str:
+        parts = [f"{self.mode}", f"input {self.input_size}", f"hidden {self.hidden_size}"]
+        if self.proj_size:
+            parts.append(f"projection {self.proj_size}")
+        parts.append(f"{self.num_layers} layer{'s' if self.num_layers > 1 else ''}")
+        parts.append("bidirectional" if self.bidirectional else "unidirectional")
+        parts.append(self.dtype)
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True, order=True)
+class ParamKey:
+    layer: int
+    direction: int
+    kind: str  # W, R, bW, bR or P
+    gate: str  # cuDNN gate letter; "" for the projection
+
+    @property
+    def label(self) -> str:
+        tensor = self.kind if self.kind == "P" else f"{self.kind}_{self.gate}"
+        return f"layer{self.layer}.{DIRECTIONS[self.direction]}.{tensor}"
+
+
+Loader = Callable[[], np.ndarray]
+
+
+@dataclass
+class CanonicalRNN:
+    name: str
+    spec: RNNSpec
+    loaders: dict[ParamKey, Loader]
+    source: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def param(self, key: ParamKey) -> np.ndarray:
+        array = np.asarray(self.loaders[key]())
+        expected = self.spec.param_shape(key)
+        if array.shape != expected:
+            raise BadInput(f"{self.name}: {key.label} has shape {array.shape}, the spec needs {expected}")
+        return array
+
+    @classmethod
+    def from_cell_loaders(cls, name: str, spec: RNNSpec,
+                          cells: Mapping[tuple[int, int], Mapping[tuple[str, str], Loader]],
+                          **kwargs: Any) -> "CanonicalRNN":
+        """Build from per-(layer, direction) loaders keyed (kind, gate), as layouts.gate_loaders gives."""
+        loaders: dict[ParamKey, Loader] = {}
+        for key in spec.param_keys():
+            cell = cells[(key.layer, key.direction)]
+            loaders[key] = cell[(key.kind, key.gate)]
+        return cls(name, spec, loaders, **kwargs)
+
+    @classmethod
+    def from_arrays(cls, name: str, spec: RNNSpec, arrays: Mapping[ParamKey, np.ndarray],
+                    **kwargs: Any) -> "CanonicalRNN":
+        return cls(name, spec, {k: (lambda a=a: a) for k, a in arrays.items()}, **kwargs)

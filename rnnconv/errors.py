@@ -1,0 +1,35 @@
+"""Errors a user can cause, each carrying the exit code the CLI documents.
+
+The CLI turns any of these into one sentence on stderr and its exit code; nothing
+else in the package prints or exits.
+"""
+
+EXIT_OK = 0
+EXIT_MISMATCH = 1
+EXIT_BAD_INPUT = 2
+EXIT_BACKEND_MISSING = 3
+EXIT_INTERNAL = 4
+
+
+class RnnconvError(Exception):
+    exit_code = EXIT_BAD_INPUT
+
+
+class BadInput(RnnconvError):
+    """The file or the arguments are wrong: missing, truncated, contradictory."""
+
+
+class Unsupported(RnnconvError):
+    """The input is well formed but cuDNN (or the target format) cannot express it."""
+
+
+class BackendMissing(RnnconvError):
+    """A framework or library that this command needs is not installed or cannot run."""
+
+    exit_code = EXIT_BACKEND_MISSING
+
+
+class Mismatch(RnnconvError):
+    """Verification ran and the numbers disagree."""
+
+    exit_code = EXIT_MISMATCH

@@ -1,0 +1,561 @@
+"""Keras files, read with h5py, zipfile and json alone (no TensorFlow, Keras or torch).
+
+Handles legacy HDF5 (`model.save('m.h5')` and `save_weights`) from Keras 2,
+tf-keras and Keras 3; Keras 3 `.weights.h5`; and `.keras` archives. Layers may be
+plain, `Bidirectional`, `RNN(cell)`, nested in sub-models, or tf-keras'
+`CuDNNLSTM`/`CuDNNGRU`. Every recurrent layer becomes a `KerasLayer`: its class,
+config and stored tensors; `to_canonical` turns one into the canonical form
+through the Keras rows of the layout table.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import h5py
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.dtypes import source_dtype_name
+from rnnconv.errors import BadInput, Unsupported
+from rnnconv.layouts import (DEFAULT_BIAS_SPLIT, KERAS_ROLES, check_shapes, classes_of, find_row, gate_loaders,
+                             mode_for, refusal_reason, stored_shapes)
+
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+ZIP_MAGIC = b"PK\x03\x04"
+RECURRENT_CLASSES = set(classes_of("keras"))
+CELL_CLASSES = {"LSTMCell": "LSTM", "GRUCell": "GRU", "SimpleRNNCell": "SimpleRNN"}
+ROLE_OF_NAME = {name: role for role, name in KERAS_ROLES.items()}
+FORMAT_NAMES = {
+    "keras-h5": "Keras legacy HDF5",
+    "keras-weights-h5": "Keras 3 .weights.h5",
+    "keras-archive": "Keras 3 .keras archive",
+}
+
+
+@dataclass
+class KerasLayer:
+    name: str
+    source_class: str  # LSTM, GRU, SimpleRNN, CuDNNLSTM or CuDNNGRU (the cell's layer class)
+    config: dict[str, Any]
+    tensors: list[dict[str, Any]]  # per direction: role -> h5py dataset
+    tensor_names: list[dict[str, str]]  # per direction: role -> name in the file
+    wrapper: str | None = None  # "Bidirectional", "RNN" or None
+    extra: dict[str, Any] = field(default_factory=dict)  # merge_mode, go_backwards, ...
+    inferred: bool = False  # class and activations guessed from a bare weights file
+
+    @property
+    def bidirectional(self) -> bool:
+        return len(self.tensors) == 2
+
+    @property
+    def display_class(self) -> str:
+        return f"{self.wrapper}({self.source_class})" if self.wrapper else self.source_class
+
+
+class KerasFile:
+    """An open Keras file: its kind, versions, model config and recurrent layers."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._closers: list[Any] = []
+        self.config: dict[str, Any] | None = None
+        self.versions: dict[str, str] = {}
+        self.kind, root = self._open()
+        try:
+            self.layers = self._find_layers(root)
+        except (KeyError, ValueError, TypeError) as exc:
+            self.close()
+            raise BadInput(f"{path}: the file's structure is not what Keras writes ({exc})") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> "KerasFile":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for closer in reversed(self._closers):
+            closer.close()
+        self._closers.clear()
+
+    @property
+    def format_name(self) -> str:
+        return FORMAT_NAMES[self.kind]
+
+    def layer(self, name: str | None) -> KerasLayer:
+        if name is None:
+            if len(self.layers) == 1:
+                return self.layers[0]
+            if not self.layers:
+                raise BadInput(f"{self.path} has no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU)")
+            raise BadInput(f"{self.path} has {len(self.layers)} recurrent layers; pick one with --layer "
+                           f"({', '.join(l.name for l in self.layers)}), or write them all to a .safetensors")
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        known = ", ".join(l.name for l in self.layers) or "none"
+        raise BadInput(f"{self.path} has no recurrent layer named {name!r}; its recurrent layers: {known}")
+
+    # --- opening ----------------------------------------------------------------------------
+
+    def _open(self) -> tuple[str, h5py.Group]:
+        path = self.path
+        try:
+            with open(path, "rb") as f:
+                head = f.read(8)
+        except FileNotFoundError:
+            raise BadInput(f"{path} does not exist") from None
+        except IsADirectoryError:
+            raise BadInput(f"{path} is a directory, not a Keras file") from None
+        except OSError as exc:
+            raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+        if head.startswith(ZIP_MAGIC):
+            return "keras-archive", self._open_archive()
+        if head != HDF5_MAGIC:
+            raise BadInput(f"{path} is not a Keras file: neither HDF5 (.h5, .weights.h5) nor a .keras archive")
+        h5 = self._h5(path)
+        if "model_config" in h5.attrs or "model_weights" in h5 or "layer_names" in h5.attrs:
+            self.config = _json_attr(h5, "model_config", path)
+            self.versions = {k: _text(h5.attrs[k]) for k in ("keras_version", "backend") if k in h5.attrs}
+            return "keras-h5", h5
+        if "layers" in h5 or "vars" in h5:
+            return "keras-weights-h5", h5
+        raise BadInput(f"{path} is an HDF5 file but not a Keras model or weights file "
+                       f"(no model_weights, layer_names or layers)")
+
+    def _h5(self, source: Any) -> h5py.File:
+        try:
+            h5 = h5py.File(source, "r")
+        except OSError as exc:
+            raise BadInput(f"{self.path} is not a readable HDF5 file (truncated or corrupt: {_first_line(exc)})") \
+                from None
+        self._closers.append(h5)
+        return h5
+
+    def _open_archive(self) -> h5py.Group:
+        try:
+            archive = zipfile.ZipFile(self.path)
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise BadInput(f"{self.path} is not a readable .keras archive ({exc})") from None
+        self._closers.append(archive)
+        names = set(archive.namelist())
+        if "config.json" not in names:
+            if any(n.endswith("data.pkl") for n in names):
+                raise BadInput(f"{self.path} is a PyTorch checkpoint, not a Keras file; use torch-to-cudnn")
+            raise BadInput(f"{self.path} is a zip archive without config.json, so not a .keras model")
+        try:
+            self.config = json.loads(archive.read("config.json"))
+            meta = json.loads(archive.read("metadata.json")) if "metadata.json" in names else {}
+        except (json.JSONDecodeError, UnicodeDecodeError, zipfile.BadZipFile, OSError) as exc:
+            raise BadInput(f"{self.path}: config.json cannot be read ({exc})") from None
+        self.versions = {k: str(meta[k]) for k in ("keras_version",) if k in meta}
+        if "model.weights.h5" not in names:
+            raise BadInput(f"{self.path} has no model.weights.h5 (sharded or npz weights are not supported)")
+        info = archive.getinfo("model.weights.h5")
+        if info.compress_type == zipfile.ZIP_STORED:
+            member = _StoredMember(self.path, info)
+            self._closers.append(member)
+            return self._h5(member)
+        return self._h5(io.BytesIO(archive.read(info)))
+
+    # --- finding the recurrent layers -------------------------------------------------------
+
+    def _find_layers(self, root: h5py.Group) -> list[KerasLayer]:
+        if self.kind == "keras-h5":
+            weights = root["model_weights"] if "model_weights" in root else root
+            if self.config:
+                return [self._legacy_layer(weights, entry) for entry in _walk_config(self.config)]
+            return _infer_legacy(weights)
+        if self.config:
+            return [self._keras3_layer(root, entry) for entry in _walk_config(self.config)]
+        return _infer_keras3(root)
+
+    def _legacy_layer(self, weights: h5py.Group, entry: "_Entry") -> KerasLayer:
+        if entry.top not in weights:
+            raise BadInput(f"{self.path}: the config names layer {entry.top!r} but the file holds no weights for it")
+        group = weights[entry.top]
+        names = _weight_names(group)
+        if entry.top != entry.name:
+            names = [n for n in names if entry.name in n.split("/")]
+        per_direction = 2 if entry.wrapper == "Bidirectional" else 1
+        if len(names) % per_direction or not names:
+            raise BadInput(f"{self.path}: layer {entry.name!r} has {len(names)} weights, which does not fit a "
+                           f"{entry.display_class}")
+        half = len(names) // per_direction
+        tensors, tensor_names = [], []
+        for d in range(per_direction):
+            roles: dict[str, Any] = {}
+            labels: dict[str, str] = {}
+            for name in names[d * half:(d + 1) * half]:
+                role = ROLE_OF_NAME.get(name.split("/")[-1].split(":")[0])
+                if role is None:
+                    raise BadInput(f"{self.path}: weight {name!r} of layer {entry.name!r} is not a kernel, "
+                                   f"recurrent_kernel or bias")
+                if name not in group:
+                    raise BadInput(f"{self.path}: weight {name!r} of layer {entry.name!r} is listed but missing")
+                roles[role], labels[role] = group[name], name
+            tensors.append(roles)
+            tensor_names.append(labels)
+        return entry.layer(tensors, tensor_names)
+
+    def _keras3_layer(self, root: h5py.Group, entry: "_Entry") -> KerasLayer:
+        if entry.group_path not in root:
+            raise BadInput(f"{self.path}: the config names layer {entry.name!r} but the weights file has no "
+                           f"group {entry.group_path}")
+        group = root[entry.group_path]
+        cells = [group[s] for s in ("forward_layer", "backward_layer")] if entry.wrapper == "Bidirectional" \
+            else [group]
+        tensors, tensor_names = zip(*(_keras3_cell(cell) for cell in cells))
+        return entry.layer(list(tensors), list(tensor_names))
+
+
+class _StoredMember(io.RawIOBase):
+    """An uncompressed zip member read in place, so h5py needs no copy of a large file."""
+
+    def __init__(self, path: Path, info: zipfile.ZipInfo):
+        self._file = open(path, "rb")
+        self._file.seek(info.header_offset)
+        local = self._file.read(30)
+        if local[:4] != ZIP_MAGIC:
+            raise BadInput(f"{path}: the zip entry {info.filename} is corrupt")
+        name_len, extra_len = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
+        self._start = info.header_offset + 30 + name_len + extra_len
+        self._size = info.file_size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        n = max(0, min(len(buffer), self._size - self._pos))
+        self._file.seek(self._start + self._pos)
+        got = self._file.readinto(memoryview(buffer)[:n])
+        self._pos += got
+        return got
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+# --- model configs ---------------------------------------------------------------------------
+
+@dataclass
+class _Entry:
+    """A recurrent layer found in a model config."""
+
+    name: str
+    source_class: str
+    config: dict[str, Any]
+    wrapper: str | None
+    extra: dict[str, Any]
+    top: str  # the top-level layer that holds its weights (legacy files)
+    group_path: str  # its group in a Keras 3 weights file
+
+    @property
+    def display_class(self) -> str:
+        return f"{self.wrapper}({self.source_class})" if self.wrapper else self.source_class
+
+    def layer(self, tensors: list[dict[str, Any]], names: list[dict[str, str]]) -> KerasLayer:
+        return KerasLayer(self.name, self.source_class, self.config, tensors, names, self.wrapper, self.extra)
+
+
+def _walk_config(model: Any, top: str | None = None, group: str = "") -> Iterator[_Entry]:
+    """Recurrent layers of a model config, depth first, with where their weights live."""
+    config = model.get("config", {}) if isinstance(model, dict) else {}
+    layers = config.get("layers") if isinstance(config, dict) else None
+    if not isinstance(layers, list):
+        return
+    used: dict[str, int] = {}
+    for entry in layers:
+        if not isinstance(entry, dict):
+            continue
+        cls = entry.get("class_name", "")
+        cfg = entry.get("config") or {}
+        name = entry.get("name") or cfg.get("name", "")
+        snake = _snake(cls)
+        index = used.get(snake, 0)
+        used[snake] = index + 1
+        path = f"{group}layers/{snake}" + (f"_{index}" if index else "")
+        owner = top or name
+        found = _recurrent(cls, cfg)
+        if found:
+            source_class, layer_cfg, wrapper, extra = found
+            yield _Entry(name, source_class, layer_cfg, wrapper, extra, owner, path)
+        elif isinstance(cfg.get("layers"), list):
+            yield from _walk_config(entry, owner, path + "/")
+
+
+def _recurrent(cls: str, cfg: dict[str, Any]) -> tuple[str, dict[str, Any], str | None, dict[str, Any]] | None:
+    if cls in RECURRENT_CLASSES:
+        return cls, cfg, None, {"go_backwards": bool(cfg.get("go_backwards", False))}
+    if cls == "RNN":
+        cell = cfg.get("cell") or {}
+        inner = CELL_CLASSES.get(cell.get("class_name", "")) if isinstance(cell, dict) else None
+        if inner:
+            return inner, {**cell.get("config", {}), "go_backwards": cfg.get("go_backwards", False)}, "RNN", \
+                {"go_backwards": bool(cfg.get("go_backwards", False))}
+        return None
+    if cls == "Bidirectional":
+        inner = cfg.get("layer") or {}
+        found = _recurrent(inner.get("class_name", ""), inner.get("config") or {})
+        if not found or found[2] == "Bidirectional":
+            return None
+        source_class, layer_cfg, _, _ = found
+        backward = cfg.get("backward_layer")
+        if isinstance(backward, dict):
+            back = _recurrent(backward.get("class_name", ""), backward.get("config") or {})
+            if not back or back[0] != source_class or back[1].get("units") != layer_cfg.get("units"):
+                raise Unsupported("a Bidirectional layer whose backward layer differs from its forward layer "
+                                  "has no single cuDNN form")
+        return source_class, layer_cfg, "Bidirectional", {"merge_mode": cfg.get("merge_mode", "concat")}
+    return None
+
+
+def _snake(name: str) -> str:
+    """Keras 3's group name for a class (keras.src.utils.naming.to_snake_case)."""
+    name = re.sub(r"\W+", "", name)
+    name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+# --- legacy HDF5 ---------------------------------------------------------------------------
+
+def _weight_names(group: h5py.Group) -> list[str]:
+    """The layer's `weight_names` attribute, joined from its chunks when it was split."""
+    if "weight_names" in group.attrs:
+        raw = list(group.attrs["weight_names"])
+    else:
+        raw, chunk = [], 0
+        while f"weight_names{chunk}" in group.attrs:
+            raw += list(group.attrs[f"weight_names{chunk}"])
+            chunk += 1
+    return [_text(n) for n in raw]
+
+
+def _infer_legacy(weights: h5py.Group) -> list[KerasLayer]:
+    """Recurrent layers of a legacy weights file without a model config, from names and shapes."""
+    layers: list[KerasLayer] = []
+    top_names = [_text(n) for n in weights.attrs.get("layer_names", [])]
+    for top in top_names:
+        if top not in weights:
+            continue
+        group = weights[top]
+        cells: dict[str, dict[str, str]] = {}
+        for name in _weight_names(group):
+            parent, _, leaf = name.rpartition("/")
+            role = ROLE_OF_NAME.get(leaf.split(":")[0])
+            if role and name in group:
+                cells.setdefault(parent, {})[role] = name
+        by_layer: dict[str, list[dict[str, str]]] = {}
+        for parent, roles in cells.items():
+            parts = [p for p in parent.split("/") if not p.endswith("_cell")] or [top]
+            if len(parts) > 1 and parts[-1].startswith(("forward_", "backward_")):
+                parts = parts[:-1]
+            by_layer.setdefault(parts[-1], []).append(roles)
+        for name, directions in by_layer.items():
+            tensors = [{r: group[n] for r, n in roles.items()} for roles in directions]
+            layer = _inferred_layer(name, tensors, directions)
+            if layer:
+                layers.append(layer)
+    return layers
+
+
+# --- Keras 3 weights -------------------------------------------------------------------------
+
+def _keras3_cell(group: h5py.Group) -> tuple[dict[str, Any], dict[str, str]]:
+    """kernel, recurrent_kernel, bias of a layer group: in `cell/vars`, or `vars` (CuDNNLSTM/CuDNNGRU)."""
+    vars_ = group["cell"]["vars"] if "cell" in group and "vars" in group["cell"] else group["vars"]
+    roles, names = {}, {}
+    for index, role in enumerate(("input_matrix", "recurrent_matrix", "bias")):
+        if str(index) in vars_:
+            roles[role] = vars_[str(index)]
+            names[role] = f"{vars_.name}/{index} ({KERAS_ROLES[role]})"
+    return roles, names
+
+
+def _infer_keras3(root: h5py.Group) -> list[KerasLayer]:
+    """Recurrent layers of a bare .weights.h5, from its groups and shapes.
+
+    Keras 3.x writes each layer's own name as an attribute of its `vars` group;
+    files from older writers (tf-keras, Keras 2.15) do not, and their layers are
+    named by their group path instead (`sequential/simple_rnn`).
+    """
+    layers: list[KerasLayer] = []
+
+    def visit(group: h5py.Group) -> None:
+        for key in group:
+            child = group[key]
+            if not isinstance(child, h5py.Group) or key == "vars":
+                continue
+            if "forward_layer" in child and "backward_layer" in child:
+                cells = [_keras3_cell(child[s]) for s in ("forward_layer", "backward_layer")]
+            elif ("cell" in child and "vars" in child["cell"]) or ("vars" in child and len(child["vars"])):
+                cells = [_keras3_cell(child)]
+            else:
+                visit(child)
+                continue
+            layer = _inferred_layer(_keras3_name(child), [c[0] for c in cells], [c[1] for c in cells])
+            if layer:
+                layers.append(layer)
+
+    visit(root)
+    return layers
+
+
+def _keras3_name(group: h5py.Group) -> str:
+    if "vars" in group and "name" in group["vars"].attrs:
+        return _text(group["vars"].attrs["name"])
+    return "/".join(part for part in group.name.strip("/").split("/") if part != "layers")
+
+
+def _inferred_layer(name: str, tensors: list[dict[str, Any]], names: list[Any]) -> KerasLayer | None:
+    """A layer whose class comes from tensor shapes alone (no config in the file)."""
+    first = tensors[0]
+    if "input_matrix" not in first or "recurrent_matrix" not in first:
+        return None
+    rec = first["recurrent_matrix"].shape
+    if len(rec) != 2 or rec[0] == 0 or rec[1] % rec[0]:
+        return None
+    hidden, gates = rec[0], rec[1] // rec[0]
+    bias = first.get("bias")
+    bias_shape = tuple(bias.shape) if bias is not None else None
+    guesses = {
+        (4, (4 * hidden,)): ("LSTM", {}), (4, None): ("LSTM", {"use_bias": False}),
+        (4, (8 * hidden,)): ("CuDNNLSTM", {}),
+        (3, (2, 3 * hidden)): ("GRU", {"reset_after": True}), (3, (3 * hidden,)): ("GRU", {"reset_after": False}),
+        (3, None): ("GRU", {"use_bias": False}), (3, (6 * hidden,)): ("CuDNNGRU", {}),
+        (1, (hidden,)): ("SimpleRNN", {}), (1, None): ("SimpleRNN", {"use_bias": False}),
+    }
+    guess = guesses.get((gates, bias_shape))
+    if guess is None:
+        return None
+    cls, config = guess
+    config = {"units": hidden, **config}
+    names = [n if isinstance(n, dict) else {} for n in names]
+    return KerasLayer(name, cls, config, tensors, names,
+                      wrapper="Bidirectional" if len(tensors) == 2 else None, inferred=True)
+
+
+# --- to the canonical form -----------------------------------------------------------------
+
+def layer_refusal(layer: KerasLayer) -> str | None:
+    row = find_row("keras", layer.source_class, layer.config)
+    return refusal_reason(row, layer.config)
+
+
+def to_canonical(layer: KerasLayer, source: dict[str, Any], bias_split: str = DEFAULT_BIAS_SPLIT) -> CanonicalRNN:
+    """The canonical RNN of one Keras layer, or Unsupported/BadInput saying why not."""
+    row = find_row("keras", layer.source_class, layer.config)
+    mode = mode_for(row, layer.config)
+    what = f"layer {layer.name!r} ({layer.display_class})"
+    has_bias = bool(layer.config.get("use_bias", True)) and "bias" in layer.tensors[0]
+    first = layer.tensors[0]
+    if "input_matrix" not in first or "recurrent_matrix" not in first:
+        raise BadInput(f"{what} lacks its kernel or recurrent_kernel")
+    n_in = first["input_matrix"].shape[0]
+    hidden = int(layer.config.get("units") or first["recurrent_matrix"].shape[0])
+    expected = stored_shapes(row, hidden, n_in, hidden, has_bias=has_bias)
+    if layer.config.get("use_bias", True) and not has_bias:
+        raise BadInput(f"{what} has use_bias=True in its config but no bias tensor in the file")
+    for d, tensors in enumerate(layer.tensors):
+        names = {role: (layer.tensor_names[d].get(role) or KERAS_ROLES.get(role, role)) for role in expected}
+        actual = {role: tuple(t.shape) for role, t in tensors.items()}
+        check_shapes(row, actual, expected, names, f"{what} (units={hidden}, input {n_in})")
+    dtype = _dtype_name(first["input_matrix"])
+    spec = RNNSpec(mode, n_in, hidden, 1, layer.bidirectional, 0, dtype)
+    cells = {}
+    for d, tensors in enumerate(layer.tensors):
+        cells[(0, d)] = gate_loaders(row, hidden, _fetcher(tensors), has_bias, bias_split)
+    notes = []
+    if layer.inferred:
+        notes.append(f"{layer.name}: the file has no model config; class {layer.display_class} was inferred from "
+                     f"tensor shapes and the activations were assumed (tanh, sigmoid)")
+    if not has_bias:
+        notes.append(f"{layer.name}: use_bias=False, so every bias slot is zero")
+    if layer.extra.get("go_backwards"):
+        notes.append(f"{layer.name}: go_backwards=True; feed cuDNN the sequence reversed to match Keras")
+    merge = layer.extra.get("merge_mode", "concat")
+    if layer.wrapper == "Bidirectional" and merge != "concat":
+        notes.append(f"{layer.name}: merge_mode={merge!r}; cuDNN concatenates the two directions, apply "
+                     f"{merge!r} to its output halves to match Keras")
+    info = {**source, "layer": layer.name, "class": layer.display_class, "keras_config": _config_summary(layer)}
+    if has_bias and row.bias == "single":
+        info["bias_split"] = bias_split
+    return CanonicalRNN.from_cell_loaders(layer.name, spec, cells, source=info, notes=notes)
+
+
+def _fetcher(tensors: dict[str, Any]):
+    def fetch(role: str) -> Any:
+        dataset = tensors[role]
+        return _Bfloat16View(dataset) if _is_bfloat16(dataset) else dataset
+
+    return fetch
+
+
+def _is_bfloat16(dataset: Any) -> bool:
+    """Keras 3 writes bfloat16 as 2-byte opaque words, with a dtype attribute in .weights.h5."""
+    return dataset.attrs.get("dtype") == "bfloat16" or (dataset.dtype.kind == "V" and dataset.dtype.itemsize == 2)
+
+
+class _Bfloat16View:
+    """Keras 3 stores bfloat16 variables as 2-byte words with a dtype attribute."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+        self.shape = dataset.shape
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        words = np.asarray(self.dataset[index]).view(np.uint16)
+        return (words.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def _dtype_name(dataset: Any) -> str:
+    if _is_bfloat16(dataset):
+        return "bfloat16"  # read widened to float32, written back exactly
+    return source_dtype_name(dataset.dtype)
+
+
+def _config_summary(layer: KerasLayer) -> dict[str, Any]:
+    keys = ("units", "activation", "recurrent_activation", "use_bias", "reset_after", "go_backwards")
+    summary = {k: layer.config[k] for k in keys if k in layer.config and isinstance(layer.config[k], (str, int, bool))}
+    summary.update({k: v for k, v in layer.extra.items() if isinstance(v, (str, int, bool))})
+    return summary
+
+
+def _json_attr(h5: h5py.File, key: str, path: Path) -> dict[str, Any] | None:
+    if key not in h5.attrs:
+        return None
+    try:
+        return json.loads(_text(h5.attrs[key]))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadInput(f"{path}: the model_config attribute is not valid JSON") from None
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -1,0 +1,121 @@
+"""cuDNN's flat weight space: where every matrix and bias of an RNN lives.
+
+Layout `cudnn-flat` version 1 (LAYOUTS.md section 1; jax.experimental.rnn and
+MXNet's FusedRNNCell, both tested against cuDNN, agree):
+
+    for each pseudo-layer p = layer * D + direction:
+        W_p (G blocks of (H, in_p)), R_p (G blocks of (H, out)), [Wproj_p (P, H)]
+    for each pseudo-layer p:
+        bW_p (G blocks of H), bR_p (G blocks of H)
+
+All blocks row-major, in cuDNN's gate order, no padding, double bias.
+cuDNN never promised this layout: on a GPU the truth is what
+cudnnGetRNNWeightParams reports, which `rnnconv verify --backend cudnn` checks.
+Where the LSTM projection matrix sits has no public evidence at all: version 1
+puts it right after the pseudo-layer's recurrent matrices (it is linLayerID 8, the
+next matrix), and says so in every sidecar.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from rnnconv.canonical import ParamKey, RNNSpec
+
+LAYOUT_NAME = "cudnn-flat"
+LAYOUT_VERSION = 1
+PROJECTION_LIN_LAYER_ID = 8
+LAYOUT_DESCRIPTION = {
+    "name": LAYOUT_NAME,
+    "version": LAYOUT_VERSION,
+    "order": "matrices of every pseudo-layer (W gates, R gates, projection), then biases of every "
+             "pseudo-layer (bW gates, bR gates); pseudo-layer = layer * directions + direction; "
+             "blocks row-major, cuDNN gate order, no padding",
+    "bias_mode": "double",
+    "projection": "after the recurrent matrices of its pseudo-layer (linLayerID 8)",
+    "verified_on_gpu": False,
+    "unverified": "cuDNN does not document this layout; the projection's place has no public evidence. "
+                  "Confirm with `rnnconv verify --backend cudnn` on a GPU.",
+}
+
+
+@dataclass(frozen=True)
+class Region:
+    key: ParamKey
+    pseudo_layer: int
+    lin_layer_id: int
+    offset: int  # in elements from the start of the weight space
+    shape: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def is_bias(self) -> bool:
+        return self.key.kind in ("bW", "bR")
+
+    def to_dict(self, itemsize: int) -> dict[str, Any]:
+        return {
+            "name": self.key.label,
+            "pseudo_layer": self.pseudo_layer,
+            "lin_layer_id": self.lin_layer_id,
+            "kind": "bias" if self.is_bias else "matrix",
+            "offset_bytes": self.offset * itemsize,
+            "shape": list(self.shape),
+        }
+
+
+def lin_layer_id(spec: RNNSpec, key: ParamKey) -> int:
+    if key.kind == "P":
+        return PROJECTION_LIN_LAYER_ID
+    k = spec.gates.index(key.gate)
+    return k if key.kind in ("W", "bW") else len(spec.gates) + k
+
+
+@lru_cache(maxsize=64)
+def regions(spec: RNNSpec) -> tuple[Region, ...]:
+    """Every tensor's place in the weight space, in increasing offset."""
+    out: list[Region] = []
+    offset = 0
+    for section in (("W", "R", "P"), ("bW", "bR")):
+        for layer in range(spec.num_layers):
+            for direction in range(spec.num_directions):
+                pseudo = layer * spec.num_directions + direction
+                for kind in section:
+                    gates = [""] if kind == "P" else list(spec.gates)
+                    if kind == "P" and not spec.proj_size:
+                        continue
+                    for gate in gates:
+                        key = ParamKey(layer, direction, kind, gate)
+                        shape = spec.param_shape(key)
+                        out.append(Region(key, pseudo, lin_layer_id(spec, key), offset, shape))
+                        offset += int(np.prod(shape))
+    return tuple(out)
+
+
+def weight_space_elements(spec: RNNSpec) -> int:
+    last = regions(spec)[-1]
+    return last.offset + last.size
+
+
+def region_map(spec: RNNSpec) -> dict[ParamKey, Region]:
+    return {r.key: r for r in regions(spec)}
+
+
+def size_formula(spec: RNNSpec) -> str:
+    """The element count as a formula, for messages about blobs of the wrong size."""
+    g, h, d, l = len(spec.gates), spec.hidden_size, spec.num_directions, spec.num_layers
+    out = spec.output_size
+    first = f"{g}*{h}*({spec.input_size}+{out}+2)"
+    if spec.proj_size:
+        first += f"+{spec.proj_size}*{h}"
+    text = f"{d}*[{first}]"
+    if l > 1:
+        rest = f"{g}*{h}*({d * out}+{out}+2)" + (f"+{spec.proj_size}*{h}" if spec.proj_size else "")
+        text += f" + {l - 1}*{d}*[{rest}]"
+    return f"{text} = {weight_space_elements(spec)} elements (G*H*(in+out+2) [+P*H] per layer and direction)"

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # exact float32 matmuls, comparable with numpy
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# Largest error of each comparison with a framework, printed after the run for the notes.
+LARGEST_ERRORS: dict[str, float] = {}
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if LARGEST_ERRORS:
+        worst = max(LARGEST_ERRORS, key=LARGEST_ERRORS.get)
+        terminalreporter.write_line(f"largest error against a framework: {LARGEST_ERRORS[worst]:.3g} ({worst}), "
+                                    f"{len(LARGEST_ERRORS)} comparisons")
+
+
+def run_cli(*args: str | Path, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m rnnconv` as a user would, in a fresh interpreter."""
+    return subprocess.run([sys.executable, "-m", "rnnconv", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env={**os.environ, **(env or {})}, timeout=300)
+
+
+def assert_clean_failure(result: subprocess.CompletedProcess, code: int, *phrases: str) -> None:
+    """A failure is one sentence on stderr with the documented code: never a traceback."""
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+    text = " ".join(result.stderr.split())
+    for phrase in phrases:
+        assert phrase in text, (phrase, result.stderr)
+
+
+def per_direction_weight_space(blob, direction: int) -> np.ndarray:
+    """The unidirectional weight space of one direction, cut out of a blob through its layout."""
+    from rnnconv.weightspace import regions
+
+    parts = [blob.param(r.key).reshape(-1) for r in regions(blob.spec) if r.key.direction == direction]
+    return np.concatenate(parts)
+
+
+@pytest.fixture
+def tmp(tmp_path: Path) -> Path:
+    return tmp_path

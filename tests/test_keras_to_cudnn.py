@@ -1,0 +1,214 @@
+"""keras-to-cudnn against Keras itself: byte for byte, and output for output.
+
+Keras 3 and tf-keras run live; Keras 2 (which cannot be installed beside Keras 3)
+through the oracle its own run recorded when the fixtures were made.
+"""
+
+from __future__ import annotations
+
+import zlib
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, LARGEST_ERRORS, per_direction_weight_space
+from rnnconv import reference
+from rnnconv.convert import keras_to_cudnn
+from rnnconv.errors import Unsupported
+from rnnconv.formats.cudnn import open_bin
+
+MIXED = ["gru_a", "bidi_lstm", "srnn_relu", "srnn_tanh", "gru_nobias", "bidi_gru", "lstm_nobias", "rnn_lstmcell"]
+CUDNN_LAYERS = ["cudnn_lstm", "cudnn_gru", "bidi_cudnn_lstm"]
+FILES = {
+    "keras3": {"mixed": ["mixed.h5", "mixed.keras", "mixed.weights.h5"],
+               "single_lstm": ["lstm.h5", "lstm.keras", "lstm.weights.h5"]},
+    "tf_keras": {"mixed": ["mixed.h5", "mixed_weights.h5", "mixed.weights.h5"],
+                 "cudnn": ["cudnn.h5", "cudnn_weights.h5", "cudnn.weights.h5"], "single_lstm": ["lstm.h5"]},
+    "keras2": {"mixed": ["mixed.h5", "mixed_weights.h5", "mixed.weights.h5"],
+               "cudnn": ["cudnn.h5", "cudnn_weights.h5", "cudnn.weights.h5"], "single_lstm": ["lstm.h5"]},
+}
+LAYERS = {"mixed": MIXED, "cudnn": CUDNN_LAYERS, "single_lstm": ["lstm"]}
+# tf-keras and Keras 2 write .weights.h5 without layer names: their layers go by group path.
+GROUP_NAMES = {"gru_a": "gru", "bidi_lstm": "bidirectional", "srnn_relu": "sequential/simple_rnn",
+               "srnn_tanh": "simple_rnn", "gru_nobias": "gru_1", "bidi_gru": "bidirectional_1", "lstm_nobias": "lstm",
+               "rnn_lstmcell": "rnn", "cudnn_lstm": "cu_dnnlstm", "cudnn_gru": "cu_dnngru",
+               "bidi_cudnn_lstm": "bidirectional", "lstm": "lstm"}
+
+
+def is_bare(generation: str, name: str) -> bool:
+    """Weights-only files: no model config, so activations are assumed (tanh)."""
+    return name.endswith("weights.h5")
+
+
+def name_in_file(generation: str, name: str, layer: str) -> str:
+    return GROUP_NAMES[layer] if generation != "keras3" and name.endswith(".weights.h5") else layer
+
+
+CASES = [(gen, model, name, layer) for gen, models in FILES.items() for model, names in models.items()
+         for name in names for layer in LAYERS[model]]
+
+
+class Oracle:
+    """What one Keras generation computes for a fixture layer."""
+
+    def __init__(self, generation: str):
+        self.generation = generation
+        if generation == "keras2":
+            self.recorded = np.load(FIXTURES / "keras2" / "oracle.npz")
+            return
+        import keras_oracle
+
+        self.oracle = keras_oracle
+        if generation == "keras3":
+            import keras
+
+            self.keras = keras
+        else:
+            self.keras = pytest.importorskip("tf_keras")
+        self.models: dict[str, object] = {}
+
+    def _model(self, model: str):
+        if model not in self.models:
+            file = {"single_lstm": "lstm", "single_bf16_gru": "bf16_gru"}.get(model, model)
+            if self.generation == "keras3":
+                self.models[model] = self.keras.models.load_model(FIXTURES / "keras3" / f"{file}.keras")
+            else:
+                from tf_keras.src.layers.rnn.cudnn_gru import CuDNNGRU
+                from tf_keras.src.layers.rnn.cudnn_lstm import CuDNNLSTM
+
+                self.models[model] = self.keras.models.load_model(
+                    FIXTURES / "tf_keras" / f"{file}.h5", compile=False,
+                    custom_objects={"CuDNNLSTM": CuDNNLSTM, "CuDNNGRU": CuDNNGRU})
+        return self.models[model]
+
+    def _layer(self, model: str, layer: str):
+        return next(l for l in self.oracle.recurrent_layers(self._model(model)) if l.name == layer)
+
+    @lru_cache(maxsize=None)
+    def params(self, model: str, layer: str) -> list[np.ndarray] | None:
+        if self.generation == "keras2":
+            keys = [f"{model}/{layer}/params{d}" for d in range(2)]
+            found = [self.recorded[k] for k in keys if k in self.recorded]
+            return found or None
+        return self.oracle.cudnn_params(self.keras, self._layer(model, layer))
+
+    @lru_cache(maxsize=None)
+    def run(self, model: str, layer: str) -> dict[str, np.ndarray]:
+        if self.generation == "keras2":
+            prefix = f"{model}/{layer}/"
+            return {k[len(prefix):]: self.recorded[k] for k in self.recorded.files if k.startswith(prefix)}
+        keras_layer = self._layer(model, layer)
+        o = self.oracle
+        first = o._directions(keras_layer)[0]
+        data = o.inputs_for(o.cell_input_size(first), o.units_of(first), len(o._directions(keras_layer)),
+                            o.is_lstm(keras_layer), zlib.crc32(layer.encode()))
+        return {**{k: v for k, v in data.items() if v is not None},
+                **{k: v for k, v in o.run_layer(self.keras, keras_layer, data).items() if v is not None}}
+
+
+@lru_cache(maxsize=None)
+def oracle(generation: str) -> Oracle:
+    return Oracle(generation)
+
+
+@lru_cache(maxsize=None)
+def converted(generation: str, name: str, layer: str, tmpdir: Path):
+    out = tmpdir / f"{generation}-{name}-{layer}.bin"
+    keras_to_cudnn(FIXTURES / generation / name, out, layer=name_in_file(generation, name, layer))
+    return open_bin(out)
+
+
+@pytest.fixture(scope="module")
+def outdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("blobs")
+
+
+@pytest.mark.parametrize("generation,model,name,layer", CASES)
+def test_blob_is_what_keras_hands_cudnn(generation, model, name, layer, outdir):
+    expected = oracle(generation).params(model, layer)
+    if expected is None:
+        pytest.skip("Keras has no cuDNN path for this layer (SimpleRNN); its outputs are compared instead")
+    blob = converted(generation, name, layer, outdir)
+    assert blob.spec.num_directions == len(expected)
+    for direction, keras_params in enumerate(expected):
+        ours = per_direction_weight_space(blob, direction)
+        assert ours.dtype == keras_params.dtype == np.float32
+        np.testing.assert_array_equal(ours, keras_params)
+
+
+@pytest.mark.parametrize("generation,model,name,layer", CASES)
+def test_blob_computes_what_keras_computes(generation, model, name, layer, outdir):
+    blob = converted(generation, name, layer, outdir)
+    if is_bare(generation, name) and layer == "srnn_relu":
+        assert blob.spec.mode == "rnn_tanh"  # assumed, and said so:
+        assert any("activations were assumed" in n for n in blob.doc["notes"])
+        return
+    run = oracle(generation).run(model, layer)
+    y, h_n, c_n = reference.forward(blob.spec, blob.param, run["x"].transpose(1, 0, 2), run["h0"],
+                                    run.get("c0"))
+    errors = [np.abs(y.transpose(1, 0, 2) - run["y"]).max(), np.abs(h_n - run["h_n"]).max()]
+    if "c_n" in run:
+        errors.append(np.abs(c_n - run["c_n"]).max())
+    worst = float(max(errors))
+    LARGEST_ERRORS[f"keras {generation}/{name}/{layer}"] = worst
+    assert run["y"].shape[1] == 6 and run["y"].shape[0] == 3  # several steps, batch > 1
+    assert worst < 2e-5, worst
+
+
+@pytest.mark.parametrize("generation", ["keras3", "tf_keras", "keras2"])
+def test_bidirectional_directions_are_distinct(generation, outdir):
+    """The fixture would hide a swapped direction if both directions held the same weights."""
+    blob = converted(generation, "mixed.h5", "bidi_lstm", outdir)
+    assert not np.array_equal(per_direction_weight_space(blob, 0), per_direction_weight_space(blob, 1))
+
+
+@pytest.mark.parametrize("name", ["seed000_gru.h5", "seed000_gru.keras", "seed000_gru.weights.h5",
+                                  "seed000_lstm.h5", "seed000_lstm.keras", "seed000_lstm.weights.h5"])
+def test_seed000_tables_digit_for_digit(name, tmp_path):
+    import seed000
+
+    out = tmp_path / "seed.bin"
+    keras_to_cudnn(FIXTURES / "keras3" / name, out)
+    expected = seed000.GRU_CUDNN if "gru" in name else seed000.LSTM_CUDNN
+    got = np.fromfile(out, dtype="<f4")
+    assert [f"{v:.6f}" for v in got] == [f"{v:.6f}" for v in expected]
+
+
+@pytest.mark.parametrize("generation,name", [("keras3", "mixed.h5"), ("keras3", "mixed.keras"),
+                                             ("tf_keras", "mixed.h5"), ("keras2", "mixed.h5")])
+@pytest.mark.parametrize("layer,reason", [("gru_reset_before", "reset gate before the recurrent matrix"),
+                                          ("lstm_hard_sigmoid", "hard_sigmoid")])
+def test_layers_cudnn_cannot_run_are_refused(generation, name, layer, reason, tmp_path):
+    out = tmp_path / "x.bin"
+    with pytest.raises(Unsupported) as refused:
+        keras_to_cudnn(FIXTURES / generation / name, out, layer=layer)
+    assert reason in " ".join(str(refused.value).split())
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("split", ["input", "half"])
+def test_other_bias_splits_compute_the_same(split, tmp_path):
+    base = tmp_path / "recurrent.bin"
+    other = tmp_path / f"{split}.bin"
+    keras_to_cudnn(FIXTURES / "keras3" / "mixed.h5", base, layer="bidi_lstm")
+    keras_to_cudnn(FIXTURES / "keras3" / "mixed.h5", other, layer="bidi_lstm", bias_split=split)
+    a, b = open_bin(base), open_bin(other)
+    assert not np.array_equal(np.asarray(a.words), np.asarray(b.words))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(5, 2, a.spec.input_size))
+    h0 = rng.normal(size=(2, 2, a.spec.hidden_size))
+    c0 = rng.normal(size=(2, 2, a.spec.hidden_size))
+    for got, want in zip(reference.forward(b.spec, b.param, x, h0, c0), reference.forward(a.spec, a.param, x, h0, c0)):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["bf16_gru.keras", "bf16_gru.weights.h5", "bf16_gru.h5"])
+def test_bfloat16_weights_stay_bfloat16(name, tmp_path):
+    out = tmp_path / "bf16.bin"
+    keras_to_cudnn(FIXTURES / "keras3" / name, out)
+    blob = open_bin(out)
+    assert blob.spec.dtype == "bfloat16" and out.stat().st_size == 2 * blob.spec.parameter_count()
+    (expected,) = oracle("keras3").params("single_bf16_gru", "gru_bf16")
+    np.testing.assert_array_equal(per_direction_weight_space(blob, 0), expected)

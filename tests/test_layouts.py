@@ -1,0 +1,97 @@
+"""The layout table, the weight-space layout and the element types, on their own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rnnconv.canonical import ParamKey, RNNSpec
+from rnnconv.dtypes import decode, element_type, encode
+from rnnconv.errors import BadInput
+from rnnconv.layouts import (CUDNN_GATES, TABLE, assemble_stored, find_row, gate_loaders, stored_shapes)
+from rnnconv.weightspace import regions, size_formula, weight_space_elements
+
+
+@pytest.mark.parametrize("row", TABLE, ids=lambda r: f"{r.format}-{r.source_class}-{dict(r.when)}")
+def test_every_row_stores_each_cudnn_gate_once(row):
+    assert sorted(row.gate_order) == sorted(CUDNN_GATES[row.cell])
+
+
+@pytest.mark.parametrize("row", [r for r in TABLE if r.adapter and not r.refusal],
+                         ids=lambda r: f"{r.format}-{r.source_class}")
+def test_reading_and_writing_a_row_are_inverse(row):
+    rng = np.random.default_rng(3)
+    hidden, n_in = 3, 5
+    shapes = stored_shapes(row, hidden, n_in, hidden)
+    stored = {role: rng.normal(size=shape).astype(np.float32) for role, shape in shapes.items()}
+    loaders = gate_loaders(row, hidden, stored.__getitem__, has_bias=True, bias_split="half")
+    rebuilt = assemble_stored(row, hidden, n_in, hidden, lambda kind, gate: loaders[(kind, gate)]())
+    for role in stored:
+        np.testing.assert_allclose(rebuilt[role], stored[role], rtol=1e-6)
+
+
+def test_keras_gru_row_picks_reset_after_variant():
+    assert find_row("keras", "GRU", {"reset_after": True}).bias == "stacked"
+    assert find_row("keras", "GRU", {"reset_after": False}).refusal
+
+
+def test_layout_matches_jax_docstring_for_two_layer_bidirectional_lstm():
+    """jax.experimental.rnn: (W_ih^0, W_hh^0, ..., W_hh^3, b_ih^0, b_hh^0, ..., b_hh^3), gates i, f, g, o."""
+    spec = RNNSpec("lstm", input_size=5, hidden_size=7, num_layers=2, bidirectional=True)
+    blocks = []
+    for r in regions(spec):
+        tag = (r.pseudo_layer, r.key.kind)
+        if not blocks or blocks[-1][0] != tag:
+            blocks.append([tag, 0, r.offset])
+        blocks[-1][1] += r.size
+    expected = [((p, k), 4 * 7 * n) for p, n_in in enumerate([5, 5, 14, 14])
+                for k, n in (("W", n_in), ("R", 7))]
+    expected += [((p, k), 4 * 7) for p in range(4) for k in ("bW", "bR")]
+    assert [(tag, size) for tag, size, _ in blocks] == expected
+    gates = [r.key.gate for r in regions(spec) if r.pseudo_layer == 0 and r.key.kind == "W"]
+    assert gates == ["i", "f", "c", "o"]
+
+
+@pytest.mark.parametrize("spec", [
+    RNNSpec("gru", 3, 4), RNNSpec("rnn_relu", 2, 6, 3, True), RNNSpec("lstm", 5, 8, 2, True, 3),
+    RNNSpec("lstm", 9, 4, 1, False, 2, "float16"),
+])
+def test_regions_tile_the_weight_space(spec):
+    spans = [(r.offset, r.offset + r.size) for r in regions(spec)]
+    assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    assert spans[-1][1] == weight_space_elements(spec) == spec.parameter_count()
+    assert size_formula(spec).endswith(f"= {weight_space_elements(spec)} elements "
+                                       f"(G*H*(in+out+2) [+P*H] per layer and direction)")
+    matrices = [r for r in regions(spec) if not r.is_bias]
+    assert max(r.offset for r in matrices) < min(r.offset for r in regions(spec) if r.is_bias)
+
+
+def test_projection_is_lin_layer_8_after_recurrent_matrices():
+    spec = RNNSpec("lstm", 5, 8, 1, False, 3)
+    kinds = [(r.key.kind, r.lin_layer_id) for r in regions(spec) if not r.is_bias]
+    assert kinds[-1] == ("P", 8) and kinds[-2] == ("R", 7)
+    assert spec.param_shape(ParamKey(0, 0, "R", "i")) == (8, 3)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"mode": "lstn"}, "unknown RNN mode"), ({"hidden_size": 0}, "hidden_size must be a positive"),
+    ({"proj_size": 9}, "must be smaller"), ({"mode": "gru", "proj_size": 2}, "only for LSTMs"),
+    ({"dtype": "int8"}, "unknown dtype"),
+])
+def test_spec_rejects_nonsense(kwargs, message):
+    base = {"mode": "lstm", "input_size": 3, "hidden_size": 4}
+    with pytest.raises(BadInput, match=message):
+        RNNSpec(**{**base, **kwargs})
+
+
+def test_bfloat16_rounds_to_nearest_even_like_ml_dtypes():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.normal(size=10000).astype(np.float32) * 10.0 ** rng.integers(-30, 30, 10000),
+                             np.array([0.0, -0.0, np.inf, -np.inf, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, 3.4e38],
+                                      dtype=np.float32)])
+    etype = element_type("bfloat16")
+    words = encode(values, etype)
+    np.testing.assert_array_equal(words, values.astype(ml_dtypes.bfloat16).view(np.uint16))
+    np.testing.assert_array_equal(decode(words, etype), values.astype(ml_dtypes.bfloat16).astype(np.float32))
+    assert np.isnan(decode(encode(np.array([np.nan], np.float32), etype), etype)).all()
