@@ -1,0 +1,1 @@
+"""One adapter per file format: each reads into or writes from the canonical form."""
