@@ -31,6 +31,9 @@ class RNNSpec:
     bidirectional: bool = False
     proj_size: int = 0  # 0: no projection (PyTorch's convention; cuDNN wants projSize = hiddenSize then)
     dtype: str = "float32"
+    # False when the source has no biases (Keras use_bias=False, PyTorch bias=False): cuDNN still gets
+    # (zero) bias slots, and the way back leaves the biases out again.
+    bias: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in CUDNN_MODES:
@@ -110,6 +113,8 @@ class RNNSpec:
         parts.append(f"{self.num_layers} layer{'s' if self.num_layers > 1 else ''}")
         parts.append("bidirectional" if self.bidirectional else "unidirectional")
         parts.append(self.dtype)
+        if not self.bias:
+            parts.append("no bias")
         return ", ".join(parts)
 
 
@@ -159,3 +164,30 @@ class CanonicalRNN:
     def from_arrays(cls, name: str, spec: RNNSpec, arrays: Mapping[ParamKey, np.ndarray],
                     **kwargs: Any) -> "CanonicalRNN":
         return cls(name, spec, {k: (lambda a=a: a) for k, a in arrays.items()}, **kwargs)
+
+
+def stack(name: str, rnns: list[CanonicalRNN]) -> CanonicalRNN:
+    """Consecutive one-layer RNNs (Keras layers stacked with return_sequences) as one multi-layer RNN."""
+    first = rnns[0].spec
+    for below, above in zip(rnns, rnns[1:]):
+        same = ("mode", "hidden_size", "bidirectional", "proj_size", "dtype", "bias")
+        differs = [f for f in same if getattr(below.spec, f) != getattr(above.spec, f)]
+        if differs:
+            raise BadInput(f"{below.name} and {above.name} differ in {', '.join(differs)}, so they are not the "
+                           f"layers of one cuDNN RNN")
+        if above.spec.input_size != below.spec.num_directions * below.spec.output_size:
+            raise BadInput(f"{above.name} takes {above.spec.input_size} inputs but {below.name} gives "
+                           f"{below.spec.num_directions * below.spec.output_size}, so they do not stack")
+    for rnn in rnns:
+        if rnn.spec.num_layers != 1:
+            raise BadInput(f"{rnn.name} has {rnn.spec.num_layers} layers already; stack one-layer RNNs")
+    spec = RNNSpec(**{**first.to_dict(), "num_layers": len(rnns)})
+    loaders: dict[ParamKey, Loader] = {}
+    for layer, rnn in enumerate(rnns):
+        for key, load in rnn.loaders.items():
+            loaders[ParamKey(layer, key.direction, key.kind, key.gate)] = load
+    source = {**rnns[0].source, "layer": name, "stacked": [r.name for r in rnns]}
+    notes = [n for r in rnns for n in r.notes]
+    notes.append(f"{name}: layers {', '.join(r.name for r in rnns)} stacked into one {len(rnns)}-layer RNN "
+                 f"(nothing may sit between them in the model)")
+    return CanonicalRNN(name, spec, loaders, source, notes)

@@ -115,6 +115,79 @@ def _report_conversion(result: Any, as_json: bool, quiet: bool) -> None:
             err.print(f"[dim]note:[/] {_escape(note)}")
         out.print(f"{_escape(rnn.name)}: {_escape(rnn.spec.describe().replace(rnn.spec.dtype, result.dtype))}")
     out.print("wrote " + ", ".join(_escape(str(p)) for p in result.outputs))
+    if result.usage:
+        out.print(_escape(result.usage), soft_wrap=True)  # code to copy: never wrapped
+
+
+class Mode(str, Enum):
+    lstm = "lstm"
+    gru = "gru"
+    rnn_tanh = "rnn_tanh"
+    rnn_relu = "rnn_relu"
+
+
+class Nonlinearity(str, Enum):
+    tanh = "tanh"
+    relu = "relu"
+
+
+class Target(str, Enum):
+    cudnn = "cudnn"
+    torch = "torch"
+    keras = "keras"
+
+
+SOURCE_HELP = "Keras file (.h5, .weights.h5, .keras), PyTorch checkpoint (.pt, .pth, .bin, .safetensors) or cuDNN blob."
+OUTPUT_OPTION = typer.Option(None, "-o", "--output", help="Output file; its name says the format (see the examples).")
+LAYER_OPTION = typer.Option(None, "--layer", help="The RNN to convert when the file has several: a Keras layer name "
+                                                  "(or consecutive ones, a,b,c, stacked into one multi-layer RNN), "
+                                                  "a PyTorch module prefix, or a key of an rnnconv .safetensors.")
+PREFIX_OPTION = typer.Option(None, "--prefix", help="The RNN's module prefix in the state_dict (encoder.rnn) when "
+                                                    "there are several.")
+DTYPE_OPTION = typer.Option(None, "--dtype", help="Element type of the output [default: the source's]; for a raw blob "
+                                                  "without sidecar, the blob's (and the output's).")
+BIAS_SPLIT_OPTION = typer.Option(BiasSplit.recurrent, "--bias-split",
+                                 help="How a single Keras bias (LSTM, SimpleRNN) becomes cuDNN's two: recurrent = "
+                                      "what Keras' TF backend hands cuDNN (input side zero); input; half.")
+NONLINEARITY_OPTION = typer.Option(Nonlinearity.tanh, "--nonlinearity",
+                                   help="nn.RNN's nonlinearity, which a state_dict does not store.")
+FORCE_OPTION = typer.Option(False, "--force", help="Replace existing output files.")
+JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
+QUIET_OPTION = typer.Option(False, "--quiet", "-q", help="Print only warnings and errors.")
+MODE_OPTION = typer.Option(None, "--mode", help="Raw blob without sidecar: the RNN mode.", rich_help_panel="Raw blob")
+INPUT_OPTION = typer.Option(None, "--input-size", help="Raw blob: input size.", rich_help_panel="Raw blob")
+HIDDEN_OPTION = typer.Option(None, "--hidden-size", help="Raw blob: hidden size.", rich_help_panel="Raw blob")
+LAYERS_OPTION = typer.Option(1, "--num-layers", help="Raw blob: number of layers.", rich_help_panel="Raw blob")
+BIDI_OPTION = typer.Option(False, "--bidirectional", help="Raw blob: two directions.", rich_help_panel="Raw blob")
+PROJ_OPTION = typer.Option(0, "--proj-size", help="Raw blob: LSTM projection size (0 = none).",
+                           rich_help_panel="Raw blob")
+
+
+def _raw_spec(mode: Optional[Mode], input_size: Optional[int], hidden_size: Optional[int], num_layers: int,
+              bidirectional: bool, proj_size: int, dtype: Optional[DType]) -> Any:
+    """The spec a raw blob's flags state, or None when no flag was given (the sidecar then says)."""
+    if mode is None and input_size is None and hidden_size is None:
+        return None
+    from rnnconv.canonical import RNNSpec
+    from rnnconv.errors import BadInput
+
+    missing = [flag for flag, value in (("--mode", mode), ("--input-size", input_size),
+                                         ("--hidden-size", hidden_size)) if value is None]
+    if missing:
+        raise BadInput(f"a raw blob needs {', '.join(missing)} as well")
+    return RNNSpec(mode.value, input_size, hidden_size, num_layers, bidirectional, proj_size,
+                   dtype.value if dtype else "float32")
+
+
+def _convert(source: Path, output: Optional[Path], to: Optional[str], expect: Optional[str], select: Optional[str],
+             dtype: Optional[DType], force: bool, as_json: bool, quiet: bool, bias_split: BiasSplit = BiasSplit.recurrent,
+             nonlinearity: Nonlinearity = Nonlinearity.tanh, raw_spec: Any = None) -> None:
+    from rnnconv.convert import SourceOptions, convert
+
+    options = SourceOptions(select, bias_split.value, nonlinearity.value, raw_spec)
+    result = convert(source, output, to, options, None if raw_spec is not None else (dtype.value if dtype else None),
+                     force, expect)
+    _report_conversion(result, as_json, quiet)
 
 
 @app.command("keras-to-cudnn")
@@ -125,17 +198,15 @@ def keras_to_cudnn(
     output: Optional[Path] = typer.Option(None, "-o", "--output",
                                           help="X.bin (raw weight space + X.bin.json sidecar) or X.safetensors. "
                                                "Default: the source's name with .bin, beside it."),
-    layer: Optional[str] = typer.Option(None, "--layer", help="Name of the recurrent layer to convert "
-                                                               "(needed when the file has several)."),
+    layer: Optional[str] = typer.Option(None, "--layer", help="Name of the recurrent layer to convert (needed when "
+                                                               "the file has several); a,b,c stacks consecutive "
+                                                               "layers into one multi-layer cuDNN RNN."),
     dtype: Optional[DType] = typer.Option(None, "--dtype", help="Element type of the weight space "
                                                                  "[default: the source's]."),
-    bias_split: BiasSplit = typer.Option(BiasSplit.recurrent, "--bias-split",
-                                         help="How a single Keras bias (LSTM, SimpleRNN) becomes cuDNN's two: "
-                                              "recurrent = what Keras' TF backend hands cuDNN (input side zero); "
-                                              "input; half."),
-    force: bool = typer.Option(False, "--force", help="Replace existing output files."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only warnings and errors."),
+    bias_split: BiasSplit = BIAS_SPLIT_OPTION,
+    force: bool = FORCE_OPTION,
+    as_json: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
 ) -> None:
     """Convert a Keras recurrent layer to cuDNN's flat weight space.
 
@@ -148,11 +219,190 @@ def keras_to_cudnn(
       rnnconv keras-to-cudnn model.keras --layer encoder_gru -o enc.bin --dtype float16
 
       rnnconv keras-to-cudnn model.h5 -o all_rnns.safetensors
-    """
-    from rnnconv.convert import keras_to_cudnn as convert
 
-    result = convert(source, output, layer, dtype.value if dtype else None, bias_split.value, force)
-    _report_conversion(result, as_json, quiet)
+      rnnconv keras-to-cudnn model.h5 --layer lstm_1,lstm_2,lstm_3 -o stacked.bin
+    """
+    _convert(source, output, "cudnn", "keras", layer, dtype, force, as_json, quiet, bias_split=bias_split)
+
+
+@app.command("torch-to-cudnn")
+@handles_errors
+def torch_to_cudnn(
+    source: Path = typer.Argument(..., help="PyTorch checkpoint: .pt/.pth/.bin from torch.save, or a .safetensors "
+                                            "state_dict."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="X.bin (+ X.bin.json) or X.safetensors. "
+                                                                       "Default: the source's name with .bin."),
+    prefix: Optional[str] = PREFIX_OPTION,
+    nonlinearity: Nonlinearity = NONLINEARITY_OPTION,
+    dtype: Optional[DType] = typer.Option(None, "--dtype", help="Element type of the weight space "
+                                                                 "[default: the source's]."),
+    force: bool = FORCE_OPTION,
+    as_json: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
+) -> None:
+    """Convert an nn.LSTM / nn.GRU / nn.RNN (or cell) from a PyTorch checkpoint to cuDNN's flat weight space.
+
+    Checkpoints load with torch.load(weights_only=True): nothing but tensors is ever unpickled. The RNN is found
+    by its parameter names (weight_ih_l0, ...); mode, sizes, layers, directions and projection come from the
+    names and shapes.
+
+    Examples:
+
+      rnnconv torch-to-cudnn ckpt.pt -o lstm.bin
+
+      rnnconv torch-to-cudnn ckpt.pt --prefix encoder.rnn -o enc.bin
+
+      rnnconv torch-to-cudnn rnn.pt --nonlinearity relu -o rnn.bin
+    """
+    _convert(source, output, "cudnn", "torch", prefix, dtype, force, as_json, quiet, nonlinearity=nonlinearity)
+
+
+@app.command("cudnn-to-torch")
+@handles_errors
+def cudnn_to_torch(
+    source: Path = typer.Argument(..., help="cuDNN blob: X.bin with its X.bin.json sidecar, an rnnconv .safetensors, "
+                                            "or a raw blob described by the flags below."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="ckpt.pt, ckpt.pth or ckpt.safetensors "
+                                                                       "(a state_dict). Default: the source's name "
+                                                                       "with .pt."),
+    layer: Optional[str] = LAYER_OPTION,
+    force: bool = FORCE_OPTION,
+    as_json: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
+    mode: Optional[Mode] = MODE_OPTION,
+    input_size: Optional[int] = INPUT_OPTION,
+    hidden_size: Optional[int] = HIDDEN_OPTION,
+    num_layers: int = LAYERS_OPTION,
+    bidirectional: bool = BIDI_OPTION,
+    proj_size: int = PROJ_OPTION,
+    dtype: Optional[DType] = DTYPE_OPTION,
+) -> None:
+    """Turn a cuDNN weight space into a PyTorch state_dict, and print the nn module it loads into.
+
+    Examples:
+
+      rnnconv cudnn-to-torch model.bin -o model.pt
+
+      rnnconv cudnn-to-torch weights.raw --mode lstm --input-size 80 --hidden-size 512 --num-layers 2
+      --bidirectional -o lstm.pt
+    """
+    raw = _raw_spec(mode, input_size, hidden_size, num_layers, bidirectional, proj_size, dtype)
+    _convert(source, output, "torch", "cudnn", layer, dtype, force, as_json, quiet, raw_spec=raw)
+
+
+@app.command("cudnn-to-keras")
+@handles_errors
+def cudnn_to_keras(
+    source: Path = typer.Argument(..., help="cuDNN blob: X.bin with sidecar, an rnnconv .safetensors, or a raw blob "
+                                            "described by the flags below."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="model.keras (loads with "
+                                                                       "keras.models.load_model) or "
+                                                                       "model.weights.h5. Default: the source's name "
+                                                                       "with .keras."),
+    layer: Optional[str] = LAYER_OPTION,
+    force: bool = FORCE_OPTION,
+    as_json: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
+    mode: Optional[Mode] = MODE_OPTION,
+    input_size: Optional[int] = INPUT_OPTION,
+    hidden_size: Optional[int] = HIDDEN_OPTION,
+    num_layers: int = LAYERS_OPTION,
+    bidirectional: bool = BIDI_OPTION,
+    proj_size: int = PROJ_OPTION,
+    dtype: Optional[DType] = DTYPE_OPTION,
+) -> None:
+    """Turn a cuDNN weight space into a Keras 3 model that predicts what the blob computes.
+
+    A Sequential of LSTM / GRU(reset_after=True) / SimpleRNN layers (Bidirectional for two directions, one Keras
+    layer per cuDNN layer), all returning sequences. An LSTM's two biases are summed into Keras' one. Written
+    without Keras; needs no TensorFlow.
+
+    Examples:
+
+      rnnconv cudnn-to-keras model.bin -o model.keras
+
+      rnnconv cudnn-to-keras model.bin -o model.weights.h5
+    """
+    raw = _raw_spec(mode, input_size, hidden_size, num_layers, bidirectional, proj_size, dtype)
+    _convert(source, output, "keras", "cudnn", layer, dtype, force, as_json, quiet, raw_spec=raw)
+
+
+@app.command("keras-to-torch")
+@handles_errors
+def keras_to_torch(
+    source: Path = typer.Argument(..., help="Keras file (.h5, .weights.h5, .keras)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="ckpt.pt, .pth or .safetensors."),
+    layer: Optional[str] = LAYER_OPTION,
+    dtype: Optional[DType] = typer.Option(None, "--dtype", help="Element type [default: the source's]."),
+    bias_split: BiasSplit = BIAS_SPLIT_OPTION,
+    force: bool = FORCE_OPTION,
+    as_json: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
+) -> None:
+    """Convert a Keras recurrent layer to a PyTorch state_dict (through cuDNN's convention).
+
+    Example:
+
+      rnnconv keras-to-torch model.h5 --layer encoder -o encoder.pt
+    """
+    _convert(source, output, "torch", "keras", layer, dtype, force, as_json, quiet, bias_split=bias_split)
+
+
+@app.command("torch-to-keras")
+@handles_errors
+def torch_to_keras(
+    source: Path = typer.Argument(..., help="PyTorch checkpoint (.pt, .pth, .bin, .safetensors)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="model.keras or model.weights.h5."),
+    prefix: Optional[str] = PREFIX_OPTION,
+    nonlinearity: Nonlinearity = NONLINEARITY_OPTION,
+    dtype: Optional[DType] = typer.Option(None, "--dtype", help="Element type [default: the source's]."),
+    force: bool = FORCE_OPTION,
+    as_json: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
+) -> None:
+    """Convert an nn.LSTM / GRU / RNN from a PyTorch checkpoint to a Keras 3 model.
+
+    Example:
+
+      rnnconv torch-to-keras ckpt.pt --prefix decoder.rnn -o decoder.keras
+    """
+    _convert(source, output, "keras", "torch", prefix, dtype, force, as_json, quiet, nonlinearity=nonlinearity)
+
+
+@app.command("convert")
+@handles_errors
+def convert(
+    source: Path = typer.Argument(..., help=SOURCE_HELP),
+    output: Path = typer.Argument(..., help=".bin/.safetensors (cuDNN), .pt/.pth (PyTorch), .keras/.weights.h5 "
+                                            "(Keras); --to for a PyTorch .safetensors."),
+    to: Optional[Target] = typer.Option(None, "--to", help="What to write, when the output's name does not say."),
+    layer: Optional[str] = LAYER_OPTION,
+    bias_split: BiasSplit = BIAS_SPLIT_OPTION,
+    nonlinearity: Nonlinearity = NONLINEARITY_OPTION,
+    force: bool = FORCE_OPTION,
+    as_json: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
+    mode: Optional[Mode] = MODE_OPTION,
+    input_size: Optional[int] = INPUT_OPTION,
+    hidden_size: Optional[int] = HIDDEN_OPTION,
+    num_layers: int = LAYERS_OPTION,
+    bidirectional: bool = BIDI_OPTION,
+    proj_size: int = PROJ_OPTION,
+    dtype: Optional[DType] = DTYPE_OPTION,
+) -> None:
+    """Convert between any two of Keras, PyTorch and cuDNN; the source format comes from its content.
+
+    Examples:
+
+      rnnconv convert model.h5 model.bin
+
+      rnnconv convert ckpt.pt model.keras --layer encoder.rnn
+
+      rnnconv convert model.bin state.safetensors --to torch
+    """
+    raw = _raw_spec(mode, input_size, hidden_size, num_layers, bidirectional, proj_size, dtype)
+    _convert(source, output, to.value if to else None, None, layer, dtype, force, as_json, quiet, bias_split,
+             nonlinearity, raw)
 
 
 @app.command("inspect")

@@ -18,7 +18,8 @@ CUDNN_SAFETENSORS = "cudnn-safetensors"
 
 
 def detect(path: Path) -> str:
-    from rnnconv.formats.cudnn import is_rnnconv_safetensors, read_safetensors_header, sidecar_path
+    from rnnconv.formats.cudnn import is_rnnconv_safetensors, sidecar_path
+    from rnnconv.formats.safetensors_io import read_header
 
     if not path.exists():
         raise BadInput(f"{path} does not exist")
@@ -45,9 +46,9 @@ def detect(path: Path) -> str:
             return TORCH
         raise BadInput(f"{path} is a zip archive but neither a .keras model nor a PyTorch checkpoint")
     if len(head) >= 9 and head[8:9] == b"{":
-        header, _ = read_safetensors_header(path)
+        header, _ = read_header(path)
         return CUDNN_SAFETENSORS if is_rnnconv_safetensors(header) else TORCH_SAFETENSORS
     if head[:1] == b"\x80":  # a pickle protocol marker: torch.save's legacy (non-zip) format
         return TORCH
     raise BadInput(f"cannot tell what {path} is: not HDF5, a .keras or PyTorch zip, safetensors, "
-                   f"nor a blob with a {sidecar_path(path).name} sidecar")
+                   f"nor a blob with its sidecar {sidecar_path(path).name}")

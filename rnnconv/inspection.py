@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rnnconv.detect import CUDNN_BIN, CUDNN_SAFETENSORS, KERAS, detect
-from rnnconv.errors import RnnconvError, Unsupported
+from rnnconv.errors import RnnconvError
 from rnnconv.weightspace import LAYOUT_DESCRIPTION
 
 
@@ -17,7 +17,9 @@ def inspect_file(path: Path) -> dict[str, Any]:
         return _inspect_keras(path)
     if fmt in (CUDNN_BIN, CUDNN_SAFETENSORS):
         return _inspect_blob(path, fmt)
-    raise Unsupported(f"{path} is a PyTorch checkpoint ({fmt}); rnnconv does not read those yet")
+    from rnnconv.formats.torch import inspect_torch
+
+    return inspect_torch(path, fmt)
 
 
 def _inspect_keras(path: Path) -> dict[str, Any]:

@@ -15,9 +15,14 @@ to record an oracle, since Keras 2 cannot be installed beside Keras 3).
 from __future__ import annotations
 
 import contextlib
+import zlib
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 STEPS, BATCH = 6, 3
 
@@ -244,3 +249,64 @@ def record_oracle(keras: Any, models: list[Any], path: Any) -> None:
 
 def cell_input_size(layer: Any) -> int:
     return int(layer.kernel.shape[0]) if hasattr(layer, "kernel") else int(layer.cell.kernel.shape[0])
+
+
+class Oracle:
+    """What one Keras generation computes for a fixture layer."""
+
+    def __init__(self, generation: str):
+        self.generation = generation
+        if generation == "keras2":
+            self.recorded = np.load(FIXTURES / "keras2" / "oracle.npz")
+            return
+        if generation == "keras3":
+            import keras
+
+            self.keras = keras
+        else:
+            import tf_keras
+
+            self.keras = tf_keras
+        self.models: dict[str, object] = {}
+
+    def _model(self, model: str):
+        if model not in self.models:
+            file = {"single_lstm": "lstm", "single_bf16_gru": "bf16_gru"}.get(model, model)
+            if self.generation == "keras3":
+                self.models[model] = self.keras.models.load_model(FIXTURES / "keras3" / f"{file}.keras")
+            else:
+                from tf_keras.src.layers.rnn.cudnn_gru import CuDNNGRU
+                from tf_keras.src.layers.rnn.cudnn_lstm import CuDNNLSTM
+
+                self.models[model] = self.keras.models.load_model(
+                    FIXTURES / "tf_keras" / f"{file}.h5", compile=False,
+                    custom_objects={"CuDNNLSTM": CuDNNLSTM, "CuDNNGRU": CuDNNGRU})
+        return self.models[model]
+
+    def _layer(self, model: str, layer: str):
+        return next(l for l in recurrent_layers(self._model(model)) if l.name == layer)
+
+    @lru_cache(maxsize=None)
+    def params(self, model: str, layer: str) -> list[np.ndarray] | None:
+        if self.generation == "keras2":
+            keys = [f"{model}/{layer}/params{d}" for d in range(2)]
+            found = [self.recorded[k] for k in keys if k in self.recorded]
+            return found or None
+        return cudnn_params(self.keras, self._layer(model, layer))
+
+    @lru_cache(maxsize=None)
+    def run(self, model: str, layer: str) -> dict[str, np.ndarray]:
+        if self.generation == "keras2":
+            prefix = f"{model}/{layer}/"
+            return {k[len(prefix):]: self.recorded[k] for k in self.recorded.files if k.startswith(prefix)}
+        keras_layer = self._layer(model, layer)
+        first = _directions(keras_layer)[0]
+        data = inputs_for(cell_input_size(first), units_of(first), len(_directions(keras_layer)),
+                          is_lstm(keras_layer), zlib.crc32(layer.encode()))
+        return {**{k: v for k, v in data.items() if v is not None},
+                **{k: v for k, v in run_layer(self.keras, keras_layer, data).items() if v is not None}}
+
+
+@lru_cache(maxsize=None)
+def oracle(generation: str) -> Oracle:
+    return Oracle(generation)

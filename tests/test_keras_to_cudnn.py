@@ -6,7 +6,6 @@ through the oracle its own run recorded when the fixtures were made.
 
 from __future__ import annotations
 
-import zlib
 from functools import lru_cache
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, LARGEST_ERRORS, per_direction_weight_space
+from keras_oracle import oracle
 from rnnconv import reference
 from rnnconv.convert import keras_to_cudnn
 from rnnconv.errors import Unsupported
@@ -48,69 +48,6 @@ def name_in_file(generation: str, name: str, layer: str) -> str:
 
 CASES = [(gen, model, name, layer) for gen, models in FILES.items() for model, names in models.items()
          for name in names for layer in LAYERS[model]]
-
-
-class Oracle:
-    """What one Keras generation computes for a fixture layer."""
-
-    def __init__(self, generation: str):
-        self.generation = generation
-        if generation == "keras2":
-            self.recorded = np.load(FIXTURES / "keras2" / "oracle.npz")
-            return
-        import keras_oracle
-
-        self.oracle = keras_oracle
-        if generation == "keras3":
-            import keras
-
-            self.keras = keras
-        else:
-            self.keras = pytest.importorskip("tf_keras")
-        self.models: dict[str, object] = {}
-
-    def _model(self, model: str):
-        if model not in self.models:
-            file = {"single_lstm": "lstm", "single_bf16_gru": "bf16_gru"}.get(model, model)
-            if self.generation == "keras3":
-                self.models[model] = self.keras.models.load_model(FIXTURES / "keras3" / f"{file}.keras")
-            else:
-                from tf_keras.src.layers.rnn.cudnn_gru import CuDNNGRU
-                from tf_keras.src.layers.rnn.cudnn_lstm import CuDNNLSTM
-
-                self.models[model] = self.keras.models.load_model(
-                    FIXTURES / "tf_keras" / f"{file}.h5", compile=False,
-                    custom_objects={"CuDNNLSTM": CuDNNLSTM, "CuDNNGRU": CuDNNGRU})
-        return self.models[model]
-
-    def _layer(self, model: str, layer: str):
-        return next(l for l in self.oracle.recurrent_layers(self._model(model)) if l.name == layer)
-
-    @lru_cache(maxsize=None)
-    def params(self, model: str, layer: str) -> list[np.ndarray] | None:
-        if self.generation == "keras2":
-            keys = [f"{model}/{layer}/params{d}" for d in range(2)]
-            found = [self.recorded[k] for k in keys if k in self.recorded]
-            return found or None
-        return self.oracle.cudnn_params(self.keras, self._layer(model, layer))
-
-    @lru_cache(maxsize=None)
-    def run(self, model: str, layer: str) -> dict[str, np.ndarray]:
-        if self.generation == "keras2":
-            prefix = f"{model}/{layer}/"
-            return {k[len(prefix):]: self.recorded[k] for k in self.recorded.files if k.startswith(prefix)}
-        keras_layer = self._layer(model, layer)
-        o = self.oracle
-        first = o._directions(keras_layer)[0]
-        data = o.inputs_for(o.cell_input_size(first), o.units_of(first), len(o._directions(keras_layer)),
-                            o.is_lstm(keras_layer), zlib.crc32(layer.encode()))
-        return {**{k: v for k, v in data.items() if v is not None},
-                **{k: v for k, v in o.run_layer(self.keras, keras_layer, data).items() if v is not None}}
-
-
-@lru_cache(maxsize=None)
-def oracle(generation: str) -> Oracle:
-    return Oracle(generation)
 
 
 @lru_cache(maxsize=None)

@@ -12,7 +12,6 @@ blob read back is exactly what was written.
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -21,8 +20,9 @@ import numpy as np
 
 from rnnconv import __version__
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.dtypes import BY_SAFETENSORS, ElementType, decode, element_type, encode
+from rnnconv.dtypes import ElementType, decode, element_type, encode
 from rnnconv.errors import BadInput
+from rnnconv.formats import safetensors_io
 from rnnconv.fsutil import atomic_outputs
 from rnnconv.layouts import CUDNN_MODES
 from rnnconv.weightspace import (LAYOUT_DESCRIPTION, LAYOUT_NAME, LAYOUT_VERSION, region_map, regions,
@@ -31,7 +31,6 @@ from rnnconv.weightspace import (LAYOUT_DESCRIPTION, LAYOUT_NAME, LAYOUT_VERSION
 SIDECAR_FORMAT = "rnnconv.cudnn-weight-space"
 SIDECAR_SUFFIX = ".json"
 CUDNN_BIAS_DOUBLE = 2
-MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
 
 Progress = Callable[[int], None]  # called with a number of bytes written
 
@@ -104,51 +103,17 @@ def write_safetensors(rnns: Iterable[CanonicalRNN], path: Path, dtype: str, forc
                       progress: Progress | None = None) -> list[str]:
     etype = element_type(dtype)
     rnns = list(rnns)
-    names = [r.name for r in rnns]
-    if len(set(names)) != len(names):
-        raise BadInput(f"two RNNs share a name in {names}; safetensors keys must differ")
     docs = {r.name: describe(r, etype) for r in rnns}
-    header: dict[str, Any] = {}
-    begin = 0
-    for rnn in rnns:
-        nbytes = docs[rnn.name]["weight_space"]["bytes"]
-        header[rnn.name] = {"dtype": etype.safetensors, "shape": [nbytes // etype.itemsize],
-                            "data_offsets": [begin, begin + nbytes]}
-        begin += nbytes
-    warnings: list[str] = []
-    with atomic_outputs([path], force) as (tmp,):
-        # Warnings are only known after the data is written, and they belong in the
-        # header, so the data is written first behind a header of the final size.
+    entries = [safetensors_io.Entry(r.name, etype, (docs[r.name]["weight_space"]["elements"],),
+                                    lambda out, r=r: fill_weight_space(r, out, etype, progress)) for r in rnns]
+
+    def metadata(warnings: dict[str, list[str]]) -> dict[str, str]:
         meta = {"format": SIDECAR_FORMAT, "rnnconv_version": __version__}
-        meta.update({name: json.dumps({**doc, "warnings": []}) for name, doc in docs.items()})
-        probe = _header_bytes(meta, header)
-        data_start = 8 + len(probe)
-        with open(tmp, "r+b") as f:
-            f.truncate(data_start + begin)
-        for rnn in rnns:
-            lo, hi = header[rnn.name]["data_offsets"]
-            out = np.memmap(tmp, dtype=etype.storage, mode="r+", offset=data_start + lo,
-                            shape=((hi - lo) // etype.itemsize,))
-            mine = fill_weight_space(rnn, out, etype, progress)
-            out.flush()
-            del out
-            meta[rnn.name] = json.dumps({**docs[rnn.name], "warnings": mine})
-            warnings += mine
-        final = _header_bytes(meta, header, pad_to=len(probe))
-        with open(tmp, "r+b") as f:
-            f.write(struct.pack("<Q", len(final)))
-            f.write(final)
-    return warnings
+        meta.update({name: json.dumps({**doc, "warnings": warnings[name]}) for name, doc in docs.items()})
+        return meta
 
-
-def _header_bytes(meta: dict[str, str], header: dict[str, Any], pad_to: int = 0) -> bytes:
-    raw = json.dumps({"__metadata__": meta, **header}, separators=(",", ":")).encode()
-    # Room for warnings added after the probe; safetensors pads headers with spaces to 8 bytes.
-    size = max(pad_to, len(raw) + 4096)
-    size += -size % 8
-    if len(raw) > size:
-        raise BadInput("the safetensors header outgrew its reserved space (too many warnings)")
-    return raw + b" " * (size - len(raw))
+    warnings = safetensors_io.write(path, entries, metadata, force)
+    return [w for name in docs for w in warnings[name]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,6 +137,11 @@ class Blob:
         return decode(np.asarray(words), self.etype).reshape(region.shape)
 
     def to_canonical(self) -> CanonicalRNN:
+        if not self.spec.bias:
+            nonzero = [r.key.label for r in regions(self.spec) if r.is_bias and self.param(r.key).any()]
+            if nonzero:
+                raise BadInput(f"{self.path}: its spec says the RNN has no biases, but {nonzero[0]} holds non-zero "
+                               f"values")
         source = {"path": str(self.path), "format": "cudnn", "name": self.name}
         return CanonicalRNN(self.name, self.spec, {k: (lambda k=k: self.param(k)) for k in self.spec.param_keys()},
                             source=source, notes=list(self.doc.get("notes", [])))
@@ -221,45 +191,13 @@ def open_bin(path: Path, spec: RNNSpec | None = None, name: str | None = None) -
     return Blob(name or path.stem, spec, etype, words, doc, path)
 
 
-def read_safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
-    """The header of a safetensors file and where its data starts; checked, never trusted."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise BadInput(f"{path} is too short to be a safetensors file")
-            (n,) = struct.unpack("<Q", head)
-            if n > min(size - 8, MAX_SAFETENSORS_HEADER):
-                raise BadInput(f"{path} is not a safetensors file (its header length {n} is impossible)")
-            header = json.loads(f.read(n))
-    except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise BadInput(f"{path} is not a safetensors file (its header is not JSON)") from None
-    if not isinstance(header, dict):
-        raise BadInput(f"{path} is not a safetensors file (its header is not a table)")
-    start = 8 + n
-    for key, info in header.items():
-        if key == "__metadata__":
-            continue
-        try:
-            lo, hi = (int(v) for v in info["data_offsets"])
-            ok = 0 <= lo <= hi <= size - start
-        except (TypeError, KeyError, ValueError):
-            ok = False
-        if not ok:
-            raise BadInput(f"{path}: tensor {key!r} points outside the file (truncated or corrupt)")
-    return header, start
-
-
 def is_rnnconv_safetensors(header: dict[str, Any]) -> bool:
     return header.get("__metadata__", {}).get("format") == SIDECAR_FORMAT
 
 
 def open_safetensors(path: Path) -> list[Blob]:
     """Every weight space in a safetensors file written by rnnconv."""
-    header, start = read_safetensors_header(path)
+    header, start = safetensors_io.read_header(path)
     if not is_rnnconv_safetensors(header):
         raise BadInput(f"{path} is a safetensors file but not one written by rnnconv (no weight-space metadata)")
     meta = header["__metadata__"]
@@ -272,14 +210,11 @@ def open_safetensors(path: Path) -> list[Blob]:
         except (KeyError, json.JSONDecodeError):
             raise BadInput(f"{path}: tensor {name!r} has no weight-space description in the metadata") from None
         spec = RNNSpec.from_dict(doc["spec"], f"{path} [{name}]")
-        etype = BY_SAFETENSORS.get(info.get("dtype"))
-        if etype is None or etype.name != spec.dtype:
-            raise BadInput(f"{path}: tensor {name!r} is {info.get('dtype')}, its spec says {spec.dtype}")
-        lo, hi = info["data_offsets"]
-        expected = weight_space_elements(spec) * etype.itemsize
-        if hi - lo != expected:
-            raise BadInput(f"{path}: tensor {name!r} holds {hi - lo} bytes, its spec needs {expected}: "
+        words, etype = safetensors_io.tensor_words(path, header, start, name)
+        if etype.name != spec.dtype:
+            raise BadInput(f"{path}: tensor {name!r} is {etype.name}, its spec says {spec.dtype}")
+        if words.shape != (weight_space_elements(spec),):
+            raise BadInput(f"{path}: tensor {name!r} has shape {words.shape}, its spec needs "
                            f"{size_formula(spec)}")
-        words = np.memmap(path, dtype=etype.storage, mode="r", offset=start + lo, shape=(expected // etype.itemsize,))
         blobs.append(Blob(name, spec, etype, words, doc, path))
     return blobs

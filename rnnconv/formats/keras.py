@@ -294,7 +294,7 @@ def _walk_config(model: Any, top: str | None = None, group: str = "") -> Iterato
         cls = entry.get("class_name", "")
         cfg = entry.get("config") or {}
         name = entry.get("name") or cfg.get("name", "")
-        snake = _snake(cls)
+        snake = snake_case(cls)
         index = used.get(snake, 0)
         used[snake] = index + 1
         path = f"{group}layers/{snake}" + (f"_{index}" if index else "")
@@ -333,7 +333,7 @@ def _recurrent(cls: str, cfg: dict[str, Any]) -> tuple[str, dict[str, Any], str 
     return None
 
 
-def _snake(name: str) -> str:
+def snake_case(name: str) -> str:
     """Keras 3's group name for a class (keras.src.utils.naming.to_snake_case)."""
     name = re.sub(r"\W+", "", name)
     name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
@@ -484,7 +484,7 @@ def to_canonical(layer: KerasLayer, source: dict[str, Any], bias_split: str = DE
         actual = {role: tuple(t.shape) for role, t in tensors.items()}
         check_shapes(row, actual, expected, names, f"{what} (units={hidden}, input {n_in})")
     dtype = _dtype_name(first["input_matrix"])
-    spec = RNNSpec(mode, n_in, hidden, 1, layer.bidirectional, 0, dtype)
+    spec = RNNSpec(mode, n_in, hidden, 1, layer.bidirectional, 0, dtype, has_bias)
     cells = {}
     for d, tensors in enumerate(layer.tensors):
         cells[(0, d)] = gate_loaders(row, hidden, _fetcher(tensors), has_bias, bias_split)

@@ -1,0 +1,185 @@
+"""Write canonical RNNs as Keras 3 files (`.keras` archive or `.weights.h5`), without Keras.
+
+The model is a `Sequential`: one Keras layer per cuDNN layer (`LSTM`, `GRU` with
+reset_after=True, `SimpleRNN`), wrapped in `Bidirectional` for two directions,
+every layer returning sequences, so `model(x)` is cuDNN's output y. The files
+follow what Keras 3 itself writes (config.json + model.weights.h5 with
+`layers/<class>[_N]/cell/vars/{0,1,2}`), and the stored tensors come from the
+Keras rows of the layout table.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
+from rnnconv.dtypes import element_type, encode
+from rnnconv.errors import BadInput, Unsupported
+from rnnconv.fsutil import atomic_outputs
+from rnnconv.formats.keras import snake_case
+from rnnconv.layouts import assemble_stored, find_row
+
+KERAS_VERSION = "3.15.1"  # the version whose file layout this writer follows
+CLASS_OF_MODE = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "SimpleRNN", "rnn_relu": "SimpleRNN"}
+ACTIVATION_OF_MODE = {"rnn_relu": "relu"}
+VARS = ("input_matrix", "recurrent_matrix", "bias")
+
+
+def check_representable(rnn: CanonicalRNN) -> None:
+    if rnn.spec.proj_size:
+        raise Unsupported(f"{rnn.name}: Keras has no LSTM projection (proj_size={rnn.spec.proj_size}), so this "
+                          f"RNN cannot become a Keras model")
+
+
+def _keras_name(text: str) -> str:
+    name = re.sub(r"\W", "_", text).strip("_") or "rnn"
+    return name if not name[0].isdigit() else f"rnn_{name}"
+
+
+def _layer_config(spec: RNNSpec, name: str) -> dict[str, Any]:
+    config = {"name": name, "trainable": True, "dtype": _dtype_policy(spec), "return_sequences": True,
+              "return_state": False, "go_backwards": False, "stateful": False, "unroll": False,
+              "units": spec.hidden_size, "activation": ACTIVATION_OF_MODE.get(spec.mode, "tanh"),
+              "use_bias": spec.bias}
+    if spec.mode in ("lstm", "gru"):
+        config["recurrent_activation"] = "sigmoid"
+    if spec.mode == "gru":
+        config["reset_after"] = True
+    return config
+
+
+def _dtype_policy(spec: RNNSpec) -> dict[str, Any]:
+    return {"module": "keras", "class_name": "DTypePolicy", "config": {"name": spec.dtype}, "registered_name": None}
+
+
+def _entry(class_name: str, config: dict[str, Any], input_size: int, **extra: Any) -> dict[str, Any]:
+    return {"module": "keras.layers", "class_name": class_name, "config": config, "registered_name": None,
+            "build_config": {"input_shape": [None, None, input_size]}, **extra}
+
+
+def model_config(rnns: list[CanonicalRNN]) -> dict[str, Any]:
+    """A Sequential of the RNNs' layers, one after the other (a single RNN in the common case)."""
+    spec0 = rnns[0].spec
+    layers: list[dict[str, Any]] = [{
+        "module": "keras.layers", "class_name": "InputLayer", "registered_name": None,
+        "config": {"batch_shape": [None, None, spec0.input_size], "dtype": spec0.dtype, "sparse": False,
+                   "ragged": False, "name": "input_layer", "optional": False}}]
+    for rnn in rnns:
+        spec = rnn.spec
+        for layer in range(spec.num_layers):
+            name = layer_name(rnn, layer)
+            cls = CLASS_OF_MODE[spec.mode]
+            config = _layer_config(spec, name)
+            n_in = spec.layer_input_size(layer)
+            if spec.bidirectional:
+                inner = _entry(cls, {**config, "name": f"forward_{name}"}, n_in)
+                layers.append(_entry("Bidirectional", {"name": name, "trainable": True, "dtype": _dtype_policy(spec),
+                                                       "merge_mode": "concat", "layer": inner}, n_in))
+            else:
+                layers.append(_entry(cls, config, n_in))
+    return {"module": "keras", "class_name": "Sequential", "registered_name": None,
+            "config": {"name": "rnnconv", "trainable": True, "dtype": _dtype_policy(spec0), "layers": layers},
+            "build_config": {"input_shape": [None, None, spec0.input_size]}}
+
+
+def layer_name(rnn: CanonicalRNN, layer: int) -> str:
+    base = _keras_name(rnn.name)
+    return base if rnn.spec.num_layers == 1 else f"{base}_layer{layer}"
+
+
+def _write_weights(rnns: list[CanonicalRNN], h5: h5py.File, dtype: str) -> None:
+    etype = element_type(dtype)
+    h5.create_group("vars").attrs["name"] = "rnnconv"
+    layers = h5.create_group("layers")
+    used: dict[str, int] = {}
+    for rnn in rnns:
+        spec = rnn.spec
+        row = find_row("keras", CLASS_OF_MODE[spec.mode], {"reset_after": True})
+        cls = "bidirectional" if spec.bidirectional else snake_case(row.source_class)
+        for layer in range(spec.num_layers):
+            index = used.get(cls, 0)
+            used[cls] = index + 1
+            group = layers.create_group(cls + (f"_{index}" if index else ""))
+            group.create_group("vars").attrs["name"] = layer_name(rnn, layer)
+            for direction in range(spec.num_directions):
+                holder = group
+                if spec.bidirectional:
+                    holder = group.create_group(("forward_layer", "backward_layer")[direction])
+                    holder.create_group("vars").attrs["name"] = \
+                        f"{('forward', 'backward')[direction]}_{layer_name(rnn, layer)}"
+                stored = assemble_stored(row, spec.hidden_size, spec.layer_input_size(layer), spec.hidden_size,
+                                         lambda kind, gate: rnn.param(ParamKey(layer, direction, kind, gate)),
+                                         has_bias=spec.bias, dtype=np.float64 if spec.dtype == "float64" else np.float32)
+                cell_vars = holder.create_group("cell").create_group("vars")
+                cell_vars.attrs["name"] = f"{snake_case(row.source_class)}_cell"
+                for index_var, role in enumerate(VARS):
+                    if role not in stored:  # use_bias=False
+                        continue
+                    words = encode(stored[role], etype)
+                    if etype.name == "bfloat16":
+                        dataset = cell_vars.create_dataset(str(index_var), data=words.view(np.dtype("V2")))
+                        dataset.attrs["dtype"] = "bfloat16"
+                    else:
+                        cell_vars.create_dataset(str(index_var), data=words)
+
+
+def write_keras(rnns: list[CanonicalRNN], path: Path, dtype: str | None = None, force: bool = False) -> None:
+    """A `.keras` archive that keras.models.load_model opens, or the `.weights.h5` inside one."""
+    if not rnns:
+        raise BadInput("nothing to write")
+    for rnn in rnns:
+        check_representable(rnn)
+    for before, after in zip(rnns, rnns[1:]):
+        if after.spec.input_size != before.spec.num_directions * before.spec.output_size:
+            raise BadInput(f"{after.name} takes {after.spec.input_size} inputs but {before.name} gives "
+                           f"{before.spec.num_directions * before.spec.output_size}: they do not stack into one "
+                           f"Keras model; convert one at a time (--layer)")
+    dtype = dtype or rnns[0].spec.dtype
+    rnns = [CanonicalRNN(r.name, RNNSpec(**{**r.spec.to_dict(), "dtype": dtype}), r.loaders, r.source, r.notes)
+            for r in rnns]
+    name = path.name
+    if name.endswith(".weights.h5"):
+        with atomic_outputs([path], force) as (tmp,):
+            with h5py.File(tmp, "w") as h5:
+                _write_weights(rnns, h5, dtype)
+        return
+    if path.suffix != ".keras":
+        raise BadInput(f"output {path} must end in .keras or .weights.h5 for Keras")
+    weights = io.BytesIO()
+    with h5py.File(weights, "w") as h5:
+        _write_weights(rnns, h5, dtype)
+    metadata = {"keras_version": KERAS_VERSION, "date_saved": time.strftime("%Y-%m-%d@%H:%M:%S")}
+    with atomic_outputs([path], force) as (tmp,):
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as archive:
+            archive.writestr("metadata.json", json.dumps(metadata))
+            archive.writestr("config.json", json.dumps(model_config(rnns)))
+            archive.writestr("model.weights.h5", weights.getvalue())
+
+
+def loading_snippet(rnns: list[CanonicalRNN], path: Path) -> str:
+    """How to use what `write_keras` wrote."""
+    if path.suffix == ".keras":
+        return f'model = keras.models.load_model("{path}")   # model(x) is cuDNN\'s y, x: (batch, time, features)'
+    lines = [f"model = keras.Sequential([keras.Input((None, {rnns[0].spec.input_size})),"]
+    for rnn in rnns:
+        spec = rnn.spec
+        for layer in range(spec.num_layers):
+            cls = CLASS_OF_MODE[spec.mode]
+            args = [str(spec.hidden_size), "return_sequences=True"] + ([] if spec.bias else ["use_bias=False"])
+            if spec.mode == "rnn_relu":
+                args.append("activation='relu'")
+            inner = f"keras.layers.{cls}({', '.join(args)})"
+            lines.append(f"    keras.layers.Bidirectional({inner}),"
+                         if spec.bidirectional else f"    {inner},")
+    lines.append("])")
+    lines.append(f'model.load_weights("{path}")')
+    return "\n".join(lines)

@@ -1,0 +1,128 @@
+"""safetensors files, read and written in place with numpy memory maps.
+
+The format is an 8-byte little-endian header length, a JSON header, then the
+tensors' bytes. Writing tensor by tensor into a preallocated file keeps memory
+bounded, and reading never trusts a header: every offset is checked against the
+file's size before anything is mapped. No framework is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from rnnconv.dtypes import BY_SAFETENSORS, ElementType
+from rnnconv.errors import BadInput
+from rnnconv.fsutil import atomic_outputs
+
+MAX_HEADER = 100 * 1024 * 1024
+ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+            "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+HEADER_SLACK = 4096  # room for metadata that is only known after the data is written
+
+
+@dataclass
+class Entry:
+    name: str
+    etype: ElementType
+    shape: tuple[int, ...]
+    fill: Callable[[np.ndarray], list[str]]  # writes storage words into a flat view; returns warnings
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.etype.itemsize
+
+
+def write(path: Path, entries: list[Entry], metadata: Callable[[dict[str, list[str]]], dict[str, str]],
+          force: bool = False) -> dict[str, list[str]]:
+    """Write `entries` to a safetensors file; `metadata(warnings by entry)` gives `__metadata__`."""
+    names = [e.name for e in entries]
+    if len(set(names)) != len(names):
+        raise BadInput(f"two tensors share a name in {names}; safetensors keys must differ")
+    header: dict[str, Any] = {}
+    begin = 0
+    for entry in entries:
+        header[entry.name] = {"dtype": entry.etype.safetensors, "shape": list(entry.shape),
+                              "data_offsets": [begin, begin + entry.nbytes]}
+        begin += entry.nbytes
+    warnings: dict[str, list[str]] = {e.name: [] for e in entries}
+    with atomic_outputs([path], force) as (tmp,):
+        reserved = _header_bytes(metadata(warnings), header, HEADER_SLACK)
+        start = 8 + len(reserved)
+        with open(tmp, "r+b") as f:
+            f.truncate(start + begin)
+        for entry in entries:
+            lo, hi = header[entry.name]["data_offsets"]
+            if hi == lo:
+                continue
+            out = np.memmap(tmp, dtype=entry.etype.storage, mode="r+", offset=start + lo,
+                            shape=((hi - lo) // entry.etype.itemsize,))
+            warnings[entry.name] = entry.fill(out)
+            out.flush()
+            del out
+        final = _header_bytes(metadata(warnings), header, 0, pad_to=len(reserved))
+        with open(tmp, "r+b") as f:
+            f.write(struct.pack("<Q", len(final)))
+            f.write(final)
+    return warnings
+
+
+def _header_bytes(meta: dict[str, str], header: dict[str, Any], slack: int, pad_to: int = 0) -> bytes:
+    body = {"__metadata__": meta, **header} if meta else header
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    size = max(pad_to, len(raw) + slack)
+    size += -size % 8  # safetensors pads its header with spaces to 8 bytes
+    if len(raw) > size:
+        raise BadInput("the safetensors metadata outgrew its reserved space (too many warnings)")
+    return raw + b" " * (size - len(raw))
+
+
+def read_header(path: Path) -> tuple[dict[str, Any], int]:
+    """The header of a safetensors file and where its data starts, checked against the file size."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise BadInput(f"{path} is too short to be a safetensors file")
+            (n,) = struct.unpack("<Q", head)
+            if n > min(size - 8, MAX_HEADER):
+                raise BadInput(f"{path} is not a safetensors file (its header length {n} is impossible)")
+            header = json.loads(f.read(n))
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise BadInput(f"{path} is not a safetensors file (its header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise BadInput(f"{path} is not a safetensors file (its header is not a table)")
+    start = 8 + n
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        try:
+            lo, hi = (int(v) for v in info["data_offsets"])
+            count = int(np.prod([int(d) for d in info["shape"]], dtype=np.int64))
+            ok = 0 <= lo <= hi <= size - start and hi - lo == count * ITEMSIZE[info["dtype"]]
+        except (TypeError, KeyError, ValueError):
+            ok = False
+        if not ok:
+            raise BadInput(f"{path}: tensor {key!r} does not fit the file (truncated or corrupt)")
+    return header, start
+
+
+def tensor_words(path: Path, header: dict[str, Any], start: int, name: str) -> tuple[np.ndarray, ElementType]:
+    """A tensor's storage words, memory-mapped with its shape (header already checked)."""
+    info = header[name]
+    etype = BY_SAFETENSORS.get(info["dtype"])
+    if etype is None:
+        raise BadInput(f"{path}: tensor {name!r} is {info['dtype']}, not a floating point type rnnconv converts")
+    lo, hi = info["data_offsets"]
+    shape = tuple(int(d) for d in info["shape"])
+    if hi == lo:
+        return np.zeros(shape, dtype=etype.storage), etype
+    return np.memmap(path, dtype=etype.storage, mode="r", offset=start + lo, shape=shape), etype
