@@ -405,6 +405,175 @@ def convert(
              nonlinearity, raw)
 
 
+class Backend(str, Enum):
+    auto = "auto"
+    cudnn = "cudnn"
+    numpy = "numpy"
+
+
+@app.command("verify")
+@handles_errors
+def verify(
+    blob: Path = typer.Argument(..., help="cuDNN blob: X.bin with its sidecar, an rnnconv .safetensors, or a raw blob "
+                                          "(with the raw-blob flags)."),
+    against: Optional[Path] = typer.Option(None, "--against", help="The source model (Keras file or PyTorch "
+                                                                   "checkpoint) [default: the one the blob names]."),
+    backend: Backend = typer.Option(Backend.auto, "--backend", help="auto: cuDNN when a GPU and the gpu extra are "
+                                                                    "present, else numpy."),
+    seq_len: int = typer.Option(8, "--seq-len", help="Time steps of the test input."),
+    batch: int = typer.Option(3, "--batch", help="Batch size of the test input."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the test input and initial states."),
+    ragged: bool = typer.Option(False, "--ragged", help="Give the batch items different lengths (right padding)."),
+    atol: Optional[float] = typer.Option(None, "--atol", help="Absolute tolerance [default: by dtype and backend]."),
+    rtol: Optional[float] = typer.Option(None, "--rtol", help="Relative tolerance [default: by dtype and backend]."),
+    json_report: Optional[Path] = typer.Option(None, "--json", help="Also write the report as JSON to this file."),
+    layer: Optional[str] = typer.Option(None, "--layer", help="The RNN to check in an rnnconv .safetensors."),
+    require_source: bool = typer.Option(False, "--require-source", help="Fail (exit 2) when no source is there to "
+                                                                        "compare with, instead of checking "
+                                                                        "structure only."),
+    diagnose: bool = typer.Option(True, "--diagnose/--no-diagnose", help="On a mismatch, look for the mistake."),
+    relayout: Optional[Path] = typer.Option(None, "--relayout", help="With --backend cudnn: when cuDNN places "
+                                                                     "tensors elsewhere, write the blob in cuDNN's "
+                                                                     "layout here."),
+    force: bool = FORCE_OPTION,
+    mode: Optional[Mode] = MODE_OPTION,
+    input_size: Optional[int] = INPUT_OPTION,
+    hidden_size: Optional[int] = HIDDEN_OPTION,
+    num_layers: int = LAYERS_OPTION,
+    bidirectional: bool = BIDI_OPTION,
+    proj_size: int = PROJ_OPTION,
+    dtype: Optional[DType] = typer.Option(None, "--dtype", help="Raw blob: its element type.",
+                                          rich_help_panel="Raw blob"),
+) -> None:
+    """Prove a converted blob computes what its source model computes: a verdict, a report and an exit code.
+
+    The source runs in its own framework on the CPU (Keras or PyTorch); the blob runs through cuDNN, or without a GPU
+    through a numpy reference of cuDNN's equations that reads every weight from the blob. Outputs, final h and c
+    are compared overall, per time step and per layer and direction; on a mismatch the likely mistake is named.
+
+    Exit codes: 0 match (or structure-only, when there is no source), 1 mismatch, 2 bad input, 3 the requested
+    backend is unavailable.
+
+    Examples:
+
+      rnnconv verify model.bin
+
+      rnnconv verify model.bin --against model.h5 --json verify-report.json
+
+      rnnconv verify model.bin --backend cudnn --seq-len 16 --batch 4 --ragged
+    """
+    from rnnconv.verify import VerifyOptions, verify as run_verify
+
+    raw = _raw_spec(mode, input_size, hidden_size, num_layers, bidirectional, proj_size, dtype)
+    options = VerifyOptions(against, backend.value, seq_len, batch, seed, ragged, atol, rtol, layer, raw,
+                            require_source, diagnose, relayout, force)
+    report = run_verify(blob, options)
+    for warning in report.warnings:
+        err.print(f"[yellow]warning:[/] {_escape(warning)}")
+    if json_report is not None:
+        from rnnconv.fsutil import atomic_outputs
+
+        with atomic_outputs([json_report], force=True) as (tmp,):
+            tmp.write_text(json.dumps({**report.data, "warnings": report.warnings}, indent=1) + "\n")
+    _print_verify(report.data)
+    raise typer.Exit(report.exit_code)
+
+
+def _print_verify(data: dict) -> None:
+    from rich.table import Table
+
+    out.print(f"[bold]verify[/] {_escape(data['blob'])}: {_escape(data['name'])}, {_spec_cell(data['spec'])}")
+    if data.get("source"):
+        source = data["source"]
+        out.print(f"  source:  {_escape(source['path'])} ({source['format']}, {_escape(str(source['layer']))}), "
+                  f"run by {_escape(source['run'])}")
+        out.print(f"  backend: {_escape(data['backend']['detail'])}")
+    if data.get("inputs"):
+        inputs = data["inputs"]
+        out.print(f"  inputs:  seed {inputs['seed']}, {inputs['seq_len']} steps, batch {inputs['batch']}"
+                  + (f", lengths {inputs['lengths']}" if inputs["lengths"] else "") + ", non-zero h0 and c0")
+    table = Table(show_header=True)
+    for column in ("check", "result", "ok"):
+        table.add_column(column)
+    for check in data["checks"]:
+        table.add_row(check["check"], _escape(check["detail"]), "[green]yes[/]" if check["ok"] else "[red]no[/]")
+    comparison = data.get("comparison")
+    if comparison:
+        tol = data["tolerance"]
+        for name in ("y", "h_n", "c_n"):
+            if name in comparison:
+                table.add_row(f"{name} vs source", f"max abs {comparison[name]['max_abs']:.3g}, "
+                              f"max rel {comparison[name]['max_rel']:.3g}", "")
+        for index, error in enumerate(comparison.get("y_per_direction", [])):
+            table.add_row(f"y, direction {index}", f"max abs {error:.3g}", "")
+        for item in comparison.get("h_n_per_layer_direction", []):
+            table.add_row(f"h_n layer {item['layer']} {item['direction']}", f"max abs {item['max_abs']:.3g}", "")
+        table.add_row("tolerance", f"{tol['atol']:g} + {tol['rtol']:g} x |source|",
+                      "[green]yes[/]" if comparison["match"] else "[red]no[/]")
+    out.print(table)
+    for finding in data.get("layout_findings", [])[:5]:
+        out.print(f"  layout: {_escape(json.dumps(finding))}")
+    if data.get("relayout"):
+        out.print(f"  wrote the blob in cuDNN's layout to {_escape(data['relayout'])}")
+    colour = {"match": "green", "structure-only": "yellow"}.get(data["verdict"], "red")
+    out.print(f"[bold {colour}]{data['verdict'].upper()}[/]: {_escape(data['summary'])}", soft_wrap=True)
+
+
+@app.command("doctor")
+@handles_errors
+def doctor(as_json: bool = JSON_OPTION) -> None:
+    """Show what this machine has for each verify backend (numpy, cuDNN) and each source framework.
+
+    Example:
+
+      rnnconv doctor
+    """
+    from rich.table import Table
+
+    from rnnconv.doctor import examine
+
+    report = examine()
+    if as_json:
+        print(json.dumps(report, indent=1))
+        return
+    out.print(f"rnnconv {report['rnnconv']} on Python {report['python']}")
+    table = Table(title="what verify can use here")
+    for column in ("part", "available", "detail"):
+        table.add_column(column, overflow="fold")
+    for group in ("backends", "sources"):
+        for name, item in report[group].items():
+            table.add_row(f"{group[:-1]}: {name}", "[green]yes[/]" if item["available"] else "[red]no[/]",
+                          _escape(item["detail"]))
+    for name, value in report["torch_cuda"].items():
+        table.add_row(f"torch {name}", "", _escape(str(value)))
+    out.print(table)
+    out.print("packages: " + ", ".join(f"{k} {v}" for k, v in report["packages"].items() if v))
+
+
+@app.command("gpu-battery")
+@handles_errors
+def gpu_battery(
+    output: Path = typer.Option(Path("cudnn_layout.json"), "-o", "--output", help="Where to write the offsets cuDNN "
+                                                                                  "reported (JSON)."),
+    force: bool = FORCE_OPTION,
+) -> None:
+    """On a GPU: check rnnconv's layout table against cuDNN itself for every mode, 1-2 layers, both directions,
+    projection, float32 and float16, and write the offsets cuDNN reported.
+
+    Example (needs a GPU, the CUDA driver and pip install 'rnnconv[gpu]'):
+
+      rnnconv gpu-battery -o fixtures/cudnn_layout.json
+    """
+    from rnnconv.cudnn.battery import run_battery
+
+    report = run_battery(output, force, say=lambda line: out.print(_escape(line)))
+    verdict = "every configuration matches rnnconv's layout table" if report["all_match"] else \
+        "some configurations DIFFER from rnnconv's layout table (see the JSON)"
+    out.print(f"{verdict}; wrote {_escape(str(output))}")
+    if not report["all_match"]:
+        raise typer.Exit(1)
+
+
 @app.command("inspect")
 @handles_errors
 def inspect(

@@ -28,6 +28,8 @@ from rnnconv.canonical import ParamKey, RNNSpec
 
 LAYOUT_NAME = "cudnn-flat"
 LAYOUT_VERSION = 1
+# A blob rewritten at the offsets a GPU's cuDNN reported (verify --relayout): its sidecar lists them.
+REPORTED_LAYOUT_NAME = "cudnn-reported"
 PROJECTION_LIN_LAYER_ID = 8
 LAYOUT_DESCRIPTION = {
     "name": LAYOUT_NAME,
@@ -62,12 +64,24 @@ class Region:
     def to_dict(self, itemsize: int) -> dict[str, Any]:
         return {
             "name": self.key.label,
+            "layer": self.key.layer,
+            "direction": self.key.direction,
+            "tensor": self.key.kind,
+            "gate": self.key.gate,
             "pseudo_layer": self.pseudo_layer,
             "lin_layer_id": self.lin_layer_id,
-            "kind": "bias" if self.is_bias else "matrix",
             "offset_bytes": self.offset * itemsize,
             "shape": list(self.shape),
         }
+
+    @classmethod
+    def from_dict(cls, entry: dict[str, Any], itemsize: int) -> "Region":
+        key = ParamKey(int(entry["layer"]), int(entry["direction"]), str(entry["tensor"]), str(entry["gate"]))
+        offset, rest = divmod(int(entry["offset_bytes"]), itemsize)
+        if rest:
+            raise ValueError(f"{entry.get('name')}: offset {entry['offset_bytes']} is not a multiple of {itemsize}")
+        return cls(key, int(entry["pseudo_layer"]), int(entry["lin_layer_id"]), offset,
+                   tuple(int(d) for d in entry["shape"]))
 
 
 def lin_layer_id(spec: RNNSpec, key: ParamKey) -> int:

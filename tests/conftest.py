@@ -20,10 +20,14 @@ LARGEST_ERRORS: dict[str, float] = {}
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    if LARGEST_ERRORS:
-        worst = max(LARGEST_ERRORS, key=LARGEST_ERRORS.get)
-        terminalreporter.write_line(f"largest error against a framework: {LARGEST_ERRORS[worst]:.3g} ({worst}), "
-                                    f"{len(LARGEST_ERRORS)} comparisons")
+    narrow = ("float16]", "bfloat16]", "bf16")
+    for title, keep in (("full precision", lambda k: not any(n in k for n in narrow)),
+                        ("half precision", lambda k: any(n in k for n in narrow))):
+        chosen = {k: v for k, v in LARGEST_ERRORS.items() if keep(k)}
+        if chosen:
+            worst = max(chosen, key=chosen.get)
+            terminalreporter.write_line(f"largest error against a framework, {title}: {chosen[worst]:.3g} "
+                                        f"({worst}), {len(chosen)} comparisons")
 
 
 def run_cli(*args: str | Path, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:

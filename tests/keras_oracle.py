@@ -7,9 +7,10 @@ to record an oracle, since Keras 2 cannot be installed beside Keras 3).
   hands to cuDNN for a layer (per direction). The cuDNN op is intercepted before it
   runs, so this works on a CPU; the build is told it is a CUDA build, because the
   GRU's z/r swap only happens on CUDA builds (LAYOUTS.md section 3).
-- `run_layer`: the layer's own outputs, final h and c for given inputs and
-  non-zero initial states (CuDNN* layers, which cannot run on a CPU, run through
-  Keras' own conversion of their weights into the equivalent LSTM/GRU).
+- `Oracle.run`: the layer's own outputs, final h and c for given inputs and
+  non-zero initial states, through the Keras runner `verify` uses
+  (rnnconv.runners.keras_runner: CuDNN* layers, which cannot run on a CPU, run
+  through Keras' own conversion of their weights into the equivalent LSTM/GRU).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rnnconv.runners.keras_runner import cell_input_size, directions, is_lstm, recurrent_layers, run_layer, units_of
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -63,18 +66,12 @@ def _is_keras3(keras: Any) -> bool:
     return getattr(keras, "__version__", "2").startswith("3.")
 
 
-def _directions(layer: Any) -> list[Any]:
-    if layer.__class__.__name__ == "Bidirectional":
-        return [layer.forward_layer, layer.backward_layer]
-    return [layer]
-
-
 def cudnn_params(keras: Any, layer: Any) -> list[np.ndarray] | None:
     """Per direction, the buffer Keras hands cuDNN; None where Keras has no cuDNN path."""
     import tensorflow as tf
 
     out = []
-    for one in _directions(layer):
+    for one in directions(layer):
         cls = one.__class__.__name__
         cell = getattr(one, "cell", None)
         if cls in ("CuDNNLSTM", "CuDNNGRU"):
@@ -135,94 +132,13 @@ def _keras2_rnn_module(keras: Any, name: str) -> Any:
     raise ImportError(f"no Keras 2 {name} module")
 
 
-def inputs_for(n_in: int, units: int, directions: int, lstm: bool, seed: int) -> dict[str, np.ndarray]:
+def inputs_for(n_in: int, units: int, num_directions: int, lstm: bool, seed: int) -> dict[str, np.ndarray]:
     """Non-saturating random inputs and distinct non-zero initial states (batch-major x)."""
     rng = np.random.default_rng(seed)
     data = {"x": rng.normal(0, 0.8, (BATCH, STEPS, n_in)).astype(np.float32),
-            "h0": rng.normal(0, 0.5, (directions, BATCH, units)).astype(np.float32)}
-    data["c0"] = rng.normal(0, 0.5, (directions, BATCH, units)).astype(np.float32) if lstm else None
+            "h0": rng.normal(0, 0.5, (num_directions, BATCH, units)).astype(np.float32)}
+    data["c0"] = rng.normal(0, 0.5, (num_directions, BATCH, units)).astype(np.float32) if lstm else None
     return data
-
-
-def _plain(keras: Any, layer: Any) -> Any:
-    """A fresh layer that runs on the CPU, computes what `layer` computes and returns its states."""
-    cls = layer.__class__.__name__
-    if cls == "CuDNNLSTM":
-        return keras.layers.LSTM(layer.units, return_sequences=True, return_state=True)
-    if cls == "CuDNNGRU":
-        return keras.layers.GRU(layer.units, return_sequences=True, return_state=True, reset_after=True,
-                                recurrent_activation="sigmoid")
-    config = layer.get_config()
-    config.update(return_sequences=True, return_state=True, go_backwards=False, name=config["name"] + "_probe")
-    return layer.__class__.from_config(config)
-
-
-def _weights(keras: Any, layer: Any, plain: Any) -> list[np.ndarray]:
-    weights = [np.asarray(v) for v in layer.get_weights()]
-    if layer.__class__.__name__ in ("CuDNNLSTM", "CuDNNGRU"):
-        weights = _keras_converts_cudnn(keras, plain, weights, layer.kernel.shape[0])
-    return weights
-
-
-def is_lstm(layer: Any) -> bool:
-    first = _directions(layer)[0]
-    cls = first.__class__.__name__
-    return "LSTM" in (first.cell.__class__.__name__ if cls == "RNN" else cls)
-
-
-def units_of(layer: Any) -> int:
-    return int(getattr(layer, "units", None) or layer.cell.units)
-
-
-def run_layer(keras: Any, layer: Any, data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """y (B, T, D*units), h_n (D, B, units), c_n (D, B, units) or None, from Keras itself."""
-    import tensorflow as tf
-
-    lstm = is_lstm(layer)
-    directions = _directions(layer)
-    plain = _plain(keras, directions[0])
-    weights = _weights(keras, directions[0], plain)
-    if len(directions) == 2:
-        # Keras' own Bidirectional (concat), around layers that run on the CPU.
-        back = _plain(keras, directions[1])
-        weights += _weights(keras, directions[1], back)
-        plain = keras.layers.Bidirectional(plain, merge_mode="concat")
-    x = tf.constant(data["x"])
-    states = []
-    for d in range(len(directions)):
-        states += [tf.constant(data["h0"][d])] + ([tf.constant(data["c0"][d])] if lstm else [])
-    plain.build(x.shape)
-    plain.set_weights(weights)
-    got = [np.asarray(t) for t in plain(x, initial_state=states)]
-    per = 2 if lstm else 1
-    finals = got[1:]
-    h_n = np.stack([finals[d * per] for d in range(len(directions))])
-    c_n = np.stack([finals[d * per + 1] for d in range(len(directions))]) if lstm else None
-    return {"y": got[0], "h_n": h_n, "c_n": c_n}
-
-
-def _keras_converts_cudnn(keras: Any, plain: Any, weights: list[np.ndarray], n_in: int) -> list[np.ndarray]:
-    """Keras' own loader conversion of CuDNNLSTM/CuDNNGRU weights to LSTM/GRU."""
-    import importlib
-
-    base = keras.__name__.split(".")[0]
-    for path in (f"{base}.src.saving.legacy.hdf5_format", "keras.src.saving.legacy.hdf5_format"):
-        with contextlib.suppress(ImportError):
-            module = importlib.import_module(path)
-            break
-    plain.build((None, None, n_in))
-    return module._convert_rnn_weights(plain, weights)
-
-
-def recurrent_layers(model: Any) -> list[Any]:
-    found = []
-    for layer in model.layers:
-        if hasattr(layer, "layers"):
-            found += recurrent_layers(layer)
-        elif layer.__class__.__name__ in ("LSTM", "GRU", "SimpleRNN", "RNN", "CuDNNLSTM", "CuDNNGRU",
-                                          "Bidirectional"):
-            found.append(layer)
-    return found
 
 
 def record_oracle(keras: Any, models: list[Any], path: Any) -> None:
@@ -234,21 +150,17 @@ def record_oracle(keras: Any, models: list[Any], path: Any) -> None:
             params = cudnn_params(keras, layer)
             for d, p in enumerate(params or []):
                 arrays[f"{prefix}/params{d}"] = p
-            first = _directions(layer)[0]
+            first = directions(layer)[0]
             data = inputs_for(cell_input_size(first), units_of(first),
-                              len(_directions(layer)), is_lstm(layer), index)
+                              len(directions(layer)), is_lstm(layer), index)
             try:
-                result = run_layer(keras, layer, data)
+                result = run_layer(keras, layer, data["x"], data["h0"], data["c0"])
             except Exception:  # noqa: BLE001 -- layers cuDNN refuses (reset_after=False) still run here
                 continue
             for key, value in {**data, **result}.items():
                 if value is not None:
                     arrays[f"{prefix}/{key}"] = value
     np.savez_compressed(path, **arrays)
-
-
-def cell_input_size(layer: Any) -> int:
-    return int(layer.kernel.shape[0]) if hasattr(layer, "kernel") else int(layer.cell.kernel.shape[0])
 
 
 class Oracle:
@@ -300,11 +212,12 @@ class Oracle:
             prefix = f"{model}/{layer}/"
             return {k[len(prefix):]: self.recorded[k] for k in self.recorded.files if k.startswith(prefix)}
         keras_layer = self._layer(model, layer)
-        first = _directions(keras_layer)[0]
-        data = inputs_for(cell_input_size(first), units_of(first), len(_directions(keras_layer)),
+        first = directions(keras_layer)[0]
+        data = inputs_for(cell_input_size(first), units_of(first), len(directions(keras_layer)),
                           is_lstm(keras_layer), zlib.crc32(layer.encode()))
         return {**{k: v for k, v in data.items() if v is not None},
-                **{k: v for k, v in run_layer(self.keras, keras_layer, data).items() if v is not None}}
+                **{k: v for k, v in run_layer(self.keras, keras_layer, data["x"], data["h0"], data["c0"]).items()
+                   if v is not None}}
 
 
 @lru_cache(maxsize=None)

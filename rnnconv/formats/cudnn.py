@@ -19,14 +19,14 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from rnnconv import __version__
-from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.dtypes import ElementType, decode, element_type, encode
 from rnnconv.errors import BadInput
 from rnnconv.formats import safetensors_io
 from rnnconv.fsutil import atomic_outputs
 from rnnconv.layouts import CUDNN_MODES
-from rnnconv.weightspace import (LAYOUT_DESCRIPTION, LAYOUT_NAME, LAYOUT_VERSION, region_map, regions,
-                                 size_formula, weight_space_elements)
+from rnnconv.weightspace import (LAYOUT_DESCRIPTION, LAYOUT_NAME, LAYOUT_VERSION, REPORTED_LAYOUT_NAME, Region,
+                                 region_map, regions, size_formula, weight_space_elements)
 
 SIDECAR_FORMAT = "rnnconv.cudnn-weight-space"
 SIDECAR_SUFFIX = ".json"
@@ -61,7 +61,7 @@ def describe(rnn: CanonicalRNN, etype: ElementType) -> dict[str, Any]:
             "numLayers": spec.num_layers,
         },
         "weight_space": {"elements": elements, "bytes": elements * etype.itemsize, "byte_order": "little"},
-        "source": rnn.source,
+        "source": {**rnn.source, "dtype": rnn.spec.dtype},
         "notes": list(rnn.notes),
         "tensors": [r.to_dict(etype.itemsize) for r in regions(spec)],
     }
@@ -130,15 +130,23 @@ class Blob:
     words: np.ndarray  # storage words, 1-D, memory-mapped
     doc: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    places: dict[ParamKey, Region] = field(default_factory=dict)  # where each tensor is; the layout's by default
 
-    def param(self, key) -> np.ndarray:
-        region = region_map(self.spec)[key]
+    def __post_init__(self) -> None:
+        self.places = self.places or region_map(self.spec)
+
+    def decoded(self, start: int, stop: int) -> np.ndarray:
+        """A run of the weight space's elements as numbers (for scans that must not load it whole)."""
+        return decode(np.asarray(self.words[start:stop]), self.etype)
+
+    def param(self, key: ParamKey) -> np.ndarray:
+        region = self.places[key]
         words = self.words[region.offset: region.offset + region.size]
         return decode(np.asarray(words), self.etype).reshape(region.shape)
 
     def to_canonical(self) -> CanonicalRNN:
         if not self.spec.bias:
-            nonzero = [r.key.label for r in regions(self.spec) if r.is_bias and self.param(r.key).any()]
+            nonzero = [r.key.label for r in self.places.values() if r.is_bias and self.param(r.key).any()]
             if nonzero:
                 raise BadInput(f"{self.path}: its spec says the RNN has no biases, but {nonzero[0]} holds non-zero "
                                f"values")
@@ -163,12 +171,30 @@ def check_doc(doc: Any, where: str) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("format") != SIDECAR_FORMAT:
         raise BadInput(f"{where} is not an rnnconv weight-space description")
     layout = doc.get("layout", {})
-    if layout.get("name") != LAYOUT_NAME or layout.get("version") != LAYOUT_VERSION:
+    known = (layout.get("name"), layout.get("version")) == (LAYOUT_NAME, LAYOUT_VERSION) or \
+        layout.get("name") == REPORTED_LAYOUT_NAME
+    if not known:
         raise BadInput(f"{where} uses layout {layout.get('name')} v{layout.get('version')}; this rnnconv "
-                       f"reads {LAYOUT_NAME} v{LAYOUT_VERSION}")
+                       f"reads {LAYOUT_NAME} v{LAYOUT_VERSION} and {REPORTED_LAYOUT_NAME}")
     if not isinstance(doc.get("spec"), dict):
         raise BadInput(f"{where} has no spec")
     return doc
+
+
+def placement(doc: dict[str, Any], spec: RNNSpec, etype: ElementType, where: str) -> tuple[dict, int]:
+    """Each tensor's region and the weight space's size in elements, from the layout the doc names."""
+    if doc.get("layout", {}).get("name") != REPORTED_LAYOUT_NAME:
+        return region_map(spec), weight_space_elements(spec)
+    try:
+        places = {r.key: r for r in (Region.from_dict(t, etype.itemsize) for t in doc["tensors"])}
+        elements = int(doc["weight_space"]["bytes"]) // etype.itemsize
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadInput(f"{where}: its tensor table is unreadable ({exc})") from None
+    for key in spec.param_keys():
+        region = places.get(key)
+        if region is None or region.shape != spec.param_shape(key) or region.offset + region.size > elements:
+            raise BadInput(f"{where}: its tensor table does not place {key.label} inside the weight space")
+    return places, elements
 
 
 def open_bin(path: Path, spec: RNNSpec | None = None, name: str | None = None) -> Blob:
@@ -179,7 +205,8 @@ def open_bin(path: Path, spec: RNNSpec | None = None, name: str | None = None) -
         spec = RNNSpec.from_dict(doc["spec"], str(sidecar_path(path)))
         name = name or doc.get("name")
     etype = element_type(spec.dtype)
-    expected = weight_space_elements(spec) * etype.itemsize
+    places, elements = placement(doc, spec, etype, str(sidecar_path(path)))
+    expected = elements * etype.itemsize
     try:
         actual = path.stat().st_size
     except OSError as exc:
@@ -187,8 +214,34 @@ def open_bin(path: Path, spec: RNNSpec | None = None, name: str | None = None) -
     if actual != expected:
         raise BadInput(f"{path} holds {actual} bytes, but a {spec.describe()} weight space is {expected} bytes: "
                        f"{size_formula(spec)} x {etype.itemsize} bytes")
-    words = np.memmap(path, dtype=etype.storage, mode="r", shape=(expected // etype.itemsize,))
-    return Blob(name or path.stem, spec, etype, words, doc, path)
+    words = np.memmap(path, dtype=etype.storage, mode="r", shape=(elements,))
+    return Blob(name or path.stem, spec, etype, words, doc, path, places)
+
+
+def write_relayout(blob: Blob, placed: dict[ParamKey, tuple[int, list[int]]], total_bytes: int, path: Path,
+                   cudnn_version: str, force: bool = False) -> None:
+    """The blob rewritten with every tensor at the byte offset a GPU's cuDNN reported for it."""
+    itemsize = blob.etype.itemsize
+    doc = {**blob.doc, "format": SIDECAR_FORMAT, "rnnconv_version": __version__, "name": blob.name,
+           "spec": {**blob.spec.to_dict(), "bias_mode": "double"},
+           "layout": {"name": REPORTED_LAYOUT_NAME, "version": cudnn_version, "verified_on_gpu": True,
+                      "order": f"the offsets cudnnGetRNNWeightParams of cuDNN {cudnn_version} reported"},
+           "weight_space": {"elements": total_bytes // itemsize, "bytes": total_bytes, "byte_order": "little"}}
+    tensors = []
+    for region in blob.places.values():
+        offset_bytes, _ = placed[region.key]
+        tensors.append({**region.to_dict(itemsize), "offset_bytes": offset_bytes})
+    doc["tensors"] = sorted(tensors, key=lambda t: t["offset_bytes"])
+    with atomic_outputs([path, sidecar_path(path)], force) as (blob_tmp, side_tmp):
+        with open(blob_tmp, "r+b") as f:
+            f.truncate(total_bytes)
+        out = np.memmap(blob_tmp, dtype=blob.etype.storage, mode="r+", shape=(total_bytes // itemsize,))
+        for region in blob.places.values():
+            start = placed[region.key][0] // itemsize
+            out[start: start + region.size] = blob.words[region.offset: region.offset + region.size]
+        out.flush()
+        del out
+        side_tmp.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 def is_rnnconv_safetensors(header: dict[str, Any]) -> bool:
@@ -213,8 +266,9 @@ def open_safetensors(path: Path) -> list[Blob]:
         words, etype = safetensors_io.tensor_words(path, header, start, name)
         if etype.name != spec.dtype:
             raise BadInput(f"{path}: tensor {name!r} is {etype.name}, its spec says {spec.dtype}")
-        if words.shape != (weight_space_elements(spec),):
+        places, elements = placement(doc, spec, etype, f"{path} [{name}]")
+        if words.shape != (elements,):
             raise BadInput(f"{path}: tensor {name!r} has shape {words.shape}, its spec needs "
                            f"{size_formula(spec)}")
-        blobs.append(Blob(name, spec, etype, words, doc, path))
+        blobs.append(Blob(name, spec, etype, words, doc, path, places))
     return blobs

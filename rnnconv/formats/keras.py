@@ -506,6 +506,12 @@ def to_canonical(layer: KerasLayer, source: dict[str, Any], bias_split: str = DE
     return CanonicalRNN.from_cell_loaders(layer.name, spec, cells, source=info, notes=notes)
 
 
+def stored_arrays(tensors: dict[str, Any]) -> list[np.ndarray]:
+    """kernel, recurrent_kernel[, bias] of one cell as stored (bfloat16 widened), in Keras' weight order."""
+    fetch = _fetcher(tensors)
+    return [np.asarray(fetch(role)[...]) for role in ("input_matrix", "recurrent_matrix", "bias") if role in tensors]
+
+
 def _fetcher(tensors: dict[str, Any]):
     def fetch(role: str) -> Any:
         dataset = tensors[role]

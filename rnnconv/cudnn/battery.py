@@ -1,0 +1,94 @@
+"""`rnnconv gpu-battery`: settle the layout questions on a real GPU, in one command.
+
+For every mode, 1 and 2 layers, both directions, with and without an LSTM
+projection, in float32 and float16: ask cuDNN where it puts every tensor
+(cudnnGetRNNWeightSpaceSize, cudnnGetRNNWeightParams), compare with rnnconv's
+layout table, and run a random blob through cudnnRNNForward and the numpy
+reference. The offsets cuDNN reported are written to a JSON file that can be
+committed as a fixture (it is what LAYOUTS.md marks [GPU]).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import json
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.cudnn.backend import CudnnBackend, LayoutMismatch, gpu_session, placements, probe
+from rnnconv.cudnn.descriptors import Descriptors, rnn_settings
+from rnnconv.errors import BackendMissing
+from rnnconv.formats.cudnn import open_bin, write_bin
+from rnnconv.fsutil import atomic_outputs
+from rnnconv.reference import forward
+from rnnconv.weightspace import LAYOUT_NAME, LAYOUT_VERSION, weight_space_elements
+
+
+def configurations() -> list[RNNSpec]:
+    specs = []
+    for mode, layers, bidirectional, dtype in itertools.product(("lstm", "gru", "rnn_tanh", "rnn_relu"), (1, 2),
+                                                                 (False, True), ("float32", "float16")):
+        for proj in ((0, 3) if mode == "lstm" else (0,)):
+            specs.append(RNNSpec(mode, 5, 8, layers, bidirectional, proj, dtype))
+    return specs
+
+
+def _random_rnn(spec: RNNSpec, seed: int) -> CanonicalRNN:
+    rng = np.random.default_rng(seed)
+    arrays = {key: rng.normal(0, 0.4, spec.param_shape(key)).astype(np.float32) for key in spec.param_keys()}
+    return CanonicalRNN.from_arrays("battery", spec, arrays)
+
+
+def run_battery(output: Path, force: bool = False, say: Callable[[str], None] = print) -> dict[str, Any]:
+    status = probe()
+    if not status.ok:
+        raise BackendMissing(f"the GPU battery needs cuDNN on a GPU: {status.reason}")
+    backend = CudnnBackend(status)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for index, spec in enumerate(configurations()):
+            entry: dict[str, Any] = {"spec": spec.to_dict(), "settings": rnn_settings(spec).__dict__}
+            path = Path(tmp) / f"{index}.bin"
+            write_bin(_random_rnn(spec, index), path, spec.dtype)
+            blob = open_bin(path)
+            with gpu_session(backend.cudnn) as (drv, handle, _):
+                with Descriptors(backend.cudnn, spec, 1, 1, np.ones(1, np.int32), handle) as desc:
+                    size = ctypes.c_size_t()
+                    backend.cudnn.call("cudnnGetRNNWeightSpaceSize", handle, desc.rnn, ctypes.byref(size))
+                    entry["cudnn_weight_space_bytes"] = size.value
+                    entry["rnnconv_weight_space_bytes"] = weight_space_elements(spec) * blob.etype.itemsize
+                    base = drv.mem_alloc(max(size.value, 1))
+                    entry["placements"] = [
+                        {"tensor": p.key.label, "pseudo_layer": p.pseudo_layer, "lin_layer_id": p.lin_layer_id,
+                         "offset_bytes": p.offset_bytes, "dims": p.dims}
+                        for p in placements(backend.cudnn, handle, desc, spec, int(base), size.value)]
+            rng = np.random.default_rng(index)
+            pseudo = spec.num_layers * spec.num_directions
+            x = rng.normal(0, 0.8, (6, 3, spec.input_size)).astype(np.float32)
+            h0 = rng.normal(0, 0.5, (pseudo, 3, spec.output_size)).astype(np.float32)
+            c0 = rng.normal(0, 0.5, (pseudo, 3, spec.hidden_size)).astype(np.float32)
+            lengths = np.array([6, 4, 2])
+            try:
+                got = backend.run(blob, x, h0, c0, lengths)
+                want = forward(spec, blob.param, x, h0, c0 if spec.mode == "lstm" else None, lengths)
+                entry["layout_matches"] = True
+                entry["forward_max_abs_vs_numpy"] = float(max(np.abs(g - w).max() for g, w in
+                                                              zip((got["y"], got["h_n"]), want[:2])))
+            except LayoutMismatch as exc:
+                entry["layout_matches"] = False
+                entry["findings"] = exc.findings
+            results.append(entry)
+            say(f"{spec.describe():60s} layout {'matches' if entry['layout_matches'] else 'DIFFERS'}"
+                + (f", forward max |cuDNN - numpy| {entry['forward_max_abs_vs_numpy']:.2e}"
+                   if entry["layout_matches"] else ""))
+    report = {"cudnn": status.found, "gpu": backend.details.get("gpu"), "rnnconv_layout": f"{LAYOUT_NAME} v{LAYOUT_VERSION}",
+              "configurations": results,
+              "all_match": all(r["layout_matches"] for r in results)}
+    with atomic_outputs([output], force) as (tmp_out,):
+        tmp_out.write_text(json.dumps(report, indent=1) + "\n")
+    return report

@@ -1,0 +1,54 @@
+"""`rnnconv doctor`: what this machine has for each backend and each source framework."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import platform
+from typing import Any
+
+from rnnconv import __version__
+
+PACKAGES = ("numpy", "h5py", "safetensors", "tensorflow-cpu", "tensorflow", "keras", "tf-keras", "torch",
+            "nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "pycuda")
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def examine() -> dict[str, Any]:
+    from rnnconv.cudnn.backend import probe
+
+    packages = {name: _version(name) for name in PACKAGES}
+    status = probe()
+    torch_cuda: dict[str, Any] = {}
+    if packages["torch"]:
+        import torch
+
+        torch_cuda = {"cuda build": torch.version.cuda or "no (CPU build)", "GPU visible": torch.cuda.is_available()}
+    keras3 = bool(packages["keras"] and packages["keras"].startswith("3"))
+    return {
+        "rnnconv": __version__,
+        "python": platform.python_version(),
+        "packages": packages,
+        "backends": {
+            "numpy": {"available": True, "detail": "cuDNN's equations in numpy (float64); always available"},
+            "cudnn": {"available": status.ok, "detail": "runs here" if status.ok else status.reason,
+                      "found": status.found},
+        },
+        "sources": {
+            "Keras 3 files": {"available": keras3, "detail": f"keras {packages['keras']}" if keras3 else
+                              "keras 3 not installed (pip install 'rnnconv[keras]')"},
+            "Keras 2 / tf-keras files": {"available": bool(packages["tf-keras"]),
+                                         "detail": f"tf-keras {packages['tf-keras']}" if packages["tf-keras"] else
+                                         "tf-keras not installed (pip install --no-deps tf-keras)"},
+            "PyTorch checkpoints": {"available": bool(packages["torch"]),
+                                    "detail": f"torch {packages['torch']}" if packages["torch"] else
+                                    "torch not installed (pip install 'rnnconv[torch]')"},
+        },
+        "torch_cuda": torch_cuda,
+    }

@@ -1,0 +1,1 @@
+"""Run a converted model's source in its own framework, for verify."""

@@ -1,0 +1,86 @@
+"""Run a PyTorch source RNN in PyTorch itself (CPU), for `verify` to compare a blob with.
+
+The checkpoint is loaded again with `torch.load(weights_only=True)` (or safetensors),
+the RNN's tensors taken by the prefix recorded at conversion, and loaded with
+`load_state_dict(strict=True)` into the nn module the spec describes: a wrong
+spec cannot load. Cells run step by step, as their users run them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnconv.canonical import RNNSpec
+from rnnconv.errors import BadInput
+from rnnconv.formats.torch import _flatten, require_torch, torch_class
+
+CELL_KEYS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+
+
+def load_source_module(path: Path, prefix: str, spec: RNNSpec) -> tuple[Any, Any, bool, str]:
+    """torch, the module holding the checkpoint's tensors, whether it is a cell, and how it was loaded."""
+    torch = require_torch()
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        loaded = load_file(path)
+    else:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    state = {key[len(prefix):]: value for key, value in _flatten(loaded, "")
+             if key.startswith(prefix) and hasattr(value, "dtype")}
+    if not state:
+        raise BadInput(f"{path} holds no tensors under the prefix {prefix!r} the blob was made from")
+    is_cell = all(key.split(".")[-1] in CELL_KEYS for key in state) and "weight_ih" in state
+    name = torch_class(spec)
+    module = getattr(torch.nn, name + ("Cell" if is_cell else ""))
+    kwargs: dict[str, Any] = {"bias": spec.bias}
+    if spec.mode.startswith("rnn"):
+        kwargs["nonlinearity"] = spec.mode[4:]
+    if not is_cell:
+        kwargs.update(num_layers=spec.num_layers, bidirectional=spec.bidirectional)
+        if spec.proj_size:
+            kwargs["proj_size"] = spec.proj_size
+    instance = module(spec.input_size, spec.hidden_size, **kwargs)
+    try:
+        instance.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
+    except RuntimeError as exc:
+        raise BadInput(f"the blob's spec does not describe the source RNN in {path}: PyTorch says "
+                       f"{' '.join(str(exc).split())[:300]}") from None
+    return torch, instance.double() if spec.dtype == "float64" else instance, is_cell, \
+        f"torch {torch.__version__}: nn.{module.__name__}.load_state_dict"
+
+
+def run_module(torch: Any, module: Any, spec: RNNSpec, is_cell: bool, x: np.ndarray, h0: np.ndarray,
+               c0: np.ndarray | None, lengths: np.ndarray | None) -> dict[str, np.ndarray | None]:
+    """y (T, B, D*out), h_n (L*D, B, out), c_n (L*D, B, H) or None; sequence-major, as cuDNN."""
+    steps, batch, _ = x.shape
+    lengths = np.full(batch, steps) if lengths is None else np.asarray(lengths)
+    dtype = torch.float64 if spec.dtype == "float64" else torch.float32
+    xt, h, c = (torch.as_tensor(a, dtype=dtype) for a in (x, h0, c0 if c0 is not None else h0))
+    lstm = spec.mode == "lstm"
+    with torch.no_grad():
+        if is_cell:
+            return _run_cell(torch, module, lstm, xt, h[0], c[0], lengths)
+        packed = torch.nn.utils.rnn.pack_padded_sequence(xt, torch.as_tensor(lengths), enforce_sorted=False)
+        out, states = module(packed, (h, c) if lstm else h)
+        y, _ = torch.nn.utils.rnn.pad_packed_sequence(out, total_length=steps)
+    h_n, c_n = states if lstm else (states, None)
+    return {"y": y.numpy(), "h_n": h_n.numpy(), "c_n": c_n.numpy() if lstm else None}
+
+
+def _run_cell(torch: Any, cell: Any, lstm: bool, x: Any, h: Any, c: Any, lengths: np.ndarray) -> dict:
+    ys = []
+    live_all = torch.as_tensor(lengths)
+    for t in range(x.shape[0]):
+        live = (t < live_all)[:, None]
+        if lstm:
+            new_h, new_c = cell(x[t], (h, c))
+            c = torch.where(live, new_c, c)
+        else:
+            new_h = cell(x[t], h)
+        h = torch.where(live, new_h, h)
+        ys.append(torch.where(live, new_h, torch.zeros_like(new_h)))
+    return {"y": torch.stack(ys).numpy(), "h_n": h[None].numpy(), "c_n": c[None].numpy() if lstm else None}
