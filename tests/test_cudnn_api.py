@@ -162,8 +162,10 @@ def test_cudnn_rejects_what_it_cannot_do_and_the_error_names_the_call(cudnn):
     cudnn.call("cudnnCreateRNNDescriptor", ctypes.byref(handle))
     try:
         bad = dict(settings.__dict__, projSize=3)  # GRU with a projection: NOT_SUPPORTED
-        with pytest.raises(api.CudnnError, match=r"cudnnSetRNNDescriptor_v8 failed: CUDNN_STATUS_NOT_SUPPORTED"):
+        with pytest.raises(api.CudnnError, match=r"cudnnSetRNNDescriptor_v8 failed: CUDNN_STATUS_NOT_SUPPORTED") \
+                as refused:
             cudnn.call("cudnnSetRNNDescriptor_v8", handle, *bad.values(), None, 0)
+        assert refused.value.exit_code == 2  # an unsupported configuration is bad input, not a missing backend
         zero_proj = dict(settings.__dict__, projSize=0)  # projSize 0 is BAD_PARAM, with cuDNN's own reason
         with pytest.raises(api.CudnnError, match=r"CUDNN_STATUS_BAD_PARAM \(2000\): projSize <= 0"):
             cudnn.call("cudnnSetRNNDescriptor_v8", handle, *zero_proj.values(), None, 0)
@@ -177,8 +179,9 @@ def test_no_gpu_handle_fails_with_a_sentence(cudnn):
     if probe().ok:
         pytest.skip("this machine has a GPU")
     handle = ctypes.c_void_p()
-    with pytest.raises(api.CudnnError, match=r"cudnnCreate failed: CUDNN_STATUS_NOT_INITIALIZED \(1001\)"):
+    with pytest.raises(api.CudnnError, match=r"cudnnCreate failed: CUDNN_STATUS_NOT_INITIALIZED \(1001\)") as failed:
         cudnn.call("cudnnCreate", ctypes.byref(handle))
+    assert failed.value.exit_code == 3 and "\n" not in str(failed.value)
 
 
 def test_probe_says_what_is_missing_and_what_was_found(cudnn):

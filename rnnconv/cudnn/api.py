@@ -17,10 +17,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rnnconv.errors import BackendMissing, RnnconvError
+from rnnconv.errors import EXIT_BACKEND_MISSING, EXIT_BAD_INPUT, BackendMissing, RnnconvError
 
 # --- enums (cudnn_graph.h / cudnn_adv.h) ------------------------------------------------------
 STATUS_SUCCESS = 0
+STATUS_NOT_SUPPORTED = 3000  # 3xxx: not supported (cudnnStatus_t groups codes by thousands in cuDNN 9)
 DATA_TYPE = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 9}  # cudnnDataType_t
 MATH = {"default": 0, "tensor_op": 1, "tensor_op_allow_conversion": 2, "fma": 3}  # cudnnMathType_t
 RNN_MODE = {"rnn_relu": 0, "rnn_tanh": 1, "lstm": 2, "gru": 3}  # cudnnRNNMode_t
@@ -128,7 +129,19 @@ HEADERS = ("cudnn_graph.h", "cudnn_ops.h", "cudnn_adv.h")
 
 
 class CudnnError(RnnconvError):
-    """A cuDNN call failed; the message names the call and gives cuDNN's own explanation."""
+    """A cuDNN call failed; the message names the call and gives cuDNN's own explanation.
+
+    cuDNN failing to run here (no GPU, an old driver, an execution failure) is a backend that is
+    unavailable (exit 3); a configuration cuDNN does not support is unsupported input (exit 2).
+    """
+
+    exit_code = EXIT_BACKEND_MISSING
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+        if STATUS_NOT_SUPPORTED <= status < STATUS_NOT_SUPPORTED + 1000:
+            self.exit_code = EXIT_BAD_INPUT
 
 
 def library_candidates() -> list[Path | str]:
@@ -182,6 +195,11 @@ class Cudnn:
         return int(self.lib.cudnnGetVersion())
 
     @property
+    def cudart_version(self) -> int:
+        """The CUDA runtime this cuDNN was built against (12090 = 12.9)."""
+        return int(self.lib.cudnnGetCudartVersion())
+
+    @property
     def version_text(self) -> str:
         v = self.version
         return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
@@ -190,11 +208,11 @@ class Cudnn:
         """Call a status-returning function; raise CudnnError naming it unless it succeeded."""
         status = getattr(self.lib, name)(*args)
         if status != STATUS_SUCCESS:
-            raise CudnnError(f"{name} failed: {self.explain(status)}")
+            raise CudnnError(f"{name} failed: {self.explain(status)}", status)
 
     def explain(self, status: int) -> str:
         text = (self.lib.cudnnGetErrorString(status) or b"").decode(errors="replace")
         buffer = ctypes.create_string_buffer(1024)
         self.lib.cudnnGetLastErrorString(buffer, len(buffer))
-        detail = buffer.value.decode(errors="replace").strip()
+        detail = " ".join(buffer.value.decode(errors="replace").split())
         return f"{text} ({status})" + (f": {detail}" if detail else "")

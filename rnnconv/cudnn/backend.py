@@ -4,9 +4,9 @@ itself say where every matrix and bias lives.
 Device memory, copies and the context come from PyCUDA (the device's primary
 context); cuDNN is called through ctypes (rnnconv.cudnn.api). Before anything
 runs, cudnnGetRNNWeightSpaceSize and cudnnGetRNNWeightParams are compared with
-rnnconv's layout table: any difference is a finding, reported tensor by tensor,
-and `--relayout` writes the blob in the layout this cuDNN reports. Everything
-here needs a CUDA driver, a GPU and PyCUDA; `probe` says which are missing.
+where the blob says its tensors are: any difference is a finding, reported tensor
+by tensor, and `--relayout` writes the blob in the layout this cuDNN reports.
+Everything here needs a CUDA driver, a GPU and PyCUDA; `probe` says which are missing.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import importlib.metadata
 import importlib.util
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -25,7 +26,7 @@ from rnnconv.cudnn.api import FWD_MODE_INFERENCE, Cudnn
 from rnnconv.cudnn.descriptors import Descriptors, rnn_settings, tensor_dims
 from rnnconv.dtypes import decode, element_type, encode
 from rnnconv.errors import BackendMissing, Mismatch
-from rnnconv.weightspace import PROJECTION_LIN_LAYER_ID, regions
+from rnnconv.weightspace import PROJECTION_LIN_LAYER_ID, Region
 
 
 @dataclass
@@ -41,13 +42,15 @@ def _driver() -> tuple[dict[str, Any], str | None]:
         libcuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
         return {}, "no CUDA driver (libcuda.so.1 not found)"
+    int_out = [ctypes.POINTER(ctypes.c_int)]
     libcuda.cuInit.argtypes, libcuda.cuInit.restype = [ctypes.c_uint], ctypes.c_int
-    libcuda.cuDriverGetVersion.argtypes, libcuda.cuDriverGetVersion.restype = [ctypes.POINTER(ctypes.c_int)], ctypes.c_int
-    libcuda.cuDeviceGetCount.argtypes, libcuda.cuDeviceGetCount.restype = [ctypes.POINTER(ctypes.c_int)], ctypes.c_int
+    libcuda.cuDriverGetVersion.argtypes, libcuda.cuDriverGetVersion.restype = int_out, ctypes.c_int
+    libcuda.cuDeviceGetCount.argtypes, libcuda.cuDeviceGetCount.restype = int_out, ctypes.c_int
     version, count = ctypes.c_int(), ctypes.c_int()
     found: dict[str, Any] = {}
     if libcuda.cuDriverGetVersion(ctypes.byref(version)) == 0:
         found["cuda_driver"] = f"{version.value // 1000}.{version.value % 1000 // 10}"
+        found["cuda_driver_number"] = version.value
     status = libcuda.cuInit(0)
     if status != 0:
         return found, f"the CUDA driver does not start (cuInit returned {status}: no usable GPU)"
@@ -60,6 +63,7 @@ def probe() -> Status:
     """What the cuDNN backend needs, and what this machine has."""
     found: dict[str, Any] = {}
     missing: list[str] = []
+    cudnn = None
     try:
         cudnn = Cudnn()
         found.update(libcudnn=str(cudnn.path), cudnn_version=cudnn.version_text)
@@ -69,10 +73,18 @@ def probe() -> Status:
     found.update(driver)
     if problem:
         missing.append(problem)
-    if importlib.util.find_spec("pycuda") is None:
-        missing.append("pycuda is not installed (pip install 'rnnconv[gpu]', which needs the CUDA toolkit)")
-    else:
+    elif cudnn is not None and driver.get("cuda_driver_number", 0) < cudnn.cudart_version // 1000 * 1000:
+        missing.append(f"the CUDA driver ({driver.get('cuda_driver')}) is older than the CUDA "
+                       f"{cudnn.cudart_version // 1000} this cuDNN was built for")
+    try:
+        import pycuda.driver  # noqa: F401 -- importable, and built for this CUDA
         found["pycuda"] = importlib.metadata.version("pycuda")
+    except ImportError as exc:
+        missing.append("pycuda is not installed (pip install 'rnnconv[gpu]', which needs the CUDA toolkit)"
+                       if importlib.util.find_spec("pycuda") is None else f"pycuda does not load ({exc})")
+    except OSError as exc:
+        missing.append(f"pycuda does not load ({exc})")
+    found.pop("cuda_driver_number", None)
     if missing:
         have = ", ".join(f"{k} {v}" for k, v in found.items()) or "nothing"
         return Status(False, "; ".join(missing) + f" (found: {have})", found)
@@ -81,21 +93,71 @@ def probe() -> Status:
 
 @dataclass
 class Placement:
-    """Where cuDNN says one tensor lives: byte offset in the weight space and its dimensions."""
+    """Where cuDNN says one tensor lives: byte offset in the weight space, dimensions and strides."""
 
     key: ParamKey
     pseudo_layer: int
     lin_layer_id: int
     offset_bytes: int
     dims: list[int]
+    strides: list[int]
 
 
 class LayoutMismatch(Mismatch):
-    """cuDNN places tensors elsewhere than rnnconv's layout table says."""
+    """cuDNN places tensors elsewhere than the blob says."""
 
     def __init__(self, message: str, findings: list[dict[str, Any]], placements: list[Placement], size: int):
         super().__init__(message)
         self.findings, self.placements, self.weight_space_bytes = findings, placements, size
+
+
+class Session:
+    """PyCUDA on the first GPU's primary context, a cuDNN handle, and every device buffer made in it."""
+
+    def __init__(self, drv: Any, handle: ctypes.c_void_p, device: Any):
+        self.drv, self.handle, self.device = drv, handle, device
+        self.buffers: list[Any] = []
+
+    def alloc(self, nbytes: int) -> Any:
+        buffer = self.drv.mem_alloc(max(int(nbytes), 1))
+        self.buffers.append(buffer)
+        return buffer
+
+    def upload(self, host: np.ndarray) -> Any:
+        host = np.ascontiguousarray(host)
+        buffer = self.alloc(host.nbytes)
+        self.drv.memcpy_htod(buffer, host)
+        return buffer
+
+
+@contextlib.contextmanager
+def gpu_session(cudnn: Cudnn) -> Iterator[Session]:
+    """A Session; every buffer is freed and the context popped on exit. CUDA failures are exit 3."""
+    try:
+        import pycuda.driver as drv
+    except (ImportError, OSError) as exc:
+        raise BackendMissing(f"pycuda does not load ({exc})") from None
+    try:
+        drv.init()
+        device = drv.Device(0)
+        context = device.retain_primary_context()
+        context.push()
+    except drv.Error as exc:
+        raise BackendMissing(f"CUDA does not start on this machine ({exc})") from None
+    session = Session(drv, ctypes.c_void_p(), device)
+    try:
+        cudnn.call("cudnnCreate", ctypes.byref(session.handle))
+        yield session
+    except drv.Error as exc:
+        raise BackendMissing(f"CUDA failed while running cuDNN ({type(exc).__name__}: {exc})") from None
+    finally:
+        try:
+            if session.handle.value:
+                cudnn.lib.cudnnDestroy(session.handle)
+            for buffer in session.buffers:
+                buffer.free()
+        finally:
+            context.pop()
 
 
 class CudnnBackend:
@@ -119,66 +181,43 @@ class CudnnBackend:
         steps, batch, _ = x.shape
         lengths = np.full(batch, steps, dtype=np.int32) if lengths is None else np.asarray(lengths, np.int32)
         etype = element_type(spec.dtype)
-        with gpu_session(self.cudnn) as (drv, handle, device):
+        lstm = spec.mode == "lstm"
+        pseudo = spec.num_layers * spec.num_directions
+        with gpu_session(self.cudnn) as session:
+            device = session.device
+            settings = rnn_settings(spec)
             self.details.update(gpu=device.name(), compute_capability=".".join(map(str, device.compute_capability())),
-                                math_type="FMA (no TF32)" if spec.dtype in ("float32", "float64") else "TENSOR_OP",
+                                math_type={0: "DEFAULT", 1: "TENSOR_OP", 3: "FMA (no TF32)"}[settings.mathType],
                                 algo="CUDNN_RNN_ALGO_STANDARD")
-            with Descriptors(self.cudnn, spec, batch, steps, lengths, handle) as desc:
+            with Descriptors(self.cudnn, spec, batch, steps, lengths, session.handle) as desc:
                 words = np.ascontiguousarray(blob.words)
-                weights = _to_device(drv, words, None)
-                check_layout(self.cudnn, handle, desc, spec, int(weights), words.nbytes)
-                buffers = {name: _to_device(drv, array, etype) for name, array in
-                           (("x", x), ("hx", h0), ("cx", c0 if c0 is not None else np.zeros_like(h0)))}
-                y_words = np.zeros((steps, batch, spec.num_directions * spec.output_size), etype.storage)
-                hy_words = np.zeros(h0.shape, etype.storage)
-                cy_words = np.zeros((h0.shape[0], batch, spec.hidden_size), etype.storage)
-                y, hy, cy = (drv.mem_alloc(max(a.nbytes, 1)) for a in (y_words, hy_words, cy_words))
-                seq = _to_device(drv, lengths, None)
+                weights = session.upload(words)
+                check_layout(self.cudnn, session.handle, desc, spec, blob.places, int(weights), words.nbytes)
+                x_dev, hx = session.upload(encode(x, etype)), session.upload(encode(h0, etype))
+                cx = session.upload(encode(c0, etype)) if lstm and c0 is not None else None  # NULL: zeros
+                y_host = np.zeros((steps, batch, spec.num_directions * spec.output_size), etype.storage)
+                hy_host = np.zeros((pseudo, batch, spec.output_size), etype.storage)
+                cy_host = np.zeros((pseudo, batch, spec.hidden_size), etype.storage)
+                y, hy, cy = (session.alloc(a.nbytes) for a in (y_host, hy_host, cy_host))
+                seq = session.upload(lengths)
                 work_size, reserve_size = ctypes.c_size_t(), ctypes.c_size_t()
-                self.cudnn.call("cudnnGetRNNTempSpaceSizes", handle, desc.rnn, FWD_MODE_INFERENCE, desc.x,
+                self.cudnn.call("cudnnGetRNNTempSpaceSizes", session.handle, desc.rnn, FWD_MODE_INFERENCE, desc.x,
                                 ctypes.byref(work_size), ctypes.byref(reserve_size))
-                work = drv.mem_alloc(max(work_size.value, 1))
-                lstm = spec.mode == "lstm"
-                self.cudnn.call("cudnnRNNForward", handle, desc.rnn, FWD_MODE_INFERENCE,
-                                ctypes.cast(int(seq), ctypes.POINTER(ctypes.c_int32)), desc.x, int(buffers["x"]),
-                                desc.y, int(y), desc.h, int(buffers["hx"]), int(hy), desc.c,
-                                int(buffers["cx"]) if lstm else None, int(cy) if lstm else None,
+                work = session.alloc(work_size.value)
+                self.cudnn.call("cudnnRNNForward", session.handle, desc.rnn, FWD_MODE_INFERENCE,
+                                ctypes.cast(int(seq), ctypes.POINTER(ctypes.c_int32)), desc.x, int(x_dev),
+                                desc.y, int(y), desc.h, int(hx), int(hy), desc.c,
+                                int(cx) if cx is not None else None, int(cy) if lstm else None,
                                 words.nbytes, int(weights), work_size.value, int(work), 0, None)
-                drv.Context.synchronize()
-                for dst, src in ((y_words, y), (hy_words, hy), (cy_words, cy)):
-                    drv.memcpy_dtoh(dst, src)
-        out = {"y": decode(y_words, etype).astype(np.float64), "h_n": decode(hy_words, etype).astype(np.float64),
-               "c_n": decode(cy_words, etype).astype(np.float64) if spec.mode == "lstm" else None}
+                session.drv.Context.synchronize()
+                for host, device_buffer in ((y_host, y), (hy_host, hy), (cy_host, cy)):
+                    session.drv.memcpy_dtoh(host, device_buffer)
+        out = {"y": decode(y_host, etype).astype(np.float64), "h_n": decode(hy_host, etype).astype(np.float64),
+               "c_n": decode(cy_host, etype).astype(np.float64) if lstm else None}
         second = torch_second_opinion(blob, x, h0, c0, lengths)
         if second is not None:
             self.details["torch._cudnn_rnn"] = second(out)
         return out
-
-
-@contextlib.contextmanager
-def gpu_session(cudnn: Cudnn) -> Iterator[tuple[Any, ctypes.c_void_p, Any]]:
-    """PyCUDA on the first GPU's primary context, and a cuDNN handle; both released on exit."""
-    import pycuda.driver as drv
-
-    drv.init()
-    device = drv.Device(0)
-    context = device.retain_primary_context()
-    context.push()
-    handle = ctypes.c_void_p()
-    try:
-        cudnn.call("cudnnCreate", ctypes.byref(handle))
-        yield drv, handle, device
-    finally:
-        if handle.value:
-            cudnn.lib.cudnnDestroy(handle)
-        context.pop()
-
-
-def _to_device(drv: Any, array: np.ndarray, etype: Any) -> Any:
-    host = np.ascontiguousarray(encode(array, etype) if etype is not None else array)
-    buffer = drv.mem_alloc(max(host.nbytes, 1))
-    drv.memcpy_htod(buffer, host)
-    return buffer
 
 
 def placements(cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, base: int, size: int) -> list[Placement]:
@@ -201,13 +240,15 @@ def placements(cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, base
                 kinds = [(side, gate, m_addr, m_desc), ("b" + side, gate, b_addr, b_desc)]
             for kind, gate, addr, tensor in kinds:
                 if addr.value:  # a NULL address: cuDNN holds no such tensor
+                    dims, strides = tensor_dims(cudnn, tensor)
                     found.append(Placement(ParamKey(layer, direction, kind, gate), pseudo, lin,
-                                           addr.value - base, tensor_dims(cudnn, tensor)))
+                                           addr.value - base, dims, strides))
     return found
 
 
-def check_layout(cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, base: int, size: int) -> None:
-    """Raise LayoutMismatch when cuDNN's sizes or offsets differ from rnnconv's layout table."""
+def check_layout(cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, places: dict[ParamKey, Region],
+                 base: int, size: int) -> None:
+    """Raise LayoutMismatch when cuDNN's sizes or offsets differ from where the blob puts its tensors."""
     itemsize = element_type(spec.dtype).itemsize
     reported = ctypes.c_size_t()
     cudnn.call("cudnnGetRNNWeightSpaceSize", handle, desc.rnn, ctypes.byref(reported))
@@ -216,20 +257,22 @@ def check_layout(cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, ba
         findings.append({"tensor": "weight space", "expected_bytes": size, "cudnn_bytes": reported.value})
     found = placements(cudnn, handle, desc, spec, base, max(size, reported.value))
     by_key = {p.key: p for p in found}
-    for region in regions(spec):
+    for region in sorted(places.values(), key=lambda r: r.offset):
         placed = by_key.get(region.key)
         expected = {"offset_bytes": region.offset * itemsize, "shape": list(region.shape)}
         if placed is None:
             findings.append({"tensor": region.key.label, "expected": expected, "cudnn": None})
             continue
         size_ok = int(np.prod(placed.dims)) == region.size
-        shape_ok = region.is_bias or list(placed.dims[-2:]) == list(region.shape)
-        if placed.offset_bytes != region.offset * itemsize or not size_ok or not shape_ok:
+        rows, cols = (region.shape + (1,))[:2]
+        row_major = region.is_bias or (placed.dims[-2:] == [rows, cols] and placed.strides[-2:] == [cols, 1])
+        if placed.offset_bytes != region.offset * itemsize or not size_ok or not row_major:
             findings.append({"tensor": region.key.label, "expected": expected,
-                             "cudnn": {"offset_bytes": placed.offset_bytes, "dims": placed.dims}})
+                             "cudnn": {"offset_bytes": placed.offset_bytes, "dims": placed.dims,
+                                       "strides": placed.strides}})
     if findings:
         first = findings[0]
-        raise LayoutMismatch(f"cuDNN {cudnn.version_text} lays this RNN out differently from rnnconv's table: "
+        raise LayoutMismatch(f"cuDNN {cudnn.version_text} lays this RNN out differently from the blob: "
                              f"{first['tensor']} expected {first.get('expected', first.get('expected_bytes'))}, "
                              f"cuDNN says {first.get('cudnn', first.get('cudnn_bytes'))} ({len(findings)} "
                              f"difference(s)); --relayout OUT writes the blob in cuDNN's layout",
@@ -237,41 +280,61 @@ def check_layout(cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, ba
 
 
 def torch_second_opinion(blob: Any, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None, lengths: np.ndarray):
-    """With a CUDA build of PyTorch, run the same blob through torch._cudnn_rnn (weight_buf) as well.
+    """With a CUDA build of PyTorch, run the same weights through torch._cudnn_rnn as well.
 
-    Returns a function comparing its outputs with cudnnRNNForward's, or None when there is no such PyTorch.
+    PyTorch places the weights in cuDNN's weight space itself (weight_buf=None: it asks
+    cudnnGetRNNWeightParams, as for its own modules), so this checks rnnconv's layout and
+    forward call independently. TF32 is off, as in rnnconv's call. Returns a function
+    comparing with cudnnRNNForward's outputs, or None when there is no such PyTorch.
     """
     if importlib.util.find_spec("torch") is None:
         return None
     import torch
 
-    if not torch.cuda.is_available() or blob.spec.dtype == "bfloat16" or len(set(lengths.tolist())) > 1:
-        return None
     spec = blob.spec
-    dtype = getattr(torch, spec.dtype)
-    device = torch.device("cuda")
-    buf = torch.from_numpy(np.ascontiguousarray(blob.words)).to(device)  # float16/32/64 words are the values
-    weights = []
-    for layer in range(spec.num_layers):
-        for direction in range(spec.num_directions):
-            for kind in ("W", "R", "bW", "bR"):
-                weights.append(torch.cat([torch.from_numpy(np.ascontiguousarray(
-                    blob.param(ParamKey(layer, direction, kind, g)))) for g in spec.gates]).to(device, dtype))
-            if spec.proj_size:
-                weights.append(torch.from_numpy(np.ascontiguousarray(
-                    blob.param(ParamKey(layer, direction, "P", "")))).to(device, dtype))
-    mode = rnn_settings(spec).cellMode
+    if not torch.cuda.is_available() or (lengths != x.shape[0]).any():
+        return None
     try:
-        result = torch._cudnn_rnn(torch.from_numpy(x).to(device, dtype), weights, 5 if spec.proj_size else 4, buf,
-                                  torch.from_numpy(h0).to(device, dtype),
-                                  torch.from_numpy(c0).to(device, dtype) if c0 is not None else None,
-                                  mode, spec.hidden_size, spec.proj_size, spec.num_layers, False, 0.0, False,
-                                  spec.bidirectional, [], None)
-    except (RuntimeError, TypeError) as exc:
-        return lambda _: {"ran": False, "error": str(exc).splitlines()[0][:200]}
-    y = result[0].float().cpu().numpy()
+        dtype = getattr(torch, spec.dtype)
+        device = torch.device("cuda")
+
+        def tensor(array: np.ndarray) -> Any:
+            return torch.tensor(np.array(array, dtype=np.float32 if spec.dtype == "bfloat16" else array.dtype),
+                                device=device).to(dtype)
+
+        weights = []
+        for layer in range(spec.num_layers):
+            for direction in range(spec.num_directions):
+                for kind in ("W", "R", "bW", "bR"):
+                    weights.append(torch.cat([tensor(blob.param(ParamKey(layer, direction, kind, g)))
+                                              for g in spec.gates]))
+                if spec.proj_size:
+                    weights.append(tensor(blob.param(ParamKey(layer, direction, "P", ""))))
+        lstm = spec.mode == "lstm"
+        rnn_precision = getattr(torch.backends.cudnn, "rnn", None)
+        previous = (torch.backends.cudnn.allow_tf32, getattr(rnn_precision, "fp32_precision", None))
+        torch.backends.cudnn.allow_tf32 = False
+        if previous[1] is not None:
+            rnn_precision.fp32_precision = "ieee"
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "weights are not part of single contiguous chunk": on purpose
+                result = torch._cudnn_rnn(tensor(x), weights, 5 if spec.proj_size else 4, None, tensor(h0),
+                                          tensor(c0) if lstm and c0 is not None else None,
+                                          rnn_settings(spec).cellMode, spec.hidden_size, spec.proj_size,
+                                          spec.num_layers, False, 0.0, False, spec.bidirectional, [], None)
+        finally:
+            torch.backends.cudnn.allow_tf32 = previous[0]
+            if previous[1] is not None:
+                rnn_precision.fp32_precision = previous[1]
+        ours = [r.float().cpu().numpy() for r in result[:3 if lstm else 2]]
+    except (RuntimeError, TypeError, ValueError) as exc:
+        message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        return lambda _: {"ran": False, "error": message}
 
     def compare(out: dict[str, np.ndarray]) -> dict[str, Any]:
-        return {"ran": True, "max_abs_vs_cudnnRNNForward": float(np.abs(y - out["y"]).max())}
+        names = ("y", "h_n", "c_n")[: len(ours)]
+        return {"ran": True, **{f"max_abs_{n}_vs_cudnnRNNForward": float(np.abs(t - out[n]).max())
+                                for n, t in zip(names, ours)}}
 
     return compare

@@ -36,14 +36,19 @@ class RNNSettings:
     numLayers: int
 
 
+# Math types as PyTorch's cuDNN path chooses them with TF32 off: FMA keeps float32 strict (no TF32),
+# tensor cores for half data; float64 and bfloat16 take cuDNN's default.
+MATH_FOR = {"float32": MATH["fma"], "float16": MATH["tensor_op"], "float64": MATH["default"],
+            "bfloat16": MATH["default"]}
+
+
 def rnn_settings(spec: RNNSpec) -> RNNSettings:
-    """Strict precision: FMA math (no TF32) for float32/float64; half and bfloat16 data with float math."""
-    narrow = spec.dtype in ("float16", "bfloat16")
+    """Strict precision: float math for half and bfloat16 data, double for double."""
     return RNNSettings(
         algo=ALGO_STANDARD, cellMode=RNN_MODE[spec.mode], biasMode=BIAS_MODE["double"],
         dirMode=DIRECTION[spec.bidirectional], inputMode=INPUT_MODE["linear"], dataType=DATA_TYPE[spec.dtype],
         mathPrec=DATA_TYPE["float64" if spec.dtype == "float64" else "float32"],
-        mathType=MATH["tensor_op" if narrow else "fma"], inputSize=spec.input_size, hiddenSize=spec.hidden_size,
+        mathType=MATH_FOR[spec.dtype], inputSize=spec.input_size, hiddenSize=spec.hidden_size,
         projSize=spec.output_size,  # cuDNN wants hiddenSize when there is no projection (0 is BAD_PARAM)
         numLayers=spec.num_layers)
 
@@ -115,9 +120,9 @@ class Descriptors:
         self.close()
 
 
-def tensor_dims(cudnn: Cudnn, desc: ctypes.c_void_p) -> list[int]:
-    """The dimensions cuDNN filled into a tensor descriptor."""
+def tensor_dims(cudnn: Cudnn, desc: ctypes.c_void_p) -> tuple[list[int], list[int]]:
+    """The dimensions and strides cuDNN filled into a tensor descriptor."""
     data_type, nb_dims = ctypes.c_int(), ctypes.c_int()
     dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
     cudnn.call("cudnnGetTensorNdDescriptor", desc, 8, ctypes.byref(data_type), ctypes.byref(nb_dims), dims, strides)
-    return list(dims[: nb_dims.value])
+    return list(dims[: nb_dims.value]), list(strides[: nb_dims.value])

@@ -227,6 +227,9 @@ def write_relayout(blob: Blob, placed: dict[ParamKey, tuple[int, list[int]]], to
            "layout": {"name": REPORTED_LAYOUT_NAME, "version": cudnn_version, "verified_on_gpu": True,
                       "order": f"the offsets cudnnGetRNNWeightParams of cuDNN {cudnn_version} reported"},
            "weight_space": {"elements": total_bytes // itemsize, "bytes": total_bytes, "byte_order": "little"}}
+    missing = [r.key.label for r in blob.places.values() if r.key not in placed]
+    if missing:
+        raise BadInput(f"cuDNN reported no place for {missing[0]}, so the blob cannot be laid out its way")
     tensors = []
     for region in blob.places.values():
         offset_bytes, _ = placed[region.key]
