@@ -1,0 +1,214 @@
+"""The cuDNN backend's Python side, run on a CPU with a stand-in PyCUDA and stand-in GPU calls.
+
+Only what needs a GPU is replaced: PyCUDA's device memory (host buffers here),
+and the cuDNN calls that need a handle. Every argument of those calls still goes
+through the real ctypes prototypes (`from_param`), and every descriptor is made
+by the real libcudnn. This checks the plumbing: buffers, lengths, NULL c for a
+GRU, outputs decoded, the layout check, and verify's --relayout.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES
+from rnnconv.canonical import RNNSpec
+from rnnconv.convert import SourceOptions, convert
+from rnnconv.cudnn import api
+from rnnconv.cudnn import backend as cudnn_backend
+from rnnconv.errors import BackendMissing
+from rnnconv.formats.cudnn import open_bin
+from rnnconv.verify import VerifyOptions, verify
+from rnnconv.weightspace import PROJECTION_LIN_LAYER_ID, region_map
+
+
+def fake_pycuda() -> types.ModuleType:
+    driver = types.ModuleType("pycuda.driver")
+
+    class Error(Exception):
+        pass
+
+    class DeviceAllocation:
+        def __init__(self, nbytes: int):
+            self.memory = ctypes.create_string_buffer(nbytes)
+            self.freed = False
+
+        def __int__(self) -> int:
+            return ctypes.addressof(self.memory)
+
+        def free(self) -> None:
+            self.freed = True
+
+    class Context:
+        stack: list = []
+
+        def push(self) -> None:
+            Context.stack.append(self)
+
+        @staticmethod
+        def pop() -> None:
+            Context.stack.pop()
+
+        @staticmethod
+        def synchronize() -> None:
+            pass
+
+    class Device:
+        def __init__(self, index: int):
+            pass
+
+        def retain_primary_context(self) -> Context:
+            return Context()
+
+        def name(self) -> str:
+            return "stand-in GPU"
+
+        def compute_capability(self) -> tuple[int, int]:
+            return (9, 0)
+
+    allocations: list = []
+
+    def mem_alloc(nbytes: int) -> DeviceAllocation:
+        allocations.append(DeviceAllocation(nbytes))
+        return allocations[-1]
+
+    driver.Error, driver.Device, driver.Context, driver.init = Error, Device, Context, lambda: None
+    driver.mem_alloc, driver.allocations = mem_alloc, allocations
+    driver.memcpy_htod = lambda dst, src: ctypes.memmove(int(dst), np.ascontiguousarray(src).ctypes.data,
+                                                         np.ascontiguousarray(src).nbytes)
+    driver.memcpy_dtoh = lambda dst, src: ctypes.memmove(dst.ctypes.data, int(src), dst.nbytes)
+    package = types.ModuleType("pycuda")
+    package.driver = driver
+    return package
+
+
+class StandInGPU:
+    """Answers the calls that need a GPU; every argument is first converted by the real argtypes."""
+
+    def __init__(self, cudnn: api.Cudnn, shift_bytes: int = 0):
+        self.cudnn, self.real_call, self.shift = cudnn, cudnn.call, shift_bytes
+        self.calls: dict[str, tuple] = {}
+
+    def __call__(self, name: str, *args):
+        function = getattr(self.cudnn.lib, name)
+        assert len(args) == len(function.argtypes), name
+        for kind, value in zip(function.argtypes, args):
+            if value is not None:
+                kind.from_param(value)  # raises on an argument the prototype does not take
+        self.calls[name] = args
+        if name == "cudnnCreate":
+            args[0]._obj.value = 0x1000
+        elif name == "cudnnSetDropoutDescriptor":
+            pass
+        elif name == "cudnnGetRNNWeightSpaceSize":
+            args[2]._obj.value = self.spec_bytes + self.shift
+        elif name == "cudnnGetRNNWeightParams":
+            self._place(*args)
+        elif name == "cudnnGetRNNTempSpaceSizes":
+            args[4]._obj.value, args[5]._obj.value = 256, 0
+        elif name == "cudnnRNNForward":
+            pass  # outputs stay zero: the shapes and the plumbing are what is checked here
+        else:
+            self.real_call(name, *args)
+
+    def _place(self, handle, rnn, pseudo, size, base, lin, m_desc, m_addr, b_desc, b_addr):
+        spec, itemsize = self.spec, self.itemsize
+        layer, direction = divmod(pseudo, spec.num_directions)
+        places = region_map(spec)
+        gates = len(spec.gates)
+        if lin == PROJECTION_LIN_LAYER_ID:
+            matrix, bias = ("P", ""), None
+        else:
+            side, gate = ("W" if lin < gates else "R"), spec.gates[lin % gates]
+            matrix, bias = (side, gate), ("b" + side, gate)
+        from rnnconv.canonical import ParamKey
+
+        for (kind, gate), addr, desc in ((matrix, m_addr, m_desc), (bias or (None, None), b_addr, b_desc)):
+            if kind is None:
+                addr._obj.value = None
+                continue
+            region = places[ParamKey(layer, direction, kind, gate)]
+            addr._obj.value = base + self.shift + region.offset * itemsize
+            shape = list(region.shape) + [1] * (2 - len(region.shape))
+            self.real_call("cudnnSetTensorNdDescriptor", desc, api.DATA_TYPE[spec.dtype], 3,
+                           (ctypes.c_int * 3)(1, *shape), (ctypes.c_int * 3)(shape[0] * shape[1], shape[1], 1))
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    try:
+        api.Cudnn()
+    except BackendMissing:
+        if os.environ.get("RNNCONV_REQUIRE_CUDNN"):
+            raise
+        pytest.skip("libcudnn is not installed here")
+    package = fake_pycuda()
+    monkeypatch.setitem(sys.modules, "pycuda", package)
+    monkeypatch.setitem(sys.modules, "pycuda.driver", package.driver)
+    status = cudnn_backend.Status(True, "", {"cudnn_version": "stand-in"})
+    monkeypatch.setattr(cudnn_backend, "probe", lambda: status)
+
+    def install(spec: RNNSpec, shift_bytes: int = 0) -> tuple[cudnn_backend.CudnnBackend, StandInGPU]:
+        backend = cudnn_backend.CudnnBackend(status)
+        stand_in = StandInGPU(backend.cudnn, shift_bytes)
+        stand_in.spec, stand_in.itemsize = spec, np.dtype({"float16": "f2", "bfloat16": "u2"}.get(spec.dtype,
+                                                                                                   "f4")).itemsize
+        stand_in.spec_bytes = spec.parameter_count() * stand_in.itemsize
+        monkeypatch.setattr(backend.cudnn, "call", stand_in)
+        monkeypatch.setattr(backend.cudnn.lib, "cudnnDestroy", lambda handle: 0)
+        return backend, stand_in
+
+    return install, package.driver
+
+
+@pytest.mark.parametrize("name,spec", [
+    ("lstm_proj.pt", RNNSpec("lstm", 5, 8, 2, True, 3)), ("rnn_tanh.pt", RNNSpec("rnn_tanh", 6, 4, 1, True)),
+    ("gru_bf16.pt", RNNSpec("gru", 5, 4, 1, True, dtype="bfloat16")),
+])
+def test_forward_plumbing(name, spec, gpu, tmp_path):
+    install, driver = gpu
+    convert(FIXTURES / "torch" / name, tmp_path / "x.bin", "cudnn")
+    blob = open_bin(tmp_path / "x.bin")
+    backend, stand_in = install(blob.spec)
+    pseudo = spec.num_layers * spec.num_directions
+    x = np.ones((6, 3, spec.input_size), np.float32)
+    h0 = np.zeros((pseudo, 3, spec.output_size), np.float32)
+    c0 = np.zeros((pseudo, 3, spec.hidden_size), np.float32) if spec.mode == "lstm" else None
+    out = backend.run(blob, x, h0, c0, np.array([6, 4, 2]))
+    assert out["y"].shape == (6, 3, spec.num_directions * spec.output_size)
+    assert out["h_n"].shape == (pseudo, 3, spec.output_size)
+    assert (out["c_n"] is None) == (spec.mode != "lstm")
+    args = stand_in.calls["cudnnRNNForward"]
+    assert np.ctypeslib.as_array(args[3], (3,)).tolist() == [6, 4, 2]  # lengths, on the "device", as int32
+    assert args[14] == blob.words.nbytes  # weight space size in bytes
+    assert (args[12] is None) == (spec.mode != "lstm") and (args[13] is None) == (spec.mode != "lstm")
+    weights = ctypes.string_at(args[15], blob.words.nbytes)
+    assert weights == np.asarray(blob.words).tobytes()  # the blob itself went to the device, unchanged
+    assert all(a.freed for a in driver.allocations) and not driver.Context.stack
+    assert backend.details["gpu"] == "stand-in GPU"
+
+
+def test_layout_mismatch_and_relayout(gpu, tmp_path, monkeypatch):
+    install, _ = gpu
+    convert(FIXTURES / "torch" / "seq2seq.pt", tmp_path / "x.bin", "cudnn", SourceOptions("decoder.rnn"))
+    blob = open_bin(tmp_path / "x.bin")
+    backend, _ = install(blob.spec, shift_bytes=64)  # this "cuDNN" puts everything 64 bytes later
+    monkeypatch.setattr("rnnconv.backends.select_backend", lambda name: backend)
+    relayout = tmp_path / "relayout.bin"
+    report = verify(tmp_path / "x.bin", VerifyOptions(backend="cudnn", relayout=relayout))
+    assert report.data["verdict"] == "mismatch" and report.exit_code == 1
+    findings = report.data["layout_findings"]
+    assert findings[0]["tensor"] == "weight space" and findings[1]["cudnn"]["offset_bytes"] == 64
+    moved = open_bin(relayout)
+    assert moved.doc["layout"]["name"] == "cudnn-reported" and relayout.stat().st_size == blob.words.nbytes + 64
+    for key in blob.spec.param_keys():
+        np.testing.assert_array_equal(moved.param(key), blob.param(key))
+    monkeypatch.undo()  # the real backends again: the moved blob must compute what the source computes
+    checked = verify(relayout, VerifyOptions(backend="numpy"))
+    assert checked.data["verdict"] == "match", checked.data["summary"]
