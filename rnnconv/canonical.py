@@ -141,6 +141,9 @@ class CanonicalRNN:
     loaders: dict[ParamKey, Loader]
     source: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # All gates of one kind of one layer and direction, stacked in cuDNN order, when the source
+    # holds them that way (a weight space does): writers of stacked formats then copy nothing.
+    stacked: Callable[[int, int, str], np.ndarray | None] = lambda layer, direction, kind: None
 
     def param(self, key: ParamKey) -> np.ndarray:
         array = np.asarray(self.loaders[key]())

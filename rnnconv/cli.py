@@ -6,6 +6,7 @@ and no command imports a framework it does not need.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -185,9 +186,41 @@ def _convert(source: Path, output: Optional[Path], to: Optional[str], expect: Op
     from rnnconv.convert import SourceOptions, convert
 
     options = SourceOptions(select, bias_split.value, nonlinearity.value, raw_spec)
-    result = convert(source, output, to, options, None if raw_spec is not None else (dtype.value if dtype else None),
-                     force, expect)
+    with _progress_bar(enabled=not (quiet or as_json)) as progress:
+        result = convert(source, output, to, options,
+                         None if raw_spec is not None else (dtype.value if dtype else None), force, expect, progress)
     _report_conversion(result, as_json, quiet)
+
+
+PROGRESS_FROM_BYTES = 64 << 20  # smaller weight spaces are written before a bar could help
+
+
+@contextlib.contextmanager
+def _progress_bar(enabled: bool) -> Any:
+    """A progress callback (bytes written, total) that shows a bar on a terminal for large weight spaces."""
+    if not (enabled and err.is_terminal):
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    bar = Progress("writing", BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                   console=err, transient=True)
+    task = None
+
+    def advance(nbytes: int, total: int) -> None:
+        nonlocal task
+        if total < PROGRESS_FROM_BYTES:
+            return
+        if task is None:
+            bar.start()
+            task = bar.add_task("write", total=total)
+        bar.advance(task, nbytes)
+
+    try:
+        yield advance
+    finally:
+        if task is not None:
+            bar.stop()
 
 
 @app.command("keras-to-cudnn")

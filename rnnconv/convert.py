@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 from rnnconv.canonical import CanonicalRNN, RNNSpec, stack
 from rnnconv.detect import CUDNN_BIN, CUDNN_SAFETENSORS, KERAS, TORCH, TORCH_SAFETENSORS, detect
 from rnnconv.errors import BadInput, Unsupported
-from rnnconv.fsutil import sha256_of
+from rnnconv.fsutil import sha256_in_background
 from rnnconv.layouts import DEFAULT_BIAS_SPLIT
 
 SOURCE_KINDS = {KERAS: "keras", TORCH: "torch", TORCH_SAFETENSORS: "torch", CUDNN_BIN: "cudnn",
@@ -59,7 +59,8 @@ class Conversion:
 
 
 def source_info(path: Path, fmt: str, **extra: Any) -> dict[str, Any]:
-    return {"path": str(path.resolve()), "format": fmt, "sha256": sha256_of(path), **extra}
+    """Where the RNNs came from; the sha256 is computed on another core while they convert."""
+    return {"path": str(path.resolve()), "format": fmt, "sha256": sha256_in_background(path), **extra}
 
 
 def default_output(source: Path, suffix: str = ".bin") -> Path:
@@ -105,16 +106,15 @@ def open_source(path: Path, options: SourceOptions, expect: str | None = None
             info = source_info(path, keras_file.kind, **keras_file.versions)
             describe = (lambda layer: f"layer {layer.name!r} ({layer.display_class}) in "
                                       f"{FORMAT_NAMES[keras_file.kind]} {path}")
+            canonical = (lambda layer: to_canonical(layer, info, options.bias_split, keras_file.reader))
             if options.select and "," in options.select:  # consecutive layers -> one multi-layer RNN
                 names = [n.strip() for n in options.select.split(",")]
-                parts, _ = _convert_each([keras_file.layer(n) for n in names],
-                                         lambda layer: to_canonical(layer, info, options.bias_split), describe,
-                                         strict=True)
+                parts, _ = _convert_each([keras_file.layer(n) for n in names], canonical, describe, strict=True)
                 yield [stack(options.select, parts)], []
                 return
             layers = keras_file.layers if options.take_all and options.select is None and \
                 len(keras_file.layers) > 1 else [keras_file.layer(options.select)]
-            yield _convert_each(layers, lambda layer: to_canonical(layer, info, options.bias_split), describe)
+            yield _convert_each(layers, canonical, describe)
         return
     if kind == "torch":
         from rnnconv.formats import torch as torch_format
@@ -183,19 +183,25 @@ def takes_several(output: Path) -> bool:
 
 
 def write_target(rnns: list[CanonicalRNN], output: Path, target: str, dtype: str | None, force: bool,
-                 progress: Callable[[int], None] | None = None) -> Conversion:
+                 progress: Callable[[int, int], None] | None = None) -> Conversion:
+    """Write to the target; `progress(bytes_just_written, total_bytes)` follows a weight space being written."""
     dtype = dtype or rnns[0].spec.dtype
     if target == "cudnn":
+        from rnnconv.dtypes import element_type
         from rnnconv.formats.cudnn import sidecar_path, write_bin, write_safetensors
+        from rnnconv.weightspace import weight_space_elements
+
+        total = sum(weight_space_elements(r.spec) for r in rnns) * element_type(dtype).itemsize
+        advance = (lambda n: progress(n, total)) if progress else None
 
         if output.suffix == ".bin":
             if len(rnns) > 1:
                 raise BadInput(f"a .bin holds one RNN but {len(rnns)} were selected "
                                f"({', '.join(r.name for r in rnns)}); pick one, or write a .safetensors")
-            warnings = write_bin(rnns[0], output, dtype, force, progress)
+            warnings = write_bin(rnns[0], output, dtype, force, advance)
             return Conversion([output, sidecar_path(output)], rnns, dtype, target, warnings)
         if output.suffix == ".safetensors":
-            return Conversion([output], rnns, dtype, target, write_safetensors(rnns, output, dtype, force, progress))
+            return Conversion([output], rnns, dtype, target, write_safetensors(rnns, output, dtype, force, advance))
         raise BadInput(f"output {output} must end in .bin (raw weight space + JSON sidecar) or .safetensors")
     if target == "torch":
         from rnnconv.formats.torch import constructor, write_state_dict
@@ -212,7 +218,7 @@ def write_target(rnns: list[CanonicalRNN], output: Path, target: str, dtype: str
 
 def convert(source: Path, output: Path | None = None, to: str | None = None,
             options: SourceOptions | None = None, dtype: str | None = None, force: bool = False,
-            expect: str | None = None, progress: Callable[[int], None] | None = None) -> Conversion:
+            expect: str | None = None, progress: Callable[[int, int], None] | None = None) -> Conversion:
     """Convert `source` (of kind `expect`, when given) to `output`; the target comes from `to` or the name."""
     options = options or SourceOptions()
     output = output or default_output(source, {"torch": ".pt", "keras": ".keras"}.get(to or "", ".bin"))
@@ -228,5 +234,5 @@ def convert(source: Path, output: Path | None = None, to: str | None = None,
 
 def keras_to_cudnn(source: Path, output: Path | None = None, layer: str | None = None, dtype: str | None = None,
                    bias_split: str = DEFAULT_BIAS_SPLIT, force: bool = False,
-                   progress: Callable[[int], None] | None = None) -> Conversion:
+                   progress: Callable[[int, int], None] | None = None) -> Conversion:
     return convert(source, output, "cudnn", SourceOptions(layer, bias_split), dtype, force, "keras", progress)

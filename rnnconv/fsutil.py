@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import hashlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, BinaryIO, Iterator
+
+import numpy as np
 
 from rnnconv.errors import BadInput
 
@@ -51,15 +54,41 @@ def atomic_outputs(paths: list[Path], force: bool) -> Iterator[list[Path]]:
                 temp.unlink()
 
 
+def write_array(f: BinaryIO, array: np.ndarray) -> list[str]:
+    """An array's bytes, C order, at the file's position, without an intermediate copy when contiguous."""
+    f.write(memoryview(np.ascontiguousarray(array)).cast("B"))
+    return []
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
-def sha256_of(path: Path, chunk: int = 1 << 22) -> str:
+def sha256_of(path: Path, chunk: int = 1 << 24) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
+    buffer = bytearray(chunk)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buffer):
+            digest.update(view[:n])  # hashlib releases the GIL on large buffers
     return digest.hexdigest()
+
+
+_HASHER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rnnconv-sha256")
+
+
+def sha256_in_background(path: Path) -> concurrent.futures.Future:
+    """The file's sha256, computed on another core while the conversion reads and writes."""
+    return _HASHER.submit(sha256_of, path)
+
+
+def resolved(info: dict[str, Any], wait: bool = True) -> dict[str, Any]:
+    """`info` with background results filled in (or, not waiting, a same-length placeholder)."""
+    out = {}
+    for key, value in info.items():
+        if isinstance(value, concurrent.futures.Future):
+            value = value.result() if wait or value.done() else "0" * 64
+        out[key] = value
+    return out

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from rnnconv.errors import BadInput, Unsupported
+from rnnconv.transpose import transposed
 
 # cuDNN's gate order per cell family (linLayerID order of cudnnGetRNNWeightParams).
 CUDNN_GATES: dict[str, tuple[str, ...]] = {
@@ -261,9 +262,9 @@ def _matrix_block(stored: Any, kind: str, k: int, hidden: int) -> np.ndarray:
     cols = slice(k * hidden, (k + 1) * hidden)
     if kind == MATRIX_ROWS:
         return np.asarray(stored[cols, :])
-    block = np.ascontiguousarray(stored[:, cols])
     if kind == MATRIX_COLUMNS:
-        return block.T
+        return transposed(np.asarray(stored[:, cols]))
+    block = np.ascontiguousarray(stored[:, cols])
     return block.reshape(hidden, block.shape[0])  # MATRIX_COLUMNS_RAW
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, BinaryIO, Callable, Iterable
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.dtypes import ElementType, decode, element_type, encode
 from rnnconv.errors import BadInput
 from rnnconv.formats import safetensors_io
-from rnnconv.fsutil import atomic_outputs
+from rnnconv.fsutil import atomic_outputs, resolved, write_array
 from rnnconv.layouts import CUDNN_MODES
 from rnnconv.weightspace import (LAYOUT_DESCRIPTION, LAYOUT_NAME, LAYOUT_VERSION, REPORTED_LAYOUT_NAME, Region,
                                  region_map, regions, size_formula, weight_space_elements)
@@ -39,7 +39,7 @@ def sidecar_path(blob: Path) -> Path:
     return blob.with_name(blob.name + SIDECAR_SUFFIX)
 
 
-def describe(rnn: CanonicalRNN, etype: ElementType) -> dict[str, Any]:
+def describe(rnn: CanonicalRNN, etype: ElementType, wait: bool = True) -> dict[str, Any]:
     """The sidecar document: everything a C/C++ user needs to hand this blob to cuDNN."""
     spec = rnn.spec
     elements = weight_space_elements(spec)
@@ -61,22 +61,22 @@ def describe(rnn: CanonicalRNN, etype: ElementType) -> dict[str, Any]:
             "numLayers": spec.num_layers,
         },
         "weight_space": {"elements": elements, "bytes": elements * etype.itemsize, "byte_order": "little"},
-        "source": {**rnn.source, "dtype": rnn.spec.dtype},
+        "source": {**resolved(rnn.source, wait), "dtype": rnn.spec.dtype},
         "notes": list(rnn.notes),
         "tensors": [r.to_dict(etype.itemsize) for r in regions(spec)],
     }
 
 
-def fill_weight_space(rnn: CanonicalRNN, out: np.ndarray, etype: ElementType,
-                      progress: Progress | None = None) -> list[str]:
-    """Write every tensor of `rnn` to its place in `out` (storage words); return warnings."""
+def write_weight_space(rnn: CanonicalRNN, f: BinaryIO, etype: ElementType,
+                       progress: Progress | None = None) -> list[str]:
+    """Write every tensor of `rnn` at the file's position, in layout order (front to back); return warnings."""
     warnings = []
     for region in regions(rnn.spec):
         block = rnn.param(region.key)
         if not np.isfinite(block).all():
             bad = int(np.size(block) - np.count_nonzero(np.isfinite(block)))
             warnings.append(f"{rnn.name}: {region.key.label} holds {bad} NaN or Inf value(s)")
-        out[region.offset: region.offset + region.size] = encode(block, etype).reshape(-1)
+        write_array(f, encode(block, etype))
         if progress:
             progress(region.size * etype.itemsize)
     return warnings
@@ -85,15 +85,12 @@ def fill_weight_space(rnn: CanonicalRNN, out: np.ndarray, etype: ElementType,
 def write_bin(rnn: CanonicalRNN, path: Path, dtype: str, force: bool = False,
               progress: Progress | None = None) -> list[str]:
     etype = element_type(dtype)
-    doc = describe(rnn, etype)
-    elements = doc["weight_space"]["elements"]
     with atomic_outputs([path, sidecar_path(path)], force) as (blob_tmp, side_tmp):
-        with open(blob_tmp, "r+b") as f:
-            f.truncate(elements * etype.itemsize)
-        out = np.memmap(blob_tmp, dtype=etype.storage, mode="r+", shape=(elements,))
-        warnings = fill_weight_space(rnn, out, etype, progress)
-        out.flush()
-        del out
+        with open(blob_tmp, "wb") as f:
+            warnings = write_weight_space(rnn, f, etype, progress)
+        doc = describe(rnn, etype)
+        if blob_tmp.stat().st_size != doc["weight_space"]["bytes"]:
+            raise RuntimeError(f"wrote {blob_tmp.stat().st_size} bytes, the layout has {doc['weight_space']['bytes']}")
         doc["warnings"] = warnings
         side_tmp.write_text(json.dumps(doc, indent=1) + "\n")
     return warnings
@@ -103,17 +100,20 @@ def write_safetensors(rnns: Iterable[CanonicalRNN], path: Path, dtype: str, forc
                       progress: Progress | None = None) -> list[str]:
     etype = element_type(dtype)
     rnns = list(rnns)
-    docs = {r.name: describe(r, etype) for r in rnns}
-    entries = [safetensors_io.Entry(r.name, etype, (docs[r.name]["weight_space"]["elements"],),
-                                    lambda out, r=r: fill_weight_space(r, out, etype, progress)) for r in rnns]
+    entries = [safetensors_io.Entry(r.name, etype, (weight_space_elements(r.spec),),
+                                    lambda f, r=r: write_weight_space(r, f, etype, progress)) for r in rnns]
+    calls = []
 
     def metadata(warnings: dict[str, list[str]]) -> dict[str, str]:
+        final = bool(calls)  # the first call sizes the header before the data exists
+        calls.append(final)
         meta = {"format": SIDECAR_FORMAT, "rnnconv_version": __version__}
-        meta.update({name: json.dumps({**doc, "warnings": warnings[name]}) for name, doc in docs.items()})
+        meta.update({r.name: json.dumps({**describe(r, etype, wait=final), "warnings": warnings[r.name]})
+                     for r in rnns})
         return meta
 
     warnings = safetensors_io.write(path, entries, metadata, force)
-    return [w for name in docs for w in warnings[name]]
+    return [w for r in rnns for w in warnings[r.name]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,7 +152,17 @@ class Blob:
                                f"values")
         source = {"path": str(self.path), "format": "cudnn", "name": self.name}
         return CanonicalRNN(self.name, self.spec, {k: (lambda k=k: self.param(k)) for k in self.spec.param_keys()},
-                            source=source, notes=list(self.doc.get("notes", [])))
+                            source=source, notes=list(self.doc.get("notes", [])), stacked=self.stacked)
+
+    def stacked(self, layer: int, direction: int, kind: str) -> np.ndarray | None:
+        """The gates of one kind, in cuDNN order, as one view of the blob when they lie back to back."""
+        gates = [""] if kind == "P" else list(self.spec.gates)
+        parts = [self.places[ParamKey(layer, direction, kind, g)] for g in gates]
+        if any(b.offset != a.offset + a.size for a, b in zip(parts, parts[1:])):
+            return None
+        words = self.words[parts[0].offset: parts[-1].offset + parts[-1].size]
+        rows = sum(p.shape[0] for p in parts)
+        return decode(np.asarray(words), self.etype).reshape((rows,) + parts[0].shape[1:])
 
 
 def read_sidecar(blob: Path) -> dict[str, Any]:

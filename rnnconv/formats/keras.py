@@ -24,8 +24,9 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.dtypes import source_dtype_name
 from rnnconv.errors import BadInput, Unsupported
-from rnnconv.layouts import (DEFAULT_BIAS_SPLIT, KERAS_ROLES, check_shapes, classes_of, find_row, gate_loaders,
-                             mode_for, refusal_reason, stored_shapes)
+from rnnconv.layouts import (DEFAULT_BIAS_SPLIT, KERAS_ROLES, MATRIX_COLUMNS, check_shapes, classes_of, find_row,
+                             gate_loaders, mode_for, refusal_reason, stored_shapes)
+from rnnconv.transpose import transposed
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -64,6 +65,7 @@ class KerasFile:
 
     def __init__(self, path: Path):
         self.path = path
+        self.reader = TensorReader()  # shared by every layer: one tensor in memory at a time
         self._closers: list[Any] = []
         self.config: dict[str, Any] | None = None
         self.versions: dict[str, str] = {}
@@ -465,7 +467,8 @@ def layer_refusal(layer: KerasLayer) -> str | None:
     return refusal_reason(row, layer.config)
 
 
-def to_canonical(layer: KerasLayer, source: dict[str, Any], bias_split: str = DEFAULT_BIAS_SPLIT) -> CanonicalRNN:
+def to_canonical(layer: KerasLayer, source: dict[str, Any], bias_split: str = DEFAULT_BIAS_SPLIT,
+                 reader: "TensorReader | None" = None) -> CanonicalRNN:
     """The canonical RNN of one Keras layer, or Unsupported/BadInput saying why not."""
     row = find_row("keras", layer.source_class, layer.config)
     mode = mode_for(row, layer.config)
@@ -487,7 +490,8 @@ def to_canonical(layer: KerasLayer, source: dict[str, Any], bias_split: str = DE
     spec = RNNSpec(mode, n_in, hidden, 1, layer.bidirectional, 0, dtype, has_bias)
     cells = {}
     for d, tensors in enumerate(layer.tensors):
-        cells[(0, d)] = gate_loaders(row, hidden, _fetcher(tensors), has_bias, bias_split)
+        cells[(0, d)] = gate_loaders(row, hidden, _fetcher(tensors, reader or TensorReader(), row), has_bias,
+                                     bias_split)
     notes = []
     if layer.inferred:
         notes.append(f"{layer.name}: the file has no model config; class {layer.display_class} was inferred from "
@@ -508,16 +512,49 @@ def to_canonical(layer: KerasLayer, source: dict[str, Any], bias_split: str = DE
 
 def stored_arrays(tensors: dict[str, Any]) -> list[np.ndarray]:
     """kernel, recurrent_kernel[, bias] of one cell as stored (bfloat16 widened), in Keras' weight order."""
-    fetch = _fetcher(tensors)
+    fetch = _fetcher(tensors, TensorReader())
     return [np.asarray(fetch(role)[...]) for role in ("input_matrix", "recurrent_matrix", "bias") if role in tensors]
 
 
-def _fetcher(tensors: dict[str, Any]):
-    def fetch(role: str) -> Any:
-        dataset = tensors[role]
-        return _Bfloat16View(dataset) if _is_bfloat16(dataset) else dataset
+class TensorReader:
+    """Reads a stored tensor whole and keeps only the last one read.
 
-    return fetch
+    A writer takes one tensor's gate blocks one after another, so each tensor is read
+    from the file once, sequentially, and memory holds one tensor at a time. Kernels
+    stored as (in, G*H) columns are transposed once, whole: every gate block of the
+    result is then a contiguous run of rows, ready to be written as it is.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple[Any, bool] | None = None
+        self._values: Any = None
+
+    def read(self, dataset: Any, columns: bool = False) -> Any:
+        if self._key is None or self._key[0] is not dataset or self._key[1] != columns:
+            self._key, self._values = None, None  # let the previous tensor go before reading the next
+            values = _Bfloat16View(dataset)[...] if _is_bfloat16(dataset) else dataset[...]
+            self._values = _Transposed(transposed(values)) if columns and values.ndim == 2 else values
+            self._key = (dataset, columns)
+        return self._values
+
+
+class _Transposed:
+    """A (rows, cols) tensor held as its transpose: t[r, c] is the held array's [c, r], as a view."""
+
+    def __init__(self, held: np.ndarray):
+        self.held = held
+        self.shape = held.shape[::-1]
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        if index is Ellipsis:
+            return self.held.T
+        rows, cols = index
+        return self.held[cols, rows].T
+
+
+def _fetcher(tensors: dict[str, Any], reader: TensorReader, row: Any = None):
+    columns = row is not None and row.matrix == MATRIX_COLUMNS
+    return lambda role: reader.read(tensors[role], columns and role in ("input_matrix", "recurrent_matrix"))
 
 
 def _is_bfloat16(dataset: Any) -> bool:

@@ -12,7 +12,7 @@ import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
@@ -31,7 +31,7 @@ class Entry:
     name: str
     etype: ElementType
     shape: tuple[int, ...]
-    fill: Callable[[np.ndarray], list[str]]  # writes storage words into a flat view; returns warnings
+    write: Callable[[BinaryIO], list[str]]  # writes the tensor's bytes at the file's position; returns warnings
 
     @property
     def nbytes(self) -> int:
@@ -53,20 +53,16 @@ def write(path: Path, entries: list[Entry], metadata: Callable[[dict[str, list[s
     warnings: dict[str, list[str]] = {e.name: [] for e in entries}
     with atomic_outputs([path], force) as (tmp,):
         reserved = _header_bytes(metadata(warnings), header, HEADER_SLACK)
-        start = 8 + len(reserved)
         with open(tmp, "r+b") as f:
-            f.truncate(start + begin)
-        for entry in entries:
-            lo, hi = header[entry.name]["data_offsets"]
-            if hi == lo:
-                continue
-            out = np.memmap(tmp, dtype=entry.etype.storage, mode="r+", offset=start + lo,
-                            shape=((hi - lo) // entry.etype.itemsize,))
-            warnings[entry.name] = entry.fill(out)
-            out.flush()
-            del out
-        final = _header_bytes(metadata(warnings), header, 0, pad_to=len(reserved))
-        with open(tmp, "r+b") as f:
+            f.seek(8 + len(reserved))
+            for entry in entries:  # in offset order: the data is written front to back, once
+                warnings[entry.name] = entry.write(f)
+                lo, hi = header[entry.name]["data_offsets"]
+                if f.tell() != 8 + len(reserved) + hi:
+                    raise RuntimeError(f"{entry.name}: wrote {f.tell() - 8 - len(reserved) - lo} bytes, "
+                                       f"expected {hi - lo}")
+            final = _header_bytes(metadata(warnings), header, 0, pad_to=len(reserved))
+            f.seek(0)
             f.write(struct.pack("<Q", len(final)))
             f.write(final)
     return warnings

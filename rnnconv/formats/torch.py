@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.dtypes import ELEMENT_TYPES, decode, element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError
 from rnnconv.formats import safetensors_io
-from rnnconv.fsutil import atomic_outputs
+from rnnconv.fsutil import atomic_outputs, write_array
 from rnnconv.layouts import Row, assemble_stored, check_shapes, find_row, gate_loaders, rows_for, stored_shapes
 
 PARAM = re.compile(r"^(?P<prefix>(?:.*\.)?)(?P<role>weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)"
@@ -260,20 +261,31 @@ def torch_class(spec: RNNSpec) -> str:
     return {"lstm": "LSTM", "gru": "GRU"}.get(spec.mode, "RNN")
 
 
+KIND_OF_ROLE = {"input_matrix": "W", "recurrent_matrix": "R", "input_bias": "bW", "recurrent_bias": "bR",
+                "projection": "P"}
+
+
 def state_dict_arrays(rnn: CanonicalRNN, prefix: str = "") -> dict[str, np.ndarray]:
-    """The nn.LSTM/GRU/RNN state_dict of a canonical RNN, as numpy arrays in its dtype (bf16 as float32)."""
+    """The nn.LSTM/GRU/RNN state_dict of a canonical RNN, as numpy arrays in its dtype (bf16 as float32).
+
+    PyTorch stacks gates in cuDNN's order, so when the source holds them stacked (a weight
+    space does) each tensor is a view of it; otherwise the table's assembly builds it.
+    """
     spec = rnn.spec
     (row,) = rows_for("torch", torch_class(spec))
+    roles = ["input_matrix", "recurrent_matrix"] + (["input_bias", "recurrent_bias"] if spec.bias else []) + \
+        (["projection"] if spec.proj_size else [])
     out: dict[str, np.ndarray] = {}
     for layer in range(spec.num_layers):
         for direction in range(spec.num_directions):
-            stored = assemble_stored(row, spec.hidden_size, spec.layer_input_size(layer), spec.output_size,
-                                     lambda kind, gate: rnn.param(ParamKey(layer, direction, kind, gate)),
-                                     has_bias=spec.bias, proj=spec.proj_size, dtype=_working_dtype(spec))
-            for role in ("input_matrix", "recurrent_matrix", "input_bias", "recurrent_bias", "projection"):
-                if role in stored:
-                    key = prefix + row.tensors[role].format(layer=layer, suffix="_reverse" if direction else "")
-                    out[key] = stored[role]
+            found = {role: rnn.stacked(layer, direction, KIND_OF_ROLE[role]) for role in roles}
+            if any(v is None for v in found.values()) or row.gate_order != spec.gates:
+                found = assemble_stored(row, spec.hidden_size, spec.layer_input_size(layer), spec.output_size,
+                                        lambda kind, gate: rnn.param(ParamKey(layer, direction, kind, gate)),
+                                        has_bias=spec.bias, proj=spec.proj_size, dtype=_working_dtype(spec))
+            for role in roles:
+                key = prefix + row.tensors[role].format(layer=layer, suffix="_reverse" if direction else "")
+                out[key] = found[role]
     return out
 
 
@@ -310,23 +322,20 @@ def write_state_dict(rnns: list[CanonicalRNN], path: Path, dtype: str | None, fo
             arrays[key] = (value, want)
     if path.suffix == ".safetensors":
         entries = [safetensors_io.Entry(key, element_type(d), value.shape,
-                                        lambda out, v=value, d=d: _fill(out, v, d)) for key, (value, d) in
-                   arrays.items()]
+                                        lambda f, v=value, d=d: write_array(f, encode(v, element_type(d))))
+                   for key, (value, d) in arrays.items()]
         safetensors_io.write(path, entries, lambda _: {"format": "pt"}, force)
         return
     if path.suffix not in (".pt", ".pth", ".bin"):
         raise BadInput(f"output {path} must end in .pt, .pth, .bin or .safetensors for a PyTorch state_dict")
     torch = require_torch()
     state = {}
-    for key, (value, d) in arrays.items():
-        state[key] = torch.from_numpy(np.ascontiguousarray(value)).to(getattr(torch, element_type(d).torch))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # views of a read-only blob: torch.save only reads them
+        for key, (value, d) in arrays.items():
+            state[key] = torch.from_numpy(np.ascontiguousarray(value)).to(getattr(torch, element_type(d).torch))
     with atomic_outputs([path], force) as (tmp,):
         torch.save(state, tmp)
-
-
-def _fill(out: np.ndarray, value: np.ndarray, dtype: str) -> list[str]:
-    out[:] = encode(value, element_type(dtype)).reshape(-1)
-    return []
 
 
 def inspect_torch(path: Path, fmt: str) -> dict[str, Any]:

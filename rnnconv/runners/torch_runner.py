@@ -28,7 +28,10 @@ def load_source_module(path: Path, prefix: str, spec: RNNSpec) -> tuple[Any, Any
 
         loaded = load_file(path)
     else:
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError:  # the legacy (pre-zip) format cannot be mapped
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
     state = {key[len(prefix):]: value for key, value in _flatten(loaded, "")
              if key.startswith(prefix) and hasattr(value, "dtype")}
     if not state:
@@ -43,14 +46,17 @@ def load_source_module(path: Path, prefix: str, spec: RNNSpec) -> tuple[Any, Any
         kwargs.update(num_layers=spec.num_layers, bidirectional=spec.bidirectional)
         if spec.proj_size:
             kwargs["proj_size"] = spec.proj_size
-    instance = module(spec.input_size, spec.hidden_size, **kwargs)
+    with torch.device("meta"):  # no memory for weights that load_state_dict(assign=True) replaces
+        instance = module(spec.input_size, spec.hidden_size, **kwargs)
+    dtype = torch.float64 if spec.dtype == "float64" else torch.float32
     try:
-        instance.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
+        instance.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True, assign=True)
     except RuntimeError as exc:
         raise BadInput(f"the blob's spec does not describe the source RNN in {path}: PyTorch says "
                        f"{' '.join(str(exc).split())[:300]}") from None
-    return torch, instance.double() if spec.dtype == "float64" else instance, is_cell, \
-        f"torch {torch.__version__}: nn.{module.__name__}.load_state_dict"
+    if any(p.is_meta for p in instance.parameters()):
+        raise BadInput(f"the source RNN in {path} lacks some of nn.{module.__name__}'s weights")
+    return torch, instance, is_cell, f"torch {torch.__version__}: nn.{module.__name__}.load_state_dict"
 
 
 def run_module(torch: Any, module: Any, spec: RNNSpec, is_cell: bool, x: np.ndarray, h0: np.ndarray,
