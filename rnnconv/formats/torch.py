@@ -98,7 +98,7 @@ def load_state_dict(path: Path) -> "StateDict":
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BadInput(f"{path} is not a readable PyTorch checkpoint (truncated or corrupt: {first[:160]})") from None
     tensors = StateDict()
-    for key, value in _flatten(loaded, ""):
+    for key, value in flatten_checkpoint(loaded, ""):
         tensor = _torch_tensor(value) if hasattr(value, "dtype") and hasattr(value, "shape") else None
         if tensor:
             tensors[key] = tensor
@@ -118,13 +118,14 @@ def _is_safetensors(path: Path) -> bool:
     return len(head) == 9 and head[8:9] == b"{"
 
 
-def _flatten(obj: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+def flatten_checkpoint(obj: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    """(dotted key, leaf) of a checkpoint: wrappers and containers become key prefixes."""
     if isinstance(obj, Mapping):
         for key, value in obj.items():
-            yield from _flatten(value, f"{prefix}{key}.")
+            yield from flatten_checkpoint(value, f"{prefix}{key}.")
     elif isinstance(obj, (list, tuple)):
         for i, value in enumerate(obj):
-            yield from _flatten(value, f"{prefix}{i}.")
+            yield from flatten_checkpoint(value, f"{prefix}{i}.")
     else:
         yield prefix[:-1], obj
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from rnnconv.canonical import RNNSpec
 from rnnconv.errors import BadInput
-from rnnconv.formats.torch import _flatten, require_torch, torch_class
+from rnnconv.formats.torch import flatten_checkpoint, require_torch, torch_class
 
 CELL_KEYS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 
@@ -32,7 +32,7 @@ def load_source_module(path: Path, prefix: str, spec: RNNSpec) -> tuple[Any, Any
             loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except RuntimeError:  # the legacy (pre-zip) format cannot be mapped
             loaded = torch.load(path, map_location="cpu", weights_only=True)
-    state = {key[len(prefix):]: value for key, value in _flatten(loaded, "")
+    state = {key[len(prefix):]: value for key, value in flatten_checkpoint(loaded, "")
              if key.startswith(prefix) and hasattr(value, "dtype")}
     if not state:
         raise BadInput(f"{path} holds no tensors under the prefix {prefix!r} the blob was made from")
