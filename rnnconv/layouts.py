@@ -196,9 +196,14 @@ def find_row(fmt: str, source_class: str, config: Mapping[str, Any] | None = Non
     raise Unsupported(f"no layout for a {fmt} {source_class} with {dict(config)}")
 
 
-def cudnn_row(mode: str) -> Row:
-    cell = CUDNN_MODES[mode][0]
-    return next(r for r in rows_for("cudnn") if r.cell == cell)
+def row_for_mode(fmt: str, mode: str, cell_class: bool = False) -> tuple[Row, str]:
+    """The first adapter row of a format that runs a cuDNN mode, and the activation it needs for it."""
+    for row in TABLE:
+        if row.format == fmt and row.adapter and not row.refusal and row.source_class.endswith("Cell") == cell_class:
+            for activation, runs in row.modes.items():
+                if runs == mode:
+                    return row, activation
+    raise Unsupported(f"{fmt} has no layer that computes cuDNN's {mode}")
 
 
 def refusal_reason(row: Row, config: Mapping[str, Any]) -> str | None:

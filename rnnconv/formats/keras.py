@@ -25,7 +25,7 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.dtypes import source_dtype_name
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.layouts import (DEFAULT_BIAS_SPLIT, KERAS_ROLES, MATRIX_COLUMNS, check_shapes, classes_of, find_row,
-                             gate_loaders, mode_for, refusal_reason, stored_shapes)
+                             gate_loaders, mode_for, rows_for, stored_shapes)
 from rnnconv.transpose import transposed
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -89,10 +89,6 @@ class KerasFile:
         for closer in reversed(self._closers):
             closer.close()
         self._closers.clear()
-
-    @property
-    def format_name(self) -> str:
-        return FORMAT_NAMES[self.kind]
 
     def layer(self, name: str | None) -> KerasLayer:
         if name is None:
@@ -440,32 +436,19 @@ def _inferred_layer(name: str, tensors: list[dict[str, Any]], names: list[Any]) 
     rec = first["recurrent_matrix"].shape
     if len(rec) != 2 or rec[0] == 0 or rec[1] % rec[0]:
         return None
-    hidden, gates = rec[0], rec[1] // rec[0]
-    bias = first.get("bias")
-    bias_shape = tuple(bias.shape) if bias is not None else None
-    guesses = {
-        (4, (4 * hidden,)): ("LSTM", {}), (4, None): ("LSTM", {"use_bias": False}),
-        (4, (8 * hidden,)): ("CuDNNLSTM", {}),
-        (3, (2, 3 * hidden)): ("GRU", {"reset_after": True}), (3, (3 * hidden,)): ("GRU", {"reset_after": False}),
-        (3, None): ("GRU", {"use_bias": False}), (3, (6 * hidden,)): ("CuDNNGRU", {}),
-        (1, (hidden,)): ("SimpleRNN", {}), (1, None): ("SimpleRNN", {"use_bias": False}),
-    }
-    guess = guesses.get((gates, bias_shape))
-    if guess is None:
-        return None
-    cls, config = guess
-    config = {"units": hidden, **config}
-    names = [n if isinstance(n, dict) else {} for n in names]
-    return KerasLayer(name, cls, config, tensors, names,
-                      wrapper="Bidirectional" if len(tensors) == 2 else None, inferred=True)
+    hidden = rec[0]
+    has_bias = "bias" in first
+    actual = {role: tuple(t.shape) for role, t in first.items()}
+    for row in rows_for("keras"):  # the first Keras row whose stored shapes these are
+        if row.adapter and stored_shapes(row, hidden, actual["input_matrix"][0], hidden, has_bias=has_bias) == actual:
+            config = {"units": hidden, **row.when, "use_bias": has_bias}
+            names = [n if isinstance(n, dict) else {} for n in names]
+            return KerasLayer(name, row.source_class, config, tensors, names,
+                              wrapper="Bidirectional" if len(tensors) == 2 else None, inferred=True)
+    return None
 
 
 # --- to the canonical form -----------------------------------------------------------------
-
-def layer_refusal(layer: KerasLayer) -> str | None:
-    row = find_row("keras", layer.source_class, layer.config)
-    return refusal_reason(row, layer.config)
-
 
 def to_canonical(layer: KerasLayer, source: dict[str, Any], bias_split: str = DEFAULT_BIAS_SPLIT,
                  reader: "TensorReader | None" = None) -> CanonicalRNN:

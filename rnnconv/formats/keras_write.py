@@ -26,11 +26,9 @@ from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.fsutil import atomic_outputs
 from rnnconv.formats.keras import snake_case
-from rnnconv.layouts import assemble_stored, find_row
+from rnnconv.layouts import assemble_stored, row_for_mode
 
 KERAS_VERSION = "3.15.1"  # the version whose file layout this writer follows
-CLASS_OF_MODE = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "SimpleRNN", "rnn_relu": "SimpleRNN"}
-ACTIVATION_OF_MODE = {"rnn_relu": "relu"}
 VARS = ("input_matrix", "recurrent_matrix", "bias")
 
 
@@ -46,14 +44,13 @@ def _keras_name(text: str) -> str:
 
 
 def _layer_config(spec: RNNSpec, name: str) -> dict[str, Any]:
+    """The Keras layer config the table's row for this mode needs (activations, reset_after, ...)."""
+    row, activation = row_for_mode("keras", spec.mode)
     config = {"name": name, "trainable": True, "dtype": _dtype_policy(spec), "return_sequences": True,
               "return_state": False, "go_backwards": False, "stateful": False, "unroll": False,
-              "units": spec.hidden_size, "activation": ACTIVATION_OF_MODE.get(spec.mode, "tanh"),
-              "use_bias": spec.bias}
-    if spec.mode in ("lstm", "gru"):
-        config["recurrent_activation"] = "sigmoid"
-    if spec.mode == "gru":
-        config["reset_after"] = True
+              "units": spec.hidden_size, "activation": activation, "use_bias": spec.bias}
+    config.update({key: allowed[0] for key, allowed in row.requires.items()})
+    config.update(row.when)
     return config
 
 
@@ -77,7 +74,7 @@ def model_config(rnns: list[CanonicalRNN]) -> dict[str, Any]:
         spec = rnn.spec
         for layer in range(spec.num_layers):
             name = layer_name(rnn, layer)
-            cls = CLASS_OF_MODE[spec.mode]
+            cls = row_for_mode("keras", spec.mode)[0].source_class
             config = _layer_config(spec, name)
             n_in = spec.layer_input_size(layer)
             if spec.bidirectional:
@@ -103,7 +100,7 @@ def _write_weights(rnns: list[CanonicalRNN], h5: h5py.File, dtype: str) -> None:
     used: dict[str, int] = {}
     for rnn in rnns:
         spec = rnn.spec
-        row = find_row("keras", CLASS_OF_MODE[spec.mode], {"reset_after": True})
+        row, _ = row_for_mode("keras", spec.mode)
         cls = "bidirectional" if spec.bidirectional else snake_case(row.source_class)
         for layer in range(spec.num_layers):
             index = used.get(cls, 0)
@@ -173,10 +170,11 @@ def loading_snippet(rnns: list[CanonicalRNN], path: Path) -> str:
     for rnn in rnns:
         spec = rnn.spec
         for layer in range(spec.num_layers):
-            cls = CLASS_OF_MODE[spec.mode]
+            row, activation = row_for_mode("keras", spec.mode)
+            cls = row.source_class
             args = [str(spec.hidden_size), "return_sequences=True"] + ([] if spec.bias else ["use_bias=False"])
-            if spec.mode == "rnn_relu":
-                args.append("activation='relu'")
+            if activation != "tanh":
+                args.append(f"activation='{activation}'")
             inner = f"keras.layers.{cls}({', '.join(args)})"
             lines.append(f"    keras.layers.Bidirectional({inner}),"
                          if spec.bidirectional else f"    {inner},")

@@ -26,7 +26,8 @@ from rnnconv.dtypes import ELEMENT_TYPES, decode, element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError
 from rnnconv.formats import safetensors_io
 from rnnconv.fsutil import atomic_outputs, write_array
-from rnnconv.layouts import Row, assemble_stored, check_shapes, find_row, gate_loaders, rows_for, stored_shapes
+from rnnconv.layouts import (Row, assemble_stored, check_shapes, find_row, gate_loaders, row_for_mode, rows_for,
+                             stored_shapes)
 
 PARAM = re.compile(r"^(?P<prefix>(?:.*\.)?)(?P<role>weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)"
                    r"(?:_l(?P<layer>\d+)(?P<reverse>_reverse)?)?$")
@@ -242,8 +243,8 @@ def to_canonical(rnn: TorchRNN, source: dict[str, Any], nonlinearity: str = "tan
             cells[(index, direction)] = gate_loaders(row, hidden, fetch, has_bias, proj=proj)
     notes = []
     if row.cell == "rnn":
-        notes.append(f"{rnn.name}: nonlinearity {nonlinearity} (a state_dict does not store it; "
-                     f"--nonlinearity relu for nn.RNN(nonlinearity='relu'))")
+        notes.append(f"{rnn.name}: nonlinearity {nonlinearity}, from --nonlinearity (default tanh): a state_dict "
+                     f"does not store it")
     if not has_bias:
         notes.append(f"{rnn.name}: bias=False, so every bias slot is zero (as PyTorch gives cuDNN)")
     if rnn.is_cell:
@@ -259,7 +260,7 @@ def _name(rnn: TorchRNN, row: Row, role: str, layer: int | None, direction: int)
 # --- from the canonical form -----------------------------------------------------------------
 
 def torch_class(spec: RNNSpec) -> str:
-    return {"lstm": "LSTM", "gru": "GRU"}.get(spec.mode, "RNN")
+    return row_for_mode("torch", spec.mode)[0].source_class
 
 
 KIND_OF_ROLE = {"input_matrix": "W", "recurrent_matrix": "R", "input_bias": "bW", "recurrent_bias": "bR",
