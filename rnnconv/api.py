@@ -128,6 +128,7 @@ def convert(
     activation: str | None = None,
     recurrent_activation: str | None = None,
     require_stated: bool = False,
+    hash_source: bool = True,
     spec: RNNSpec | None = None,
     source_format: str | None = None,
     progress: Progress | None = None,
@@ -140,6 +141,7 @@ def convert(
     `spec` describes a raw weight space without a sidecar. What a file does not store (an
     nn.RNN's `nonlinearity`, a bare Keras file's `activation` and `recurrent_activation`) is
     taken from these arguments, or assumed and recorded (`require_stated` refuses to assume).
+    `hash_source=False` leaves the source's digest out of the output's description.
     """
     options = ReadOptions(
         layer=layer,
@@ -149,6 +151,7 @@ def convert(
         recurrent_activation=recurrent_activation,
         require_stated=require_stated,
         raw_spec=spec,
+        hash_source=hash_source,
     )
     return _convert(
         Path(source),

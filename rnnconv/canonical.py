@@ -20,6 +20,7 @@ import numpy as np
 from rnnconv.contracts import Provenance, SpecModel
 from rnnconv.dtypes import DTYPES
 from rnnconv.errors import BadInput
+from rnnconv.safeio import digest_placeholder
 from rnnconv.table.apply import assemble_stored
 from rnnconv.table.constants import CUDNN_GATES, CUDNN_MODES, DIRECTIONS, KINDS, MAX_LAYERS, MAX_SIZE
 from rnnconv.table.rows import Row
@@ -155,7 +156,7 @@ class CanonicalRNN:
 
     `param(key)` reads one tensor (as numpy, float32 for bfloat16 and half sources, float64
     for float64) when it is asked for; `arrays()` reads them all. `source` says where the RNN
-    came from; `digest` is the source file's sha256, still being computed on another core.
+    came from; `digest` is the source file's digest, still being computed on another core.
     """
 
     name: str
@@ -183,11 +184,11 @@ class CanonicalRNN:
         return {key: self.param(key) for key in self.spec.param_keys()}
 
     def provenance(self, wait: bool = True) -> Provenance:
-        """`source` with the sha256 filled in (or, not waiting for it, a same-length placeholder)."""
+        """`source` with the digest filled in (or, not waiting for it, a same-length placeholder)."""
         if self.digest is None:
             return self.source
-        digest = self.digest.result() if wait or self.digest.done() else "0" * 64
-        return self.source.model_copy(update={"sha256": digest})
+        digest = self.digest.result() if wait or self.digest.done() else digest_placeholder()
+        return self.source.model_copy(update={"digest": digest})
 
     @classmethod
     def from_cell_loaders(

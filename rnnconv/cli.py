@@ -101,6 +101,7 @@ def run_conversion(values: dict[str, Any], to: str | None, source_format: str | 
             activation=values.get("activation"),
             recurrent_activation=values.get("recurrent_activation"),
             require_stated=values["require_stated"],
+            hash_source=not values["no_hash"],
             source_format=source_format,
             progress=progress,
         )

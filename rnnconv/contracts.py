@@ -21,7 +21,8 @@ from rnnconv.table.constants import CUDNN_MODES, DIRECTIONS, KINDS, MAX_LAYERS, 
 
 SIDECAR_FORMAT: Final = "rnnconv.cudnn-weight-space"
 # Version 1: rnnconv 0.1 (no schema_version field). Version 2: the typed model, source.format names the file kind.
-SIDECAR_SCHEMA_VERSION = 2
+# Version 3: source.digest ("ALGORITHM:HEX") instead of source.sha256.
+SIDECAR_SCHEMA_VERSION = 3
 REPORT_SCHEMA_VERSION = 1
 
 # error / backend-missing: verify could not run (exit 2 / 3); a report asked for is still written, saying why.
@@ -86,7 +87,8 @@ class Provenance(Contract):
 
     path: str | None = None
     format: str | None = None  # the file's kind: keras-h5, keras-archive, torch, cudnn-bin, ...
-    sha256: str | None = None
+    digest: str | None = None  # "blake3:HEX" (or "sha256:HEX") of the source file; None: --no-hash
+    sha256: str | None = None  # what schema 2 recorded instead of `digest`
     name: str | None = None  # an RNN's name inside a blob source
     layer: str | None = None
     layer_class: str | None = Field(None, alias="class")

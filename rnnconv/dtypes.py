@@ -71,3 +71,15 @@ def source_dtype_name(dtype: np.dtype) -> str:
     if dtype.name == "bfloat16":  # ml_dtypes, when a framework hands one over
         return "bfloat16"
     raise BadInput(f"weights of type {dtype} are not floating point numbers rnnconv can convert")
+
+
+def count_non_finite(values: np.ndarray) -> int:
+    """How many NaN or Inf values an array holds (floats of any width)."""
+    # One sum first: IEEE arithmetic carries any NaN or Inf into it, and summing is several times
+    # faster than classifying every value; only a non-finite sum (or an overflow) needs the count.
+    accumulate = np.float64 if values.dtype == np.float64 else np.float32
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.add.reduce(values, axis=None, dtype=accumulate) if values.size else 0.0
+    if np.isfinite(total):
+        return 0
+    return int(values.size - np.count_nonzero(np.isfinite(values)))

@@ -109,6 +109,14 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
     "bidirectional": (bool, False, ("--bidirectional",), "Raw blob: two directions.", {}),
     "proj_size": (int, 0, ("--proj-size",), "Raw blob: LSTM projection size (0: none).", {"min": 0}),
     "force": (bool, False, ("--force",), "Replace existing output files.", {}),
+    "no_hash": (
+        bool,
+        False,
+        ("--no-hash",),
+        "Do not record the source's digest (blake3) in the output's description; verify then cannot tell "
+        "whether the source changed since.",
+        {},
+    ),
     "json": (bool, False, ("--json",), "Print the result as JSON on stdout.", {}),
     "quiet": (bool, False, ("-q", "--quiet"), "Print only warnings and errors (and verify's verdict).", {}),
     "verbose": (bool, False, ("-v", "--verbose"), "Say more: where things came from, every step's error.", {}),
@@ -185,7 +193,7 @@ def source_options(fmt: str) -> list[str]:
     return names
 
 
-CONVERSION_TAIL = ["force", "require_stated", *COMMON]  # what every conversion command ends with
+CONVERSION_TAIL = ["force", "no_hash", "require_stated", *COMMON]  # what every conversion command ends with
 VERIFY_OPTIONS = [
     "against",
     "layer",

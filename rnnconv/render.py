@@ -104,7 +104,11 @@ def conversion(result: ConversionResult, as_json: bool, quiet: bool, verbose: bo
             source = rnn.source
             where = ", ".join(
                 f"{k} {v}"
-                for k, v in (("kind", source.format), ("layer", source.layer), ("sha256", source.sha256))
+                for k, v in (
+                    ("kind", source.format),
+                    ("layer", source.layer),
+                    ("digest", source.digest or source.sha256),
+                )
                 if v
             )
             out.print(f"  from {escape(source.path or '')} ({escape(where)})")

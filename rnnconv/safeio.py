@@ -5,8 +5,10 @@ claims is checked against what it holds. Output: every file is written to a temp
 final one and put in place only when all is well. No existing file is replaced without `force` (the final
 name is created by a hard link, which fails when the name exists, so two writers racing for one output
 cannot both win), nothing is committed while a guard objects (the source changed while it was read, a
-stored checksum does not match), and on any error or signal the temporaries go. Temporaries are named
-`.NAME.rnnconv-PID-*.part`; one left by a killed process is removed by the next run that writes there.
+stored checksum does not match), and on any error or signal the temporaries go. A temporary is the file
+NAME inside a private folder `.NAME.rnnconv-PID-*.part` beside the output, made by the writer itself: a file
+created new, not one truncated on opening, which ext4 would flush to disk when closed. One left by a
+killed process is removed by the next run that writes there.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import contextvars
 import errno
 import hashlib
 import json
+import mmap
 import os
+import shutil
 import signal
 import stat
 import tempfile
@@ -37,7 +41,7 @@ SIDECAR_SUFFIX = ".json"  # X.bin's sidecar is X.bin.json: an output must never 
 Guard = Callable[[], None]  # raises when outputs must not be committed
 _GUARDS: contextvars.ContextVar[tuple[Guard, ...]] = contextvars.ContextVar("rnnconv_guards", default=())
 _SOURCES: contextvars.ContextVar[tuple[Path, ...]] = contextvars.ContextVar("rnnconv_sources", default=())
-LIVE_TEMPS: set[Path] = set()  # for a signal handler that must clean up before the process ends
+LIVE_TEMPS: set[Path] = set()  # temporary folders, for a signal handler that must clean up before the process ends
 
 
 # --- input ---------------------------------------------------------------------------------------------
@@ -142,8 +146,16 @@ def _remove_stale_temps(path: Path) -> None:
     for temp in parent.glob(f".{path.name}{TEMP_TAG}*{TEMP_SUFFIX}"):
         pid_text = temp.name[len(f".{path.name}{TEMP_TAG}") :].split("-")[0]
         if pid_text.isdigit() and int(pid_text) != os.getpid() and not _alive(int(pid_text)):
-            with contextlib.suppress(OSError):
-                temp.unlink()
+            _remove_temp(temp)
+
+
+def _remove_temp(temp: Path) -> None:
+    """A temporary folder and what it holds (or a temporary file, as rnnconv before 0.6 made them)."""
+    with contextlib.suppress(OSError):
+        if temp.is_dir() and not temp.is_symlink():
+            shutil.rmtree(temp)
+        else:
+            temp.unlink()
 
 
 def _alive(pid: int) -> bool:
@@ -183,20 +195,22 @@ def atomic_outputs(paths: list[Path], force: bool) -> Iterator[list[Path]]:
     implies its sidecar); if it cannot be, the others are taken back.
     """
     check_writable(paths, force)
+    folders: list[Path] = []
     temps: list[Path] = []
     committed: list[Path] = []
     try:
         for path in paths:
             _remove_stale_temps(path)
-            fd, name = tempfile.mkstemp(
-                prefix=f".{path.name}{TEMP_TAG}{os.getpid()}-",
-                suffix=TEMP_SUFFIX,
-                dir=path.parent if str(path.parent) else ".",
+            folder = Path(
+                tempfile.mkdtemp(  # private (0700): nobody can put a file or link at the name meanwhile
+                    prefix=f".{path.name}{TEMP_TAG}{os.getpid()}-",
+                    suffix=TEMP_SUFFIX,
+                    dir=path.parent if str(path.parent) else ".",
+                )
             )
-            os.close(fd)
-            os.chmod(name, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual mode
-            temps.append(Path(name))
-            LIVE_TEMPS.add(Path(name))
+            folders.append(folder)
+            LIVE_TEMPS.add(folder)
+            temps.append(folder / path.name)
         try:
             yield temps
         except OSError as exc:  # name the output, never the temporary
@@ -213,10 +227,9 @@ def atomic_outputs(paths: list[Path], force: bool) -> Iterator[list[Path]]:
                     path.unlink()
         raise
     finally:
-        for temp in temps:
-            LIVE_TEMPS.discard(temp)
-            with contextlib.suppress(FileNotFoundError):
-                temp.unlink()
+        for folder in folders:
+            LIVE_TEMPS.discard(folder)
+            _remove_temp(folder)
 
 
 def _reason(exc: OSError) -> str:
@@ -228,43 +241,131 @@ def _reason(exc: OSError) -> str:
 def remove_live_temps() -> None:
     """Remove every temporary still being written (from a signal handler, before the process ends)."""
     for temp in list(LIVE_TEMPS):
-        with contextlib.suppress(OSError):
-            temp.unlink()
+        _remove_temp(temp)
 
 
 def write_array(f: BinaryIO, array: np.ndarray) -> list[str]:
-    """An array's bytes, C order, at the file's position, without an intermediate copy when contiguous."""
-    f.write(np.ascontiguousarray(array).data.cast("B"))
+    """An array's bytes, C order, at the file's position, without an intermediate copy when contiguous.
+
+    Bytes that are a memory-mapped file's, unchanged (a PyTorch storage, a blob's tensors), are copied
+    file to file inside the kernel, never through this process's memory.
+    """
+    place = mapped_place(array)
+    if place is None or not _kernel_copy(place[0], place[1], array.nbytes, f):
+        f.write(np.ascontiguousarray(array).data.cast("B"))
     return []
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def mapped_place(array: np.ndarray) -> tuple[str, int] | None:
+    """(file, byte offset) of a C-contiguous array that is a view of a read-only np.memmap; None otherwise."""
+    if not array.flags.c_contiguous or array.flags.writeable or array.nbytes == 0:
+        return None
+    root: Any = array
+    while root is not None and not (isinstance(root, np.memmap) and isinstance(root.base, mmap.mmap)):
+        root = root.base
+    if root is None or root.filename is None:
+        return None
+    return str(root.filename), root.offset + (array.ctypes.data - root.ctypes.data)
 
 
-def sha256_of(path: Path, chunk: int = 1 << 24) -> str:
+def _kernel_copy(source: str, offset: int, size: int, f: BinaryIO) -> bool:
+    """Copy `size` bytes of `source` from `offset` to `f`'s position; False when the kernel cannot (nothing written)."""
+    f.flush()
+    position = f.tell()
+    done = 0
+    with open(source, "rb", buffering=0) as src:
+        for copy in _KERNEL_COPIES:
+            try:
+                while done < size:
+                    n = copy(src.fileno(), f.fileno(), offset + done, position + done, size - done)
+                    if n == 0:
+                        raise BadInput(f"{source} ended while it was being read (truncated meanwhile)")
+                    done += n
+            except OSError as exc:
+                if done or exc.errno not in _NO_KERNEL_COPY:
+                    raise
+                continue
+            f.seek(position + size)
+            return True
+    return False
+
+
+def _copy_file_range(src: int, dst: int, offset: int, position: int, size: int) -> int:
+    return os.copy_file_range(src, dst, min(size, 1 << 30), offset, position)
+
+
+def _sendfile(src: int, dst: int, offset: int, position: int, size: int) -> int:
+    os.lseek(dst, position, os.SEEK_SET)  # sendfile writes at the output's position
+    return os.sendfile(dst, src, offset, min(size, 1 << 30))
+
+
+# In-kernel copies, best first, where this Python and OS have them; errors that mean "not here" try the next.
+_KERNEL_COPIES = [
+    c for c, name in ((_copy_file_range, "copy_file_range"), (_sendfile, "sendfile")) if hasattr(os, name)
+]
+_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF, errno.EPERM}
+
+
+def _blake3() -> Any:
+    try:
+        import blake3
+    except ImportError:  # a platform without its wheel: sha256 then, and the digest says which
+        return None
+    return blake3
+
+
+# The source's digest, recorded as "ALGORITHM:HEX" in every sidecar. blake3 hashes the file from its
+# mapped pages at several GB/s on one core, so the digest no longer sets a conversion's speed.
+DIGEST_ALGORITHM = "blake3" if _blake3() else "sha256"
+DIGEST_ALGORITHMS = ("blake3", "sha256")
+DIGEST_WINDOW = 64 << 20  # bytes, a multiple of the page size
+
+
+def digest_of(path: Path, algorithm: str = DIGEST_ALGORITHM) -> str:
+    """`algorithm:hex` of the file's bytes (one thread: the conversion has the other core)."""
+    if algorithm == "blake3":
+        hasher = _blake3().blake3(max_threads=1)
+        with open(path, "rb", buffering=0) as f:
+            size, offset = os.fstat(f.fileno()).st_size, 0
+            while offset < size:  # mapped a window at a time: the whole file mapped would count in the RSS
+                length = min(DIGEST_WINDOW, size - offset)
+                with mmap.mmap(f.fileno(), length, offset=offset, access=mmap.ACCESS_READ) as window:
+                    hasher.update(window)
+                offset += length
+        return f"blake3:{hasher.hexdigest()}"
     digest = hashlib.sha256()
-    buffer = bytearray(chunk)
+    buffer = bytearray(1 << 24)
     view = memoryview(buffer)
     with open(path, "rb", buffering=0) as f:
         while n := f.readinto(buffer):
             digest.update(view[:n])  # hashlib releases the GIL on large buffers
-    return digest.hexdigest()
+    return f"sha256:{digest.hexdigest()}"
+
+
+def digest_placeholder() -> str:
+    """A digest of the final one's length, for a header sized before the digest is known."""
+    return f"{DIGEST_ALGORITHM}:{'0' * 64}"
+
+
+def digest_differs(path: Path, recorded: str) -> bool | None:
+    """Whether the file's digest differs from `recorded` ("ALGORITHM:HEX"); None when it cannot be computed here."""
+    algorithm, _, _ = recorded.partition(":")
+    if algorithm not in DIGEST_ALGORITHMS or (algorithm == "blake3" and _blake3() is None):
+        return None
+    return digest_of(path, algorithm) != recorded
 
 
 _HASHER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rnnconv-background")
 
 
 def in_background(work: Callable[[], str]) -> concurrent.futures.Future[str]:
-    """Work (a hash, a checksum) done on another core while the conversion reads and writes."""
+    """Work (a digest, a checksum) done on another core while the conversion reads and writes."""
     return _HASHER.submit(work)
 
 
-def sha256_in_background(path: Path) -> concurrent.futures.Future[str]:
-    """The file's sha256, computed on another core while the conversion reads and writes."""
-    return in_background(lambda: sha256_of(path))
+def digest_in_background(path: Path) -> concurrent.futures.Future[str]:
+    """The file's digest, computed on another core while the conversion reads and writes."""
+    return in_background(lambda: digest_of(path))
 
 
 def within(seconds: float, work: Callable[[], None], stuck: str) -> None:

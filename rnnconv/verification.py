@@ -24,11 +24,12 @@ from rnnconv.compare import compare, make_inputs, tolerance
 from rnnconv.contracts import Check, InputsInfo, Provenance, Report, SourceRun, dump
 from rnnconv.cudnn.backend import LayoutMismatch
 from rnnconv.diagnose import diagnose
+from rnnconv.dtypes import count_non_finite
 from rnnconv.engines import select_engine
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError
 from rnnconv.formats import registry
 from rnnconv.formats.cudnn import Blob, open_blobs, pick_blob, write_relayout
-from rnnconv.safeio import atomic_outputs, regular_file, sha256_of
+from rnnconv.safeio import atomic_outputs, digest_differs, regular_file
 from rnnconv.table.constants import CUDNN_MODES, DIRECTION
 from rnnconv.version import __version__
 from rnnconv.weightspace import REPORTED_LAYOUT_NAME, regions
@@ -78,7 +79,7 @@ def structural_checks(blob: Blob) -> tuple[list[Check], list[str]]:
     chunk = 1 << 22
     for start in range(0, blob.words.size, chunk):
         values = blob.decoded(start, start + chunk)
-        nonfinite += int(values.size - np.count_nonzero(np.isfinite(values)))
+        nonfinite += count_non_finite(values)
     checks.append(
         Check(
             check="finite values",
@@ -174,10 +175,7 @@ def verify(path: Path, options: VerifyOptions | None = None) -> Report:
         return report
     if why:
         report.warnings.append(why)
-    if source.sha256 and options.against is None and sha256_of(source_path) != source.sha256:
-        report.warnings.append(
-            f"{source_path} changed since the blob was made (sha256 differs); comparing with the file as it is now"
-        )
+    report.warnings += source_changed(source, source_path) if options.against is None else []
     fmt = _source_format(source_path, source, options.against is not None)
     if options.against is not None:
         source = fmt.resolve(options.against, source, options.layer)
@@ -227,6 +225,23 @@ def write_report(report: Report, path: Path, force: bool = False) -> None:
     """The report as JSON (atomically; an existing file is replaced only with `force`)."""
     with atomic_outputs([path], force) as (tmp,):
         tmp.write_text(json.dumps(dump(report), indent=1) + "\n")
+
+
+def source_changed(source: Provenance, path: Path) -> list[str]:
+    """Warnings when the source named by the blob changed since it was converted, or when that cannot be told."""
+    recorded = source.digest or (f"sha256:{source.sha256}" if source.sha256 else None)
+    if recorded is None:
+        return [f"the blob records no digest of {path} (converted with --no-hash), so a change since cannot be told"]
+    differs = digest_differs(path, recorded)
+    algorithm = recorded.partition(":")[0]
+    if differs is None:
+        return [
+            f"the blob records a {algorithm} digest of {path}, which this installation cannot compute "
+            "(pip install blake3)"
+        ]
+    if differs:
+        return [f"{path} changed since the blob was made ({algorithm} differs); comparing with the file as it is now"]
+    return []
 
 
 def find_source(blob: Path, source: Provenance) -> tuple[Path | None, str]:

@@ -39,7 +39,8 @@ def test_single_layer_file_converts_with_no_flags(tmp_path):
     ) == ("lstm", 5, 7, 1, False, 0, "double", "float32")
     assert doc["layout"]["name"] == "cudnn-flat" and doc["layout"]["version"] == 1
     assert doc["source"]["format"] == "keras-archive" and doc["source"]["layer"] == "lstm"
-    assert len(doc["source"]["sha256"]) == 64 and doc["rnnconv_version"]
+    assert doc["source"]["digest"].startswith("blake3:") and len(doc["source"]["digest"]) == 7 + 64
+    assert doc["rnnconv_version"]
     assert blob.stat().st_size == doc["weight_space"]["bytes"] == 4 * 4 * 7 * (5 + 7 + 2)
     # the tensor table covers the blob exactly, without gaps or overlaps
     ends = sorted((t["offset_bytes"], t["offset_bytes"] + 4 * int(np.prod(t["shape"]))) for t in doc["tensors"])

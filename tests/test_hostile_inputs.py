@@ -557,7 +557,9 @@ app(["convert", {str(TORCH / "rnn_tanh.pt")!r}, {str(out)!r}])
     assert "terminated; no output was left behind" in run.stderr.read()
     assert not list(tmp_path.iterdir())
     stale = tmp_path / f".out.bin.rnnconv-{2**22 + 12345}-abc.part"  # a pid no process has
-    stale.write_bytes(b"half")
+    stale.mkdir()
+    (stale / "out.bin").write_bytes(b"half")
+    (tmp_path / f".out.bin.json.rnnconv-{2**22 + 12346}-abc.part").write_bytes(b"{")  # as rnnconv 0.5 left them
     assert run_cli("convert", TORCH / "rnn_tanh.pt", out).returncode == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin", "out.bin.json"]
 

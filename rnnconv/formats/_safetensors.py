@@ -62,7 +62,7 @@ def write(
     warnings: dict[str, list[str]] = {e.name: [] for e in entries}
     with atomic_outputs([path], force) as (tmp,):
         reserved = _header_bytes(metadata(warnings), header, HEADER_SLACK)
-        with open(tmp, "r+b") as f:
+        with open(tmp, "wb") as f:
             f.seek(8 + len(reserved))
             for entry in entries:  # in offset order: the data is written front to back, once
                 warnings[entry.name] = entry.write(f)

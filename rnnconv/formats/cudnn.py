@@ -37,7 +37,7 @@ from rnnconv.contracts import (
     dump,
     parse,
 )
-from rnnconv.dtypes import ElementType, decode, element_type, encode
+from rnnconv.dtypes import ElementType, count_non_finite, decode, element_type, encode
 from rnnconv.errors import BadInput, no_such_rnn
 from rnnconv.formats import _safetensors, registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
@@ -111,8 +111,8 @@ def write_weight_space(
     warnings = []
     for region in regions(rnn.spec):
         block = rnn.param(region.key)
-        if not np.isfinite(block).all():
-            bad = int(np.size(block) - np.count_nonzero(np.isfinite(block)))
+        bad = count_non_finite(block)
+        if bad:
             warnings.append(f"{rnn.name}: {region.key.label} holds {bad} NaN or Inf value(s)")
         write_array(f, encode(block, etype))
         if progress:
@@ -326,7 +326,7 @@ def write_relayout(
         tensors=tensors,
     )
     with atomic_outputs([path, sidecar_path(path)], force) as (blob_tmp, side_tmp):
-        with open(blob_tmp, "r+b") as f:
+        with open(blob_tmp, "wb") as f:
             f.truncate(total_bytes)
         out = np.memmap(blob_tmp, dtype=blob.etype.storage, mode="r+", shape=(total_bytes // itemsize,))
         for region in blob.places.values():

@@ -30,7 +30,7 @@ from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
-from rnnconv.safeio import atomic_outputs, regular_file, sha256_in_background
+from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file
 from rnnconv.table.apply import find_row, gate_loaders, mode_for, row_for_mode
 from rnnconv.table.constants import (
     CUDNN_GATES,
@@ -657,7 +657,7 @@ class OnnxFormat(Format):
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
         file = OnnxFile.load(path)
         info = Provenance(path=str(path.resolve()), format="onnx")
-        digest = sha256_in_background(path)
+        digest = digest_in_background(path) if options.hash_source else None
         rnns, skipped = [], []
         chains = file.choose(options.layer, options.take_all)
         for chain in chains:

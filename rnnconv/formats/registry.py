@@ -59,6 +59,7 @@ class ReadOptions:
     require_stated: bool = False  # refuse to assume any of them
     raw_spec: RNNSpec | None = None  # a raw weight space without a sidecar
     take_all: bool = False  # every RNN in the file, for outputs that hold several
+    hash_source: bool = True  # record the source's digest in the provenance (--no-hash: don't)
 
 
 @dataclass

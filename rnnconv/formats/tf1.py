@@ -35,7 +35,7 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, convert_each, register
-from rnnconv.safeio import regular_file, sha256_in_background
+from rnnconv.safeio import digest_in_background, regular_file
 from rnnconv.table.apply import check_shapes, gate_loaders, nonlinearity_mode, rows_for, stored_shapes
 from rnnconv.table.constants import (
     ELEMENT_TYPE_CODES,
@@ -525,7 +525,7 @@ class TF1Format(Format):
         several = options.take_all and options.layer is None and len(rnns) > 1
         chosen = rnns if several else choose(rnns, opaque_only, options.layer, checkpoint.index)
         info = Provenance(path=str(checkpoint.index.resolve()), format=KIND)
-        digest = sha256_in_background(checkpoint.index)
+        digest = digest_in_background(checkpoint.index) if options.hash_source else None
 
         def canonical(rnn: TF1RNN) -> CanonicalRNN:
             converted = to_canonical(checkpoint, rnn, info, options)

@@ -28,7 +28,7 @@ from rnnconv.formats.registry import (
     convert_each,
     register,
 )
-from rnnconv.safeio import sha256_in_background
+from rnnconv.safeio import digest_in_background
 from rnnconv.table.formats import FORMAT_INFO
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class KerasFormat(Format):
                 keras_version=versions.get("keras_version"),
                 backend=versions.get("backend"),
             )
-            digest = sha256_in_background(path)
+            digest = digest_in_background(path) if options.hash_source else None
 
             stated = {"activation": options.activation, "recurrent_activation": options.recurrent_activation}
             defaults = old_defaults(versions.get("keras_version")) if keras_file.config is None else None

@@ -18,7 +18,7 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.errors import RnnconvError
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, convert_each, register
-from rnnconv.safeio import sha256_in_background
+from rnnconv.safeio import digest_in_background
 from rnnconv.table.formats import FORMAT_INFO
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class TorchFormat(Format):
 
         found = find_rnns(load_state_dict(path))
         info = Provenance(path=str(path.resolve()), format=_kind(path))
-        digest = sha256_in_background(path)
+        digest = digest_in_background(path) if options.hash_source else None
         several = options.take_all and options.layer is None and len(found) > 1
         chosen = found if several else [pick(found, options.layer, path)]
 

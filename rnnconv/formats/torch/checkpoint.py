@@ -12,7 +12,6 @@ hostile file can name no byte outside it.
 from __future__ import annotations
 
 import io
-import mmap
 import pickle
 import zipfile
 from collections import Counter, OrderedDict
@@ -259,13 +258,13 @@ def read_zip(path: Path) -> ZipCheckpoint:
                 start = _zip.stored_start(path, member, size)
                 if file_map is None:
                     file_map = _map(path)
-                words = np.frombuffer(file_map, dtype, numel, start) if numel else np.zeros(0, dtype)
+                words = file_map[start : start + numel * dtype.itemsize].view(dtype) if numel else np.zeros(0, dtype)
             else:
                 words = np.frombuffer(_zip.read_member(archive, member.filename, path), dtype, numel)
             storages[key] = words
     return ZipCheckpoint(path, root, storages)
 
 
-def _map(path: Path) -> mmap.mmap:
-    with open(path, "rb") as f:
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+def _map(path: Path) -> np.memmap:
+    # np.memmap, not mmap: the views of it know their file, so unchanged bytes are copied in the kernel
+    return np.memmap(path, dtype=np.uint8, mode="r")

@@ -1,0 +1,179 @@
+"""The speed paths give the same bytes as the plain ones: kernel copies, the source digest, the NaN scan."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import blake3
+import numpy as np
+import pytest
+import torch
+from conftest import FIXTURES, run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rnnconv import api, safeio
+from rnnconv.dtypes import count_non_finite
+from rnnconv.formats import cudnn
+
+TORCH = FIXTURES / "torch"
+
+
+@pytest.fixture
+def copies(monkeypatch):
+    """Count the kernel copies a conversion makes (and the bytes they move)."""
+    moved: list[int] = []
+    real = os.copy_file_range
+
+    def counted(src, dst, count, offset_src=None, offset_dst=None):
+        n = real(src, dst, count, offset_src, offset_dst)
+        moved.append(n)
+        return n
+
+    monkeypatch.setattr(os, "copy_file_range", counted)
+    return moved
+
+
+def plain_blob(source: Path, out: Path, monkeypatch, **options) -> bytes:
+    """The blob written with every byte going through this process (no kernel copy)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(safeio, "_KERNEL_COPIES", [])
+        api.convert(source, out, **options)
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize("name", ["seq2seq.pt", "lstm_proj.pt", "dataparallel_gru.pth", "rnn_relu.safetensors"])
+def test_a_pytorch_source_is_copied_in_the_kernel_byte_for_byte(name, tmp_path, copies, monkeypatch):
+    source = TORCH / name
+    layer = "encoder.rnn" if name == "seq2seq.pt" else None
+    result = api.convert(source, tmp_path / "fast.bin", layer=layer)
+    spec = result.rnns[0].spec
+    gates = {"lstm": 4, "gru": 3}.get(spec.mode, 1)
+    weight_bytes = 4 * gates * spec.hidden_size * (spec.input_size + spec.hidden_size)  # first layer's W and R
+    assert sum(copies) >= weight_bytes  # the matrices, at least, never passed through user space
+    plain = plain_blob(source, tmp_path / "plain.bin", monkeypatch, layer=layer)
+    assert (tmp_path / "fast.bin").read_bytes() == plain
+    if source.suffix != ".safetensors":  # and the bytes are torch's own, not just equal to another path of ours
+        first = first_input_matrix(torch.load(source, weights_only=True), layer or "")
+        assert plain[: first.numel() * 4] == first.numpy().tobytes()
+
+
+def first_input_matrix(state: dict, prefix: str) -> torch.Tensor:
+    """weight_ih_l0 of the RNN under `prefix`, in a state_dict that may be nested in a checkpoint dict."""
+    for key, value in state.items():
+        if isinstance(value, dict):
+            return first_input_matrix(value, prefix)
+        if key.endswith(f"{prefix}.weight_ih_l0".lstrip(".")):
+            return value
+    raise KeyError(prefix)
+
+
+def test_a_blob_is_copied_in_the_kernel_into_safetensors(tmp_path, copies):
+    blob = tmp_path / "m.bin"
+    api.convert(TORCH / "lstm_proj.pt", blob)
+    copies.clear()
+    api.convert(blob, tmp_path / "m.safetensors")
+    (words,) = [b.words for b in cudnn.open_safetensors(tmp_path / "m.safetensors")]
+    assert np.asarray(words).tobytes() == blob.read_bytes()
+    assert sum(copies) == blob.stat().st_size
+
+
+def test_a_changed_element_type_is_converted_not_copied(tmp_path, copies):
+    api.convert(TORCH / "seq2seq.pt", tmp_path / "half.bin", layer="encoder.rnn", dtype="float16")
+    assert copies == []
+    blob = cudnn.open_bin(tmp_path / "half.bin")
+    state = torch.load(TORCH / "seq2seq.pt", weights_only=True)
+    first = first_input_matrix(state, "encoder.rnn").numpy().astype(np.float16).ravel()
+    assert np.array_equal(np.asarray(blob.words[: first.size]), first)
+
+
+@pytest.mark.parametrize("failure", [errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP])
+def test_a_kernel_that_cannot_copy_falls_back_to_sendfile_then_writes(failure, tmp_path, monkeypatch):
+    plain = plain_blob(TORCH / "rnn_tanh.pt", tmp_path / "plain.bin", monkeypatch)
+
+    def refuse(*args):
+        raise OSError(failure, os.strerror(failure))
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    api.convert(TORCH / "rnn_tanh.pt", tmp_path / "sendfile.bin")
+    assert (tmp_path / "sendfile.bin").read_bytes() == plain
+    monkeypatch.setattr(os, "sendfile", refuse)
+    api.convert(TORCH / "rnn_tanh.pt", tmp_path / "written.bin")
+    assert (tmp_path / "written.bin").read_bytes() == plain
+
+
+def test_only_unchanged_read_only_mapped_bytes_have_a_place_in_a_file(tmp_path):
+    path = tmp_path / "data"
+    path.write_bytes(np.arange(64, dtype=np.float32).tobytes())
+    mapped = np.memmap(path, dtype=np.uint8, mode="r")
+    view = mapped[40:104].view(np.float32).reshape(4, 4)
+    assert safeio.mapped_place(view) == (str(path), 40)
+    assert safeio.mapped_place(np.asarray(view)[1:]) == (str(path), 56)  # a plain ndarray view still counts
+    assert safeio.mapped_place(view.T) is None  # not in C order
+    assert safeio.mapped_place(np.array(view)) is None  # a copy
+    assert safeio.mapped_place(np.memmap(path, dtype=np.float32, mode="r+")) is None  # may differ from the file
+    assert safeio.mapped_place(np.memmap(path, dtype=np.float32, mode="c")) is None
+
+
+def test_the_digest_is_blake3_of_the_source_and_no_hash_leaves_it_out(tmp_path):
+    source = TORCH / "rnn_tanh.pt"
+    api.convert(source, tmp_path / "a.bin")
+    doc = json.loads((tmp_path / "a.bin.json").read_text())
+    assert doc["schema_version"] == 3
+    assert doc["source"]["digest"] == "blake3:" + blake3.blake3(source.read_bytes()).hexdigest()
+    assert "sha256" not in doc["source"]
+    result = run_cli("torch-to-cudnn", source, "-o", tmp_path / "b.bin", "--no-hash")
+    assert result.returncode == 0, result.stderr
+    assert "digest" not in json.loads((tmp_path / "b.bin.json").read_text())["source"]
+    report = api.verify(tmp_path / "b.bin", backend="numpy")
+    assert report.verdict == "match"
+    assert any("records no digest" in w and "--no-hash" in w for w in report.warnings)
+
+
+def test_a_schema_2_sidecar_with_sha256_still_tells_a_changed_source(tmp_path):
+    source = tmp_path / "rnn.pt"
+    source.write_bytes((TORCH / "rnn_tanh.pt").read_bytes())
+    api.convert(source, tmp_path / "a.bin")
+    side = tmp_path / "a.bin.json"
+    doc = json.loads(side.read_text())
+    doc["schema_version"] = 2
+    digest = doc["source"].pop("digest")
+    doc["source"]["sha256"] = safeio.digest_of(source, "sha256").removeprefix("sha256:")
+    side.write_text(json.dumps(doc))
+    assert digest.startswith("blake3:")
+    assert api.verify(tmp_path / "a.bin", backend="numpy").warnings == []
+    state = torch.load(source, weights_only=True)
+    state["bias_hh_l0"][0] += 1
+    torch.save(state, source)
+    report = api.verify(tmp_path / "a.bin", backend="numpy")
+    assert any("changed since the blob was made (sha256 differs)" in w for w in report.warnings)
+    assert report.verdict == "mismatch"
+
+
+@pytest.mark.parametrize("size", [0, 1, safeio.DIGEST_WINDOW + 3])
+def test_the_digest_of_any_size_is_blake3_of_the_bytes(size, tmp_path):
+    path = tmp_path / "data"
+    path.write_bytes(np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes())
+    assert safeio.digest_of(path) == "blake3:" + blake3.blake3(path.read_bytes()).hexdigest()
+    assert safeio.digest_differs(path, safeio.digest_of(path, "sha256")) is False
+    assert safeio.digest_differs(path, "md5:" + "0" * 32) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+    size=st.integers(0, 300),
+    specials=st.lists(st.tuples(st.integers(0, 299), st.sampled_from([np.nan, np.inf, -np.inf])), max_size=5),
+    scale=st.sampled_from([1.0, 1e4, 6e4, 1e30, 3e38, 1e300]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_non_finite_count_is_exact(dtype, size, specials, scale, seed):
+    with np.errstate(over="ignore"):
+        values = (np.random.default_rng(seed).standard_normal(size) * scale).astype(dtype)
+    for index, value in specials:
+        if index < size:
+            values[index] = value
+    assert count_non_finite(values) == size - np.count_nonzero(np.isfinite(values))
