@@ -37,7 +37,7 @@ class Mismatch(RnnconvError):
 
 
 def did_you_mean(asked: str, known: list[str]) -> str:
-    """"did you mean 'a' or 'b'? " for the known names closest to a wrong one (case aside), or ""."""
+    """The hint `did you mean 'a' or 'b'? ` naming the known names closest to a wrong one (case aside), or ''."""
     by_case = {name.lower(): name for name in known}
     close = difflib.get_close_matches(asked.lower(), list(by_case), n=2, cutoff=0.5)
     return f"did you mean {' or '.join(repr(by_case[c]) for c in close)}? " if close else ""

@@ -85,10 +85,11 @@ def explain(console: Console, words: list[str | None], **values: Any) -> None:
         values[k] for k in ("from_format", "to", "mode", "svg", "html", "input_size", "hidden_size")
     )
     if not wants_picture:
-        return explain_rows(console, fmt, layer_class, values["bias_split"], values["json"], values["verbose"])
-    if source and (fmt or layer_class):
+        explain_rows(console, fmt, layer_class, values["bias_split"], values["json"], values["verbose"])
+    elif source and (fmt or layer_class):
         raise BadInput("a file says its own format and class; name the file alone (and --layer)")
-    draw(console, source, fmt, layer_class, **values)
+    else:
+        draw(console, source, fmt, layer_class, **values)
 
 
 # --- text ------------------------------------------------------------------------------------------

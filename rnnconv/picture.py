@@ -11,7 +11,7 @@ exactly, and the decoding checks itself.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,7 +255,7 @@ def picture(
     def with_values(cells: np.ndarray, numbers: np.ndarray) -> np.ndarray:
         return np.vectorize(lambda c, v: Cell(f"{v:.3f}", c.colour), otypes=[object])(cells, numbers)
 
-    sides = []
+    sides: list[RenderableType] = []
     for title, tensors, numbers in (
         (mapping.source.title, mapping.source_tensors, values[0] if values else None),
         (mapping.target.title, mapping.target_tensors, values[1] if values else None),
@@ -288,7 +288,7 @@ def picture(
 class _Pair:
     """The two sides next to each other where the console is wide enough, else one above the other."""
 
-    def __init__(self, sides: list[RenderableType]):
+    def __init__(self, sides: Sequence[RenderableType]):
         self.sides = sides
 
     def __rich_console__(self, console: Console, options: Any) -> Iterator[RenderableType]:
@@ -334,13 +334,12 @@ def _grid(drawn: list[tuple[Tensor, np.ndarray]], mapping: Mapping_, plain: bool
     gutters = [max(len(g[i]) for g, _ in lines) for i in range(len(lines[0][0]))]
     widths = [max((len(c[i]) for _, c in lines if i < len(c)), default=0) for i in range(max(len(c) for _, c in lines))]
     out = []
-    for gutter, cells in lines:
+    for gutter, texts in lines:
         line = Text(" ".join(g.rjust(w) if i == 0 else g.ljust(w) for i, (g, w) in enumerate(zip(gutter, gutters))))
         line.stylize("" if plain else "dim", 0, gutters[0])
-        for cell, width in zip(cells, widths):
-            line.append(" ")
-            line.append(" " * (width - len(cell)))
-            line.append(cell)
+        for text, width in zip(texts, widths):
+            line.append(" " * (1 + width - len(text)))
+            line.append(text)
         out.append(line)
     return Group(*out), cut
 
