@@ -170,6 +170,8 @@ def draw(console: Console, source: Path | None, fmt: str | None, layer_class: st
     from rnnconv.picture import layout_for, map_cell, mapping_document, picture
 
     split = values["bias_split"]
+    outputs = [Path(p) for p in (values["svg"], values["html"]) if p]
+    plain = _plain(console) and not outputs  # an exported picture is always in colour
     target = format_named(values["to"], "--to") if values["to"] else "cudnn"
     if source is None:
         if fmt is None:
@@ -180,16 +182,15 @@ def draw(console: Console, source: Path | None, fmt: str | None, layer_class: st
             table_rows(fmt, layer_class)  # a class the format does not have is said as in the text
         spec = RNNSpec(mode, input_size, hidden_size)
         mapping = map_cell(layout_for(fmt, spec, split, layer_class), layout_for(target, spec, split))
-        drawn, numbers = picture(mapping, _plain(console)), None
+        drawn = picture(mapping, plain)
     else:
         if values["mode"] or values["input_size"] or values["hidden_size"]:
             raise BadInput("a file says its own mode and sizes; leave out --mode, --input-size and --hidden-size")
         mapping, numbers = _file_mapping(source, values["layer"], target, split)
-        drawn = picture(mapping, _plain(console), numbers)
+        drawn = picture(mapping, plain, numbers)
     if values["json"]:
         print(json.dumps(mapping_document(mapping), indent=1))
         return
-    outputs = [Path(p) for p in (values["svg"], values["html"]) if p]
     if not outputs:
         console.print(drawn)
         return

@@ -318,7 +318,7 @@ def _grid(drawn: list[tuple[Tensor, np.ndarray]], mapping: Mapping_, plain: bool
     lines: list[tuple[list[str], list[Text]]] = []
     cut = False
     for tensor, cells in drawn:
-        matrix = cells.reshape(1, -1) if cells.ndim == 1 else cells
+        matrix = _wrapped(cells) if cells.ndim == 1 else cells
         rows, cols = matrix.shape
         shown_rows, shown_cols = min(rows, MAX_ROWS), min(cols, MAX_COLS)
         cut |= rows > shown_rows or cols > shown_cols
@@ -327,7 +327,7 @@ def _grid(drawn: list[tuple[Tensor, np.ndarray]], mapping: Mapping_, plain: bool
             if blocks:
                 gutter = [str((tensor.offset or 0) + r * cols), tensor.name if r == 0 else ""]
             else:
-                gutter = [str(r) if cells.ndim > 1 else ""]
+                gutter = [str(r if cells.ndim > 1 else r * cols)]
             lines.append((gutter, [_text(matrix[r, c], mapping, plain) for c in range(shown_cols)] + more))
         if rows > shown_rows:
             lines.append((["" for _ in lines[-1][0]], [Text("...")]))
@@ -342,6 +342,13 @@ def _grid(drawn: list[tuple[Tensor, np.ndarray]], mapping: Mapping_, plain: bool
             line.append(text)
         out.append(line)
     return Group(*out), cut
+
+
+def _wrapped(cells: np.ndarray) -> np.ndarray:
+    """A vector as lines of MAX_COLS cells (an ONNX bias: its input half, then its recurrent half)."""
+    cols = min(cells.size, MAX_COLS)
+    padded = np.concatenate([cells, [Cell("", -1)] * (-cells.size % cols)])
+    return padded.reshape(-1, cols)
 
 
 def _text(cell: Cell, mapping: Mapping_, plain: bool) -> Text:
