@@ -212,16 +212,19 @@ def inspect_file(source: Path, **values: Any) -> None:
 
 @command(
     "explain",
-    "Show the gate-layout table: how each format stores a cell, and how each cuDNN tensor is taken "
-    "from it.\n\nExamples:\n\n  rnnconv explain\n\n  rnnconv explain keras GRU",
+    "Show the gate-layout table: how each format stores a cell, and how each cuDNN tensor is taken from it; "
+    "or, as a picture, where every stored number lands (cells coloured by gate, light input side, dark "
+    "recurrent side; gate letters without colour).\n\nExamples:\n\n  rnnconv explain keras GRU\n\n"
+    "  rnnconv explain --from keras --to cudnn --mode gru --input-size 2 --hidden-size 3\n\n"
+    "  rnnconv explain model.h5 --layer encoder --svg encoder.svg",
     [
         parameter(
             "fmt",
             argument=True,
-            metavar="FORMAT",
+            metavar="FORMAT|CLASS|FILE",
             default=None,
             annotation=str | None,
-            help=f"One of {', '.join(FORMATS)}; all when left out.",
+            help=f"A format ({', '.join(FORMATS)}), a layer class, or a file to draw; all rows when left out.",
         ),
         parameter(
             "layer_class",
@@ -229,17 +232,23 @@ def inspect_file(source: Path, **values: Any) -> None:
             metavar="CLASS",
             default=None,
             annotation=str | None,
-            help=f"One of {', '.join(dict.fromkeys(row.source_class for row in TABLE))}; all when left out.",
+            help=f"One of {', '.join(dict.fromkeys(row.source_class for row in TABLE))} (any case).",
         ),
+        parameter("from_format"),
+        parameter("to", annotation=str | None, help="Picture: the target format [default: cudnn]."),
+        parameter("mode", help="Picture: the cuDNN mode [default: the class's]."),
+        parameter("input_size", help="Picture: input size [default: 2]."),
+        parameter("hidden_size", help="Picture: hidden size [default: 3]."),
+        parameter("layer"),
         parameter("bias_split", help="Split shown for single biases."),
-        *map(parameter, COMMON),
+        *map(parameter, ("svg", "html", "force", *COMMON)),
     ],
 )
-def explain(fmt: str | None, layer_class: str | None, bias_split: str, **values: Any) -> None:
+def explain(fmt: str | None, layer_class: str | None, **values: Any) -> None:
     from rnnconv import render
-    from rnnconv.explain import explain_rows
+    from rnnconv.explain import explain as run
 
-    render.shown(explain_rows)(render.out, fmt, layer_class, bias_split, values["json"], values["verbose"])
+    render.shown(run)(render.out, [fmt, layer_class], **values)
 
 
 @command(

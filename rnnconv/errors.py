@@ -36,11 +36,16 @@ class Mismatch(RnnconvError):
     exit_code = EXIT_MISMATCH
 
 
+def did_you_mean(asked: str, known: list[str]) -> str:
+    """The hint `did you mean 'a' or 'b'? ` naming the known names closest to a wrong one (case aside), or ''."""
+    by_case = {name.lower(): name for name in known}
+    close = difflib.get_close_matches(asked.lower(), list(by_case), n=2, cutoff=0.5)
+    return f"did you mean {' or '.join(repr(by_case[c]) for c in close)}? " if close else ""
+
+
 def no_such_rnn(what: str, asked: str, known: list[str]) -> BadInput:
     """The error for a name that picks nothing: the closest names first, then every one the file holds."""
-    close = difflib.get_close_matches(asked, known, n=2, cutoff=0.5)
-    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    return BadInput(f"{what} {asked!r}; {hint}it holds: {', '.join(known) or 'none'}")
+    return BadInput(f"{what} {asked!r}; {did_you_mean(asked, known)}it holds: {', '.join(known) or 'none'}")
 
 
 def first_line(exc: BaseException, limit: int = 160) -> str:

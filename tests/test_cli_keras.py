@@ -262,10 +262,10 @@ def test_explain_prints_the_table_rows():
     result = run_cli("explain", "keras", "GRU")
     assert result.returncode == 0, result.stderr
     text = result.stdout
-    assert "W_r      = kernel[:, H:2H].T" in text and "W_z      = kernel[:, :H].T" in text
-    assert "bR_h     = bias[1, 2H:3H]" in text
+    assert "W_r    = kernel[:, H:2H].T" in text and "W_z    = kernel[:, :H].T" in text
+    assert "bR_h   = bias[1, 2H:3H]" in text
     assert "not convertible" in text  # the reset_after=False row
-    assert_clean_failure(run_cli("explain", "caffe"), 2, "no layout row")
+    assert_clean_failure(run_cli("explain", "caffe"), 2, "no format or layer class named 'caffe'")
 
 
 def test_help_and_version():

@@ -296,7 +296,11 @@ def check_shapes(
 
 
 def recipe(row: Row, single_bias_split: str = DEFAULT_BIAS_SPLIT) -> list[tuple[str, str]]:
-    """For each cuDNN tensor of one cell, the expression that takes it from this row's tensors."""
+    """For each cuDNN tensor of one cell, the numpy expression that takes it from this row's tensors.
+
+    Every expression evaluates, with H and I the sizes and each stored tensor under its name (`2H` meaning
+    2*H); tests evaluate them all against `gate_loaders`.
+    """
     names = row.tensors
 
     def cols(k: int) -> str:
@@ -310,7 +314,7 @@ def recipe(row: Row, single_bias_split: str = DEFAULT_BIAS_SPLIT) -> list[tuple[
             return f"{name}[{cols(k)}, :]"
         if row.matrix == MATRIX_COLUMNS:
             return f"{name}[:, {cols(k)}].T"
-        return f"{name}[:, {cols(k)}].reshape(H, in)   (no transpose)"
+        return f"{name}[:, {cols(k)}].reshape(H, -1)"  # the rows' count: in for W, H for R
 
     out: list[tuple[str, str]] = []
     for side, role in (("W", "input_matrix"), ("R", "recurrent_matrix")):
@@ -337,7 +341,7 @@ def recipe(row: Row, single_bias_split: str = DEFAULT_BIAS_SPLIT) -> list[tuple[
                 }[single_bias_split]
             out.append((f"{side}_{gate}", expr))
     if "projection" in names:
-        out.append(("Wproj", f"{names['projection']}   (P x H, only with a projection)"))
+        out.append(("Wproj", names["projection"]))
     return out
 
 

@@ -35,6 +35,12 @@ MATRIX_COLUMNS: Final = "columns"  # (in, G*H): gate k is columns k*H:(k+1)*H, t
 # without a transpose (tf-keras CuDNNLSTM/CuDNNGRU).
 MATRIX_COLUMNS_RAW: Final = "columns-raw"
 
+MATRIX_LAYOUTS: Final[dict[str, str]] = {
+    MATRIX_ROWS: "(G*H, in): gate k is rows k*H:(k+1)*H, as cuDNN",
+    MATRIX_COLUMNS: "(in, G*H): gate k is columns k*H:(k+1)*H, transposed",
+    MATRIX_COLUMNS_RAW: "(in, G*H): gate k's columns, taken C-contiguous, are cuDNN's block without a transpose",
+}
+
 # How the biases are stored.
 BIAS_SEPARATE: Final = "separate"  # input_bias (G*H) and recurrent_bias (G*H)
 BIAS_STACKED: Final = "stacked"  # bias (2, G*H): row 0 input side, row 1 recurrent side
@@ -203,5 +209,6 @@ TABLE: tuple[Row, ...] = (
 # fmt: on
 
 FORMATS: tuple[str, ...] = tuple(dict.fromkeys(row.format for row in TABLE))
+FORMAT_ALIASES: Final[dict[str, str]] = {"pytorch": "torch"}  # other names people give a format
 # Formats rnnconv reads, and writes where their FormatInfo names outputs (the registry holds one module for each).
 ADAPTER_FORMATS: tuple[str, ...] = tuple(dict.fromkeys(row.format for row in TABLE if row.adapter))

@@ -1,0 +1,176 @@
+"""`rnnconv explain`: the pictures agree with real conversions, the text fits 80 columns, every recipe is right."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import h5py
+import numpy as np
+import pytest
+from conftest import FIXTURES, assert_clean_failure, run_cli
+
+from rnnconv.explain import row_title
+from rnnconv.table.apply import gate_loaders, recipe, stored_shapes
+from rnnconv.table.rows import BIAS_SPLITS, TABLE
+
+SEED_GRU = FIXTURES / "keras3" / "seed000_gru.h5"
+PICTURE = ("explain", "--from", "keras", "--to", "cudnn", "--mode", "gru", "--input-size", "2", "--hidden-size", "3")
+PLAIN = {"NO_COLOR": "1", "COLUMNS": "100"}
+
+
+@pytest.fixture
+def keras_gru(tmp_path):
+    """Seed 000's Keras GRU file with every weight replaced by a distinct number, and its stored tensors."""
+    path = tmp_path / "gru.h5"
+    shutil.copy(SEED_GRU, path)
+    stored, start = {}, 1.0
+    with h5py.File(path, "r+") as f:
+        cell = f["model_weights/gru/gru/gru_cell"]
+        for name in cell:
+            values = start + np.arange(cell[name].size, dtype=np.float32).reshape(cell[name].shape)
+            cell[name][...] = values
+            stored[name] = values
+            start += cell[name].size
+    return path, stored
+
+
+def test_the_picture_shows_where_a_real_conversion_puts_each_element(tmp_path, keras_gru):
+    source, stored = keras_gru
+    blob = tmp_path / "gru.bin"
+    assert run_cli("keras-to-cudnn", source, "-o", blob).returncode == 0
+    flat = np.fromfile(blob, dtype=np.float32)
+    mapping = json.loads(run_cli(*PICTURE, "--json").stdout)
+    assert sorted(t["name"] for t in mapping["source_tensors"]) == sorted(stored)
+    placed = 0
+    for tensor in mapping["target_tensors"]:
+        for i, cell in enumerate(tensor["cells"]):
+            ((element,),) = [cell["from"]]
+            assert cell["factor"] == 1
+            assert flat[tensor["offset"] + i] == stored[element["tensor"]][tuple(element["index"])]
+            placed += 1
+    assert placed == flat.size == sum(v.size for v in stored.values())
+    # the text says the same: each weight-space line is an offset, maybe a block, then gate:element cells
+    tags = {t["tag"]: t["name"] for t in mapping["source_tensors"]}
+    text = run_cli(*PICTURE, env=PLAIN).stdout
+    lines = [line.split() for line in text.split("cuDNN weight space")[1].splitlines()[1:] if line.strip()]
+    checked = 0
+    for words in lines:
+        if not words[0].isdigit():
+            break
+        cells = [w for w in words[1:] if ":" in w]
+        for k, cell in enumerate(cells):
+            tag, index = re.fullmatch(r"\w:(\w+)\[([\d,]+)\]", cell).groups()
+            value = stored[tags[tag]][tuple(int(i) for i in index.split(","))]
+            assert flat[int(words[0]) + k] == value, (words, cell)
+            checked += 1
+    assert checked == flat.size
+
+
+def test_a_file_is_drawn_with_its_numbers(tmp_path, keras_gru):
+    source, stored = keras_gru
+    text = run_cli("explain", source, env=PLAIN).stdout
+    assert "keras GRU (reset_after=True), as stored" in text and "cuDNN weight space" in text
+    # seed 000: cuDNN's weight space starts with the reset gate's input weights, kernel column H
+    first = text.split("cuDNN weight space")[1].splitlines()[1].split()
+    assert first[:4] == ["0", "W_r", f"r:{stored['kernel'][0, 3]:.3f}", f"r:{stored['kernel'][1, 3]:.3f}"]
+    assert_clean_failure(run_cli("explain", source, "--mode", "lstm"), 2, "a file says its own mode")
+
+
+def test_no_color_output_has_gate_letters_and_no_escapes():
+    for env in (PLAIN, {**PLAIN, "FORCE_COLOR": "1"}):
+        result = run_cli(*PICTURE, env=env)
+        assert result.returncode == 0, result.stderr
+        assert "\x1b" not in result.stdout
+        assert "r:k[0,3]" in result.stdout and "z:rk[2,0]" in result.stdout and "h:b[1,8]" in result.stdout
+    coloured = run_cli(*PICTURE, env={"FORCE_COLOR": "1", "COLUMNS": "200"}).stdout
+    assert "\x1b[" in coloured and "r:k[0,3]" not in coloured and "k[0,3]" in coloured
+
+
+def test_svg_and_html_are_written_safely(tmp_path):
+    svg, html = tmp_path / "gru.svg", tmp_path / "gru.html"
+    result = run_cli(*PICTURE, "--svg", svg, "--html", html)
+    assert result.returncode == 0, result.stderr
+    root = ET.parse(svg).getroot()
+    assert root.tag.endswith("svg") and "k[0,3]" in svg.read_text().replace("&#160;", " ")
+    assert "<html" in html.read_text().lower()
+    before = svg.read_bytes()
+    assert_clean_failure(run_cli(*PICTURE, "--svg", svg), 2, "already exists", "--force")
+    assert svg.read_bytes() == before
+    assert run_cli(*PICTURE, "--mode", "lstm", "--svg", svg, "--force").returncode == 0
+    assert svg.read_bytes() != before
+
+
+def test_every_pair_and_mode_draws():
+    for source, target, mode in (("onnx", "cudnn", "lstm"), ("torch", "keras", "lstm"), ("cudnn", "tf1", "gru")):
+        result = run_cli("explain", "--from", source, "--to", target, "--mode", mode, env=PLAIN)
+        assert result.returncode == 0, result.stderr
+    joined = run_cli("explain", "--from", "torch", "--to", "keras", "--mode", "lstm", env=PLAIN).stdout
+    assert "i:bih[0]+bhh[0]" in joined  # two biases joined into Keras' one
+    halved = run_cli("explain", "--from", "keras", "--mode", "rnn_relu", "--bias-split", "half", env=PLAIN).stdout
+    assert "h:b[0]*0.5" in halved
+    assert_clean_failure(run_cli("explain", "--from", "keras", "--to", "tensorrt", "--mode", "rnn_tanh"), 2, "no layer")
+
+
+def test_the_picture_imports_no_framework():
+    code = (
+        "import sys; from typer.testing import CliRunner; from rnnconv.cli import app; "
+        "r = CliRunner().invoke(app, ['explain', '--from', 'onnx', '--to', 'torch', '--mode', 'gru']); "
+        "print(r.exit_code, sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'tensorflow', 'onnx', 'keras'}))"
+    )
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.split() == ["0", "[]"]
+
+
+def test_text_fits_80_columns_one_block_per_row():
+    text = run_cli("explain", "-v", env={"COLUMNS": "200"}).stdout
+    assert max(len(line) for line in text.splitlines()) <= 80
+    titles = [line for line in text.splitlines() if line and not line.startswith(" ")]
+    assert [row_title(row) for row in TABLE] == titles[1:]
+
+
+def test_names_any_case_aliases_and_did_you_mean():
+    assert run_cli("explain", "pytorch", "lstm").stdout == run_cli("explain", "torch", "LSTM").stdout
+    gru = run_cli("explain", "GRU").stdout
+    titles = [line for line in gru.splitlines() if line and not line.startswith(" ")][1:-1]
+    assert titles == [row_title(r) for r in TABLE if r.source_class == "GRU"]
+    assert run_cli("explain", "gru").stdout == gru
+    assert_clean_failure(run_cli("explain", "kerass"), 2, "no format or layer class named 'kerass'", "'keras'")
+    assert_clean_failure(run_cli("explain", "GRUcel"), 2, "did you mean 'GRUCell'")
+    assert_clean_failure(run_cli("explain", "--from", "torch", "--to", "kears"), 2, "'keras'")
+    assert_clean_failure(run_cli("explain", "torch", "SimpleRNN"), 2, "torch's classes are LSTM, GRU, RNN")
+    assert_clean_failure(run_cli("explain", "--from", "GRU"), 2, "--from takes a format")
+
+
+@pytest.mark.parametrize("split", BIAS_SPLITS)
+def test_every_printed_recipe_gives_what_the_mechanics_give(split):
+    """Evaluate each printed slice on random stored tensors, against gate_loaders, for every row."""
+    text = run_cli("explain", "-v", "--bias-split", split).stdout
+    rows = {row_title(row): row for row in TABLE}
+    rng = np.random.default_rng(0)
+    hidden, n_in, evaluated = 3, 5, 0
+    row = None
+    for line in text.splitlines():
+        if line in rows:
+            row = rows[line]
+            proj = 2 if "projection" in row.tensors else 0
+            shapes = stored_shapes(row, hidden, n_in, proj or hidden, proj)
+            stored = {role: rng.normal(size=shape) for role, shape in shapes.items()}
+            expected = gate_loaders(row, hidden, stored.__getitem__, True, split, proj)
+            continue
+        found = re.fullmatch(r" {4}(\w+) += (.+?)( {3}\(.*\))?", line)
+        if not found:
+            continue
+        tensor, expr = found.group(1), found.group(2)
+        for role, name in sorted(row.tensors.items(), key=lambda item: -len(item[1])):
+            expr = expr.replace(name, f"S[{role!r}]")
+        expr = re.sub(r"(\d)H", r"\1*H", expr)
+        value = eval(expr, {"S": stored, "H": hidden, "I": n_in, "np": np})
+        kind, _, gate = tensor.partition("_")
+        want = expected[("P" if tensor == "Wproj" else kind, gate)]()
+        np.testing.assert_array_equal(np.broadcast_to(value, want.shape), want, err_msg=f"{row_title(row)} {line}")
+        evaluated += 1
+    assert evaluated == sum(len(recipe(r, split)) for r in TABLE if not r.refusal)
