@@ -217,6 +217,7 @@ class InputsInfo(Contract):
 class OutputError(Contract):
     max_abs: float
     max_rel: float
+    match: bool  # every element within the tolerance
 
 
 class LayerDirectionError(Contract):
@@ -239,6 +240,7 @@ class Comparison(Contract):
     c_n: OutputError | None = None
     y_per_step: list[float]
     y_per_direction: list[float]
+    y_per_direction_per_step: list[list[float]]  # [direction][step], of the last layer (the output sequence)
     h_n_per_layer_direction: list[LayerDirectionError]
     c_n_per_layer_direction: list[LayerDirectionError] | None = None
 
