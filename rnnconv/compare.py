@@ -84,9 +84,7 @@ def compare(spec: RNNSpec, got: Outputs, want: Outputs, tol: Tolerance, lengths:
         diff = np.where(mask, np.abs(a - b), 0.0)
         rel = diff / np.maximum(np.abs(b), 1e-6)
         within = bool(np.all(diff <= tol.atol + tol.rtol * np.abs(b)))
-        errors[name] = OutputError(
-            max_abs=float(diff.max()), max_rel=float(np.where(mask, rel, 0).max()), match=within
-        )
+        errors[name] = OutputError(max_abs=float(diff.max()), max_rel=float(np.where(mask, rel, 0).max()), match=within)
         ok &= within
         if name == "y":
             # (steps, directions): the last layer's output is the only one a framework shows step by step

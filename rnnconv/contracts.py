@@ -204,6 +204,11 @@ class Tolerance(Contract):
     atol: float
     rtol: float
 
+    @property
+    def at_unit(self) -> float:
+        """The tolerance for a value of magnitude 1: what the per-step sparkline and the plot mark."""
+        return self.atol + self.rtol
+
 
 class InputsInfo(Contract):
     seed: int
