@@ -172,7 +172,8 @@ def convert(**values: Any) -> None:
     "through a numpy reference of cuDNN's equations that reads every weight from the blob. Outputs, final h "
     "and c are compared overall, per time step and per layer and direction; on a mismatch the likely mistake "
     "is named.\n\nExit codes: 0 match, 1 mismatch, 2 bad input or no source to compare with (unless "
-    "--allow-structure-only), 3 the requested backend is unavailable.\n\nExamples:\n\n  rnnconv verify model.bin\n\n"
+    "--allow-structure-only), 3 the requested backend (or matplotlib, for --plot) is unavailable.\n\n"
+    "Examples:\n\n  rnnconv verify model.bin\n\n"
     "  rnnconv verify model.bin --against model.h5 --report verify-report.json --junit verify-junit.xml\n\n"
     "  rnnconv verify model.bin --backend cudnn --seq-len 16 --batch 4 --ragged",
     [
