@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -220,6 +221,19 @@ def test_plot_refusals(tmp_path):
     result = run_cli("verify", blob, "--plot", tmp_path / "p.png", env=hide_matplotlib(tmp_path))
     assert_clean_failure(result, 3, "--plot needs matplotlib", "pip install 'rnnconv[plot]'")
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "p.png").exists()
+
+
+def test_no_plot_when_nothing_was_compared(tmp_path):
+    pytest.importorskip("matplotlib")
+    source = tmp_path / "model.pt"
+    shutil.copy(TORCH / "rnn_tanh.pt", source)
+    blob = to_blob(source, None, tmp_path / "x.bin")
+    source.unlink()  # a structure check alone: no error per step to draw
+    picture = tmp_path / "p.svg"
+    result = run_cli("verify", blob, "--plot", picture, "--allow-structure-only", "--report", tmp_path / "r.json")
+    assert result.returncode == 0 and "STRUCTURE-ONLY" in result.stdout, result.stderr
+    assert f"{picture} was not drawn" in " ".join(result.stderr.split()) and not picture.exists()
+    assert any("was not drawn" in w for w in json.loads((tmp_path / "r.json").read_text())["warnings"])
 
 
 # --- the CI recipe --------------------------------------------------------------------------------
