@@ -24,7 +24,7 @@ from rnnconv.formats import registry
 from rnnconv.formats.registry import Progress, ReadOptions, WriteOptions
 from rnnconv.safeio import SIDECAR_SUFFIX, check_writable, reading
 from rnnconv.table.rows import DEFAULT_BIAS_SPLIT
-from rnnconv.verification import VerifyOptions, failed_report, write_report
+from rnnconv.verification import Stage, VerifyOptions, failed_report, write_outputs, writers
 from rnnconv.verification import verify as _verify
 
 PathLike = str | os.PathLike[str]
@@ -164,33 +164,54 @@ def convert(
 
 
 def verify(
-    blob: PathLike, *, against: PathLike | None = None, report: PathLike | None = None, **options: Any
+    blob: PathLike,
+    *,
+    against: PathLike | None = None,
+    report: PathLike | None = None,
+    junit: PathLike | None = None,
+    plot: PathLike | None = None,
+    stage: Stage | None = None,
+    **options: Any,
 ) -> Report:
     """Run a cuDNN blob and its source model on the same inputs and compare: the report holds the verdict.
 
     `options` are those of `VerifyOptions` (backend, seq_len, batch, seed, ragged, atol, rtol,
     layer, raw_spec, require_source, diagnose, relayout, force). With `report`, the report is
-    also written there as JSON (replacing a file only with `force`).
+    also written there as JSON, with `junit` as JUnit XML (both also when verify cannot run), and
+    with `plot` its per-step errors are drawn (.svg or .png; needs matplotlib). No file is replaced
+    without `force`. `stage` is told what verify starts doing next.
     """
     settings = VerifyOptions(against=None if against is None else registry.source_file(Path(against)), **options)
     inputs_read = [Path(blob), *([settings.against] if settings.against else [])]
+    report_path, junit_path, picture = (None if p is None else Path(p) for p in (report, junit, plot))
     written = False
     with ExitStack() as inputs:  # no output (report, relayout) may be written over the blob or the source
         try:
             for read in inputs_read:
                 inputs.enter_context(reading(read))
-            if report is not None:
-                check_writable([Path(report)], settings.force)
-            result = _verify(Path(blob), settings)
-            if report is not None:
+            check_writable([p for p in (report_path, junit_path, picture) if p is not None], settings.force)
+            if picture is not None:
+                from rnnconv.plot import check_plot
+
+                check_plot(picture)
+            result = _verify(Path(blob), settings, stage)
+            if picture is not None and result.comparison is None:
+                result.warnings.append(f"nothing was compared step by step, so {picture} was not drawn")
+                picture = None
+            chosen = writers(result, report_path, junit_path, picture)
+            if chosen:
                 if result.source and os.path.lexists(result.source.path):
                     inputs.enter_context(reading(Path(result.source.path)))
                 written = True
-                write_report(result, Path(report), settings.force)
+                write_outputs(chosen, settings.force)
         except Exception as exc:  # a CI step that asked for a report gets one, saying why verify could not run
-            if report is not None and not written and not _names_an_input(Path(report), inputs_read):
+            report_left, junit_left = (
+                None if p is None or _names_an_input(p, inputs_read) else p for p in (report_path, junit_path)
+            )
+            if not written and (report_left or junit_left):
                 with contextlib.suppress(RnnconvError):  # e.g. a report that exists, without --force: left as is
-                    write_report(failed_report(Path(blob), exc), Path(report), settings.force)
+                    failed = failed_report(Path(blob), exc)
+                    write_outputs(writers(failed, report_left, junit_left, None), settings.force)
             raise
     return result
 

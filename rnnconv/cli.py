@@ -172,8 +172,9 @@ def convert(**values: Any) -> None:
     "through a numpy reference of cuDNN's equations that reads every weight from the blob. Outputs, final h "
     "and c are compared overall, per time step and per layer and direction; on a mismatch the likely mistake "
     "is named.\n\nExit codes: 0 match, 1 mismatch, 2 bad input or no source to compare with (unless "
-    "--allow-structure-only), 3 the requested backend is unavailable.\n\nExamples:\n\n  rnnconv verify model.bin\n\n"
-    "  rnnconv verify model.bin --against model.h5 --report verify-report.json\n\n"
+    "--allow-structure-only), 3 the requested backend (or matplotlib, for --plot) is unavailable.\n\n"
+    "Examples:\n\n  rnnconv verify model.bin\n\n"
+    "  rnnconv verify model.bin --against model.h5 --report verify-report.json --junit verify-junit.xml\n\n"
     "  rnnconv verify model.bin --backend cudnn --seq-len 16 --batch 4 --ragged",
     [
         parameter(
@@ -193,7 +194,8 @@ def verify(**values: Any) -> int:
     layer, spec = values.pop("layer"), raw_spec(values)
     as_json, quiet, verbose = values.pop("json"), values.pop("quiet"), values.pop("verbose")
     values.pop("dtype")
-    report = api.verify(values.pop("blob"), layer=layer, raw_spec=spec, **values)
+    stage = render.stage_printer(enabled=not (quiet or as_json))
+    report = api.verify(values.pop("blob"), layer=layer, raw_spec=spec, stage=stage, **values)
     render.verification(report, as_json, quiet, verbose)
     return report.exit_code
 

@@ -23,7 +23,8 @@ SIDECAR_FORMAT: Final = "rnnconv.cudnn-weight-space"
 # Version 1: rnnconv 0.1 (no schema_version field). Version 2: the typed model, source.format names the file kind.
 # Version 3: source.digest ("ALGORITHM:HEX") instead of source.sha256.
 SIDECAR_SCHEMA_VERSION = 3
-REPORT_SCHEMA_VERSION = 1
+# Report version 2: per-step errors per output direction and each output's `match`.
+REPORT_SCHEMA_VERSION = 2
 
 # error / backend-missing: verify could not run (exit 2 / 3); a report asked for is still written, saying why.
 Verdict = Literal["match", "mismatch", "structure-only", "error", "backend-missing"]
@@ -204,6 +205,11 @@ class Tolerance(Contract):
     atol: float
     rtol: float
 
+    @property
+    def at_unit(self) -> float:
+        """The tolerance for a value of magnitude 1: what the per-step sparkline and the plot mark."""
+        return self.atol + self.rtol
+
 
 class InputsInfo(Contract):
     seed: int
@@ -217,6 +223,7 @@ class InputsInfo(Contract):
 class OutputError(Contract):
     max_abs: float
     max_rel: float
+    match: bool  # every element within the tolerance
 
 
 class LayerDirectionError(Contract):
@@ -239,6 +246,7 @@ class Comparison(Contract):
     c_n: OutputError | None = None
     y_per_step: list[float]
     y_per_direction: list[float]
+    y_per_direction_per_step: list[list[float]]  # [direction][step], of the last layer (the output sequence)
     h_n_per_layer_direction: list[LayerDirectionError]
     c_n_per_layer_direction: list[LayerDirectionError] | None = None
 

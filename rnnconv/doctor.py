@@ -21,6 +21,7 @@ PACKAGES = (
     "nvidia-cudnn-cu12",
     "nvidia-cudnn-cu13",
     "pycuda",
+    "matplotlib",
 )
 
 

@@ -144,6 +144,21 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
     "atol": (float | None, None, ("--atol",), "Absolute tolerance [default: by dtype and backend].", {"min": 0}),
     "rtol": (float | None, None, ("--rtol",), "Relative tolerance [default: by dtype and backend].", {"min": 0}),
     "report": (Path | None, None, ("--report",), "Also write the report as JSON to this file.", {}),
+    "junit": (
+        Path | None,
+        None,
+        ("--junit",),
+        "Also write the result as JUnit XML to this file, for a CI's test report (written like --report, also "
+        "when verify cannot run).",
+        {},
+    ),
+    "plot": (
+        Path | None,
+        None,
+        ("--plot",),
+        "Draw the largest error at each time step (.svg or .png); needs pip install 'rnnconv[plot]'.",
+        {},
+    ),
     "allow_structure_only": (
         bool,
         False,
@@ -208,6 +223,8 @@ VERIFY_OPTIONS = [
     "atol",
     "rtol",
     "report",
+    "junit",
+    "plot",
     "allow_structure_only",
     "require_stated",
     "require_source",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import signal
 import sys
@@ -23,9 +24,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from rnnconv.canonical import RNNSpec
-from rnnconv.contracts import Contract, ConversionResult, InspectReport, Report, SpecModel, dump
+from rnnconv.contracts import Comparison, Contract, ConversionResult, InspectReport, Report, SpecModel, Tolerance, dump
 from rnnconv.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, RnnconvError
 from rnnconv.safeio import remove_live_temps
+from rnnconv.table.constants import DIRECTIONS
 
 
 def _silence_stdout() -> None:
@@ -143,6 +145,59 @@ def inspection(report: InspectReport, as_json: bool, quiet: bool, verbose: bool)
         note(text)
 
 
+# One mark per time step, one decade of error each: the first four within the tolerance at |x| = 1, the rest beyond.
+SPARK_MARKS = ("▁▂▃▄▅▆▇█", "_.:-=+*#")  # Unicode, and ASCII for a terminal that cannot show it
+SPARK_WIDTH = 64  # marks at most: a longer sequence shows the largest error of each group of steps
+
+
+def sparkline(errors: list[float], reference: float, unicode: bool) -> str:
+    """Errors as marks, one decade each around `reference`: ▄ within it (down to a tenth), ▅ up to ten times it."""
+    marks = SPARK_MARKS[0 if unicode else 1]
+    group = -(-len(errors) // SPARK_WIDTH)
+    text = ""
+    for start in range(0, len(errors), group):
+        chunk = errors[start : start + group]
+        error = math.inf if any(map(math.isnan, chunk)) else max(chunk)
+        if error > reference * 1e3:
+            level = 7
+        elif error <= reference * 1e-3:
+            level = 0
+        else:
+            level = math.ceil(math.log10(error / reference)) + 3
+        colour = "red" if level > 3 else "green"
+        text += f"[{colour}]{marks[level]}[/]"
+    return text
+
+
+def _can_show(console: Console, text: str) -> bool:
+    try:
+        text.encode(console.encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+def _per_step(comparison: Comparison, tol: Tolerance, layers: int) -> tuple[list[tuple[str, str]], str]:
+    """Table rows of each output direction's errors step by step (the last layer's: the only one seen step by
+    step), and the line that says how to read them."""
+    unicode = _can_show(out, SPARK_MARKS[0])
+    rows = [
+        (
+            f"y, layer {layers - 1} {DIRECTIONS[d]}",
+            f"max abs {max(errors):.3g}, per step {sparkline(errors, tol.at_unit, unicode)}",
+        )
+        for d, errors in enumerate(comparison.y_per_direction_per_step)
+    ]
+    marks = SPARK_MARKS[0 if unicode else 1]
+    group = -(-len(comparison.y_per_step) // SPARK_WIDTH)
+    each = f", each the largest of {group} steps" if group > 1 else ""
+    legend = (
+        f"  per step: {marks[:4]} within the tolerance at |x| = 1 ({tol.at_unit:.2g}), {marks[4:]} beyond; "
+        f"a decade a mark{each}"
+    )
+    return rows, legend
+
+
 @shown
 def verification(report: Report, as_json: bool, quiet: bool, verbose: bool) -> None:
     for text in report.warnings:
@@ -176,12 +231,14 @@ def verification(report: Report, as_json: bool, quiet: bool, verbose: bool) -> N
     for check in report.checks:
         table.add_row(check.check, escape(check.detail), "[green]yes[/]" if check.ok else "[red]no[/]")
     comparison, tol = report.comparison, report.tolerance
+    legend = ""
     if comparison and tol:
         for name, error in (("y", comparison.y), ("h_n", comparison.h_n), ("c_n", comparison.c_n)):
             if error is not None:
                 table.add_row(f"{name} vs source", f"max abs {error.max_abs:.3g}, max rel {error.max_rel:.3g}", "")
-        for index, value in enumerate(comparison.y_per_direction):
-            table.add_row(f"y, direction {index}", f"max abs {value:.3g}", "")
+        rows, legend = _per_step(comparison, tol, report.spec.num_layers if report.spec else 1)
+        for label, text in rows:
+            table.add_row(label, text, "")
         for item in comparison.h_n_per_layer_direction:
             table.add_row(f"h_n layer {item.layer} {item.direction}", f"max abs {item.max_abs:.3g}", "")
         if verbose:
@@ -193,6 +250,8 @@ def verification(report: Report, as_json: bool, quiet: bool, verbose: bool) -> N
             "[green]yes[/]" if comparison.match else "[red]no[/]",
         )
     out.print(table)
+    if legend:
+        out.print(legend)
     for finding in (report.layout_findings or [])[: None if verbose else 5]:
         out.print(f"  layout: {escape(json.dumps(dump(finding)))}")
     if report.relayout:
@@ -285,6 +344,13 @@ def guarded(run: Callable[..., int | None], values: dict[str, Any]) -> int | Non
             f"rerun with RNNCONV_DEBUG=1 for the traceback and report it)"
         )
         return EXIT_INTERNAL
+
+
+def stage_printer(enabled: bool) -> Callable[[str], None] | None:
+    """A line on stderr for each stage of a long command, on a terminal only: a log or a pipe gets none."""
+    if not (enabled and err.is_terminal):
+        return None
+    return lambda text: err.print(f"[dim]{escape(text)}...[/]")
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,12 +30,15 @@ from rnnconv.engines import select_engine
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError
 from rnnconv.formats import registry
 from rnnconv.formats.cudnn import Blob, open_blobs, pick_blob, write_relayout
+from rnnconv.junit import junit_xml
 from rnnconv.safeio import atomic_outputs, digest_differs, regular_file
 from rnnconv.table.constants import CUDNN_MODES, DIRECTION
 from rnnconv.version import __version__
 from rnnconv.weightspace import REPORTED_LAYOUT_NAME, regions
 
 MAX_STEPS = 1 << 16  # test inputs stay small: enough steps and items to show any layout mistake
+Stage = Callable[[str], None]  # told what verify starts doing next ("running the source (Keras)")
+Writer = Callable[[Path], object]  # writes one output file to the (temporary) path it is given
 
 
 @dataclass
@@ -134,9 +138,14 @@ def _source_format(path: Path, source: Provenance, against: bool) -> registry.Fo
     return fmt
 
 
-def verify(path: Path, options: VerifyOptions | None = None) -> Report:
-    """Run the blob and its source on the same inputs and compare; the report holds the verdict."""
+def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None = None) -> Report:
+    """Run the blob and its source on the same inputs and compare; the report holds the verdict.
+
+    `stage` is told what verify starts doing next (a command line shows it while the user waits).
+    """
     options = options or VerifyOptions()
+    stage = stage or (lambda text: None)
+    stage("reading the blob")
     blob = open_blob(path, options)
     checks, problems = structural_checks(blob)
     source = blob.source
@@ -182,11 +191,13 @@ def verify(path: Path, options: VerifyOptions | None = None) -> Report:
     engine = select_engine(options.backend)
     report.warnings += engine.notes
     inputs = make_inputs(blob.spec, options.seq_len, options.batch, options.seed, options.ragged)
+    stage(f"loading and running the source ({fmt.info.title})")
     want, how = fmt.run(source_path, source, blob.spec, inputs)
     report.versions.update(engine.versions())
     report.versions["source_framework"] = how.split(":")[0]
     report.source = SourceRun(path=str(source_path), format=source.format, layer=source.layer, run=how)
     report.backend = engine.describe()
+    stage(f"running the blob ({engine.name})")
     try:
         got = engine.run(blob, inputs)
     except LayoutMismatch as exc:  # cuDNN itself places the tensors elsewhere: no forward run is meaningful
@@ -198,12 +209,14 @@ def verify(path: Path, options: VerifyOptions | None = None) -> Report:
         report.backend = engine.describe()
         return report
     report.backend = engine.describe()  # now with what it ran on
+    stage("comparing")
     report.tolerance = tolerance(engine.name, blob.spec.dtype, source.dtype, options.atol, options.rtol)
     report.comparison = compare(blob.spec, got, want, report.tolerance, inputs["lengths"])
     lengths = None if inputs["lengths"] is None else [int(v) for v in inputs["lengths"]]
     report.inputs = InputsInfo(seed=options.seed, seq_len=options.seq_len, batch=options.batch, lengths=lengths)
     report.verdict = "match" if report.comparison.match and not problems else "mismatch"
     if not report.comparison.match and options.diagnose:
+        stage("looking for the mistake that explains the mismatch")
         report.diagnosis = diagnose(blob, inputs, want, report.tolerance)
     report.summary = _summary(report)
     return report
@@ -221,10 +234,25 @@ def failed_report(blob: Path, exc: BaseException) -> Report:
     )
 
 
-def write_report(report: Report, path: Path, force: bool = False) -> None:
-    """The report as JSON (atomically; an existing file is replaced only with `force`)."""
-    with atomic_outputs([path], force) as (tmp,):
-        tmp.write_text(json.dumps(dump(report), indent=1) + "\n")
+def writers(report: Report, json_path: Path | None, junit: Path | None, plot: Path | None) -> dict[Path, Writer]:
+    """The files asked for, each with its writer: the report as JSON, as JUnit XML, and its per-step errors drawn."""
+    chosen: dict[Path, Writer] = {}
+    if json_path is not None:
+        chosen[json_path] = lambda tmp: tmp.write_text(json.dumps(dump(report), indent=1) + "\n")
+    if junit is not None:
+        chosen[junit] = lambda tmp: tmp.write_bytes(junit_xml(report))
+    if plot is not None:
+        from rnnconv.plot import draw_errors
+
+        chosen[plot] = lambda tmp: draw_errors(report, tmp, plot.suffix[1:].lower())
+    return chosen
+
+
+def write_outputs(chosen: dict[Path, Writer], force: bool = False) -> None:
+    """Write them together, atomically; an existing file is replaced only with `force`."""
+    with atomic_outputs(list(chosen), force) as temps:
+        for write, temp in zip(chosen.values(), temps):
+            write(temp)
 
 
 def source_changed(source: Provenance, path: Path) -> list[str]:
@@ -276,7 +304,7 @@ def _summary(report: Report) -> str:
             f"the blob computes what {Path(report.source.path).name} computes{assumed}: largest difference "
             f"{worst:.3g} (tolerance {report.tolerance.atol:g} + {report.tolerance.rtol:g}*|x|)"
         )
-    text = f"MISMATCH: largest difference {worst:.3g}"
+    text = f"largest difference {worst:.3g}"
     if report.problems:
         text += "; " + "; ".join(report.problems)
     if report.diagnosis:

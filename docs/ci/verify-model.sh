@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Convert a model's RNN to a cuDNN blob and verify it: the one CI step that github-actions.yml and
+# gitlab-ci.yml (beside this file) run.
+#
+#   verify-model.sh SOURCE BLOB [OUT_DIR]
+#
+# Converts SOURCE (a Keras, PyTorch, ONNX or TF1 file) to BLOB (.bin or .safetensors), then verifies BLOB
+# against SOURCE and writes OUT_DIR/verify-report.json and OUT_DIR/verify-junit.xml (OUT_DIR: verify-out),
+# also when verify fails or cannot run, for the CI to keep. The exit code is verify's:
+#   0 match, 1 mismatch, 2 bad input or nothing to compare with, 3 a needed backend is missing,
+#   4 a bug in rnnconv.
+# A conversion that fails exits with its own code (2, 3 or 4) and verifies nothing.
+#
+# Settings, from the environment:
+#   RNNCONV_LAYER        the RNN to convert when SOURCE holds several (a Keras layer, a PyTorch prefix, ...)
+#   RNNCONV_CONVERT=no   verify BLOB as it is (made elsewhere, or committed) instead of converting SOURCE
+#   RNNCONV_VERIFY_ARGS  more verify options, split at spaces ("--seq-len 16 --plot verify-out/errors.svg")
+#   RNNCONV              the command, split at spaces [default: rnnconv; e.g. "python -m rnnconv"]
+set -uo pipefail
+
+if [ $# -lt 2 ] || [ $# -gt 3 ]; then
+    echo "usage: $0 SOURCE BLOB [OUT_DIR]" >&2
+    exit 2
+fi
+source_file=$1
+blob=$2
+out=${3:-verify-out}
+read -r -a rnnconv <<< "${RNNCONV:-rnnconv}"
+read -r -a verify_args <<< "${RNNCONV_VERIFY_ARGS:-}"
+layer=()  # (empty arrays are expanded as ${a[@]+"${a[@]}"}: bash before 4.4 calls them unbound)
+if [ -n "${RNNCONV_LAYER:-}" ]; then
+    layer=(--layer "$RNNCONV_LAYER")
+fi
+
+mkdir -p "$out" "$(dirname "$blob")" || exit 2
+if [ "${RNNCONV_CONVERT:-yes}" != no ]; then
+    # --force: a blob left by an earlier run is made again from the source as it is now
+    "${rnnconv[@]}" convert "$source_file" "$blob" ${layer[@]+"${layer[@]}"} --force || {
+        status=$?
+        echo "verify-model.sh: converting $source_file failed (exit $status); nothing was verified" >&2
+        exit "$status"
+    }
+fi
+"${rnnconv[@]}" verify "$blob" --against "$source_file" \
+    --report "$out/verify-report.json" --junit "$out/verify-junit.xml" --force ${verify_args[@]+"${verify_args[@]}"}
+status=$?
+case $status in
+    0) verdict="the blob computes what its source computes" ;;
+    1) verdict="MISMATCH: the blob does not compute what its source computes" ;;
+    2) verdict="bad input, or nothing to compare with" ;;
+    3) verdict="a backend verify needs is missing here" ;;
+    *) verdict="rnnconv failed" ;;
+esac
+echo "verify-model.sh: exit $status, $verdict; report and JUnit XML in $out/" >&2
+exit "$status"
