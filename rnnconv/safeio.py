@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 
@@ -38,6 +38,7 @@ TEMP_TAG = ".rnnconv-"
 TEMP_SUFFIX = ".part"
 SIDECAR_SUFFIX = ".json"  # X.bin's sidecar is X.bin.json: an output must never be a source's sidecar either
 
+T = TypeVar("T")
 Guard = Callable[[], None]  # raises when outputs must not be committed
 _GUARDS: contextvars.ContextVar[tuple[Guard, ...]] = contextvars.ContextVar("rnnconv_guards", default=())
 _SOURCES: contextvars.ContextVar[tuple[Path, ...]] = contextvars.ContextVar("rnnconv_sources", default=())
@@ -252,8 +253,13 @@ def write_array(f: BinaryIO, array: np.ndarray) -> list[str]:
     """
     place = mapped_place(array)
     if place is None or not _kernel_copy(place[0], place[1], array.nbytes, f):
-        f.write(np.ascontiguousarray(array).data.cast("B"))
+        f.write(byte_view(array).data)
     return []
+
+
+def byte_view(array: np.ndarray) -> np.ndarray:
+    """The array's bytes in C order as a flat uint8 array: a view when it is contiguous (empty arrays too)."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
 def mapped_place(array: np.ndarray) -> tuple[str, int] | None:
@@ -262,7 +268,7 @@ def mapped_place(array: np.ndarray) -> tuple[str, int] | None:
         return None
     root: Any = array
     while root is not None and not (isinstance(root, np.memmap) and isinstance(root.base, mmap.mmap)):
-        root = root.base
+        root = getattr(root, "base", None)  # an array's base may be bytes, an mmap, any buffer
     if root is None or root.filename is None:
         return None
     return str(root.filename), root.offset + (array.ctypes.data - root.ctypes.data)
@@ -358,7 +364,7 @@ def digest_differs(path: Path, recorded: str) -> bool | None:
 _HASHER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rnnconv-background")
 
 
-def in_background(work: Callable[[], str]) -> concurrent.futures.Future[str]:
+def in_background(work: Callable[[], T]) -> concurrent.futures.Future[T]:
     """Work (a digest, a checksum) done on another core while the conversion reads and writes."""
     return _HASHER.submit(work)
 

@@ -116,6 +116,8 @@ def test_only_unchanged_read_only_mapped_bytes_have_a_place_in_a_file(tmp_path):
     assert safeio.mapped_place(np.array(view)) is None  # a copy
     assert safeio.mapped_place(np.memmap(path, dtype=np.float32, mode="r+")) is None  # may differ from the file
     assert safeio.mapped_place(np.memmap(path, dtype=np.float32, mode="c")) is None
+    frozen = np.frombuffer(path.read_bytes(), np.float32)  # read-only, its base a bytes object
+    assert safeio.mapped_place(frozen) is None
 
 
 def test_the_digest_is_blake3_of_the_source_and_no_hash_leaves_it_out(tmp_path):

@@ -394,7 +394,7 @@ print("ok")
 
 
 def test_zip_checkpoints_need_no_torch_and_the_rest_exits_3(tmp_path):
-    """Without torch: a zip checkpoint converts and inspects exactly; a legacy one, a .pt output and verify
+    """Without torch: a zip checkpoint converts, inspects and is written exactly; a legacy one and verify
     against a PyTorch source exit 3 and say what to install."""
     blocker = tmp_path / "blocker"
     blocker.mkdir()
@@ -417,9 +417,12 @@ def test_zip_checkpoints_need_no_torch_and_the_rest_exits_3(tmp_path):
         "legacy (pre-zip)",
         "pip install 'rnnconv[torch]'",
     )
-    assert_clean_failure(
-        run_cli("cudnn-to-torch", tmp_path / "a.bin", "-o", tmp_path / "a.pt", env=no_torch), 3, "writing a .pt"
-    )
+    written = run_cli("cudnn-to-torch", tmp_path / "a.bin", "-o", tmp_path / "a.pt", env=no_torch)
+    assert written.returncode == 0, written.stderr
+    encoder = torch.load(TORCH / "seq2seq.pt", weights_only=True)["state_dict"]
+    back = torch.load(tmp_path / "a.pt", weights_only=True)
+    assert back.keys() == {k.removeprefix("encoder.rnn.") for k in encoder if k.startswith("encoder.rnn.")}
+    assert all(torch.equal(back[k], encoder[f"encoder.rnn.{k}"]) for k in back)
     assert_clean_failure(
         run_cli("verify", tmp_path / "a.bin", "--backend", "numpy", env=no_torch), 3, "running the PyTorch source"
     )

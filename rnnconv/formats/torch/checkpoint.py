@@ -1,4 +1,4 @@
-"""`torch.save`'s zip checkpoints read without torch: a restricted unpickler, storages read in place.
+"""`torch.save`'s zip checkpoints read and written without torch: a restricted unpickler, storages in place.
 
 A zip checkpoint is `<name>/data.pkl` (a pickle naming its tensors) beside `<name>/data/<key>`, one
 member per storage, stored uncompressed. The pickle is read by an unpickler that resolves only the
@@ -12,19 +12,24 @@ hostile file can name no byte outside it.
 from __future__ import annotations
 
 import io
+import math
 import pickle
+import struct
 import zipfile
+import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from rnnconv.errors import BadInput, first_line
 from rnnconv.formats import _zip
-from rnnconv.safeio import regular_file
+from rnnconv.formats._zip import LOCAL_HEADER
+from rnnconv.safeio import byte_view, in_background, regular_file, write_array
 from rnnconv.table.constants import TORCH_STORAGES
 
 MAX_PICKLE = 256 << 20  # bytes: a state_dict's pickle names tensors; it holds none of their values
@@ -268,3 +273,179 @@ def read_zip(path: Path) -> ZipCheckpoint:
 def _map(path: Path) -> np.memmap:
     # np.memmap, not mmap: the views of it know their file, so unchanged bytes are copied in the kernel
     return np.memmap(path, dtype=np.uint8, mode="r")
+
+
+# --- writing ----------------------------------------------------------------------------------------
+# What torch.save (2.x) writes for a dict of tensors, without torch: the pickle names one storage per
+# tensor; each storage is a stored member whose bytes start at a multiple of STORAGE_ALIGNMENT, as
+# torch.load(mmap=True) wants them. Storage bytes are copied in the kernel where they are a mapped
+# file's, and their CRC-32s are computed on the other core meanwhile.
+
+STORAGE_ALIGNMENT = 64
+_ZIP64_LIMIT = 0xFFFFFFFF  # sizes and offsets from here on are stated in Zip64 fields
+_ZIP64_MARKER = 0xFFFFFFFF  # what a 32-bit field holds then
+_UTF8_NAMES = 0x800  # general-purpose flag: member names are UTF-8
+_DATE_1980 = (0 << 9) | (1 << 5) | 1  # 1980-01-01: a fixed date, so the same weights give the same file
+_PADDING_FIELD = 0x4246  # the extra-field id torch.save pads with ("FB")
+
+
+@dataclass(frozen=True)
+class TensorToSave:
+    words: np.ndarray  # C-contiguous little-endian storage words (bfloat16 as uint16)
+    storage: str  # a TORCH_STORAGES key: FloatStorage, ...
+
+
+def storage_class(dtype: str) -> str:
+    """The storage class torch.save names for an element type (float32, bfloat16, ...)."""
+    wanted = "bfloat16" if dtype == "bfloat16" else np.dtype(dtype).newbyteorder("<").str
+    return next(name for name, kind in TORCH_STORAGES.items() if kind == wanted)
+
+
+def write_zip(path: Path, tensors: dict[str, TensorToSave]) -> None:
+    """A checkpoint that torch.load(weights_only=True) reads as {key: tensor}, written to the new file `path`."""
+    folder = path.stem or "archive"
+    records: list[_Record] = []
+    with open(path, "wb") as f:
+        small = {
+            "data.pkl": _state_dict_pickle(tensors),
+            ".format_version": b"1",
+            ".storage_alignment": str(STORAGE_ALIGNMENT).encode(),
+            "byteorder": b"little",
+        }
+        for name, data in small.items():
+            records.append(_write_record(f, f"{folder}/{name}", memoryview(data)))
+        for index, tensor in enumerate(tensors.values()):
+            records.append(_write_record(f, f"{folder}/data/{index}", tensor.words))
+        records.append(_write_record(f, f"{folder}/version", memoryview(b"3\n")))
+        for record in records:  # the local headers' CRC-32s, now that they are known
+            f.seek(record.offset + 14)
+            f.write(struct.pack("<I", record.crc.result()))
+        f.seek(0, io.SEEK_END)
+        _write_directory(f, records)
+
+
+@dataclass
+class _Record:
+    name: bytes
+    offset: int  # of the local header
+    size: int
+    crc: Future[int]
+
+
+def _write_record(f: BinaryIO, name: str, data: np.ndarray | memoryview) -> _Record:
+    encoded = name.encode()
+    size = data.nbytes
+    offset = f.tell()
+    sizes = struct.pack("<HHQQ", 1, 16, size, size) if size >= _ZIP64_LIMIT else b""
+    start = offset + LOCAL_HEADER + len(encoded) + len(sizes)
+    pad = -start % STORAGE_ALIGNMENT
+    pad += STORAGE_ALIGNMENT if 0 < pad < 4 else 0  # a padding field needs 4 bytes of its own
+    extra = sizes + (struct.pack("<HH", _PADDING_FIELD, pad - 4) + b"Z" * (pad - 4) if pad else b"")
+    stated = _ZIP64_MARKER if sizes else size
+    f.write(
+        struct.pack(
+            "<IHHHHHIIIHH",
+            0x04034B50,
+            45 if sizes else 20,
+            _UTF8_NAMES,
+            0,
+            0,
+            _DATE_1980,
+            0,
+            stated,
+            stated,
+            len(encoded),
+            len(extra),
+        )
+        + encoded
+        + extra
+    )
+    if isinstance(data, memoryview):
+        f.write(data)
+        crc: Future[int] = Future()
+        crc.set_result(zlib.crc32(data))
+    else:
+        crc = in_background(lambda: zlib.crc32(byte_view(data).data))  # zlib releases the GIL meanwhile
+        write_array(f, data)
+    if f.tell() != start + pad + size:
+        raise RuntimeError(f"{name}: the file holds {f.tell() - start - pad} bytes of it, not {size}")
+    return _Record(encoded, offset, size, crc)
+
+
+def _write_directory(f: BinaryIO, records: list[_Record]) -> None:
+    begin = f.tell()
+    for record in records:
+        big_size, big_offset = record.size >= _ZIP64_LIMIT, record.offset >= _ZIP64_LIMIT
+        extra_values = ([record.size, record.size] if big_size else []) + ([record.offset] if big_offset else [])
+        extra = (
+            struct.pack(f"<HH{len(extra_values)}Q", 1, 8 * len(extra_values), *extra_values) if extra_values else b""
+        )
+        version = 45 if extra else 20
+        stated = _ZIP64_MARKER if big_size else record.size
+        f.write(
+            struct.pack(
+                "<IHHHHHHIIIHHHHHII",
+                0x02014B50,
+                version,
+                version,
+                _UTF8_NAMES,
+                0,
+                0,
+                _DATE_1980,
+                record.crc.result(),
+                stated,
+                stated,
+                len(record.name),
+                len(extra),
+                0,
+                0,
+                0,
+                0,
+                _ZIP64_MARKER if big_offset else record.offset,
+            )
+            + record.name
+            + extra
+        )
+    end = f.tell()
+    count, size = len(records), end - begin
+    if count >= 0xFFFF or begin >= _ZIP64_LIMIT or size >= _ZIP64_LIMIT:
+        f.write(struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, count, count, size, begin))
+        f.write(struct.pack("<IIQI", 0x07064B50, 0, end, 1))
+        count, size, begin = 0xFFFF, _ZIP64_MARKER, _ZIP64_MARKER
+    f.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count, size, begin, 0))
+
+
+def _state_dict_pickle(tensors: dict[str, TensorToSave]) -> bytes:
+    """Protocol 2, as torch.save pickles a dict of tensors: each a _rebuild_tensor_v2 of its own storage."""
+    out = bytearray(b"\x80\x02}(")  # PROTO 2, EMPTY_DICT, MARK
+    for index, (key, tensor) in enumerate(tensors.items()):
+        shape = tensor.words.shape
+        strides = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))  # contiguous, as torch wants
+        out += _unicode(key) + b"ctorch._utils\n_rebuild_tensor_v2\n(("  # the function, MARK args, MARK pid
+        out += _unicode("storage") + f"ctorch\n{tensor.storage}\n".encode() + _unicode(str(index)) + _unicode("cpu")
+        out += _int(tensor.words.size) + b"tQ"  # TUPLE, BINPERSID
+        out += _int(0) + _tuple(shape) + _tuple(strides) + b"\x89"  # offset, size, stride, requires_grad False
+        out += b"ccollections\nOrderedDict\n)R"  # backward hooks: OrderedDict()
+        out += b"tR"  # TUPLE, REDUCE
+    out += b"u."  # SETITEMS, STOP
+    return bytes(out)
+
+
+def _unicode(text: str) -> bytes:
+    encoded = text.encode()
+    return b"X" + struct.pack("<I", len(encoded)) + encoded
+
+
+def _int(value: int) -> bytes:
+    if 0 <= value < 1 << 8:
+        return b"K" + struct.pack("<B", value)
+    if 0 <= value < 1 << 16:
+        return b"M" + struct.pack("<H", value)
+    if -(1 << 31) <= value < 1 << 31:
+        return b"J" + struct.pack("<i", value)
+    encoded = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8a" + struct.pack("<B", len(encoded)) + encoded  # LONG1
+
+
+def _tuple(values: tuple[int, ...]) -> bytes:
+    return b"(" + b"".join(_int(v) for v in values) + b"t" if values else b")"

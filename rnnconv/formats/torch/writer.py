@@ -1,4 +1,4 @@
-"""Writing PyTorch state_dicts: `torch.save` checkpoints, or `.safetensors` without torch.
+"""Writing PyTorch state_dicts, without torch: `torch.save`'s zip checkpoints, or `.safetensors`.
 
 Keys are those `nn.LSTM`/`nn.GRU`/`nn.RNN` give (the torch rows' tensor names); the
 printed constructor is the module whose `load_state_dict` takes the file.
@@ -6,7 +6,6 @@ printed constructor is the module whose `load_state_dict` takes the file.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -17,7 +16,7 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors
-from rnnconv.formats.torch.reader import require_torch
+from rnnconv.formats.torch.checkpoint import TensorToSave, storage_class, write_zip
 from rnnconv.safeio import atomic_outputs, write_array
 from rnnconv.table.apply import row_for_mode, rows_for, stored_shapes
 from rnnconv.table.constants import KIND_OF_ROLE, NONLINEARITIES, TORCH_REVERSE_SUFFIX
@@ -85,17 +84,12 @@ def write_state_dict(rnns: list[CanonicalRNN], path: Path, dtype: str | None, fo
         return
     if path.suffix not in (".pt", ".pth", ".bin"):
         raise BadInput(f"output {path} must end in .pt, .pth, .bin or .safetensors for a PyTorch state_dict")
-    torch = require_torch("writing a .pt checkpoint")
-    state = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # views of a read-only blob: torch.save only reads them
-        for key, (value, d) in arrays.items():
-            state[key] = torch.from_numpy(np.ascontiguousarray(value)).to(getattr(torch, element_type(d).torch))
+    tensors = {
+        key: TensorToSave(np.asarray(encode(value, element_type(d)), order="C"), storage_class(d))
+        for key, (value, d) in arrays.items()
+    }
     with atomic_outputs([path], force) as (tmp,):
-        try:
-            torch.save(state, tmp)
-        except RuntimeError as exc:  # torch.save reports a failed write (a full disk) as a RuntimeError
-            raise BadInput(f"cannot write {path}: torch.save failed ({str(exc).splitlines()[0][:200]})") from None
+        write_zip(tmp, tensors)
 
 
 def _array_writer(words: np.ndarray) -> Callable[[BinaryIO], list[str]]:
