@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from rnnconv import api, safeio
 from rnnconv.dtypes import count_non_finite
 from rnnconv.formats import cudnn
+from rnnconv.formats.keras import reader
 
 TORCH = FIXTURES / "torch"
 
@@ -179,3 +180,34 @@ def test_the_non_finite_count_is_exact(dtype, size, specials, scale, seed):
         if index < size:
             values[index] = value
     assert count_non_finite(values) == size - np.count_nonzero(np.isfinite(values))
+
+
+KERAS_FILES = sorted(
+    p
+    for folder in ("keras3", "keras2", "tf_keras")
+    for p in (FIXTURES / folder).iterdir()
+    if p.suffix in (".h5", ".keras") and "reset_before" not in p.name  # those GRUs have no cuDNN form
+)
+
+
+@pytest.mark.parametrize("path", KERAS_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_keras_weights_mapped_in_place_are_those_h5py_reads(path, tmp_path, monkeypatch):
+    mapped: list[str] = []
+    real = reader.TensorReader._mapped
+
+    def spy(self, dataset):
+        values = real(self, dataset)
+        if isinstance(values, np.memmap):
+            mapped.append(dataset.name)
+        return values
+
+    monkeypatch.setattr(reader.TensorReader, "_mapped", spy)
+    fast = api.convert(path, tmp_path / "fast.safetensors")
+    if "bf16" not in path.name:  # bfloat16 words are widened on reading, never mapped
+        assert mapped
+    monkeypatch.setattr(reader.TensorReader, "_mapped", lambda self, dataset: dataset[...])
+    plain = api.convert(path, tmp_path / "plain.safetensors")
+    assert [r.name for r in fast.rnns] == [r.name for r in plain.rnns]
+    assert [np.asarray(b.words).tobytes() for b in cudnn.open_safetensors(tmp_path / "fast.safetensors")] == [
+        np.asarray(b.words).tobytes() for b in cudnn.open_safetensors(tmp_path / "plain.safetensors")
+    ]

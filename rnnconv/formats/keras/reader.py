@@ -128,8 +128,10 @@ class KerasFile:
         if "model_config" in h5.attrs or "model_weights" in h5 or "layer_names" in h5.attrs:
             self.config = _json_attr(h5, "model_config", path)
             self.versions = {k: _text(h5.attrs[k])[:100] for k in ("keras_version", "backend") if k in h5.attrs}
+            self.reader.hdf5_at = 0
             return "keras-h5", h5
         if "layers" in h5 or "vars" in h5:
+            self.reader.hdf5_at = 0
             return "keras-weights-h5", h5
         raise BadInput(
             f"{path} is an HDF5 file but not a Keras model or weights file (no model_weights, layer_names or layers)"
@@ -179,6 +181,7 @@ class KerasFile:
             member = _StoredMember(self.path, info, self.size)
             self._closers.append(member)
             add_guard(member.crc_guard())
+            self.reader.hdf5_at = member.start
             return self._h5(member)
         return self._h5(io.BytesIO(_zip.read_member(archive, "model.weights.h5", self.path)))
 
@@ -255,7 +258,7 @@ class _StoredMember(io.RawIOBase):
 
     def __init__(self, path: Path, info: zipfile.ZipInfo, archive_size: int):
         self._path, self._info = path, info
-        self._start = _zip.stored_start(path, info, archive_size)
+        self.start = _zip.stored_start(path, info, archive_size)
         self._size = info.file_size
         self._pos = 0
         self._file = open(path, "rb")  # noqa: SIM115 -- held open as the member's stream; closed by close()
@@ -265,7 +268,7 @@ class _StoredMember(io.RawIOBase):
 
         def crc() -> str:
             with open(self._path, "rb", buffering=0) as f:
-                f.seek(self._start)
+                f.seek(self.start)
                 value, left = 0, self._size
                 while left > 0 and (chunk := f.read(min(left, 1 << 24))):
                     value, left = zlib.crc32(chunk, value), left - len(chunk)
@@ -298,7 +301,7 @@ class _StoredMember(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         n = max(0, min(len(buffer), self._size - self._pos))
-        self._file.seek(self._start + self._pos)
+        self._file.seek(self.start + self._pos)
         got = self._file.readinto(memoryview(buffer)[:n])
         self._pos += got
         return got
@@ -633,6 +636,7 @@ class TensorReader:
 
     def __init__(self, path: Path | None = None) -> None:
         self._path = path
+        self.hdf5_at: int | None = None  # where the HDF5 file starts in `path` (a .keras member's offset)
         self._key: tuple[Any, bool] | None = None
         self._values: Any = None
 
@@ -640,7 +644,7 @@ class TensorReader:
         if self._key is None or self._key[0] is not dataset or self._key[1] != columns:
             self._key, self._values = None, None  # let the previous tensor go before reading the next
             try:
-                values = _Bfloat16View(dataset)[...] if _is_bfloat16(dataset) else dataset[...]
+                values = _Bfloat16View(dataset)[...] if _is_bfloat16(dataset) else self._mapped(dataset)
             except DAMAGED as exc:  # a damaged chunk, a broken B-tree: seen only when the data is read
                 raise BadInput(
                     f"{self._path}: weight {dataset.name} cannot be read, the file is damaged ({first_line(exc)})"
@@ -648,6 +652,28 @@ class TensorReader:
             self._values = _Transposed(transposed(values)) if columns and values.ndim == 2 else values
             self._key = (dataset, columns)
         return self._values
+
+    def _mapped(self, dataset: Any) -> Any:
+        """A contiguous, unfiltered dataset's values mapped in place from the file (no copy), else read by h5py.
+
+        The mapping is used only when its first and last values are those h5py reads, so an address that
+        means something else (a user block, a damaged file) costs a read, never a wrong value.
+        """
+        if self._path is None or self.hdf5_at is None or dataset.dtype.kind != "f" or dataset.size == 0:
+            return dataset[...]
+        plist = dataset.id.get_create_plist()
+        offset = dataset.id.get_offset()
+        contiguous = plist.get_layout() == h5py.h5d.CONTIGUOUS and not plist.get_nfilters()
+        if not contiguous or plist.get_external_count() or offset is None:
+            return dataset[...]
+        start = self.hdf5_at + offset
+        if start + dataset.dtype.itemsize * dataset.size > self._path.stat().st_size:
+            return dataset[...]  # h5py says what is wrong with the file
+        values = np.memmap(self._path, dtype=dataset.dtype, mode="r", offset=start, shape=dataset.shape)
+        ends = (tuple(0 for _ in values.shape), tuple(n - 1 for n in values.shape))
+        if all(np.array_equal(values[end], dataset[end], equal_nan=True) for end in ends):
+            return values
+        return dataset[...]
 
 
 class _Transposed:
