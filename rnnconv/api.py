@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import ConversionResult, InspectReport, Report
@@ -24,8 +24,9 @@ from rnnconv.formats import registry
 from rnnconv.formats.registry import Progress, ReadOptions, WriteOptions
 from rnnconv.safeio import SIDECAR_SUFFIX, check_writable, reading
 from rnnconv.table.rows import DEFAULT_BIAS_SPLIT
-from rnnconv.verification import Stage, VerifyOptions, failed_report, write_outputs, writers
-from rnnconv.verification import verify as _verify
+
+if TYPE_CHECKING:
+    from rnnconv.verification import Stage
 
 PathLike = str | os.PathLike[str]
 
@@ -181,6 +182,9 @@ def verify(
     with `plot` its per-step errors are drawn (.svg or .png; needs matplotlib). No file is replaced
     without `force`. `stage` is told what verify starts doing next.
     """
+    from rnnconv.verification import VerifyOptions, failed_report, write_outputs, writers
+    from rnnconv.verification import verify as _verify  # its engines and writers: not on a conversion's path
+
     settings = VerifyOptions(against=None if against is None else registry.source_file(Path(against)), **options)
     inputs_read = [Path(blob), *([settings.against] if settings.against else [])]
     report_path, junit_path, picture = (None if p is None else Path(p) for p in (report, junit, plot))

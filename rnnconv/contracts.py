@@ -31,7 +31,8 @@ Verdict = Literal["match", "mismatch", "structure-only", "error", "backend-missi
 
 
 class Contract(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+    # defer_build: a model is built when first used, so a conversion does not pay for the report models
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True, defer_build=True)
 
 
 M = TypeVar("M", bound=Contract)
