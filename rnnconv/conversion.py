@@ -63,6 +63,20 @@ def open_source(
         yield source
 
 
+def into_target(into: Path, output: Path | None, to: str | None, write: WriteOptions) -> Format:
+    """The format of an `--into` model, which the output must be a copy of; refused before any work."""
+    found = registry.detect(into)
+    if to is not None and to != found.name:
+        raise BadInput(f"--into {into} is a {found.title} file, and this conversion writes {registry.get(to).title}")
+    if output is None:
+        raise BadInput(f"--into needs -o: the name of the patched copy ({into} itself is never written over)")
+    if output.suffix != into.suffix:
+        raise BadInput(f"the patched copy of {into} is a file of its kind: name it ...{into.suffix}, not {output.name}")
+    if write.dtype is not None:
+        raise BadInput("--into keeps the element type of each tensor it replaces; leave out --dtype")
+    return found
+
+
 def convert(
     source: Path,
     output: Path | None = None,
@@ -70,12 +84,23 @@ def convert(
     options: ReadOptions | None = None,
     write: WriteOptions | None = None,
     expect: str | None = None,
+    into: Path | None = None,
 ) -> ConversionResult:
-    """Convert `source` (of format `expect`, when given) to `output`; the target comes from `to` or the name."""
+    """Convert `source` (of format `expect`, when given) to `output`; the target comes from `to` or the name.
+
+    With `into` (a user's model file), the output is a copy of it with the RNNs' tensors replaced:
+    `options.layer` then names the RNN of `into` to replace, and the source's RNNs are all read.
+    """
     options = options or ReadOptions()
     write = write or WriteOptions()
     source = registry.source_file(source)
-    target = registry.get(to or "cudnn") if output is None else registry.for_output(output, to)
+    place = None
+    if into is not None:
+        into = registry.source_file(into)
+        target = into_target(into, output, to, write)
+        place, options.layer, options.take_all = options.layer, None, True
+    else:
+        target = registry.get(to or "cudnn") if output is None else registry.for_output(output, to)
     fmt = source_format(source, options, expect, target.name)  # a wrong source is said before anything else
     output = output or default_output(source, target)
     if output.resolve() == source.resolve():
@@ -85,7 +110,14 @@ def convert(
         if not found.rnns:
             raise RnnconvError(f"{source} gave no RNN to write")
         check_stated(found.rnns, options)
-        written = target.write(found.rnns, output, write)
+        if into is None:
+            written = target.write(found.rnns, output, write)
+        else:
+            with reading(into):
+                written = target.write_into(found.rnns, into, output, place, write)
+            written.usage = (
+                f"{output} is {into} with {', '.join(r.name for r in found.rnns)} replaced: load it as you load {into}"
+            )
         dtype = write.dtype or found.rnns[0].spec.dtype
         return ConversionResult(
             outputs=[str(p) for p in written.outputs],

@@ -21,7 +21,7 @@ import numpy as np
 
 from rnnconv.canonical import RNNSpec
 from rnnconv.compare import compare, make_inputs, tolerance
-from rnnconv.contracts import Check, InputsInfo, Provenance, Report, SourceRun, dump
+from rnnconv.contracts import Check, InputsInfo, Provenance, Report, Reports, SourceRun, dump
 from rnnconv.cudnn.backend import LayoutMismatch
 from rnnconv.diagnose import diagnose
 from rnnconv.dtypes import count_non_finite
@@ -221,8 +221,8 @@ def failed_report(blob: Path, exc: BaseException) -> Report:
     )
 
 
-def write_report(report: Report, path: Path, force: bool = False) -> None:
-    """The report as JSON (atomically; an existing file is replaced only with `force`)."""
+def write_report(report: Report | Reports, path: Path, force: bool = False) -> None:
+    """The report (or `verify --all`'s reports) as JSON (atomically; an existing file is replaced only with `force`)."""
     with atomic_outputs([path], force) as (tmp,):
         tmp.write_text(json.dumps(dump(report), indent=1) + "\n")
 
