@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import BatchItem, BatchResults, ConversionResult, InspectReport, Report, Reports
 from rnnconv.conversion import convert as _convert
-from rnnconv.conversion import default_output, open_source
+from rnnconv.conversion import open_source, output_name
 from rnnconv.errors import BadInput, RnnconvError, failure
 from rnnconv.formats import registry
 from rnnconv.formats.cudnn import open_blobs
@@ -231,10 +231,7 @@ def _plan_outputs(sources: list[Path], output_dir: PathLike | None, to: str | No
     if folder is not None and not folder.is_dir() and not made:
         state = "is no directory" if os.path.lexists(folder) else "does not exist (end it with / to create it)"
         raise BadInput(f"several sources are written to a directory, and {folder} {state}")
-    outputs = []
-    for source in sources:
-        beside = default_output(source, target)
-        outputs.append(beside if folder is None else folder / beside.name)
+    outputs = [(source.parent if folder is None else folder) / output_name(source, target) for source in sources]
     protected = {p.resolve(): s for s in sources for p in (s, s.with_name(s.name + SIDECAR_SUFFIX))}
     claimed: dict[Path, Path] = {}
     for source, output in zip(sources, outputs):
@@ -245,7 +242,7 @@ def _plan_outputs(sources: list[Path], output_dir: PathLike | None, to: str | No
                 f"directories"
             )
         if resolved in protected:
-            raise BadInput(f"{source} would be written to {output}, which is the source {protected[resolved]}")
+            raise BadInput(f"{source} would be written to {output}, which is a source: {protected[resolved]}")
         claimed[resolved] = source
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)

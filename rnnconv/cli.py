@@ -272,9 +272,9 @@ def explain(fmt: str | None, layer_class: str | None, **values: Any) -> None:
 @command(
     "schema",
     "Print the JSON schema of a document rnnconv writes: sidecar (X.bin.json and rnnconv safetensors "
-    "metadata), report (verify --report/--json), inspect (inspect --json) or conversion (--json of a "
-    "conversion).\n\nExample:\n\n  rnnconv schema sidecar > sidecar.schema.json",
-    [parameter("name", argument=True, annotation=str, help="sidecar, report, inspect or conversion.")],
+    "metadata), report (verify --report/--json), reports (verify --all's), inspect (inspect --json), conversion "
+    "(--json of a conversion) or batch (of several).\n\nExample:\n\n  rnnconv schema sidecar > sidecar.schema.json",
+    [parameter("name", argument=True, annotation=str, help="sidecar, report, reports, inspect, conversion or batch.")],
 )
 def schema(name: str) -> None:
     from rnnconv.contracts import SCHEMAS

@@ -18,8 +18,8 @@ from rnnconv.formats.registry import Format, ReadOptions, Source, WriteOptions, 
 from rnnconv.safeio import reading
 
 
-def default_output(source: Path, target: Format) -> Path:
-    """model.h5, model.weights.h5 and model.keras all become model.<target's first suffix> beside the source."""
+def output_name(source: Path, target: Format) -> str:
+    """model.h5, model.weights.h5 and model.keras all become model.<target's first suffix>."""
     name = source.name
     endings = sorted(
         {s for f in registry.formats() for s in f.info.read_suffixes + f.info.write_suffixes}, key=len, reverse=True
@@ -28,7 +28,12 @@ def default_output(source: Path, target: Format) -> Path:
         if name.endswith(ending) and len(name) > len(ending):
             name = name[: -len(ending)]
             break
-    out = source.with_name(name + target.info.default_for[0])
+    return name + target.info.default_for[0]
+
+
+def default_output(source: Path, target: Format) -> Path:
+    """The output beside the source, named by `output_name`."""
+    out = source.with_name(output_name(source, target))
     if out == source:
         raise BadInput(f"the default output would overwrite {source}; name one with -o")
     return out
