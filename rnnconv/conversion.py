@@ -76,7 +76,7 @@ def into_target(into: Path, output: Path | None, to: str | None, write: WriteOpt
     if output is None:
         raise BadInput(f"--into needs -o: the name of the patched copy ({into} itself is never written over)")
     if output.suffix != into.suffix:
-        raise BadInput(f"the patched copy of {into} is a file of its kind: name it ...{into.suffix}, not {output.name}")
+        raise BadInput(f"the patched copy of {into} is a file of its kind: give -o a name ending in {into.suffix}")
     if write.dtype is not None:
         raise BadInput("--into keeps the element type of each tensor it replaces; leave out --dtype")
     return found
