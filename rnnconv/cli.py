@@ -116,6 +116,7 @@ def direction_doc(source: str, target: str) -> str:
     src, dst = FORMAT_INFO[source], FORMAT_INFO[target]
     name, out = f"{source}-to-{target}", f"out{dst.default_for[0]}"
     examples = [f"rnnconv {name} {src.example} -o {out}"] + [f"rnnconv {name} {ex} -o {out}" for ex in src.examples]
+    examples.append(f"rnnconv {name} runs/*{Path(src.example).suffix} -o out/ -j 4   # several: out/<stem>{out[3:]}")
     return (
         f"Convert {src.title} to {dst.title}.\n\nReads {src.read_help}. {src.read_note}\n\nWrites "
         f"{dst.write_help}. {dst.write_note}\n\nExamples:\n\n" + "\n\n".join(f"  {e}" for e in examples)
