@@ -131,7 +131,7 @@ def add_direction(source: str, target: str) -> None:
             "sources",
             argument=True,
             annotation=list[Path],
-            metavar="SOURCE...",
+            metavar="SOURCE",
             help=f"{FORMAT_INFO[source].title} files: {FORMAT_INFO[source].read_help}.",
         ),
         parameter(
@@ -162,9 +162,7 @@ for _target in sorted(ADAPTER_FORMATS, key=lambda name: name != "cudnn"):
     "  rnnconv convert ckpt.pt model.keras --layer encoder.rnn\n\n"
     "  rnnconv convert model.bin state.safetensors --to torch",
     [
-        parameter(
-            "sources", argument=True, annotation=list[Path], metavar="SOURCE...", help="Any files rnnconv reads."
-        ),
+        parameter("sources", argument=True, annotation=list[Path], metavar="SOURCE", help="Any files rnnconv reads."),
         parameter(
             "output",
             argument=True,
