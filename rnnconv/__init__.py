@@ -5,7 +5,9 @@ The library mirrors the command line:
     import rnnconv
 
     result = rnnconv.convert("model.h5", "model.bin", layer="encoder")   # ConversionResult
+    results = rnnconv.convert_many(["a.h5", "b.h5"], "out/", jobs=2)      # BatchResults: one entry each
     report = rnnconv.verify("model.bin")                                  # Report: report.verdict
+    reports = rnnconv.verify_all("models.safetensors")                    # Reports: one per RNN
     for entry in rnnconv.inspect("model.h5").rnns: ...                    # InspectReport
     with rnnconv.load("model.h5", layer="encoder") as (rnn,): ...        # CanonicalRNN, tensors on demand
 
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rnnconv.version import __version__
 
 if TYPE_CHECKING:
-    from rnnconv.api import convert, formats, inspect, load, verify
+    from rnnconv.api import convert, convert_many, formats, inspect, load, verify, verify_all
     from rnnconv.errors import BackendMissing, BadInput, Mismatch, RnnconvError, Unsupported
 
 __all__ = [
@@ -31,10 +33,12 @@ __all__ = [
     "Unsupported",
     "__version__",
     "convert",
+    "convert_many",
     "formats",
     "inspect",
     "load",
     "verify",
+    "verify_all",
 ]
 ERRORS = ("BackendMissing", "BadInput", "Mismatch", "RnnconvError", "Unsupported")
 

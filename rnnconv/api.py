@@ -8,25 +8,29 @@ is not an error: its `Report` says `verdict == "mismatch"`.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import dataclasses
+import multiprocessing
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import ConversionResult, InspectReport, Report
+from rnnconv.contracts import BatchItem, BatchResults, ConversionResult, InspectReport, Report, Reports
 from rnnconv.conversion import convert as _convert
-from rnnconv.conversion import open_source
-from rnnconv.errors import BadInput, RnnconvError
+from rnnconv.conversion import open_source, output_name
+from rnnconv.errors import BadInput, RnnconvError, failure
 from rnnconv.formats import registry
+from rnnconv.formats.cudnn import open_blobs
 from rnnconv.formats.registry import Progress, ReadOptions, WriteOptions
 from rnnconv.safeio import SIDECAR_SUFFIX, check_writable, reading
 from rnnconv.table.rows import DEFAULT_BIAS_SPLIT
 
 if TYPE_CHECKING:
-    from rnnconv.verification import Stage
+    from rnnconv.verification import Stage, VerifyOptions
 
 PathLike = str | os.PathLike[str]
 
@@ -133,6 +137,7 @@ def convert(
     spec: RNNSpec | None = None,
     source_format: str | None = None,
     progress: Progress | None = None,
+    into: PathLike | None = None,
 ) -> ConversionResult:
     """Convert `source` to `output` (a cuDNN `.bin` beside the source by default) and say what was written.
 
@@ -143,6 +148,10 @@ def convert(
     nn.RNN's `nonlinearity`, a bare Keras file's `activation` and `recurrent_activation`) is
     taken from these arguments, or assumed and recorded (`require_stated` refuses to assume).
     `hash_source=False` leaves the source's digest out of the output's description.
+
+    With `into` (a PyTorch checkpoint or Keras file of the user's), `output` is a copy of it with
+    the RNNs' tensors replaced and nothing else changed: each goes where its blob came from (its
+    sidecar's source), or where `layer` names in `into` (`layer` then picks nothing in `source`).
     """
     options = ReadOptions(
         layer=layer,
@@ -161,7 +170,94 @@ def convert(
         options,
         WriteOptions(dtype=dtype, force=force, progress=progress),
         expect=source_format,
+        into=None if into is None else Path(into),
     )
+
+
+def convert_many(
+    sources: Sequence[PathLike],
+    output_dir: PathLike | None = None,
+    *,
+    jobs: int = 1,
+    on_result: Callable[[BatchItem], None] | None = None,
+    **options: Any,
+) -> BatchResults:
+    """Convert each source to `output_dir/<its stem><the target's suffix>` (beside it without `output_dir`).
+
+    `options` are `convert`'s (to, layer, dtype, force, ...). Names are planned before any work: two
+    sources that would write one output, or an output that is another source, refuse the whole batch.
+    `output_dir` is an existing directory, or a name ending in `/`, which is created. With `jobs` > 1
+    the sources are converted that many at a time, each in a process of its own. A source that fails
+    does not stop the others: its entry holds its exit code and sentence. `on_result` is called with
+    each entry as its source finishes; the entries come back in the order of `sources`.
+    """
+    if jobs < 1:
+        raise BadInput(f"--jobs must be at least 1, not {jobs}")
+    if not sources:
+        raise BadInput("no source to convert")
+    outputs = _plan_outputs([registry.source_file(Path(s)) for s in sources], output_dir, options.get("to"))
+    tasks = [(str(source), str(output), options) for source, output in zip(sources, outputs)]
+    items: dict[int, BatchItem] = {}
+    if jobs == 1:
+        for index, task in enumerate(tasks):
+            items[index] = _convert_one(*task)
+            if on_result:
+                on_result(items[index])
+    else:
+        # spawn, not fork: a fork would copy the threads (the digest's) of this process mid-flight
+        spawn = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(min(jobs, len(tasks)), spawn) as pool:
+            running = {pool.submit(_convert_one, *task): index for index, task in enumerate(tasks)}
+            try:
+                for done in concurrent.futures.as_completed(running):
+                    items[running[done]] = done.result()
+                    if on_result:
+                        on_result(items[running[done]])
+            except BaseException:  # an interrupt: what has not started never will
+                pool.shutdown(cancel_futures=True)
+                raise
+    return BatchResults([items[index] for index in range(len(tasks))])
+
+
+def is_directory_name(output: PathLike | None) -> bool:
+    """Whether an output names a directory: an existing one, or a name ending in a path separator."""
+    return output is not None and (os.fspath(output).endswith(("/", os.sep)) or Path(output).is_dir())
+
+
+def _plan_outputs(sources: list[Path], output_dir: PathLike | None, to: str | None) -> list[Path]:
+    """Each source's output; the whole batch is refused when two collide or one is another source."""
+    target = registry.get(to or "cudnn")
+    folder = None if output_dir is None else Path(output_dir)
+    made = folder is not None and not os.path.lexists(folder) and is_directory_name(output_dir)  # DIR/: created
+    if folder is not None and not folder.is_dir() and not made:
+        state = "is no directory" if os.path.lexists(folder) else "does not exist (end it with / to create it)"
+        raise BadInput(f"several sources are written to a directory, and {folder} {state}")
+    outputs = [(source.parent if folder is None else folder) / output_name(source, target) for source in sources]
+    protected = {p.resolve(): s for s in sources for p in (s, s.with_name(s.name + SIDECAR_SUFFIX))}
+    claimed: dict[Path, Path] = {}
+    for source, output in zip(sources, outputs):
+        resolved = output.resolve()
+        if resolved in claimed:
+            raise BadInput(
+                f"{claimed[resolved]} and {source} would both be written to {output}; convert them to different "
+                f"directories"
+            )
+        if resolved in protected:
+            raise BadInput(f"{source} would be written to {output}, which is a source: {protected[resolved]}")
+        claimed[resolved] = source
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    return outputs
+
+
+def _convert_one(source: str, output: str, options: dict[str, Any]) -> BatchItem:
+    """One source of a batch, its failure caught: a process of the pool runs this."""
+    try:
+        result = convert(source, output, **options)
+    except Exception as exc:
+        code, sentence = failure(exc)
+        return BatchItem(source=source, output=output, exit_code=code, error=sentence)
+    return BatchItem(source=source, output=output, exit_code=0, result=result)
 
 
 def verify(
@@ -182,12 +278,84 @@ def verify(
     with `plot` its per-step errors are drawn (.svg or .png; needs matplotlib). No file is replaced
     without `force`. `stage` is told what verify starts doing next.
     """
-    from rnnconv.verification import VerifyOptions, failed_report, write_outputs, writers
+    from rnnconv.verification import VerifyOptions, failed_report
     from rnnconv.verification import verify as _verify  # its engines and writers: not on a conversion's path
 
     settings = VerifyOptions(against=None if against is None else registry.source_file(Path(against)), **options)
-    inputs_read = [Path(blob), *([settings.against] if settings.against else [])]
-    report_path, junit_path, picture = (None if p is None else Path(p) for p in (report, junit, plot))
+    path = Path(blob)
+    outputs = _Outputs(report, junit, plot)
+    return _reported(path, settings, outputs, lambda: _verify(path, settings, stage), lambda e: failed_report(path, e))
+
+
+def verify_all(
+    blob: PathLike,
+    *,
+    against: PathLike | None = None,
+    report: PathLike | None = None,
+    junit: PathLike | None = None,
+    stage: Stage | None = None,
+    **options: Any,
+) -> Reports:
+    """`verify` for every RNN of an rnnconv `.safetensors` (or the one of a `.bin`): one report each.
+
+    An RNN that cannot be verified (its source is missing, a backend is) gets a report saying why
+    (verdict `error` or `backend-missing`) and the others go on. `options` are `verify`'s, less
+    `layer` and `relayout`, which name one RNN. With `report`, the list is written there as JSON;
+    with `junit`, one JUnit test suite per RNN.
+    """
+    from rnnconv.verification import VerifyOptions, failed_report
+
+    settings = VerifyOptions(against=None if against is None else registry.source_file(Path(against)), **options)
+    if settings.layer is not None or settings.relayout is not None:
+        raise BadInput("--all verifies every RNN of the file; --layer and --relayout name one, so leave them out")
+    path = Path(blob)
+
+    def each() -> Reports:
+        names = [b.name for b in open_blobs(path, settings.raw_spec)]
+        return Reports([_verify_rnn(path, dataclasses.replace(settings, layer=name), stage) for name in names])
+
+    outputs = _Outputs(report, junit, None)
+    return _reported(path, settings, outputs, each, lambda exc: Reports([failed_report(path, exc)]))
+
+
+def _verify_rnn(path: Path, settings: VerifyOptions, stage: Stage | None) -> Report:
+    """One RNN's report; a failure the user can fix (not a bug) becomes its report, so the others still run."""
+    from rnnconv.verification import failed_report
+    from rnnconv.verification import verify as _verify
+
+    try:
+        return _verify(path, settings, stage)
+    except RnnconvError as exc:
+        return failed_report(path, exc).model_copy(update={"name": settings.layer or ""})
+
+
+Verified = TypeVar("Verified", Report, Reports)
+
+
+@dataclasses.dataclass
+class _Outputs:
+    """The files a verify writes besides its answer."""
+
+    report: PathLike | None
+    junit: PathLike | None
+    plot: PathLike | None
+
+    def paths(self) -> tuple[Path | None, ...]:
+        return tuple(None if p is None else Path(p) for p in (self.report, self.junit, self.plot))
+
+
+def _reported(
+    blob: Path,
+    settings: VerifyOptions,
+    outputs: _Outputs,
+    run: Callable[[], Verified],
+    failed: Callable[[BaseException], Verified],
+) -> Verified:
+    """`run`, its result also written where `outputs` ask; a verify that fails still writes `failed(exc)`."""
+    from rnnconv.verification import write_outputs, writers
+
+    inputs_read = [blob, *([settings.against] if settings.against else [])]
+    report_path, junit_path, picture = outputs.paths()
     written = False
     with ExitStack() as inputs:  # no output (report, relayout) may be written over the blob or the source
         try:
@@ -198,14 +366,16 @@ def verify(
                 from rnnconv.plot import check_plot
 
                 check_plot(picture)
-            result = _verify(Path(blob), settings, stage)
-            if picture is not None and result.comparison is None:
-                result.warnings.append(f"nothing was compared step by step, so {picture} was not drawn")
+            result = run()
+            reports = result.root if isinstance(result, Reports) else [result]
+            if picture is not None and reports[0].comparison is None:
+                reports[0].warnings.append(f"nothing was compared step by step, so {picture} was not drawn")
                 picture = None
             chosen = writers(result, report_path, junit_path, picture)
             if chosen:
-                if result.source and os.path.lexists(result.source.path):
-                    inputs.enter_context(reading(Path(result.source.path)))
+                for each in reports:
+                    if each.source and os.path.lexists(each.source.path):
+                        inputs.enter_context(reading(Path(each.source.path)))
                 written = True
                 write_outputs(chosen, settings.force)
         except Exception as exc:  # a CI step that asked for a report gets one, saying why verify could not run
@@ -214,8 +384,7 @@ def verify(
             )
             if not written and (report_left or junit_left):
                 with contextlib.suppress(RnnconvError):  # e.g. a report that exists, without --force: left as is
-                    failed = failed_report(Path(blob), exc)
-                    write_outputs(writers(failed, report_left, junit_left, None), settings.force)
+                    write_outputs(writers(failed(exc), report_left, junit_left, None), settings.force)
             raise
     return result
 

@@ -170,6 +170,8 @@ class CanonicalRNN:
     digest: Future[str] | None = None
     # Whatever must stay open while the loaders may still read (the source file).
     keepalive: Any = None
+    # A blob's own source, as its sidecar records it: where `--into` puts the RNN back.
+    origin: Provenance | None = None
 
     def param(self, key: ParamKey) -> np.ndarray:
         """One tensor, checked against the spec's shape for it."""

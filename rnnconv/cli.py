@@ -82,36 +82,41 @@ def raw_spec(values: dict[str, Any]) -> Any:
     return spec_of(**{k: values.pop(k, None) for k in RAW}, dtype=values.get("dtype"))
 
 
-def run_conversion(values: dict[str, Any], to: str | None, source_format: str | None) -> None:
+def run_conversion(values: dict[str, Any], to: str | None, source_format: str | None) -> int:
     from rnnconv import api, render
 
-    layer, spec = pick(values), raw_spec(values)
-    quiet, as_json, verbose = values["quiet"], values["json"], values["verbose"]
+    sources, output, into = values.pop("sources"), values.pop("output"), values.pop("into", None)
+    quiet, as_json, verbose, spec = values["quiet"], values["json"], values["verbose"], raw_spec(values)
+    settings = {
+        "to": to,
+        "layer": pick(values),
+        "spec": spec,
+        "dtype": None if spec is not None else values.get("dtype"),
+        "force": values["force"],
+        "bias_split": values.get("bias_split", DEFAULT_BIAS_SPLIT),
+        **{k: values.get(k) for k in ("nonlinearity", "activation", "recurrent_activation")},
+        "require_stated": values["require_stated"],
+        "hash_source": not values["no_hash"],
+        "source_format": source_format,
+    }
+    if len(sources) > 1 or api.is_directory_name(output):
+        if into is not None:
+            raise BadInput("--into writes one patched model: give one source")
+        shown = functools.partial(render.batch_entry, quiet=quiet)
+        results = api.convert_many(sources, output, jobs=values["jobs"], on_result=shown, **settings)
+        render.batch(results, as_json, quiet)
+        return max(item.exit_code for item in results.root)
     with render.progress_bar(enabled=not (quiet or as_json)) as progress:
-        result = api.convert(
-            values["source"],
-            values["output"],
-            to=to,
-            layer=layer,
-            spec=spec,
-            dtype=None if spec is not None else values.get("dtype"),
-            force=values["force"],
-            bias_split=values.get("bias_split", DEFAULT_BIAS_SPLIT),
-            nonlinearity=values.get("nonlinearity"),
-            activation=values.get("activation"),
-            recurrent_activation=values.get("recurrent_activation"),
-            require_stated=values["require_stated"],
-            hash_source=not values["no_hash"],
-            source_format=source_format,
-            progress=progress,
-        )
+        result = api.convert(sources[0], output, into=into, progress=progress, **settings)
     render.conversion(result, as_json, quiet, verbose)
+    return 0
 
 
 def direction_doc(source: str, target: str) -> str:
     src, dst = FORMAT_INFO[source], FORMAT_INFO[target]
     name, out = f"{source}-to-{target}", f"out{dst.default_for[0]}"
     examples = [f"rnnconv {name} {src.example} -o {out}"] + [f"rnnconv {name} {ex} -o {out}" for ex in src.examples]
+    examples.append(f"rnnconv {name} runs/*{Path(src.example).suffix} -o out/ -j 4   # several: out/<stem>{out[3:]}")
     return (
         f"Convert {src.title} to {dst.title}.\n\nReads {src.read_help}. {src.read_note}\n\nWrites "
         f"{dst.write_help}. {dst.write_note}\n\nExamples:\n\n" + "\n\n".join(f"  {e}" for e in examples)
@@ -122,14 +127,21 @@ def add_direction(source: str, target: str) -> None:
     suffixes = ", ".join(FORMAT_INFO[target].write_suffixes)
     options = ["dtype"] + [o for o in source_options(source) if o != "dtype"]
     params = [
-        parameter("source", argument=True, help=f"{FORMAT_INFO[source].title} file: {FORMAT_INFO[source].read_help}."),
+        parameter(
+            "sources",
+            argument=True,
+            annotation=list[Path],
+            metavar="SOURCE",
+            help=f"{FORMAT_INFO[source].title} files: {FORMAT_INFO[source].read_help}.",
+        ),
         parameter(
             "output",
-            help=f"{suffixes} [default: the source's name with {FORMAT_INFO[target].default_for[0]}, beside it].",
+            help=f"{suffixes}, or a directory for several sources (DIR/ is created) [default: the source's name "
+            f"with {FORMAT_INFO[target].default_for[0]}, beside it].",
         ),
         parameter("layer"),
         parameter("prefix"),
-        *map(parameter, options + CONVERSION_TAIL),
+        *map(parameter, options + (["into"] if FORMAT_INFO[target].writes_into else []) + CONVERSION_TAIL),
     ]
     command(f"{source}-to-{target}", direction_doc(source, target), params)(
         lambda **values: run_conversion(values, target, source)
@@ -150,19 +162,20 @@ for _target in sorted(ADAPTER_FORMATS, key=lambda name: name != "cudnn"):
     "  rnnconv convert ckpt.pt model.keras --layer encoder.rnn\n\n"
     "  rnnconv convert model.bin state.safetensors --to torch",
     [
-        parameter("source", argument=True, help="Any file rnnconv reads."),
+        parameter("sources", argument=True, annotation=list[Path], metavar="SOURCE", help="Any files rnnconv reads."),
         parameter(
             "output",
             argument=True,
-            annotation=Path,
+            annotation=str,
             default=...,
-            help=".bin/.safetensors (cuDNN), .pt/.pth (PyTorch), .keras/.weights.h5 (Keras).",
+            help=".bin/.safetensors (cuDNN), .pt/.pth (PyTorch), .keras/.weights.h5 (Keras); a directory for "
+            "several sources (DIR/ is created; the target is --to's, cuDNN by default).",
         ),
-        *map(parameter, ("to", "layer", "prefix", *ALL_SOURCE_OPTIONS, *CONVERSION_TAIL)),
+        *map(parameter, ("to", "layer", "prefix", *ALL_SOURCE_OPTIONS, "into", *CONVERSION_TAIL)),
     ],
 )
-def convert(**values: Any) -> None:
-    run_conversion(values, values.pop("to"), None)
+def convert(**values: Any) -> int:
+    return run_conversion(values, values.pop("to"), None)
 
 
 @command(
@@ -195,6 +208,12 @@ def verify(**values: Any) -> int:
     as_json, quiet, verbose = values.pop("json"), values.pop("quiet"), values.pop("verbose")
     values.pop("dtype")
     stage = render.stage_printer(enabled=not (quiet or as_json))
+    if values.pop("all"):
+        if values.pop("plot") is not None:
+            raise BadInput("--plot draws one RNN's errors: with --all, leave it out (or verify one with --layer)")
+        reports = api.verify_all(values.pop("blob"), layer=layer, raw_spec=spec, stage=stage, **values)
+        render.verifications(reports, as_json, quiet)
+        return max(report.exit_code for report in reports.root)
     report = api.verify(values.pop("blob"), layer=layer, raw_spec=spec, stage=stage, **values)
     render.verification(report, as_json, quiet, verbose)
     return report.exit_code
@@ -256,9 +275,9 @@ def explain(fmt: str | None, layer_class: str | None, **values: Any) -> None:
 @command(
     "schema",
     "Print the JSON schema of a document rnnconv writes: sidecar (X.bin.json and rnnconv safetensors "
-    "metadata), report (verify --report/--json), inspect (inspect --json) or conversion (--json of a "
-    "conversion).\n\nExample:\n\n  rnnconv schema sidecar > sidecar.schema.json",
-    [parameter("name", argument=True, annotation=str, help="sidecar, report, inspect or conversion.")],
+    "metadata), report (verify --report/--json), reports (verify --all's), inspect (inspect --json), conversion "
+    "(--json of a conversion) or batch (of several).\n\nExample:\n\n  rnnconv schema sidecar > sidecar.schema.json",
+    [parameter("name", argument=True, annotation=str, help="sidecar, report, reports, inspect, conversion or batch.")],
 )
 def schema(name: str) -> None:
     from rnnconv.contracts import SCHEMAS

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, field_validator
 
 from rnnconv.dtypes import DTYPES
 from rnnconv.errors import BackendMissing, BadInput, Mismatch
@@ -48,7 +48,7 @@ def parse(model: type[M], data: Any, where: str) -> M:
         raise BadInput(f"{where}: {field}: {first['msg'][:200]}") from None
 
 
-def dump(document: Contract) -> dict[str, Any]:
+def dump(document: BaseModel) -> Any:
     """The JSON form, with the names the documents use (`class`); fields without a value are left out."""
     return document.model_dump(mode="json", by_alias=True, exclude_none=True)
 
@@ -359,9 +359,33 @@ class ConversionResult(Contract):
     usage: str = ""  # how to load what was written
 
 
-SCHEMAS: dict[str, type[Contract]] = {
+class Reports(RootModel[list[Report]]):
+    """`verify --all`: one report per RNN of an rnnconv `.safetensors` (its --report file and --json)."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class BatchItem(Contract):
+    """One source of a conversion of several: where it went, and its exit code and sentence when it failed."""
+
+    source: str
+    output: str  # the main output it was to be written to
+    exit_code: int = Field(ge=0)
+    error: str | None = None  # the sentence the command printed for it
+    result: ConversionResult | None = None  # None when it failed
+
+
+class BatchResults(RootModel[list[BatchItem]]):
+    """A conversion of several sources (`-o DIR`): one entry per source, in the order given (its --json)."""
+
+    model_config = ConfigDict(strict=True)
+
+
+SCHEMAS: dict[str, type[BaseModel]] = {
     "sidecar": Sidecar,
     "report": Report,
     "inspect": InspectReport,
     "conversion": ConversionResult,
+    "reports": Reports,
+    "batch": BatchResults,
 }

@@ -18,8 +18,8 @@ from rnnconv.formats.registry import Format, ReadOptions, Source, WriteOptions, 
 from rnnconv.safeio import reading
 
 
-def default_output(source: Path, target: Format) -> Path:
-    """model.h5, model.weights.h5 and model.keras all become model.<target's first suffix> beside the source."""
+def output_name(source: Path, target: Format) -> str:
+    """model.h5, model.weights.h5 and model.keras all become model.<target's first suffix>."""
     name = source.name
     endings = sorted(
         {s for f in registry.formats() for s in f.info.read_suffixes + f.info.write_suffixes}, key=len, reverse=True
@@ -28,7 +28,12 @@ def default_output(source: Path, target: Format) -> Path:
         if name.endswith(ending) and len(name) > len(ending):
             name = name[: -len(ending)]
             break
-    out = source.with_name(name + target.info.default_for[0])
+    return name + target.info.default_for[0]
+
+
+def default_output(source: Path, target: Format) -> Path:
+    """The output beside the source, named by `output_name`."""
+    out = source.with_name(output_name(source, target))
     if out == source:
         raise BadInput(f"the default output would overwrite {source}; name one with -o")
     return out
@@ -63,6 +68,20 @@ def open_source(
         yield source
 
 
+def into_target(into: Path, output: Path | None, to: str | None, write: WriteOptions) -> Format:
+    """The format of an `--into` model, which the output must be a copy of; refused before any work."""
+    found = registry.detect(into)
+    if to is not None and to != found.name:
+        raise BadInput(f"--into {into} is a {found.title} file, and this conversion writes {registry.get(to).title}")
+    if output is None:
+        raise BadInput(f"--into needs -o: the name of the patched copy ({into} itself is never written over)")
+    if output.suffix != into.suffix:
+        raise BadInput(f"the patched copy of {into} is a file of its kind: give -o a name ending in {into.suffix}")
+    if write.dtype is not None:
+        raise BadInput("--into keeps the element type of each tensor it replaces; leave out --dtype")
+    return found
+
+
 def convert(
     source: Path,
     output: Path | None = None,
@@ -70,12 +89,23 @@ def convert(
     options: ReadOptions | None = None,
     write: WriteOptions | None = None,
     expect: str | None = None,
+    into: Path | None = None,
 ) -> ConversionResult:
-    """Convert `source` (of format `expect`, when given) to `output`; the target comes from `to` or the name."""
+    """Convert `source` (of format `expect`, when given) to `output`; the target comes from `to` or the name.
+
+    With `into` (a user's model file), the output is a copy of it with the RNNs' tensors replaced:
+    `options.layer` then names the RNN of `into` to replace, and the source's RNNs are all read.
+    """
     options = options or ReadOptions()
     write = write or WriteOptions()
     source = registry.source_file(source)
-    target = registry.get(to or "cudnn") if output is None else registry.for_output(output, to)
+    place = None
+    if into is not None:
+        into = registry.source_file(into)
+        target = into_target(into, output, to, write)
+        place, options.layer, options.take_all = options.layer, None, True
+    else:
+        target = registry.get(to or "cudnn") if output is None else registry.for_output(output, to)
     fmt = source_format(source, options, expect, target.name)  # a wrong source is said before anything else
     output = output or default_output(source, target)
     if output.resolve() == source.resolve():
@@ -85,7 +115,14 @@ def convert(
         if not found.rnns:
             raise RnnconvError(f"{source} gave no RNN to write")
         check_stated(found.rnns, options)
-        written = target.write(found.rnns, output, write)
+        if into is None:
+            written = target.write(found.rnns, output, write)
+        else:
+            with reading(into):
+                written = target.write_into(found.rnns, into, output, place, write)
+            written.usage = (
+                f"{output} is {into} with {', '.join(r.name for r in found.rnns)} replaced: load it as you load {into}"
+            )
         dtype = write.dtype or found.rnns[0].spec.dtype
         return ConversionResult(
             outputs=[str(p) for p in written.outputs],

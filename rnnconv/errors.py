@@ -52,3 +52,18 @@ def first_line(exc: BaseException, limit: int = 160) -> str:
     """The first line of an exception's message (its type when it has none), for a one-sentence error."""
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:limit]
+
+
+def failure(exc: Exception) -> tuple[int, str]:
+    """The exit code of an exception a command ends with, and the sentence it prints (after `error:`, or
+    `internal error:` for EXIT_INTERNAL: a bug, whose sentence asks for a report)."""
+    if isinstance(exc, RnnconvError):
+        return exc.exit_code, str(exc)
+    if isinstance(exc, OSError):
+        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+        return EXIT_BAD_INPUT, f"cannot read or write{where}: {exc.strerror or exc}"
+    if isinstance(exc, MemoryError):
+        return EXIT_BAD_INPUT, "out of memory"
+    return EXIT_INTERNAL, (
+        f"{type(exc).__name__}: {exc} (a bug in rnnconv; rerun with RNNCONV_DEBUG=1 for the traceback and report it)"
+    )

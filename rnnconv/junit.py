@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,17 +79,32 @@ def cases_of(report: Report) -> list[Case]:
     return cases
 
 
-def junit_xml(report: Report) -> bytes:
-    """The report as a JUnit XML document (UTF-8)."""
-    cases = cases_of(report)
+def junit_xml(reports: Sequence[Report]) -> bytes:
+    """Reports as a JUnit XML document (UTF-8): one test suite per verified RNN."""
+    suites = [(report, cases_of(report)) for report in reports]
+    every = [case for _, cases in suites for case in cases]
+    root = ET.Element("testsuites", {"name": "rnnconv verify", **_counts(every, skipped=False)})
+    for report, cases in suites:
+        _suite(root, report, cases)
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def _counts(cases: list[Case], skipped: bool = True) -> dict[str, str]:
+    """A suite's attributes (with `skipped`); the root's leave skipped cases out of its counts' names."""
     counts = {
-        "tests": str(len(cases)),
-        "failures": str(sum(c.outcome == "failure" for c in cases)),
-        "errors": str(sum(c.outcome == "error" for c in cases)),
-        "skipped": str(sum(c.outcome == "skipped" for c in cases)),
+        "tests": len(cases),
+        "failures": sum(c.outcome == "failure" for c in cases),
+        "errors": sum(c.outcome == "error" for c in cases),
     }
-    root = ET.Element("testsuites", {"name": "rnnconv verify", **{k: v for k, v in counts.items() if k != "skipped"}})
-    suite = ET.SubElement(root, "testsuite", {"name": xml_text(f"rnnconv verify {report.blob}"), **counts})
+    if skipped:
+        counts["skipped"] = sum(c.outcome == "skipped" for c in cases)
+    return {key: str(value) for key, value in counts.items()}
+
+
+def _suite(root: ET.Element, report: Report, cases: list[Case]) -> None:
+    name = f"rnnconv verify {report.blob}" + (f" [{report.name}]" if report.name else "")
+    suite = ET.SubElement(root, "testsuite", {"name": xml_text(name), **_counts(cases)})
     properties = ET.SubElement(suite, "properties")
     settings = {"verdict": report.verdict, "blob": report.blob}
     if report.backend:
@@ -110,5 +126,3 @@ def junit_xml(report: Report) -> bytes:
             if case.outcome != "skipped":
                 outcome.set("type", report.verdict)
                 outcome.text = xml_text(case.details)
-    ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"

@@ -36,7 +36,23 @@ RAW = ("mode", "input_size", "hidden_size", "num_layers", "bidirectional", "proj
 COMMON = ("json", "quiet", "verbose")
 # Every option, once: name -> (type, default, flags, help, extra typer settings).
 OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
-    "output": (Path | None, None, ("-o", "--output"), "Output file; its name says what to write.", {}),
+    "output": (str | None, None, ("-o", "--output"), "Output file; its name says what to write.", {}),
+    "jobs": (
+        int,
+        1,
+        ("-j", "--jobs"),
+        "With several sources: convert this many at once, each in a process of its own.",
+        {"min": 1},
+    ),
+    "into": (
+        Path | None,
+        None,
+        ("--into",),
+        "Write a copy of this model file (-o names it) with the RNN's tensors in place of its own, everything else "
+        "untouched; the RNN goes where its blob came from (the sidecar says), or where --layer names in it.",
+        {},
+    ),
+    "all": (bool, False, ("--all",), "Verify every RNN of an rnnconv .safetensors, one row each.", {}),
     "layer": (
         str | None,
         None,
@@ -211,10 +227,11 @@ def source_options(fmt: str) -> list[str]:
     return names
 
 
-CONVERSION_TAIL = ["force", "no_hash", "require_stated", *COMMON]  # what every conversion command ends with
+CONVERSION_TAIL = ["jobs", "force", "no_hash", "require_stated", *COMMON]  # what every conversion command ends with
 VERIFY_OPTIONS = [
     "against",
     "layer",
+    "all",
     "backend",
     "seq_len",
     "batch",

@@ -17,15 +17,28 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from rnnconv.canonical import RNNSpec
-from rnnconv.contracts import Comparison, Contract, ConversionResult, InspectReport, Report, SpecModel, Tolerance, dump
-from rnnconv.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, RnnconvError
+from rnnconv.contracts import (
+    BatchItem,
+    BatchResults,
+    Comparison,
+    ConversionResult,
+    InspectReport,
+    Report,
+    Reports,
+    SpecModel,
+    Tolerance,
+    dump,
+)
+from rnnconv.errors import EXIT_INTERNAL, failure
 from rnnconv.safeio import remove_live_temps
 from rnnconv.table.constants import DIRECTIONS
 
@@ -62,8 +75,8 @@ def shown(function: Shown) -> Shown:
 
 
 @shown
-def print_json(document: Contract | dict[str, Any]) -> None:
-    data = dump(document) if isinstance(document, Contract) else document
+def print_json(document: BaseModel | dict[str, Any]) -> None:
+    data = dump(document) if isinstance(document, BaseModel) else document
     print(json.dumps(data, indent=1))
 
 
@@ -117,6 +130,70 @@ def conversion(result: ConversionResult, as_json: bool, quiet: bool, verbose: bo
     out.print("wrote " + ", ".join(escape(p) for p in result.outputs))
     if result.usage:
         out.print(escape(result.usage))
+
+
+def batch_entry(item: BatchItem, quiet: bool) -> None:
+    """One source of a batch as it finishes: its failure in one line, or what its conversion had to say."""
+    name = escape(item.source)
+    if item.result is None:
+        err.print(
+            f"[bold red]{failure_label(item.exit_code)}:[/] {name} (exit {item.exit_code}): {escape(item.error or '')}"
+        )
+        return
+    for skipped in item.result.skipped:
+        err.print(f"[yellow]skipped[/] {name}: {escape(skipped.name)}: {escape(skipped.reason)}")
+    for text in item.result.warnings:
+        warning(f"{item.source}: {text}")
+    if not quiet:
+        for text in (n for rnn in item.result.rnns for n in rnn.notes):
+            note(f"{item.source}: {text}")
+
+
+@shown
+def batch(results: BatchResults, as_json: bool, quiet: bool) -> None:
+    """A batch's table (source, RNNs, output, result), or its list of entries as JSON."""
+    if as_json:
+        print_json(results)
+        return
+    if quiet:
+        return
+    table = Table()
+    for column in ("file", "RNNs", "output", "result"):
+        table.add_column(column, overflow="fold")
+    for item in results.root:
+        rnns = ", ".join(rnn.name for rnn in item.result.rnns) if item.result else "-"
+        result = (
+            "[green]done[/]"
+            if item.exit_code == 0
+            else f"[red]{failure_label(item.exit_code)} (exit {item.exit_code})[/]"
+        )
+        # the file's name is enough: a batch whose sources share a name is refused before it starts
+        table.add_row(escape(Path(item.source).name), escape(rnns), escape(item.output), result)
+    out.print(table)
+    done = sum(item.exit_code == 0 for item in results.root)
+    out.print(f"converted {done} of {len(results.root)}")
+
+
+@shown
+def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
+    """`verify --all`: one row per RNN (name, spec, verdict, summary), or the reports as JSON."""
+    for report in reports.root:
+        for text in report.warnings:
+            warning(f"{report.name}: {text}")
+    if as_json:
+        print_json(reports)
+        return
+    table = Table(show_header=True)
+    for column in ("RNN", "spec", "verdict", "summary"):
+        table.add_column(column, overflow="fold")
+    for report in reports.root:
+        colour = {"match": "green", "structure-only": "yellow"}.get(report.verdict, "red")
+        verdict = f"[bold {colour}]{report.verdict.upper()}[/] (exit {report.exit_code})"
+        table.add_row(escape(report.name), spec_text(report.spec), verdict, escape(report.summary))
+    if not quiet:
+        out.print(table)
+    matched = sum(report.exit_code == 0 for report in reports.root)
+    out.print(f"{matched} of {len(reports.root)} RNNs verified")
 
 
 @shown
@@ -309,6 +386,10 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated(signum)
 
 
+def failure_label(code: int) -> str:
+    return "internal error" if code == EXIT_INTERNAL else "error"
+
+
 def guarded(run: Callable[..., int | None], values: dict[str, Any]) -> int | None:
     """Run a command; every failure becomes one sentence on stderr and its exit code."""
     for stream in (sys.stdout, sys.stderr):  # a layer named in Unicode must print in an ASCII locale too
@@ -323,27 +404,15 @@ def guarded(run: Callable[..., int | None], values: dict[str, Any]) -> int | Non
         remove_live_temps()
         err.print("terminated; no output was left behind")
         return 128 + exc.signum
-    except RnnconvError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}")
-        return exc.exit_code
-    except OSError as exc:
-        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
-        err.print(f"[bold red]error:[/] cannot read or write{escape(where)}: {escape(exc.strerror or str(exc))}")
-        return EXIT_BAD_INPUT
-    except MemoryError:
-        err.print("[bold red]error:[/] out of memory")
-        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         err.print("interrupted; no output was left behind")
         return 130
     except Exception as exc:
-        if os.environ.get("RNNCONV_DEBUG"):
+        code, sentence = failure(exc)
+        if code == EXIT_INTERNAL and os.environ.get("RNNCONV_DEBUG"):
             raise
-        err.print(
-            f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} (a bug in rnnconv; "
-            f"rerun with RNNCONV_DEBUG=1 for the traceback and report it)"
-        )
-        return EXIT_INTERNAL
+        err.print(f"[bold red]{failure_label(code)}:[/] {escape(sentence)}")
+        return code
 
 
 def stage_printer(enabled: bool) -> Callable[[str], None] | None:

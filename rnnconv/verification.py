@@ -22,7 +22,7 @@ import numpy as np
 
 from rnnconv.canonical import RNNSpec
 from rnnconv.compare import compare, make_inputs, tolerance
-from rnnconv.contracts import Check, InputsInfo, Provenance, Report, SourceRun, dump
+from rnnconv.contracts import Check, InputsInfo, Provenance, Report, Reports, SourceRun, dump
 from rnnconv.cudnn.backend import LayoutMismatch
 from rnnconv.diagnose import diagnose
 from rnnconv.dtypes import count_non_finite
@@ -234,14 +234,18 @@ def failed_report(blob: Path, exc: BaseException) -> Report:
     )
 
 
-def writers(report: Report, json_path: Path | None, junit: Path | None, plot: Path | None) -> dict[Path, Writer]:
-    """The files asked for, each with its writer: the report as JSON, as JUnit XML, and its per-step errors drawn."""
+def writers(
+    report: Report | Reports, json_path: Path | None, junit: Path | None, plot: Path | None
+) -> dict[Path, Writer]:
+    """The files asked for, each with its writer: the report (or `verify --all`'s reports) as JSON, as JUnit XML,
+    and one report's per-step errors drawn."""
     chosen: dict[Path, Writer] = {}
     if json_path is not None:
         chosen[json_path] = lambda tmp: tmp.write_text(json.dumps(dump(report), indent=1) + "\n")
     if junit is not None:
-        chosen[junit] = lambda tmp: tmp.write_bytes(junit_xml(report))
-    if plot is not None:
+        each = report.root if isinstance(report, Reports) else [report]
+        chosen[junit] = lambda tmp: tmp.write_bytes(junit_xml(each))
+    if plot is not None and isinstance(report, Report):
         from rnnconv.plot import draw_errors
 
         chosen[plot] = lambda tmp: draw_errors(report, tmp, plot.suffix[1:].lower())

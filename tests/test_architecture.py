@@ -243,7 +243,7 @@ def test_json_is_the_result_on_stdout_everywhere(tmp_path):
     assert rows[0]["gate_order"] == ["z", "r", "h"]
 
 
-@pytest.mark.parametrize("name", ["sidecar", "report", "inspect", "conversion"])
+@pytest.mark.parametrize("name", ["sidecar", "report", "inspect", "conversion", "reports", "batch"])
 def test_schemas_are_exported_and_documented(name):
     result = run_cli("schema", name)
     assert result.returncode == 0, result.stderr

@@ -128,7 +128,7 @@ def test_junit_never_replaces_a_file_nor_an_input(tmp_path):
 def test_junit_escapes_what_xml_cannot_hold():
     summary = 'a <layer> & "name" with \x01 and \x1b[31m in it'
     report = Report(verdict="error", summary=summary, blob="odd\x00<name>.bin")
-    root = ET.fromstring(junit_xml(report))  # parses: nothing raw that XML forbids
+    root = ET.fromstring(junit_xml([report]))  # parses: nothing raw that XML forbids
     (error,) = root.iter("error")
     assert error.get("message") == 'a <layer> & "name" with \\x01 and \\x1b[31m in it'
     assert root.find("testsuite").get("name") == "rnnconv verify odd\\x00<name>.bin"

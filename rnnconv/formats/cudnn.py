@@ -216,6 +216,7 @@ class Blob:
             notes=self.notes,
             stacked=self.stacked,
             keepalive=self,
+            origin=self.sidecar.source if self.sidecar else None,
         )
 
     def stacked(self, layer: int, direction: int, kind: str) -> np.ndarray | None:

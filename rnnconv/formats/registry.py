@@ -162,6 +162,28 @@ class Format(ABC):
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         raise Unsupported(f"no writer for format {self.name!r}")
 
+    def write_into(
+        self, rnns: list[CanonicalRNN], model: Path, path: Path, layer: str | None, options: WriteOptions
+    ) -> Written:
+        """A copy of the user's `model` file at `path`, with the RNNs' tensors in place of those it holds.
+
+        Each RNN replaces the one `places` gives; everything else in the file stays as it was.
+        """
+        writers = ", ".join(f.title for f in formats() if f.info.writes_into)
+        raise Unsupported(f"--into writes into a {writers} model, not a {self.title} one")
+
+    def places(self, rnns: list[CanonicalRNN], layer: str | None) -> list[Provenance | None]:
+        """Where each RNN goes in a model of this format: `layer` (as `Provenance.layer`), else where its blob
+        came from when that was a file of this format (its sidecar's source), else None: the model's only RNN."""
+        if layer is not None:
+            if len(rnns) > 1:
+                raise BadInput(
+                    f"--layer with --into names the one RNN to replace, but the source holds {len(rnns)} "
+                    f"({', '.join(r.name for r in rnns)}); without --layer each goes back where it came from"
+                )
+            return [Provenance(layer=layer)]
+        return [r.origin if r.origin is not None and r.origin.format in self.info.kinds else None for r in rnns]
+
     def holds_several(self, path: Path) -> bool:
         """Whether an output of this name takes every RNN of a source when none is picked."""
         return False

@@ -29,6 +29,7 @@ class FormatInfo:
     example: str  # a file name of this format, for examples
     examples: tuple[str, ...] = ()  # source arguments worth showing when this format is the source
     extra: str | None = None  # the pip extra its framework comes in
+    writes_into: bool = False  # whether --into can write a copy of a user's file with an RNN replaced
 
     @property
     def writes(self) -> bool:
@@ -59,6 +60,7 @@ FORMAT_INFO: Final[dict[str, FormatInfo]] = {
             example="model.h5",
             examples=("model.keras --layer encoder --dtype float16", "model.h5 --layer lstm_1,lstm_2,lstm_3"),
             extra="keras",
+            writes_into=True,
         ),
         FormatInfo(
             "torch",
@@ -78,6 +80,7 @@ FORMAT_INFO: Final[dict[str, FormatInfo]] = {
             example="ckpt.pt",
             examples=("seq2seq.pt --layer encoder.rnn", "rnn.pt --nonlinearity relu"),
             extra="torch",
+            writes_into=True,
         ),
         FormatInfo(
             "cudnn",

@@ -84,6 +84,14 @@ class KerasFormat(Format):
         write_keras(rnns, path, options.dtype, options.force)
         return Written([path], usage=loading_snippet(rnns, path))
 
+    def write_into(
+        self, rnns: list[CanonicalRNN], model: Path, path: Path, layer: str | None, options: WriteOptions
+    ) -> Written:
+        from rnnconv.formats.keras.writer import patch_keras_file
+
+        patch_keras_file(rnns, self.places(rnns, layer), model, path, options.force)
+        return Written([path])
+
     def inspect(self, path: Path) -> InspectReport:
         from rnnconv.formats.keras.reader import KerasFile, old_defaults, to_canonical
 

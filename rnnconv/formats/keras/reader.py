@@ -644,7 +644,7 @@ class TensorReader:
         if self._key is None or self._key[0] is not dataset or self._key[1] != columns:
             self._key, self._values = None, None  # let the previous tensor go before reading the next
             try:
-                values = _Bfloat16View(dataset)[...] if _is_bfloat16(dataset) else self._mapped(dataset)
+                values = _Bfloat16View(dataset)[...] if is_bfloat16(dataset) else self._mapped(dataset)
             except DAMAGED as exc:  # a damaged chunk, a broken B-tree: seen only when the data is read
                 raise BadInput(
                     f"{self._path}: weight {dataset.name} cannot be read, the file is damaged ({first_line(exc)})"
@@ -701,7 +701,7 @@ def _attribute_or_none(h5_object: Any, name: str) -> Any:
     return h5_object.attrs[name] if name in h5_object.attrs else None  # noqa: SIM401
 
 
-def _is_bfloat16(dataset: Any) -> bool:
+def is_bfloat16(dataset: Any) -> bool:
     """Keras 3 writes bfloat16 as 2-byte opaque words, with a dtype attribute in .weights.h5."""
     marked = _attribute_or_none(dataset, "dtype")
     return (isinstance(marked, (str, bytes)) and _text(marked) == "bfloat16") or (
@@ -722,7 +722,7 @@ class _Bfloat16View:
 
 
 def _dtype_name(dataset: Any) -> str:
-    if _is_bfloat16(dataset):
+    if is_bfloat16(dataset):
         return "bfloat16"  # read widened to float32, written back exactly
     return source_dtype_name(dataset.dtype)
 
@@ -873,7 +873,7 @@ def _dataset(obj: Any, name: str) -> h5py.Dataset:
 
 def _check_tensor(dataset: h5py.Dataset, what: str, limit: int) -> None:
     """A stored weight must be a 1-D or 2-D float dataset that fits in its file."""
-    if not (dataset.dtype.kind == "f" or _is_bfloat16(dataset)):
+    if not (dataset.dtype.kind == "f" or is_bfloat16(dataset)):
         raise BadInput(f"{what} holds {dataset.dtype} values, not floating point numbers")
     if dataset.ndim not in (1, 2):
         raise BadInput(f"{what} has shape {dataset.shape}; a weight is a vector or a matrix")

@@ -14,6 +14,7 @@ import io
 import itertools
 import json
 import re
+import shutil
 import time
 import zipfile
 from pathlib import Path
@@ -23,11 +24,12 @@ import h5py
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.contracts import Provenance
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BadInput, Unsupported
-from rnnconv.formats.keras.reader import snake_case
+from rnnconv.formats.keras.reader import KerasFile, KerasLayer, is_bfloat16, snake_case, to_canonical
 from rnnconv.safeio import atomic_outputs
-from rnnconv.table.apply import row_for_mode, settings_for_mode
+from rnnconv.table.apply import find_row, row_for_mode, settings_for_mode
 from rnnconv.table.constants import KERAS_DIRECTION_GROUPS, KERAS_VARIABLES
 
 KERAS_VERSION = "3.15.1"  # the version whose file layout this writer follows
@@ -224,3 +226,76 @@ def loading_snippet(rnns: list[CanonicalRNN], path: Path) -> str:
     lines.append("])")
     lines.append(f'model.load_weights("{path}")')
     return "\n".join(lines)
+
+
+def patch_keras_file(
+    rnns: list[CanonicalRNN], places: list[Provenance | None], model: Path, path: Path, force: bool = False
+) -> None:
+    """A copy of the Keras file `model` with each RNN's weights written over those of its Keras layers (`places`
+    name them: a layer, `a,b` or a stack for several cuDNN layers; None: its only recurrent layer). Nothing else
+    changes: every dataset keeps its shape and dtype, the archive its other members."""
+    patches: dict[str, np.ndarray] = {}
+    with KerasFile(model) as keras_file:
+        for rnn, place in zip(rnns, places):
+            names = None if place is None else place.stacked or (place.layer or "").split(",")
+            layers = [keras_file.layer(None)] if names is None else [keras_file.layer(n.strip()) for n in names]
+            if len(layers) != rnn.spec.num_layers:
+                raise BadInput(
+                    f"{rnn.name} has {rnn.spec.num_layers} layers and {len(layers)} Keras layers of {model} were named "
+                    f"for it; name one per layer with --layer a,b"
+                )
+            for index, layer in enumerate(layers):
+                _patch_layer(rnn, index, layer, keras_file, patches)
+        archive = keras_file.kind == "keras-archive"
+    with atomic_outputs([path], force) as (tmp,):
+        if archive:
+            _patched_archive(model, tmp, patches)
+        else:
+            shutil.copyfile(model, tmp)
+            with h5py.File(tmp, "r+") as h5:
+                _write_patches(h5, patches)
+
+
+def _patch_layer(
+    rnn: CanonicalRNN, index: int, layer: KerasLayer, keras_file: KerasFile, patches: dict[str, np.ndarray]
+) -> None:
+    """The new values of one Keras layer's datasets (by HDF5 path), from cuDNN layer `index` of `rnn`."""
+    what = f"layer {layer.name!r} of {keras_file.path}"
+    held = to_canonical(layer, Provenance(), reader=keras_file.reader).spec
+    if (held.mode, held.bidirectional) != (rnn.spec.mode, rnn.spec.bidirectional):
+        raise BadInput(f"{what} is a {held.describe()}; {rnn.name} is a {rnn.spec.describe()}")
+    row = find_row("keras", layer.source_class, layer.config)
+    for direction, datasets in enumerate(layer.tensors):
+        stored = rnn.stored(row, index, direction)
+        if set(stored) != set(datasets):
+            raise BadInput(f"{what} stores {', '.join(datasets)}; {rnn.name} gives {', '.join(stored)}")
+        for role, dataset in datasets.items():
+            label = layer.tensor_names[direction].get(role, role)
+            if tuple(dataset.shape) != stored[role].shape:
+                raise BadInput(f"{what}: {label} has shape {dataset.shape}, and {rnn.name} gives {stored[role].shape}")
+            if dataset.name in patches:
+                raise BadInput(f"two RNNs of the source would replace {what}")
+            bfloat16 = element_type("bfloat16")
+            patches[dataset.name] = (
+                encode(stored[role], bfloat16).view(dataset.dtype)  # 2-byte words, as Keras 3 stores them
+                if is_bfloat16(dataset)
+                else stored[role].astype(dataset.dtype)
+            )
+
+
+def _write_patches(h5: h5py.File, patches: dict[str, np.ndarray]) -> None:
+    for name, values in patches.items():
+        h5[name][...] = values
+
+
+def _patched_archive(model: Path, path: Path, patches: dict[str, np.ndarray]) -> None:
+    """The .keras archive `model` copied member by member, its model.weights.h5 patched."""
+    with zipfile.ZipFile(model) as source, zipfile.ZipFile(path, "w") as copy:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename == "model.weights.h5":
+                weights = io.BytesIO(data)
+                with h5py.File(weights, "r+") as h5:
+                    _write_patches(h5, patches)
+                data = weights.getvalue()
+            copy.writestr(info, data)

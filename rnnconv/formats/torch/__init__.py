@@ -66,13 +66,21 @@ class TorchFormat(Format):
         return path.suffix == ".safetensors"
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
-        from rnnconv.formats.torch.writer import constructor, write_state_dict
+        from rnnconv.formats.torch.writer import bin_warning, constructor, write_state_dict
 
         write_state_dict(rnns, path, options.dtype, options.force)
         calls = "\n".join(
             constructor(r.spec) + (f"  # keys prefixed '{r.name}.'" if len(rnns) > 1 else "") for r in rnns
         )
-        return Written([path], usage=f"load_state_dict into:\n{calls}")
+        return Written([path], bin_warning(path), usage=f"load_state_dict into:\n{calls}")
+
+    def write_into(
+        self, rnns: list[CanonicalRNN], model: Path, path: Path, layer: str | None, options: WriteOptions
+    ) -> Written:
+        from rnnconv.formats.torch.writer import bin_warning, patch_checkpoint
+
+        patch_checkpoint(rnns, self.places(rnns, layer), model, path, options.force)
+        return Written([path], bin_warning(path))
 
     def inspect(self, path: Path) -> InspectReport:
         from rnnconv.formats.torch.reader import find_rnns, load_state_dict, to_canonical

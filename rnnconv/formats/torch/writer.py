@@ -6,17 +6,27 @@ printed constructor is the module whose `load_state_dict` takes the file.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.contracts import Provenance
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors
 from rnnconv.formats.torch.checkpoint import TensorToSave, storage_class, write_zip
+from rnnconv.formats.torch.reader import (
+    find_rnns,
+    is_safetensors,
+    load_checkpoint,
+    load_state_dict,
+    pick,
+    require_torch,
+)
 from rnnconv.safeio import atomic_outputs, write_array
 from rnnconv.table.apply import row_for_mode, rows_for, stored_shapes
 from rnnconv.table.constants import KIND_OF_ROLE, NONLINEARITIES, TORCH_REVERSE_SUFFIX
@@ -90,6 +100,78 @@ def write_state_dict(rnns: list[CanonicalRNN], path: Path, dtype: str | None, fo
     }
     with atomic_outputs([path], force) as (tmp,):
         write_zip(tmp, tensors)
+
+
+def _tensor(torch: Any, values: np.ndarray, dtype: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # views of a read-only blob: torch.save only reads them
+        return torch.from_numpy(np.ascontiguousarray(values)).to(dtype)
+
+
+def _save(torch: Any, checkpoint: Any, path: Path, force: bool) -> None:
+    with atomic_outputs([path], force) as (tmp,):
+        try:
+            torch.save(checkpoint, tmp)
+        except RuntimeError as exc:  # torch.save reports a failed write (a full disk) as a RuntimeError
+            raise BadInput(f"cannot write {path}: torch.save failed ({str(exc).splitlines()[0][:200]})") from None
+
+
+def patch_checkpoint(
+    rnns: list[CanonicalRNN], places: list[Provenance | None], model: Path, path: Path, force: bool = False
+) -> None:
+    """A copy of the torch.save checkpoint `model` with each RNN's tensors replaced where `places` says (a prefix,
+    or a name `--layer` takes; None: its only RNN). Keys, order, nesting and every other tensor stay as they
+    were; a replaced tensor keeps its dtype."""
+    if is_safetensors(model):
+        raise BadInput(f"--into takes a torch.save checkpoint (.pt, .pth, .bin); {model} is a .safetensors state_dict")
+    tensors = load_state_dict(model)
+    found = find_rnns(tensors)
+    replacements: dict[str, np.ndarray] = {}
+    for rnn, place in zip(rnns, places):
+        where = None if place is None else place.prefix if place.prefix is not None else place.layer
+        target = pick(found, where, model)
+        arrays = state_dict_arrays(rnn, target.prefix)
+        what = f"{rnn.name} ({rnn.spec.describe()})"
+        held = set(target.keys.values())
+        extra = sorted(held - set(arrays))
+        if extra:
+            raise BadInput(f"{model}: {extra[0]} has no counterpart in {what}, so they are not the same RNN")
+        for key, value in arrays.items():
+            if key not in held:
+                raise BadInput(f"{model} has no {key} for {what} to replace")
+            if tensors[key].shape != value.shape:
+                raise BadInput(f"{model}: {key} has shape {tensors[key].shape}, and {what} gives {value.shape}")
+            if key in replacements:
+                raise BadInput(f"two RNNs of the source would replace {target.name!r} in {model}")
+            replacements[key] = value
+    torch = require_torch("writing a .pt checkpoint")
+    checkpoint = load_checkpoint(torch, model)
+    _replace_leaves(checkpoint, replacements, torch)
+    if replacements:
+        raise BadInput(f"{model}: {next(iter(replacements))} sits in a tuple, where it cannot be replaced")
+    _save(torch, checkpoint, path, force)
+
+
+def _replace_leaves(node: Any, replacements: dict[str, np.ndarray], torch: Any, prefix: str = "") -> None:
+    """Put each replacement (by the dotted key `flatten_checkpoint` gives) in place of the tensor there, in its
+    dtype; each one put is taken out of `replacements`."""
+    entries = node.items() if isinstance(node, MutableMapping) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in list(entries):
+        dotted = f"{prefix}{key}"
+        if dotted in replacements:
+            node[key] = _tensor(torch, replacements.pop(dotted), value.dtype)
+        elif isinstance(value, (MutableMapping, list)):
+            _replace_leaves(value, replacements, torch, dotted + ".")
+
+
+def bin_warning(path: Path) -> list[str]:
+    """A PyTorch state_dict named like rnnconv's cuDNN blob: allowed (Hugging Face's pytorch_model.bin), but said."""
+    if path.suffix != ".bin":
+        return []
+    return [
+        f"{path} is a PyTorch state_dict with the .bin ending of a cuDNN blob (allowed for pytorch_model.bin "
+        f"files); name it .pt if that is not what you meant"
+    ]
 
 
 def _array_writer(words: np.ndarray) -> Callable[[BinaryIO], list[str]]:
