@@ -86,16 +86,18 @@ def unmasked(masked: int) -> int:
 def _varint(data: bytes, pos: int, end: int, bits: int = 64) -> tuple[int, int]:
     """The base-128 varint at `pos` (at most `bits` wide, before `end`) and the position after it."""
     value = shift = 0
-    while pos < end and shift < bits:
+    while shift < bits:
+        if pos >= end:
+            raise Corrupt("a varint runs past its end")
         byte = data[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
         if byte < 0x80:
-            if value >> bits:
-                raise Corrupt(f"a varint exceeds {bits} bits")
-            return value, pos
+            break
         shift += 7
-    raise Corrupt("a varint runs past its end")
+    if shift >= bits or value >> bits:
+        raise Corrupt(f"a varint exceeds {bits} bits")
+    return value, pos
 
 
 def _signed(value: int) -> int:
@@ -152,10 +154,9 @@ def _number(fields: dict[int, list[int | bytes]], number: int) -> int:
     return value
 
 
-def _bytes(fields: dict[int, list[int | bytes]], number: int) -> bytes:
-    value = fields.get(number, [b""])[-1]
-    assert isinstance(value, bytes)
-    return value
+def _embedded(fields: dict[int, list[int | bytes]], number: int) -> bytes:
+    """An embedded message's bytes: its occurrences joined, which protobuf reads as one message, merged."""
+    return b"".join(value for value in fields.get(number, []) if isinstance(value, bytes))
 
 
 # --- the index: a LevelDB table ---------------------------------------------------------------------------
@@ -262,7 +263,7 @@ class BundleEntry:
 
 def _entry(value: bytes) -> BundleEntry:
     fields = _message(value, {1: VARINT, 2: LENGTH, 3: VARINT, 4: VARINT, 5: VARINT, 6: FIXED32, 7: LENGTH})
-    shape = _message(_bytes(fields, 2), {2: LENGTH, 3: VARINT})
+    shape = _message(_embedded(fields, 2), {2: LENGTH, 3: VARINT})
     if _number(shape, 3):
         raise Corrupt("its shape is of unknown rank")
     dims = shape.get(2, [])
@@ -289,7 +290,7 @@ def _entry(value: bytes) -> BundleEntry:
 def _shard_count(index: Path, header: bytes) -> int:
     """The number of data files a BundleHeaderProto names, its byte order and version checked."""
     fields = _message(header, {1: VARINT, 2: VARINT, 3: LENGTH})
-    version = _message(_bytes(fields, 3), {1: VARINT, 2: VARINT, 3: PACKED})
+    version = _message(_embedded(fields, 3), {1: VARINT, 2: VARINT, 3: PACKED})
     if _number(fields, 2) != 0:  # Endianness LITTLE
         raise BadInput(f"{index} was written on a big-endian machine; rnnconv reads little-endian checkpoints only")
     producer, min_consumer = _signed(_number(version, 1)), _signed(_number(version, 2))
@@ -336,9 +337,14 @@ class Checkpoint:
                 continue
             try:
                 name = key.decode()
+            except UnicodeDecodeError:
+                raise BadInput(
+                    f"{index} is not a readable TensorFlow checkpoint: the name {key!r} is not UTF-8"
+                ) from None
+            try:
                 entries[name] = entry = _entry(value)
-            except (Corrupt, UnicodeDecodeError) as exc:
-                raise BadInput(f"{index} is not a readable TensorFlow checkpoint: entry {key!r}: {exc}") from None
+            except Corrupt as exc:
+                raise BadInput(f"{index} is not a readable TensorFlow checkpoint: tensor {name!r}: {exc}") from None
             if not entry.sliced:
                 _check_place(index, name, entry, shards, sizes)
         shapes = {name: entry.shape for name, entry in entries.items()}
