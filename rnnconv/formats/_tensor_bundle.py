@@ -24,7 +24,7 @@ import google_crc32c
 import numpy as np
 
 from rnnconv.dtypes import decode, element_type
-from rnnconv.errors import BadInput
+from rnnconv.errors import BadInput, first_line
 from rnnconv.safeio import Guard, add_guard, checksum_guard, regular_file
 from rnnconv.table.constants import ELEMENT_TYPE_CODES
 
@@ -192,7 +192,7 @@ def _entries(block: bytes) -> Iterator[tuple[bytes, bytes]]:
     restarts = int.from_bytes(block[-4:], "little")
     if restarts > (len(block) - 4) // 4:
         raise Corrupt("a block claims more restart points than it holds")
-    end = len(block) - 4 * (restarts + 1)
+    end = len(block) - 4 * (restarts + 1) if restarts else 0  # no restart point: TF's reader sees no entry
     pos, key = 0, b""
     while pos < end:
         shared, pos = _varint(block, pos, end, 32)
@@ -375,7 +375,12 @@ class Checkpoint:
         if count == 0:  # nothing to map
             words = np.zeros(entry.shape, etype.storage)
         else:
-            words = np.memmap(shard, dtype=etype.storage, mode="r", offset=entry.offset, shape=(count,))
+            try:
+                words = np.memmap(shard, dtype=etype.storage, mode="r", offset=entry.offset, shape=(count,))
+            except (OSError, ValueError) as exc:  # the file changed since its index was read
+                raise BadInput(
+                    f"{self.index}: tensor {name!r} cannot be mapped from {shard} ({first_line(exc)})"
+                ) from None
         return decode(words.reshape(entry.shape), etype)
 
     def check_read(self) -> None:
