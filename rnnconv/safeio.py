@@ -115,8 +115,11 @@ def reading(source: Path, *guards: Guard) -> Iterator[None]:
 
 
 def add_guard(guard: Guard) -> None:
-    """One more check before outputs are committed (a reader's: a checksum computed in the background)."""
-    _GUARDS.set((*_GUARDS.get(), guard))
+    """One more check before the outputs of the current `reading` are committed (a reader's: a checksum
+    computed in the background). Outside `reading` (a file loaded, nothing to write) there is nothing to
+    guard, and a guard kept would wrongly hold up a later, unrelated write."""
+    if _SOURCES.get():
+        _GUARDS.set((*_GUARDS.get(), guard))
 
 
 # --- output --------------------------------------------------------------------------------------------
@@ -372,6 +375,32 @@ def in_background(work: Callable[[], T]) -> concurrent.futures.Future[T]:
 def digest_in_background(path: Path) -> concurrent.futures.Future[str]:
     """The file's digest, computed on another core while the conversion reads and writes."""
     return in_background(lambda: digest_of(path))
+
+
+CHECKSUM_CHUNK = 1 << 24  # bytes read at a time: large enough for a checksum to run without the GIL
+
+
+def checksum_guard(
+    path: Path, start: int, size: int, extend: Callable[[int, bytes], int], expected: int, damaged: str
+) -> Guard:
+    """A guard that objects (BadInput `damaged`) unless `size` bytes of `path` from `start` are those a stored
+    checksum was made of: `extend(checksum, chunk)` runs over them on another core meanwhile."""
+
+    def checksum() -> int:
+        with open(path, "rb", buffering=0) as f:
+            f.seek(start)
+            value, left = 0, size
+            while left > 0 and (chunk := f.read(min(left, CHECKSUM_CHUNK))):
+                value, left = extend(value, chunk), left - len(chunk)
+        return value  # a file cut short meanwhile gives the checksum of fewer bytes, which does not match
+
+    computed = in_background(checksum)
+
+    def check() -> None:
+        if computed.result() != expected:
+            raise BadInput(damaged)
+
+    return check
 
 
 def within(seconds: float, work: Callable[[], None], stuck: str) -> None:

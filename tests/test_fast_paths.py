@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import zipfile
 from pathlib import Path
 
 import blake3
@@ -211,3 +213,18 @@ def test_keras_weights_mapped_in_place_are_those_h5py_reads(path, tmp_path, monk
     assert [np.asarray(b.words).tobytes() for b in cudnn.open_safetensors(tmp_path / "fast.safetensors")] == [
         np.asarray(b.words).tobytes() for b in cudnn.open_safetensors(tmp_path / "plain.safetensors")
     ]
+
+
+def test_a_file_loaded_outside_a_conversion_leaves_no_guard_behind(tmp_path):
+    """A damaged .keras loaded through the library must not hold up a later, unrelated conversion."""
+    damaged = tmp_path / "lstm.keras"
+    source = FIXTURES / "keras3" / "lstm.keras"
+    with zipfile.ZipFile(source) as archive:
+        member = archive.getinfo("model.weights.h5")
+    data = bytearray(source.read_bytes())
+    data[member.header_offset + 200] ^= 0xFF  # inside model.weights.h5: its CRC-32 no longer matches
+    damaged.write_bytes(bytes(data))
+    with contextlib.suppress(Exception), api.load(damaged) as rnns:
+        [rnn.arrays() for rnn in rnns]
+    api.convert(TORCH / "rnn_tanh.pt", tmp_path / "later.bin")
+    assert (tmp_path / "later.bin").exists()

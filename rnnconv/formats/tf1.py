@@ -9,9 +9,9 @@ through the table's tf1 rows (docs/LAYOUTS.md section 9). The opaque buffer is n
 spec for it and warns that its layout changes with the cuDNN version and the GPU, so a checkpoint that holds
 only that buffer is refused.
 
-Reading uses TensorFlow's own checkpoint reader, imported only when a checkpoint is read; every tensor's
-dtype and claimed size are checked against the data files before it is read, and whatever the reader
-raises on a damaged file becomes one sentence. rnnconv writes no TF1 checkpoints. `verify` runs the
+Reading needs no TensorFlow: `_tensor_bundle` reads the index (every block's crc32c, every entry's dtype,
+shape, data file, offset and size checked) and maps each tensor's values from its data file, its crc32c
+checked on the other core. rnnconv writes no TF1 checkpoints. `verify` runs the
 canonical weights in TensorFlow on the CPU: the LSTM through `LSTMBlockCell` (the kernel
 CudnnCompatibleLSTMCell runs), the GRU and the simple RNN through their cells' equations in TF ops (TF 2 has
 no CPU kernel of cuDNN's reset-after GRU).
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -33,9 +32,17 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported
+from rnnconv.formats._tensor_bundle import (
+    DATA_SHARD,
+    FOOTER_BYTES,
+    INDEX_SUFFIX,
+    TABLE_MAGIC,
+    Checkpoint,
+    index_file,
+)
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, convert_each, register
-from rnnconv.safeio import digest_in_background, regular_file
+from rnnconv.safeio import digest_in_background
 from rnnconv.table.apply import check_shapes, gate_loaders, nonlinearity_mode, rows_for, stored_shapes
 from rnnconv.table.constants import (
     ELEMENT_TYPE_CODES,
@@ -58,11 +65,6 @@ from rnnconv.table.formats import FORMAT_INFO
 from rnnconv.table.rows import Row
 
 KIND = "tf1-checkpoint"
-INDEX_SUFFIX = ".index"
-DATA_SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
-# An index is a LevelDB table: its 48-byte footer ends with this magic number (little-endian).
-TABLE_MAGIC = (0xDB4775248B80FB57).to_bytes(8, "little")
-FOOTER_BYTES = 48
 
 
 def _template(pattern: str) -> str:
@@ -88,100 +90,15 @@ OPAQUE_REASON = (
 )
 
 
-def checkpoint_prefix(path: Path) -> Path:
-    """X for X.index, X.data-00000-of-00001 or X itself."""
-    name = path.name
-    if name.endswith(INDEX_SUFFIX):
-        return path.with_name(name[: -len(INDEX_SUFFIX)])
-    shard = DATA_SHARD.search(name)
-    return path.with_name(name[: shard.start()]) if shard else path
-
-
-def index_file(path: Path) -> Path:
-    prefix = checkpoint_prefix(path)
-    return prefix.with_name(prefix.name + INDEX_SUFFIX)
-
-
 def require_tensorflow() -> Any:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
         import tensorflow as tf
     except ImportError:
         raise BackendMissing(
-            "reading a TF1 checkpoint needs TensorFlow, which is not installed (pip install 'rnnconv[keras]')"
+            "running a TF1 checkpoint's weights needs TensorFlow, which is not installed (pip install 'rnnconv[keras]')"
         ) from None
     return tf
-
-
-# --- the checkpoint --------------------------------------------------------------------------------------
-
-
-@dataclass
-class Checkpoint:
-    """A checkpoint's table of tensors (names, dtypes, shapes), read through TensorFlow's reader."""
-
-    index: Path
-    shapes: dict[str, tuple[int, ...]]
-    dtypes: dict[str, str]
-    data_bytes: int
-    reader: Any = field(repr=False)
-
-    @classmethod
-    def open(cls, path: Path) -> Checkpoint:
-        index = index_file(path)
-        prefix = checkpoint_prefix(path)
-        regular_file(index, "the checkpoint index")
-        if prefix.is_dir():  # TensorFlow would look for the latest checkpoint inside it instead
-            raise BadInput(f"the checkpoint prefix {prefix} is a folder; rename the folder or the checkpoint")
-        data_bytes = _data_bytes(prefix)
-        tf = require_tensorflow()
-        try:
-            reader = tf.train.load_checkpoint(str(prefix))
-            shapes = {name: tuple(int(d) for d in shape) for name, shape in reader.get_variable_to_shape_map().items()}
-            dtypes = {name: str(dtype.name) for name, dtype in reader.get_variable_to_dtype_map().items()}
-        except Exception as exc:  # tf.errors.*, ValueError, IndexError: all mean a damaged or foreign file
-            raise BadInput(f"{index} is not a readable TensorFlow checkpoint ({first_line(exc)})") from None
-        return cls(index, shapes, dtypes, data_bytes, reader)
-
-    def tensor(self, name: str) -> np.ndarray:
-        """One tensor, its dtype and claimed size checked first; bfloat16 widened to float32 exactly."""
-        dtype, shape = self.dtypes.get(name), self.shapes.get(name)
-        if dtype not in ELEMENT_TYPE_CODES or shape is None:
-            raise BadInput(f"{self.index}: tensor {name!r} is {dtype}, not a float type rnnconv reads")
-        nbytes = math.prod(shape) * np.dtype(ELEMENT_TYPE_CODES[dtype][0]).itemsize
-        if nbytes > self.data_bytes:
-            raise BadInput(
-                f"{self.index}: tensor {name!r} claims {nbytes} bytes, more than its data files hold "
-                f"({self.data_bytes})"
-            )
-        try:
-            value = self.reader.get_tensor(name)
-        except Exception as exc:  # a truncated or corrupt data file (TF checks each tensor's crc32c)
-            raise BadInput(
-                f"{self.index}: tensor {name!r} cannot be read from its data file ({first_line(exc)})"
-            ) from None
-        array = np.asarray(value, dtype=np.float32 if dtype == "bfloat16" else None)
-        if array.shape != shape:
-            raise BadInput(f"{self.index}: tensor {name!r} holds {array.shape}, not its recorded shape {shape}")
-        return array
-
-
-def _data_bytes(prefix: Path) -> int:
-    """The size of the checkpoint's data files, each of them present and regular."""
-    shards: dict[int, Path] = {}
-    totals = set()
-    with contextlib.suppress(OSError):
-        for entry in prefix.parent.iterdir():
-            shard = DATA_SHARD.fullmatch(entry.name[len(prefix.name) :]) if entry.name.startswith(prefix.name) else None
-            if shard:
-                shards[int(shard.group(1))] = entry
-                totals.add(int(shard.group(2)))
-    if not shards:
-        expected = f"{prefix.name}.data-00000-of-00001"
-        raise BadInput(f"the checkpoint {prefix} has no data file ({expected} is missing beside its index)")
-    if len(totals) != 1 or sorted(shards) != list(range(max(totals))):
-        raise BadInput(f"the data files of the checkpoint {prefix} are incomplete, or of two checkpoints")
-    return sum(regular_file(shard, "the checkpoint's data file") for shard in shards.values())
 
 
 # --- the RNNs in it --------------------------------------------------------------------------------------
@@ -586,4 +503,6 @@ class TF1Format(Format):
             raise BadInput(
                 f"RNN {rnn.name!r} in {checkpoint.index} is not the RNN the blob describes ({spec.describe()})"
             )
-        return run_in_tensorflow(checkpoint, rnn, spec, inputs)
+        result = run_in_tensorflow(checkpoint, rnn, spec, inputs)
+        checkpoint.check_read()  # nothing is committed here, so the checks of the tensors run are awaited
+        return result

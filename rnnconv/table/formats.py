@@ -127,7 +127,8 @@ FORMAT_INFO: Final[dict[str, FormatInfo]] = {
             read_help="a TensorFlow 1 checkpoint of tf.contrib.cudnn_rnn CudnnLSTM/CudnnGRU/CudnnRNNTanh/CudnnRNNRelu "
             "layers: X.index (with X.data-00000-of-00001 beside it) or the prefix X",
             write_help="",
-            read_note="Read with TensorFlow's checkpoint reader (imported only then) from the canonical tensors TF "
+            read_note="Read without TensorFlow (the index decoded and checked, tensors mapped and their crc32c "
+            "checked) from the canonical tensors TF "
             "saves beside each layer's opaque cuDNN buffer; --layer picks a layer by its variable scope. A checkpoint "
             "holding only the opaque buffer is refused: TF records no spec for it and its layout depends on the GPU.",
             write_note="",

@@ -30,7 +30,7 @@ from rnnconv.dtypes import source_dtype_name
 from rnnconv.errors import BadInput, Unsupported, first_line, no_such_rnn
 from rnnconv.formats import _zip
 from rnnconv.formats.registry import HDF5_MAGIC, ZIP_MAGIC
-from rnnconv.safeio import Guard, add_guard, in_background, json_document, regular_file, within
+from rnnconv.safeio import Guard, add_guard, checksum_guard, json_document, regular_file, within
 from rnnconv.table.apply import check_shapes, classes_of, find_row, gate_loaders, mode_for, rows_for, stored_shapes
 from rnnconv.table.constants import KERAS_CELLS, KERAS_DIRECTION_GROUPS, KERAS_VARIABLES
 from rnnconv.table.rows import BIAS_SINGLE, DEFAULT_BIAS_SPLIT, MATRIX_COLUMNS
@@ -265,25 +265,15 @@ class _StoredMember(io.RawIOBase):
 
     def crc_guard(self) -> Guard:
         """A check, computed in the background, that the member's bytes are those its CRC-32 was made of."""
-
-        def crc() -> str:
-            with open(self._path, "rb", buffering=0) as f:
-                f.seek(self.start)
-                value, left = 0, self._size
-                while left > 0 and (chunk := f.read(min(left, 1 << 24))):
-                    value, left = zlib.crc32(chunk, value), left - len(chunk)
-            return str(value)
-
-        computed = in_background(crc)
-
-        def check() -> None:
-            if int(computed.result()) != self._info.CRC:
-                raise BadInput(
-                    f"{self._path}: the zip entry {self._info.filename} does not match its CRC-32 "
-                    f"(damaged); nothing was written"
-                )
-
-        return check
+        return checksum_guard(
+            self._path,
+            self.start,
+            self._size,
+            lambda value, chunk: zlib.crc32(chunk, value),
+            self._info.CRC,
+            f"{self._path}: the zip entry {self._info.filename} does not match its CRC-32 (damaged); nothing was "
+            f"written",
+        )
 
     def readable(self) -> bool:
         return True
