@@ -15,9 +15,19 @@ from rnnconv.formats.registry import ZIP_MAGIC
 
 COMPRESSIONS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
 MAX_INFLATION, SMALL_MEMBER = 100, 16 << 20  # a member may inflate 100-fold, or to 16 MiB: beyond that, a bomb
+ENCRYPTED = 0x1  # general-purpose flag bit 0
 LOCAL_HEADER = 30  # bytes of a local file header before its name and extra field
-# What zipfile raises on a damaged archive or member.
-ZIP_ERRORS = (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError, ValueError, UnicodeDecodeError)
+# What zipfile raises on a damaged archive or member (RuntimeError: a member marked encrypted).
+ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    OSError,
+    EOFError,
+    zlib.error,
+    NotImplementedError,
+    ValueError,
+    UnicodeDecodeError,
+    RuntimeError,
+)
 
 
 def open_archive(path: Path, what: str) -> zipfile.ZipFile:
@@ -28,7 +38,9 @@ def open_archive(path: Path, what: str) -> zipfile.ZipFile:
 
 
 def check_member(path: Path, info: zipfile.ZipInfo, archive_size: int, writer: str) -> None:
-    """A member must be stored or deflated, inside the archive, and no compression bomb."""
+    """A member must be stored or deflated, not encrypted, inside the archive, and no compression bomb."""
+    if info.flag_bits & ENCRYPTED:
+        raise BadInput(f"{path}: member {info.filename!r} is encrypted, which {writer} never does")
     if info.compress_type not in COMPRESSIONS:
         raise BadInput(
             f"{path}: member {info.filename!r} uses compression method {info.compress_type}, which {writer} "
