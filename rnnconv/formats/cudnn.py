@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -107,17 +108,27 @@ def describe(rnn: CanonicalRNN, etype: ElementType, warnings: list[str], output:
 def write_weight_space(
     rnn: CanonicalRNN, f: BinaryIO, etype: ElementType, progress: ByteProgress | None = None
 ) -> list[str]:
-    """Write every tensor of `rnn` at the file's position, in layout order (front to back); return warnings."""
-    warnings = []
+    """Write every tensor of `rnn` at the file's position, in layout order (front to back); return warnings.
+
+    Each block is scanned for NaN and Inf on another core while the next one is written; one scan at a
+    time, so no more than two blocks are ever held.
+    """
+    counts: list[tuple[Region, int]] = []
+    scanning: tuple[Region, Future[int]] | None = None
     for region in regions(rnn.spec):
         block = rnn.param(region.key)
-        bad = count_non_finite(block)
-        if bad:
-            warnings.append(f"{rnn.name}: {region.key.label} holds {bad} NaN or Inf value(s)")
+        if scanning is not None:
+            counts.append((scanning[0], scanning[1].result()))
+        scanning = region, _SCANNER.submit(count_non_finite, block)
         write_array(f, encode(block, etype))
         if progress:
             progress(region.size * etype.itemsize)
-    return warnings
+    if scanning is not None:
+        counts.append((scanning[0], scanning[1].result()))
+    return [f"{rnn.name}: {region.key.label} holds {bad} NaN or Inf value(s)" for region, bad in counts if bad]
+
+
+_SCANNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rnnconv-scan")  # numpy's sums release the GIL
 
 
 def write_bin(
