@@ -50,6 +50,7 @@ FAMILIES = (
     "payload",
     "odd_torch",
     "onnx",
+    "tf1",
     "blob_sidecar",
     "rnnconv_safetensors",
     "raw_blob",
@@ -139,6 +140,19 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             targets = [".safetensors", ".onnx"]
         case.commands = [["inspect", source]] + [["convert", source, f"{{dir}}/out{t}"] for t in targets]
         case.commands.append(["convert", source, "{dir}/existing.bin"])  # must not replace it without --force
+        if name in seeds.good_blob:
+            case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
+        return case
+    if family == "tf1":
+        name = rng.choice(sorted(seeds.tf1))
+        case = Case(family, f"{index:06d}_{family}_{name}", mutators.mutate_tensor_bundle(seeds.tf1[name], rng))
+        source = f"{{dir}}/{name}"
+        case.commands = [
+            ["inspect", source],
+            ["convert", source, "{dir}/out.safetensors"],
+            ["convert", f"{source}.index", "{dir}/out.pt"],
+            ["convert", source, "{dir}/existing.bin"],
+        ]
         if name in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
         return case

@@ -559,3 +559,66 @@ def mutate_file(name: str, data: bytes, rng: random.Random) -> bytes:
 
 def hash_seed(text: str) -> int:
     return zlib.crc32(text.encode())
+
+
+# --- TF1 checkpoints (tensor bundles) -------------------------------------------------------------------
+
+
+def _sstable_blocks(index: bytes) -> list[tuple[int, int]]:
+    """(offset, size) of every block of an unmutated SSTable: the data blocks the index block lists, the
+    index block and the metaindex block."""
+
+    def varint(pos: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            byte = index[pos]
+            value, pos, shift = value | (byte & 0x7F) << shift, pos + 1, shift + 7
+            if byte < 0x80:
+                return value, pos
+
+    footer = len(index) - 48
+    meta_offset, pos = varint(footer)
+    meta_size, pos = varint(pos)
+    index_offset, pos = varint(pos)
+    index_size, _ = varint(pos)
+    blocks = [(meta_offset, meta_size), (index_offset, index_size)]
+    restarts = int.from_bytes(index[index_offset + index_size - 4 : index_offset + index_size], "little")
+    pos, end = index_offset, index_offset + index_size - 4 - 4 * restarts
+    while pos < end:  # index entries: shared, unshared, value length, key delta, value (a block handle)
+        _, pos = varint(pos)
+        unshared, pos = varint(pos)
+        value_size, pos = varint(pos)
+        value = pos + unshared
+        offset, after = varint(value)
+        size, _ = varint(after)
+        blocks.append((offset, size))
+        pos = value + value_size
+    return blocks
+
+
+def mutate_tensor_bundle(files: dict[str, bytes], rng: random.Random) -> dict[str, bytes]:
+    """A TF1 checkpoint (X.index, X.data-...) damaged: a block of the index changed and its crc32c made right
+    again (so the reader's later checks are reached), the footer or a trailer damaged, or the data file hit."""
+    index_name = next(n for n in files if n.endswith(".index"))
+    data_name = next(n for n in files if ".data-" in n)
+    out = dict(files)
+    choice = rng.random()
+    if choice < 0.2:
+        out[data_name] = mutate_bytes(files[data_name], rng)
+        return out
+    if choice < 0.35:
+        out[index_name] = mutate_bytes(files[index_name], rng)
+        return out
+    index = bytearray(files[index_name])
+    offset, size = rng.choice(_sstable_blocks(bytes(index)))
+    for _ in range(rng.randint(1, 6)):  # same-length damage: the other blocks stay where the handles say
+        where = offset + rng.randrange(max(size, 1))
+        index[where] = rng.choice([0, 0x7F, 0x80, 0xFF, rng.randrange(256)])
+    if rng.random() < 0.9:  # seal the block again, so the damage reaches the entries, not the checksum
+        import google_crc32c
+
+        crc = google_crc32c.value(bytes(index[offset : offset + size + 1]))
+        masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+        index[offset + size + 1 : offset + size + 5] = masked.to_bytes(4, "little")
+    out[index_name] = bytes(index)
+    return out

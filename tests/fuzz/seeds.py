@@ -49,6 +49,8 @@ ONNX_SEEDS = [
     "onnx/hand_made.onnx",
 ]
 
+TF1_SEEDS = ["tf1/lstm2.ckpt", "tf1/gru_bi.ckpt", "tf1/rnn_tanh.ckpt", "tf1/seq2seq.ckpt"]
+
 PAYLOADS = """
 import os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
@@ -100,6 +102,7 @@ class Seeds:
     blobs: dict[str, Path] = field(default_factory=dict)  # name -> a blob (with its sidecar) or rnnconv safetensors
     good_blob: dict[str, Path] = field(default_factory=dict)  # source name -> a blob converted from it
     places: dict[str, str] = field(default_factory=dict)  # hostile paths a sidecar may name as its source
+    tf1: dict[str, dict[str, bytes]] = field(default_factory=dict)  # a TF1 checkpoint's files, by their names
 
 
 def prepare(work: Path) -> Seeds:
@@ -116,6 +119,13 @@ def prepare(work: Path) -> Seeds:
         shutil.copy(FIXTURES / name, target)
         seeds.sources[target.name] = target
     shutil.copy(FIXTURES / "onnx" / "lstm_external.onnx.data", work)  # where the renamed seed's weights are
+    for name in TF1_SEEDS:
+        prefix = Path(name).name
+        files = sorted((FIXTURES / "tf1").glob(f"{prefix}.*"))
+        seeds.tf1[prefix] = {f.name: f.read_bytes() for f in files}
+        for f in files:
+            shutil.copy(f, work)
+        seeds.sources[prefix] = work / prefix  # a prefix, as users name a TF1 checkpoint: for its good blob
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     for generation in ("keras3", "tf_keras"):
         subprocess.run(
