@@ -343,3 +343,21 @@ def test_into_a_keras_file_refuses_another_kind_of_layer(tmp_path):
     result = run_cli("cudnn-to-keras", blob, "--into", KERAS / "lstm.h5", "--layer", "lstm", "-o", tmp_path / "p.h5")
     assert_clean_failure(result, 2, "layer 'lstm' of", "is a lstm", "gru is a gru")
     assert not (tmp_path / "p.h5").exists()
+
+
+def test_into_a_damaged_keras_archive_is_one_sentence(tmp_path):
+    """Every member of the model is copied: one whose bytes do not match its CRC-32 is refused, not a crash."""
+    model = tmp_path / "model.keras"
+    with zipfile.ZipFile(KERAS / "lstm.keras") as source, zipfile.ZipFile(model, "w") as copy:
+        for info in source.infolist():
+            copy.writestr(info, source.read(info))
+        copy.writestr("assets/notes.txt", b"a member Keras does not read" * 10)
+    with zipfile.ZipFile(model) as archive:
+        extra = archive.getinfo("assets/notes.txt")
+    data = bytearray(model.read_bytes())
+    data[extra.header_offset + 30 + len(extra.filename) + 5] ^= 0xFF  # inside the member's stored bytes
+    model.write_bytes(bytes(data))
+    blob = to_blob(KERAS / "lstm.keras", tmp_path / "x.bin")
+    result = run_cli("cudnn-to-keras", blob, "--into", model, "-o", tmp_path / "patched.keras")
+    assert_clean_failure(result, 2, "assets/notes.txt", "cannot be read")
+    assert not (tmp_path / "patched.keras").exists()

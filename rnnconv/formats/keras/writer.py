@@ -27,6 +27,7 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BadInput, Unsupported
+from rnnconv.formats import _zip
 from rnnconv.formats.keras.reader import KerasFile, KerasLayer, is_bfloat16, snake_case, to_canonical
 from rnnconv.safeio import atomic_outputs
 from rnnconv.table.apply import find_row, row_for_mode, settings_for_mode
@@ -291,8 +292,8 @@ def _write_patches(h5: h5py.File, patches: dict[str, np.ndarray]) -> None:
 def _patched_archive(model: Path, path: Path, patches: dict[str, np.ndarray]) -> None:
     """The .keras archive `model` copied member by member, its model.weights.h5 patched."""
     with zipfile.ZipFile(model) as source, zipfile.ZipFile(path, "w") as copy:
-        for info in source.infolist():
-            data = source.read(info)
+        for info in source.infolist():  # each member was checked when the model was read
+            data = _zip.read_member(source, info.filename, model)
             if info.filename == "model.weights.h5":
                 weights = io.BytesIO(data)
                 with h5py.File(weights, "r+") as h5:
