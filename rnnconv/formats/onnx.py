@@ -43,6 +43,7 @@ from rnnconv.table.constants import (
     ONNX_FLAGS,
     ONNX_GLUE,
     ONNX_INPUTS,
+    ONNX_ONE_OP_ATTRIBUTES,
     ONNX_OPS,
     ONNX_OPSET,
 )
@@ -241,7 +242,7 @@ def _attributes(node: Any, name: str) -> dict[str, Any]:
     attributes: dict[str, Any] = {}
     for attribute in node.attribute:
         expected = ONNX_ATTRIBUTES.get(attribute.name)
-        if expected is None:
+        if expected is None or ONNX_ONE_OP_ATTRIBUTES.get(attribute.name, node.op_type) != node.op_type:
             raise Unsupported(f"node {name!r} has an attribute {attribute.name!r} that {node.op_type} does not define")
         if attribute.type != expected:
             raise BadInput(f"node {name!r}: attribute {attribute.name!r} is not of the type {node.op_type} defines")

@@ -166,6 +166,7 @@ ONNX_ATTRIBUTES: Final[dict[str, int]] = {
     "linear_before_reset": 2,
 }
 ONNX_FLAGS: Final = ("input_forget", "layout", "linear_before_reset")  # the INT attributes that are 0 or 1
+ONNX_ONE_OP_ATTRIBUTES: Final[dict[str, str]] = {"input_forget": "LSTM", "linear_before_reset": "GRU"}  # the only op
 # Ops that only move a layer's output into the next layer's input (what exporters put between layers).
 ONNX_GLUE: Final = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity")
 # ONNX TensorProto element types rnnconv reads and writes, by dtype name.
