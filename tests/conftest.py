@@ -47,6 +47,22 @@ def run_cli(*args: str | Path, cwd: Path | None = None, env: dict | None = None)
     )
 
 
+FRAMEWORKS = ("tensorflow", "keras", "tf_keras", "torch", "onnx", "onnxruntime")
+
+
+def assert_no_framework_imported(source: Path, output: Path, allowed: tuple[str, ...] = ()) -> None:
+    """Converting and inspecting `source`, in a fresh interpreter, imports no framework (but `allowed`)."""
+    code = (
+        "import sys, rnnconv\n"
+        "rnnconv.convert(sys.argv[1], sys.argv[2])\n"
+        "rnnconv.inspect(sys.argv[1])\n"
+        f"found = set({[f for f in FRAMEWORKS if f not in allowed]!r}) & set(sys.modules)\n"
+        "assert not found, f'{found} imported'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(source), str(output)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
 def assert_clean_failure(result: subprocess.CompletedProcess, code: int, *phrases: str) -> None:
     """A failure is one sentence on stderr with the documented code: never a traceback."""
     assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
