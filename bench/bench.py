@@ -7,9 +7,9 @@ as a Keras legacy .h5, a .keras and a PyTorch .pt (bench/make_models.py), then t
 fresh processes: each big conversion against `cp` of its source (source in the page
 cache, after `sync`), the peers' own ways (Keras' load_model + _standardize_cudnn_weights,
 torch.load + torch.cat, torch.save), a small conversion from every format, `--help`, and
-the import of the libraries every rnnconv command needs (the floor of a small conversion; each
-small task's ratio is to it) and an empty interpreter (`python -c pass`). `--small-only` times
-just the small tasks and their floors (seconds, not minutes).
+the import of the libraries every rnnconv command needs, with the one a format's files need
+(h5py, onnx): the floor of a small conversion, each small task's ratio is to its floor; and an
+empty interpreter (`python -c pass`). `--small-only` times just the small tasks and their floors.
 Python writes its bytecode caches here as on any user's machine (PYTHONDONTWRITEBYTECODE is
 dropped, and every command runs once before it is timed). It prints the best and median
 wall time of --repeat runs, the peak resident memory, and each target with whether it is
@@ -63,7 +63,11 @@ import sys, torch
 torch.save(torch.load(sys.argv[1], weights_only=True, mmap=True), sys.argv[2])
 """
 LIBRARIES = "import numpy, pydantic, typer, typer._adapters, rich.console"
-FLOOR = "the floor: python -c 'import numpy, pydantic, typer, rich'"
+FLOORS = {  # the library a format's files need beyond LIBRARIES -> its floor's label
+    "": "the floor: python -c 'import numpy, pydantic, typer, rich'",
+    "h5py": "the floor of a Keras file: ... and h5py",
+    "onnx": "the floor of an ONNX file: ... and onnx",
+}
 
 
 @dataclass
@@ -182,34 +186,36 @@ def big(work: Path, skip_peers: bool, row: Callable[..., None]) -> float:
 
 
 def small_tasks(work: Path, row: Callable[..., None]) -> None:
-    """`--help` and a small conversion from every format, each against the import floor."""
+    """`--help` and a small conversion from every format, each against the import floor of what it must import
+    (the libraries every command needs, and h5py for a Keras file, onnx for an ONNX one)."""
     row("python -c pass (an empty interpreter)", [PYTHON, "-c", "pass"], None, [])
-    row(FLOOR, [PYTHON, "-c", LIBRARIES], None, [])
-    row("rnnconv --help", RNNCONV + ["--help"], None, [], FLOOR, "small")
+    for library, label in FLOORS.items():
+        row(label, [PYTHON, "-c", LIBRARIES + (f", {library}" if library else "")], None, [])
+    row("rnnconv --help", RNNCONV + ["--help"], None, [], FLOORS[""], "small")
     small = work / "small.bin"
-    smalls = {
-        "keras3/lstm.h5": FIXTURES / "keras3" / "lstm.h5",
-        "keras3/lstm.keras": FIXTURES / "keras3" / "lstm.keras",
-        "torch/rnn_tanh.pt": FIXTURES / "torch" / "rnn_tanh.pt",
-        "onnx/gru3_bi_torchscript.onnx": FIXTURES / "onnx" / "gru3_bi_torchscript.onnx",
-        "tf1/rnn_tanh.ckpt": FIXTURES / "tf1" / "rnn_tanh.ckpt",
+    smalls = {  # name: (file, the library its format needs)
+        "keras3/lstm.h5": (FIXTURES / "keras3" / "lstm.h5", "h5py"),
+        "keras3/lstm.keras": (FIXTURES / "keras3" / "lstm.keras", "h5py"),
+        "torch/rnn_tanh.pt": (FIXTURES / "torch" / "rnn_tanh.pt", ""),
+        "onnx/gru3_bi_torchscript.onnx": (FIXTURES / "onnx" / "gru3_bi_torchscript.onnx", "onnx"),
+        "tf1/rnn_tanh.ckpt": (FIXTURES / "tf1" / "rnn_tanh.ckpt", ""),
     }
-    for name, source in smalls.items():
+    for name, (source, library) in smalls.items():
         row(
             f"small: {name} -> .bin",
             RNNCONV + ["convert", str(source), str(small), "-q"],
             None,
             [small, Path(f"{small}.json")],
-            FLOOR,
+            FLOORS[library],
             "small",
         )
-    subprocess.run(RNNCONV + ["convert", str(smalls["torch/rnn_tanh.pt"]), str(small), "-q"], check=True, env=ENV)
+    subprocess.run(RNNCONV + ["convert", str(smalls["torch/rnn_tanh.pt"][0]), str(small), "-q"], check=True, env=ENV)
     row(
         "small: cuDNN .bin -> .pt",
         RNNCONV + ["convert", str(small), str(work / "small.pt"), "-q"],
         None,
         [work / "small.pt"],
-        FLOOR,
+        FLOORS[""],
         "small",
     )
     for path in [small, Path(f"{small}.json")]:
@@ -231,7 +237,7 @@ def report(rows: list[Row], model_mb: float | None, repeat: int) -> None:
             verdicts.append(f"RSS <= {memory_limit:.0f} MB: {'met' if r.peak_mb <= memory_limit else 'MISSED'}")
         if r.target == "small":
             verdicts.append(f"<= {SMALL_TARGET:g} s: {'met' if r.wall <= SMALL_TARGET else 'MISSED'}")
-            verdicts.append(f"{r.wall - walls[FLOOR]:+.3f} s over the floor")
+            verdicts.append(f"{r.wall - walls[r.baseline or '']:+.3f} s over its floor")
         print(
             f"{r.label:58} {r.wall:7.2f} {r.median:7.2f} {'' if ratio is None else f'{ratio:.2f}':>6} {rate:>6} "
             f"{r.peak_mb:8.0f} {per_model:>7}  {'; '.join(verdicts)}"
