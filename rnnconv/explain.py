@@ -71,7 +71,7 @@ def table_rows(fmt: str | None, layer_class: str | None) -> list[Row]:
 def explain(console: Console, words: list[str | None], **values: Any) -> None:
     """The command: text rows, or a picture when one is asked for (see the module's docstring)."""
     given = [w for w in words if w]
-    source = Path(given.pop(0)) if given and Path(given[0]).is_file() else None
+    source = Path(given.pop(0)) if given and _names_a_file(given[0]) else None
     fmt = layer_class = None
     for word in given:
         named_fmt, named_class = resolve(word)
@@ -92,6 +92,19 @@ def explain(console: Console, words: list[str | None], **values: Any) -> None:
         raise BadInput("a file says its own format and class; name the file alone (and --layer)")
     else:
         draw(console, source, fmt, layer_class, **values)
+
+
+def _names_a_file(word: str) -> bool:
+    """A file, or a name that is no format or class but that a format finds its file for (a TF1 checkpoint's
+    prefix, as every command takes it)."""
+    if Path(word).is_file():
+        return True
+    lower = word.lower()
+    if lower in FORMATS or lower in FORMAT_ALIASES or any(r.source_class.lower() == lower for r in TABLE):
+        return False
+    from rnnconv.formats.registry import source_file
+
+    return source_file(Path(word)) != Path(word)
 
 
 # --- text ------------------------------------------------------------------------------------------

@@ -270,13 +270,14 @@ def _sides(mapping: Mapping_, plain: bool, values: Numbers | None) -> tuple[list
     cut = False
 
     def source_cells(tensor: Tensor, base: int) -> np.ndarray:
-        ids = base + 1 + np.arange(int(np.prod(tensor.shape))).reshape(tensor.shape)
+        ids = (base + 1 + np.arange(int(np.prod(tensor.shape))).reshape(tensor.shape))[_shown(tensor.shape)]
         return np.vectorize(lambda j: Cell(_label(mapping, tags, int(j)), int(mapping.colour_of[j])), otypes=[object])(
             ids
         )
 
     def target_cells(tensor: Tensor) -> np.ndarray:
-        first, second, factor = (m[tensor.key] for m in (mapping.first, mapping.second, mapping.factor))
+        shown = _shown(tensor.shape)
+        first, second, factor = (m[tensor.key][shown] for m in (mapping.first, mapping.second, mapping.factor))
 
         def cell(x: int, y: int, f: float) -> Cell:
             if not x:
@@ -302,7 +303,7 @@ def _sides(mapping: Mapping_, plain: bool, values: Numbers | None) -> tuple[list
             else:
                 cells = target_cells(tensor)
             if numbers is not None:
-                cells = with_values(cells, np.asarray(numbers[tensor.key]).reshape(tensor.shape))
+                cells = with_values(cells, np.asarray(numbers[tensor.key]).reshape(tensor.shape)[_shown(tensor.shape)])
             drawn.append((tensor, np.vectorize(lambda c: _text(c, mapping, plain), otypes=[object])(cells)))
         blocks = tensors[0].offset is not None
         heading = layout.title + (": offset, block, elements" if blocks else ", as stored")
@@ -320,6 +321,11 @@ def _sides(mapping: Mapping_, plain: bool, values: Numbers | None) -> tuple[list
         cut |= any(grid.cut for grid in grids)
         sides.append(_Side(parts))
     return sides, cut
+
+
+def _shown(shape: tuple[int, ...]) -> tuple[slice, ...]:
+    """What is drawn of a tensor: the first MAX_ROWS x MAX_COLS of a matrix, as many lines of a vector."""
+    return (slice(MAX_ROWS), slice(MAX_COLS)) if len(shape) > 1 else (slice(MAX_ROWS * MAX_COLS),)
 
 
 def _wrapping(text: str, style: str = "") -> Text:
@@ -384,24 +390,23 @@ class _Grid:
     index or offset."""
 
     def __init__(self, drawn: list[tuple[Tensor, np.ndarray]], hidden: int, plain: bool):
-        self.drawn = drawn
+        self.drawn = drawn  # each tensor with the cells drawn of it (_shown)
         self.hidden = hidden
         self.dim = "" if plain else "dim"
         self.blocks = drawn[0][0].offset is not None
-        shown = [c[:MAX_ROWS, :MAX_COLS] if c.ndim > 1 else c[: MAX_ROWS * MAX_COLS] for _, c in drawn]
-        self.cell_width = max(len(text) for cells in shown for text in cells.reshape(-1))
-        self.cut_cols = any(cells.ndim > 1 and cells.shape[1] > MAX_COLS for _, cells in drawn)
+        self.cell_width = max(len(text) for _, cells in drawn for text in cells.reshape(-1))
+        shapes = [t.shape for t, _ in drawn]
+        self.cut_cols = any(len(shape) > 1 and shape[1] > MAX_COLS for shape in shapes)
         self.cut = self.cut_cols or any(
-            cells.shape[0] > MAX_ROWS if cells.ndim > 1 else cells.size > MAX_ROWS * MAX_COLS for _, cells in drawn
+            shape[0] > MAX_ROWS if len(shape) > 1 else shape[0] > MAX_ROWS * MAX_COLS for shape in shapes
         )
         self.gutter: tuple[int, ...]  # the widths of the offset (or index) and the block name before the cells
         if self.blocks:
-            offsets = [(t.offset or 0) + int(np.prod(t.shape)) for t, _ in drawn]
-            self.gutter = (len(str(max(offsets))), max(len(t.name) for t, _ in drawn))
+            ends = [(t.offset or 0) + int(np.prod(t.shape)) for t, _ in drawn]
+            self.gutter = (len(str(max(ends))), max(len(t.name) for t, _ in drawn))
         else:
-            longest = max(c.shape[0] if c.ndim > 1 else min(c.size, MAX_ROWS * MAX_COLS) for _, c in drawn)
-            self.gutter = (len(str(longest - 1)),)
-        self.widest = max(min(c.shape[-1], MAX_COLS) for _, c in drawn)
+            self.gutter = (max(len(str(len(cells) - 1)) for _, cells in drawn),)
+        self.widest = max(cells.shape[-1] if cells.ndim > 1 else min(cells.size, MAX_COLS) for _, cells in drawn)
 
     def _width(self, cells: int) -> int:
         return sum(self.gutter) + len(self.gutter) - 1 + cells * (self.cell_width + 1) + (4 if self.cut_cols else 0)
@@ -413,7 +418,7 @@ class _Grid:
         room = max(1, (options.max_width - self._width(0)) // (self.cell_width + 1))
         for tensor, cells in self.drawn:
             if cells.ndim > 1 and not self.blocks:
-                yield from self._bands(cells, room)
+                yield from self._bands(tensor, cells, room)
             else:
                 yield from self._runs(tensor, cells, room)
 
@@ -427,41 +432,45 @@ class _Grid:
             line.append(" ...")
         return line
 
-    def _bands(self, cells: np.ndarray, room: int) -> Iterator[Text]:
+    def _bands(self, tensor: Tensor, cells: np.ndarray, room: int) -> Iterator[Text]:
         """A stored matrix: its rows, in bands of as many columns as the width holds."""
-        rows, cols = cells.shape
-        shown_cols = min(cols, MAX_COLS)
-        per = min(room, shown_cols)
-        if per < shown_cols and per >= self.hidden and cols % self.hidden == 0:
-            per -= per % self.hidden  # a band holds whole gates
+        rows, cols = tensor.shape
+        shown_rows, shown_cols = cells.shape
+        per = _even(shown_cols, room)
+        if per < shown_cols and room >= self.hidden and cols % self.hidden == 0:
+            per = room - room % self.hidden  # a band holds whole gates
         for start in range(0, shown_cols, per):
             stop = min(start + per, shown_cols)
             if per < shown_cols:
                 yield Text(f"{'':>{self.gutter[0]}} columns {start}-{stop - 1}", style=self.dim)
-            for r in range(min(rows, MAX_ROWS)):
+            for r in range(shown_rows):
                 yield self._line([str(r)], list(cells[r, start:stop]), more=stop == shown_cols and cols > shown_cols)
-            if rows > MAX_ROWS:
+            if rows > shown_rows:
                 yield self._line([""], [Text("...")])
 
     def _runs(self, tensor: Tensor, cells: np.ndarray, room: int) -> Iterator[Text]:
         """A vector, or a weight-space block: lines of consecutive elements, each after its index or offset."""
-        matrix = cells if cells.ndim > 1 else cells[: MAX_ROWS * MAX_COLS].reshape(1, -1)
-        cols = matrix.shape[1]
-        per_row = min(cols, MAX_COLS) if cells.ndim > 1 else min(cells.size, MAX_COLS)
-        per = min(room, per_row)
+        lines = [(r * tensor.shape[1], row) for r, row in enumerate(cells)] if cells.ndim > 1 else [(0, cells)]
+        cols = tensor.shape[-1]
+        per = _even(len(lines[0][1]), room)
         first = True
-        rows = min(matrix.shape[0], MAX_ROWS)
-        for r in range(rows):
-            row_cells = matrix[r, : min(cols, MAX_COLS)] if cells.ndim > 1 else matrix[0]
-            for start in range(0, len(row_cells), per):
-                stop = min(start + per, len(row_cells))
-                at = (r * cols if cells.ndim > 1 else 0) + start
-                gutter = [str((tensor.offset or 0) + at)] + ([tensor.name if first else ""] if self.blocks else [])
-                more = stop == len(row_cells) and cells.ndim > 1 and cols > MAX_COLS
-                yield self._line(gutter, list(row_cells[start:stop]), more)
+        for at, row in lines:
+            for start in range(0, len(row), per):
+                stop = min(start + per, len(row))
+                gutter = [str((tensor.offset or 0) + at + start)] + (
+                    [tensor.name if first else ""] if self.blocks else []
+                )
+                more = stop == len(row) and cells.ndim > 1 and cols > len(row)
+                yield self._line(gutter, list(row[start:stop]), more)
                 first = False
-        if (cells.ndim > 1 and matrix.shape[0] > MAX_ROWS) or (cells.ndim == 1 and cells.size > MAX_ROWS * MAX_COLS):
+        if int(np.prod(tensor.shape)) > (len(lines) * cols if cells.ndim > 1 else cells.size):
             yield self._line([""] * len(self.gutter), [Text("...")])
+
+
+def _even(count: int, room: int) -> int:
+    """How many of `count` cells go on a line that holds `room`: as many on each line as on the others."""
+    lines = -(-count // max(room, 1))
+    return -(-count // lines)
 
 
 def _text(cell: Cell, mapping: Mapping_, plain: bool) -> Text:

@@ -181,6 +181,7 @@ def test_every_printed_recipe_gives_what_the_mechanics_give(split):
 MIXED = FIXTURES / "keras3" / "mixed.h5"
 SEED_LSTM = FIXTURES / "keras3" / "seed000_lstm.h5"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+LARGE = ("explain", "--from", "torch", "--to", "keras", "--mode", "lstm", "--input-size", "40", "--hidden-size", "30")
 
 
 @pytest.fixture
@@ -224,6 +225,10 @@ def test_a_keras_bidirectional_layer_is_drawn_with_both_directions(tmp_path, ker
     for layer in ("bidi_gru", "rnn_lstmcell"):  # Bidirectional(GRU) and RNN(LSTMCell), as inspect lists them
         drawn = run_cli("explain", source, "--layer", layer, env=PLAIN)
         assert drawn.returncode == 0 and "cuDNN weight space" in drawn.stdout, drawn.stderr
+    # a TF1 checkpoint named by its prefix, as every command takes it: a bidirectional GRU
+    drawn = run_cli("explain", FIXTURES / "tf1" / "gru_bi.ckpt", env=PLAIN)
+    assert drawn.returncode == 0, drawn.stderr
+    assert "tf1 CudnnGRU, forward direction" in drawn.stdout and "tf1 CudnnGRU, reverse direction" in drawn.stdout
 
 
 def test_a_file_with_several_rnns_asks_which_one_to_draw():
@@ -246,7 +251,9 @@ def test_the_picture_fits_the_terminal_and_never_splits_a_cell(columns, keras_bi
         numbers = ANSI.sub("", run_cli("explain", SEED_LSTM, env=env).stdout)
         bidirectional = ANSI.sub("", run_cli("explain", source, "--layer", "bidi_lstm", env=env).stdout)
         rows = run_cli("explain", "-v", env=env).stdout  # the table as text: 80 columns, or the terminal's if fewer
-        for text in (picture, numbers, bidirectional, rows):
+        large = ANSI.sub("", run_cli(*LARGE, env=env).stdout)  # tensors cut to 12 x 12, offsets of 4 digits
+        assert "large tensors are cut" in " ".join(large.split())
+        for text in (picture, numbers, bidirectional, rows, large):
             assert max(map(len, text.splitlines())) <= columns, text
         # every element of seed 000's GRU appears whole, once as stored and once where cuDNN has it
         found = cells_of(picture)
