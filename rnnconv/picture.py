@@ -344,8 +344,9 @@ class _Side:
 
     def __rich_measure__(self, console: Console, options: Any) -> Measurement:
         measures = [Measurement.get(console, options, part) for part in self.parts]
+        narrowest = max(m.minimum for m in measures)
         widest = max(m.maximum if isinstance(p, _Grid) else m.minimum for p, m in zip(self.parts, measures))
-        return Measurement(max(m.minimum for m in measures), widest)
+        return Measurement(narrowest, max(narrowest, widest))
 
 
 class _Pair:
