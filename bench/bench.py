@@ -1,13 +1,15 @@
 """rnnconv's speed and memory next to `cp` and the frameworks' own ways, as ratios, against the targets.
 
-    python bench/bench.py [--workdir /tmp/rnnconv-bench] [--repeat 3] [--skip-peers]
+    python bench/bench.py [--workdir /tmp/rnnconv-bench] [--repeat 3] [--skip-peers] [--small-only]
 
 Makes (once) a 4-layer bidirectional LSTM, input 1024, hidden 2048, float32 (1.41 GB)
 as a Keras legacy .h5, a .keras and a PyTorch .pt (bench/make_models.py), then times
 fresh processes: each big conversion against `cp` of its source (source in the page
 cache, after `sync`), the peers' own ways (Keras' load_model + _standardize_cudnn_weights,
 torch.load + torch.cat, torch.save), a small conversion from every format, `--help`, and
-the import of the libraries every rnnconv command needs (the floor of a small conversion).
+the import of the libraries every rnnconv command needs, with the one a format's files need
+(h5py, onnx): the floor of a small conversion, each small task's ratio is to its floor; and an
+empty interpreter (`python -c pass`). `--small-only` times just the small tasks and their floors.
 Python writes its bytecode caches here as on any user's machine (PYTHONDONTWRITEBYTECODE is
 dropped, and every command runs once before it is timed). It prints the best and median
 wall time of --repeat runs, the peak resident memory, and each target with whether it is
@@ -22,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +63,11 @@ import sys, torch
 torch.save(torch.load(sys.argv[1], weights_only=True, mmap=True), sys.argv[2])
 """
 LIBRARIES = "import numpy, pydantic, typer, typer._adapters, rich.console"
+FLOORS = {  # the library a format's files need beyond LIBRARIES -> its floor's label
+    "": "the floor: python -c 'import numpy, pydantic, typer, rich'",
+    "h5py": "the floor of a Keras file: ... and h5py",
+    "onnx": "the floor of an ONNX file: ... and onnx",
+}
 
 
 @dataclass
@@ -109,12 +117,10 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/rnnconv-bench"))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-peers", action="store_true", help="leave out the frameworks' own ways (minutes)")
+    parser.add_argument("--small-only", action="store_true", help="only the small tasks and their floors")
     args = parser.parse_args()
     work = args.workdir
-    subprocess.run([PYTHON, str(ROOT / "bench" / "make_models.py"), str(work)], check=True, env=ENV)
-    h5, archive, pt = work / "large.h5", work / "large.keras", work / "large.pt"
-    blob, back, copy, naive = work / "out.bin", work / "back.pt", work / "copy.tmp", work / "naive.out"
-    model_mb = pt.stat().st_size / 1e6
+    work.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
 
     def row(
@@ -124,6 +130,17 @@ def main() -> None:
         rows.append(Row(label, wall, median, peak, baseline, target))
         print(f"  {label}: {wall:.2f} s", flush=True)
 
+    model_mb = None if args.small_only else big(work, args.skip_peers, row)
+    small_tasks(work, row)
+    report(rows, model_mb, args.repeat)
+
+
+def big(work: Path, skip_peers: bool, row: Callable[..., None]) -> float:
+    """The 1.41 GB model: each conversion against cp of its source, and the frameworks' own ways."""
+    subprocess.run([PYTHON, str(ROOT / "bench" / "make_models.py"), str(work)], check=True, env=ENV)
+    h5, archive, pt = work / "large.h5", work / "large.keras", work / "large.pt"
+    blob, back, copy, naive = work / "out.bin", work / "back.pt", work / "copy.tmp", work / "naive.out"
+    model_mb = pt.stat().st_size / 1e6
     print(f"model: 4-layer bidirectional LSTM, input 1024, hidden 2048, float32, {model_mb:.0f} MB")
     subprocess.run(RNNCONV + ["torch-to-cudnn", str(pt), "-o", str(blob), "-q", "--force"], check=True, env=ENV)
     blob_out = [blob, Path(f"{blob}.json")]
@@ -154,7 +171,7 @@ def main() -> None:
         blob,
         [],
     )
-    if not args.skip_peers:
+    if not skip_peers:
         peers = (
             ("Keras load_model + _standardize_cudnn_weights", NAIVE_KERAS, h5),
             ("torch.load + torch.cat", NAIVE_TORCH, pt),
@@ -163,56 +180,71 @@ def main() -> None:
         for label, code, source in peers:
             command = [PYTHON, "-c", code, str(source), str(naive)]
             row(f"peer: {label}", command, source, [naive], f"cp {source.name}", once=True)
-    row("rnnconv --help", RNNCONV + ["--help"], None, [], target="small")
-    row(f"python -c '{LIBRARIES}' (the floor)", [PYTHON, "-c", LIBRARIES], None, [])
+    for path in [blob, *blob_out]:
+        path.unlink(missing_ok=True)
+    return model_mb
+
+
+def small_tasks(work: Path, row: Callable[..., None]) -> None:
+    """`--help` and a small conversion from every format, each against the import floor of what it must import
+    (the libraries every command needs, and h5py for a Keras file, onnx for an ONNX one)."""
+    row("python -c pass (an empty interpreter)", [PYTHON, "-c", "pass"], None, [])
+    for library, label in FLOORS.items():
+        row(label, [PYTHON, "-c", LIBRARIES + (f", {library}" if library else "")], None, [])
+    row("rnnconv --help", RNNCONV + ["--help"], None, [], FLOORS[""], "small")
     small = work / "small.bin"
-    smalls = {
-        "keras3/lstm.h5": FIXTURES / "keras3" / "lstm.h5",
-        "keras3/lstm.keras": FIXTURES / "keras3" / "lstm.keras",
-        "torch/rnn_tanh.pt": FIXTURES / "torch" / "rnn_tanh.pt",
-        "onnx/gru3_bi_torchscript.onnx": FIXTURES / "onnx" / "gru3_bi_torchscript.onnx",
-        "tf1/rnn_tanh.ckpt": FIXTURES / "tf1" / "rnn_tanh.ckpt",
+    smalls = {  # name: (file, the library its format needs)
+        "keras3/lstm.h5": (FIXTURES / "keras3" / "lstm.h5", "h5py"),
+        "keras3/lstm.keras": (FIXTURES / "keras3" / "lstm.keras", "h5py"),
+        "torch/rnn_tanh.pt": (FIXTURES / "torch" / "rnn_tanh.pt", ""),
+        "onnx/gru3_bi_torchscript.onnx": (FIXTURES / "onnx" / "gru3_bi_torchscript.onnx", "onnx"),
+        "tf1/rnn_tanh.ckpt": (FIXTURES / "tf1" / "rnn_tanh.ckpt", ""),
     }
-    for name, source in smalls.items():
+    for name, (source, library) in smalls.items():
         row(
             f"small: {name} -> .bin",
             RNNCONV + ["convert", str(source), str(small), "-q"],
             None,
             [small, Path(f"{small}.json")],
-            target="small",
+            FLOORS[library],
+            "small",
         )
-    subprocess.run(RNNCONV + ["convert", str(smalls["torch/rnn_tanh.pt"]), str(small), "-q"], check=True, env=ENV)
+    subprocess.run(RNNCONV + ["convert", str(smalls["torch/rnn_tanh.pt"][0]), str(small), "-q"], check=True, env=ENV)
     row(
         "small: cuDNN .bin -> .pt",
         RNNCONV + ["convert", str(small), str(work / "small.pt"), "-q"],
         None,
         [work / "small.pt"],
-        target="small",
+        FLOORS[""],
+        "small",
     )
-    for path in [small, Path(f"{small}.json"), blob, *blob_out]:
+    for path in [small, Path(f"{small}.json")]:
         path.unlink(missing_ok=True)
-    report(rows, model_mb, args.repeat)
 
 
-def report(rows: list[Row], model_mb: float, repeat: int) -> None:
+def report(rows: list[Row], model_mb: float | None, repeat: int) -> None:
     walls = {r.label: r.wall for r in rows}
-    memory_limit = MEMORY_TARGET * model_mb + MEMORY_SLACK_MB
-    print(f"\n{'task':58} {'best s':>7} {'median':>7} {'x cp':>6} {'GB/s':>6} {'peak MB':>8} {'/model':>7}  target")
+    memory_limit = MEMORY_TARGET * (model_mb or 0) + MEMORY_SLACK_MB
+    print(f"\n{'task':58} {'best s':>7} {'median':>7} {'ratio':>6} {'GB/s':>6} {'peak MB':>8} {'/model':>7}  target")
     for r in rows:
         ratio = r.wall / walls[r.baseline] if r.baseline else None
-        rate = f"{model_mb / 1000 / r.wall:.2f}" if r.baseline or r.label.startswith("cp ") else ""
+        big = model_mb and (r.label.startswith("cp ") or (r.baseline or "").startswith("cp ") or r.target == "speed")
+        rate = f"{model_mb / 1000 / r.wall:.2f}" if big else ""
+        per_model = f"{r.peak_mb / model_mb:.2f}" if big else ""
         verdicts = []
         if r.target == "speed" and ratio is not None:
             verdicts.append(f"<= {SPEED_TARGET:g} x cp: {'met' if ratio <= SPEED_TARGET else 'MISSED'}")
             verdicts.append(f"RSS <= {memory_limit:.0f} MB: {'met' if r.peak_mb <= memory_limit else 'MISSED'}")
         if r.target == "small":
             verdicts.append(f"<= {SMALL_TARGET:g} s: {'met' if r.wall <= SMALL_TARGET else 'MISSED'}")
+            verdicts.append(f"{r.wall - walls[r.baseline or '']:+.3f} s over its floor")
         print(
-            f"{r.label:58} {r.wall:7.2f} {r.median:7.2f} {'' if ratio is None else f'{ratio:.1f}':>6} {rate:>6} "
-            f"{r.peak_mb:8.0f} {r.peak_mb / model_mb:7.2f}  {'; '.join(verdicts)}"
+            f"{r.label:58} {r.wall:7.2f} {r.median:7.2f} {'' if ratio is None else f'{ratio:.2f}':>6} {rate:>6} "
+            f"{r.peak_mb:8.0f} {per_model:>7}  {'; '.join(verdicts)}"
         )
     print(
-        f"\n(best and median of {repeat} runs after an untimed one, peers run once; x cp and GB/s from the best; "
+        f"\n(best and median of {repeat} runs after an untimed one, peers run once; ratio and GB/s from the best: "
+        f"a big conversion's to cp of its source, a small task's to the floor; "
         f"peak = largest resident set, counting the source pages a process maps; {os.cpu_count()} cores; "
         f"python {sys.version.split()[0]})"
     )

@@ -1,9 +1,9 @@
 """The `rnnconv` command line: declarations and rendering only; the work is the library's (`rnnconv.api`).
 
 One option set: every command takes the same name for the same thing (`--layer`
-picks an RNN in any file, `--json` prints the result as JSON, `-q`, `-v`). The
-X-to-Y commands are made from the table's format rows. Imports stay lazy:
-`rnnconv --help` loads typer and the table's data, and no command imports a
+picks an RNN in any file, `--json` prints the result as JSON, `-q`, `-v`). The X-to-Y
+commands are made from the table's format rows, some hidden (rnnconv.aliases). Imports stay
+lazy: `rnnconv --help` loads typer and the table's data, and no command imports a
 framework it does not need.
 """
 
@@ -19,6 +19,7 @@ from typing import Any
 
 import typer
 
+from rnnconv.aliases import ALIASES_HELP, Commands, direction_summary, is_alias
 from rnnconv.errors import BadInput
 from rnnconv.options import (
     ALL_SOURCE_OPTIONS,
@@ -39,11 +40,12 @@ EXIT_CODES = (
 )
 app = typer.Typer(
     name="rnnconv",
+    cls=Commands,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     help="Convert recurrent-network weights (GRU, LSTM, simple RNN) between Keras, PyTorch, ONNX "
-    "and NVIDIA cuDNN's flat weight space, and prove the result right.\n\n" + EXIT_CODES,
+    "and NVIDIA cuDNN's flat weight space, and prove the result right.\n\n" + ALIASES_HELP + EXIT_CODES,
 )
 
 
@@ -63,7 +65,7 @@ def command(name: str, doc: str, params: list[inspect.Parameter]) -> Callable[[C
         handler.__annotations__ = {p.name: p.annotation for p in params}
         handler.__doc__ = doc
         del handler.__wrapped__  # typer must read the signature above, not run's
-        app.command(name)(handler)
+        app.command(name, hidden=is_alias(name))(handler)
 
     return register
 
@@ -118,7 +120,7 @@ def direction_doc(source: str, target: str) -> str:
     examples = [f"rnnconv {name} {src.example} -o {out}"] + [f"rnnconv {name} {ex} -o {out}" for ex in src.examples]
     examples.append(f"rnnconv {name} runs/*{Path(src.example).suffix} -o out/ -j 4   # several: out/<stem>{out[3:]}")
     return (
-        f"Convert {src.title} to {dst.title}.\n\nReads {src.read_help}. {src.read_note}\n\nWrites "
+        f"{direction_summary(source, target)}\n\nReads {src.read_help}. {src.read_note}\n\nWrites "
         f"{dst.write_help}. {dst.write_note}\n\nExamples:\n\n" + "\n\n".join(f"  {e}" for e in examples)
     )
 
@@ -159,7 +161,7 @@ for _target in sorted(ADAPTER_FORMATS, key=lambda name: name != "cudnn"):
     "convert",
     "Convert between any two formats; the source's format comes from its content, the target's "
     "from the output's name or --to.\n\nExamples:\n\n  rnnconv convert model.h5 model.bin\n\n"
-    "  rnnconv convert ckpt.pt model.keras --layer encoder.rnn\n\n"
+    "  rnnconv convert ckpt.pt encoder.onnx --layer encoder.rnn\n\n"
     "  rnnconv convert model.bin state.safetensors --to torch",
     [
         parameter("sources", argument=True, annotation=list[Path], metavar="SOURCE", help="Any files rnnconv reads."),
@@ -168,8 +170,8 @@ for _target in sorted(ADAPTER_FORMATS, key=lambda name: name != "cudnn"):
             argument=True,
             annotation=str,
             default=...,
-            help=".bin/.safetensors (cuDNN), .pt/.pth (PyTorch), .keras/.weights.h5 (Keras); a directory for "
-            "several sources (DIR/ is created; the target is --to's, cuDNN by default).",
+            help=".bin/.safetensors (cuDNN), .pt/.pth (PyTorch), .keras/.weights.h5 (Keras), .onnx (ONNX); a "
+            "directory for several sources (DIR/ is created; the target is --to's, cuDNN by default).",
         ),
         *map(parameter, ("to", "layer", "prefix", *ALL_SOURCE_OPTIONS, "into", *CONVERSION_TAIL)),
     ],

@@ -11,7 +11,7 @@ errors into one sentence naming the first offending field.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, field_validator
 
@@ -36,6 +36,7 @@ class Contract(BaseModel):
 
 
 M = TypeVar("M", bound=Contract)
+T = TypeVar("T")
 
 
 def parse(model: type[M], data: Any, where: str) -> M:
@@ -359,10 +360,14 @@ class ConversionResult(Contract):
     usage: str = ""  # how to load what was written
 
 
-class Reports(RootModel[list[Report]]):
-    """`verify --all`: one report per RNN of an rnnconv `.safetensors` (its --report file and --json)."""
+class Documents(RootModel[T], Generic[T]):
+    """A list of documents; built when first used (a conversion does not pay for verify's)."""
 
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, defer_build=True)
+
+
+class Reports(Documents[list[Report]]):
+    """`verify --all`: one report per RNN of an rnnconv `.safetensors` (its --report file and --json)."""
 
 
 class BatchItem(Contract):
@@ -375,10 +380,8 @@ class BatchItem(Contract):
     result: ConversionResult | None = None  # None when it failed
 
 
-class BatchResults(RootModel[list[BatchItem]]):
+class BatchResults(Documents[list[BatchItem]]):
     """A conversion of several sources (`-o DIR`): one entry per source, in the order given (its --json)."""
-
-    model_config = ConfigDict(strict=True)
 
 
 SCHEMAS: dict[str, type[BaseModel]] = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,10 @@ from rnnconv.table.apply import recipe
 from rnnconv.table.constants import CUDNN_GATES, CUDNN_TENSOR_NAMES, GATE_NAMES
 from rnnconv.table.rows import FORMAT_ALIASES, FORMATS, MATRIX_LAYOUTS, TABLE, Row
 
-WIDTH = 80  # the text's width, whatever the terminal's
+WIDTH = 80  # the text's width at most, or the terminal's if narrower
 DEFAULT_SIZES = (2, 3)  # input and hidden size of a picture without a file: seed 000's
 MAX_EXPORT_WIDTH = 240
+MONOSPACE = "'Fira Code', 'DejaVu Sans Mono', Menlo, Consolas, 'Liberation Mono', monospace"  # found locally
 
 
 def row_title(row: Row) -> str:
@@ -69,7 +71,7 @@ def table_rows(fmt: str | None, layer_class: str | None) -> list[Row]:
 def explain(console: Console, words: list[str | None], **values: Any) -> None:
     """The command: text rows, or a picture when one is asked for (see the module's docstring)."""
     given = [w for w in words if w]
-    source = Path(given.pop(0)) if given and Path(given[0]).is_file() else None
+    source = Path(given.pop(0)) if given and _names_a_file(given[0]) else None
     fmt = layer_class = None
     for word in given:
         named_fmt, named_class = resolve(word)
@@ -90,6 +92,19 @@ def explain(console: Console, words: list[str | None], **values: Any) -> None:
         raise BadInput("a file says its own format and class; name the file alone (and --layer)")
     else:
         draw(console, source, fmt, layer_class, **values)
+
+
+def _names_a_file(word: str) -> bool:
+    """A file, or a name that is no format or class but that a format finds its file for (a TF1 checkpoint's
+    prefix, as every command takes it)."""
+    if Path(word).is_file():
+        return True
+    lower = word.lower()
+    if lower in FORMATS or lower in FORMAT_ALIASES or any(r.source_class.lower() == lower for r in TABLE):
+        return False
+    from rnnconv.formats.registry import source_file
+
+    return source_file(Path(word)) != Path(word)
 
 
 # --- text ------------------------------------------------------------------------------------------
@@ -135,10 +150,15 @@ def explain_rows(
 
 
 def _say(console: Console, line: str, indent: int = 0) -> None:
-    """One line of text, wrapped at spaces to WIDTH columns (continuations indented two more)."""
+    """One line of text, wrapped at spaces to WIDTH columns or the terminal's (continuations indented two more)."""
     lead = " " * indent
     wrapped = textwrap.wrap(
-        line, WIDTH, initial_indent=lead, subsequent_indent=lead + "  ", break_long_words=False, break_on_hyphens=False
+        line,
+        min(WIDTH, max(console.width, 20)),
+        initial_indent=lead,
+        subsequent_indent=lead + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
     )
     for text in wrapped:
         console.print(escape(text))
@@ -181,20 +201,21 @@ def draw(console: Console, source: Path | None, fmt: str | None, layer_class: st
         if layer_class:
             table_rows(fmt, layer_class)  # a class the format does not have is said as in the text
         spec = RNNSpec(mode, input_size, hidden_size)
-        mapping = map_cell(layout_for(fmt, spec, split, layer_class), layout_for(target, spec, split))
-        drawn = picture(mapping, plain)
+        mappings = [map_cell(layout_for(fmt, spec, split, layer_class), layout_for(target, spec, split))]
+        drawn = picture(mappings, plain)
     else:
         if values["mode"] or values["input_size"] or values["hidden_size"]:
             raise BadInput("a file says its own mode and sizes; leave out --mode, --input-size and --hidden-size")
-        mapping, numbers = _file_mapping(source, values["layer"], target, split)
-        drawn = picture(mapping, plain, numbers)
+        cells = _file_mappings(source, values["layer"], target, split)
+        mappings = [mapping for mapping, _ in cells]
+        drawn = picture(mappings, plain, [numbers for _, numbers in cells])
     if values["json"]:
-        print(json.dumps(mapping_document(mapping), indent=1))
+        print(json.dumps(mapping_document(mappings), indent=1))
         return
     if not outputs:
         console.print(drawn)
         return
-    title = f"{source.name + ', ' if source else ''}{mapping.source.title} -> {mapping.target.title}"
+    title = f"{source.name + ', ' if source else ''}{mappings[0].source.name} -> {mappings[0].target.name}"
     _export(drawn, values["svg"], values["html"], values["force"], title)
     if not values["quiet"]:
         console.print("wrote " + ", ".join(escape(str(p)) for p in outputs))
@@ -212,27 +233,33 @@ def _plain(console: Console) -> bool:
     return console.no_color or console.color_system is None
 
 
-def _file_mapping(source: Path, layer: str | None, target: str, split: str) -> tuple[Any, tuple[dict, dict]]:
-    """The mapping of a file's first cell (layer 0, forward) and its numbers, read through the registry."""
-    from rnnconv import api
-    from rnnconv.conversion import source_format
+def _file_mappings(source: Path, layer: str | None, target: str, split: str) -> list[tuple[Any, Any]]:
+    """The mapping of each direction of a file's first layer and its numbers, read through the registry."""
+    from rnnconv.conversion import open_source, source_format
     from rnnconv.formats.registry import ReadOptions, source_file
     from rnnconv.picture import layout_for, map_cell
 
     fmt = source_format(source_file(source), ReadOptions()).name
-    with api.load(source, layer=layer, bias_split=split) as rnns:
-        (rnn,) = rnns[:1]
-        spec = rnn.spec
-        mapping = map_cell(
-            layout_for(fmt, spec, split, rnn.source.layer_class, rnn.source.keras_config),
-            layout_for(target, spec, split),
-        )
-        canonical = {
-            (key.kind, key.gate): np.asarray(rnn.param(key), dtype=np.float64)
-            for key in spec.param_keys()
-            if key.layer == 0 and key.direction == 0
-        }
-    return mapping, (mapping.source.from_canonical(canonical), mapping.target.from_canonical(canonical))
+    options = ReadOptions(layer=layer, bias_split=split, take_all=layer is None)
+    with open_source(source, options) as read:
+        names = [rnn.name for rnn in read.rnns] + [name for name, _ in read.skipped]
+        if len(names) > 1:  # take_all read every one, to name them; a picture shows one
+            raise BadInput(f"{source} holds {len(names)} RNNs ({', '.join(names)}); pick the one to draw with --layer")
+        (rnn,) = read.rnns
+        spec, cells = rnn.spec, []
+        for direction in range(spec.num_directions):
+            mapping = map_cell(
+                layout_for(fmt, spec, split, rnn.source.layer_class, rnn.source.keras_config, direction),
+                layout_for(target, spec, split, direction=direction),
+            )
+            canonical = {
+                (key.kind, key.gate): np.asarray(rnn.param(key), dtype=np.float64)
+                for key in spec.param_keys()
+                if key.layer == 0 and key.direction == direction
+            }
+            numbers = (mapping.source.from_canonical(canonical), mapping.target.from_canonical(canonical))
+            cells.append((mapping, numbers))
+    return cells
 
 
 def _export(drawn: Any, svg: Path | None, html: Path | None, force: bool, title: str) -> None:
@@ -249,6 +276,14 @@ def _export(drawn: Any, svg: Path | None, html: Path | None, force: bool, title:
     with atomic_outputs(paths, force) as temps:
         for path, temp in zip(paths, temps):
             if path == svg:
-                record.save_svg(str(temp), title=f"rnnconv explain: {title}", clear=False)
+                record.save_svg(str(temp), title=f"rnnconv explain: {title}", clear=False, code_format=_offline_svg())
             else:
                 record.save_html(str(temp), clear=False)
+
+
+def _offline_svg() -> str:
+    """rich's SVG template without its web fonts: a picture must render offline, in the fonts the machine has."""
+    from rich.console import CONSOLE_SVG_FORMAT
+
+    template = re.sub(r"\s*@font-face \{\{.*?\}\}", "", CONSOLE_SVG_FORMAT, flags=re.S)
+    return template.replace("font-family: Fira Code, monospace", f"font-family: {MONOSPACE}")

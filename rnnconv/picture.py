@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console, Group, RenderableType
 from rich.measure import Measurement
+from rich.segment import Segment
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
@@ -25,7 +26,14 @@ from rich.text import Text
 from rnnconv.canonical import RNNSpec
 from rnnconv.errors import BadInput
 from rnnconv.table.apply import assemble_stored, gate_loaders, stored_shapes
-from rnnconv.table.constants import BIAS_KINDS, CUDNN_GATES, GATE_NAMES, KIND_OF_ROLE
+from rnnconv.table.constants import (
+    BIAS_KINDS,
+    CUDNN_GATES,
+    DIRECTIONS,
+    GATE_NAMES,
+    KIND_OF_ROLE,
+    TORCH_REVERSE_SUFFIX,
+)
 from rnnconv.table.rows import BIAS_SINGLE, BIAS_SINGLE_BUT_LAST, TABLE, Row
 from rnnconv.weightspace import regions
 
@@ -43,6 +51,7 @@ PALETTE = (
     ("#a7c7f2", "#1f4fa8"),
 )
 PROJECTION_COLOURS = ("#d0d0d0", "#6d6d6d")
+DIRECTION_WORDS = ("forward", "reverse")  # in titles; documents say DIRECTIONS' fwd and rev
 
 Canonical = dict[tuple[str, str], np.ndarray]  # cuDNN's per-gate tensors of one cell, keyed (kind, gate)
 
@@ -57,30 +66,37 @@ class Tensor:
 
 @dataclass(frozen=True)
 class Layout:
-    """One side of the picture: a table row's stored tensors, or (row None) cuDNN's weight space."""
+    """One side of the picture: a table row's stored tensors, or (row None) cuDNN's weight space; of layer 0 and
+    one direction."""
 
     fmt: str
     row: Row | None
     spec: RNNSpec
     bias_split: str
+    direction: int = 0
 
     @property
-    def title(self) -> str:
+    def name(self) -> str:
         if self.row is None:
             return "cuDNN weight space (flat)"
         when = " ".join(f"{k}={v}" for k, v in self.row.when.items())
         return f"{self.fmt} {self.row.source_class}" + (f" ({when})" if when else "")
 
+    @property
+    def title(self) -> str:
+        return self.name + (f", {DIRECTION_WORDS[self.direction]} direction" if self.spec.bidirectional else "")
+
     def tensors(self) -> list[Tensor]:
         spec = self.spec
         if self.row is None:
-            first_cell = [r for r in regions(spec) if r.key.layer == 0 and r.key.direction == 0]
+            first_cell = [r for r in regions(spec) if r.key.layer == 0 and r.key.direction == self.direction]
             return [
                 Tensor(_block(r.key.kind, r.key.gate), _block(r.key.kind, r.key.gate), r.shape, r.offset)
                 for r in first_cell
             ]
         shapes = stored_shapes(self.row, spec.hidden_size, spec.input_size, spec.output_size, spec.proj_size, spec.bias)
-        names = {role: self.row.tensors.get(role, role).format(layer=0, suffix="") for role in shapes}
+        suffix = TORCH_REVERSE_SUFFIX if self.direction else ""
+        names = {role: self.row.tensors.get(role, role).format(layer=0, suffix=suffix) for role in shapes}
         return [Tensor(role, names[role], shape) for role, shape in shapes.items()]
 
     def to_canonical(self, arrays: Mapping[str, np.ndarray]) -> Canonical:
@@ -117,19 +133,22 @@ def _kind_gate(block: str) -> tuple[str, str]:
     return kind, gate
 
 
-def layout_for(fmt: str, spec: RNNSpec, bias_split: str, layer_class: str | None = None, config: Any = None) -> Layout:
+def layout_for(
+    fmt: str, spec: RNNSpec, bias_split: str, layer_class: str | None = None, config: Any = None, direction: int = 0
+) -> Layout:
     """A format's side for a cuDNN mode: the weight space, or the row of the class (and config) that runs it."""
     if fmt == WEIGHT_SPACE:
-        return Layout(fmt, None, spec, bias_split)
+        return Layout(fmt, None, spec, bias_split, direction)
     runs = [r for r in TABLE if r.format == fmt and not r.refusal and spec.mode in r.modes.values()]
     if not runs:
         raise BadInput(f"{fmt} has no layer that computes cuDNN's {spec.mode}")
-    short = (layer_class or "").rsplit(".", 1)[-1].lower()  # a file's class may be qualified (nn.LSTM)
+    # a file's class may be qualified (nn.LSTM) or wrapped (Bidirectional(LSTM), RNN(LSTM)): the row is the layer's
+    short = (re.findall(r"\w+", layer_class or "") or [""])[-1].lower()
     named = [r for r in runs if r.source_class.lower() == short]
     if layer_class and not named:
         raise BadInput(f"{fmt} {layer_class} does not compute cuDNN's {spec.mode}")
     chosen = [r for r in named if all(r.setting(config or {}, k) == v for k, v in r.when.items())]
-    return Layout(fmt, (chosen or named or runs)[0], spec, bias_split)
+    return Layout(fmt, (chosen or named or runs)[0], spec, bias_split, direction)
 
 
 # --- the mapping --------------------------------------------------------------------------------------
@@ -221,6 +240,10 @@ def _decode(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np
 
 # --- drawing -----------------------------------------------------------------------------------------
 
+GAP = 4  # columns between the two sides
+MIN_CELLS = 3  # a side goes next to the other only where its lines keep this many cells
+Numbers = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]  # a real file's source and target arrays
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -228,21 +251,33 @@ class Cell:
     colour: int  # index into the mapping's classes; -1: nothing lands here
 
 
-def picture(
-    mapping: Mapping_, plain: bool, values: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
-) -> RenderableType:
-    """The two sides and the legend; `values` (source, target arrays of a real file) replace the codes."""
+def picture(mappings: Sequence[Mapping_], plain: bool, values: Sequence[Numbers] | None = None) -> RenderableType:
+    """Each mapping's two sides (one per direction of a file's layer), then the legend; `values` (source, target
+    arrays of a real file, one pair per mapping) replace the position codes."""
+    parts: list[RenderableType] = []
+    cut = False
+    for index, mapping in enumerate(mappings):
+        sides, was_cut = _sides(mapping, plain, values[index] if values else None)
+        if index:
+            parts.append(Text(""))
+        parts.append(_Pair(sides))
+        cut |= was_cut
+    return Group(*parts, *_legend(mappings[0], plain, cut, values is not None))
+
+
+def _sides(mapping: Mapping_, plain: bool, values: Numbers | None) -> tuple[list[RenderableType], bool]:
     tags = _tags(mapping.source_tensors)
     cut = False
 
     def source_cells(tensor: Tensor, base: int) -> np.ndarray:
-        ids = base + 1 + np.arange(int(np.prod(tensor.shape))).reshape(tensor.shape)
+        ids = (base + 1 + np.arange(int(np.prod(tensor.shape))).reshape(tensor.shape))[_shown(tensor.shape)]
         return np.vectorize(lambda j: Cell(_label(mapping, tags, int(j)), int(mapping.colour_of[j])), otypes=[object])(
             ids
         )
 
     def target_cells(tensor: Tensor) -> np.ndarray:
-        first, second, factor = (m[tensor.key] for m in (mapping.first, mapping.second, mapping.factor))
+        shown = _shown(tensor.shape)
+        first, second, factor = (m[tensor.key][shown] for m in (mapping.first, mapping.second, mapping.factor))
 
         def cell(x: int, y: int, f: float) -> Cell:
             if not x:
@@ -255,10 +290,11 @@ def picture(
     def with_values(cells: np.ndarray, numbers: np.ndarray) -> np.ndarray:
         return np.vectorize(lambda c, v: Cell(f"{v:.3f}", c.colour), otypes=[object])(cells, numbers)
 
+    hidden = mapping.source.spec.hidden_size
     sides: list[RenderableType] = []
-    for title, tensors, numbers in (
-        (mapping.source.title, mapping.source_tensors, values[0] if values else None),
-        (mapping.target.title, mapping.target_tensors, values[1] if values else None),
+    for layout, tensors, numbers in (
+        (mapping.source, mapping.source_tensors, values[0] if values else None),
+        (mapping.target, mapping.target_tensors, values[1] if values else None),
     ):
         drawn = []
         for tensor in tensors:
@@ -267,88 +303,175 @@ def picture(
             else:
                 cells = target_cells(tensor)
             if numbers is not None:
-                cells = with_values(cells, np.asarray(numbers[tensor.key]).reshape(tensor.shape))
-            drawn.append((tensor, cells))
-        heading = title + (", as stored" if tensors[0].offset is None else ": offset, block, elements")
-        parts: list[RenderableType] = [Text(heading, style="" if plain else "bold")]
-        if tensors[0].offset is not None:  # one grid, so that the offsets line up
-            grid, was_cut = _grid(drawn, mapping, plain)
-            parts.append(grid)
-            cut |= was_cut
-        for tensor, cells in drawn if tensors[0].offset is None else ():
-            tagged = not values and tensors is mapping.source_tensors
-            name = f"{tensor.name} {_shape(tensor.shape)}" + (f"  = {tags[tensor.key]}" if tagged else "")
-            grid, was_cut = _grid([(tensor, cells)], mapping, plain)
-            parts += [Text(name, style="" if plain else "italic"), grid]
-            cut |= was_cut
-        sides.append(Group(*parts))
-    return Group(_Pair(sides), *_legend(mapping, plain, cut, values is not None))
+                cells = with_values(cells, np.asarray(numbers[tensor.key]).reshape(tensor.shape)[_shown(tensor.shape)])
+            drawn.append((tensor, np.vectorize(lambda c: _text(c, mapping, plain), otypes=[object])(cells)))
+        blocks = tensors[0].offset is not None
+        heading = layout.title + (": offset, block, elements" if blocks else ", as stored")
+        parts: list[RenderableType] = [_wrapping(heading, "" if plain else "bold")]
+        if blocks:  # one grid, so that the offsets line up
+            grids = [_Grid(drawn, hidden, plain)]
+            parts += grids
+        else:
+            grids = []
+            for tensor, cells in drawn:
+                tagged = not values and tensors is mapping.source_tensors
+                name = f"{tensor.name} {_shape(tensor.shape)}" + (f"  = {tags[tensor.key]}" if tagged else "")
+                grids.append(_Grid([(tensor, cells)], hidden, plain))
+                parts += [_wrapping(name, "" if plain else "italic"), grids[-1]]
+        cut |= any(grid.cut for grid in grids)
+        sides.append(_Side(parts))
+    return sides, cut
+
+
+def _shown(shape: tuple[int, ...]) -> tuple[slice, ...]:
+    """What is drawn of a tensor: the first MAX_ROWS x MAX_COLS of a matrix, as many lines of a vector."""
+    return (slice(MAX_ROWS), slice(MAX_COLS)) if len(shape) > 1 else (slice(MAX_ROWS * MAX_COLS),)
+
+
+def _wrapping(text: str, style: str = "") -> Text:
+    """A line of words that wraps at spaces to the width it is given (the console itself never wraps)."""
+    return Text(text, style=style, no_wrap=False, overflow="fold")
+
+
+class _Side:
+    """One side: headings, names and grids. Headings wrap, so the grids alone say how wide it would like to be."""
+
+    def __init__(self, parts: Sequence[RenderableType]):
+        self.parts = parts
+
+    def __rich_console__(self, console: Console, options: Any) -> Iterator[RenderableType]:
+        yield from self.parts
+
+    def __rich_measure__(self, console: Console, options: Any) -> Measurement:
+        measures = [Measurement.get(console, options, part) for part in self.parts]
+        narrowest = max(m.minimum for m in measures)
+        widest = max(m.maximum if isinstance(p, _Grid) else m.minimum for p, m in zip(self.parts, measures))
+        return Measurement(narrowest, max(narrowest, widest))
 
 
 class _Pair:
-    """The two sides next to each other where the console is wide enough, else one above the other."""
+    """The two sides next to each other on a terminal wide enough for both (the source side's rows continued
+    on more lines if need be), else one above the other: in a pipe or a log always, so that each tensor's lines
+    stay whole for grep."""
 
     def __init__(self, sides: Sequence[RenderableType]):
         self.sides = sides
 
-    def __rich_console__(self, console: Console, options: Any) -> Iterator[RenderableType]:
-        widths = [Measurement.get(console, options, side).maximum for side in self.sides]
-        if sum(widths) + 4 <= options.max_width:
-            pair = Table.grid(padding=(0, 4))
-            for width in widths:
-                pair.add_column(width=width, no_wrap=True)
-            pair.add_row(*self.sides)
-            yield pair
+    def __rich_console__(self, console: Console, options: Any) -> Iterator[Any]:
+        (source_min, source_max), (_, target_max) = (Measurement.get(console, options, side) for side in self.sides)
+        width = options.max_width
+        if console.is_terminal and target_max + GAP + source_min <= width:
+            target = target_max
+            source = min(source_max, width - GAP - target)
+            left = console.render_lines(self.sides[0], options.update(width=source), pad=True)
+            right = console.render_lines(self.sides[1], options.update(width=target), pad=False)
+            for row in range(max(len(left), len(right))):
+                yield from left[row] if row < len(left) else [Segment(" " * source)]
+                yield Segment(" " * GAP)
+                yield from right[row] if row < len(right) else []
+                yield Segment.line()
         else:
-            for side in self.sides:
+            for index, side in enumerate(self.sides):
+                if index:
+                    yield Text("")
                 yield side
-                yield Text("")
 
     def __rich_measure__(self, console: Console, options: Any) -> Measurement:
-        widths = [Measurement.get(console, options, side).maximum for side in self.sides]
-        return Measurement(max(widths), sum(widths) + 4)
+        widths = [Measurement.get(console, options, side) for side in self.sides]
+        return Measurement(max(w.minimum for w in widths), sum(w.maximum for w in widths) + GAP)
 
 
-def _grid(drawn: list[tuple[Tensor, np.ndarray]], mapping: Mapping_, plain: bool) -> tuple[Group, bool]:
-    """Tensors as lines of cells, the first MAX_ROWS x MAX_COLS of each; weight-space blocks with offsets.
+class _Grid:
+    """Tensors as lines of cells, the first MAX_ROWS x MAX_COLS of each (weight-space blocks with their offsets),
+    laid out by the width the console gives.
 
-    Lines of text rather than a rich Table: a table squeezes its cells into a narrow terminal, these
-    lines stay whole (the terminal wraps them) and line up in columns."""
-    blocks = drawn[0][0].offset is not None
-    lines: list[tuple[list[str], list[Text]]] = []
-    cut = False
-    for tensor, cells in drawn:
-        matrix = _wrapped(cells) if cells.ndim == 1 else cells
-        rows, cols = matrix.shape
-        shown_rows, shown_cols = min(rows, MAX_ROWS), min(cols, MAX_COLS)
-        cut |= rows > shown_rows or cols > shown_cols
-        more = [Text("...")] if cols > shown_cols else []
-        for r in range(shown_rows):
-            if blocks:
-                gutter = [str((tensor.offset or 0) + r * cols), tensor.name if r == 0 else ""]
+    Lines of text rather than a rich Table: a table squeezes or folds its cells in a narrow terminal, these
+    never split one. A row too long for the width goes on: a stored matrix in bands of columns (a gate's
+    columns together where they fit), a vector or a weight-space row on lines that start with their own
+    index or offset."""
+
+    def __init__(self, drawn: list[tuple[Tensor, np.ndarray]], hidden: int, plain: bool):
+        self.drawn = drawn  # each tensor with the cells drawn of it (_shown)
+        self.hidden = hidden
+        self.dim = "" if plain else "dim"
+        self.blocks = drawn[0][0].offset is not None
+        self.cell_width = max(len(text) for _, cells in drawn for text in cells.reshape(-1))
+        shapes = [t.shape for t, _ in drawn]
+        self.cut_cols = any(len(shape) > 1 and shape[1] > MAX_COLS for shape in shapes)
+        self.cut = self.cut_cols or any(
+            shape[0] > MAX_ROWS if len(shape) > 1 else shape[0] > MAX_ROWS * MAX_COLS for shape in shapes
+        )
+        self.gutter: tuple[int, ...]  # the widths of the offset (or index) and the block name before the cells
+        if self.blocks:
+            ends = [(t.offset or 0) + int(np.prod(t.shape)) for t, _ in drawn]
+            self.gutter = (len(str(max(ends))), max(len(t.name) for t, _ in drawn))
+        else:
+            self.gutter = (max(len(str(len(cells) - 1)) for _, cells in drawn),)
+        self.widest = max(cells.shape[-1] if cells.ndim > 1 else min(cells.size, MAX_COLS) for _, cells in drawn)
+
+    def _width(self, cells: int) -> int:
+        return sum(self.gutter) + len(self.gutter) - 1 + cells * (self.cell_width + 1) + (4 if self.cut_cols else 0)
+
+    def __rich_measure__(self, console: Console, options: Any) -> Measurement:
+        return Measurement(self._width(min(self.widest, MIN_CELLS)), self._width(self.widest))
+
+    def __rich_console__(self, console: Console, options: Any) -> Iterator[Text]:
+        room = max(1, (options.max_width - self._width(0)) // (self.cell_width + 1))
+        for tensor, cells in self.drawn:
+            if cells.ndim > 1 and not self.blocks:
+                yield from self._bands(tensor, cells, room)
             else:
-                gutter = [str(r if cells.ndim > 1 else r * cols)]
-            lines.append((gutter, [_text(matrix[r, c], mapping, plain) for c in range(shown_cols)] + more))
-        if rows > shown_rows:
-            lines.append((["" for _ in lines[-1][0]], [Text("...")]))
-    gutters = [max(len(g[i]) for g, _ in lines) for i in range(len(lines[0][0]))]
-    widths = [max((len(c[i]) for _, c in lines if i < len(c)), default=0) for i in range(max(len(c) for _, c in lines))]
-    out = []
-    for gutter, texts in lines:
-        line = Text(" ".join(g.rjust(w) if i == 0 else g.ljust(w) for i, (g, w) in enumerate(zip(gutter, gutters))))
-        line.stylize("" if plain else "dim", 0, gutters[0])
-        for text, width in zip(texts, widths):
-            line.append(" " * (1 + width - len(text)))
-            line.append(text)
-        out.append(line)
-    return Group(*out), cut
+                yield from self._runs(tensor, cells, room)
+
+    def _line(self, gutter: Sequence[str], cells: Sequence[Text], more: bool = False) -> Text:
+        line = Text(" ".join(g.rjust(w) if i == 0 else g.ljust(w) for i, (g, w) in enumerate(zip(gutter, self.gutter))))
+        line.stylize(self.dim, 0, self.gutter[0])
+        for cell in cells:
+            line.append(" " * (1 + self.cell_width - len(cell)))
+            line.append(cell)
+        if more:
+            line.append(" ...")
+        return line
+
+    def _bands(self, tensor: Tensor, cells: np.ndarray, room: int) -> Iterator[Text]:
+        """A stored matrix: its rows, in bands of as many columns as the width holds."""
+        rows, cols = tensor.shape
+        shown_rows, shown_cols = cells.shape
+        per = _even(shown_cols, room)
+        if per < shown_cols and room >= self.hidden and cols % self.hidden == 0:
+            per = room - room % self.hidden  # a band holds whole gates
+        for start in range(0, shown_cols, per):
+            stop = min(start + per, shown_cols)
+            if per < shown_cols:
+                yield Text(f"{'':>{self.gutter[0]}} columns {start}-{stop - 1}", style=self.dim)
+            for r in range(shown_rows):
+                yield self._line([str(r)], list(cells[r, start:stop]), more=stop == shown_cols and cols > shown_cols)
+            if rows > shown_rows:
+                yield self._line([""], [Text("...")])
+
+    def _runs(self, tensor: Tensor, cells: np.ndarray, room: int) -> Iterator[Text]:
+        """A vector, or a weight-space block: lines of consecutive elements, each after its index or offset."""
+        lines = [(r * tensor.shape[1], row) for r, row in enumerate(cells)] if cells.ndim > 1 else [(0, cells)]
+        cols = tensor.shape[-1]
+        per = _even(len(lines[0][1]), room)
+        first = True
+        for at, row in lines:
+            for start in range(0, len(row), per):
+                stop = min(start + per, len(row))
+                gutter = [str((tensor.offset or 0) + at + start)] + (
+                    [tensor.name if first else ""] if self.blocks else []
+                )
+                more = stop == len(row) and cells.ndim > 1 and cols > len(row)
+                yield self._line(gutter, list(row[start:stop]), more)
+                first = False
+        if int(np.prod(tensor.shape)) > (len(lines) * cols if cells.ndim > 1 else cells.size):
+            yield self._line([""] * len(self.gutter), [Text("...")])
 
 
-def _wrapped(cells: np.ndarray) -> np.ndarray:
-    """A vector as lines of MAX_COLS cells (an ONNX bias: its input half, then its recurrent half)."""
-    cols = min(cells.size, MAX_COLS)
-    padded = np.concatenate([cells, [Cell("", -1)] * (-cells.size % cols)])
-    return padded.reshape(-1, cols)
+def _even(count: int, room: int) -> int:
+    """How many of `count` cells go on a line that holds `room`: as many on each line as on the others."""
+    lines = -(-count // max(room, 1))
+    return -(-count // lines)
 
 
 def _text(cell: Cell, mapping: Mapping_, plain: bool) -> Text:
@@ -372,7 +495,7 @@ def _legend(mapping: Mapping_, plain: bool, cut: bool, values: bool) -> Iterator
     cell = mapping.source.spec.cell
     names = GATE_NAMES[cell]
     if plain:
-        yield Text(
+        yield _wrapping(
             "cells: gate:"
             + ("value" if values else "source element")
             + "; gates "
@@ -390,9 +513,9 @@ def _legend(mapping: Mapping_, plain: bool, cut: bool, values: bool) -> Iterator
             )
         yield Text("")
         yield legend
-        yield Text("light: input side (W, bW); dark: recurrent side (R, bR); underlined: biases", style="dim")
+        yield _wrapping("light: input side (W, bW); dark: recurrent side (R, bR); underlined: biases", "dim")
     if any((first == 0).any() for first in mapping.first.values()):
-        yield Text(
+        yield _wrapping(
             "0: no stored element lands here"
             + (
                 f" (a single bias, --bias-split {mapping.source.bias_split})"
@@ -401,7 +524,7 @@ def _legend(mapping: Mapping_, plain: bool, cut: bool, values: bool) -> Iterator
             )
         )
     if cut:
-        yield Text(f"large tensors are cut: the first {MAX_ROWS} rows and {MAX_COLS} columns of each are drawn")
+        yield _wrapping(f"large tensors are cut: the first {MAX_ROWS} rows and {MAX_COLS} columns of each are drawn")
 
 
 def _label(mapping: Mapping_, tags: Mapping[str, str], element_id: int) -> str:
@@ -429,33 +552,51 @@ def _tags(tensors: list[Tensor]) -> dict[str, str]:
     return tags
 
 
-def mapping_document(mapping: Mapping_) -> dict[str, Any]:
-    """The mapping as JSON: each target tensor's cells, row-major, as the source elements they hold."""
-    tags = _tags(mapping.source_tensors)
+def mapping_document(mappings: Sequence[Mapping_]) -> dict[str, Any]:
+    """The mappings (one per direction) as JSON: each target tensor's cells, row-major, as the source elements
+    they hold; every tensor and element says its direction (fwd, rev)."""
+    first = mappings[0]
+    return {
+        "source": first.source.name,
+        "target": first.target.name,
+        "spec": first.source.spec.to_dict(),
+        "source_tensors": [entry for m in mappings for entry in _tensor_entries(m)],
+        "target_tensors": [entry for m in mappings for entry in _target_entries(m)],
+    }
+
+
+def _tensor_entries(mapping: Mapping_) -> list[dict[str, Any]]:
+    tags, direction = _tags(mapping.source_tensors), DIRECTIONS[mapping.source.direction]
+    return [
+        {"name": t.name, "tag": tags[t.key], "shape": list(t.shape), "direction": direction}
+        for t in mapping.source_tensors
+    ]
+
+
+def _target_entries(mapping: Mapping_) -> list[dict[str, Any]]:
+    tags, direction = _tags(mapping.source_tensors), DIRECTIONS[mapping.source.direction]
 
     def cell(x: int, y: int, f: float) -> dict[str, Any] | None:
         if not x:
             return None
         parts = [mapping.element(j) for j in (x, y) if j]
-        return {"from": [{"tensor": t.name, "tag": tags[t.key], "index": list(i)} for t, i in parts], "factor": f}
+        return {
+            "from": [
+                {"tensor": t.name, "tag": tags[t.key], "index": list(i), "direction": direction} for t, i in parts
+            ],
+            "factor": f,
+        }
 
-    return {
-        "source": mapping.source.title,
-        "target": mapping.target.title,
-        "spec": mapping.source.spec.to_dict(),
-        "source_tensors": [
-            {"name": t.name, "tag": tags[t.key], "shape": list(t.shape)} for t in mapping.source_tensors
-        ],
-        "target_tensors": [
-            {
-                "name": t.name,
-                "shape": list(t.shape),
-                "offset": t.offset,
-                "cells": [
-                    cell(int(x), int(y), float(f))
-                    for x, y, f in zip(*(m[t.key].reshape(-1) for m in (mapping.first, mapping.second, mapping.factor)))
-                ],
-            }
-            for t in mapping.target_tensors
-        ],
-    }
+    return [
+        {
+            "name": t.name,
+            "shape": list(t.shape),
+            "offset": t.offset,
+            "direction": direction,
+            "cells": [
+                cell(int(x), int(y), float(f))
+                for x, y, f in zip(*(m[t.key].reshape(-1) for m in (mapping.first, mapping.second, mapping.factor)))
+            ],
+        }
+        for t in mapping.target_tensors
+    ]

@@ -224,6 +224,44 @@ def test_every_command_speaks_the_same_options(name):
     assert "Example" in help_text
 
 
+LISTED_COMMANDS = {
+    *("keras-to-cudnn", "torch-to-cudnn", "cudnn-to-keras", "cudnn-to-torch"),
+    *("convert", "verify", "inspect", "explain", "doctor", "schema", "gpu-battery"),
+}
+OLD_NAME_SOURCES = {  # one small file per source format; a cuDNN blob is made from the PyTorch one
+    "keras": FIXTURES / "keras3" / "lstm.h5",
+    "torch": FIXTURES / "torch" / "rnn_tanh.pt",
+    "onnx": FIXTURES / "onnx" / "rnn_relu_torchscript.onnx",
+    "tf1": FIXTURES / "tf1" / "rnn_tanh.ckpt",
+}
+
+
+def test_help_lists_the_commands_a_person_reads():
+    text = run_cli("--help").stdout
+    listed = re.findall(r"^  (\S+)  ", text.split("Commands:")[1], re.M)
+    assert set(listed) == LISTED_COMMANDS and len(listed) == len(LISTED_COMMANDS), listed
+    assert listed[:2] == ["keras-to-cudnn", "torch-to-cudnn"]
+    assert "still work" in " ".join(text.split()) and "convert --to" in text  # where the other directions went
+
+
+@pytest.mark.parametrize("name", [name for name in commands() if "-to-" in name])
+def test_every_old_command_name_still_converts(name, tmp_path):
+    source_format, target = name.split("-to-")
+    if source_format == "cudnn":
+        source = tmp_path / "blob.bin"
+        assert run_cli("convert", OLD_NAME_SOURCES["torch"], source).returncode == 0
+    else:
+        source = OLD_NAME_SOURCES[source_format]
+    suffix = FORMAT_INFO[target].default_for[0]
+    old = run_cli(name, source, "-o", tmp_path / f"old{suffix}", "--json")
+    assert old.returncode == 0, old.stderr
+    new = run_cli("convert", source, tmp_path / f"new{suffix}", "--to", target, "--json")
+    assert new.returncode == 0, new.stderr
+    converted = json.loads(old.stdout)
+    assert all(Path(output).is_file() for output in converted["outputs"])
+    assert converted["rnns"] == json.loads(new.stdout)["rnns"]
+
+
 def test_old_option_name_still_works(tmp_path):
     result = run_cli(
         "torch-to-cudnn", FIXTURES / "torch" / "seq2seq.pt", "--prefix", "encoder.rnn", "-o", tmp_path / "x.bin"

@@ -174,3 +174,107 @@ def test_every_printed_recipe_gives_what_the_mechanics_give(split):
         np.testing.assert_array_equal(np.broadcast_to(value, want.shape), want, err_msg=f"{row_title(row)} {line}")
         evaluated += 1
     assert evaluated == sum(len(recipe(r, split)) for r in TABLE if not r.refusal)
+
+
+# --- a file's layers as a user has them, and a terminal's width ----------------------------------------
+
+MIXED = FIXTURES / "keras3" / "mixed.h5"
+SEED_LSTM = FIXTURES / "keras3" / "seed000_lstm.h5"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+LARGE = ("explain", "--from", "torch", "--to", "keras", "--mode", "lstm", "--input-size", "40", "--hidden-size", "30")
+
+
+@pytest.fixture
+def keras_bidirectional(tmp_path):
+    """mixed.h5 with every weight of its Bidirectional(LSTM) a distinct number, the two directions apart."""
+    path = tmp_path / "mixed.h5"
+    shutil.copy(MIXED, path)
+    stored, start = {}, 1.0
+    with h5py.File(path, "r+") as f:
+        layer = f["model_weights/bidi_lstm/bidi_lstm"]
+        for direction, group in (("fwd", "forward_lstm/lstm_cell"), ("rev", "backward_lstm/lstm_cell")):
+            for name, data in layer[group].items():
+                values = start + np.arange(data.size, dtype=np.float32).reshape(data.shape)
+                data[...] = values
+                stored[(direction, name)] = values
+                start += data.size
+    return path, stored
+
+
+def test_a_keras_bidirectional_layer_is_drawn_with_both_directions(tmp_path, keras_bidirectional):
+    source, stored = keras_bidirectional
+    blob = tmp_path / "bidi.bin"
+    assert run_cli("convert", source, blob, "--layer", "bidi_lstm").returncode == 0
+    flat = np.fromfile(blob, dtype=np.float32)
+    result = run_cli("explain", source, "--layer", "bidi_lstm", "--json")
+    assert result.returncode == 0, result.stderr
+    mapping = json.loads(result.stdout)
+    assert {(t["direction"], t["name"]) for t in mapping["source_tensors"]} == set(stored)
+    placed = 0
+    for tensor in mapping["target_tensors"]:
+        for i, cell in enumerate(tensor["cells"]):
+            parts = cell["from"] if cell else []
+            held = sum(float(stored[(p["direction"], p["tensor"])][tuple(p["index"])]) for p in parts)
+            assert all(part["direction"] == tensor["direction"] for part in parts)
+            held *= cell["factor"] if cell else 0
+            assert flat[tensor["offset"] + i] == held, (tensor["name"], tensor["direction"], i)
+            placed += 1
+    assert placed == flat.size  # every element of the weight space, both directions
+    text = run_cli("explain", source, "--layer", "bidi_lstm", env=PLAIN).stdout
+    assert "keras LSTM, forward direction, as stored" in text and "keras LSTM, reverse direction, as stored" in text
+    for layer in ("bidi_gru", "rnn_lstmcell"):  # Bidirectional(GRU) and RNN(LSTMCell), as inspect lists them
+        drawn = run_cli("explain", source, "--layer", layer, env=PLAIN)
+        assert drawn.returncode == 0 and "cuDNN weight space" in drawn.stdout, drawn.stderr
+    # a TF1 checkpoint named by its prefix, as every command takes it: a bidirectional GRU
+    drawn = run_cli("explain", FIXTURES / "tf1" / "gru_bi.ckpt", env=PLAIN)
+    assert drawn.returncode == 0, drawn.stderr
+    assert "tf1 CudnnGRU, forward direction" in drawn.stdout and "tf1 CudnnGRU, reverse direction" in drawn.stdout
+
+
+def test_a_file_with_several_rnns_asks_which_one_to_draw():
+    result = run_cli("explain", MIXED)
+    assert_clean_failure(result, 2, "10 RNNs", "gru_a", "bidi_lstm", "--layer")
+    assert ".safetensors" not in result.stderr  # advice for conversions, not for a picture
+
+
+def cells_of(text: str) -> list[str]:
+    """The position cells of a picture (k[0,3], rk[2,0], b[1,8]), with or without their gate letters."""
+    return re.findall(r"(?<![\w\[])(?:[a-z]:)?((?:k|rk|b)\[\d+,\d+\])", text)
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120])
+def test_the_picture_fits_the_terminal_and_never_splits_a_cell(columns, keras_bidirectional):
+    source, _ = keras_bidirectional
+    for env in ({"NO_COLOR": "1"}, {"FORCE_COLOR": "1"}):
+        env = {**env, "COLUMNS": str(columns)}
+        picture = ANSI.sub("", run_cli(*PICTURE, env=env).stdout)
+        numbers = ANSI.sub("", run_cli("explain", SEED_LSTM, env=env).stdout)
+        bidirectional = ANSI.sub("", run_cli("explain", source, "--layer", "bidi_lstm", env=env).stdout)
+        rows = run_cli("explain", "-v", env=env).stdout  # the table as text: 80 columns, or the terminal's if fewer
+        large = ANSI.sub("", run_cli(*LARGE, env=env).stdout)  # tensors cut to 12 x 12, offsets of 4 digits
+        assert "large tensors are cut" in " ".join(large.split())
+        for text in (picture, numbers, bidirectional, rows, large):
+            assert max(map(len, text.splitlines())) <= columns, text
+        # every element of seed 000's GRU appears whole, once as stored and once where cuDNN has it
+        found = cells_of(picture)
+        assert len(found) == 2 * (2 * 9 + 3 * 9 + 2 * 9) and all(found.count(cell) == 2 for cell in found)
+        # every number drawn whole: the LSTM's 2x12, 3x12 and 12 stored values, its 84 weight-space elements
+        assert len(re.findall(r"(?<![\w.])-?\d+\.\d{3}(?![\d])", numbers)) == 24 + 36 + 12 + 84
+        # both directions of the bidirectional LSTM (input 7, hidden 6): the first 12 columns of its kernels and
+        # its bias as stored, every element of its weight space
+        stored, weight_space = 7 * 12 + 6 * 12 + 24, 4 * 6 * (7 + 6 + 2)
+        assert len(re.findall(r"(?<![\w.])-?\d+\.\d{3}(?![\d])", bidirectional)) == 2 * (stored + weight_space)
+    # on a terminal of a normal width, the README's example has its two sides next to each other
+    if columns >= 80:
+        text = ANSI.sub("", run_cli(*PICTURE, env={"FORCE_COLOR": "1", "COLUMNS": str(columns)}).stdout)
+        first = text.splitlines()[0]
+        assert "keras GRU (reset_after=True), as stored" in first and "cuDNN weight space" in first, text
+
+
+def test_svg_and_html_render_offline(tmp_path):
+    svg, html = tmp_path / "gru.svg", tmp_path / "gru.html"
+    assert run_cli(*PICTURE, "--svg", svg, "--html", html).returncode == 0
+    for path in (svg, html):
+        text = re.sub(r"<!--.*?-->", "", path.read_text(), flags=re.S)
+        assert not re.findall(r"url\((?!#)", text) and "@import" not in text and "@font-face" not in text  # #: its own
+        assert not re.findall(r"https?://(?!www\.w3\.org/2000/svg)", text), path

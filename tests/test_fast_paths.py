@@ -6,6 +6,8 @@ import contextlib
 import errno
 import json
 import os
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -228,3 +230,27 @@ def test_a_file_loaded_outside_a_conversion_leaves_no_guard_behind(tmp_path):
         [rnn.arrays() for rnn in rnns]
     api.convert(TORCH / "rnn_tanh.pt", tmp_path / "later.bin")
     assert (tmp_path / "later.bin").exists()
+
+
+def test_a_small_conversion_builds_no_document_it_does_not_write(tmp_path):
+    """verify's and a batch's documents are built when first used: a conversion's start does not pay for them
+    (bench/bench.py --small-only times it)."""
+    code = (
+        "import sys\n"
+        "from rnnconv.cli import main\n"
+        "sys.argv = ['rnnconv', 'convert', sys.argv[1], sys.argv[2], '-q']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as done:\n"
+        "    assert not done.code, done.code\n"
+        "from rnnconv import contracts\n"
+        "built = {name for name, model in vars(contracts).items() if getattr(model, '__pydantic_complete__', False)}\n"
+        "print(sorted(built & {'Report', 'Reports', 'BatchItem', 'BatchResults', 'InspectReport', 'Comparison'}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(TORCH / "rnn_tanh.pt"), str(tmp_path / "small.bin")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]"]
