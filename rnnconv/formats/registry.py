@@ -96,7 +96,7 @@ class Probe:
         self.size = regular_file(path)
         try:
             with open(path, "rb") as f:
-                self.head = f.read(16)
+                self.head = f.read(32)
         except OSError as exc:
             raise BadInput(f"cannot read {path}: {exc.strerror}") from None
 

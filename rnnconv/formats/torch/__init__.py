@@ -24,7 +24,15 @@ from rnnconv.table.formats import FORMAT_INFO
 if TYPE_CHECKING:
     from rnnconv.formats.torch.reader import TorchRNN
 
-PICKLE_PROTOCOL_MARKER = b"\x80"  # how torch.save's legacy (non-zip) format begins
+# torch.save's legacy (pre-zip) format begins with a pickle (protocol 2 or more) of its magic number
+# 0x1950a86a20f9469cfc6c, pickled as LONG1 with 10 bytes: only a file with it is a legacy checkpoint.
+PICKLE_PROTOCOL_MARKER = b"\x80"
+LEGACY_MAGIC = b"\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+
+
+def is_legacy_checkpoint(head: bytes) -> bool:
+    """`head` (the file's first 32 bytes) begins like torch.save's legacy format."""
+    return head.startswith(PICKLE_PROTOCOL_MARKER) and LEGACY_MAGIC in head[:32]
 TORCH_ZIP_RECORD = "data.pkl"  # the pickle inside torch.save's zip format
 
 
@@ -43,7 +51,7 @@ class TorchFormat(Format):
         names = probe.zip_names
         if names is not None:
             return any(n.endswith(TORCH_ZIP_RECORD) for n in names)
-        return probe.head.startswith(PICKLE_PROTOCOL_MARKER) or probe.safetensors_metadata is not None
+        return is_legacy_checkpoint(probe.head) or probe.safetensors_metadata is not None
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:

@@ -25,6 +25,7 @@ from rnnconv.contracts import Provenance
 from rnnconv.dtypes import ELEMENT_TYPES, decode
 from rnnconv.errors import BackendMissing, BadInput, no_such_rnn
 from rnnconv.formats import _safetensors
+from rnnconv.formats.torch import is_legacy_checkpoint
 from rnnconv.formats.torch.checkpoint import PickledTensor, Refused, ZipCheckpoint, is_zip_checkpoint, read_zip
 from rnnconv.table.apply import check_shapes, find_row, gate_loaders, nonlinearity_mode, rows_for, stored_shapes
 from rnnconv.table.constants import TORCH_LAYER_NAME, TORCH_PARAMETERS, TORCH_REVERSE_SUFFIX
@@ -99,9 +100,14 @@ def load_state_dict(path: Path) -> StateDict:
             out[key] = Tensor(words.shape, etype.name, words, etype.name == "bfloat16")
         return out
     with open(path, "rb") as f:
-        head = f.read(4)
-    if is_zip_checkpoint(path, head):
+        head = f.read(32)
+    if is_zip_checkpoint(path, head[:4]):
         return _zip_state_dict(path)
+    if not is_legacy_checkpoint(head):
+        raise BadInput(
+            f"{path} is not a readable PyTorch checkpoint: it is neither torch.save's zip format nor its older "
+            f"pickle format, and not a .safetensors state_dict"
+        )
     torch = require_torch(f"{path} is a legacy (pre-zip) torch.save checkpoint: reading it")
     loaded = load_checkpoint(torch, path)
     tensors = StateDict()
