@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import difflib
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -467,6 +468,18 @@ def inspect(path: PathLike) -> InspectReport:
     """Every RNN in a file: its spec, its class, and whether it converts (why not)."""
     path = registry.source_file(Path(path))
     return registry.detect(path).inspect(path)
+
+
+def schema(name: str) -> dict[str, Any]:
+    """The JSON schema of a document rnnconv writes (`sidecar`, `report`, `reports`, `inspect`, `conversion`,
+    `batch`, `error`)."""
+    from rnnconv.contracts import SCHEMAS
+
+    if name not in SCHEMAS:
+        close = difflib.get_close_matches(name, SCHEMAS, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise BadInput(f"no document named {name!r} (choose {', '.join(SCHEMAS)}){hint}")
+    return SCHEMAS[name].model_json_schema(by_alias=True)
 
 
 def formats() -> Iterator[str]:

@@ -31,6 +31,7 @@ from rnnconv.contracts import (
     BatchResults,
     Comparison,
     ConversionResult,
+    ErrorDocument,
     InspectReport,
     Report,
     Reports,
@@ -390,7 +391,7 @@ def failure_label(code: int) -> str:
     return "internal error" if code == EXIT_INTERNAL else "error"
 
 
-def guarded(run: Callable[..., int | None], values: dict[str, Any]) -> int | None:
+def guarded(run: Callable[..., int | None], values: dict[str, Any], command: str | None = None) -> int | None:
     """Run a command; every failure becomes one sentence on stderr and its exit code."""
     for stream in (sys.stdout, sys.stderr):  # a layer named in Unicode must print in an ASCII locale too
         with contextlib.suppress(AttributeError, ValueError):
@@ -398,21 +399,27 @@ def guarded(run: Callable[..., int | None], values: dict[str, Any]) -> int | Non
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, _terminate)
+    as_json = bool(values.get("json"))
     try:
         return run(**values)
     except Terminated as exc:
         remove_live_temps()
-        err.print("terminated; no output was left behind")
-        return 128 + exc.signum
+        return failed(128 + exc.signum, "terminated; no output was left behind", as_json, command, plain=True)
     except KeyboardInterrupt:
-        err.print("interrupted; no output was left behind")
-        return 130
+        return failed(130, "interrupted; no output was left behind", as_json, command, plain=True)
     except Exception as exc:
         code, sentence = failure(exc)
         if code == EXIT_INTERNAL and os.environ.get("RNNCONV_DEBUG"):
             raise
-        err.print(f"[bold red]{failure_label(code)}:[/] {escape(sentence)}")
-        return code
+        return failed(code, sentence, as_json, command)
+
+
+def failed(code: int, sentence: str, as_json: bool, command: str | None = None, plain: bool = False) -> int:
+    """A failure shown: its sentence on stderr, and with --json the error document on stdout."""
+    err.print(escape(sentence) if plain else f"[bold red]{failure_label(code)}:[/] {escape(sentence)}")
+    if as_json:
+        print_json(ErrorDocument(error=sentence, exit_code=code, command=command))
+    return code
 
 
 def stage_printer(enabled: bool) -> Callable[[str], None] | None:

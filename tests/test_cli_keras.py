@@ -296,3 +296,28 @@ def test_shell_completion_completes_commands(tmp_path):
 def test_a_name_that_picks_nothing_suggests_the_closest(source, asked, closest, tmp_path):
     result = run_cli("convert", source, tmp_path / "out.bin", "--layer", asked)
     assert_clean_failure(result, 2, f"did you mean {closest}", "it holds:")
+
+
+@pytest.mark.parametrize(
+    "args,code,phrase",
+    [
+        (["keras-to-cudnn", K3 / "mixed.h5", "-o", "x.bin"], 2, "recurrent layers"),  # several RNNs, none named
+        (["inspect", "missing.h5"], 2, "does not exist"),
+        (["verify", "missing.bin"], 2, "does not exist"),
+        (["convert", K3 / "lstm.h5", "x.txt"], 2, ".txt"),
+        (["keras-to-cudnn", K3 / "lstm.h5", "-o", "x.bin", "--dtype", "float8"], 2, "--dtype"),  # a usage error
+        (["doctor", "--no-such-option"], 2, "--no-such-option"),
+    ],
+)
+def test_a_failure_with_json_prints_an_error_document(args, code, phrase, tmp_path):
+    """A CI step that parses stdout gets a JSON document for a failure too (schema `error`), and the sentence on
+    stderr as always."""
+    from rnnconv.contracts import ErrorDocument
+
+    result = run_cli(*args, "--json", cwd=tmp_path)
+    assert result.returncode == code, result.stderr
+    document = json.loads(result.stdout)
+    ErrorDocument.model_validate(document)
+    assert document["exit_code"] == code and phrase in document["error"], document
+    assert document["error"] in " ".join(result.stderr.split()) or phrase in result.stderr
+    assert "Traceback" not in result.stderr

@@ -33,6 +33,8 @@ LEGACY_MAGIC = b"\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
 def is_legacy_checkpoint(head: bytes) -> bool:
     """`head` (the file's first 32 bytes) begins like torch.save's legacy format."""
     return head.startswith(PICKLE_PROTOCOL_MARKER) and LEGACY_MAGIC in head[:32]
+
+
 TORCH_ZIP_RECORD = "data.pkl"  # the pickle inside torch.save's zip format
 
 
