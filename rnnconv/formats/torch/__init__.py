@@ -18,21 +18,12 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.errors import RnnconvError
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, convert_each, register
+from rnnconv.formats.torch.checkpoint import is_legacy_checkpoint
 from rnnconv.safeio import digest_in_background
 from rnnconv.table.formats import FORMAT_INFO
 
 if TYPE_CHECKING:
     from rnnconv.formats.torch.reader import TorchRNN
-
-# torch.save's legacy (pre-zip) format begins with a pickle (protocol 2 or more) of its magic number
-# 0x1950a86a20f9469cfc6c, pickled as LONG1 with 10 bytes: only a file with it is a legacy checkpoint.
-PICKLE_PROTOCOL_MARKER = b"\x80"
-LEGACY_MAGIC = b"\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
-
-
-def is_legacy_checkpoint(head: bytes) -> bool:
-    """`head` (the file's first 32 bytes) begins like torch.save's legacy format."""
-    return head.startswith(PICKLE_PROTOCOL_MARKER) and LEGACY_MAGIC in head[:32]
 
 
 TORCH_ZIP_RECORD = "data.pkl"  # the pickle inside torch.save's zip format

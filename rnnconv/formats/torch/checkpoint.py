@@ -213,6 +213,17 @@ class ZipCheckpoint:
         return view.astype(words.dtype.newbyteorder("<")) if words.dtype.byteorder == ">" else view
 
 
+# torch.save's legacy (pre-zip) format begins with a pickle (protocol 2 or more) of its magic number
+# 0x1950a86a20f9469cfc6c, pickled as LONG1 with 10 bytes: only a file with it is a legacy checkpoint.
+PICKLE_PROTOCOL_MARKER = b"\x80"
+LEGACY_MAGIC = b"\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+
+
+def is_legacy_checkpoint(head: bytes) -> bool:
+    """`head` (the file's first 32 bytes) begins like torch.save's legacy format."""
+    return head.startswith(PICKLE_PROTOCOL_MARKER) and LEGACY_MAGIC in head[:32]
+
+
 def is_zip_checkpoint(path: Path, head: bytes) -> bool:
     return head.startswith(b"PK\x03\x04") and path.suffix.lower() != ".keras"
 

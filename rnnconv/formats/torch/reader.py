@@ -25,8 +25,14 @@ from rnnconv.contracts import Provenance
 from rnnconv.dtypes import ELEMENT_TYPES, decode
 from rnnconv.errors import BackendMissing, BadInput, no_such_rnn
 from rnnconv.formats import _safetensors
-from rnnconv.formats.torch import is_legacy_checkpoint
-from rnnconv.formats.torch.checkpoint import PickledTensor, Refused, ZipCheckpoint, is_zip_checkpoint, read_zip
+from rnnconv.formats.torch.checkpoint import (
+    PickledTensor,
+    Refused,
+    ZipCheckpoint,
+    is_legacy_checkpoint,
+    is_zip_checkpoint,
+    read_zip,
+)
 from rnnconv.table.apply import check_shapes, find_row, gate_loaders, nonlinearity_mode, rows_for, stored_shapes
 from rnnconv.table.constants import TORCH_LAYER_NAME, TORCH_PARAMETERS, TORCH_REVERSE_SUFFIX
 from rnnconv.table.rows import Row
