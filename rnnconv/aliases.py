@@ -41,12 +41,12 @@ class Commands(TyperGroup):
     """rnnconv's command group: a hidden name still completes in the shell when no listed command does, and a
     usage error (an unknown option, a value not among the choices) is a JSON error document too with --json."""
 
-    def main(self, args: Sequence[str] | None = None, *rest: Any, standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(self, args: Sequence[str] | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
-            return super().main(args, *rest, standalone_mode=False, **extra)
+            return super().main(args, standalone_mode=False, **extra)
         words = sys.argv[1:] if args is None else list(args)
         try:
-            code = super().main(words, *rest, standalone_mode=False, **extra)
+            code = super().main(words, standalone_mode=False, **extra)
         except typer.Abort:
             typer.echo("Aborted!", err=True)
             code = 1
