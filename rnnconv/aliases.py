@@ -41,12 +41,21 @@ class Commands(TyperGroup):
     """rnnconv's command group: a hidden name still completes in the shell when no listed command does, and a
     usage error (an unknown option, a value not among the choices) is a JSON error document too with --json."""
 
-    def main(self, args: Sequence[str] | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
-        if not standalone_mode:
-            return super().main(args, standalone_mode=False, **extra)
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
         words = sys.argv[1:] if args is None else list(args)
+        settings = {"prog_name": prog_name, "complete_var": complete_var, "windows_expand_args": windows_expand_args}
+        if not standalone_mode:
+            return super().main(words, standalone_mode=False, **settings, **extra)
         try:
-            code = super().main(words, standalone_mode=False, **extra)
+            code = super().main(words, standalone_mode=False, **settings, **extra)
         except typer.Abort:
             typer.echo("Aborted!", err=True)
             code = 1
