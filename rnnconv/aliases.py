@@ -7,6 +7,7 @@ when no listed command starts with what was typed.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -51,11 +52,12 @@ class Commands(TyperGroup):
         **extra: Any,
     ) -> Any:
         words = sys.argv[1:] if args is None else list(args)
-        settings = {"prog_name": prog_name, "complete_var": complete_var, "windows_expand_args": windows_expand_args}
+        run = functools.partial(super().main, words, prog_name, complete_var, False, windows_expand_args, **extra)
         if not standalone_mode:
-            return super().main(words, standalone_mode=False, **settings, **extra)
+            return run()
+        code: Any
         try:
-            code = super().main(words, standalone_mode=False, **settings, **extra)
+            code = run()
         except typer.Abort:
             typer.echo("Aborted!", err=True)
             code = 1
