@@ -8,11 +8,9 @@ is not an error: its `Report` says `verdict == "mismatch"`.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
 import difflib
-import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
@@ -23,7 +21,7 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import BatchItem, BatchResults, ConversionResult, InspectReport, Report, Reports
 from rnnconv.conversion import convert as _convert
 from rnnconv.conversion import open_source, output_name
-from rnnconv.errors import BadInput, RnnconvError, failure
+from rnnconv.errors import EXIT_INTERNAL, BadInput, RnnconvError, failure
 from rnnconv.formats import registry
 from rnnconv.formats.cudnn import open_blobs
 from rnnconv.formats.registry import Progress, ReadOptions, WriteOptions
@@ -205,18 +203,13 @@ def convert_many(
             if on_result:
                 on_result(items[index])
     else:
-        # spawn, not fork: a fork would copy the threads (the digest's) of this process mid-flight
-        spawn = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(min(jobs, len(tasks)), spawn) as pool:
-            running = {pool.submit(_convert_one, *task): index for index, task in enumerate(tasks)}
-            try:
-                for done in concurrent.futures.as_completed(running):
-                    items[running[done]] = done.result()
-                    if on_result:
-                        on_result(items[running[done]])
-            except BaseException:  # an interrupt: what has not started never will
-                pool.shutdown(cancel_futures=True)
-                raise
+        from rnnconv import pool
+
+        for index, item, lost in pool.run(_convert_one, tasks, jobs):
+            source, output, _ = tasks[index]
+            items[index] = item or BatchItem(source=source, output=output, exit_code=EXIT_INTERNAL, error=lost)
+            if on_result:
+                on_result(items[index])
     return BatchResults([items[index] for index in range(len(tasks))])
 
 
