@@ -453,3 +453,11 @@ def test_a_file_that_is_no_checkpoint_gets_one_exit_code_whatever_is_installed(c
             result = run_cli(*command, env=env)
             assert_clean_failure(result, 2)
             assert "pre-zip" not in result.stderr and "needs torch" not in result.stderr, result.stderr
+
+
+def test_a_legacy_checkpoint_of_another_pickle_protocol_says_so_and_nothing_of_torch_leaks(tmp_path):
+    module = torch.nn.LSTM(3, 4)
+    torch.save(module.state_dict(), tmp_path / "p4.pt", _use_new_zipfile_serialization=False, pickle_protocol=4)
+    result = run_cli("torch-to-cudnn", tmp_path / "p4.pt", "-o", tmp_path / "x.bin")
+    assert_clean_failure(result, 2, "legacy torch.save checkpoint written with pickle protocol 4")
+    assert result.stderr.startswith("error:") and "Warning" not in result.stderr, result.stderr

@@ -213,15 +213,15 @@ class ZipCheckpoint:
         return view.astype(words.dtype.newbyteorder("<")) if words.dtype.byteorder == ">" else view
 
 
-# torch.save's legacy (pre-zip) format begins with a pickle (protocol 2 or more) of its magic number
-# 0x1950a86a20f9469cfc6c, pickled as LONG1 with 10 bytes: only a file with it is a legacy checkpoint.
-PICKLE_PROTOCOL_MARKER = b"\x80"
-LEGACY_MAGIC = b"\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+# torch.save's legacy (pre-1.6, non-zip) format begins with this number, pickled on its own with the protocol
+# the caller chose (2 by default); any other file, a pickle among them, is no legacy checkpoint.
+LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+LEGACY_HEADS = tuple(pickle.dumps(LEGACY_MAGIC_NUMBER, protocol=p) for p in range(2, pickle.HIGHEST_PROTOCOL + 1))
 
 
 def is_legacy_checkpoint(head: bytes) -> bool:
-    """`head` (the file's first 32 bytes) begins like torch.save's legacy format."""
-    return head.startswith(PICKLE_PROTOCOL_MARKER) and LEGACY_MAGIC in head[:32]
+    """Whether a file's first bytes (32 are enough) are those torch.save's legacy format starts with."""
+    return head.startswith(LEGACY_HEADS)
 
 
 def is_zip_checkpoint(path: Path, head: bytes) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,14 +175,24 @@ class StateDict(dict):
 def load_checkpoint(torch: Any, path: Path) -> Any:
     """What `torch.save` wrote, unpickled with `weights_only=True` (memory-mapped where the format allows)."""
     try:
-        try:
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as exc:
-            if "mmap can only be used" not in str(exc):
-                raise
-            return torch.load(path, map_location="cpu", weights_only=True)  # legacy (pre-zip) format
+        with warnings.catch_warnings():  # torch's own (a pickle protocol other than 2): rnnconv speaks for itself
+            warnings.simplefilter("ignore")
+            try:
+                return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as exc:
+                if "mmap can only be used" not in str(exc):
+                    raise
+                return torch.load(path, map_location="cpu", weights_only=True)  # legacy (pre-zip) format
     except pickle.UnpicklingError as exc:
         found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
+        with open(path, "rb") as f:
+            protocol = f.read(2)[1:]
+        if not found and protocol != b"\x02":
+            raise BadInput(
+                f"{path} is a legacy torch.save checkpoint written with pickle protocol {protocol[0]}, which "
+                f"torch.load(weights_only=True) cannot read (only torch.save's default, 2); where you trust the file, "
+                f"load it and save it again with torch.save (zip format)"
+            ) from None
         if not found:
             raise BadInput(f"{path} is not a readable PyTorch checkpoint (not a pickle torch.save wrote)") from None
         raise BadInput(
