@@ -37,3 +37,29 @@ def test_the_readme_python_block_runs_as_a_pasted_script(tmp_path):
     for written in ("out/encoder.bin", "out/encoder.bin.json", "out/lstm.bin", "out/patched.h5", "out/r.json"):
         assert (tmp_path / written).is_file(), written
     assert not (tmp_path / "out" / "seq2seq.bin").exists()  # the batch's failing source wrote nothing
+
+
+def test_the_readme_says_first_what_verify_needs_and_each_extra_exists():
+    """After the first install verify needs the source's framework: the README's first lines say which extra
+    installs it, and every extra they name is one pyproject.toml declares."""
+    import tomllib
+
+    opening = README.split("\n## ", 1)[0]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    named = set(re.findall(r"pip install '\.\[(\w+)\]'", opening))
+    assert {"torch", "keras", "onnx"} <= named and named <= set(extras), named
+    assert "pip install --no-deps tf-keras" in opening and "rnnconv verify" in opening
+
+
+def test_a_keras_2_source_without_tf_keras_says_both_installs(tmp_path):
+    """Verify against a tf-keras file where tf-keras is missing: the hint works on a machine without TensorFlow."""
+    from conftest import FIXTURES, assert_clean_failure, run_cli
+
+    shadow = tmp_path / "no_tf_keras"
+    shadow.mkdir()
+    (shadow / "tf_keras.py").write_text("raise ImportError('No module named tf_keras')\n")
+    blob = tmp_path / "x.bin"
+    assert run_cli("convert", FIXTURES / "keras2" / "lstm.h5", blob).returncode == 0
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")]))}
+    result = run_cli("verify", blob, env=env)
+    assert_clean_failure(result, 3, "pip install 'rnnconv[keras]' && pip install --no-deps tf-keras")
