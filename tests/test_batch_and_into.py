@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import xml.etree.ElementTree as ET
 import zipfile
@@ -361,3 +362,45 @@ def test_into_a_damaged_keras_archive_is_one_sentence(tmp_path):
     result = run_cli("cudnn-to-keras", blob, "--into", model, "-o", tmp_path / "patched.keras")
     assert_clean_failure(result, 2, "assets/notes.txt", "cannot be read")
     assert not (tmp_path / "patched.keras").exists()
+
+
+def test_into_a_zip_checkpoint_needs_no_torch_and_keeps_everything_else(tmp_path):
+    """A training checkpoint (the RNN among other layers, an optimizer's state, an epoch, a name): patched by
+    rnnconv's own reader and writer where torch is not installed, every other object exactly as it was."""
+    model = torch.nn.ModuleDict({"embed": torch.nn.Embedding(7, 3), "rnn": torch.nn.GRU(3, 5, num_layers=2)})
+    optimizer = torch.optim.Adam(model.parameters())
+    loss = model["rnn"](model["embed"](torch.tensor([[1, 2, 3]])))[0].sum()
+    loss.backward()
+    optimizer.step()
+    source = tmp_path / "train.pt"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": 7, "tag": "v1"}, source)
+    blob = to_blob(source, tmp_path / "x.bin", "model.rnn")
+    perturb(blob)
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "torch.py").write_text("raise ImportError('no torch here')\n")
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(blocker), os.environ.get("PYTHONPATH")]))}
+    result = run_cli("cudnn-to-torch", blob, "--into", source, "-o", tmp_path / "patched.pt", env=env)
+    assert result.returncode == 0, result.stderr
+    original = flat(torch.load(source, weights_only=True))
+    patched = flat(torch.load(tmp_path / "patched.pt", weights_only=True, mmap=True))
+    assert list(patched) == list(original)
+    for key, value in original.items():
+        if key.startswith("model.rnn."):
+            assert patched[key].dtype == value.dtype and torch.equal(patched[key], 2 * value), key
+        elif isinstance(value, torch.Tensor):
+            assert torch.equal(patched[key], value), key
+        else:
+            assert patched[key] == value, key
+
+
+def test_into_refuses_a_tensor_tied_to_another(tmp_path):
+    rnn = torch.nn.LSTM(3, 4)
+    state = dict(rnn.state_dict())
+    state["shadow"] = state["weight_ih_l0"][:2]  # a view of the RNN's storage, saved with it
+    source = tmp_path / "tied.pt"
+    torch.save(state, source)
+    blob = to_blob(source, tmp_path / "x.bin", None)
+    result = run_cli("cudnn-to-torch", blob, "--into", source, "-o", tmp_path / "patched.pt")
+    assert_clean_failure(result, 2, "shares its storage with another tensor")
+    assert not (tmp_path / "patched.pt").exists()
