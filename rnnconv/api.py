@@ -203,9 +203,9 @@ def convert_many(
             if on_result:
                 on_result(items[index])
     else:
-        from rnnconv import pool
+        from rnnconv.pool import run as in_workers
 
-        for index, item, lost in pool.run(_convert_one, tasks, jobs):
+        for index, item, lost in in_workers(_convert_one, tasks, jobs):
             source, output, _ = tasks[index]
             items[index] = item or BatchItem(source=source, output=output, exit_code=EXIT_INTERNAL, error=lost)
             if on_result:

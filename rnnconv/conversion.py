@@ -75,8 +75,14 @@ def into_target(into: Path, output: Path | None, to: str | None, write: WriteOpt
         raise BadInput(f"--into {into} is a {found.title} file, and this conversion writes {registry.get(to).title}")
     if output is None:
         raise BadInput(f"--into needs -o: the name of the patched copy ({into} itself is never written over)")
-    if output.suffix != into.suffix:
-        raise BadInput(f"the patched copy of {into} is a file of its kind: give -o a name ending in {into.suffix}")
+    suffixes = [suffix for suffix in dict.fromkeys(found.into_suffixes(into)) if suffix]
+    if output.suffix != into.suffix and output.suffix not in suffixes:
+        endings = ", ".join(suffixes[:-1]) + (" or " if len(suffixes) > 1 else "") + suffixes[-1] if suffixes else ""
+        raise BadInput(
+            f"the patched copy of {into} is a file of its kind: give -o a name ending in {endings}"
+            if endings
+            else f"the patched copy of {into} is a file of its kind: give -o a name without an ending, as {into} has"
+        )
     if write.dtype is not None:
         raise BadInput("--into keeps the element type of each tensor it replaces; leave out --dtype")
     return found

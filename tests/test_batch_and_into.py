@@ -404,3 +404,24 @@ def test_into_refuses_a_tensor_tied_to_another(tmp_path):
     result = run_cli("cudnn-to-torch", blob, "--into", source, "-o", tmp_path / "patched.pt")
     assert_clean_failure(result, 2, "shares its storage with another tensor")
     assert not (tmp_path / "patched.pt").exists()
+
+
+def test_into_a_model_without_an_ending_takes_its_kind_of_ending(tmp_path):
+    """A checkpoint named without a suffix: the patched copy may take any torch.save ending (or none), and a
+    refusal names the endings it takes, never a sentence with a hole."""
+    model = tmp_path / "ckpt"
+    shutil.copy(TORCH / "seq2seq.pt", model)
+    blob = to_blob(model, tmp_path / "x.bin", "encoder.rnn")
+    for name in ("patched.pt", "patched.pth", "patched"):
+        result = run_cli("cudnn-to-torch", blob, "--into", model, "-o", tmp_path / name)
+        assert result.returncode == 0, result.stderr
+    assert_clean_failure(
+        run_cli("cudnn-to-torch", blob, "--into", model, "-o", tmp_path / "p.onnx"), 2, "ending in .pt, .pth or .bin"
+    )
+    keras = tmp_path / "kmodel"
+    shutil.copy(KERAS / "mixed.keras", keras)
+    kblob = to_blob(keras, tmp_path / "k.bin", "bidi_lstm")
+    assert run_cli("cudnn-to-keras", kblob, "--into", keras, "-o", tmp_path / "k.keras").returncode == 0
+    assert_clean_failure(
+        run_cli("cudnn-to-keras", kblob, "--into", keras, "-o", tmp_path / "k.h5"), 2, "ending in .keras"
+    )

@@ -172,6 +172,10 @@ class Format(ABC):
         writers = ", ".join(f.title for f in formats() if f.info.writes_into)
         raise Unsupported(f"--into writes into a {writers} model, not a {self.title} one")
 
+    def into_suffixes(self, model: Path) -> tuple[str, ...]:
+        """The endings a patched copy of `model` may have: files of its kind (its own ending among them)."""
+        return (model.suffix,)
+
     def places(self, rnns: list[CanonicalRNN], layer: str | None) -> list[Provenance | None]:
         """Where each RNN goes in a model of this format: `layer` (as `Provenance.layer`), else where its blob
         came from when that was a file of this format (its sidecar's source), else None: the model's only RNN."""

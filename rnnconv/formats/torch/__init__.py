@@ -18,7 +18,7 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.errors import RnnconvError
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, convert_each, register
-from rnnconv.formats.torch.checkpoint import is_legacy_checkpoint
+from rnnconv.formats.torch.checkpoint import CHECKPOINT_SUFFIXES, is_legacy_checkpoint
 from rnnconv.safeio import digest_in_background
 from rnnconv.table.formats import FORMAT_INFO
 
@@ -74,6 +74,9 @@ class TorchFormat(Format):
             constructor(r.spec) + (f"  # keys prefixed '{r.name}.'" if len(rnns) > 1 else "") for r in rnns
         )
         return Written([path], bin_warning(path), usage=f"load_state_dict into:\n{calls}")
+
+    def into_suffixes(self, model: Path) -> tuple[str, ...]:
+        return (model.suffix, *CHECKPOINT_SUFFIXES)
 
     def write_into(
         self, rnns: list[CanonicalRNN], model: Path, path: Path, layer: str | None, options: WriteOptions

@@ -32,6 +32,7 @@ from rnnconv.formats import _zip
 from rnnconv.formats._zip import LOCAL_HEADER
 from rnnconv.safeio import byte_view, in_background, regular_file, write_array
 from rnnconv.table.constants import TORCH_STORAGES
+from rnnconv.table.formats import FORMAT_INFO
 
 MAX_PICKLE = 256 << 20  # bytes: a state_dict's pickle names tensors; it holds none of their values
 
@@ -214,6 +215,9 @@ class ZipCheckpoint:
         )
         return view.astype(words.dtype.newbyteorder("<")) if words.dtype.byteorder == ">" else view
 
+
+# torch.save files (a patched copy too): every PyTorch ending but a safetensors state_dict's
+CHECKPOINT_SUFFIXES = tuple(suffix for suffix in FORMAT_INFO["torch"].write_suffixes if suffix != ".safetensors")
 
 # torch.save's legacy (pre-1.6, non-zip) format begins with this number, pickled on its own with the protocol
 # the caller chose (2 by default); any other file, a pickle among them, is no legacy checkpoint.

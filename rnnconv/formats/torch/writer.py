@@ -19,6 +19,7 @@ from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors
 from rnnconv.formats.torch.checkpoint import (
+    CHECKPOINT_SUFFIXES,
     PickledTensor,
     TensorToSave,
     is_zip_checkpoint,
@@ -101,7 +102,7 @@ def write_state_dict(rnns: list[CanonicalRNN], path: Path, dtype: str | None, fo
         ]
         _safetensors.write(path, entries, lambda _: {"format": "pt"}, force)
         return
-    if path.suffix not in (".pt", ".pth", ".bin"):
+    if path.suffix not in CHECKPOINT_SUFFIXES:
         raise BadInput(f"output {path} must end in .pt, .pth, .bin or .safetensors for a PyTorch state_dict")
     tensors = {
         key: TensorToSave(np.asarray(encode(value, element_type(d)), order="C"), storage_class(d))
