@@ -321,3 +321,27 @@ def test_a_failure_with_json_prints_an_error_document(args, code, phrase, tmp_pa
     assert document["exit_code"] == code and phrase in document["error"], document
     assert document["error"] in " ".join(result.stderr.split()) or phrase in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_bare_file_says_which_activation_was_stated_and_which_assumed(tmp_path):
+    bare = FIXTURES / "keras2"
+    one = run_cli("convert", bare / "lstm_weights.h5", tmp_path / "a.bin", "--recurrent-activation", "sigmoid")
+    assert one.returncode == 0, one.stderr
+    note = " ".join(one.stderr.split())
+    assert "activation=tanh was assumed, recurrent_activation=sigmoid was stated" in note
+    assert "activations were assumed" not in note
+    both = run_cli(
+        "convert",
+        bare / "lstm_weights.h5",
+        tmp_path / "b.bin",
+        "--activation",
+        "tanh",
+        "--recurrent-activation",
+        "sigmoid",
+    )
+    assert "the activations were stated (activation=tanh, recurrent_activation=sigmoid)" in " ".join(
+        both.stderr.split()
+    )
+    fixed = run_cli("convert", bare / "cudnn_weights.h5", tmp_path / "c.bin", "--layer", "cudnn_lstm")
+    assert fixed.returncode == 0, fixed.stderr
+    assert "were stated ()" not in fixed.stderr and "its activations are fixed" in " ".join(fixed.stderr.split())

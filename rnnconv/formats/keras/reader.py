@@ -581,11 +581,17 @@ def to_canonical(
         )
     notes = []
     if layer.inferred:
+        how = {key: "stated" if (stated or {}).get(key) is not None else "assumed" for key in row.unstored}
         settings = ", ".join(f"{key}={row.setting(config, key)}" for key in row.unstored)
-        how = "the activations were assumed" if assumptions else "the activations were stated"
+        if not how:
+            activations = " (its activations are fixed: the class has no setting for them)"
+        elif len(set(how.values())) == 1:
+            activations = f" and the activations were {next(iter(how.values()))} ({settings})"
+        else:
+            activations = "; " + ", ".join(f"{key}={row.setting(config, key)} was {how[key]}" for key in how)
         notes.append(
-            f"{layer.name}: the file has no model config; class {layer.display_class} was inferred from "
-            f"tensor shapes and {how} ({settings})"
+            f"{layer.name}: the file has no model config; class {layer.display_class} was inferred from tensor "
+            f"shapes{activations}"
         )
     if not has_bias:
         notes.append(f"{layer.name}: use_bias=False, so every bias slot is zero")
