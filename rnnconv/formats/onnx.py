@@ -679,7 +679,7 @@ class OnnxFormat(Format):
         dtype = options.dtype or "float32"  # onnxruntime's CPU RNN kernels compute float32
         write_onnx(rnns, path, dtype, options.force)
         spec = rnns[0].spec
-        states = "X, initial_h" + (", initial_c" if spec.mode == "lstm" else "")
+        states = "initial_h" + (", initial_c" if spec.mode == "lstm" else "")
         return Written(
             [path],
             usage=f'onnxruntime.InferenceSession("{path}").run(None, {{"X": x}})   # x: '
