@@ -48,6 +48,15 @@ def no_such_rnn(what: str, asked: str, known: list[str]) -> BadInput:
     return BadInput(f"{what} {asked!r}; {did_you_mean(asked, known)}it holds: {', '.join(known) or 'none'}")
 
 
+def several_rnns(path: object, held: str) -> BadInput:
+    """The error for a file that holds several RNNs when none was picked; `held` says what it holds. The advice
+    works in a batch too, where every source ends in the same suffix: convert that file alone."""
+    return BadInput(
+        f"{path} {held}; pick one with --layer, or write them all to one .safetensors "
+        f"(rnnconv convert {path} OUT.safetensors)"
+    )
+
+
 def first_line(exc: BaseException, limit: int = 160) -> str:
     """The first line of an exception's message (its type when it has none), for a one-sentence error."""
     text = str(exc).strip().splitlines()

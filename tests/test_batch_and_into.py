@@ -425,3 +425,17 @@ def test_into_a_model_without_an_ending_takes_its_kind_of_ending(tmp_path):
     assert_clean_failure(
         run_cli("cudnn-to-keras", kblob, "--into", keras, "-o", tmp_path / "k.h5"), 2, "ending in .keras"
     )
+
+
+def test_a_batch_source_with_several_rnns_gets_advice_that_works_in_a_batch(tmp_path):
+    """The refusal's advice is followed as printed, and it converts the file."""
+    results = rnnconv.convert_many([TORCH / "seq2seq.pt", TORCH / "rnn_tanh.pt"], f"{tmp_path}/")
+    refused = results.root[0]
+    assert refused.exit_code == 2 and "rnnconv convert" in (refused.error or "")
+    advice = (refused.error or "").split("(rnnconv convert ", 1)[1].rstrip(")").split()
+    followed = run_cli("convert", advice[0], tmp_path / advice[1].replace("OUT", "seq2seq"))
+    assert followed.returncode == 0, followed.stderr
+    assert {b.name for b in rnnconv.load(tmp_path / "seq2seq.safetensors", all_rnns=True)} == {
+        "encoder.rnn",
+        "decoder.rnn",
+    }

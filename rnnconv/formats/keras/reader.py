@@ -27,7 +27,7 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
 from rnnconv.dtypes import source_dtype_name
-from rnnconv.errors import BadInput, Unsupported, first_line, no_such_rnn
+from rnnconv.errors import BadInput, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats import _zip
 from rnnconv.formats.registry import HDF5_MAGIC, ZIP_MAGIC
 from rnnconv.safeio import Guard, add_guard, checksum_guard, json_document, regular_file, within
@@ -105,10 +105,8 @@ class KerasFile:
                 return self.layers[0]
             if not self.layers:
                 raise BadInput(f"{self.path} has no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU)")
-            raise BadInput(
-                f"{self.path} has {len(self.layers)} recurrent layers; pick one with --layer "
-                f"({', '.join(found.name for found in self.layers)}), or write them all to a .safetensors"
-            )
+            names = ", ".join(found.name for found in self.layers)
+            raise several_rnns(self.path, f"has {len(self.layers)} recurrent layers ({names})")
         for layer in self.layers:
             if layer.name == name:
                 return layer

@@ -24,7 +24,7 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
 from rnnconv.dtypes import ELEMENT_TYPES, decode
-from rnnconv.errors import BackendMissing, BadInput, no_such_rnn
+from rnnconv.errors import BackendMissing, BadInput, no_such_rnn, several_rnns
 from rnnconv.formats import _safetensors
 from rnnconv.formats.torch.checkpoint import (
     PickledTensor,
@@ -299,9 +299,7 @@ def pick(rnns: list[TorchRNN], prefix: str | None, path: Path) -> TorchRNN:
     if prefix is None:
         if len(rnns) == 1:
             return rnns[0]
-        raise BadInput(
-            f"{path} holds {len(rnns)} RNNs ({names}); pick one with --layer, or write them all to a .safetensors"
-        )
+        raise several_rnns(path, f"holds {len(rnns)} RNNs ({names})")
     wanted = prefix.rstrip(".")
     matches = [
         r for r in rnns if r.name == wanted or r.prefix.rstrip(".") == wanted or r.prefix.endswith("." + wanted + ".")
