@@ -345,3 +345,14 @@ def test_a_bare_file_says_which_activation_was_stated_and_which_assumed(tmp_path
     fixed = run_cli("convert", bare / "cudnn_weights.h5", tmp_path / "c.bin", "--layer", "cudnn_lstm")
     assert fixed.returncode == 0, fixed.stderr
     assert "were stated ()" not in fixed.stderr and "its activations are fixed" in " ".join(fixed.stderr.split())
+
+
+def test_doctor_lists_what_verify_uses_for_onnx():
+    """verify --backend onnxruntime and ONNX sources run in onnxruntime: doctor says whether it is here."""
+    import importlib.metadata
+
+    report = json.loads(run_cli("doctor", "--json").stdout)
+    assert report["packages"]["onnx"] == importlib.metadata.version("onnx")
+    assert report["packages"]["onnxruntime"] == importlib.metadata.version("onnxruntime")
+    assert report["backends"]["onnxruntime"]["available"] and report["sources"]["onnx"]["available"]
+    assert "onnxruntime" in report["backends"]["onnxruntime"]["detail"]
