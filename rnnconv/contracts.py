@@ -46,7 +46,9 @@ def parse(model: type[M], data: Any, where: str) -> M:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or "the document"
-        raise BadInput(f"{where}: {field}: {first['msg'][:200]}") from None
+        # a validator's own sentence, not pydantic's wording around it ("Value error, ...")
+        message = str(first.get("ctx", {}).get("error", "")) if first["type"] == "value_error" else first["msg"]
+        raise BadInput(f"{where}: {field}: {(message or first['msg'])[:200]}") from None
 
 
 def dump(document: BaseModel) -> Any:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rnnconv.contracts import ConversionResult, ConvertedRNN, Skipped
-from rnnconv.errors import BadInput, RnnconvError
+from rnnconv.errors import BadInput, RnnconvError, either
 from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, ReadOptions, Source, WriteOptions, check_stated
 from rnnconv.safeio import reading
@@ -77,10 +77,9 @@ def into_target(into: Path, output: Path | None, to: str | None, write: WriteOpt
         raise BadInput(f"--into needs -o: the name of the patched copy ({into} itself is never written over)")
     suffixes = [suffix for suffix in dict.fromkeys(found.into_suffixes(into)) if suffix]
     if output.suffix != into.suffix and output.suffix not in suffixes:
-        endings = ", ".join(suffixes[:-1]) + (" or " if len(suffixes) > 1 else "") + suffixes[-1] if suffixes else ""
         raise BadInput(
-            f"the patched copy of {into} is a file of its kind: give -o a name ending in {endings}"
-            if endings
+            f"the patched copy of {into} is a file of its kind: give -o a name ending in {either(suffixes)}"
+            if suffixes
             else f"the patched copy of {into} is a file of its kind: give -o a name without an ending, as {into} has"
         )
     if write.dtype is not None:

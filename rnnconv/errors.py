@@ -36,6 +36,11 @@ class Mismatch(RnnconvError):
     exit_code = EXIT_MISMATCH
 
 
+def either(words: list[str] | tuple[str, ...]) -> str:
+    """`a`, `a or b`, `a, b or c`: alternatives as a sentence names them."""
+    return " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else list(words))
+
+
 def did_you_mean(asked: str, known: list[str]) -> str:
     """The hint `did you mean 'a' or 'b'? ` naming the known names closest to a wrong one (case aside), or ''."""
     by_case = {name.lower(): name for name in known}

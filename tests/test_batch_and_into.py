@@ -249,7 +249,7 @@ def test_into_refuses_missing_tensors_and_other_shapes(module, phrases, tmp_path
 @pytest.mark.parametrize(
     "extra,phrases",
     [
-        (("-o", "p.pth"), ("a name ending in .pt",)),
+        (("-o", "p.onnx"), ("a name ending in .pt, .pth or .bin",)),  # any torch.save ending is the model's kind
         ((), ("--into needs -o",)),
         (("-o", "p.pt", "--dtype", "float16"), ("leave out --dtype",)),
         (("-o", "same.pt"), ("is the source being read",)),
@@ -439,3 +439,14 @@ def test_a_batch_source_with_several_rnns_gets_advice_that_works_in_a_batch(tmp_
         "encoder.rnn",
         "decoder.rnn",
     }
+
+
+def test_verify_on_several_rnns_mentions_all_and_quiet_keeps_each_verdict(tmp_path):
+    blob = tmp_path / "both.safetensors"
+    rnnconv.convert(TORCH / "seq2seq.pt", blob)
+    assert_clean_failure(run_cli("verify", blob), 2, "pick one with --layer, or verify them all with --all")
+    quiet = run_cli("verify", blob, "--all", "-q")
+    assert quiet.returncode == 0, quiet.stderr
+    lines = quiet.stdout.splitlines()
+    assert any(line.startswith("encoder.rnn: MATCH") for line in lines), quiet.stdout
+    assert any(line.startswith("decoder.rnn: MATCH") for line in lines), quiet.stdout

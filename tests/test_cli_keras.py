@@ -356,3 +356,39 @@ def test_doctor_lists_what_verify_uses_for_onnx():
     assert report["packages"]["onnxruntime"] == importlib.metadata.version("onnxruntime")
     assert report["backends"]["onnxruntime"]["available"] and report["sources"]["onnx"]["available"]
     assert "onnxruntime" in report["backends"]["onnxruntime"]["detail"]
+
+
+def test_small_wordings(tmp_path):
+    """Sentences say what they mean: alternatives with "or", a validator's own words without pydantic's."""
+    assert_clean_failure(
+        run_cli("convert", K3 / "lstm.h5", tmp_path / "x.txt", "--to", "cudnn"), 2, "end in .bin or .safetensors"
+    )
+    blob = tmp_path / "x.bin"
+    assert run_cli("convert", K3 / "lstm.h5", blob).returncode == 0
+    sidecar = tmp_path / "x.bin.json"
+    document = json.loads(sidecar.read_text())
+    document["spec"]["mode"] = "lsmt"
+    sidecar.write_text(json.dumps(document))
+    result = run_cli("verify", blob)
+    assert_clean_failure(result, 2, "spec.mode: unknown RNN mode 'lsmt'")
+    assert "Value error" not in result.stderr
+
+
+def test_the_package_metadata_builds_without_a_deprecation():
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert isinstance(project["project"]["license"], str)  # an SPDX expression; a table is deprecated
+
+
+def test_a_batch_table_never_breaks_a_name(tmp_path):
+    names = ["a_rather_long_model_name_for_the_encoder_part_one", "b_another_quite_long_checkpoint_name_v2"]
+    for name in names:
+        shutil.copy(K3 / "lstm.h5", tmp_path / f"{name}.h5")
+    for columns in ("60", "80", "200"):
+        result = run_cli(
+            "convert", *(tmp_path / f"{n}.h5" for n in names), f"{tmp_path}/out/", "--force", env={"COLUMNS": columns}
+        )
+        assert result.returncode == 0, result.stderr
+        for name in names:
+            assert f"{name}.h5" in result.stdout and f"{name}.bin" in result.stdout, (columns, result.stdout)
