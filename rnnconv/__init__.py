@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rnnconv.version import __version__
 
 if TYPE_CHECKING:
-    from rnnconv.api import convert, convert_many, formats, inspect, load, verify, verify_all
+    from rnnconv.api import convert, convert_many, formats, inspect, load, schema, verify, verify_all
     from rnnconv.errors import BackendMissing, BadInput, Mismatch, RnnconvError, Unsupported
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "formats",
     "inspect",
     "load",
+    "schema",
     "verify",
     "verify_all",
 ]

@@ -7,8 +7,12 @@ when no listed command starts with what was typed.
 
 from __future__ import annotations
 
+import functools
+import sys
+from collections.abc import Sequence
 from typing import Any
 
+import typer
 from typer.core import TyperGroup
 
 from rnnconv.table.formats import FORMAT_INFO
@@ -35,7 +39,39 @@ def direction_summary(source: str, target: str) -> str:
 
 
 class Commands(TyperGroup):
-    """rnnconv's command group: a hidden name still completes in the shell when no listed command does."""
+    """rnnconv's command group: a hidden name still completes in the shell when no listed command does, and a
+    usage error (an unknown option, a value not among the choices) is a JSON error document too with --json."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        words = sys.argv[1:] if args is None else list(args)
+        run = functools.partial(super().main, words, prog_name, complete_var, False, windows_expand_args, **extra)
+        if not standalone_mode:
+            return run()
+        code: Any
+        try:
+            code = run()
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            code = 1
+        except Exception as exc:
+            if not (hasattr(exc, "show") and hasattr(exc, "format_message")):  # only click's usage errors
+                raise
+            exc.show()  # what typer prints for it in standalone mode, then the document
+            code = getattr(exc, "exit_code", 2)
+            if "--json" in words:
+                from rnnconv.contracts import ErrorDocument
+                from rnnconv.render import print_json
+
+                print_json(ErrorDocument(error=exc.format_message(), exit_code=code))
+        sys.exit(code if isinstance(code, int) else 0)
 
     def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
         hidden = [c for n, c in self.commands.items() if c.hidden and n.startswith(incomplete)]

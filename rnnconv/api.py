@@ -8,10 +8,9 @@ is not an error: its `Report` says `verdict == "mismatch"`.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
-import multiprocessing
+import difflib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
@@ -22,11 +21,11 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import BatchItem, BatchResults, ConversionResult, InspectReport, Report, Reports
 from rnnconv.conversion import convert as _convert
 from rnnconv.conversion import open_source, output_name
-from rnnconv.errors import BadInput, RnnconvError, failure
+from rnnconv.errors import EXIT_INTERNAL, BadInput, RnnconvError, failure
 from rnnconv.formats import registry
 from rnnconv.formats.cudnn import open_blobs
 from rnnconv.formats.registry import Progress, ReadOptions, WriteOptions
-from rnnconv.safeio import SIDECAR_SUFFIX, check_writable, reading
+from rnnconv.safeio import SIDECAR_SUFFIX, check_writable, reading, regular_file
 from rnnconv.table.rows import DEFAULT_BIAS_SPLIT
 
 if TYPE_CHECKING:
@@ -204,18 +203,13 @@ def convert_many(
             if on_result:
                 on_result(items[index])
     else:
-        # spawn, not fork: a fork would copy the threads (the digest's) of this process mid-flight
-        spawn = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(min(jobs, len(tasks)), spawn) as pool:
-            running = {pool.submit(_convert_one, *task): index for index, task in enumerate(tasks)}
-            try:
-                for done in concurrent.futures.as_completed(running):
-                    items[running[done]] = done.result()
-                    if on_result:
-                        on_result(items[running[done]])
-            except BaseException:  # an interrupt: what has not started never will
-                pool.shutdown(cancel_futures=True)
-                raise
+        from rnnconv.pool import run as in_workers
+
+        for index, item, lost in in_workers(_convert_one, tasks, jobs):
+            source, output, _ = tasks[index]
+            items[index] = item or BatchItem(source=source, output=output, exit_code=EXIT_INTERNAL, error=lost)
+            if on_result:
+                on_result(items[index])
     return BatchResults([items[index] for index in range(len(tasks))])
 
 
@@ -268,6 +262,7 @@ def verify(
     junit: PathLike | None = None,
     plot: PathLike | None = None,
     stage: Stage | None = None,
+    convert: bool = False,
     **options: Any,
 ) -> Report:
     """Run a cuDNN blob and its source model on the same inputs and compare: the report holds the verdict.
@@ -277,14 +272,44 @@ def verify(
     also written there as JSON, with `junit` as JUnit XML (both also when verify cannot run), and
     with `plot` its per-step errors are drawn (.svg or .png; needs matplotlib). No file is replaced
     without `force`. `stage` is told what verify starts doing next.
+
+    With `convert`, the blob is first made from `against` (its RNN `layer`), as `convert` would: one
+    call for a CI step, whose report and JUnit file also say so when the conversion fails.
     """
     from rnnconv.verification import VerifyOptions, failed_report
     from rnnconv.verification import verify as _verify  # its engines and writers: not on a conversion's path
 
-    settings = VerifyOptions(against=None if against is None else registry.source_file(Path(against)), **options)
     path = Path(blob)
     outputs = _Outputs(report, junit, plot)
-    return _reported(path, settings, outputs, lambda: _verify(path, settings, stage), lambda e: failed_report(path, e))
+    converting = f"converting {against} to {path} failed, so nothing was verified: "
+    with _reported_early(path, against, outputs, bool(options.get("force")), lambda e: failed_report(path, e)):
+        if convert and (against is None or options.get("raw_spec") is not None):
+            raise BadInput("--convert makes the blob from a source model: name it with --against (no raw-blob flags)")
+        try:
+            source = None if against is None else registry.source_file(Path(against))
+            if convert and source is not None:
+                regular_file(source)
+        except RnnconvError as exc:
+            raise type(exc)((converting if convert else "") + str(exc)) from None
+        settings = VerifyOptions(against=source, **options)
+
+    def make_blob() -> None:
+        assert source is not None
+        if stage:
+            stage(f"converting {source} to {path}")
+        try:
+            _convert(source, path, None, ReadOptions(layer=settings.layer), WriteOptions(force=settings.force))
+        except RnnconvError as exc:
+            raise type(exc)(converting + str(exc)) from None
+
+    return _reported(
+        path,
+        settings,
+        outputs,
+        lambda: _verify(path, settings, stage),
+        lambda e: failed_report(path, e),
+        make_blob if convert else None,
+    )
 
 
 def verify_all(
@@ -294,6 +319,7 @@ def verify_all(
     report: PathLike | None = None,
     junit: PathLike | None = None,
     stage: Stage | None = None,
+    convert: bool = False,
     **options: Any,
 ) -> Reports:
     """`verify` for every RNN of an rnnconv `.safetensors` (or the one of a `.bin`): one report each.
@@ -305,16 +331,20 @@ def verify_all(
     """
     from rnnconv.verification import VerifyOptions, failed_report
 
-    settings = VerifyOptions(against=None if against is None else registry.source_file(Path(against)), **options)
-    if settings.layer is not None or settings.relayout is not None:
-        raise BadInput("--all verifies every RNN of the file; --layer and --relayout name one, so leave them out")
     path = Path(blob)
+    outputs = _Outputs(report, junit, None)
+    force = bool(options.get("force"))
+    with _reported_early(path, against, outputs, force, lambda e: Reports([failed_report(path, e)])):
+        if convert:
+            raise BadInput("--convert makes one blob from one RNN of its source: verify it without --all")
+        settings = VerifyOptions(against=None if against is None else registry.source_file(Path(against)), **options)
+        if settings.layer is not None or settings.relayout is not None:
+            raise BadInput("--all verifies every RNN of the file; --layer and --relayout name one, so leave them out")
 
     def each() -> Reports:
         names = [b.name for b in open_blobs(path, settings.raw_spec)]
         return Reports([_verify_rnn(path, dataclasses.replace(settings, layer=name), stage) for name in names])
 
-    outputs = _Outputs(report, junit, None)
     return _reported(path, settings, outputs, each, lambda exc: Reports([failed_report(path, exc)]))
 
 
@@ -350,8 +380,10 @@ def _reported(
     outputs: _Outputs,
     run: Callable[[], Verified],
     failed: Callable[[BaseException], Verified],
+    make_blob: Callable[[], None] | None = None,
 ) -> Verified:
-    """`run`, its result also written where `outputs` ask; a verify that fails still writes `failed(exc)`."""
+    """`run`, its result also written where `outputs` ask; a verify that fails still writes `failed(exc)`.
+    `make_blob` (verify --convert) writes the blob first, once the outputs are known to be writable."""
     from rnnconv.verification import write_outputs, writers
 
     inputs_read = [blob, *([settings.against] if settings.against else [])]
@@ -359,13 +391,21 @@ def _reported(
     written = False
     with ExitStack() as inputs:  # no output (report, relayout) may be written over the blob or the source
         try:
+            asked = [p for p in (report_path, junit_path, picture) if p is not None]
             for read in inputs_read:
+                if read is blob and make_blob is not None:
+                    if any(_names_an_input(p, [blob]) for p in asked):
+                        raise BadInput(f"--report, --junit and --plot must not name the blob {blob} or its sidecar")
+                    continue
                 inputs.enter_context(reading(read))
-            check_writable([p for p in (report_path, junit_path, picture) if p is not None], settings.force)
+            check_writable(asked, settings.force)
             if picture is not None:
                 from rnnconv.plot import check_plot
 
                 check_plot(picture)
+            if make_blob is not None:
+                make_blob()
+                inputs.enter_context(reading(blob))
             result = run()
             reports = result.root if isinstance(result, Reports) else [result]
             if picture is not None and reports[0].comparison is None:
@@ -379,14 +419,35 @@ def _reported(
                 written = True
                 write_outputs(chosen, settings.force)
         except Exception as exc:  # a CI step that asked for a report gets one, saying why verify could not run
-            report_left, junit_left = (
-                None if p is None or _names_an_input(p, inputs_read) else p for p in (report_path, junit_path)
-            )
-            if not written and (report_left or junit_left):
-                with contextlib.suppress(RnnconvError):  # e.g. a report that exists, without --force: left as is
-                    write_outputs(writers(failed(exc), report_left, junit_left, None), settings.force)
+            if not written:
+                _write_failure(failed(exc), outputs, inputs_read, settings.force)
             raise
     return result
+
+
+@contextlib.contextmanager
+def _reported_early(
+    blob: Path, against: PathLike | None, outputs: _Outputs, force: bool, failed: Callable[[BaseException], Verified]
+) -> Iterator[None]:
+    """Settings refused before verify starts (a source that is not there, impossible options) are reported too."""
+    try:
+        yield
+    except Exception as exc:
+        _write_failure(failed(exc), outputs, [blob, *([Path(against)] if against is not None else [])], force)
+        raise
+
+
+def _write_failure(document: Report | Reports, outputs: _Outputs, inputs_read: list[Path], force: bool) -> None:
+    """The report and JUnit file of a verify that could not run, where asked (never over one of its inputs)."""
+    from rnnconv.verification import write_outputs, writers
+
+    report_path, junit_path, _ = outputs.paths()
+    report_left, junit_left = (
+        None if p is None or _names_an_input(p, inputs_read) else p for p in (report_path, junit_path)
+    )
+    if report_left or junit_left:
+        with contextlib.suppress(RnnconvError):  # e.g. a report that exists, without --force: left as is
+            write_outputs(writers(document, report_left, junit_left, None), force)
 
 
 def _names_an_input(path: Path, inputs: list[Path]) -> bool:
@@ -400,6 +461,18 @@ def inspect(path: PathLike) -> InspectReport:
     """Every RNN in a file: its spec, its class, and whether it converts (why not)."""
     path = registry.source_file(Path(path))
     return registry.detect(path).inspect(path)
+
+
+def schema(name: str) -> dict[str, Any]:
+    """The JSON schema of a document rnnconv writes (`sidecar`, `report`, `reports`, `inspect`, `conversion`,
+    `batch`, `error`)."""
+    from rnnconv.contracts import SCHEMAS
+
+    if name not in SCHEMAS:
+        close = difflib.get_close_matches(name, SCHEMAS, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise BadInput(f"no document named {name!r} (choose {', '.join(SCHEMAS)}){hint}")
+    return SCHEMAS[name].model_json_schema(by_alias=True)
 
 
 def formats() -> Iterator[str]:

@@ -9,7 +9,6 @@ framework it does not need.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
 from collections.abc import Callable
@@ -58,7 +57,7 @@ def command(name: str, doc: str, params: list[inspect.Parameter]) -> Callable[[C
             values = {k: v.value if isinstance(v, Enum) else v for k, v in values.items()}
             from rnnconv.render import guarded
 
-            code = guarded(run, values)
+            code = guarded(run, values, name)
             raise typer.Exit(code or 0)
 
         handler.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
@@ -278,18 +277,19 @@ def explain(fmt: str | None, layer_class: str | None, **values: Any) -> None:
     "schema",
     "Print the JSON schema of a document rnnconv writes: sidecar (X.bin.json and rnnconv safetensors "
     "metadata), report (verify --report/--json), reports (verify --all's), inspect (inspect --json), conversion "
-    "(--json of a conversion) or batch (of several).\n\nExample:\n\n  rnnconv schema sidecar > sidecar.schema.json",
-    [parameter("name", argument=True, annotation=str, help="sidecar, report, reports, inspect, conversion or batch.")],
+    "(--json of a conversion), batch (of several) or error (--json of any command that fails).\n\nExample:\n\n  "
+    "rnnconv schema sidecar > sidecar.schema.json",
+    [
+        parameter(
+            "name", argument=True, annotation=str, help="sidecar, report, reports, inspect, conversion, batch, error."
+        )
+    ],
 )
 def schema(name: str) -> None:
-    from rnnconv.contracts import SCHEMAS
+    from rnnconv import api
     from rnnconv.render import print_json
 
-    if name not in SCHEMAS:
-        close = difflib.get_close_matches(name, SCHEMAS, n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        raise BadInput(f"no document named {name!r} (choose {', '.join(SCHEMAS)}){hint}")
-    print_json(SCHEMAS[name].model_json_schema(by_alias=True))
+    print_json(api.schema(name))
 
 
 @command(

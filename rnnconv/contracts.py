@@ -46,7 +46,9 @@ def parse(model: type[M], data: Any, where: str) -> M:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or "the document"
-        raise BadInput(f"{where}: {field}: {first['msg'][:200]}") from None
+        # a validator's own sentence, not pydantic's wording around it ("Value error, ...")
+        message = str(first.get("ctx", {}).get("error", "")) if first["type"] == "value_error" else first["msg"]
+        raise BadInput(f"{where}: {field}: {(message or first['msg'])[:200]}") from None
 
 
 def dump(document: BaseModel) -> Any:
@@ -384,6 +386,16 @@ class BatchResults(Documents[list[BatchItem]]):
     """A conversion of several sources (`-o DIR`): one entry per source, in the order given (its --json)."""
 
 
+class ErrorDocument(Contract):
+    """What a command that fails prints on stdout with --json (its sentence goes to stderr as always), so that a
+    CI step parsing stdout always gets a document: the exit code and the sentence."""
+
+    schema_version: int = 1
+    error: str  # the sentence printed after `error:` (or `internal error:`)
+    exit_code: int = Field(ge=1, le=255)  # 2 bad input, 3 a backend is missing, 4 a bug, 128+N a signal
+    command: str | None = None  # the command that failed, when it got that far
+
+
 SCHEMAS: dict[str, type[BaseModel]] = {
     "sidecar": Sidecar,
     "report": Report,
@@ -391,4 +403,5 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "conversion": ConversionResult,
     "reports": Reports,
     "batch": BatchResults,
+    "error": ErrorDocument,
 }

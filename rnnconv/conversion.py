@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rnnconv.contracts import ConversionResult, ConvertedRNN, Skipped
-from rnnconv.errors import BadInput, RnnconvError
+from rnnconv.errors import BadInput, RnnconvError, either
 from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, ReadOptions, Source, WriteOptions, check_stated
 from rnnconv.safeio import reading
@@ -75,8 +75,13 @@ def into_target(into: Path, output: Path | None, to: str | None, write: WriteOpt
         raise BadInput(f"--into {into} is a {found.title} file, and this conversion writes {registry.get(to).title}")
     if output is None:
         raise BadInput(f"--into needs -o: the name of the patched copy ({into} itself is never written over)")
-    if output.suffix != into.suffix:
-        raise BadInput(f"the patched copy of {into} is a file of its kind: give -o a name ending in {into.suffix}")
+    suffixes = [suffix for suffix in dict.fromkeys(found.into_suffixes(into)) if suffix]
+    if output.suffix != into.suffix and output.suffix not in suffixes:
+        raise BadInput(
+            f"the patched copy of {into} is a file of its kind: give -o a name ending in {either(suffixes)}"
+            if suffixes
+            else f"the patched copy of {into} is a file of its kind: give -o a name without an ending, as {into} has"
+        )
     if write.dtype is not None:
         raise BadInput("--into keeps the element type of each tensor it replaces; leave out --dtype")
     return found

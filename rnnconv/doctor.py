@@ -18,6 +18,8 @@ PACKAGES = (
     "keras",
     "tf-keras",
     "torch",
+    "onnx",
+    "onnxruntime",
     "nvidia-cudnn-cu12",
     "nvidia-cudnn-cu13",
     "pycuda",
@@ -30,6 +32,13 @@ def _version(package: str) -> str | None:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def _installed(packages: dict[str, str | None], name: str, runs: str, extra: str) -> dict[str, Any]:
+    """A part verify can use when `name` is installed: what it runs, or what to install."""
+    version = packages[name]
+    detail = f"{name} {version}: runs {runs}" if version else f"{name} not installed (pip install '{extra}')"
+    return {"available": bool(version), "detail": detail}
 
 
 def examine() -> dict[str, Any]:
@@ -54,6 +63,7 @@ def examine() -> dict[str, Any]:
                 "detail": "runs here" if status.ok else status.reason,
                 "found": status.found,
             },
+            "onnxruntime": _installed(packages, "onnxruntime", "the blob as ONNX nodes", "rnnconv[onnx]"),
         },
         "sources": {
             "keras3": {
@@ -68,12 +78,8 @@ def examine() -> dict[str, Any]:
                 if packages["tf-keras"]
                 else "tf-keras not installed (pip install --no-deps tf-keras)",
             },
-            "torch": {
-                "available": bool(packages["torch"]),
-                "detail": f"torch {packages['torch']}"
-                if packages["torch"]
-                else "torch not installed (pip install 'rnnconv[torch]')",
-            },
+            "torch": _installed(packages, "torch", "PyTorch checkpoints", "rnnconv[torch]"),
+            "onnx": _installed(packages, "onnxruntime", "ONNX models' own nodes", "rnnconv[onnx]"),
         },
         "torch_cuda": torch_cuda,
     }

@@ -36,6 +36,11 @@ class Mismatch(RnnconvError):
     exit_code = EXIT_MISMATCH
 
 
+def either(words: list[str] | tuple[str, ...]) -> str:
+    """`a`, `a or b`, `a, b or c`: alternatives as a sentence names them."""
+    return " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else list(words))
+
+
 def did_you_mean(asked: str, known: list[str]) -> str:
     """The hint `did you mean 'a' or 'b'? ` naming the known names closest to a wrong one (case aside), or ''."""
     by_case = {name.lower(): name for name in known}
@@ -46,6 +51,15 @@ def did_you_mean(asked: str, known: list[str]) -> str:
 def no_such_rnn(what: str, asked: str, known: list[str]) -> BadInput:
     """The error for a name that picks nothing: the closest names first, then every one the file holds."""
     return BadInput(f"{what} {asked!r}; {did_you_mean(asked, known)}it holds: {', '.join(known) or 'none'}")
+
+
+def several_rnns(path: object, held: str) -> BadInput:
+    """The error for a file that holds several RNNs when none was picked; `held` says what it holds. The advice
+    works in a batch too, where every source ends in the same suffix: convert that file alone."""
+    return BadInput(
+        f"{path} {held}; pick one with --layer, or write them all to one .safetensors "
+        f"(rnnconv convert {path} OUT.safetensors)"
+    )
 
 
 def first_line(exc: BaseException, limit: int = 160) -> str:

@@ -183,6 +183,14 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         "fails (exit 2): a verdict without numbers proves nothing.",
         {},
     ),
+    "convert": (
+        bool,
+        False,
+        ("--convert",),
+        "First make the blob from the --against model (its RNN --layer), as convert would; a conversion that fails "
+        "is reported like a verify that cannot run (--report, --junit): one call for a CI step.",
+        {},
+    ),
     "require_source": (bool, False, ("--require-source",), "Old name of the default.", {"hidden": True}),
     "diagnose": (bool, True, ("--diagnose/--no-diagnose",), "On a mismatch, look for the mistake.", {}),
     "relayout": (
@@ -230,6 +238,7 @@ def source_options(fmt: str) -> list[str]:
 CONVERSION_TAIL = ["jobs", "force", "no_hash", "require_stated", *COMMON]  # what every conversion command ends with
 VERIFY_OPTIONS = [
     "against",
+    "convert",
     "layer",
     "all",
     "backend",

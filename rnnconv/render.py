@@ -31,6 +31,7 @@ from rnnconv.contracts import (
     BatchResults,
     Comparison,
     ConversionResult,
+    ErrorDocument,
     InspectReport,
     Report,
     Reports,
@@ -157,19 +158,29 @@ def batch(results: BatchResults, as_json: bool, quiet: bool) -> None:
         return
     if quiet:
         return
-    table = Table()
-    for column in ("file", "RNNs", "output", "result"):
-        table.add_column(column, overflow="fold")
+    folders = {str(Path(item.output).parent) for item in results.root}
+    folder = folders.pop() if len(folders) == 1 else None  # said once, above the rows
+    rows = []
     for item in results.root:
         rnns = ", ".join(rnn.name for rnn in item.result.rnns) if item.result else "-"
-        result = (
-            "[green]done[/]"
-            if item.exit_code == 0
-            else f"[red]{failure_label(item.exit_code)} (exit {item.exit_code})[/]"
-        )
+        result = "done" if item.exit_code == 0 else f"{failure_label(item.exit_code)} (exit {item.exit_code})"
         # the file's name is enough: a batch whose sources share a name is refused before it starts
-        table.add_row(escape(Path(item.source).name), escape(rnns), escape(item.output), result)
-    out.print(table)
+        rows.append((Path(item.source).name, rnns, Path(item.output).name if folder else item.output, result))
+    if folder:
+        out.print(f"into {escape(folder)}{os.sep}")
+    headers = ("file", "RNNs", "output", "result")
+    widths = [max(len(word) for row in [headers, *rows] for word in row[i].split()) for i in range(len(headers))]
+    if sum(widths) + 3 * len(widths) + 1 <= out.width:  # a table whose cells never break a word
+        table = Table()
+        for column in headers:
+            table.add_column(column)
+        for row in rows:
+            colour = "green" if row[3] == "done" else "red"
+            table.add_row(*map(escape, row[:3]), f"[{colour}]{escape(row[3])}[/]")
+        out.print(table)
+    else:  # too narrow for one: a line each, names whole
+        for file, rnns, output, result in rows:
+            out.print(f"{escape(file)}: {escape(rnns)} -> {escape(output)}: {escape(result)}")
     done = sum(item.exit_code == 0 for item in results.root)
     out.print(f"converted {done} of {len(results.root)}")
 
@@ -190,7 +201,12 @@ def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
         colour = {"match": "green", "structure-only": "yellow"}.get(report.verdict, "red")
         verdict = f"[bold {colour}]{report.verdict.upper()}[/] (exit {report.exit_code})"
         table.add_row(escape(report.name), spec_text(report.spec), verdict, escape(report.summary))
-    if not quiet:
+    if quiet:  # -q keeps the verdicts: one line each
+        for report in reports.root:
+            out.print(
+                f"{escape(report.name)}: {report.verdict.upper()} (exit {report.exit_code}): {escape(report.summary)}"
+            )
+    else:
         out.print(table)
     matched = sum(report.exit_code == 0 for report in reports.root)
     out.print(f"{matched} of {len(reports.root)} RNNs verified")
@@ -390,7 +406,7 @@ def failure_label(code: int) -> str:
     return "internal error" if code == EXIT_INTERNAL else "error"
 
 
-def guarded(run: Callable[..., int | None], values: dict[str, Any]) -> int | None:
+def guarded(run: Callable[..., int | None], values: dict[str, Any], command: str | None = None) -> int | None:
     """Run a command; every failure becomes one sentence on stderr and its exit code."""
     for stream in (sys.stdout, sys.stderr):  # a layer named in Unicode must print in an ASCII locale too
         with contextlib.suppress(AttributeError, ValueError):
@@ -398,21 +414,27 @@ def guarded(run: Callable[..., int | None], values: dict[str, Any]) -> int | Non
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, _terminate)
+    as_json = bool(values.get("json"))
     try:
         return run(**values)
     except Terminated as exc:
         remove_live_temps()
-        err.print("terminated; no output was left behind")
-        return 128 + exc.signum
+        return failed(128 + exc.signum, "terminated; no output was left behind", as_json, command, plain=True)
     except KeyboardInterrupt:
-        err.print("interrupted; no output was left behind")
-        return 130
+        return failed(130, "interrupted; no output was left behind", as_json, command, plain=True)
     except Exception as exc:
         code, sentence = failure(exc)
         if code == EXIT_INTERNAL and os.environ.get("RNNCONV_DEBUG"):
             raise
-        err.print(f"[bold red]{failure_label(code)}:[/] {escape(sentence)}")
-        return code
+        return failed(code, sentence, as_json, command)
+
+
+def failed(code: int, sentence: str, as_json: bool, command: str | None = None, plain: bool = False) -> int:
+    """A failure shown: its sentence on stderr, and with --json the error document on stdout."""
+    err.print(escape(sentence) if plain else f"[bold red]{failure_label(code)}:[/] {escape(sentence)}")
+    if as_json:
+        print_json(ErrorDocument(error=sentence, exit_code=code, command=command))
+    return code
 
 
 def stage_printer(enabled: bool) -> Callable[[str], None] | None:

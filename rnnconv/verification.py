@@ -69,7 +69,9 @@ class VerifyOptions:
 
 
 def open_blob(path: Path, options: VerifyOptions) -> Blob:
-    (blob,) = pick_blob(open_blobs(path, options.raw_spec), options.layer, path)
+    (blob,) = pick_blob(
+        open_blobs(path, options.raw_spec), options.layer, path, or_else=", or verify them all with --all"
+    )
     return blob
 
 

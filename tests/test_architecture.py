@@ -119,7 +119,7 @@ def test_unknown_formats_and_outputs_fail_with_the_exact_key(tmp_path):
         registry.get("tflite")
     with pytest.raises(BadInput, match="cannot tell what to write from the name"):
         registry.for_output(tmp_path / "x.tflite")
-    with pytest.raises(BadInput, match=r"must end in \.keras, \.weights\.h5 for Keras"):
+    with pytest.raises(BadInput, match=r"must end in \.keras or \.weights\.h5 for Keras"):
         registry.for_output(tmp_path / "x.pt", "keras")
     strange = tmp_path / "strange.dat"
     strange.write_bytes(b"\x00\x01not a model at all" * 10)

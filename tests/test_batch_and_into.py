@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import xml.etree.ElementTree as ET
 import zipfile
@@ -248,7 +249,7 @@ def test_into_refuses_missing_tensors_and_other_shapes(module, phrases, tmp_path
 @pytest.mark.parametrize(
     "extra,phrases",
     [
-        (("-o", "p.pth"), ("a name ending in .pt",)),
+        (("-o", "p.onnx"), ("a name ending in .pt, .pth or .bin",)),  # any torch.save ending is the model's kind
         ((), ("--into needs -o",)),
         (("-o", "p.pt", "--dtype", "float16"), ("leave out --dtype",)),
         (("-o", "same.pt"), ("is the source being read",)),
@@ -361,3 +362,91 @@ def test_into_a_damaged_keras_archive_is_one_sentence(tmp_path):
     result = run_cli("cudnn-to-keras", blob, "--into", model, "-o", tmp_path / "patched.keras")
     assert_clean_failure(result, 2, "assets/notes.txt", "cannot be read")
     assert not (tmp_path / "patched.keras").exists()
+
+
+def test_into_a_zip_checkpoint_needs_no_torch_and_keeps_everything_else(tmp_path):
+    """A training checkpoint (the RNN among other layers, an optimizer's state, an epoch, a name): patched by
+    rnnconv's own reader and writer where torch is not installed, every other object exactly as it was."""
+    model = torch.nn.ModuleDict({"embed": torch.nn.Embedding(7, 3), "rnn": torch.nn.GRU(3, 5, num_layers=2)})
+    optimizer = torch.optim.Adam(model.parameters())
+    loss = model["rnn"](model["embed"](torch.tensor([[1, 2, 3]])))[0].sum()
+    loss.backward()
+    optimizer.step()
+    source = tmp_path / "train.pt"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": 7, "tag": "v1"}, source)
+    blob = to_blob(source, tmp_path / "x.bin", "model.rnn")
+    perturb(blob)
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "torch.py").write_text("raise ImportError('no torch here')\n")
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(blocker), os.environ.get("PYTHONPATH")]))}
+    result = run_cli("cudnn-to-torch", blob, "--into", source, "-o", tmp_path / "patched.pt", env=env)
+    assert result.returncode == 0, result.stderr
+    original = flat(torch.load(source, weights_only=True))
+    patched = flat(torch.load(tmp_path / "patched.pt", weights_only=True, mmap=True))
+    assert list(patched) == list(original)
+    for key, value in original.items():
+        if key.startswith("model.rnn."):
+            assert patched[key].dtype == value.dtype and torch.equal(patched[key], 2 * value), key
+        elif isinstance(value, torch.Tensor):
+            assert torch.equal(patched[key], value), key
+        else:
+            assert patched[key] == value, key
+
+
+def test_into_refuses_a_tensor_tied_to_another(tmp_path):
+    rnn = torch.nn.LSTM(3, 4)
+    state = dict(rnn.state_dict())
+    state["shadow"] = state["weight_ih_l0"][:2]  # a view of the RNN's storage, saved with it
+    source = tmp_path / "tied.pt"
+    torch.save(state, source)
+    blob = to_blob(source, tmp_path / "x.bin", None)
+    result = run_cli("cudnn-to-torch", blob, "--into", source, "-o", tmp_path / "patched.pt")
+    assert_clean_failure(result, 2, "shares its storage with another tensor")
+    assert not (tmp_path / "patched.pt").exists()
+
+
+def test_into_a_model_without_an_ending_takes_its_kind_of_ending(tmp_path):
+    """A checkpoint named without a suffix: the patched copy may take any torch.save ending (or none), and a
+    refusal names the endings it takes, never a sentence with a hole."""
+    model = tmp_path / "ckpt"
+    shutil.copy(TORCH / "seq2seq.pt", model)
+    blob = to_blob(model, tmp_path / "x.bin", "encoder.rnn")
+    for name in ("patched.pt", "patched.pth", "patched"):
+        result = run_cli("cudnn-to-torch", blob, "--into", model, "-o", tmp_path / name)
+        assert result.returncode == 0, result.stderr
+    assert_clean_failure(
+        run_cli("cudnn-to-torch", blob, "--into", model, "-o", tmp_path / "p.onnx"), 2, "ending in .pt, .pth or .bin"
+    )
+    keras = tmp_path / "kmodel"
+    shutil.copy(KERAS / "mixed.keras", keras)
+    kblob = to_blob(keras, tmp_path / "k.bin", "bidi_lstm")
+    assert run_cli("cudnn-to-keras", kblob, "--into", keras, "-o", tmp_path / "k.keras").returncode == 0
+    assert_clean_failure(
+        run_cli("cudnn-to-keras", kblob, "--into", keras, "-o", tmp_path / "k.h5"), 2, "ending in .keras"
+    )
+
+
+def test_a_batch_source_with_several_rnns_gets_advice_that_works_in_a_batch(tmp_path):
+    """The refusal's advice is followed as printed, and it converts the file."""
+    results = rnnconv.convert_many([TORCH / "seq2seq.pt", TORCH / "rnn_tanh.pt"], f"{tmp_path}/")
+    refused = results.root[0]
+    assert refused.exit_code == 2 and "rnnconv convert" in (refused.error or "")
+    advice = (refused.error or "").split("(rnnconv convert ", 1)[1].rstrip(")").split()
+    followed = run_cli("convert", advice[0], tmp_path / advice[1].replace("OUT", "seq2seq"))
+    assert followed.returncode == 0, followed.stderr
+    assert {b.name for b in rnnconv.load(tmp_path / "seq2seq.safetensors", all_rnns=True)} == {
+        "encoder.rnn",
+        "decoder.rnn",
+    }
+
+
+def test_verify_on_several_rnns_mentions_all_and_quiet_keeps_each_verdict(tmp_path):
+    blob = tmp_path / "both.safetensors"
+    rnnconv.convert(TORCH / "seq2seq.pt", blob)
+    assert_clean_failure(run_cli("verify", blob), 2, "pick one with --layer, or verify them all with --all")
+    quiet = run_cli("verify", blob, "--all", "-q")
+    assert quiet.returncode == 0, quiet.stderr
+    lines = quiet.stdout.splitlines()
+    assert any(line.startswith("encoder.rnn: MATCH") for line in lines), quiet.stdout
+    assert any(line.startswith("decoder.rnn: MATCH") for line in lines), quiet.stdout

@@ -296,3 +296,99 @@ def test_shell_completion_completes_commands(tmp_path):
 def test_a_name_that_picks_nothing_suggests_the_closest(source, asked, closest, tmp_path):
     result = run_cli("convert", source, tmp_path / "out.bin", "--layer", asked)
     assert_clean_failure(result, 2, f"did you mean {closest}", "it holds:")
+
+
+@pytest.mark.parametrize(
+    "args,code,phrase",
+    [
+        (["keras-to-cudnn", K3 / "mixed.h5", "-o", "x.bin"], 2, "recurrent layers"),  # several RNNs, none named
+        (["inspect", "missing.h5"], 2, "does not exist"),
+        (["verify", "missing.bin"], 2, "does not exist"),
+        (["convert", K3 / "lstm.h5", "x.txt"], 2, ".txt"),
+        (["keras-to-cudnn", K3 / "lstm.h5", "-o", "x.bin", "--dtype", "float8"], 2, "--dtype"),  # a usage error
+        (["doctor", "--no-such-option"], 2, "--no-such-option"),
+    ],
+)
+def test_a_failure_with_json_prints_an_error_document(args, code, phrase, tmp_path):
+    """A CI step that parses stdout gets a JSON document for a failure too (schema `error`), and the sentence on
+    stderr as always."""
+    from rnnconv.contracts import ErrorDocument
+
+    result = run_cli(*args, "--json", cwd=tmp_path)
+    assert result.returncode == code, result.stderr
+    document = json.loads(result.stdout)
+    ErrorDocument.model_validate(document)
+    assert document["exit_code"] == code and phrase in document["error"], document
+    assert document["error"] in " ".join(result.stderr.split()) or phrase in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_bare_file_says_which_activation_was_stated_and_which_assumed(tmp_path):
+    bare = FIXTURES / "keras2"
+    one = run_cli("convert", bare / "lstm_weights.h5", tmp_path / "a.bin", "--recurrent-activation", "sigmoid")
+    assert one.returncode == 0, one.stderr
+    note = " ".join(one.stderr.split())
+    assert "activation=tanh was assumed, recurrent_activation=sigmoid was stated" in note
+    assert "activations were assumed" not in note
+    both = run_cli(
+        "convert",
+        bare / "lstm_weights.h5",
+        tmp_path / "b.bin",
+        "--activation",
+        "tanh",
+        "--recurrent-activation",
+        "sigmoid",
+    )
+    assert "the activations were stated (activation=tanh, recurrent_activation=sigmoid)" in " ".join(
+        both.stderr.split()
+    )
+    fixed = run_cli("convert", bare / "cudnn_weights.h5", tmp_path / "c.bin", "--layer", "cudnn_lstm")
+    assert fixed.returncode == 0, fixed.stderr
+    assert "were stated ()" not in fixed.stderr and "its activations are fixed" in " ".join(fixed.stderr.split())
+
+
+def test_doctor_lists_what_verify_uses_for_onnx():
+    """verify --backend onnxruntime and ONNX sources run in onnxruntime: doctor says whether it is here."""
+    import importlib.metadata
+
+    report = json.loads(run_cli("doctor", "--json").stdout)
+    assert report["packages"]["onnx"] == importlib.metadata.version("onnx")
+    assert report["packages"]["onnxruntime"] == importlib.metadata.version("onnxruntime")
+    assert report["backends"]["onnxruntime"]["available"] and report["sources"]["onnx"]["available"]
+    assert "onnxruntime" in report["backends"]["onnxruntime"]["detail"]
+
+
+def test_small_wordings(tmp_path):
+    """Sentences say what they mean: alternatives with "or", a validator's own words without pydantic's."""
+    assert_clean_failure(
+        run_cli("convert", K3 / "lstm.h5", tmp_path / "x.txt", "--to", "cudnn"), 2, "end in .bin or .safetensors"
+    )
+    blob = tmp_path / "x.bin"
+    assert run_cli("convert", K3 / "lstm.h5", blob).returncode == 0
+    sidecar = tmp_path / "x.bin.json"
+    document = json.loads(sidecar.read_text())
+    document["spec"]["mode"] = "lsmt"
+    sidecar.write_text(json.dumps(document))
+    result = run_cli("verify", blob)
+    assert_clean_failure(result, 2, "spec.mode: unknown RNN mode 'lsmt'")
+    assert "Value error" not in result.stderr
+
+
+def test_the_package_metadata_builds_without_a_deprecation():
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert isinstance(project["project"]["license"], str)  # an SPDX expression; a table is deprecated
+
+
+def test_a_batch_table_never_breaks_a_name(tmp_path):
+    names = ["a_rather_long_model_name_for_the_encoder_part_one", "b_another_quite_long_checkpoint_name_v2"]
+    for name in names:
+        shutil.copy(K3 / "lstm.h5", tmp_path / f"{name}.h5")
+    for columns in ("60", "80", "200"):
+        result = run_cli(
+            "convert", *(tmp_path / f"{n}.h5" for n in names), f"{tmp_path}/out/", "--force", env={"COLUMNS": columns}
+        )
+        assert result.returncode == 0, result.stderr
+        for name in names:
+            assert f"{name}.h5" in result.stdout and f"{name}.bin" in result.stdout, (columns, result.stdout)

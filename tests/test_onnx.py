@@ -264,3 +264,15 @@ def test_a_file_that_is_not_onnx_is_refused(tmp_path):
 
 def test_reading_onnx_imports_no_framework(tmp_path):
     assert_no_framework_imported(ONNX / "gru3_dynamo.onnx", tmp_path / "out.bin", allowed=("onnx",))
+
+
+@pytest.mark.parametrize(
+    "source,layer", [(FIXTURES / "torch" / "seq2seq.pt", "encoder.rnn"), (FIXTURES / "torch" / "rnn_tanh.pt", None)]
+)
+def test_the_written_model_s_usage_names_its_real_inputs(source, layer, tmp_path):
+    """The usage line names X as the input to feed and, as optional, exactly the graph's other inputs."""
+    result = rnnconv.convert(source, tmp_path / "m.onnx", layer=layer)
+    feed, optional = result.usage.split("optional inputs: ")
+    assert '{"X": x}' in feed
+    inputs = [i.name for i in onnx.load(tmp_path / "m.onnx").graph.input]
+    assert inputs[0] == "X" and optional.split(", ") == inputs[1:]

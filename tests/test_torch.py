@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import zipfile
 from pathlib import Path
@@ -431,3 +432,32 @@ def test_zip_checkpoints_need_no_torch_and_the_rest_exits_3(tmp_path):
 def test_inspect_a_checkpoint():
     report = json.loads(run_cli("inspect", TORCH / "seq2seq.pt", "--json").stdout)
     assert [(r["name"], r["class"]) for r in report["rnns"]] == [("encoder.rnn", "nn.LSTM"), ("decoder.rnn", "nn.GRU")]
+
+
+@pytest.mark.parametrize("content", [b"", b"hello, world\n", bytes(range(7, 250)) * 2], ids=["empty", "text", "random"])
+def test_a_file_that_is_no_checkpoint_gets_one_exit_code_whatever_is_installed(content, tmp_path):
+    """Only a file that begins as a pickle can be a legacy checkpoint: anything else is bad input (exit 2), with or
+    without torch, through every command, never "needs torch" (exit 3, which a CI job may let pass)."""
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "torch.py").write_text("raise ImportError('no torch here')\n")
+    source = tmp_path / "model.pt"
+    source.write_bytes(content)
+    for env in ({}, {"PYTHONPATH": os.pathsep.join(filter(None, [str(blocker), os.environ.get("PYTHONPATH")]))}):
+        for command in (
+            ["torch-to-cudnn", source, "-o", tmp_path / "x.bin"],
+            ["torch-to-onnx", source, "-o", tmp_path / "x.onnx"],
+            ["convert", source, tmp_path / "x.bin"],
+            ["inspect", source],
+        ):
+            result = run_cli(*command, env=env)
+            assert_clean_failure(result, 2)
+            assert "pre-zip" not in result.stderr and "needs torch" not in result.stderr, result.stderr
+
+
+def test_a_legacy_checkpoint_of_another_pickle_protocol_says_so_and_nothing_of_torch_leaks(tmp_path):
+    module = torch.nn.LSTM(3, 4)
+    torch.save(module.state_dict(), tmp_path / "p4.pt", _use_new_zipfile_serialization=False, pickle_protocol=4)
+    result = run_cli("torch-to-cudnn", tmp_path / "p4.pt", "-o", tmp_path / "x.bin")
+    assert_clean_failure(result, 2, "legacy torch.save checkpoint written with pickle protocol 4")
+    assert result.stderr.startswith("error:") and "Warning" not in result.stderr, result.stderr

@@ -276,6 +276,32 @@ def test_the_ci_recipe_converts_verifies_and_keeps_the_exit_code(tmp_path):
     assert missing.returncode == 2 and "converting" in missing.stderr and "nothing was verified" in missing.stderr
 
 
+def test_a_conversion_that_fails_in_the_recipe_still_leaves_a_report_and_junit(tmp_path):
+    """seq2seq.pt holds two RNNs and no layer is named: the conversion fails, and the CI step still has a report
+    (verdict error, the conversion's sentence) and a JUnit file with an <error> to keep."""
+    result = run_recipe(tmp_path, TORCH / "seq2seq.pt", "build/model.bin", "verify-out")
+    assert result.returncode == 2, result.stderr
+    assert "holds 2 RNNs" in result.stderr and "nothing was verified" in result.stderr
+    report = json.loads((tmp_path / "verify-out" / "verify-report.json").read_text())
+    assert report["verdict"] == "error" and "holds 2 RNNs" in report["summary"]
+    assert report["summary"].startswith("converting ")
+    suite = suite_of(tmp_path / "verify-out" / "verify-junit.xml")
+    (error,) = suite.findall("testcase/error")
+    assert "holds 2 RNNs" in (error.get("message") or "") + (error.text or "")
+    assert not (tmp_path / "build" / "model.bin").exists()
+
+
+def test_verify_convert_makes_the_blob_then_verifies_it(tmp_path):
+    blob = tmp_path / "enc.bin"
+    args = ("verify", blob, "--against", TORCH / "seq2seq.pt", "--convert", "--layer", "encoder.rnn")
+    result = run_cli(*args, "--report", tmp_path / "r.json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["verdict"] == "match" and blob.exists()
+    assert_clean_failure(run_cli(*args), 2, "already exists", "--force")  # a blob is never replaced silently
+    assert run_cli(*args, "--force").returncode == 0
+    assert_clean_failure(run_cli("verify", blob, "--convert"), 2, "--convert", "--against")
+
+
 @pytest.mark.parametrize("name", ["github-actions.yml", "gitlab-ci.yml"])
 def test_the_ci_jobs_run_the_recipe_and_keep_its_files(name):
     job = (ROOT / "docs" / "ci" / name).read_text()

@@ -9,7 +9,8 @@
 # also when verify fails or cannot run, for the CI to keep. The exit code is verify's:
 #   0 match, 1 mismatch, 2 bad input or nothing to compare with, 3 a needed backend is missing,
 #   4 a bug in rnnconv.
-# A conversion that fails exits with its own code (2, 3 or 4) and verifies nothing.
+# A conversion that fails exits with its own code (2, 3 or 4), verifies nothing, and says so in the report
+# and the JUnit file.
 #
 # Settings, from the environment:
 #   RNNCONV_LAYER        the RNN to convert when SOURCE holds several (a Keras layer, a PyTorch prefix, ...)
@@ -33,15 +34,13 @@ if [ -n "${RNNCONV_LAYER:-}" ]; then
 fi
 
 mkdir -p "$out" "$(dirname "$blob")" || exit 2
+convert=()
 if [ "${RNNCONV_CONVERT:-yes}" != no ]; then
-    # --force: a blob left by an earlier run is made again from the source as it is now
-    "${rnnconv[@]}" convert "$source_file" "$blob" ${layer[@]+"${layer[@]}"} --force || {
-        status=$?
-        echo "verify-model.sh: converting $source_file failed (exit $status); nothing was verified" >&2
-        exit "$status"
-    }
+    # --convert --force: the blob is made again from the source as it is now; a conversion that fails is
+    # written to the report and the JUnit file like a verify that could not run
+    convert=(--convert)
 fi
-"${rnnconv[@]}" verify "$blob" --against "$source_file" \
+"${rnnconv[@]}" verify "$blob" --against "$source_file" ${convert[@]+"${convert[@]}"} ${layer[@]+"${layer[@]}"} \
     --report "$out/verify-report.json" --junit "$out/verify-junit.xml" --force ${verify_args[@]+"${verify_args[@]}"}
 status=$?
 case $status in

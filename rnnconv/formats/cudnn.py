@@ -396,14 +396,19 @@ def open_blobs(path: Path, raw_spec: RNNSpec | None = None) -> list[Blob]:
     )
 
 
-def pick_blob(blobs: list[Blob], layer: str | None, path: Path, take_all: bool = False) -> list[Blob]:
+def pick_blob(
+    blobs: list[Blob], layer: str | None, path: Path, take_all: bool = False, or_else: str = ""
+) -> list[Blob]:
+    """The blob `layer` names, or the only one (every one with `take_all`); `or_else` ends the advice when the
+    file holds several and none was named (verify: its --all)."""
     if layer is not None:
         chosen = [b for b in blobs if b.name == layer]
         if not chosen:
             raise no_such_rnn(f"{path} has no RNN named", layer, [b.name for b in blobs])
         return chosen
     if len(blobs) > 1 and not take_all:
-        raise BadInput(f"{path} holds {len(blobs)} RNNs ({', '.join(b.name for b in blobs)}); pick one with --layer")
+        names = ", ".join(b.name for b in blobs)
+        raise BadInput(f"{path} holds {len(blobs)} RNNs ({names}); pick one with --layer{or_else}")
     return blobs
 
 

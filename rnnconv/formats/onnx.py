@@ -28,7 +28,7 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.dtypes import element_type, encode
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file
 from rnnconv.table.apply import find_row, gate_loaders, mode_for, row_for_mode
@@ -208,10 +208,7 @@ class OnnxFile:
             raise BadInput(f"{self.path} holds no LSTM, GRU or RNN node{self._unrolled_hint()}")
         if len(self.chains) == 1 or take_all:
             return self.chains
-        raise BadInput(
-            f"{self.path} holds {len(self.chains)} RNNs ({self._listing()}); pick one with --layer, or "
-            f"write them all to a .safetensors"
-        )
+        raise several_rnns(self.path, f"holds {len(self.chains)} RNNs ({self._listing()})")
 
     def _unrolled_hint(self) -> str:
         """What the graph holds instead: an exporter may have unrolled an RNN into per-step ops."""
@@ -679,7 +676,7 @@ class OnnxFormat(Format):
         dtype = options.dtype or "float32"  # onnxruntime's CPU RNN kernels compute float32
         write_onnx(rnns, path, dtype, options.force)
         spec = rnns[0].spec
-        states = "X, initial_h" + (", initial_c" if spec.mode == "lstm" else "")
+        states = "initial_h" + (", initial_c" if spec.mode == "lstm" else "")
         return Written(
             [path],
             usage=f'onnxruntime.InferenceSession("{path}").run(None, {{"X": x}})   # x: '

@@ -33,7 +33,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectReport, Provenance
-from rnnconv.errors import BadInput, Unsupported
+from rnnconv.errors import BadInput, Unsupported, either
 from rnnconv.safeio import regular_file
 from rnnconv.table.formats import FormatInfo
 from rnnconv.table.rows import ADAPTER_FORMATS, DEFAULT_BIAS_SPLIT
@@ -96,7 +96,7 @@ class Probe:
         self.size = regular_file(path)
         try:
             with open(path, "rb") as f:
-                self.head = f.read(16)
+                self.head = f.read(32)
         except OSError as exc:
             raise BadInput(f"cannot read {path}: {exc.strerror}") from None
 
@@ -171,6 +171,10 @@ class Format(ABC):
         """
         writers = ", ".join(f.title for f in formats() if f.info.writes_into)
         raise Unsupported(f"--into writes into a {writers} model, not a {self.title} one")
+
+    def into_suffixes(self, model: Path) -> tuple[str, ...]:
+        """The endings a patched copy of `model` may have: files of its kind (its own ending among them)."""
+        return (model.suffix,)
 
     def places(self, rnns: list[CanonicalRNN], layer: str | None) -> list[Provenance | None]:
         """Where each RNN goes in a model of this format: `layer` (as `Provenance.layer`), else where its blob
@@ -293,11 +297,11 @@ def for_output(path: Path, to: str | None = None) -> Format:
         if not fmt.info.write_suffixes:
             raise Unsupported(f"no writer for format {to!r}")
         if not path.name.endswith(fmt.info.write_suffixes):
-            raise BadInput(f"output {path} must end in {', '.join(fmt.info.write_suffixes)} for {fmt.title}")
+            raise BadInput(f"output {path} must end in {either(fmt.info.write_suffixes)} for {fmt.title}")
         return fmt
     matches = [(len(suffix), fmt) for fmt in formats() for suffix in fmt.info.default_for if path.name.endswith(suffix)]
     if not matches:
-        names = "; ".join(f"{', '.join(f.info.default_for)} ({f.title})" for f in formats() if f.info.default_for)
+        names = "; ".join(f"{either(f.info.default_for)} ({f.title})" for f in formats() if f.info.default_for)
         raise BadInput(f"cannot tell what to write from the name {path}: use {names}, or say --to")
     return max(matches, key=lambda m: m[0])[1]
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, several_rnns
 from rnnconv.formats._tensor_bundle import (
     DATA_SHARD,
     FOOTER_BYTES,
@@ -176,9 +176,7 @@ def choose(rnns: list[TF1RNN], opaque_only: list[str], layer: str | None, path: 
             raise Unsupported(f"{path} cannot be converted: " + OPAQUE_REASON.format(name=opaque_only[0]))
         lstm = TF1_UNIDIRECTIONAL.format(layer=0) + "/" + TF1_CELLS["lstm"] + "/" + TF1_KERNEL
         raise BadInput(f"{path} holds no tf.contrib.cudnn_rnn weights (no tensor like <scope>/{lstm})")
-    raise BadInput(
-        f"{path} holds {len(rnns)} RNNs ({names}); pick one with --layer, or write them all to a .safetensors"
-    )
+    raise several_rnns(path, f"holds {len(rnns)} RNNs ({names})")
 
 
 def _rows(part: str, n_in: int, hidden: int) -> slice:

@@ -84,6 +84,10 @@ class KerasFormat(Format):
         write_keras(rnns, path, options.dtype, options.force)
         return Written([path], usage=loading_snippet(rnns, path))
 
+    def into_suffixes(self, model: Path) -> tuple[str, ...]:
+        with open(model, "rb") as f:  # a copy is the same container: a .keras zip, or an HDF5 file
+            return (model.suffix, ".h5", ".hdf5") if f.read(len(HDF5_MAGIC)) == HDF5_MAGIC else (model.suffix, ".keras")
+
     def write_into(
         self, rnns: list[CanonicalRNN], model: Path, path: Path, layer: str | None, options: WriteOptions
     ) -> Written:

@@ -27,7 +27,7 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
 from rnnconv.dtypes import source_dtype_name
-from rnnconv.errors import BadInput, Unsupported, first_line, no_such_rnn
+from rnnconv.errors import BadInput, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats import _zip
 from rnnconv.formats.registry import HDF5_MAGIC, ZIP_MAGIC
 from rnnconv.safeio import Guard, add_guard, checksum_guard, json_document, regular_file, within
@@ -105,10 +105,8 @@ class KerasFile:
                 return self.layers[0]
             if not self.layers:
                 raise BadInput(f"{self.path} has no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU)")
-            raise BadInput(
-                f"{self.path} has {len(self.layers)} recurrent layers; pick one with --layer "
-                f"({', '.join(found.name for found in self.layers)}), or write them all to a .safetensors"
-            )
+            names = ", ".join(found.name for found in self.layers)
+            raise several_rnns(self.path, f"has {len(self.layers)} recurrent layers ({names})")
         for layer in self.layers:
             if layer.name == name:
                 return layer
@@ -581,11 +579,17 @@ def to_canonical(
         )
     notes = []
     if layer.inferred:
+        how = {key: "stated" if (stated or {}).get(key) is not None else "assumed" for key in row.unstored}
         settings = ", ".join(f"{key}={row.setting(config, key)}" for key in row.unstored)
-        how = "the activations were assumed" if assumptions else "the activations were stated"
+        if not how:
+            activations = " (its activations are fixed: the class has no setting for them)"
+        elif len(set(how.values())) == 1:
+            activations = f" and the activations were {next(iter(how.values()))} ({settings})"
+        else:
+            activations = "; " + ", ".join(f"{key}={row.setting(config, key)} was {how[key]}" for key in how)
         notes.append(
-            f"{layer.name}: the file has no model config; class {layer.display_class} was inferred from "
-            f"tensor shapes and {how} ({settings})"
+            f"{layer.name}: the file has no model config; class {layer.display_class} was inferred from tensor "
+            f"shapes{activations}"
         )
     if not has_bias:
         notes.append(f"{layer.name}: use_bias=False, so every bias slot is zero")

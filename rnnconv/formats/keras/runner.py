@@ -64,7 +64,12 @@ def import_keras(generation: str) -> Any:
         with _native_stderr_silenced():
             module = importlib.import_module(name)
     except ImportError:
-        hint = "pip install 'rnnconv[keras]'" if name == "keras" else "pip install --no-deps tf-keras"
+        hint = (
+            "pip install 'rnnconv[keras]'"
+            if name == "keras"
+            else "pip install 'rnnconv[keras]' && pip install --no-deps tf-keras: tf-keras asks for the full "
+            "tensorflow wheel, a second TensorFlow beside tensorflow-cpu"
+        )
         raise BackendMissing(
             f"running this Keras {generation} source needs {name}, which is not installed ({hint})"
         ) from None

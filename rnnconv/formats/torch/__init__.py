@@ -18,13 +18,14 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.errors import RnnconvError
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, convert_each, register
+from rnnconv.formats.torch.checkpoint import CHECKPOINT_SUFFIXES, is_legacy_checkpoint
 from rnnconv.safeio import digest_in_background
 from rnnconv.table.formats import FORMAT_INFO
 
 if TYPE_CHECKING:
     from rnnconv.formats.torch.reader import TorchRNN
 
-PICKLE_PROTOCOL_MARKER = b"\x80"  # how torch.save's legacy (non-zip) format begins
+
 TORCH_ZIP_RECORD = "data.pkl"  # the pickle inside torch.save's zip format
 
 
@@ -43,7 +44,7 @@ class TorchFormat(Format):
         names = probe.zip_names
         if names is not None:
             return any(n.endswith(TORCH_ZIP_RECORD) for n in names)
-        return probe.head.startswith(PICKLE_PROTOCOL_MARKER) or probe.safetensors_metadata is not None
+        return is_legacy_checkpoint(probe.head) or probe.safetensors_metadata is not None
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
@@ -73,6 +74,9 @@ class TorchFormat(Format):
             constructor(r.spec) + (f"  # keys prefixed '{r.name}.'" if len(rnns) > 1 else "") for r in rnns
         )
         return Written([path], bin_warning(path), usage=f"load_state_dict into:\n{calls}")
+
+    def into_suffixes(self, model: Path) -> tuple[str, ...]:
+        return (model.suffix, *CHECKPOINT_SUFFIXES)
 
     def write_into(
         self, rnns: list[CanonicalRNN], model: Path, path: Path, layer: str | None, options: WriteOptions

@@ -26,11 +26,13 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from rnnconv.dtypes import ELEMENT_TYPES, encode
 from rnnconv.errors import BadInput, first_line
 from rnnconv.formats import _zip
 from rnnconv.formats._zip import LOCAL_HEADER
 from rnnconv.safeio import byte_view, in_background, regular_file, write_array
 from rnnconv.table.constants import TORCH_STORAGES
+from rnnconv.table.formats import FORMAT_INFO
 
 MAX_PICKLE = 256 << 20  # bytes: a state_dict's pickle names tensors; it holds none of their values
 
@@ -190,6 +192,7 @@ class ZipCheckpoint:
     path: Path
     root: Any
     _storages: dict[str, np.ndarray]
+    folder: str = "archive/"  # the members' common folder, as the writer named it
 
     def values(self, tensor: PickledTensor) -> np.ndarray:
         """The tensor's values: a read-only strided view of its storage, every index checked inside it."""
@@ -211,6 +214,20 @@ class ZipCheckpoint:
             writeable=False,
         )
         return view.astype(words.dtype.newbyteorder("<")) if words.dtype.byteorder == ">" else view
+
+
+# torch.save files (a patched copy too): every PyTorch ending but a safetensors state_dict's
+CHECKPOINT_SUFFIXES = tuple(suffix for suffix in FORMAT_INFO["torch"].write_suffixes if suffix != ".safetensors")
+
+# torch.save's legacy (pre-1.6, non-zip) format begins with this number, pickled on its own with the protocol
+# the caller chose (2 by default); any other file, a pickle among them, is no legacy checkpoint.
+LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+LEGACY_HEADS = tuple(pickle.dumps(LEGACY_MAGIC_NUMBER, protocol=p) for p in range(2, pickle.HIGHEST_PROTOCOL + 1))
+
+
+def is_legacy_checkpoint(head: bytes) -> bool:
+    """Whether a file's first bytes (32 are enough) are those torch.save's legacy format starts with."""
+    return head.startswith(LEGACY_HEADS)
 
 
 def is_zip_checkpoint(path: Path, head: bytes) -> bool:
@@ -267,7 +284,7 @@ def read_zip(path: Path) -> ZipCheckpoint:
             else:
                 words = np.frombuffer(_zip.read_member(archive, member.filename, path), dtype, numel)
             storages[key] = words
-    return ZipCheckpoint(path, root, storages)
+    return ZipCheckpoint(path, root, storages, folder)
 
 
 def _map(path: Path) -> np.memmap:
@@ -304,19 +321,80 @@ def storage_class(dtype: str) -> str:
 def write_zip(path: Path, tensors: dict[str, TensorToSave]) -> None:
     """A checkpoint that torch.load(weights_only=True) reads as {key: tensor}, written to the new file `path`."""
     folder = path.stem or "archive"
+    small = {
+        "data.pkl": _state_dict_pickle(tensors),
+        ".format_version": b"1",
+        ".storage_alignment": str(STORAGE_ALIGNMENT).encode(),
+        "byteorder": b"little",
+    }
+    members: list[tuple[str, np.ndarray | memoryview]] = [(f"{folder}/{n}", memoryview(d)) for n, d in small.items()]
+    members += [(f"{folder}/data/{index}", tensor.words) for index, tensor in enumerate(tensors.values())]
+    _write_archive(path, [*members, (f"{folder}/version", memoryview(b"3\n"))])
+
+
+def patch_zip(
+    checkpoint: ZipCheckpoint,
+    path: Path,
+    replacements: list[tuple[PickledTensor, np.ndarray]],
+    tensors: list[PickledTensor],
+) -> None:
+    """A copy of a zip checkpoint, written to the new file `path`, with each replacement's values (in the tensor's
+    own dtype) in its place in the storage; every other member byte for byte, the pickle among them, so keys,
+    nesting and every other object stay as they were. A replaced tensor whose storage another of `tensors` (every
+    tensor of the checkpoint) also shows, tied weights, is refused: the other would change with it."""
+    changed: dict[str, np.ndarray] = {}
+    for tensor, values in replacements:
+        assert tensor.storage is not None
+        words = changed.setdefault(tensor.storage.key, np.array(checkpoint._storages[tensor.storage.key]))
+        etype = ELEMENT_TYPES.get("bfloat16" if tensor.dtype == "bfloat16" else np.dtype(tensor.dtype).name)
+        if etype is None:
+            raise BadInput(f"{checkpoint.path}: a tensor of the RNN is {tensor.dtype}, not floating point")
+        np.lib.stride_tricks.as_strided(
+            words[tensor.offset :], tensor.shape, tuple(s * words.itemsize for s in tensor.stride)
+        )[...] = encode(values, etype)
+    _refuse_ties(checkpoint.path, [tensor for tensor, _ in replacements], tensors)
+    archive = _zip.open_archive(checkpoint.path, "PyTorch checkpoint")
+    members: list[tuple[str, np.ndarray | memoryview]] = []
+    size = regular_file(checkpoint.path)
+    file_map = _map(checkpoint.path)
+    with archive:
+        for info in archive.infolist():
+            key = info.filename.removeprefix(f"{checkpoint.folder}data/")
+            if key in changed and info.filename != key:
+                members.append((info.filename, changed[key]))
+            elif info.compress_type == zipfile.ZIP_STORED and info.file_size:
+                start = _zip.stored_start(checkpoint.path, info, size)
+                members.append((info.filename, file_map[start : start + info.file_size]))
+            else:
+                members.append((info.filename, memoryview(_zip.read_member(archive, info.filename, checkpoint.path))))
+    _write_archive(path, members)
+
+
+def _refuse_ties(path: Path, replaced: list[PickledTensor], tensors: list[PickledTensor]) -> None:
+    """No tensor but the replaced ones may show an element of theirs."""
+    marks = {t.storage.key: np.zeros(t.storage.numel, bool) for t in replaced if t.storage is not None}
+    for tensor in replaced:
+        if tensor.storage is not None:
+            _elements(marks[tensor.storage.key], tensor)[...] = True
+    for tensor in tensors:
+        shown = tensor.storage is not None and tensor.storage.key in marks and all(t is not tensor for t in replaced)
+        if shown and _elements(marks[tensor.storage.key], tensor).any():  # type: ignore[union-attr]
+            raise BadInput(
+                f"{path}: a tensor of the RNN shares its storage with another tensor (tied weights), which "
+                f"would change with it; untie them before patching"
+            )
+
+
+def _elements(marks: np.ndarray, tensor: PickledTensor) -> np.ndarray:
+    return np.lib.stride_tricks.as_strided(marks[tensor.offset :], tensor.shape, tensor.stride)
+
+
+def _write_archive(path: Path, members: list[tuple[str, np.ndarray | memoryview]]) -> None:
+    """A stored zip archive of these members, each aligned as torch.load(mmap=True) wants, at the new file `path`."""
     records: list[_Record] = []
     with open(path, "wb") as f:
-        small = {
-            "data.pkl": _state_dict_pickle(tensors),
-            ".format_version": b"1",
-            ".storage_alignment": str(STORAGE_ALIGNMENT).encode(),
-            "byteorder": b"little",
-        }
-        for name, data in small.items():
-            records.append(_write_record(f, f"{folder}/{name}", memoryview(data)))
-        for index, tensor in enumerate(tensors.values()):
-            records.append(_write_record(f, f"{folder}/data/{index}", tensor.words))
-        records.append(_write_record(f, f"{folder}/version", memoryview(b"3\n")))
+        for name, data in members:
+            records.append(_write_record(f, name, data))
         for record in records:  # the local headers' CRC-32s, now that they are known
             f.seek(record.offset + 14)
             f.write(struct.pack("<I", record.crc.result()))

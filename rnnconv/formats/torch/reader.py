@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +24,16 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
 from rnnconv.dtypes import ELEMENT_TYPES, decode
-from rnnconv.errors import BackendMissing, BadInput, no_such_rnn
+from rnnconv.errors import BackendMissing, BadInput, no_such_rnn, several_rnns
 from rnnconv.formats import _safetensors
-from rnnconv.formats.torch.checkpoint import PickledTensor, Refused, ZipCheckpoint, is_zip_checkpoint, read_zip
+from rnnconv.formats.torch.checkpoint import (
+    PickledTensor,
+    Refused,
+    ZipCheckpoint,
+    is_legacy_checkpoint,
+    is_zip_checkpoint,
+    read_zip,
+)
 from rnnconv.table.apply import check_shapes, find_row, gate_loaders, nonlinearity_mode, rows_for, stored_shapes
 from rnnconv.table.constants import TORCH_LAYER_NAME, TORCH_PARAMETERS, TORCH_REVERSE_SUFFIX
 from rnnconv.table.rows import Row
@@ -99,9 +107,14 @@ def load_state_dict(path: Path) -> StateDict:
             out[key] = Tensor(words.shape, etype.name, words, etype.name == "bfloat16")
         return out
     with open(path, "rb") as f:
-        head = f.read(4)
-    if is_zip_checkpoint(path, head):
+        head = f.read(32)
+    if is_zip_checkpoint(path, head[:4]):
         return _zip_state_dict(path)
+    if not is_legacy_checkpoint(head):
+        raise BadInput(
+            f"{path} is not a readable PyTorch checkpoint: it is neither torch.save's zip format nor its older "
+            f"pickle format, and not a .safetensors state_dict"
+        )
     torch = require_torch(f"{path} is a legacy (pre-zip) torch.save checkpoint: reading it")
     loaded = load_checkpoint(torch, path)
     tensors = StateDict()
@@ -162,14 +175,24 @@ class StateDict(dict):
 def load_checkpoint(torch: Any, path: Path) -> Any:
     """What `torch.save` wrote, unpickled with `weights_only=True` (memory-mapped where the format allows)."""
     try:
-        try:
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as exc:
-            if "mmap can only be used" not in str(exc):
-                raise
-            return torch.load(path, map_location="cpu", weights_only=True)  # legacy (pre-zip) format
+        with warnings.catch_warnings():  # torch's own (a pickle protocol other than 2): rnnconv speaks for itself
+            warnings.simplefilter("ignore")
+            try:
+                return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as exc:
+                if "mmap can only be used" not in str(exc):
+                    raise
+                return torch.load(path, map_location="cpu", weights_only=True)  # legacy (pre-zip) format
     except pickle.UnpicklingError as exc:
         found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
+        with open(path, "rb") as f:
+            protocol = f.read(2)[1:]
+        if not found and protocol != b"\x02":
+            raise BadInput(
+                f"{path} is a legacy torch.save checkpoint written with pickle protocol {protocol[0]}, which "
+                f"torch.load(weights_only=True) cannot read (only torch.save's default, 2); where you trust the file, "
+                f"load it and save it again with torch.save (zip format)"
+            ) from None
         if not found:
             raise BadInput(f"{path} is not a readable PyTorch checkpoint (not a pickle torch.save wrote)") from None
         raise BadInput(
@@ -276,9 +299,7 @@ def pick(rnns: list[TorchRNN], prefix: str | None, path: Path) -> TorchRNN:
     if prefix is None:
         if len(rnns) == 1:
             return rnns[0]
-        raise BadInput(
-            f"{path} holds {len(rnns)} RNNs ({names}); pick one with --layer, or write them all to a .safetensors"
-        )
+        raise several_rnns(path, f"holds {len(rnns)} RNNs ({names})")
     wanted = prefix.rstrip(".")
     matches = [
         r for r in rnns if r.name == wanted or r.prefix.rstrip(".") == wanted or r.prefix.endswith("." + wanted + ".")

@@ -18,9 +18,19 @@ from rnnconv.contracts import Provenance
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors
-from rnnconv.formats.torch.checkpoint import TensorToSave, storage_class, write_zip
+from rnnconv.formats.torch.checkpoint import (
+    CHECKPOINT_SUFFIXES,
+    PickledTensor,
+    TensorToSave,
+    is_zip_checkpoint,
+    patch_zip,
+    read_zip,
+    storage_class,
+    write_zip,
+)
 from rnnconv.formats.torch.reader import (
     find_rnns,
+    flatten_checkpoint,
     is_safetensors,
     load_checkpoint,
     load_state_dict,
@@ -92,7 +102,7 @@ def write_state_dict(rnns: list[CanonicalRNN], path: Path, dtype: str | None, fo
         ]
         _safetensors.write(path, entries, lambda _: {"format": "pt"}, force)
         return
-    if path.suffix not in (".pt", ".pth", ".bin"):
+    if path.suffix not in CHECKPOINT_SUFFIXES:
         raise BadInput(f"output {path} must end in .pt, .pth, .bin or .safetensors for a PyTorch state_dict")
     tensors = {
         key: TensorToSave(np.asarray(encode(value, element_type(d)), order="C"), storage_class(d))
@@ -144,7 +154,15 @@ def patch_checkpoint(
             if key in replacements:
                 raise BadInput(f"two RNNs of the source would replace {target.name!r} in {model}")
             replacements[key] = value
-    torch = require_torch("writing a .pt checkpoint")
+    with open(model, "rb") as f:
+        if is_zip_checkpoint(model, f.read(4)):  # rnnconv's own reader and writer: no torch
+            found_zip = read_zip(model)
+            leaves = dict(flatten_checkpoint(found_zip.root, ""))
+            every = [leaf for leaf in leaves.values() if isinstance(leaf, PickledTensor)]
+            with atomic_outputs([path], force) as (tmp,):
+                patch_zip(found_zip, tmp, [(leaves[key], value) for key, value in replacements.items()], every)
+            return
+    torch = require_torch(f"{model} is a legacy (pre-zip) torch.save checkpoint: patching it")
     checkpoint = load_checkpoint(torch, model)
     _replace_leaves(checkpoint, replacements, torch)
     if replacements:

@@ -1,0 +1,80 @@
+"""The worker interpreters of `convert_many(jobs=N)`: results in any order, a worker that dies costs only its task,
+and nothing of the caller's script runs in them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, ROOT
+
+from rnnconv import pool
+
+
+def square_or_die(value: int) -> tuple[int, int]:
+    if value < 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return value * value, os.getpid()
+
+
+@pytest.fixture(autouse=True)
+def workers_find_this_module(monkeypatch):
+    """The workers import `square_or_die` by its module's name, as pytest imported it."""
+    here = str(Path(__file__).resolve().parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [here, str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
+def test_every_task_comes_back_once():
+    results = {index: value for index, value, lost in pool.run(square_or_die, [(n,) for n in range(7)], jobs=3)}
+    assert {index: value[0] for index, value in results.items()} == {n: n * n for n in range(7)}
+    assert len({pid for _, pid in results.values()}) <= 3 and os.getpid() not in {pid for _, pid in results.values()}
+
+
+def test_a_worker_that_dies_costs_only_its_task():
+    outcome = {index: (value, lost) for index, value, lost in pool.run(square_or_die, [(2,), (-1,), (3,), (4,)], 2)}
+    assert outcome[1] == (None, "the process converting it was killed by signal 9")
+    assert [outcome[i][0][0] for i in (0, 2, 3)] == [4, 9, 16]
+
+
+def test_a_script_without_a_main_guard_is_not_run_again_in_the_workers(tmp_path):
+    marker = tmp_path / "runs"
+    script = tmp_path / "batch.py"
+    script.write_text(
+        "import os, rnnconv\n"
+        f"open({str(marker)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
+        f"items = rnnconv.convert_many([{str(FIXTURES / 'keras3' / 'lstm.h5')!r}, "
+        f"{str(FIXTURES / 'torch' / 'rnn_tanh.pt')!r}], {str(tmp_path / 'out')!r} + '/', jobs=2).root\n"
+        "print([item.exit_code for item in items])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "[0, 0]", result.stderr
+    assert len(marker.read_text().split()) == 1  # the script ran once: in its own process, never in a worker
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "lstm.bin",
+        "lstm.bin.json",
+        "rnn_tanh.bin",
+        "rnn_tanh.bin.json",
+    ]
+
+
+def test_a_batch_stopped_by_sigterm_leaves_no_temporary(tmp_path):
+    sources = [tmp_path / f"m{n}.h5" for n in range(6)]
+    for source in sources:
+        source.write_bytes((FIXTURES / "keras3" / "lstm.h5").read_bytes())
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "rnnconv", "convert", *map(str, sources), f"{out}/", "-j", "2", "--to", "torch"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.5)  # started, planned, and converting (whenever it lands, nothing may be left half done)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode in (0, 143), stderr
+    assert "Traceback" not in stderr
+    left = [p.name for p in Path(out).iterdir()] if out.exists() else []
+    assert not [name for name in left if name.startswith(".")], left  # no temporary folder left behind
+    assert all(name.endswith(".pt") and (out / name).stat().st_size > 0 for name in left), left
