@@ -47,6 +47,7 @@ from rnnconv.table.constants import (
     KERAS_DIRECTION_GROUPS,
     KERAS_RECURRENT_NAMES,
     KERAS_VARIABLES,
+    MAX_LAYERS,
     MAX_SIZE,
 )
 from rnnconv.table.rows import BIAS_SINGLE, DEFAULT_BIAS_SPLIT, MATRIX_COLUMNS, VERSIONED_DEFAULTS
@@ -239,7 +240,7 @@ class KerasFile:
         names = _weight_names(group)
         if entry.top != entry.name:
             names = [n for n in names if entry.name in n.split("/")]
-        per_direction = 2 if entry.wrapper == "Bidirectional" else 1
+        per_direction = 2 if entry.wrapper == "Bidirectional" else entry.cells  # chunks of one cell's weights
         if len(names) % per_direction or not names:
             raise BadInput(
                 f"{self.path}: layer {entry.name!r} has {len(names)} weights, which does not fit a "
@@ -282,13 +283,21 @@ class KerasFile:
                 f"group {entry.group_path}"
             )
         group = _group(_child(root, entry.group_path), entry.group_path)
-        cells = (
-            [_group(_child(group, s), s) for s in KERAS_DIRECTION_GROUPS]
-            if entry.wrapper == "Bidirectional"
-            else [group]
-        )
+        if entry.wrapper == "Bidirectional":
+            cells = [_group(_child(group, s), s) for s in KERAS_DIRECTION_GROUPS]
+        elif entry.cells > 1:  # StackedRNNCells: cell/cells/<cell name>, for the sizes of a layer that does not convert
+            stacked = _group(_child(group, "cell/cells"), "cells")
+            cells = [_group(_child(stacked, name), name) for name in sorted(stacked, key=_numbered)]
+        else:
+            cells = [group]
         tensors, tensor_names = zip(*(_keras3_cell(cell) for cell in cells))
         return list(tensors), list(tensor_names)
+
+
+def _numbered(name: str) -> tuple[int, str]:
+    """Keras' unique names in the order they were made: lstm_cell, lstm_cell_1, lstm_cell_2, ..., lstm_cell_10."""
+    found = re.fullmatch(r"(.*?)(?:_(\d+))?", name)
+    return (int(found[2]) if found and found[2] else 0), name
 
 
 def _best_effort(entry: _Entry, tensors: Any) -> KerasLayer:
@@ -366,6 +375,12 @@ class _Entry:
     @property
     def display_class(self) -> str:
         return f"{self.wrapper}({self.source_class})" if self.wrapper else self.source_class
+
+    @property
+    def cells(self) -> int:
+        """How many cells the layer stacks (an RNN over StackedRNNCells), else 1."""
+        cells = self.extra.get("cells", 1)
+        return cells if isinstance(cells, int) and 1 <= cells <= MAX_LAYERS else 1
 
     def layer(self, tensors: list[dict[str, Any]], names: list[dict[str, str]]) -> KerasLayer:
         return KerasLayer(
@@ -466,7 +481,9 @@ def _recurrent(cls: str, cfg: dict[str, Any], where: str) -> _Found | None:
             return _Found("no cell", cfg, "RNN", {}, f"{where} is an RNN layer whose config names no cell")
         inner = KERAS_CELLS.get(cell[0])
         if inner is None:
-            return _Found(cell[0], cell[1], "RNN", {}, _not_converted(f"an RNN layer over a {cell[0]} cell"))
+            cells = cell[1].get("cells")
+            extra = {"cells": len(cells)} if isinstance(cells, list) else {}  # StackedRNNCells: for its sizes
+            return _Found(cell[0], cell[1], "RNN", extra, _not_converted(f"an RNN layer over a {cell[0]} cell"))
         return _Found(inner, {**cell[1], "go_backwards": go_backwards}, "RNN", {"go_backwards": bool(go_backwards)})
     # A wrapper: Bidirectional, TimeDistributed, ... (another layer's own "layer" setting may be anything)
     held = _nested(cfg, "layer", where) if cls == "Bidirectional" or isinstance(cfg.get("layer"), dict) else None
@@ -745,10 +762,12 @@ def layer_sizes(layer: KerasLayer) -> RNNSizes | None:
         dtype: str | None = _dtype_name(kernel)
     except (RnnconvError, *DAMAGED):
         dtype = None
+    stacked = layer.extra.get("cells", 1) > 1
     return RNNSizes(
         input_size=min(kernel.shape[0], MAX_SIZE),
         hidden_size=min(recurrent.shape[0], MAX_SIZE),
-        bidirectional=len(layer.tensors) == 2,
+        num_layers=len(layer.tensors) if stacked else 1,
+        bidirectional=not stacked and len(layer.tensors) == 2,
         dtype=dtype,
         bias="bias" in first,
     )
@@ -767,11 +786,15 @@ def _version_defaults(layer: KerasLayer) -> tuple[dict[str, Any], list[str], lis
     for key in (k for k in VERSIONED_DEFAULTS if k in format_defaults and k not in config):
         if era is not None and era.defaults is not None:
             config[key] = era.defaults[key]
-            if config[key] != format_defaults[key]:
-                why = f"{era.writer} had no such setting" if key in era.lacks else f"the default of {era.writer}"
+            if config[key] != format_defaults[key] and key in era.lacks:
                 implied.append(
-                    f"the config holds no {key}, and Keras {layer.keras_version} wrote it: "
-                    f"{key}={config[key]!r} ({why})"
+                    f"Keras {layer.keras_version} wrote it, and {era.writer} had no {key} setting: its "
+                    f"{layer.source_class}s all have {key}={config[key]!r}"
+                )
+            elif config[key] != format_defaults[key]:
+                implied.append(
+                    f"its config holds no {key}, and {key}={config[key]!r} was the default of Keras "
+                    f"{layer.keras_version}"
                 )
         elif key == "reset_after" and layer.tensors and "bias" in layer.tensors[0]:
             config[key] = layer.tensors[0]["bias"].ndim == 2  # (2, 3H): reset-after; (3H,): reset-before
