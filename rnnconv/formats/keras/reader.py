@@ -424,9 +424,7 @@ def _walk_config(model: Any, top: str | None = None, group: str = "", depth: int
             continue
         found = _recurrent(cls, _object(cfg, f"the config of layer {name or cls!r}"), f"layer {name or cls!r}")
         if found:
-            yield _Entry(
-                name, found.source_class, found.config, found.wrapper, found.extra, owner, path, found.refusal
-            )
+            yield _Entry(name, found.source_class, found.config, found.wrapper, found.extra, owner, path, found.refusal)
 
 
 def _model_layers(model: Any) -> list[dict[str, Any]]:
@@ -500,8 +498,10 @@ def _recurrent(cls: str, cfg: dict[str, Any], where: str) -> _Found | None:
         backward = _nested(cfg, "backward_layer", where)
         if backward is not None:
             back = _recurrent(*backward, f"the backward layer of {where}")
-            if not back or back.source_class != found.source_class or back.config.get("units") != found.config.get(
-                "units"
+            if (
+                not back
+                or back.source_class != found.source_class
+                or back.config.get("units") != found.config.get("units")
             ):
                 return _Found(
                     found.source_class,
