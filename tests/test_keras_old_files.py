@@ -69,7 +69,7 @@ def test_inspect_lists_every_recurrent_layer_with_its_sizes(file):
             assert phrase in rnn["reason"] and "has shape" not in rnn["reason"], rnn["reason"]
     shown = run_cli("inspect", OLD / file, env={"COLUMNS": "200"})
     assert "no recurrent layers found" not in shown.stdout
-    for name, (_, converts, sizes, _) in LISTED[file].items():
+    for name, (_, _, sizes, _) in LISTED[file].items():
         assert name in shown.stdout and f"in {sizes[0]} hidden {sizes[1]}" in shown.stdout
 
 
@@ -208,6 +208,10 @@ x = L.RNN([L.LSTMCell(5), L.LSTMCell(5)], return_sequences=True, name="stacked_c
 x = L.Reshape((4, 5, 1))(x)
 x = L.ConvLSTM1D(2, 3, padding="same", return_sequences=True, name="conv_lstm")(x)
 x = L.Reshape((4, 10))(x)
+back = L.GRU(3, return_sequences=True, go_backwards=True)
+x = L.Bidirectional(L.LSTM(3, return_sequences=True), backward_layer=back, name="two_kinds")(x)
+x = L.Reshape((2, 2, 6))(x)
+x = L.TimeDistributed(L.LSTM(2), name="per_step")(x)
 x = L.LSTM(6, name="plain")(x)
 model = keras.Model(inp, x)
 model.save(sys.argv[1] + "/unconverted.keras")
@@ -230,9 +234,14 @@ def test_recurrent_layers_rnnconv_does_not_convert_are_listed_with_the_reason(na
     source = unconverted / name
     report = json.loads(run_cli("inspect", source, "--json").stdout)
     by_name = {rnn["name"]: rnn for rnn in report["rnns"]}
-    assert list(by_name) == ["stacked_cells", "conv_lstm", "plain"]
+    assert list(by_name) == ["stacked_cells", "conv_lstm", "two_kinds", "per_step", "plain"]
     assert by_name["plain"]["converts"]
     assert by_name["stacked_cells"]["class"] == "RNN(StackedRNNCells)"
+    assert by_name["per_step"]["class"] == "TimeDistributed(LSTM)"
+    assert "TimeDistributed wrapper around LSTM is not among" in by_name["per_step"]["reason"]
+    assert by_name["two_kinds"]["class"] == "Bidirectional(LSTM)"
+    assert "backward layer differs from its forward one" in by_name["two_kinds"]["reason"]
+    assert by_name["two_kinds"]["sizes"]["bidirectional"] and by_name["two_kinds"]["sizes"]["input_size"] == 10
     sizes = by_name["stacked_cells"]["sizes"]
     assert (sizes["input_size"], sizes["hidden_size"], sizes["num_layers"]) == (3, 5, 2)
     assert by_name["conv_lstm"]["class"] == "ConvLSTM1D"
@@ -315,3 +324,12 @@ def test_a_list_config_is_the_old_sequential_form_only_for_a_sequential(tmp_path
         config = json.loads(h5.attrs["model_config"])
         h5.attrs["model_config"] = json.dumps({"class_name": "Model", "config": config["config"]})
     assert_clean_failure(run_cli("inspect", source), 2, "the config of model 'Model' is a list")
+
+
+def test_keras_1_layers_are_listed_as_not_converting(tmp_path):
+    report = json.loads(run_cli("inspect", OLD / "lstm_1_2_2.h5", "--json").stdout)
+    (rnn,) = report["rnns"]
+    assert (rnn["name"], rnn["class"], rnn["converts"]) == ("lstm_1", "LSTM", False)
+    assert "Keras 1.2.2 wrote it" in rnn["reason"] and "lstm_1_W_i:0" in rnn["reason"]
+    result = run_cli("keras-to-cudnn", OLD / "lstm_1_2_2.h5", "-o", tmp_path / "x.bin")
+    assert_clean_failure(result, 2, "load the model in Keras 2 and save it again")

@@ -256,7 +256,7 @@ class KerasFile:
                 if role is None and self.versions.get("keras_version", "").startswith("1."):
                     raise Unsupported(
                         f"Keras {self.versions['keras_version']} wrote it, whose recurrent layers store other "
-                        f"weights ({name.split('/')[-1]}, ...) than Keras 2's kernel, recurrent_kernel and bias; "
+                        f"weights ({name.split('/')[-1]}, ...) than Keras 2's {', '.join(KERAS_VARIABLES.values())}; "
                         f"load the model in Keras 2 and save it again"
                     )
                 if role is None:
@@ -493,24 +493,13 @@ def _recurrent(cls: str, cfg: dict[str, Any], where: str) -> _Found | None:
             inner = found.source_class if found.wrapper is None else f"{found.wrapper}({found.source_class})"
             return _Found(inner, found.config, cls, found.extra, _not_converted(f"a {cls} wrapper around {inner}"))
         extra = {"merge_mode": cfg.get("merge_mode", "concat")}
-        if found.refusal:
-            return _Found(found.source_class, found.config, "Bidirectional", extra, found.refusal)
         backward = _nested(cfg, "backward_layer", where)
-        if backward is not None:
-            back = _recurrent(*backward, f"the backward layer of {where}")
-            if (
-                not back
-                or back.source_class != found.source_class
-                or back.config.get("units") != found.config.get("units")
-            ):
-                return _Found(
-                    found.source_class,
-                    found.config,
-                    "Bidirectional",
-                    extra,
-                    "a Bidirectional layer whose backward layer differs from its forward layer has no single cuDNN form",
-                )
-        return _Found(found.source_class, found.config, "Bidirectional", extra)
+        back = _recurrent(*backward, f"the backward layer of {where}") if backward else found
+        if not found.refusal and (
+            not back or (back.source_class, back.config.get("units")) != (found.source_class, found.config.get("units"))
+        ):
+            found.refusal = "a Bidirectional layer whose backward layer differs from its forward one has no cuDNN form"
+        return _Found(found.source_class, found.config, "Bidirectional", extra, found.refusal)
     if re.search(KERAS_RECURRENT_NAMES, cls):
         return _Found(cls, cfg, None, {}, _not_converted(f"a {cls} layer"))
     return None
