@@ -333,3 +333,34 @@ def test_keras_1_layers_are_listed_as_not_converting(tmp_path):
     assert "Keras 1.2.2 wrote it" in rnn["reason"] and "lstm_1_W_i:0" in rnn["reason"]
     result = run_cli("keras-to-cudnn", OLD / "lstm_1_2_2.h5", "-o", tmp_path / "x.bin")
     assert_clean_failure(result, 2, "load the model in Keras 2 and save it again")
+
+
+def _swapped(config: dict) -> int:
+    """Every Sequential of a config turned between its list form (Keras 1 to 2.1) and its object form."""
+    count = 0
+    inner = config.get("config")
+    if config.get("class_name") == "Sequential":
+        if isinstance(inner, list):
+            config["config"] = {"name": "swapped", "layers": inner}
+        else:
+            config["config"] = inner["layers"]
+        count += 1
+    for layer in inner if isinstance(inner, list) else inner.get("layers", []):
+        count += _swapped(layer)
+    return count
+
+
+@pytest.mark.parametrize(
+    "source", [OLD / "bidi_lstm_2_1_6.h5", OLD / "nested_gru_2_1_6.h5", FIXTURES / "keras3" / "mixed.h5"]
+)
+def test_a_sequential_reads_the_same_in_its_list_and_object_forms(source, tmp_path):
+    import h5py
+
+    copy = tmp_path / source.name
+    copy.write_bytes(source.read_bytes())
+    with h5py.File(copy, "r+") as h5:
+        config = json.loads(h5.attrs["model_config"])
+        assert _swapped(config) == 1
+        h5.attrs["model_config"] = json.dumps(config)
+    reports = [json.loads(run_cli("inspect", path, "--json").stdout) for path in (source, copy)]
+    assert reports[0]["rnns"] == reports[1]["rnns"] and len(reports[0]["rnns"]) >= 2

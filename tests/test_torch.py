@@ -431,3 +431,14 @@ def test_zip_checkpoints_need_no_torch_and_the_rest_exits_3(tmp_path):
 def test_inspect_a_checkpoint():
     report = json.loads(run_cli("inspect", TORCH / "seq2seq.pt", "--json").stdout)
     assert [(r["name"], r["class"]) for r in report["rnns"]] == [("encoder.rnn", "nn.LSTM"), ("decoder.rnn", "nn.GRU")]
+
+
+def test_inspect_shows_the_class_and_sizes_of_an_rnn_that_does_not_convert(tmp_path):
+    state = torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True).state_dict()
+    state["weight_hh_l1_reverse"] = state["weight_hh_l1_reverse"][:, :3]
+    torch.save(state, tmp_path / "damaged.pt")
+    report = json.loads(run_cli("inspect", tmp_path / "damaged.pt", "--json").stdout)
+    (rnn,) = report["rnns"]
+    assert (rnn["class"], rnn["converts"]) == ("nn.LSTM", False) and "weight_hh_l1_reverse" in rnn["reason"]
+    sizes = rnn["sizes"]
+    assert (sizes["input_size"], sizes["hidden_size"], sizes["num_layers"], sizes["bidirectional"]) == (3, 4, 2, True)

@@ -239,6 +239,10 @@ def mutate_hdf5(data: bytes, rng: random.Random) -> bytes:
 NON_OBJECTS: list[Any] = [[1, 2], 7, -1.5, "lstm", True, [["tanh"]], [None], "", 0]
 
 
+def _non_object(rng: random.Random) -> Any:
+    return json.loads(json.dumps(rng.choice(NON_OBJECTS)))  # a copy: a later round may insert into it
+
+
 def _keras_models_and_layers(model: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every model of a config (the top one and those nested, at any depth) and every layer entry in them."""
     models, layers, pending = [], [], [model]
@@ -301,9 +305,9 @@ def mutate_keras_config(config: dict[str, Any], rng: random.Random) -> bool:
         return False
     if op == "wrapped":
         holder, key = rng.choice(holders)
-        holder[key] = rng.choice(NON_OBJECTS)
+        holder[key] = _non_object(rng)
     elif op == "layer_config":
-        rng.choice(layers)["config"] = rng.choice(NON_OBJECTS)
+        rng.choice(layers)["config"] = _non_object(rng)
     elif op == "layers":
         model = rng.choice([m for m in models if isinstance(m.get("config"), dict)] or [config])
         model["config"] = {"layers": None} if not isinstance(model.get("config"), dict) else model["config"]
@@ -314,9 +318,9 @@ def mutate_keras_config(config: dict[str, Any], rng: random.Random) -> bool:
         if named and rng.random() < 0.5:
             rng.choice(named)["class_name"] = rng.choice([None, 5, [], {"a": 1}])
         else:
-            entries.insert(rng.randint(0, len(entries)), rng.choice(NON_OBJECTS))
+            entries.insert(rng.randint(0, len(entries)), _non_object(rng))
     else:
-        config["config"] = rng.choice(NON_OBJECTS)
+        config["config"] = _non_object(rng)
     return True
 
 
