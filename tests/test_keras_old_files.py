@@ -364,3 +364,28 @@ def test_a_sequential_reads_the_same_in_its_list_and_object_forms(source, tmp_pa
         h5.attrs["model_config"] = json.dumps(config)
     reports = [json.loads(run_cli("inspect", path, "--json").stdout) for path in (source, copy)]
     assert reports[0]["rnns"] == reports[1]["rnns"] and len(reports[0]["rnns"]) >= 2
+
+
+def test_bare_tensors_that_fit_no_layer_are_listed_and_a_dense_layer_is_not(tmp_path):
+    import h5py
+    import keras
+
+    odd = tmp_path / "odd_weights.h5"
+    odd.write_bytes((FIXTURES / "tf_keras" / "lstm_weights.h5").read_bytes())
+    with h5py.File(odd, "r+") as h5:
+        name = next(n for n in _datasets(h5) if n.endswith("recurrent_kernel:0"))
+        del h5[name]
+        h5[name] = np.zeros((7, 21), np.float32)  # three gates' columns beside an LSTM's kernel
+    (rnn,) = json.loads(run_cli("inspect", odd, "--json").stdout)["rnns"]
+    assert (rnn["name"], rnn["class"], rnn["converts"]) == ("lstm", "unknown", False)
+    assert "fit no Keras recurrent layer" in rnn["reason"] and "recurrent_kernel (7, 21)" in rnn["reason"]
+    model = keras.Sequential([keras.Input((4, 3)), keras.layers.LSTM(5, return_sequences=True), keras.layers.Dense(6)])
+    model.save_weights(tmp_path / "dense.weights.h5")
+    report = json.loads(run_cli("inspect", tmp_path / "dense.weights.h5", "--json").stdout)
+    assert [rnn["class"] for rnn in report["rnns"]] == ["LSTM"]
+
+
+def _datasets(h5) -> list[str]:
+    names: list[str] = []
+    h5.visit(names.append)
+    return names

@@ -560,7 +560,7 @@ def _infer_legacy(weights: h5py.Group) -> list[KerasLayer]:
             by_layer.setdefault(parts[-1], []).append(roles)
         for name, directions in by_layer.items():
             tensors = [{r: _dataset(_child(group, n), n) for r, n in roles.items()} for roles in directions]
-            layer = _inferred_layer(name, tensors, directions)
+            layer = _inferred_layer(name, tensors, directions, named=True)
             if layer:
                 layers.append(layer)
     return layers
@@ -608,7 +608,7 @@ def _infer_keras3(root: h5py.Group) -> list[KerasLayer]:
             else:
                 visit(child, depth + 1)
                 continue
-            layer = _inferred_layer(_keras3_name(child), [c[0] for c in cells], [c[1] for c in cells])
+            layer = _inferred_layer(_keras3_name(child), [c[0] for c in cells], [c[1] for c in cells], named=False)
             if layer:
                 layers.append(layer)
 
@@ -622,10 +622,12 @@ def _keras3_name(group: h5py.Group) -> str:
     return "/".join(part for part in group.name.strip("/").split("/") if part != "layers")
 
 
-def _inferred_layer(name: str, tensors: list[dict[str, Any]], names: list[Any]) -> KerasLayer | None:
+def _inferred_layer(name: str, tensors: list[dict[str, Any]], names: list[Any], named: bool) -> KerasLayer | None:
     """A layer whose class comes from tensor shapes alone (no config in the file).
 
-    A recurrent kernel makes it a recurrent layer: one whose shapes fit no row is listed as not converting.
+    A recurrent kernel makes it a recurrent layer, listed as not converting when its shapes fit no row: one
+    named so (legacy files), or, where only positions tell (Keras 3 `vars/0..2`), a second matrix of G*H columns
+    for H rows beside a first matrix (a Dense layer's second variable is its bias).
     """
     first = tensors[0]
     if "recurrent_matrix" not in first:
@@ -634,7 +636,10 @@ def _inferred_layer(name: str, tensors: list[dict[str, Any]], names: list[Any]) 
     wrapper = "Bidirectional" if len(tensors) == 2 else None
     actual = {role: tuple(t.shape) for role, t in first.items()}
     rec, kernel = actual["recurrent_matrix"], actual.get("input_matrix", ())
-    if len(rec) == 2 and rec[0] and not rec[1] % rec[0] and len(kernel) == 2:
+    recurrent_shaped = len(rec) == 2 and rec[0] and not rec[1] % rec[0] and len(kernel) == 2
+    if not (named or recurrent_shaped):
+        return None
+    if recurrent_shaped:
         hidden, has_bias = rec[0], "bias" in first
         for row in rows_for("keras"):  # the first Keras row whose stored shapes these are
             if row.adapter and stored_shapes(row, hidden, kernel[0], hidden, has_bias=has_bias) == actual:
@@ -1003,10 +1008,6 @@ DAMAGED = (
     zlib.error,
 )
 MAX_NESTING = 64  # models and groups nested deeper than this are no Keras model
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def _child(group: h5py.Group, path: str) -> Any:
