@@ -152,13 +152,7 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         case.commands.append(["convert", source, "{dir}/existing.bin"])  # must not replace it without --force
         if name in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
-            if family in (
-                "keras_h5",
-                "keras_archive",
-                "keras_weights",
-                "keras_config",
-                "torch_zip",
-            ):  # the user's model patched
+            if family.startswith("keras_") or family == "torch_zip":  # the user's model patched
                 patched = "{dir}/patched" + "".join(Path(source_name).suffixes)
                 case.commands.append(["convert", str(seeds.good_blob[name]), patched, "--into", source])
         return case
