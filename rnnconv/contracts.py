@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, field_validator, model_validator
 
 from rnnconv.dtypes import DTYPES
 from rnnconv.errors import BackendMissing, BadInput, Mismatch
@@ -319,15 +319,47 @@ class Report(Contract):
 # --- inspect and convert results --------------------------------------------------------------
 
 
+class RNNSizes(Contract):
+    """An RNN's sizes as its file stores them, known whether or not it converts (a refused RNN has no cuDNN spec,
+    and its sizes are what a user needs to decide what to state or retrain)."""
+
+    input_size: int = Field(ge=0, le=MAX_SIZE)
+    hidden_size: int = Field(ge=0, le=MAX_SIZE)
+    num_layers: int = Field(1, ge=1, le=MAX_LAYERS)
+    bidirectional: bool = False
+    proj_size: int = Field(0, ge=0, le=MAX_SIZE)
+    dtype: str | None = None  # the stored element type, when it is one rnnconv names
+    bias: bool | None = None  # whether the file stores biases, when that is known
+
+    @classmethod
+    def of(cls, spec: SpecModel) -> RNNSizes:
+        return cls(
+            input_size=spec.input_size,
+            hidden_size=spec.hidden_size,
+            num_layers=spec.num_layers,
+            bidirectional=spec.bidirectional,
+            proj_size=spec.proj_size,
+            dtype=spec.dtype,
+            bias=spec.bias,
+        )
+
+
 class InspectEntry(Contract):
     name: str
     layer_class: str = Field(alias="class")
     spec: SpecModel | None = None
+    sizes: RNNSizes | None = None  # always given with a spec; for a refused RNN, where the file tells them
     converts: bool
     reason: str | None = None
     notes: list[str] = Field(default_factory=list)
     source: Provenance | None = None
     layout: LayoutInfo | None = None
+
+    @model_validator(mode="after")
+    def _sizes_of_spec(self) -> InspectEntry:
+        if self.spec is not None and self.sizes is None:
+            self.sizes = RNNSizes.of(self.spec)
+        return self
 
 
 class InspectReport(Contract):

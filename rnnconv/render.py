@@ -35,6 +35,7 @@ from rnnconv.contracts import (
     InspectReport,
     Report,
     Reports,
+    RNNSizes,
     SpecModel,
     Tolerance,
     dump,
@@ -90,14 +91,19 @@ def warning(text: str) -> None:
 
 
 def spec_text(spec: SpecModel | None) -> str:
-    if spec is None:
+    return "-" if spec is None else f"{spec.mode} {sizes_text(spec)}"
+
+
+def sizes_text(sizes: SpecModel | RNNSizes | None) -> str:
+    """An RNN's sizes: a spec's without its mode, or those of an RNN that does not convert (which has none)."""
+    if sizes is None:
         return "-"
-    text = f"{spec.mode} in {spec.input_size} hidden {spec.hidden_size}"
-    if spec.proj_size:
-        text += f" proj {spec.proj_size}"
-    if spec.num_layers > 1:
-        text += f" x{spec.num_layers} layers"
-    return text + (" bidirectional" if spec.bidirectional else "") + f" {spec.dtype}"
+    text = f"in {sizes.input_size} hidden {sizes.hidden_size}"
+    if sizes.proj_size:
+        text += f" proj {sizes.proj_size}"
+    if sizes.num_layers > 1:
+        text += f" x{sizes.num_layers} layers"
+    return text + (" bidirectional" if sizes.bidirectional else "") + (f" {sizes.dtype}" if sizes.dtype else "")
 
 
 @shown
@@ -225,7 +231,8 @@ def inspection(report: InspectReport, as_json: bool, quiet: bool, verbose: bool)
         table.add_column(column, overflow="fold")
     for rnn in report.rnns:
         verdict = "[green]yes[/]" if rnn.converts else "[red]no[/], see below"
-        table.add_row(escape(rnn.name), escape(rnn.layer_class), spec_text(rnn.spec), verdict)
+        spec = spec_text(rnn.spec) if rnn.spec else sizes_text(rnn.sizes)
+        table.add_row(escape(rnn.name), escape(rnn.layer_class), spec, verdict)
     out.print(table)
     if not report.rnns:
         out.print("no recurrent layers found")

@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 from conftest import ROOT
 
@@ -47,7 +46,7 @@ def test_the_readme_says_first_what_verify_needs_and_each_extra_exists():
     opening = README.split("\n## ", 1)[0]
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     named = set(re.findall(r"pip install '\.\[(\w+)\]'", opening))
-    assert {"torch", "keras", "onnx"} <= named and named <= set(extras), named
+    assert {"torch", "keras", "onnx"} <= named <= set(extras), named
     assert "pip install --no-deps tf-keras" in opening and "rnnconv verify" in opening
 
 

@@ -347,3 +347,13 @@ def test_checkpoints_need_no_tensorflow_and_verify_exits_3(tmp_path):
     assert [r["name"] for r in json.loads(listed.stdout)["rnns"]] == ["decoder/cudnn_gru", "encoder/cudnn_lstm"]
     result = run_cli("verify", tmp_path / "a.bin", "--backend", "numpy", env=no_tf)
     assert_clean_failure(result, 3, "needs TensorFlow", "pip install 'rnnconv[keras]'")
+
+
+@pytest.mark.parametrize("kind,dtype", [("unknown tensor", "float32"), ("integer kernel", None)])
+def test_inspect_shows_the_sizes_of_a_layer_that_does_not_convert(kind, dtype, tmp_path):
+    index = _damaged(kind, tmp_path)
+    report = json.loads(run_cli("inspect", index, "--json").stdout)
+    (rnn,) = report["rnns"]
+    assert rnn["class"] == "CudnnLSTM" and not rnn["converts"] and DAMAGED[kind] in rnn["reason"]
+    sizes = rnn["sizes"]
+    assert (sizes["input_size"], sizes["hidden_size"], sizes["num_layers"], sizes.get("dtype")) == (5, 4, 1, dtype)

@@ -461,3 +461,14 @@ def test_a_legacy_checkpoint_of_another_pickle_protocol_says_so_and_nothing_of_t
     result = run_cli("torch-to-cudnn", tmp_path / "p4.pt", "-o", tmp_path / "x.bin")
     assert_clean_failure(result, 2, "legacy torch.save checkpoint written with pickle protocol 4")
     assert result.stderr.startswith("error:") and "Warning" not in result.stderr, result.stderr
+
+
+def test_inspect_shows_the_class_and_sizes_of_an_rnn_that_does_not_convert(tmp_path):
+    state = torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True).state_dict()
+    state["weight_hh_l1_reverse"] = state["weight_hh_l1_reverse"][:, :3]
+    torch.save(state, tmp_path / "damaged.pt")
+    report = json.loads(run_cli("inspect", tmp_path / "damaged.pt", "--json").stdout)
+    (rnn,) = report["rnns"]
+    assert (rnn["class"], rnn["converts"]) == ("nn.LSTM", False) and "weight_hh_l1_reverse" in rnn["reason"]
+    sizes = rnn["sizes"]
+    assert (sizes["input_size"], sizes["hidden_size"], sizes["num_layers"], sizes["bidirectional"]) == (3, 4, 2, True)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance
+from rnnconv.contracts import InspectEntry, InspectReport, Provenance, RNNSizes
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, several_rnns
 from rnnconv.formats._tensor_bundle import (
     DATA_SHARD,
@@ -46,6 +46,8 @@ from rnnconv.safeio import digest_in_background
 from rnnconv.table.apply import check_shapes, gate_loaders, nonlinearity_mode, rows_for, stored_shapes
 from rnnconv.table.constants import (
     ELEMENT_TYPE_CODES,
+    MAX_LAYERS,
+    MAX_SIZE,
     NONLINEARITIES,
     TF1_ALL_ROWS,
     TF1_BIAS,
@@ -209,6 +211,24 @@ def _sizes(checkpoint: Checkpoint, rnn: TF1RNN, what: str) -> tuple[int, int]:
     if n_in < 1:
         raise BadInput(f"{what}: {first_variable} has {rows} rows for hidden size {hidden}")
     return n_in, hidden
+
+
+def refused_sizes(checkpoint: Checkpoint, rnn: TF1RNN) -> RNNSizes | None:
+    """The sizes of a layer that does not convert, as far as its first layer's tensors tell them."""
+    if (0, 0) not in rnn.tensors:
+        return None
+    try:
+        n_in, hidden = _sizes(checkpoint, rnn, rnn.name)
+    except RnnconvError:
+        return None
+    dtype = checkpoint.dtypes.get(rnn.tensors[(0, 0)].get(TF1_VARIABLES[rnn.cell]["input_matrix"][0][0], ""))
+    return RNNSizes(
+        input_size=min(n_in, MAX_SIZE),
+        hidden_size=min(hidden, MAX_SIZE),
+        num_layers=min(1 + max(layer for layer, _ in rnn.tensors), MAX_LAYERS),
+        bidirectional=rnn.bidirectional,
+        dtype=str(dtype) if dtype in ELEMENT_TYPE_CODES else None,
+    )
 
 
 def to_canonical(
@@ -469,7 +489,13 @@ class TF1Format(Format):
                 )
             except RnnconvError as exc:
                 entries.append(
-                    InspectEntry(name=rnn.name, layer_class=rnn.row.source_class, converts=False, reason=str(exc))
+                    InspectEntry(
+                        name=rnn.name,
+                        layer_class=rnn.row.source_class,
+                        sizes=refused_sizes(checkpoint, rnn),
+                        converts=False,
+                        reason=str(exc),
+                    )
                 )
         for name in opaque_only:
             reason = OPAQUE_REASON.format(name=name)

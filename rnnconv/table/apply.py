@@ -8,6 +8,7 @@ stays in the format modules; these functions know only the row's columns.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,9 +24,11 @@ from rnnconv.table.rows import (
     BIAS_SPLITS,
     BIAS_STACKED,
     DEFAULT_BIAS_SPLIT,
+    KERAS_ERAS,
     MATRIX_COLUMNS,
     MATRIX_ROWS,
     TABLE,
+    KerasEra,
     Row,
 )
 from rnnconv.transpose import transposed
@@ -55,6 +58,16 @@ def find_row(fmt: str, source_class: str, config: Mapping[str, Any] | None = Non
             return row
     chosen = {key: row.setting(config, key) for row in candidates for key in row.when}
     raise Unsupported(f"no layout for a {fmt} {source_class} with {chosen}")
+
+
+def keras_era(version: str | None) -> KerasEra | None:
+    """The era of a Keras version string ("2.0.8", "2.1.6-tf", "3.6.0"), or None when it names none."""
+    found = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
+    if not found:
+        return None
+    number = (int(found[1]), int(found[2]), int(found[3]))
+    tf_suffix = (version or "").endswith("-tf")
+    return next((era for era in KERAS_ERAS if era.holds(number, tf_suffix)), None)
 
 
 def row_for_mode(fmt: str, mode: str, cell_class: bool = False) -> tuple[Row, str]:

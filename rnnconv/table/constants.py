@@ -101,6 +101,9 @@ KERAS_INITIALIZERS: Final = ("kernel_initializer", "recurrent_initializer", "bia
 # Keras cell classes and the layer class each computes as (RNN(cell) wraps one).
 KERAS_CELLS: Final[dict[str, str]] = {"LSTMCell": "LSTM", "GRUCell": "GRU", "SimpleRNNCell": "SimpleRNN"}
 KERAS_WRAPPERS: Final = ("Bidirectional", "RNN")
+# Class names of recurrent layers rnnconv lists without converting them (ConvLSTM2D, PeepholeLSTMCell,
+# StackedRNNCells, a custom AttentionGRU): a file that holds one never reads as holding no recurrent layer.
+KERAS_RECURRENT_NAMES: Final = r"LSTM|GRU|RNN"
 # Bidirectional's sub-layer groups in a Keras 3 weights file, forward first.
 KERAS_DIRECTION_GROUPS: Final = ("forward_layer", "backward_layer")
 

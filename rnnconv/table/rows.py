@@ -130,6 +130,50 @@ ACTIVATION, ACTIVATIONS = ("activation",), ("activation", "recurrent_activation"
 KERAS_LSTM_DEFAULTS = {"activation": "tanh", "recurrent_activation": "sigmoid", "use_bias": True}
 KERAS_GRU_DEFAULTS = {**KERAS_LSTM_DEFAULTS, "reset_after": True}  # True since TF2 (docs/LAYOUTS.md section 7)
 KERAS_SIMPLE_DEFAULTS = {"activation": "tanh", "use_bias": True}
+
+
+@dataclass(frozen=True)
+class KerasEra:
+    """Keras versions that share their LSTM/GRU defaults (docs/LAYOUTS.md section 7).
+
+    A setting a file's config leaves out, or that a weights file without a config cannot store, means the
+    default of the version that wrote the file: `defaults` says it, or is None where the version string
+    alone does not tell (tf.keras "2.2.4-tf" was TensorFlow 1.13-1.15's and 2.0/2.1's).
+    """
+
+    writer: str  # how people name these versions
+    first: tuple[int, int, int]  # the first version of the era
+    until: tuple[int, int, int] | None  # the first version after it
+    tf: bool | None  # versions with tf.keras' "-tf" suffix only (True), without it only (False), either (None)
+    defaults: Mapping[str, Any] | None
+    lacks: tuple[str, ...] = ()  # settings these versions do not have: their configs never hold them
+
+    def holds(self, number: tuple[int, int, int], tf_suffix: bool) -> bool:
+        in_range = self.first <= number and (self.until is None or number < self.until)
+        return in_range and self.tf in (None, tf_suffix)
+
+
+RESET_BEFORE_ONLY = {"recurrent_activation": "hard_sigmoid", "reset_after": False}
+KERAS_ERAS: Final = (
+    KerasEra("Keras 1", (1, 0, 0), (2, 0, 0), None, RESET_BEFORE_ONLY, lacks=("reset_after",)),
+    # reset_after came with Keras 2.1.5 (for CuDNNGRU weights); before it every GRU was reset-before.
+    KerasEra("Keras 2.0-2.1.4", (2, 0, 0), (2, 1, 5), None, RESET_BEFORE_ONLY, lacks=("reset_after",)),
+    KerasEra("Keras 2.1.5-2.2", (2, 1, 5), (2, 3, 0), False, RESET_BEFORE_ONLY),
+    KerasEra("tf.keras of TensorFlow 1.x", (2, 1, 5), (2, 2, 4), True, RESET_BEFORE_ONLY),
+    KerasEra("tf.keras 2.2.4-tf (TensorFlow 1.13-1.15 or 2.0/2.1)", (2, 2, 4), (2, 2, 5), True, None),
+    # Keras 2.3.0: "Change default recurrent activation to sigmoid (from hard_sigmoid) in all RNN layers".
+    KerasEra("Keras 2.3", (2, 3, 0), (2, 4, 0), False, {"recurrent_activation": "sigmoid", "reset_after": False}),
+    KerasEra(
+        "tf.keras of TensorFlow 2.2 and later, tf-keras, Keras 3",
+        (2, 3, 0),
+        None,
+        None,
+        {"recurrent_activation": "sigmoid", "reset_after": True},
+    ),
+)
+# The settings whose default depends on the Keras version that wrote a file.
+VERSIONED_DEFAULTS: Final = tuple(dict.fromkeys(key for era in KERAS_ERAS for key in era.defaults or {}))
+
 FIXED = {"activation": "tanh"}  # classes whose activation is not a setting
 TORCH_RNN_DEFAULTS = {"activation": "tanh"}  # nn.RNN's nonlinearity (not stored in a state_dict)
 ONNX_GATED_DEFAULTS = {"activation": "tanh", "recurrent_activation": "sigmoid"}

@@ -40,6 +40,7 @@ CATEGORIES = (
     "temp_left",
     "clobbered",
     "code_executed",
+    "malformed_accepted",  # exit 0 on an input its mutator damaged where every reader must refuse it
 )
 FAMILIES = (
     "keras_h5",
@@ -54,6 +55,7 @@ FAMILIES = (
     "blob_sidecar",
     "rnnconv_safetensors",
     "raw_blob",
+    "keras_config",
 )
 
 
@@ -110,6 +112,7 @@ class Case:
     name: str
     files: dict[str, bytes]
     commands: list[list[str]] = field(default_factory=list)  # {dir} is the case's folder
+    must_refuse: bool = False  # every command must fail: the input is damaged where rnnconv reads it
 
 
 def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case:
@@ -123,17 +126,24 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         "payload": [n for n in seeds.sources if n.startswith("payload")],
         "odd_torch": [n for n in seeds.sources if n.startswith("odd")],
         "onnx": [n for n in seeds.sources if n.endswith(".onnx")],
+        "keras_config": [
+            n for n in seeds.sources if n.endswith((".h5", ".keras")) and "weights" not in n and "payload" not in n
+        ],
     }
     if family in by_kind:
         name = rng.choice(by_kind[family] or [next(iter(seeds.sources))])
         data = seeds.sources[name].read_bytes()
+        must_refuse = False
         if family == "payload" and rng.random() < 0.5:
             source_name = name  # unmutated: the payload itself must not run
+        elif family == "keras_config":
+            data, must_refuse = mutators.mutate_keras_config_file(name, data, rng)
+            source_name = f"mut_{name}"
         else:
             source_name, data = f"mut_{name}", mutators.mutate_file(name, data, rng)
         if family == "payload" and rng.random() < 0.3:
             source_name, data = "code.pt", mutators.code_pickle(rng)
-        case = Case(family, f"{index:06d}_{family}_{name}", {source_name: data})
+        case = Case(family, f"{index:06d}_{family}_{name}", {source_name: data}, must_refuse=must_refuse)
         source = "{dir}/" + source_name
         targets = [".safetensors", ".pt" if "keras" in family or "payload" in family else ".keras"]
         if family == "onnx":
@@ -142,7 +152,7 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         case.commands.append(["convert", source, "{dir}/existing.bin"])  # must not replace it without --force
         if name in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
-            if family in ("keras_h5", "keras_archive", "keras_weights", "torch_zip"):  # the user's model patched
+            if family.startswith("keras_") or family == "torch_zip":  # the user's model patched
                 patched = "{dir}/patched" + "".join(Path(source_name).suffixes)
                 case.commands.append(["convert", str(seeds.good_blob[name]), patched, "--into", source])
         return case
@@ -281,6 +291,8 @@ def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, t
             problems.append("temp_left")
         if code not in (0, 1) and created:
             problems.append("partial_output")
+        if case.must_refuse and code == 0:
+            problems.append("malformed_accepted")
         for name in created:  # the next command starts from the case's own files
             (folder / name).unlink(missing_ok=True)
         for problem in problems:

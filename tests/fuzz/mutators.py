@@ -232,6 +232,125 @@ def mutate_hdf5(data: bytes, rng: random.Random) -> bytes:
     return buffer.getvalue()
 
 
+# --- Keras model configs: every level damaged, Sequential in its list and object forms ----------------------
+
+# What a damaged config holds where Keras writes an object (a layer's config, a cell, a wrapped layer, a model's
+# config): none of them is an object, nor a list of layer objects (the old Sequential form), nor null (absent).
+NON_OBJECTS: list[Any] = [[1, 2], 7, -1.5, "lstm", True, [["tanh"]], [None], "", 0]
+
+
+def _non_object(rng: random.Random) -> Any:
+    return json.loads(json.dumps(rng.choice(NON_OBJECTS)))  # a copy: a later round may insert into it
+
+
+def _keras_models_and_layers(model: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every model of a config (the top one and those nested, at any depth) and every layer entry in them."""
+    models, layers, pending = [], [], [model]
+    while pending:
+        node = pending.pop()
+        models.append(node)
+        config = node.get("config")
+        entries = config if isinstance(config, list) else config.get("layers", []) if isinstance(config, dict) else []
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, dict):
+                continue
+            layers.append(entry)
+            inner = entry.get("config")
+            if isinstance(inner, list) or (isinstance(inner, dict) and isinstance(inner.get("layers"), list)):
+                pending.append(entry)
+    return models, layers
+
+
+def _held_objects(cls: Any, config: Any) -> list[tuple[dict[str, Any], str]]:
+    """(holder, key) of every object a layer's config holds that rnnconv reads: an RNN's cell, a Bidirectional's
+    layers, and their configs, at any depth (an RNN inside a Bidirectional)."""
+    found: list[tuple[dict[str, Any], str]] = []
+    if not isinstance(config, dict):
+        return found
+    for key in _WRAPPED.get(str(cls), ()):
+        held = config.get(key)
+        if isinstance(held, dict):
+            found.append((config, key))
+            if isinstance(held.get("config"), dict):
+                found.append((held, "config"))
+                found += _held_objects(held.get("class_name"), held["config"])
+    return found
+
+
+_WRAPPED = {"RNN": ("cell",), "Bidirectional": ("layer", "backward_layer")}
+
+
+def mutate_keras_config(config: dict[str, Any], rng: random.Random) -> bool:
+    """Damage one level of a Keras model config in place, and say so (True: it must be refused); or turn a
+    Sequential between its list form (Keras 1 to 2.1) and its object form (False: it reads as before)."""
+    models, layers = _keras_models_and_layers(config)
+    sequentials = [m for m in models if m.get("class_name") == "Sequential"]
+    holders = [pair for entry in layers for pair in _held_objects(entry.get("class_name"), entry.get("config"))]
+    entry_lists = [
+        m["config"] if isinstance(m["config"], list) else m["config"]["layers"]
+        for m in models
+        if isinstance(m.get("config"), list)
+        or (isinstance(m.get("config"), dict) and isinstance(m["config"].get("layers"), list))
+    ]
+    ops = ["model_config"] + ["layer_config"] * bool(layers) + ["layers", "entry"] * bool(entry_lists)
+    ops += ["wrapped"] * 2 * bool(holders) + ["swap"] * 2 * bool(sequentials)
+    op = rng.choice(ops)
+    if op == "swap":
+        model = rng.choice(sequentials)
+        inner = model["config"]
+        if isinstance(inner, list):
+            model["config"] = {"name": str(model.get("name", "sequential_swapped")), "layers": inner}
+        elif isinstance(inner, dict) and isinstance(inner.get("layers"), list):
+            model["config"] = inner["layers"]
+        return False
+    if op == "wrapped":
+        holder, key = rng.choice(holders)
+        holder[key] = _non_object(rng)
+    elif op == "layer_config":
+        rng.choice(layers)["config"] = _non_object(rng)
+    elif op == "layers":
+        model = rng.choice([m for m in models if isinstance(m.get("config"), dict)] or [config])
+        model["config"] = {"layers": None} if not isinstance(model.get("config"), dict) else model["config"]
+        model["config"]["layers"] = rng.choice([7, "layers", {"class_name": "LSTM"}, {}])
+    elif op == "entry":
+        entries = rng.choice(entry_lists)
+        named = [e for e in entries if isinstance(e, dict)]
+        if named and rng.random() < 0.5:
+            rng.choice(named)["class_name"] = rng.choice([None, 5, [], {"a": 1}])
+        else:
+            entries.insert(rng.randint(0, len(entries)), _non_object(rng))
+    else:
+        config["config"] = _non_object(rng)
+    return True
+
+
+def mutate_keras_config_file(name: str, data: bytes, rng: random.Random) -> tuple[bytes, bool]:
+    """A Keras model (.h5 with a model_config, or .keras) with its config mutated by `mutate_keras_config` one to
+    three times; True when the result must be refused."""
+
+    def mutated(text: str) -> tuple[str, bool]:
+        config = json.loads(text)
+        refuse = False
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            refuse = mutate_keras_config(config, rng) or refuse
+        return json.dumps(config), refuse
+
+    if name.endswith(".keras"):
+        members = _members(data)
+        refuse = False
+        for index, (info, payload) in enumerate(members):
+            if info.filename == "config.json":
+                text, refuse = mutated(payload.decode())
+                members[index] = (info, text.encode())
+        return _rezip(members), refuse
+    buffer = io.BytesIO(data)
+    with h5py.File(buffer, "r+") as h5:
+        text = h5.attrs["model_config"]
+        text, refuse = mutated(text.decode() if isinstance(text, bytes) else str(text))
+        h5.attrs["model_config"] = text
+    return buffer.getvalue(), refuse
+
+
 # --- zip archives (.keras, torch.save) -------------------------------------------------------------
 
 

@@ -30,6 +30,10 @@ KERAS_SEEDS = [
     "tf_keras/mixed.weights.h5",
     "keras2/mixed.h5",
     "keras2/lstm_weights.h5",
+    "keras2_early/bidi_lstm_2_1_6.h5",
+    "keras2_early/nested_gru_2_1_6.h5",
+    "keras2_early/gru_2_0_8.h5",
+    "keras2_early/bidi_lstm_2_1_6_weights.h5",
 ]
 TORCH_SEEDS = [
     "torch/seq2seq.pt",

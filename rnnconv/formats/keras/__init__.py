@@ -47,7 +47,7 @@ class KerasFormat(Format):
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
-        from rnnconv.formats.keras.reader import KerasFile, old_defaults, to_canonical
+        from rnnconv.formats.keras.reader import KerasFile, to_canonical
 
         with KerasFile(path) as keras_file:
             versions = keras_file.versions
@@ -60,10 +60,9 @@ class KerasFormat(Format):
             digest = digest_in_background(path) if options.hash_source else None
 
             stated = {"activation": options.activation, "recurrent_activation": options.recurrent_activation}
-            defaults = old_defaults(versions.get("keras_version")) if keras_file.config is None else None
 
             def canonical(layer: KerasLayer) -> CanonicalRNN:
-                rnn = to_canonical(layer, info, options.bias_split, keras_file.reader, stated, defaults)
+                rnn = to_canonical(layer, info, options.bias_split, keras_file.reader, stated)
                 rnn.digest = digest
                 return rnn
 
@@ -97,14 +96,13 @@ class KerasFormat(Format):
         return Written([path])
 
     def inspect(self, path: Path) -> InspectReport:
-        from rnnconv.formats.keras.reader import KerasFile, old_defaults, to_canonical
+        from rnnconv.formats.keras.reader import KerasFile, layer_sizes, to_canonical
 
         entries = []
         with KerasFile(path) as keras_file:
-            defaults = old_defaults(keras_file.versions.get("keras_version")) if keras_file.config is None else None
             for layer in keras_file.layers:
                 try:
-                    rnn = to_canonical(layer, Provenance(path=str(path)), old_defaults=defaults)
+                    rnn = to_canonical(layer, Provenance(path=str(path)))
                     entries.append(
                         InspectEntry(
                             name=layer.name,
@@ -117,7 +115,11 @@ class KerasFormat(Format):
                 except RnnconvError as exc:
                     entries.append(
                         InspectEntry(
-                            name=layer.name, layer_class=layer.display_class, spec=None, converts=False, reason=str(exc)
+                            name=layer.name,
+                            layer_class=layer.display_class,
+                            sizes=layer_sizes(layer),
+                            converts=False,
+                            reason=str(exc),
                         )
                     )
             return InspectReport(path=str(path), format=keras_file.kind, versions=keras_file.versions, rnns=entries)

@@ -10,6 +10,7 @@ through the Keras rows of the layout table.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import re
@@ -25,15 +26,31 @@ import h5py
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance
+from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.dtypes import source_dtype_name
-from rnnconv.errors import BadInput, Unsupported, first_line, no_such_rnn, several_rnns
+from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats import _zip
 from rnnconv.formats.registry import HDF5_MAGIC, ZIP_MAGIC
 from rnnconv.safeio import Guard, add_guard, checksum_guard, json_document, regular_file, within
-from rnnconv.table.apply import check_shapes, classes_of, find_row, gate_loaders, mode_for, rows_for, stored_shapes
-from rnnconv.table.constants import KERAS_CELLS, KERAS_DIRECTION_GROUPS, KERAS_VARIABLES
-from rnnconv.table.rows import BIAS_SINGLE, DEFAULT_BIAS_SPLIT, MATRIX_COLUMNS
+from rnnconv.table.apply import (
+    check_shapes,
+    classes_of,
+    find_row,
+    gate_loaders,
+    keras_era,
+    mode_for,
+    rows_for,
+    stored_shapes,
+)
+from rnnconv.table.constants import (
+    KERAS_CELLS,
+    KERAS_DIRECTION_GROUPS,
+    KERAS_RECURRENT_NAMES,
+    KERAS_VARIABLES,
+    MAX_LAYERS,
+    MAX_SIZE,
+)
+from rnnconv.table.rows import BIAS_SINGLE, DEFAULT_BIAS_SPLIT, MATRIX_COLUMNS, VERSIONED_DEFAULTS
 from rnnconv.transpose import transposed
 
 RECURRENT_CLASSES = set(classes_of("keras"))
@@ -50,6 +67,8 @@ class KerasLayer:
     wrapper: str | None = None  # "Bidirectional", "RNN" or None
     extra: dict[str, Any] = field(default_factory=dict)  # merge_mode, go_backwards, ...
     inferred: bool = False  # class and activations guessed from a bare weights file
+    refusal: str | None = None  # why this recurrent layer does not convert (its tensors are then best effort)
+    keras_version: str | None = None  # the file's: the defaults of that version fill what its config leaves out
 
     @property
     def bidirectional(self) -> bool:
@@ -198,19 +217,28 @@ class KerasFile:
         else:
             layers = _infer_keras3(root)
         for layer in layers:
-            for tensors in layer.tensors:
+            layer.keras_version = self.versions.get("keras_version")
+            for tensors in [] if layer.refusal else layer.tensors:  # a refused layer's tensors are never read
                 for role, dataset in tensors.items():
                     _check_tensor(dataset, f"{self.path}: {layer.name} {role}", self.limit)
         return layers
 
     def _legacy_layer(self, weights: h5py.Group, entry: _Entry) -> KerasLayer:
+        if not entry.refusal:
+            try:
+                return entry.layer(*self._legacy_tensors(weights, entry))
+            except Unsupported as exc:  # a recurrent layer of a kind that does not convert
+                entry = dataclasses.replace(entry, refusal=str(exc))
+        return _best_effort(entry, lambda: self._legacy_tensors(weights, entry))
+
+    def _legacy_tensors(self, weights: h5py.Group, entry: _Entry) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
         if not _has(weights, entry.top):
             raise BadInput(f"{self.path}: the config names layer {entry.top!r} but the file holds no weights for it")
         group = _group(_child(weights, entry.top), entry.top)
         names = _weight_names(group)
         if entry.top != entry.name:
             names = [n for n in names if entry.name in n.split("/")]
-        per_direction = 2 if entry.wrapper == "Bidirectional" else 1
+        per_direction = 2 if entry.wrapper == "Bidirectional" else entry.cells  # chunks of one cell's weights
         if len(names) % per_direction or not names:
             raise BadInput(
                 f"{self.path}: layer {entry.name!r} has {len(names)} weights, which does not fit a "
@@ -223,6 +251,12 @@ class KerasFile:
             labels: dict[str, str] = {}
             for name in names[d * half : (d + 1) * half]:
                 role = ROLE_OF_NAME.get(name.split("/")[-1].split(":")[0])
+                if role is None and self.versions.get("keras_version", "").startswith("1."):
+                    raise Unsupported(
+                        f"Keras {self.versions['keras_version']} wrote it, whose recurrent layers store other "
+                        f"weights ({name.split('/')[-1]}, ...) than Keras 2's {', '.join(KERAS_VARIABLES.values())}; "
+                        f"load the model in Keras 2 and save it again"
+                    )
                 if role is None:
                     raise BadInput(
                         f"{self.path}: weight {name!r} of layer {entry.name!r} is not a "
@@ -233,22 +267,43 @@ class KerasFile:
                 roles[role], labels[role] = _dataset(_child(group, name), name), name
             tensors.append(roles)
             tensor_names.append(labels)
-        return entry.layer(tensors, tensor_names)
+        return tensors, tensor_names
 
     def _keras3_layer(self, root: h5py.Group, entry: _Entry) -> KerasLayer:
+        if entry.refusal:
+            return _best_effort(entry, lambda: self._keras3_tensors(root, entry))
+        return entry.layer(*self._keras3_tensors(root, entry))
+
+    def _keras3_tensors(self, root: h5py.Group, entry: _Entry) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
         if not _has(root, entry.group_path):
             raise BadInput(
                 f"{self.path}: the config names layer {entry.name!r} but the weights file has no "
                 f"group {entry.group_path}"
             )
         group = _group(_child(root, entry.group_path), entry.group_path)
-        cells = (
-            [_group(_child(group, s), s) for s in KERAS_DIRECTION_GROUPS]
-            if entry.wrapper == "Bidirectional"
-            else [group]
-        )
+        if entry.wrapper == "Bidirectional":
+            cells = [_group(_child(group, s), s) for s in KERAS_DIRECTION_GROUPS]
+        elif entry.cells > 1:  # StackedRNNCells: cell/cells/<cell name>, for the sizes of a layer that does not convert
+            stacked = _group(_child(group, "cell/cells"), "cells")
+            cells = [_group(_child(stacked, name), name) for name in sorted(stacked, key=_numbered)]
+        else:
+            cells = [group]
         tensors, tensor_names = zip(*(_keras3_cell(cell) for cell in cells))
-        return entry.layer(list(tensors), list(tensor_names))
+        return list(tensors), list(tensor_names)
+
+
+def _numbered(name: str) -> tuple[int, str]:
+    """Keras' unique names in the order they were made: lstm_cell, lstm_cell_1, lstm_cell_2, ..., lstm_cell_10."""
+    found = re.fullmatch(r"(.*?)(?:_(\d+))?", name)
+    return (int(found[2]) if found and found[2] else 0), name
+
+
+def _best_effort(entry: _Entry, tensors: Any) -> KerasLayer:
+    """A layer that does not convert, with whatever tensors can be found for its sizes (none if they cannot)."""
+    try:
+        return entry.layer(*tensors())
+    except (RnnconvError, *DAMAGED):
+        return entry.layer([], [])
 
 
 class _StoredMember(io.RawIOBase):
@@ -313,30 +368,48 @@ class _Entry:
     extra: dict[str, Any]
     top: str  # the top-level layer that holds its weights (legacy files)
     group_path: str  # its group in a Keras 3 weights file
+    refusal: str | None = None  # why a recurrent layer of this kind does not convert
 
     @property
     def display_class(self) -> str:
         return f"{self.wrapper}({self.source_class})" if self.wrapper else self.source_class
 
+    @property
+    def cells(self) -> int:
+        """How many cells the layer stacks (an RNN over StackedRNNCells), else 1."""
+        cells = self.extra.get("cells", 1)
+        return cells if isinstance(cells, int) and 1 <= cells <= MAX_LAYERS else 1
+
     def layer(self, tensors: list[dict[str, Any]], names: list[dict[str, str]]) -> KerasLayer:
-        return KerasLayer(self.name, self.source_class, self.config, tensors, names, self.wrapper, self.extra)
+        return KerasLayer(
+            self.name, self.source_class, self.config, tensors, names, self.wrapper, self.extra, refusal=self.refusal
+        )
+
+
+@dataclass
+class _Found:
+    """What `_recurrent` recognised: the cell's class and config, its wrapper, and why it does not convert."""
+
+    source_class: str
+    config: dict[str, Any]
+    wrapper: str | None
+    extra: dict[str, Any]
+    refusal: str | None = None
 
 
 def _walk_config(model: Any, top: str | None = None, group: str = "", depth: int = 0) -> Iterator[_Entry]:
-    """Recurrent layers of a model config, depth first, with where their weights live."""
+    """Recurrent layers of a model config, depth first, with where their weights live.
+
+    A model's config is an object with its `layers`, or (Keras 1 to 2.1 `Sequential`) the list of its layers.
+    Anything Keras writes as an object that is something else is a damaged config, refused at whatever depth.
+    """
     if depth > MAX_NESTING:
         raise BadInput(f"the model config nests models more than {MAX_NESTING} deep")
-    config = _mapping(model.get("config")) if isinstance(model, dict) else {}
-    layers = config.get("layers")
-    if not isinstance(layers, list):
-        return
     used: dict[str, int] = {}
-    for entry in layers:
-        if not isinstance(entry, dict) or not isinstance(entry.get("class_name"), str):
-            continue
+    for entry in _model_layers(model):
         cls = entry["class_name"]
-        cfg = _mapping(entry.get("config"))
-        name = entry.get("name") or cfg.get("name", "")
+        cfg = entry.get("config", {})
+        name = entry.get("name") or (cfg.get("name", "") if isinstance(cfg, dict) else "")
         if not isinstance(name, str):
             raise BadInput(f"the model config names a {cls} layer with a {type(name).__name__}, not a string")
         snake = snake_case(cls)
@@ -344,43 +417,98 @@ def _walk_config(model: Any, top: str | None = None, group: str = "", depth: int
         used[snake] = index + 1
         path = f"{group}layers/{snake}" + (f"_{index}" if index else "")
         owner = top or name
-        found = _recurrent(cls, cfg)
-        if found:
-            source_class, layer_cfg, wrapper, extra = found
-            yield _Entry(name, source_class, layer_cfg, wrapper, extra, owner, path)
-        elif isinstance(cfg.get("layers"), list):
+        if (isinstance(cfg, list) and cls == "Sequential") or (isinstance(cfg, dict) and "layers" in cfg):
             yield from _walk_config(entry, owner, path + "/", depth + 1)
+            continue
+        found = _recurrent(cls, _object(cfg, f"the config of layer {name or cls!r}"), f"layer {name or cls!r}")
+        if found:
+            yield _Entry(name, found.source_class, found.config, found.wrapper, found.extra, owner, path, found.refusal)
 
 
-def _recurrent(cls: str, cfg: dict[str, Any]) -> tuple[str, dict[str, Any], str | None, dict[str, Any]] | None:
-    if cls in RECURRENT_CLASSES:
-        return cls, cfg, None, {"go_backwards": bool(cfg.get("go_backwards", False))}
-    if cls == "RNN":
-        cell = _mapping(cfg.get("cell"))
-        inner = KERAS_CELLS.get(str(cell.get("class_name")))
-        if inner:
-            return (
-                inner,
-                {**_mapping(cell.get("config")), "go_backwards": cfg.get("go_backwards", False)},
-                "RNN",
-                {"go_backwards": bool(cfg.get("go_backwards", False))},
-            )
+def _model_layers(model: Any) -> list[dict[str, Any]]:
+    """The layer entries of a model's config, each an object with a string class_name."""
+    what = f"model {model.get('name') or model.get('class_name')!r}" if isinstance(model, dict) else "the model"
+    if not isinstance(model, dict) or "config" not in model:
+        return []
+    config = model["config"]
+    if isinstance(config, list) and model.get("class_name") == "Sequential":
+        layers: Any = config  # Keras 1 to 2.1: Sequential.get_config() was the list of its layers
+    else:
+        layers = _object(config, f"the config of {what}").get("layers", [])
+    if not isinstance(layers, list):
+        raise BadInput(f"the model config is damaged: the layers of {what} are a {_kind(layers)}, not a list")
+    for entry in layers:
+        _object(entry, f"a layer of {what}")
+        if not isinstance(entry.get("class_name"), str):
+            raise BadInput(f"the model config is damaged: a layer of {what} has no class_name string")
+    return layers
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    """A config object as Keras writes it; anything else present where it should be is a damaged config."""
+    if not isinstance(value, dict):
+        raise BadInput(f"the model config is damaged: {what} is a {_kind(value)}, where Keras writes an object")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return {list: "list", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(value), "null")
+
+
+def _nested(cfg: dict[str, Any], key: str, where: str) -> tuple[str, dict[str, Any]] | None:
+    """The class and config of a layer or cell held in `cfg[key]` (Bidirectional's layer, RNN's cell), if any."""
+    if cfg.get(key) is None:
         return None
-    if cls == "Bidirectional":
-        wrapped = _mapping(cfg.get("layer"))
-        found = _recurrent(str(wrapped.get("class_name", "")), _mapping(wrapped.get("config")))
-        if not found or found[2] == "Bidirectional":
+    held = _object(cfg[key], f"the {key} of {where}")
+    cls = held.get("class_name")
+    if not isinstance(cls, str):
+        raise BadInput(f"the model config is damaged: the {key} of {where} has no class_name string")
+    return cls, _object(held.get("config", {}), f"the config of the {key} of {where}")
+
+
+def _recurrent(cls: str, cfg: dict[str, Any], where: str) -> _Found | None:
+    """The recurrent layer a config entry is, converting or not; None for a layer that is not recurrent."""
+    if cls in RECURRENT_CLASSES:
+        return _Found(cls, cfg, None, {"go_backwards": bool(cfg.get("go_backwards", False))})
+    if cls == "RNN":
+        go_backwards = cfg.get("go_backwards", False)
+        cell = _nested(cfg, "cell", where)
+        if cell is None:
+            return _Found("no cell", cfg, "RNN", {}, f"{where} is an RNN layer whose config names no cell")
+        inner = KERAS_CELLS.get(cell[0])
+        if inner is None:
+            cells = cell[1].get("cells")
+            extra = {"cells": len(cells)} if isinstance(cells, list) else {}  # StackedRNNCells: for its sizes
+            return _Found(cell[0], cell[1], "RNN", extra, _not_converted(f"an RNN layer over a {cell[0]} cell"))
+        return _Found(inner, {**cell[1], "go_backwards": go_backwards}, "RNN", {"go_backwards": bool(go_backwards)})
+    # A wrapper: Bidirectional, TimeDistributed, ... (another layer's own "layer" setting may be anything)
+    held = _nested(cfg, "layer", where) if cls == "Bidirectional" or isinstance(cfg.get("layer"), dict) else None
+    if held is not None:
+        found = _recurrent(*held, f"the layer wrapped by {where}")
+        if found is None:
             return None
-        source_class, layer_cfg, _, _ = found
-        backward = cfg.get("backward_layer")
-        if isinstance(backward, dict):
-            back = _recurrent(str(backward.get("class_name", "")), _mapping(backward.get("config")))
-            if not back or back[0] != source_class or back[1].get("units") != layer_cfg.get("units"):
-                raise Unsupported(
-                    "a Bidirectional layer whose backward layer differs from its forward layer has no single cuDNN form"
-                )
-        return source_class, layer_cfg, "Bidirectional", {"merge_mode": cfg.get("merge_mode", "concat")}
+        if cls != "Bidirectional" or found.wrapper == "Bidirectional":
+            inner = found.source_class if found.wrapper is None else f"{found.wrapper}({found.source_class})"
+            return _Found(inner, found.config, cls, found.extra, _not_converted(f"a {cls} wrapper around {inner}"))
+        extra = {"merge_mode": cfg.get("merge_mode", "concat")}
+        backward = _nested(cfg, "backward_layer", where)
+        back = _recurrent(*backward, f"the backward layer of {where}") if backward else found
+        if not found.refusal and (
+            not back or (back.source_class, back.config.get("units")) != (found.source_class, found.config.get("units"))
+        ):
+            found.refusal = "a Bidirectional layer whose backward layer differs from its forward one has no cuDNN form"
+        return _Found(found.source_class, found.config, "Bidirectional", extra, found.refusal)
+    if re.search(KERAS_RECURRENT_NAMES, cls):
+        return _Found(cls, cfg, None, {}, _not_converted(f"a {cls} layer"))
     return None
+
+
+def _not_converted(what: str) -> str:
+    known = ", ".join(sorted(RECURRENT_CLASSES))
+    return (
+        f"{what} is not among the recurrent layers rnnconv converts ({known}, RNN over their cells, and "
+        f"Bidirectional of any of them)"
+    )
 
 
 def snake_case(name: str) -> str:
@@ -423,12 +551,14 @@ def _infer_legacy(weights: h5py.Group) -> list[KerasLayer]:
         by_layer: dict[str, list[dict[str, str]]] = {}
         for parent, roles in cells.items():
             parts = [p for p in parent.split("/") if not p.endswith("_cell")] or [top]
+            if re.fullmatch(re.escape(top) + r"_\d+", parts[0]):
+                parts[0] = top  # TensorFlow's name scope, made unique (`bidirectional_19_1`): the layer's own name
             if len(parts) > 1 and parts[-1].startswith(("forward_", "backward_")):
                 parts = parts[:-1]
             by_layer.setdefault(parts[-1], []).append(roles)
         for name, directions in by_layer.items():
             tensors = [{r: _dataset(_child(group, n), n) for r, n in roles.items()} for roles in directions]
-            layer = _inferred_layer(name, tensors, directions)
+            layer = _inferred_layer(name, tensors, directions, named=True)
             if layer:
                 layers.append(layer)
     return layers
@@ -476,7 +606,7 @@ def _infer_keras3(root: h5py.Group) -> list[KerasLayer]:
             else:
                 visit(child, depth + 1)
                 continue
-            layer = _inferred_layer(_keras3_name(child), [c[0] for c in cells], [c[1] for c in cells])
+            layer = _inferred_layer(_keras3_name(child), [c[0] for c in cells], [c[1] for c in cells], named=False)
             if layer:
                 layers.append(layer)
 
@@ -490,31 +620,32 @@ def _keras3_name(group: h5py.Group) -> str:
     return "/".join(part for part in group.name.strip("/").split("/") if part != "layers")
 
 
-def _inferred_layer(name: str, tensors: list[dict[str, Any]], names: list[Any]) -> KerasLayer | None:
-    """A layer whose class comes from tensor shapes alone (no config in the file)."""
+def _inferred_layer(name: str, tensors: list[dict[str, Any]], names: list[Any], named: bool) -> KerasLayer | None:
+    """A layer whose class comes from tensor shapes alone (no config in the file).
+
+    A recurrent kernel makes it a recurrent layer, listed as not converting when its shapes fit no row: one
+    named so (legacy files), or, where only positions tell (Keras 3 `vars/0..2`), a second matrix of G*H columns
+    for H rows beside a first matrix (a Dense layer's second variable is its bias).
+    """
     first = tensors[0]
-    if "input_matrix" not in first or "recurrent_matrix" not in first:
+    if "recurrent_matrix" not in first:
         return None
-    rec = first["recurrent_matrix"].shape
-    if len(rec) != 2 or rec[0] == 0 or rec[1] % rec[0] or len(first["input_matrix"].shape) != 2:
-        return None
-    hidden = rec[0]
-    has_bias = "bias" in first
+    names = [n if isinstance(n, dict) else {} for n in names]
+    wrapper = "Bidirectional" if len(tensors) == 2 else None
     actual = {role: tuple(t.shape) for role, t in first.items()}
-    for row in rows_for("keras"):  # the first Keras row whose stored shapes these are
-        if row.adapter and stored_shapes(row, hidden, actual["input_matrix"][0], hidden, has_bias=has_bias) == actual:
-            config = {**row.defaults, "units": hidden, **row.when, "use_bias": has_bias}
-            names = [n if isinstance(n, dict) else {} for n in names]
-            return KerasLayer(
-                name,
-                row.source_class,
-                config,
-                tensors,
-                names,
-                wrapper="Bidirectional" if len(tensors) == 2 else None,
-                inferred=True,
-            )
-    return None
+    rec, kernel = actual["recurrent_matrix"], actual.get("input_matrix", ())
+    recurrent_shaped = len(rec) == 2 and rec[0] and not rec[1] % rec[0] and len(kernel) == 2
+    if not (named or recurrent_shaped):
+        return None
+    if recurrent_shaped:
+        hidden, has_bias = rec[0], "bias" in first
+        for row in rows_for("keras"):  # the first Keras row whose stored shapes these are
+            if row.adapter and stored_shapes(row, hidden, kernel[0], hidden, has_bias=has_bias) == actual:
+                config = {**row.defaults, "units": hidden, **row.when, "use_bias": has_bias}
+                return KerasLayer(name, row.source_class, config, tensors, names, wrapper, inferred=True)
+    shapes = ", ".join(f"{KERAS_VARIABLES.get(role, role)} {shape}" for role, shape in actual.items())
+    refusal = f"the file has no model config, and its tensors ({shapes}) fit no Keras recurrent layer rnnconv converts"
+    return KerasLayer(name, "unknown", {}, tensors, names, wrapper, inferred=True, refusal=refusal)
 
 
 # --- to the canonical form -----------------------------------------------------------------
@@ -526,30 +657,36 @@ def to_canonical(
     bias_split: str = DEFAULT_BIAS_SPLIT,
     reader: TensorReader | None = None,
     stated: Mapping[str, str | None] | None = None,
-    old_defaults: str | None = None,
 ) -> CanonicalRNN:
     """The canonical RNN of one Keras layer, or Unsupported/BadInput saying why not.
 
-    A layer from a weights file without a model config takes the settings it does not store from
-    `stated` (the user's --activation, --recurrent-activation), else from the format's defaults, and
-    records each as an assumption; `old_defaults` says why the defaults cannot be trusted for this
-    file (a Keras whose recurrent_activation default was hard_sigmoid), and then nothing is assumed.
+    A setting the layer's config leaves out means the default of the Keras version that wrote the file
+    (the table's Keras eras). A layer from a weights file without a model config takes the settings it
+    does not store from `stated` (the user's --activation, --recurrent-activation), else from the
+    format's defaults, and records each as an assumption, unless the file's Keras version had other
+    defaults (hard_sigmoid): then nothing is assumed.
     """
-    row = find_row("keras", layer.source_class, layer.config)
-    config, assumptions = dict(layer.config), []
+    if layer.refusal:
+        raise Unsupported(layer.refusal)
+    config, implied, assumptions = _version_defaults(layer)
+    row = find_row("keras", layer.source_class, config)
     if layer.inferred:
+        old = old_defaults(layer.keras_version)
         for key in row.unstored:
             if (stated or {}).get(key) is not None:
                 config[key] = (stated or {})[key]
-            elif key == "recurrent_activation" and old_defaults:
+            elif key == "recurrent_activation" and old:
                 raise Unsupported(
-                    f"the file has no model config, and {old_defaults}; converting it as if "
+                    f"the file has no model config, and {old}; converting it as if "
                     f"sigmoid would give a blob that runs and is wrong. If the model set "
                     f"recurrent_activation='sigmoid', say so with --recurrent-activation sigmoid"
                 )
             else:
                 assumptions.append(f"{layer.name}: {key}={row.setting(config, key)}")
-    mode = mode_for(row, config)
+    try:
+        mode = mode_for(row, config)
+    except Unsupported as exc:
+        raise Unsupported("; ".join([str(exc), *implied])) from None
     what = f"layer {layer.name!r} ({layer.display_class})"
     use_bias = row.setting(layer.config, "use_bias") if "use_bias" in row.defaults else True
     if not isinstance(use_bias, bool):
@@ -577,7 +714,7 @@ def to_canonical(
         cells[(0, d)] = gate_loaders(
             row, hidden, _fetcher(tensors, reader or TensorReader(), row), has_bias, bias_split
         )
-    notes = []
+    notes = [f"{layer.name}: {text}" for text in implied]
     if layer.inferred:
         how = {key: "stated" if (stated or {}).get(key) is not None else "assumed" for key in row.unstored}
         settings = ", ".join(f"{key}={row.setting(config, key)}" for key in row.unstored)
@@ -611,6 +748,58 @@ def to_canonical(
         }
     )
     return CanonicalRNN.from_cell_loaders(layer.name, spec, cells, source=info, notes=notes)
+
+
+def layer_sizes(layer: KerasLayer) -> RNNSizes | None:
+    """The sizes a layer's stored tensors give, whether or not it converts; None where they give none."""
+    first = layer.tensors[0] if layer.tensors else {}
+    kernel, recurrent = first.get("input_matrix"), first.get("recurrent_matrix")
+    if kernel is None or recurrent is None or kernel.ndim != 2 or recurrent.ndim != 2:
+        return None
+    try:
+        dtype: str | None = _dtype_name(kernel)
+    except (RnnconvError, *DAMAGED):
+        dtype = None
+    stacked = layer.extra.get("cells", 1) > 1
+    return RNNSizes(
+        input_size=min(kernel.shape[0], MAX_SIZE),
+        hidden_size=min(recurrent.shape[0], MAX_SIZE),
+        num_layers=len(layer.tensors) if stacked else 1,
+        bidirectional=not stacked and len(layer.tensors) == 2,
+        dtype=dtype,
+        bias="bias" in first,
+    )
+
+
+def _version_defaults(layer: KerasLayer) -> tuple[dict[str, Any], list[str], list[str]]:
+    """The layer's config, with each setting whose default changed between Keras versions and that the config
+    leaves out set to the default of the version that wrote the file; what that decided, in words (where the
+    version differs from today's default); and what had to be assumed (no version tells)."""
+    config: dict[str, Any] = dict(layer.config)
+    if layer.inferred:
+        return config, [], []  # a bare weights file: its shapes, stated settings or assumptions decide
+    era = keras_era(layer.keras_version)
+    format_defaults = rows_for("keras", layer.source_class)[0].defaults
+    implied, assumed = [], []
+    for key in (k for k in VERSIONED_DEFAULTS if k in format_defaults and k not in config):
+        if era is not None and era.defaults is not None:
+            config[key] = era.defaults[key]
+            if config[key] != format_defaults[key] and key in era.lacks:
+                implied.append(
+                    f"Keras {layer.keras_version} wrote it, and {era.writer} had no {key} setting: its "
+                    f"{layer.source_class}s all have {key}={config[key]!r}"
+                )
+            elif config[key] != format_defaults[key]:
+                implied.append(
+                    f"its config holds no {key}, and {key}={config[key]!r} was the default of Keras "
+                    f"{layer.keras_version}"
+                )
+        elif key == "reset_after" and layer.tensors and "bias" in layer.tensors[0]:
+            config[key] = layer.tensors[0]["bias"].ndim == 2  # (2, 3H): reset-after; (3H,): reset-before
+            implied.append(f"the config holds no {key}, and the bias's shape says {key}={config[key]!r}")
+        else:
+            assumed.append(f"{layer.name}: {key}={format_defaults[key]!r}")
+    return config, implied, assumed
 
 
 def stored_arrays(tensors: dict[str, Any]) -> list[np.ndarray]:
@@ -731,24 +920,23 @@ def _config_summary(name: str, config: Mapping[str, Any], extra: Mapping[str, An
 def old_defaults(version: str | None) -> str | None:
     """Why a weights file's Keras version leaves LSTM/GRU recurrent_activation unknown, or None.
 
-    Keras before 2.3.0 and tf.keras in TensorFlow 1.x defaulted it to hard_sigmoid (docs/LAYOUTS.md
-    section 7); tf.keras "2.2.4-tf" was both TensorFlow 1.14/1.15's and 2.0/2.1's, so it does not tell.
+    Keras before 2.3.0 and tf.keras in TensorFlow 1.x defaulted it to hard_sigmoid (the table's Keras
+    eras); tf.keras "2.2.4-tf" was both TensorFlow 1.14/1.15's and 2.0/2.1's, so it does not tell.
     """
     if version is None:
         return None  # Keras 3 weights files carry no version; every writer of them defaulted to sigmoid
-    found = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
-    if not found:
+    era = keras_era(version)
+    if era is None:
         return f"its keras_version {version[:40]!r} does not say which recurrent_activation default it had"
-    number = tuple(int(part) for part in found.groups())
-    if version.endswith("-tf") and number == (2, 2, 4):
+    if era.defaults is None:
         return (
-            "tf.keras 2.2.4-tf wrote it, the Keras of TensorFlow 1.14/1.15 (recurrent_activation default "
-            "hard_sigmoid) and of TensorFlow 2.0/2.1 (sigmoid): the file does not say which"
+            f"{era.writer} wrote it: hard_sigmoid was its recurrent_activation default on TensorFlow 1, "
+            f"sigmoid on TensorFlow 2, and the file does not say which"
         )
-    if number < (2, 3, 0):
+    if era.defaults["recurrent_activation"] != "sigmoid":
         return (
-            f"Keras {version} wrote it, whose LSTM and GRU default recurrent_activation was hard_sigmoid, "
-            f"which cuDNN cannot compute"
+            f"Keras {version} wrote it, whose LSTM and GRU default recurrent_activation was "
+            f"{era.defaults['recurrent_activation']}, which cuDNN cannot compute"
         )
     return None
 
@@ -824,10 +1012,6 @@ DAMAGED = (
     zlib.error,
 )
 MAX_NESTING = 64  # models and groups nested deeper than this are no Keras model
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def _child(group: h5py.Group, path: str) -> Any:

@@ -87,7 +87,7 @@ class TorchFormat(Format):
         return Written([path], bin_warning(path))
 
     def inspect(self, path: Path) -> InspectReport:
-        from rnnconv.formats.torch.reader import find_rnns, load_state_dict, to_canonical
+        from rnnconv.formats.torch.reader import find_rnns, load_state_dict, rnn_sizes, to_canonical
 
         entries = []
         for rnn in find_rnns(load_state_dict(path)):
@@ -103,8 +103,9 @@ class TorchFormat(Format):
                     )
                 )
             except RnnconvError as exc:
+                cls, sizes = rnn_sizes(rnn)
                 entries.append(
-                    InspectEntry(name=rnn.name, layer_class="nn.?", spec=None, converts=False, reason=str(exc))
+                    InspectEntry(name=rnn.name, layer_class=cls, sizes=sizes, converts=False, reason=str(exc))
                 )
         return InspectReport(path=str(path), format=_kind(path), rnns=entries)
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance
+from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.dtypes import ELEMENT_TYPES, decode
 from rnnconv.errors import BackendMissing, BadInput, no_such_rnn, several_rnns
 from rnnconv.formats import _safetensors
@@ -35,7 +35,7 @@ from rnnconv.formats.torch.checkpoint import (
     read_zip,
 )
 from rnnconv.table.apply import check_shapes, find_row, gate_loaders, nonlinearity_mode, rows_for, stored_shapes
-from rnnconv.table.constants import TORCH_LAYER_NAME, TORCH_PARAMETERS, TORCH_REVERSE_SUFFIX
+from rnnconv.table.constants import MAX_LAYERS, MAX_SIZE, TORCH_LAYER_NAME, TORCH_PARAMETERS, TORCH_REVERSE_SUFFIX
 from rnnconv.table.rows import Row
 
 ROLE_OF = {name: role for role, name in TORCH_PARAMETERS.items()}
@@ -390,6 +390,31 @@ def to_canonical(rnn: TorchRNN, source: Provenance, nonlinearity: str | None = N
         update={"layer": rnn.name, "layer_class": f"nn.{cls}", "prefix": rnn.prefix, "assumptions": assumptions or None}
     )
     return CanonicalRNN.from_cell_loaders(rnn.name, spec, cells, source=info, notes=notes)
+
+
+def rnn_sizes(rnn: TorchRNN) -> tuple[str, RNNSizes | None]:
+    """The class (nn.LSTM, ...) and sizes an RNN's tensors give, also when it does not convert (what they
+    cannot tell: nn.? and None)."""
+    first = first_layer(rnn)
+    ih, hh = rnn.tensors.get(("input_matrix", first, 0)), rnn.tensors.get(("recurrent_matrix", first, 0))
+    if ih is None or hh is None or len(ih.shape) != 2 or len(hh.shape) != 2 or not hh.shape[1]:
+        return "nn.?", None
+    hr = rnn.tensors.get(("projection", first, 0))
+    proj = hr.shape[0] if hr is not None and len(hr.shape) == 2 else 0
+    hidden = hr.shape[1] if hr is not None and len(hr.shape) == 2 else hh.shape[1]
+    gates = hh.shape[0] // hidden if hidden and not hh.shape[0] % hidden else 0
+    if gates not in CLASS_BY_GATES:
+        return "nn.?", None  # shapes that fit no class tell no sizes either
+    sizes = RNNSizes(
+        input_size=min(ih.shape[1], MAX_SIZE),
+        hidden_size=min(hidden, MAX_SIZE),
+        num_layers=min(max(1, len({layer for (_, layer, _) in rnn.tensors})), MAX_LAYERS),
+        bidirectional=any(direction for (_, _, direction) in rnn.tensors),
+        proj_size=min(proj, MAX_SIZE),
+        dtype=ih.dtype,
+        bias=("input_bias", first, 0) in rnn.tensors,
+    )
+    return f"nn.{CLASS_BY_GATES[gates]}{'Cell' if rnn.is_cell else ''}", sizes
 
 
 def _name(rnn: TorchRNN, row: Row, role: str, layer: int | None, direction: int) -> str:
