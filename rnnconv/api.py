@@ -26,7 +26,7 @@ from rnnconv.errors import BadInput, RnnconvError, failure
 from rnnconv.formats import registry
 from rnnconv.formats.cudnn import open_blobs
 from rnnconv.formats.registry import Progress, ReadOptions, WriteOptions
-from rnnconv.safeio import SIDECAR_SUFFIX, check_writable, reading
+from rnnconv.safeio import SIDECAR_SUFFIX, check_guards, check_writable, explained, reading, unguarded, watching
 from rnnconv.table.rows import DEFAULT_BIAS_SPLIT
 
 if TYPE_CHECKING:
@@ -367,6 +367,7 @@ def _reported(
 
                 check_plot(picture)
             result = run()
+            check_guards()  # a verdict on a blob or a source that changed meanwhile would be on neither
             reports = result.root if isinstance(result, Reports) else [result]
             if picture is not None and reports[0].comparison is None:
                 reports[0].warnings.append(f"nothing was compared step by step, so {picture} was not drawn")
@@ -379,12 +380,15 @@ def _reported(
                 written = True
                 write_outputs(chosen, settings.force)
         except Exception as exc:  # a CI step that asked for a report gets one, saying why verify could not run
+            cause = explained(exc)  # an input that changed meanwhile, if one did
             report_left, junit_left = (
                 None if p is None or _names_an_input(p, inputs_read) else p for p in (report_path, junit_path)
             )
             if not written and (report_left or junit_left):
-                with contextlib.suppress(RnnconvError):  # e.g. a report that exists, without --force: left as is
-                    write_outputs(writers(failed(exc), report_left, junit_left, None), settings.force)
+                with contextlib.suppress(RnnconvError), unguarded():  # e.g. a report that exists: left as is
+                    write_outputs(writers(failed(cause), report_left, junit_left, None), settings.force)
+            if cause is not exc:
+                raise cause from None
             raise
     return result
 
@@ -399,7 +403,10 @@ def _names_an_input(path: Path, inputs: list[Path]) -> bool:
 def inspect(path: PathLike) -> InspectReport:
     """Every RNN in a file: its spec, its class, and whether it converts (why not)."""
     path = registry.source_file(Path(path))
-    return registry.detect(path).inspect(path)
+    with watching(path) as still_unchanged:
+        report = registry.detect(path).inspect(path)
+        still_unchanged()  # a file that changed meanwhile may be described as neither it nor its new self
+    return report
 
 
 def formats() -> Iterator[str]:

@@ -48,6 +48,7 @@ T = TypeVar("T")
 Guard = Callable[[], None]  # raises when outputs must not be committed
 _GUARDS: contextvars.ContextVar[tuple[Guard, ...]] = contextvars.ContextVar("rnnconv_guards", default=())
 _SOURCES: contextvars.ContextVar[tuple[Path, ...]] = contextvars.ContextVar("rnnconv_sources", default=())
+_WATCHED: contextvars.ContextVar[tuple[Guard, ...]] = contextvars.ContextVar("rnnconv_watched", default=())
 LIVE_TEMPS: set[Path] = set()  # temporary folders, for a signal handler that must clean up before the process ends
 
 
@@ -246,25 +247,56 @@ def unchanged(path: Path) -> Guard:
 
 
 @contextlib.contextmanager
-def reading(source: Path, *guards: Guard) -> Iterator[None]:
-    """While reading `source`: outputs are committed only if it stays unchanged (and `guards` agree), and no
-    output may be the source itself or its sidecar. An error met while the source changed is reported as that
-    change, its cause (a file cut short reads as damaged, or as anything at all)."""
+def watching(source: Path) -> Iterator[Guard]:
+    """While `source` is read: an error met after it changed is reported as that change, its cause (a file cut
+    short reads as damaged, or as anything at all). Yields the check that it is unchanged, for a command that
+    writes nothing to run before it answers."""
     check = unchanged(source)
-    guard_token = _GUARDS.set((*_GUARDS.get(), check, *guards))
-    source_token = _SOURCES.set((*_SOURCES.get(), source))
+    token = _WATCHED.set((*_WATCHED.get(), check))
     try:
-        yield
+        yield check
     except Exception as exc:
-        if not isinstance(exc, SourceChanged):
+        cause = explained(exc)
+        if cause is not exc:
+            raise cause from None
+        raise
+    finally:
+        _WATCHED.reset(token)
+
+
+def explained(exc: Exception) -> Exception:
+    """The error to report for `exc`: the change of a source being read (`watching`), when one changed."""
+    if not isinstance(exc, SourceChanged):
+        for check in _WATCHED.get():
             try:
                 check()
             except SourceChanged as changed:
-                raise changed from None
-        raise
+                return changed
+    return exc
+
+
+@contextlib.contextmanager
+def unguarded() -> Iterator[None]:
+    """For outputs that say why reading failed: they depend on nothing read, so no guard holds them up."""
+    token = _GUARDS.set(())
+    try:
+        yield
     finally:
-        _GUARDS.reset(guard_token)
-        _SOURCES.reset(source_token)
+        _GUARDS.reset(token)
+
+
+@contextlib.contextmanager
+def reading(source: Path, *guards: Guard) -> Iterator[Guard]:
+    """`watching` `source`, and outputs are committed only if it stays unchanged (and `guards` agree); no output
+    may be the source itself or its sidecar."""
+    with watching(source) as check:
+        guard_token = _GUARDS.set((*_GUARDS.get(), check, *guards))
+        source_token = _SOURCES.set((*_SOURCES.get(), source))
+        try:
+            yield check
+        finally:
+            _GUARDS.reset(guard_token)
+            _SOURCES.reset(source_token)
 
 
 def check_guards() -> None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from rnnconv.dtypes import decode, element_type
 from rnnconv.errors import BadInput
-from rnnconv.safeio import Guard, add_guard, checksum_guard, read_array, regular_file
+from rnnconv.safeio import Guard, add_guard, checksum_guard, read_array, regular_file, unchanged
 from rnnconv.table.constants import ELEMENT_TYPE_CODES
 
 INDEX_SUFFIX = ".index"
@@ -331,6 +331,8 @@ class Checkpoint:
             if not shard.exists():
                 raise BadInput(f"the checkpoint {prefix} has no data file ({shard.name} is missing beside its index)")
         sizes = [regular_file(shard, "the checkpoint's data file") for shard in shards]
+        for shard in shards:  # part of the source: one that changes from here on commits nothing either
+            add_guard(unchanged(shard))
         entries = {}
         for key, value in table[1:]:
             if key.startswith(b"\x00"):  # a slice of a partitioned variable (EncodeTensorNameSlice), not listed
