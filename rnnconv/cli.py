@@ -345,4 +345,18 @@ def _main(
 
 
 def main() -> None:
-    app()
+    import sys
+
+    from rnnconv import streams
+
+    streams.prepare()
+    try:
+        app()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    except OSError as exc:  # typer could not write help (stdout) or a usage error (stderr, where nothing shows)
+        streams.silence(1)
+        streams.Tolerant("stderr", 2).write(f"error: cannot write to stdout: {streams.reason(exc)}\n")
+        code = 2
+    sys.exit(streams.finished(code))
