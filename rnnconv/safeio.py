@@ -89,13 +89,23 @@ def json_document(data: bytes | str, what: str) -> Any:
 READ_CHUNK = 1 << 20  # bytes a scan reads at a time: a buffer that stays in the core's cache
 
 
-def read_into(path: Path | str, offset: int, buffer: np.ndarray) -> None:
-    """Fill `buffer` (C-contiguous) with the bytes of `path` from `offset`; SourceChanged if the file ends first."""
+def open_source(path: Path | str) -> io.FileIO:
+    """A source file opened again to read more of it: SourceChanged if it is gone or no longer a regular file (a
+    FIFO put at its name would block the open, a device never end), so a swap can neither hang nor fool a read."""
     try:
-        with open(path, "rb", buffering=0) as f:
-            _fill(f, offset, byte_view(buffer).data, path)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:  # it was there when the reading began
         raise SourceChanged(path) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SourceChanged(path)
+    return io.FileIO(fd, "rb")
+
+
+def read_into(path: Path | str, offset: int, buffer: np.ndarray) -> None:
+    """Fill `buffer` (C-contiguous) with the bytes of `path` from `offset`; SourceChanged if the file ends first."""
+    with open_source(path) as f:
+        _fill(f, offset, byte_view(buffer).data, path)
 
 
 def _fill(f: io.RawIOBase, offset: int, view: memoryview, path: Path | str) -> None:
@@ -199,14 +209,11 @@ class FileArray:
         the next is read)."""
         count = max(1, size // self.itemsize)
         buffer = np.empty(min(count, self.size), self.dtype)
-        try:
-            with open(self.path, "rb", buffering=0) as f:
-                for start in range(0, self.size, count):
-                    run = buffer[: min(count, self.size - start)]
-                    _fill(f, self.offset + start * self.itemsize, byte_view(run).data, self.path)
-                    yield run
-        except FileNotFoundError:
-            raise SourceChanged(self.path) from None
+        with open_source(self.path) as f:
+            for start in range(0, self.size, count):
+                run = buffer[: min(count, self.size - start)]
+                _fill(f, self.offset + start * self.itemsize, byte_view(run).data, self.path)
+                yield run
 
 
 def read_array(path: Path | str, offset: int, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
@@ -465,11 +472,7 @@ def _kernel_copy(source: Path, offset: int, size: int, f: BinaryIO) -> bool:
     f.flush()
     position = f.tell()
     done = 0
-    try:
-        src = open(source, "rb", buffering=0)  # noqa: SIM115 -- closed below
-    except FileNotFoundError:
-        raise SourceChanged(source) from None
-    with src:
+    with open_source(source) as src:
         for copy in _KERNEL_COPIES:
             try:
                 while done < size:
@@ -526,7 +529,7 @@ def digest_of(path: Path, algorithm: str = DIGEST_ALGORITHM) -> str:
     digest: Any = _blake3().blake3(max_threads=1) if algorithm == "blake3" else hashlib.sha256()
     buffer = bytearray(DIGEST_RUN)
     view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as f:
+    with open_source(path) as f:
         while n := f.readinto(buffer):
             digest.update(view[:n])  # blake3 and hashlib release the GIL on large buffers
     return f"{algorithm}:{digest.hexdigest()}"
@@ -568,7 +571,7 @@ def checksum_guard(
     checksum was made of: `extend(checksum, chunk)` runs over them on another core meanwhile."""
 
     def checksum() -> int:
-        with open(path, "rb", buffering=0) as f:
+        with open_source(path) as f:
             f.seek(start)
             value, left = 0, size
             while left > 0 and (chunk := f.read(min(left, CHECKSUM_CHUNK))):

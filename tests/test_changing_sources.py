@@ -251,3 +251,27 @@ def test_a_change_is_seen_in_size_times_and_the_file_itself(tmp_path):
     os.replace(tmp_path / "other", source)
     with pytest.raises(safeio.SourceChanged):
         replaced()
+
+
+def test_a_fifo_or_a_device_put_at_the_source_name_neither_hangs_nor_feeds_a_read(tmp_path):
+    """Reads after the first look open the file again: a FIFO at its name would block that open for ever, a
+    device feed it bytes that are not the file's. (In a child process: a regression hangs it, not the tests.)"""
+    source = tmp_path / "data"
+    os.mkfifo(source)
+    code = (
+        "import sys, numpy as np\n"
+        "from pathlib import Path\n"
+        "from rnnconv import safeio\n"
+        "try:\n"
+        "    safeio.FileArray(Path(sys.argv[1]), 0, np.dtype(np.float32), (1024,)).read()\n"
+        "except safeio.SourceChanged as changed:\n"
+        "    print(changed)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(source)], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert CHANGED in result.stdout, result.stderr
+    source.unlink()
+    source.symlink_to("/dev/zero")
+    with pytest.raises(safeio.SourceChanged):
+        safeio.FileArray(source, 0, np.dtype(np.float32), (1024,)).read()
