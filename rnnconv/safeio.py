@@ -86,6 +86,16 @@ def json_document(data: bytes | str, what: str) -> Any:
         raise BadInput(f"{what} cannot be read: its JSON nests too deep for a model description") from None
 
 
+class SourceChanged(BadInput):
+    """A source is not what it was when rnnconv first looked at it: truncated, extended, rewritten or replaced."""
+
+    def __init__(self, path: Path | str):
+        super().__init__(
+            f"{path} changed while it was being read (truncated, rewritten or replaced meanwhile), so what was "
+            f"read cannot be trusted; nothing was written"
+        )
+
+
 READ_CHUNK = 1 << 20  # bytes a scan reads at a time: a buffer that stays in the core's cache
 
 
@@ -219,16 +229,6 @@ class FileArray:
 def read_array(path: Path | str, offset: int, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
     """`shape` values of `dtype` from byte `offset` of a source, read now (the caller checked they lie inside it)."""
     return FileArray(Path(path), offset, np.dtype(dtype), tuple(shape)).read()
-
-
-class SourceChanged(BadInput):
-    """A source is not what it was when rnnconv first looked at it: truncated, extended, rewritten or replaced."""
-
-    def __init__(self, path: Path | str):
-        super().__init__(
-            f"{path} changed while it was being read (truncated, rewritten or replaced meanwhile), so what was "
-            f"read cannot be trusted; nothing was written"
-        )
 
 
 def _identity(path: Path) -> tuple[int, ...] | None:
@@ -469,6 +469,10 @@ def byte_view(array: np.ndarray) -> np.ndarray:
 
 def _kernel_copy(source: Path, offset: int, size: int, f: BinaryIO) -> bool:
     """Copy `size` bytes of `source` from `offset` to `f`'s position; False when the kernel cannot (nothing written)."""
+    try:
+        f.fileno()
+    except (OSError, ValueError):  # a file object with no file under it (io.BytesIO)
+        return False
     f.flush()
     position = f.tell()
     done = 0
