@@ -29,6 +29,7 @@ from rnnconv.options import (
     parameter,
     source_options,
 )
+from rnnconv.streams import standalone
 from rnnconv.table.formats import FORMAT_INFO
 from rnnconv.table.rows import ADAPTER_FORMATS, DEFAULT_BIAS_SPLIT, FORMATS, TABLE
 from rnnconv.version import __version__
@@ -344,19 +345,4 @@ def _main(
     pass
 
 
-def main() -> None:
-    import sys
-
-    from rnnconv import streams
-
-    streams.prepare()
-    try:
-        app()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-    except OSError as exc:  # typer could not write help (stdout) or a usage error (stderr, where nothing shows)
-        streams.silence(1)
-        streams.Tolerant("stderr", 2).write(f"error: cannot write to stdout: {streams.reason(exc)}\n")
-        code = 2
-    sys.exit(streams.finished(code))
+main = standalone(app)  # the `rnnconv` command: its streams and terminal size made usable first

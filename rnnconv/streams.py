@@ -13,7 +13,8 @@ import contextlib
 import errno
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 # A narrower table would hide its cells (rich gives a column no room below one character); no terminal is wider
 # than the upper bound, and a width beyond it would only be padding.
@@ -116,3 +117,23 @@ def finished(code: int) -> int:
         code = code or 2
     Tolerant("stderr", 2).flush()
     return code
+
+
+def standalone(app: Callable[[], Any]) -> Callable[[], NoReturn]:
+    """The `rnnconv` command: `app` (typer's, which exits) run once the streams and the terminal size are usable,
+    its exit code kept whatever the streams do."""
+
+    def main() -> NoReturn:
+        prepare()
+        try:
+            app()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        except OSError as exc:  # typer could not write help (stdout) or a usage error (stderr, where nothing shows)
+            silence(1)
+            Tolerant("stderr", 2).write(f"error: cannot write to stdout: {reason(exc)}\n")
+            code = 2
+        sys.exit(finished(code))
+
+    return main
