@@ -30,6 +30,7 @@ import shutil
 import signal
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -110,6 +111,17 @@ def open_source(path: Path | str) -> io.FileIO:
         os.close(fd)
         raise SourceChanged(path)
     return io.FileIO(fd, "rb")
+
+
+def pin(path: Path, held: list[Any]) -> str:
+    """A name by which a library that opens `path` while holding Python's lock (libhdf5) finds the regular file
+    rnnconv looked at, whatever is put at the path meanwhile (a FIFO there would block that open for ever, and
+    the lock with it): the file, opened now, named through /proc/self/fd (the path itself where there is no
+    such folder). The open file is added to `held`, to be closed with what the library opened."""
+    opened = open_source(path)
+    held.append(opened)
+    name = f"/proc/self/fd/{opened.fileno()}"
+    return name if os.path.exists(name) else str(path)
 
 
 def read_into(path: Path | str, offset: int, buffer: np.ndarray) -> None:
@@ -260,6 +272,7 @@ def watching(source: Path) -> Iterator[Guard]:
     writes nothing to run before it answers."""
     check = unchanged(source)
     token = _WATCHED.set((*_WATCHED.get(), check))
+    _FIFO_WRITER.watch(source)
     try:
         yield check
     except Exception as exc:
@@ -268,7 +281,49 @@ def watching(source: Path) -> Iterator[Guard]:
             raise cause from None
         raise
     finally:
+        _FIFO_WRITER.unwatch(source)
         _WATCHED.reset(token)
+
+
+class _FifoWriter:
+    """A FIFO put at a watched source's name blocks whoever opens it to read (a reader's own open, libhdf5's,
+    zipfile's) until a writer comes, for ever: this thread is that writer, for an instant, every PERIOD seconds,
+    so the reader finds an empty file, fails, and the failure is reported as the change it is."""
+
+    PERIOD = 0.02
+
+    def __init__(self) -> None:
+        self._paths: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, path: Path) -> None:
+        with self._lock:
+            self._paths[str(path)] = self._paths.get(str(path), 0) + 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="rnnconv-fifo-writer", daemon=True)
+                self._thread.start()
+
+    def unwatch(self, path: Path) -> None:
+        with self._lock:
+            left = self._paths.pop(str(path), 1) - 1
+            if left:
+                self._paths[str(path)] = left
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.PERIOD)
+            with self._lock:
+                paths = list(self._paths)
+            for path in paths:
+                try:
+                    if stat.S_ISFIFO(os.stat(path).st_mode):
+                        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # ENXIO: nobody waits to read it
+                except OSError:
+                    pass
+
+
+_FIFO_WRITER = _FifoWriter()
 
 
 def explained(exc: Exception) -> Exception:

@@ -27,9 +27,9 @@ from rnnconv import api, safeio
 
 CHANGED = "changed while it was being read"
 
-# Runs rnnconv's command line with its source changed at one point: `outputs` (the temporaries exist, no value
-# read yet) or `copy` (the first block written, the next not yet). Sources are read lazily, so either point
-# falls in the middle of reading.
+# Runs rnnconv's command line with its source changed at one point: `detect` (just after rnnconv's first look),
+# `h5open` (as libhdf5 opens it), `outputs` (the temporaries exist, no value read yet) or `copy` (the first block
+# written, the next not yet). Sources are read lazily, so the last two fall in the middle of reading.
 DRIVER = """
 import contextlib, os, sys, time
 from pathlib import Path
@@ -59,6 +59,9 @@ def meddle():
         other = victim.with_name(victim.name + ".new")
         other.write_bytes(victim.read_bytes()[::-1])
         os.replace(other, victim)
+    elif how == "fifo":  # a FIFO at its name: opening it to read waits for a writer, for ever
+        victim.unlink()
+        os.mkfifo(victim)
 
 real_outputs, real_write = safeio.atomic_outputs, safeio.write_array
 
@@ -78,6 +81,27 @@ def write_array(f, array):
     return real_write(f, array)
 
 safeio.atomic_outputs, safeio.write_array = atomic_outputs, write_array
+if when == "detect":  # just after the first look, before anything opens the file to see what it is
+    from rnnconv.formats import registry
+
+    real_detect = registry.detect
+
+    def detect(path):
+        meddle()
+        return real_detect(path)
+
+    registry.detect = detect
+if when == "h5open":  # as libhdf5 opens the file (in rnnconv, and in its structure check's child)
+    import h5py
+
+    real_file = h5py.File
+
+    def File(name, *args, **kwargs):
+        if isinstance(name, (str, Path)):  # the source, by its name or by the one rnnconv pins it under
+            meddle()
+        return real_file(name, *args, **kwargs)
+
+    h5py.File = File
 from rnnconv.cli import main
 sys.argv = ["rnnconv", *args]
 main()
@@ -275,3 +299,11 @@ def test_a_fifo_or_a_device_put_at_the_source_name_neither_hangs_nor_feeds_a_rea
     source.symlink_to("/dev/zero")
     with pytest.raises(safeio.SourceChanged):
         safeio.FileArray(source, 0, np.dtype(np.float32), (1024,)).read()
+
+
+@pytest.mark.parametrize(("name", "when"), [("pt", "detect"), ("keras", "detect"), ("h5", "h5open"), ("bin", "detect")])
+def test_a_fifo_put_at_the_source_name_just_after_the_first_look_is_no_hang(name, when, sources, tmp_path):
+    """Opening a FIFO to read waits for a writer for ever, in rnnconv's own opens and in libhdf5's or zipfile's:
+    while a source is read, rnnconv is that writer for an instant, and the reader finds an empty file."""
+    result = converted_while_changed(tmp_path, sources[name], "fifo", when, output_for(name))
+    assert_refused_cleanly(result, tmp_path / "out")

@@ -48,6 +48,7 @@ from rnnconv.safeio import (
     FileArray,
     atomic_outputs,
     json_document,
+    open_source,
     regular_file,
     write_array,
 )
@@ -276,7 +277,9 @@ def read_sidecar(blob: Path) -> Sidecar:
     regular_file(side, "the sidecar")
     if side.stat().st_size > JSON_LIMIT:
         raise BadInput(f"the sidecar {side} is larger than any weight-space description")
-    return check_sidecar(json_document(side.read_bytes(), f"the sidecar {side}"), str(side))
+    with open_source(side) as f:  # not blocked by a FIFO put at its name meanwhile
+        data = f.read(JSON_LIMIT + 1)
+    return check_sidecar(json_document(data, f"the sidecar {side}"), str(side))
 
 
 def check_sidecar(doc: object, where: str) -> Sidecar:

@@ -30,7 +30,7 @@ from rnnconv.dtypes import source_dtype_name
 from rnnconv.errors import BadInput, Unsupported, first_line, no_such_rnn
 from rnnconv.formats import _zip
 from rnnconv.formats.registry import HDF5_MAGIC, ZIP_MAGIC
-from rnnconv.safeio import FileArray, Guard, add_guard, checksum_guard, json_document, regular_file, within
+from rnnconv.safeio import FileArray, Guard, add_guard, checksum_guard, json_document, pin, regular_file, within
 from rnnconv.table.apply import check_shapes, classes_of, find_row, gate_loaders, mode_for, rows_for, stored_shapes
 from rnnconv.table.constants import KERAS_CELLS, KERAS_DIRECTION_GROUPS, KERAS_VARIABLES
 from rnnconv.table.rows import BIAS_SINGLE, DEFAULT_BIAS_SPLIT, MATRIX_COLUMNS
@@ -138,6 +138,8 @@ class KerasFile:
         )
 
     def _h5(self, source: Any) -> h5py.File:
+        if isinstance(source, Path):  # libhdf5 opens it by a name no FIFO put at the path meanwhile can hold up
+            source = pin(source, self._closers)
         within(
             HDF5_TIMEOUT,
             lambda: _walk_everything(source),
