@@ -25,7 +25,16 @@ from rnnconv.errors import EXIT_INTERNAL, BadInput, RnnconvError, failure
 from rnnconv.formats import registry
 from rnnconv.formats.cudnn import open_blobs
 from rnnconv.formats.registry import Progress, ReadOptions, WriteOptions
-from rnnconv.safeio import SIDECAR_SUFFIX, check_writable, reading, regular_file
+from rnnconv.safeio import (
+    SIDECAR_SUFFIX,
+    check_guards,
+    check_writable,
+    explained,
+    reading,
+    regular_file,
+    unguarded,
+    watching,
+)
 from rnnconv.table.rows import DEFAULT_BIAS_SPLIT
 
 if TYPE_CHECKING:
@@ -407,6 +416,7 @@ def _reported(
                 make_blob()
                 inputs.enter_context(reading(blob))
             result = run()
+            check_guards()  # a verdict on a blob or a source that changed meanwhile would be on neither
             reports = result.root if isinstance(result, Reports) else [result]
             if picture is not None and reports[0].comparison is None:
                 reports[0].warnings.append(f"nothing was compared step by step, so {picture} was not drawn")
@@ -419,8 +429,11 @@ def _reported(
                 written = True
                 write_outputs(chosen, settings.force)
         except Exception as exc:  # a CI step that asked for a report gets one, saying why verify could not run
+            cause = explained(exc)  # an input that changed meanwhile, if one did
             if not written:
-                _write_failure(failed(exc), outputs, inputs_read, settings.force)
+                _write_failure(failed(cause), outputs, inputs_read, settings.force)
+            if cause is not exc:
+                raise cause from None
             raise
     return result
 
@@ -446,7 +459,7 @@ def _write_failure(document: Report | Reports, outputs: _Outputs, inputs_read: l
         None if p is None or _names_an_input(p, inputs_read) else p for p in (report_path, junit_path)
     )
     if report_left or junit_left:
-        with contextlib.suppress(RnnconvError):  # e.g. a report that exists, without --force: left as is
+        with contextlib.suppress(RnnconvError), unguarded():  # e.g. a report that exists: left as is
             write_outputs(writers(document, report_left, junit_left, None), force)
 
 
@@ -460,7 +473,10 @@ def _names_an_input(path: Path, inputs: list[Path]) -> bool:
 def inspect(path: PathLike) -> InspectReport:
     """Every RNN in a file: its spec, its class, and whether it converts (why not)."""
     path = registry.source_file(Path(path))
-    return registry.detect(path).inspect(path)
+    with watching(path) as still_unchanged:
+        report = registry.detect(path).inspect(path)
+        still_unchanged()  # a file that changed meanwhile may be described as neither it nor its new self
+    return report
 
 
 def schema(name: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import numpy as np
 from rnnconv.contracts import Provenance, SpecModel
 from rnnconv.dtypes import DTYPES
 from rnnconv.errors import BadInput
-from rnnconv.safeio import digest_placeholder
+from rnnconv.safeio import FileArray, digest_placeholder
 from rnnconv.table.apply import assemble_stored
 from rnnconv.table.constants import CUDNN_GATES, CUDNN_MODES, DIRECTIONS, KINDS, MAX_LAYERS, MAX_SIZE
 from rnnconv.table.rows import Row
@@ -146,7 +146,7 @@ class ParamKey:
 Loader = Callable[[], np.ndarray]
 
 
-def _nothing_stacked(layer: int, direction: int, kind: str) -> np.ndarray | None:
+def _nothing_stacked(layer: int, direction: int, kind: str) -> np.ndarray | FileArray | None:
     return None
 
 
@@ -165,8 +165,9 @@ class CanonicalRNN:
     source: Provenance = field(default_factory=Provenance)
     notes: list[str] = field(default_factory=list)
     # All gates of one kind of one layer and direction, stacked in cuDNN order, when the source
-    # holds them that way (a weight space does): writers of stacked formats then copy nothing.
-    stacked: Callable[[int, int, str], np.ndarray | None] = _nothing_stacked
+    # holds them that way (a weight space, a state_dict): writers then copy their bytes file to file
+    # (a FileArray, still in the source) or at least assemble nothing.
+    stacked: Callable[[int, int, str], np.ndarray | FileArray | None] = _nothing_stacked
     digest: Future[str] | None = None
     # Whatever must stay open while the loaders may still read (the source file).
     keepalive: Any = None

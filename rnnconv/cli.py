@@ -29,6 +29,7 @@ from rnnconv.options import (
     parameter,
     source_options,
 )
+from rnnconv.streams import standalone
 from rnnconv.table.formats import FORMAT_INFO
 from rnnconv.table.rows import ADAPTER_FORMATS, DEFAULT_BIAS_SPLIT, FORMATS, TABLE
 from rnnconv.version import __version__
@@ -346,5 +347,4 @@ def _main(
     pass
 
 
-def main() -> None:
-    app()
+main = standalone(app)  # the `rnnconv` command: its streams and terminal size made usable first

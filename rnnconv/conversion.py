@@ -111,33 +111,35 @@ def convert(
         place, options.layer, options.take_all = options.layer, None, True
     else:
         target = registry.get(to or "cudnn") if output is None else registry.for_output(output, to)
-    fmt = source_format(source, options, expect, target.name)  # a wrong source is said before anything else
-    output = output or default_output(source, target)
-    if output.resolve() == source.resolve():
-        raise BadInput(f"the output {output} is the source itself")
-    options.take_all = options.take_all or target.holds_several(output)
-    with reading(source), fmt.read(source, options) as found:
-        if not found.rnns:
-            raise RnnconvError(f"{source} gave no RNN to write")
-        check_stated(found.rnns, options)
-        if into is None:
-            written = target.write(found.rnns, output, write)
-        else:
-            with reading(into):
-                written = target.write_into(found.rnns, into, output, place, write)
-            written.usage = (
-                f"{output} is {into} with {', '.join(r.name for r in found.rnns)} replaced: load it as you load {into}"
+    with reading(source):  # the first look: from here on, a source that changes commits nothing
+        fmt = source_format(source, options, expect, target.name)  # a wrong source is said before anything else
+        output = output or default_output(source, target)
+        if output.resolve() == source.resolve():
+            raise BadInput(f"the output {output} is the source itself")
+        options.take_all = options.take_all or target.holds_several(output)
+        with fmt.read(source, options) as found:
+            if not found.rnns:
+                raise RnnconvError(f"{source} gave no RNN to write")
+            check_stated(found.rnns, options)
+            if into is None:
+                written = target.write(found.rnns, output, write)
+            else:
+                with reading(into):
+                    written = target.write_into(found.rnns, into, output, place, write)
+                written.usage = (
+                    f"{output} is {into} with {', '.join(r.name for r in found.rnns)} replaced: load it as you "
+                    f"load {into}"
+                )
+            dtype = write.dtype or found.rnns[0].spec.dtype
+            return ConversionResult(
+                outputs=[str(p) for p in written.outputs],
+                target=target.name,
+                dtype=dtype,
+                rnns=[
+                    ConvertedRNN(name=r.name, spec=r.spec.to_model(), notes=r.notes, source=r.provenance())
+                    for r in found.rnns
+                ],
+                warnings=written.warnings,
+                skipped=[Skipped(name=n, reason=why) for n, why in found.skipped],
+                usage=written.usage,
             )
-        dtype = write.dtype or found.rnns[0].spec.dtype
-        return ConversionResult(
-            outputs=[str(p) for p in written.outputs],
-            target=target.name,
-            dtype=dtype,
-            rnns=[
-                ConvertedRNN(name=r.name, spec=r.spec.to_model(), notes=r.notes, source=r.provenance())
-                for r in found.rnns
-            ],
-            warnings=written.warnings,
-            skipped=[Skipped(name=n, reason=why) for n, why in found.skipped],
-            usage=written.usage,
-        )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnconv.errors import BadInput
+from rnnconv.safeio import FileArray
 from rnnconv.table.constants import ELEMENT_TYPE_CODES
 
 
@@ -55,6 +56,14 @@ def encode(values: np.ndarray, etype: ElementType) -> np.ndarray:
     return rounded
 
 
+def stored_words(values: np.ndarray | FileArray, etype: ElementType) -> np.ndarray | FileArray:
+    """`encode`, except that values still in a source file, already `etype`'s words, stay there (to be copied
+    file to file)."""
+    if isinstance(values, FileArray) and values.dtype == etype.storage and etype.name != "bfloat16":
+        return values
+    return np.ascontiguousarray(encode(np.asarray(values), etype))
+
+
 def decode(words: np.ndarray, etype: ElementType) -> np.ndarray:
     """Storage words as numpy floats (bfloat16 widens to float32 exactly)."""
     if etype.name != "bfloat16":
@@ -73,8 +82,11 @@ def source_dtype_name(dtype: np.dtype) -> str:
     raise BadInput(f"weights of type {dtype} are not floating point numbers rnnconv can convert")
 
 
-def count_non_finite(values: np.ndarray) -> int:
-    """How many NaN or Inf values an array holds (floats of any width)."""
+def count_non_finite(values: np.ndarray | FileArray) -> int:
+    """How many NaN or Inf values an array holds (floats of any width); one still in its file is read a run at
+    a time."""
+    if isinstance(values, FileArray):
+        return sum(count_non_finite(run) for run in values.runs())
     # One sum first: IEEE arithmetic carries any NaN or Inf into it, and summing is several times
     # faster than classifying every value; only a non-finite sum (or an overflow) needs the count.
     accumulate = np.float64 if values.dtype == np.float64 else np.float32

@@ -18,13 +18,14 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar, cast
 
 from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from rnnconv import streams
 from rnnconv.canonical import RNNSpec
 from rnnconv.contracts import (
     BatchItem,
@@ -40,25 +41,21 @@ from rnnconv.contracts import (
     Tolerance,
     dump,
 )
-from rnnconv.errors import EXIT_INTERNAL, failure
+from rnnconv.errors import EXIT_INTERNAL, BadInput, failure
 from rnnconv.safeio import remove_live_temps
 from rnnconv.table.constants import DIRECTIONS
-
-
-def _silence_stdout() -> None:
-    with contextlib.suppress(OSError, ValueError):  # nothing more is shown, and nothing fails at exit either
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 class _Console(Console):
     def on_broken_pipe(self) -> None:
         """A closed pipe (`| head -1`) ends the output, not the command (rich would exit with 1)."""
         self.quiet = True
-        _silence_stdout()
+        streams.silence(1)  # nothing more is shown, and nothing fails at exit either
 
 
 out = _Console(highlight=False, soft_wrap=True)
-err = _Console(stderr=True, highlight=False, soft_wrap=True)
+# Messages: on a stderr that cannot take them (full, closed early) they are given up, and the exit code stays.
+err = _Console(file=cast(IO[str], streams.Tolerant("stderr", 2)), highlight=False, soft_wrap=True)
 Shown = TypeVar("Shown", bound=Callable[..., None])
 
 
@@ -71,7 +68,10 @@ def shown(function: Shown) -> Shown:
             function(*args, **kwargs)
             sys.stdout.flush()  # a closed pipe shows here, not at exit
         except BrokenPipeError:
-            _silence_stdout()
+            streams.silence(1)
+        except (OSError, ValueError) as exc:  # a full device, an I/O error: the result did not reach the user
+            streams.silence(1)
+            raise BadInput(f"cannot write to stdout: {streams.reason(exc)}") from None
 
     return show  # type: ignore[return-value]
 

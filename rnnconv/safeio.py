@@ -1,14 +1,17 @@
 """Files rnnconv did not write, and files it writes.
 
 Input: only regular files are read (a FIFO, a device or a directory is refused at once), and what a file
-claims is checked against what it holds. Output: every file is written to a temporary name beside its
-final one and put in place only when all is well. No existing file is replaced without `force` (the final
-name is created by a hard link, which fails when the name exists, so two writers racing for one output
-cannot both win), nothing is committed while a guard objects (the source changed while it was read, a
-stored checksum does not match), and on any error or signal the temporaries go. A temporary is the file
-NAME inside a private folder `.NAME.rnnconv-PID-*.part` beside the output, made by the writer itself: a file
-created new, not one truncated on opening, which ext4 would flush to disk when closed. One left by a
-killed process is removed by the next run that writes there.
+claims is checked against what it holds. A source is read, never memory-mapped (`FileArray`): a mapped file
+that shrinks kills the process with SIGBUS, where a read returns short and says the source changed; and a
+source that changed in any way (size, times, the file itself) commits no output.
+
+Output: every file is written to a temporary name beside its final one and put in place only when all is
+well. No existing file is replaced without `force` (the final name is created by a hard link, which fails
+when the name exists, so two writers racing for one output cannot both win), nothing is committed while a
+guard objects (the source changed while it was read, a stored checksum does not match), and on any error or
+signal the temporaries go. A temporary is the file NAME inside a private folder `.NAME.rnnconv-PID-*.part`
+beside the output, made by the writer itself: a file created new, not one truncated on opening, which ext4
+would flush to disk when closed. One left by a killed process is removed by the next run that writes there.
 """
 
 from __future__ import annotations
@@ -18,15 +21,19 @@ import contextlib
 import contextvars
 import errno
 import hashlib
+import io
 import json
-import mmap
+import math
+import operator
 import os
 import shutil
 import signal
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -42,6 +49,7 @@ T = TypeVar("T")
 Guard = Callable[[], None]  # raises when outputs must not be committed
 _GUARDS: contextvars.ContextVar[tuple[Guard, ...]] = contextvars.ContextVar("rnnconv_guards", default=())
 _SOURCES: contextvars.ContextVar[tuple[Path, ...]] = contextvars.ContextVar("rnnconv_sources", default=())
+_WATCHED: contextvars.ContextVar[tuple[Guard, ...]] = contextvars.ContextVar("rnnconv_watched", default=())
 LIVE_TEMPS: set[Path] = set()  # temporary folders, for a signal handler that must clean up before the process ends
 
 
@@ -79,39 +87,284 @@ def json_document(data: bytes | str, what: str) -> Any:
         raise BadInput(f"{what} cannot be read: its JSON nests too deep for a model description") from None
 
 
+class SourceChanged(BadInput):
+    """A source is not what it was when rnnconv first looked at it: truncated, extended, rewritten or replaced."""
+
+    def __init__(self, path: Path | str):
+        super().__init__(
+            f"{path} changed while it was being read (truncated, rewritten or replaced meanwhile), so what was "
+            f"read cannot be trusted; nothing was written"
+        )
+
+
+READ_CHUNK = 1 << 20  # bytes a scan reads at a time: a buffer that stays in the core's cache
+
+
+def open_source(path: Path | str) -> io.FileIO:
+    """A source file opened again to read more of it: SourceChanged if it is gone or no longer a regular file (a
+    FIFO put at its name would block the open, a device never end), so a swap can neither hang nor fool a read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:  # it was there when the reading began
+        raise SourceChanged(path) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SourceChanged(path)
+    return io.FileIO(fd, "rb")
+
+
+def pin(path: Path, held: list[Any]) -> str:
+    """A name by which a library that opens `path` while holding Python's lock (libhdf5) finds the regular file
+    rnnconv looked at, whatever is put at the path meanwhile (a FIFO there would block that open for ever, and
+    the lock with it): the file, opened now, named through /proc/self/fd (the path itself where there is no
+    such folder). The open file is added to `held`, to be closed with what the library opened."""
+    opened = open_source(path)
+    held.append(opened)
+    name = f"/proc/self/fd/{opened.fileno()}"
+    return name if os.path.exists(name) else str(path)
+
+
+def read_into(path: Path | str, offset: int, buffer: np.ndarray) -> None:
+    """Fill `buffer` (C-contiguous) with the bytes of `path` from `offset`; SourceChanged if the file ends first."""
+    with open_source(path) as f:
+        _fill(f, offset, byte_view(buffer).data, path)
+
+
+def _fill(f: io.RawIOBase, offset: int, view: memoryview, path: Path | str) -> None:
+    f.seek(offset)
+    done = 0
+    while done < len(view):
+        n = f.readinto(view[done:])
+        if not n:  # every offset was checked against the size at first look: the file is shorter now
+            raise SourceChanged(path)
+        done += n
+
+
+@dataclass(frozen=True)
+class FileArray:
+    """Values still in a source file: `shape` values of `dtype`, in C order, from byte `offset` of `path`.
+
+    Read with `read` (or np.asarray), never mapped: a file cut short meanwhile gives SourceChanged, where a
+    mapping would kill the process with SIGBUS. Slices along the first axis stay in the file, so a writer can
+    copy a tensor's bytes file to file in the kernel (`write_array`) and a scan can read them a cache-sized
+    run at a time (`runs`), never holding them whole.
+    """
+
+    path: Path
+    offset: int
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def read(self, out: np.ndarray | None = None) -> np.ndarray:
+        """The values, read now into a new array (or into `out`, C-contiguous, of this shape and dtype)."""
+        values = np.empty(self.shape, self.dtype) if out is None else out
+        if values.shape != self.shape or values.dtype != self.dtype or not values.flags.c_contiguous:
+            raise ValueError(f"cannot read {self.shape} {self.dtype} values into {values.shape} {values.dtype}")
+        if self.nbytes:
+            read_into(self.path, self.offset, values)
+        return values
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        values = self.read()
+        return values if dtype is None else values.astype(dtype, copy=False)
+
+    def __getitem__(self, index: Any) -> Any:
+        """Leading integers and a leading slice (step 1), the rest whole, stay in the file; any other index reads."""
+        parts = list(index) if isinstance(index, tuple) else [index]
+        found = self
+        while parts and found.ndim and isinstance(parts[0], (int, np.integer)) and not isinstance(parts[0], bool):
+            found = found._row(operator.index(parts.pop(0)))
+        if len(parts) <= found.ndim and all(isinstance(p, slice) and p == slice(None) for p in parts[1:]):
+            if not parts:
+                return found if found.ndim else found.read()[()]
+            if isinstance(parts[0], slice):
+                start, stop, step = parts[0].indices(found.shape[0])
+                if step == 1:
+                    return found._rows(start, max(start, stop))
+        return found.read()[tuple(parts)]
+
+    def _row_bytes(self) -> int:
+        return math.prod(self.shape[1:]) * self.itemsize
+
+    def _row(self, i: int) -> FileArray:
+        n = self.shape[0]
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of bounds for axis 0 with size {n}")
+        return FileArray(self.path, self.offset + (i % n) * self._row_bytes(), self.dtype, self.shape[1:])
+
+    def _rows(self, start: int, stop: int) -> FileArray:
+        start_byte = self.offset + start * self._row_bytes()
+        return FileArray(self.path, start_byte, self.dtype, (stop - start, *self.shape[1:]))
+
+    def reshape(self, *shape: Any) -> FileArray:
+        wanted = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+        if -1 in wanted:
+            known = math.prod(n for n in wanted if n != -1)
+            wanted = tuple(self.size // known if n == -1 and known else n for n in wanted)
+        if math.prod(wanted) != self.size:
+            raise ValueError(f"cannot reshape {self.size} values into shape {wanted}")
+        return FileArray(self.path, self.offset, self.dtype, wanted)
+
+    def runs(self, size: int = READ_CHUNK) -> Iterator[np.ndarray]:
+        """The values in order, flat, a run of about `size` bytes at a time in one buffer (a run is valid until
+        the next is read)."""
+        count = max(1, size // self.itemsize)
+        buffer = np.empty(min(count, self.size), self.dtype)
+        with open_source(self.path) as f:
+            for start in range(0, self.size, count):
+                run = buffer[: min(count, self.size - start)]
+                _fill(f, self.offset + start * self.itemsize, byte_view(run).data, self.path)
+                yield run
+
+
+def read_array(path: Path | str, offset: int, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """`shape` values of `dtype` from byte `offset` of a source, read now (the caller checked they lie inside it)."""
+    return FileArray(Path(path), offset, np.dtype(dtype), tuple(shape)).read()
+
+
+def _identity(path: Path) -> tuple[int, ...] | None:
+    """What changes whenever a file's content may have: size, modification and change times, the file itself.
+    (ctime cannot be set back by a writer, as mtime can.)"""
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return found.st_size, found.st_mtime_ns, found.st_ctime_ns, found.st_ino, found.st_dev
+
+
 def unchanged(path: Path) -> Guard:
-    """A guard that objects when `path` changed (size, modification time, file) since now."""
+    """A guard that objects (SourceChanged) when `path` changed (size, times, file) since now."""
     regular_file(path)
-    before = path.stat()
+    before = _identity(path)
 
     def check() -> None:
-        try:
-            after = path.stat()
-        except OSError:
-            after = None
-        if after is None or (after.st_size, after.st_mtime_ns, after.st_ino) != (
-            before.st_size,
-            before.st_mtime_ns,
-            before.st_ino,
-        ):
-            raise BadInput(
-                f"{path} changed while it was being read (truncated, rewritten or replaced); nothing was written"
-            )
+        if _identity(path) != before:
+            raise SourceChanged(path)
 
     return check
 
 
 @contextlib.contextmanager
-def reading(source: Path, *guards: Guard) -> Iterator[None]:
-    """While reading `source`: outputs are committed only if it stays unchanged (and `guards` agree), and no
-    output may be the source itself or its sidecar."""
-    guard_token = _GUARDS.set((*_GUARDS.get(), unchanged(source), *guards))
-    source_token = _SOURCES.set((*_SOURCES.get(), source))
+def watching(source: Path) -> Iterator[Guard]:
+    """While `source` is read: an error met after it changed is reported as that change, its cause (a file cut
+    short reads as damaged, or as anything at all). Yields the check that it is unchanged, for a command that
+    writes nothing to run before it answers."""
+    check = unchanged(source)
+    token = _WATCHED.set((*_WATCHED.get(), check))
+    _FIFO_WRITER.watch(source)
+    try:
+        yield check
+    except Exception as exc:
+        cause = explained(exc)
+        if cause is not exc:
+            raise cause from None
+        raise
+    finally:
+        _FIFO_WRITER.unwatch(source)
+        _WATCHED.reset(token)
+
+
+class _FifoWriter:
+    """A FIFO put at a watched source's name blocks whoever opens it to read (a reader's own open, libhdf5's,
+    zipfile's) until a writer comes, for ever: this thread is that writer, for an instant, every PERIOD seconds,
+    so the reader finds an empty file, fails, and the failure is reported as the change it is."""
+
+    PERIOD = 0.02
+
+    def __init__(self) -> None:
+        self._paths: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, path: Path) -> None:
+        with self._lock:
+            self._paths[str(path)] = self._paths.get(str(path), 0) + 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="rnnconv-fifo-writer", daemon=True)
+                self._thread.start()
+
+    def unwatch(self, path: Path) -> None:
+        with self._lock:
+            left = self._paths.pop(str(path), 1) - 1
+            if left:
+                self._paths[str(path)] = left
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.PERIOD)
+            with self._lock:
+                paths = list(self._paths)
+            for path in paths:
+                try:
+                    if stat.S_ISFIFO(os.stat(path).st_mode):
+                        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # ENXIO: nobody waits to read it
+                except OSError:
+                    pass
+
+
+_FIFO_WRITER = _FifoWriter()
+
+
+def explained(exc: Exception) -> Exception:
+    """The error to report for `exc`: the change of a source being read (`watching`), when one changed."""
+    if not isinstance(exc, SourceChanged):
+        for check in _WATCHED.get():
+            try:
+                check()
+            except SourceChanged as changed:
+                return changed
+    return exc
+
+
+@contextlib.contextmanager
+def unguarded() -> Iterator[None]:
+    """For outputs that say why reading failed: they depend on nothing read, so no guard holds them up."""
+    token = _GUARDS.set(())
     try:
         yield
     finally:
-        _GUARDS.reset(guard_token)
-        _SOURCES.reset(source_token)
+        _GUARDS.reset(token)
+
+
+@contextlib.contextmanager
+def reading(source: Path, *guards: Guard) -> Iterator[Guard]:
+    """`watching` `source`, and outputs are committed only if it stays unchanged (and `guards` agree); no output
+    may be the source itself or its sidecar."""
+    with watching(source) as check:
+        guard_token = _GUARDS.set((*_GUARDS.get(), check, *guards))
+        source_token = _SOURCES.set((*_SOURCES.get(), source))
+        try:
+            yield check
+        finally:
+            _GUARDS.reset(guard_token)
+            _SOURCES.reset(source_token)
+
+
+def check_guards() -> None:
+    """Run the guards of the current `reading` now (at the end of a command that writes nothing itself)."""
+    for guard in _GUARDS.get():
+        guard()
 
 
 def add_guard(guard: Guard) -> None:
@@ -248,15 +501,19 @@ def remove_live_temps() -> None:
         _remove_temp(temp)
 
 
-def write_array(f: BinaryIO, array: np.ndarray) -> list[str]:
+def write_array(f: BinaryIO, array: np.ndarray | FileArray) -> list[str]:
     """An array's bytes, C order, at the file's position, without an intermediate copy when contiguous.
 
-    Bytes that are a memory-mapped file's, unchanged (a PyTorch storage, a blob's tensors), are copied
-    file to file inside the kernel, never through this process's memory.
+    Values still in a source file (a `FileArray`: a PyTorch storage, a blob's tensors) are copied file to file
+    inside the kernel, never through this process's memory (where the kernel cannot, a cache-sized run at a
+    time); a source cut short meanwhile gives SourceChanged.
     """
-    place = mapped_place(array)
-    if place is None or not _kernel_copy(place[0], place[1], array.nbytes, f):
-        f.write(byte_view(array).data)
+    if isinstance(array, FileArray):
+        if not _kernel_copy(array.path, array.offset, array.nbytes, f):
+            for run in array.runs():
+                f.write(run.data)
+        return []
+    f.write(byte_view(array).data)
     return []
 
 
@@ -265,30 +522,22 @@ def byte_view(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
-def mapped_place(array: np.ndarray) -> tuple[str, int] | None:
-    """(file, byte offset) of a C-contiguous array that is a view of a read-only np.memmap; None otherwise."""
-    if not array.flags.c_contiguous or array.flags.writeable or array.nbytes == 0:
-        return None
-    root: Any = array
-    while root is not None and not (isinstance(root, np.memmap) and isinstance(root.base, mmap.mmap)):
-        root = getattr(root, "base", None)  # an array's base may be bytes, an mmap, any buffer
-    if root is None or root.filename is None:
-        return None
-    return str(root.filename), root.offset + (array.ctypes.data - root.ctypes.data)
-
-
-def _kernel_copy(source: str, offset: int, size: int, f: BinaryIO) -> bool:
+def _kernel_copy(source: Path, offset: int, size: int, f: BinaryIO) -> bool:
     """Copy `size` bytes of `source` from `offset` to `f`'s position; False when the kernel cannot (nothing written)."""
+    try:
+        f.fileno()
+    except (OSError, ValueError):  # a file object with no file under it (io.BytesIO)
+        return False
     f.flush()
     position = f.tell()
     done = 0
-    with open(source, "rb", buffering=0) as src:
+    with open_source(source) as src:
         for copy in _KERNEL_COPIES:
             try:
                 while done < size:
                     n = copy(src.fileno(), f.fileno(), offset + done, position + done, size - done)
-                    if n == 0:
-                        raise BadInput(f"{source} ended while it was being read (truncated meanwhile)")
+                    if n == 0:  # short of what the file held at first look
+                        raise SourceChanged(source)
                     done += n
             except OSError as exc:
                 if done or exc.errno not in _NO_KERNEL_COPY:
@@ -323,32 +572,26 @@ def _blake3() -> Any:
     return blake3
 
 
-# The source's digest, recorded as "ALGORITHM:HEX" in every sidecar. blake3 hashes the file from its
-# mapped pages at several GB/s on one core, so the digest no longer sets a conversion's speed.
+# The source's digest, recorded as "ALGORITHM:HEX" in every sidecar. blake3 hashes at several GB/s on one
+# core, so the digest no longer sets a conversion's speed.
 DIGEST_ALGORITHM = "blake3" if _blake3() else "sha256"
 DIGEST_ALGORITHMS = ("blake3", "sha256")
-DIGEST_WINDOW = 64 << 20  # bytes, a multiple of the page size
+DIGEST_RUN = 2 << 20  # bytes read at a time: in the core's cache, and large enough for the GIL to be let go
 
 
 def digest_of(path: Path, algorithm: str = DIGEST_ALGORITHM) -> str:
-    """`algorithm:hex` of the file's bytes (one thread: the conversion has the other core)."""
-    if algorithm == "blake3":
-        hasher = _blake3().blake3(max_threads=1)
-        with open(path, "rb", buffering=0) as f:
-            size, offset = os.fstat(f.fileno()).st_size, 0
-            while offset < size:  # mapped a window at a time: the whole file mapped would count in the RSS
-                length = min(DIGEST_WINDOW, size - offset)
-                with mmap.mmap(f.fileno(), length, offset=offset, access=mmap.ACCESS_READ) as window:
-                    hasher.update(window)
-                offset += length
-        return f"blake3:{hasher.hexdigest()}"
-    digest = hashlib.sha256()
-    buffer = bytearray(1 << 24)
+    """`algorithm:hex` of the file's bytes (one thread: the conversion has the other core).
+
+    Read a cache-sized run at a time, never mapped: a file cut short meanwhile gives the digest of fewer bytes
+    (its guard then says the source changed), never SIGBUS.
+    """
+    digest: Any = _blake3().blake3(max_threads=1) if algorithm == "blake3" else hashlib.sha256()
+    buffer = bytearray(DIGEST_RUN)
     view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as f:
+    with open_source(path) as f:
         while n := f.readinto(buffer):
-            digest.update(view[:n])  # hashlib releases the GIL on large buffers
-    return f"sha256:{digest.hexdigest()}"
+            digest.update(view[:n])  # blake3 and hashlib release the GIL on large buffers
+    return f"{algorithm}:{digest.hexdigest()}"
 
 
 def digest_placeholder() -> str:
@@ -387,7 +630,7 @@ def checksum_guard(
     checksum was made of: `extend(checksum, chunk)` runs over them on another core meanwhile."""
 
     def checksum() -> int:
-        with open(path, "rb", buffering=0) as f:
+        with open_source(path) as f:
             f.seek(start)
             value, left = 0, size
             while left > 0 and (chunk := f.read(min(left, CHECKSUM_CHUNK))):

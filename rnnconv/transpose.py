@@ -14,19 +14,24 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from rnnconv.safeio import FileArray
+
 SMALL = 1 << 16  # elements; below this the plain copy is as fast
 PARALLEL = 1 << 22  # elements; above this the rows are split between threads (numpy copies without the GIL)
 TILE_WIDTH = 1024  # source columns per tile
 _POOL = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="rnnconv-transpose")
 
 
-def transposed(block: np.ndarray) -> np.ndarray:
-    """block.T as a C-contiguous array: a view when block.T already is one, else a tiled copy."""
-    if block.T.flags.c_contiguous:
+def transposed(block: np.ndarray | FileArray) -> np.ndarray:
+    """block.T as a C-contiguous array: a view when block.T already is one, else a tiled copy. Values still in
+    their file are read a band of rows at a time, into the core's cache, as the tiles need them."""
+    if isinstance(block, FileArray) and (block.ndim != 2 or block.size < SMALL or 1 in block.shape):
+        block = block.read()
+    if isinstance(block, np.ndarray) and block.T.flags.c_contiguous:
         return block.T
     rows, cols = block.shape
     out = np.empty((cols, rows), dtype=block.dtype)
-    if block.size < SMALL:
+    if isinstance(block, np.ndarray) and block.size < SMALL:
         out[...] = block.T
         return out
     step = max(1, 64 // block.itemsize)  # source rows per tile: one 64-byte line of each destination row
@@ -42,9 +47,12 @@ def transposed(block: np.ndarray) -> np.ndarray:
     return out
 
 
-def _copy_tiles(block: np.ndarray, out: np.ndarray, first: int, last: int, step: int) -> None:
+def _copy_tiles(block: np.ndarray | FileArray, out: np.ndarray, first: int, last: int, step: int) -> None:
     cols = block.shape[1]
+    band = np.empty((step, cols), block.dtype) if isinstance(block, FileArray) else None
     for r in range(first, last, step):
         source = block[r : r + step]
+        if isinstance(source, FileArray) and band is not None:
+            source = source.read(out=band[: source.shape[0]])
         for c in range(0, cols, TILE_WIDTH):
             out[c : c + TILE_WIDTH, r : r + step] = source[:, c : c + TILE_WIDTH].T

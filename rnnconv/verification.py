@@ -31,7 +31,7 @@ from rnnconv.errors import BackendMissing, BadInput, RnnconvError
 from rnnconv.formats import registry
 from rnnconv.formats.cudnn import Blob, open_blobs, pick_blob, write_relayout
 from rnnconv.junit import junit_xml
-from rnnconv.safeio import atomic_outputs, digest_differs, regular_file
+from rnnconv.safeio import atomic_outputs, check_guards, digest_differs, regular_file
 from rnnconv.table.constants import CUDNN_MODES, DIRECTION
 from rnnconv.version import __version__
 from rnnconv.weightspace import REPORTED_LAYOUT_NAME, regions
@@ -218,6 +218,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     report.inputs = InputsInfo(seed=options.seed, seq_len=options.seq_len, batch=options.batch, lengths=lengths)
     report.verdict = "match" if report.comparison.match and not problems else "mismatch"
     if not report.comparison.match and options.diagnose:
+        check_guards()  # a blob or a source that changed meanwhile explains it, without minutes of trying
         stage("looking for the mistake that explains the mismatch")
         report.diagnosis = diagnose(blob, inputs, want, report.tolerance)
     report.summary = _summary(report)

@@ -110,19 +110,35 @@ def test_a_kernel_that_cannot_copy_falls_back_to_sendfile_then_writes(failure, t
     assert (tmp_path / "written.bin").read_bytes() == plain
 
 
-def test_only_unchanged_read_only_mapped_bytes_have_a_place_in_a_file(tmp_path):
+def test_values_still_in_a_file_keep_their_place_through_slices_and_read_as_numpy_does(tmp_path):
     path = tmp_path / "data"
-    path.write_bytes(np.arange(64, dtype=np.float32).tobytes())
-    mapped = np.memmap(path, dtype=np.uint8, mode="r")
-    view = mapped[40:104].view(np.float32).reshape(4, 4)
-    assert safeio.mapped_place(view) == (str(path), 40)
-    assert safeio.mapped_place(np.asarray(view)[1:]) == (str(path), 56)  # a plain ndarray view still counts
-    assert safeio.mapped_place(view.T) is None  # not in C order
-    assert safeio.mapped_place(np.array(view)) is None  # a copy
-    assert safeio.mapped_place(np.memmap(path, dtype=np.float32, mode="r+")) is None  # may differ from the file
-    assert safeio.mapped_place(np.memmap(path, dtype=np.float32, mode="c")) is None
-    frozen = np.frombuffer(path.read_bytes(), np.float32)  # read-only, its base a bytes object
-    assert safeio.mapped_place(frozen) is None
+    values = np.arange(64, dtype=np.float32)
+    path.write_bytes(b"head" + values.tobytes())
+    whole = safeio.FileArray(path, 4, np.dtype(np.float32), (4, 4, 4))
+    expected = values.reshape(4, 4, 4)
+    assert np.array_equal(np.asarray(whole), expected)
+    rows = whole[1:3]
+    assert isinstance(rows, safeio.FileArray) and (rows.offset, rows.shape) == (4 + 64, (2, 4, 4))
+    assert isinstance(whole[2, 1], safeio.FileArray) and whole[2, 1].offset == 4 + 4 * (2 * 16 + 4)
+    assert isinstance(whole[-1, :], safeio.FileArray) and whole[-1, :].offset == 4 + 4 * 48
+    assert isinstance(whole.reshape(16, -1)[3:5], safeio.FileArray)
+    for index in [(1, 2, 3), (slice(None), 1), (Ellipsis,), (slice(0, 4, 2),), (0, slice(1, 3)), (-1, -2), 3, ()]:
+        assert np.array_equal(np.asarray(whole[index]), expected[index]), index
+    assert whole[1, 2, 3] == expected[1, 2, 3] and np.ndim(whole[1, 2, 3]) == 0  # one value read, a scalar
+    runs = [run.copy() for run in whole.runs(size=24)]  # one buffer, refilled: each run is copied before the next
+    assert [len(run) for run in runs] == [6] * 10 + [4] and np.array_equal(np.concatenate(runs), values)
+    with pytest.raises(IndexError):
+        whole[4]
+    with pytest.raises(ValueError, match="cannot reshape"):
+        whole.reshape(5, 5)
+    path.write_bytes(b"head" + values.tobytes()[:100])  # cut short after its place was taken
+    with pytest.raises(safeio.SourceChanged, match="changed while it was being read"):
+        np.asarray(whole)
+    with pytest.raises(safeio.SourceChanged):
+        list(whole.runs())
+    path.unlink()
+    with pytest.raises(safeio.SourceChanged):
+        whole.read()
 
 
 def test_the_digest_is_blake3_of_the_source_and_no_hash_leaves_it_out(tmp_path):
@@ -160,7 +176,7 @@ def test_a_schema_2_sidecar_with_sha256_still_tells_a_changed_source(tmp_path):
     assert report.verdict == "mismatch"
 
 
-@pytest.mark.parametrize("size", [0, 1, safeio.DIGEST_WINDOW + 3])
+@pytest.mark.parametrize("size", [0, 1, safeio.DIGEST_RUN + 3, 3 * safeio.DIGEST_RUN])
 def test_the_digest_of_any_size_is_blake3_of_the_bytes(size, tmp_path):
     path = tmp_path / "data"
     path.write_bytes(np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes())
@@ -201,7 +217,7 @@ def test_keras_weights_mapped_in_place_are_those_h5py_reads(path, tmp_path, monk
 
     def spy(self, dataset):
         values = real(self, dataset)
-        if isinstance(values, np.memmap):
+        if isinstance(values, safeio.FileArray):
             mapped.append(dataset.name)
         return values
 

@@ -1,9 +1,9 @@
-"""safetensors files, read and written in place with numpy memory maps.
+"""safetensors files, read in place and written tensor by tensor.
 
 The format is an 8-byte little-endian header length, a JSON header, then the
 tensors' bytes. Writing tensor by tensor into a preallocated file keeps memory
 bounded, and reading never trusts a header: every offset is checked against the
-file's size before anything is mapped. No framework is imported.
+file's size before anything is read. No framework is imported.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 
 from rnnconv.dtypes import BY_SAFETENSORS, ElementType
 from rnnconv.errors import BadInput
-from rnnconv.safeio import atomic_outputs, json_document, regular_file
+from rnnconv.safeio import FileArray, atomic_outputs, json_document, regular_file
 from rnnconv.table.constants import SAFETENSORS_ITEMSIZE
 
 MAX_HEADER = 100 * 1024 * 1024
@@ -143,14 +143,12 @@ def _span(path: Path, key: str, info: Any, data_size: int) -> tuple[int, int]:
     return lo, hi
 
 
-def tensor_words(path: Path, header: dict[str, Any], start: int, name: str) -> tuple[np.ndarray, ElementType]:
-    """A tensor's storage words, memory-mapped with its shape (header already checked)."""
+def tensor_words(path: Path, header: dict[str, Any], start: int, name: str) -> tuple[FileArray, ElementType]:
+    """A tensor's storage words with its shape, still in the file (header already checked)."""
     info = header[name]
     etype = BY_SAFETENSORS.get(info["dtype"])
     if etype is None:
         raise BadInput(f"{path}: tensor {name!r} is {info['dtype']}, not a floating point type rnnconv converts")
-    lo, hi = info["data_offsets"]
+    lo = info["data_offsets"][0]
     shape = tuple(int(d) for d in info["shape"])
-    if hi == lo:
-        return np.zeros(shape, dtype=etype.storage), etype
-    return np.memmap(path, dtype=etype.storage, mode="r", offset=start + lo, shape=shape), etype
+    return FileArray(path, start + lo, etype.storage, shape), etype

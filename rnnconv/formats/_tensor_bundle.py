@@ -8,7 +8,7 @@ first entry, under the empty key, is a `BundleHeaderProto` (how many data files,
 format's version); every other key is a tensor's name and its value a `BundleEntryProto` (dtype, shape, data
 file, offset, size, masked crc32c of the bytes). The values lie raw in `X.data-0000k-of-0000n`
 (tensorflow/core/util/tensor_bundle/tensor_bundle.cc). Every number is checked before it is used, and every
-block's crc32c when the index is read (docs/LAYOUTS.md section 9); a tensor's values are mapped from its data
+block's crc32c when the index is read (docs/LAYOUTS.md section 9); a tensor's values are read from its data
 file, and their crc32c is computed on the other core: outputs are committed only if it matches.
 """
 
@@ -24,8 +24,8 @@ import google_crc32c
 import numpy as np
 
 from rnnconv.dtypes import decode, element_type
-from rnnconv.errors import BadInput, first_line
-from rnnconv.safeio import Guard, add_guard, checksum_guard, regular_file
+from rnnconv.errors import BadInput
+from rnnconv.safeio import Guard, add_guard, checksum_guard, read_array, regular_file, unchanged
 from rnnconv.table.constants import ELEMENT_TYPE_CODES
 
 INDEX_SUFFIX = ".index"
@@ -307,7 +307,7 @@ def _shard_count(index: Path, header: bytes) -> int:
 
 @dataclass
 class Checkpoint:
-    """A checkpoint's tensors (names, dtypes, shapes) from its index; values mapped from its data files."""
+    """A checkpoint's tensors (names, dtypes, shapes) from its index; values read from its data files."""
 
     index: Path
     shapes: dict[str, tuple[int, ...]]
@@ -331,6 +331,8 @@ class Checkpoint:
             if not shard.exists():
                 raise BadInput(f"the checkpoint {prefix} has no data file ({shard.name} is missing beside its index)")
         sizes = [regular_file(shard, "the checkpoint's data file") for shard in shards]
+        for shard in shards:  # part of the source: one that changes from here on commits nothing either
+            add_guard(unchanged(shard))
         entries = {}
         for key, value in table[1:]:
             if key.startswith(b"\x00"):  # a slice of a partitioned variable (EncodeTensorNameSlice), not listed
@@ -352,7 +354,7 @@ class Checkpoint:
         return cls(index, shapes, dtypes, entries, shards)
 
     def tensor(self, name: str) -> np.ndarray:
-        """One tensor's values, mapped from its data file (bfloat16 widened to float32 exactly); its crc32c is
+        """One tensor's values, read from its data file (bfloat16 widened to float32 exactly); its crc32c is
         computed in the background the first time, and outputs are committed only if it matches."""
         entry = self.entries.get(name)
         if entry is None or entry.dtype not in ELEMENT_TYPE_CODES:
@@ -371,17 +373,8 @@ class Checkpoint:
             check = checksum_guard(shard, entry.offset, entry.size, google_crc32c.extend, crc, damaged)
             self.checks[name] = check
             add_guard(check)
-        count = math.prod(entry.shape)
-        if count == 0:  # nothing to map
-            words = np.zeros(entry.shape, etype.storage)
-        else:
-            try:
-                words = np.memmap(shard, dtype=etype.storage, mode="r", offset=entry.offset, shape=(count,))
-            except (OSError, ValueError) as exc:  # the file changed since its index was read
-                raise BadInput(
-                    f"{self.index}: tensor {name!r} cannot be mapped from {shard} ({first_line(exc)})"
-                ) from None
-        return decode(words.reshape(entry.shape), etype)
+        words = read_array(shard, entry.offset, etype.storage, entry.shape)  # a shorter file: SourceChanged
+        return decode(words, etype)
 
     def check_read(self) -> None:
         """Wait for the crc32c checks of every tensor read so far: BadInput if one does not match."""

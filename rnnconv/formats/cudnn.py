@@ -38,11 +38,20 @@ from rnnconv.contracts import (
     dump,
     parse,
 )
-from rnnconv.dtypes import ElementType, count_non_finite, decode, element_type, encode
+from rnnconv.dtypes import ElementType, count_non_finite, decode, element_type, stored_words
 from rnnconv.errors import BadInput, no_such_rnn
 from rnnconv.formats import _safetensors, registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
-from rnnconv.safeio import JSON_LIMIT, SIDECAR_SUFFIX, atomic_outputs, json_document, regular_file, write_array
+from rnnconv.safeio import (
+    JSON_LIMIT,
+    SIDECAR_SUFFIX,
+    FileArray,
+    atomic_outputs,
+    json_document,
+    open_source,
+    regular_file,
+    write_array,
+)
 from rnnconv.table.constants import BIAS_MODE, CUDNN_MODES, DIRECTION, INPUT_MODE
 from rnnconv.table.formats import FORMAT_INFO
 from rnnconv.version import __version__
@@ -116,11 +125,12 @@ def write_weight_space(
     counts: list[tuple[Region, int]] = []
     scanning: tuple[Region, Future[int]] | None = None
     for region in regions(rnn.spec):
-        block = rnn.param(region.key)
+        in_file = _in_file(rnn, region.key, etype)
+        block = rnn.param(region.key) if in_file is None else in_file
         if scanning is not None:
             counts.append((scanning[0], scanning[1].result()))
         scanning = region, _SCANNER.submit(count_non_finite, block)
-        write_array(f, encode(block, etype))
+        write_array(f, stored_words(block, etype))
         if progress:
             progress(region.size * etype.itemsize)
     if scanning is not None:
@@ -129,6 +139,21 @@ def write_weight_space(
 
 
 _SCANNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rnnconv-scan")  # numpy's sums release the GIL
+
+
+def _in_file(rnn: CanonicalRNN, key: ParamKey, etype: ElementType) -> FileArray | None:
+    """The tensor's bytes in the source file, when the source holds its gates stacked in cuDNN's order, as
+    `etype`'s words (a state_dict, another weight space): then they are copied file to file, never read."""
+    stacked = rnn.stacked(key.layer, key.direction, key.kind)
+    if not isinstance(stacked, FileArray) or stacked.dtype != etype.storage or etype.name == "bfloat16":
+        return None
+    gates = 1 if key.kind == "P" else len(rnn.spec.gates)
+    index = 0 if key.kind == "P" else rnn.spec.gates.index(key.gate)
+    rows = rnn.spec.param_shape(key)[0]
+    if stacked.shape != (gates * rows, *rnn.spec.param_shape(key)[1:]):
+        return None
+    block: FileArray = stacked[index * rows : (index + 1) * rows]
+    return block
 
 
 def write_bin(
@@ -176,12 +201,12 @@ def _space_writer(rnn: CanonicalRNN, etype: ElementType, progress: ByteProgress 
 
 @dataclass
 class Blob:
-    """A weight space on disk, memory-mapped, with its description."""
+    """A weight space on disk, read where it lies, with its description."""
 
     name: str
     spec: RNNSpec
     etype: ElementType
-    words: np.ndarray  # storage words, 1-D, memory-mapped
+    words: FileArray  # storage words, 1-D, still in the file
     sidecar: Sidecar | None = None  # None: a raw blob described by flags
     path: Path | None = None
     places: dict[ParamKey, Region] = field(default_factory=dict)  # where each tensor is; the layout's by default
@@ -230,15 +255,19 @@ class Blob:
             origin=self.sidecar.source if self.sidecar else None,
         )
 
-    def stacked(self, layer: int, direction: int, kind: str) -> np.ndarray | None:
-        """The gates of one kind, in cuDNN order, as one view of the blob when they lie back to back."""
+    def stacked(self, layer: int, direction: int, kind: str) -> np.ndarray | FileArray | None:
+        """The gates of one kind, in cuDNN order, when they lie back to back: still in the file (bfloat16 words
+        read and widened)."""
         gates = [""] if kind == "P" else list(self.spec.gates)
         parts = [self.places[ParamKey(layer, direction, kind, g)] for g in gates]
         if any(b.offset != a.offset + a.size for a, b in itertools.pairwise(parts)):
             return None
         words = self.words[parts[0].offset : parts[-1].offset + parts[-1].size]
-        rows = sum(p.shape[0] for p in parts)
-        return decode(np.asarray(words), self.etype).reshape((rows,) + parts[0].shape[1:])
+        shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
+        if self.etype.name == "bfloat16":
+            return decode(np.asarray(words), self.etype).reshape(shape)
+        stacked: FileArray = words.reshape(shape)
+        return stacked
 
 
 def read_sidecar(blob: Path) -> Sidecar:
@@ -248,7 +277,9 @@ def read_sidecar(blob: Path) -> Sidecar:
     regular_file(side, "the sidecar")
     if side.stat().st_size > JSON_LIMIT:
         raise BadInput(f"the sidecar {side} is larger than any weight-space description")
-    return check_sidecar(json_document(side.read_bytes(), f"the sidecar {side}"), str(side))
+    with open_source(side) as f:  # not blocked by a FIFO put at its name meanwhile
+        data = f.read(JSON_LIMIT + 1)
+    return check_sidecar(json_document(data, f"the sidecar {side}"), str(side))
 
 
 def check_sidecar(doc: object, where: str) -> Sidecar:
@@ -306,7 +337,7 @@ def open_bin(path: Path, spec: RNNSpec | None = None, name: str | None = None) -
         name = name or sidecar.name
     etype = element_type(spec.dtype)
     places, elements = placement(sidecar, spec, etype, str(sidecar_path(path)), size)
-    words = np.memmap(path, dtype=etype.storage, mode="r", shape=(elements,))
+    words = FileArray(path, 0, etype.storage, (elements,))
     return Blob(name or path.stem, spec, etype, words, sidecar, path, places)
 
 
@@ -338,14 +369,11 @@ def write_relayout(
         tensors=tensors,
     )
     with atomic_outputs([path, sidecar_path(path)], force) as (blob_tmp, side_tmp):
-        with open(blob_tmp, "wb") as f:
+        with open(blob_tmp, "wb") as f:  # written, not mapped: a full disk is an error, never SIGBUS
             f.truncate(total_bytes)
-        out = np.memmap(blob_tmp, dtype=blob.etype.storage, mode="r+", shape=(total_bytes // itemsize,))
-        for region in blob.places.values():
-            start = placed[region.key] // itemsize
-            out[start : start + region.size] = blob.words[region.offset : region.offset + region.size]
-        out.flush()
-        del out
+            for region in blob.places.values():
+                f.seek(placed[region.key] // itemsize * itemsize)
+                write_array(f, blob.words[region.offset : region.offset + region.size])
         side_tmp.write_text(json.dumps(dump(doc), indent=1) + "\n")
 
 

@@ -30,7 +30,7 @@ from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
-from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file
+from rnnconv.safeio import add_guard, atomic_outputs, digest_in_background, read_array, regular_file, unchanged
 from rnnconv.table.apply import find_row, gate_loaders, mode_for, row_for_mode
 from rnnconv.table.constants import (
     CUDNN_GATES,
@@ -142,8 +142,8 @@ def _array(tensor: Any, folder: Path, limit: int) -> np.ndarray:
         offset, length = int(info.get("offset", 0)), int(info.get("length", nbytes))
         if length != nbytes or offset < 0 or offset + length > size:
             raise BadInput(f"tensor {tensor.name!r} claims {nbytes} bytes at {offset} of {path}, which holds {size}")
-        mapped = np.memmap(path, dtype=etype.storage, mode="r", offset=offset, shape=(math.prod(dims),))
-        values = mapped.reshape(dims)
+        add_guard(unchanged(path))  # part of the source: one that changes while it is read commits nothing
+        values = read_array(path, offset, etype.storage, tuple(dims))  # read, not mapped: a file cut short is no SIGBUS
     else:
         if nbytes > limit:
             raise BadInput(f"tensor {tensor.name!r} claims {nbytes} bytes, more than the model file holds")

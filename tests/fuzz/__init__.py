@@ -10,4 +10,8 @@ attributes, zip members and headers, pickle opcode streams, safetensors headers,
 sizes, plus bytes at random. Each case runs in a worker process (`worker.py`) under a time and memory
 watch; the harness counts internal errors, tracebacks, hangs, memory blow-ups, partial or clobbered
 outputs and code executions. Failing cases are kept for replay.
+
+Two families run their own way: `changing_source` (changing.py) changes a large source of every format while a
+command reads it, and `odd_environment` (odd_env.py) runs commands in fresh processes under odd terminal
+variables and standard streams (`--families changing_source,odd_environment` runs them alone).
 """

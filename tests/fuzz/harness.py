@@ -3,7 +3,9 @@
 A failure is any of: an internal error (exit 4) or a traceback; an exit code outside 0-3; a command over
 the time limit (a hang) or the memory limit; an output left behind by a failed command, a temporary file
 left anywhere, an existing file changed without --force; the marker file a payload creates if its code
-ran. Each failing case is saved (its files, its command, what happened) for `--replay`.
+ran; an error sentence or a result that did not reach the user (`odd_environment`). Each failing case is saved
+(its files, its command, what happened) for `--replay`. The `changing_source` and `odd_environment` families
+run their commands their own way (changing.py, odd_env.py).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.fuzz import mutators
+from tests.fuzz import changing, mutators, odd_env
 from tests.fuzz.seeds import Seeds, prepare
 
 TIME_LIMIT = 20.0  # seconds for one command on a small input
@@ -41,6 +43,7 @@ CATEGORIES = (
     "clobbered",
     "code_executed",
     "malformed_accepted",  # exit 0 on an input its mutator damaged where every reader must refuse it
+    "message_lost",  # an error's sentence that did not reach stderr, or a result stdout did not get
 )
 FAMILIES = (
     "keras_h5",
@@ -56,6 +59,8 @@ FAMILIES = (
     "rnnconv_safetensors",
     "raw_blob",
     "keras_config",
+    "changing_source",
+    "odd_environment",
 )
 
 
@@ -353,6 +358,17 @@ def main(argv: list[str] | None = None) -> int:
         else:
             seeds = prepare(work / "seeds")
             start, counter, lock = time.monotonic(), iter(range(10**12)), threading.Lock()
+            made: list[list[changing.Seed]] = []
+
+            def changing_seeds() -> list[changing.Seed]:  # made when the family first runs (a minute)
+                with lock:
+                    if not made:
+                        helper = Worker(work / "MARKER-code-ran-seeds")
+                        try:
+                            made.append(changing.prepare(work / "changing_seeds", helper))
+                        finally:
+                            helper.kill()
+                return made[0]
 
             def job(number: int) -> Tally:
                 marker = work / f"MARKER-code-ran-{number}"
@@ -367,6 +383,12 @@ def main(argv: list[str] | None = None) -> int:
                             return tally
                         family = families[index % len(families)]
                         rng = random.Random(f"{args.seed}-{index}")  # the same case whatever the scheduling
+                        if family == "changing_source":  # families that run their commands their own way
+                            changing.run_case(changing_seeds(), work, rng, index, worker_box, marker, tally, keep)
+                            continue
+                        if family == "odd_environment":
+                            odd_env.run_case(index, rng, work, tally, keep)
+                            continue
                         case = make_case(family, seeds, rng, index)
                         run_case(case, worker_box, marker, work / "cases" / case.name, tally, keep)
                 finally:

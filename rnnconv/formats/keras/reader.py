@@ -31,7 +31,7 @@ from rnnconv.dtypes import source_dtype_name
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats import _zip
 from rnnconv.formats.registry import HDF5_MAGIC, ZIP_MAGIC
-from rnnconv.safeio import Guard, add_guard, checksum_guard, json_document, regular_file, within
+from rnnconv.safeio import FileArray, Guard, add_guard, checksum_guard, json_document, pin, regular_file, within
 from rnnconv.table.apply import (
     check_shapes,
     classes_of,
@@ -155,6 +155,8 @@ class KerasFile:
         )
 
     def _h5(self, source: Any) -> h5py.File:
+        if isinstance(source, Path):  # libhdf5 opens it by a name no FIFO put at the path meanwhile can hold up
+            source = pin(source, self._closers)
         within(
             HDF5_TIMEOUT,
             lambda: _walk_everything(source),
@@ -837,9 +839,10 @@ class TensorReader:
         return self._values
 
     def _mapped(self, dataset: Any) -> Any:
-        """A contiguous, unfiltered dataset's values mapped in place from the file (no copy), else read by h5py.
+        """A contiguous, unfiltered dataset's values where they lie in the file (a FileArray, read a band at a
+        time by the transpose: no whole copy), else read by h5py.
 
-        The mapping is used only when its first and last values are those h5py reads, so an address that
+        The place is used only when its first and last values are those h5py reads, so an address that
         means something else (a user block, a damaged file) costs a read, never a wrong value.
         """
         if self._path is None or self.hdf5_at is None or dataset.dtype.kind != "f" or dataset.size == 0:
@@ -852,7 +855,7 @@ class TensorReader:
         start = self.hdf5_at + offset
         if start + dataset.dtype.itemsize * dataset.size > self._path.stat().st_size:
             return dataset[...]  # h5py says what is wrong with the file
-        values = np.memmap(self._path, dtype=dataset.dtype, mode="r", offset=start, shape=dataset.shape)
+        values = FileArray(self._path, start, dataset.dtype, dataset.shape)
         ends = (tuple(0 for _ in values.shape), tuple(n - 1 for n in values.shape))
         if all(np.array_equal(values[end], dataset[end], equal_nan=True) for end in ends):
             return values

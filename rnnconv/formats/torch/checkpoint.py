@@ -4,9 +4,9 @@ A zip checkpoint is `<name>/data.pkl` (a pickle naming its tensors) beside `<nam
 member per storage, stored uncompressed. The pickle is read by an unpickler that resolves only the
 globals `torch.load(weights_only=True)` needs for tensors and plain containers (tensor and parameter
 rebuild functions, storage classes, dtypes, `torch.Size`, `OrderedDict`); any other global (a module, a
-function, a class of the user's) refuses the file before anything is built from it. Tensors become
-views of the memory-mapped storages: offsets, sizes and strides are checked against the storage, so a
-hostile file can name no byte outside it.
+function, a class of the user's) refuses the file before anything is built from it. A tensor's values stay
+in the file until they are read (never mapped: a file cut short meanwhile is an error, not SIGBUS); offsets,
+sizes and strides are checked against the storage, so a hostile file can name no byte outside it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from rnnconv.dtypes import ELEMENT_TYPES, encode
 from rnnconv.errors import BadInput, first_line
 from rnnconv.formats import _zip
 from rnnconv.formats._zip import LOCAL_HEADER
-from rnnconv.safeio import byte_view, in_background, regular_file, write_array
+from rnnconv.safeio import FileArray, byte_view, in_background, regular_file, write_array
 from rnnconv.table.constants import TORCH_STORAGES
 from rnnconv.table.formats import FORMAT_INFO
 
@@ -186,16 +186,16 @@ class _Unpickler(pickle.Unpickler):
 
 @dataclass
 class ZipCheckpoint:
-    """What a zip checkpoint holds (PickledTensor leaves), and the storages' bytes mapped in place (the map
-    lives as long as a view of it does)."""
+    """What a zip checkpoint holds (PickledTensor leaves), and its storages (stored ones still in the file)."""
 
     path: Path
     root: Any
-    _storages: dict[str, np.ndarray]
+    _storages: dict[str, np.ndarray | FileArray]
     folder: str = "archive/"  # the members' common folder, as the writer named it
 
-    def values(self, tensor: PickledTensor) -> np.ndarray:
-        """The tensor's values: a read-only strided view of its storage, every index checked inside it."""
+    def values(self, tensor: PickledTensor) -> np.ndarray | FileArray:
+        """The tensor's values, every index checked inside its storage: still in the file when they lie there in
+        C order, little-endian (to be copied file to file), else read and viewed with the tensor's strides."""
         if tensor.storage is None:
             raise BadInput(f"{self.path}: a tensor {tensor.problem}")
         words = self._storages[tensor.storage.key]
@@ -207,13 +207,20 @@ class ZipCheckpoint:
                 f"{self.path}: a tensor of shape {tensor.shape} reaches past its storage "
                 f"{tensor.storage.key!r} ({len(words)} elements)"
             )
+        c_strides = [math.prod(tensor.shape[i + 1 :]) for i in range(len(tensor.shape))]
+        in_order = all(n == 1 or s == c for n, s, c in zip(tensor.shape, tensor.stride, c_strides))
+        big = words.dtype.byteorder == ">"
+        if isinstance(words, FileArray) and in_order and not big:
+            in_file: FileArray = words[tensor.offset : tensor.offset + math.prod(tensor.shape)].reshape(tensor.shape)
+            return in_file
+        span = np.asarray(words[tensor.offset : tensor.offset + extent])  # a stored member's span is read now
         view = np.lib.stride_tricks.as_strided(
-            words[tensor.offset :],
+            span,
             shape=tensor.shape,
             strides=tuple(s * words.itemsize for s in tensor.stride),
             writeable=False,
         )
-        return view.astype(words.dtype.newbyteorder("<")) if words.dtype.byteorder == ">" else view
+        return view.astype(words.dtype.newbyteorder("<")) if big else view
 
 
 # torch.save files (a patched copy too): every PyTorch ending but a safetensors state_dict's
@@ -262,8 +269,7 @@ def read_zip(path: Path) -> ZipCheckpoint:
             raise BadInput(
                 f"{path} is not a readable PyTorch checkpoint (truncated or corrupt: {first_line(exc)})"
             ) from None
-        storages: dict[str, np.ndarray] = {}
-        file_map = None
+        storages: dict[str, np.ndarray | FileArray] = {}
         for key, storage in unpickler.storages.items():
             numel = storage.numel
             member = infos.get(f"{folder}data/{key}")
@@ -276,27 +282,20 @@ def read_zip(path: Path) -> ZipCheckpoint:
             if numel * dtype.itemsize > member.file_size:
                 raise BadInput(f"{path}: storage {key!r} claims {numel} elements, more than its member holds")
             _zip.check_member(path, member, size, "torch.save")
+            words: np.ndarray | FileArray
             if member.compress_type == zipfile.ZIP_STORED:
-                start = _zip.stored_start(path, member, size)
-                if file_map is None:
-                    file_map = _map(path)
-                words = file_map[start : start + numel * dtype.itemsize].view(dtype) if numel else np.zeros(0, dtype)
+                words = FileArray(path, _zip.stored_start(path, member, size), dtype, (numel,))
             else:
                 words = np.frombuffer(_zip.read_member(archive, member.filename, path), dtype, numel)
             storages[key] = words
     return ZipCheckpoint(path, root, storages, folder)
 
 
-def _map(path: Path) -> np.memmap:
-    # np.memmap, not mmap: the views of it know their file, so unchanged bytes are copied in the kernel
-    return np.memmap(path, dtype=np.uint8, mode="r")
-
-
 # --- writing ----------------------------------------------------------------------------------------
 # What torch.save (2.x) writes for a dict of tensors, without torch: the pickle names one storage per
 # tensor; each storage is a stored member whose bytes start at a multiple of STORAGE_ALIGNMENT, as
-# torch.load(mmap=True) wants them. Storage bytes are copied in the kernel where they are a mapped
-# file's, and their CRC-32s are computed on the other core meanwhile.
+# torch.load(mmap=True) wants them. Storage bytes are copied in the kernel where they are still in a
+# source file, and their CRC-32s are computed on the other core meanwhile.
 
 STORAGE_ALIGNMENT = 64
 _ZIP64_LIMIT = 0xFFFFFFFF  # sizes and offsets from here on are stated in Zip64 fields
@@ -308,7 +307,7 @@ _PADDING_FIELD = 0x4246  # the extra-field id torch.save pads with ("FB")
 
 @dataclass(frozen=True)
 class TensorToSave:
-    words: np.ndarray  # C-contiguous little-endian storage words (bfloat16 as uint16)
+    words: np.ndarray | FileArray  # C-contiguous little-endian storage words (bfloat16 as uint16)
     storage: str  # a TORCH_STORAGES key: FloatStorage, ...
 
 
@@ -327,7 +326,9 @@ def write_zip(path: Path, tensors: dict[str, TensorToSave]) -> None:
         ".storage_alignment": str(STORAGE_ALIGNMENT).encode(),
         "byteorder": b"little",
     }
-    members: list[tuple[str, np.ndarray | memoryview]] = [(f"{folder}/{n}", memoryview(d)) for n, d in small.items()]
+    members: list[tuple[str, np.ndarray | FileArray | memoryview]] = [
+        (f"{folder}/{n}", memoryview(d)) for n, d in small.items()
+    ]
     members += [(f"{folder}/data/{index}", tensor.words) for index, tensor in enumerate(tensors.values())]
     _write_archive(path, [*members, (f"{folder}/version", memoryview(b"3\n"))])
 
@@ -335,7 +336,7 @@ def write_zip(path: Path, tensors: dict[str, TensorToSave]) -> None:
 def patch_zip(
     checkpoint: ZipCheckpoint,
     path: Path,
-    replacements: list[tuple[PickledTensor, np.ndarray]],
+    replacements: list[tuple[PickledTensor, np.ndarray | FileArray]],
     tensors: list[PickledTensor],
 ) -> None:
     """A copy of a zip checkpoint, written to the new file `path`, with each replacement's values (in the tensor's
@@ -345,18 +346,17 @@ def patch_zip(
     changed: dict[str, np.ndarray] = {}
     for tensor, values in replacements:
         assert tensor.storage is not None
-        words = changed.setdefault(tensor.storage.key, np.array(checkpoint._storages[tensor.storage.key]))
+        words = changed.setdefault(tensor.storage.key, np.array(checkpoint._storages[tensor.storage.key], copy=True))
         etype = ELEMENT_TYPES.get("bfloat16" if tensor.dtype == "bfloat16" else np.dtype(tensor.dtype).name)
         if etype is None:
             raise BadInput(f"{checkpoint.path}: a tensor of the RNN is {tensor.dtype}, not floating point")
         np.lib.stride_tricks.as_strided(
             words[tensor.offset :], tensor.shape, tuple(s * words.itemsize for s in tensor.stride)
-        )[...] = encode(values, etype)
+        )[...] = encode(np.asarray(values), etype)
     _refuse_ties(checkpoint.path, [tensor for tensor, _ in replacements], tensors)
     archive = _zip.open_archive(checkpoint.path, "PyTorch checkpoint")
-    members: list[tuple[str, np.ndarray | memoryview]] = []
+    members: list[tuple[str, np.ndarray | FileArray | memoryview]] = []
     size = regular_file(checkpoint.path)
-    file_map = _map(checkpoint.path)
     with archive:
         for info in archive.infolist():
             key = info.filename.removeprefix(f"{checkpoint.folder}data/")
@@ -364,7 +364,9 @@ def patch_zip(
                 members.append((info.filename, changed[key]))
             elif info.compress_type == zipfile.ZIP_STORED and info.file_size:
                 start = _zip.stored_start(checkpoint.path, info, size)
-                members.append((info.filename, file_map[start : start + info.file_size]))
+                members.append(
+                    (info.filename, FileArray(checkpoint.path, start, np.dtype(np.uint8), (info.file_size,)))
+                )
             else:
                 members.append((info.filename, memoryview(_zip.read_member(archive, info.filename, checkpoint.path))))
     _write_archive(path, members)
@@ -389,7 +391,7 @@ def _elements(marks: np.ndarray, tensor: PickledTensor) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(marks[tensor.offset :], tensor.shape, tensor.stride)
 
 
-def _write_archive(path: Path, members: list[tuple[str, np.ndarray | memoryview]]) -> None:
+def _write_archive(path: Path, members: list[tuple[str, np.ndarray | FileArray | memoryview]]) -> None:
     """A stored zip archive of these members, each aligned as torch.load(mmap=True) wants, at the new file `path`."""
     records: list[_Record] = []
     with open(path, "wb") as f:
@@ -410,7 +412,7 @@ class _Record:
     crc: Future[int]
 
 
-def _write_record(f: BinaryIO, name: str, data: np.ndarray | memoryview) -> _Record:
+def _write_record(f: BinaryIO, name: str, data: np.ndarray | FileArray | memoryview) -> _Record:
     encoded = name.encode()
     size = data.nbytes
     offset = f.tell()
@@ -443,11 +445,21 @@ def _write_record(f: BinaryIO, name: str, data: np.ndarray | memoryview) -> _Rec
         crc: Future[int] = Future()
         crc.set_result(zlib.crc32(data))
     else:
-        crc = in_background(lambda: zlib.crc32(byte_view(data).data))  # zlib releases the GIL meanwhile
+        crc = in_background(lambda: _crc32(data))
         write_array(f, data)
     if f.tell() != start + pad + size:
         raise RuntimeError(f"{name}: the file holds {f.tell() - start - pad} bytes of it, not {size}")
     return _Record(encoded, offset, size, crc)
+
+
+def _crc32(data: np.ndarray | FileArray) -> int:
+    """The CRC-32 of an array's bytes, or of values still in a file, read a run at a time (zlib lets the GIL go)."""
+    if not isinstance(data, FileArray):
+        return zlib.crc32(byte_view(data).data)
+    value = 0
+    for run in data.runs():
+        value = zlib.crc32(run.data, value)
+    return value
 
 
 def _write_directory(f: BinaryIO, records: list[_Record]) -> None:

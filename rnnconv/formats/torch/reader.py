@@ -34,8 +34,16 @@ from rnnconv.formats.torch.checkpoint import (
     is_zip_checkpoint,
     read_zip,
 )
+from rnnconv.safeio import FileArray
 from rnnconv.table.apply import check_shapes, find_row, gate_loaders, nonlinearity_mode, rows_for, stored_shapes
-from rnnconv.table.constants import MAX_LAYERS, MAX_SIZE, TORCH_LAYER_NAME, TORCH_PARAMETERS, TORCH_REVERSE_SUFFIX
+from rnnconv.table.constants import (
+    KIND_OF_ROLE,
+    MAX_LAYERS,
+    MAX_SIZE,
+    TORCH_LAYER_NAME,
+    TORCH_PARAMETERS,
+    TORCH_REVERSE_SUFFIX,
+)
 from rnnconv.table.rows import Row
 
 ROLE_OF = {name: role for role, name in TORCH_PARAMETERS.items()}
@@ -76,6 +84,12 @@ class Tensor:
         if hasattr(part, "numpy"):  # a torch tensor (bfloat16 has no numpy type)
             return (part.float() if self._widen else part).numpy()
         return decode(np.asarray(part), ELEMENT_TYPES["bfloat16"]) if self._widen else np.asarray(part)
+
+    def in_file(self) -> FileArray | None:
+        """The whole tensor still in its file as stored, to be copied file to file (None when it is elsewhere,
+        or widened on reading)."""
+        whole = self._source.whole() if isinstance(self._source, _Values) else self._source
+        return whole if isinstance(whole, FileArray) and not self._widen else None
 
 
 TORCH_DTYPES = {f"torch.{etype.torch}": name for name, etype in ELEMENT_TYPES.items()}
@@ -160,6 +174,9 @@ class _Values:
     def __getitem__(self, index: Any) -> np.ndarray:
         return self._found.values(self._tensor)[index]
 
+    def whole(self) -> np.ndarray | FileArray:
+        return self._found.values(self._tensor)
+
 
 def _wraps(loaded: Any) -> bool:
     """Whether the tensors sit inside a dict of other things ({'state_dict': ..., 'epoch': ...})."""
@@ -173,16 +190,12 @@ class StateDict(dict):
 
 
 def load_checkpoint(torch: Any, path: Path) -> Any:
-    """What `torch.save` wrote, unpickled with `weights_only=True` (memory-mapped where the format allows)."""
+    """What `torch.save` wrote, unpickled with `weights_only=True`: read, never memory-mapped (a file cut short
+    meanwhile must be an error, not SIGBUS in torch.save)."""
     try:
         with warnings.catch_warnings():  # torch's own (a pickle protocol other than 2): rnnconv speaks for itself
             warnings.simplefilter("ignore")
-            try:
-                return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            except RuntimeError as exc:
-                if "mmap can only be used" not in str(exc):
-                    raise
-                return torch.load(path, map_location="cpu", weights_only=True)  # legacy (pre-zip) format
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
         with open(path, "rb") as f:
@@ -389,7 +402,14 @@ def to_canonical(rnn: TorchRNN, source: Provenance, nonlinearity: str | None = N
     info = source.model_copy(
         update={"layer": rnn.name, "layer_class": f"nn.{cls}", "prefix": rnn.prefix, "assumptions": assumptions or None}
     )
-    return CanonicalRNN.from_cell_loaders(rnn.name, spec, cells, source=info, notes=notes)
+    role_of_kind = {kind: role for role, kind in KIND_OF_ROLE.items()}
+
+    def stacked(index: int, direction: int, kind: str) -> FileArray | None:
+        """A stored tensor holds one kind's gates stacked in cuDNN's order (PyTorch's own)."""
+        tensor = t.get((role_of_kind[kind], layers[index], direction))
+        return tensor.in_file() if tensor is not None and row.gate_order == spec.gates else None
+
+    return CanonicalRNN.from_cell_loaders(rnn.name, spec, cells, source=info, notes=notes, stacked=stacked)
 
 
 def rnn_sizes(rnn: TorchRNN) -> tuple[str, RNNSizes | None]:

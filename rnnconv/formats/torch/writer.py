@@ -7,7 +7,7 @@ printed constructor is the module whose `load_state_dict` takes the file.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -15,7 +15,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
-from rnnconv.dtypes import element_type, encode
+from rnnconv.dtypes import element_type, stored_words
 from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors
 from rnnconv.formats.torch.checkpoint import (
@@ -37,7 +37,7 @@ from rnnconv.formats.torch.reader import (
     pick,
     require_torch,
 )
-from rnnconv.safeio import atomic_outputs, write_array
+from rnnconv.safeio import FileArray, atomic_outputs, write_array
 from rnnconv.table.apply import row_for_mode, rows_for, stored_shapes
 from rnnconv.table.constants import KIND_OF_ROLE, NONLINEARITIES, TORCH_REVERSE_SUFFIX
 
@@ -46,20 +46,20 @@ def torch_class(spec: RNNSpec) -> str:
     return row_for_mode("torch", spec.mode)[0].source_class
 
 
-def state_dict_arrays(rnn: CanonicalRNN, prefix: str = "") -> dict[str, np.ndarray]:
+def state_dict_arrays(rnn: CanonicalRNN, prefix: str = "") -> dict[str, np.ndarray | FileArray]:
     """The nn.LSTM/GRU/RNN state_dict of a canonical RNN, as numpy arrays in its dtype (bf16 as float32).
 
     PyTorch stacks gates in cuDNN's order, so when the source holds them stacked (a weight
-    space does) each tensor is a view of it; otherwise the table's assembly builds it.
+    space does) each tensor is its bytes, still in the source file; otherwise the table's assembly builds it.
     """
     spec = rnn.spec
     (row,) = rows_for("torch", torch_class(spec))
     roles = list(stored_shapes(row, spec.hidden_size, 1, 1, spec.proj_size, spec.bias))
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, np.ndarray | FileArray] = {}
     for layer in range(spec.num_layers):
         for direction in range(spec.num_directions):
             views = {role: rnn.stacked(layer, direction, KIND_OF_ROLE[role]) for role in roles}
-            found = {role: view for role, view in views.items() if view is not None}
+            found: Mapping[str, np.ndarray | FileArray] = {r: v for r, v in views.items() if v is not None}
             if len(found) < len(roles) or row.gate_order != spec.gates:
                 found = rnn.stored(row, layer, direction)
             for role in roles:
@@ -90,14 +90,14 @@ def constructor(spec: RNNSpec) -> str:
 def write_state_dict(rnns: list[CanonicalRNN], path: Path, dtype: str | None, force: bool = False) -> None:
     """One RNN's state_dict (keys as nn.Module gives them), or several under their names as prefixes."""
     prefixed = len(rnns) > 1
-    arrays: dict[str, tuple[np.ndarray, str]] = {}
+    arrays: dict[str, tuple[np.ndarray | FileArray, str]] = {}
     for rnn in rnns:
         want = dtype or rnn.spec.dtype
         for key, value in state_dict_arrays(rnn, f"{rnn.name}." if prefixed else "").items():
             arrays[key] = (value, want)
     if path.suffix == ".safetensors":
         entries = [
-            _safetensors.Entry(key, element_type(d), value.shape, _array_writer(encode(value, element_type(d))))
+            _safetensors.Entry(key, element_type(d), value.shape, _array_writer(stored_words(value, element_type(d))))
             for key, (value, d) in arrays.items()
         ]
         _safetensors.write(path, entries, lambda _: {"format": "pt"}, force)
@@ -105,14 +105,13 @@ def write_state_dict(rnns: list[CanonicalRNN], path: Path, dtype: str | None, fo
     if path.suffix not in CHECKPOINT_SUFFIXES:
         raise BadInput(f"output {path} must end in .pt, .pth, .bin or .safetensors for a PyTorch state_dict")
     tensors = {
-        key: TensorToSave(np.asarray(encode(value, element_type(d)), order="C"), storage_class(d))
-        for key, (value, d) in arrays.items()
+        key: TensorToSave(stored_words(value, element_type(d)), storage_class(d)) for key, (value, d) in arrays.items()
     }
     with atomic_outputs([path], force) as (tmp,):
         write_zip(tmp, tensors)
 
 
-def _tensor(torch: Any, values: np.ndarray, dtype: Any) -> Any:
+def _tensor(torch: Any, values: np.ndarray | FileArray, dtype: Any) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # views of a read-only blob: torch.save only reads them
         return torch.from_numpy(np.ascontiguousarray(values)).to(dtype)
@@ -136,7 +135,7 @@ def patch_checkpoint(
         raise BadInput(f"--into takes a torch.save checkpoint (.pt, .pth, .bin); {model} is a .safetensors state_dict")
     tensors = load_state_dict(model)
     found = find_rnns(tensors)
-    replacements: dict[str, np.ndarray] = {}
+    replacements: dict[str, np.ndarray | FileArray] = {}
     for rnn, place in zip(rnns, places):
         where = None if place is None else place.prefix if place.prefix is not None else place.layer
         target = pick(found, where, model)
@@ -170,7 +169,7 @@ def patch_checkpoint(
     _save(torch, checkpoint, path, force)
 
 
-def _replace_leaves(node: Any, replacements: dict[str, np.ndarray], torch: Any, prefix: str = "") -> None:
+def _replace_leaves(node: Any, replacements: dict[str, np.ndarray | FileArray], torch: Any, prefix: str = "") -> None:
     """Put each replacement (by the dotted key `flatten_checkpoint` gives) in place of the tensor there, in its
     dtype; each one put is taken out of `replacements`."""
     entries = node.items() if isinstance(node, MutableMapping) else enumerate(node) if isinstance(node, list) else ()
@@ -192,5 +191,5 @@ def bin_warning(path: Path) -> list[str]:
     ]
 
 
-def _array_writer(words: np.ndarray) -> Callable[[BinaryIO], list[str]]:
+def _array_writer(words: np.ndarray | FileArray) -> Callable[[BinaryIO], list[str]]:
     return lambda f: write_array(f, words)
