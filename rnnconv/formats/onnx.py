@@ -16,7 +16,6 @@ for `verify`, and a blob for `verify --backend onnxruntime`.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance
+from rnnconv.contracts import InspectEntry, InspectReport, Provenance, SpecModel
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn
+from rnnconv.formats._onnx_graph import Folder, NotFoldable, Scope, node_name, scopes
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file
 from rnnconv.table.apply import find_row, gate_loaders, mode_for, row_for_mode
@@ -72,13 +72,16 @@ def require_onnx() -> Any:
 class OnnxNode:
     """One LSTM/GRU/RNN node: its attributes and weights (W, R, B, P as numpy, one row per direction)."""
 
-    name: str
+    name: str  # the node's name, after the path of the subgraph it is in (If_1::then_branch::LSTM)
     op: str
     inputs: list[str]
     outputs: list[str]
     attributes: dict[str, Any]
     weights: dict[str, np.ndarray]
     dtype: str
+    short: str = ""  # the node's own name
+    refusal: str | None = None  # why its weights cannot be read (computed in a way rnnconv does not fold)
+    sources: dict[str, frozenset[str]] = field(default_factory=dict)  # role -> the stored tensors it comes from
 
     @property
     def hidden(self) -> int:
@@ -119,44 +122,15 @@ class OnnxNode:
         return config
 
 
-def _array(tensor: Any, folder: Path, limit: int) -> np.ndarray:
-    """A TensorProto's values, its claimed size checked first; external data only inside `folder`."""
-    onnx = require_onnx()
-    from onnx import numpy_helper
-
-    dims = [int(d) for d in tensor.dims]
-    if any(d < 0 for d in dims):
-        raise BadInput(f"tensor {tensor.name!r} has a negative dimension")
-    names = {code: name for name, code in ONNX_ELEMENT_TYPES.items()}
-    if tensor.data_type not in names:
-        raise BadInput(f"tensor {tensor.name!r} is of ONNX type {tensor.data_type}, not a float type rnnconv reads")
-    etype = element_type(names[tensor.data_type])
-    nbytes = math.prod(dims) * etype.itemsize
-    if tensor.data_location == onnx.TensorProto.EXTERNAL:
-        info = {entry.key: entry.value for entry in tensor.external_data}
-        location = Path(info.get("location", ""))
-        if not info.get("location") or location.is_absolute() or ".." in location.parts:
-            raise BadInput(f"tensor {tensor.name!r} names external data {str(location)!r} outside the model's folder")
-        path = folder / location
-        size = regular_file(path, "the external data")
-        offset, length = int(info.get("offset", 0)), int(info.get("length", nbytes))
-        if length != nbytes or offset < 0 or offset + length > size:
-            raise BadInput(f"tensor {tensor.name!r} claims {nbytes} bytes at {offset} of {path}, which holds {size}")
-        mapped = np.memmap(path, dtype=etype.storage, mode="r", offset=offset, shape=(math.prod(dims),))
-        values = mapped.reshape(dims)
-    else:
-        if nbytes > limit:
-            raise BadInput(f"tensor {tensor.name!r} claims {nbytes} bytes, more than the model file holds")
-        try:
-            values = numpy_helper.to_array(tensor)
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise BadInput(f"tensor {tensor.name!r} cannot be read ({str(exc).splitlines()[0][:160]})") from None
-        if values.shape != tuple(dims):
-            raise BadInput(f"tensor {tensor.name!r} holds {values.size} values for its shape {dims}")
-    if etype.name == "bfloat16":  # widened to float32 exactly; the spec keeps saying bfloat16
+def _float_weights(values: np.ndarray, what: str) -> tuple[np.ndarray, str]:
+    """A weight tensor as numpy floats (bfloat16 widened to float32 exactly) and its dtype's name."""
+    if values.dtype.name == "bfloat16":
         words = np.ascontiguousarray(values).view(np.uint16)
-        return (words.astype(np.uint32) << np.uint32(16)).view(np.float32)
-    return np.asarray(values)
+        return (words.astype(np.uint32) << np.uint32(16)).view(np.float32), "bfloat16"
+    names = {element_type(name).storage: name for name in ONNX_ELEMENT_TYPES if name != "bfloat16"}
+    if values.dtype not in names:
+        raise BadInput(f"{what} is of type {values.dtype}, not a float type rnnconv reads")
+    return np.asarray(values), names[values.dtype]
 
 
 @dataclass
@@ -167,6 +141,7 @@ class OnnxFile:
     nodes: list[OnnxNode]
     chains: list[list[OnnxNode]]
     graph: Any = field(repr=False, default=None)
+    scopes: list[Scope] = field(repr=False, default_factory=list)  # the main graph and every subgraph
 
     @classmethod
     def load(cls, path: Path) -> OnnxFile:
@@ -176,20 +151,59 @@ class OnnxFile:
             model = onnx.load(str(path), load_external_data=False)
         except Exception as exc:  # protobuf's DecodeError and others: a damaged or foreign file
             raise BadInput(f"{path} is not a readable ONNX model ({type(exc).__name__})") from None
-        graph = model.graph
-        constants: dict[str, Any] = {t.name: t for t in graph.initializer}
-        for node in graph.node:
-            if node.op_type == "Constant" and node.output:
-                for attribute in node.attribute:
-                    if attribute.name == "value":
-                        constants[node.output[0]] = attribute.t
-        nodes = []
-        for index, node in enumerate(graph.node):
-            if node.op_type in RNN_OPS and node.domain in ("", "ai.onnx"):
-                nodes.append(_read_node(node, index, constants, path.parent, size))
-        file = cls(path, nodes, [], graph)
-        file.chains = _chains(nodes, graph, constants, path.parent, size)
-        return file
+        found = scopes(model.graph)
+        folding = Folder(path.parent, size)
+        nodes, chains = [], []
+        for scope in found:
+            here = [
+                _read_node(node, index, scope, folding)
+                for index, node in enumerate(scope.graph.node)
+                if node.op_type in RNN_OPS and node.domain in ("", "ai.onnx")
+            ]
+            nodes += here
+            chains += _chains(here, scope, folding)
+        return cls(path, nodes, chains, model.graph, found)
+
+    def find(self, name: str) -> list[OnnxNode]:
+        """The node a name picks: its full name (after its subgraph's path), or its own name when only one
+        node has it."""
+        exact = [n for n in self.nodes if n.name == name]
+        if exact:
+            return exact[:1]
+        own = [n for n in self.nodes if n.short == name]
+        if len(own) > 1:
+            raise BadInput(
+                f"{self.path}: {name!r} names {len(own)} nodes in different subgraphs "
+                f"({', '.join(n.name for n in own)}); give the full name"
+            )
+        return own
+
+    def same_weights(self) -> list[list[OnnxNode]]:
+        """Groups of nodes (two If branches, say) that compute with the very same weights and settings."""
+        groups: list[list[OnnxNode]] = []
+        for node in self.nodes:
+            if node.refusal is not None:
+                continue
+            for group in groups:
+                if _same_node(group[0], node):
+                    group.append(node)
+                    break
+            else:
+                groups.append([node])
+        return [g for g in groups if len(g) > 1]
+
+    def same_weights_notes(self) -> list[str]:
+        notes = []
+        for group in self.same_weights():
+            stored = sorted(set().union(*(s for n in group for s in n.sources.values())))
+            more = ", ..." if len(stored) > 6 else ""
+            origin = f" (all computed from {', '.join(stored[:6])}{more})" if stored else ""
+            names = " and ".join(repr(n.name) for n in group)
+            notes.append(
+                f"nodes {names} compute with the same weights{origin}: one RNN reached by different branches; "
+                f"either name converts to the same weights"
+            )
+        return notes
 
     def choose(self, layer: str | None, take_all: bool) -> list[list[OnnxNode]]:
         """The chains (or single nodes) to read: `layer` names a node, or a chain as a,b,c."""
@@ -199,7 +213,7 @@ class OnnxFile:
                 if [n.name for n in chain] == names:
                     return [chain]
             if len(names) == 1:
-                found = [n for n in self.nodes if n.name == names[0]]
+                found = self.find(names[0])
                 if found:
                     return [found]
             names = [n.name for n in self.nodes] + [",".join(n.name for n in c) for c in self.chains if len(c) > 1]
@@ -208,14 +222,15 @@ class OnnxFile:
             raise BadInput(f"{self.path} holds no LSTM, GRU or RNN node{self._unrolled_hint()}")
         if len(self.chains) == 1 or take_all:
             return self.chains
+        same = "".join(f"; {note}" for note in self.same_weights_notes())
         raise BadInput(
-            f"{self.path} holds {len(self.chains)} RNNs ({self._listing()}); pick one with --layer, or "
+            f"{self.path} holds {len(self.chains)} RNNs ({self._listing()}){same}; pick one with --layer, or "
             f"write them all to a .safetensors"
         )
 
     def _unrolled_hint(self) -> str:
         """What the graph holds instead: an exporter may have unrolled an RNN into per-step ops."""
-        counts = Counter(node.op_type for node in self.graph.node) if self.graph is not None else Counter()
+        counts = Counter(node.op_type for scope in self.scopes for node in scope.graph.node)
         if not counts:
             return ""
         common = ", ".join(f"{n} {op}" for op, n in counts.most_common(4))
@@ -263,26 +278,35 @@ def _attributes(node: Any, name: str) -> dict[str, Any]:
     return attributes
 
 
-def _read_node(node: Any, index: int, constants: Mapping[str, Any], folder: Path, limit: int) -> OnnxNode:
-    """One RNN node, its attributes and the shapes of its weights checked against each other."""
-    name = node.name or f"{node.op_type}_{index}"
+def _read_node(node: Any, index: int, scope: Scope, folding: Folder) -> OnnxNode:
+    """One RNN node, its attributes and the shapes of its weights checked against each other. Weights that
+    are computed in a way rnnconv cannot fold leave the node listed with the reason."""
+    short = node_name(node, index)
+    name = scope.qualified(short)
     inputs = list(node.input) + [""] * (len(ONNX_INPUTS) - len(node.input))
     if len(inputs) > len(ONNX_INPUTS):
         raise BadInput(f"node {name!r} has {len(node.input)} inputs; {node.op_type} has {len(ONNX_INPUTS)}")
     attributes = _attributes(node, name)
-    weights = {}
+    weights, sources, dtypes, refusal = {}, {}, [], None
     for role in ("W", "R", "B", "P"):
         source = inputs[ONNX_INPUTS.index(role)]
         if not source:
             continue
-        if source not in constants:
-            raise Unsupported(
-                f"node {name!r}: its {role} is computed in the graph, not stored; rnnconv reads "
-                f"weights that are initializers or Constant nodes"
+        try:
+            values = folding.value(source, scope)
+        except NotFoldable as exc:
+            refusal = refusal or (
+                f"node {name!r}: its {role} is computed in the graph in a way rnnconv does not fold: {exc}"
             )
-        weights[role] = _array(constants[source], folder, limit)
-    if "W" not in weights or "R" not in weights:
+            continue
+        weights[role], dtype = _float_weights(values, f"node {name!r}: its {role}")
+        dtypes.append(dtype)
+        sources[role] = folding.stored_sources(source, scope)
+    if not inputs[ONNX_INPUTS.index("W")] or not inputs[ONNX_INPUTS.index("R")]:
         raise BadInput(f"node {name!r} has no W or R input")
+    found = OnnxNode(name, node.op_type, inputs, list(node.output), attributes, weights, "", short, refusal, sources)
+    if refusal is not None:
+        return found
     dirs, hidden = ONNX_DIRECTIONS[attributes["direction"]], attributes["hidden_size"]
     rows = len(CUDNN_GATES[RNN_OPS[node.op_type]]) * hidden
     n_in = weights["W"].shape[-1] if weights["W"].ndim == 3 else -1
@@ -293,44 +317,43 @@ def _read_node(node: Any, index: int, constants: Mapping[str, Any], folder: Path
                 f"node {name!r}: {role} has shape {tuple(values.shape)}, but a {dirs}-direction "
                 f"{node.op_type} with hidden_size {hidden} needs {expected[role]}"
             )
-    types = {code: dtype for dtype, code in ONNX_ELEMENT_TYPES.items()}
-    dtype = types[constants[inputs[ONNX_INPUTS.index("W")]].data_type]
-    return OnnxNode(name, node.op_type, inputs, list(node.output), attributes, weights, dtype)
+    if len(set(dtypes)) > 1:
+        raise BadInput(f"node {name!r}: its weights are of different types ({', '.join(dtypes)})")
+    found.dtype = dtypes[0]
+    return found
 
 
-def _constant_values(name: str, constants: Mapping[str, Any], folder: Path, limit: int) -> list[int] | None:
-    if name not in constants:
+def _integers(value: str, scope: Scope, folding: Folder) -> list[int] | None:
+    """A constant list of integers (a Reshape's shape, a Squeeze's axes), or None when it is not one."""
+    try:
+        values = folding.value(value, scope)
+    except (NotFoldable, RnnconvError):
         return None
-    from onnx import numpy_helper
-
-    with contextlib.suppress(Exception):
-        return [int(v) for v in numpy_helper.to_array(constants[name]).reshape(-1)]
-    return None
+    return [int(v) for v in values.reshape(-1)] if values.dtype.kind in "iu" and values.size <= 64 else None
 
 
-def _chains(
-    nodes: list[OnnxNode], graph: Any, constants: Mapping[str, Any], folder: Path, limit: int
-) -> list[list[OnnxNode]]:
+def _chains(nodes: list[OnnxNode], scope: Scope, folding: Folder) -> list[list[OnnxNode]]:
     """Maximal runs of nodes where each one's Y reaches the next one's X through glue alone, the two
     being layers of one RNN (same op, sizes, direction and activations; cuDNN's concatenation of the
     directions done exactly: Transpose(0, 2, 1, 3) then Reshape, or Squeeze of axis 1)."""
-    producer = {output: node for node in graph.node for output in node.output}
-    by_output = {n.outputs[0]: n for n in nodes if n.outputs and n.outputs[0]}
+    producer = {output: node for node in scope.graph.node for output in node.output}
+    readable = [n for n in nodes if n.refusal is None]
+    by_output = {n.outputs[0]: n for n in readable if n.outputs and n.outputs[0]}
     following: dict[str, OnnxNode] = {}
     preceded: set[str] = set()
-    for later in nodes:
+    for later in readable:
         name = later.inputs[0]
         glue: list[Any] = []
         while name not in by_output and name in producer and len(glue) < MAX_GLUE:
             op = producer[name]
-            if op.op_type not in ONNX_GLUE:
+            if op.op_type not in ONNX_GLUE or not op.input:
                 break
             glue.insert(0, op)  # in the order the data flows
             name = op.input[0]
         earlier = by_output.get(name)
         if earlier is None or earlier.name in following or not _same_rnn(earlier, later):
             continue
-        if _moves_directions(glue, earlier, constants, folder, limit):
+        if _moves_directions(glue, earlier, scope, folding):
             following[earlier.name] = later
             preceded.add(later.name)
     chains = []
@@ -342,6 +365,14 @@ def _chains(
             chain.append(following[chain[-1].name])
         chains.append(chain)
     return chains
+
+
+def _same_node(a: OnnxNode, b: OnnxNode) -> bool:
+    """Whether two nodes compute the same function: op, attributes, and weights value for value."""
+    if (a.op, a.attributes, set(a.weights)) != (b.op, b.attributes, set(b.weights)):
+        return False
+    same = [np.array_equal(a.weights[r], b.weights[r]) and a.weights[r].dtype == b.weights[r].dtype for r in a.weights]
+    return a.dtype == b.dtype and all(same)
 
 
 def _same_rnn(earlier: OnnxNode, later: OnnxNode) -> bool:
@@ -356,9 +387,7 @@ def _same_rnn(earlier: OnnxNode, later: OnnxNode) -> bool:
     return same and later.input_size == earlier.directions * earlier.hidden
 
 
-def _moves_directions(
-    glue: list[Any], earlier: OnnxNode, constants: Mapping[str, Any], folder: Path, limit: int
-) -> bool:
+def _moves_directions(glue: list[Any], earlier: OnnxNode, scope: Scope, folding: Folder) -> bool:
     """Whether the glue turns Y (T, D, B, H) into (T, B, D*H), as cuDNN feeds its next layer."""
     transposes = [g for g in glue if g.op_type == "Transpose"]
     for op in transposes:
@@ -369,7 +398,7 @@ def _moves_directions(
         return False
     for op in glue:
         if op.op_type == "Reshape":
-            shape = _constant_values(op.input[1], constants, folder, limit) if len(op.input) > 1 else None
+            shape = _integers(op.input[1], scope, folding) if len(op.input) > 1 else None
             if shape is None or len(shape) != 3 or shape[-1] not in (-1, earlier.directions * earlier.hidden):
                 return False
             if earlier.directions == 2 and glue.index(op) < glue.index(transposes[0]):
@@ -377,7 +406,7 @@ def _moves_directions(
         if op.op_type in ("Squeeze", "Unsqueeze"):
             axes = [list(_attribute(a)) for a in op.attribute if a.name == "axes"]
             if len(op.input) > 1:
-                axes = [_constant_values(op.input[1], constants, folder, limit) or []]
+                axes = [_integers(op.input[1], scope, folding) or []]
             if op.op_type == "Unsqueeze" or earlier.directions != 1 or axes != [[1]]:
                 return False
     return bool(glue)
@@ -385,6 +414,8 @@ def _moves_directions(
 
 def _refusal(node: OnnxNode) -> str | None:
     """Why cuDNN cannot compute a node, beyond what the table's row says."""
+    if node.refusal is not None:
+        return node.refusal
     if "clip" in node.attributes:
         return f"node {node.name!r} clips its cell state (clip={node.attributes['clip']}), which cuDNN does not"
     if int(node.attributes.get("input_forget", 0)):
@@ -456,6 +487,22 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
         update={"layer": name, "layer_class": first.op, "stacked": [n.name for n in chain] if len(chain) > 1 else None}
     )
     return CanonicalRNN.from_cell_loaders(name, spec, cells, source=info, notes=notes)
+
+
+def _sizes(chain: list[OnnxNode]) -> SpecModel | None:
+    """The sizes of nodes that do not convert, as far as their attributes and readable weights tell."""
+    first = chain[0]
+    if "W" not in first.weights or first.weights["W"].ndim != 3 or first.weights["W"].shape[2] < 1:
+        return None
+    cell = RNN_OPS[first.op]
+    try:
+        mode = mode_for(find_row("onnx", first.op, first.config()), first.config())
+    except RnnconvError:
+        mode = next(m for m, (c, _) in CUDNN_MODES.items() if c == cell)
+    with contextlib.suppress(RnnconvError, ValueError):
+        spec = RNNSpec(mode, first.input_size, first.hidden, len(chain), first.directions == 2, 0, first.dtype)
+        return spec.to_model()
+    return None
 
 
 # --- one graph for writing, for a blob in onnxruntime, and for a source's own nodes -----------------
@@ -700,15 +747,16 @@ class OnnxFormat(Format):
                     )
                 )
             except RnnconvError as exc:
+                sizes = _sizes(group)
                 entries.append(
-                    InspectEntry(name=name, layer_class=group[0].op, spec=None, converts=False, reason=str(exc))
+                    InspectEntry(name=name, layer_class=group[0].op, spec=sizes, converts=False, reason=str(exc))
                 )
         notes = [
             f"nodes {', '.join(n.name for n in chain)} are the layers of one RNN"
             for chain in file.chains
             if len(chain) > 1
         ]
-        return InspectReport(path=str(path), format="onnx", rnns=entries, notes=notes)
+        return InspectReport(path=str(path), format="onnx", rnns=entries, notes=notes + file.same_weights_notes())
 
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
         if recorded.layer and recorded.format == "onnx":
