@@ -11,6 +11,7 @@ import torch
 from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, assert_no_framework_imported, run_cli
 from keras_oracle import oracle
 from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 from test_round_trips import KERAS_LAYERS
 from test_torch import module_for, states, torch_run
 
@@ -264,3 +265,266 @@ def test_a_file_that_is_not_onnx_is_refused(tmp_path):
 
 def test_reading_onnx_imports_no_framework(tmp_path):
     assert_no_framework_imported(ONNX / "gru3_dynamo.onnx", tmp_path / "out.bin", allowed=("onnx",))
+
+
+# --- RNN nodes inside subgraphs, their weights computed in the graph ----------------------------------------
+
+BRANCHED = ONNX / "lstm_cell_in_if_torchscript.onnx"
+# branch -> the LSTM node in it (named by its path), and the sample rate that takes it
+BRANCHES = {
+    "then_branch": ("/If::then_branch::/rnn/LSTM", 16000),
+    "else_branch": ("/If::else_branch::/rnn_1/LSTM", 8000),
+}
+
+
+def weights_onnx_computes(path, branch: str) -> dict[str, np.ndarray]:
+    """W, R and B of the LSTM in one branch of the file's `If`, as onnx.reference.ReferenceEvaluator computes
+    them running the graph: each branch passes the values its LSTM reads out as extra outputs of the If."""
+    model = onnx.load(str(path))
+    (if_node,) = [n for n in model.graph.node if n.op_type == "If"]
+    for attribute in if_node.attribute:
+        (lstm,) = [n for n in attribute.g.node if n.op_type == "LSTM"]
+        for value in lstm.input[1:4]:
+            attribute.g.output.append(helper.make_empty_tensor_value_info(value))
+    for role in "WRB":
+        if_node.output.append(f"folded_{role}")
+        model.graph.output.append(helper.make_empty_tensor_value_info(f"folded_{role}"))
+    rng = np.random.default_rng(4)
+    feeds = {
+        "x": rng.normal(size=(2, 6)).astype(np.float32),
+        "h": rng.normal(size=(2, 5)).astype(np.float32),
+        "c": rng.normal(size=(2, 5)).astype(np.float32),
+        "sr": np.array(BRANCHES[branch][1], np.int64),
+    }
+    results = ReferenceEvaluator(model).run(None, feeds)
+    return dict(zip("WRB", results[-3:]))
+
+
+def plain_lstm(path, weights: dict[str, np.ndarray]) -> None:
+    """A model of one LSTM node whose W, R and B are initializers holding `weights`."""
+    hidden = weights["R"].shape[-1]
+    initializers = [numpy_helper.from_array(values, role) for role, values in weights.items()]
+    node = helper.make_node("LSTM", ["X", "W", "R", "B"], ["Y"], name="lstm", hidden_size=hidden)
+    graph = helper.make_graph(
+        [node],
+        "plain",
+        [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, ["s", "b", weights["W"].shape[-1]])],
+        [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, ["s", 1, "b", hidden])],
+        initializers,
+    )
+    path.write_bytes(helper.make_model(graph).SerializeToString())
+
+
+@pytest.mark.parametrize("branch", sorted(BRANCHES))
+def test_lstm_in_an_if_branch_converts_byte_exact_to_what_onnx_computes_for_its_weights(branch, tmp_path):
+    expected = weights_onnx_computes(BRANCHED, branch)
+    assert {role: values.shape for role, values in expected.items()} == {"W": (1, 20, 6), "R": (1, 20, 5), "B": (1, 40)}
+    plain_lstm(tmp_path / "plain.onnx", expected)
+    rnnconv.convert(tmp_path / "plain.onnx", tmp_path / "plain.bin")
+    rnnconv.convert(BRANCHED, tmp_path / "folded.bin", layer=BRANCHES[branch][0])
+    assert (tmp_path / "folded.bin").read_bytes() == (tmp_path / "plain.bin").read_bytes()
+    # and both are the cell's own parameters, read from the checkpoint saved beside the export
+    rnnconv.convert(ONNX / "lstm_cell_in_if_torchscript.pt", tmp_path / "cell.bin", layer="rnn")
+    assert (tmp_path / "folded.bin").read_bytes() == (tmp_path / "cell.bin").read_bytes()
+
+
+@pytest.mark.parametrize("branch", sorted(BRANCHES))
+def test_lstm_in_an_if_branch_computes_what_onnxruntime_computes_running_the_file(branch, tmp_path):
+    name, rate = BRANCHES[branch]
+    blob_path = tmp_path / "blob.bin"
+    rnnconv.convert(BRANCHED, blob_path, layer=name)
+    blob = open_bin(blob_path)
+    rng = np.random.default_rng(5)
+    x, h, c = (rng.normal(0, 0.8, shape).astype(np.float32) for shape in ((2, 6), (2, 5), (2, 5)))
+    h1, c1 = session(BRANCHED).run(None, {"x": x, "h": h, "c": c, "sr": np.array(rate, np.int64)})
+    scale = 1.0 if rate == 16000 else 0.5  # the else branch scales its input
+    _, h_n, c_n = reference.forward(blob.spec, blob.param, (x * scale)[None], h[None], c[None])
+    worst = worst_difference([h_n[0], c_n[0]], [h1, c1])
+    LARGEST_ERRORS[f"onnxruntime {branch} of {BRANCHED.name}"] = worst
+    assert worst < 1e-5
+
+
+def test_lstms_in_branches_are_listed_by_path_and_said_to_share_their_weights(tmp_path):
+    result = run_cli("inspect", BRANCHED, "--json")
+    assert result.returncode == 0, result.stderr
+    report = rnnconv.contracts.InspectReport.model_validate_json(result.stdout)
+    assert [(e.name, e.converts, e.spec.hidden_size) for e in report.rnns] == [
+        (name, True, 5) for name, _ in BRANCHES.values()
+    ]
+    (shared,) = report.notes
+    assert "compute with the same weights" in shared and "rnn.weight_ih" in shared
+    refused = run_cli("onnx-to-cudnn", BRANCHED, "-o", tmp_path / "out.bin")
+    assert_clean_failure(refused, 2, "holds 2 RNNs", "same weights", "pick one with --layer")
+    # a node's own name picks it when no other node has it
+    result = run_cli("onnx-to-cudnn", BRANCHED, "--layer", "/rnn_1/LSTM", "-o", tmp_path / "out.bin")
+    assert result.returncode == 0, result.stderr
+    assert "/If::else_branch::/rnn_1/LSTM" in result.stdout
+
+
+def test_verify_runs_an_lstm_from_an_if_branch(tmp_path):
+    blob = tmp_path / "blob.bin"
+    rnnconv.convert(BRANCHED, blob, layer=BRANCHES["else_branch"][0])
+    result = run_cli("verify", blob, "--backend", "numpy", "--ragged", "--batch", "4")
+    assert result.returncode == 0, result.stderr
+    assert "MATCH" in result.stdout
+
+
+def lstm_with_computed_weights(path, nodes, initializers, w="W_computed", inputs=()) -> None:
+    """One LSTM (hidden 2, input 3) inside an If's then branch, its W computed by `nodes`; R and B stored."""
+    rng = np.random.default_rng(6)
+    stored = [
+        numpy_helper.from_array(rng.normal(size=(1, 8, 2)).astype(np.float32), "R"),
+        numpy_helper.from_array(rng.normal(size=(1, 16)).astype(np.float32), "B"),
+        *initializers,
+    ]
+    lstm = helper.make_node("LSTM", ["X", w, "R", "B"], ["Y"], name="lstm", hidden_size=2)
+    then = helper.make_graph(
+        [*nodes, lstm], "then", [], [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, None)]
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["X"], ["Z"])], "else", [], [helper.make_tensor_value_info("Z", 1, None)]
+    )
+    branch = helper.make_node("If", ["cond"], ["out"], name="choose", then_branch=then, else_branch=other)
+    graph = helper.make_graph(
+        [branch],
+        "computed",
+        [
+            helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, ["s", "b", 3]),
+            helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, []),
+            *inputs,
+        ],
+        [helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, None)],
+        stored,
+    )
+    path.write_bytes(helper.make_model(graph).SerializeToString())
+
+
+def _int64(name, values):
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+UNFOLDABLE = {
+    "a graph input": (
+        [helper.make_node("Identity", ["given_W"], ["W_computed"])],
+        [],
+        [helper.make_tensor_value_info("given_W", onnx.TensorProto.FLOAT, [1, 8, 3])],
+        "'given_W' is an input of the graph, given at run time",
+    ),
+    "an op off the list": (
+        [helper.make_node("Shape", ["X"], ["shape"]), helper.make_node("Cast", ["shape"], ["W_computed"], to=1)],
+        [],
+        [],
+        "computed by a Shape node",
+    ),
+    "a cycle": (
+        [
+            helper.make_node("Add", ["W_computed", "one"], ["loop"], name="add"),
+            helper.make_node("Identity", ["loop"], ["W_computed"], name="back"),
+        ],
+        [numpy_helper.from_array(np.ones((1, 8, 3), np.float32), "one")],
+        [],
+        "depends on itself",
+    ),
+    "growth beyond what weights need": (
+        [helper.make_node("Concat", ["big"] * 100, ["W_computed"], axis=0, name="grow")],
+        [numpy_helper.from_array(np.zeros((1 << 19,), np.float32), "big")],  # 2 MiB, 100 times
+        [],
+        "more than folding the weights it reads can need",
+    ),
+    "shapes that do not fit": (
+        [helper.make_node("Reshape", ["small", "shape"], ["W_computed"], name="reshape")],
+        [numpy_helper.from_array(np.ones(5, np.float32), "small"), _int64("shape", [1, 8, 3])],
+        [],
+        "node 'choose::then_branch::reshape' (Reshape) cannot be computed",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNFOLDABLE))
+def test_weights_that_cannot_be_folded_are_listed_and_refused_in_a_sentence(case, tmp_path):
+    nodes, initializers, inputs, phrase = UNFOLDABLE[case]
+    path = tmp_path / "model.onnx"
+    lstm_with_computed_weights(path, nodes, initializers, inputs=inputs)
+    result = run_cli("inspect", path, "--json")
+    assert result.returncode == 0, result.stderr
+    (entry,) = rnnconv.contracts.InspectReport.model_validate_json(result.stdout).rnns
+    assert (entry.name, entry.layer_class, entry.converts) == ("choose::then_branch::lstm", "LSTM", False)
+    assert phrase in entry.reason and "its W is computed in the graph" in entry.reason
+    refused = run_cli("onnx-to-cudnn", path, "-o", tmp_path / "out.bin")
+    assert_clean_failure(refused, 2, "choose::then_branch::lstm", phrase)
+    assert not (tmp_path / "out.bin").exists()
+
+
+def test_weights_computed_by_every_foldable_op_are_folded_as_onnx_computes_them(tmp_path):
+    """Slice, Concat, Split, Gather, Transpose, Reshape, Squeeze/Unsqueeze, Cast and arithmetic, in one chain."""
+    rng = np.random.default_rng(7)
+    base = rng.normal(size=(3, 16)).astype(np.float64)
+    nodes = [
+        helper.make_node("Cast", ["base"], ["f32"], to=1),
+        helper.make_node("Transpose", ["f32"], ["t"], perm=[1, 0]),  # (16, 3)
+        helper.make_node("Split", ["t", "halves"], ["top", "bottom"], axis=0),  # (8, 3) each
+        helper.make_node("Mul", ["top", "two"], ["scaled"]),
+        helper.make_node("Sub", ["scaled", "bottom"], ["diff"]),
+        helper.make_node("Div", ["diff", "two"], ["half"]),
+        helper.make_node("Add", ["half", "bottom"], ["sum"]),
+        helper.make_node("Gather", ["sum", "order"], ["gathered"], axis=0),
+        helper.make_node("Slice", ["gathered", "starts", "ends", "axes", "steps"], ["sliced"]),
+        helper.make_node("Concat", ["sliced", "sliced"], ["twice"], axis=0),
+        helper.make_node("Reshape", ["twice", "shape"], ["flat"]),
+        helper.make_node("Unsqueeze", ["flat", "axis0"], ["one"]),
+        helper.make_node("Squeeze", ["one", "axis0"], ["again"]),
+        helper.make_node("Unsqueeze", ["again", "axis0"], ["W_computed"]),
+    ]
+    initializers = [
+        numpy_helper.from_array(base, "base"),
+        _int64("halves", [8, 8]),
+        numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+        _int64("order", [7, -1, 0, 3, 2, 5, 4, 1]),
+        _int64("starts", [-1]),
+        _int64("ends", [-(2**63)]),
+        _int64("axes", [0]),
+        _int64("steps", [-2]),
+        _int64("shape", [8, -1]),
+        _int64("axis0", [0]),
+    ]
+    path = tmp_path / "model.onnx"
+    lstm_with_computed_weights(path, nodes, initializers)
+    model = onnx.load(str(path))
+    branches = {a.name: a.g for a in model.graph.node[0].attribute}
+    branches["then_branch"].output.append(helper.make_empty_tensor_value_info("W_computed"))
+    branches["else_branch"].output.append(helper.make_empty_tensor_value_info("X"))
+    model.graph.node[0].output.append("W_out")
+    model.graph.output.append(helper.make_empty_tensor_value_info("W_out"))
+    x = rng.normal(size=(2, 1, 3)).astype(np.float32)
+    expected = ReferenceEvaluator(model).run(None, {"X": x, "cond": np.array(True)})[-1]
+    with rnnconv.load(path) as (rnn,):
+        assert rnn.spec.input_size == 3 and rnn.spec.hidden_size == 2
+    plain_lstm(
+        tmp_path / "plain.onnx",
+        {
+            "W": expected,
+            "R": numpy_helper.to_array(model.graph.initializer[0]),
+            "B": numpy_helper.to_array(model.graph.initializer[1]),
+        },
+    )
+    rnnconv.convert(tmp_path / "plain.onnx", tmp_path / "plain.bin")
+    rnnconv.convert(path, tmp_path / "folded.bin")
+    assert (tmp_path / "folded.bin").read_bytes() == (tmp_path / "plain.bin").read_bytes()
+
+
+def test_subgraphs_nested_too_deep_are_refused(tmp_path):
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["X"], ["Y0"])], "g0", [], [helper.make_tensor_value_info("Y0", 1, None)]
+    )
+    for depth in range(1, 20):
+        node = helper.make_node("If", ["cond"], [f"Y{depth}"], then_branch=body, else_branch=body, name=f"if{depth}")
+        body = helper.make_graph([node], f"g{depth}", [], [helper.make_tensor_value_info(f"Y{depth}", 1, None)])
+    graph = helper.make_graph(
+        list(body.node),
+        "deep",
+        [helper.make_tensor_value_info("X", 1, [1]), helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, [])],
+        list(body.output),
+    )
+    path = tmp_path / "deep.onnx"
+    path.write_bytes(helper.make_model(graph).SerializeToString())
+    assert_clean_failure(run_cli("inspect", path), 2, "nested more than 16 deep")
