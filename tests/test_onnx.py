@@ -17,7 +17,9 @@ from test_torch import module_for, states, torch_run
 
 import rnnconv
 from rnnconv import reference
+from rnnconv.canonical import ParamKey
 from rnnconv.formats.cudnn import open_bin
+from rnnconv.weightspace import regions
 
 ONNX = FIXTURES / "onnx"
 # exported file -> the module prefix of the RNN in the checkpoint saved beside it
@@ -528,3 +530,75 @@ def test_subgraphs_nested_too_deep_are_refused(tmp_path):
     path = tmp_path / "deep.onnx"
     path.write_bytes(helper.make_model(graph).SerializeToString())
     assert_clean_failure(run_cli("inspect", path), 2, "nested more than 16 deep")
+
+
+# --- quantized LSTMs (onnxruntime's com.microsoft DynamicQuantizeLSTM) ----------------------------------------
+
+QUANTIZED = ["lstm_quantized", "lstm_quantized_per_channel"]
+QUANTIZED_CHAIN = "/LSTM_quant,/LSTM_1_quant"
+
+
+@pytest.mark.parametrize("name", QUANTIZED)
+def test_quantized_lstms_are_listed_with_sizes_and_refused_without_dequantize(name, tmp_path):
+    result = run_cli("inspect", ONNX / f"{name}.onnx", "--json")
+    assert result.returncode == 0, result.stderr
+    report = rnnconv.contracts.InspectReport.model_validate_json(result.stdout)
+    listed = {e.name: (e.layer_class, e.converts, e.spec.input_size, e.spec.num_layers) for e in report.rnns}
+    assert listed == {
+        "/LSTM_quant": ("DynamicQuantizeLSTM", False, 4, 1),
+        "/LSTM_1_quant": ("DynamicQuantizeLSTM", False, 12, 1),
+        QUANTIZED_CHAIN: ("DynamicQuantizeLSTM", False, 4, 2),
+    }
+    assert all("int8 dynamically quantized weights" in e.reason and "--dequantize" in e.reason for e in report.rnns)
+    for args in ([], ["--layer", "/LSTM_quant"]):
+        refused = run_cli("onnx-to-cudnn", ONNX / f"{name}.onnx", "-o", tmp_path / "out.bin", *args)
+        assert_clean_failure(refused, 2, "quantized LSTM", "--dequantize")
+    assert not (tmp_path / "out.bin").exists()
+
+
+@pytest.mark.parametrize("name", QUANTIZED)
+def test_dequantize_gives_the_float_model_within_a_quantization_step_of_the_checkpoint(name, tmp_path):
+    result = run_cli("onnx-to-cudnn", ONNX / f"{name}.onnx", "-o", tmp_path / "deq.bin", "--dequantize")
+    assert result.returncode == 0, result.stderr
+    assert "dequantized" in result.stderr and "not the quantized one" in result.stderr
+    rnnconv.convert(ONNX / f"{name}.pt", tmp_path / "pt.bin")
+    dequantized, original = open_bin(tmp_path / "deq.bin"), open_bin(tmp_path / "pt.bin")
+    assert dequantized.spec == original.spec
+    scales = [numpy_helper.to_array(t) for t in onnx.load(str(ONNX / f"{name}.onnx")).graph.initializer]
+    step = max(float(s.max()) for s in scales if s.dtype == np.float32 and s.ndim <= 2 and s.size <= 48)
+    for key in dequantized.spec.param_keys():
+        difference = np.abs(dequantized.param(key) - original.param(key)).max()
+        assert difference <= step / 2 + 1e-7, key.label  # round to nearest: at most half a step
+        if key.kind in ("bW", "bR"):  # biases are not quantized
+            assert difference == 0, key.label
+
+
+@pytest.mark.parametrize("name", QUANTIZED)
+def test_verify_compares_the_dequantized_blob_with_onnxruntime_running_the_quantized_nodes(name, tmp_path):
+    blob = tmp_path / "deq.bin"
+    rnnconv.convert(ONNX / f"{name}.onnx", blob, dequantize=True)
+    result = run_cli("verify", blob, "--backend", "numpy", "--report", tmp_path / "r.json", "--ragged", "--batch", "4")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = rnnconv.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
+    assert report.verdict == "match" and "DynamicQuantizeLSTM" in report.source.run
+    assert "dequantized float model" in report.source.run
+    assert 1e-4 < report.comparison.y.max_abs < 1e-2  # the quantized node's own rounding, and no more
+    # a blob with the input and forget gates swapped (a gate-order mistake) is caught at this tolerance
+    spec = open_bin(blob).spec
+    wrong = tmp_path / "wrong.bin"
+    with rnnconv.load(blob) as (rnn,):
+        swapped = {
+            ParamKey(0, 0, kind, gate): ParamKey(0, 0, kind, other)
+            for kind in ("W", "R", "bW", "bR")
+            for gate, other in (("i", "f"), ("f", "i"))
+        }
+        values = {key: rnn.param(swapped.get(key, key)) for key in spec.param_keys()}
+    data = bytearray(blob.read_bytes())
+    for region in regions(spec):
+        block = np.ascontiguousarray(values[region.key], np.float32).tobytes()
+        data[region.offset * 4 : region.offset * 4 + len(block)] = block
+    wrong.write_bytes(bytes(data))
+    (tmp_path / "wrong.bin.json").write_bytes((tmp_path / "deq.bin.json").read_bytes())
+    result = run_cli("verify", wrong, "--backend", "numpy")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "MISMATCH" in result.stdout

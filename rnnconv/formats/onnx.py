@@ -46,6 +46,8 @@ from rnnconv.table.constants import (
     ONNX_ONE_OP_ATTRIBUTES,
     ONNX_OPS,
     ONNX_OPSET,
+    ONNX_QUANTIZED_INPUTS,
+    ONNX_QUANTIZED_OPS,
 )
 from rnnconv.table.formats import FORMAT_INFO
 
@@ -82,6 +84,11 @@ class OnnxNode:
     short: str = ""  # the node's own name
     refusal: str | None = None  # why its weights cannot be read (computed in a way rnnconv does not fold)
     sources: dict[str, frozenset[str]] = field(default_factory=dict)  # role -> the stored tensors it comes from
+    source_class: str = ""  # the node's op as the table's rows name it: op, or a quantized op
+    stored: dict[str, np.ndarray] = field(default_factory=dict)  # a quantized node's inputs as stored (int8 W, R...)
+
+    def __post_init__(self) -> None:
+        self.source_class = self.source_class or self.op
 
     @property
     def hidden(self) -> int:
@@ -96,8 +103,22 @@ class OnnxNode:
         return ONNX_DIRECTIONS[self.direction]
 
     @property
+    def quantized(self) -> bool:
+        return self.source_class in ONNX_QUANTIZED_OPS
+
+    @property
     def input_size(self) -> int:
-        return int(self.weights["W"].shape[2])
+        return int(self.weights["W"].shape[1 if self.quantized else 2])
+
+    def expected_shapes(self, input_size: int) -> dict[str, tuple[int, ...]]:
+        """The shape each weight must have (a quantized op's W and R are transposed)."""
+        dirs, hidden = self.directions, self.hidden
+        rows = len(CUDNN_GATES[RNN_OPS[self.op]]) * hidden
+        if self.quantized:
+            matrices = {"W": (dirs, input_size, rows), "R": (dirs, hidden, rows)}
+        else:
+            matrices = {"W": (dirs, rows, input_size), "R": (dirs, rows, hidden)}
+        return {**matrices, "B": (dirs, 2 * rows), "P": (dirs, 3 * hidden)}
 
     def activations(self) -> list[str]:
         names = self.attributes.get("activations")
@@ -144,7 +165,7 @@ class OnnxFile:
     scopes: list[Scope] = field(repr=False, default_factory=list)  # the main graph and every subgraph
 
     @classmethod
-    def load(cls, path: Path) -> OnnxFile:
+    def load(cls, path: Path, dequantize: bool = False) -> OnnxFile:
         onnx = require_onnx()
         size = regular_file(path)
         try:
@@ -156,9 +177,9 @@ class OnnxFile:
         nodes, chains = [], []
         for scope in found:
             here = [
-                _read_node(node, index, scope, folding)
+                _read_node(node, index, scope, folding, dequantize)
                 for index, node in enumerate(scope.graph.node)
-                if node.op_type in RNN_OPS and node.domain in ("", "ai.onnx")
+                if _is_rnn(node)
             ]
             nodes += here
             chains += _chains(here, scope, folding)
@@ -252,12 +273,12 @@ def _attribute(attribute: Any) -> Any:
     return helper.get_attribute_value(attribute)
 
 
-def _attributes(node: Any, name: str) -> dict[str, Any]:
-    """The node's attributes, each of the type and range the op defines."""
+def _attributes(node: Any, name: str, op: str) -> dict[str, Any]:
+    """The node's attributes, each of the type and range its op (`op`: the one a quantized op quantizes) defines."""
     attributes: dict[str, Any] = {}
     for attribute in node.attribute:
         expected = ONNX_ATTRIBUTES.get(attribute.name)
-        if expected is None or ONNX_ONE_OP_ATTRIBUTES.get(attribute.name, node.op_type) != node.op_type:
+        if expected is None or ONNX_ONE_OP_ATTRIBUTES.get(attribute.name, op) != op:
             raise Unsupported(f"node {name!r} has an attribute {attribute.name!r} that {node.op_type} does not define")
         if attribute.type != expected:
             raise BadInput(f"node {name!r}: attribute {attribute.name!r} is not of the type {node.op_type} defines")
@@ -278,49 +299,100 @@ def _attributes(node: Any, name: str) -> dict[str, Any]:
     return attributes
 
 
-def _read_node(node: Any, index: int, scope: Scope, folding: Folder) -> OnnxNode:
-    """One RNN node, its attributes and the shapes of its weights checked against each other. Weights that
-    are computed in a way rnnconv cannot fold leave the node listed with the reason."""
+def _is_rnn(node: Any) -> bool:
+    """An ONNX RNN node, or a quantized one of onnxruntime's domain."""
+    if node.op_type in RNN_OPS:
+        return node.domain in ("", "ai.onnx")
+    return node.op_type in ONNX_QUANTIZED_OPS and node.domain == ONNX_QUANTIZED_OPS[node.op_type][0]
+
+
+def _read_node(node: Any, index: int, scope: Scope, folding: Folder, dequantize: bool) -> OnnxNode:
+    """One RNN node (or quantized RNN node), its attributes and the shapes of its weights checked against each
+    other. Weights computed in a way rnnconv cannot fold leave the node listed, with the reason."""
     short = node_name(node, index)
     name = scope.qualified(short)
-    inputs = list(node.input) + [""] * (len(ONNX_INPUTS) - len(node.input))
-    if len(inputs) > len(ONNX_INPUTS):
-        raise BadInput(f"node {name!r} has {len(node.input)} inputs; {node.op_type} has {len(ONNX_INPUTS)}")
-    attributes = _attributes(node, name)
-    weights, sources, dtypes, refusal = {}, {}, [], None
-    for role in ("W", "R", "B", "P"):
-        source = inputs[ONNX_INPUTS.index(role)]
+    quantized = node.op_type in ONNX_QUANTIZED_OPS
+    op = ONNX_QUANTIZED_OPS[node.op_type][1] if quantized else node.op_type
+    roles = ONNX_INPUTS + (ONNX_QUANTIZED_INPUTS if quantized else ())
+    if len(node.input) > len(roles):
+        raise BadInput(f"node {name!r} has {len(node.input)} inputs; {node.op_type} has {len(roles)}")
+    inputs = list(node.input) + [""] * (len(roles) - len(node.input))
+    attributes = _attributes(node, name, op)
+    stored, sources, refusal = {}, {}, None
+    for role in ("W", "R", "B", "P", *ONNX_QUANTIZED_INPUTS):
+        source = inputs[roles.index(role)] if role in roles else ""
         if not source:
             continue
         try:
-            values = folding.value(source, scope)
+            stored[role] = folding.value(source, scope)
         except NotFoldable as exc:
-            refusal = refusal or (
-                f"node {name!r}: its {role} is computed in the graph in a way rnnconv does not fold: {exc}"
+            refusal = (
+                refusal or f"node {name!r}: its {role} is computed in the graph in a way rnnconv does not fold: {exc}"
             )
             continue
-        weights[role], dtype = _float_weights(values, f"node {name!r}: its {role}")
-        dtypes.append(dtype)
         sources[role] = folding.stored_sources(source, scope)
-    if not inputs[ONNX_INPUTS.index("W")] or not inputs[ONNX_INPUTS.index("R")]:
+    if not inputs[roles.index("W")] or not inputs[roles.index("R")]:
         raise BadInput(f"node {name!r} has no W or R input")
-    found = OnnxNode(name, node.op_type, inputs, list(node.output), attributes, weights, "", short, refusal, sources)
+    found = OnnxNode(name, op, inputs, list(node.output), attributes, {}, "", short, refusal, sources, node.op_type)
     if refusal is not None:
         return found
-    dirs, hidden = ONNX_DIRECTIONS[attributes["direction"]], attributes["hidden_size"]
-    rows = len(CUDNN_GATES[RNN_OPS[node.op_type]]) * hidden
-    n_in = weights["W"].shape[-1] if weights["W"].ndim == 3 else -1
-    expected = {"W": (dirs, rows, n_in), "R": (dirs, rows, hidden), "B": (dirs, 2 * rows), "P": (dirs, 3 * hidden)}
-    for role, values in weights.items():
+    if quantized:
+        found.stored = stored
+        stored = _dequantized(found, stored)
+        if not dequantize:
+            found.refusal = (
+                f"node {name!r} is a quantized LSTM ({node.op_type}) whose W and R are int8 dynamically quantized "
+                f"weights, which cuDNN does not compute with; --dequantize converts the float model they "
+                f"approximate, (q - zero_point) * scale"
+            )
+    dtypes = []
+    for role in ("W", "R", "B", "P"):
+        if role in stored:
+            found.weights[role], dtype = _float_weights(stored[role], f"node {name!r}: its {role}")
+            dtypes.append(dtype)
+    w = found.weights["W"]
+    n_in = w.shape[1 if quantized else 2] if w.ndim == 3 else -1
+    expected = found.expected_shapes(n_in)
+    for role, values in found.weights.items():
         if values.shape != expected[role] or n_in < 1:
             raise BadInput(
-                f"node {name!r}: {role} has shape {tuple(values.shape)}, but a {dirs}-direction "
-                f"{node.op_type} with hidden_size {hidden} needs {expected[role]}"
+                f"node {name!r}: {role} has shape {tuple(values.shape)}, but a {found.directions}-direction "
+                f"{node.op_type} with hidden_size {found.hidden} needs {expected[role]}"
             )
     if len(set(dtypes)) > 1:
         raise BadInput(f"node {name!r}: its weights are of different types ({', '.join(dtypes)})")
     found.dtype = dtypes[0]
     return found
+
+
+def _dequantized(node: OnnxNode, stored: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A quantized LSTM's W and R as floats, (q - zero_point) * scale, per direction or per column as the
+    contrib op defines; B and P as they are."""
+    out: dict[str, np.ndarray] = {role: stored[role] for role in ("B", "P") if role in stored}
+    for role in ("W", "R"):
+        scale_role, zero_role = f"{role}_scale", f"{role}_zero_point"
+        if scale_role not in stored or zero_role not in stored:
+            raise BadInput(f"node {node.name!r} has no {scale_role} or {zero_role}")
+        q, scale, zero = stored[role], stored[scale_role], stored[zero_role]
+        if q.dtype not in (np.int8, np.uint8) or zero.dtype != q.dtype:
+            raise BadInput(
+                f"node {node.name!r}: its {role} is of type {q.dtype} and its zero point of type {zero.dtype}; "
+                f"{node.source_class} takes int8 or uint8 for both"
+            )
+        if scale.dtype != np.float32:
+            raise BadInput(f"node {node.name!r}: its {scale_role} is of type {scale.dtype}, not float32")
+        dirs = node.directions
+        if q.ndim != 3 or q.shape[0] != dirs or scale.shape not in ((dirs,), (dirs, q.shape[2])):
+            raise BadInput(
+                f"node {node.name!r}: {role} has shape {tuple(q.shape)} and {scale_role} {tuple(scale.shape)}, "
+                f"which do not fit a {dirs}-direction {node.source_class}"
+            )
+        if zero.shape != scale.shape:
+            raise BadInput(f"node {node.name!r}: {zero_role} has shape {tuple(zero.shape)}, {scale_role} {scale.shape}")
+        per = (slice(None), None, slice(None)) if scale.ndim == 2 else (slice(None), None, None)
+        centred = q.astype(np.int32) - zero.astype(np.int32)[per]
+        out[role] = centred.astype(np.float32) * scale[per]
+    return out
 
 
 def _integers(value: str, scope: Scope, folding: Folder) -> list[int] | None:
@@ -337,7 +409,7 @@ def _chains(nodes: list[OnnxNode], scope: Scope, folding: Folder) -> list[list[O
     being layers of one RNN (same op, sizes, direction and activations; cuDNN's concatenation of the
     directions done exactly: Transpose(0, 2, 1, 3) then Reshape, or Squeeze of axis 1)."""
     producer = {output: node for node in scope.graph.node for output in node.output}
-    readable = [n for n in nodes if n.refusal is None]
+    readable = [n for n in nodes if "W" in n.weights]  # a quantized node chains, converting or not
     by_output = {n.outputs[0]: n for n in readable if n.outputs and n.outputs[0]}
     following: dict[str, OnnxNode] = {}
     preceded: set[str] = set()
@@ -377,7 +449,8 @@ def _same_node(a: OnnxNode, b: OnnxNode) -> bool:
 
 def _same_rnn(earlier: OnnxNode, later: OnnxNode) -> bool:
     same = (
-        earlier.op == later.op
+        earlier.source_class == later.source_class
+        and earlier.op == later.op
         and earlier.hidden == later.hidden
         and earlier.direction == later.direction
         and earlier.activations() == later.activations()
@@ -440,21 +513,17 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
         if reason:
             raise Unsupported(reason)
     config = first.config()
-    row = find_row("onnx", first.op, config)
+    row = find_row("onnx", first.source_class, config)
     mode = mode_for(row, config)
     if CUDNN_MODES[mode][0] != cell:
         raise Unsupported(f"node {first.name!r}: a {first.op} cannot compute cuDNN's {mode}")
-    hidden, dirs, gates = first.hidden, first.directions, row.gates
+    hidden, dirs = first.hidden, first.directions
     spec_dirs = 2 if dirs == 2 else 1
     cells = {}
     has_bias = "B" in first.weights
     for layer, node in enumerate(chain):
         n_in = first.input_size if layer == 0 else spec_dirs * hidden
-        expected = {
-            "W": (dirs, gates * hidden, n_in),
-            "R": (dirs, gates * hidden, hidden),
-            "B": (dirs, 2 * gates * hidden),
-        }
+        expected = node.expected_shapes(n_in)
         for role, shape in expected.items():
             if role in node.weights and node.weights[role].shape != shape:
                 raise BadInput(
@@ -482,10 +551,18 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
         )
     if not has_bias:
         notes.append(f"{first.name}: no B input, so every bias slot is zero")
+    if first.quantized:
+        notes.append(
+            f"{first.name}: dequantized: W and R are (q - zero_point) * scale of its {first.stored['W'].dtype} "
+            f"weights, the float model the quantized {first.source_class} approximates, not the quantized one "
+            f"(onnxruntime also quantizes the node's inputs at run time)"
+        )
     name = ",".join(n.name for n in chain)
-    info = source.model_copy(
-        update={"layer": name, "layer_class": first.op, "stacked": [n.name for n in chain] if len(chain) > 1 else None}
-    )
+    stacked = [n.name for n in chain] if len(chain) > 1 else None
+    update = {"layer": name, "layer_class": first.source_class, "stacked": stacked}
+    if first.quantized:
+        update["dtype"] = str(first.stored["W"].dtype)  # what the source computes with
+    info = source.model_copy(update=update)
     return CanonicalRNN.from_cell_loaders(name, spec, cells, source=info, notes=notes)
 
 
@@ -510,11 +587,13 @@ def _sizes(chain: list[OnnxNode]) -> SpecModel | None:
 
 @dataclass
 class Layer:
-    """One node of a built graph: its op, attributes, and weights (W, R, B[, P]) by input name."""
+    """One node of a built graph: its op, attributes, and weights (W, R, B[, P], and a quantized op's scales and
+    zero points) by input name."""
 
     op: str
     attributes: dict[str, Any]
     weights: dict[str, np.ndarray]
+    domain: str = ""
 
 
 def layers_of(rnn: CanonicalRNN, dtype: str) -> list[Layer]:
@@ -568,7 +647,7 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     first = layers[0]
     hidden = int(first.attributes["hidden_size"])
     dirs = ONNX_DIRECTIONS[first.attributes.get("direction", "forward")]
-    lstm = first.op == "LSTM"
+    lstm = ONNX_QUANTIZED_OPS.get(first.op, ("", first.op))[1] == "LSTM"
     depth = len(layers) * dirs
     nodes, initializers = [], []
     inputs = [helper.make_tensor_value_info("X", elem, ["seq", "batch", input_size])]
@@ -621,11 +700,16 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
             "initial_h_" + str(index),
             f"initial_c_{index}" if lstm else "",
             names.get("P", ""),
+            *(names.get(role, "") for role in ONNX_QUANTIZED_INPUTS),
         ]
         while node_inputs and not node_inputs[-1]:
             node_inputs.pop()
         node_outputs = [f"y_{index}", f"y_h_{index}"] + ([f"y_c_{index}"] if lstm else [])
-        nodes.append(helper.make_node(layer.op, node_inputs, node_outputs, name=f"layer{index}", **layer.attributes))
+        nodes.append(
+            helper.make_node(
+                layer.op, node_inputs, node_outputs, name=f"layer{index}", domain=layer.domain, **layer.attributes
+            )
+        )
         nodes.append(helper.make_node("Transpose", [f"y_{index}"], [f"y_t_{index}"], perm=[0, 2, 1, 3]))
         x = "Y" if index == len(layers) - 1 else f"x_{index + 1}"
         nodes.append(helper.make_node("Reshape", [f"y_t_{index}", "merge_shape"], [x]))
@@ -640,7 +724,9 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
         nodes.append(helper.make_node("Concat", cs, ["Y_c"], axis=0))
         outputs.append(helper.make_tensor_value_info("Y_c", elem, [depth, "batch", hidden]))
     graph = helper.make_graph(nodes, "rnnconv", inputs, outputs, initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)], producer_name="rnnconv")
+    domains = [helper.make_opsetid(d, 1) for d in sorted({layer.domain for layer in layers} - {""})]
+    opsets = [helper.make_opsetid("", ONNX_OPSET), *domains]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="rnnconv")
     model.ir_version = min(model.ir_version, 10)  # what onnxruntime reads
     onnx.checker.check_model(model)
     return model
@@ -703,7 +789,7 @@ class OnnxFormat(Format):
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
-        file = OnnxFile.load(path)
+        file = OnnxFile.load(path, options.dequantize)
         info = Provenance(path=str(path.resolve()), format="onnx")
         digest = digest_in_background(path) if options.hash_source else None
         rnns, skipped = [], []
@@ -743,13 +829,19 @@ class OnnxFormat(Format):
                 rnn = to_canonical(group, Provenance(path=str(path)))
                 entries.append(
                     InspectEntry(
-                        name=name, layer_class=group[0].op, spec=rnn.spec.to_model(), converts=True, notes=rnn.notes
+                        name=name,
+                        layer_class=group[0].source_class,
+                        spec=rnn.spec.to_model(),
+                        converts=True,
+                        notes=rnn.notes,
                     )
                 )
             except RnnconvError as exc:
                 sizes = _sizes(group)
                 entries.append(
-                    InspectEntry(name=name, layer_class=group[0].op, spec=sizes, converts=False, reason=str(exc))
+                    InspectEntry(
+                        name=name, layer_class=group[0].source_class, spec=sizes, converts=False, reason=str(exc)
+                    )
                 )
         notes = [
             f"nodes {', '.join(n.name for n in chain)} are the layers of one RNN"
@@ -774,6 +866,10 @@ class OnnxFormat(Format):
         layers = []
         for node in chain:
             attributes = {k: v for k, v in node.attributes.items() if k != "layout"}  # sequence-major I/O here
+            if node.quantized:  # the quantized node itself, its int8 weights as stored
+                domain = ONNX_QUANTIZED_OPS[node.source_class][0]
+                layers.append(Layer(node.source_class, attributes, dict(node.stored), domain))
+                continue
             weights = {k: v.astype(np.float32) for k, v in node.weights.items()}
             layers.append(Layer(node.op, attributes, weights))
         if chain[0].input_size != spec.input_size or len(chain) != spec.num_layers:
@@ -781,7 +877,9 @@ class OnnxFormat(Format):
         model = build_model(layers, chain[0].input_size, "float32", sequence_lens=inputs.get("lengths") is not None)
         import onnxruntime
 
-        how = f"onnxruntime {onnxruntime.__version__}: the file's own {chain[0].op} node(s)"
+        how = f"onnxruntime {onnxruntime.__version__}: the file's own {chain[0].source_class} node(s)"
+        if chain[0].quantized:
+            how += " (int8 weights, inputs quantized at run time: the blob is its dequantized float model)"
         if chain[0].direction != "reverse":
             return run_model(model, inputs, chain[0].op == "LSTM"), how
         # cuDNN runs a reverse-only node as a forward one on each sequence reversed: compare it that way
