@@ -30,6 +30,9 @@ EXPORTS = {
     "lstm_bi_dynamo": None,
     "rnn_relu_torchscript": None,
     "lstm_external": None,
+    "rnn_unrolled_dynamo": None,
+    "rnn_stack_dynamo": None,
+    "rnn_stack_torchscript": None,
 }
 REFUSED = {
     "gru_linear_before_reset_0": "linear_before_reset=0",
@@ -66,7 +69,8 @@ def test_exported_onnx_gives_the_blob_its_checkpoint_gives(name, tmp_path):
 @pytest.mark.parametrize(
     "name, batch_first",
     [("gru3_dynamo", False), ("gru3_bi_torchscript", False), ("lstm_bi_dynamo", True)]
-    + [("rnn_relu_torchscript", False), ("lstm_external", False)],
+    + [("rnn_relu_torchscript", False), ("lstm_external", False)]
+    + [("rnn_unrolled_dynamo", False), ("rnn_stack_dynamo", False), ("rnn_stack_torchscript", False)],
 )
 def test_blob_computes_what_the_exported_file_computes_in_onnxruntime(name, batch_first, tmp_path):
     """The whole exported graph, untouched, in onnxruntime (its states are the exporter's zeros)."""
@@ -251,10 +255,42 @@ def test_several_rnns_need_a_choice_for_one_blob(tmp_path):
     assert_clean_failure(result, 2, "--layer", "gru_reverse", "lstm_batch_major")
 
 
-def test_an_unrolled_rnn_is_refused_pointing_at_the_checkpoint(tmp_path):
-    """torch.onnx.export(dynamo=True) writes nn.RNN as per-step MatMul/Tanh ops, not an RNN node."""
-    result = run_cli("onnx-to-cudnn", ONNX / "rnn_unrolled_dynamo.onnx", "-o", tmp_path / "out.bin")
+def test_the_two_exporters_give_one_rnn_the_same_blob(tmp_path):
+    """torch.onnx.export(dynamo=True) writes nn.RNN as per-step MatMul/Add/Relu ops, the TorchScript exporter as
+    RNN nodes: both files, and the checkpoint, give the same blob; inspect lists the unrolled layers and steps."""
+    for name in ("rnn_stack_dynamo", "rnn_stack_torchscript"):
+        rnnconv.convert(ONNX / f"{name}.onnx", tmp_path / f"{name}.bin")
+    rnnconv.convert(ONNX / "rnn_stack_dynamo.pt", tmp_path / "pt.bin", nonlinearity="relu")
+    blobs = {p.name: p.read_bytes() for p in tmp_path.glob("*.bin")}
+    assert len(blobs) == 3 and len(set(blobs.values())) == 1
+    report = rnnconv.inspect(ONNX / "rnn_stack_dynamo.onnx")
+    (stack,) = [e for e in report.rnns if e.spec.num_layers == 2]
+    assert stack.converts and stack.layer_class == "RNN (unrolled, 5 steps)"
+    assert (stack.spec.mode, stack.spec.bidirectional, stack.spec.input_size) == ("rnn_relu", True, 3)
+
+
+def test_an_unrolled_rnn_whose_steps_differ_is_refused_naming_the_step(tmp_path):
+    result = run_cli("onnx-to-cudnn", ONNX / "rnn_unrolled_step_apart.onnx", "-o", tmp_path / "out.bin")
+    assert_clean_failure(result, 2, "look like an unrolled RNN", "step 3", "recurrent_of_step_3", "not one recurrent")
+    assert not (tmp_path / "out.bin").exists()
+
+
+def test_a_graph_with_no_recurrence_is_refused_pointing_at_the_checkpoint(tmp_path):
+    """Per-step-looking ops that are no recurrence (a MatMul and a Tanh): nothing RNN-like, and said so."""
+    rng = np.random.default_rng(8)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["y"])],
+        "mlp",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(rng.normal(size=(3, 4)).astype(np.float32), "w")],
+    )
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(helper.make_model(graph).SerializeToString())
+    result = run_cli("onnx-to-cudnn", path, "-o", tmp_path / "out.bin")
     assert_clean_failure(result, 2, "holds no LSTM, GRU or RNN node", "MatMul", "convert the checkpoint")
+    inspected = run_cli("inspect", path)
+    assert inspected.returncode == 0 and "no recurrent layers found" in inspected.stdout
 
 
 def test_a_file_that_is_not_onnx_is_refused(tmp_path):

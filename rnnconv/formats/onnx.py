@@ -28,7 +28,8 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance, SpecModel
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn
-from rnnconv.formats._onnx_graph import Folder, NotFoldable, Scope, node_name, scopes
+from rnnconv.formats._onnx_graph import SUBGRAPH, Folder, NotFoldable, Scope, node_name, scopes
+from rnnconv.formats._onnx_unrolled import Recogniser, Unrolled
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file
 from rnnconv.table.apply import find_row, gate_loaders, mode_for, row_for_mode
@@ -85,6 +86,7 @@ class OnnxNode:
     refusal: str | None = None  # why its weights cannot be read (computed in a way rnnconv does not fold)
     sources: dict[str, frozenset[str]] = field(default_factory=dict)  # role -> the stored tensors it comes from
     source_class: str = ""  # the node's op as the table's rows name it: op, or a quantized op
+    unrolled: int = 0  # for an RNN an exporter unrolled into per-step ops: its steps
     stored: dict[str, np.ndarray] = field(default_factory=dict)  # a quantized node's inputs as stored (int8 W, R...)
 
     def __post_init__(self) -> None:
@@ -101,6 +103,10 @@ class OnnxNode:
     @property
     def directions(self) -> int:
         return ONNX_DIRECTIONS[self.direction]
+
+    @property
+    def shown_class(self) -> str:
+        return f"{self.source_class} (unrolled, {self.unrolled} steps)" if self.unrolled else self.source_class
 
     @property
     def quantized(self) -> bool:
@@ -183,6 +189,15 @@ class OnnxFile:
             ]
             nodes += here
             chains += _chains(here, scope, folding)
+            recogniser = Recogniser(scope, folding)
+            recurrences = recogniser.recurrences()
+            refused = [_unrolled_refused(u) for u in recurrences if u.refusal is not None]
+            nodes += refused
+            chains += [[node] for node in refused]
+            for stack in recogniser.layers(recurrences):
+                layers = [_unrolled_layer(layer) for layer in stack]
+                nodes += layers
+                chains.append(layers)
         return cls(path, nodes, chains, model.graph, found)
 
     def find(self, name: str) -> list[OnnxNode]:
@@ -256,8 +271,8 @@ class OnnxFile:
             return ""
         common = ", ".join(f"{n} {op}" for op, n in counts.most_common(4))
         return (
-            f" (its graph holds {common}, ...: an RNN unrolled into per-step operations, as "
-            f"torch.onnx.export(dynamo=True) writes nn.RNN, has no weights rnnconv can read as one RNN; convert the "
+            f" (its graph holds {common}, ...: if it is an RNN unrolled into per-step operations, its steps do not "
+            f"have the form rnnconv recognises, that of torch.onnx.export(dynamo=True)'s nn.RNN; convert the "
             f"checkpoint it was exported from)"
             if "MatMul" in counts or "Gemm" in counts
             else f" (its graph holds {common}, ...)"
@@ -393,6 +408,43 @@ def _dequantized(node: OnnxNode, stored: dict[str, np.ndarray]) -> dict[str, np.
         centred = q.astype(np.int32) - zero.astype(np.int32)[per]
         out[role] = centred.astype(np.float32) * scale[per]
     return out
+
+
+def _unrolled_layer(layer: list[Unrolled]) -> OnnxNode:
+    """An RNN layer from recognised recurrences (one direction, or forward and reverse), as an RNN node would hold
+    it: W (D, H, in), R (D, H, H), B (D, 2H)."""
+    first = layer[0]
+    name = "+".join(u.name for u in layer)
+    directions = "bidirectional" if len(layer) == 2 else "reverse" if first.flipped else "forward"
+    activation = first.steps[0].activation.op_type
+    attributes: dict[str, Any] = {
+        "hidden_size": first.hidden,
+        "direction": directions,
+        "activations": [activation] * len(layer),
+    }
+    weights = {role: np.stack([u.weights[role] for u in layer]) for role in ("W", "R")}
+    if any("B" in u.weights for u in layer):
+        zeros = np.zeros(2 * first.hidden, weights["W"].dtype)
+        weights["B"] = np.stack([u.weights.get("B", zeros) for u in layer])
+    found = {role: _float_weights(values, f"the unrolled RNN {name!r}: its {role}") for role, values in weights.items()}
+    dtypes = {dtype for _, dtype in found.values()}
+    if len(dtypes) > 1:
+        raise BadInput(f"the unrolled RNN {name!r}: its weights are of different types ({', '.join(sorted(dtypes))})")
+    node = OnnxNode(name, "RNN", [first.x], [], attributes, {r: v for r, (v, _) in found.items()}, dtypes.pop())
+    node.short, node.unrolled = name.split(SUBGRAPH)[-1], len(first.steps)
+    return node
+
+
+def _unrolled_refused(recurrence: Unrolled) -> OnnxNode:
+    """Steps that look like an unrolled RNN but are not one, listed with what did not match."""
+    name = recurrence.name
+    reason = (
+        f"the {len(recurrence.steps)} per-step {recurrence.steps[0].activation.op_type} operations at {name!r} look "
+        f"like an unrolled RNN, but {recurrence.refusal}"
+    )
+    node = OnnxNode(name, "RNN", [], [], {"hidden_size": 1, "direction": "forward"}, {}, "", refusal=reason)
+    node.short, node.unrolled = name.split(SUBGRAPH)[-1], len(recurrence.steps)
+    return node
 
 
 def _integers(value: str, scope: Scope, folding: Folder) -> list[int] | None:
@@ -830,7 +882,7 @@ class OnnxFormat(Format):
                 entries.append(
                     InspectEntry(
                         name=name,
-                        layer_class=group[0].source_class,
+                        layer_class=group[0].shown_class,
                         spec=rnn.spec.to_model(),
                         converts=True,
                         notes=rnn.notes,
@@ -840,7 +892,7 @@ class OnnxFormat(Format):
                 sizes = _sizes(group)
                 entries.append(
                     InspectEntry(
-                        name=name, layer_class=group[0].source_class, spec=sizes, converts=False, reason=str(exc)
+                        name=name, layer_class=group[0].shown_class, spec=sizes, converts=False, reason=str(exc)
                     )
                 )
         notes = [
@@ -880,6 +932,8 @@ class OnnxFormat(Format):
         how = f"onnxruntime {onnxruntime.__version__}: the file's own {chain[0].source_class} node(s)"
         if chain[0].quantized:
             how += " (int8 weights, inputs quantized at run time: the blob is its dequantized float model)"
+        if chain[0].unrolled:  # the steps' equations are the RNN op's: run them as one, on any shapes
+            how = f"onnxruntime {onnxruntime.__version__}: RNN nodes holding the weights of the file's unrolled steps"
         if chain[0].direction != "reverse":
             return run_model(model, inputs, chain[0].op == "LSTM"), how
         # cuDNN runs a reverse-only node as a forward one on each sequence reversed: compare it that way
