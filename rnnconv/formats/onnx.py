@@ -16,6 +16,7 @@ for `verify`, and a blob for `verify --backend onnxruntime`.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -197,7 +198,12 @@ class OnnxFile:
             for stack in recogniser.layers(recurrences):
                 layers = [_unrolled_layer(layer) for layer in stack]
                 nodes += layers
-                chains.append(layers)
+                chains.append(layers[:1])
+                for earlier, later in itertools.pairwise(layers):  # layers of one RNN, or RNNs of their own
+                    if _same_rnn(earlier, later):
+                        chains[-1].append(later)
+                    else:
+                        chains.append([later])
         return cls(path, nodes, chains, model.graph, found)
 
     def find(self, name: str) -> list[OnnxNode]:
@@ -574,6 +580,8 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
     cells = {}
     has_bias = "B" in first.weights
     for layer, node in enumerate(chain):
+        if not _same_rnn(chain[layer - 1], node) and layer:
+            raise BadInput(f"nodes {chain[layer - 1].name!r} and {node.name!r} are not two layers of one RNN")
         n_in = first.input_size if layer == 0 else spec_dirs * hidden
         expected = node.expected_shapes(n_in)
         for role, shape in expected.items():
@@ -917,6 +925,8 @@ class OnnxFormat(Format):
         (chain,) = file.choose(source.layer, take_all=False)
         layers = []
         for node in chain:
+            if node.refusal is not None and not node.stored:  # no weights to run (a quantized node has its own)
+                raise Unsupported(node.refusal)
             attributes = {k: v for k, v in node.attributes.items() if k != "layout"}  # sequence-major I/O here
             if node.quantized:  # the quantized node itself, its int8 weights as stored
                 domain = ONNX_QUANTIZED_OPS[node.source_class][0]
