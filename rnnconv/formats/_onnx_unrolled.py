@@ -333,3 +333,81 @@ class Recogniser:
 
 def _equal(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     return a is not None and b is not None and a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@dataclass
+class Cell:
+    """An LSTM, GRU or RNN cell an exporter unrolled into matrix products and activations (one step, as the
+    dynamo exporter writes nn.LSTMCell, nn.GRUCell and nn.RNNCell): listed, not read."""
+
+    name: str
+    kind: str  # LSTM, GRU or RNN
+    hidden: int
+    input_size: int
+    weights: list[str]  # the stored tensors its matrix products read
+
+
+class CellFinder(Recogniser):
+    """Cells: a matrix product with constant weights split into 4 parts feeding three Sigmoids and a Tanh (LSTM),
+    two split into 3 parts whose sums feed Sigmoids (GRU), or Tanh/Relu of the sum of two products, one with a
+    square matrix (RNN)."""
+
+    def product(self, value: str) -> tuple[str, np.ndarray] | None:
+        """(weight name, weight as (out, in)) of a Gemm or MatMul (+ Add) with a constant weight."""
+        node = self.producer(value)
+        if node is not None and node.op_type == "Add" and len(node.input) == 2:
+            inner = [self.producer(i) for i in node.input]
+            node = next((n for n in inner if n is not None and n.op_type in ("MatMul", "Gemm")), node)
+        if node is None or node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2:
+            return None
+        weight = self.constant(node.input[1])
+        if weight is None or weight.ndim != 2:
+            return None
+        transposed = node.op_type == "Gemm" and any(a.name == "transB" and a.i == 1 for a in node.attribute)
+        return node.input[1], (weight if transposed else weight.T)
+
+    def consumers(self, value: str) -> list[Any]:
+        return [n for n in self.scope.graph.node if value in n.input]
+
+    def cells(self, taken: set[str]) -> list[Cell]:
+        found: list[Cell] = []
+        splits: dict[int, list[tuple[Any, tuple[str, np.ndarray]]]] = defaultdict(list)
+        for node in self.scope.graph.node:
+            if node.op_type == "Split" and node.input and len(node.output) in (3, 4):
+                products = self.summed_products(node.input[0]) or []
+                single = self.product(node.input[0])
+                if len(node.output) == 4 and len(products) == 2 and self.lstm_parts(node):
+                    found.append(self.cell(node, "LSTM", products, 4))
+                elif len(node.output) == 3 and single is not None:
+                    splits[id(self.scope)].append((node, single))
+            elif node.op_type in ACTIVATION_OPS and node.input and node.output[0] not in taken:
+                summed = self.summed_products(node.input[0])
+                if summed and len(summed) == 2 and any(w.shape[0] == w.shape[1] for _, w in summed):
+                    found.append(self.cell(node, "RNN", summed, 1))
+        gru = [pair for pair in splits.values() if len(pair) == 2]
+        for (first, a), (_, b) in gru:
+            if self.gru_parts(first):
+                found.append(self.cell(first, "GRU", [a, b], 3))
+        return [c for c in found if c.hidden > 0]
+
+    def summed_products(self, value: str) -> list[tuple[str, np.ndarray]] | None:
+        node = self.producer(value)
+        if node is None or node.op_type != "Add" or len(node.input) != 2:
+            return None
+        products = [self.product(i) for i in node.input]
+        return [p for p in products if p is not None] if all(products) else None
+
+    def lstm_parts(self, split: Any) -> bool:
+        ops = sorted(c.op_type for part in split.output for c in self.consumers(part))
+        return ops == ["Sigmoid", "Sigmoid", "Sigmoid", "Tanh"]
+
+    def gru_parts(self, split: Any) -> bool:
+        sums = [c for part in split.output for c in self.consumers(part) if c.op_type == "Add"]
+        return sum(1 for s in sums for c in self.consumers(s.output[0]) if c.op_type == "Sigmoid") >= 2
+
+    def cell(self, node: Any, kind: str, products: list[tuple[str, np.ndarray]], gates: int) -> Cell:
+        shapes = sorted((w.shape for _, w in products), key=lambda s: s[1] != s[0] // gates)
+        recurrent, inputs = shapes[0], shapes[-1]
+        hidden = recurrent[0] // gates if recurrent[0] % gates == 0 and recurrent[1] * gates == recurrent[0] else 0
+        name = self.scope.qualified(node.name or node.op_type)
+        return Cell(name, kind, hidden, int(inputs[1]), [n for n, _ in products])

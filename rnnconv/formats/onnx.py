@@ -30,7 +30,7 @@ from rnnconv.contracts import InspectEntry, InspectReport, Provenance, SpecModel
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn
 from rnnconv.formats._onnx_graph import SUBGRAPH, Folder, NotFoldable, Scope, node_name, scopes
-from rnnconv.formats._onnx_unrolled import Recogniser, Unrolled
+from rnnconv.formats._onnx_unrolled import Cell, CellFinder, Recogniser, Unrolled
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file
 from rnnconv.table.apply import find_row, gate_loaders, mode_for, row_for_mode
@@ -107,6 +107,8 @@ class OnnxNode:
 
     @property
     def shown_class(self) -> str:
+        if self.source_class.endswith(" cell"):
+            return f"{self.source_class} (unrolled)"
         return f"{self.source_class} (unrolled, {self.unrolled} steps)" if self.unrolled else self.source_class
 
     @property
@@ -195,6 +197,10 @@ class OnnxFile:
             refused = [_unrolled_refused(u) for u in recurrences if u.refusal is not None]
             nodes += refused
             chains += [[node] for node in refused]
+            taken = {step.activation.output[0] for u in recurrences for step in u.steps}
+            cells = [_unrolled_cell(cell) for cell in CellFinder(scope, folding).cells(taken)]
+            nodes += cells
+            chains += [[node] for node in cells]
             for stack in recogniser.layers(recurrences):
                 layers = [_unrolled_layer(layer) for layer in stack]
                 nodes += layers
@@ -450,6 +456,25 @@ def _unrolled_refused(recurrence: Unrolled) -> OnnxNode:
     )
     node = OnnxNode(name, "RNN", [], [], {"hidden_size": 1, "direction": "forward"}, {}, "", refusal=reason)
     node.short, node.unrolled = name.split(SUBGRAPH)[-1], len(recurrence.steps)
+    return node
+
+
+def _unrolled_cell(cell: Cell) -> OnnxNode:
+    """A cell unrolled into matrix products and activations: listed with its sizes and why it does not convert."""
+    reason = (
+        f"{cell.name!r} is {'a' if cell.kind == 'GRU' else 'an'} {cell.kind} cell unrolled into matrix products and "
+        f"activations (as "
+        f"torch.onnx.export(dynamo=True) writes nn.{cell.kind}Cell, one step); rnnconv reads unrolled RNNs of "
+        f"nn.RNN's form, not unrolled {cell.kind} cells: convert the checkpoint it was exported from (its weights "
+        f"are {', '.join(repr(w) for w in cell.weights)})"
+    )
+    gates = len(CUDNN_GATES[RNN_OPS[cell.kind]])
+    sizes = {"W": np.broadcast_to(np.float32(0), (1, gates * cell.hidden, cell.input_size))}  # shapes only
+    node = OnnxNode(
+        cell.name, cell.kind, [], [], {"hidden_size": cell.hidden, "direction": "forward"}, sizes, "float32"
+    )
+    node.refusal, node.short, node.source_class = reason, cell.name.split(SUBGRAPH)[-1], f"{cell.kind} cell"
+    node.unrolled = 1
     return node
 
 
