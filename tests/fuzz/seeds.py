@@ -52,6 +52,7 @@ ONNX_SEEDS = [
     "onnx/lstm_quantized_per_channel.onnx",
     "onnx/rnn_unrolled_dynamo.onnx",
     "onnx/rnn_stack_dynamo.onnx",
+    "onnx/cells_dynamo.onnx",
 ]
 
 TF1_SEEDS = ["tf1/lstm2.ckpt", "tf1/gru_bi.ckpt", "tf1/rnn_tanh.ckpt", "tf1/seq2seq.ckpt"]
