@@ -28,6 +28,7 @@ from rnnconv.table.constants import NONLINEARITIES, ONNX_ACTIVATIONS
 ACTIVATION_OPS = tuple(op for op, name in ONNX_ACTIVATIONS.items() if name in NONLINEARITIES)  # Tanh, Relu
 PASS_THROUGH = ("Identity", "Squeeze", "Unsqueeze", "Reshape")  # what may stand between a step's h and the next
 INT64_MIN = -(2**63)
+MAX_LAYERS_STACKED = 256  # layers tried against each other as one RNN's
 
 
 @dataclass
@@ -293,6 +294,8 @@ class Recogniser:
             else:
                 layers.append([recurrence])
         following: dict[int, int] = {}
+        if len(layers) > MAX_LAYERS_STACKED:  # no model has as many: each stays an RNN of its own
+            return [[layer] for layer in layers]
         for later_index, later in enumerate(layers):
             for earlier_index, earlier in enumerate(layers):
                 if earlier_index != later_index and self.feeds(earlier, later[0].x) and earlier_index not in following:
@@ -366,8 +369,15 @@ class CellFinder(Recogniser):
         transposed = node.op_type == "Gemm" and any(a.name == "transB" and a.i == 1 for a in node.attribute)
         return node.input[1], (weight if transposed else weight.T)
 
+    def __init__(self, scope: Scope, folding: Folder):
+        super().__init__(scope, folding)
+        self.readers: dict[str, list[Any]] = defaultdict(list)  # value -> the nodes reading it
+        for node in scope.graph.node:
+            for name in set(node.input):
+                self.readers[name].append(node)
+
     def consumers(self, value: str) -> list[Any]:
-        return [n for n in self.scope.graph.node if value in n.input]
+        return self.readers.get(value, [])
 
     def cells(self, taken: set[str]) -> list[Cell]:
         found: list[Cell] = []

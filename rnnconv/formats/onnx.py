@@ -16,6 +16,7 @@ for `verify`, and a blob for `verify --backend onnxruntime`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -228,17 +229,11 @@ class OnnxFile:
 
     def same_weights(self) -> list[list[OnnxNode]]:
         """Groups of nodes (two If branches, say) that compute with the very same weights and settings."""
-        groups: list[list[OnnxNode]] = []
+        groups: dict[str, list[OnnxNode]] = {}
         for node in self.nodes:
-            if node.refusal is not None:
-                continue
-            for group in groups:
-                if _same_node(group[0], node):
-                    group.append(node)
-                    break
-            else:
-                groups.append([node])
-        return [g for g in groups if len(g) > 1]
+            if node.refusal is None:
+                groups.setdefault(_fingerprint(node), []).append(node)
+        return [g for g in groups.values() if len(g) > 1]
 
     def same_weights_notes(self) -> list[str]:
         notes = []
@@ -522,12 +517,14 @@ def _chains(nodes: list[OnnxNode], scope: Scope, folding: Folder) -> list[list[O
     return chains
 
 
-def _same_node(a: OnnxNode, b: OnnxNode) -> bool:
-    """Whether two nodes compute the same function: op, attributes, and weights value for value."""
-    if (a.op, a.attributes, set(a.weights)) != (b.op, b.attributes, set(b.weights)):
-        return False
-    same = [np.array_equal(a.weights[r], b.weights[r]) and a.weights[r].dtype == b.weights[r].dtype for r in a.weights]
-    return a.dtype == b.dtype and all(same)
+def _fingerprint(node: OnnxNode) -> str:
+    """What a node computes, as one string: op, attributes, and its weights' types, shapes and bytes (hashed)."""
+    digest = hashlib.blake2b(repr((node.op, node.source_class, sorted(node.attributes.items()))).encode())
+    for role in sorted(node.weights):
+        values = np.ascontiguousarray(node.weights[role])
+        digest.update(f"{role}{values.dtype}{values.shape}".encode())
+        digest.update(values.view(np.uint8).reshape(-1).data if values.size else b"")
+    return digest.hexdigest()
 
 
 def _same_rnn(earlier: OnnxNode, later: OnnxNode) -> bool:
