@@ -29,7 +29,7 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance, SpecModel
 from rnnconv.dtypes import element_type, encode
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn
 from rnnconv.formats._onnx_graph import SUBGRAPH, Folder, NotFoldable, Scope, node_name, scopes
 from rnnconv.formats._onnx_unrolled import Cell, CellFinder, Recogniser, Unrolled
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
@@ -824,16 +824,21 @@ def run_model(model: Any, inputs: Mapping[str, Any], lstm: bool) -> dict[str, np
         ) from None
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
-    session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     feeds = {"X": inputs["x"].astype(np.float32), "initial_h": inputs["h0"].astype(np.float32)}
     if lstm:
         feeds["initial_c"] = inputs["c0"].astype(np.float32)
     if inputs.get("lengths") is not None:
         feeds["sequence_lens"] = np.asarray(inputs["lengths"], np.int32)
-    # a state with a zero default is an initializer onnxruntime lets a feed override, not an input
-    accepted = {i.name for i in session.get_inputs()} | {i.name for i in session.get_overridable_initializers()}
-    names = [o.name for o in session.get_outputs()]
-    got = dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in accepted})))
+    try:
+        session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        # a state with a zero default is an initializer onnxruntime lets a feed override, not an input
+        accepted = {i.name for i in session.get_inputs()} | {i.name for i in session.get_overridable_initializers()}
+        names = [o.name for o in session.get_outputs()]
+        got = dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in accepted})))
+    except Exception as exc:  # onnxruntime's own errors: nodes it refuses to run (a quantized node's zero point)
+        if not type(exc).__module__.startswith("onnxruntime"):
+            raise
+        raise BadInput(f"onnxruntime cannot run these nodes: {first_line(exc, 300)}") from None
     return {"y": got["Y"], "h_n": got["Y_h"], "c_n": got.get("Y_c")}
 
 
