@@ -74,6 +74,7 @@ def load(
     activation: str | None = None,
     recurrent_activation: str | None = None,
     spec: RNNSpec | None = None,
+    dequantize: bool = False,
 ) -> RNNs:
     """The RNNs of a Keras, PyTorch, ONNX or cuDNN file, in cuDNN's convention (`CanonicalRNN`).
 
@@ -94,6 +95,7 @@ def load(
         recurrent_activation=recurrent_activation,
         raw_spec=spec,
         take_all=all_rnns,
+        dequantize=dequantize,
     )
     stack = ExitStack()
     try:
@@ -146,6 +148,7 @@ def convert(
     source_format: str | None = None,
     progress: Progress | None = None,
     into: PathLike | None = None,
+    dequantize: bool = False,
 ) -> ConversionResult:
     """Convert `source` to `output` (a cuDNN `.bin` beside the source by default) and say what was written.
 
@@ -155,7 +158,8 @@ def convert(
     `spec` describes a raw weight space without a sidecar. What a file does not store (an
     nn.RNN's `nonlinearity`, a bare Keras file's `activation` and `recurrent_activation`) is
     taken from these arguments, or assumed and recorded (`require_stated` refuses to assume).
-    `hash_source=False` leaves the source's digest out of the output's description.
+    `hash_source=False` leaves the source's digest out of the output's description. `dequantize` reads a
+    quantized ONNX LSTM with its weights dequantized (the result is the float model, not the quantized one).
 
     With `into` (a PyTorch checkpoint or Keras file of the user's), `output` is a copy of it with
     the RNNs' tensors replaced and nothing else changed: each goes where its blob came from (its
@@ -170,6 +174,7 @@ def convert(
         require_stated=require_stated,
         raw_spec=spec,
         hash_source=hash_source,
+        dequantize=bool(dequantize),  # None from a command that has no --dequantize
     )
     return _convert(
         Path(source),

@@ -96,7 +96,7 @@ def run_conversion(values: dict[str, Any], to: str | None, source_format: str | 
         "dtype": None if spec is not None else values.get("dtype"),
         "force": values["force"],
         "bias_split": values.get("bias_split", DEFAULT_BIAS_SPLIT),
-        **{k: values.get(k) for k in ("nonlinearity", "activation", "recurrent_activation")},
+        **{k: values.get(k) for k in ("nonlinearity", "activation", "recurrent_activation", "dequantize")},
         "require_stated": values["require_stated"],
         "hash_source": not values["no_hash"],
         "source_format": source_format,

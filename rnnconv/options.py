@@ -118,6 +118,14 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         "Keras file's activations).",
         {},
     ),
+    "dequantize": (
+        bool,
+        False,
+        ("--dequantize",),
+        "Convert an ONNX quantized LSTM (com.microsoft DynamicQuantizeLSTM) with its int8 weights dequantized, "
+        "(q - zero_point) * scale: the result is the float model the quantized one approximates.",
+        {},
+    ),
     "mode": (Mode | None, None, ("--mode",), "Raw blob without sidecar: the RNN mode.", {}),
     "input_size": (int | None, None, ("--input-size",), "Raw blob: input size.", {"min": 1}),
     "hidden_size": (int | None, None, ("--hidden-size",), "Raw blob: hidden size.", {"min": 1}),

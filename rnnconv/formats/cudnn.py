@@ -98,7 +98,7 @@ def describe(rnn: CanonicalRNN, etype: ElementType, warnings: list[str], output:
     elements = weight_space_elements(spec)
     source = rnn.provenance(wait)
     relative = os.path.relpath(source.path, output.resolve().parent) if source.path else None
-    source = source.model_copy(update={"dtype": rnn.spec.dtype, "relative_path": relative})
+    source = source.model_copy(update={"dtype": source.dtype or rnn.spec.dtype, "relative_path": relative})
     return Sidecar(
         format=SIDECAR_FORMAT,
         rnnconv_version=__version__,

@@ -16,7 +16,8 @@ for `verify`, and a blob for `verify --backend onnxruntime`.
 from __future__ import annotations
 
 import contextlib
-import math
+import hashlib
+import itertools
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,11 +27,13 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance
+from rnnconv.contracts import InspectEntry, InspectReport, Provenance, SpecModel
 from rnnconv.dtypes import element_type, encode
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
+from rnnconv.formats._onnx_graph import SUBGRAPH, Folder, NotFoldable, Scope, node_name, scopes
+from rnnconv.formats._onnx_unrolled import Cell, CellFinder, Recogniser, Unrolled
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
-from rnnconv.safeio import add_guard, atomic_outputs, digest_in_background, read_array, regular_file, unchanged
+from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file
 from rnnconv.table.apply import find_row, gate_loaders, mode_for, row_for_mode
 from rnnconv.table.constants import (
     CUDNN_GATES,
@@ -46,6 +49,8 @@ from rnnconv.table.constants import (
     ONNX_ONE_OP_ATTRIBUTES,
     ONNX_OPS,
     ONNX_OPSET,
+    ONNX_QUANTIZED_INPUTS,
+    ONNX_QUANTIZED_OPS,
 )
 from rnnconv.table.formats import FORMAT_INFO
 
@@ -72,13 +77,22 @@ def require_onnx() -> Any:
 class OnnxNode:
     """One LSTM/GRU/RNN node: its attributes and weights (W, R, B, P as numpy, one row per direction)."""
 
-    name: str
+    name: str  # the node's name, after the path of the subgraph it is in (If_1::then_branch::LSTM)
     op: str
     inputs: list[str]
     outputs: list[str]
     attributes: dict[str, Any]
     weights: dict[str, np.ndarray]
     dtype: str
+    short: str = ""  # the node's own name
+    refusal: str | None = None  # why its weights cannot be read (computed in a way rnnconv does not fold)
+    sources: dict[str, frozenset[str]] = field(default_factory=dict)  # role -> the stored tensors it comes from
+    source_class: str = ""  # the node's op as the table's rows name it: op, or a quantized op
+    unrolled: int = 0  # for an RNN an exporter unrolled into per-step ops: its steps
+    stored: dict[str, np.ndarray] = field(default_factory=dict)  # a quantized node's inputs as stored (int8 W, R...)
+
+    def __post_init__(self) -> None:
+        self.source_class = self.source_class or self.op
 
     @property
     def hidden(self) -> int:
@@ -93,8 +107,28 @@ class OnnxNode:
         return ONNX_DIRECTIONS[self.direction]
 
     @property
+    def shown_class(self) -> str:
+        if self.source_class.endswith(" cell"):
+            return f"{self.source_class} (unrolled)"
+        return f"{self.source_class} (unrolled, {self.unrolled} steps)" if self.unrolled else self.source_class
+
+    @property
+    def quantized(self) -> bool:
+        return self.source_class in ONNX_QUANTIZED_OPS
+
+    @property
     def input_size(self) -> int:
-        return int(self.weights["W"].shape[2])
+        return int(self.weights["W"].shape[1 if self.quantized else 2])
+
+    def expected_shapes(self, input_size: int) -> dict[str, tuple[int, ...]]:
+        """The shape each weight must have (a quantized op's W and R are transposed)."""
+        dirs, hidden = self.directions, self.hidden
+        rows = len(CUDNN_GATES[RNN_OPS[self.op]]) * hidden
+        if self.quantized:
+            matrices = {"W": (dirs, input_size, rows), "R": (dirs, hidden, rows)}
+        else:
+            matrices = {"W": (dirs, rows, input_size), "R": (dirs, rows, hidden)}
+        return {**matrices, "B": (dirs, 2 * rows), "P": (dirs, 3 * hidden)}
 
     def activations(self) -> list[str]:
         names = self.attributes.get("activations")
@@ -119,44 +153,15 @@ class OnnxNode:
         return config
 
 
-def _array(tensor: Any, folder: Path, limit: int) -> np.ndarray:
-    """A TensorProto's values, its claimed size checked first; external data only inside `folder`."""
-    onnx = require_onnx()
-    from onnx import numpy_helper
-
-    dims = [int(d) for d in tensor.dims]
-    if any(d < 0 for d in dims):
-        raise BadInput(f"tensor {tensor.name!r} has a negative dimension")
-    names = {code: name for name, code in ONNX_ELEMENT_TYPES.items()}
-    if tensor.data_type not in names:
-        raise BadInput(f"tensor {tensor.name!r} is of ONNX type {tensor.data_type}, not a float type rnnconv reads")
-    etype = element_type(names[tensor.data_type])
-    nbytes = math.prod(dims) * etype.itemsize
-    if tensor.data_location == onnx.TensorProto.EXTERNAL:
-        info = {entry.key: entry.value for entry in tensor.external_data}
-        location = Path(info.get("location", ""))
-        if not info.get("location") or location.is_absolute() or ".." in location.parts:
-            raise BadInput(f"tensor {tensor.name!r} names external data {str(location)!r} outside the model's folder")
-        path = folder / location
-        size = regular_file(path, "the external data")
-        offset, length = int(info.get("offset", 0)), int(info.get("length", nbytes))
-        if length != nbytes or offset < 0 or offset + length > size:
-            raise BadInput(f"tensor {tensor.name!r} claims {nbytes} bytes at {offset} of {path}, which holds {size}")
-        add_guard(unchanged(path))  # part of the source: one that changes while it is read commits nothing
-        values = read_array(path, offset, etype.storage, tuple(dims))  # read, not mapped: a file cut short is no SIGBUS
-    else:
-        if nbytes > limit:
-            raise BadInput(f"tensor {tensor.name!r} claims {nbytes} bytes, more than the model file holds")
-        try:
-            values = numpy_helper.to_array(tensor)
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise BadInput(f"tensor {tensor.name!r} cannot be read ({str(exc).splitlines()[0][:160]})") from None
-        if values.shape != tuple(dims):
-            raise BadInput(f"tensor {tensor.name!r} holds {values.size} values for its shape {dims}")
-    if etype.name == "bfloat16":  # widened to float32 exactly; the spec keeps saying bfloat16
+def _float_weights(values: np.ndarray, what: str) -> tuple[np.ndarray, str]:
+    """A weight tensor as numpy floats (bfloat16 widened to float32 exactly) and its dtype's name."""
+    if values.dtype.name == "bfloat16":
         words = np.ascontiguousarray(values).view(np.uint16)
-        return (words.astype(np.uint32) << np.uint32(16)).view(np.float32)
-    return np.asarray(values)
+        return (words.astype(np.uint32) << np.uint32(16)).view(np.float32), "bfloat16"
+    names = {element_type(name).storage: name for name in ONNX_ELEMENT_TYPES if name != "bfloat16"}
+    if values.dtype not in names:
+        raise BadInput(f"{what} is of type {values.dtype}, not a float type rnnconv reads")
+    return np.asarray(values), names[values.dtype]
 
 
 @dataclass
@@ -167,29 +172,81 @@ class OnnxFile:
     nodes: list[OnnxNode]
     chains: list[list[OnnxNode]]
     graph: Any = field(repr=False, default=None)
+    scopes: list[Scope] = field(repr=False, default_factory=list)  # the main graph and every subgraph
 
     @classmethod
-    def load(cls, path: Path) -> OnnxFile:
+    def load(cls, path: Path, dequantize: bool = False) -> OnnxFile:
         onnx = require_onnx()
         size = regular_file(path)
         try:
             model = onnx.load(str(path), load_external_data=False)
         except Exception as exc:  # protobuf's DecodeError and others: a damaged or foreign file
             raise BadInput(f"{path} is not a readable ONNX model ({type(exc).__name__})") from None
-        graph = model.graph
-        constants: dict[str, Any] = {t.name: t for t in graph.initializer}
-        for node in graph.node:
-            if node.op_type == "Constant" and node.output:
-                for attribute in node.attribute:
-                    if attribute.name == "value":
-                        constants[node.output[0]] = attribute.t
-        nodes = []
-        for index, node in enumerate(graph.node):
-            if node.op_type in RNN_OPS and node.domain in ("", "ai.onnx"):
-                nodes.append(_read_node(node, index, constants, path.parent, size))
-        file = cls(path, nodes, [], graph)
-        file.chains = _chains(nodes, graph, constants, path.parent, size)
-        return file
+        found = scopes(model.graph)
+        folding = Folder(path.parent, size)
+        nodes, chains = [], []
+        for scope in found:
+            here = [
+                _read_node(node, index, scope, folding, dequantize)
+                for index, node in enumerate(scope.graph.node)
+                if _is_rnn(node)
+            ]
+            nodes += here
+            chains += _chains(here, scope, folding)
+            recogniser = Recogniser(scope, folding)
+            recurrences = recogniser.recurrences()
+            refused = [_unrolled_refused(u) for u in recurrences if u.refusal is not None]
+            nodes += refused
+            chains += [[node] for node in refused]
+            taken = {step.activation.output[0] for u in recurrences for step in u.steps}
+            cells = [_unrolled_cell(cell) for cell in CellFinder(scope, folding).cells(taken)]
+            nodes += cells
+            chains += [[node] for node in cells]
+            for stack in recogniser.layers(recurrences):
+                layers = [_unrolled_layer(layer) for layer in stack]
+                nodes += layers
+                chains.append(layers[:1])
+                for earlier, later in itertools.pairwise(layers):  # layers of one RNN, or RNNs of their own
+                    if _same_rnn(earlier, later):
+                        chains[-1].append(later)
+                    else:
+                        chains.append([later])
+        return cls(path, nodes, chains, model.graph, found)
+
+    def find(self, name: str) -> list[OnnxNode]:
+        """The node a name picks: its full name (after its subgraph's path), or its own name when only one
+        node has it."""
+        exact = [n for n in self.nodes if n.name == name]
+        if exact:
+            return exact[:1]
+        own = [n for n in self.nodes if n.short == name]
+        if len(own) > 1:
+            raise BadInput(
+                f"{self.path}: {name!r} names {len(own)} nodes in different subgraphs "
+                f"({', '.join(n.name for n in own)}); give the full name"
+            )
+        return own
+
+    def same_weights(self) -> list[list[OnnxNode]]:
+        """Groups of nodes (two If branches, say) that compute with the very same weights and settings."""
+        groups: dict[str, list[OnnxNode]] = {}
+        for node in self.nodes:
+            if node.refusal is None:
+                groups.setdefault(_fingerprint(node), []).append(node)
+        return [g for g in groups.values() if len(g) > 1]
+
+    def same_weights_notes(self) -> list[str]:
+        notes = []
+        for group in self.same_weights():
+            stored = sorted(set().union(*(s for n in group for s in n.sources.values())))
+            more = ", ..." if len(stored) > 6 else ""
+            origin = f" (all computed from {', '.join(stored[:6])}{more})" if stored else ""
+            names = " and ".join(repr(n.name) for n in group)
+            notes.append(
+                f"nodes {names} compute with the same weights{origin}: one RNN reached by different branches; "
+                f"either name converts to the same weights"
+            )
+        return notes
 
     def choose(self, layer: str | None, take_all: bool) -> list[list[OnnxNode]]:
         """The chains (or single nodes) to read: `layer` names a node, or a chain as a,b,c."""
@@ -199,7 +256,7 @@ class OnnxFile:
                 if [n.name for n in chain] == names:
                     return [chain]
             if len(names) == 1:
-                found = [n for n in self.nodes if n.name == names[0]]
+                found = self.find(names[0])
                 if found:
                     return [found]
             names = [n.name for n in self.nodes] + [",".join(n.name for n in c) for c in self.chains if len(c) > 1]
@@ -208,17 +265,18 @@ class OnnxFile:
             raise BadInput(f"{self.path} holds no LSTM, GRU or RNN node{self._unrolled_hint()}")
         if len(self.chains) == 1 or take_all:
             return self.chains
-        raise several_rnns(self.path, f"holds {len(self.chains)} RNNs ({self._listing()})")
+        same = "".join(f"; {note}" for note in self.same_weights_notes())
+        raise several_rnns(self.path, f"holds {len(self.chains)} RNNs ({self._listing()}){same}")
 
     def _unrolled_hint(self) -> str:
         """What the graph holds instead: an exporter may have unrolled an RNN into per-step ops."""
-        counts = Counter(node.op_type for node in self.graph.node) if self.graph is not None else Counter()
+        counts = Counter(node.op_type for scope in self.scopes for node in scope.graph.node)
         if not counts:
             return ""
         common = ", ".join(f"{n} {op}" for op, n in counts.most_common(4))
         return (
-            f" (its graph holds {common}, ...: an RNN unrolled into per-step operations, as "
-            f"torch.onnx.export(dynamo=True) writes nn.RNN, has no weights rnnconv can read as one RNN; convert the "
+            f" (its graph holds {common}, ...: if it is an RNN unrolled into per-step operations, its steps do not "
+            f"have the form rnnconv recognises, that of torch.onnx.export(dynamo=True)'s nn.RNN; convert the "
             f"checkpoint it was exported from)"
             if "MatMul" in counts or "Gemm" in counts
             else f" (its graph holds {common}, ...)"
@@ -234,12 +292,12 @@ def _attribute(attribute: Any) -> Any:
     return helper.get_attribute_value(attribute)
 
 
-def _attributes(node: Any, name: str) -> dict[str, Any]:
-    """The node's attributes, each of the type and range the op defines."""
+def _attributes(node: Any, name: str, op: str) -> dict[str, Any]:
+    """The node's attributes, each of the type and range its op (`op`: the one a quantized op quantizes) defines."""
     attributes: dict[str, Any] = {}
     for attribute in node.attribute:
         expected = ONNX_ATTRIBUTES.get(attribute.name)
-        if expected is None or ONNX_ONE_OP_ATTRIBUTES.get(attribute.name, node.op_type) != node.op_type:
+        if expected is None or ONNX_ONE_OP_ATTRIBUTES.get(attribute.name, op) != op:
             raise Unsupported(f"node {name!r} has an attribute {attribute.name!r} that {node.op_type} does not define")
         if attribute.type != expected:
             raise BadInput(f"node {name!r}: attribute {attribute.name!r} is not of the type {node.op_type} defines")
@@ -260,74 +318,189 @@ def _attributes(node: Any, name: str) -> dict[str, Any]:
     return attributes
 
 
-def _read_node(node: Any, index: int, constants: Mapping[str, Any], folder: Path, limit: int) -> OnnxNode:
-    """One RNN node, its attributes and the shapes of its weights checked against each other."""
-    name = node.name or f"{node.op_type}_{index}"
-    inputs = list(node.input) + [""] * (len(ONNX_INPUTS) - len(node.input))
-    if len(inputs) > len(ONNX_INPUTS):
-        raise BadInput(f"node {name!r} has {len(node.input)} inputs; {node.op_type} has {len(ONNX_INPUTS)}")
-    attributes = _attributes(node, name)
-    weights = {}
-    for role in ("W", "R", "B", "P"):
-        source = inputs[ONNX_INPUTS.index(role)]
+def _is_rnn(node: Any) -> bool:
+    """An ONNX RNN node, or a quantized one of onnxruntime's domain."""
+    if node.op_type in RNN_OPS:
+        return node.domain in ("", "ai.onnx")
+    return node.op_type in ONNX_QUANTIZED_OPS and node.domain == ONNX_QUANTIZED_OPS[node.op_type][0]
+
+
+def _read_node(node: Any, index: int, scope: Scope, folding: Folder, dequantize: bool) -> OnnxNode:
+    """One RNN node (or quantized RNN node), its attributes and the shapes of its weights checked against each
+    other. Weights computed in a way rnnconv cannot fold leave the node listed, with the reason."""
+    short = node_name(node, index)
+    name = scope.qualified(short)
+    quantized = node.op_type in ONNX_QUANTIZED_OPS
+    op = ONNX_QUANTIZED_OPS[node.op_type][1] if quantized else node.op_type
+    roles = ONNX_INPUTS + (ONNX_QUANTIZED_INPUTS if quantized else ())
+    if len(node.input) > len(roles):
+        raise BadInput(f"node {name!r} has {len(node.input)} inputs; {node.op_type} has {len(roles)}")
+    inputs = list(node.input) + [""] * (len(roles) - len(node.input))
+    attributes = _attributes(node, name, op)
+    stored, sources, refusal = {}, {}, None
+    for role in ("W", "R", "B", "P", *ONNX_QUANTIZED_INPUTS):
+        source = inputs[roles.index(role)] if role in roles else ""
         if not source:
             continue
-        if source not in constants:
-            raise Unsupported(
-                f"node {name!r}: its {role} is computed in the graph, not stored; rnnconv reads "
-                f"weights that are initializers or Constant nodes"
+        try:
+            stored[role] = folding.value(source, scope)
+        except NotFoldable as exc:
+            refusal = (
+                refusal or f"node {name!r}: its {role} is computed in the graph in a way rnnconv does not fold: {exc}"
             )
-        weights[role] = _array(constants[source], folder, limit)
-    if "W" not in weights or "R" not in weights:
+            continue
+        sources[role] = folding.stored_sources(source, scope)
+    if not inputs[roles.index("W")] or not inputs[roles.index("R")]:
         raise BadInput(f"node {name!r} has no W or R input")
-    dirs, hidden = ONNX_DIRECTIONS[attributes["direction"]], attributes["hidden_size"]
-    rows = len(CUDNN_GATES[RNN_OPS[node.op_type]]) * hidden
-    n_in = weights["W"].shape[-1] if weights["W"].ndim == 3 else -1
-    expected = {"W": (dirs, rows, n_in), "R": (dirs, rows, hidden), "B": (dirs, 2 * rows), "P": (dirs, 3 * hidden)}
-    for role, values in weights.items():
+    found = OnnxNode(name, op, inputs, list(node.output), attributes, {}, "", short, refusal, sources, node.op_type)
+    if refusal is not None:
+        return found
+    if quantized:
+        found.stored = stored
+        stored = _dequantized(found, stored)
+        if not dequantize:
+            found.refusal = (
+                f"node {name!r} is a quantized LSTM ({node.op_type}) whose W and R are int8 dynamically quantized "
+                f"weights, which cuDNN does not compute with; --dequantize converts the float model they "
+                f"approximate, (q - zero_point) * scale"
+            )
+    dtypes = []
+    for role in ("W", "R", "B", "P"):
+        if role in stored:
+            found.weights[role], dtype = _float_weights(stored[role], f"node {name!r}: its {role}")
+            dtypes.append(dtype)
+    w = found.weights["W"]
+    n_in = w.shape[1 if quantized else 2] if w.ndim == 3 else -1
+    expected = found.expected_shapes(n_in)
+    for role, values in found.weights.items():
         if values.shape != expected[role] or n_in < 1:
             raise BadInput(
-                f"node {name!r}: {role} has shape {tuple(values.shape)}, but a {dirs}-direction "
-                f"{node.op_type} with hidden_size {hidden} needs {expected[role]}"
+                f"node {name!r}: {role} has shape {tuple(values.shape)}, but a {found.directions}-direction "
+                f"{node.op_type} with hidden_size {found.hidden} needs {expected[role]}"
             )
-    types = {code: dtype for dtype, code in ONNX_ELEMENT_TYPES.items()}
-    dtype = types[constants[inputs[ONNX_INPUTS.index("W")]].data_type]
-    return OnnxNode(name, node.op_type, inputs, list(node.output), attributes, weights, dtype)
+    if len(set(dtypes)) > 1:
+        raise BadInput(f"node {name!r}: its weights are of different types ({', '.join(dtypes)})")
+    found.dtype = dtypes[0]
+    return found
 
 
-def _constant_values(name: str, constants: Mapping[str, Any], folder: Path, limit: int) -> list[int] | None:
-    if name not in constants:
+def _dequantized(node: OnnxNode, stored: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A quantized LSTM's W and R as floats, (q - zero_point) * scale, per direction or per column as the
+    contrib op defines; B and P as they are."""
+    out: dict[str, np.ndarray] = {role: stored[role] for role in ("B", "P") if role in stored}
+    for role in ("W", "R"):
+        scale_role, zero_role = f"{role}_scale", f"{role}_zero_point"
+        if scale_role not in stored or zero_role not in stored:
+            raise BadInput(f"node {node.name!r} has no {scale_role} or {zero_role}")
+        q, scale, zero = stored[role], stored[scale_role], stored[zero_role]
+        if q.dtype not in (np.int8, np.uint8) or zero.dtype != q.dtype:
+            raise BadInput(
+                f"node {node.name!r}: its {role} is of type {q.dtype} and its zero point of type {zero.dtype}; "
+                f"{node.source_class} takes int8 or uint8 for both"
+            )
+        if scale.dtype != np.float32:
+            raise BadInput(f"node {node.name!r}: its {scale_role} is of type {scale.dtype}, not float32")
+        dirs = node.directions
+        if q.ndim != 3 or q.shape[0] != dirs or scale.shape not in ((dirs,), (dirs, q.shape[2])):
+            raise BadInput(
+                f"node {node.name!r}: {role} has shape {tuple(q.shape)} and {scale_role} {tuple(scale.shape)}, "
+                f"which do not fit a {dirs}-direction {node.source_class}"
+            )
+        if zero.shape != scale.shape:
+            raise BadInput(f"node {node.name!r}: {zero_role} has shape {tuple(zero.shape)}, {scale_role} {scale.shape}")
+        per = (slice(None), None, slice(None)) if scale.ndim == 2 else (slice(None), None, None)
+        centred = q.astype(np.int32) - zero.astype(np.int32)[per]
+        out[role] = centred.astype(np.float32) * scale[per]
+    return out
+
+
+def _unrolled_layer(layer: list[Unrolled]) -> OnnxNode:
+    """An RNN layer from recognised recurrences (one direction, or forward and reverse), as an RNN node would hold
+    it: W (D, H, in), R (D, H, H), B (D, 2H)."""
+    first = layer[0]
+    name = "+".join(u.name for u in layer)
+    directions = "bidirectional" if len(layer) == 2 else "reverse" if first.flipped else "forward"
+    activation = first.steps[0].activation.op_type
+    attributes: dict[str, Any] = {
+        "hidden_size": first.hidden,
+        "direction": directions,
+        "activations": [activation] * len(layer),
+    }
+    weights = {role: np.stack([u.weights[role] for u in layer]) for role in ("W", "R")}
+    if any("B" in u.weights for u in layer):
+        zeros = np.zeros(2 * first.hidden, weights["W"].dtype)
+        weights["B"] = np.stack([u.weights.get("B", zeros) for u in layer])
+    found = {role: _float_weights(values, f"the unrolled RNN {name!r}: its {role}") for role, values in weights.items()}
+    dtypes = {dtype for _, dtype in found.values()}
+    if len(dtypes) > 1:
+        raise BadInput(f"the unrolled RNN {name!r}: its weights are of different types ({', '.join(sorted(dtypes))})")
+    node = OnnxNode(name, "RNN", [first.x], [], attributes, {r: v for r, (v, _) in found.items()}, dtypes.pop())
+    node.short, node.unrolled = name.split(SUBGRAPH)[-1], len(first.steps)
+    return node
+
+
+def _unrolled_refused(recurrence: Unrolled) -> OnnxNode:
+    """Steps that look like an unrolled RNN but are not one, listed with what did not match."""
+    name = recurrence.name
+    reason = (
+        f"the {len(recurrence.steps)} per-step {recurrence.steps[0].activation.op_type} operations at {name!r} look "
+        f"like an unrolled RNN, but {recurrence.refusal}"
+    )
+    node = OnnxNode(name, "RNN", [], [], {"hidden_size": 1, "direction": "forward"}, {}, "", refusal=reason)
+    node.short, node.unrolled = name.split(SUBGRAPH)[-1], len(recurrence.steps)
+    return node
+
+
+def _unrolled_cell(cell: Cell) -> OnnxNode:
+    """A cell unrolled into matrix products and activations: listed with its sizes and why it does not convert."""
+    reason = (
+        f"{cell.name!r} is {'a' if cell.kind == 'GRU' else 'an'} {cell.kind} cell unrolled into matrix products and "
+        f"activations (as "
+        f"torch.onnx.export(dynamo=True) writes nn.{cell.kind}Cell, one step); rnnconv reads unrolled RNNs of "
+        f"nn.RNN's form, not unrolled {cell.kind} cells: convert the checkpoint it was exported from (its weights "
+        f"are {', '.join(repr(w) for w in cell.weights)})"
+    )
+    gates = len(CUDNN_GATES[RNN_OPS[cell.kind]])
+    sizes = {"W": np.broadcast_to(np.float32(0), (1, gates * cell.hidden, cell.input_size))}  # shapes only
+    node = OnnxNode(
+        cell.name, cell.kind, [], [], {"hidden_size": cell.hidden, "direction": "forward"}, sizes, "float32"
+    )
+    node.refusal, node.short, node.source_class = reason, cell.name.split(SUBGRAPH)[-1], f"{cell.kind} cell"
+    node.unrolled = 1
+    return node
+
+
+def _integers(value: str, scope: Scope, folding: Folder) -> list[int] | None:
+    """A constant list of integers (a Reshape's shape, a Squeeze's axes), or None when it is not one."""
+    try:
+        values = folding.value(value, scope)
+    except (NotFoldable, RnnconvError):
         return None
-    from onnx import numpy_helper
-
-    with contextlib.suppress(Exception):
-        return [int(v) for v in numpy_helper.to_array(constants[name]).reshape(-1)]
-    return None
+    return [int(v) for v in values.reshape(-1)] if values.dtype.kind in "iu" and values.size <= 64 else None
 
 
-def _chains(
-    nodes: list[OnnxNode], graph: Any, constants: Mapping[str, Any], folder: Path, limit: int
-) -> list[list[OnnxNode]]:
+def _chains(nodes: list[OnnxNode], scope: Scope, folding: Folder) -> list[list[OnnxNode]]:
     """Maximal runs of nodes where each one's Y reaches the next one's X through glue alone, the two
     being layers of one RNN (same op, sizes, direction and activations; cuDNN's concatenation of the
     directions done exactly: Transpose(0, 2, 1, 3) then Reshape, or Squeeze of axis 1)."""
-    producer = {output: node for node in graph.node for output in node.output}
-    by_output = {n.outputs[0]: n for n in nodes if n.outputs and n.outputs[0]}
+    producer = {output: node for node in scope.graph.node for output in node.output}
+    readable = [n for n in nodes if "W" in n.weights]  # a quantized node chains, converting or not
+    by_output = {n.outputs[0]: n for n in readable if n.outputs and n.outputs[0]}
     following: dict[str, OnnxNode] = {}
     preceded: set[str] = set()
-    for later in nodes:
+    for later in readable:
         name = later.inputs[0]
         glue: list[Any] = []
         while name not in by_output and name in producer and len(glue) < MAX_GLUE:
             op = producer[name]
-            if op.op_type not in ONNX_GLUE:
+            if op.op_type not in ONNX_GLUE or not op.input:
                 break
             glue.insert(0, op)  # in the order the data flows
             name = op.input[0]
         earlier = by_output.get(name)
         if earlier is None or earlier.name in following or not _same_rnn(earlier, later):
             continue
-        if _moves_directions(glue, earlier, constants, folder, limit):
+        if _moves_directions(glue, earlier, scope, folding):
             following[earlier.name] = later
             preceded.add(later.name)
     chains = []
@@ -341,9 +514,20 @@ def _chains(
     return chains
 
 
+def _fingerprint(node: OnnxNode) -> str:
+    """What a node computes, as one string: op, attributes, and its weights' types, shapes and bytes (hashed)."""
+    digest = hashlib.blake2b(repr((node.op, node.source_class, sorted(node.attributes.items()))).encode())
+    for role in sorted(node.weights):
+        values = np.ascontiguousarray(node.weights[role])
+        digest.update(f"{role}{values.dtype}{values.shape}".encode())
+        digest.update(values.view(np.uint8).reshape(-1).data if values.size else b"")
+    return digest.hexdigest()
+
+
 def _same_rnn(earlier: OnnxNode, later: OnnxNode) -> bool:
     same = (
-        earlier.op == later.op
+        earlier.source_class == later.source_class
+        and earlier.op == later.op
         and earlier.hidden == later.hidden
         and earlier.direction == later.direction
         and earlier.activations() == later.activations()
@@ -353,9 +537,7 @@ def _same_rnn(earlier: OnnxNode, later: OnnxNode) -> bool:
     return same and later.input_size == earlier.directions * earlier.hidden
 
 
-def _moves_directions(
-    glue: list[Any], earlier: OnnxNode, constants: Mapping[str, Any], folder: Path, limit: int
-) -> bool:
+def _moves_directions(glue: list[Any], earlier: OnnxNode, scope: Scope, folding: Folder) -> bool:
     """Whether the glue turns Y (T, D, B, H) into (T, B, D*H), as cuDNN feeds its next layer."""
     transposes = [g for g in glue if g.op_type == "Transpose"]
     for op in transposes:
@@ -366,7 +548,7 @@ def _moves_directions(
         return False
     for op in glue:
         if op.op_type == "Reshape":
-            shape = _constant_values(op.input[1], constants, folder, limit) if len(op.input) > 1 else None
+            shape = _integers(op.input[1], scope, folding) if len(op.input) > 1 else None
             if shape is None or len(shape) != 3 or shape[-1] not in (-1, earlier.directions * earlier.hidden):
                 return False
             if earlier.directions == 2 and glue.index(op) < glue.index(transposes[0]):
@@ -374,7 +556,7 @@ def _moves_directions(
         if op.op_type in ("Squeeze", "Unsqueeze"):
             axes = [list(_attribute(a)) for a in op.attribute if a.name == "axes"]
             if len(op.input) > 1:
-                axes = [_constant_values(op.input[1], constants, folder, limit) or []]
+                axes = [_integers(op.input[1], scope, folding) or []]
             if op.op_type == "Unsqueeze" or earlier.directions != 1 or axes != [[1]]:
                 return False
     return bool(glue)
@@ -382,6 +564,8 @@ def _moves_directions(
 
 def _refusal(node: OnnxNode) -> str | None:
     """Why cuDNN cannot compute a node, beyond what the table's row says."""
+    if node.refusal is not None:
+        return node.refusal
     if "clip" in node.attributes:
         return f"node {node.name!r} clips its cell state (clip={node.attributes['clip']}), which cuDNN does not"
     if int(node.attributes.get("input_forget", 0)):
@@ -406,21 +590,19 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
         if reason:
             raise Unsupported(reason)
     config = first.config()
-    row = find_row("onnx", first.op, config)
+    row = find_row("onnx", first.source_class, config)
     mode = mode_for(row, config)
     if CUDNN_MODES[mode][0] != cell:
         raise Unsupported(f"node {first.name!r}: a {first.op} cannot compute cuDNN's {mode}")
-    hidden, dirs, gates = first.hidden, first.directions, row.gates
+    hidden, dirs = first.hidden, first.directions
     spec_dirs = 2 if dirs == 2 else 1
     cells = {}
     has_bias = "B" in first.weights
     for layer, node in enumerate(chain):
+        if not _same_rnn(chain[layer - 1], node) and layer:
+            raise BadInput(f"nodes {chain[layer - 1].name!r} and {node.name!r} are not two layers of one RNN")
         n_in = first.input_size if layer == 0 else spec_dirs * hidden
-        expected = {
-            "W": (dirs, gates * hidden, n_in),
-            "R": (dirs, gates * hidden, hidden),
-            "B": (dirs, 2 * gates * hidden),
-        }
+        expected = node.expected_shapes(n_in)
         for role, shape in expected.items():
             if role in node.weights and node.weights[role].shape != shape:
                 raise BadInput(
@@ -448,11 +630,35 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
         )
     if not has_bias:
         notes.append(f"{first.name}: no B input, so every bias slot is zero")
+    if first.quantized:
+        notes.append(
+            f"{first.name}: dequantized: W and R are (q - zero_point) * scale of its {first.stored['W'].dtype} "
+            f"weights, the float model the quantized {first.source_class} approximates, not the quantized one "
+            f"(onnxruntime also quantizes the node's inputs at run time)"
+        )
     name = ",".join(n.name for n in chain)
-    info = source.model_copy(
-        update={"layer": name, "layer_class": first.op, "stacked": [n.name for n in chain] if len(chain) > 1 else None}
-    )
+    stacked = [n.name for n in chain] if len(chain) > 1 else None
+    update = {"layer": name, "layer_class": first.source_class, "stacked": stacked}
+    if first.quantized:
+        update["dtype"] = str(first.stored["W"].dtype)  # what the source computes with
+    info = source.model_copy(update=update)
     return CanonicalRNN.from_cell_loaders(name, spec, cells, source=info, notes=notes)
+
+
+def _sizes(chain: list[OnnxNode]) -> SpecModel | None:
+    """The sizes of nodes that do not convert, as far as their attributes and readable weights tell."""
+    first = chain[0]
+    if "W" not in first.weights or first.weights["W"].ndim != 3 or first.weights["W"].shape[2] < 1:
+        return None
+    cell = RNN_OPS[first.op]
+    try:
+        mode = mode_for(find_row("onnx", first.op, first.config()), first.config())
+    except RnnconvError:
+        mode = next(m for m, (c, _) in CUDNN_MODES.items() if c == cell)
+    with contextlib.suppress(RnnconvError, ValueError):
+        spec = RNNSpec(mode, first.input_size, first.hidden, len(chain), first.directions == 2, 0, first.dtype)
+        return spec.to_model()
+    return None
 
 
 # --- one graph for writing, for a blob in onnxruntime, and for a source's own nodes -----------------
@@ -460,11 +666,13 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
 
 @dataclass
 class Layer:
-    """One node of a built graph: its op, attributes, and weights (W, R, B[, P]) by input name."""
+    """One node of a built graph: its op, attributes, and weights (W, R, B[, P], and a quantized op's scales and
+    zero points) by input name."""
 
     op: str
     attributes: dict[str, Any]
     weights: dict[str, np.ndarray]
+    domain: str = ""
 
 
 def layers_of(rnn: CanonicalRNN, dtype: str) -> list[Layer]:
@@ -518,7 +726,7 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     first = layers[0]
     hidden = int(first.attributes["hidden_size"])
     dirs = ONNX_DIRECTIONS[first.attributes.get("direction", "forward")]
-    lstm = first.op == "LSTM"
+    lstm = ONNX_QUANTIZED_OPS.get(first.op, ("", first.op))[1] == "LSTM"
     depth = len(layers) * dirs
     nodes, initializers = [], []
     inputs = [helper.make_tensor_value_info("X", elem, ["seq", "batch", input_size])]
@@ -571,11 +779,16 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
             "initial_h_" + str(index),
             f"initial_c_{index}" if lstm else "",
             names.get("P", ""),
+            *(names.get(role, "") for role in ONNX_QUANTIZED_INPUTS),
         ]
         while node_inputs and not node_inputs[-1]:
             node_inputs.pop()
         node_outputs = [f"y_{index}", f"y_h_{index}"] + ([f"y_c_{index}"] if lstm else [])
-        nodes.append(helper.make_node(layer.op, node_inputs, node_outputs, name=f"layer{index}", **layer.attributes))
+        nodes.append(
+            helper.make_node(
+                layer.op, node_inputs, node_outputs, name=f"layer{index}", domain=layer.domain, **layer.attributes
+            )
+        )
         nodes.append(helper.make_node("Transpose", [f"y_{index}"], [f"y_t_{index}"], perm=[0, 2, 1, 3]))
         x = "Y" if index == len(layers) - 1 else f"x_{index + 1}"
         nodes.append(helper.make_node("Reshape", [f"y_t_{index}", "merge_shape"], [x]))
@@ -590,7 +803,9 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
         nodes.append(helper.make_node("Concat", cs, ["Y_c"], axis=0))
         outputs.append(helper.make_tensor_value_info("Y_c", elem, [depth, "batch", hidden]))
     graph = helper.make_graph(nodes, "rnnconv", inputs, outputs, initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)], producer_name="rnnconv")
+    domains = [helper.make_opsetid(d, 1) for d in sorted({layer.domain for layer in layers} - {""})]
+    opsets = [helper.make_opsetid("", ONNX_OPSET), *domains]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="rnnconv")
     model.ir_version = min(model.ir_version, 10)  # what onnxruntime reads
     onnx.checker.check_model(model)
     return model
@@ -606,16 +821,21 @@ def run_model(model: Any, inputs: Mapping[str, Any], lstm: bool) -> dict[str, np
         ) from None
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
-    session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     feeds = {"X": inputs["x"].astype(np.float32), "initial_h": inputs["h0"].astype(np.float32)}
     if lstm:
         feeds["initial_c"] = inputs["c0"].astype(np.float32)
     if inputs.get("lengths") is not None:
         feeds["sequence_lens"] = np.asarray(inputs["lengths"], np.int32)
-    # a state with a zero default is an initializer onnxruntime lets a feed override, not an input
-    accepted = {i.name for i in session.get_inputs()} | {i.name for i in session.get_overridable_initializers()}
-    names = [o.name for o in session.get_outputs()]
-    got = dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in accepted})))
+    try:
+        session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        # a state with a zero default is an initializer onnxruntime lets a feed override, not an input
+        accepted = {i.name for i in session.get_inputs()} | {i.name for i in session.get_overridable_initializers()}
+        names = [o.name for o in session.get_outputs()]
+        got = dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in accepted})))
+    except Exception as exc:  # onnxruntime's own errors: nodes it refuses to run (a quantized node's zero point)
+        if not type(exc).__module__.startswith("onnxruntime"):
+            raise
+        raise BadInput(f"onnxruntime cannot run these nodes: {first_line(exc, 300)}") from None
     return {"y": got["Y"], "h_n": got["Y_h"], "c_n": got.get("Y_c")}
 
 
@@ -653,7 +873,7 @@ class OnnxFormat(Format):
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
-        file = OnnxFile.load(path)
+        file = OnnxFile.load(path, options.dequantize)
         info = Provenance(path=str(path.resolve()), format="onnx")
         digest = digest_in_background(path) if options.hash_source else None
         rnns, skipped = [], []
@@ -693,19 +913,26 @@ class OnnxFormat(Format):
                 rnn = to_canonical(group, Provenance(path=str(path)))
                 entries.append(
                     InspectEntry(
-                        name=name, layer_class=group[0].op, spec=rnn.spec.to_model(), converts=True, notes=rnn.notes
+                        name=name,
+                        layer_class=group[0].shown_class,
+                        spec=rnn.spec.to_model(),
+                        converts=True,
+                        notes=rnn.notes,
                     )
                 )
             except RnnconvError as exc:
+                sizes = _sizes(group)
                 entries.append(
-                    InspectEntry(name=name, layer_class=group[0].op, spec=None, converts=False, reason=str(exc))
+                    InspectEntry(
+                        name=name, layer_class=group[0].shown_class, spec=sizes, converts=False, reason=str(exc)
+                    )
                 )
         notes = [
             f"nodes {', '.join(n.name for n in chain)} are the layers of one RNN"
             for chain in file.chains
             if len(chain) > 1
         ]
-        return InspectReport(path=str(path), format="onnx", rnns=entries, notes=notes)
+        return InspectReport(path=str(path), format="onnx", rnns=entries, notes=notes + file.same_weights_notes())
 
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
         if recorded.layer and recorded.format == "onnx":
@@ -722,7 +949,13 @@ class OnnxFormat(Format):
         (chain,) = file.choose(source.layer, take_all=False)
         layers = []
         for node in chain:
+            if node.refusal is not None and not node.stored:  # no weights to run (a quantized node has its own)
+                raise Unsupported(node.refusal)
             attributes = {k: v for k, v in node.attributes.items() if k != "layout"}  # sequence-major I/O here
+            if node.quantized:  # the quantized node itself, its int8 weights as stored
+                domain = ONNX_QUANTIZED_OPS[node.source_class][0]
+                layers.append(Layer(node.source_class, attributes, dict(node.stored), domain))
+                continue
             weights = {k: v.astype(np.float32) for k, v in node.weights.items()}
             layers.append(Layer(node.op, attributes, weights))
         if chain[0].input_size != spec.input_size or len(chain) != spec.num_layers:
@@ -730,7 +963,11 @@ class OnnxFormat(Format):
         model = build_model(layers, chain[0].input_size, "float32", sequence_lens=inputs.get("lengths") is not None)
         import onnxruntime
 
-        how = f"onnxruntime {onnxruntime.__version__}: the file's own {chain[0].op} node(s)"
+        how = f"onnxruntime {onnxruntime.__version__}: the file's own {chain[0].source_class} node(s)"
+        if chain[0].quantized:
+            how += " (int8 weights, inputs quantized at run time: the blob is its dequantized float model)"
+        if chain[0].unrolled:  # the steps' equations are the RNN op's: run them as one, on any shapes
+            how = f"onnxruntime {onnxruntime.__version__}: RNN nodes holding the weights of the file's unrolled steps"
         if chain[0].direction != "reverse":
             return run_model(model, inputs, chain[0].op == "LSTM"), how
         # cuDNN runs a reverse-only node as a forward one on each sequence reversed: compare it that way

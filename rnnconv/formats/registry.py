@@ -60,6 +60,7 @@ class ReadOptions:
     raw_spec: RNNSpec | None = None  # a raw weight space without a sidecar
     take_all: bool = False  # every RNN in the file, for outputs that hold several
     hash_source: bool = True  # record the source's digest in the provenance (--no-hash: don't)
+    dequantize: bool = False  # read a quantized RNN's weights dequantized (ONNX's DynamicQuantizeLSTM)
 
 
 @dataclass

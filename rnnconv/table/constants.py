@@ -56,7 +56,15 @@ ELEMENT_TYPE_CODES: Final[dict[str, tuple[str, str, int, str]]] = {
     "bfloat16": ("<u2", "BF16", 9, "bfloat16"),
 }
 # Significand bits of each element type: which of two is the more precise.
-MANTISSA_BITS: Final[dict[str, int]] = {"float64": 52, "float32": 23, "float16": 10, "bfloat16": 7}
+# (int8 and uint8: a dynamically quantized source's, compared with its dequantized float model)
+MANTISSA_BITS: Final[dict[str, int]] = {
+    "float64": 52,
+    "float32": 23,
+    "float16": 10,
+    "bfloat16": 7,
+    "int8": 7,
+    "uint8": 8,
+}
 # Item sizes of every safetensors dtype code, to check a header whatever the tensor's type.
 SAFETENSORS_ITEMSIZE: Final[dict[str, int]] = {
     "BOOL": 1,
@@ -172,6 +180,10 @@ ONNX_FLAGS: Final = ("input_forget", "layout", "linear_before_reset")  # the INT
 ONNX_ONE_OP_ATTRIBUTES: Final[dict[str, str]] = {"input_forget": "LSTM", "linear_before_reset": "GRU"}  # the only op
 # Ops that only move a layer's output into the next layer's input (what exporters put between layers).
 ONNX_GLUE: Final = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity")
+# onnxruntime's quantized RNN ops (what onnxruntime.quantization.quantize_dynamic writes): op -> (domain, the op
+# it quantizes), and the inputs they take after the quantized op's own (scale and zero point of W and R).
+ONNX_QUANTIZED_OPS: Final[dict[str, tuple[str, str]]] = {"DynamicQuantizeLSTM": ("com.microsoft", "LSTM")}
+ONNX_QUANTIZED_INPUTS: Final = ("W_scale", "W_zero_point", "R_scale", "R_zero_point")
 # ONNX TensorProto element types rnnconv reads and writes, by dtype name.
 ONNX_ELEMENT_TYPES: Final[dict[str, int]] = {"float32": 1, "float16": 10, "float64": 11, "bfloat16": 16}
 

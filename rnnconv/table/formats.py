@@ -104,7 +104,8 @@ FORMAT_INFO: Final[dict[str, FormatInfo]] = {
             "onnx",
             "ONNX",
             {"onnx": "ONNX model"},
-            read_help=".onnx with LSTM, GRU or RNN nodes (weights as initializers, Constant nodes or external data)",
+            read_help=".onnx with LSTM, GRU or RNN nodes at any depth (weights stored, or computed from constants), "
+            "nn.RNN unrolled by the dynamo exporter, or quantized LSTMs (--dequantize)",
             write_help="model.onnx: the stack of RNN nodes; input X (seq, batch, input), optional initial_h and "
             "initial_c; outputs Y (seq, batch, directions*hidden), Y_h, Y_c",
             read_note="A chain of RNN nodes joined by the exporters' Transpose/Reshape/Squeeze glue (what "
@@ -115,7 +116,7 @@ FORMAT_INFO: Final[dict[str, FormatInfo]] = {
             read_suffixes=(".onnx",),
             write_suffixes=(".onnx",),
             default_for=(".onnx",),
-            source_options=(),
+            source_options=("dequantize",),
             example="model.onnx",
             examples=("model.onnx --layer /rnn/LSTM_1",),
             extra="onnx",

@@ -109,6 +109,11 @@ KERAS_NAMES = dict(KERAS_VARIABLES)
 TORCH_LAYER_NAMES = _named(TORCH_PARAMETERS, TORCH_LAYER_NAME)
 TORCH_CELL_NAMES = {k: v for k, v in TORCH_PARAMETERS.items() if k != "projection"}
 ONNX_NAMES = {"input_matrix": "W[d]", "recurrent_matrix": "R[d]", "bias": "B[d]"}
+ONNX_DEQUANTIZED_NAMES = {
+    "input_matrix": "(W[d] - W_zero_point[d]) * W_scale[d]",
+    "recurrent_matrix": "(R[d] - R_zero_point[d]) * R_scale[d]",
+    "bias": "B[d]",
+}
 
 
 def _tf1_names(cell: str) -> dict[str, str]:
@@ -231,6 +236,11 @@ TABLE: tuple[Row, ...] = (
         when={"linear_before_reset": 0},
         refusal=f"this GRU has linear_before_reset=0 (ONNX's default): it {RESET_BEFORE}"),
     Row("onnx", "RNN", "rnn", RNN_GATES, MATRIX_ROWS, BIAS_CONCATENATED, ONNX_NAMES, RNN_MODES, TORCH_RNN_DEFAULTS),
+    # onnxruntime's com.microsoft DynamicQuantizeLSTM: int8/uint8 W [D, in, 4H] and R [D, H, 4H] (transposed), their
+    # scale and zero point per direction or per column; read only when asked to dequantize.
+    Row("onnx", "DynamicQuantizeLSTM", "lstm", ONNX_LSTM_GATES, MATRIX_COLUMNS, BIAS_CONCATENATED,
+        ONNX_DEQUANTIZED_NAMES, LSTM_MODES, ONNX_GATED_DEFAULTS, requires=GATED,
+        note="weights dequantized: the float model the quantized one approximates"),
     # --- TF1 tf.contrib.cudnn_rnn checkpoints: the canonical tensors saved beside the opaque buffer, per layer
     # and direction; kernels are [in + H, n] (x @ kernel[:I] + h @ kernel[I:]), read-only.
     Row("tf1", "CudnnLSTM", "lstm", TF1_LSTM_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("lstm"), LSTM_MODES,

@@ -61,7 +61,19 @@ FAMILIES = (
     "keras_config",
     "changing_source",
     "odd_environment",
+    "onnx_subgraph",
+    "onnx_quantized",
+    "onnx_unrolled",
 )
+# The ONNX families: the seeds each mutates (by their names' ends), and how.
+ONNX_FAMILIES = {
+    "onnx_subgraph": (("lstm_cell_in_if_torchscript.onnx", "tagger_lstm_torchscript.onnx"), "mutate_onnx_folding"),
+    "onnx_quantized": (("lstm_quantized.onnx", "lstm_quantized_per_channel.onnx"), "mutate_onnx_quantized"),
+    "onnx_unrolled": (
+        ("rnn_unrolled_dynamo.onnx", "rnn_stack_dynamo.onnx", "cells_dynamo.onnx"),
+        "mutate_onnx_unrolled",
+    ),
+}
 
 
 class Worker:
@@ -160,6 +172,29 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             if family.startswith("keras_") or family == "torch_zip":  # the user's model patched
                 patched = "{dir}/patched" + "".join(Path(source_name).suffixes)
                 case.commands.append(["convert", str(seeds.good_blob[name]), patched, "--into", source])
+        return case
+    if family in ONNX_FAMILIES:
+        ends, mutator = ONNX_FAMILIES[family]
+        name = rng.choice([n for n in seeds.sources if n.endswith(ends)] or sorted(seeds.sources))
+        data = getattr(mutators, mutator)(seeds.sources[name].read_bytes(), rng)
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data})
+        source = "{dir}/mut_" + name
+        case.commands = [
+            ["inspect", source],
+            ["convert", source, "{dir}/out.safetensors"],
+            [
+                "convert",
+                source,
+                "{dir}/out.onnx",
+                "--layer",
+                rng.choice(["/rnn/LSTM", "node_MatMul_12", "/LSTM_quant"]),
+            ],
+            ["convert", source, "{dir}/existing.bin"],
+        ]
+        if family == "onnx_quantized":
+            case.commands.append(["convert", source, "{dir}/deq.bin", "--dequantize"])
+        if name in seeds.good_blob:
+            case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
         return case
     if family == "tf1":
         name = rng.choice(sorted(seeds.tf1))

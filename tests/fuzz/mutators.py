@@ -741,3 +741,287 @@ def mutate_tensor_bundle(files: dict[str, bytes], rng: random.Random) -> dict[st
         index[offset + size + 1 : offset + size + 5] = masked.to_bytes(4, "little")
     out[index_name] = bytes(index)
     return out
+
+
+# --- ONNX subgraphs, computed weights, quantized and unrolled RNNs ----------------------------------------
+
+RNN_OP_TYPES = ("LSTM", "GRU", "RNN", "DynamicQuantizeLSTM")
+HUGE_INTS = [-(2**63), -(2**31), -5, -1, 0, 1, 2, 3, 7, 2**31, 2**62, 10**6]
+
+
+def _graphs(graph: Any, depth: int = 0) -> list[Any]:
+    """A graph and its subgraphs (If branches, Loop and Scan bodies), a few levels deep."""
+    found = [graph]
+    if depth < 8:
+        for node in graph.node:
+            for attribute in node.attribute:
+                if attribute.HasField("g"):
+                    found += _graphs(attribute.g, depth + 1)
+                for body in attribute.graphs:
+                    found += _graphs(body, depth + 1)
+    return found
+
+
+def _int64_constant(graph: Any, name: str, values: list[int]) -> str:
+    from onnx import helper
+
+    tensor = helper.make_tensor(f"{name}_value", 7, [len(values)], values)
+    graph.node.insert(0, helper.make_node("Constant", [], [name], value=tensor))
+    return name
+
+
+def _weight_chain(graph: Any, source: str, rng: random.Random, tag: str) -> str:
+    """Nodes computing a hostile value from `source`; returns the name of the result."""
+    from onnx import helper
+
+    kind = rng.randrange(9)
+    nodes, current = [], source
+    if kind == 0:  # doubling by Concat: 2**k copies
+        for i in range(rng.choice([3, 20, 40, 62])):
+            nodes.append(
+                helper.make_node("Concat", [current, current], [f"{tag}_c{i}"], axis=rng.choice([0, 0, 1, -1]))
+            )
+            current = f"{tag}_c{i}"
+    elif kind == 1:  # many copies at once
+        count = rng.choice([2, 100, 5000])
+        nodes.append(helper.make_node("Concat", [current] * count, [f"{tag}_many"], axis=0))
+        current = f"{tag}_many"
+    elif kind == 2:  # a deep chain of no-ops
+        zero = _int64_constant(graph, f"{tag}_zero", [0])
+        for i in range(rng.choice([50, 2000, 20000])):
+            op = ("Identity", "Unsqueeze", "Squeeze")[i % 3]
+            nodes.append(helper.make_node(op, [current] if op == "Identity" else [current, zero], [f"{tag}_d{i}"]))
+            current = f"{tag}_d{i}"
+    elif kind == 3:  # shapes out of reach
+        dims = [rng.choice(HUGE_INTS) for _ in range(rng.choice([1, 3, 6, 40]))]
+        shape = _int64_constant(graph, f"{tag}_shape", dims)
+        nodes.append(helper.make_node("Reshape", [current, shape], [f"{tag}_r"], allowzero=rng.choice([0, 1])))
+        current = f"{tag}_r"
+    elif kind == 4:  # rank explosion
+        axes = _int64_constant(graph, f"{tag}_axes", list(range(rng.choice([5, 60, 200]))))
+        nodes.append(helper.make_node("Unsqueeze", [current, axes], [f"{tag}_u"]))
+        current = f"{tag}_u"
+    elif kind == 5:  # slices, gathers and splits of odd extents
+        starts = _int64_constant(graph, f"{tag}_s", [rng.choice(HUGE_INTS)])
+        ends = _int64_constant(graph, f"{tag}_e", [rng.choice(HUGE_INTS)])
+        axes = _int64_constant(graph, f"{tag}_a", [rng.choice([-4, -1, 0, 1, 2, 3, 9])])
+        steps = _int64_constant(graph, f"{tag}_st", [rng.choice([-2, -1, 0, 1, 2, 2**62])])
+        nodes.append(helper.make_node("Slice", [current, starts, ends, axes, steps], [f"{tag}_sl"]))
+        indices = _int64_constant(graph, f"{tag}_g", [rng.choice(HUGE_INTS) for _ in range(rng.choice([1, 3, 4096]))])
+        nodes.append(helper.make_node("Gather", [f"{tag}_sl", indices], [f"{tag}_ga"], axis=rng.choice([0, 1, -1, 7])))
+        split = _int64_constant(graph, f"{tag}_sp", [rng.choice(HUGE_INTS), rng.choice(HUGE_INTS)])
+        nodes.append(helper.make_node("Split", [f"{tag}_ga", split], [f"{tag}_p0", f"{tag}_p1"], axis=0))
+        current = f"{tag}_p{rng.randrange(2)}"
+    elif kind == 6:  # casts to every type, and arithmetic across them
+        to = rng.choice([0, 1, 2, 3, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 19, 21, 23, 99])
+        nodes.append(helper.make_node("Cast", [current], [f"{tag}_cast"], to=to))
+        divisor = _int64_constant(graph, f"{tag}_zero", [0])
+        op = rng.choice(["Div", "Add", "Mul", "Sub"])
+        nodes.append(helper.make_node(op, [f"{tag}_cast", divisor], [f"{tag}_ar"]))
+        nodes.append(helper.make_node("Cast", [f"{tag}_ar"], [f"{tag}_back"], to=1))
+        current = f"{tag}_back"
+    elif kind == 7:  # an op off the list, or a foreign domain
+        op = rng.choice(["Expand", "Tile", "Shape", "ConstantOfShape", "Range", "Pad", "Transpose"])
+        domain = rng.choice(["", "", "com.evil"])
+        extra = [_int64_constant(graph, f"{tag}_arg", [rng.choice([1, 2, 2**20, 2**40])] * 3)] if op != "Shape" else []
+        nodes.append(helper.make_node(op, [current, *extra][:2], [f"{tag}_op"], domain=domain))
+        current = f"{tag}_op"
+    else:  # a cycle: the chain reads its own end
+        nodes.append(helper.make_node("Add", [current, f"{tag}_loop"], [f"{tag}_sum"]))
+        nodes.append(helper.make_node("Identity", [f"{tag}_sum"], [f"{tag}_loop"]))
+        current = f"{tag}_loop"
+    graph.node.extend(nodes)
+    return current
+
+
+def _nest(model: Any, rng: random.Random) -> None:
+    """The main graph's nodes moved into If branches nested `depth` deep."""
+    from onnx import helper
+
+    graph = model.graph
+    body = helper.make_graph(list(graph.node), "inner", [], list(graph.output))
+    depth = rng.choice([2, 15, 17, 24, 90])
+    other = helper.make_graph([], "other", [], list(graph.output))  # one branch nests, the other is small
+    for level in range(depth):
+        try:
+            node = helper.make_node(
+                "If", ["nest_cond"], [o.name for o in graph.output], then_branch=body, else_branch=other
+            )
+        except Exception:  # protobuf's own depth limit: as deep as a model can be written
+            break
+        body = helper.make_graph([node], f"level{level}", [], list(graph.output))
+    del graph.node[:]
+    graph.node.extend(body.node)
+    graph.input.append(helper.make_tensor_value_info("nest_cond", 9, []))
+
+
+def mutate_onnx_folding(data: bytes, rng: random.Random) -> bytes:
+    """An RNN's weights computed by hostile chains (growth, depth, cycles, odd shapes, casts, ops off the list),
+    subgraphs nested deep, Constant nodes of odd kinds; now and then the plain structural damage too."""
+    import onnx
+
+    model = onnx.ModelProto()
+    model.ParseFromString(data)
+    for round_ in range(rng.choice([1, 1, 2])):
+        graphs = _graphs(model.graph)
+        rnns = [(g, n) for g in graphs for n in g.node if n.op_type in RNN_OP_TYPES]
+        choice = rng.randrange(10)
+        if choice < 6 and rnns:
+            graph, node = rng.choice(rnns)
+            index = rng.choice([i for i in (1, 2, 3, 5) if i < len(node.input) and node.input[i]] or [1])
+            source = node.input[index] if index < len(node.input) else "nowhere"
+            node.input[index] = _weight_chain(graph, source, rng, f"fz{round_}")
+        elif choice == 6:
+            _nest(model, rng)
+        elif choice == 7:  # Constant nodes holding what is no tensor of numbers, or numbers out of range
+            constants = [n for g in graphs for n in g.node if n.op_type == "Constant"]
+            if constants:
+                from onnx import helper
+
+                node = rng.choice(constants)
+                del node.attribute[:]
+                name, value = rng.choice(
+                    [
+                        ("value_string", "x"),
+                        ("value_strings", ["a", "b"]),
+                        ("value_floats", [1.0, float("nan")]),
+                        ("value_ints", [2**62, -(2**63)]),
+                        ("value_int", 7),
+                        ("value_float", 1e30),
+                    ]
+                )
+                node.attribute.append(helper.make_attribute(name, value))
+        elif choice == 8:  # int64 constants (slice bounds, axes, shapes) given other values
+            constants = [n for g in graphs for n in g.node if n.op_type == "Constant"]
+            for node in rng.sample(constants, min(len(constants), rng.choice([1, 3, 10]))):
+                for attribute in node.attribute:
+                    if attribute.name == "value" and attribute.t.data_type == 7:
+                        from onnx import numpy_helper
+
+                        values = [rng.choice(HUGE_INTS) for _ in range(rng.choice([0, 1, 1, 2, 5]))]
+                        attribute.t.CopyFrom(numpy_helper.from_array(np.array(values, np.int64), attribute.t.name))
+        else:
+            _onnx_damage(model, rng)
+    return model.SerializeToString()
+
+
+def mutate_onnx_quantized(data: bytes, rng: random.Random) -> bytes:
+    """A quantized LSTM's int8 weights, scales and zero points of other types, shapes and values."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.ModelProto()
+    model.ParseFromString(data)
+    graph = model.graph
+    quantized = [n for n in graph.node if n.op_type == "DynamicQuantizeLSTM"]
+    stored = {t.name: t for t in graph.initializer}
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        if not quantized:
+            break
+        node = rng.choice(quantized)
+        choice = rng.randrange(8)
+        names = [i for i in node.input[8:] if i in stored] + [i for i in node.input[1:3] if i in stored]
+        if choice == 0 and names:  # values: NaN, inf, zero or huge scales; zero points anywhere
+            tensor = stored[rng.choice(names)]
+            values = numpy_helper.to_array(tensor).copy()
+            if values.size:
+                special = (
+                    [np.nan, np.inf, -np.inf, 0.0, 1e38, -1.0] if values.dtype.kind == "f" else [-128, 0, 127, 255]
+                )
+                values.reshape(-1)[rng.randrange(values.size)] = (
+                    rng.choice(special)
+                    if values.dtype.kind == "f"
+                    else (np.array(rng.choice(special)).astype(values.dtype))
+                )
+                tensor.CopyFrom(numpy_helper.from_array(values, tensor.name))
+        elif choice == 1 and names:  # another element type
+            tensor = stored[rng.choice(names)]
+            values = numpy_helper.to_array(tensor)
+            target = rng.choice([np.int8, np.uint8, np.int32, np.float16, np.float32, np.float64, np.int64, bool])
+            tensor.CopyFrom(numpy_helper.from_array(values.astype(target), tensor.name))
+        elif choice == 2 and names:  # another shape
+            tensor = stored[rng.choice(names)]
+            values = numpy_helper.to_array(tensor).reshape(-1)
+            shape = rng.choice([(values.size,), (1, values.size), (values.size, 1, 1), ()])
+            if shape == () and values.size:
+                values, shape = values[:1], ()
+            tensor.CopyFrom(numpy_helper.from_array(values.reshape(shape), tensor.name))
+        elif choice == 3:  # inputs dropped, or added past the op's twelve
+            if rng.random() < 0.5:
+                del node.input[rng.randrange(1, len(node.input)) :]
+            else:
+                node.input.extend(["", "extra"])
+        elif choice == 4:  # the domain or op of another runtime
+            node.domain = rng.choice(["", "com.evil", "ai.onnx", "com.microsoft"])
+        elif choice == 5:  # peepholes given
+            peephole = f"{node.name}_P"
+            if peephole not in stored:
+                tensor = numpy_helper.from_array(np.ones((2, 18), np.float32), peephole)
+                graph.initializer.append(tensor)
+                stored[peephole] = tensor
+            while len(node.input) < 8:
+                node.input.append("")
+            node.input[7] = peephole
+        elif choice == 6:  # scales computed by a hostile chain
+            index = rng.choice([8, 9, 10, 11])
+            if index < len(node.input):
+                node.input[index] = _weight_chain(graph, node.input[index], rng, f"q{index}")
+        else:
+            _onnx_damage(model, rng)
+    return model.SerializeToString()
+
+
+def mutate_onnx_unrolled(data: bytes, rng: random.Random) -> bytes:
+    """An unrolled RNN's steps rewired: indices, operands, activations and weights changed, steps removed or
+    made to read each other out of order."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.ModelProto()
+    model.ParseFromString(data)
+    graph = model.graph
+    nodes = list(graph.node)
+    outputs = [o for n in nodes for o in n.output]
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        choice = rng.randrange(8)
+        if choice == 0:  # a step reads another time, or another step's h
+            node = rng.choice([n for n in nodes if n.op_type in ("Slice", "MatMul", "Add")] or nodes)
+            if node.input:
+                node.input[rng.randrange(len(node.input))] = rng.choice(outputs)
+        elif choice == 1:  # one step's activation changed
+            acts = [n for n in nodes if n.op_type in ("Tanh", "Relu")]
+            if acts:
+                rng.choice(acts).op_type = rng.choice(["Relu", "Tanh", "Sigmoid", "Abs"])
+        elif choice == 2:  # a step removed
+            acts = [n for n in graph.node if n.op_type in ("Tanh", "Relu", "Add", "MatMul")]
+            if acts:
+                graph.node.remove(rng.choice(acts))
+        elif choice == 3:  # the operands of an Add swapped, or a MatMul's
+            adds = [n for n in nodes if n.op_type in ("Add", "MatMul") and len(n.input) == 2]
+            if adds:
+                node = rng.choice(adds)
+                node.input[0], node.input[1] = node.input[1], node.input[0]
+        elif choice == 4:  # weights of other shapes or values
+            tensor = rng.choice(list(graph.initializer)) if graph.initializer else None
+            if tensor is not None:
+                values = numpy_helper.to_array(tensor).copy()
+                if values.dtype.kind == "i" and values.size:
+                    values.reshape(-1)[0] = rng.choice(HUGE_INTS)
+                elif rng.random() < 0.5:
+                    values = values.reshape(-1)[: rng.randrange(values.size + 1)]
+                else:
+                    values = values.astype(rng.choice([np.float16, np.float64, np.int32]))
+                tensor.CopyFrom(numpy_helper.from_array(values, tensor.name))
+        elif choice == 5:  # a cycle through the steps
+            acts = [n for n in nodes if n.op_type in ("Tanh", "Relu")]
+            matmuls = [n for n in nodes if n.op_type == "MatMul"]
+            if acts and matmuls:
+                rng.choice(matmuls).input[0] = acts[-1].output[0]
+        elif choice == 6:  # a step's weights computed by a hostile chain
+            matmuls = [n for n in nodes if n.op_type == "MatMul" and len(n.input) == 2]
+            if matmuls:
+                node = rng.choice(matmuls)
+                node.input[1] = _weight_chain(graph, node.input[1], rng, f"u{rng.randrange(1000)}")
+        else:
+            _onnx_damage(model, rng)
+    return model.SerializeToString()

@@ -51,6 +51,12 @@ ONNX_SEEDS = [
     "onnx/rnn_relu_torchscript.onnx",
     "onnx/lstm_external.onnx",
     "onnx/hand_made.onnx",
+    "onnx/lstm_cell_in_if_torchscript.onnx",
+    "onnx/lstm_quantized.onnx",
+    "onnx/lstm_quantized_per_channel.onnx",
+    "onnx/rnn_unrolled_dynamo.onnx",
+    "onnx/rnn_stack_dynamo.onnx",
+    "onnx/cells_dynamo.onnx",
 ]
 
 TF1_SEEDS = ["tf1/lstm2.ckpt", "tf1/gru_bi.ckpt", "tf1/rnn_tanh.ckpt", "tf1/seq2seq.ckpt"]
@@ -144,10 +150,11 @@ def prepare(work: Path) -> Seeds:
         seeds.sources[path.name] = path
     for name, path in list(seeds.sources.items()):
         try:
-            with rnnconv.load(path, all_rnns=True) as rnns:
+            dequantize = "quantized" in name  # an ONNX quantized LSTM converts dequantized
+            with rnnconv.load(path, all_rnns=True, dequantize=dequantize) as rnns:
                 layer = rnns[0].name if len(rnns) > 1 else None
             blob = work / f"good__{name}.bin"
-            rnnconv.convert(path, blob, layer=layer)
+            rnnconv.convert(path, blob, layer=layer, dequantize=dequantize)
             seeds.good_blob[name] = blob
         except (RnnconvError, Exception):
             pass
