@@ -366,7 +366,7 @@ def pycuda_driver() -> tuple[Any, str]:
     try:
         import pycuda.driver as drv
     except ImportError as exc:
-        if exc.name == "pycuda":
+        if exc.name in ("pycuda", "pycuda.driver"):
             return None, "pycuda is not installed"
         return None, f"pycuda does not load ({first_line(exc)})"  # built for another CUDA, or no libcuda
     except OSError as exc:
