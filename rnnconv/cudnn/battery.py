@@ -323,3 +323,29 @@ def _verdict(entry: dict[str, Any]) -> str:
         + ("ok" if all(r["matches"] for r in runs.values()) else "TOO LARGE")
         + f" ({math}{', torch cross-check' if torch_ran else ''}, {entry['seconds']:.2f} s)"
     )
+
+
+def fixture_problems(report: dict[str, Any]) -> list[str]:
+    """What in a battery's JSON (fixtures/cudnn_layout.json) disagrees with rnnconv's layout, one sentence each:
+    an incomplete run, a configuration that did not run, and every difference between the offsets, dims,
+    strides and sizes cuDNN reported and rnnconv's."""
+    problems = []
+    if report.get("format") != FORMAT:
+        return [f"not a battery's JSON (format {report.get('format')!r}, expected {FORMAT!r})"]
+    if not report.get("complete"):
+        problems.append(f"the battery did not finish ({report.get('stopped')}): rerun it to the end")
+    for entry in report["configurations"]:
+        spec = RNNSpec(**entry["spec"])
+        if "placements" not in entry:
+            problems.append(f"{spec.describe()}: cuDNN reported no layout ({entry.get('error', 'no error recorded')})")
+            continue
+        size = weight_space_elements(spec) * element_type(spec.dtype).itemsize
+        found = placements_from_record(entry)
+        for finding in layout_findings(spec, region_map(spec), found, entry["cudnn_weight_space_bytes"], size):
+            what = (
+                "cuDNN holds no such tensor"
+                if "missing" in finding.differs
+                else "differs in " + (" and ".join(finding.differs))
+            )
+            problems.append(f"{spec.describe()}: {finding.tensor} {what}")
+    return problems
