@@ -161,12 +161,9 @@ if [[ -n ${WANTED[pycuda]:-} ]]; then
         say "== pycuda: no nvcc here; rnnconv's ctypes CUDA session will run"
     else
         export CUDA_ROOT=${CUDA_ROOT:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
-        # setuptools compiles one file at a time unless told otherwise; its per-user configuration file
-        # (~/.pydistutils.cfg) is where a pip-driven build can be told, so the build gets a HOME of its own
-        mkdir -p "$WORK/home"
-        printf '[build_ext]\nparallel = %s\n' "$(nproc)" >"$WORK/home/.pydistutils.cfg"
-        run pycuda "$PYCUDA_SECONDS" env HOME="$WORK/home" "$PYTHON" -m pip install --no-index --no-deps \
-            --no-build-isolation --disable-pip-version-check --target "$SITE" "$sdist"
+        # the build compiles one file at a time (about 80 of them): PYCUDA_SECONDS bounds it
+        run pycuda "$PYCUDA_SECONDS" "$PYTHON" -m pip install --no-index --no-deps --no-build-isolation \
+            --disable-pip-version-check --target "$SITE" "$sdist"
         if [[ $RC -ne 0 ]]; then
             say "== pycuda: not built ($LAST_LINE); going on: rnnconv's ctypes CUDA session will run"
         fi
