@@ -161,7 +161,7 @@ if [[ -n ${WANTED[pycuda]:-} ]]; then
         say "== pycuda: no nvcc here; rnnconv's ctypes CUDA session will run"
     else
         export CUDA_ROOT=${CUDA_ROOT:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
-        # the build compiles one file at a time (about 80 of them): PYCUDA_SECONDS bounds it
+        # the build compiles its 40-odd C++ files one at a time: PYCUDA_SECONDS bounds it
         run pycuda "$PYCUDA_SECONDS" "$PYTHON" -m pip install --no-index --no-deps --no-build-isolation \
             --disable-pip-version-check --target "$SITE" "$sdist"
         if [[ $RC -ne 0 ]]; then
