@@ -159,3 +159,52 @@ def test_an_existing_output_needs_force(stand_ins, tmp_path):
     with pytest.raises(Exception, match="--force"):
         battery.run_battery(tmp_path / "layout.json", say=lambda line: None)
     assert (tmp_path / "layout.json").read_text() == "{}"
+
+
+class ReferenceBackend:
+    """Answers with the numpy reference on exactly the inputs it gets (what a right cuDNN computes), plus `error`."""
+
+    def __init__(self, error: float = 0.0):
+        self.details: dict = {}
+        self.error, self.seen = error, []
+
+    def run(self, blob, inputs):
+        from rnnconv.reference import forward
+
+        self.seen.append(inputs)
+        y, h_n, c_n = forward(blob.spec, blob.param, inputs["x"], inputs["h0"], inputs["c0"], inputs["lengths"])
+        return {"y": y + self.error, "h_n": h_n, "c_n": c_n}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_the_forward_check_is_verifys_with_inputs_rounded_to_the_blobs_type(dtype, tmp_path):
+    from rnnconv.canonical import CanonicalRNN
+    from rnnconv.compare import tolerance
+    from rnnconv.dtypes import decode, encode
+    from rnnconv.formats.cudnn import open_bin, write_bin
+
+    spec = RNNSpec("lstm", 5, 7, 2, True, 3, dtype)
+    rng = np.random.default_rng(1)
+    arrays = {k: rng.normal(0, 0.4, spec.param_shape(k)).astype(np.float32) for k in spec.param_keys()}
+    write_bin(CanonicalRNN.from_arrays("t", spec, arrays), tmp_path / "x.bin", dtype)
+    blob = open_bin(tmp_path / "x.bin")
+    tol = tolerance("cudnn", dtype, dtype)
+    right = ReferenceBackend()
+    result = battery.check_forward(right, blob, seed=2, ragged=True)
+    assert (
+        result["matches"]
+        and result["max_abs_vs_numpy"] == 0
+        and (result["atol"], result["rtol"])
+        == (
+            tol.atol,
+            tol.rtol,
+        )
+    )
+    etype = element_type(dtype)
+    for name in ("x", "h0", "c0"):  # what cuDNN is given is what the reference is given: rounded to the type
+        value = right.seen[0][name]
+        np.testing.assert_array_equal(value, decode(encode(value, etype), etype))
+    assert right.seen[0]["lengths"].tolist() == list(battery.RAGGED)
+    assert battery.check_forward(ReferenceBackend(tol.atol * 0.9), blob, seed=2, ragged=False)["matches"]
+    off = battery.check_forward(ReferenceBackend(tol.atol * 1.1 + tol.rtol * 2), blob, seed=2, ragged=False)
+    assert not off["matches"]
