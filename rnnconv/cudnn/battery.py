@@ -94,11 +94,10 @@ def configurations(quick: bool = False) -> list[Configuration]:
 
 def _random_rnn(spec: RNNSpec, seed: int) -> CanonicalRNN:
     rng = np.random.default_rng(seed)
-    scale = 1 / np.sqrt(spec.hidden_size)  # keeps a large RNN's gates out of saturation, as initialisers do
-    arrays = {
-        key: (rng.standard_normal(spec.param_shape(key), dtype=np.float32) * np.float32(scale))
-        for key in spec.param_keys()
-    }
+    # U(-k, k), k = 1/sqrt(H), as PyTorch initialises RNNs: a large RNN's gates stay out of saturation, and
+    # uniform float32 draws are several times faster than normal ones for the 50M weights of the large ones
+    scale = np.float32(2 / np.sqrt(spec.hidden_size))
+    arrays = {key: (rng.random(spec.param_shape(key), dtype=np.float32) - 0.5) * scale for key in spec.param_keys()}
     return CanonicalRNN.from_arrays("battery", spec, arrays)
 
 
