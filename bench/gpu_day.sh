@@ -89,9 +89,9 @@ run() {
     shift 2
     begin=$(date +%s.%N)
     say "== $name: $* (limit ${seconds}s)"
-    timeout --kill-after=10 "$seconds" "$@" >"$WORK/$name.out" 2>&1
-    RC=$?
-    cat "$WORK/$name.out" >>"$LOG"
+    # into the log as it comes: a run killed from outside still leaves everything up to that moment
+    timeout --kill-after=10 "$seconds" "$@" 2>&1 | tee -a "$LOG" >"$WORK/$name.out"
+    RC=${PIPESTATUS[0]}
     LAST_LINE=$(grep -v '^[[:space:]]*$' "$WORK/$name.out" | tail -n 1)
     local took
     took=$(elapsed "$begin")
