@@ -202,6 +202,8 @@ class BackendInfo(Contract):
     math_type: str | None = None
     algo: str | None = None
     torch_cudnn_rnn: dict[str, Any] | None = None  # the second opinion of torch._cudnn_rnn, when it ran
+    cuda_session: str | None = None  # which CUDA session ran cuDNN: PyCUDA's, or rnnconv's ctypes one on libcuda
+    math_type_refused: list[str] | None = None  # math types cuDNN refused (NOT_SUPPORTED) before math_type ran
     cudnn_unavailable: str | None = None  # why --backend auto ran the numpy reference instead of cuDNN
 
 
@@ -274,6 +276,9 @@ class LayoutFinding(Contract):
     cudnn: dict[str, Any] | None = None
     expected_bytes: int | None = None
     cudnn_bytes: int | None = None
+    # what differs: "size" (the weight space's), "offset", "dims and strides", "missing" (cuDNN holds no such
+    # tensor); --relayout can move tensors (offset, size), nothing else
+    differs: list[str] = []
 
 
 class Report(Contract):

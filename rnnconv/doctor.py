@@ -60,7 +60,7 @@ def examine() -> dict[str, Any]:
             "numpy": {"available": True, "detail": "cuDNN's equations in numpy (float64); always available"},
             "cudnn": {
                 "available": status.ok,
-                "detail": "runs here" if status.ok else status.reason,
+                "detail": f"runs here, through {status.found['cuda_session']}" if status.ok else status.reason,
                 "found": status.found,
             },
             "onnxruntime": _installed(packages, "onnxruntime", "the blob as ONNX nodes", "rnnconv[onnx]"),

@@ -133,6 +133,13 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
     "bidirectional": (bool, False, ("--bidirectional",), "Raw blob: two directions.", {}),
     "proj_size": (int, 0, ("--proj-size",), "Raw blob: LSTM projection size (0: none).", {"min": 0}),
     "force": (bool, False, ("--force",), "Replace existing output files.", {}),
+    "quick": (
+        bool,
+        False,
+        ("--quick",),
+        "gpu-battery: run the marked subset (a configuration of each kind; under a minute) instead of all.",
+        {},
+    ),
     "no_hash": (
         bool,
         False,

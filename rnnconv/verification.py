@@ -27,7 +27,7 @@ from rnnconv.cudnn.backend import LayoutMismatch
 from rnnconv.diagnose import diagnose
 from rnnconv.dtypes import count_non_finite
 from rnnconv.engines import select_engine
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats.cudnn import Blob, open_blobs, pick_blob, write_relayout
 from rnnconv.junit import junit_xml
@@ -204,6 +204,11 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
         got = engine.run(blob, inputs)
     except LayoutMismatch as exc:  # cuDNN itself places the tensors elsewhere: no forward run is meaningful
         if options.relayout:
+            refusal = exc.relayout_refusal(blob.etype.itemsize)
+            if refusal is not None:
+                raise Unsupported(
+                    f"--relayout refused: it can only move tensors, and cuDNN differs in more ({refusal})"
+                ) from None
             placed = {p.key: p.offset_bytes for p in exc.placements}
             write_relayout(blob, placed, exc.weight_space_bytes, options.relayout, exc.cudnn_version, options.force)
             report.relayout = str(options.relayout)

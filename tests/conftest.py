@@ -35,6 +35,31 @@ def pytest_terminal_summary(terminalreporter) -> None:
             )
 
 
+@pytest.fixture(autouse=True)
+def _gpu_gate(request) -> None:
+    """A test marked `gpu` skips, with the reason, where cuDNN cannot run on a GPU (RNNCONV_REQUIRE_GPU=1: fails)."""
+    if request.node.get_closest_marker("gpu") is None:
+        return
+    why = _no_gpu_reason()
+    if why and os.environ.get("RNNCONV_REQUIRE_GPU"):
+        pytest.fail(f"RNNCONV_REQUIRE_GPU is set but cuDNN does not run on a GPU here: {why}")
+    if why:
+        pytest.skip(f"needs a GPU with cuDNN: {why}")
+
+
+_NO_GPU: list[str] = []
+
+
+def _no_gpu_reason() -> str:
+    """Why cuDNN cannot run here ('' when it can), asked once per session."""
+    if not _NO_GPU:
+        from rnnconv.cudnn.backend import probe
+
+        status = probe()
+        _NO_GPU.append("" if status.ok else status.reason)
+    return _NO_GPU[0]
+
+
 def run_cli(*args: str | Path, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run `python -m rnnconv` as a user would, in a fresh interpreter."""
     return subprocess.run(

@@ -241,3 +241,23 @@ def test_a_missing_library_makes_the_cudnn_backend_exit_3(tmp_path):
     rnnconv.convert(FIXTURES / "torch" / "rnn_tanh.pt", blob, to="cudnn")
     result = run_cli("verify", blob, "--backend", "cudnn", env={"RNNCONV_CUDNN_LIBRARY": str(tmp_path / "nope.so")})
     assert_clean_failure(result, 3, "libcudnn.so.9 was not found", "nope.so")
+
+
+def test_libcudnn_is_found_in_either_wheels_layout(cudnn, tmp_path):
+    """nvidia-cudnn-cu12 and -cu13 both put it in nvidia/cudnn/lib; any nvidia/*/lib is looked in too."""
+    import subprocess
+    import sys
+
+    for layout in ("nvidia/cudnn/lib", "nvidia/cu13/lib"):
+        site = tmp_path / layout.replace("/", "_")
+        (site / layout).parent.mkdir(parents=True)
+        (site / layout).symlink_to(Path(cudnn.path).resolve().parent)  # its sub-libraries beside it, as installed
+        code = "from rnnconv.cudnn import api; print(*api.library_candidates()); print(api.Cudnn().version_text)"
+        env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        env.pop("RNNCONV_CUDNN_LIBRARY", None)
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert result.returncode == 0, result.stderr
+        candidates, version = result.stdout.splitlines()
+        assert str(site / layout / "libcudnn.so.9") in candidates.split() and version == cudnn.version_text
+        if layout == "nvidia/cudnn/lib":  # first on the path: the one that loads
+            assert candidates.split()[0] == str(site / layout / "libcudnn.so.9")

@@ -17,13 +17,15 @@ import types
 import numpy as np
 import pytest
 from conftest import FIXTURES
+from cuda_stand_in import StandInCuda
 
 import rnnconv
-from rnnconv.canonical import RNNSpec
+from rnnconv.canonical import ParamKey, RNNSpec
 from rnnconv.contracts import dump
-from rnnconv.cudnn import api
+from rnnconv.cudnn import api, cuda
 from rnnconv.cudnn import backend as cudnn_backend
-from rnnconv.errors import BackendMissing
+from rnnconv.cudnn.descriptors import Descriptors
+from rnnconv.errors import BackendMissing, Unsupported, failure
 from rnnconv.formats.cudnn import open_bin
 from rnnconv.table.constants import PROJECTION_LIN_LAYER_ID
 from rnnconv.verification import VerifyOptions, verify
@@ -227,3 +229,166 @@ def test_layout_mismatch_and_relayout(gpu, tmp_path, monkeypatch):
     monkeypatch.undo()  # the real backends again: the moved blob must compute what the source computes
     checked = verify(relayout, VerifyOptions(backend="numpy"))
     assert dump(checked)["verdict"] == "match", dump(checked)["summary"]
+
+
+@pytest.mark.parametrize("status", [3005, 3006, 3007, 3008, 3009])
+def test_cudnn_that_cannot_run_here_is_exit_3_with_the_status_name(status, gpu, tmp_path, monkeypatch):
+    """Driver, CUDA runtime, architecture, runtime library or sub-library: the machine, not the RNN."""
+    install, _ = gpu
+    rnnconv.convert(FIXTURES / "torch" / "rnn_tanh.pt", tmp_path / "x.bin", to="cudnn")
+    backend, _ = install(open_bin(tmp_path / "x.bin").spec)
+    monkeypatch.setattr(backend.cudnn, "call", api.Cudnn.call.__get__(backend.cudnn))  # the real status check
+    monkeypatch.setattr(backend.cudnn.lib, "cudnnCreate", lambda handle: status)
+    monkeypatch.setattr("rnnconv.verification.select_engine", lambda name: backend)
+    with pytest.raises(api.CudnnError) as failed:
+        verify(tmp_path / "x.bin", VerifyOptions(backend="cudnn"))
+    code, sentence = failure(failed.value)
+    assert code == 3 and api.ENVIRONMENT_STATUSES[status] in sentence and "\n" not in sentence
+    assert sentence.startswith(f"cudnnCreate failed: {api.ENVIRONMENT_STATUSES[status]} ({status})")
+
+
+@pytest.mark.parametrize("status,code", [(3000, 2), (3002, 2), (3003, 2), (3004, 2), (3010, 2), (1001, 3), (5000, 3)])
+def test_other_statuses_keep_their_exit_codes(status, code):
+    assert api.CudnnError("x failed", status).exit_code == code
+
+
+def test_the_padding_fill_is_eight_zero_bytes_for_every_type():
+    """cuDNN reads one element of the data type from paddingFill; read back, it is 0 in every type."""
+    cudnn = api.Cudnn()
+    for dtype in ("float32", "float64", "float16", "bfloat16"):
+        spec = RNNSpec("gru", 5, 7, dtype=dtype)
+        with Descriptors(cudnn, spec, 3, 6, np.array([6, 4, 1])) as desc:
+            assert ctypes.sizeof(desc.fill) == 8 and desc.fill.raw == bytes(8)
+            back = ctypes.create_string_buffer(b"\xff" * 8, 8)
+            data_type, layout, steps, batch, size = (ctypes.c_int() for _ in range(5))
+            lengths = (ctypes.c_int * 3)()
+            cudnn.call(
+                "cudnnGetRNNDataDescriptor",
+                desc.x,
+                *(ctypes.byref(v) for v in (data_type, layout, steps, batch, size)),
+                3,
+                lengths,
+                ctypes.cast(back, ctypes.c_void_p),
+            )
+            itemsize = {"float32": 4, "float64": 8}.get(dtype, 2)
+            assert back.raw[:itemsize] == bytes(itemsize), dtype  # cuDNN wrote back a zero of its type
+            assert list(lengths) == [6, 4, 1] and data_type.value == api.DATA_TYPE[dtype]
+
+
+class TransposingGPU(StandInGPU):
+    """A "cuDNN" that reports W_{gate} of the first layer as (in, H), column-major: no relayout can fix that."""
+
+    def _place(self, handle, rnn, pseudo, size, base, lin, m_desc, m_addr, b_desc, b_addr):
+        super()._place(handle, rnn, pseudo, size, base, lin, m_desc, m_addr, b_desc, b_addr)
+        if pseudo == 0 and lin == 0:
+            rows, cols = self.spec.hidden_size, self.spec.input_size
+            self.real_call(
+                "cudnnSetTensorNdDescriptor",
+                m_desc,
+                api.DATA_TYPE[self.spec.dtype],
+                3,
+                (ctypes.c_int * 3)(1, cols, rows),
+                (ctypes.c_int * 3)(rows * cols, rows, 1),
+            )
+
+
+def test_relayout_refuses_when_more_than_offsets_differ(gpu, tmp_path, monkeypatch):
+    install, _ = gpu
+    rnnconv.convert(FIXTURES / "torch" / "lstm_proj.pt", tmp_path / "x.bin", to="cudnn")
+    backend, stand_in = install(open_bin(tmp_path / "x.bin").spec, shift_bytes=64)
+    transposing = TransposingGPU(backend.cudnn, 64)
+    transposing.spec, transposing.itemsize, transposing.spec_bytes = (
+        stand_in.spec,
+        stand_in.itemsize,
+        stand_in.spec_bytes,
+    )
+    monkeypatch.setattr(backend.cudnn, "call", transposing)
+    monkeypatch.setattr("rnnconv.verification.select_engine", lambda name: backend)
+    relayout = tmp_path / "relayout.bin"
+    with pytest.raises(Unsupported, match=r"--relayout refused: it can only move tensors.*layer0\.fwd\.W_i") as refused:
+        verify(tmp_path / "x.bin", VerifyOptions(backend="cudnn", relayout=relayout))
+    assert refused.value.exit_code == 2 and not relayout.exists()
+    report = verify(tmp_path / "x.bin", VerifyOptions(backend="cudnn"))  # without --relayout: the findings
+    findings = dump(report)["layout_findings"]
+    assert {"offset", "dims and strides"} <= {kind for f in findings for kind in f["differs"]}
+    assert "cannot move the blob into cuDNN's layout" in report.summary
+
+
+def test_relayout_refusal_names_what_moving_cannot_fix():
+    from rnnconv.contracts import LayoutFinding
+
+    key = ParamKey(0, 0, "W", "h")
+    placed = [cudnn_backend.Placement(key, 0, 0, 64, [1, 4, 3], [12, 3, 1])]
+    moved = [
+        LayoutFinding(tensor=key.label, differs=["offset"]),
+        LayoutFinding(tensor="weight space", differs=["size"]),
+    ]
+    assert cudnn_backend.relayout_refusal(moved, placed, 64 + 48, 4) is None
+    missing = [LayoutFinding(tensor=key.label, differs=["missing"])]
+    assert cudnn_backend.relayout_refusal(missing, placed, 112, 4) == f"{key.label}: cuDNN reports no place for it"
+    outside = cudnn_backend.relayout_refusal(moved, placed, 100, 4)
+    assert outside == f"{key.label}: cuDNN places it at bytes 64-112, outside its own 100-byte weight space"
+
+
+@pytest.mark.parametrize("session", ["pycuda", "ctypes"])
+def test_forward_plumbing_in_either_cuda_session(session, gpu, tmp_path, monkeypatch):
+    install, driver = gpu
+    libcuda = StandInCuda()
+    monkeypatch.setattr(cuda.CudaDriver, "load", classmethod(lambda cls: cls(libcuda.functions(), "stand-in")))
+    monkeypatch.setenv(cuda.SESSION_ENV, session)
+    rnnconv.convert(FIXTURES / "torch" / "gru_bf16.pt", tmp_path / "x.bin", to="cudnn")
+    blob = open_bin(tmp_path / "x.bin")
+    backend, stand_in = install(blob.spec)
+    spec = blob.spec
+    pseudo = spec.num_layers * spec.num_directions
+    inputs = {
+        "x": np.ones((6, 3, spec.input_size)),
+        "h0": np.zeros((pseudo, 3, spec.output_size)),
+        "c0": None,
+        "lengths": np.array([6, 4, 2]),
+    }
+    seen = {}
+
+    def snapshot(name, *args):  # what the "device" holds while cudnnRNNForward runs (freed after)
+        if name == "cudnnRNNForward":
+            seen["weights"] = ctypes.string_at(args[15], args[14])
+            seen["lengths"] = np.ctypeslib.as_array(args[3], (3,)).tolist()
+        return stand_in(name, *args)
+
+    monkeypatch.setattr(backend.cudnn, "call", snapshot)
+    backend.run(blob, inputs)
+    assert seen["weights"] == np.asarray(blob.words).tobytes() and seen["lengths"] == [6, 4, 2]
+    assert backend.details["cuda_session"].startswith(session)
+    assert backend.details["math_type"] == "DEFAULT" and "math_type_refused" not in backend.details
+    if session == "ctypes":
+        assert not libcuda.memory and libcuda.pushed == 0 and libcuda.retained == 0 and not libcuda.problems
+    else:
+        assert all(a.freed for a in driver.allocations)
+
+
+def test_bfloat16_retries_fma_then_tensor_op_math_when_cuDNN_refuses(gpu, tmp_path, monkeypatch):
+    install, _ = gpu
+    rnnconv.convert(FIXTURES / "torch" / "gru_bf16.pt", tmp_path / "x.bin", to="cudnn")
+    blob = open_bin(tmp_path / "x.bin")
+    backend, stand_in = install(blob.spec)
+    math_types = []
+    answer = stand_in.__call__
+
+    def refusing(name, *args):
+        if name == "cudnnSetRNNDescriptor_v8":
+            math_types.append(
+                args[8]
+            )  # rnnDesc, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType
+        if name == "cudnnGetRNNTempSpaceSizes" and math_types[-1] != api.MATH["tensor_op"]:
+            raise api.CudnnError(f"{name} failed: CUDNN_STATUS_NOT_SUPPORTED (3000)", 3000)
+        return answer(name, *args)
+
+    monkeypatch.setattr(backend.cudnn, "call", refusing)
+    spec = blob.spec
+    pseudo = spec.num_layers * spec.num_directions
+    inputs = {"x": np.ones((4, 2, spec.input_size)), "h0": np.zeros((pseudo, 2, spec.output_size)), "c0": None}
+    backend.run(blob, {**inputs, "lengths": None})
+    assert math_types == [api.MATH["default"], api.MATH["fma"], api.MATH["tensor_op"]]
+    assert backend.details["math_type"] == "TENSOR_OP"
+    assert [r.split(":")[0] for r in backend.details["math_type_refused"]] == ["DEFAULT", "FMA"]
+    assert "math_type_refused" in dump(backend.describe())

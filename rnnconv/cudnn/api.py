@@ -194,6 +194,20 @@ PROTOTYPES: dict[str, tuple[str, list[tuple[str, str]]]] = {
             ("void *", "paddingFill"),
         ],
     ),
+    "cudnnGetRNNDataDescriptor": (
+        "cudnnStatus_t",
+        [
+            ("cudnnRNNDataDescriptor_t", "rnnDataDesc"),
+            ("cudnnDataType_t *", "dataType"),
+            ("cudnnRNNDataLayout_t *", "layout"),
+            ("int *", "maxSeqLength"),
+            ("int *", "batchSize"),
+            ("int *", "vectorSize"),
+            ("int", "arrayLengthRequested"),
+            ("int []", "seqLengthArray"),
+            ("void *", "paddingFill"),
+        ],
+    ),
     "cudnnGetRNNTempSpaceSizes": (
         "cudnnStatus_t",
         [
@@ -234,11 +248,24 @@ PROTOTYPES: dict[str, tuple[str, list[tuple[str, str]]]] = {
 HEADERS = ("cudnn_graph.h", "cudnn_ops.h", "cudnn_adv.h")
 
 
+# cudnnStatus_t codes of the NOT_SUPPORTED family (3xxx) that say the machine cannot run cuDNN, not that it
+# refuses this RNN: an incompatible driver or CUDA runtime, a GPU architecture this build lacks, a missing
+# runtime prerequisite, a sub-library that does not load (cudnn_graph.h).
+ENVIRONMENT_STATUSES = {
+    3005: "CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDA_DRIVER",
+    3006: "CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART",
+    3007: "CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH",
+    3008: "CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING",
+    3009: "CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE",
+}
+
+
 class CudnnError(RnnconvError):
     """A cuDNN call failed; the message names the call and gives cuDNN's own explanation.
 
-    cuDNN failing to run here (no GPU, an old driver, an execution failure) is a backend that is
-    unavailable (exit 3); a configuration cuDNN does not support is unsupported input (exit 2).
+    cuDNN failing to run here (no GPU, an old driver, a GPU its build lacks, a sub-library that does not
+    load, an execution failure) is a backend that is unavailable (exit 3); a configuration cuDNN does not
+    support is unsupported input (exit 2).
     """
 
     exit_code = EXIT_BACKEND_MISSING
@@ -246,21 +273,31 @@ class CudnnError(RnnconvError):
     def __init__(self, message: str, status: int):
         super().__init__(message)
         self.status = status
-        if STATUS_NOT_SUPPORTED <= status < STATUS_NOT_SUPPORTED + 1000:
+        if self.not_supported:
             self.exit_code = EXIT_BAD_INPUT
+
+    @property
+    def not_supported(self) -> bool:
+        """cuDNN refuses this configuration (3xxx), as opposed to not running on this machine at all."""
+        return STATUS_NOT_SUPPORTED <= self.status < STATUS_NOT_SUPPORTED + 1000 and (
+            self.status not in ENVIRONMENT_STATUSES
+        )
 
 
 def library_candidates() -> list[Path | str]:
-    """Where libcudnn.so.9 may be: $RNNCONV_CUDNN_LIBRARY, the nvidia-cudnn-cu12/-cu13 wheel, the system."""
+    """Where libcudnn.so.9 may be: $RNNCONV_CUDNN_LIBRARY alone; else the lib/ folder of the nvidia-cudnn-cu12 or
+    -cu13 wheel (nvidia/cudnn/lib, or any nvidia/*/lib), then the system's."""
     if os.environ.get("RNNCONV_CUDNN_LIBRARY"):  # named explicitly: that one or none
         return [Path(os.environ["RNNCONV_CUDNN_LIBRARY"])]
     found: list[Path | str] = []
-    try:
-        spec = importlib.util.find_spec("nvidia.cudnn")
-    except (ImportError, ValueError):
-        spec = None
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        found.append(Path(location) / "lib" / "libcudnn.so.9")
+    for package in ("nvidia.cudnn", "nvidia"):
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            pattern = "lib/libcudnn.so.9" if package == "nvidia.cudnn" else "*/lib/libcudnn.so.9"
+            found += [path for path in sorted(Path(location).glob(pattern)) if path not in found]
     system = ctypes.util.find_library("cudnn")
     found.append(system or "libcudnn.so.9")
     return found
@@ -281,7 +318,7 @@ class Cudnn:
                 errors.append(f"{candidate}: {exc}")
         if lib is None:
             raise BackendMissing(
-                "libcudnn.so.9 was not found (pip install nvidia-cudnn-cu12, or set "
+                "libcudnn.so.9 was not found (pip install nvidia-cudnn-cu12, or -cu13 for CUDA 13, or set "
                 "RNNCONV_CUDNN_LIBRARY); tried " + "; ".join(errors)
             )
         self.lib: ctypes.CDLL = lib

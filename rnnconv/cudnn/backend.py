@@ -1,12 +1,13 @@
 """`verify --backend cudnn`: run a blob through NVIDIA's own cudnnRNNForward, and let cuDNN
 itself say where every matrix and bias lives.
 
-Device memory, copies and the context come from PyCUDA (the device's primary
-context); cuDNN is called through ctypes (rnnconv.cudnn.api). Before anything
-runs, cudnnGetRNNWeightSpaceSize and cudnnGetRNNWeightParams are compared with
-where the blob says its tensors are: any difference is a finding, reported tensor
-by tensor, and `--relayout` writes the blob in the layout this cuDNN reports.
-Everything here needs a CUDA driver, a GPU and PyCUDA; `probe` says which are missing.
+Device memory, copies and the context come from a CUDA session (rnnconv.cudnn.cuda:
+PyCUDA's when it imports, else rnnconv's own on libcuda through ctypes); cuDNN is
+called through ctypes (rnnconv.cudnn.api). Before anything runs,
+cudnnGetRNNWeightSpaceSize and cudnnGetRNNWeightParams are compared with where the
+blob says its tensors are: any difference is a finding, reported tensor by tensor,
+and `--relayout` writes the blob in the layout this cuDNN reports when only offsets
+differ. Everything here needs a CUDA driver and a GPU; `probe` says what is missing.
 """
 
 from __future__ import annotations
@@ -25,8 +26,19 @@ import numpy as np
 from rnnconv.canonical import ParamKey, RNNSpec
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo, LayoutFinding
-from rnnconv.cudnn.api import FWD_MODE_INFERENCE, MATH, Cudnn
-from rnnconv.cudnn.descriptors import Descriptors, rnn_settings, tensor_dims
+from rnnconv.cudnn.api import FWD_MODE_INFERENCE, MATH, Cudnn, CudnnError
+from rnnconv.cudnn.cuda import (
+    SESSION_ENV,
+    CudaDriver,
+    CudaError,
+    PyCudaSession,
+    Session,
+    chosen_kind,
+    open_session,
+    pycuda_driver,
+    version_text,
+)
+from rnnconv.cudnn.descriptors import MATH_FOR, Descriptors, rnn_settings, tensor_dims
 from rnnconv.dtypes import decode, element_type, encode
 from rnnconv.errors import BackendMissing, Mismatch
 from rnnconv.formats.cudnn import Blob
@@ -42,26 +54,20 @@ class Status:
 
 
 def _driver() -> tuple[dict[str, Any], str | None]:
-    """The CUDA driver and its GPUs, asked through libcuda directly (CUresult cuInit, cuDeviceGetCount)."""
+    """The CUDA driver and its GPUs, asked through libcuda directly (cuDriverGetVersion, cuInit, cuDeviceGetCount)."""
     try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return {}, "no CUDA driver (libcuda.so.1 not found)"
-    int_out = [ctypes.POINTER(ctypes.c_int)]
-    libcuda.cuInit.argtypes, libcuda.cuInit.restype = [ctypes.c_uint], ctypes.c_int
-    libcuda.cuDriverGetVersion.argtypes, libcuda.cuDriverGetVersion.restype = int_out, ctypes.c_int
-    libcuda.cuDeviceGetCount.argtypes, libcuda.cuDeviceGetCount.restype = int_out, ctypes.c_int
-    version, count = ctypes.c_int(), ctypes.c_int()
-    found: dict[str, Any] = {}
-    if libcuda.cuDriverGetVersion(ctypes.byref(version)) == 0:
-        found["cuda_driver"] = f"{version.value // 1000}.{version.value % 1000 // 10}"
-        found["cuda_driver_number"] = version.value
-    status = libcuda.cuInit(0)
-    if status != 0:
-        return found, f"the CUDA driver does not start (cuInit returned {status}: no usable GPU)"
-    libcuda.cuDeviceGetCount(ctypes.byref(count))
-    found["gpus"] = count.value
-    return found, None if count.value else "no GPU (cuDeviceGetCount found none)"
+        driver = CudaDriver.load()
+    except BackendMissing as exc:
+        return {}, str(exc)
+    found: dict[str, Any] = {"libcuda": driver.path}
+    try:
+        number = driver.version()
+        found.update(cuda_driver=version_text(number), cuda_driver_number=number)
+        count = driver.device_count()
+    except CudaError as exc:
+        return found, f"the CUDA driver does not start ({exc}: no usable GPU)"
+    found["gpus"] = count
+    return found, None if count else "no GPU (cuDeviceGetCount found none)"
 
 
 def probe() -> Status:
@@ -84,22 +90,25 @@ def probe() -> Status:
             f"{cudnn.cudart_version // 1000} this cuDNN was built for"
         )
     try:
-        import pycuda.driver  # noqa: F401 -- importable, and built for this CUDA
-
-        found["pycuda"] = importlib.metadata.version("pycuda")
-    except ImportError as exc:
-        missing.append(
-            "pycuda is not installed (pip install 'rnnconv[gpu]', which needs the CUDA toolkit)"
-            if importlib.util.find_spec("pycuda") is None
-            else f"pycuda does not load ({exc})"
-        )
-    except OSError as exc:
-        missing.append(f"pycuda does not load ({exc})")
+        found["cuda_session"] = session_kind()
+    except BackendMissing as exc:
+        missing.append(str(exc))
     found.pop("cuda_driver_number", None)
     if missing:
         have = ", ".join(f"{k} {v}" for k, v in found.items()) or "nothing"
         return Status(False, "; ".join(missing) + f" (found: {have})", found)
     return Status(True, "", found)
+
+
+def session_kind() -> str:
+    """Which CUDA session a run would use here, in words: PyCUDA when it imports, else rnnconv's ctypes one."""
+    asked = chosen_kind()
+    drv, why = pycuda_driver() if asked != "ctypes" else (None, f"{SESSION_ENV}=ctypes")
+    if drv is not None:
+        return PyCudaSession(drv).describe()
+    if asked == "pycuda":
+        raise BackendMissing(f"{SESSION_ENV}=pycuda but {why}")
+    return f"ctypes on libcuda.so.1 ({why})"
 
 
 @dataclass
@@ -124,57 +133,35 @@ class LayoutMismatch(Mismatch):
         self.findings, self.placements, self.weight_space_bytes = findings, placements, size
         self.cudnn_version = cudnn_version
 
-
-class Session:
-    """PyCUDA on the first GPU's primary context, a cuDNN handle, and every device buffer made in it."""
-
-    def __init__(self, drv: Any, handle: ctypes.c_void_p, device: Any):
-        self.drv, self.handle, self.device = drv, handle, device
-        self.buffers: list[Any] = []
-
-    def alloc(self, nbytes: int) -> Any:
-        buffer = self.drv.mem_alloc(max(int(nbytes), 1))
-        self.buffers.append(buffer)
-        return buffer
-
-    def upload(self, host: np.ndarray) -> Any:
-        host = np.ascontiguousarray(host)
-        buffer = self.alloc(host.nbytes)
-        self.drv.memcpy_htod(buffer, host)
-        return buffer
+    def relayout_refusal(self, itemsize: int) -> str | None:
+        """Why `--relayout` cannot write the blob in cuDNN's layout (None: it can)."""
+        return relayout_refusal(self.findings, self.placements, self.weight_space_bytes, itemsize)
 
 
 @contextlib.contextmanager
-def gpu_session(cudnn: Cudnn) -> Iterator[Session]:
-    """A Session; every buffer is freed and the context popped on exit. CUDA failures are exit 3."""
-    try:
-        import pycuda.driver as drv
-    except (ImportError, OSError) as exc:
-        raise BackendMissing(f"pycuda does not load ({exc})") from None
-    try:
-        drv.init()
-        device = drv.Device(0)
-        context = device.retain_primary_context()
-        context.push()
-    except drv.Error as exc:
-        raise BackendMissing(f"CUDA does not start on this machine ({exc})") from None
-    session = Session(drv, ctypes.c_void_p(), device)
-    try:
-        cudnn.call("cudnnCreate", ctypes.byref(session.handle))
-        yield session
-    except drv.Error as exc:
-        raise BackendMissing(f"CUDA failed while running cuDNN ({type(exc).__name__}: {exc})") from None
-    finally:
+def gpu_session(cudnn: Cudnn, kind: str | None = None) -> Iterator[Session]:
+    """A CUDA session (PyCUDA's or rnnconv's ctypes one) with a cuDNN handle; all of it released on exit."""
+    with open_session(kind) as session:
         try:
+            cudnn.call("cudnnCreate", ctypes.byref(session.handle))
+            yield session
+        finally:
             if session.handle.value:
                 cudnn.lib.cudnnDestroy(session.handle)
-            for buffer in session.buffers:
-                buffer.free()
-        finally:
-            context.pop()
+                session.handle = ctypes.c_void_p()
 
 
 MATH_NAMES = {code: name.upper() for name, code in MATH.items()}
+# The math types to try, in order, per data type. cuDNN may refuse bfloat16 RNNs with its default math on
+# some GPUs: then FMA, then tensor-op math (which one ran is in the report).
+MATH_TRIES: dict[str, tuple[int, ...]] = {
+    "bfloat16": (MATH["default"], MATH["fma"], MATH["tensor_op"]),
+    **{dtype: (math,) for dtype, math in MATH_FOR.items() if dtype != "bfloat16"},
+}
+
+
+def math_name(math_type: int) -> str:
+    return MATH_NAMES[math_type] + (" (no TF32)" if math_type == MATH["fma"] else "")
 
 
 class CudnnBackend:
@@ -187,87 +174,126 @@ class CudnnBackend:
         self.notes: list[str] = []
         self.details: dict[str, Any] = {}
         self.cudnn = Cudnn()
+        self.session: Session | None = None  # an open session to run in (the battery's); else one per run
 
     def describe(self) -> BackendInfo:
         return BackendInfo(name=self.name, detail="cudnnRNNForward (inference, FMA math for float32)", **self.details)
 
     def versions(self) -> dict[str, str]:
-        return {k: str(v) for k, v in self.status.found.items() if k in ("cudnn_version", "cuda_driver", "pycuda")}
+        keys = ("cudnn_version", "cuda_driver", "cuda_session")
+        return {k: str(v) for k, v in self.status.found.items() if k in keys}
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[Session]:
+        if self.session is None:
+            with gpu_session(self.cudnn) as session:
+                yield session
+        else:
+            with self.session.scope():  # the buffers of this run are freed after it
+                yield self.session
 
     def run(self, blob: Blob, inputs: Inputs) -> Outputs:
         x, h0, c0, lengths = inputs["x"], inputs["h0"], inputs["c0"], inputs["lengths"]
         spec = blob.spec
         steps, batch, _ = x.shape
         lengths = np.full(batch, steps, dtype=np.int32) if lengths is None else np.asarray(lengths, np.int32)
-        etype = element_type(spec.dtype)
-        lstm = spec.mode == "lstm"
-        pseudo = spec.num_layers * spec.num_directions
-        with gpu_session(self.cudnn) as session:
-            device = session.device
-            settings = rnn_settings(spec)
+        with self._session() as session:
             self.details.update(
-                gpu=device.name(),
-                compute_capability=".".join(map(str, device.compute_capability())),
-                math_type=MATH_NAMES[settings.mathType] + (" (no TF32)" if settings.mathType == MATH["fma"] else ""),
+                gpu=session.device_name(),
+                compute_capability=".".join(map(str, session.compute_capability())),
+                cuda_session=session.describe(),
                 algo="CUDNN_RNN_ALGO_STANDARD",
             )
-            with Descriptors(self.cudnn, spec, batch, steps, lengths, session.handle) as desc:
-                words = np.ascontiguousarray(blob.words)
-                weights = session.upload(words)
-                check_layout(self.cudnn, session.handle, desc, spec, blob.places, int(weights), words.nbytes)
-                x_dev, hx = session.upload(encode(x, etype)), session.upload(encode(h0, etype))
-                cx = session.upload(encode(c0, etype)) if lstm and c0 is not None else None  # NULL: zeros
-                y_host = np.zeros((steps, batch, spec.num_directions * spec.output_size), etype.storage)
-                hy_host = np.zeros((pseudo, batch, spec.output_size), etype.storage)
-                cy_host = np.zeros((pseudo, batch, spec.hidden_size), etype.storage)
-                y, hy, cy = (session.alloc(a.nbytes) for a in (y_host, hy_host, cy_host))
-                seq = session.upload(lengths)
-                work_size, reserve_size = ctypes.c_size_t(), ctypes.c_size_t()
-                self.cudnn.call(
-                    "cudnnGetRNNTempSpaceSizes",
-                    session.handle,
-                    desc.rnn,
-                    FWD_MODE_INFERENCE,
-                    desc.x,
-                    ctypes.byref(work_size),
-                    ctypes.byref(reserve_size),
-                )
-                work = session.alloc(work_size.value)
-                self.cudnn.call(
-                    "cudnnRNNForward",
-                    session.handle,
-                    desc.rnn,
-                    FWD_MODE_INFERENCE,
-                    ctypes.cast(int(seq), ctypes.POINTER(ctypes.c_int32)),
-                    desc.x,
-                    int(x_dev),
-                    desc.y,
-                    int(y),
-                    desc.h,
-                    int(hx),
-                    int(hy),
-                    desc.c,
-                    int(cx) if cx is not None else None,
-                    int(cy) if lstm else None,
-                    words.nbytes,
-                    int(weights),
-                    work_size.value,
-                    int(work),
-                    0,
-                    None,
-                )
-                session.drv.Context.synchronize()
-                for host, device_buffer in ((y_host, y), (hy_host, hy), (cy_host, cy)):
-                    session.drv.memcpy_dtoh(host, device_buffer)
-        out = {
-            "y": decode(y_host, etype).astype(np.float64),
-            "h_n": decode(hy_host, etype).astype(np.float64),
-            "c_n": decode(cy_host, etype).astype(np.float64) if lstm else None,
-        }
+            self.details.pop("math_type_refused", None)
+            words = np.ascontiguousarray(blob.words)
+            weights = session.upload(words)
+            tries = MATH_TRIES[spec.dtype]
+            refused: list[str] = []
+            for math_type in tries:
+                try:
+                    with Descriptors(self.cudnn, spec, batch, steps, lengths, session.handle, math_type) as desc:
+                        check_layout(self.cudnn, session.handle, desc, spec, blob.places, int(weights), words.nbytes)
+                        out = _forward(self.cudnn, session, desc, spec, weights, words.nbytes, x, h0, c0, lengths)
+                    break
+                except CudnnError as exc:
+                    if not exc.not_supported or math_type == tries[-1]:
+                        raise
+                    refused.append(f"{MATH_NAMES[math_type]}: {exc}")
+            self.details["math_type"] = math_name(math_type)
+            if refused:
+                self.details["math_type_refused"] = refused
         second = torch_second_opinion(blob, x, h0, c0, lengths)
         if second is not None:
             self.details["torch_cudnn_rnn"] = second(out)
         return out
+
+
+def _forward(
+    cudnn: Cudnn,
+    session: Session,
+    desc: Descriptors,
+    spec: RNNSpec,
+    weights: Any,
+    weight_bytes: int,
+    x: np.ndarray,
+    h0: np.ndarray,
+    c0: np.ndarray | None,
+    lengths: np.ndarray,
+) -> Outputs:
+    """One cudnnRNNForward (inference) on device copies of the inputs; the outputs decoded to float64."""
+    steps, batch, _ = x.shape
+    etype = element_type(spec.dtype)
+    lstm = spec.mode == "lstm"
+    pseudo = spec.num_layers * spec.num_directions
+    x_dev, hx = session.upload(encode(x, etype)), session.upload(encode(h0, etype))
+    cx = session.upload(encode(c0, etype)) if lstm and c0 is not None else None  # NULL: zeros
+    y_host = np.zeros((steps, batch, spec.num_directions * spec.output_size), etype.storage)
+    hy_host = np.zeros((pseudo, batch, spec.output_size), etype.storage)
+    cy_host = np.zeros((pseudo, batch, spec.hidden_size), etype.storage)
+    y, hy, cy = (session.alloc(a.nbytes) for a in (y_host, hy_host, cy_host))
+    seq = session.upload(lengths)
+    work_size, reserve_size = ctypes.c_size_t(), ctypes.c_size_t()
+    cudnn.call(
+        "cudnnGetRNNTempSpaceSizes",
+        session.handle,
+        desc.rnn,
+        FWD_MODE_INFERENCE,
+        desc.x,
+        ctypes.byref(work_size),
+        ctypes.byref(reserve_size),
+    )
+    work = session.alloc(work_size.value)
+    cudnn.call(
+        "cudnnRNNForward",
+        session.handle,
+        desc.rnn,
+        FWD_MODE_INFERENCE,
+        ctypes.cast(int(seq), ctypes.POINTER(ctypes.c_int32)),
+        desc.x,
+        int(x_dev),
+        desc.y,
+        int(y),
+        desc.h,
+        int(hx),
+        int(hy),
+        desc.c,
+        int(cx) if cx is not None else None,
+        int(cy) if lstm else None,
+        weight_bytes,
+        int(weights),
+        work_size.value,
+        int(work),
+        0,
+        None,
+    )
+    session.synchronize()
+    for host, device_buffer in ((y_host, y), (hy_host, hy), (cy_host, cy)):
+        session.download(host, device_buffer)
+    return {
+        "y": decode(y_host, etype).astype(np.float64),
+        "h_n": decode(hy_host, etype).astype(np.float64),
+        "c_n": decode(cy_host, etype).astype(np.float64) if lstm else None,
+    }
 
 
 def placements(cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, base: int, size: int) -> list[Placement]:
@@ -308,48 +334,99 @@ def placements(cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, base
     return found
 
 
-def check_layout(
-    cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, places: dict[ParamKey, Region], base: int, size: int
-) -> None:
-    """Raise LayoutMismatch when cuDNN's sizes or offsets differ from where the blob puts its tensors."""
+def expected_dims(shape: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """A tensor of rnnconv's layout as cudnnGetRNNWeightParams describes one: 3-D, dense, row-major
+    (a (rows, cols) matrix is [1, rows, cols] / [rows*cols, cols, 1], a bias of n is [1, n, 1] / [n, 1, 1])."""
+    rows, cols = (*shape, 1)[:2]
+    return [1, rows, cols], [rows * cols, cols, 1]
+
+
+def dense(dims: list[int], strides: list[int]) -> tuple[list[int], list[int]]:
+    """The dimensions that are not 1 and their strides: what decides where each element is."""
+    kept = [(d, s) for d, s in zip(dims, strides) if d != 1]
+    return [d for d, _ in kept], [s for _, s in kept]
+
+
+def layout_findings(
+    spec: RNNSpec, places: dict[ParamKey, Region], found: list[Placement], reported_bytes: int, size: int
+) -> list[LayoutFinding]:
+    """Every difference between where cuDNN places the tensors (`found`, `reported_bytes` in all) and where
+    the blob does (`places`, `size` bytes): the weight space's size, each tensor's offset, dims and strides."""
     itemsize = element_type(spec.dtype).itemsize
-    reported = ctypes.c_size_t()
-    cudnn.call("cudnnGetRNNWeightSpaceSize", handle, desc.rnn, ctypes.byref(reported))
     findings: list[LayoutFinding] = []
-    if reported.value != size:
-        findings.append(LayoutFinding(tensor="weight space", expected_bytes=size, cudnn_bytes=reported.value))
-    found = placements(cudnn, handle, desc, spec, base, max(size, reported.value))
+    if reported_bytes != size:
+        findings.append(
+            LayoutFinding(tensor="weight space", expected_bytes=size, cudnn_bytes=reported_bytes, differs=["size"])
+        )
     by_key = {p.key: p for p in found}
     for region in sorted(places.values(), key=lambda r: r.offset):
         placed = by_key.get(region.key)
+        dims, strides = expected_dims(region.shape)
         expected = {"offset_bytes": region.offset * itemsize, "shape": list(region.shape)}
+        expected.update(dims=dims, strides=strides)
         if placed is None:
-            findings.append(LayoutFinding(tensor=region.key.label, expected=expected))
+            findings.append(LayoutFinding(tensor=region.key.label, expected=expected, differs=["missing"]))
             continue
-        size_ok = int(np.prod(placed.dims)) == region.size
-        rows, cols = (region.shape + (1,))[:2]
-        row_major = region.is_bias or (placed.dims[-2:] == [rows, cols] and placed.strides[-2:] == [cols, 1])
-        if placed.offset_bytes != region.offset * itemsize or not size_ok or not row_major:
-            findings.append(
-                LayoutFinding(
-                    tensor=region.key.label,
-                    expected=expected,
-                    cudnn={"offset_bytes": placed.offset_bytes, "dims": placed.dims, "strides": placed.strides},
-                )
-            )
+        differs = []
+        if placed.offset_bytes != region.offset * itemsize:
+            differs.append("offset")
+        if dense(placed.dims, placed.strides) != dense(dims, strides):
+            differs.append("dims and strides")
+        if differs:
+            said = {"offset_bytes": placed.offset_bytes, "dims": placed.dims, "strides": placed.strides}
+            findings.append(LayoutFinding(tensor=region.key.label, expected=expected, cudnn=said, differs=differs))
+    return findings
+
+
+def check_layout(
+    cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, places: dict[ParamKey, Region], base: int, size: int
+) -> None:
+    """Raise LayoutMismatch when cuDNN's size, offsets, dimensions or strides differ from the blob's layout."""
+    reported = ctypes.c_size_t()
+    cudnn.call("cudnnGetRNNWeightSpaceSize", handle, desc.rnn, ctypes.byref(reported))
+    found = placements(cudnn, handle, desc, spec, base, max(size, reported.value))
+    findings = layout_findings(spec, places, found, reported.value, size)
     if findings:
         first = findings[0]
         expected_text = first.expected if first.expected is not None else first.expected_bytes
         cudnn_text = first.cudnn if first.cudnn is not None else first.cudnn_bytes
+        movable = relayout_refusal(findings, found, reported.value, element_type(spec.dtype).itemsize) is None
         raise LayoutMismatch(
             f"cuDNN {cudnn.version_text} lays this RNN out differently from the blob: "
-            f"{first.tensor} expected {expected_text}, cuDNN says {cudnn_text} ({len(findings)} "
-            f"difference(s)); --relayout OUT writes the blob in cuDNN's layout",
+            f"{first.tensor} expected {expected_text}, cuDNN says {cudnn_text} ({len(findings)} difference(s)); "
+            + (
+                "--relayout OUT writes the blob in cuDNN's layout"
+                if movable
+                else "more than offsets differ, so --relayout cannot move the blob into cuDNN's layout"
+            ),
             findings,
             found,
             reported.value,
             cudnn.version_text,
         )
+
+
+def relayout_refusal(
+    findings: list[LayoutFinding], found: list[Placement], total_bytes: int, itemsize: int
+) -> str | None:
+    """Why the blob cannot be moved into cuDNN's layout, or None when it can: moving tensors changes offsets
+    and the total size, nothing else, so every other difference (dims, strides, a tensor cuDNN does not
+    hold, a tensor beyond cuDNN's weight space) is refused."""
+    for finding in findings:
+        if any(kind not in ("offset", "size") for kind in finding.differs):
+            return (
+                f"{finding.tensor}: cuDNN reports {finding.cudnn} where the blob has {finding.expected}"
+                if finding.cudnn
+                else f"{finding.tensor}: cuDNN reports no place for it"
+            )
+    for placed in found:
+        end = placed.offset_bytes + int(np.prod(placed.dims)) * itemsize
+        if placed.offset_bytes < 0 or end > total_bytes:
+            return (
+                f"{placed.key.label}: cuDNN places it at bytes {placed.offset_bytes}-{end}, outside its own "
+                f"{total_bytes}-byte weight space"
+            )
+    return None
 
 
 def torch_second_opinion(blob: Blob, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None, lengths: np.ndarray):

@@ -56,8 +56,9 @@ MATH_FOR = {
 }
 
 
-def rnn_settings(spec: RNNSpec) -> RNNSettings:
-    """Strict precision: float math for half and bfloat16 data, double for double."""
+def rnn_settings(spec: RNNSpec, math_type: int | None = None) -> RNNSettings:
+    """Strict precision: float math for half and bfloat16 data, double for double; `math_type` overrides
+    the math type (the battery's retries for bfloat16)."""
     return RNNSettings(
         algo=ALGO_STANDARD,
         cellMode=RNN_MODE[spec.mode],
@@ -66,7 +67,7 @@ def rnn_settings(spec: RNNSpec) -> RNNSettings:
         inputMode=INPUT_MODE["linear"],
         dataType=DATA_TYPE[spec.dtype],
         mathPrec=DATA_TYPE["float64" if spec.dtype == "float64" else "float32"],
-        mathType=MATH_FOR[spec.dtype],
+        mathType=MATH_FOR[spec.dtype] if math_type is None else math_type,
         inputSize=spec.input_size,
         hiddenSize=spec.hidden_size,
         projSize=spec.output_size,  # cuDNN wants hiddenSize when there is no projection (0 is BAD_PARAM)
@@ -74,18 +75,24 @@ def rnn_settings(spec: RNNSpec) -> RNNSettings:
     )
 
 
-ZERO_FILL: dict[str, Any] = {
-    "float32": ctypes.c_float,
-    "float64": ctypes.c_double,
-    "float16": ctypes.c_uint16,
-    "bfloat16": ctypes.c_uint16,
-}
+# cudnnSetRNNDataDescriptor reads its padding fill as one element of the data type: 8 zero bytes are 0.0
+# as a double, a float, a half and a bfloat16 alike, so one buffer serves every type.
+ZERO_FILL_BYTES = 8
 
 
 class Descriptors:
     """Every descriptor of one forward run (RNN, dropout, x/y data, h/c tensors), destroyed together."""
 
-    def __init__(self, cudnn: Cudnn, spec: RNNSpec, batch: int, steps: int, lengths: np.ndarray, handle: Any = None):
+    def __init__(
+        self,
+        cudnn: Cudnn,
+        spec: RNNSpec,
+        batch: int,
+        steps: int,
+        lengths: np.ndarray,
+        handle: Any = None,
+        math_type: int | None = None,
+    ):
         self.cudnn = cudnn
         self.spec = spec
         self._created: list[tuple[str, ctypes.c_void_p]] = []
@@ -94,12 +101,12 @@ class Descriptors:
             if handle is not None:  # dropout 0: no state memory needed
                 cudnn.call("cudnnSetDropoutDescriptor", self.dropout, handle, 0.0, None, 0, 0)
             self.rnn = self._create("cudnnCreateRNNDescriptor", "cudnnDestroyRNNDescriptor")
-            self.settings = rnn_settings(spec)
+            self.settings = rnn_settings(spec, math_type)
             cudnn.call(
                 "cudnnSetRNNDescriptor_v8", self.rnn, *asdict(self.settings).values(), self.dropout, PADDED_IO_ENABLED
             )
             self.lengths = (ctypes.c_int * batch)(*[int(v) for v in lengths])
-            self.fill = ZERO_FILL[spec.dtype](0)  # padded outputs are zero, as rnnconv's reference gives
+            self.fill = ctypes.create_string_buffer(ZERO_FILL_BYTES)  # padded outputs are zero, as the reference
             self.x = self._data(steps, batch, spec.input_size)
             self.y = self._data(steps, batch, spec.num_directions * spec.output_size)
             pseudo = spec.num_layers * spec.num_directions
@@ -126,7 +133,7 @@ class Descriptors:
             batch,
             size,
             self.lengths,
-            ctypes.cast(ctypes.pointer(self.fill), ctypes.c_void_p),
+            ctypes.cast(self.fill, ctypes.c_void_p),
         )
         return desc
 
