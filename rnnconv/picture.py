@@ -26,7 +26,7 @@ from rnnconv.canonical import RNNSpec
 from rnnconv.errors import BadInput
 from rnnconv.table.apply import assemble_stored, gate_loaders, stored_shapes
 from rnnconv.table.constants import BIAS_KINDS, CUDNN_GATES, GATE_NAMES, KIND_OF_ROLE
-from rnnconv.table.rows import BIAS_SINGLE, BIAS_SINGLE_BUT_LAST, TABLE, Row
+from rnnconv.table.rows import TABLE, Row
 from rnnconv.weightspace import regions
 
 WEIGHT_SPACE = "cudnn"  # the format drawn as cuDNN's flat weight space, not as its per-gate tensors
@@ -396,7 +396,7 @@ def _legend(mapping: Mapping_, plain: bool, cut: bool, values: bool) -> Iterator
             "0: no stored element lands here"
             + (
                 f" (a single bias, --bias-split {mapping.source.bias_split})"
-                if mapping.source.row and mapping.source.row.bias in (BIAS_SINGLE, BIAS_SINGLE_BUT_LAST)
+                if mapping.source.row and mapping.source.row.bias.summed
                 else ""
             )
         )

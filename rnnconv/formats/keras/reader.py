@@ -33,7 +33,7 @@ from rnnconv.formats.registry import HDF5_MAGIC, ZIP_MAGIC
 from rnnconv.safeio import Guard, add_guard, checksum_guard, json_document, regular_file, within
 from rnnconv.table.apply import check_shapes, classes_of, find_row, gate_loaders, mode_for, rows_for, stored_shapes
 from rnnconv.table.constants import KERAS_CELLS, KERAS_DIRECTION_GROUPS, KERAS_VARIABLES
-from rnnconv.table.rows import BIAS_SINGLE, DEFAULT_BIAS_SPLIT, MATRIX_COLUMNS
+from rnnconv.table.rows import DEFAULT_BIAS_SPLIT
 from rnnconv.transpose import transposed
 
 RECURRENT_CLASSES = set(classes_of("keras"))
@@ -602,7 +602,7 @@ def to_canonical(
             "layer": layer.name,
             "layer_class": layer.display_class,
             "keras_config": _config_summary(layer.name, config, layer.extra),
-            "bias_split": bias_split if has_bias and row.bias == BIAS_SINGLE else None,
+            "bias_split": bias_split if has_bias and row.bias.summed else None,
             "assumptions": assumptions or None,
         }
     )
@@ -681,7 +681,7 @@ class _Transposed:
 
 
 def _fetcher(tensors: dict[str, Any], reader: TensorReader, row: Any = None):
-    columns = row is not None and row.matrix == MATRIX_COLUMNS
+    columns = row is not None and row.matrix.transposed
     return lambda role: reader.read(tensors[role], columns and role in ("input_matrix", "recurrent_matrix"))
 
 
