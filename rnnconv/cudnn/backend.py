@@ -30,8 +30,8 @@ from rnnconv.cudnn.descriptors import Descriptors, rnn_settings, tensor_dims
 from rnnconv.dtypes import decode, element_type, encode
 from rnnconv.errors import BackendMissing, Mismatch
 from rnnconv.formats.cudnn import Blob
-from rnnconv.table.constants import BIAS_KINDS, MATRIX_KINDS, PROJECTION_LIN_LAYER_ID
-from rnnconv.weightspace import Region
+from rnnconv.table.constants import BIAS_KINDS, LSTM, MATRIX_KINDS, Kind
+from rnnconv.weightspace import Region, lin_layer_ids, lin_layer_tensors
 
 
 @dataclass
@@ -200,7 +200,7 @@ class CudnnBackend:
         steps, batch, _ = x.shape
         lengths = np.full(batch, steps, dtype=np.int32) if lengths is None else np.asarray(lengths, np.int32)
         etype = element_type(spec.dtype)
-        lstm = spec.mode == "lstm"
+        lstm = spec.mode == LSTM
         pseudo = spec.num_layers * spec.num_directions
         with gpu_session(self.cudnn) as session:
             device = session.device
@@ -274,8 +274,8 @@ def placements(cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, base
     """Every matrix and bias of the RNN where cudnnGetRNNWeightParams puts it."""
     m_desc, b_desc = desc.new_tensor_descriptor(), desc.new_tensor_descriptor()
     found = []
-    gates = len(spec.gates)
-    lin_ids = list(range(2 * gates)) + ([PROJECTION_LIN_LAYER_ID] if spec.proj_size else [])
+    ids = lin_layer_ids(spec.gates)
+    lin_ids = sorted({lin for (kind, _), lin in ids.items() if kind != Kind.P or spec.proj_size})
     for pseudo in range(spec.num_layers * spec.num_directions):
         layer, direction = divmod(pseudo, spec.num_directions)
         for lin in lin_ids:
@@ -293,12 +293,8 @@ def placements(cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, base
                 b_desc,
                 ctypes.byref(b_addr),
             )
-            if lin == PROJECTION_LIN_LAYER_ID:
-                kinds = [("P", "", m_addr, m_desc)]
-            else:
-                gate = spec.gates[lin % gates]
-                side = lin // gates  # 0: the input side, 1: the recurrent side
-                kinds = [(MATRIX_KINDS[side], gate, m_addr, m_desc), (BIAS_KINDS[side], gate, b_addr, b_desc)]
+            matrix, bias = lin_layer_tensors(spec.gates, lin)
+            kinds = [(*matrix, m_addr, m_desc)] + ([(*bias, b_addr, b_desc)] if bias else [])
             for kind, gate, addr, tensor in kinds:
                 if addr.value:  # a NULL address: cuDNN holds no such tensor
                     dims, strides = tensor_dims(cudnn, tensor)
@@ -311,7 +307,11 @@ def placements(cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, base
 def check_layout(
     cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, places: dict[ParamKey, Region], base: int, size: int
 ) -> None:
-    """Raise LayoutMismatch when cuDNN's sizes or offsets differ from where the blob puts its tensors."""
+    """Raise LayoutMismatch when cuDNN's sizes or offsets differ from where the blob puts its tensors.
+
+    Each tensor is looked up by the pseudo-layer and linLayerID the blob gives it (its sidecar's): a wrong id
+    is a wrong place, as it would be for a program that asks cuDNN with the sidecar's ids.
+    """
     itemsize = element_type(spec.dtype).itemsize
     reported = ctypes.c_size_t()
     cudnn.call("cudnnGetRNNWeightSpaceSize", handle, desc.rnn, ctypes.byref(reported))
@@ -319,9 +319,9 @@ def check_layout(
     if reported.value != size:
         findings.append(LayoutFinding(tensor="weight space", expected_bytes=size, cudnn_bytes=reported.value))
     found = placements(cudnn, handle, desc, spec, base, max(size, reported.value))
-    by_key = {p.key: p for p in found}
+    by_id = {(p.pseudo_layer, p.lin_layer_id, p.key.kind in BIAS_KINDS): p for p in found}
     for region in sorted(places.values(), key=lambda r: r.offset):
-        placed = by_key.get(region.key)
+        placed = by_id.get((region.pseudo_layer, region.lin_layer_id, region.is_bias))
         expected = {"offset_bytes": region.offset * itemsize, "shape": list(region.shape)}
         if placed is None:
             findings.append(LayoutFinding(tensor=region.key.label, expected=expected))
@@ -384,8 +384,8 @@ def torch_second_opinion(blob: Blob, x: np.ndarray, h0: np.ndarray, c0: np.ndarr
                         torch.cat([tensor(blob.param(ParamKey(layer, direction, kind, g))) for g in spec.gates])
                     )
                 if spec.proj_size:
-                    weights.append(tensor(blob.param(ParamKey(layer, direction, "P", ""))))
-        lstm = spec.mode == "lstm"
+                    weights.append(tensor(blob.param(ParamKey(layer, direction, Kind.P, ""))))
+        lstm = spec.mode == LSTM
         rnn_precision = getattr(torch.backends.cudnn, "rnn", None)
         previous = (torch.backends.cudnn.allow_tf32, getattr(rnn_precision, "fp32_precision", None))
         torch.backends.cudnn.allow_tf32 = False

@@ -43,7 +43,7 @@ from rnnconv.errors import BadInput, no_such_rnn
 from rnnconv.formats import _safetensors, registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.safeio import JSON_LIMIT, SIDECAR_SUFFIX, atomic_outputs, json_document, regular_file, write_array
-from rnnconv.table.constants import BIAS_MODE, CUDNN_MODES, DIRECTION, INPUT_MODE
+from rnnconv.table.constants import BIAS_MODE, CUDNN_MODES, DIRECTION, INPUT_MODE, Kind
 from rnnconv.table.formats import FORMAT_INFO
 from rnnconv.version import __version__
 from rnnconv.weightspace import (
@@ -52,6 +52,7 @@ from rnnconv.weightspace import (
     LAYOUT_VERSION,
     REPORTED_LAYOUT_NAME,
     Region,
+    lin_layer_id,
     region_map,
     regions,
     size_formula,
@@ -232,7 +233,7 @@ class Blob:
 
     def stacked(self, layer: int, direction: int, kind: str) -> np.ndarray | None:
         """The gates of one kind, in cuDNN order, as one view of the blob when they lie back to back."""
-        gates = [""] if kind == "P" else list(self.spec.gates)
+        gates = [""] if kind == Kind.P else list(self.spec.gates)
         parts = [self.places[ParamKey(layer, direction, kind, g)] for g in gates]
         if any(b.offset != a.offset + a.size for a, b in itertools.pairwise(parts)):
             return None
@@ -289,6 +290,12 @@ def placement(
         region = places.get(key)
         if region is None or region.shape != spec.param_shape(key) or region.offset + region.size > elements:
             raise BadInput(f"{where}: its tensor table does not place {key.label} inside the weight space")
+        ids = (key.layer * spec.num_directions + key.direction, lin_layer_id(spec, key))
+        if (region.pseudo_layer, region.lin_layer_id) != ids:
+            raise BadInput(
+                f"{where}: its tensor table gives {key.label} pseudo-layer {region.pseudo_layer} and linLayerID "
+                f"{region.lin_layer_id}, but cuDNN numbers that tensor {ids[0]} and {ids[1]}"
+            )
     spans = sorted((r.offset, r.offset + r.size, r.key.label) for r in places.values())
     for (_, end, first), (begin, _, second) in itertools.pairwise(spans):
         if begin < end:

@@ -46,8 +46,8 @@ FWD_MODE_INFERENCE: Final = 0  # cudnnForwardMode_t
 STATUS_SUCCESS: Final = 0
 STATUS_NOT_SUPPORTED: Final = 3000  # 3xxx: not supported (cuDNN 9 groups status codes by thousands)
 PADDED_IO_ENABLED: Final = 1  # auxFlags bit of cudnnSetRNNDescriptor_v8
-# cudnnGetRNNWeightParams' linLayerID of a gate's matrix and of its bias: 0..G-1 the input side (W and bW)
-# and G..2G-1 the recurrent side (R and bR), in cuDNN's gate order; 8 the LSTM projection (table: weightspace.py).
+# cudnnGetRNNWeightParams' linLayerIDs: 0..G-1 the input side (W and its bias bW) and G..2G-1 the recurrent
+# side (R, bR), each in cuDNN's gate order (CUDNN_GATES); weightspace.lin_layer_ids derives the mapping.
 PROJECTION_LIN_LAYER_ID: Final = 8  # the LSTM projection matrix (P x H, no bias)
 MAX_SIZE: Final = 2**31 - 1  # cuDNN takes sizes as int32
 MAX_LAYERS: Final = 1024  # far beyond any trained RNN: a spec claiming more is a damaged or hostile file
