@@ -81,17 +81,43 @@ FORBIDDEN = [
 ]
 
 
-@pytest.mark.parametrize(
-    "path",
-    sorted(p for p in PACKAGE.rglob("*.py") if "table" not in p.parts),
-    ids=lambda p: str(p.relative_to(PACKAGE)),
-)
-def test_no_enumeration_outside_the_table(path):
+# Names the table gives (constants.Kind, LSTM / GRU / RNN, DIRECTIONS, DIRECTION_WORDS, KERAS_DIRECTION_PREFIXES,
+# TF1_DIRECTIONS, ONNX_INPUTS), by what they name.
+NAMED = {
+    "a tensor kind": r"(?<!\w)[\"'](W|R|bW|bR|P)[\"']",
+    "a cell or mode compared by name": r"[!=]=\s*[\"'](lstm|gru|rnn\w*)[\"']|[\"'](lstm|gru|rnn\w*)[\"']\s*[!=]=",
+    "a direction word": r"(?<!\w)[\"'](fwd|rev|fw|bw|forward|reverse|backward)[\"']",
+    "an ONNX input or output name": r"(?<!\w)[\"'](X|B|sequence_lens|initial_h|initial_c|Y|Y_h|Y_c)[\"']",
+}
+# Modules that still write some of them, and which: this list may only shrink (a module cleaned must leave it).
+NOT_YET_CLEAN = {
+    "formats/onnx.py": set(NAMED),
+}
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "table" not in p.parts)
+
+
+def code_of(path: Path) -> str:
     code = re.sub(r'"""[\s\S]*?"""', "", path.read_text())  # docstrings may explain
-    code = "\n".join(line.split("#")[0] for line in code.splitlines())  # and so may comments
+    return "\n".join(line.split("#")[0] for line in code.splitlines())  # and so may comments
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_enumeration_outside_the_table(path):
+    code = code_of(path)
     for pattern, what in FORBIDDEN:
         found = re.search(pattern, code)
         assert not found, f"{path.name} writes {what} ({found.group(0)!r}): take it from rnnconv.table"
+    name = path.relative_to(PACKAGE).as_posix()
+    for what, pattern in NAMED.items():
+        found = re.search(pattern, code)
+        if what in NOT_YET_CLEAN.get(name, ()):
+            assert found, f"{name} no longer writes {what}: take it off NOT_YET_CLEAN"
+        else:
+            assert not found, f"{name} writes {what} ({found.group(0)!r}): take it from rnnconv.table"
+
+
+def test_the_not_yet_clean_modules_exist():
+    assert {p.relative_to(PACKAGE).as_posix() for p in MODULES} >= set(NOT_YET_CLEAN)
 
 
 def test_cli_is_thin():

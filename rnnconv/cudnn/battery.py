@@ -30,6 +30,7 @@ from rnnconv.errors import BackendMissing, RnnconvError
 from rnnconv.formats.cudnn import Blob, open_bin, write_bin
 from rnnconv.reference import forward
 from rnnconv.safeio import atomic_outputs
+from rnnconv.table.constants import LSTM
 from rnnconv.weightspace import LAYOUT_NAME, LAYOUT_VERSION, weight_space_elements
 
 
@@ -38,7 +39,7 @@ def configurations() -> list[RNNSpec]:
     for mode, layers, bidirectional, dtype in itertools.product(
         ("lstm", "gru", "rnn_tanh", "rnn_relu"), (1, 2), (False, True), ("float32", "float16")
     ):
-        for proj in (0, 3) if mode == "lstm" else (0,):
+        for proj in (0, 3) if mode == LSTM else (0,):
             specs.append(RNNSpec(mode, 5, 8, layers, bidirectional, proj, dtype))
     return specs
 
@@ -116,7 +117,7 @@ def _forward(backend: CudnnBackend, blob: Blob, seed: int) -> dict[str, Any]:
     pseudo = spec.num_layers * spec.num_directions
     x = rng.normal(0, 0.8, (6, 3, spec.input_size)).astype(np.float32)
     h0 = rng.normal(0, 0.5, (pseudo, 3, spec.output_size)).astype(np.float32)
-    c0 = rng.normal(0, 0.5, (pseudo, 3, spec.hidden_size)).astype(np.float32) if spec.mode == "lstm" else None
+    c0 = rng.normal(0, 0.5, (pseudo, 3, spec.hidden_size)).astype(np.float32) if spec.mode == LSTM else None
     lengths = np.array([6, 4, 2])
     got = backend.run(blob, {"x": x, "h0": h0, "c0": c0, "lengths": lengths})
     y, h_n, c_n = forward(spec, blob.param, x, h0, c0, lengths)

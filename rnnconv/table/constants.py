@@ -129,6 +129,7 @@ KERAS_CELLS: Final[dict[str, str]] = {"LSTMCell": "LSTM", "GRUCell": "GRU", "Sim
 KERAS_WRAPPERS: Final = ("Bidirectional", "RNN")
 # Bidirectional's sub-layer groups in a Keras 3 weights file, forward first.
 KERAS_DIRECTION_GROUPS: Final = ("forward_layer", "backward_layer")
+KERAS_DIRECTION_PREFIXES: Final = ("forward", "backward")  # and the names of its sub-layers: forward_{name}
 
 # PyTorch: parameter names. Layers add `_l{layer}` and, for direction 1, `_reverse`; cells use the bare name.
 TORCH_PARAMETERS: Final[dict[str, str]] = {
