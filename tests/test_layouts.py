@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 
 import numpy as np
 import pytest
@@ -12,8 +13,9 @@ from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.dtypes import decode, element_type, encode
 from rnnconv.errors import BadInput
 from rnnconv.formats.cudnn import open_bin, write_bin, write_relayout
-from rnnconv.table.apply import assemble_stored, find_row, gate_loaders, stored_shapes
-from rnnconv.table.rows import TABLE
+from rnnconv.table.apply import assemble_stored, find_row, gate_loaders, recipe, stored_shapes
+from rnnconv.table.layouts import BIAS_SINGLE, MatrixLayout
+from rnnconv.table.rows import TABLE, Row
 from rnnconv.weightspace import lin_layer_tensors, regions, size_formula, weight_space_elements
 
 
@@ -29,6 +31,56 @@ def test_reading_and_writing_a_row_are_inverse(row):
     rebuilt = assemble_stored(row, hidden, n_in, hidden, lambda kind, gate: loaders[(kind, gate)]())
     for role in stored:
         np.testing.assert_allclose(rebuilt[role], stored[role], rtol=1e-6)
+
+
+class OneTensorPerGate(MatrixLayout):
+    """A layout the table has no row for yet: each gate's matrix its own (width, H) tensor, x @ kernel."""
+
+    name = "per-gate"
+    description = "one (in, H) tensor per gate"
+
+    def shapes(self, role, order, hidden, width):
+        return {f"{role}/{gate}": (width, hidden) for gate in order}
+
+    def load(self, fetch, role, order, gate, hidden):
+        return lambda: np.asarray(fetch(f"{role}/{gate}")).T
+
+    def store(self, out, role, order, gate, hidden, block):
+        out[f"{role}/{gate}"][...] = block.T
+
+    def describe(self, names, role, order, gate):
+        return f"{names[role].format(gate=gate)}.T"
+
+
+def test_a_new_storage_layout_is_one_class():
+    """What a new format with one summed bias and a tensor per gate adds to the table: a class and a row."""
+    names = {"input_matrix": "Wx_{gate}", "recurrent_matrix": "Wh_{gate}", "bias": "b"}
+    row = Row("new", "LSTM", "lstm", ("i", "f", "c", "o"), OneTensorPerGate(), BIAS_SINGLE, names, {"tanh": "lstm"}, {})
+    rng = np.random.default_rng(4)
+    hidden, n_in = 3, 5
+    shapes = stored_shapes(row, hidden, n_in, hidden)
+    assert shapes == {
+        **{f"input_matrix/{g}": (n_in, hidden) for g in "ifco"},
+        **{f"recurrent_matrix/{g}": (hidden, hidden) for g in "ifco"},
+        "bias": (4 * hidden,),
+    }
+    stored = {role: rng.normal(size=shape) for role, shape in shapes.items()}
+    loaders = gate_loaders(row, hidden, stored.__getitem__, has_bias=True, bias_split="input")
+    np.testing.assert_array_equal(loaders[("W", "f")](), stored["input_matrix/f"].T)
+    np.testing.assert_array_equal(loaders[("bW", "c")](), stored["bias"][2 * hidden : 3 * hidden])
+    rebuilt = assemble_stored(row, hidden, n_in, hidden, lambda kind, gate: loaders[(kind, gate)](), dtype=np.float64)
+    for role in stored:
+        np.testing.assert_array_equal(rebuilt[role], stored[role])
+    named = {
+        names[role].format(gate=g): stored[f"{role}/{g}"]
+        for role in ("input_matrix", "recurrent_matrix")
+        for g in "ifco"
+    }
+    for tensor, expression in recipe(row, "input"):  # explain's recipe comes from the same class
+        value = eval(re.sub(r"(\d)H", r"\1*H", expression), {**named, "b": stored["bias"], "H": hidden})
+        kind, _, gate = tensor.partition("_")
+        want = loaders[(kind, gate)]()
+        np.testing.assert_array_equal(np.broadcast_to(value, want.shape), want, err_msg=tensor)
 
 
 def test_keras_gru_row_picks_reset_after_variant():
