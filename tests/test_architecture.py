@@ -153,6 +153,7 @@ def test_unknown_formats_and_outputs_fail_with_the_exact_key(tmp_path):
         registry.detect(strange)
 
 
+@pytest.mark.slow
 def test_inspect_never_falls_through_to_another_format(tmp_path):
     strange = tmp_path / "notes.txt"
     strange.write_text("a text file")
@@ -237,6 +238,7 @@ def options_of(name: str) -> dict[str, object]:
     return {opt: param for param in command.params for opt in param.opts + param.secondary_opts}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", commands())
 def test_every_command_speaks_the_same_options(name):
     options = options_of(name)
@@ -250,6 +252,7 @@ def test_every_command_speaks_the_same_options(name):
     assert "Example" in help_text
 
 
+@pytest.mark.slow
 def test_old_option_name_still_works(tmp_path):
     result = run_cli(
         "torch-to-cudnn", FIXTURES / "torch" / "seq2seq.pt", "--prefix", "encoder.rnn", "-o", tmp_path / "x.bin"
@@ -258,6 +261,7 @@ def test_old_option_name_still_works(tmp_path):
     assert "--prefix" not in run_cli("torch-to-cudnn", "--help").stdout  # hidden: the documented name is --layer
 
 
+@pytest.mark.slow
 def test_json_is_the_result_on_stdout_everywhere(tmp_path):
     out = tmp_path / "x.bin"
     conversion = json.loads(run_cli("keras-to-cudnn", FIXTURES / "keras3" / "lstm.h5", "-o", out, "--json").stdout)
@@ -269,6 +273,7 @@ def test_json_is_the_result_on_stdout_everywhere(tmp_path):
     assert rows[0]["gate_order"] == ["z", "r", "h"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sidecar", "report", "inspect", "conversion", "reports", "batch"])
 def test_schemas_are_exported_and_documented(name):
     result = run_cli("schema", name)
@@ -278,5 +283,6 @@ def test_schemas_are_exported_and_documented(name):
     assert exported == documented, f"docs/schema/{name}.schema.json is stale: regenerate with `rnnconv schema {name}`"
 
 
+@pytest.mark.slow
 def test_schema_names_a_wrong_name():
     assert_clean_failure(run_cli("schema", "sidecars"), 2, "no document named 'sidecars'", "did you mean sidecar")

@@ -123,6 +123,7 @@ def test_only_unchanged_read_only_mapped_bytes_have_a_place_in_a_file(tmp_path):
     assert safeio.mapped_place(frozen) is None
 
 
+@pytest.mark.slow
 def test_the_digest_is_blake3_of_the_source_and_no_hash_leaves_it_out(tmp_path):
     source = TORCH / "rnn_tanh.pt"
     api.convert(source, tmp_path / "a.bin")
@@ -192,6 +193,7 @@ KERAS_FILES = sorted(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", KERAS_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_keras_weights_mapped_in_place_are_those_h5py_reads(path, tmp_path, monkeypatch):
     mapped: list[str] = []

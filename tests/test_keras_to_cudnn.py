@@ -195,7 +195,9 @@ def test_bfloat16_weights_stay_bfloat16(name, tmp_path):
     np.testing.assert_array_equal(per_direction_weight_space(blob, 0), expected)
 
 
-@pytest.mark.parametrize("cls,layers,bidirectional", [("LSTM", 3, False), ("GRU", 4, True)])
+@pytest.mark.parametrize(
+    "cls,layers,bidirectional", [("LSTM", 3, False), pytest.param("GRU", 4, True, marks=pytest.mark.slow)]
+)
 def test_a_stack_of_equal_layers_computes_what_keras_computes(cls, layers, bidirectional, tmp_path):
     """`--layer a,b,c`: equal sizes let any order of the upper layers stack, so only values tell the order."""
     keras = pytest.importorskip("keras")
