@@ -24,6 +24,7 @@ from rnnconv.table.constants import (
     NONLINEARITIES,
     PROJECTION,
     RECURRENT_MATRIX,
+    Kind,
 )
 from rnnconv.table.layouts import DEFAULT_BIAS_SPLIT, Loader
 from rnnconv.table.rows import TABLE, Row
@@ -157,7 +158,7 @@ def gate_loaders(
         )
         loaders.update(((kind, gate), load) for kind, load in zip(BIAS_KINDS, biases))
     if proj:
-        loaders[(KIND_OF_ROLE[PROJECTION], "")] = lambda: np.asarray(fetch(PROJECTION)[:, :])
+        loaders[(Kind.P, "")] = lambda: np.asarray(fetch(PROJECTION)[:, :])
     return loaders
 
 
@@ -189,7 +190,7 @@ def assemble_stored(
         if has_bias:
             row.bias.store(out, order, gate, hidden, *(param(kind, gate) for kind in BIAS_KINDS))
     if proj:
-        out[PROJECTION][...] = param(KIND_OF_ROLE[PROJECTION], "")
+        out[PROJECTION][...] = param(Kind.P, "")
     return out
 
 
