@@ -22,7 +22,7 @@ from rnnconv.dtypes import DTYPES
 from rnnconv.errors import BadInput
 from rnnconv.safeio import FileArray, digest_placeholder
 from rnnconv.table.apply import assemble_stored
-from rnnconv.table.constants import CUDNN_GATES, CUDNN_MODES, DIRECTIONS, KINDS, MAX_LAYERS, MAX_SIZE
+from rnnconv.table.constants import CUDNN_GATES, CUDNN_MODES, DIRECTIONS, KINDS, LSTM, MAX_LAYERS, MAX_SIZE, Kind
 from rnnconv.table.rows import Row
 
 
@@ -52,7 +52,7 @@ class RNNSpec:
                 raise BadInput(f"{name} is {value}, more than any RNN rnnconv handles (at most {most})")
         if not isinstance(self.proj_size, int) or isinstance(self.proj_size, bool) or self.proj_size < 0:
             raise BadInput(f"proj_size must be 0 or a positive integer, not {self.proj_size!r}")
-        if self.proj_size and self.mode != "lstm":
+        if self.proj_size and self.mode != LSTM:
             raise BadInput(f"a projection (proj_size={self.proj_size}) exists only for LSTMs, not {self.mode}")
         if self.proj_size >= self.hidden_size:
             raise BadInput(f"proj_size ({self.proj_size}) must be smaller than hidden_size ({self.hidden_size})")
@@ -78,11 +78,11 @@ class RNNSpec:
         return self.input_size if layer == 0 else self.num_directions * self.output_size
 
     def param_shape(self, key: ParamKey) -> tuple[int, ...]:
-        if key.kind == "W":
+        if key.kind == Kind.W:
             return (self.hidden_size, self.layer_input_size(key.layer))
-        if key.kind == "R":
+        if key.kind == Kind.R:
             return (self.hidden_size, self.output_size)
-        if key.kind == "P":
+        if key.kind == Kind.P:
             return (self.proj_size, self.hidden_size)
         return (self.hidden_size,)
 
@@ -91,9 +91,9 @@ class RNNSpec:
         for layer in range(self.num_layers):
             for direction in range(self.num_directions):
                 for kind in KINDS:
-                    if kind == "P":
+                    if kind == Kind.P:
                         if self.proj_size:
-                            yield ParamKey(layer, direction, "P", "")
+                            yield ParamKey(layer, direction, Kind.P, "")
                         continue
                     for gate in self.gates:
                         yield ParamKey(layer, direction, kind, gate)
@@ -139,7 +139,7 @@ class ParamKey:
 
     @property
     def label(self) -> str:
-        tensor = self.kind if self.kind == "P" else f"{self.kind}_{self.gate}"
+        tensor = self.kind if self.kind == Kind.P else f"{self.kind}_{self.gate}"
         return f"layer{self.layer}.{DIRECTIONS[self.direction]}.{tensor}"
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from rnnconv.canonical import RNNSpec
 from rnnconv.contracts import Comparison, LayerDirectionError, OutputError, Tolerance
 from rnnconv.errors import BadInput
-from rnnconv.table.constants import DIRECTIONS, MANTISSA_BITS
+from rnnconv.table.constants import DIRECTIONS, LSTM, MANTISSA_BITS
 
 Inputs = dict[str, Any]  # x (T, B, I), h0 (L*D, B, out), c0 (L*D, B, H) or None, lengths (B,) or None
 Outputs = dict[str, Any]  # y (T, B, D*out), h_n (L*D, B, out), c_n (L*D, B, H) or None
@@ -57,7 +57,7 @@ def make_inputs(spec: RNNSpec, seq_len: int, batch: int, seed: int, ragged: bool
     if ragged:
         lengths = rng.integers(1, seq_len + 1, batch)
         lengths[0] = seq_len
-    return {"x": x, "h0": h0, "c0": c0 if spec.mode == "lstm" else None, "lengths": lengths}
+    return {"x": x, "h0": h0, "c0": c0 if spec.mode == LSTM else None, "lengths": lengths}
 
 
 def tolerance(

@@ -21,10 +21,9 @@ from rnnconv.compare import Inputs, Outputs, compare
 from rnnconv.contracts import Diagnosis, Tolerance
 from rnnconv.formats.cudnn import Blob
 from rnnconv.reference import forward
-from rnnconv.table.constants import BIAS_KINDS, DIRECTIONS, GATE_NAMES
+from rnnconv.table.constants import BIAS_KINDS, DIRECTION_WORDS, GATE_NAMES, MATRIX_KINDS
 
 Param = Callable[[ParamKey], np.ndarray]
-DIRECTION_WORDS = {"fwd": "forward", "rev": "reverse"}
 
 
 @dataclass
@@ -35,7 +34,7 @@ class Candidate:
 
 def _where(layer: int, direction: int, spec: RNNSpec) -> str:
     text = f"layer {layer}"
-    return text + (f" {DIRECTION_WORDS[DIRECTIONS[direction]]}" if spec.bidirectional else "")
+    return text + (f" {DIRECTION_WORDS[direction]}" if spec.bidirectional else "")
 
 
 def _gate(spec: RNNSpec, gate: str) -> str:
@@ -124,7 +123,8 @@ def candidates(spec: RNNSpec, base: Param) -> Iterator[Candidate]:
                     f"the forward and reverse directions of layer {layer} look swapped",
                     _directions_swapped(base, {layer}),
                 )
-    for kinds, text in (({"W"}, "input matrices"), ({"R"}, "recurrent matrices"), ({"W", "R"}, "matrices")):
+    w, r = MATRIX_KINDS
+    for kinds, text in (({w}, "input matrices"), ({r}, "recurrent matrices"), ({w, r}, "matrices")):
         yield Candidate(f"the {text} look stored transposed {scope_all}".rstrip(), _transposed(base, kinds, everywhere))
     for how in ("swapped", "merged into the input side", "merged into the recurrent side"):
         yield Candidate(
@@ -138,7 +138,7 @@ def candidates(spec: RNNSpec, base: Param) -> Iterator[Candidate]:
                     f"gates {_gate(spec, a)} and {_gate(spec, b)} of {where} look swapped",
                     _permuted(base, {a: b, b: a}, {(layer, d)}),
                 )
-            for kinds, text in (({"W"}, "input matrix"), ({"R"}, "recurrent matrix")):
+            for kinds, text in (({w}, "input matrix"), ({r}, "recurrent matrix")):
                 yield Candidate(
                     f"the {text} of {where} looks stored transposed", _transposed(base, kinds, {(layer, d)})
                 )

@@ -15,7 +15,7 @@ from rnnconv.contracts import BackendInfo
 from rnnconv.errors import BackendMissing, BadInput
 from rnnconv.formats.cudnn import Blob
 from rnnconv.reference import forward
-from rnnconv.table.constants import ENGINES
+from rnnconv.table.constants import ENGINES, LSTM
 
 
 class Engine(Protocol):
@@ -67,7 +67,7 @@ class OnnxruntimeEngine:
         model = build_model(
             layers_of(rnn, "float32"), blob.spec.input_size, "float32", sequence_lens=inputs["lengths"] is not None
         )
-        return run_model(model, inputs, blob.spec.mode == "lstm")
+        return run_model(model, inputs, blob.spec.mode == LSTM)
 
     def describe(self) -> BackendInfo:
         return BackendInfo(name=self.name, detail="onnxruntime (CPU) running the blob as ONNX nodes, float32")

@@ -22,7 +22,7 @@ from rich.measure import Measurement
 from rnnconv.errors import BadInput, did_you_mean
 from rnnconv.table.apply import recipe
 from rnnconv.table.constants import CUDNN_GATES, CUDNN_TENSOR_NAMES, GATE_NAMES
-from rnnconv.table.rows import FORMAT_ALIASES, FORMATS, MATRIX_LAYOUTS, TABLE, Row
+from rnnconv.table.rows import FORMAT_ALIASES, FORMATS, TABLE, Row
 
 WIDTH = 80  # the text's width at most, or the terminal's if narrower
 DEFAULT_SIZES = (2, 3)  # input and hidden size of a picture without a file: seed 000's
@@ -131,7 +131,7 @@ def explain_rows(
         names = GATE_NAMES[row.cell]
         stored = " ".join(row.gate_order)
         _say(console, f"gates as stored: {stored} ({', '.join(f'{g} {names[g]}' for g in row.gate_order)})", 2)
-        _say(console, f"matrices: {row.matrix}, {MATRIX_LAYOUTS[row.matrix]}", 2)
+        _say(console, f"matrices: {row.matrix}, {row.matrix.description}", 2)
         _say(console, f"biases: {row.bias}", 2)
         modes = ", ".join(f"{a} -> {m}" for a, m in row.modes.items())
         _say(console, f"cuDNN modes: {modes or 'none'}", 2)

@@ -29,12 +29,13 @@ from rnnconv.table.apply import assemble_stored, gate_loaders, stored_shapes
 from rnnconv.table.constants import (
     BIAS_KINDS,
     CUDNN_GATES,
+    DIRECTION_WORDS,
     DIRECTIONS,
     GATE_NAMES,
     KIND_OF_ROLE,
     TORCH_REVERSE_SUFFIX,
 )
-from rnnconv.table.rows import BIAS_SINGLE, BIAS_SINGLE_BUT_LAST, TABLE, Row
+from rnnconv.table.rows import TABLE, Row
 from rnnconv.weightspace import regions
 
 WEIGHT_SPACE = "cudnn"  # the format drawn as cuDNN's flat weight space, not as its per-gate tensors
@@ -51,7 +52,6 @@ PALETTE = (
     ("#a7c7f2", "#1f4fa8"),
 )
 PROJECTION_COLOURS = ("#d0d0d0", "#6d6d6d")
-DIRECTION_WORDS = ("forward", "reverse")  # in titles; documents say DIRECTIONS' fwd and rev
 
 Canonical = dict[tuple[str, str], np.ndarray]  # cuDNN's per-gate tensors of one cell, keyed (kind, gate)
 
@@ -519,7 +519,7 @@ def _legend(mapping: Mapping_, plain: bool, cut: bool, values: bool) -> Iterator
             "0: no stored element lands here"
             + (
                 f" (a single bias, --bias-split {mapping.source.bias_split})"
-                if mapping.source.row and mapping.source.row.bias in (BIAS_SINGLE, BIAS_SINGLE_BUT_LAST)
+                if mapping.source.row and mapping.source.row.bias.summed
                 else ""
             )
         )

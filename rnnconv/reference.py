@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from rnnconv.canonical import ParamKey, RNNSpec
+from rnnconv.table.constants import GRU, LSTM, Kind
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -54,7 +55,7 @@ def forward(
             )
             outputs.append(y)
         layer_input = np.concatenate(outputs, axis=-1)
-    return layer_input, h_n, (c_n if spec.mode == "lstm" else None)
+    return layer_input, h_n, (c_n if spec.mode == LSTM else None)
 
 
 def _stacked(
@@ -77,9 +78,8 @@ def _run_direction(
     lengths: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     steps, batch, _ = x.shape
-    w, r = _stacked(spec, param, layer, direction, "W"), _stacked(spec, param, layer, direction, "R")
-    bw, br = _stacked(spec, param, layer, direction, "bW"), _stacked(spec, param, layer, direction, "bR")
-    proj = np.asarray(param(ParamKey(layer, direction, "P", "")), dtype=np.float64) if spec.proj_size else None
+    w, r, bw, br = (_stacked(spec, param, layer, direction, kind) for kind in (Kind.W, Kind.R, Kind.bW, Kind.bR))
+    proj = np.asarray(param(ParamKey(layer, direction, Kind.P, "")), dtype=np.float64) if spec.proj_size else None
     input_part = x @ w.T + bw  # (T, B, G*H), every step at once
     y = np.zeros((steps, batch, spec.output_size))
     order = range(steps) if direction == 0 else range(steps - 1, -1, -1)
@@ -89,13 +89,13 @@ def _run_direction(
         pre_x = input_part[t]
         pre_h = h @ r.T + br
         new_c = c
-        if spec.mode == "lstm":
+        if spec.mode == LSTM:
             g = dict(zip(spec.gates, np.split(pre_x + pre_h, len(spec.gates), axis=-1)))
             new_c = sigmoid(g["f"]) * c + sigmoid(g["i"]) * np.tanh(g["c"])
             new_h = sigmoid(g["o"]) * np.tanh(new_c)
             if proj is not None:
                 new_h = new_h @ proj.T
-        elif spec.mode == "gru":
+        elif spec.mode == GRU:
             gx = dict(zip(spec.gates, np.split(pre_x, 3, axis=-1)))
             gh = dict(zip(spec.gates, np.split(pre_h, 3, axis=-1)))
             reset = sigmoid(gx["r"] + gh["r"])

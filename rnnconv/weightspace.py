@@ -18,14 +18,16 @@ next matrix), and says so in every sidecar.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from types import MappingProxyType
 
 import numpy as np
 
 from rnnconv.canonical import ParamKey, RNNSpec
 from rnnconv.contracts import LayoutInfo, TensorEntry
-from rnnconv.table.constants import BIAS_KINDS, PROJECTION_LIN_LAYER_ID
+from rnnconv.table.constants import BIAS_KINDS, MATRIX_KINDS, PROJECTION_LIN_LAYER_ID, Kind
 
 LAYOUT_NAME = "cudnn-flat"
 LAYOUT_VERSION = 1
@@ -84,11 +86,43 @@ class Region:
         return cls(key, entry.pseudo_layer, entry.lin_layer_id, offset, tuple(entry.shape))
 
 
+KindGate = tuple[str, str]  # (kind, gate): one tensor of a cell
+
+
+@lru_cache(maxsize=8)
+def lin_layer_ids(gates: tuple[str, ...]) -> Mapping[KindGate, int]:
+    """cudnnGetRNNWeightParams' linLayerID of each tensor of a cell with these gates (in cuDNN's order).
+
+    A gate's matrix and its bias share an id: 0..G-1 the input side (W, bW), G..2G-1 the recurrent side
+    (R, bR), each in gate order; the LSTM projection (no bias) is PROJECTION_LIN_LAYER_ID. Both ways
+    (a sidecar's ids, and the tensors cuDNN returns for an id) are read from this one mapping.
+    """
+    ids = {
+        (kind, gate): side * len(gates) + k
+        for side, kinds in enumerate(zip(MATRIX_KINDS, BIAS_KINDS))
+        for kind in kinds
+        for k, gate in enumerate(gates)
+    }
+    ids[(Kind.P, "")] = PROJECTION_LIN_LAYER_ID
+    return MappingProxyType(ids)  # cached: nobody may change it
+
+
 def lin_layer_id(spec: RNNSpec, key: ParamKey) -> int:
-    if key.kind == "P":
-        return PROJECTION_LIN_LAYER_ID
-    k = spec.gates.index(key.gate)
-    return k if key.kind in ("W", "bW") else len(spec.gates) + k
+    return lin_layer_ids(spec.gates)[(key.kind, key.gate)]
+
+
+def lin_layer_tensors(gates: tuple[str, ...], lin: int) -> tuple[KindGate, KindGate | None]:
+    """The matrix and the bias (None for the projection) that cuDNN returns for one linLayerID."""
+    matrix, bias = None, None
+    for (kind, gate), found in lin_layer_ids(gates).items():
+        if found == lin:
+            if kind in BIAS_KINDS:
+                bias = (kind, gate)
+            else:
+                matrix = (kind, gate)
+    if matrix is None:
+        raise ValueError(f"no tensor of a cell with gates {', '.join(gates)} has linLayerID {lin}")
+    return matrix, bias
 
 
 @lru_cache(maxsize=64)
@@ -96,13 +130,13 @@ def regions(spec: RNNSpec) -> tuple[Region, ...]:
     """Every tensor's place in the weight space, in increasing offset."""
     out: list[Region] = []
     offset = 0
-    for section in (("W", "R", "P"), ("bW", "bR")):
+    for section in ((*MATRIX_KINDS, Kind.P), BIAS_KINDS):
         for layer in range(spec.num_layers):
             for direction in range(spec.num_directions):
                 pseudo = layer * spec.num_directions + direction
                 for kind in section:
-                    gates = [""] if kind == "P" else list(spec.gates)
-                    if kind == "P" and not spec.proj_size:
+                    gates = [""] if kind == Kind.P else list(spec.gates)
+                    if kind == Kind.P and not spec.proj_size:
                         continue
                     for gate in gates:
                         key = ParamKey(layer, direction, kind, gate)

@@ -81,17 +81,43 @@ FORBIDDEN = [
 ]
 
 
-@pytest.mark.parametrize(
-    "path",
-    sorted(p for p in PACKAGE.rglob("*.py") if "table" not in p.parts),
-    ids=lambda p: str(p.relative_to(PACKAGE)),
-)
-def test_no_enumeration_outside_the_table(path):
+# Names the table gives (constants.Kind, LSTM / GRU / RNN, DIRECTIONS, DIRECTION_WORDS, KERAS_DIRECTION_PREFIXES,
+# TF1_DIRECTIONS, ONNX_INPUTS), by what they name.
+NAMED = {
+    "a tensor kind": r"(?<!\w)[\"'](W|R|bW|bR|P)[\"']",
+    "a cell or mode compared by name": r"[!=]=\s*[\"'](lstm|gru|rnn\w*)[\"']|[\"'](lstm|gru|rnn\w*)[\"']\s*[!=]=",
+    "a direction word": r"(?<!\w)[\"'](fwd|rev|fw|bw|forward|reverse|backward)[\"']",
+    "an ONNX input or output name": r"(?<!\w)[\"'](X|B|sequence_lens|initial_h|initial_c|Y|Y_h|Y_c)[\"']",
+}
+# Modules that still write some of them, and which: this list may only shrink (a module cleaned must leave it).
+NOT_YET_CLEAN = {
+    "formats/onnx.py": set(NAMED),
+}
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "table" not in p.parts)
+
+
+def code_of(path: Path) -> str:
     code = re.sub(r'"""[\s\S]*?"""', "", path.read_text())  # docstrings may explain
-    code = "\n".join(line.split("#")[0] for line in code.splitlines())  # and so may comments
+    return "\n".join(line.split("#")[0] for line in code.splitlines())  # and so may comments
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_enumeration_outside_the_table(path):
+    code = code_of(path)
     for pattern, what in FORBIDDEN:
         found = re.search(pattern, code)
         assert not found, f"{path.name} writes {what} ({found.group(0)!r}): take it from rnnconv.table"
+    name = path.relative_to(PACKAGE).as_posix()
+    for what, pattern in NAMED.items():
+        found = re.search(pattern, code)
+        if what in NOT_YET_CLEAN.get(name, ()):
+            assert found, f"{name} no longer writes {what}: take it off NOT_YET_CLEAN"
+        else:
+            assert not found, f"{name} writes {what} ({found.group(0)!r}): take it from rnnconv.table"
+
+
+def test_the_not_yet_clean_modules_exist():
+    assert {p.relative_to(PACKAGE).as_posix() for p in MODULES} >= set(NOT_YET_CLEAN)
 
 
 def test_cli_is_thin():
@@ -127,6 +153,7 @@ def test_unknown_formats_and_outputs_fail_with_the_exact_key(tmp_path):
         registry.detect(strange)
 
 
+@pytest.mark.slow
 def test_inspect_never_falls_through_to_another_format(tmp_path):
     strange = tmp_path / "notes.txt"
     strange.write_text("a text file")
@@ -211,6 +238,7 @@ def options_of(name: str) -> dict[str, object]:
     return {opt: param for param in command.params for opt in param.opts + param.secondary_opts}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", commands())
 def test_every_command_speaks_the_same_options(name):
     options = options_of(name)
@@ -244,6 +272,7 @@ def test_help_lists_the_commands_a_person_reads():
     assert "still work" in " ".join(text.split()) and "convert --to" in text  # where the other directions went
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [name for name in commands() if "-to-" in name])
 def test_every_old_command_name_still_converts(name, tmp_path):
     source_format, target = name.split("-to-")
@@ -262,6 +291,7 @@ def test_every_old_command_name_still_converts(name, tmp_path):
     assert converted["rnns"] == json.loads(new.stdout)["rnns"]
 
 
+@pytest.mark.slow
 def test_old_option_name_still_works(tmp_path):
     result = run_cli(
         "torch-to-cudnn", FIXTURES / "torch" / "seq2seq.pt", "--prefix", "encoder.rnn", "-o", tmp_path / "x.bin"
@@ -270,6 +300,7 @@ def test_old_option_name_still_works(tmp_path):
     assert "--prefix" not in run_cli("torch-to-cudnn", "--help").stdout  # hidden: the documented name is --layer
 
 
+@pytest.mark.slow
 def test_json_is_the_result_on_stdout_everywhere(tmp_path):
     out = tmp_path / "x.bin"
     conversion = json.loads(run_cli("keras-to-cudnn", FIXTURES / "keras3" / "lstm.h5", "-o", out, "--json").stdout)
@@ -281,6 +312,7 @@ def test_json_is_the_result_on_stdout_everywhere(tmp_path):
     assert rows[0]["gate_order"] == ["z", "r", "h"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sidecar", "report", "inspect", "conversion", "reports", "batch"])
 def test_schemas_are_exported_and_documented(name):
     result = run_cli("schema", name)
@@ -290,5 +322,6 @@ def test_schemas_are_exported_and_documented(name):
     assert exported == documented, f"docs/schema/{name}.schema.json is stale: regenerate with `rnnconv schema {name}`"
 
 
+@pytest.mark.slow
 def test_schema_names_a_wrong_name():
     assert_clean_failure(run_cli("schema", "sidecars"), 2, "no document named 'sidecars'", "did you mean sidecar")

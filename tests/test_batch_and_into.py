@@ -27,6 +27,7 @@ KERAS, TORCH = FIXTURES / "keras3", FIXTURES / "torch"
 # --- several sources --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_several_sources_go_into_a_directory_made_for_them(tmp_path):
     sources = [KERAS / "lstm.h5", KERAS / "seed000_gru.h5"]
     result = run_cli("keras-to-cudnn", *sources, "-o", f"{tmp_path / 'out'}/")
@@ -39,18 +40,21 @@ def test_several_sources_go_into_a_directory_made_for_them(tmp_path):
         assert batch.read_bytes() == alone.read_bytes()  # each as a conversion of its own would write it
 
 
+@pytest.mark.slow
 def test_a_missing_directory_without_the_slash_is_refused(tmp_path):
     result = run_cli("keras-to-cudnn", KERAS / "lstm.h5", KERAS / "seed000_gru.h5", "-o", tmp_path / "out")
     assert_clean_failure(result, 2, "does not exist (end it with / to create it)")
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_two_sources_with_one_stem_are_refused_before_any_work(tmp_path):
     result = run_cli("keras-to-cudnn", KERAS / "lstm.h5", KERAS / "lstm.keras", "-o", f"{tmp_path / 'out'}/")
     assert_clean_failure(result, 2, "would both be written to", "lstm.bin")
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_failure_is_reported_and_the_others_go_on_in_parallel(tmp_path):
     sources = [KERAS / "lstm.h5", KERAS / "mixed.h5", tmp_path / "absent.h5", KERAS / "seed000_gru.h5"]
     result = run_cli("keras-to-cudnn", *sources, "-o", tmp_path, "-j", "2", "--json")
@@ -85,17 +89,20 @@ def test_the_api_plans_every_name_and_converts_beside_the_sources(tmp_path):
         rnnconv.convert_many([tmp_path / "lstm.bin", tmp_path / "other.bin"], to="cudnn")
 
 
+@pytest.mark.slow
 def test_jobs_below_one_are_refused_by_the_option():
     result = run_cli("keras-to-cudnn", KERAS / "lstm.h5", KERAS / "seed000_gru.h5", "-j", "0")
     assert result.returncode == 2 and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_convert_takes_several_sources_and_a_directory(tmp_path):
     result = run_cli("convert", KERAS / "lstm.h5", KERAS / "seed000_gru.h5", f"{tmp_path}/", "--to", "torch", "-q")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "lstm.pt").exists() and (tmp_path / "seed000_gru.pt").exists()
 
 
+@pytest.mark.slow
 def test_one_source_keeps_writing_the_file_it_names(tmp_path):
     result = run_cli("keras-to-cudnn", KERAS / "lstm.h5", "-o", tmp_path / "x.bin")
     assert result.returncode == 0, result.stderr
@@ -114,6 +121,7 @@ def scale_tensor(path: Path, name: str, factor: float) -> None:
     words.flush()
 
 
+@pytest.mark.slow
 def test_verify_all_checks_every_rnn_and_reports_the_worst(tmp_path):
     blob = tmp_path / "seq2seq.safetensors"
     rnnconv.convert(TORCH / "seq2seq.pt", blob)
@@ -136,6 +144,7 @@ def test_verify_all_checks_every_rnn_and_reports_the_worst(tmp_path):
     assert_clean_failure(run_cli("verify", blob, "--all", "--plot", tmp_path / "p.svg"), 2, "--plot draws one RNN")
 
 
+@pytest.mark.slow
 def test_verify_all_names_every_rnn_itself():
     result = run_cli("verify", FIXTURES / "torch" / "seq2seq.pt", "--all", "--layer", "encoder.rnn")
     assert_clean_failure(result, 2, "--all verifies every RNN")
@@ -164,6 +173,7 @@ def flat(checkpoint: object, prefix: str = "") -> dict[str, object]:
 TORCH_INTO = [case for case in FIXTURE_RNNS if not case[0].endswith(".safetensors")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,prefix,spec,key_prefix", TORCH_INTO, ids=lambda v: str(v) if v else "-")
 def test_into_a_checkpoint_round_trips_bit_for_bit(name, prefix, spec, key_prefix, tmp_path):
     blob = to_blob(TORCH / name, tmp_path / "x.bin", prefix)
@@ -208,6 +218,7 @@ def test_into_puts_every_rnn_of_a_safetensors_back_where_it_came_from(tmp_path):
         assert torch.equal(patched[key], expected), key
 
 
+@pytest.mark.slow
 def test_into_with_layer_replaces_the_rnn_named(tmp_path):
     blob = to_blob(TORCH / "seq2seq.pt", tmp_path / "x.bin", "decoder.rnn")
     perturb(blob)
@@ -219,6 +230,7 @@ def test_into_with_layer_replaces_the_rnn_named(tmp_path):
     assert torch.equal(torch.load(out, weights_only=True)["state_dict"][key], 2 * original)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "layer,phrases",
     [("decoder.rnn", ("decoder.rnn.weight_ih_l0 has shape (21, 18)",)), ("nope", ("has no RNN with prefix 'nope'",))],
@@ -230,6 +242,7 @@ def test_into_refuses_a_place_that_does_not_fit(layer, phrases, tmp_path):
     assert not (tmp_path / "p.pt").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "module,phrases",
     [
@@ -246,6 +259,7 @@ def test_into_refuses_missing_tensors_and_other_shapes(module, phrases, tmp_path
     assert not (tmp_path / "p.pt").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "extra,phrases",
     [
@@ -262,12 +276,14 @@ def test_into_refuses_what_would_not_be_a_copy_of_the_model(extra, phrases, tmp_
     assert_clean_failure(result, 2, *phrases)
 
 
+@pytest.mark.slow
 def test_into_refuses_a_safetensors_state_dict(tmp_path):
     blob = to_blob(TORCH / "rnn_relu.safetensors", tmp_path / "x.bin")
     result = run_cli("cudnn-to-torch", blob, "--into", TORCH / "rnn_relu.safetensors", "-o", tmp_path / "p.safetensors")
     assert_clean_failure(result, 2, "--into takes a torch.save checkpoint")
 
 
+@pytest.mark.slow
 def test_a_state_dict_named_like_a_blob_is_written_with_a_warning(tmp_path):
     blob = to_blob(TORCH / "lstm_legacy.pt", tmp_path / "x.bin")
     result = run_cli("cudnn-to-torch", blob, "-o", tmp_path / "pytorch_model.bin")
@@ -293,6 +309,7 @@ def same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["lstm.h5", "lstm.keras", "lstm.weights.h5", "bf16_gru.keras"])
 def test_into_a_keras_file_round_trips_bit_for_bit(name, tmp_path):
     blob = to_blob(KERAS / name, tmp_path / "x.bin")
@@ -337,6 +354,7 @@ def perturb_bf16(blob: Path) -> None:
     words.flush()
 
 
+@pytest.mark.slow
 def test_into_a_keras_file_refuses_another_kind_of_layer(tmp_path):
     blob = to_blob(KERAS / "seed000_gru.h5", tmp_path / "x.bin")
     result = run_cli("cudnn-to-keras", blob, "--into", KERAS / "lstm.h5", "-o", tmp_path / "p.h5")
@@ -346,6 +364,7 @@ def test_into_a_keras_file_refuses_another_kind_of_layer(tmp_path):
     assert not (tmp_path / "p.h5").exists()
 
 
+@pytest.mark.slow
 def test_into_a_damaged_keras_archive_is_one_sentence(tmp_path):
     """Every member of the model is copied: one whose bytes do not match its CRC-32 is refused, not a crash."""
     model = tmp_path / "model.keras"

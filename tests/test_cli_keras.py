@@ -56,6 +56,7 @@ def test_json_report(tmp_path):
     assert report["outputs"] == [str(tmp_path / "g.bin"), str(tmp_path / "g.bin.json")]
 
 
+@pytest.mark.slow
 def test_several_layers_need_a_choice_and_unknown_names_list_the_real_ones(tmp_path):
     result = run_cli("keras-to-cudnn", K3 / "mixed.h5", "-o", tmp_path / "x.bin")
     assert_clean_failure(result, 2, "has 10 recurrent layers", "--layer", "gru_a", "bidi_lstm")
@@ -64,6 +65,7 @@ def test_several_layers_need_a_choice_and_unknown_names_list_the_real_ones(tmp_p
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_safetensors_holds_every_convertible_layer(tmp_path):
     from safetensors.numpy import load_file
 
@@ -87,6 +89,7 @@ def test_safetensors_holds_every_convertible_layer(tmp_path):
         assert doc["spec"] == json.loads((tmp_path / f"{name}.bin.json").read_text())["spec"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,numpy_type", [("float16", "<f2"), ("float64", "<f8"), ("bfloat16", None)])
 def test_dtypes(dtype, numpy_type, tmp_path):
     base, other = tmp_path / "f32.bin", tmp_path / f"{dtype}.bin"
@@ -101,6 +104,7 @@ def test_dtypes(dtype, numpy_type, tmp_path):
     assert json.loads((tmp_path / f"{dtype}.bin.json").read_text())["spec"]["dtype"] == dtype
 
 
+@pytest.mark.slow
 def test_refusal_explains_and_writes_nothing(tmp_path):
     result = run_cli("keras-to-cudnn", K3 / "gru_reset_before.h5", "-o", tmp_path / "x.bin")
     assert_clean_failure(
@@ -109,6 +113,7 @@ def test_refusal_explains_and_writes_nothing(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_existing_output_needs_force(tmp_path):
     out = tmp_path / "x.bin"
     assert run_cli("keras-to-cudnn", K3 / "lstm.h5", "-o", out).returncode == 0
@@ -178,6 +183,7 @@ BAD_INPUTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_bad_input_gets_one_sentence_and_exit_2(case, tmp_path):
     make, phrase = BAD_INPUTS[case]
@@ -190,6 +196,7 @@ def test_bad_input_gets_one_sentence_and_exit_2(case, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["in"]  # no temporary left either
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args,phrase",
     [
@@ -205,6 +212,7 @@ def test_bad_arguments(args, phrase, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_nan_weights_warn_but_convert(tmp_path):
     source = tmp_path / "nan.h5"
     shutil.copy(K3 / "lstm.h5", source)
@@ -219,6 +227,7 @@ def test_nan_weights_warn_but_convert(tmp_path):
     assert json.loads((tmp_path / "x.bin.json").read_text())["warnings"]
 
 
+@pytest.mark.slow
 def test_converter_imports_no_framework(tmp_path):
     """keras-to-cudnn reads every Keras format with h5py alone."""
     sources = [K3 / "mixed.h5", K3 / "mixed.keras", K3 / "mixed.weights.h5", FIXTURES / "tf_keras" / "cudnn.h5"]
@@ -238,6 +247,7 @@ print("ok")
     assert result.stdout.strip() == "ok", result.stderr
 
 
+@pytest.mark.slow
 def test_inspect_table_and_json():
     result = run_cli("inspect", K3 / "mixed.h5")
     assert result.returncode == 0, result.stderr
@@ -251,6 +261,7 @@ def test_inspect_table_and_json():
     assert all("activations were assumed" in " ".join(r["notes"]) for r in bare["rnns"] if r["converts"])
 
 
+@pytest.mark.slow
 def test_inspect_blob(tmp_path):
     out = tmp_path / "g.bin"
     assert run_cli("keras-to-cudnn", K3 / "mixed.h5", "--layer", "bidi_gru", "-o", out).returncode == 0
@@ -258,6 +269,7 @@ def test_inspect_blob(tmp_path):
     assert report["format"] == "cudnn-bin" and report["rnns"][0]["source"]["layer"] == "bidi_gru"
 
 
+@pytest.mark.slow
 def test_explain_prints_the_table_rows():
     result = run_cli("explain", "keras", "GRU")
     assert result.returncode == 0, result.stderr
@@ -268,6 +280,7 @@ def test_explain_prints_the_table_rows():
     assert_clean_failure(run_cli("explain", "caffe"), 2, "no format or layer class named 'caffe'")
 
 
+@pytest.mark.slow
 def test_help_and_version():
     result = run_cli("keras-to-cudnn", "--help")
     assert result.returncode == 0 and "Examples" in result.stdout
@@ -275,6 +288,7 @@ def test_help_and_version():
     assert run_cli("-V").stdout == run_cli("--version").stdout
 
 
+@pytest.mark.slow
 def test_shell_completion_completes_commands(tmp_path):
     """The script --show-completion prints, asked as bash asks it, offers rnnconv's commands."""
     script = run_cli("--show-completion", "bash")
@@ -285,6 +299,7 @@ def test_shell_completion_completes_commands(tmp_path):
     assert "onnx-to-cudnn" in offered.stdout.split() and "keras-to-cudnn" not in offered.stdout.split()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "source, asked, closest",
     [

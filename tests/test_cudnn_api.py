@@ -217,6 +217,7 @@ def test_probe_says_what_is_missing_and_what_was_found(cudnn):
     assert f"cudnn_version {cudnn.version_text}" in status.reason
 
 
+@pytest.mark.slow
 def test_doctor_and_gpu_battery_without_a_gpu(cudnn, tmp_path):
     result = run_cli("doctor", "--json")
     assert result.returncode == 0, result.stderr
@@ -234,6 +235,7 @@ def test_doctor_and_gpu_battery_without_a_gpu(cudnn, tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.slow
 def test_a_missing_library_makes_the_cudnn_backend_exit_3(tmp_path):
     from conftest import FIXTURES
 

@@ -122,9 +122,13 @@ def test_a_run_records_every_place_cuDNN_reported(stand_ins, tmp_path):
         assert entry["layout_matches"] and len(entry["placements"]) == len(regions(spec))
         assert {p["tensor"] for p in entry["placements"]} == {r.key.label for r in regions(spec)}
         assert all(set(p) >= {"offset_bytes", "dims", "strides", "rnnconv_offset_bytes"} for p in entry["placements"])
-        assert set(entry["forward"]) == {"ragged", "full"}
-        assert entry["forward"]["ragged"]["lengths"] == [6, 4, 2] and entry["forward"]["full"]["lengths"] == [6, 6, 6]
-        assert not entry["forward"]["ragged"]["matches"]  # the stand-in's cudnnRNNForward leaves its outputs zero
+        assert set(entry["forward_runs"]) == {"ragged", "full"}
+        assert entry["forward_runs"]["ragged"]["lengths"] == [6, 4, 2] and entry["forward_runs"]["full"]["lengths"] == [
+            6,
+            6,
+            6,
+        ]
+        assert not entry["forward_runs"]["ragged"]["matches"]  # the stand-in's cudnnRNNForward leaves its outputs zero
     assert not written["all_match"]
     assert lines[0].startswith("3 configurations on Stand-in H100") and len(lines) == 4
     assert lines[1].startswith("[1/3] lstm, input 5, hidden 7, projection 3") and "TOO LARGE" in lines[1]

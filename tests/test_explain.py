@@ -39,6 +39,7 @@ def keras_gru(tmp_path):
     return path, stored
 
 
+@pytest.mark.slow
 def test_the_picture_shows_where_a_real_conversion_puts_each_element(tmp_path, keras_gru):
     source, stored = keras_gru
     blob = tmp_path / "gru.bin"
@@ -71,6 +72,7 @@ def test_the_picture_shows_where_a_real_conversion_puts_each_element(tmp_path, k
     assert checked == flat.size
 
 
+@pytest.mark.slow
 def test_a_file_is_drawn_with_its_numbers(tmp_path, keras_gru):
     source, stored = keras_gru
     text = run_cli("explain", source, env=PLAIN).stdout
@@ -81,6 +83,7 @@ def test_a_file_is_drawn_with_its_numbers(tmp_path, keras_gru):
     assert_clean_failure(run_cli("explain", source, "--mode", "lstm"), 2, "a file says its own mode")
 
 
+@pytest.mark.slow
 def test_no_color_output_has_gate_letters_and_no_escapes():
     for env in (PLAIN, {**PLAIN, "FORCE_COLOR": "1"}):
         result = run_cli(*PICTURE, env=env)
@@ -91,6 +94,7 @@ def test_no_color_output_has_gate_letters_and_no_escapes():
     assert "\x1b[" in coloured and "r:k[0,3]" not in coloured and "k[0,3]" in coloured
 
 
+@pytest.mark.slow
 def test_svg_and_html_are_written_safely(tmp_path):
     svg, html = tmp_path / "gru.svg", tmp_path / "gru.html"
     result = run_cli(*PICTURE, "--svg", svg, "--html", html)
@@ -105,6 +109,7 @@ def test_svg_and_html_are_written_safely(tmp_path):
     assert svg.read_bytes() != before
 
 
+@pytest.mark.slow
 def test_every_pair_and_mode_draws():
     for source, target, mode in (("onnx", "cudnn", "lstm"), ("torch", "keras", "lstm"), ("cudnn", "tf1", "gru")):
         result = run_cli("explain", "--from", source, "--to", target, "--mode", mode, env=PLAIN)
@@ -116,6 +121,7 @@ def test_every_pair_and_mode_draws():
     assert_clean_failure(run_cli("explain", "--from", "keras", "--to", "tensorrt", "--mode", "rnn_tanh"), 2, "no layer")
 
 
+@pytest.mark.slow
 def test_the_picture_imports_no_framework():
     code = (
         "import sys; from typer.testing import CliRunner; from rnnconv.cli import app; "
@@ -125,6 +131,7 @@ def test_the_picture_imports_no_framework():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.split() == ["0", "[]"]
 
 
+@pytest.mark.slow
 def test_text_fits_80_columns_one_block_per_row():
     text = run_cli("explain", "-v", env={"COLUMNS": "200"}).stdout
     assert max(len(line) for line in text.splitlines()) <= 80
@@ -132,6 +139,7 @@ def test_text_fits_80_columns_one_block_per_row():
     assert [row_title(row) for row in TABLE] == titles[1:]
 
 
+@pytest.mark.slow
 def test_names_any_case_aliases_and_did_you_mean():
     assert run_cli("explain", "pytorch", "lstm").stdout == run_cli("explain", "torch", "LSTM").stdout
     gru = run_cli("explain", "GRU").stdout

@@ -141,6 +141,7 @@ def test_values_still_in_a_file_keep_their_place_through_slices_and_read_as_nump
         whole.read()
 
 
+@pytest.mark.slow
 def test_the_digest_is_blake3_of_the_source_and_no_hash_leaves_it_out(tmp_path):
     source = TORCH / "rnn_tanh.pt"
     api.convert(source, tmp_path / "a.bin")
@@ -210,6 +211,7 @@ KERAS_FILES = sorted(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", KERAS_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_keras_weights_mapped_in_place_are_those_h5py_reads(path, tmp_path, monkeypatch):
     mapped: list[str] = []

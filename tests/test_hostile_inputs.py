@@ -23,6 +23,8 @@ from conftest import FIXTURES, ROOT, assert_clean_failure, run_cli
 
 from tests.fuzz.harness import FAMILIES
 
+pytestmark = pytest.mark.slow  # fresh interpreters, many: CI runs them, `pytest -m "not slow"` leaves them out
+
 K3, TFK, TORCH = FIXTURES / "keras3", FIXTURES / "tf_keras", FIXTURES / "torch"
 REGRESSIONS = sorted((ROOT / "tests" / "fuzz" / "regressions").iterdir())
 

@@ -193,3 +193,43 @@ def test_bfloat16_weights_stay_bfloat16(name, tmp_path):
     assert blob.spec.dtype == "bfloat16" and out.stat().st_size == 2 * weight_space_elements(blob.spec)
     (expected,) = oracle("keras3").params("single_bf16_gru", "gru_bf16")
     np.testing.assert_array_equal(per_direction_weight_space(blob, 0), expected)
+
+
+@pytest.mark.parametrize(
+    "cls,layers,bidirectional", [("LSTM", 3, False), pytest.param("GRU", 4, True, marks=pytest.mark.slow)]
+)
+def test_a_stack_of_equal_layers_computes_what_keras_computes(cls, layers, bidirectional, tmp_path):
+    """`--layer a,b,c`: equal sizes let any order of the upper layers stack, so only values tell the order."""
+    keras = pytest.importorskip("keras")
+    rng = np.random.default_rng(24)
+    steps, batch, n_in, units = 6, 3, 5, 4
+    lstm, directions = cls == "LSTM", 2 if bidirectional else 1
+    per_state = 2 if lstm else 1
+    x = keras.Input((steps, n_in), name="x")
+    states = [keras.Input((units,), name=f"s{i}") for i in range(layers * directions * per_state)]
+    out, finals, names = x, [], [f"{cls.lower()}_{k}" for k in range(layers)]
+    for k, name in enumerate(names):
+        layer = getattr(keras.layers, cls)(units, return_sequences=True, return_state=True, name=name)
+        if bidirectional:
+            layer = keras.layers.Bidirectional(layer, name=name)
+        own = states[k * directions * per_state : (k + 1) * directions * per_state]
+        out, *final = layer(out, initial_state=own)
+        finals += final
+    model = keras.Model([x, *states], [out, *finals])
+    model.set_weights([rng.normal(0, 0.5, w.shape).astype(np.float32) for w in model.get_weights()])
+    model.save(tmp_path / "stack.keras")
+    feeds = [rng.normal(0, 0.8, (batch, steps, n_in)).astype(np.float32)]
+    feeds += [rng.normal(0, 0.5, (batch, units)).astype(np.float32) for _ in states]
+    y, *final = (np.asarray(t) for t in keras.models.load_model(tmp_path / "stack.keras")(feeds))
+
+    rnnconv.convert(tmp_path / "stack.keras", tmp_path / "stack.bin", to="cudnn", layer=",".join(names))
+    blob = open_bin(tmp_path / "stack.bin")
+    assert (blob.spec.num_layers, blob.spec.num_directions) == (layers, directions)
+    h0 = np.stack(feeds[1::per_state])  # Keras' states: per layer and direction, h then c: cuDNN's pseudo-layers
+    c0 = np.stack(feeds[2::per_state]) if lstm else None
+    got_y, h_n, c_n = reference.forward(blob.spec, blob.param, feeds[0].transpose(1, 0, 2), h0, c0)
+    errors = [np.abs(got_y.transpose(1, 0, 2) - y).max(), np.abs(h_n - np.stack(final[::per_state])).max()]
+    if lstm:
+        errors.append(np.abs(c_n - np.stack(final[1::per_state])).max())
+    LARGEST_ERRORS[f"keras3 {layers}-layer {cls} stack"] = float(max(errors))
+    assert max(errors) < 2e-5, errors

@@ -88,6 +88,7 @@ def test_blob_computes_what_the_exported_file_computes_in_onnxruntime(name, batc
     assert worst < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, layer",
     [(name, None) for name in sorted(EXPORTS)] + [("hand_made", "gru_reverse"), ("hand_made", "lstm_batch_major")],
@@ -103,6 +104,7 @@ def test_verify_runs_the_onnx_nodes_with_states_and_ragged_lengths(name, layer, 
         assert report.source.run.startswith("onnxruntime")
 
 
+@pytest.mark.slow
 def test_verify_catches_a_blob_that_is_wrong(tmp_path):
     blob = tmp_path / "blob.bin"
     rnnconv.convert(ONNX / "gru3_dynamo.onnx", blob)
@@ -114,6 +116,7 @@ def test_verify_catches_a_blob_that_is_wrong(tmp_path):
     assert "MISMATCH" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layer", sorted(REFUSED))
 def test_what_cudnn_cannot_compute_is_refused(layer, tmp_path):
     result = run_cli("onnx-to-cudnn", ONNX / "hand_made.onnx", "--layer", layer, "-o", tmp_path / "out.bin")
@@ -121,6 +124,7 @@ def test_what_cudnn_cannot_compute_is_refused(layer, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_inspect_lists_nodes_chains_and_reasons():
     result = run_cli("inspect", ONNX / "hand_made.onnx", "--json")
     assert result.returncode == 0, result.stderr
@@ -192,6 +196,7 @@ def test_cudnn_onnx_cudnn_is_identical(checkpoint, layer, tmp_path):
     assert first.read_bytes() == back.read_bytes()
 
 
+@pytest.mark.slow
 def test_projection_has_no_onnx_form(tmp_path):
     result = run_cli("torch-to-onnx", FIXTURES / "torch" / "lstm_proj.pt", "-o", tmp_path / "m.onnx")
     assert_clean_failure(result, 2, "ONNX has no LSTM projection")
@@ -222,6 +227,7 @@ def _gru_model(tmp_path, weights_name: str = "W", **external):
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "external, phrase",
     [
@@ -250,6 +256,7 @@ def test_external_data_in_the_folder_is_read(tmp_path):
     rnnconv.convert(path, tmp_path / "out.bin")
 
 
+@pytest.mark.slow
 def test_several_rnns_need_a_choice_for_one_blob(tmp_path):
     result = run_cli("onnx-to-cudnn", ONNX / "hand_made.onnx", "-o", tmp_path / "out.bin")
     assert_clean_failure(result, 2, "--layer", "gru_reverse", "lstm_batch_major")
@@ -275,6 +282,7 @@ def test_an_unrolled_rnn_whose_steps_differ_is_refused_naming_the_step(tmp_path)
     assert not (tmp_path / "out.bin").exists()
 
 
+@pytest.mark.slow
 def test_a_graph_with_no_recurrence_is_refused_pointing_at_the_checkpoint(tmp_path):
     """Per-step-looking ops that are no recurrence (a MatMul and a Tanh): nothing RNN-like, and said so."""
     rng = np.random.default_rng(8)
@@ -293,6 +301,7 @@ def test_a_graph_with_no_recurrence_is_refused_pointing_at_the_checkpoint(tmp_pa
     assert inspected.returncode == 0 and "no recurrent layers found" in inspected.stdout
 
 
+@pytest.mark.slow
 def test_a_file_that_is_not_onnx_is_refused(tmp_path):
     path = tmp_path / "model.onnx"
     path.write_bytes(b"\x08" + bytes(range(256)) * 4)
@@ -301,6 +310,7 @@ def test_a_file_that_is_not_onnx_is_refused(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_reading_onnx_imports_no_framework(tmp_path):
     assert_no_framework_imported(ONNX / "gru3_dynamo.onnx", tmp_path / "out.bin", allowed=("onnx",))
 

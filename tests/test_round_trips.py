@@ -51,6 +51,7 @@ def keras_predicts_blob(model_path, blob, label: str) -> None:
     assert worst < 2e-5, (label, worst)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layer", KERAS_LAYERS)
 def test_keras_cudnn_keras_is_identical(layer, tmp_path):
     blob, back = tmp_path / "x.bin", tmp_path / "back.keras"
@@ -133,12 +134,14 @@ def test_keras_to_torch_computes_what_keras_computes(layer, tmp_path):
     assert max(errors) < 2e-5
 
 
+@pytest.mark.slow
 def test_projection_cannot_become_keras(tmp_path):
     result = run_cli("torch-to-keras", FIXTURES / "torch" / "lstm_proj.pt", "-o", tmp_path / "x.keras")
     assert_clean_failure(result, 2, "Keras has no LSTM projection (proj_size=3)")
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_general_convert_picks_directions_from_the_files(tmp_path):
     assert run_cli("convert", K3 / "mixed.h5", tmp_path / "g.bin", "--layer", "gru_a").returncode == 0
     assert run_cli("convert", tmp_path / "g.bin", tmp_path / "g.pt").returncode == 0
@@ -179,6 +182,7 @@ def random_rnns(draw) -> CanonicalRNN:
     return CanonicalRNN.from_arrays("rnn", spec, arrays)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rnn=random_rnns())
 def test_random_rnns_survive_cudnn_keras_cudnn_and_cudnn_torch_cudnn(rnn, tmp_path_factory):

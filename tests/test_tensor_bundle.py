@@ -138,6 +138,7 @@ def refused(index: Path, folder: Path, *phrases: str) -> None:
     assert not list(out.iterdir())
 
 
+@pytest.mark.slow
 def test_a_flipped_byte_in_a_tensor_is_its_crc32c_also_when_verifying(tmp_path):
     index = lstm_checkpoint(tmp_path)
     blob = tmp_path / "blob.bin"
@@ -147,6 +148,7 @@ def test_a_flipped_byte_in_a_tensor_is_its_crc32c_also_when_verifying(tmp_path):
     assert_clean_failure(run_cli("verify", blob, "--backend", "numpy"), 2, "does not match its crc32c (damaged)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "damage, message",
     [
@@ -168,6 +170,7 @@ def test_a_damaged_index_is_one_sentence(damage, message, tmp_path):
     refused(index, tmp_path, f"{index} is not a readable TensorFlow checkpoint", message)
 
 
+@pytest.mark.slow
 def test_a_truncated_data_file_is_refused_before_reading(tmp_path):
     index = lstm_checkpoint(tmp_path)
     data = data_file(index)
@@ -177,6 +180,7 @@ def test_a_truncated_data_file_is_refused_before_reading(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_every_flipped_byte_and_every_truncation_of_an_index_is_refused_or_harmless(tmp_path):
     """In-process, every position: BadInput, or (a byte no reader uses: padding) the same tensors."""
     index = lstm_checkpoint(tmp_path)
@@ -288,6 +292,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
 def test_hostile_indexes_are_one_sentence(kind, tmp_path):
     entries, message = HOSTILE[kind]

@@ -157,6 +157,7 @@ def test_verify_runs_tensorflow_with_states_and_ragged_lengths(name, layer, tmp_
         assert report.comparison is not None and report.comparison.worst < 1e-5
 
 
+@pytest.mark.slow
 def test_verify_from_the_command_line_and_a_wrong_blob(tmp_path):
     blob = tmp_path / "blob.bin"
     assert run_cli("tf1-to-cudnn", TF1 / "rnn_tanh.ckpt.index", "-o", blob, "-q").returncode == 0
@@ -181,6 +182,7 @@ def test_every_name_of_a_checkpoint_gives_the_same_blob(tmp_path):
     assert json.loads((tmp_path / "0.bin.json").read_text())["source"]["path"].endswith("lstm2.ckpt.index")
 
 
+@pytest.mark.slow
 def test_inspect_lists_the_rnns_and_why_an_opaque_buffer_does_not_convert():
     report = json.loads(run_cli("inspect", TF1 / "seq2seq.ckpt", "--json").stdout)
     assert report["format"] == "tf1-checkpoint"
@@ -191,6 +193,7 @@ def test_inspect_lists_the_rnns_and_why_an_opaque_buffer_does_not_convert():
     assert "TF records no spec" in (opaque.rnns[0].reason or "")
 
 
+@pytest.mark.slow
 def test_several_rnns_need_a_layer_and_all_go_to_a_safetensors(tmp_path):
     result = run_cli("tf1-to-cudnn", TF1 / "seq2seq.ckpt.index", "-o", tmp_path / "out.bin")
     assert_clean_failure(result, 2, "holds 2 RNNs", "'decoder/cudnn_gru'", "'encoder/cudnn_lstm'", "--layer")
@@ -204,12 +207,14 @@ def test_several_rnns_need_a_layer_and_all_go_to_a_safetensors(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_an_opaque_buffer_alone_is_refused(tmp_path):
     result = run_cli("convert", TF1 / "opaque_only.ckpt.index", tmp_path / "out.bin")
     assert_clean_failure(result, 2, "only the opaque cuDNN buffer cudnn_lstm/opaque_kernel", "TF records no spec")
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_no_writer_and_no_commands_to_tf1(tmp_path):
     from typer.main import get_command
 
@@ -222,6 +227,7 @@ def test_no_writer_and_no_commands_to_tf1(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_nonlinearity_must_be_stated_when_asked():
     result = run_cli("tf1-to-cudnn", TF1 / "rnn_tanh.ckpt", "--require-stated", "-o", "/nonexistent/x.bin")
     assert_clean_failure(result, 2, "--require-stated", "nonlinearity=tanh")
@@ -311,6 +317,7 @@ DAMAGED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(DAMAGED))
 def test_damaged_checkpoints_give_one_sentence(kind, tmp_path):
     inputs = tmp_path / "in"
@@ -321,6 +328,7 @@ def test_damaged_checkpoints_give_one_sentence(kind, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
 
+@pytest.mark.slow
 def test_a_missing_checkpoint_and_a_foreign_index_are_refused(tmp_path):
     assert_clean_failure(run_cli("tf1-to-cudnn", tmp_path / "nothing.ckpt"), 2, "does not exist")
     foreign = tmp_path / "table.index"
@@ -328,11 +336,13 @@ def test_a_missing_checkpoint_and_a_foreign_index_are_refused(tmp_path):
     assert_clean_failure(run_cli("inspect", foreign), 2, "cannot tell what")
 
 
+@pytest.mark.slow
 def test_reading_imports_no_framework(tmp_path):
     assert registry.detect(TF1 / "gru_bi.ckpt.index").name == "tf1"
     assert_no_framework_imported(TF1 / "gru_bi.ckpt.index", tmp_path / "out.bin")
 
 
+@pytest.mark.slow
 def test_checkpoints_need_no_tensorflow_and_verify_exits_3(tmp_path):
     """Without TensorFlow: a checkpoint inspects and converts to the same blob; verify against it exits 3."""
     blocker = tmp_path / "blocker"

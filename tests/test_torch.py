@@ -217,6 +217,7 @@ def test_printed_constructor_loads_the_state_dict(tmp_path):
 # --- raw blobs ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_raw_blob_with_flags(tmp_path):
     blob = tmp_path / "x.bin"
     rnnconv.convert(TORCH / "seq2seq.pt", blob, to="cudnn", layer="encoder.rnn", source_format="torch")
@@ -243,6 +244,7 @@ def test_raw_blob_with_flags(tmp_path):
     assert_blob_computes(open_bin(blob), module, "raw blob")
 
 
+@pytest.mark.slow
 def test_raw_blob_of_the_wrong_size_says_what_was_expected(tmp_path):
     raw = tmp_path / "weights.raw"
     raw.write_bytes(b"\0" * 4000)
@@ -253,6 +255,7 @@ def test_raw_blob_of_the_wrong_size_says_what_was_expected(tmp_path):
     assert not (tmp_path / "x.pt").exists()
 
 
+@pytest.mark.slow
 def test_a_huge_claimed_spec_is_refused_before_allocating(tmp_path):
     raw = tmp_path / "weights.raw"
     raw.write_bytes(b"\0" * 64)
@@ -365,6 +368,7 @@ BAD = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD))
 def test_bad_checkpoints_get_one_sentence_and_exit_2(case, tmp_path):
     make, args, *phrases = BAD[case]
@@ -377,6 +381,7 @@ def test_bad_checkpoints_get_one_sentence_and_exit_2(case, tmp_path):
     assert not (inputs / "pwned").exists()
 
 
+@pytest.mark.slow
 def test_torch_safetensors_needs_no_torch(tmp_path):
     code = f"""
 import sys
@@ -394,6 +399,7 @@ print("ok")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "ok"
 
 
+@pytest.mark.slow
 def test_zip_checkpoints_need_no_torch_and_the_rest_exits_3(tmp_path):
     """Without torch: a zip checkpoint converts, inspects and is written exactly; a legacy one and verify
     against a PyTorch source exit 3 and say what to install."""
@@ -429,6 +435,7 @@ def test_zip_checkpoints_need_no_torch_and_the_rest_exits_3(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_inspect_a_checkpoint():
     report = json.loads(run_cli("inspect", TORCH / "seq2seq.pt", "--json").stdout)
     assert [(r["name"], r["class"]) for r in report["rnns"]] == [("encoder.rnn", "nn.LSTM"), ("decoder.rnn", "nn.GRU")]

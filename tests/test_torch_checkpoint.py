@@ -106,6 +106,7 @@ class Evil:
         return (exec, ("open('MARKER', 'w').write('ran')",))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "payload, phrase",
     [
@@ -127,6 +128,7 @@ def _pickle_member(path: Path) -> str:
         return next(n for n in archive.namelist() if n.endswith("/data.pkl"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "damage, phrase",
     [
@@ -172,6 +174,7 @@ def _with_offset(data: bytes, offset: int) -> bytes:
     return data[:start] + b"J" + offset.to_bytes(4, "little") + data[ends[target] :]
 
 
+@pytest.mark.slow
 def test_a_pickle_sharing_one_list_exponentially_is_bounded(tmp_path):
     """[a, a] where a = [b, b] ...: 2**60 entries from a few hundred bytes of pickle."""
     node: list = [torch.zeros(1)]

@@ -199,6 +199,7 @@ CORRUPTIONS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CORRUPTIONS))
 def test_broken_blobs_fail_with_the_right_diagnosis(case, tmp_path):
     source, layer, change, expected = CORRUPTIONS[case]
@@ -214,6 +215,7 @@ def test_broken_blobs_fail_with_the_right_diagnosis(case, tmp_path):
     assert diagnosis["mistake"] == expected, diagnosis["mistake"]
 
 
+@pytest.mark.slow
 def test_cli_reports_a_mismatch_with_exit_1_and_json(tmp_path):
     good = to_blob(K3 / "mixed.keras", "bidi_gru", tmp_path / "good.bin")
     bad = corrupted(good, tmp_path / "bad.bin", swap_directions)
@@ -229,6 +231,7 @@ def test_cli_reports_a_mismatch_with_exit_1_and_json(tmp_path):
     assert report["inputs"]["seed"] == 0 and "y_per_step" in report["comparison"]
 
 
+@pytest.mark.slow
 def test_cli_match_exit_0(tmp_path):
     blob = to_blob(TORCH / "lstm_proj.pt", None, tmp_path / "x.bin")
     result = run_cli("verify", blob, "--report", tmp_path / "r.json", "--seq-len", "5", "--batch", "2", "--seed", "9")
@@ -241,6 +244,7 @@ def test_cli_match_exit_0(tmp_path):
     assert report["backend"]["name"] == "numpy" and report["verdict"] == "match"
 
 
+@pytest.mark.slow
 def test_against_another_copy_of_the_source(tmp_path):
     source = tmp_path / "model.keras"
     shutil.copy(K3 / "mixed.keras", source)
@@ -257,6 +261,7 @@ def test_against_another_copy_of_the_source(tmp_path):
     assert_match(verify(blob, VerifyOptions(backend="numpy", against=moved)), "against")
 
 
+@pytest.mark.slow
 def test_changed_source_is_warned_about(tmp_path):
     source = tmp_path / "model.h5"
     shutil.copy(K3 / "mixed.h5", source)
@@ -285,6 +290,7 @@ def test_structure_problems_fail(tmp_path):
     assert any(c["check"] == "tensor table" and not c["ok"] for c in dump(report)["checks"])
 
 
+@pytest.mark.slow
 def test_raw_blob_against_its_source(tmp_path):
     blob = to_blob(TORCH / "seq2seq.pt", "decoder.rnn", tmp_path / "x.bin")
     raw = tmp_path / "weights.raw"
@@ -308,6 +314,7 @@ def test_raw_blob_against_its_source(tmp_path):
     assert result.returncode == 0 and "MATCH" in result.stdout, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_cudnn_backend_without_a_gpu_exits_3(tmp_path):
     blob = to_blob(TORCH / "rnn_tanh.pt", None, tmp_path / "x.bin")
     result = run_cli("verify", blob, "--backend", "cudnn")
@@ -319,6 +326,7 @@ def test_cudnn_backend_without_a_gpu_exits_3(tmp_path):
     assert "CUDA driver" in result.stderr or "pycuda" in result.stderr
 
 
+@pytest.mark.slow
 def test_bad_verify_inputs(tmp_path):
     assert_clean_failure(run_cli("verify", tmp_path / "none.bin"), 2, "does not exist")
     assert_clean_failure(run_cli("verify", FIXTURES / "keras3" / "lstm.h5"), 2, "not a cuDNN blob", "keras-to-cudnn")
@@ -332,6 +340,7 @@ def test_bad_verify_inputs(tmp_path):
     assert result.returncode == 0 and "MATCH" in result.stdout, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_a_report_asked_for_is_written_when_verify_cannot_run(tmp_path):
     """A CI step always gets its report: verdict error (exit 2) or backend-missing (exit 3), with the reason."""
     from rnnconv.contracts import Report
@@ -353,6 +362,7 @@ def test_a_report_asked_for_is_written_when_verify_cannot_run(tmp_path):
     assert report.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_a_checkpoint_named_like_a_blob_is_named_for_what_it_is(tmp_path):
     """pytorch_model.bin is a PyTorch checkpoint, not a blob: verify says so and how to convert it."""
     named = tmp_path / "pytorch_model.bin"

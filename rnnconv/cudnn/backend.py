@@ -42,8 +42,8 @@ from rnnconv.cudnn.descriptors import MATH_FOR, Descriptors, rnn_settings, tenso
 from rnnconv.dtypes import decode, element_type, encode
 from rnnconv.errors import BackendMissing, Mismatch
 from rnnconv.formats.cudnn import Blob
-from rnnconv.table.constants import BIAS_KINDS, MATRIX_KINDS, PROJECTION_LIN_LAYER_ID
-from rnnconv.weightspace import Region
+from rnnconv.table.constants import BIAS_KINDS, LSTM, MATRIX_KINDS, Kind
+from rnnconv.weightspace import Region, lin_layer_ids, lin_layer_tensors
 
 
 @dataclass
@@ -243,7 +243,7 @@ def _forward(
     """One cudnnRNNForward (inference) on device copies of the inputs; the outputs decoded to float64."""
     steps, batch, _ = x.shape
     etype = element_type(spec.dtype)
-    lstm = spec.mode == "lstm"
+    lstm = spec.mode == LSTM
     pseudo = spec.num_layers * spec.num_directions
     x_dev, hx = session.upload(encode(x, etype)), session.upload(encode(h0, etype))
     cx = session.upload(encode(c0, etype)) if lstm and c0 is not None else None  # NULL: zeros
@@ -300,8 +300,8 @@ def placements(cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, base
     """Every matrix and bias of the RNN where cudnnGetRNNWeightParams puts it."""
     m_desc, b_desc = desc.new_tensor_descriptor(), desc.new_tensor_descriptor()
     found = []
-    gates = len(spec.gates)
-    lin_ids = list(range(2 * gates)) + ([PROJECTION_LIN_LAYER_ID] if spec.proj_size else [])
+    ids = lin_layer_ids(spec.gates)
+    lin_ids = sorted({lin for (kind, _), lin in ids.items() if kind != Kind.P or spec.proj_size})
     for pseudo in range(spec.num_layers * spec.num_directions):
         layer, direction = divmod(pseudo, spec.num_directions)
         for lin in lin_ids:
@@ -319,12 +319,8 @@ def placements(cudnn: Cudnn, handle: Any, desc: Descriptors, spec: RNNSpec, base
                 b_desc,
                 ctypes.byref(b_addr),
             )
-            if lin == PROJECTION_LIN_LAYER_ID:
-                kinds = [("P", "", m_addr, m_desc)]
-            else:
-                gate = spec.gates[lin % gates]
-                side = lin // gates  # 0: the input side, 1: the recurrent side
-                kinds = [(MATRIX_KINDS[side], gate, m_addr, m_desc), (BIAS_KINDS[side], gate, b_addr, b_desc)]
+            matrix, bias = lin_layer_tensors(spec.gates, lin)
+            kinds = [(*matrix, m_addr, m_desc)] + ([(*bias, b_addr, b_desc)] if bias else [])
             for kind, gate, addr, tensor in kinds:
                 if addr.value:  # a NULL address: cuDNN holds no such tensor
                     dims, strides = tensor_dims(cudnn, tensor)
@@ -351,16 +347,20 @@ def layout_findings(
     spec: RNNSpec, places: dict[ParamKey, Region], found: list[Placement], reported_bytes: int, size: int
 ) -> list[LayoutFinding]:
     """Every difference between where cuDNN places the tensors (`found`, `reported_bytes` in all) and where
-    the blob does (`places`, `size` bytes): the weight space's size, each tensor's offset, dims and strides."""
+    the blob does (`places`, `size` bytes): the weight space's size, each tensor's offset, dims and strides.
+
+    Each tensor is looked up by the pseudo-layer and linLayerID the blob gives it (its sidecar's): a wrong id
+    is a wrong place, as it would be for a program that asks cuDNN with the sidecar's ids.
+    """
     itemsize = element_type(spec.dtype).itemsize
     findings: list[LayoutFinding] = []
     if reported_bytes != size:
         findings.append(
             LayoutFinding(tensor="weight space", expected_bytes=size, cudnn_bytes=reported_bytes, differs=["size"])
         )
-    by_key = {p.key: p for p in found}
+    by_id = {(p.pseudo_layer, p.lin_layer_id, p.key.kind in BIAS_KINDS): p for p in found}
     for region in sorted(places.values(), key=lambda r: r.offset):
-        placed = by_key.get(region.key)
+        placed = by_id.get((region.pseudo_layer, region.lin_layer_id, region.is_bias))
         dims, strides = expected_dims(region.shape)
         expected = {"offset_bytes": region.offset * itemsize, "shape": list(region.shape)}
         expected.update(dims=dims, strides=strides)
@@ -461,8 +461,8 @@ def torch_second_opinion(blob: Blob, x: np.ndarray, h0: np.ndarray, c0: np.ndarr
                         torch.cat([tensor(blob.param(ParamKey(layer, direction, kind, g))) for g in spec.gates])
                     )
                 if spec.proj_size:
-                    weights.append(tensor(blob.param(ParamKey(layer, direction, "P", ""))))
-        lstm = spec.mode == "lstm"
+                    weights.append(tensor(blob.param(ParamKey(layer, direction, Kind.P, ""))))
+        lstm = spec.mode == LSTM
         rnn_precision = getattr(torch.backends.cudnn, "rnn", None)
         previous = (torch.backends.cudnn.allow_tf32, getattr(rnn_precision, "fp32_precision", None))
         torch.backends.cudnn.allow_tf32 = False

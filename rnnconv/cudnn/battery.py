@@ -47,6 +47,7 @@ from rnnconv.errors import BackendMissing, RnnconvError
 from rnnconv.formats.cudnn import Blob, open_bin, write_bin
 from rnnconv.reference import forward
 from rnnconv.safeio import atomic_outputs, check_writable
+from rnnconv.table.constants import LSTM
 from rnnconv.version import __version__
 from rnnconv.weightspace import LAYOUT_NAME, LAYOUT_VERSION, region_map, weight_space_elements
 
@@ -202,12 +203,12 @@ def run_configuration(backend: CudnnBackend, configuration: Configuration, index
         path = tmp / "battery.bin"
         write_bin(_random_rnn(spec, index), path, spec.dtype, force=True)
         blob = open_bin(path)
-        entry["forward"] = {}
+        entry["forward_runs"] = {}
         for batch in ("ragged", "full"):
             try:
-                entry["forward"][batch] = check_forward(backend, blob, index, ragged=batch == "ragged")
+                entry["forward_runs"][batch] = check_forward(backend, blob, index, ragged=batch == "ragged")
             except LayoutMismatch:  # the layout's findings are already in the entry; no forward is meaningful
-                entry["forward"][batch] = {"ran": False, "why": "rnnconv's layout differs from cuDNN's"}
+                entry["forward_runs"][batch] = {"ran": False, "why": "rnnconv's layout differs from cuDNN's"}
                 break
         del blob
     except (RnnconvError, MemoryError) as exc:  # one configuration cuDNN refuses must not end the battery
@@ -283,7 +284,7 @@ def check_forward(backend: CudnnBackend, blob: Blob, seed: int, ragged: bool) ->
 
     x = rounded((STEPS, BATCH, spec.input_size), 0.8)
     h0 = rounded((pseudo, BATCH, spec.output_size), 0.5)
-    c0 = rounded((pseudo, BATCH, spec.hidden_size), 0.5) if spec.mode == "lstm" else None
+    c0 = rounded((pseudo, BATCH, spec.hidden_size), 0.5) if spec.mode == LSTM else None
     lengths = np.array(RAGGED if ragged else (STEPS,) * BATCH)
     backend.details.pop("torch_cudnn_rnn", None)
     got = backend.run(blob, {"x": x, "h0": h0, "c0": c0, "lengths": lengths})
@@ -304,7 +305,7 @@ def check_forward(backend: CudnnBackend, blob: Blob, seed: int, ragged: bool) ->
 
 
 def _passed(entry: dict[str, Any]) -> bool:
-    runs = entry.get("forward", {}).values()
+    runs = entry.get("forward_runs", {}).values()
     return bool(entry.get("layout_matches")) and bool(runs) and all(r.get("matches") for r in runs)
 
 
@@ -313,7 +314,7 @@ def _verdict(entry: dict[str, Any]) -> str:
         return f"ERROR {entry['error']}"
     if not entry["layout_matches"]:
         return f"layout DIFFERS ({len(entry['layout_differences'])} differences)"
-    runs = entry["forward"]
+    runs = entry["forward_runs"]
     worst = max(r["max_abs_vs_numpy"] for r in runs.values())
     math = runs["ragged"]["math_type"]
     torch_ran = any((r.get("torch_cudnn_rnn") or {}).get("ran") for r in runs.values())

@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from rnnconv.formats._onnx_graph import Folder, NotFoldable, Scope
-from rnnconv.table.constants import NONLINEARITIES, ONNX_ACTIVATIONS
+from rnnconv.table.constants import NONLINEARITIES, ONNX_ACTIVATIONS, ONNX_INPUTS
+
+ONNX_W, ONNX_R, ONNX_B = ONNX_INPUTS[1:4]  # the weights an RNN node would take, as the unrolled steps give them
 
 ACTIVATION_OPS = tuple(op for op, name in ONNX_ACTIVATIONS.items() if name in NONLINEARITIES)  # Tanh, Relu
 PASS_THROUGH = ("Identity", "Squeeze", "Unsqueeze", "Reshape")  # what may stand between a step's h and the next
@@ -229,10 +231,10 @@ class Recogniser:
                     "non-zero initial state into it"
                 )
                 return found
-        found.weights = {"W": input_matrix.T, "R": recurrent.T}
+        found.weights = {ONNX_W: input_matrix.T, ONNX_R: recurrent.T}
         if input_bias is not None or bias is not None:
             zeros = np.zeros(hidden, recurrent.dtype)
-            found.weights["B"] = np.concatenate([zeros if b is None else b for b in (input_bias, bias)])
+            found.weights[ONNX_B] = np.concatenate([zeros if b is None else b for b in (input_bias, bias)])
         return found
 
     def through(self, value: str) -> str:

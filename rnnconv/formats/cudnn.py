@@ -52,7 +52,7 @@ from rnnconv.safeio import (
     regular_file,
     write_array,
 )
-from rnnconv.table.constants import BIAS_MODE, CUDNN_MODES, DIRECTION, INPUT_MODE
+from rnnconv.table.constants import BIAS_MODE, CUDNN_MODES, DIRECTION, INPUT_MODE, Kind
 from rnnconv.table.formats import FORMAT_INFO
 from rnnconv.version import __version__
 from rnnconv.weightspace import (
@@ -61,6 +61,7 @@ from rnnconv.weightspace import (
     LAYOUT_VERSION,
     REPORTED_LAYOUT_NAME,
     Region,
+    lin_layer_id,
     region_map,
     regions,
     size_formula,
@@ -147,8 +148,8 @@ def _in_file(rnn: CanonicalRNN, key: ParamKey, etype: ElementType) -> FileArray 
     stacked = rnn.stacked(key.layer, key.direction, key.kind)
     if not isinstance(stacked, FileArray) or stacked.dtype != etype.storage or etype.name == "bfloat16":
         return None
-    gates = 1 if key.kind == "P" else len(rnn.spec.gates)
-    index = 0 if key.kind == "P" else rnn.spec.gates.index(key.gate)
+    gates = 1 if key.kind == Kind.P else len(rnn.spec.gates)
+    index = 0 if key.kind == Kind.P else rnn.spec.gates.index(key.gate)
     rows = rnn.spec.param_shape(key)[0]
     if stacked.shape != (gates * rows, *rnn.spec.param_shape(key)[1:]):
         return None
@@ -258,7 +259,7 @@ class Blob:
     def stacked(self, layer: int, direction: int, kind: str) -> np.ndarray | FileArray | None:
         """The gates of one kind, in cuDNN order, when they lie back to back: still in the file (bfloat16 words
         read and widened)."""
-        gates = [""] if kind == "P" else list(self.spec.gates)
+        gates = [""] if kind == Kind.P else list(self.spec.gates)
         parts = [self.places[ParamKey(layer, direction, kind, g)] for g in gates]
         if any(b.offset != a.offset + a.size for a, b in itertools.pairwise(parts)):
             return None
@@ -320,6 +321,12 @@ def placement(
         region = places.get(key)
         if region is None or region.shape != spec.param_shape(key) or region.offset + region.size > elements:
             raise BadInput(f"{where}: its tensor table does not place {key.label} inside the weight space")
+        ids = (key.layer * spec.num_directions + key.direction, lin_layer_id(spec, key))
+        if (region.pseudo_layer, region.lin_layer_id) != ids:
+            raise BadInput(
+                f"{where}: its tensor table gives {key.label} pseudo-layer {region.pseudo_layer} and linLayerID "
+                f"{region.lin_layer_id}, but cuDNN numbers that tensor {ids[0]} and {ids[1]}"
+            )
     spans = sorted((r.offset, r.offset + r.size, r.key.label) for r in places.values())
     for (_, end, first), (begin, _, second) in itertools.pairwise(spans):
         if begin < end:

@@ -46,9 +46,12 @@ from rnnconv.safeio import digest_in_background
 from rnnconv.table.apply import check_shapes, gate_loaders, nonlinearity_mode, rows_for, stored_shapes
 from rnnconv.table.constants import (
     ELEMENT_TYPE_CODES,
+    GRU,
+    LSTM,
     MAX_LAYERS,
     MAX_SIZE,
     NONLINEARITIES,
+    RNN,
     TF1_ALL_ROWS,
     TF1_BIAS,
     TF1_BIDIRECTIONAL,
@@ -176,7 +179,7 @@ def choose(rnns: list[TF1RNN], opaque_only: list[str], layer: str | None, path: 
     if not rnns:
         if opaque_only:
             raise Unsupported(f"{path} cannot be converted: " + OPAQUE_REASON.format(name=opaque_only[0]))
-        lstm = TF1_UNIDIRECTIONAL.format(layer=0) + "/" + TF1_CELLS["lstm"] + "/" + TF1_KERNEL
+        lstm = TF1_UNIDIRECTIONAL.format(layer=0) + "/" + TF1_CELLS[LSTM] + "/" + TF1_KERNEL
         raise BadInput(f"{path} holds no tf.contrib.cudnn_rnn weights (no tensor like <scope>/{lstm})")
     raise several_rnns(path, f"holds {len(rnns)} RNNs ({names})")
 
@@ -364,11 +367,11 @@ def run_in_tensorflow(
                 outputs.append(y)
             layer_input = np.concatenate(outputs, axis=-1)
     how = {
-        "lstm": "LSTMBlockCell (forget_bias=0, no clipping, no peepholes) on each layer's kernel and bias",
-        "gru": "CudnnCompatibleGRUCell's equations in TF ops (TF 2 has no CPU kernel of cuDNN's GRU)",
-        "rnn": "BasicRNNCell's equation in TF ops",
+        LSTM: "LSTMBlockCell (forget_bias=0, no clipping, no peepholes) on each layer's kernel and bias",
+        GRU: "CudnnCompatibleGRUCell's equations in TF ops (TF 2 has no CPU kernel of cuDNN's GRU)",
+        RNN: "BasicRNNCell's equation in TF ops",
     }[rnn.cell]
-    result: dict[str, np.ndarray | None] = {"y": layer_input, "h_n": h_n, "c_n": c_n if spec.mode == "lstm" else None}
+    result: dict[str, np.ndarray | None] = {"y": layer_input, "h_n": h_n, "c_n": c_n if spec.mode == LSTM else None}
     return result, f"tensorflow {tf.__version__}: {how}"
 
 
@@ -377,7 +380,7 @@ Cell = Callable[[Any, Any, Any], tuple[Any, Any]]  # (x_t, h, c) -> (new h, new 
 
 def _cell(tf: Any, cell: str, mode: str, w: dict[str, Any], hidden: int) -> Cell:
     """One step of the TF cell that reads these tensors."""
-    if cell == "lstm":
+    if cell == LSTM:
         no_peephole = tf.zeros([hidden], tf.float32)
 
         def lstm(x: Any, h: Any, c: Any) -> tuple[Any, Any]:
@@ -388,7 +391,7 @@ def _cell(tf: Any, cell: str, mode: str, w: dict[str, Any], hidden: int) -> Cell
             return got.h, got.cs
 
         return lstm
-    if cell == "gru":
+    if cell == GRU:
         gates_kernel, gates_bias = w[f"{TF1_GRU_GATES}/{TF1_KERNEL}"], w[f"{TF1_GRU_GATES}/{TF1_BIAS}"]
         input_kernel = w[f"{TF1_GRU_CANDIDATE_INPUT}/{TF1_KERNEL}"]
         input_bias = w[f"{TF1_GRU_CANDIDATE_INPUT}/{TF1_BIAS}"]

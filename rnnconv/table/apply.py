@@ -15,25 +15,20 @@ from typing import Any
 import numpy as np
 
 from rnnconv.errors import BadInput, Unsupported
-from rnnconv.table.constants import CUDNN_GATES, NONLINEARITIES
-from rnnconv.table.rows import (
-    BIAS_CONCATENATED,
-    BIAS_SEPARATE,
-    BIAS_SINGLE,
-    BIAS_SINGLE_BUT_LAST,
-    BIAS_SPLITS,
-    BIAS_STACKED,
-    DEFAULT_BIAS_SPLIT,
-    KERAS_ERAS,
-    MATRIX_COLUMNS,
-    MATRIX_ROWS,
-    TABLE,
-    KerasEra,
-    Row,
+from rnnconv.table.constants import (
+    BIAS_KINDS,
+    CUDNN_GATES,
+    CUDNN_TENSOR_NAMES,
+    INPUT_MATRIX,
+    KIND_OF_ROLE,
+    MATRIX_ROLES,
+    NONLINEARITIES,
+    PROJECTION,
+    RECURRENT_MATRIX,
+    Kind,
 )
-from rnnconv.transpose import transposed
-
-Loader = Callable[[], np.ndarray]
+from rnnconv.table.layouts import DEFAULT_BIAS_SPLIT, Loader
+from rnnconv.table.rows import KERAS_ERAS, TABLE, KerasEra, Row
 
 
 def rows_for(fmt: str, source_class: str | None = None) -> list[Row]:
@@ -132,50 +127,22 @@ def _show(value: Any) -> str:
 
 
 # --- stored tensors <-> cuDNN per-gate blocks -------------------------------------------------
+# The row's matrix and bias layouts (table/layouts.py) do the work; these functions walk one cell.
 
 
 def stored_shapes(
     row: Row, hidden: int, n_in: int, n_rec: int, proj: int = 0, has_bias: bool = True
 ) -> dict[str, tuple[int, ...]]:
     """Shape of each stored tensor (by role) for the given sizes."""
-    gh = row.gates * hidden
-    if row.matrix == MATRIX_ROWS:
-        shapes: dict[str, tuple[int, ...]] = {"input_matrix": (gh, n_in), "recurrent_matrix": (gh, n_rec)}
-    else:
-        shapes = {"input_matrix": (n_in, gh), "recurrent_matrix": (n_rec, gh)}
+    shapes = {
+        **row.matrix.shapes(INPUT_MATRIX, row.gate_order, hidden, n_in),
+        **row.matrix.shapes(RECURRENT_MATRIX, row.gate_order, hidden, n_rec),
+    }
     if has_bias:
-        biases: dict[str, dict[str, tuple[int, ...]]] = {
-            BIAS_SEPARATE: {"input_bias": (gh,), "recurrent_bias": (gh,)},
-            BIAS_STACKED: {"bias": (2, gh)},
-            BIAS_CONCATENATED: {"bias": (2 * gh,)},
-            BIAS_SINGLE: {"bias": (gh,)},
-            BIAS_SINGLE_BUT_LAST: {"bias": (gh - hidden,), "input_bias": (hidden,), "recurrent_bias": (hidden,)},
-        }
-        shapes.update(biases[row.bias])
+        shapes.update(row.bias.shapes(row.gate_order, hidden))
     if proj:
-        shapes["projection"] = (proj, hidden)
+        shapes[PROJECTION] = (proj, hidden)
     return shapes
-
-
-def _matrix_block(stored: Any, kind: str, k: int, hidden: int) -> np.ndarray:
-    """cuDNN's (H, n) block of gate k from a stored matrix (numpy or h5py-like)."""
-    cols = slice(k * hidden, (k + 1) * hidden)
-    if kind == MATRIX_ROWS:
-        return np.asarray(stored[cols, :])
-    if kind == MATRIX_COLUMNS:
-        return transposed(np.asarray(stored[:, cols]))
-    block: np.ndarray = np.ascontiguousarray(stored[:, cols])
-    return block.reshape(hidden, block.shape[0])  # MATRIX_COLUMNS_RAW
-
-
-def _place_matrix_block(out: np.ndarray, kind: str, k: int, hidden: int, block: np.ndarray) -> None:
-    cols = slice(k * hidden, (k + 1) * hidden)
-    if kind == MATRIX_ROWS:
-        out[cols, :] = block
-    elif kind == MATRIX_COLUMNS:
-        out[:, cols] = block.T
-    else:
-        out[:, cols] = np.ascontiguousarray(block).reshape(out.shape[0], hidden)
 
 
 def gate_loaders(
@@ -192,55 +159,22 @@ def gate_loaders(
     sliceable). Nothing is read until a loader is called, so a writer can pull one
     block at a time.
     """
-    gh = row.gates * hidden
-
-    def matrix(role: str, k: int) -> Loader:
-        return lambda: _matrix_block(fetch(role), row.matrix, k, hidden)
-
-    def part(role: str, index: Any) -> Loader:
-        return lambda: np.asarray(fetch(role)[index])
-
+    order = row.gate_order
     loaders: dict[tuple[str, str], Loader] = {}
     for gate in CUDNN_GATES[row.cell]:
-        k = row.stored_index(gate)
-        own = slice(k * hidden, (k + 1) * hidden)
-        loaders[("W", gate)] = matrix("input_matrix", k)
-        loaders[("R", gate)] = matrix("recurrent_matrix", k)
-        if not has_bias:
-            loaders[("bW", gate)] = loaders[("bR", gate)] = lambda: np.zeros(hidden, dtype=np.float32)
-        elif row.bias == BIAS_SEPARATE:
-            loaders[("bW", gate)], loaders[("bR", gate)] = part("input_bias", own), part("recurrent_bias", own)
-        elif row.bias == BIAS_STACKED:
-            loaders[("bW", gate)], loaders[("bR", gate)] = part("bias", (0, own)), part("bias", (1, own))
-        elif row.bias == BIAS_CONCATENATED:
-            recurrent = slice(gh + k * hidden, gh + (k + 1) * hidden)
-            loaders[("bW", gate)], loaders[("bR", gate)] = part("bias", own), part("bias", recurrent)
-        elif row.bias == BIAS_SINGLE_BUT_LAST and k == row.gates - 1:
-            loaders[("bW", gate)], loaders[("bR", gate)] = (
-                part("input_bias", slice(None)),
-                part("recurrent_bias", slice(None)),
-            )
-        else:  # BIAS_SINGLE, or a summed gate of BIAS_SINGLE_BUT_LAST
-            loaders[("bW", gate)], loaders[("bR", gate)] = _split_single(part("bias", own), bias_split)
+        for role in MATRIX_ROLES:
+            loaders[(KIND_OF_ROLE[role], gate)] = row.matrix.load(fetch, role, order, gate, hidden)
+        biases = (
+            row.bias.load(fetch, order, gate, hidden, bias_split) if has_bias else (_zeros(hidden),) * len(BIAS_KINDS)
+        )
+        loaders.update(((kind, gate), load) for kind, load in zip(BIAS_KINDS, biases))
     if proj:
-        loaders[("P", "")] = part("projection", (slice(None), slice(None)))
+        loaders[(Kind.P, "")] = lambda: np.asarray(fetch(PROJECTION)[:, :])
     return loaders
 
 
-def _split_single(load: Loader, split: str) -> tuple[Loader, Loader]:
-    if split not in BIAS_SPLITS:
-        raise BadInput(f"unknown bias split {split!r} (choose {', '.join(BIAS_SPLITS)})")
-    if split == "recurrent":
-        return (lambda: np.zeros_like(load())), load
-    if split == "input":
-        return load, (lambda: np.zeros_like(load()))
-
-    def half() -> np.ndarray:
-        bias = load()
-        halved: np.ndarray = bias * bias.dtype.type(0.5)  # exact in every float type
-        return halved
-
-    return half, half
+def _zeros(hidden: int) -> Loader:
+    return lambda: np.zeros(hidden, dtype=np.float32)
 
 
 def assemble_stored(
@@ -260,30 +194,14 @@ def assemble_stored(
     """
     shapes = stored_shapes(row, hidden, n_in, n_rec, proj, has_bias)
     out = {role: np.zeros(shape, dtype=dtype) for role, shape in shapes.items()}
-    gh = row.gates * hidden
+    order = row.gate_order
     for gate in CUDNN_GATES[row.cell]:
-        k = row.stored_index(gate)
-        sl = slice(k * hidden, (k + 1) * hidden)
-        _place_matrix_block(out["input_matrix"], row.matrix, k, hidden, param("W", gate))
-        _place_matrix_block(out["recurrent_matrix"], row.matrix, k, hidden, param("R", gate))
-        if not has_bias:
-            continue
-        if row.bias == BIAS_SEPARATE:
-            out["input_bias"][sl] = param("bW", gate)
-            out["recurrent_bias"][sl] = param("bR", gate)
-        elif row.bias == BIAS_STACKED:
-            out["bias"][0, sl] = param("bW", gate)
-            out["bias"][1, sl] = param("bR", gate)
-        elif row.bias == BIAS_CONCATENATED:
-            out["bias"][sl] = param("bW", gate)
-            out["bias"][gh + k * hidden : gh + (k + 1) * hidden] = param("bR", gate)
-        elif row.bias == BIAS_SINGLE_BUT_LAST and k == row.gates - 1:
-            out["input_bias"][...] = param("bW", gate)
-            out["recurrent_bias"][...] = param("bR", gate)
-        else:
-            out["bias"][sl] = param("bW", gate) + param("bR", gate)
+        for role in MATRIX_ROLES:
+            row.matrix.store(out, role, order, gate, hidden, param(KIND_OF_ROLE[role], gate))
+        if has_bias:
+            row.bias.store(out, order, gate, hidden, *(param(kind, gate) for kind in BIAS_KINDS))
     if proj:
-        out["projection"][...] = param("P", "")
+        out[PROJECTION][...] = param(Kind.P, "")
     return out
 
 
@@ -314,47 +232,15 @@ def recipe(row: Row, single_bias_split: str = DEFAULT_BIAS_SPLIT) -> list[tuple[
     Every expression evaluates, with H and I the sizes and each stored tensor under its name (`2H` meaning
     2*H); tests evaluate them all against `gate_loaders`.
     """
-    names = row.tensors
-
-    def cols(k: int) -> str:
-        lo = "" if k == 0 else (f"{k}H" if k > 1 else "H")
-        hi = f"{k + 1}H" if k + 1 > 1 else "H"
-        return f"{lo}:{hi}"
-
-    def block(role: str, k: int) -> str:
-        name = names.get(role, role)
-        if row.matrix == MATRIX_ROWS:
-            return f"{name}[{cols(k)}, :]"
-        if row.matrix == MATRIX_COLUMNS:
-            return f"{name}[:, {cols(k)}].T"
-        return f"{name}[:, {cols(k)}].reshape(H, -1)"  # the rows' count: in for W, H for R
-
+    names, order, gates = row.tensors, row.gate_order, CUDNN_GATES[row.cell]
     out: list[tuple[str, str]] = []
-    for side, role in (("W", "input_matrix"), ("R", "recurrent_matrix")):
-        for gate in CUDNN_GATES[row.cell]:
-            out.append((f"{side}_{gate}", block(role, row.stored_index(gate))))
-    for side in ("bW", "bR"):
-        for gate in CUDNN_GATES[row.cell]:
-            k = row.stored_index(gate)
-            if row.bias == BIAS_SEPARATE:
-                name = names["input_bias" if side == "bW" else "recurrent_bias"]
-                expr = f"{name}[{cols(k)}]"
-            elif row.bias == BIAS_STACKED:
-                expr = f"{names['bias']}[{0 if side == 'bW' else 1}, {cols(k)}]"
-            elif row.bias == BIAS_CONCATENATED:
-                expr = f"{names['bias']}[{cols(k)}]" if side == "bW" else f"{names['bias']}[{cols(row.gates + k)}]"
-            elif row.bias == BIAS_SINGLE_BUT_LAST and k == row.gates - 1:
-                expr = names["input_bias" if side == "bW" else "recurrent_bias"]
-            else:
-                whole = f"{names['bias']}[{cols(k)}]"
-                expr = {
-                    "recurrent": "0" if side == "bW" else whole,
-                    "input": whole if side == "bW" else "0",
-                    "half": f"0.5 * {whole}",
-                }[single_bias_split]
-            out.append((f"{side}_{gate}", expr))
-    if "projection" in names:
-        out.append(("Wproj", names["projection"]))
+    for role in MATRIX_ROLES:
+        out += [(f"{KIND_OF_ROLE[role]}_{gate}", row.matrix.describe(names, role, order, gate)) for gate in gates]
+    biases = {gate: row.bias.describe(names, order, gate, single_bias_split) for gate in gates}
+    for side, kind in enumerate(BIAS_KINDS):
+        out += [(f"{kind}_{gate}", biases[gate][side]) for gate in gates]
+    if PROJECTION in names:
+        out.append((CUDNN_TENSOR_NAMES[PROJECTION], names[PROJECTION]))
     return out
 
 

@@ -11,25 +11,29 @@ from __future__ import annotations
 from typing import Final
 
 # --- cells and gates ------------------------------------------------------------------------
+# The cell families; "lstm" and "gru" are also cuDNN's modes of those cells (CUDNN_MODES).
+LSTM: Final = "lstm"
+GRU: Final = "gru"
+RNN: Final = "rnn"
 # cuDNN's gate order per cell family: the linLayerID order of cudnnGetRNNWeightParams.
 CUDNN_GATES: Final[dict[str, tuple[str, ...]]] = {
-    "lstm": ("i", "f", "c", "o"),
-    "gru": ("r", "z", "h"),
-    "rnn": ("h",),
+    LSTM: ("i", "f", "c", "o"),
+    GRU: ("r", "z", "h"),
+    RNN: ("h",),
 }
 GATE_NAMES: Final[dict[str, dict[str, str]]] = {
-    "lstm": {"i": "input gate", "f": "forget gate", "c": "cell candidate", "o": "output gate"},
-    "gru": {"r": "reset gate", "z": "update gate", "h": "new (candidate) state"},
-    "rnn": {"h": "hidden state"},
+    LSTM: {"i": "input gate", "f": "forget gate", "c": "cell candidate", "o": "output gate"},
+    GRU: {"r": "reset gate", "z": "update gate", "h": "new (candidate) state"},
+    RNN: {"h": "hidden state"},
 }
 
 # --- cuDNN enums (cudnn_graph.h / cudnn_adv.h, cuDNN 9) ---------------------------------------
 # cuDNN modes: name -> (cell family, cudnnRNNMode_t).
 CUDNN_MODES: Final[dict[str, tuple[str, int]]] = {
-    "rnn_relu": ("rnn", 0),
-    "rnn_tanh": ("rnn", 1),
-    "lstm": ("lstm", 2),
-    "gru": ("gru", 3),
+    "rnn_relu": (RNN, 0),
+    "rnn_tanh": (RNN, 1),
+    LSTM: (LSTM, 2),
+    GRU: (GRU, 3),
 }
 NONLINEARITIES: Final[dict[str, str]] = {"tanh": "rnn_tanh", "relu": "rnn_relu"}  # nn.RNN's, by cuDNN mode
 BIAS_MODE: Final[dict[str, int]] = {"none": 0, "single_input": 1, "double": 2, "single_recurrent": 3}
@@ -42,6 +46,8 @@ FWD_MODE_INFERENCE: Final = 0  # cudnnForwardMode_t
 STATUS_SUCCESS: Final = 0
 STATUS_NOT_SUPPORTED: Final = 3000  # 3xxx: not supported (cuDNN 9 groups status codes by thousands)
 PADDED_IO_ENABLED: Final = 1  # auxFlags bit of cudnnSetRNNDescriptor_v8
+# cudnnGetRNNWeightParams' linLayerIDs: 0..G-1 the input side (W and its bias bW) and G..2G-1 the recurrent
+# side (R, bR), each in cuDNN's gate order (CUDNN_GATES); weightspace.lin_layer_ids derives the mapping.
 PROJECTION_LIN_LAYER_ID: Final = 8  # the LSTM projection matrix (P x H, no bias)
 MAX_SIZE: Final = 2**31 - 1  # cuDNN takes sizes as int32
 MAX_LAYERS: Final = 1024  # far beyond any trained RNN: a spec claiming more is a damaged or hostile file
@@ -86,17 +92,37 @@ SAFETENSORS_ITEMSIZE: Final[dict[str, int]] = {
 
 # --- tensor roles and kinds -------------------------------------------------------------------
 # A role is what a stored tensor is for; a kind is one of cuDNN's per-gate tensors.
-KINDS: Final = ("W", "R", "bW", "bR", "P")
-MATRIX_KINDS: Final = ("W", "R")
-BIAS_KINDS: Final = ("bW", "bR")
+
+
+class Kind:
+    """cuDNN's tensor kinds by name: W (H, in) and R (H, out) matrices, bW and bR biases (H), projection P (P, H)."""
+
+    W: Final = "W"
+    R: Final = "R"
+    bW: Final = "bW"
+    bR: Final = "bR"
+    P: Final = "P"
+
+
+KINDS: Final = (Kind.W, Kind.R, Kind.bW, Kind.bR, Kind.P)
+MATRIX_KINDS: Final = (Kind.W, Kind.R)  # the input side, then the recurrent side
+BIAS_KINDS: Final = (Kind.bW, Kind.bR)
+INPUT_MATRIX: Final = "input_matrix"
+RECURRENT_MATRIX: Final = "recurrent_matrix"
+INPUT_BIAS: Final = "input_bias"
+RECURRENT_BIAS: Final = "recurrent_bias"
+PROJECTION: Final = "projection"
+BIAS: Final = "bias"  # both sides' biases in one tensor (table/layouts.py says how)
+MATRIX_ROLES: Final = (INPUT_MATRIX, RECURRENT_MATRIX)  # in the order of MATRIX_KINDS
 KIND_OF_ROLE: Final[dict[str, str]] = {
-    "input_matrix": "W",
-    "recurrent_matrix": "R",
-    "input_bias": "bW",
-    "recurrent_bias": "bR",
-    "projection": "P",
+    INPUT_MATRIX: Kind.W,
+    RECURRENT_MATRIX: Kind.R,
+    INPUT_BIAS: Kind.bW,
+    RECURRENT_BIAS: Kind.bR,
+    PROJECTION: Kind.P,
 }
-DIRECTIONS: Final = ("fwd", "rev")
+DIRECTIONS: Final = ("fwd", "rev")  # direction 0 and 1 in tensor labels (layer0.fwd.W_i)
+DIRECTION_WORDS: Final = ("forward", "reverse")  # and in sentences
 
 # Keras: variable names, in the order a cell's `get_weights()` / `vars/{0,1,2}` holds them.
 KERAS_VARIABLES: Final[dict[str, str]] = {
@@ -114,6 +140,7 @@ KERAS_WRAPPERS: Final = ("Bidirectional", "RNN")
 KERAS_RECURRENT_NAMES: Final = r"LSTM|GRU|RNN"
 # Bidirectional's sub-layer groups in a Keras 3 weights file, forward first.
 KERAS_DIRECTION_GROUPS: Final = ("forward_layer", "backward_layer")
+KERAS_DIRECTION_PREFIXES: Final = ("forward", "backward")  # and the names of its sub-layers: forward_{name}
 
 # PyTorch: parameter names. Layers add `_l{layer}` and, for direction 1, `_reverse`; cells use the bare name.
 TORCH_PARAMETERS: Final[dict[str, str]] = {

@@ -27,36 +27,22 @@ from rnnconv.table.constants import (
     TORCH_LAYER_NAME,
     TORCH_PARAMETERS,
 )
+from rnnconv.table.layouts import (
+    BIAS_CONCATENATED,
+    BIAS_SEPARATE,
+    BIAS_SINGLE,
+    BIAS_SINGLE_BUT_LAST,
+    BIAS_STACKED,
+    MATRIX_COLUMNS,
+    MATRIX_COLUMNS_RAW,
+    MATRIX_ROWS,
+    BiasLayout,
+    MatrixLayout,
+)
 
-# How a gate's matrix is stored, relative to cuDNN's row-major (H, in) block.
-MATRIX_ROWS: Final = "rows"  # (G*H, in): gate k is rows k*H:(k+1)*H, as cuDNN
-MATRIX_COLUMNS: Final = "columns"  # (in, G*H): gate k is columns k*H:(k+1)*H, transposed
-# (in, G*H): gate k's column block, taken C-contiguous as (in, H), is cuDNN's buffer read back
-# without a transpose (tf-keras CuDNNLSTM/CuDNNGRU).
-MATRIX_COLUMNS_RAW: Final = "columns-raw"
-
-MATRIX_LAYOUTS: Final[dict[str, str]] = {
-    MATRIX_ROWS: "(G*H, in): gate k is rows k*H:(k+1)*H, as cuDNN",
-    MATRIX_COLUMNS: "(in, G*H): gate k is columns k*H:(k+1)*H, transposed",
-    MATRIX_COLUMNS_RAW: "(in, G*H): gate k's columns, taken C-contiguous, are cuDNN's block without a transpose",
-}
-
-# How the biases are stored.
-BIAS_SEPARATE: Final = "separate"  # input_bias (G*H) and recurrent_bias (G*H)
-BIAS_STACKED: Final = "stacked"  # bias (2, G*H): row 0 input side, row 1 recurrent side
-BIAS_CONCATENATED: Final = "concatenated"  # bias (2*G*H): input side, then recurrent side
-BIAS_SINGLE: Final = "single"  # bias (G*H) = input + recurrent; cuDNN needs a split
-# bias ((G-1)*H) = input + recurrent for every gate but the last stored one, whose input_bias and
-# recurrent_bias (H) are stored apart: the GRU's new gate, where the reset gate multiplies the recurrent side.
-BIAS_SINGLE_BUT_LAST: Final = "single-but-last"
-
-# Splits of a single bias into cuDNN's two (docs/LAYOUTS.md section 5).
-BIAS_SPLITS: Final[dict[str, str]] = {
-    "recurrent": "input biases zero, recurrent biases = the bias (what Keras' TF backend hands cuDNN)",
-    "input": "input biases = the bias, recurrent biases zero (Keras' torch backend)",
-    "half": "half of the bias on each side (tf-keras' old CuDNNLSTM loader)",
-}
-DEFAULT_BIAS_SPLIT: Final = "recurrent"
+# Re-exported: the command line and the API take the splits from the rows.
+from rnnconv.table.layouts import BIAS_SPLITS as BIAS_SPLITS  # noqa: PLC0414
+from rnnconv.table.layouts import DEFAULT_BIAS_SPLIT as DEFAULT_BIAS_SPLIT  # noqa: PLC0414
 
 
 @dataclass(frozen=True)
@@ -65,8 +51,8 @@ class Row:
     source_class: str
     cell: str
     gate_order: tuple[str, ...]
-    matrix: str
-    bias: str
+    matrix: MatrixLayout  # how a gate's matrix is stored, relative to cuDNN's row-major (H, in) block
+    bias: BiasLayout
     tensors: Mapping[str, str]  # role -> the tensor's name in this format
     modes: Mapping[str, str]  # activation -> cuDNN mode: the activations cuDNN can run for this class
     defaults: Mapping[str, Any]  # the format's default of every config key this row reads
@@ -82,10 +68,6 @@ class Row:
     @property
     def gates(self) -> int:
         return len(self.gate_order)
-
-    def stored_index(self, gate: str) -> int:
-        """Position of a cuDNN gate in this format's stacking."""
-        return self.gate_order.index(gate)
 
     def setting(self, config: Mapping[str, Any], key: str) -> Any:
         """A config value, or this format's documented default when the config leaves it out."""

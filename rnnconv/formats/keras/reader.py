@@ -50,7 +50,7 @@ from rnnconv.table.constants import (
     MAX_LAYERS,
     MAX_SIZE,
 )
-from rnnconv.table.rows import BIAS_SINGLE, DEFAULT_BIAS_SPLIT, MATRIX_COLUMNS, VERSIONED_DEFAULTS
+from rnnconv.table.rows import DEFAULT_BIAS_SPLIT, VERSIONED_DEFAULTS
 from rnnconv.transpose import transposed
 
 RECURRENT_CLASSES = set(classes_of("keras"))
@@ -745,7 +745,7 @@ def to_canonical(
             "layer": layer.name,
             "layer_class": layer.display_class,
             "keras_config": _config_summary(layer.name, config, layer.extra),
-            "bias_split": bias_split if has_bias and row.bias == BIAS_SINGLE else None,
+            "bias_split": bias_split if has_bias and row.bias.summed else None,
             "assumptions": assumptions or None,
         }
     )
@@ -877,7 +877,7 @@ class _Transposed:
 
 
 def _fetcher(tensors: dict[str, Any], reader: TensorReader, row: Any = None):
-    columns = row is not None and row.matrix == MATRIX_COLUMNS
+    columns = row is not None and row.matrix.transposed
     return lambda role: reader.read(tensors[role], columns and role in ("input_matrix", "recurrent_matrix"))
 
 

@@ -26,13 +26,12 @@ from rnnconv.canonical import RNNSpec
 from rnnconv.errors import BackendMissing, BadInput
 from rnnconv.table.apply import classes_of, find_row, settings_for_mode
 from rnnconv.table.constants import KERAS_INITIALIZERS, KERAS_VARIABLES
-from rnnconv.table.rows import MATRIX_COLUMNS_RAW
 
 if TYPE_CHECKING:
     from rnnconv.formats.keras.reader import KerasLayer
 
 # Classes that hold cuDNN's own buffers (no CPU kernel); each runs as the plain class of its cuDNN mode.
-CUDNN_CLASSES = tuple(c for c in classes_of("keras") if find_row("keras", c).matrix == MATRIX_COLUMNS_RAW)
+CUDNN_CLASSES = tuple(c for c in classes_of("keras") if find_row("keras", c).matrix.cudnn_buffer)
 # Settings that change what a layer computes; anything else in a config is training or bookkeeping.
 COMPUTING_SETTINGS = ("activation", "recurrent_activation", "use_bias", "reset_after")
 KERNEL = KERAS_VARIABLES["input_matrix"]  # the attribute a built Keras layer (or its cell) holds it in

@@ -31,10 +31,9 @@ from rnnconv.formats import _zip
 from rnnconv.formats.keras.reader import KerasFile, KerasLayer, is_bfloat16, snake_case, to_canonical
 from rnnconv.safeio import atomic_outputs
 from rnnconv.table.apply import find_row, row_for_mode, settings_for_mode
-from rnnconv.table.constants import KERAS_DIRECTION_GROUPS, KERAS_VARIABLES
+from rnnconv.table.constants import KERAS_DIRECTION_GROUPS, KERAS_DIRECTION_PREFIXES, KERAS_VARIABLES
 
 KERAS_VERSION = "3.15.1"  # the version whose file layout this writer follows
-DIRECTION_PREFIXES = ("forward", "backward")  # how Keras names the two sub-layers of a Bidirectional
 
 
 def check_representable(rnn: CanonicalRNN) -> None:
@@ -109,7 +108,7 @@ def model_config(rnns: list[CanonicalRNN]) -> dict[str, Any]:
             config = _layer_config(spec, name)
             n_in = spec.layer_input_size(layer)
             if spec.bidirectional:
-                inner = _entry(cls, {**config, "name": f"{DIRECTION_PREFIXES[0]}_{name}"}, n_in)
+                inner = _entry(cls, {**config, "name": f"{KERAS_DIRECTION_PREFIXES[0]}_{name}"}, n_in)
                 layers.append(
                     _entry(
                         "Bidirectional",
@@ -158,7 +157,7 @@ def _write_weights(rnns: list[CanonicalRNN], h5: h5py.File, dtype: str) -> None:
                 if spec.bidirectional:
                     holder = group.create_group(KERAS_DIRECTION_GROUPS[direction])
                     holder.create_group("vars").attrs["name"] = (
-                        f"{DIRECTION_PREFIXES[direction]}_{layer_name(rnn, layer)}"
+                        f"{KERAS_DIRECTION_PREFIXES[direction]}_{layer_name(rnn, layer)}"
                     )
                 stored = rnn.stored(row, layer, direction)
                 cell_vars = holder.create_group("cell").create_group("vars")

@@ -47,7 +47,7 @@ from rnnconv.table.constants import (
 from rnnconv.table.rows import Row
 
 ROLE_OF = {name: role for role, name in TORCH_PARAMETERS.items()}
-LAYER_SUFFIX = TORCH_LAYER_NAME.format(name="", layer=r"(?P<layer>\d+)", suffix=f"(?P<reverse>{TORCH_REVERSE_SUFFIX})?")
+LAYER_SUFFIX = TORCH_LAYER_NAME.format(name="", layer=r"(?P<layer>\d+)", suffix=f"(?P<suffix>{TORCH_REVERSE_SUFFIX})?")
 PARAM = re.compile(rf"^(?P<prefix>(?:.*\.)?)(?P<role>{'|'.join(ROLE_OF)})(?:{LAYER_SUFFIX})?$")
 # The layer class of each gate count, from the table's torch rows.
 CLASS_BY_GATES = {row.gates: row.source_class for row in rows_for("torch") if not row.source_class.endswith("Cell")}
@@ -286,7 +286,7 @@ def find_rnns(tensors: Mapping[str, Tensor]) -> list[TorchRNN]:
         if not match:
             continue
         layer = int(match["layer"]) if match["layer"] is not None else None
-        slot = (ROLE_OF[match["role"]], layer, 1 if match["reverse"] else 0)
+        slot = (ROLE_OF[match["role"]], layer, 1 if match["suffix"] else 0)  # direction 1: the reverse suffix
         rnn = found.setdefault(match["prefix"], TorchRNN(match["prefix"], {}, {}))
         rnn.tensors[slot] = tensor
         rnn.keys[slot] = key

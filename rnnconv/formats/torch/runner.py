@@ -18,7 +18,7 @@ from rnnconv.errors import BadInput
 from rnnconv.formats.torch.reader import load_state_dict, require_torch
 from rnnconv.formats.torch.writer import torch_class
 from rnnconv.table.apply import rows_for
-from rnnconv.table.constants import NONLINEARITIES
+from rnnconv.table.constants import LSTM, NONLINEARITIES
 
 CELL_ROW = rows_for("torch", "LSTMCell")[0]  # every cell's tensors have the same names
 CELL_KEYS = tuple(CELL_ROW.tensors.values())
@@ -85,7 +85,7 @@ def run_module(
     lengths = np.full(batch, steps) if lengths is None else np.asarray(lengths)
     dtype = torch.float64 if spec.dtype == "float64" else torch.float32
     xt, h, c = (torch.as_tensor(a, dtype=dtype) for a in (x, h0, c0 if c0 is not None else h0))
-    lstm = spec.mode == "lstm"
+    lstm = spec.mode == LSTM
     with torch.no_grad():
         if is_cell:
             return _run_cell(torch, module, lstm, xt, h[0], c[0], lengths)
