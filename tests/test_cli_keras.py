@@ -291,7 +291,8 @@ def test_help_and_version():
 @pytest.mark.slow
 def test_shell_completion_completes_commands(tmp_path):
     """The script --show-completion prints, asked as bash asks it, offers rnnconv's commands."""
-    script = run_cli("--show-completion", "bash")
+    # the shell named, not detected from whatever process started the tests (typer's switch for that)
+    script = run_cli("--show-completion", "bash", env={"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
     assert script.returncode == 0 and "complete" in script.stdout
     env = {**os.environ, "_RNNCONV_COMPLETE": "complete_bash", "COMP_WORDS": "rnnconv onnx-to", "COMP_CWORD": "1"}
     installed = Path(sys.executable).parent / "rnnconv"  # the shell completes the installed command
