@@ -32,16 +32,7 @@ from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line, no_s
 from rnnconv.formats import _zip
 from rnnconv.formats.registry import HDF5_MAGIC, ZIP_MAGIC
 from rnnconv.safeio import FileArray, Guard, add_guard, checksum_guard, json_document, pin, regular_file, within
-from rnnconv.table.apply import (
-    check_shapes,
-    classes_of,
-    find_row,
-    gate_loaders,
-    keras_era,
-    mode_for,
-    rows_for,
-    stored_shapes,
-)
+from rnnconv.table.apply import classes_of, find_row, keras_era, rows_for, stored_shapes
 from rnnconv.table.constants import (
     KERAS_CELLS,
     KERAS_DIRECTION_GROUPS,
@@ -50,7 +41,8 @@ from rnnconv.table.constants import (
     MAX_LAYERS,
     MAX_SIZE,
 )
-from rnnconv.table.rows import DEFAULT_BIAS_SPLIT, VERSIONED_DEFAULTS
+from rnnconv.table.reading import Found, Settled, StoredCell, read, settle
+from rnnconv.table.rows import DEFAULT_BIAS_SPLIT, VERSIONED_DEFAULTS, Row
 from rnnconv.transpose import transposed
 
 RECURRENT_CLASSES = set(classes_of("keras"))
@@ -670,25 +662,26 @@ def to_canonical(
     """
     if layer.refusal:
         raise Unsupported(layer.refusal)
-    config, implied, assumptions = _version_defaults(layer)
+    config, implied, assumed = _version_defaults(layer)
     row = find_row("keras", layer.source_class, config)
-    if layer.inferred:
-        old = old_defaults(layer.keras_version)
-        for key in row.unstored:
-            if (stated or {}).get(key) is not None:
-                config[key] = (stated or {})[key]
-            elif key == "recurrent_activation" and old:
-                raise Unsupported(
-                    f"the file has no model config, and {old}; converting it as if "
-                    f"sigmoid would give a blob that runs and is wrong. If the model set "
-                    f"recurrent_activation='sigmoid', say so with --recurrent-activation sigmoid"
-                )
-            else:
-                assumptions.append(f"{layer.name}: {key}={row.setting(config, key)}")
-    try:
-        mode = mode_for(row, config)
-    except Unsupported as exc:
-        raise Unsupported("; ".join([str(exc), *implied])) from None
+    old = old_defaults(layer.keras_version) if layer.inferred else None
+    refusals: dict[str, str] = {}
+    if old:
+        refusals["recurrent_activation"] = (
+            f"the file has no model config, and {old}; converting it as if "
+            f"sigmoid would give a blob that runs and is wrong. If the model set "
+            f"recurrent_activation='sigmoid', say so with --recurrent-activation sigmoid"
+        )
+    settled = settle(
+        row,
+        config,
+        layer.name,
+        stated,
+        unstored=row.unstored if layer.inferred else (),
+        refusals=refusals,
+        assumed=assumed,
+        context=implied,
+    )
     what = f"layer {layer.name!r} ({layer.display_class})"
     use_bias = row.setting(layer.config, "use_bias") if "use_bias" in row.defaults else True
     if not isinstance(use_bias, bool):
@@ -701,55 +694,64 @@ def to_canonical(
     units = layer.config.get("units", first["recurrent_matrix"].shape[0])
     if not isinstance(units, int) or isinstance(units, bool) or units < 1:
         raise BadInput(f"{what}: units is {units!r}, not a positive integer")
-    hidden = units
-    expected = stored_shapes(row, hidden, n_in, hidden, has_bias=has_bias)
     if use_bias and not has_bias:
         raise BadInput(f"{what} has use_bias=True in its config but no bias tensor in the file")
-    for d, tensors in enumerate(layer.tensors):
-        names = {role: (layer.tensor_names[d].get(role) or KERAS_VARIABLES.get(role, role)) for role in expected}
-        actual = {role: tuple(t.shape) for role, t in tensors.items()}
-        check_shapes(row, actual, expected, names, f"{what} (units={hidden}, input {n_in})")
-    dtype = _dtype_name(first["input_matrix"])
-    spec = RNNSpec(mode, n_in, hidden, 1, layer.bidirectional, 0, dtype, has_bias)
-    cells = {}
-    for d, tensors in enumerate(layer.tensors):
-        cells[(0, d)] = gate_loaders(
-            row, hidden, _fetcher(tensors, reader or TensorReader(), row), has_bias, bias_split
+
+    def cell(_: int, direction: int, spec: RNNSpec) -> StoredCell:
+        tensors, names = layer.tensors[direction], layer.tensor_names[direction]
+        return StoredCell(
+            fetch=_fetcher(tensors, reader or TensorReader(), row),
+            shapes={role: tuple(t.shape) for role, t in tensors.items()},
+            names={role: names.get(role) or name for role, name in KERAS_VARIABLES.items()},
+            where=f"{what} (units={units}, input {n_in})",
         )
+
     notes = [f"{layer.name}: {text}" for text in implied]
     if layer.inferred:
-        how = {key: "stated" if (stated or {}).get(key) is not None else "assumed" for key in row.unstored}
-        settings = ", ".join(f"{key}={row.setting(config, key)}" for key in row.unstored)
-        if not how:
-            activations = " (its activations are fixed: the class has no setting for them)"
-        elif len(set(how.values())) == 1:
-            activations = f" and the activations were {next(iter(how.values()))} ({settings})"
-        else:
-            activations = "; " + ", ".join(f"{key}={row.setting(config, key)} was {how[key]}" for key in how)
-        notes.append(
-            f"{layer.name}: the file has no model config; class {layer.display_class} was inferred from tensor "
-            f"shapes{activations}"
-        )
-    if not has_bias:
-        notes.append(f"{layer.name}: use_bias=False, so every bias slot is zero")
+        notes.append(_inferred_note(layer, row, settled))
+    later = []
     if layer.extra.get("go_backwards"):
-        notes.append(f"{layer.name}: go_backwards=True; feed cuDNN the sequence reversed to match Keras")
+        later.append(f"{layer.name}: go_backwards=True; feed cuDNN the sequence reversed to match Keras")
     merge = layer.extra.get("merge_mode", "concat")
     if layer.wrapper == "Bidirectional" and merge != "concat":
-        notes.append(
+        later.append(
             f"{layer.name}: merge_mode={merge!r}; cuDNN concatenates the two directions, apply "
             f"{merge!r} to its output halves to match Keras"
         )
-    info = source.model_copy(
-        update={
-            "layer": layer.name,
-            "layer_class": layer.display_class,
-            "keras_config": _config_summary(layer.name, config, layer.extra),
-            "bias_split": bias_split if has_bias and row.bias.summed else None,
-            "assumptions": assumptions or None,
-        }
+    found = Found(
+        layer.name,
+        row,
+        settled,
+        input_size=n_in,
+        hidden=units,
+        dtype=_dtype_name(first["input_matrix"]),
+        cell=cell,
+        layer_class=layer.display_class,
+        bidirectional=layer.bidirectional,
+        has_bias=has_bias,
+        bias_split=bias_split,
+        without_bias="use_bias=False",
+        notes=notes,
+        later_notes=later,
+        provenance={"keras_config": _config_summary(layer.name, settled.config, layer.extra)},
     )
-    return CanonicalRNN.from_cell_loaders(layer.name, spec, cells, source=info, notes=notes)
+    return read(found, source)
+
+
+def _inferred_note(layer: KerasLayer, row: Row, settled: Settled) -> str:
+    """What a layer without a model config was taken for: its class from its shapes, its activations."""
+    how = settled.how
+    settings = ", ".join(f"{key}={settled.setting(row, key)}" for key in row.unstored)
+    if not how:
+        activations = " (its activations are fixed: the class has no setting for them)"
+    elif len(set(how.values())) == 1:
+        activations = f" and the activations were {next(iter(how.values()))} ({settings})"
+    else:
+        activations = "; " + ", ".join(f"{key}={settled.setting(row, key)} was {how[key]}" for key in how)
+    return (
+        f"{layer.name}: the file has no model config; class {layer.display_class} was inferred from tensor "
+        f"shapes{activations}"
+    )
 
 
 def layer_sizes(layer: KerasLayer) -> RNNSizes | None:
