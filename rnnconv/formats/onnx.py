@@ -27,17 +27,20 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance, SpecModel
+from rnnconv.compare import Inputs, Outputs
+from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, SpecModel
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats._onnx_graph import SUBGRAPH, Folder, NotFoldable, Scope, node_name, scopes
 from rnnconv.formats._onnx_unrolled import Cell, CellFinder, Recogniser, Unrolled
+from rnnconv.formats.cudnn import Blob
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file
 from rnnconv.table.apply import find_row, mode_for, row_for_mode
 from rnnconv.table.constants import (
     CUDNN_GATES,
     CUDNN_MODES,
+    LSTM,
     ONNX_ACTIVATIONS,
     ONNX_ATTRIBUTES,
     ONNX_DEFAULT_ACTIVATIONS,
@@ -879,10 +882,35 @@ def write_onnx(rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool) ->
 # --- the format ---------------------------------------------------------------------------------------------
 
 
+class OnnxruntimeEngine:
+    """The blob as an ONNX graph (the one rnnconv writes) in onnxruntime: equations nobody here wrote."""
+
+    name = "onnxruntime"
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def run(self, blob: Blob, inputs: Inputs) -> Outputs:
+        rnn = blob.to_canonical()
+        model = build_model(
+            layers_of(rnn, "float32"), blob.spec.input_size, "float32", sequence_lens=inputs["lengths"] is not None
+        )
+        return run_model(model, inputs, blob.spec.mode == LSTM)
+
+    def describe(self) -> BackendInfo:
+        return BackendInfo(name=self.name, detail="onnxruntime (CPU) running the blob as ONNX nodes, float32")
+
+    def versions(self) -> dict[str, str]:
+        import onnxruntime
+
+        return {"onnxruntime": onnxruntime.__version__}
+
+
 @register
 class OnnxFormat(Format):
     info = FORMAT_INFO["onnx"]
     sniff_order = 60  # a protobuf has no magic number: after every format that has one
+    engine = OnnxruntimeEngine  # verify --backend onnxruntime
 
     def sniff(self, probe: Probe) -> bool:
         return probe.head.startswith(PROTOBUF_FIRST_FIELD) and probe.path.suffix.lower() == ".onnx"

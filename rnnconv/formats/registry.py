@@ -32,7 +32,8 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectReport, Provenance
+from rnnconv.compare import Inputs, Outputs
+from rnnconv.contracts import BackendInfo, InspectReport, Provenance
 from rnnconv.errors import BadInput, Unsupported, either
 from rnnconv.safeio import regular_file
 
@@ -112,11 +113,28 @@ class Probe:
         return meta if isinstance(meta, dict) else {}
 
 
+class Engine(Protocol):
+    """Where `verify` runs a blob (a cuDNN weight space, `formats.cudnn.Blob`): a name, notes about how it was
+    chosen, what it is (`describe`), the versions it ran with, and `run`. cuDNN and the numpy reference of its
+    equations are rnnconv's own (`engines.py`); a format whose runtime can run the blob offers one (`Format.engine`)."""
+
+    name: str
+    notes: list[str]
+
+    def describe(self) -> BackendInfo: ...
+
+    def versions(self) -> dict[str, str]: ...
+
+    def run(self, blob: Any, inputs: Inputs) -> Outputs: ...
+
+
 class Format(ABC):
     """One file format. A subclass names its `info` row of the table and implements the verbs it offers."""
 
     info: ClassVar[FormatInfo]
     sniff_order: ClassVar[int] = 50  # lower sniffs first: a specific format before a general one
+    # The verify engine that runs a blob as this format's runtime would (`verify --backend <its name>`), if any.
+    engine: ClassVar[type[Engine] | None] = None
 
     @property
     def name(self) -> str:
@@ -223,6 +241,12 @@ def _load() -> dict[str, Format]:
         if module.name != "registry" and not module.name.startswith("_"):
             importlib.import_module(f"rnnconv.formats.{module.name}")
     return _REGISTRY
+
+
+def engine(name: str) -> Engine | None:
+    """The engine a format offers under this name, or None."""
+    offered = next((f.engine for f in formats() if f.engine is not None and f.engine.name == name), None)
+    return offered() if offered is not None else None
 
 
 def formats() -> list[Format]:
