@@ -24,7 +24,7 @@ from rnnconv.conversion import open_source, output_name
 from rnnconv.errors import EXIT_INTERNAL, BadInput, RnnconvError, failure
 from rnnconv.formats import registry
 from rnnconv.formats.cudnn import open_blobs
-from rnnconv.formats.registry import Progress, ReadOptions, WriteOptions
+from rnnconv.formats.registry import ReadOptions, WriteOptions
 from rnnconv.safeio import (
     SIDECAR_SUFFIX,
     check_guards,
@@ -35,7 +35,7 @@ from rnnconv.safeio import (
     unguarded,
     watching,
 )
-from rnnconv.table.rows import DEFAULT_BIAS_SPLIT
+from rnnconv.settings import split
 
 if TYPE_CHECKING:
     from rnnconv.verification import Stage, VerifyOptions
@@ -64,42 +64,24 @@ class RNNs(list[CanonicalRNN]):
         self.close()
 
 
-def load(
-    path: PathLike,
-    *,
-    layer: str | None = None,
-    all_rnns: bool = False,
-    bias_split: str = DEFAULT_BIAS_SPLIT,
-    nonlinearity: str | None = None,
-    activation: str | None = None,
-    recurrent_activation: str | None = None,
-    spec: RNNSpec | None = None,
-    dequantize: bool = False,
-) -> RNNs:
+def load(path: PathLike, **options: Any) -> RNNs:
     """The RNNs of a Keras, PyTorch, ONNX or cuDNN file, in cuDNN's convention (`CanonicalRNN`).
 
+    `options` are the fields of `ReadOptions` (rnnconv.settings), the command line's source options:
     `layer` picks one RNN by name (a Keras layer, `a,b,c` to stack consecutive Keras
     layers, a PyTorch module prefix, an ONNX node or `a,b` chain, a key of an
     rnnconv `.safetensors`); with several in
     the file and no `layer`, `all_rnns=True` returns every one that converts. `spec`
-    describes a raw cuDNN weight space that has no sidecar.
+    describes a raw cuDNN weight space that has no sidecar; `bias_split`, `nonlinearity`,
+    `activation`, `recurrent_activation` and `dequantize` as for `convert`.
 
         >>> with rnnconv.load("model.h5", layer="encoder") as (rnn,):
         ...     w_input_gate = rnn.param(ParamKey(0, 0, "W", "i"))
     """
-    options = ReadOptions(
-        layer=layer,
-        bias_split=bias_split,
-        nonlinearity=nonlinearity,
-        activation=activation,
-        recurrent_activation=recurrent_activation,
-        raw_spec=spec,
-        take_all=all_rnns,
-        dequantize=dequantize,
-    )
+    settings = ReadOptions.of(options, "load")
     stack = ExitStack()
     try:
-        source = stack.enter_context(open_source(Path(path), options))
+        source = stack.enter_context(open_source(Path(path), settings))
     except BaseException:
         stack.close()
         raise
@@ -130,60 +112,33 @@ def raw_spec(
     )
 
 
-def convert(
-    source: PathLike,
-    output: PathLike | None = None,
-    *,
-    to: str | None = None,
-    layer: str | None = None,
-    dtype: str | None = None,
-    force: bool = False,
-    bias_split: str = DEFAULT_BIAS_SPLIT,
-    nonlinearity: str | None = None,
-    activation: str | None = None,
-    recurrent_activation: str | None = None,
-    require_stated: bool = False,
-    hash_source: bool = True,
-    spec: RNNSpec | None = None,
-    source_format: str | None = None,
-    progress: Progress | None = None,
-    into: PathLike | None = None,
-    dequantize: bool = False,
-) -> ConversionResult:
+def convert(source: PathLike, output: PathLike | None = None, **options: Any) -> ConversionResult:
     """Convert `source` to `output` (a cuDNN `.bin` beside the source by default) and say what was written.
 
-    The source's format comes from its content (`source_format` insists on one); the target
-    from `to` ("cudnn", "torch", "keras") or the output's name. An existing output is
-    replaced only with `force`. `dtype` converts the elements (default: the source's);
+    `options` are the fields of `ReadOptions`, `WriteOptions` and `TargetOptions` (rnnconv.settings), the
+    command line's options by the same names. The source's format comes from its content (`source_format`
+    insists on one); the target from `to` ("cudnn", "torch", "keras", "onnx") or the output's name. An
+    existing output is replaced only with `force`. `dtype` converts the elements (default: the source's);
     `spec` describes a raw weight space without a sidecar. What a file does not store (an
     nn.RNN's `nonlinearity`, a bare Keras file's `activation` and `recurrent_activation`) is
     taken from these arguments, or assumed and recorded (`require_stated` refuses to assume).
     `hash_source=False` leaves the source's digest out of the output's description. `dequantize` reads a
     quantized ONNX LSTM with its weights dequantized (the result is the float model, not the quantized one).
+    `progress` is told (bytes just written, total bytes) as a blob is written.
 
     With `into` (a PyTorch checkpoint or Keras file of the user's), `output` is a copy of it with
     the RNNs' tensors replaced and nothing else changed: each goes where its blob came from (its
     sidecar's source), or where `layer` names in `into` (`layer` then picks nothing in `source`).
     """
-    options = ReadOptions(
-        layer=layer,
-        bias_split=bias_split,
-        nonlinearity=nonlinearity,
-        activation=activation,
-        recurrent_activation=recurrent_activation,
-        require_stated=require_stated,
-        raw_spec=spec,
-        hash_source=hash_source,
-        dequantize=bool(dequantize),  # None from a command that has no --dequantize
-    )
+    read, write, target = split(options, "convert")
     return _convert(
         Path(source),
         None if output is None else Path(output),
-        to,
-        options,
-        WriteOptions(dtype=dtype, force=force, progress=progress),
-        expect=source_format,
-        into=None if into is None else Path(into),
+        target.to,
+        read,
+        write,
+        expect=target.source_format,
+        into=target.into,
     )
 
 
@@ -197,13 +152,17 @@ def convert_many(
 ) -> BatchResults:
     """Convert each source to `output_dir/<its stem><the target's suffix>` (beside it without `output_dir`).
 
-    `options` are `convert`'s (to, layer, dtype, force, ...). Names are planned before any work: two
-    sources that would write one output, or an output that is another source, refuse the whole batch.
+    `options` are `convert`'s (to, layer, dtype, force, ...; not `into`, which patches one model). Names
+    are planned before any work: two sources that would write one output, or an output that is another
+    source, refuse the whole batch.
     `output_dir` is an existing directory, or a name ending in `/`, which is created. With `jobs` > 1
     the sources are converted that many at a time, each in a process of its own. A source that fails
     does not stop the others: its entry holds its exit code and sentence. `on_result` is called with
     each entry as its source finishes; the entries come back in the order of `sources`.
     """
+    if options.get("into") is not None:
+        raise BadInput("--into writes one patched model: give one source")
+    split(options, "convert_many")  # a setting that is wrong is wrong for every source: said once, before any work
     if jobs < 1:
         raise BadInput(f"--jobs must be at least 1, not {jobs}")
     if not sources:
@@ -332,6 +291,7 @@ def verify_all(
     against: PathLike | None = None,
     report: PathLike | None = None,
     junit: PathLike | None = None,
+    plot: PathLike | None = None,
     stage: Stage | None = None,
     convert: bool = False,
     **options: Any,
@@ -341,10 +301,12 @@ def verify_all(
     An RNN that cannot be verified (its source is missing, a backend is) gets a report saying why
     (verdict `error` or `backend-missing`) and the others go on. `options` are `verify`'s, less
     `layer` and `relayout`, which name one RNN. With `report`, the list is written there as JSON;
-    with `junit`, one JUnit test suite per RNN.
+    with `junit`, one JUnit test suite per RNN. `plot` draws one RNN's errors: refused here.
     """
     from rnnconv.verification import VerifyOptions, failed_report
 
+    if plot is not None:
+        raise BadInput("--plot draws one RNN's errors: with --all, leave it out (or verify one with --layer)")
     path = Path(blob)
     outputs = _Outputs(report, junit, None)
     force = bool(options.get("force"))

@@ -29,9 +29,10 @@ from rnnconv.options import (
     parameter,
     source_options,
 )
+from rnnconv.settings import conversion_names
 from rnnconv.streams import standalone
 from rnnconv.table.formats import FORMAT_INFO
-from rnnconv.table.rows import ADAPTER_FORMATS, DEFAULT_BIAS_SPLIT, FORMATS, TABLE
+from rnnconv.table.rows import ADAPTER_FORMATS, FORMATS, TABLE
 from rnnconv.version import __version__
 
 EXIT_CODES = (
@@ -87,29 +88,20 @@ def raw_spec(values: dict[str, Any]) -> Any:
 def run_conversion(values: dict[str, Any], to: str | None, source_format: str | None) -> int:
     from rnnconv import api, render
 
-    sources, output, into = values.pop("sources"), values.pop("output"), values.pop("into", None)
+    sources, output = values.pop("sources"), values.pop("output")
     quiet, as_json, verbose, spec = values["quiet"], values["json"], values["verbose"], raw_spec(values)
-    settings = {
-        "to": to,
-        "layer": pick(values),
-        "spec": spec,
-        "dtype": None if spec is not None else values.get("dtype"),
-        "force": values["force"],
-        "bias_split": values.get("bias_split", DEFAULT_BIAS_SPLIT),
-        **{k: values.get(k) for k in ("nonlinearity", "activation", "recurrent_activation", "dequantize")},
-        "require_stated": values["require_stated"],
-        "hash_source": not values["no_hash"],
-        "source_format": source_format,
-    }
+    layer, taken = pick(values), conversion_names()
+    settings = {name: value for name, value in values.items() if name in taken}
+    settings.update(to=to, layer=layer, spec=spec, hash_source=not values["no_hash"], source_format=source_format)
+    if spec is not None:
+        settings["dtype"] = None  # the raw blob's, not the output's
     if len(sources) > 1 or api.is_directory_name(output):
-        if into is not None:
-            raise BadInput("--into writes one patched model: give one source")
         shown = functools.partial(render.batch_entry, quiet=quiet)
         results = api.convert_many(sources, output, jobs=values["jobs"], on_result=shown, **settings)
         render.batch(results, as_json, quiet)
         return max(item.exit_code for item in results.root)
     with render.progress_bar(enabled=not (quiet or as_json)) as progress:
-        result = api.convert(sources[0], output, into=into, progress=progress, **settings)
+        result = api.convert(sources[0], output, progress=progress, **settings)
     render.conversion(result, as_json, quiet, verbose)
     return 0
 
@@ -211,8 +203,6 @@ def verify(**values: Any) -> int:
     values.pop("dtype")
     stage = render.stage_printer(enabled=not (quiet or as_json))
     if values.pop("all"):
-        if values.pop("plot") is not None:
-            raise BadInput("--plot draws one RNN's errors: with --all, leave it out (or verify one with --layer)")
         reports = api.verify_all(values.pop("blob"), layer=layer, raw_spec=spec, stage=stage, **values)
         render.verifications(reports, as_json, quiet)
         return max(report.exit_code for report in reports.root)

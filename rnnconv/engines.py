@@ -1,32 +1,22 @@
-"""Where a blob runs for `verify`: NVIDIA cuDNN on a GPU, or the numpy reference of its equations.
+"""Where a blob runs for `verify`: NVIDIA cuDNN on a GPU, the numpy reference of its equations, or the
+runtime of a format that offers an engine (the registry's `Format.engine`: onnxruntime for ONNX).
 
-Every engine has the same face (`Engine`): a name, notes about how it was
+Every engine has the same face (`registry.Engine`): a name, notes about how it was
 chosen, what it is (`describe`), the versions it ran with, and `run`.
 """
 
 from __future__ import annotations
-
-from typing import Protocol
 
 import numpy as np
 
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo
 from rnnconv.errors import BackendMissing, BadInput
+from rnnconv.formats import registry
 from rnnconv.formats.cudnn import Blob
+from rnnconv.formats.registry import Engine
 from rnnconv.reference import forward
-from rnnconv.table.constants import ENGINES, LSTM
-
-
-class Engine(Protocol):
-    name: str
-    notes: list[str]
-
-    def describe(self) -> BackendInfo: ...
-
-    def versions(self) -> dict[str, str]: ...
-
-    def run(self, blob: Blob, inputs: Inputs) -> Outputs: ...
+from rnnconv.table.constants import ENGINES
 
 
 class NumpyEngine:
@@ -52,40 +42,15 @@ class NumpyEngine:
         return {"numpy": np.__version__}
 
 
-class OnnxruntimeEngine:
-    """The blob as an ONNX graph (the one rnnconv writes) in onnxruntime: equations nobody here wrote."""
-
-    name = "onnxruntime"
-
-    def __init__(self) -> None:
-        self.notes: list[str] = []
-
-    def run(self, blob: Blob, inputs: Inputs) -> Outputs:
-        from rnnconv.formats.onnx import build_model, layers_of, run_model
-
-        rnn = blob.to_canonical()
-        model = build_model(
-            layers_of(rnn, "float32"), blob.spec.input_size, "float32", sequence_lens=inputs["lengths"] is not None
-        )
-        return run_model(model, inputs, blob.spec.mode == LSTM)
-
-    def describe(self) -> BackendInfo:
-        return BackendInfo(name=self.name, detail="onnxruntime (CPU) running the blob as ONNX nodes, float32")
-
-    def versions(self) -> dict[str, str]:
-        import onnxruntime
-
-        return {"onnxruntime": onnxruntime.__version__}
-
-
 def select_engine(name: str) -> Engine:
     """The engine asked for: cuDNN (exit 3 when it cannot run), numpy, or auto (cuDNN when it can run)."""
     if name not in ENGINES:
         raise BadInput(f"unknown backend {name!r} (choose {', '.join(ENGINES)})")
     if name == "numpy":
         return NumpyEngine()
-    if name == "onnxruntime":
-        return OnnxruntimeEngine()
+    offered = registry.engine(name)  # a format's runtime (onnxruntime)
+    if offered is not None:
+        return offered
     from rnnconv.cudnn.backend import CudnnBackend, probe
 
     status = probe()

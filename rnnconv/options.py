@@ -13,9 +13,10 @@ from typing import Any
 
 import typer
 
+from rnnconv.settings import ReadOptions, TargetOptions, WriteOptions, declared
 from rnnconv.table.constants import CUDNN_MODES, ELEMENT_TYPE_CODES, ENGINES, MAX_LAYERS, NONLINEARITIES
 from rnnconv.table.formats import FORMAT_INFO
-from rnnconv.table.rows import ADAPTER_FORMATS, BIAS_SPLITS, DEFAULT_BIAS_SPLIT
+from rnnconv.table.rows import ADAPTER_FORMATS, BIAS_SPLITS
 
 
 def choices(name: str, values: Any) -> Any:
@@ -32,6 +33,22 @@ Nonlinearity, Target, Engine = (
     choices("Target", [name for name in ADAPTER_FORMATS if FORMAT_INFO[name].writes]),
     choices("Engine", ENGINES),
 )
+# A source's and a target's options are the fields of the library's settings; their choices come from the table.
+CHOICES = {"bias_split": BiasSplit, "nonlinearity": Nonlinearity, "dtype": DType, "to": Target}
+
+
+def _declared() -> dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]]:
+    options: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {}
+    for model in (ReadOptions, WriteOptions, TargetOptions):
+        for name, (default, flags, text) in declared(model).items():
+            choice: Any = CHOICES.get(name)
+            annotation = model.model_fields[name].annotation if choice is None else choice
+            if choice is not None and default is None:
+                annotation = choice | None
+            options[name] = (annotation, default, flags, text, {})
+    return options
+
+
 RAW = ("mode", "input_size", "hidden_size", "num_layers", "bidirectional", "proj_size")
 COMMON = ("json", "quiet", "verbose")
 # Every option, once: name -> (type, default, flags, help, extra typer settings).
@@ -44,95 +61,14 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         "With several sources: convert this many at once, each in a process of its own.",
         {"min": 1},
     ),
-    "into": (
-        Path | None,
-        None,
-        ("--into",),
-        "Write a copy of this model file (-o names it) with the RNN's tensors in place of its own, everything else "
-        "untouched; the RNN goes where its blob came from (the sidecar says), or where --layer names in it.",
-        {},
-    ),
     "all": (bool, False, ("--all",), "Verify every RNN of an rnnconv .safetensors, one row each.", {}),
-    "layer": (
-        str | None,
-        None,
-        ("--layer",),
-        "The RNN to use when the file holds several: a Keras layer name "
-        "(a,b,c stacks consecutive layers into one multi-layer RNN), a PyTorch module prefix (encoder.rnn), "
-        "an ONNX node name (a,b for a chain of nodes), a TF1 layer's variable scope (encoder/cudnn_lstm) or a key "
-        "of an rnnconv .safetensors. The error lists them.",
-        {},
-    ),
     "prefix": (str | None, None, ("--prefix",), "Old name of --layer.", {"hidden": True}),
-    "to": (
-        Target | None,
-        None,
-        ("--to",),
-        "What to write, when the output's name does not say (a .safetensors is cuDNN's unless --to torch).",
-        {},
-    ),
-    "dtype": (
-        DType | None,
-        None,
-        ("--dtype",),
-        "Element type of the output [default: the source's]; for a raw blob, the blob's (and the output's).",
-        {},
-    ),
-    "bias_split": (
-        BiasSplit,
-        DEFAULT_BIAS_SPLIT,
-        ("--bias-split",),
-        "How a single bias (a Keras LSTM's or SimpleRNN's, a TF1 checkpoint's) "
-        "becomes cuDNN's two: " + "; ".join(f"{k} = {v}" for k, v in BIAS_SPLITS.items()) + ".",
-        {},
-    ),
-    "nonlinearity": (
-        Nonlinearity | None,
-        None,
-        ("--nonlinearity",),
-        "nn.RNN's nonlinearity, which a state_dict does not store, or a TF1 CudnnRNNTanh/CudnnRNNRelu's, which its "
-        "checkpoint does not store [default: tanh, recorded as an assumption].",
-        {},
-    ),
-    "activation": (
-        str | None,
-        None,
-        ("--activation",),
-        "A Keras layer's activation, for a weights file without a model config [default: tanh, recorded as an "
-        "assumption].",
-        {},
-    ),
-    "recurrent_activation": (
-        str | None,
-        None,
-        ("--recurrent-activation",),
-        "A Keras LSTM/GRU's recurrent_activation, for a weights file without a model config [default: sigmoid, "
-        "recorded as an assumption; refused for Keras versions whose default was hard_sigmoid].",
-        {},
-    ),
-    "require_stated": (
-        bool,
-        False,
-        ("--require-stated",),
-        "Fail (exit 2) rather than assume a setting the file does not store (an nn.RNN's nonlinearity, a bare "
-        "Keras file's activations).",
-        {},
-    ),
-    "dequantize": (
-        bool,
-        False,
-        ("--dequantize",),
-        "Convert an ONNX quantized LSTM (com.microsoft DynamicQuantizeLSTM) with its int8 weights dequantized, "
-        "(q - zero_point) * scale: the result is the float model the quantized one approximates.",
-        {},
-    ),
     "mode": (Mode | None, None, ("--mode",), "Raw blob without sidecar: the RNN mode.", {}),
     "input_size": (int | None, None, ("--input-size",), "Raw blob: input size.", {"min": 1}),
     "hidden_size": (int | None, None, ("--hidden-size",), "Raw blob: hidden size.", {"min": 1}),
     "num_layers": (int, 1, ("--num-layers",), "Raw blob: number of layers.", {"min": 1, "max": MAX_LAYERS}),
     "bidirectional": (bool, False, ("--bidirectional",), "Raw blob: two directions.", {}),
     "proj_size": (int, 0, ("--proj-size",), "Raw blob: LSTM projection size (0: none).", {"min": 0}),
-    "force": (bool, False, ("--force",), "Replace existing output files.", {}),
     "quick": (
         bool,
         False,
@@ -215,6 +151,7 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         "With --backend cudnn: when cuDNN places tensors elsewhere, write the blob in cuDNN's layout to this file.",
         {},
     ),
+    **_declared(),
 }
 
 

@@ -325,3 +325,17 @@ def test_schemas_are_exported_and_documented(name):
 @pytest.mark.slow
 def test_schema_names_a_wrong_name():
     assert_clean_failure(run_cli("schema", "sidecars"), 2, "no document named 'sidecars'", "did you mean sidecar")
+
+
+def test_verify_engines_come_from_the_registry():
+    """Besides rnnconv's own (cuDNN, its numpy reference, auto), every engine is a format's, found by name."""
+    from rnnconv.engines import select_engine
+    from rnnconv.table.constants import ENGINES
+
+    offered = {fmt.engine.name: fmt.name for fmt in registry.formats() if fmt.engine is not None}
+    assert set(offered) == set(ENGINES) - {"auto", "cudnn", "numpy"}
+    for name in offered:
+        assert select_engine(name).name == name
+    reached = {m for m in imports_of(PACKAGE / "engines.py") if m.startswith("rnnconv.formats.")}
+    assert reached <= {"rnnconv.formats.registry", "rnnconv.formats.registry.Engine", "rnnconv.formats.cudnn",
+                       "rnnconv.formats.cudnn.Blob"}, reached  # fmt: skip

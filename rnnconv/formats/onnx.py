@@ -27,17 +27,20 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance, SpecModel
+from rnnconv.compare import Inputs, Outputs
+from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, SpecModel
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats._onnx_graph import SUBGRAPH, Folder, NotFoldable, Scope, node_name, scopes
 from rnnconv.formats._onnx_unrolled import Cell, CellFinder, Recogniser, Unrolled
+from rnnconv.formats.cudnn import Blob
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file
-from rnnconv.table.apply import find_row, gate_loaders, mode_for, row_for_mode
+from rnnconv.table.apply import find_row, mode_for, row_for_mode
 from rnnconv.table.constants import (
     CUDNN_GATES,
     CUDNN_MODES,
+    LSTM,
     ONNX_ACTIVATIONS,
     ONNX_ATTRIBUTES,
     ONNX_DEFAULT_ACTIVATIONS,
@@ -53,6 +56,7 @@ from rnnconv.table.constants import (
     ONNX_QUANTIZED_OPS,
 )
 from rnnconv.table.formats import FORMAT_INFO
+from rnnconv.table.reading import Found, StoredCell, read, settle
 
 PROTOBUF_FIRST_FIELD = b"\x08"  # a ModelProto begins with ir_version: field 1, a varint
 MAX_GLUE = 6  # ops between two layers of one RNN, at most
@@ -591,12 +595,11 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
             raise Unsupported(reason)
     config = first.config()
     row = find_row("onnx", first.source_class, config)
-    mode = mode_for(row, config)
-    if CUDNN_MODES[mode][0] != cell:
-        raise Unsupported(f"node {first.name!r}: a {first.op} cannot compute cuDNN's {mode}")
+    settled = settle(row, config, first.name)
+    if CUDNN_MODES[settled.mode][0] != cell:
+        raise Unsupported(f"node {first.name!r}: a {first.op} cannot compute cuDNN's {settled.mode}")
     hidden, dirs = first.hidden, first.directions
     spec_dirs = 2 if dirs == 2 else 1
-    cells = {}
     has_bias = "B" in first.weights
     for layer, node in enumerate(chain):
         if not _same_rnn(chain[layer - 1], node) and layer:
@@ -611,12 +614,15 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
                 )
         if ("B" in node.weights) != has_bias:
             raise BadInput(f"node {node.name!r}: some layers of the chain have biases and some have not")
-        for d in range(dirs):
-            stored = {"input_matrix": node.weights["W"][d], "recurrent_matrix": node.weights["R"][d]}
-            if has_bias:
-                stored["bias"] = node.weights["B"][d]
-            cells[(layer, d)] = gate_loaders(row, hidden, stored.__getitem__, has_bias)
-    spec = RNNSpec(mode, first.input_size, hidden, len(chain), dirs == 2, 0, first.dtype, has_bias)
+
+    def cell_of(layer: int, d: int, _: RNNSpec) -> StoredCell:
+        node = chain[layer]
+        stored = {"input_matrix": node.weights["W"][d], "recurrent_matrix": node.weights["R"][d]}
+        if has_bias:
+            stored["bias"] = node.weights["B"][d]
+        shapes = {role: tuple(tensor.shape) for role, tensor in stored.items()}
+        return StoredCell(stored.__getitem__, shapes, row.tensors, f"node {node.name!r}")
+
     notes = []
     if first.direction == "reverse":
         notes.append(
@@ -628,21 +634,34 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
             f"{first.name}: layout=1 (batch-major input and output); cuDNN is given sequence-major "
             f"tensors: transpose them"
         )
-    if not has_bias:
-        notes.append(f"{first.name}: no B input, so every bias slot is zero")
+    later = []
     if first.quantized:
-        notes.append(
+        later.append(
             f"{first.name}: dequantized: W and R are (q - zero_point) * scale of its {first.stored['W'].dtype} "
             f"weights, the float model the quantized {first.source_class} approximates, not the quantized one "
             f"(onnxruntime also quantizes the node's inputs at run time)"
         )
-    name = ",".join(n.name for n in chain)
-    stacked = [n.name for n in chain] if len(chain) > 1 else None
-    update = {"layer": name, "layer_class": first.source_class, "stacked": stacked}
+    provenance: dict[str, Any] = {"stacked": [n.name for n in chain] if len(chain) > 1 else None}
     if first.quantized:
-        update["dtype"] = str(first.stored["W"].dtype)  # what the source computes with
-    info = source.model_copy(update=update)
-    return CanonicalRNN.from_cell_loaders(name, spec, cells, source=info, notes=notes)
+        provenance["dtype"] = str(first.stored["W"].dtype)  # what the source computes with
+    found = Found(
+        ",".join(n.name for n in chain),
+        row,
+        settled,
+        input_size=first.input_size,
+        hidden=hidden,
+        dtype=first.dtype,
+        cell=cell_of,
+        layer_class=first.source_class,
+        num_layers=len(chain),
+        bidirectional=dirs == 2,
+        has_bias=has_bias,
+        without_bias="no B input",
+        notes=notes,
+        later_notes=later,
+        provenance=provenance,
+    )
+    return read(found, source)
 
 
 def _sizes(chain: list[OnnxNode]) -> SpecModel | None:
@@ -863,10 +882,35 @@ def write_onnx(rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool) ->
 # --- the format ---------------------------------------------------------------------------------------------
 
 
+class OnnxruntimeEngine:
+    """The blob as an ONNX graph (the one rnnconv writes) in onnxruntime: equations nobody here wrote."""
+
+    name = "onnxruntime"
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def run(self, blob: Blob, inputs: Inputs) -> Outputs:
+        rnn = blob.to_canonical()
+        model = build_model(
+            layers_of(rnn, "float32"), blob.spec.input_size, "float32", sequence_lens=inputs["lengths"] is not None
+        )
+        return run_model(model, inputs, blob.spec.mode == LSTM)
+
+    def describe(self) -> BackendInfo:
+        return BackendInfo(name=self.name, detail="onnxruntime (CPU) running the blob as ONNX nodes, float32")
+
+    def versions(self) -> dict[str, str]:
+        import onnxruntime
+
+        return {"onnxruntime": onnxruntime.__version__}
+
+
 @register
 class OnnxFormat(Format):
     info = FORMAT_INFO["onnx"]
     sniff_order = 60  # a protobuf has no magic number: after every format that has one
+    engine = OnnxruntimeEngine  # verify --backend onnxruntime
 
     def sniff(self, probe: Probe) -> bool:
         return probe.head.startswith(PROTOBUF_FIRST_FIELD) and probe.path.suffix.lower() == ".onnx"

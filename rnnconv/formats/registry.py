@@ -32,42 +32,21 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectReport, Provenance
+from rnnconv.compare import Inputs, Outputs
+from rnnconv.contracts import BackendInfo, InspectReport, Provenance
 from rnnconv.errors import BadInput, Unsupported, either
 from rnnconv.safeio import regular_file
+
+# What a format's read and write are given, exported here, where the formats take their verbs from.
+from rnnconv.settings import Progress as Progress  # noqa: PLC0414
+from rnnconv.settings import ReadOptions as ReadOptions  # noqa: PLC0414
+from rnnconv.settings import WriteOptions as WriteOptions  # noqa: PLC0414
 from rnnconv.table.formats import FormatInfo
-from rnnconv.table.rows import ADAPTER_FORMATS, DEFAULT_BIAS_SPLIT
+from rnnconv.table.rows import ADAPTER_FORMATS
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 ZIP_MAGIC = b"PK\x03\x04"
-Progress = Callable[[int, int], None]  # (bytes just written, total bytes of the weight spaces)
 SAFETENSORS_HEADER_LIMIT = 100 * 1024 * 1024
-
-
-@dataclass
-class ReadOptions:
-    """How to read a source: which RNN, and what a file cannot say."""
-
-    layer: str | None = (
-        None  # the RNN to read: a Keras layer name (a,b,c stacks them), a PyTorch prefix, an ONNX node, a key
-    )
-    bias_split: str = DEFAULT_BIAS_SPLIT  # a single bias into cuDNN's two
-    # What a file may not store, stated by the user (None: not stated, so assumed and said so).
-    nonlinearity: str | None = None  # nn.RNN's (no state_dict stores it)
-    activation: str | None = None  # a Keras layer's, in a weights file without a model config
-    recurrent_activation: str | None = None  # likewise
-    require_stated: bool = False  # refuse to assume any of them
-    raw_spec: RNNSpec | None = None  # a raw weight space without a sidecar
-    take_all: bool = False  # every RNN in the file, for outputs that hold several
-    hash_source: bool = True  # record the source's digest in the provenance (--no-hash: don't)
-    dequantize: bool = False  # read a quantized RNN's weights dequantized (ONNX's DynamicQuantizeLSTM)
-
-
-@dataclass
-class WriteOptions:
-    dtype: str | None = None  # None: the source's
-    force: bool = False
-    progress: Progress | None = None
 
 
 @dataclass
@@ -134,11 +113,28 @@ class Probe:
         return meta if isinstance(meta, dict) else {}
 
 
+class Engine(Protocol):
+    """Where `verify` runs a blob (a cuDNN weight space, `formats.cudnn.Blob`): a name, notes about how it was
+    chosen, what it is (`describe`), the versions it ran with, and `run`. cuDNN and the numpy reference of its
+    equations are rnnconv's own (`engines.py`); a format whose runtime can run the blob offers one (`Format.engine`)."""
+
+    name: str
+    notes: list[str]
+
+    def describe(self) -> BackendInfo: ...
+
+    def versions(self) -> dict[str, str]: ...
+
+    def run(self, blob: Any, inputs: Inputs) -> Outputs: ...
+
+
 class Format(ABC):
     """One file format. A subclass names its `info` row of the table and implements the verbs it offers."""
 
     info: ClassVar[FormatInfo]
     sniff_order: ClassVar[int] = 50  # lower sniffs first: a specific format before a general one
+    # The verify engine that runs a blob as this format's runtime would (`verify --backend <its name>`), if any.
+    engine: ClassVar[type[Engine] | None] = None
 
     @property
     def name(self) -> str:
@@ -245,6 +241,12 @@ def _load() -> dict[str, Format]:
         if module.name != "registry" and not module.name.startswith("_"):
             importlib.import_module(f"rnnconv.formats.{module.name}")
     return _REGISTRY
+
+
+def engine(name: str) -> Engine | None:
+    """The engine a format offers under this name, or None."""
+    offered = next((f.engine for f in formats() if f.engine is not None and f.engine.name == name), None)
+    return offered() if offered is not None else None
 
 
 def formats() -> list[Format]:

@@ -43,7 +43,7 @@ from rnnconv.formats._tensor_bundle import (
 )
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, convert_each, register
 from rnnconv.safeio import digest_in_background
-from rnnconv.table.apply import check_shapes, gate_loaders, nonlinearity_mode, rows_for, stored_shapes
+from rnnconv.table.apply import rows_for
 from rnnconv.table.constants import (
     ELEMENT_TYPE_CODES,
     GRU,
@@ -67,6 +67,7 @@ from rnnconv.table.constants import (
     TF1_VARIABLES,
 )
 from rnnconv.table.formats import FORMAT_INFO
+from rnnconv.table.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
 from rnnconv.table.rows import Row
 
 KIND = "tf1-checkpoint"
@@ -252,10 +253,9 @@ def to_canonical(
         missing = next((k, d) for k in range(num_layers) for d in range(directions) if (k, d) not in rnn.tensors)
         side = f" ({TF1_DIRECTIONS[missing[1]]})" if directions == 2 else ""
         raise BadInput(f"{what} lacks the tensors of layer {missing[0]}{side}")
-    nonlinearity = options.nonlinearity
-    activation, mode, assumptions = nonlinearity_mode(
+    settled = settle_nonlinearity(
         row,
-        nonlinearity,
+        options.nonlinearity,
         rnn.name,
         f"{what} is a {row.source_class}: --nonlinearity applies to CudnnRNNTanh/CudnnRNNRelu only",
     )
@@ -267,35 +267,41 @@ def to_canonical(
             f"tensors are all of one of {', '.join(ELEMENT_TYPE_CODES)}"
         )
     (dtype,) = dtypes
-    spec = RNNSpec(mode, n_in, hidden, num_layers, rnn.bidirectional, 0, str(dtype))
-    loaders = {}
-    for layer, direction in cells:
+
+    def cell(layer: int, direction: int, spec: RNNSpec) -> StoredCell:
         names = rnn.tensors[(layer, direction)]
         layer_in = spec.layer_input_size(layer)
         where = f"{what}, layer {layer}" + (f" {TF1_DIRECTIONS[direction]}" if rnn.bidirectional else "")
-        actual = _composed_shapes(checkpoint, rnn, names, layer_in, hidden, where)
-        check_shapes(row, actual, stored_shapes(row, hidden, layer_in, hidden), row.tensors, where)
-        fetch = _fetcher(checkpoint, rnn, names, layer_in, hidden)
-        loaders[(layer, direction)] = gate_loaders(row, hidden, fetch, has_bias=True, bias_split=options.bias_split)
+        return StoredCell(
+            fetch=_fetcher(checkpoint, rnn, names, layer_in, hidden),
+            shapes=_composed_shapes(checkpoint, rnn, names, layer_in, hidden, where),
+            names=row.tensors,
+            where=where,
+        )
+
     notes = [
         f"{rnn.name}: read from TF's canonical tensors ({TF1_CELLS[rnn.cell]}); summed biases split "
         f"--bias-split {options.bias_split} (TF's own restore splits them half and half)"
     ]
     if rnn.opaque:
         notes.append(f"{rnn.name}: the opaque cuDNN buffer {rnn.opaque} beside them was not read")
-    if "activation" in row.unstored:
-        how = "stated with --nonlinearity" if nonlinearity else "assumed (state it with --nonlinearity)"
-        notes.append(f"{rnn.name}: nonlinearity {activation}, {how}: the checkpoint does not store it")
-    info = source.model_copy(
-        update={
-            "layer": rnn.name,
-            "layer_class": row.source_class,
-            "dtype": spec.dtype,
-            "bias_split": options.bias_split,
-            "assumptions": assumptions or None,
-        }
+    found = Found(
+        rnn.name,
+        row,
+        settled,
+        input_size=n_in,
+        hidden=hidden,
+        dtype=str(dtype),
+        cell=cell,
+        layer_class=row.source_class,
+        num_layers=num_layers,
+        bidirectional=rnn.bidirectional,
+        bias_split=options.bias_split,
+        notes=notes + nonlinearity_note(rnn.name, settled, row, "the checkpoint"),
+        provenance={"dtype": str(dtype)},
+        handover={"keepalive": checkpoint},
     )
-    return CanonicalRNN.from_cell_loaders(rnn.name, spec, loaders, source=info, notes=notes, keepalive=checkpoint)
+    return read(found, source)
 
 
 def _composed_shapes(

@@ -22,7 +22,6 @@ from rnnconv.table.constants import (
     INPUT_MATRIX,
     KIND_OF_ROLE,
     MATRIX_ROLES,
-    NONLINEARITIES,
     PROJECTION,
     RECURRENT_MATRIX,
     Kind,
@@ -242,17 +241,3 @@ def recipe(row: Row, single_bias_split: str = DEFAULT_BIAS_SPLIT) -> list[tuple[
     if PROJECTION in names:
         out.append((CUDNN_TENSOR_NAMES[PROJECTION], names[PROJECTION]))
     return out
-
-
-def nonlinearity_mode(row: Row, nonlinearity: str | None, name: str, refusal: str) -> tuple[str, str, list[str]]:
-    """The activation and cuDNN mode of a row whose file may not store its nonlinearity: the stated one, or the
-    row's default recorded as an assumption. `refusal` is the sentence for a nonlinearity stated where the row
-    has none."""
-    if nonlinearity is not None and nonlinearity not in NONLINEARITIES:
-        raise BadInput(f"unknown nonlinearity {nonlinearity!r} (choose {' or '.join(NONLINEARITIES)})")
-    if nonlinearity is not None and nonlinearity not in row.modes:
-        raise BadInput(refusal)
-    unstated = "activation" in row.unstored and nonlinearity is None
-    assumptions = [f"{name}: nonlinearity={row.defaults['activation']}"] if unstated else []
-    activation = nonlinearity or row.defaults["activation"]
-    return activation, row.modes[activation], assumptions

@@ -32,7 +32,7 @@ from rnnconv.safeio import digest_in_background
 from rnnconv.table.formats import FORMAT_INFO
 
 if TYPE_CHECKING:
-    from rnnconv.formats.keras.reader import KerasLayer
+    from rnnconv.formats.keras.config import KerasLayer
 
 
 @register

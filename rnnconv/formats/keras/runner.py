@@ -28,7 +28,7 @@ from rnnconv.table.apply import classes_of, find_row, settings_for_mode
 from rnnconv.table.constants import KERAS_INITIALIZERS, KERAS_VARIABLES
 
 if TYPE_CHECKING:
-    from rnnconv.formats.keras.reader import KerasLayer
+    from rnnconv.formats.keras.config import KerasLayer
 
 # Classes that hold cuDNN's own buffers (no CPU kernel); each runs as the plain class of its cuDNN mode.
 CUDNN_CLASSES = tuple(c for c in classes_of("keras") if find_row("keras", c).matrix.cudnn_buffer)
@@ -258,7 +258,7 @@ def _built(keras: Any, found: KerasLayer, converted_with: Mapping[str, Any]) -> 
     A layer from a weights file without a config takes the settings it does not store from those the
     blob was converted with (stated by the user, or assumed and recorded as such).
     """
-    from rnnconv.formats.keras.reader import stored_arrays
+    from rnnconv.formats.keras.hdf5 import stored_arrays
 
     row = find_row("keras", found.source_class, found.config)
     if found.inferred:

@@ -28,7 +28,9 @@ from rnnconv.contracts import Provenance
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import _zip
-from rnnconv.formats.keras.reader import KerasFile, KerasLayer, is_bfloat16, snake_case, to_canonical
+from rnnconv.formats.keras.config import KerasLayer, snake_case
+from rnnconv.formats.keras.hdf5 import is_bfloat16
+from rnnconv.formats.keras.reader import KerasFile, to_canonical
 from rnnconv.safeio import atomic_outputs
 from rnnconv.table.apply import find_row, row_for_mode, settings_for_mode
 from rnnconv.table.constants import KERAS_DIRECTION_GROUPS, KERAS_DIRECTION_PREFIXES, KERAS_VARIABLES

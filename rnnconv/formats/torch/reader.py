@@ -35,8 +35,9 @@ from rnnconv.formats.torch.checkpoint import (
     read_zip,
 )
 from rnnconv.safeio import FileArray
-from rnnconv.table.apply import check_shapes, find_row, gate_loaders, nonlinearity_mode, rows_for, stored_shapes
+from rnnconv.table.apply import find_row, rows_for
 from rnnconv.table.constants import (
+    CUDNN_GATES,
     KIND_OF_ROLE,
     MAX_LAYERS,
     MAX_SIZE,
@@ -44,6 +45,7 @@ from rnnconv.table.constants import (
     TORCH_PARAMETERS,
     TORCH_REVERSE_SUFFIX,
 )
+from rnnconv.table.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
 from rnnconv.table.rows import Row
 
 ROLE_OF = {name: role for role, name in TORCH_PARAMETERS.items()}
@@ -357,29 +359,20 @@ def to_canonical(rnn: TorchRNN, source: Provenance, nonlinearity: str | None = N
         )
     cls = CLASS_BY_GATES[hh.shape[0] // hidden] + ("Cell" if rnn.is_cell else "")
     row = find_row("torch", cls)
-    activation, mode, assumptions = nonlinearity_mode(
+    settled = settle_nonlinearity(
         row, nonlinearity, rnn.name, f"{what} is an {cls}: --nonlinearity applies to nn.RNN only"
     )
     layers = sorted({layer for (_, layer, _) in t}, key=lambda index: -1 if index is None else index)
     num_layers = len(layers)
     if not rnn.is_cell and layers != list(range(num_layers)):
         raise BadInput(f"{what}: its layers are {layers}, not 0..{num_layers - 1} (a layer's weights are missing)")
-    bidirectional = any(d for (_, _, d) in t)
     proj = hr.shape[0] if hr is not None else 0
     has_bias = ("input_bias", first, 0) in t
-    dtype = t[("input_matrix", first, 0)].dtype
-    spec = RNNSpec(
-        mode, t[("input_matrix", first, 0)].shape[1], hidden, num_layers, bidirectional, proj, dtype, has_bias
-    )
-    cells = {}
-    for index, layer in enumerate(layers):
-        for direction in range(spec.num_directions):
-            expected = stored_shapes(row, hidden, spec.layer_input_size(index), spec.output_size, proj, has_bias)
-            names = {role: _name(rnn, row, role, layer, direction) for role in expected}
-            actual = {
-                role: tuple(t[(role, layer, direction)].shape) for role in expected if (role, layer, direction) in t
-            }
-            check_shapes(row, actual, expected, names, f"{what} ({spec.describe()})")
+
+    def cell(index: int, direction: int, spec: RNNSpec) -> StoredCell:
+        layer = layers[index]
+
+        def check(expected: Mapping[str, tuple[int, ...]]) -> None:
             extra = {rnn.keys[s] for s in t if s[1] == layer and s[2] == direction and s[0] not in expected}
             if extra:
                 raise BadInput(
@@ -387,29 +380,43 @@ def to_canonical(rnn: TorchRNN, source: Provenance, nonlinearity: str | None = N
                     f"{'with' if has_bias else 'without'} biases{' and projection' if proj else ''}"
                 )
 
-            def fetch(role, layer=layer, direction=direction):
-                return t[(role, layer, direction)]
+        here = {role: tensor for (role, at, side), tensor in t.items() if (at, side) == (layer, direction)}
+        return StoredCell(
+            fetch=here.__getitem__,
+            shapes={role: tuple(tensor.shape) for role, tensor in here.items()},
+            names={role: _name(rnn, row, role, layer, direction) for role in row.tensors},
+            where=f"{what} ({spec.describe()})",
+            check=check,
+        )
 
-            cells[(index, direction)] = gate_loaders(row, hidden, fetch, has_bias, proj=proj)
-    notes = []
-    if "activation" in row.unstored:
-        how = "stated with --nonlinearity" if nonlinearity else "assumed (state it with --nonlinearity)"
-        notes.append(f"{rnn.name}: nonlinearity {activation}, {how}: a state_dict does not store it")
-    if not has_bias:
-        notes.append(f"{rnn.name}: bias=False, so every bias slot is zero (as PyTorch gives cuDNN)")
-    if rnn.is_cell:
-        notes.append(f"{rnn.name}: an {cls} is a one-layer RNN run one step at a time")
-    info = source.model_copy(
-        update={"layer": rnn.name, "layer_class": f"nn.{cls}", "prefix": rnn.prefix, "assumptions": assumptions or None}
-    )
     role_of_kind = {kind: role for role, kind in KIND_OF_ROLE.items()}
 
     def stacked(index: int, direction: int, kind: str) -> FileArray | None:
         """A stored tensor holds one kind's gates stacked in cuDNN's order (PyTorch's own)."""
         tensor = t.get((role_of_kind[kind], layers[index], direction))
-        return tensor.in_file() if tensor is not None and row.gate_order == spec.gates else None
+        return tensor.in_file() if tensor is not None and row.gate_order == CUDNN_GATES[row.cell] else None
 
-    return CanonicalRNN.from_cell_loaders(rnn.name, spec, cells, source=info, notes=notes, stacked=stacked)
+    found = Found(
+        rnn.name,
+        row,
+        settled,
+        input_size=ih.shape[1],
+        hidden=hidden,
+        dtype=ih.dtype,
+        cell=cell,
+        layer_class=f"nn.{cls}",
+        num_layers=num_layers,
+        bidirectional=any(d for (_, _, d) in t),
+        proj=proj,
+        has_bias=has_bias,
+        without_bias="bias=False",
+        without_bias_aside=" (as PyTorch gives cuDNN)",
+        notes=nonlinearity_note(rnn.name, settled, row, "a state_dict"),
+        later_notes=[f"{rnn.name}: an {cls} is a one-layer RNN run one step at a time"] if rnn.is_cell else [],
+        provenance={"prefix": rnn.prefix},
+        handover={"stacked": stacked},
+    )
+    return read(found, source)
 
 
 def rnn_sizes(rnn: TorchRNN) -> tuple[str, RNNSizes | None]:
