@@ -334,11 +334,11 @@ def _verdict(
 ) -> _Fit | None:
     """Set the verdict and summary; the layout identified, if one is."""
     if not fits:
-        needs = sorted(sizes)[:6]
-        listed = either([f"{n} bytes ({dtype})" for n, dtype in needs])
+        nearest = sorted(sizes, key=lambda known: (abs(known[0] - result.bytes), known))[:3]
+        listed = either([f"{n} bytes ({dtype})" for n, dtype in nearest])
         result.summary = (
-            f"no known layout of a {spec.describe().rsplit(', ', 1)[0]} RNN is {result.bytes} bytes long "
-            f"(they need {listed}{', ...' if len(sizes) > len(needs) else ''}): check the sizes and the mode"
+            f"no known layout of a {spec.describe().rsplit(', ', 1)[0]} RNN is {result.bytes} bytes long (the nearest "
+            f"need {listed}): check the sizes, the mode and whether it has a header"
         )
         return None
     if probed:
