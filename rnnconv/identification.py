@@ -77,8 +77,8 @@ class Layout:
         )
 
     def elements(self, spec: RNNSpec) -> int:
-        per_layer = (sum(math.prod(s) for s in self.shapes(spec, layer).values()) for layer in range(spec.num_layers))
-        return spec.num_directions * sum(per_layer)
+        first, *rest = (sum(math.prod(s) for s in self.shapes(spec, layer).values()) for layer in range(min(2, spec.num_layers)))
+        return spec.num_directions * (first + (spec.num_layers - 1) * sum(rest))  # every layer above the first alike
 
     def is_own(self) -> bool:
         """Whether `rnnconv convert` reads it with the raw-blob flags (rnnconv's cuDNN weight space)."""
