@@ -278,13 +278,9 @@ def explain(fmt: str | None, layer_class: str | None, **values: Any) -> None:
     "schema",
     "Print the JSON schema of a document rnnconv writes: sidecar (X.bin.json and rnnconv safetensors "
     "metadata), report (verify --report/--json), reports (verify --all's), inspect (inspect --json), conversion "
-    "(--json of a conversion), batch (of several), identify (identify --json) or error (--json of any command that fails).\n\nExample:\n\n  "
-    "rnnconv schema sidecar > sidecar.schema.json",
-    [
-        parameter(
-            "name", argument=True, annotation=str, help="sidecar, report, reports, inspect, conversion, batch, identify, error."
-        )
-    ],
+    "(--json of a conversion), batch (of several), identify (identify --json) or error (--json of any failure)."
+    "\n\nExample:\n\n  rnnconv schema sidecar > sidecar.schema.json",
+    [parameter("name", argument=True, annotation=str, help="One of the documents named above.")],
 )
 def schema(name: str) -> None:
     from rnnconv import api

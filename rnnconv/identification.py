@@ -77,7 +77,9 @@ class Layout:
         )
 
     def elements(self, spec: RNNSpec) -> int:
-        first, *rest = (sum(math.prod(s) for s in self.shapes(spec, layer).values()) for layer in range(min(2, spec.num_layers)))
+        first, *rest = (
+            sum(math.prod(s) for s in self.shapes(spec, layer).values()) for layer in range(min(2, spec.num_layers))
+        )
         return spec.num_directions * (first + (spec.num_layers - 1) * sum(rest))  # every layer above the first alike
 
     def is_own(self) -> bool:
@@ -101,8 +103,12 @@ class Layout:
         """The blob read this way, lazily: a stored tensor is read when a loader first needs it."""
         offset = 0
         found: dict[tuple[int, int], dict[str, FileArray]] = {}
-        for layer, direction, role, shape in self.packing.segments(spec.num_layers, spec.num_directions, self._of(spec)):
-            found.setdefault((layer, direction), {})[role] = FileArray(blob, offset * etype.itemsize, etype.storage, shape)
+        for layer, direction, role, shape in self.packing.segments(
+            spec.num_layers, spec.num_directions, self._of(spec)
+        ):
+            found.setdefault((layer, direction), {})[role] = FileArray(
+                blob, offset * etype.itemsize, etype.storage, shape
+            )
             offset += math.prod(shape)
         cells = {
             where: gate_loaders(
@@ -173,7 +179,9 @@ def read_probe(path: Path, spec: RNNSpec) -> dict[str, Any]:
         with zipfile.ZipFile(path) as archive:
             declared = sum(info.file_size for info in archive.infolist())
     except (zipfile.BadZipFile, OSError, ValueError):
-        raise BadInput(f"probe {path} is not an .npz file (numpy.savez of the arrays {', '.join(PROBE_KEYS)})") from None
+        raise BadInput(
+            f"probe {path} is not an .npz file (numpy.savez of the arrays {', '.join(PROBE_KEYS)})"
+        ) from None
     if declared > MAX_PROBE_BYTES:
         raise BadInput(f"probe {path} holds {declared} bytes of arrays; a probe is one small input (at most 256 MiB)")
     try:
@@ -198,7 +206,9 @@ def _checked_probe(arrays: dict[str, np.ndarray], spec: RNNSpec, where: str) -> 
     for name, value in arrays.items():
         kind = "iu" if name == "lengths" else "f"
         if value.dtype.kind not in kind or value.dtype.itemsize > 8:
-            raise BadInput(f"{where}: {name} holds {value.dtype} values, not {'integers' if kind == 'iu' else 'floats'}")
+            raise BadInput(
+                f"{where}: {name} holds {value.dtype} values, not {'integers' if kind == 'iu' else 'floats'}"
+            )
         if kind == "f" and not np.all(np.isfinite(value)):
             raise BadInput(f"{where}: {name} holds NaN or infinite values")
     if bool(flag):
@@ -230,7 +240,12 @@ def _checked_probe(arrays: dict[str, np.ndarray], spec: RNNSpec, where: str) -> 
 
 def _error(rnn: CanonicalRNN, probe: Mapping[str, Any], tol: Tolerance) -> tuple[float, bool]:
     """The largest error against the probe's outputs (padded steps left out), and whether all are within `tol`."""
-    got = dict(zip(OUTPUT_KEYS, forward(rnn.spec, rnn.param, probe["x"], probe.get("h0"), probe.get("c0"), probe.get("lengths"))))
+    got = dict(
+        zip(
+            OUTPUT_KEYS,
+            forward(rnn.spec, rnn.param, probe["x"], probe.get("h0"), probe.get("c0"), probe.get("lengths")),
+        )
+    )
     steps, batch = probe["x"].shape[:2]
     lengths = probe.get("lengths")
     valid = np.ones((steps, batch), bool) if lengths is None else np.arange(steps)[:, None] < lengths[None, :]
@@ -305,7 +320,9 @@ def identify(
             if elements * etype.itemsize == size:
                 fits.append(_Fit(layout, typed, etype))
     if candidate is not None and not searched:
-        raise BadInput(f"no layout has the id {candidate!r} for these sizes: run identify without --candidate to list them")
+        raise BadInput(
+            f"no layout has the id {candidate!r} for these sizes: run identify without --candidate to list them"
+        )
     result = Identification(verdict="unidentified", summary="", blob=str(blob), bytes=size, searched=searched)
     probed = None if probe is None else read_probe(probe, spec)
     with watching(blob) as unchanged:

@@ -290,10 +290,11 @@ VERIFY_OPTIONS = [
     *RAW,
 ]
 IDENTIFY_HELP = (
-    "Find the layout of a flat blob nobody documented: every layout of the layout table (gate orders of cuDNN, "
-    "PyTorch, Keras, ONNX, TF1, MIOpen, TensorRT; matrices as rows or transposed; separate, concatenated, folded "
-    "or no biases), packed every known way (cuDNN's all matrices then all biases, cell by cell, ...), is sized for "
-    "the stated spec, and those that fit the blob's size are listed. With --probe (one input and the outputs the "
+    "Name the layout of a headerless weight blob, from its size and (--probe) from what it computes.\n\n"
+    "Every layout of the layout table (gate orders of cuDNN, PyTorch, Keras, ONNX, TF1, MIOpen, TensorRT; "
+    "matrices as rows or transposed; separate, concatenated, folded or no biases), packed every known way (cuDNN's "
+    "all matrices then all biases, cell by cell, ...), is sized for the stated spec, and those that fit the blob's "
+    "size are listed. With --probe (one input and the outputs the "
     "blob's model gives for it) each runs through the numpy reference of cuDNN's equations and the one that "
     "reproduces the outputs is named. The result says how to convert from it; -o writes it (as convert does).\n\n"
     "The probe .npz holds x (T, B, I), optional h0 (L*D, B, H or P), c0 (L*D, B, H) and lengths (B,), and the "
@@ -307,7 +308,12 @@ IDENTIFY_HELP = (
 def identify_parameters() -> list[inspect.Parameter]:
     blob = parameter("blob", argument=True, help="A flat blob of weights with no header (any name).")
     dtype = parameter("dtype", help="The blob's element type [default: every one is tried].")
-    return [blob, *map(parameter, ["probe", "candidate", *RAW]), dtype, *map(parameter, ["output", "to", "force", *COMMON])]
+    return [
+        blob,
+        *map(parameter, ["probe", "candidate", *RAW]),
+        dtype,
+        *map(parameter, ["output", "to", "force", *COMMON]),
+    ]
 
 
 ALL_SOURCE_OPTIONS = list(dict.fromkeys(o for f in ADAPTER_FORMATS for o in source_options(f)))

@@ -116,7 +116,13 @@ def identification(result: Identification, as_json: bool, quiet: bool, verbose: 
     if listed and not quiet:
         out.print("candidates (ids for --candidate):")
     for c in listed if not quiet else []:
-        error = "" if c.reproduces is None else f"  error {c.max_abs_error:.3g}" if c.max_abs_error is not None else "  error nan"
+        error = (
+            ""
+            if c.reproduces is None
+            else f"  error {c.max_abs_error:.3g}"
+            if c.max_abs_error is not None
+            else "  error nan"
+        )
         mark = " (reproduces the probe)" if c.reproduces else ""
         bias = "no biases" if c.bias == "none" else f"{c.bias} biases"
         out.print(

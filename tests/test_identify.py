@@ -21,7 +21,7 @@ import rnnconv
 from rnnconv.canonical import RNNSpec
 from rnnconv.identification import layouts
 
-I, H, P, L, T, B = 5, 7, 3, 2, 6, 3
+I, H, P, L, T, B = 5, 7, 3, 2, 6, 3  # noqa: E741 (the sizes' names in every paper)
 IDENTIFY = FIXTURES / "identify"
 TORCH_CLASSES = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn_tanh": torch.nn.RNN}
 
@@ -153,7 +153,14 @@ def test_jax_flat_vector_is_identified_and_converts_to_torch(tmp_path):
     assert "rnnconv convert" in result.stdout  # rnnconv's own weight space: convert reads it with the raw flags
     found = json.loads(
         run_cli(
-            "identify", IDENTIFY / "jax_lstm.bin", *flags, "--probe", IDENTIFY / "jax_lstm_probe.npz", "-o", out, "--json"
+            "identify",
+            IDENTIFY / "jax_lstm.bin",
+            *flags,
+            "--probe",
+            IDENTIFY / "jax_lstm_probe.npz",
+            "-o",
+            out,
+            "--json",
         ).stdout
     )
     assert found["identified"]["id"] == "cudnn-lstm/matrices-then-biases/float32"
@@ -163,7 +170,7 @@ def test_jax_flat_vector_is_identified_and_converts_to_torch(tmp_path):
     model = torch.nn.LSTM(5, 7, 2, bidirectional=True, batch_first=True)
     model.load_state_dict(torch.load(out, weights_only=True))
     with torch.no_grad():
-        y, (h_n, c_n) = model(torch.from_numpy(probe["x"]), (torch.from_numpy(probe["h0"]), torch.from_numpy(probe["c0"])))
+        y, _ = model(torch.from_numpy(probe["x"]), (torch.from_numpy(probe["h0"]), torch.from_numpy(probe["c0"])))
     full = probe["lengths"] == probe["x"].shape[1]  # jax's ragged sequences: compare the full one
     np.testing.assert_allclose(y.numpy()[full], probe["y"][full], atol=1e-5)
 
