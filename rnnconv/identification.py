@@ -211,6 +211,7 @@ def _checked_probe(arrays: dict[str, np.ndarray], spec: RNNSpec, where: str) -> 
             )
         if kind == "f" and not np.all(np.isfinite(value)):
             raise BadInput(f"{where}: {name} holds NaN or infinite values")
+        arrays[name] = value.astype(value.dtype.newbyteorder("="), copy=False)  # a big-endian array reads alike
     if bool(flag):
         arrays.update({k: np.swapaxes(arrays[k], 0, 1) for k in ("x", "y") if k in arrays and arrays[k].ndim == 3})
     x = arrays["x"]
@@ -306,6 +307,8 @@ def identify(
     """Name the known layouts a headerless blob can be in (see the module's docstring); with `output`, write the
     one identified (or the `candidate` chosen) as any format `convert` writes."""
     size = regular_file(blob, "blob")
+    if output is not None and any(output.resolve() == p.resolve() for p in (blob, probe) if p is not None):
+        raise BadInput(f"the output {output} is an input of identify (the blob or the probe)")
     dtypes = dtypes or DTYPES
     target = None if output is None else registry.for_output(output, to)  # a wrong output name is said first
     fits, searched, sizes = [], 0, set()
@@ -435,8 +438,6 @@ def _write(
     # No source path: the blob is no model file `verify` could run; the probe was the comparison.
     rnn.source = Provenance(format=None, name=blob.name)
     rnn.notes.append(f"read from the raw blob {blob} as {describe(chosen.document())}, which {how}")
-    if output.resolve() == blob.resolve():
-        raise BadInput(f"the output {output} is the blob itself")
     with reading(blob):
         written = target.write([rnn], output, WriteOptions(force=force))
     return [str(path) for path in written.outputs]

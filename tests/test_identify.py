@@ -282,12 +282,22 @@ def test_bad_input_is_one_sentence(tmp_path):
         ((blob, *flags, "--probe", bad_probe(tmp_path, x=x, y=y, lengths=np.array([0, 3]))), "lengths must lie"),
         ((blob, *flags, "--candidate", "nope"), "no layout has the id 'nope'"),
         ((blob, *flags, "-o", tmp_path / "x.unknown"), "cannot tell what to write"),
+        ((blob, *flags, "--probe", text, "-o", text, "--force"), "is an input of identify"),
     ]
     for args, phrase in cases:
         assert_clean_failure(run_cli("identify", *args), 2, phrase)
     gru_probe = bad_probe(tmp_path, x=x, y=y, c0=np.zeros((2, 2, 4), np.float32))
     gru = ["--mode", "gru", "--input-size", "5", "--hidden-size", "4", "--num-layers", "2"]
     assert_clean_failure(run_cli("identify", blob, *gru, "--probe", gru_probe), 2, "has no cell state")
+
+
+def test_a_big_endian_probe_reads_alike(tmp_path):
+    probe = np.load(IDENTIFY / "tf1_lstm2_probe.npz")
+    swapped = bad_probe(tmp_path, **{k: v.astype(v.dtype.newbyteorder(">")) for k, v in probe.items()})
+    flags = {"mode": "lstm", "input_size": 5, "hidden_size": 4, "num_layers": 2, "dtype": "float32"}
+    found = rnnconv.identify(IDENTIFY / "tf1_lstm2.bin", probe=swapped, **flags)
+    assert found.verdict == "identified" and found.identified is not None
+    assert found.identified.id == "cudnn-lstm/matrices-then-biases/float32"
 
 
 def test_a_probe_no_layout_reproduces_is_unidentified(tmp_path):

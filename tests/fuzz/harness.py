@@ -255,7 +255,7 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
     if rng.random() < 0.4:  # jax's blob and probe, one of them damaged: identify reads and runs its candidates
         jax_blob = (identify / "jax_lstm.bin").read_bytes()
         data = mutators.mutate_bytes(jax_blob, rng) if rng.random() < 0.5 else jax_blob
-        flags = [*"--mode lstm --input-size 5 --hidden-size 7 --num-layers 2 --bidirectional".split()]
+        flags = [*["--mode", "lstm", "--input-size", "5", "--hidden-size", "7", "--num-layers", "2", "--bidirectional"]]
     files = {"weights.raw": data, "probe.npz": mutators.mutate_bytes(probe, rng) if rng.random() < 0.6 else probe}
     case = Case(family, f"{index:06d}_{family}", files)
     case.commands = [
