@@ -336,6 +336,8 @@ def identify(
                 fit.rnn = fit.layout.read(fit.spec, blob, fit.etype, blob.stem)
                 tol = tolerance("numpy", fit.spec.dtype, source_dtype)
                 fit.error, fit.reproduces = _error(fit.rnn, probed, tol)
+                if not fit.reproduces:
+                    fit.rnn = None  # its numbers are not kept: a large blob is read once per candidate, not held
             fits.sort(key=lambda f: (not f.reproduces, f.error))
             result.tolerance = tolerance("numpy", fits[0].spec.dtype, source_dtype) if fits else None
         unchanged()
@@ -383,7 +385,10 @@ def _verdict(
             )
             return fits[0]
         result.verdict = "ambiguous"
-        result.summary = f"{len(good)} layouts reproduce the probe: give a probe with more steps, or another input"
+        result.summary = (
+            f"{len(good)} layouts reproduce the probe ({', '.join(f.layout.name(f.spec.dtype) for f in good)}): give a "
+            f"probe with more steps and batch items, or pick one with --candidate"
+        )
         return None
     if len(fits) == 1:
         result.verdict = "identified"
