@@ -20,6 +20,8 @@ from conftest import FIXTURES, assert_clean_failure, run_cli
 import rnnconv
 from rnnconv.canonical import RNNSpec
 from rnnconv.identification import layouts
+from rnnconv.table.packings import PACKINGS
+from rnnconv.table.rows import TABLE
 
 I, H, P, L, T, B = 5, 7, 3, 2, 6, 3  # noqa: E741 (the sizes' names in every paper)
 IDENTIFY = FIXTURES / "identify"
@@ -246,7 +248,7 @@ def test_hostile_sizes_are_searched_in_bounded_time(tmp_path):
     assert time.perf_counter() - started < 30
     assert result.returncode == 1 and json.loads(result.stdout)["verdict"] == "unidentified"
     biggest = RNNSpec("lstm", 2**31 - 1, 2**31 - 1, 1024, True)
-    assert len(layouts(biggest)) <= 64  # the table's rows x biases x packings, whatever the sizes
+    assert len(layouts(biggest)) <= len(TABLE) * 2 * len(PACKINGS)  # rows x biases x packings, whatever the sizes
 
 
 def bad_probe(tmp_path: Path, **arrays: np.ndarray) -> Path:
