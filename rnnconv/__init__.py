@@ -9,6 +9,7 @@ The library mirrors the command line:
     report = rnnconv.verify("model.bin")                                  # Report: report.verdict
     reports = rnnconv.verify_all("models.safetensors")                    # Reports: one per RNN
     for entry in rnnconv.inspect("model.h5").rnns: ...                    # InspectReport
+    found = rnnconv.identify("w.raw", mode="lstm", input_size=8, hidden_size=16, probe="probe.npz")  # Identification
     with rnnconv.load("model.h5", layer="encoder") as (rnn,): ...        # CanonicalRNN, tensors on demand
 
 Errors are `rnnconv.errors.RnnconvError` subclasses. The functions are imported on
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from rnnconv.version import __version__
 
 if TYPE_CHECKING:
-    from rnnconv.api import convert, convert_many, formats, inspect, load, schema, verify, verify_all
+    from rnnconv.api import convert, convert_many, formats, identify, inspect, load, schema, verify, verify_all
     from rnnconv.errors import BackendMissing, BadInput, Mismatch, RnnconvError, Unsupported
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "convert",
     "convert_many",
     "formats",
+    "identify",
     "inspect",
     "load",
     "schema",

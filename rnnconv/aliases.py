@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -35,6 +36,18 @@ def direction_summary(source: str, target: str) -> str:
     summary = f"Convert {FORMAT_INFO[source].title} to {FORMAT_INFO[target].title}."
     return summary + (
         f" The same as: rnnconv convert SOURCE OUTPUT --to {target}." if is_alias(f"{source}-to-{target}") else ""
+    )
+
+
+def direction_doc(source: str, target: str) -> str:
+    """The help of a SOURCE-to-TARGET command: what it reads and writes, and examples."""
+    src, dst = FORMAT_INFO[source], FORMAT_INFO[target]
+    name, out = f"{source}-to-{target}", f"out{dst.default_for[0]}"
+    examples = [f"rnnconv {name} {src.example} -o {out}"] + [f"rnnconv {name} {ex} -o {out}" for ex in src.examples]
+    examples.append(f"rnnconv {name} runs/*{Path(src.example).suffix} -o out/ -j 4   # several: out/<stem>{out[3:]}")
+    return (
+        f"{direction_summary(source, target)}\n\nReads {src.read_help}. {src.read_note}\n\nWrites "
+        f"{dst.write_help}. {dst.write_note}\n\nExamples:\n\n" + "\n\n".join(f"  {e}" for e in examples)
     )
 
 

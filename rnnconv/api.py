@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import BatchItem, BatchResults, ConversionResult, InspectReport, Report, Reports
+from rnnconv.contracts import (
+    BatchItem,
+    BatchResults,
+    ConversionResult,
+    Identification,
+    InspectReport,
+    Report,
+    Reports,
+)
 from rnnconv.conversion import convert as _convert
 from rnnconv.conversion import open_source, output_name
 from rnnconv.errors import EXIT_INTERNAL, BadInput, RnnconvError, failure
@@ -446,9 +454,51 @@ def inspect(path: PathLike) -> InspectReport:
     return report
 
 
+def identify(
+    blob: PathLike,
+    *,
+    mode: str | None,
+    input_size: int | None,
+    hidden_size: int | None,
+    num_layers: int = 1,
+    bidirectional: bool = False,
+    proj_size: int = 0,
+    dtype: str | None = None,
+    probe: PathLike | None = None,
+    candidate: str | None = None,
+    output: PathLike | None = None,
+    to: str | None = None,
+    force: bool = False,
+) -> Identification:
+    """Which known layouts a headerless flat blob can be in, for the stated sizes; with `probe` (an `.npz` of one
+    input and its expected outputs: `rnnconv.identification.PROBE_KEYS`), the one that reproduces them.
+
+    Every row of the layout table for the mode (gate order, matrix storage, bias layout), with and without
+    biases, under every packing (`rnnconv.table.packings`), in `dtype` or every element type, is sized; those
+    that fit the blob's size are the candidates. `verdict` is "identified" (one layout), "ambiguous" (several:
+    `candidates`) or "unidentified". `candidate` keeps only the layout with that id. With `output`, the layout
+    identified is written as `convert` writes (`to`, or the output's name; an existing file only with `force`).
+    """
+    from rnnconv.identification import identify as search
+
+    spec = raw_spec(mode, input_size, hidden_size, num_layers, bidirectional, proj_size, dtype)
+    if spec is None:
+        raise BadInput("identify needs the sizes the blob is for: --mode, --input-size and --hidden-size")
+    return search(
+        Path(blob),
+        spec,
+        None if dtype is None else (spec.dtype,),
+        None if probe is None else Path(probe),
+        candidate,
+        None if output is None else Path(output),
+        to,
+        force,
+    )
+
+
 def schema(name: str) -> dict[str, Any]:
     """The JSON schema of a document rnnconv writes (`sidecar`, `report`, `reports`, `inspect`, `conversion`,
-    `batch`, `error`)."""
+    `batch`, `error`, `identify`)."""
     from rnnconv.contracts import SCHEMAS
 
     if name not in SCHEMAS:

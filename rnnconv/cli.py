@@ -18,14 +18,16 @@ from typing import Any
 
 import typer
 
-from rnnconv.aliases import ALIASES_HELP, Commands, direction_summary, is_alias
+from rnnconv.aliases import ALIASES_HELP, Commands, direction_doc, is_alias
 from rnnconv.errors import BadInput
 from rnnconv.options import (
     ALL_SOURCE_OPTIONS,
     COMMON,
     CONVERSION_TAIL,
+    IDENTIFY_HELP,
     RAW,
     VERIFY_OPTIONS,
+    identify_parameters,
     parameter,
     source_options,
 )
@@ -104,17 +106,6 @@ def run_conversion(values: dict[str, Any], to: str | None, source_format: str | 
         result = api.convert(sources[0], output, progress=progress, **settings)
     render.conversion(result, as_json, quiet, verbose)
     return 0
-
-
-def direction_doc(source: str, target: str) -> str:
-    src, dst = FORMAT_INFO[source], FORMAT_INFO[target]
-    name, out = f"{source}-to-{target}", f"out{dst.default_for[0]}"
-    examples = [f"rnnconv {name} {src.example} -o {out}"] + [f"rnnconv {name} {ex} -o {out}" for ex in src.examples]
-    examples.append(f"rnnconv {name} runs/*{Path(src.example).suffix} -o out/ -j 4   # several: out/<stem>{out[3:]}")
-    return (
-        f"{direction_summary(source, target)}\n\nReads {src.read_help}. {src.read_note}\n\nWrites "
-        f"{dst.write_help}. {dst.write_note}\n\nExamples:\n\n" + "\n\n".join(f"  {e}" for e in examples)
-    )
 
 
 def add_direction(source: str, target: str) -> None:
@@ -223,6 +214,15 @@ def inspect_file(source: Path, **values: Any) -> None:
     render.inspection(api.inspect(source), values["json"], values["quiet"], values["verbose"])
 
 
+@command("identify", IDENTIFY_HELP, identify_parameters())
+def identify(blob: Path, json: bool, quiet: bool, verbose: bool, **values: Any) -> int:
+    from rnnconv import api, render
+
+    result = api.identify(blob, **values)
+    render.identification(result, json, quiet, verbose)
+    return result.exit_code
+
+
 @command(
     "explain",
     "Show the gate-layout table: how each format stores a cell, and how each cuDNN tensor is taken from it; "
@@ -268,13 +268,9 @@ def explain(fmt: str | None, layer_class: str | None, **values: Any) -> None:
     "schema",
     "Print the JSON schema of a document rnnconv writes: sidecar (X.bin.json and rnnconv safetensors "
     "metadata), report (verify --report/--json), reports (verify --all's), inspect (inspect --json), conversion "
-    "(--json of a conversion), batch (of several) or error (--json of any command that fails).\n\nExample:\n\n  "
-    "rnnconv schema sidecar > sidecar.schema.json",
-    [
-        parameter(
-            "name", argument=True, annotation=str, help="sidecar, report, reports, inspect, conversion, batch, error."
-        )
-    ],
+    "(--json of a conversion), batch (of several), identify (identify --json) or error (--json of any failure)."
+    "\n\nExample:\n\n  rnnconv schema sidecar > sidecar.schema.json",
+    [parameter("name", argument=True, annotation=str, help="One of the documents named above.")],
 )
 def schema(name: str) -> None:
     from rnnconv import api

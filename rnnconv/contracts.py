@@ -433,6 +433,44 @@ class ErrorDocument(Contract):
     command: str | None = None  # the command that failed, when it got that far
 
 
+class LayoutCandidate(Contract):
+    """One way to read a flat blob: a storage layout of the table's rows, a packing, an element type."""
+
+    id: str  # what --candidate takes
+    rows: list[str]  # the table's rows (format and class) that store a cell this way
+    gate_order: list[str]
+    matrix: str
+    bias: str  # the rows' bias layout, or "none"
+    packing: str
+    packing_order: str  # the packing in words
+    dtype: str
+    spec: SpecModel
+    max_abs_error: float | None = None  # against the probe's outputs, when one was given
+    reproduces: bool | None = None  # the probe's outputs within the tolerance
+
+
+class Identification(Contract):
+    """What `identify` found: the layouts a headerless blob's size allows, and the one a probe picks."""
+
+    schema_version: int = 1
+    verdict: Literal["identified", "ambiguous", "unidentified"]
+    summary: str
+    blob: str
+    bytes: int = Field(ge=0)
+    searched: int = Field(ge=0)  # candidate layouts checked against the size
+    probe: str | None = None
+    tolerance: Tolerance | None = None
+    identified: LayoutCandidate | None = None
+    candidates: list[LayoutCandidate] = Field(default_factory=list)  # consistent with the size, best first
+    convert: str | None = None  # the command that reads the blob, when one layout is identified
+    outputs: list[str] = Field(default_factory=list)  # what -o wrote
+
+    @property
+    def exit_code(self) -> int:
+        """0 one layout identified, 1 several fit or none does."""
+        return 0 if self.verdict == "identified" else Mismatch.exit_code
+
+
 SCHEMAS: dict[str, type[BaseModel]] = {
     "sidecar": Sidecar,
     "report": Report,
@@ -441,4 +479,5 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "reports": Reports,
     "batch": BatchResults,
     "error": ErrorDocument,
+    "identify": Identification,
 }

@@ -142,6 +142,21 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         "is reported like a verify that cannot run (--report, --junit): one call for a CI step.",
         {},
     ),
+    "probe": (
+        Path | None,
+        None,
+        ("--probe",),
+        "identify: an .npz of one input and the outputs the blob's model gives for it (x, optional h0, c0, lengths; "
+        "y, h_n and/or c_n; batch_first); the layout that reproduces them is named.",
+        {},
+    ),
+    "candidate": (
+        str | None,
+        None,
+        ("--candidate",),
+        "identify: keep only the layout with this id (as identify lists them), e.g. to write it with -o.",
+        {},
+    ),
     "require_source": (bool, False, ("--require-source",), "Old name of the default.", {"hidden": True}),
     "diagnose": (bool, True, ("--diagnose/--no-diagnose",), "On a mismatch, look for the mistake.", {}),
     "relayout": (
@@ -211,4 +226,31 @@ VERIFY_OPTIONS = [
     "force",
     *RAW,
 ]
+IDENTIFY_HELP = (
+    "Name the layout of a headerless weight blob, from its size and (--probe) from what it computes.\n\n"
+    "Every layout of the layout table (gate orders of cuDNN, PyTorch, Keras, ONNX, TF1, MIOpen, TensorRT; "
+    "matrices as rows or transposed; separate, concatenated, folded or no biases), packed every known way (cuDNN's "
+    "all matrices then all biases, cell by cell, ...), is sized for the stated spec, and those that fit the blob's "
+    "size are listed. With --probe (one input and the outputs the "
+    "blob's model gives for it) each runs through the numpy reference of cuDNN's equations and the one that "
+    "reproduces the outputs is named. The result says how to convert from it; -o writes it (as convert does).\n\n"
+    "The probe .npz holds x (T, B, I), optional h0 (L*D, B, H or P), c0 (L*D, B, H) and lengths (B,), and the "
+    "expected y (T, B, D*H or D*P), h_n and/or c_n; batch_first=True when x and y are (B, T, ...).\n\n"
+    "Exit codes: 0 one layout identified, 1 several fit (ambiguous) or none does, 2 bad input.\n\nExamples:\n\n"
+    "  rnnconv identify weights.raw --mode lstm --input-size 80 --hidden-size 256 --num-layers 2 --bidirectional\n\n"
+    "  rnnconv identify weights.raw --mode gru --input-size 40 --hidden-size 64 --probe probe.npz -o model.pt"
+)
+
+
+def identify_parameters() -> list[inspect.Parameter]:
+    blob = parameter("blob", argument=True, help="A flat blob of weights with no header (any name).")
+    dtype = parameter("dtype", help="The blob's element type [default: every one is tried].")
+    return [
+        blob,
+        *map(parameter, ["probe", "candidate", *RAW]),
+        dtype,
+        *map(parameter, ["output", "to", "force", *COMMON]),
+    ]
+
+
 ALL_SOURCE_OPTIONS = list(dict.fromkeys(o for f in ADAPTER_FORMATS for o in source_options(f)))

@@ -33,6 +33,7 @@ from rnnconv.contracts import (
     Comparison,
     ConversionResult,
     ErrorDocument,
+    Identification,
     InspectReport,
     Report,
     Reports,
@@ -104,6 +105,35 @@ def sizes_text(sizes: SpecModel | RNNSizes | None) -> str:
     if sizes.num_layers > 1:
         text += f" x{sizes.num_layers} layers"
     return text + (" bidirectional" if sizes.bidirectional else "") + (f" {sizes.dtype}" if sizes.dtype else "")
+
+
+@shown
+def identification(result: Identification, as_json: bool, quiet: bool, verbose: bool) -> None:
+    if as_json:
+        print_json(result)
+        return
+    listed = result.candidates if verbose or result.verdict != "identified" else []
+    if listed and not quiet:
+        out.print("candidates (ids for --candidate):")
+    for c in listed if not quiet else []:
+        error = (
+            ""
+            if c.reproduces is None
+            else f"  error {c.max_abs_error:.3g}"
+            if c.max_abs_error is not None
+            else "  error nan"
+        )
+        mark = " (reproduces the probe)" if c.reproduces else ""
+        bias = "no biases" if c.bias == "none" else f"{c.bias} biases"
+        out.print(
+            f"  {c.id}: {escape(', '.join(c.rows))}; gates {','.join(c.gate_order)}, {c.matrix} matrices, {bias}"
+            f"{error}{mark}"
+        )
+    out.print(f"{result.verdict}: {escape(result.summary)}")
+    if result.convert and not quiet:
+        out.print(f"convert with: {escape(result.convert)}")
+    for path in result.outputs:
+        note(f"wrote {path}")
 
 
 @shown

@@ -255,6 +255,7 @@ def test_every_command_speaks_the_same_options(name):
 LISTED_COMMANDS = {
     *("keras-to-cudnn", "torch-to-cudnn", "cudnn-to-keras", "cudnn-to-torch"),
     *("convert", "verify", "inspect", "explain", "doctor", "schema", "gpu-battery"),
+    "identify",
 }
 OLD_NAME_SOURCES = {  # one small file per source format; a cuDNN blob is made from the PyTorch one
     "keras": FIXTURES / "keras3" / "lstm.h5",
@@ -313,7 +314,7 @@ def test_json_is_the_result_on_stdout_everywhere(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["sidecar", "report", "inspect", "conversion", "reports", "batch"])
+@pytest.mark.parametrize("name", ["sidecar", "report", "inspect", "conversion", "reports", "batch", "identify"])
 def test_schemas_are_exported_and_documented(name):
     result = run_cli("schema", name)
     assert result.returncode == 0, result.stderr

@@ -250,8 +250,19 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
     ]
     if rng.random() < 0.3:
         flags += ["--bidirectional"]
-    case = Case(family, f"{index:06d}_{family}", {"weights.raw": data})
-    case.commands = [["verify", "{dir}/weights.raw", *flags], ["convert", "{dir}/weights.raw", "{dir}/out.pt", *flags]]
+    identify = Path(__file__).resolve().parents[2] / "fixtures" / "identify"
+    probe = (identify / "jax_lstm_probe.npz").read_bytes()
+    if rng.random() < 0.4:  # jax's blob and probe, one of them damaged: identify reads and runs its candidates
+        jax_blob = (identify / "jax_lstm.bin").read_bytes()
+        data = mutators.mutate_bytes(jax_blob, rng) if rng.random() < 0.5 else jax_blob
+        flags = [*["--mode", "lstm", "--input-size", "5", "--hidden-size", "7", "--num-layers", "2", "--bidirectional"]]
+    files = {"weights.raw": data, "probe.npz": mutators.mutate_bytes(probe, rng) if rng.random() < 0.6 else probe}
+    case = Case(family, f"{index:06d}_{family}", files)
+    case.commands = [
+        ["verify", "{dir}/weights.raw", *flags],
+        ["convert", "{dir}/weights.raw", "{dir}/out.pt", *flags],
+        ["identify", "{dir}/weights.raw", *flags, "--probe", "{dir}/probe.npz", "-o", "{dir}/out.pt"],
+    ]
     return case
 
 
