@@ -108,7 +108,10 @@ def read_header(path: Path) -> tuple[dict[str, Any], int]:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
     if not isinstance(header, dict):
         raise BadInput(f"{path} is not a safetensors file (its header is not a table)")
-    meta = header.get("__metadata__", {})
+    meta = header.get("__metadata__")
+    if meta is None:  # MLX's save_safetensors writes null
+        header.pop("__metadata__", None)
+        meta = {}
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise BadInput(f"{path}: the safetensors metadata must map names to strings")
     start = 8 + n

@@ -262,6 +262,44 @@ TF1_VARIABLES: Final[dict[str, dict[str, tuple[tuple[str, str], ...]]]] = {
         "bias": ((TF1_BIAS, TF1_ALL_ROWS),),
     },
 }
+# --- MLX (mlx.nn.LSTM / GRU / RNN, MLX 0.18 and later; docs/LAYOUTS.md section "MLX") ----------------
+# Each class's parameters, by role; MLX's GRU keeps b (3H) = [b_ir + b_hr, b_iz + b_hz, b_in] and bhn (H) apart.
+MLX_PARAMETERS: Final[dict[str, dict[str, str]]] = {
+    LSTM: {"input_matrix": "Wx", "recurrent_matrix": "Wh", "bias": "bias"},
+    GRU: {"input_matrix": "Wx", "recurrent_matrix": "Wh", "bias": "b", "recurrent_bias": "bhn"},
+    RNN: {"input_matrix": "Wxh", "recurrent_matrix": "Whh", "bias": "bias"},
+}
+MLX_CLASSES: Final[dict[str, str]] = {LSTM: "LSTM", GRU: "GRU", RNN: "RNN"}  # the mlx.nn class of each cell family
+MLX_STACK: Final = "layers"  # rnnconv's multi-layer convention: a list `layers` of one-layer modules, layers.{k}.Wx
+MLX_ROWS_SINCE: Final = (0, 18, 0)  # before MLX 0.18 (ml-explore/mlx#1419) Wx and Wh were stored transposed
+MLX_NONLINEARITY: Final = "rnnconv.nonlinearity"  # metadata: nn.RNN's nonlinearity, which its weights do not store
+
+# --- ncnn (its LSTM, GRU and RNN layers; docs/LAYOUTS.md section "ncnn") ---------------------------------
+NCNN_MAGIC: Final = 7767517  # the first line of a .param
+NCNN_LAYERS: Final[dict[str, str]] = {LSTM: "LSTM", GRU: "GRU", RNN: "RNN"}  # the layer type of each cell family
+NCNN_INPUT: Final = "Input"
+# The .param keys of the recurrent layers: num_output (P with a projection, else H), weight_data_size (the
+# size of weight_xc, every direction), direction, hidden_size (LSTM only; num_output when absent), int8.
+NCNN_PARAMS: Final[dict[str, int]] = {
+    "num_output": 0,
+    "weight_data_size": 1,
+    "direction": 2,
+    "hidden_size": 3,
+    "int8_scale_term": 8,
+}
+NCNN_DIRECTIONS: Final[dict[int, str]] = {0: "forward", 1: "reverse", 2: "bidirectional"}
+# A .bin blob's 4-byte tag before its data: float32 (any tag whose first byte is 0 and whose bytes sum to 0)
+# and float16 (data padded to 4 bytes); other tags are int8 or quantized tables, which rnnconv refuses.
+NCNN_FLAGS: Final[dict[str, int]] = {"float32": 0, "float16": 0x01306B47}
+# The blobs of a layer in the .bin, in order (weight_hr only with a projection), by role.
+NCNN_BLOBS: Final[dict[str, str]] = {
+    "input_matrix": "weight_xc",
+    "bias": "bias_c",
+    "recurrent_matrix": "weight_hc",
+    "projection": "weight_hr",
+}
+
 # --- verify -------------------------------------------------------------------------------------
-# Where verify runs a blob: auto = cuDNN when it can run, else numpy; onnxruntime = the blob as an ONNX graph.
-ENGINES: Final = ("auto", "cudnn", "numpy", "onnxruntime")
+# Where verify runs a blob: auto = cuDNN when it can run, else numpy; onnxruntime = the blob as an ONNX graph;
+# mlx and ncnn: the blob written as those formats and run in their runtimes (CPU).
+ENGINES: Final = ("auto", "cudnn", "numpy", "onnxruntime", "mlx")

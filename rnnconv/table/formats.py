@@ -141,5 +141,26 @@ FORMAT_INFO: Final[dict[str, FormatInfo]] = {
             examples=("model.ckpt --layer encoder/cudnn_gru", "rnn.ckpt.index --nonlinearity relu"),
             extra="keras",
         ),
+        FormatInfo(
+            "mlx",
+            "MLX",
+            {"mlx-safetensors": "MLX weights (.safetensors) of mlx.nn.LSTM / GRU / RNN"},
+            read_help="an MLX .safetensors of mlx.nn.LSTM, GRU or RNN weights (Module.save_weights; any key prefix)",
+            write_help="model.mlx.safetensors (or any .safetensors with --to mlx): what Module.load_weights takes "
+            "for mlx.nn.LSTM(I, H) (GRU, RNN); several layers as layers.{k}.<name>",
+            read_note="Read without MLX, from the parameter names and shapes (MLX 0.18 or later: earlier versions "
+            "stored Wx and Wh transposed and are refused); layers.{k}. (and layers.{k}.{d}.) modules of one "
+            "class, each feeding the next, are one RNN.",
+            write_note="One layer: exactly the parameters of mlx.nn.LSTM(I, H) (GRU, RNN). Several: a list "
+            "`layers` of them, each feeding the next; two directions: [forward, backward] pairs (the README's "
+            "Stack). MLX has no LSTM projection: it is refused. The source is recorded in the metadata.",
+            read_suffixes=(".safetensors",),
+            write_suffixes=(".safetensors",),
+            default_for=(".mlx.safetensors",),
+            source_options=("nonlinearity",),
+            example="model.safetensors",
+            examples=("mlx.safetensors --layer encoder.layers",),
+            extra="mlx",
+        ),
     )
 }

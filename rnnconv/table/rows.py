@@ -19,6 +19,8 @@ from rnnconv.table.constants import (
     CUDNN_GATES,
     CUDNN_TENSOR_NAMES,
     KERAS_VARIABLES,
+    MLX_PARAMETERS,
+    NCNN_BLOBS,
     NONLINEARITIES,
     TF1_ALL_ROWS,
     TF1_INPUT_ROWS,
@@ -84,6 +86,7 @@ ONNX_LSTM_GATES: Final = ("i", "o", "f", "c")
 MIOPEN_LSTM_GATES: Final = ("i", "f", "o", "c")
 TF1_LSTM_GATES: Final = ("i", "c", "f", "o")  # TF's LSTMBlockCell: i, ci (the candidate), f, o
 TENSORRT_LSTM_GATES: Final = ("f", "i", "c", "o")
+NCNN_LSTM_GATES: Final = ("i", "f", "o", "c")  # ncnn's LSTM: I, F, O, G
 
 CUDNN_NAMES = dict(CUDNN_TENSOR_NAMES)
 CUDNN_NAMES_NO_PROJECTION = {k: v for k, v in CUDNN_NAMES.items() if k != "projection"}
@@ -95,6 +98,27 @@ ONNX_DEQUANTIZED_NAMES = {
     "input_matrix": "(W[d] - W_zero_point[d]) * W_scale[d]",
     "recurrent_matrix": "(R[d] - R_zero_point[d]) * R_scale[d]",
     "bias": "B[d]",
+}
+
+# MLX: one tensor per role, except the GRU's b, which holds the summed r and z biases and the input side's n bias.
+MLX_LSTM_NAMES = dict(MLX_PARAMETERS["lstm"])
+MLX_RNN_NAMES = dict(MLX_PARAMETERS["rnn"])
+_MLX_GRU = MLX_PARAMETERS["gru"]
+MLX_GRU_NAMES = {
+    "input_matrix": _MLX_GRU["input_matrix"],
+    "recurrent_matrix": _MLX_GRU["recurrent_matrix"],
+    "bias": f"{_MLX_GRU['bias']}[:2H]",
+    "input_bias": f"{_MLX_GRU['bias']}[2H:]",
+    "recurrent_bias": _MLX_GRU["recurrent_bias"],
+}
+# ncnn: direction d's slice of each blob, bias_c[d] read flat (G*H); a GRU's bias_c holds [r, z, b_in, b_hn].
+NCNN_NAMES = {role: f"{blob}[d]" for role, blob in NCNN_BLOBS.items()}
+NCNN_NAMES_NO_PROJECTION = {k: v for k, v in NCNN_NAMES.items() if k != "projection"}
+NCNN_GRU_NAMES = {
+    **{k: v for k, v in NCNN_NAMES_NO_PROJECTION.items() if k != "bias"},
+    "bias": f"{NCNN_NAMES['bias']}[:2H]",
+    "input_bias": f"{NCNN_NAMES['bias']}[2H:3H]",
+    "recurrent_bias": f"{NCNN_NAMES['bias']}[3H:]",
 }
 
 
@@ -111,6 +135,7 @@ def _tf1_names(cell: str) -> dict[str, str]:
 LSTM_MODES = {"tanh": "lstm"}
 GRU_MODES = {"tanh": "gru"}
 RNN_MODES = dict(NONLINEARITIES.items())
+NCNN_RNN_MODES = {"tanh": NONLINEARITIES["tanh"]}  # ncnn's RNN layer computes tanh only
 GATED = {"recurrent_activation": ("sigmoid",)}
 ACTIVATION, ACTIVATIONS = ("activation",), ("activation", "recurrent_activation")
 
@@ -232,6 +257,20 @@ TABLE: tuple[Row, ...] = (
     Row("tf1", "CudnnRNN", "rnn", RNN_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("rnn"), RNN_MODES,
         TORCH_RNN_DEFAULTS, unstored=ACTIVATION,
         note="CudnnRNNTanh and CudnnRNNRelu save the same basic_rnn_cell tensors: the nonlinearity is not stored"),
+    # --- MLX (0.18+): mlx.nn.LSTM / GRU / RNN, W (G*H, in) as cuDNN, x @ Wx.T; one layer and direction per module.
+    Row("mlx", "LSTM", "lstm", LSTM_GATES, MATRIX_ROWS, BIAS_SINGLE, MLX_LSTM_NAMES, LSTM_MODES, FIXED,
+        note="MLX calls the cell candidate g; one bias = bW + bR"),
+    Row("mlx", "GRU", "gru", GRU_GATES, MATRIX_ROWS, BIAS_SINGLE_BUT_LAST, MLX_GRU_NAMES, GRU_MODES, FIXED,
+        note="reset after the recurrent matrix: n = tanh(Wx_n x + b_n + r*(Wh_n h + bhn))"),
+    Row("mlx", "RNN", "rnn", RNN_GATES, MATRIX_ROWS, BIAS_SINGLE, MLX_RNN_NAMES, RNN_MODES, TORCH_RNN_DEFAULTS,
+        note="the nonlinearity is a callable, not stored with the weights", unstored=ACTIVATION),
+    # --- ncnn: weight_xc [D][G*H][in], bias_c [D][G][H], weight_hc [D][G*H][out], weight_hr [D][P][H].
+    Row("ncnn", "LSTM", "lstm", NCNN_LSTM_GATES, MATRIX_ROWS, BIAS_SINGLE, NCNN_NAMES, LSTM_MODES, FIXED,
+        adapter=False, note="gates I, F, O, G; one bias = bW + bR; weight_hr projects h with hidden_size > num_output"),
+    Row("ncnn", "GRU", "gru", GRU_GATES, MATRIX_ROWS, BIAS_SINGLE_BUT_LAST, NCNN_GRU_NAMES, GRU_MODES, FIXED,
+        adapter=False, note="gates R, U, N; bias_c rows R, U (summed), then b_in and b_hn: reset after, as cuDNN"),
+    Row("ncnn", "RNN", "rnn", RNN_GATES, MATRIX_ROWS, BIAS_SINGLE, NCNN_NAMES_NO_PROJECTION, NCNN_RNN_MODES,
+        FIXED, adapter=False, note="tanh only"),
     # --- Other layouts, for `explain` (no adapter).
     Row("miopen", "LSTM", "lstm", MIOPEN_LSTM_GATES, MATRIX_ROWS, BIAS_SEPARATE, CUDNN_NAMES_NO_PROJECTION,
         LSTM_MODES, FIXED, adapter=False, note="AMD's order; PyTorch applies it only on its MIOpen backend"),

@@ -1,0 +1,591 @@
+"""MLX: the weights of `mlx.nn.LSTM`, `mlx.nn.GRU` and `mlx.nn.RNN`, as `Module.save_weights` writes them.
+
+A file is a `.safetensors` of parameters named as MLX's modules name them (`Wx`, `Wh`, `bias`; the GRU's `b` and
+`bhn`; the RNN's `Wxh`, `Whh`, `bias`), under any prefix (`encoder.lstm.Wx`). MLX has one class per cell and one
+layer and direction per module; rnnconv writes several layers as a list `layers` of them (`layers.0.Wx`, ...,
+each feeding the next) and two directions as pairs (`layers.0.0.Wx` forward, `layers.0.1.Wx` backward, run on the
+sequence reversed), the README's `Stack`, and reads such modules back as one RNN. MLX has no LSTM projection: it
+is refused. MLX before 0.18 stored `Wx` and `Wh` transposed ((in, G*H)); such a file is refused.
+
+Reading and writing need no MLX; `run` (verify) and the `mlx` engine run the modules in MLX on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import re
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.compare import Inputs, Outputs
+from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
+from rnnconv.dtypes import BY_SAFETENSORS, ElementType, decode, element_type, encode
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
+from rnnconv.formats import _safetensors
+from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
+from rnnconv.safeio import FileArray, digest_in_background, write_array
+from rnnconv.table.apply import find_row, row_for_mode
+from rnnconv.table.constants import (
+    BIAS,
+    GRU,
+    INPUT_BIAS,
+    INPUT_MATRIX,
+    LSTM,
+    MLX_CLASSES,
+    MLX_NONLINEARITY,
+    MLX_PARAMETERS,
+    MLX_ROWS_SINCE,
+    MLX_STACK,
+    NONLINEARITIES,
+    RECURRENT_BIAS,
+    RECURRENT_MATRIX,
+    RNN,
+)
+from rnnconv.table.formats import FORMAT_INFO
+from rnnconv.table.reading import Found, Settled, StoredCell, nonlinearity_note, read, settle, settle_nonlinearity
+
+SOURCE_KEY = "rnnconv.source"  # where the written file records its source (registry.SOURCE_KEY on main)
+KIND = "mlx-safetensors"
+WRITABLE = ("float32", "float16", "bfloat16")  # MLX loads float64 weights as float32
+STACKED = re.compile(rf"^(.*?){MLX_STACK}\.(\d+)\.(?:(\d+)\.)?$")  # layers.{k}. or, two directions, layers.{k}.{d}.
+SINCE = ".".join(map(str, MLX_ROWS_SINCE[:2]))
+
+
+def _gates(cell: str) -> int:
+    return len(find_row("mlx", MLX_CLASSES[cell]).gate_order)
+
+
+# --- reading ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Tensor:
+    words: FileArray
+    etype: ElementType
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.words.shape)
+
+    def values(self) -> np.ndarray:
+        return decode(np.asarray(self.words), self.etype)
+
+
+@dataclass
+class Module:
+    """One mlx.nn recurrent module of the file: its prefix, cell, sizes and tensors (by MLX's name)."""
+
+    prefix: str  # "" or "encoder.lstm."
+    cell: str
+    tensors: dict[str, Tensor]
+    refusal: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.prefix.rstrip(".") or MLX_CLASSES[self.cell]
+
+    @property
+    def names(self) -> dict[str, str]:
+        return MLX_PARAMETERS[self.cell]
+
+    @property
+    def hidden(self) -> int:
+        return self.tensors[self.names[RECURRENT_MATRIX]].shape[-1]
+
+    @property
+    def input_size(self) -> int:
+        return self.tensors[self.names[INPUT_MATRIX]].shape[-1]
+
+    @property
+    def has_bias(self) -> bool:
+        return self.names[BIAS] in self.tensors
+
+    @property
+    def dtype(self) -> str:
+        return self.tensors[self.names[INPUT_MATRIX]].etype.name
+
+
+@dataclass
+class Chain:
+    """One RNN of the file: its layers, each one module or (two directions) a forward and a backward one."""
+
+    name: str
+    layers: list[list[Module]]
+
+    @property
+    def modules(self) -> list[Module]:
+        return [m for layer in self.layers for m in layer]
+
+    @property
+    def first(self) -> Module:
+        return self.layers[0][0]
+
+    @property
+    def directions(self) -> int:
+        return len(self.layers[0])
+
+
+@dataclass
+class MlxFile:
+    path: Path
+    modules: list[Module]
+    chains: list[Chain]
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> MlxFile:
+        header, start = _safetensors.read_header(path)
+        groups: dict[str, dict[str, Tensor]] = {}
+        for key, info in header.items():
+            if key == "__metadata__":
+                continue
+            prefix, _, name = key.rpartition(".")
+            if info["dtype"] not in BY_SAFETENSORS:  # integer tensors: no RNN's
+                continue
+            groups.setdefault(f"{prefix}." if prefix else "", {})[name] = _tensor(path, header, start, key)
+        modules = [m for prefix, tensors in sorted(groups.items()) if (m := _module(prefix, tensors)) is not None]
+        return cls(path, modules, _chains(modules), dict(header.get("__metadata__") or {}))
+
+    def choose(self, layer: str | None, take_all: bool) -> list[Chain]:
+        if layer is not None:
+            for chain in self.chains:
+                if chain.name == layer:
+                    return [chain]
+            for module in self.modules:
+                if module.name == layer:
+                    return [Chain(module.name, [[module]])]
+            known = [c.name for c in self.chains] + [m.name for m in self.modules]
+            raise no_such_rnn(f"{self.path} has no MLX recurrent module", layer, list(dict.fromkeys(known)))
+        if not self.modules:
+            raise BadInput(
+                f"{self.path} holds no mlx.nn LSTM, GRU or RNN weights (parameters named "
+                f"{', '.join(sorted({n for p in MLX_PARAMETERS.values() for n in p.values()}))})"
+            )
+        if len(self.chains) == 1 or take_all:
+            return self.chains
+        listing = ", ".join(c.name for c in self.chains)
+        raise several_rnns(self.path, f"holds {len(self.chains)} RNNs ({listing})")
+
+
+def _tensor(path: Path, header: dict[str, Any], start: int, key: str) -> Tensor:
+    words, etype = _safetensors.tensor_words(path, header, start, key)
+    return Tensor(words, etype)
+
+
+def _module(prefix: str, tensors: dict[str, Tensor]) -> Module | None:
+    """The recurrent module whose parameters these are, or None when they are no mlx.nn LSTM, GRU or RNN."""
+    for cell in (LSTM, GRU, RNN):
+        names = MLX_PARAMETERS[cell]
+        if not {names[INPUT_MATRIX], names[RECURRENT_MATRIX]} <= set(tensors):
+            continue
+        w, r = tensors[names[INPUT_MATRIX]].shape, tensors[names[RECURRENT_MATRIX]].shape
+        gates = _gates(cell)
+        if len(w) != 2 or len(r) != 2:
+            continue
+        where = prefix.rstrip(".") or "the file"
+        if cell != RNN and r[0] != gates * r[1]:
+            if r[1] == 4 * r[0] or r[1] == 3 * r[0]:  # (H, G*H): MLX before 0.18
+                module = Module(prefix, LSTM if r[1] == 4 * r[0] else GRU, dict(tensors))
+                module.refusal = (
+                    f"{where}: {names[RECURRENT_MATRIX]} has shape {r}, (H, G*H): MLX before {SINCE} wrote its "
+                    f"matrices transposed; transpose {names[INPUT_MATRIX]} and {names[RECURRENT_MATRIX]} to "
+                    f"(G*H, in) and (G*H, H), as MLX {SINCE} and later store them"
+                )
+                return module
+            if cell == LSTM:
+                continue  # perhaps a GRU
+        if cell != RNN and r[0] != gates * r[1]:
+            continue
+        extra = set(tensors) - set(names.values())
+        module = Module(prefix, cell, dict(tensors))
+        if extra:
+            module.refusal = f"{where} holds {', '.join(sorted(extra))} beside mlx.nn.{MLX_CLASSES[cell]}'s parameters"
+        biases = [n for role, n in names.items() if role not in (INPUT_MATRIX, RECURRENT_MATRIX)]
+        present = [n for n in biases if n in tensors]
+        if present and len(present) != len(biases):
+            raise BadInput(f"{where}: mlx.nn.{MLX_CLASSES[cell]} with bias has {' and '.join(biases)}; only {present}")
+        return module
+    return None
+
+
+def _same_stack(below: list[Module], above: list[Module]) -> bool:
+    """Whether `above` is the layer after `below` in one RNN: same class, sizes, biases and type, fed its outputs."""
+    first = below[0]
+    alike = all(
+        m.refusal is None
+        and m.cell == first.cell
+        and m.hidden == first.hidden
+        and m.has_bias == first.has_bias
+        and m.dtype == first.dtype
+        for m in below + above
+    )
+    fed = len(below) * first.hidden
+    return alike and len(above) == len(below) and (above is below or all(m.input_size == fed for m in above))
+
+
+def _chains(modules: list[Module]) -> list[Chain]:
+    """Each module alone, except rnnconv's stacks: `layers.{k}.` modules (or `layers.{k}.0.` and `layers.{k}.1.`,
+    two directions) of one class, from layers.0 on, each fed the previous one's outputs."""
+    stacks: dict[str, dict[int, dict[int, Module]]] = {}
+    for module in modules:
+        found = STACKED.match(module.prefix)
+        if found:
+            direction = int(found.group(3)) if found.group(3) is not None else -1
+            stacks.setdefault(found.group(1), {}).setdefault(int(found.group(2)), {})[direction] = module
+    taken: set[str] = set()
+    chains: list[Chain] = []
+    for base, by_layer in stacks.items():
+
+        def layer(k: int, by_layer: dict[int, dict[int, Module]] = by_layer) -> list[Module] | None:
+            found = by_layer.get(k, {})
+            if set(found) == {-1}:
+                return [found[-1]]
+            return [found[0], found[1]] if set(found) == {0, 1} else None
+
+        first = layer(0)
+        if first is None or not _same_stack(first, first) or first[-1].input_size != first[0].input_size:
+            continue
+        layers = [first]
+        while (after := layer(len(layers))) is not None and _same_stack(layers[-1], after):
+            layers.append(after)
+        if len(layers) > 1 or len(first) > 1:
+            chains.append(Chain(f"{base}{MLX_STACK}", layers))
+            taken |= {m.prefix for pair in layers for m in pair}
+    return chains + [Chain(m.name, [[m]]) for m in modules if m.prefix not in taken]
+
+
+def recorded_source(metadata: dict[str, str], path: Path) -> Provenance | None:
+    """The source a file rnnconv wrote records, or None."""
+    text = metadata.get(SOURCE_KEY)
+    if text is None:
+        return None
+    try:
+        return Provenance.model_validate_json(text)
+    except ValueError:
+        raise BadInput(f"{path}: its {SOURCE_KEY} metadata is not a source rnnconv recorded") from None
+
+
+def to_canonical(chain: Chain, source: Provenance, nonlinearity: str | None, file: MlxFile) -> CanonicalRNN:
+    first = chain.first
+    for module in chain.modules:
+        if module.refusal:
+            raise Unsupported(module.refusal)
+    name = chain.name
+    row = find_row("mlx", MLX_CLASSES[first.cell])
+    settled: Settled
+    if first.cell == RNN:
+        stated = nonlinearity or file.metadata.get(MLX_NONLINEARITY)
+        settled = settle_nonlinearity(row, stated, name, f"unknown nonlinearity {stated!r}")
+    else:
+        settled = settle(row, {}, name)
+    hidden = first.hidden
+
+    def cell_of(layer: int, direction: int, spec: RNNSpec) -> StoredCell:
+        module = chain.layers[layer][direction]
+        names = module.names
+        stored: dict[str, Tensor] = {role: module.tensors[n] for role, n in names.items() if n in module.tensors}
+        fetch: dict[str, Any] = {role: t.values for role, t in stored.items()}
+        shapes = {role: t.shape for role, t in stored.items()}
+        if first.cell == GRU and module.has_bias:
+            b = stored[BIAS]
+            if b.shape != (3 * hidden,):
+                raise BadInput(
+                    f"{module.name}: {names[BIAS]} has shape {b.shape}; a GRU of {hidden} needs {3 * hidden}"
+                )
+            fetch[BIAS] = lambda: b.values()[: 2 * hidden]
+            fetch[INPUT_BIAS] = lambda: b.values()[2 * hidden :]
+            shapes[BIAS], shapes[INPUT_BIAS] = (2 * hidden,), (hidden,)
+        return StoredCell(lambda role: fetch[role](), shapes, row.tensors, f"module {module.name!r}")
+
+    found = Found(
+        name,
+        row,
+        settled,
+        input_size=first.input_size,
+        hidden=hidden,
+        dtype=first.dtype,
+        cell=cell_of,
+        layer_class=MLX_CLASSES[first.cell],
+        num_layers=len(chain.layers),
+        bidirectional=chain.directions == 2,
+        has_bias=first.has_bias,
+        without_bias=f"mlx.nn.{MLX_CLASSES[first.cell]}(bias=False)",
+        provenance={"stacked": [m.name for m in chain.modules] if len(chain.modules) > 1 else None},
+        notes=nonlinearity_note(name, settled, row, "the file") if first.cell == RNN else [],
+    )
+    rnn = read(found, source)
+    rnn.origin = recorded_source(file.metadata, file.path)
+    return rnn
+
+
+# --- writing ----------------------------------------------------------------------------------------------
+
+
+def check_writable(rnn: CanonicalRNN, dtype: str) -> None:
+    spec = rnn.spec
+    if spec.proj_size:
+        raise Unsupported(
+            f"{rnn.name}: mlx.nn.LSTM has no projection, so the source's projection matrix "
+            f"({spec.proj_size} x {spec.hidden_size}) would be lost"
+        )
+    if dtype not in WRITABLE:
+        raise Unsupported(f"MLX loads {dtype} weights as float32; write {', '.join(WRITABLE)}")
+
+
+def tensors_of(rnn: CanonicalRNN, dtype: str) -> dict[str, np.ndarray]:
+    """The parameters of the modules, by key (bare for one layer, `layers.{k}.` for several), as storage words."""
+    spec = rnn.spec
+    row, _ = row_for_mode("mlx", spec.mode)
+    names = MLX_PARAMETERS[spec.cell]
+    etype = element_type(dtype)
+    out: dict[str, np.ndarray] = {}
+    for layer, direction in itertools.product(range(spec.num_layers), range(spec.num_directions)):
+        prefix = ""
+        if spec.num_layers > 1 or spec.bidirectional:
+            prefix = f"{MLX_STACK}.{layer}." + (f"{direction}." if spec.bidirectional else "")
+        stored = rnn.stored(row, layer, direction)
+        values = {names[INPUT_MATRIX]: stored[INPUT_MATRIX], names[RECURRENT_MATRIX]: stored[RECURRENT_MATRIX]}
+        if spec.bias and spec.cell == GRU:
+            values[names[BIAS]] = np.concatenate([stored[BIAS], stored[INPUT_BIAS]])
+            values[names[RECURRENT_BIAS]] = stored[RECURRENT_BIAS]
+        elif spec.bias:
+            values[names[BIAS]] = stored[BIAS]
+        for key, value in values.items():
+            out[prefix + key] = np.ascontiguousarray(encode(value, etype))
+    return out
+
+
+def nonlinearity_of(spec: RNNSpec) -> str:
+    return {mode: name for name, mode in NONLINEARITIES.items()}.get(spec.mode, "tanh")
+
+
+def write_mlx(rnn: CanonicalRNN, path: Path, dtype: str, force: bool, provenance: Provenance | None) -> None:
+    check_writable(rnn, dtype)
+    etype = element_type(dtype)
+    entries = [
+        _safetensors.Entry(key, etype, value.shape, functools.partial(write_array, array=value))
+        for key, value in tensors_of(rnn, dtype).items()
+    ]
+    meta: dict[str, str] = {}
+    if provenance is not None:
+        meta[SOURCE_KEY] = provenance.model_dump_json(by_alias=True, exclude_none=True)
+    if rnn.spec.cell == RNN:
+        meta[MLX_NONLINEARITY] = nonlinearity_of(rnn.spec)
+    _safetensors.write(path, entries, lambda _: meta, force)
+
+
+def constructor(spec: RNNSpec) -> str:
+    """The mlx.nn module call (or list of them) whose load_weights takes what `write_mlx` writes."""
+    args = [f"{spec.input_size}", f"{spec.hidden_size}"]
+    if not spec.bias:
+        args.append("bias=False")
+    if spec.cell == RNN and nonlinearity_of(spec) != "tanh":
+        args.append(f"nonlinearity=nn.{nonlinearity_of(spec)}")
+    one = f"nn.{MLX_CLASSES[spec.cell]}({', '.join(args)})"
+    if spec.num_layers == 1 and not spec.bidirectional:
+        return one
+    later = one.replace(f"({spec.input_size}, ", f"({spec.num_directions * spec.hidden_size}, ", 1)
+    if spec.bidirectional:
+        one, later = f"[{one}, {one}]", f"[{later}, {later}]"
+    if spec.num_layers == 1:
+        return f"Stack([{one}])"
+    return f"Stack([{one}] + [{later} for _ in range({spec.num_layers - 1})])"
+
+
+# --- running ----------------------------------------------------------------------------------------------
+
+
+def require_mlx() -> Any:
+    try:
+        import mlx.core as mx
+        from mlx import nn
+    except ImportError:
+        raise BackendMissing(
+            "running MLX needs the mlx package, which is not installed (pip install 'rnnconv[mlx]'; on Linux it "
+            "comes with mlx-cpu)"
+        ) from None
+    return mx, nn
+
+
+def run_modules(path: Path, chain: Chain, mode: str, inputs: Inputs) -> Outputs:
+    """The file's modules, loaded by MLX's own load_weights into mlx.nn modules, run on the CPU layer after layer
+    (a backward module on the sequence reversed, its outputs reversed back); sequence-major in and out, as cuDNN's."""
+    mx, nn = require_mlx()
+    if inputs.get("lengths") is not None and len(set(np.asarray(inputs["lengths"]).tolist())) > 1:
+        raise Unsupported("mlx.nn's RNNs take no sequence lengths: verify MLX without --ragged")
+    mx.set_default_device(mx.cpu)
+    weights = mx.load(str(path))
+    x = mx.array(np.ascontiguousarray(np.asarray(inputs["x"], np.float32).transpose(1, 0, 2)))  # (B, T, I)
+    hs: list[np.ndarray] = []
+    cs: list[np.ndarray] = []
+    for pair in chain.layers:
+        outputs = []
+        for direction, module in enumerate(pair):
+            index = len(hs)
+            kwargs: dict[str, Any] = {"bias": module.has_bias}
+            if module.cell == RNN:
+                kwargs["nonlinearity"] = nn.relu if mode == NONLINEARITIES["relu"] else nn.tanh
+            layer = getattr(nn, MLX_CLASSES[module.cell])(module.input_size, module.hidden, **kwargs)
+            own = [
+                (k[len(module.prefix) :], v.astype(mx.float32))
+                for k, v in weights.items()
+                if k.startswith(module.prefix)
+            ]
+            layer.load_weights([(k, v) for k, v in own if "." not in k])
+            seq = x[:, ::-1] if direction else x
+            h0 = mx.array(np.asarray(inputs["h0"][index], np.float32))
+            if module.cell == LSTM:
+                c0 = mx.array(np.asarray(inputs["c0"][index], np.float32))
+                y, c = layer(seq, hidden=h0, cell=c0)
+                cs.append(np.array(c[:, -1, :]))
+            else:
+                y = layer(seq, hidden=h0)
+            hs.append(np.array(y[:, -1, :]))
+            outputs.append(y[:, ::-1] if direction else y)
+        x = mx.concatenate(outputs, axis=-1)
+    return {"y": np.array(x).transpose(1, 0, 2), "h_n": np.stack(hs), "c_n": np.stack(cs) if cs else None}
+
+
+class MlxEngine:
+    """The blob written as MLX weights and run by mlx.nn's own modules (CPU)."""
+
+    name = "mlx"
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def run(self, blob: Any, inputs: Inputs) -> Outputs:
+        rnn = blob.to_canonical()
+        with tempfile.TemporaryDirectory(prefix="rnnconv-mlx-") as folder:
+            path = Path(folder) / "rnn.safetensors"
+            write_mlx(rnn, path, "float32", False, None)
+            file = MlxFile.load(path)
+            (chain,) = file.choose(None, take_all=False)
+            return run_modules(path, chain, blob.spec.mode, inputs)
+
+    def describe(self) -> BackendInfo:
+        return BackendInfo(name=self.name, detail="MLX (CPU) running the blob as mlx.nn modules, float32")
+
+    def versions(self) -> dict[str, str]:
+        mx, _ = require_mlx()
+        return {"mlx": str(mx.__version__)}
+
+
+@register
+class MlxFormat(Format):
+    info = FORMAT_INFO["mlx"]
+    sniff_order = 30  # a safetensors of MLX's parameter names: after rnnconv's own, before PyTorch's state_dicts
+    engine = MlxEngine  # verify --backend mlx
+
+    def sniff(self, probe: Probe) -> bool:
+        if probe.safetensors_metadata is None:
+            return False
+        try:
+            file = MlxFile.load(probe.path)
+        except RnnconvError:
+            return False
+        return bool(file.modules)
+
+    @contextlib.contextmanager
+    def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
+        file = MlxFile.load(path)
+        info = Provenance(path=str(path.resolve()), format=KIND)
+        digest = digest_in_background(path) if options.hash_source else None
+        chains = file.choose(options.layer, options.take_all)
+        rnns, skipped = [], []
+        for chain in chains:
+            try:
+                rnn = to_canonical(chain, info, options.nonlinearity, file)
+            except Unsupported as exc:
+                if len(chains) == 1:
+                    raise
+                skipped.append((chain.name, str(exc)))
+                continue
+            rnn.digest = digest
+            rnns.append(rnn)
+        if not rnns:
+            raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
+        yield Source(rnns, skipped)
+
+    def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
+        if len(rnns) != 1:
+            raise BadInput(
+                f"an MLX file written by rnnconv holds one RNN, but {len(rnns)} were selected "
+                f"({', '.join(r.name for r in rnns)}); pick one with --layer"
+            )
+        rnn = rnns[0]
+        spec = rnn.spec
+        dtype = options.dtype or (spec.dtype if spec.dtype in WRITABLE else WRITABLE[0])
+        warnings = []
+        if dtype != spec.dtype and options.dtype is None:
+            warnings.append(f"{rnn.name}: written as {dtype}, what MLX computes with, from the source's {spec.dtype}")
+        write_mlx(rnn, path, dtype, options.force, rnn.provenance())
+        usage = f'model = {constructor(spec)}; model.load_weights("{path}")'
+        if spec.num_layers > 1 and not spec.bidirectional:
+            usage += "   # Stack: the README's module, a list `layers` each feeding the next"
+        elif spec.bidirectional:
+            usage += "   # Stack: the README's module, [forward, backward] modules"
+        return Written([path], warnings, usage)
+
+    def inspect(self, path: Path) -> InspectReport:
+        file = MlxFile.load(path)
+        entries = []
+        groups = [c for c in file.chains if len(c.modules) > 1] + [Chain(m.name, [[m]]) for m in file.modules]
+        for chain in groups:
+            name = chain.name
+            try:
+                rnn = to_canonical(chain, Provenance(path=str(path)), None, file)
+                entries.append(
+                    InspectEntry(
+                        name=name,
+                        layer_class=MLX_CLASSES[chain.first.cell],
+                        spec=rnn.spec.to_model(),
+                        converts=True,
+                        notes=rnn.notes,
+                        source=rnn.origin,
+                    )
+                )
+            except RnnconvError as exc:
+                entries.append(
+                    InspectEntry(name=name, layer_class=MLX_CLASSES[chain.first.cell], converts=False, reason=str(exc))
+                )
+        notes = [
+            f"modules {', '.join(m.name for m in c.modules)} are the layers and directions of one RNN"
+            for c in file.chains
+            if len(c.modules) > 1
+        ]
+        return InspectReport(path=str(path), format=KIND, rnns=entries, notes=notes)
+
+    def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
+        if recorded.layer and recorded.format == KIND:
+            return recorded
+        file = MlxFile.load(path)
+        (chain,) = file.choose(layer, take_all=False)
+        return recorded.model_copy(update={"layer": chain.name, "format": KIND})
+
+    def run(
+        self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+    ) -> tuple[dict[str, np.ndarray | None], str]:
+        """The file's own modules in MLX (CPU)."""
+        file = MlxFile.load(path)
+        (chain,) = file.choose(source.layer, take_all=False)
+        for module in chain.modules:
+            if module.refusal:
+                raise Unsupported(module.refusal)
+        shape = (chain.first.input_size, len(chain.layers), chain.directions)
+        if shape != (spec.input_size, spec.num_layers, spec.num_directions):
+            raise BadInput(f"the MLX modules {source.layer} are not the RNN the blob describes ({spec.describe()})")
+        mx, _ = require_mlx()
+        try:
+            out = run_modules(path, chain, spec.mode, inputs)
+        except (ValueError, RuntimeError) as exc:
+            raise BadInput(f"MLX cannot run {path}: {first_line(exc)}") from None
+        return out, f"mlx {mx.__version__} (CPU): the file's mlx.nn.{MLX_CLASSES[chain.first.cell]} module(s)"
