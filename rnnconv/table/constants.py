@@ -278,6 +278,7 @@ MLX_NONLINEARITY: Final = "rnnconv.nonlinearity"  # metadata: nn.RNN's nonlinear
 NCNN_MAGIC: Final = 7767517  # the first line of a .param
 NCNN_LAYERS: Final[dict[str, str]] = {LSTM: "LSTM", GRU: "GRU", RNN: "RNN"}  # the layer type of each cell family
 NCNN_INPUT: Final = "Input"
+NCNN_MEMORY: Final = "MemoryData"  # a constant blob: the zero initial states rnnconv writes, which a feed replaces
 # The .param keys of the recurrent layers: num_output (P with a projection, else H), weight_data_size (the
 # size of weight_xc, every direction), direction, hidden_size (LSTM only; num_output when absent), int8.
 NCNN_PARAMS: Final[dict[str, int]] = {
@@ -291,6 +292,19 @@ NCNN_DIRECTIONS: Final[dict[int, str]] = {0: "forward", 1: "reverse", 2: "bidire
 # A .bin blob's 4-byte tag before its data: float32 (any tag whose first byte is 0 and whose bytes sum to 0)
 # and float16 (data padded to 4 bytes); other tags are int8 or quantized tables, which rnnconv refuses.
 NCNN_FLAGS: Final[dict[str, int]] = {"float32": 0, "float16": 0x01306B47}
+NCNN_SIDECAR: Final = (
+    ".rnnconv.json"  # model.param.rnnconv.json: the source rnnconv recorded (a .param has no metadata)
+)
+# Layers that store no weights in the .bin (a recurrent layer after them is read without sizing them).
+NCNN_WEIGHTLESS: Final = (
+    "Input", "Split", "Concat", "Reshape", "Permute", "Slice", "Crop", "Squeeze", "ExpandDims", "Flatten", "Noop",
+    "Dropout", "TanH", "Sigmoid", "ReLU", "Clip", "Swish", "GELU", "Softmax", "BinaryOp", "UnaryOp", "Eltwise",
+    "Padding", "Pooling", "Pooling1D", "Flip", "Tile", "Interp", "Reduction", "Cast",
+)  # fmt: skip
+# Layers with weights before a recurrent layer, sized from their params: type -> (num_output, bias_term,
+# weight_data_size, int8_scale_term) keys; weights a flagged blob, the bias num_output raw floats.
+NCNN_SIZED: Final[dict[str, tuple[int, int, int, int]]] = {"InnerProduct": (0, 1, 2, 8), "Embed": (0, 2, 3, 18)}
+NCNN_MEMORY_KEYS: Final = (0, 1, 11, 2, 21)  # MemoryData: w, h, d, c, load_type (1: raw floats, no flag)
 # The blobs of a layer in the .bin, in order (weight_hr only with a projection), by role.
 NCNN_BLOBS: Final[dict[str, str]] = {
     "input_matrix": "weight_xc",
@@ -302,4 +316,4 @@ NCNN_BLOBS: Final[dict[str, str]] = {
 # --- verify -------------------------------------------------------------------------------------
 # Where verify runs a blob: auto = cuDNN when it can run, else numpy; onnxruntime = the blob as an ONNX graph;
 # mlx and ncnn: the blob written as those formats and run in their runtimes (CPU).
-ENGINES: Final = ("auto", "cudnn", "numpy", "onnxruntime", "mlx")
+ENGINES: Final = ("auto", "cudnn", "numpy", "onnxruntime", "mlx", "ncnn")

@@ -162,5 +162,25 @@ FORMAT_INFO: Final[dict[str, FormatInfo]] = {
             examples=("mlx.safetensors --layer encoder.layers",),
             extra="mlx",
         ),
+        FormatInfo(
+            "ncnn",
+            "ncnn",
+            {"ncnn-param": "ncnn .param with its .bin"},
+            read_help="an ncnn model.param (text) with model.bin beside it, holding LSTM, GRU or RNN layers",
+            write_help="model.param + model.bin: input in0 (T, I), one ncnn LSTM/GRU/RNN layer per layer, output out0 "
+            "(T, D*H); initial states h0_k/c0_k default to zeros (MemoryData) and may be fed; final hn_k, cn_k",
+            read_note="Read without ncnn: the .param parsed and every blob's size checked against the .bin before "
+            "anything is read; float32 and float16 blobs; a chain of recurrent layers, each feeding the next, "
+            "is one multi-layer RNN.",
+            write_note="ncnn runs one sequence at a time (batch 1); float32 blobs. The source is recorded in "
+            "model.param.rnnconv.json beside the files.",
+            read_suffixes=(".param",),
+            write_suffixes=(".param",),
+            default_for=(".param",),
+            source_options=(),
+            example="model.param",
+            examples=("model.param --layer lstm_1",),
+            extra="ncnn",
+        ),
     )
 }

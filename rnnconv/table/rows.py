@@ -266,14 +266,14 @@ TABLE: tuple[Row, ...] = (
         note="the nonlinearity is a callable, not stored with the weights", unstored=ACTIVATION),
     # --- ncnn: weight_xc [D][G*H][in], bias_c [D][G][H], weight_hc [D][G*H][out], weight_hr [D][P][H].
     Row("ncnn", "LSTM", "lstm", NCNN_LSTM_GATES, MATRIX_ROWS, BIAS_SINGLE, NCNN_NAMES, LSTM_MODES, FIXED,
-        adapter=False, note="gates I, F, O, G; one bias = bW + bR; weight_hr projects h with hidden_size > num_output"),
+        note="gates I, F, O, G; one bias = bW + bR; weight_hr projects h with hidden_size > num_output"),
     Row("ncnn", "GRU", "gru", GRU_GATES, MATRIX_ROWS, BIAS_SINGLE_BUT_LAST, NCNN_GRU_NAMES, GRU_MODES, FIXED,
-        adapter=False, note="gates R, U, N; bias_c rows R, U (summed), then b_in and b_hn: reset after, as cuDNN"),
+        note="gates R, U, N; bias_c rows R, U (summed), then b_in and b_hn: reset after, as cuDNN"),
     Row("ncnn", "RNN", "rnn", RNN_GATES, MATRIX_ROWS, BIAS_SINGLE, NCNN_NAMES_NO_PROJECTION, NCNN_RNN_MODES,
-        FIXED, adapter=False, note="tanh only"),
+        FIXED, note="tanh only"),
     # --- Other layouts, for `explain` (no adapter).
     Row("miopen", "LSTM", "lstm", MIOPEN_LSTM_GATES, MATRIX_ROWS, BIAS_SEPARATE, CUDNN_NAMES_NO_PROJECTION,
-        LSTM_MODES, FIXED, adapter=False, note="AMD's order; PyTorch applies it only on its MIOpen backend"),
+        LSTM_MODES, FIXED, note="AMD's order; PyTorch applies it only on its MIOpen backend"),
     Row("miopen", "GRU", "gru", GRU_GATES_ZRH, MATRIX_ROWS, BIAS_SEPARATE, CUDNN_NAMES_NO_PROJECTION, GRU_MODES,
         FIXED, adapter=False),
     Row("tensorrt", "LSTM", "lstm", TENSORRT_LSTM_GATES, MATRIX_ROWS, BIAS_SEPARATE, CUDNN_NAMES_NO_PROJECTION,
