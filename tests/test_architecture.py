@@ -263,6 +263,7 @@ OLD_NAME_SOURCES = {  # one small file per source format; a cuDNN blob is made f
     "onnx": FIXTURES / "onnx" / "rnn_relu_torchscript.onnx",
     "tf1": FIXTURES / "tf1" / "rnn_tanh.ckpt",
     "mlx": FIXTURES / "mlx" / "lstm.safetensors",
+    "ncnn": FIXTURES / "ncnn" / "lstm.param",
 }
 
 

@@ -180,6 +180,7 @@ def test_verify_backend_mlx_runs_the_blob_in_mlx(tmp_path):
     assert "MATCH" in result.stdout and "MLX (CPU)" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_corrupted_mlx_file_is_caught_by_verify(mlx_saved, tmp_path):
     """Two gates swapped in the MLX file: the blob made from it no longer computes what the file... is verified
     against the torch source it claims to be, so the mismatch shows."""
@@ -199,6 +200,7 @@ def test_a_corrupted_mlx_file_is_caught_by_verify(mlx_saved, tmp_path):
     assert "MISMATCH" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "module, phrase",
     [
@@ -212,6 +214,7 @@ def test_what_mlx_cannot_hold_is_refused(module, phrase, tmp_path):
     assert not (tmp_path / "out.mlx.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_reset_before_gru_and_float64_are_refused(tmp_path):
     result = run_cli("convert", FIXTURES / "keras3" / "gru_reset_before.keras", tmp_path / "o.mlx.safetensors")
     assert_clean_failure(result, 2, "reset_after=False")
@@ -236,6 +239,7 @@ def hostile(tmp_path, data: bytes):
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "make",
     [

@@ -39,6 +39,7 @@ from rnnconv.table.constants import (
     INPUT_BIAS,
     INPUT_MATRIX,
     LSTM,
+    NCNN_BLOBS,
     NCNN_DIRECTIONS,
     NCNN_FLAGS,
     NCNN_INPUT,
@@ -252,24 +253,26 @@ def _size_layers(layers: list[Layer], weights: BinReader) -> None:
             counts.append(dirs * g * h * layer.output)
             if layer.cell == LSTM and layer.output != h:
                 counts.append(dirs * layer.output * h)
-            layer.blobs = [weights.load(n, True, f"{where}'s {role}") for n, role in zip(counts, ROLES)]
+            layer.blobs = [
+                weights.load(n, True, f"the {NCNN_BLOBS[role]} of {where}") for n, role in zip(counts, ROLES)
+            ]
             if layer.param("int8_scale_term"):
                 layer.refusal = f"{where} holds int8 weights, which cuDNN does not compute with"
                 for _ in range(2):
-                    weights.load(dirs * g * h, False, f"{where}'s int8 scales")
+                    weights.load(dirs * g * h, False, f"the int8 scales of {where}")
         elif layer.type == NCNN_MEMORY:
             w, h, d, c, load_type = (layer.param(k, 1 if k == NCNN_MEMORY_KEYS[-1] else 0) for k in NCNN_MEMORY_KEYS)
             count = max(w, 1) * max(h, 1) * max(d, 1) * max(c, 1) if w else 0
             if count:
-                weights.load(count, load_type == 0, f"{where}'s data")
+                weights.load(count, load_type == 0, f"the data of {where}")
         elif layer.type in NCNN_SIZED:
             output, bias, size, int8 = (layer.param(k) for k in NCNN_SIZED[layer.type])
             if int8:
                 unsized = f"its weights come after {where} ({layer.type}), whose int8 weights rnnconv does not size"
                 continue
-            weights.load(size, True, f"{where}'s weights")
+            weights.load(size, True, f"the weights of {where}")
             if bias:
-                weights.load(output, False, f"{where}'s bias")
+                weights.load(output, False, f"the bias of {where}")
         elif layer.type not in NCNN_WEIGHTLESS:
             unsized = (
                 f"its weights come after {where}, a {layer.type}, whose weights rnnconv cannot size: rnnconv reads "

@@ -273,7 +273,7 @@ TABLE: tuple[Row, ...] = (
         FIXED, note="tanh only"),
     # --- Other layouts, for `explain` (no adapter).
     Row("miopen", "LSTM", "lstm", MIOPEN_LSTM_GATES, MATRIX_ROWS, BIAS_SEPARATE, CUDNN_NAMES_NO_PROJECTION,
-        LSTM_MODES, FIXED, note="AMD's order; PyTorch applies it only on its MIOpen backend"),
+        LSTM_MODES, FIXED, adapter=False, note="AMD's order; PyTorch applies it only on its MIOpen backend"),
     Row("miopen", "GRU", "gru", GRU_GATES_ZRH, MATRIX_ROWS, BIAS_SEPARATE, CUDNN_NAMES_NO_PROJECTION, GRU_MODES,
         FIXED, adapter=False),
     Row("tensorrt", "LSTM", "lstm", TENSORRT_LSTM_GATES, MATRIX_ROWS, BIAS_SEPARATE, CUDNN_NAMES_NO_PROJECTION,

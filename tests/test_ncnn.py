@@ -1,0 +1,251 @@
+"""ncnn: what rnnconv writes loads in ncnn's own Net and computes what the source framework computes, one
+sequence at a time with fed initial states; ncnn files as pnnx writes them read back; what ncnn cannot hold is
+refused in a sentence; round trips are exact; hostile files get one sentence."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
+from keras_oracle import oracle
+from test_torch import module_for, states, torch_run
+
+import rnnconv
+from rnnconv.canonical import RNNSpec
+from rnnconv.errors import BadInput
+
+ncnn = pytest.importorskip("ncnn")
+NCNN = FIXTURES / "ncnn"
+
+
+def ncnn_run(param, spec: RNNSpec, x, h0, c0, feed_states: bool = True):
+    """The written model in ncnn's Net, as the README says: each batch item alone, in0 (T, I), h0_k / c0_k
+    (directions, H) fed per layer; out0, hn_k, cn_k extracted. Sequence-major results, as cuDNN's."""
+    net = ncnn.Net()
+    net.opt.use_vulkan_compute = False
+    assert net.load_param(str(param)) == 0 and net.load_model(str(param.with_suffix(".bin"))) == 0
+    dirs, layers = spec.num_directions, spec.num_layers
+    ys, hs, cs = [], [], []
+    for b in range(x.shape[1]):
+        ex = net.create_extractor()
+        keep = [np.ascontiguousarray(x[:, b], np.float32)]
+        ex.input("in0", ncnn.Mat(keep[-1]))
+        for k in range(layers if feed_states else 0):
+            keep.append(np.ascontiguousarray(h0[k * dirs : (k + 1) * dirs, b], np.float32))
+            ex.input(f"h0_{k}", ncnn.Mat(keep[-1]))
+            if spec.mode == "lstm":
+                keep.append(np.ascontiguousarray(c0[k * dirs : (k + 1) * dirs, b], np.float32))
+                ex.input(f"c0_{k}", ncnn.Mat(keep[-1]))
+        ys.append(np.array(ex.extract("out0")[1]))
+        hs.append(np.concatenate([np.array(ex.extract(f"hn_{k}")[1]) for k in range(layers)]))
+        if spec.mode == "lstm":
+            cs.append(np.concatenate([np.array(ex.extract(f"cn_{k}")[1]) for k in range(layers)]))
+    return np.stack(ys, 1), np.stack(hs, 1), np.stack(cs, 1) if cs else None
+
+
+def worst(got, expected) -> float:
+    return max(float(np.abs(np.asarray(g) - np.asarray(e)).max()) for g, e in zip(got, expected) if e is not None)
+
+
+TORCH_SPECS = {
+    "lstm2_bi": RNNSpec("lstm", 5, 7, num_layers=2, bidirectional=True),
+    "lstm_proj2": RNNSpec("lstm", 5, 7, num_layers=2, proj_size=3),
+    "lstm_proj_bi": RNNSpec("lstm", 4, 6, bidirectional=True, proj_size=2),
+    "gru2": RNNSpec("gru", 5, 4, num_layers=2),
+    "gru_nobias_bi": RNNSpec("gru", 4, 6, bidirectional=True, bias=False),
+    "rnn_tanh_bi3": RNNSpec("rnn_tanh", 3, 5, num_layers=3, bidirectional=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_SPECS))
+def test_ncnn_written_from_torch_computes_what_torch_computes(name, tmp_path):
+    spec = TORCH_SPECS[name]
+    torch.manual_seed(len(name))
+    module = module_for(spec)
+    torch.save(module.state_dict(), tmp_path / "ckpt.pt")
+    out = tmp_path / "model.param"
+    rnnconv.convert(tmp_path / "ckpt.pt", out)
+    assert {p.name for p in tmp_path.iterdir()} == {"ckpt.pt", "model.param", "model.bin", "model.param.rnnconv.json"}
+    x, h0, c0 = states(spec, 5)
+    expected = torch_run(module, spec, x, h0, c0)
+    got = ncnn_run(out, spec, x.numpy(), h0.numpy(), c0.numpy())
+    error = worst(got, expected)
+    LARGEST_ERRORS[f"ncnn from torch {name}"] = error
+    assert error < 1e-5
+
+
+def test_initial_states_default_to_zeros(tmp_path):
+    spec = RNNSpec("lstm", 3, 4, num_layers=2)
+    module = module_for(spec)
+    torch.save(module.state_dict(), tmp_path / "ckpt.pt")
+    rnnconv.convert(tmp_path / "ckpt.pt", tmp_path / "m.param")
+    x, h0, c0 = states(spec, 2)
+    expected = torch_run(module, spec, x, h0 * 0, c0 * 0)
+    assert worst(ncnn_run(tmp_path / "m.param", spec, x.numpy(), None, None, feed_states=False), expected) < 1e-5
+
+
+KERAS = ["gru_a", "bidi_lstm", "bidi_gru", "srnn_tanh", "gru_nobias", "lstm_nobias", "rnn_lstmcell"]
+
+
+@pytest.mark.parametrize("layer", KERAS)
+def test_ncnn_written_from_keras_computes_what_keras_computes(layer, tmp_path):
+    out = tmp_path / "model.param"
+    result = run_cli("convert", FIXTURES / "keras3" / "mixed.keras", out, "--layer", layer, "--json")
+    assert result.returncode == 0, result.stderr
+    with rnnconv.load(out) as (rnn,):
+        spec = rnn.spec
+        assert rnn.origin is not None and rnn.origin.layer == layer  # the source, recorded beside the model
+    ran = oracle("keras3").run("mixed", layer)
+    got = ncnn_run(out, spec, ran["x"].transpose(1, 0, 2), ran["h0"], ran.get("c0"))
+    expected = [ran["y"].transpose(1, 0, 2).reshape(got[0].shape), ran["h_n"], ran.get("c_n")]
+    error = worst(got, expected)
+    LARGEST_ERRORS[f"ncnn from keras {layer}"] = error
+    assert error < 1e-5
+
+
+FIXTURE_FILES = {"lstm": None, "tagger": "encoder_0,encoder_1", "gru_fp16": None, "lstm_proj": None, "rnn_bi": None}
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE_FILES))
+def test_ncnn_files_read_as_their_pytorch_modules(name, tmp_path):
+    """Files as pnnx writes them (states not inputs, layers around the RNN, float16 blobs): the blob made from the
+    ncnn file computes what the module the file was made from computes (verify --against its state_dict), and what
+    ncnn computes running the file's own layers, with ragged lengths."""
+    blob = tmp_path / "x.bin"
+    rnnconv.convert(NCNN / f"{name}.param", blob, layer=FIXTURE_FILES[name])
+    against = run_cli("verify", blob, "--against", NCNN / f"{name}.pt", "--backend", "numpy", "--json")
+    assert against.returncode == 0, against.stdout + against.stderr
+    own = run_cli("verify", blob, "--backend", "numpy", "--ragged", "--batch", "3", "--json")
+    assert own.returncode == 0, own.stdout + own.stderr
+    report = json.loads(own.stdout)
+    assert report["source"]["run"].startswith("ncnn")
+    LARGEST_ERRORS[f"ncnn fixture {name}"] = report["comparison"]["y"]["max_abs"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "source, phrase",
+    [
+        ("lstm_reverse", "reverse only (direction=1); cuDNN has no reverse-only RNN"),
+        ("conv_first", "a Convolution, whose weights rnnconv cannot size"),
+    ],
+)
+def test_ncnn_files_rnnconv_cannot_read_are_refused(source, phrase, tmp_path):
+    result = run_cli("convert", NCNN / f"{source}.param", tmp_path / "x.bin")
+    assert_clean_failure(result, 2, phrase)
+
+
+@pytest.mark.slow
+def test_what_ncnn_cannot_hold_is_refused(tmp_path):
+    torch.save(torch.nn.RNN(3, 4, nonlinearity="relu").state_dict(), tmp_path / "relu.pt")
+    result = run_cli("convert", tmp_path / "relu.pt", tmp_path / "o.param", "--nonlinearity", "relu")
+    assert_clean_failure(result, 2, "ncnn's RNN layer computes tanh only")
+    result = run_cli("convert", FIXTURES / "keras3" / "gru_reset_before.keras", tmp_path / "o.param")
+    assert_clean_failure(result, 2, "reset_after=False")
+    torch.save(torch.nn.GRU(3, 4).state_dict(), tmp_path / "g.pt")
+    result = run_cli("convert", tmp_path / "g.pt", tmp_path / "o.param", "--dtype", "bfloat16")
+    assert_clean_failure(result, 2, "ncnn stores float32 or float16 weights, not bfloat16")
+    assert not list(tmp_path.glob("o.*"))
+
+
+@pytest.mark.parametrize("name", ["tagger", "gru_fp16", "lstm_proj", "rnn_bi"])
+def test_round_trips_are_exact(name, tmp_path):
+    """ncnn -> cuDNN -> ncnn gives the layers' blobs back byte for byte (float16 ones too)."""
+    layer = FIXTURE_FILES[name]
+    rnnconv.convert(NCNN / f"{name}.param", tmp_path / "x.bin", layer=layer)
+    rnnconv.convert(tmp_path / "x.bin", tmp_path / "back.param")
+    rnnconv.convert(tmp_path / "back.param", tmp_path / "again.bin")
+    assert (tmp_path / "x.bin").read_bytes() == (tmp_path / "again.bin").read_bytes()
+    from rnnconv.formats.ncnn import NcnnFile
+
+    original, back = NcnnFile.load(NCNN / f"{name}.param"), NcnnFile.load(tmp_path / "back.param")
+    (chain,) = original.choose(layer, take_all=False)
+    blobs = [(original.weights, b) for x in chain for b in x.blobs]
+    again = [(back.weights, b) for x in back.layers for b in x.blobs]
+    assert [_bytes(*a) for a in blobs] == [_bytes(*a) for a in again]
+
+
+def _bytes(path, blob) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(blob.offset)
+        return f.read(blob.size)
+
+
+def test_verify_backend_ncnn_runs_the_blob_in_ncnn(tmp_path):
+    torch.manual_seed(1)
+    torch.save(torch.nn.LSTM(4, 5, num_layers=2, bidirectional=True, proj_size=3).state_dict(), tmp_path / "c.pt")
+    rnnconv.convert(tmp_path / "c.pt", tmp_path / "c.bin")
+    result = run_cli("verify", tmp_path / "c.bin", "--backend", "ncnn", "--ragged", "--batch", "3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "MATCH" in result.stdout and "ncnn (CPU)" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_corrupted_ncnn_file_is_caught_by_verify(tmp_path):
+    """Two gates swapped in the ncnn file: verify of the blob it gives, against the PyTorch source, mismatches."""
+    torch.manual_seed(2)
+    torch.save(torch.nn.GRU(4, 5).state_dict(), tmp_path / "g.pt")
+    rnnconv.convert(tmp_path / "g.pt", tmp_path / "g.param")
+    data = bytearray((tmp_path / "g.bin").read_bytes())
+    rows, start = 5 * 4 * 4, 5 * 4 + 4  # one gate's rows of weight_xc, after h0_0's zeros and the blob's tag
+    data[start : start + 2 * rows] = data[start + rows : start + 2 * rows] + data[start : start + rows]
+    (tmp_path / "g.bin").write_bytes(bytes(data))
+    rnnconv.convert(tmp_path / "g.param", tmp_path / "bad.bin")
+    result = run_cli("verify", tmp_path / "bad.bin", "--against", tmp_path / "g.pt", "--backend", "numpy")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "MISMATCH" in result.stdout
+
+
+HOSTILE = {
+    "truncated bin": ("lstm", lambda p, b: (p, b[:-9]), "truncated"),
+    "absurd num_output": ("lstm", lambda p, b: (p.replace("0=4 ", "0=999999999 "), b), "num_output 999999999"),
+    "absurd weight size": ("lstm", lambda p, b: (p.replace("1=48", "1=4800000000000"), b), "more than the file"),
+    "wrong layer count": ("lstm", lambda p, b: (p.replace("\n2 2\n", "\n9 2\n"), b), "says it holds 9 layers"),
+    "not a number": ("lstm", lambda p, b: (p.replace("2=0", "2=x"), b), "'x' is not a number"),
+    "bad direction": ("lstm", lambda p, b: (p.replace("2=0", "2=7"), b), "direction 7"),
+    "short line": (
+        "lstm",
+        lambda p, b: (p.replace("LSTM lstm 1 1 in0 out0", "LSTM lstm 3 3 in0"), b),
+        "not all listed",
+    ),
+    "not utf-8": ("lstm", lambda p, b: (p + "\udcff", b), "not a text ncnn .param"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_files_get_one_sentence(case, tmp_path):
+    name, damage, phrase = HOSTILE[case]
+    param, data = damage((NCNN / f"{name}.param").read_text(), (NCNN / f"{name}.bin").read_bytes())
+    (tmp_path / "h.param").write_bytes(param.encode("utf-8", "surrogateescape"))
+    (tmp_path / "h.bin").write_bytes(data)
+    result = run_cli("ncnn-to-cudnn", tmp_path / "h.param", "-o", tmp_path / "x.bin")
+    assert_clean_failure(result, 2, phrase)
+    assert len(result.stderr.strip().splitlines()) == 1
+    with pytest.raises(BadInput):
+        rnnconv.convert(tmp_path / "h.param", tmp_path / "y.bin", source_format="ncnn")
+
+
+@pytest.mark.slow
+def test_missing_bin_gets_one_sentence(tmp_path):
+    (tmp_path / "m.param").write_text((NCNN / "lstm.param").read_text())
+    assert_clean_failure(run_cli("convert", tmp_path / "m.param", tmp_path / "x.bin"), 2, "m.bin does not exist")
+
+
+def test_writing_and_reading_need_no_framework(tmp_path):
+    torch.save(torch.nn.GRU(3, 4).state_dict(), tmp_path / "c.pt")
+    rnnconv.convert(tmp_path / "c.pt", tmp_path / "c.bin")
+    code = (
+        "import sys, rnnconv\n"
+        "rnnconv.convert(sys.argv[1], sys.argv[2])\n"
+        "rnnconv.convert(sys.argv[2], sys.argv[3])\n"
+        "assert not {'ncnn', 'torch', 'tensorflow'} & set(sys.modules), 'imported'\n"
+    )
+    args = [tmp_path / "c.bin", tmp_path / "g.param", tmp_path / "back.bin"]
+    result = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
