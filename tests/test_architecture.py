@@ -260,7 +260,7 @@ LISTED_COMMANDS = {
 OLD_NAME_SOURCES = {  # one small file per source format; a cuDNN blob is made from the PyTorch one
     "keras": FIXTURES / "keras3" / "lstm.h5",
     "torch": FIXTURES / "torch" / "rnn_tanh.pt",
-    "onnx": FIXTURES / "onnx" / "rnn_relu_torchscript.onnx",
+    "onnx": FIXTURES / "onnx" / "gru3_dynamo.onnx",  # not relu: ncnn's RNN computes tanh only
     "tf1": FIXTURES / "tf1" / "rnn_tanh.ckpt",
     "mlx": FIXTURES / "mlx" / "lstm.safetensors",
     "ncnn": FIXTURES / "ncnn" / "lstm.param",
