@@ -180,22 +180,28 @@ def test_verify_backend_mlx_runs_the_blob_in_mlx(tmp_path):
     assert "MATCH" in result.stdout and "MLX (CPU)" in result.stdout
 
 
-@pytest.mark.slow
-def test_a_corrupted_mlx_file_is_caught_by_verify(mlx_saved, tmp_path):
-    """Two gates swapped in the MLX file: the blob made from it no longer computes what the file... is verified
-    against the torch source it claims to be, so the mismatch shows."""
-    torch.manual_seed(2)
-    module = torch.nn.GRU(4, 5)
-    torch.save(module.state_dict(), tmp_path / "g.pt")
-    rnnconv.convert(tmp_path / "g.pt", tmp_path / "g.mlx.safetensors")
+def test_verify_runs_the_written_file_and_catches_two_gates_swapped(tmp_path):
+    """`rnnconv verify model.mlx.safetensors` runs the file in MLX against the source it records: MATCH; with two
+    gates of Wx swapped (the metadata kept), MISMATCH and exit 1."""
+    from safetensors import safe_open
     from safetensors.numpy import load_file, save_file
 
-    tensors = load_file(tmp_path / "g.mlx.safetensors")
-    wx = tensors["Wx"].copy()
-    tensors["Wx"] = np.concatenate([wx[5:10], wx[:5], wx[10:]])
-    save_file(tensors, tmp_path / "bad.safetensors")
-    rnnconv.convert(tmp_path / "bad.safetensors", tmp_path / "bad.bin")
-    result = run_cli("verify", tmp_path / "bad.bin", "--against", tmp_path / "g.pt", "--backend", "numpy")
+    torch.manual_seed(2)
+    torch.save(torch.nn.GRU(4, 5, num_layers=2).state_dict(), tmp_path / "g.pt")
+    written = tmp_path / "g.mlx.safetensors"
+    rnnconv.convert(tmp_path / "g.pt", written)
+    result = run_cli("verify", written, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "match" and report["source"]["run"].startswith("torch")
+    LARGEST_ERRORS["mlx verify written file"] = report["comparison"]["y"]["max_abs"]
+    with safe_open(written, "np") as f:
+        metadata = f.metadata()
+    tensors = load_file(written)
+    wx = tensors["layers.0.Wx"]
+    tensors["layers.0.Wx"] = np.concatenate([wx[5:10], wx[:5], wx[10:]])
+    save_file(tensors, written, metadata=metadata)
+    result = run_cli("verify", written)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "MISMATCH" in result.stdout
 

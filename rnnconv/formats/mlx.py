@@ -16,7 +16,6 @@ import contextlib
 import functools
 import itertools
 import re
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
 from rnnconv.dtypes import BY_SAFETENSORS, ElementType, decode, element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
-from rnnconv.formats import _safetensors
+from rnnconv.formats import _safetensors, registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.safeio import FileArray, digest_in_background, write_array
 from rnnconv.table.apply import find_row, row_for_mode
@@ -52,7 +51,6 @@ from rnnconv.table.constants import (
 from rnnconv.table.formats import FORMAT_INFO
 from rnnconv.table.reading import Found, Settled, StoredCell, nonlinearity_note, read, settle, settle_nonlinearity
 
-SOURCE_KEY = "rnnconv.source"  # where the written file records its source (registry.SOURCE_KEY on main)
 KIND = "mlx-safetensors"
 WRITABLE = ("float32", "float16", "bfloat16")  # MLX loads float64 weights as float32
 STACKED = re.compile(rf"^(.*?){MLX_STACK}\.(\d+)\.(?:(\d+)\.)?$")  # layers.{k}. or, two directions, layers.{k}.{d}.
@@ -264,13 +262,8 @@ def _chains(modules: list[Module]) -> list[Chain]:
 
 def recorded_source(metadata: dict[str, str], path: Path) -> Provenance | None:
     """The source a file rnnconv wrote records, or None."""
-    text = metadata.get(SOURCE_KEY)
-    if text is None:
-        return None
-    try:
-        return Provenance.model_validate_json(text)
-    except ValueError:
-        raise BadInput(f"{path}: its {SOURCE_KEY} metadata is not a source rnnconv recorded") from None
+    text = metadata.get(registry.SOURCE_KEY)
+    return None if text is None else registry.read_source_record(text, path)
 
 
 def to_canonical(chain: Chain, source: Provenance, nonlinearity: str | None, file: MlxFile) -> CanonicalRNN:
@@ -329,13 +322,16 @@ def to_canonical(chain: Chain, source: Provenance, nonlinearity: str | None, fil
 # --- writing ----------------------------------------------------------------------------------------------
 
 
+def mlx_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
+    """What mlx.nn's modules cannot compute of `rnn`: an LSTM's projection."""
+    if not rnn.spec.proj_size:
+        return []
+    return [registry.Loss(f"mlx.nn.LSTM has no projection (h = W_hr h', proj_size={rnn.spec.proj_size})")]
+
+
 def check_writable(rnn: CanonicalRNN, dtype: str) -> None:
-    spec = rnn.spec
-    if spec.proj_size:
-        raise Unsupported(
-            f"{rnn.name}: mlx.nn.LSTM has no projection, so the source's projection matrix "
-            f"({spec.proj_size} x {spec.hidden_size}) would be lost"
-        )
+    if losses := mlx_losses(rnn):
+        raise Unsupported(f"{rnn.name}: {losses[0].term}")
     if dtype not in WRITABLE:
         raise Unsupported(f"MLX loads {dtype} weights as float32; write {', '.join(WRITABLE)}")
 
@@ -367,16 +363,14 @@ def nonlinearity_of(spec: RNNSpec) -> str:
     return {mode: name for name, mode in NONLINEARITIES.items()}.get(spec.mode, "tanh")
 
 
-def write_mlx(rnn: CanonicalRNN, path: Path, dtype: str, force: bool, provenance: Provenance | None) -> None:
+def write_mlx(rnn: CanonicalRNN, path: Path, dtype: str, force: bool) -> None:
     check_writable(rnn, dtype)
     etype = element_type(dtype)
     entries = [
         _safetensors.Entry(key, etype, value.shape, functools.partial(write_array, array=value))
         for key, value in tensors_of(rnn, dtype).items()
     ]
-    meta: dict[str, str] = {}
-    if provenance is not None:
-        meta[SOURCE_KEY] = provenance.model_dump_json(by_alias=True, exclude_none=True)
+    meta = {registry.SOURCE_KEY: registry.source_record(rnn, path)}  # where the RNN came from, for `verify FILE`
     if rnn.spec.cell == RNN:
         meta[MLX_NONLINEARITY] = nonlinearity_of(rnn.spec)
     _safetensors.write(path, entries, lambda _: meta, force)
@@ -454,22 +448,12 @@ def run_modules(path: Path, chain: Chain, mode: str, inputs: Inputs) -> Outputs:
     return {"y": np.array(x).transpose(1, 0, 2), "h_n": np.stack(hs), "c_n": np.stack(cs) if cs else None}
 
 
-class MlxEngine:
-    """The blob written as MLX weights and run by mlx.nn's own modules (CPU)."""
+class MlxEngine(registry.RuntimeEngine):
+    """The blob as the .safetensors rnnconv writes, loaded into mlx.nn's own modules (CPU)."""
 
     name = "mlx"
-
-    def __init__(self) -> None:
-        self.notes: list[str] = []
-
-    def run(self, blob: Any, inputs: Inputs) -> Outputs:
-        rnn = blob.to_canonical()
-        with tempfile.TemporaryDirectory(prefix="rnnconv-mlx-") as folder:
-            path = Path(folder) / "rnn.safetensors"
-            write_mlx(rnn, path, "float32", False, None)
-            file = MlxFile.load(path)
-            (chain,) = file.choose(None, take_all=False)
-            return run_modules(path, chain, blob.spec.mode, inputs)
+    format_name = "mlx"
+    suffix = ".mlx.safetensors"
 
     def describe(self) -> BackendInfo:
         return BackendInfo(name=self.name, detail="MLX (CPU) running the blob as mlx.nn modules, float32")
@@ -515,6 +499,9 @@ class MlxFormat(Format):
             raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
         yield Source(rnns, skipped)
 
+    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        return mlx_losses(rnn)
+
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         if len(rnns) != 1:
             raise BadInput(
@@ -527,7 +514,7 @@ class MlxFormat(Format):
         warnings = []
         if dtype != spec.dtype and options.dtype is None:
             warnings.append(f"{rnn.name}: written as {dtype}, what MLX computes with, from the source's {spec.dtype}")
-        write_mlx(rnn, path, dtype, options.force, rnn.provenance())
+        write_mlx(rnn, path, dtype, options.force)
         usage = f'model = {constructor(spec)}; model.load_weights("{path}")'
         if spec.num_layers > 1 and not spec.bidirectional:
             usage += "   # Stack: the README's module, a list `layers` each feeding the next"

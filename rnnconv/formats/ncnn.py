@@ -30,6 +30,7 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
+from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.safeio import FileArray, atomic_outputs, digest_in_background, regular_file
 from rnnconv.table.apply import find_row, row_for_mode
@@ -329,15 +330,13 @@ class NcnnFile:
 
 
 def _recorded(path: Path) -> Provenance | None:
+    """The source recorded beside the .param (a .param has no metadata), or None."""
     sidecar = sidecar_of(path)
     if not sidecar.is_file():
         return None
-    if regular_file(sidecar) > MAX_PARAM:
+    if regular_file(sidecar) > registry.SOURCE_RECORD_LIMIT:
         raise BadInput(f"{sidecar} is too large to be the source rnnconv recorded")
-    try:
-        return Provenance.model_validate_json(sidecar.read_bytes())
-    except ValueError:
-        raise BadInput(f"{sidecar} is not the source rnnconv recorded (not its JSON)") from None
+    return registry.read_source_record(sidecar.read_bytes(), sidecar)
 
 
 def _name(chain: list[Layer]) -> str:
@@ -452,16 +451,22 @@ def _tagged(values: np.ndarray, dtype: str) -> bytes:
     return struct.pack("<I", NCNN_FLAGS[dtype]) + data + b"\0" * (_align(len(data)) - len(data))
 
 
+def ncnn_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
+    """What ncnn's layers cannot compute of `rnn`: a simple RNN's relu."""
+    try:
+        row_for_mode("ncnn", rnn.spec.mode)
+    except Unsupported:
+        return [registry.Loss(f"ncnn's RNN layer computes tanh only, not the source's {rnn.spec.mode}")]
+    return []
+
+
 def layers_of(rnn: CanonicalRNN, dtype: str) -> list[LayerBlobs]:
     spec = rnn.spec
     if dtype not in WRITABLE:
         raise Unsupported(f"ncnn stores {' or '.join(WRITABLE)} weights, not {dtype}")
-    try:
-        row, _ = row_for_mode("ncnn", spec.mode)
-    except Unsupported:
-        raise Unsupported(
-            f"{rnn.name}: ncnn's RNN layer computes tanh only, so the source's {spec.mode} would be lost"
-        ) from None
+    if losses := ncnn_losses(rnn):
+        raise Unsupported(f"{rnn.name}: {losses[0].term}")
+    row, _ = row_for_mode("ncnn", spec.mode)
     out = []
     for layer in range(spec.num_layers):
         cells = [rnn.stored(row, layer, d) for d in range(spec.num_directions)]
@@ -522,14 +527,14 @@ def compose(layers: list[LayerBlobs]) -> tuple[str, bytes]:
     return text, b"".join(data)
 
 
-def write_ncnn(rnn: CanonicalRNN, path: Path, dtype: str, force: bool, provenance: Provenance | None) -> list[Path]:
+def write_ncnn(rnn: CanonicalRNN, path: Path, dtype: str, force: bool) -> list[Path]:
+    """model.param, model.bin and, beside them, the source they came from (for `verify model.param`)."""
     text, data = compose(layers_of(rnn, dtype))
-    outputs = [path, bin_of(path)] + ([sidecar_of(path)] if provenance is not None else [])
+    outputs = [path, bin_of(path), sidecar_of(path)]
     with atomic_outputs(outputs, force) as tmps:
         tmps[0].write_text(text)
         tmps[1].write_bytes(data)
-        if provenance is not None:
-            tmps[2].write_text(provenance.model_dump_json(by_alias=True, exclude_none=True, indent=1) + "\n")
+        tmps[2].write_text(registry.source_record(rnn, path) + "\n")
     return outputs
 
 
@@ -611,16 +616,12 @@ def _extract(ex: Any, name: str) -> np.ndarray:
     return np.array(mat)
 
 
-class NcnnEngine:
-    """The blob written as ncnn layers and run by ncnn's own kernels (CPU)."""
+class NcnnEngine(registry.RuntimeEngine):
+    """The blob as the model.param and model.bin rnnconv writes, run by ncnn's own kernels (CPU)."""
 
     name = "ncnn"
-
-    def __init__(self) -> None:
-        self.notes: list[str] = []
-
-    def run(self, blob: Any, inputs: Inputs) -> Outputs:
-        return run_model(layers_of(blob.to_canonical(), "float32"), inputs)
+    format_name = "ncnn"
+    suffix = ".param"
 
     def describe(self) -> BackendInfo:
         return BackendInfo(name=self.name, detail="ncnn (CPU) running the blob as ncnn layers, one sequence at a time")
@@ -660,6 +661,9 @@ class NcnnFormat(Format):
             raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
         yield Source(rnns, skipped)
 
+    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        return ncnn_losses(rnn)
+
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         if len(rnns) != 1:
             raise BadInput(
@@ -669,7 +673,7 @@ class NcnnFormat(Format):
         rnn = rnns[0]
         spec = rnn.spec
         dtype = options.dtype or ("float16" if spec.dtype == "float16" else "float32")
-        outputs = write_ncnn(rnn, path, dtype, options.force, rnn.provenance())
+        outputs = write_ncnn(rnn, path, dtype, options.force)
         states = "h0_0" + (", c0_0" if spec.cell == LSTM else "")
         usage = (
             f'net.load_param("{path}"); net.load_model("{bin_of(path)}"); ex = net.create_extractor(); '
