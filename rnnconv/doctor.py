@@ -20,6 +20,8 @@ PACKAGES = (
     "torch",
     "onnx",
     "onnxruntime",
+    "mlx",
+    "ncnn",
     "nvidia-cudnn-cu12",
     "nvidia-cudnn-cu13",
     "pycuda",
@@ -64,6 +66,8 @@ def examine() -> dict[str, Any]:
                 "found": status.found,
             },
             "onnxruntime": _installed(packages, "onnxruntime", "the blob as ONNX nodes", "rnnconv[onnx]"),
+            "mlx": _installed(packages, "mlx", "the blob as mlx.nn modules", "rnnconv[mlx]"),
+            "ncnn": _installed(packages, "ncnn", "the blob as ncnn layers", "rnnconv[ncnn]"),
         },
         "sources": {
             "keras3": {
@@ -80,6 +84,8 @@ def examine() -> dict[str, Any]:
             },
             "torch": _installed(packages, "torch", "PyTorch checkpoints", "rnnconv[torch]"),
             "onnx": _installed(packages, "onnxruntime", "ONNX models' own nodes", "rnnconv[onnx]"),
+            "mlx": _installed(packages, "mlx", "MLX files' own modules", "rnnconv[mlx]"),
+            "ncnn": _installed(packages, "ncnn", "ncnn models' own layers", "rnnconv[ncnn]"),
         },
         "torch_cuda": torch_cuda,
     }

@@ -281,3 +281,8 @@ def test_writing_needs_no_framework(tmp_path):
     args = [tmp_path / "c.bin", tmp_path / "g.mlx.safetensors", tmp_path / "back.bin"]
     result = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_doctor_lists_mlx():
+    report = json.loads(run_cli("doctor", "--json").stdout)
+    assert report["backends"]["mlx"]["available"] and report["sources"]["mlx"]["available"]

@@ -253,3 +253,8 @@ def test_writing_and_reading_need_no_framework(tmp_path):
     args = [tmp_path / "c.bin", tmp_path / "g.param", tmp_path / "back.bin"]
     result = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_doctor_lists_ncnn():
+    report = json.loads(run_cli("doctor", "--json").stdout)
+    assert report["backends"]["ncnn"]["available"] and report["sources"]["ncnn"]["available"]

@@ -32,7 +32,7 @@ from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenan
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
 from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
-from rnnconv.safeio import FileArray, atomic_outputs, digest_in_background, regular_file
+from rnnconv.safeio import FileArray, add_guard, atomic_outputs, digest_in_background, regular_file, unchanged
 from rnnconv.table.apply import find_row, row_for_mode
 from rnnconv.table.constants import (
     BIAS,
@@ -308,7 +308,9 @@ class NcnnFile:
     def load(cls, path: Path) -> NcnnFile:
         layers = parse_param(path)
         weights = bin_of(path)
-        _size_layers(layers, BinReader(weights))
+        reader = BinReader(weights)
+        add_guard(unchanged(weights))  # part of the source: a .bin that changes while it is read commits nothing
+        _size_layers(layers, reader)
         recurrent = [layer for layer in layers if layer.type in RECURRENT]
         return cls(path, weights, recurrent, _chains(recurrent), _recorded(path))
 
