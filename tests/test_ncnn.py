@@ -111,7 +111,9 @@ def test_ncnn_written_from_keras_computes_what_keras_computes(layer, tmp_path):
 FIXTURE_FILES = {"lstm": None, "tagger": "encoder_0,encoder_1", "gru_fp16": None, "lstm_proj": None, "rnn_bi": None}
 
 
-@pytest.mark.parametrize("name", sorted(FIXTURE_FILES))
+@pytest.mark.parametrize(
+    "name", [n if n == "tagger" else pytest.param(n, marks=pytest.mark.slow) for n in sorted(FIXTURE_FILES)]
+)
 def test_ncnn_files_read_as_their_pytorch_modules(name, tmp_path):
     """Files as pnnx writes them (states not inputs, layers around the RNN, float16 blobs): the blob made from the
     ncnn file computes what the module the file was made from computes (verify --against its state_dict), and what

@@ -305,11 +305,14 @@ class NcnnFile:
     origin: Provenance | None
 
     @classmethod
-    def load(cls, path: Path) -> NcnnFile:
+    def load(cls, path: Path, source: bool = False) -> NcnnFile:
+        """The file's recurrent layers, their blobs sized and checked; as a conversion's `source`, its .bin is
+        guarded: one that changes while it is read commits nothing."""
         layers = parse_param(path)
         weights = bin_of(path)
         reader = BinReader(weights)
-        add_guard(unchanged(weights))  # part of the source: a .bin that changes while it is read commits nothing
+        if source:
+            add_guard(unchanged(weights))
         _size_layers(layers, reader)
         recurrent = [layer for layer in layers if layer.type in RECURRENT]
         return cls(path, weights, recurrent, _chains(recurrent), _recorded(path))
@@ -644,7 +647,7 @@ class NcnnFormat(Format):
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
-        file = NcnnFile.load(path)
+        file = NcnnFile.load(path, source=True)
         info = Provenance(path=str(path.resolve()), format=KIND)
         digest = digest_in_background(path) if options.hash_source else None
         chains = file.choose(options.layer, options.take_all)
