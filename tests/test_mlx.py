@@ -124,12 +124,13 @@ class Encoder(nn.Module):
         self.layers = [nn.GRU(4, 6), nn.GRU(6, 6)]
 
 
-@pytest.fixture(scope="module")
-def mlx_saved(tmp_path_factory):
-    """A model MLX itself saved: an LSTM under a prefix and a two-layer GRU stack, beside a Linear."""
+@pytest.fixture(scope="module", params=[".safetensors", ".npz"])
+def mlx_saved(tmp_path_factory, request):
+    """A model MLX itself saved (both of save_weights' formats): an LSTM under a prefix and a two-layer GRU stack,
+    beside a Linear."""
     mx.random.seed(3)
     model = Encoder()
-    path = tmp_path_factory.mktemp("mlx") / "encoder.safetensors"
+    path = tmp_path_factory.mktemp("mlx") / f"encoder{request.param}"
     model.save_weights(str(path))
     return path, model
 
@@ -158,7 +159,7 @@ def test_round_trips_are_exact(mlx_saved, tmp_path):
     from safetensors.numpy import load_file
 
     path, _ = mlx_saved
-    original = load_file(path)
+    original = load_file(path) if path.suffix == ".safetensors" else dict(np.load(path))
     for middle in ("x.bin", "x.pt"):
         for layer in ("lstm", "layers"):
             back = tmp_path / f"{layer}.mlx.safetensors"
@@ -246,6 +247,18 @@ def hostile(tmp_path, data: bytes):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_a_damaged_npz_gets_one_sentence(tmp_path):
+    mx.random.seed(0)
+    nn.LSTM(3, 4).save_weights(str(tmp_path / "good.npz"))
+    data = (tmp_path / "good.npz").read_bytes()
+    for name, damaged in {"cut.npz": data[: len(data) // 2], "bad.npz": data.replace(b"NUMPY", b"NUMPX")}.items():
+        (tmp_path / name).write_bytes(damaged)
+        result = run_cli("mlx-to-cudnn", tmp_path / name, "-o", tmp_path / "x.bin")
+        assert_clean_failure(result, 2)
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
 @pytest.mark.parametrize(
     "make",
     [

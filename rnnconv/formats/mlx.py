@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import itertools
+import math
 import re
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,11 +29,12 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
-from rnnconv.dtypes import BY_SAFETENSORS, ElementType, decode, element_type, encode
+from rnnconv.dtypes import BY_SAFETENSORS, ElementType, decode, element_type, encode, source_dtype_name
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats import _safetensors, registry
-from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
-from rnnconv.safeio import FileArray, digest_in_background, write_array
+from rnnconv.formats._zip import check_member, open_archive, read_member, stored_start
+from rnnconv.formats.registry import ZIP_MAGIC, Format, Probe, ReadOptions, Source, WriteOptions, Written, register
+from rnnconv.safeio import FileArray, digest_in_background, regular_file, write_array
 from rnnconv.table.apply import find_row, row_for_mode
 from rnnconv.table.constants import (
     BIAS,
@@ -51,7 +55,8 @@ from rnnconv.table.constants import (
 from rnnconv.table.formats import FORMAT_INFO
 from rnnconv.table.reading import Found, Settled, StoredCell, nonlinearity_note, read, settle, settle_nonlinearity
 
-KIND = "mlx-safetensors"
+KIND, NPZ_KIND = "mlx-safetensors", "mlx-npz"
+NPY = ".npy"
 WRITABLE = ("float32", "float16", "bfloat16")  # MLX loads float64 weights as float32
 STACKED = re.compile(rf"^(.*?){MLX_STACK}\.(\d+)\.(?:(\d+)\.)?$")  # layers.{k}. or, two directions, layers.{k}.{d}.
 SINCE = ".".join(map(str, MLX_ROWS_SINCE[:2]))
@@ -66,7 +71,7 @@ def _gates(cell: str) -> int:
 
 @dataclass
 class Tensor:
-    words: FileArray
+    words: FileArray | np.ndarray
     etype: ElementType
 
     @property
@@ -137,20 +142,20 @@ class MlxFile:
     modules: list[Module]
     chains: list[Chain]
     metadata: dict[str, str] = field(default_factory=dict)
+    kind: str = KIND
 
     @classmethod
     def load(cls, path: Path) -> MlxFile:
-        header, start = _safetensors.read_header(path)
+        """A .safetensors (Module.save_weights, what rnnconv writes) or a .npz (mx.savez, save_weights to .npz)."""
+        with open(path, "rb") as f:
+            zipped = f.read(4) == ZIP_MAGIC
+        tensors, metadata = _npz_tensors(path) if zipped else _safetensors_tensors(path)
         groups: dict[str, dict[str, Tensor]] = {}
-        for key, info in header.items():
-            if key == "__metadata__":
-                continue
+        for key, tensor in tensors.items():
             prefix, _, name = key.rpartition(".")
-            if info["dtype"] not in BY_SAFETENSORS:  # integer tensors: no RNN's
-                continue
-            groups.setdefault(f"{prefix}." if prefix else "", {})[name] = _tensor(path, header, start, key)
-        modules = [m for prefix, tensors in sorted(groups.items()) if (m := _module(prefix, tensors)) is not None]
-        return cls(path, modules, _chains(modules), dict(header.get("__metadata__") or {}))
+            groups.setdefault(f"{prefix}." if prefix else "", {})[name] = tensor
+        modules = [m for prefix, found in sorted(groups.items()) if (m := _module(prefix, found)) is not None]
+        return cls(path, modules, _chains(modules), metadata, NPZ_KIND if zipped else KIND)
 
     def choose(self, layer: str | None, take_all: bool) -> list[Chain]:
         if layer is not None:
@@ -173,9 +178,69 @@ class MlxFile:
         raise several_rnns(self.path, f"holds {len(self.chains)} RNNs ({listing})")
 
 
-def _tensor(path: Path, header: dict[str, Any], start: int, key: str) -> Tensor:
-    words, etype = _safetensors.tensor_words(path, header, start, key)
-    return Tensor(words, etype)
+def _safetensors_tensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
+    header, start = _safetensors.read_header(path)
+    tensors = {}
+    for key, info in header.items():
+        if key != "__metadata__" and info["dtype"] in BY_SAFETENSORS:  # integer tensors: no RNN's
+            words, etype = _safetensors.tensor_words(path, header, start, key)
+            tensors[key] = Tensor(words, etype)
+    return tensors, dict(header.get("__metadata__") or {})
+
+
+def _npz_tensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """The float arrays of an .npz (names without .npy), each member checked before it is read; stored C-order
+    members stay in the file. An .npz has no metadata."""
+    size = regular_file(path)
+    tensors = {}
+    with open_archive(path, "NumPy .npz archive") as archive:
+        for info in archive.infolist():
+            if not info.filename.endswith(NPY):
+                continue
+            check_member(path, info, size, "numpy.savez")
+            key = info.filename[: -len(NPY)]
+            if info.compress_type == zipfile.ZIP_STORED:
+                start = stored_start(path, info, size)
+                with open(path, "rb") as f:
+                    f.seek(start)
+                    dtype, shape, fortran, end = _npy_header(f, path, key)
+                header = end - start
+                if dtype is None:
+                    continue
+                if header + math.prod(shape) * dtype.itemsize > info.file_size:
+                    raise BadInput(f"{path}: array {key!r} claims more bytes than its member holds")
+                if not fortran:
+                    tensors[key] = Tensor(FileArray(path, start + header, dtype, shape), _etype(dtype))
+                    continue
+            data = read_member(archive, info.filename, path)
+            dtype, shape, fortran, header = _npy_header(io.BytesIO(data), path, key)
+            if dtype is None:
+                continue
+            if header + math.prod(shape) * dtype.itemsize > len(data):
+                raise BadInput(f"{path}: array {key!r} claims more bytes than its member holds")
+            values = np.frombuffer(data, dtype, math.prod(shape), header).reshape(shape, order="F" if fortran else "C")
+            tensors[key] = Tensor(np.ascontiguousarray(values), _etype(dtype))
+    return tensors, {}
+
+
+def _npy_header(f: Any, path: Path, key: str) -> tuple[np.dtype | None, tuple[int, ...], bool, int]:
+    """A .npy's dtype (None: not a float type), shape, Fortran order and where its header ends, parsed without
+    pickle."""
+    try:
+        version = np.lib.format.read_magic(f)
+        shape, fortran, dtype = (
+            np.lib.format.read_array_header_1_0(f) if version == (1, 0) else np.lib.format.read_array_header_2_0(f)
+        )
+    except (ValueError, SyntaxError, TypeError, OSError):
+        raise BadInput(f"{path}: array {key!r} is not a readable .npy") from None
+    if any(not isinstance(d, int) or d < 0 for d in shape):
+        raise BadInput(f"{path}: array {key!r} has a malformed shape")
+    floats = not dtype.hasobject and dtype.kind == "f" and dtype.byteorder != ">"
+    return (dtype if floats else None), tuple(shape), bool(fortran), f.tell()
+
+
+def _etype(dtype: np.dtype) -> ElementType:
+    return element_type(source_dtype_name(dtype))
 
 
 def _module(prefix: str, tensors: dict[str, Tensor]) -> Module | None:
@@ -470,7 +535,9 @@ class MlxFormat(Format):
     engine = MlxEngine  # verify --backend mlx
 
     def sniff(self, probe: Probe) -> bool:
-        if probe.safetensors_metadata is None:
+        names = probe.zip_names
+        npz = names is not None and bool(names) and all(n.endswith(NPY) for n in names)
+        if probe.safetensors_metadata is None and not npz:
             return False
         try:
             file = MlxFile.load(probe.path)
@@ -481,7 +548,7 @@ class MlxFormat(Format):
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
         file = MlxFile.load(path)
-        info = Provenance(path=str(path.resolve()), format=KIND)
+        info = Provenance(path=str(path.resolve()), format=file.kind)
         digest = digest_in_background(path) if options.hash_source else None
         chains = file.choose(options.layer, options.take_all)
         rnns, skipped = [], []
@@ -549,14 +616,14 @@ class MlxFormat(Format):
             for c in file.chains
             if len(c.modules) > 1
         ]
-        return InspectReport(path=str(path), format=KIND, rnns=entries, notes=notes)
+        return InspectReport(path=str(path), format=file.kind, rnns=entries, notes=notes)
 
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
-        if recorded.layer and recorded.format == KIND:
+        if recorded.layer and recorded.format in self.info.kinds:
             return recorded
         file = MlxFile.load(path)
         (chain,) = file.choose(layer, take_all=False)
-        return recorded.model_copy(update={"layer": chain.name, "format": KIND})
+        return recorded.model_copy(update={"layer": chain.name, "format": file.kind})
 
     def run(
         self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]

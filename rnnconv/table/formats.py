@@ -144,8 +144,12 @@ FORMAT_INFO: Final[dict[str, FormatInfo]] = {
         FormatInfo(
             "mlx",
             "MLX",
-            {"mlx-safetensors": "MLX weights (.safetensors) of mlx.nn.LSTM / GRU / RNN"},
-            read_help="an MLX .safetensors of mlx.nn.LSTM, GRU or RNN weights (Module.save_weights; any key prefix)",
+            {
+                "mlx-safetensors": "MLX weights (.safetensors) of mlx.nn.LSTM / GRU / RNN",
+                "mlx-npz": "MLX weights (.npz) of mlx.nn.LSTM / GRU / RNN",
+            },
+            read_help="an MLX .safetensors or .npz of mlx.nn.LSTM, GRU or RNN weights (Module.save_weights; any "
+            "key prefix)",
             write_help="model.mlx.safetensors (or any .safetensors with --to mlx): what Module.load_weights takes "
             "for mlx.nn.LSTM(I, H) (GRU, RNN); several layers as layers.{k}.<name>",
             read_note="Read without MLX, from the parameter names and shapes (MLX 0.18 or later: earlier versions "
@@ -154,7 +158,7 @@ FORMAT_INFO: Final[dict[str, FormatInfo]] = {
             write_note="One layer: exactly the parameters of mlx.nn.LSTM(I, H) (GRU, RNN). Several: a list "
             "`layers` of them, each feeding the next; two directions: [forward, backward] pairs (the README's "
             "Stack). MLX has no LSTM projection: it is refused. The source is recorded in the metadata.",
-            read_suffixes=(".safetensors",),
+            read_suffixes=(".safetensors", ".npz"),
             write_suffixes=(".safetensors",),
             default_for=(".mlx.safetensors",),
             source_options=("nonlinearity",),
