@@ -288,7 +288,12 @@ OPENVINO_INPUT_COUNT: Final[dict[str, int]] = {"LSTMSequence": 7, "GRUSequence":
 OPENVINO_X, OPENVINO_INITIAL_H, OPENVINO_INITIAL_C, OPENVINO_LENGTHS = "x", "initial_h", "initial_c", "sequence_lens"
 OPENVINO_Y, OPENVINO_H_N, OPENVINO_C_N = "y", "h_n", "c_n"
 # IR element types by dtype name, and the precision names ports carry.
-OPENVINO_ELEMENT_TYPES: Final[dict[str, str]] = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64"}
+OPENVINO_ELEMENT_TYPES: Final[dict[str, str]] = {
+    "float32": "f32",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float64": "f64",
+}
 OPENVINO_PRECISIONS: Final[dict[str, str]] = {
     "f32": "FP32",
     "f16": "FP16",
