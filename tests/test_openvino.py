@@ -109,7 +109,7 @@ def test_ir_from_torch_computes_what_torch_computes(kind, layers, bidirectional,
     names = [i.get_any_name() for i in model.inputs], [o.get_any_name() for o in model.outputs]
     states = ["initial_h", "initial_c"] if kind == "lstm" else ["initial_h"]
     assert names == (["x", *states, "sequence_lens"], ["y", "h_n", "c_n"][: 3 if kind == "lstm" else 2])
-    assert '"format":"torch"' in str(model.get_rt_info(["rnnconv.source"]))
+    assert '"format":"torch"' in model.get_rt_info(["rnnconv.source"]).astype(str)
 
 
 def test_cli_writes_ir_and_reads_it_back_exactly(tmp_path):
@@ -122,12 +122,14 @@ def test_cli_writes_ir_and_reads_it_back_exactly(tmp_path):
         rnnconv.convert(tmp_path / "m.xml", tmp_path / middle)
         rnnconv.convert(tmp_path / middle, tmp_path / f"again_{middle}.xml")
         assert (tmp_path / f"again_{middle}.bin").read_bytes() == (tmp_path / "m.bin").read_bytes(), middle
-    back = torch.load(tmp_path / "back.pt")
-    for name, value in module.state_dict().items():
+    back, original = torch.load(tmp_path / "back.pt"), module.state_dict()
+    for name, value in original.items():
         if "weight" in name:
             assert torch.equal(back[name], value), name
-        else:  # one summed bias per gate: split as --bias-split recurrent says
-            assert name.startswith("bias_ih") and not back[name].any() or torch.allclose(back[name], value + 0)
+        elif name.startswith("bias_ih"):  # one summed bias per gate: split as --bias-split recurrent says
+            assert not back[name].any(), name
+        else:
+            assert torch.equal(back[name], original[name.replace("bias_hh", "bias_ih")] + value), name
     again = torch_module("lstm", 2, True)
     again.load_state_dict(back)
     assert run_against_torch(again, tmp_path / "m.xml", "round trip through torch") < 1e-5
@@ -140,8 +142,8 @@ def test_float16_weights_are_decompressed_to_float32(tmp_path):
     text = (tmp_path / "m.xml").read_text()
     assert 'element_type="f16"' in text and 'type="Convert"' in text
     assert run_against_torch(module, tmp_path / "m.xml", "float16 from torch gru") < 5e-3
-    (rnn,) = rnnconv.load(tmp_path / "m.xml").rnns if hasattr(rnnconv, "load") else []
-    assert rnn.spec.dtype == "float16"
+    (entry,) = [e for e in rnnconv.inspect(tmp_path / "m.xml").rnns if e.converts]
+    assert entry.spec.dtype == "float16"
 
 
 @pytest.mark.parametrize("layer", ["gru_a", "bidi_lstm", "srnn_tanh"])
@@ -247,12 +249,12 @@ def test_a_blob_from_an_ir_with_two_gates_swapped_mismatches(tmp_path):
     module = torch_module("lstm", 1, False)
     torch.save(module.state_dict(), tmp_path / "m.pt")
     rnnconv.convert(tmp_path / "m.pt", tmp_path / "m.xml")
-    rnnconv.convert(tmp_path / "m.xml", tmp_path / "m.bin")
-    data = bytearray((tmp_path / "m.bin").read_bytes())
+    rnnconv.convert(tmp_path / "m.xml", tmp_path / "blob.bin")
+    data = bytearray((tmp_path / "blob.bin").read_bytes())
     block = HIDDEN * INPUT * 4  # W_i and W_f are cuDNN's first two blocks
     data[:block], data[block : 2 * block] = data[block : 2 * block], data[:block]
-    (tmp_path / "m.bin").write_bytes(bytes(data))
-    result = run_cli("verify", tmp_path / "m.bin")
+    (tmp_path / "blob.bin").write_bytes(bytes(data))
+    result = run_cli("verify", tmp_path / "blob.bin")
     assert result.returncode == 1 and "MISMATCH" in result.stdout, result.stdout + result.stderr
 
 
@@ -271,6 +273,17 @@ def test_reset_before_gru_is_refused(tmp_path):
     )
     path, _ = saved_by_openvino(tmp_path, "gru", compress=False, linear_before_reset=False)
     assert_clean_failure(run_cli("convert", path, tmp_path / "m.bin"), 2, "linear_before_reset=false")
+
+
+def test_the_weights_of_an_ir_are_never_written_over(tmp_path):
+    """model.xml's weights are model.bin, the name a cuDNN blob of model.xml would have by default."""
+    xml = _written(tmp_path)
+    before = (tmp_path / "m.bin").read_bytes()
+    result = run_cli("convert", xml, tmp_path / "m.bin", "--force")
+    assert_clean_failure(result, 2, "is the source being read")
+    rnnconv.convert(xml, tmp_path / "blob.bin")
+    assert_clean_failure(run_cli("convert", tmp_path / "blob.bin", tmp_path / "blob.xml", "--force"), 2, "source")
+    assert (tmp_path / "m.bin").read_bytes() == before
 
 
 def test_float64_output_is_refused(tmp_path):
@@ -327,5 +340,5 @@ def test_writing_imports_no_openvino(tmp_path):
 def test_explain_draws_the_openvino_rows():
     result = run_cli("explain", "openvino")
     assert result.returncode == 0, result.stderr
-    for name in ("LSTMSequence", "GRUSequence", "RNNSequence", "f, i, c, o", "z, r, h"):
+    for name in ("LSTMSequence", "GRUSequence", "RNNSequence", "gates as stored: f i c o", "stored: z r h"):
         assert name in result.stdout, name

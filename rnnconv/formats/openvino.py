@@ -36,7 +36,7 @@ from rnnconv.dtypes import decode, element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats.cudnn import Blob
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
-from rnnconv.safeio import FileArray, atomic_outputs, digest_in_background, regular_file, write_array
+from rnnconv.safeio import FileArray, atomic_outputs, digest_in_background, reading, regular_file, write_array
 from rnnconv.table.apply import find_row, mode_for, row_for_mode, stored_shapes
 from rnnconv.table.constants import (
     CUDNN_GATES,
@@ -974,7 +974,10 @@ class OpenvinoFormat(Format):
             rnns.append(rnn)
         if not rnns:
             raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
-        yield Source(rnns, skipped)
+        # the weights are a source too: never written over (model.bin is also a cuDNN blob's default name), and
+        # watched like the .xml while they are read
+        with reading(file.weights_path):
+            yield Source(rnns, skipped)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         dtype = options.dtype or "float32"  # OpenVINO computes float32; a narrower dtype is stored compressed
