@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 import tempfile
 import xml.etree.ElementTree as ET
@@ -406,7 +407,9 @@ def write_ir(
             f"not {dtype}: {dtype} values would be rounded; say --dtype float32"
         )
     graph = build(layers_of(rnn, dtype), rnn.spec.input_size, rnn.name)
-    source = rnn.provenance().model_copy(update={"dtype": rnn.source.dtype or rnn.spec.dtype})
+    source = rnn.provenance()
+    relative = os.path.relpath(source.path, path.resolve().parent) if source.path else None
+    source = source.model_copy(update={"dtype": source.dtype or rnn.spec.dtype, "relative_path": relative})
     graph.rt_info[SOURCE_KEY] = source.model_dump_json(by_alias=True, exclude_none=True)
     graph.rt_info["rnnconv.version"] = __version__
     weights = path.with_suffix(".bin")
