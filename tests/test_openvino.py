@@ -268,9 +268,7 @@ def test_projection_is_refused(tmp_path):
 
 
 def test_reset_before_gru_is_refused(tmp_path):
-    assert_clean_failure(
-        run_cli("convert", K3 / "gru_reset_before.keras", tmp_path / "m.xml"), 2, "reset_after=False"
-    )
+    assert_clean_failure(run_cli("convert", K3 / "gru_reset_before.keras", tmp_path / "m.xml"), 2, "reset_after=False")
     path, _ = saved_by_openvino(tmp_path, "gru", compress=False, linear_before_reset=False)
     assert_clean_failure(run_cli("convert", path, tmp_path / "m.bin"), 2, "linear_before_reset=false")
 

@@ -22,6 +22,7 @@ import os
 import re
 import tempfile
 import xml.etree.ElementTree as ET
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -700,11 +701,17 @@ class IRFile:
             known = [op.name for op in self.ops] + [",".join(op.name for op in c) for c in self.chains if len(c) > 1]
             raise no_such_rnn(f"{self.path} has no sequence op or chain", layer, known)
         if not self.ops:
-            raise BadInput(f"{self.path} holds no LSTMSequence, GRUSequence or RNNSequence")
+            raise BadInput(f"{self.path} holds no {', '.join(SEQUENCE_OPS)} ({self.listing()})")
         if len(self.chains) == 1 or take_all:
             return self.chains
         listing = "; ".join(",".join(op.name for op in chain) for chain in self.chains)
         raise several_rnns(self.path, f"holds {len(self.chains)} RNNs ({listing})")
+
+    def listing(self, most: int = 8) -> str:
+        """The kinds of layers the graph holds, the commonest first: "12 Const, 3 Parameter, ..."."""
+        counts = Counter(layer.kind for layer in self.layers.values())
+        more = ", ..." if len(counts) > most else ""
+        return "its graph holds " + ", ".join(f"{n} {kind}" for kind, n in counts.most_common(most)) + more
 
     def interface(self) -> bool:
         """Whether the file is the graph rnnconv writes: its inputs and outputs by those names, one RNN in it."""
@@ -1018,6 +1025,7 @@ class OpenvinoFormat(Format):
             for chain in file.chains
             if len(chain) > 1
         ]
+        notes.append(file.listing(most=32))
         origin = recorded_source(file)
         if origin is not None and origin.path:
             notes.append(f"written by rnnconv from {origin.path}" + (f" ({origin.layer})" if origin.layer else ""))
@@ -1044,7 +1052,7 @@ class OpenvinoFormat(Format):
             raise BadInput(f"the OpenVINO ops {source.layer} are not the RNN the blob describes ({spec.describe()})")
         ov = require_openvino()
         lstm = SEQUENCE_OPS[chain[0].op] == LSTM
-        if file.interface() and chain[0].direction != OPENVINO_REVERSE:
+        if file.interface() and chain == file.chains[0] and chain[0].direction != OPENVINO_REVERSE:
             return run_ir(path, inputs, lstm), f"OpenVINO {ov.__version__} CPU plugin: the file's own graph"
         how = f"OpenVINO {ov.__version__} CPU plugin: the file's own {chain[0].op} op(s)"
         graph = build(_own_layers(chain), chain[0].input_size, "ops")
