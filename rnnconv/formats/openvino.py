@@ -34,7 +34,7 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, SpecModel
-from rnnconv.dtypes import decode, element_type, encode
+from rnnconv.dtypes import ElementType, decode, element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats.cudnn import Blob
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
@@ -73,6 +73,7 @@ from rnnconv.table.constants import (
     Kind,
 )
 from rnnconv.table.formats import FORMAT_INFO
+from rnnconv.table.layouts import MATRIX_ROWS
 from rnnconv.table.reading import Found, StoredCell, read, settle
 from rnnconv.table.rows import Row
 from rnnconv.version import __version__
@@ -371,15 +372,37 @@ def _activations_for(op: str, activation: str) -> list[str]:
     return [activation] if len(default) == 1 else default
 
 
+def _in_file(rnn: CanonicalRNN, key: ParamKey, etype: ElementType) -> FileArray | None:
+    """A gate's block still in the source file as `etype`'s words (a state_dict, a weight space holding the gates
+    stacked in cuDNN's order): copied file to file, never read."""
+    stacked = rnn.stacked(key.layer, key.direction, key.kind)
+    if not isinstance(stacked, FileArray) or stacked.dtype != etype.storage or etype.name == "bfloat16":
+        return None
+    rows = rnn.spec.param_shape(key)[0]
+    if stacked.shape != (len(rnn.spec.gates) * rows, *rnn.spec.param_shape(key)[1:]):
+        return None
+    index = rnn.spec.gates.index(key.gate)
+    block: FileArray = stacked[index * rows : (index + 1) * rows]
+    return block
+
+
 def _parts(
     rnn: CanonicalRNN, row: Row, layer: int, role: str, shape: tuple[int, ...], dtype: str
-) -> Callable[[], Iterator[np.ndarray]]:
-    """One role's tensor of one layer, direction by direction, assembled from cuDNN's blocks by the row's layout."""
+) -> Callable[[], Iterator[np.ndarray | FileArray]]:
+    """One role's tensor of one layer, direction by direction, assembled from cuDNN's blocks by the row's layout
+    (a matrix stacked by rows is its gates' blocks one after the other: written block by block, from the source
+    file itself where it holds them)."""
     spec = rnn.spec
     order, etype = row.gate_order, element_type(dtype)
 
-    def parts() -> Iterator[np.ndarray]:
+    def parts() -> Iterator[np.ndarray | FileArray]:
         for d in range(spec.num_directions):
+            if role in MATRIX_ROLES and row.matrix == MATRIX_ROWS:  # each gate's block is a run of the tensor
+                for gate in order:
+                    key = ParamKey(layer, d, KIND_OF_ROLE[role], gate)
+                    in_file = _in_file(rnn, key, etype)
+                    yield encode(rnn.param(key), etype) if in_file is None else in_file
+                continue
             out = {role: np.zeros(shape, np.float32)}
             for gate in CUDNN_GATES[row.cell]:
                 if role in MATRIX_ROLES:
@@ -408,15 +431,15 @@ def write_ir(
             f"not {dtype}: {dtype} values would be rounded; say --dtype float32"
         )
     graph = build(layers_of(rnn, dtype), rnn.spec.input_size, rnn.name)
-    source = rnn.provenance()
-    relative = os.path.relpath(source.path, path.resolve().parent) if source.path else None
-    source = source.model_copy(update={"dtype": source.dtype or rnn.spec.dtype, "relative_path": relative})
-    graph.rt_info[SOURCE_KEY] = source.model_dump_json(by_alias=True, exclude_none=True)
-    graph.rt_info["rnnconv.version"] = __version__
     weights = path.with_suffix(".bin")
     with atomic_outputs([path, weights], force) as (xml_tmp, bin_tmp):
         with open(bin_tmp, "wb") as f:
             graph.write_bin(f, progress)
+        source = rnn.provenance()  # the source's digest, computed on another core while the weights were written
+        relative = os.path.relpath(source.path, path.resolve().parent) if source.path else None
+        source = source.model_copy(update={"dtype": source.dtype or rnn.spec.dtype, "relative_path": relative})
+        graph.rt_info[SOURCE_KEY] = source.model_dump_json(by_alias=True, exclude_none=True)
+        graph.rt_info["rnnconv.version"] = __version__
         xml_tmp.write_text(graph.xml(), encoding="utf-8")
     return weights
 
