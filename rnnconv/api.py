@@ -31,7 +31,6 @@ from rnnconv.conversion import convert as _convert
 from rnnconv.conversion import open_source, output_name
 from rnnconv.errors import EXIT_INTERNAL, BadInput, RnnconvError, failure
 from rnnconv.formats import registry
-from rnnconv.formats.cudnn import open_blobs
 from rnnconv.formats.registry import ReadOptions, WriteOptions
 from rnnconv.safeio import (
     SIDECAR_SUFFIX,
@@ -311,7 +310,7 @@ def verify_all(
     `layer` and `relayout`, which name one RNN. With `report`, the list is written there as JSON;
     with `junit`, one JUnit test suite per RNN. `plot` draws one RNN's errors: refused here.
     """
-    from rnnconv.verification import VerifyOptions, failed_report
+    from rnnconv.verification import VerifyOptions, failed_report, rnn_names
 
     if plot is not None:
         raise BadInput("--plot draws one RNN's errors: with --all, leave it out (or verify one with --layer)")
@@ -326,7 +325,7 @@ def verify_all(
             raise BadInput("--all verifies every RNN of the file; --layer and --relayout name one, so leave them out")
 
     def each() -> Reports:
-        names = [b.name for b in open_blobs(path, settings.raw_spec)]
+        names = rnn_names(path, settings)
         return Reports([_verify_rnn(path, dataclasses.replace(settings, layer=name), stage) for name in names])
 
     return _reported(path, settings, outputs, each, lambda exc: Reports([failed_report(path, exc)]))

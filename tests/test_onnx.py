@@ -686,3 +686,66 @@ def test_unrolled_lstm_and_gru_cells_are_listed_with_sizes_and_refused_pointing_
         "onnx-to-cudnn", ONNX / "cells_dynamo.onnx", "-o", tmp_path / "out.bin", "--layer", "node_Split_6"
     )
     assert_clean_failure(refused, 2, "LSTM cell unrolled", "convert the checkpoint")
+
+
+# --- verify a written .onnx: the file itself, run in onnxruntime, against its recorded source ---------------
+
+
+def _swap_first_two_gates(path, layer: int, gates: int) -> None:
+    """Rewrite the .onnx with the first two gates of one layer's forward direction swapped in W, R and B."""
+    model = onnx.load(str(path))
+    for tensor in model.graph.initializer:
+        if tensor.name in (f"W_{layer}", f"R_{layer}", f"B_{layer}"):
+            values = numpy_helper.to_array(tensor).copy()
+            hidden = values.shape[1] // (gates * (2 if tensor.name.startswith("B") else 1))
+            for half in range(0, values.shape[1], gates * hidden):  # B: the input biases, then the recurrent ones
+                first, second = slice(half, half + hidden), slice(half + hidden, half + 2 * hidden)
+                values[0, first], values[0, second] = values[0, second].copy(), values[0, first].copy()
+            tensor.CopyFrom(numpy_helper.from_array(values, tensor.name))
+    path.write_bytes(model.SerializeToString())
+
+
+@pytest.mark.parametrize("checkpoint, layer", _torch_cases()[:2])
+def test_verify_runs_a_written_onnx_file_against_the_source_it_records(checkpoint, layer, tmp_path):
+    out = tmp_path / "model.onnx"
+    run_cli("convert", FIXTURES / "torch" / checkpoint, out, *(["--layer", layer] if layer else []))
+    result = run_cli("verify", out, "--ragged", "--report", tmp_path / "r.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "MATCH: model.onnx computes what" in " ".join(result.stdout.split())
+    report = rnnconv.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
+    assert report.backend.name == "onnxruntime" and "model.onnx run as written" in report.backend.detail
+    assert report.source.path == str((FIXTURES / "torch" / checkpoint).resolve())
+    assert [c.check for c in report.checks] == ["finite values"]
+
+
+def test_verify_catches_a_written_onnx_with_two_gates_swapped(tmp_path):
+    out = tmp_path / "model.onnx"
+    rnnconv.convert(FIXTURES / "torch" / "seq2seq.pt", out, layer="encoder.rnn")
+    _swap_first_two_gates(out, 0, 4)  # ONNX's first two gates, i and o
+    result = run_cli("verify", out, "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = rnnconv.contracts.Report.model_validate_json(result.stdout)
+    assert report.verdict == "mismatch" and report.diagnosis is not None and report.diagnosis.found
+    assert "i (input gate) and o (output gate) of layer 0 forward look swapped" in report.diagnosis.message
+
+
+def test_verify_of_an_onnx_that_records_no_source_needs_against(tmp_path):
+    out = tmp_path / "model.onnx"
+    rnnconv.convert(FIXTURES / "torch" / "rnn_tanh.pt", out)
+    model = onnx.load(str(out))
+    del model.metadata_props[:]
+    out.write_bytes(model.SerializeToString())
+    result = run_cli("verify", out)
+    assert result.returncode == 2 and "no numerical comparison was possible" in result.stdout
+    result = run_cli("verify", out, "--against", FIXTURES / "torch" / "rnn_tanh.pt")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("record", ["{", '{"path": 5}', "[1, 2]", "x" * 2_000_000])
+def test_a_garbled_source_record_is_refused_in_a_sentence(record, tmp_path):
+    out = tmp_path / "model.onnx"
+    rnnconv.convert(FIXTURES / "torch" / "rnn_tanh.pt", out)
+    model = onnx.load(str(out))
+    model.metadata_props[0].value = record
+    out.write_bytes(model.SerializeToString())
+    assert_clean_failure(run_cli("verify", out), 2, "rnnconv.source record")
