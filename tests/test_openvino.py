@@ -218,8 +218,13 @@ def test_ir_saved_by_openvino_reads_and_verifies(kind, tmp_path):
 
 
 def test_ir_compressed_to_float16_by_openvino_reads_as_float16(tmp_path):
-    path, (w, _, _) = saved_by_openvino(tmp_path, "lstm", compress=True)
+    path, (w, r, _) = saved_by_openvino(tmp_path, "lstm", compress=True)
     assert 'element_type="f16"' in path.read_text()
+    from rnnconv.canonical import ParamKey
+
+    with rnnconv.load(path) as (rnn,):  # OpenVINO's gates f, i, c, o: the forget gate is its first block
+        assert np.array_equal(rnn.param(ParamKey(0, 0, "W", "f")), w[0, :HIDDEN].astype(np.float16))
+        assert np.array_equal(rnn.param(ParamKey(0, 0, "R", "o")), r[0, 3 * HIDDEN :].astype(np.float16))
     report = rnnconv.inspect(path)
     (entry,) = report.rnns
     assert entry.converts and entry.spec.dtype == "float16"
@@ -340,3 +345,56 @@ def test_explain_draws_the_openvino_rows():
     assert result.returncode == 0, result.stderr
     for name in ("LSTMSequence", "GRUSequence", "RNNSequence", "gates as stored: f i c o", "stored: z r h"):
         assert name in result.stdout, name
+
+
+# --- verify a written .xml: the file itself, run in OpenVINO, against the source it records ----------------------
+
+
+def _swap_first_two_gates(xml, hidden: int) -> None:
+    """Swap the first two gates (OpenVINO's f and i) of layer 0, direction 0, in W, R and B of the IR's .bin."""
+    text = xml.read_text()
+    weights = xml.with_suffix(".bin")
+    data = bytearray(weights.read_bytes())
+    for role in ("input_matrix", "recurrent_matrix", "bias"):
+        found = re.search(
+            rf'name="layer0/{role}"[^>]*>\s*<data element_type="f32" shape="([\d, ]+)" offset="(\d+)"', text
+        )
+        shape = [int(n) for n in found[1].split(",")]
+        offset, block = int(found[2]), hidden * (shape[2] if len(shape) == 3 else 1) * 4
+        first, second = slice(offset, offset + block), slice(offset + block, offset + 2 * block)
+        data[first], data[second] = data[second], data[first]
+    weights.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_verify_runs_a_written_ir_against_the_source_it_records(kind, tmp_path):
+    module = torch_module(kind, 2, True)
+    torch.save(module.state_dict(), tmp_path / "m.pt")
+    rnnconv.convert(tmp_path / "m.pt", tmp_path / "model.xml")
+    result = run_cli("verify", tmp_path / "model.xml", "--ragged", "--report", tmp_path / "r.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "MATCH: model.xml computes what" in " ".join(result.stdout.split())
+    report = rnnconv.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
+    assert report.backend.name == "openvino" and "model.xml run as written" in report.backend.detail
+    assert "the file's own graph" in report.backend.detail
+    assert report.source.path == str((tmp_path / "m.pt").resolve())
+
+
+def test_verify_catches_a_written_ir_with_two_gates_swapped(tmp_path):
+    module = torch_module("lstm", 1, False)
+    torch.save(module.state_dict(), tmp_path / "m.pt")
+    rnnconv.convert(tmp_path / "m.pt", tmp_path / "model.xml")
+    _swap_first_two_gates(tmp_path / "model.xml", HIDDEN)
+    result = run_cli("verify", tmp_path / "model.xml", "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = rnnconv.contracts.Report.model_validate_json(result.stdout)
+    assert report.verdict == "mismatch" and report.diagnosis is not None and report.diagnosis.found
+    assert "look swapped" in report.diagnosis.message
+
+
+def test_a_garbled_source_record_is_refused_in_a_sentence(tmp_path):
+    xml = _written(tmp_path)
+    text = re.sub(r"<rnnconv.source value='[^']*'", "<rnnconv.source value='{'", xml.read_text())
+    text = re.sub(r'<rnnconv.source value="[^"]*"', '<rnnconv.source value="{"', text)
+    xml.write_text(text)
+    assert_clean_failure(run_cli("verify", xml), 2, "rnnconv.source record")

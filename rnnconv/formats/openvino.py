@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
 import tempfile
 import xml.etree.ElementTree as ET
@@ -32,11 +31,11 @@ from xml.sax.saxutils import quoteattr
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
-from rnnconv.compare import Inputs, Outputs
+from rnnconv.compare import Inputs
 from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, SpecModel
 from rnnconv.dtypes import ElementType, decode, element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
-from rnnconv.formats.cudnn import Blob
+from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.safeio import FileArray, atomic_outputs, digest_in_background, reading, regular_file, write_array
 from rnnconv.table.apply import find_row, mode_for, row_for_mode, stored_shapes
@@ -84,7 +83,6 @@ MAX_LAYERS_IN_GRAPH = 200_000  # layers of an IR, at most (a hostile file cannot
 MAX_DIMS = 16
 MAX_HIDDEN = 1 << 20
 MAX_GLUE = 4  # ops between two layers of one RNN, at most
-SOURCE_KEY = "rnnconv.source"  # the rt_info entry where the writer records where the RNN came from
 SEQUENCE_OPS = {op: cell for cell, op in OPENVINO_OPS.items()}
 DTYPE_OF = {etype: name for name, etype in OPENVINO_ELEMENT_TYPES.items()}
 STORAGE = {
@@ -435,10 +433,8 @@ def write_ir(
     with atomic_outputs([path, weights], force) as (xml_tmp, bin_tmp):
         with open(bin_tmp, "wb") as f:
             graph.write_bin(f, progress)
-        source = rnn.provenance()  # the source's digest, computed on another core while the weights were written
-        relative = os.path.relpath(source.path, path.resolve().parent) if source.path else None
-        source = source.model_copy(update={"dtype": source.dtype or rnn.spec.dtype, "relative_path": relative})
-        graph.rt_info[SOURCE_KEY] = source.model_dump_json(by_alias=True, exclude_none=True)
+        # where the RNN came from, for `verify model.xml` (its digest was computed meanwhile, on another core)
+        graph.rt_info[registry.SOURCE_KEY] = registry.source_record(rnn, path)
         graph.rt_info["rnnconv.version"] = __version__
         xml_tmp.write_text(graph.xml(), encoding="utf-8")
     return weights
@@ -875,13 +871,8 @@ def _sizes(chain: list[SequenceOp]) -> SpecModel | None:
 
 def recorded_source(file: IRFile) -> Provenance | None:
     """Where an IR rnnconv wrote says its RNN came from (None when it says nothing; BadInput on garbage)."""
-    text = file.rt_info.get(SOURCE_KEY)
-    if text is None:
-        return None
-    try:
-        return Provenance.model_validate_json(text)
-    except ValueError:
-        raise BadInput(f"{file.path}: its rt_info {SOURCE_KEY!r} is not a provenance rnnconv reads") from None
+    text = file.rt_info.get(registry.SOURCE_KEY)
+    return None if text is None else registry.read_source_record(text, file.path)
 
 
 # --- running in OpenVINO's CPU plugin ----------------------------------------------------------------------
@@ -953,19 +944,12 @@ def _write_graph(graph: Graph, folder: Path) -> Path:
 # --- the format ---------------------------------------------------------------------------------------------
 
 
-class OpenvinoEngine:
+class OpenvinoEngine(registry.RuntimeEngine):
     """The blob as the IR rnnconv writes, in OpenVINO's CPU plugin: equations nobody here wrote."""
 
     name = "openvino"
-
-    def __init__(self) -> None:
-        self.notes: list[str] = []
-
-    def run(self, blob: Blob, inputs: Inputs) -> Outputs:
-        rnn = blob.to_canonical()
-        graph = build(layers_of(rnn, "float32"), blob.spec.input_size, rnn.name)
-        with tempfile.TemporaryDirectory(prefix="rnnconv-openvino-") as folder:
-            return run_ir(_write_graph(graph, Path(folder)), inputs, blob.spec.mode == LSTM)
+    format_name = "openvino"
+    suffix = ".xml"
 
     def describe(self) -> BackendInfo:
         return BackendInfo(name=self.name, detail="OpenVINO's CPU plugin running the blob as an IR, float32")
