@@ -213,8 +213,7 @@ def test_ir_saved_by_openvino_reads_and_verifies(kind, tmp_path):
     offsets = [int(m) for m in re.findall(r'offset="(\d+)" size="\d+"', text)]
     data = (tmp_path / "back.bin").read_bytes()
     assert w.tobytes() in data[offsets[4] :] and r.tobytes() in data and b.tobytes() in data
-    result = run_cli("verify", blob, "--ragged")
-    assert result.returncode == 0 and "MATCH" in result.stdout, result.stdout + result.stderr
+    assert rnnconv.verify(blob, ragged=True).verdict == "match"
 
 
 def test_ir_compressed_to_float16_by_openvino_reads_as_float16(tmp_path):
@@ -229,25 +228,22 @@ def test_ir_compressed_to_float16_by_openvino_reads_as_float16(tmp_path):
     (entry,) = report.rnns
     assert entry.converts and entry.spec.dtype == "float16"
     rnnconv.convert(path, tmp_path / "m.bin")
-    result = run_cli("verify", tmp_path / "m.bin")
-    assert result.returncode == 0 and "MATCH" in result.stdout, result.stdout + result.stderr
+    assert rnnconv.verify(tmp_path / "m.bin").verdict == "match"
 
 
 def test_reverse_only_op_verifies(tmp_path):
     path, _ = saved_by_openvino(tmp_path, "gru", compress=False, direction="reverse")
-    result = run_cli("convert", path, tmp_path / "m.bin")
-    assert result.returncode == 0 and "reverse-only" in result.stdout + result.stderr
-    result = run_cli("verify", tmp_path / "m.bin", "--ragged")
-    assert result.returncode == 0 and "MATCH" in result.stdout, result.stdout + result.stderr
+    converted = rnnconv.convert(path, tmp_path / "m.bin")
+    assert "reverse-only" in " ".join(converted.rnns[0].notes)
+    assert rnnconv.verify(tmp_path / "m.bin", ragged=True).verdict == "match"
 
 
 def test_verify_blob_with_the_openvino_backend(tmp_path):
     module = torch_module("gru", 2, True)
     torch.save(module.state_dict(), tmp_path / "m.pt")
     rnnconv.convert(tmp_path / "m.pt", tmp_path / "m.bin")
-    result = run_cli("verify", tmp_path / "m.bin", "--backend", "openvino", "--ragged")
-    assert result.returncode == 0 and "MATCH" in result.stdout, result.stdout + result.stderr
-    assert "OpenVINO" in result.stdout
+    report = rnnconv.verify(tmp_path / "m.bin", backend="openvino", ragged=True)
+    assert report.verdict == "match" and report.backend.name == "openvino", report.summary
 
 
 def test_a_blob_from_an_ir_with_two_gates_swapped_mismatches(tmp_path):
@@ -259,8 +255,7 @@ def test_a_blob_from_an_ir_with_two_gates_swapped_mismatches(tmp_path):
     block = HIDDEN * INPUT * 4  # W_i and W_f are cuDNN's first two blocks
     data[:block], data[block : 2 * block] = data[block : 2 * block], data[:block]
     (tmp_path / "blob.bin").write_bytes(bytes(data))
-    result = run_cli("verify", tmp_path / "blob.bin")
-    assert result.returncode == 1 and "MISMATCH" in result.stdout, result.stdout + result.stderr
+    assert rnnconv.verify(tmp_path / "blob.bin").verdict == "mismatch"
 
 
 # --- refused, in one sentence ------------------------------------------------------------------------------------
@@ -270,30 +265,36 @@ def test_projection_is_refused(tmp_path):
     module = torch.nn.LSTM(INPUT, 6, proj_size=3)
     torch.save(module.state_dict(), tmp_path / "m.pt")
     assert_clean_failure(run_cli("convert", tmp_path / "m.pt", tmp_path / "m.xml"), 2, "no projection")
+    assert not (tmp_path / "m.xml").exists() and not (tmp_path / "m.bin").exists()
 
 
 def test_reset_before_gru_is_refused(tmp_path):
-    assert_clean_failure(run_cli("convert", K3 / "gru_reset_before.keras", tmp_path / "m.xml"), 2, "reset_after=False")
+    with pytest.raises(rnnconv.Unsupported, match="reset_after=False"):
+        rnnconv.convert(K3 / "gru_reset_before.keras", tmp_path / "m.xml")
     path, _ = saved_by_openvino(tmp_path, "gru", compress=False, linear_before_reset=False)
-    assert_clean_failure(run_cli("convert", path, tmp_path / "m.bin"), 2, "linear_before_reset=false")
+    with pytest.raises(
+        rnnconv.Unsupported, match=r"linear_before_reset=false \(OpenVINO's default\): it applies the reset"
+    ):
+        rnnconv.convert(path, tmp_path / "m.bin")
 
 
 def test_the_weights_of_an_ir_are_never_written_over(tmp_path):
     """model.xml's weights are model.bin, the name a cuDNN blob of model.xml would have by default."""
     xml = _written(tmp_path)
     before = (tmp_path / "m.bin").read_bytes()
-    result = run_cli("convert", xml, tmp_path / "m.bin", "--force")
-    assert_clean_failure(result, 2, "is the source being read")
+    with pytest.raises(rnnconv.BadInput, match="is the source being read"):
+        rnnconv.convert(xml, tmp_path / "m.bin", force=True)
     rnnconv.convert(xml, tmp_path / "blob.bin")
-    assert_clean_failure(run_cli("convert", tmp_path / "blob.bin", tmp_path / "blob.xml", "--force"), 2, "source")
+    with pytest.raises(rnnconv.BadInput, match="is the source being read"):
+        rnnconv.convert(tmp_path / "blob.bin", tmp_path / "blob.xml", force=True)
     assert (tmp_path / "m.bin").read_bytes() == before
 
 
 def test_float64_output_is_refused(tmp_path):
     module = torch_module("rnn_tanh", 1, False)
     torch.save(module.state_dict(), tmp_path / "m.pt")
-    result = run_cli("convert", tmp_path / "m.pt", tmp_path / "m.xml", "--dtype", "float64")
-    assert_clean_failure(result, 2, "not float64")
+    with pytest.raises(rnnconv.Unsupported, match="not float64"):
+        rnnconv.convert(tmp_path / "m.pt", tmp_path / "m.xml", dtype="float64")
 
 
 def _written(tmp_path):
@@ -313,12 +314,18 @@ def test_hostile_irs_are_refused(tmp_path):
     far = re.sub(r'offset="(\d+)" size="(\d+)"', lambda m: f'offset="{int(m[1]) + 10**9}" size="{m[2]}"', text)
     (tmp_path / "far.xml").write_text(far.replace("<net", "<net ", 1))
     (tmp_path / "far.bin").write_bytes((tmp_path / "m.bin").read_bytes())
-    assert_clean_failure(run_cli("convert", tmp_path / "far.xml", tmp_path / "o1.bin"), 2, "points past its weights")
+    with pytest.raises(rnnconv.BadInput, match="points past its weights"):
+        rnnconv.convert(tmp_path / "far.xml", tmp_path / "o1.bin")
     (tmp_path / "cut.xml").write_text(text)
     (tmp_path / "cut.bin").write_bytes((tmp_path / "m.bin").read_bytes()[:40])
-    assert_clean_failure(run_cli("convert", tmp_path / "cut.xml", tmp_path / "o2.bin"), 2, "points past its weights")
+    with pytest.raises(rnnconv.BadInput, match="points past its weights"):
+        rnnconv.inspect(tmp_path / "cut.xml")
     (tmp_path / "lone.xml").write_text(text)
-    assert_clean_failure(run_cli("convert", tmp_path / "lone.xml", tmp_path / "o3.bin"), 2, "lone.bin does not exist")
+    with pytest.raises(rnnconv.BadInput, match=r"lone\.bin does not exist"):
+        rnnconv.convert(tmp_path / "lone.xml", tmp_path / "o3.bin")
+    (tmp_path / "bad.xml").write_text(text[: len(text) // 2])
+    with pytest.raises(rnnconv.BadInput, match="not well-formed XML"):
+        rnnconv.inspect(tmp_path / "bad.xml")
 
 
 def test_writing_imports_no_openvino(tmp_path):
@@ -371,10 +378,8 @@ def test_verify_runs_a_written_ir_against_the_source_it_records(kind, tmp_path):
     module = torch_module(kind, 2, True)
     torch.save(module.state_dict(), tmp_path / "m.pt")
     rnnconv.convert(tmp_path / "m.pt", tmp_path / "model.xml")
-    result = run_cli("verify", tmp_path / "model.xml", "--ragged", "--report", tmp_path / "r.json")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "MATCH: model.xml computes what" in " ".join(result.stdout.split())
-    report = rnnconv.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
+    report = rnnconv.verify(tmp_path / "model.xml", ragged=True)
+    assert report.verdict == "match", report.summary
     assert report.backend.name == "openvino" and "model.xml run as written" in report.backend.detail
     assert "the file's own graph" in report.backend.detail
     assert report.source.path == str((tmp_path / "m.pt").resolve())
@@ -397,4 +402,5 @@ def test_a_garbled_source_record_is_refused_in_a_sentence(tmp_path):
     text = re.sub(r"<rnnconv.source value='[^']*'", "<rnnconv.source value='{'", xml.read_text())
     text = re.sub(r'<rnnconv.source value="[^"]*"', '<rnnconv.source value="{"', text)
     xml.write_text(text)
-    assert_clean_failure(run_cli("verify", xml), 2, "rnnconv.source record")
+    with pytest.raises(rnnconv.BadInput, match=r"rnnconv\.source record"):
+        rnnconv.convert(xml, tmp_path / "blob.bin")
