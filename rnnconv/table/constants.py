@@ -262,7 +262,7 @@ TF1_VARIABLES: Final[dict[str, dict[str, tuple[tuple[str, str], ...]]]] = {
         "bias": ((TF1_BIAS, TF1_ALL_ROWS),),
     },
 }
-# --- OpenVINO IR (docs/LAYOUTS.md section 10) -------------------------------------------------------------
+# --- OpenVINO IR (docs/LAYOUTS.md section 11) -------------------------------------------------------------
 OPENVINO_IR_VERSION: Final = "11"  # what rnnconv writes (<net version="11">)
 OPENVINO_IR_VERSIONS: Final = ("10", "11")  # what it reads: v10 and v11 name layers, Consts and edges alike
 OPENVINO_OPS: Final[dict[str, str]] = {"lstm": "LSTMSequence", "gru": "GRUSequence", "rnn": "RNNSequence"}
