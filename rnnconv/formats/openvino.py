@@ -997,12 +997,19 @@ class OpenvinoFormat(Format):
             yield Source(rnns, skipped)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
-        dtype = options.dtype or "float32"  # OpenVINO computes float32; a narrower dtype is stored compressed
-        weights = write_ir(rnns, path, dtype, options.force, options.progress)
         spec = rnns[0].spec
+        # OpenVINO computes in float32: narrower weights are stored as they are and decompressed by a Convert
+        dtype = options.dtype or (spec.dtype if spec.dtype in WRITES else "float32")
+        warnings = []
+        if options.dtype is None and dtype != spec.dtype:
+            warnings.append(
+                f"{rnns[0].name}: {spec.dtype} weights written as {dtype}, in which OpenVINO computes (say --dtype)"
+            )
+        weights = write_ir(rnns, path, dtype, options.force, options.progress)
         states = OPENVINO_INITIAL_H + (f", {OPENVINO_INITIAL_C}" if spec.mode == LSTM else "")
         return Written(
             [path, weights],
+            warnings=warnings,
             usage=f'openvino.Core().compile_model("{path}", "CPU")({{...}})   # inputs {OPENVINO_X} (batch, seq, '
             f"{spec.input_size}), {states} ({spec.num_layers * spec.num_directions}, batch, {spec.hidden_size}), "
             f"{OPENVINO_LENGTHS} (batch,) int32; reshape to static shapes for ragged lengths",
