@@ -404,3 +404,15 @@ def test_a_garbled_source_record_is_refused_in_a_sentence(tmp_path):
     xml.write_text(text)
     with pytest.raises(rnnconv.BadInput, match=r"rnnconv\.source record"):
         rnnconv.convert(xml, tmp_path / "blob.bin")
+
+
+def test_an_ir_rnnconv_wrote_and_openvino_saved_again_reads_back(tmp_path):
+    """OpenVINO takes the IR as its own: read_model and save_model (f16-compressed by default) keep the graph, the
+    rt_info record and the layers' chain; rnnconv reads the result as the same RNN, float16."""
+    module = torch_module("lstm", 2, True)
+    torch.save(module.state_dict(), tmp_path / "m.pt")
+    rnnconv.convert(tmp_path / "m.pt", tmp_path / "m.xml")
+    ov.save_model(ov.Core().read_model(str(tmp_path / "m.xml")), str(tmp_path / "saved.xml"))
+    (entry,) = [e for e in rnnconv.inspect(tmp_path / "saved.xml").rnns if e.spec.num_layers == 2]
+    assert entry.converts and entry.spec.dtype == "float16" and entry.spec.bidirectional
+    assert rnnconv.verify(tmp_path / "saved.xml", ragged=True).verdict == "match"
