@@ -416,3 +416,11 @@ def test_an_ir_rnnconv_wrote_and_openvino_saved_again_reads_back(tmp_path):
     (entry,) = [e for e in rnnconv.inspect(tmp_path / "saved.xml").rnns if e.spec.num_layers == 2]
     assert entry.converts and entry.spec.dtype == "float16" and entry.spec.bidirectional
     assert rnnconv.verify(tmp_path / "saved.xml", ragged=True).verdict == "match"
+
+
+def test_the_shipped_ir_fixtures_read():
+    (entry,) = rnnconv.inspect(FIXTURES / "openvino" / "lstm_saved_f16.xml").rnns
+    assert entry.converts and entry.layer_class == "LSTMSequence" and entry.spec.dtype == "float16"
+    assert entry.spec.bidirectional and (entry.spec.input_size, entry.spec.hidden_size) == (3, 4)
+    (entry,) = rnnconv.inspect(FIXTURES / "openvino" / "rnn_tanh.xml").rnns
+    assert entry.converts and entry.spec.mode == "rnn_tanh"
