@@ -131,7 +131,8 @@ def convert(source: PathLike, output: PathLike | None = None, **options: Any) ->
     taken from these arguments, or assumed and recorded (`require_stated` refuses to assume).
     `hash_source=False` leaves the source's digest out of the output's description. `dequantize` reads a
     quantized ONNX LSTM with its weights dequantized (the result is the float model, not the quantized one).
-    `progress` is told (bytes just written, total bytes) as a blob is written.
+    `progress` is told (bytes just written, total bytes) as a blob is written. A target that cannot hold a term
+    of the source is refused naming it; `allow_lossy` writes it without the term and warns how much that changes.
 
     With `into` (a PyTorch checkpoint or Keras file of the user's), `output` is a copy of it with
     the RNNs' tensors replaced and nothing else changed: each goes where its blob came from (its

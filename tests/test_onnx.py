@@ -199,7 +199,10 @@ def test_cudnn_onnx_cudnn_is_identical(checkpoint, layer, tmp_path):
 @pytest.mark.slow
 def test_projection_has_no_onnx_form(tmp_path):
     result = run_cli("torch-to-onnx", FIXTURES / "torch" / "lstm_proj.pt", "-o", tmp_path / "m.onnx")
-    assert_clean_failure(result, 2, "ONNX has no LSTM projection")
+    assert_clean_failure(result, 2, "ONNX cannot hold", "ONNX's LSTM has no projection (h = W_hr h', proj_size=")
+    assert "--allow-lossy" not in result.stderr  # nothing it could drop and still compute an LSTM
+    result = run_cli("convert", FIXTURES / "torch" / "lstm_proj.pt", tmp_path / "m.onnx", "--allow-lossy")
+    assert_clean_failure(result, 2, "even with --allow-lossy")
     assert not list(tmp_path.iterdir())
 
 
@@ -749,3 +752,37 @@ def test_a_garbled_source_record_is_refused_in_a_sentence(record, tmp_path):
     model.metadata_props[0].value = record
     out.write_bytes(model.SerializeToString())
     assert_clean_failure(run_cli("verify", out), 2, "rnnconv.source record")
+
+
+def test_allow_lossy_writes_the_nearest_rnn_and_measures_what_it_changes(tmp_path, monkeypatch):
+    """The lossless-or-refused mechanism, with a target made to drop a GRU's b_hn (as flax.nnx's GRUCell must): the
+    warning's number is what onnxruntime, running the written file, differs from torch by on the probe inputs."""
+    from rnnconv.canonical import CanonicalRNN
+    from rnnconv.compare import make_inputs
+    from rnnconv.conversion import PROBE_BATCH, PROBE_SEED, PROBE_STEPS
+    from rnnconv.formats.onnx import OnnxFormat
+    from rnnconv.formats.registry import Loss
+
+    torch.manual_seed(3)
+    module = torch.nn.GRU(5, 7, num_layers=2)
+    source = tmp_path / "gru.pt"
+    torch.save(module.state_dict(), source)
+
+    def without_b_hn(rnn):
+        hn = rnn.spec.gates[2]
+        drop = {k for k in rnn.spec.param_keys() if k.kind == "bR" and k.gate == hn}
+        loaders = {k: (lambda k=k: np.zeros(rnn.spec.param_shape(k))) if k in drop else rnn.loaders[k] for k in drop}
+        return CanonicalRNN(rnn.name, rnn.spec, {**rnn.loaders, **loaders}, rnn.source)
+
+    monkeypatch.setattr(OnnxFormat, "losses", lambda self, rnn: [Loss("no b_hn here", nearest=without_b_hn)])
+    with pytest.raises(rnnconv.errors.Unsupported, match=r"no b_hn here \(--allow-lossy writes it without that"):
+        rnnconv.convert(source, tmp_path / "refused.onnx")
+    result = rnnconv.convert(source, tmp_path / "lossy.onnx", allow_lossy=True)
+    (warning,) = [w for w in result.warnings if w.startswith("--allow-lossy")]
+    stated = float(warning.rsplit(" ", 1)[1])
+    with rnnconv.load(source) as (rnn,):
+        inputs = make_inputs(rnn.spec, PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
+    x, h0 = (torch.from_numpy(inputs[k]).float() for k in ("x", "h0"))
+    expected = torch_run(module, rnn.spec, x, h0, None)
+    got = ort_run(tmp_path / "lossy.onnx", inputs["x"].astype(np.float32), inputs["h0"].astype(np.float32), None)
+    assert stated > 0.01 and stated == pytest.approx(worst_difference(got, expected), rel=1e-3, abs=1e-6)

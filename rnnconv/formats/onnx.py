@@ -695,11 +695,18 @@ class Layer:
     domain: str = ""
 
 
+def onnx_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
+    """What ONNX's RNN ops cannot compute of `rnn`: an LSTM's projection."""
+    if not rnn.spec.proj_size:
+        return []
+    return [registry.Loss(f"ONNX's LSTM has no projection (h = W_hr h', proj_size={rnn.spec.proj_size})")]
+
+
 def layers_of(rnn: CanonicalRNN, dtype: str) -> list[Layer]:
     """The ONNX nodes of a canonical RNN, its tensors stored as the table's ONNX row says."""
     spec = rnn.spec
-    if spec.proj_size:
-        raise Unsupported(f"{rnn.name}: ONNX has no LSTM projection (proj_size={spec.proj_size})")
+    if losses := onnx_losses(rnn):
+        raise Unsupported(f"{rnn.name}: {losses[0].term}")
     row, activation = row_for_mode("onnx", spec.mode)
     attributes: dict[str, Any] = {
         "hidden_size": spec.hidden_size,
@@ -931,6 +938,9 @@ class OnnxFormat(Format):
         if not rnns:
             raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
         yield Source(rnns, skipped)
+
+    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        return onnx_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         dtype = options.dtype or "float32"  # onnxruntime's CPU RNN kernels compute float32

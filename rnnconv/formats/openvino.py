@@ -334,14 +334,23 @@ def build(layers: list[Layer], input_size: int, name: str) -> Graph:
     return graph
 
 
+def openvino_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
+    """What OpenVINO's sequence ops cannot compute of `rnn`: an LSTM's projection."""
+    if not rnn.spec.proj_size:
+        return []
+    return [
+        registry.Loss(
+            f"OpenVINO's LSTMSequence has no projection (h = W_hr h', proj_size={rnn.spec.proj_size}): no OpenVINO "
+            f"op holds the LSTM's projection matrix"
+        )
+    ]
+
+
 def layers_of(rnn: CanonicalRNN, dtype: str) -> list[Layer]:
     """The sequence ops of a canonical RNN, its tensors stored as the table's OpenVINO row says."""
     spec = rnn.spec
-    if spec.proj_size:
-        raise Unsupported(
-            f"{rnn.name}: OpenVINO's LSTMSequence has no projection (proj_size={spec.proj_size}): no OpenVINO op "
-            f"holds the LSTM's projection matrix"
-        )
+    if losses := openvino_losses(rnn):
+        raise Unsupported(f"{rnn.name}: {losses[0].term}")
     row, activation = row_for_mode("openvino", spec.mode)
     attributes = {
         "direction": OPENVINO_BIDIRECTIONAL if spec.bidirectional else OPENVINO_FORWARD,
@@ -995,6 +1004,9 @@ class OpenvinoFormat(Format):
         # watched like the .xml while they are read
         with reading(file.weights_path):
             yield Source(rnns, skipped)
+
+    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        return openvino_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         spec = rnns[0].spec

@@ -66,6 +66,15 @@ class Written:
     usage: str = ""  # how to load what was written
 
 
+@dataclass
+class Loss:
+    """A term of an RNN that a target cannot hold: `term` is the sentence that names it (in the refusal);
+    `nearest` gives the RNN the target can hold without it (what --allow-lossy writes), None where there is none."""
+
+    term: str
+    nearest: Callable[[CanonicalRNN], CanonicalRNN] | None = None
+
+
 class Unrecognized(BadInput):
     """A readable file that none of the formats recognises (or too damaged to tell)."""
 
@@ -213,6 +222,10 @@ class Format(ABC):
     @abstractmethod
     def read(self, path: Path, options: ReadOptions) -> contextlib.AbstractContextManager[Source]:
         """The RNNs of the file in canonical form, read lazily while the context lasts."""
+
+    def losses(self, rnn: CanonicalRNN) -> list[Loss]:
+        """What of `rnn` this format cannot hold exactly, found before anything is written (lossless or refused)."""
+        return []
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         raise Unsupported(f"no writer for format {self.name!r}")
