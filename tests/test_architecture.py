@@ -262,6 +262,7 @@ OLD_NAME_SOURCES = {  # one small file per source format; a cuDNN blob is made f
     "torch": FIXTURES / "torch" / "rnn_tanh.pt",
     "onnx": FIXTURES / "onnx" / "gru3_dynamo.onnx",  # not relu: ncnn's RNN computes tanh only
     "tf1": FIXTURES / "tf1" / "rnn_tanh.ckpt",
+    "openvino": FIXTURES / "openvino" / "rnn_tanh.xml",
     "mlx": FIXTURES / "mlx" / "lstm.safetensors",
     "ncnn": FIXTURES / "ncnn" / "lstm.param",
 }
