@@ -22,9 +22,9 @@ import numpy as np
 from pydantic import ValidationError
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance
+from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.dtypes import decode, element_type, encode
-from rnnconv.errors import BackendMissing, BadInput, Unsupported, no_such_rnn, several_rnns
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
 from rnnconv.formats._msgpack import Bfloat16Words
 from rnnconv.safeio import regular_file
 from rnnconv.table.constants import (
@@ -252,6 +252,36 @@ def activation_of(spec: RNNSpec) -> str:
 
 def family(spec: RNNSpec) -> str:
     return CUDNN_MODES[spec.mode][0]
+
+
+def check_same(found: RNNSpec, spec: RNNSpec, name: str, path: Path) -> None:
+    same = ("input_size", "hidden_size", "num_layers", "bidirectional", "proj_size")
+    if any(getattr(found, f) != getattr(spec, f) for f in same) or found.cell != spec.cell:
+        raise BadInput(f"RNN {name!r} in {path} is not the RNN the blob describes ({spec.describe()})")
+
+
+def inspect_tree(path: Path, rnns: list[_jax.TreeRNN], kind: str, convert: Callable[..., CanonicalRNN]) -> InspectReport:
+    entries = []
+    for rnn in rnns:
+        try:
+            canonical = convert(rnn, path, Provenance(path=str(path)))
+            entries.append(
+                InspectEntry(
+                    name=rnn.name,
+                    layer_class=rnn.layer_class,
+                    spec=canonical.spec.to_model(),
+                    converts=True,
+                    notes=canonical.notes,
+                )
+            )
+        except RnnconvError as exc:
+            entries.append(InspectEntry(name=rnn.name, layer_class=rnn.layer_class, converts=False, reason=str(exc)))
+    return InspectReport(path=str(path), format=kind, rnns=entries)
+
+
+def is_map(head: bytes) -> bool:
+    """Whether bytes begin a msgpack map of 1 to 15 entries (fixmap), as a Flax tree of an RNN does."""
+    return len(head) > 2 and 0x81 <= head[0] <= 0x8F
 
 
 # --- where the RNN came from: a JSON beside the file ------------------------------------------------------------

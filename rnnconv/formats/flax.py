@@ -22,8 +22,8 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
-from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError
+from rnnconv.contracts import BackendInfo, InspectReport, Provenance
+from rnnconv.errors import BackendMissing, BadInput
 from rnnconv.formats import _jax, _msgpack
 from rnnconv.formats.cudnn import Blob
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, convert_each, register
@@ -271,7 +271,7 @@ class FlaxFormat(Format):
         return write(rnns, path, options)
 
     def inspect(self, path: Path) -> InspectReport:
-        return inspect_tree(path, find(load_tree(path)), KIND, to_canonical)
+        return _jax.inspect_tree(path, find(load_tree(path)), KIND, to_canonical)
 
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
         if recorded.layer and recorded.format == KIND:
@@ -286,42 +286,12 @@ class FlaxFormat(Format):
         tree = load_tree(path)
         (rnn,) = _jax.choose(find(tree), source.layer, False, path, "Flax RNN cell")
         found = to_canonical(rnn, path, source).spec
-        check_same(found, spec, rnn.name, path)
+        _jax.check_same(found, spec, rnn.name, path)
         how = f"jax {versions()['jax']}, flax {versions()['flax']}: nn.RNN(nn.{rnn.layer_class}) on the file's params"
         return run_variables(laid_out(rnn), spec, inputs), how
-
-
-def check_same(found: RNNSpec, spec: RNNSpec, name: str, path: Path) -> None:
-    same = ("input_size", "hidden_size", "num_layers", "bidirectional", "proj_size")
-    if any(getattr(found, f) != getattr(spec, f) for f in same) or found.cell != spec.cell:
-        raise BadInput(f"RNN {name!r} in {path} is not the RNN the blob describes ({spec.describe()})")
-
-
-def inspect_tree(path: Path, rnns: list[_jax.TreeRNN], kind: str, convert: Any) -> InspectReport:
-    entries = []
-    for rnn in rnns:
-        try:
-            canonical = convert(rnn, path, Provenance(path=str(path)))
-            entries.append(
-                InspectEntry(
-                    name=rnn.name,
-                    layer_class=rnn.layer_class,
-                    spec=canonical.spec.to_model(),
-                    converts=True,
-                    notes=canonical.notes,
-                )
-            )
-        except RnnconvError as exc:
-            entries.append(InspectEntry(name=rnn.name, layer_class=rnn.layer_class, converts=False, reason=str(exc)))
-    return InspectReport(path=str(path), format=kind, rnns=entries)
 
 
 def _is_variables(head: bytes) -> bool:
     """A msgpack map whose first key is "params" (what to_bytes writes for a linen module's variables)."""
     key = FLAX_PARAMS.encode()
-    return is_map(head) and head[1:].startswith(bytes([0xA0 | len(key)]) + key)
-
-
-def is_map(head: bytes) -> bool:
-    """Whether bytes begin a msgpack map of 1 to 15 entries (fixmap), as a Flax tree of an RNN does."""
-    return len(head) > 2 and 0x81 <= head[0] <= 0x8F
+    return _jax.is_map(head) and head[1:].startswith(bytes([0xA0 | len(key)]) + key)
