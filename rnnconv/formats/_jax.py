@@ -205,12 +205,15 @@ def joined(cell: Mapping[str, Any], params: Params) -> Callable[[str], np.ndarra
     return fetch
 
 
-def split(stored: Mapping[str, np.ndarray], params: Params, dtype: str) -> dict[str, dict[str, np.ndarray]]:
-    """A cell's params tree from its roles' tensors, each split into its params' columns, stored as `dtype`."""
+def split(stored: Mapping[str, np.ndarray], params: Params, dtype: str, row: Row) -> dict[str, dict[str, np.ndarray]]:
+    """A cell's params tree from its roles' tensors, each split into its params' columns, stored as `dtype`; a
+    source without biases gets zero biases (a Flax cell always has them)."""
     etype = element_type(dtype)
+    hidden = stored["recurrent_matrix"].shape[0]
+    zeros = {role: np.zeros(shape) for role, shape in row.bias.shapes(row.gate_order, hidden).items()}
     cell: dict[str, dict[str, np.ndarray]] = {}
     for role, parts in params.items():
-        tensor = stored[role]
+        tensor = stored[role] if role in stored else zeros[role]
         width = tensor.shape[-1] // len(parts)
         for k, part in enumerate(parts):
             dense, _, name = part.partition("/")

@@ -124,9 +124,10 @@ def load(path: Path) -> EquinoxCell:
         gates = len(find_row("equinox", EQUINOX_CLASSES[cell]).gate_order)
         if rows == gates * hidden and len(found) in (2, len(fields)):
             return EquinoxCell(cell, dict(zip(fields, found)), data)
+    cells = " or ".join(f"{EQUINOX_CLASSES[c]} ({', '.join(fields)})" for c, fields in EQUINOX_FIELDS.items())
     raise BadInput(
-        f"{path} holds {len(found)} leaves ({described}): rnnconv reads one eqx.nn.LSTMCell (weight_ih, weight_hh, "
-        f"bias) or GRUCell (and bias_n), or one with use_bias=False; a list of cells does not say which is which"
+        f"{path} holds {len(found)} leaves ({described}): rnnconv reads one eqx.nn.{cells}, or one with "
+        f"use_bias=False; a list of cells does not say which is which"
     )
 
 

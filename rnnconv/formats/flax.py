@@ -122,7 +122,7 @@ def variables(rnn: CanonicalRNN, dtype: str) -> dict[str, Any]:
     params = FLAX_LINEN_CELLS[row.cell]
     stack = []
     for layer in range(spec.num_layers):
-        cells = [{FLAX_CELL: _jax.split(rnn.stored(row, layer, d), params, dtype)} for d in range(spec.num_directions)]
+        cells = [{FLAX_CELL: _jax.split(rnn.stored(row, layer, d), params, dtype, row)} for d in range(spec.num_directions)]
         stack.append(dict(zip(FLAX_DIRECTIONS, cells)) if spec.bidirectional else cells[0])
     tree = stack[0] if len(stack) == 1 else {FLAX_LINEN_LAYERS.format(layer=k): s for k, s in enumerate(stack)}
     return {FLAX_PARAMS: tree}

@@ -161,7 +161,7 @@ def pure_dict(rnn: CanonicalRNN, dtype: str) -> dict[Any, Any]:
     params = FLAX_NNX_CELLS[layer_class]
     stack: list[dict[str, Any]] = []
     for layer in range(spec.num_layers):
-        cells = [{FLAX_CELL: _jax.split(rnn.stored(row, layer, d), params, dtype)} for d in range(spec.num_directions)]
+        cells = [{FLAX_CELL: _jax.split(rnn.stored(row, layer, d), params, dtype, row)} for d in range(spec.num_directions)]
         pair = dict(zip(FLAX_DIRECTIONS, cells))
         stack.append({k: pair[k] for k in sorted(pair)} if spec.bidirectional else cells[0])  # nnx's order: sorted
     return stack[0] if len(stack) == 1 else {FLAX_NNX_LAYERS: dict(enumerate(stack))}
@@ -224,7 +224,7 @@ def run_tree(
                 cell = cell_class(spec.layer_input_size(layer), spec.hidden_size, rngs=nnx.Rngs(0), **kwargs)
                 module = nnx.RNN(cell, return_carry=True)
                 params = nnx.state(module, nnx.Param)
-                nnx.replace_by_pure_dict(params, {FLAX_CELL: _float32(stored)})
+                replace_by_pure_dict(nnx, params, {FLAX_CELL: _float32(stored)})
                 nnx.update(module, params)
                 pseudo = layer * spec.num_directions + direction
                 carry: Any = (c0[pseudo], h0[pseudo]) if spec.mode == LSTM else h0[pseudo]
@@ -239,6 +239,15 @@ def run_tree(
             layer_input = np.concatenate(outputs, axis=-1)
     y = _jax.padded_zero(layer_input.transpose(1, 0, 2), lengths)
     return {"y": y, "h_n": h_n, "c_n": c_n if spec.mode == LSTM else None}
+
+
+def replace_by_pure_dict(nnx: Any, state: Any, pure: Any) -> None:
+    """nnx.replace_by_pure_dict where flax has it (0.12 does), else the State method (flax 0.10 has only that)."""
+    replace = getattr(nnx, "replace_by_pure_dict", None)
+    if replace is not None:
+        replace(state, pure)
+    else:
+        state.replace_by_pure_dict(pure)
 
 
 def _float32(node: Any) -> Any:
