@@ -263,7 +263,7 @@ def check_same(found: RNNSpec, spec: RNNSpec, name: str, path: Path) -> None:
         raise BadInput(f"RNN {name!r} in {path} is not the RNN the blob describes ({spec.describe()})")
 
 
-def inspect_tree(path: Path, rnns: list[_jax.TreeRNN], kind: str, convert: Callable[..., CanonicalRNN]) -> InspectReport:
+def inspect_tree(path: Path, rnns: list[TreeRNN], kind: str, convert: Callable[..., CanonicalRNN]) -> InspectReport:
     entries = []
     for rnn in rnns:
         try:

@@ -53,7 +53,8 @@ class Leaf:
 
 def leaves(data: bytes, what: str) -> list[Leaf]:
     """The .npy leaves of a file, each header parsed as a literal (never unpickled) and its data's size checked."""
-    found, pos = [], 0
+    found: list[Leaf] = []
+    pos = 0
     view = memoryview(data)
     while pos < len(data):
         if len(found) >= MAX_LEAVES:
@@ -77,7 +78,8 @@ def leaves(data: bytes, what: str) -> list[Leaf]:
         descr, fortran, shape = header["descr"], header["fortran_order"], header["shape"]
         if descr not in LEAF_TYPES:
             raise BadInput(
-                f"{what}: leaf {len(found)} is of type {descr!r}; an Equinox cell's leaves are {', '.join(LEAF_TYPES.values())}"
+                f"{what}: leaf {len(found)} is of type {descr!r}; an Equinox cell's leaves are "
+                f"{', '.join(LEAF_TYPES.values())}"
             )
         if (
             fortran is not False
@@ -178,7 +180,9 @@ def leaves_of(rnn: CanonicalRNN, dtype: str) -> list[np.ndarray]:
     if family not in EQUINOX_CLASSES:
         raise Unsupported(f"{rnn.name}: Equinox has no simple RNN cell (eqx.nn has LSTMCell and GRUCell)")
     if dtype not in LEAF_TYPES.values():
-        raise BadInput(f"an .eqx leaf is a .npy, which has no {dtype}: choose --dtype {' or '.join(LEAF_TYPES.values())}")
+        raise BadInput(
+            f"an .eqx leaf is a .npy, which has no {dtype}: choose --dtype {' or '.join(LEAF_TYPES.values())}"
+        )
     row = find_row("equinox", EQUINOX_CLASSES[family])
     stored = rnn.stored(row, 0, 0)
     fields = EQUINOX_FIELDS[family] if spec.bias else EQUINOX_FIELDS[family][:2]

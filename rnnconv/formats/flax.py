@@ -74,9 +74,7 @@ def find(tree: Mapping[str, Any]) -> list[_jax.TreeRNN]:
     return _jax.find_rnns(tree[FLAX_PARAMS], recognise, layers)
 
 
-def to_canonical(
-    rnn: _jax.TreeRNN, path: Path, source: Provenance, options: ReadOptions | None = None
-) -> CanonicalRNN:
+def to_canonical(rnn: _jax.TreeRNN, path: Path, source: Provenance, options: ReadOptions | None = None) -> CanonicalRNN:
     options = options or ReadOptions()
     what = f"RNN {rnn.name!r} in {path}"
     row = find_row("flax", rnn.layer_class)
@@ -122,7 +120,9 @@ def variables(rnn: CanonicalRNN, dtype: str) -> dict[str, Any]:
     params = FLAX_LINEN_CELLS[row.cell]
     stack = []
     for layer in range(spec.num_layers):
-        cells = [{FLAX_CELL: _jax.split(rnn.stored(row, layer, d), params, dtype, row)} for d in range(spec.num_directions)]
+        cells = [
+            {FLAX_CELL: _jax.split(rnn.stored(row, layer, d), params, dtype, row)} for d in range(spec.num_directions)
+        ]
         stack.append(dict(zip(FLAX_DIRECTIONS, cells)) if spec.bidirectional else cells[0])
     tree = stack[0] if len(stack) == 1 else {FLAX_LINEN_LAYERS.format(layer=k): s for k, s in enumerate(stack)}
     return {FLAX_PARAMS: tree}

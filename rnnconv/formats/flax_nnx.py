@@ -96,9 +96,7 @@ def find(tree: Mapping[Any, Any]) -> list[_jax.TreeRNN]:
     return _jax.find_rnns(tree, recognise, layers)
 
 
-def to_canonical(
-    rnn: _jax.TreeRNN, path: Path, source: Provenance, options: ReadOptions | None = None
-) -> CanonicalRNN:
+def to_canonical(rnn: _jax.TreeRNN, path: Path, source: Provenance, options: ReadOptions | None = None) -> CanonicalRNN:
     options = options or ReadOptions()
     what = f"RNN {rnn.name!r} in {path}"
     row = find_row("flax-nnx", rnn.layer_class)
@@ -161,7 +159,9 @@ def pure_dict(rnn: CanonicalRNN, dtype: str) -> dict[Any, Any]:
     params = FLAX_NNX_CELLS[layer_class]
     stack: list[dict[str, Any]] = []
     for layer in range(spec.num_layers):
-        cells = [{FLAX_CELL: _jax.split(rnn.stored(row, layer, d), params, dtype, row)} for d in range(spec.num_directions)]
+        cells = [
+            {FLAX_CELL: _jax.split(rnn.stored(row, layer, d), params, dtype, row)} for d in range(spec.num_directions)
+        ]
         pair = dict(zip(FLAX_DIRECTIONS, cells))
         stack.append({k: pair[k] for k in sorted(pair)} if spec.bidirectional else cells[0])  # nnx's order: sorted
     return stack[0] if len(stack) == 1 else {FLAX_NNX_LAYERS: dict(enumerate(stack))}
@@ -202,13 +202,13 @@ def require_nnx() -> tuple[Any, Any]:
     try:
         from flax import nnx
     except ImportError:
-        raise BackendMissing("running flax.nnx needs flax, which is not installed (pip install 'rnnconv[flax]')") from None
+        raise BackendMissing(
+            "running flax.nnx needs flax, which is not installed (pip install 'rnnconv[flax]')"
+        ) from None
     return jax, nnx
 
 
-def run_tree(
-    rnn: _jax.TreeRNN, spec: RNNSpec, inputs: Mapping[str, np.ndarray | None]
-) -> dict[str, np.ndarray | None]:
+def run_tree(rnn: _jax.TreeRNN, spec: RNNSpec, inputs: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray | None]:
     """y, h_n, c_n of a found RNN's cells, each layer and direction an nnx.RNN of the nnx cell class it is, its
     params replaced by the file's (nnx.replace_by_pure_dict), run in JAX (float32, CPU)."""
     jax, nnx = require_nnx()
@@ -308,4 +308,3 @@ class FlaxNnxFormat(Format):
         _jax.check_same(to_canonical(rnn, path, source).spec, spec, rnn.name, path)
         how = f"jax {versions()['jax']}, flax {versions()['flax']}: nnx.RNN(nnx.{rnn.layer_class}) on the file's params"
         return run_tree(rnn, spec, inputs), how
-

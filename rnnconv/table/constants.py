@@ -316,7 +316,7 @@ FLAX_NNX_OPTIMIZED_LSTM: Final[dict[str, tuple[str, ...]]] = {  # OptimizedLSTMC
     "recurrent_matrix": _flax_dense("dense_h"),
     "bias": _flax_dense("dense_h", param=FLAX_BIAS),
 }
-FLAX_NNX_CELLS: Final[dict[str, dict[str, dict[str, tuple[str, ...]]]]] = {  # class -> role -> params
+FLAX_NNX_CELLS: Final[dict[str, dict[str, tuple[str, ...]]]] = {  # class -> role -> params
     "LSTMCell": FLAX_NNX_LSTM,
     "OptimizedLSTMCell": FLAX_NNX_OPTIMIZED_LSTM,
     "GRUCell": FLAX_NNX_STACKED,
