@@ -262,7 +262,7 @@ TF1_VARIABLES: Final[dict[str, dict[str, tuple[tuple[str, str], ...]]]] = {
         "bias": ((TF1_BIAS, TF1_ALL_ROWS),),
     },
 }
-# --- JAX: Flax linen, flax.nnx, Equinox (docs/LAYOUTS.md section 10) --------------------------------------------
+# --- JAX: Flax linen, flax.nnx, Equinox (docs/LAYOUTS.md section 11) --------------------------------------------
 # A Flax cell stores each gate's matrix as its own Dense: `<dense>/kernel` (in, H), x @ kernel, and its bias as
 # `<dense>/bias`. A role's tensor (table/rows.py) is the columns of these params of the cell, joined in order.
 FLAX_KERNEL: Final = "kernel"
