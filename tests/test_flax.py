@@ -318,7 +318,7 @@ HOSTILE = {
     "wrong byte count": lambda good: good.replace(b"\xa7float32\xc4\x40", b"\xa7float32\xc4\x3c", 1),
     "unknown dtype": lambda good: good.replace(b"float32", b"object_", 1),
     "deep nesting": lambda good: b"\x81\xa6params" + b"\x81\xa1a" * 100 + b"\xc0",
-    "huge map": lambda good: b"\x81\xa6params\xdf" + struct.pack(">IN", 2**31) + b"\xa1a",
+    "huge map": lambda good: b"\x81\xa6params\xdf" + struct.pack(">I", 2**31) + b"\xa1a",
     "no params": lambda good: b"\x81\xa6params\x81\xa1a\x01",
 }
 
