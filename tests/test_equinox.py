@@ -172,3 +172,21 @@ def test_damaged_files_get_one_sentence(damage, tmp_path):
     bad = tmp_path / "bad.eqx"
     bad.write_bytes(HOSTILE[damage]())
     assert_clean_failure(run_cli("convert", bad, tmp_path / "out.bin"), 2)
+
+
+@pytest.mark.slow
+def test_verify_runs_a_written_cell_and_catches_two_gates_swapped(tmp_path):
+    source, out = tmp_path / "rnn.pt", tmp_path / "cell.eqx"
+    torch.save(torch_module("gru", 1, False, seed=8).state_dict(), source)
+    rnnconv.convert(source, out)
+    result = run_cli("verify", out, "--ragged")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "MATCH: cell.eqx computes what rnn.pt computes" in " ".join(result.stdout.split())
+    cell = eqx.tree_deserialise_leaves(out, eqx.nn.GRUCell(IN, H, key=jax.random.key(0)))
+    swapped = np.concatenate([np.arange(H, 2 * H), np.arange(H), np.arange(2 * H, 3 * H)])  # r and z
+    cell = eqx.tree_at(lambda c: (c.weight_ih, c.weight_hh, c.bias), cell,
+                       (cell.weight_ih[swapped], cell.weight_hh[swapped], cell.bias[swapped]))  # fmt: skip
+    eqx.tree_serialise_leaves(out, cell)
+    result = run_cli("verify", out, "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert '"verdict": "mismatch"' in result.stdout

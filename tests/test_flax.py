@@ -20,6 +20,7 @@ from keras_oracle import oracle
 from test_torch import torch_run
 
 import rnnconv
+import rnnconv.contracts
 from rnnconv.canonical import RNNSpec
 from rnnconv.contracts import Provenance
 from rnnconv.errors import Unsupported
@@ -251,6 +252,12 @@ def test_nnx_refuses_a_gru_with_b_hn_and_takes_one_without(tmp_path):
     result = run_cli("convert", source, tmp_path / "gru.nnx.msgpack")
     assert_clean_failure(result, 2, "flax.nnx's GRUCell has no b_hn", "the source's b_hn is non-zero")
     assert not (tmp_path / "gru.nnx.msgpack").exists()
+    lossy = run_cli("convert", source, tmp_path / "gru.nnx.msgpack", "--allow-lossy")
+    assert lossy.returncode == 0 and "--allow-lossy" in lossy.stdout + lossy.stderr, lossy.stderr
+    with rnnconv.load(tmp_path / "gru.nnx.msgpack") as (written,):
+        assert not any(np.any(written.param(k)) for k in written.spec.param_keys() if k.kind == "bR" and k.gate == "h")
+    (tmp_path / "gru.nnx.msgpack").unlink()
+    (tmp_path / "gru.nnx.msgpack.rnnconv.json").unlink()
     torch.save(torch_module("gru", 1, False, seed=2, zero_b_hn=True).state_dict(), source)
     assert run_cli("convert", source, tmp_path / "gru.nnx.msgpack").returncode == 0
 
@@ -294,13 +301,13 @@ def test_inspect_names_every_rnn_of_a_model_with_several(tmp_path):
 
 
 @pytest.mark.slow
-def test_verify_runs_a_flax_source_and_the_jax_engine(tmp_path):
+def test_verify_runs_a_flax_source_and_the_flax_engine(tmp_path):
     made = tmp_path / "made.msgpack"
     variables = linen_module("gru", 2, True).init(jax.random.key(5), jnp.zeros((1, 1, IN)))
     made.write_bytes(flax_serialization.to_bytes(jax.tree_util.tree_map(lambda a: a + 0.1, variables)))
     blob = tmp_path / "blob.bin"
     rnnconv.convert(made, blob)
-    result = run_cli("verify", blob, "--backend", "jax", "--json")
+    result = run_cli("verify", blob, "--backend", "flax", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["verdict"] == "match", report
@@ -333,3 +340,48 @@ def test_damaged_files_get_one_sentence(damage, tmp_path):
     bad.write_bytes(HOSTILE[damage](good.read_bytes()))
     assert bad.read_bytes() != good.read_bytes()
     assert_clean_failure(run_cli("convert", bad, tmp_path / "out.bin"), 2)
+
+
+# --- verify a written file: the file itself, run in its library, against its recorded source --------------------
+
+SWAPPED = {"flax": (("ii", "if"), ("hi", "hf")), "flax-nnx": (("ii", "if_"), ("hi", "hf"))}
+
+
+def swap_first_two_gates(path, target: str) -> None:
+    """The written LSTM's first two gates (i and f) swapped in every Dense of its first cell, as Flax reads it."""
+    tree = flax_serialization.msgpack_restore(path.read_bytes())
+    node = tree["params"] if target == "flax" else tree
+    while "cell" not in node:
+        node = node[sorted(node, key=str)[0]]
+    cell = node["cell"]
+    for first, second in SWAPPED[target]:
+        cell[first], cell[second] = cell[second], cell[first]
+    path.write_bytes(flax_serialization.msgpack_serialize(tree))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["flax", "flax-nnx"])
+def test_verify_runs_a_written_file_and_catches_two_gates_swapped(target, tmp_path):
+    source, out = tmp_path / "rnn.pt", tmp_path / f"rnn{SUFFIX[target]}"
+    torch.save(torch_module("lstm", 2, True, seed=8).state_dict(), source)
+    rnnconv.convert(source, out, to=target)
+    result = run_cli("verify", out, "--ragged", "--report", tmp_path / "r.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"MATCH: {out.name} computes what rnn.pt computes" in " ".join(result.stdout.split())
+    report = rnnconv.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
+    assert report.backend.name == target and f"{out.name} run as written" in report.backend.detail
+    swap_first_two_gates(out, target)
+    result = run_cli("verify", out, "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = rnnconv.contracts.Report.model_validate_json(result.stdout)
+    assert report.verdict == "mismatch" and report.diagnosis is not None and report.diagnosis.found
+    assert "look swapped" in report.diagnosis.message
+
+
+@pytest.mark.parametrize("record", ["{", '{"rnnconv.source": {"path": 5}}', "[1, 2]", '{"other": 1}'])
+def test_a_garbled_source_record_is_refused_in_a_sentence(record, tmp_path):
+    source, out = tmp_path / "rnn.pt", tmp_path / "rnn.msgpack"
+    torch.save(torch_module("gru", 1, False, seed=8).state_dict(), source)
+    rnnconv.convert(source, out)
+    (tmp_path / "rnn.msgpack.rnnconv.json").write_text(record)
+    assert_clean_failure(run_cli("verify", out), 2, "rnn.msgpack.rnnconv.json")

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import ValidationError
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.dtypes import decode, element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
+from rnnconv.formats import registry
 from rnnconv.formats._msgpack import Bfloat16Words
 from rnnconv.safeio import regular_file
 from rnnconv.table.constants import (
@@ -39,8 +39,6 @@ from rnnconv.table.constants import (
 from rnnconv.table.rows import Row
 
 SIDECAR_SUFFIX = ".rnnconv.json"
-SOURCE_KEY = "rnnconv.source"  # as registry.SOURCE_KEY, where a runtime format records its RNN's source
-SIDECAR_LIMIT = 1 << 20
 ROOT = "params"  # the name of an RNN that is a file's whole tree
 Params = Mapping[str, tuple[str, ...]]  # role -> the cell's params (Dense/param) whose columns it joins
 
@@ -231,6 +229,13 @@ def sizes_of(rnn: TreeRNN, params: Params, row: Row, where: str) -> tuple[int, i
     return shapes["input_matrix"][0], rows
 
 
+def projection_losses(rnn: CanonicalRNN, title: str) -> list[registry.Loss]:
+    """A projection, which no JAX library's LSTM cell has."""
+    if not rnn.spec.proj_size:
+        return []
+    return [registry.Loss(f"{title}'s LSTM cells have no projection (h = W_hr h', proj_size={rnn.spec.proj_size})")]
+
+
 def one_rnn(rnns: list[CanonicalRNN], title: str) -> CanonicalRNN:
     if len(rnns) != 1:
         raise BadInput(
@@ -238,8 +243,8 @@ def one_rnn(rnns: list[CanonicalRNN], title: str) -> CanonicalRNN:
             f"({', '.join(r.name for r in rnns)}); pick one with --layer"
         )
     (rnn,) = rnns
-    if rnn.spec.proj_size:
-        raise Unsupported(f"{rnn.name}: {title}'s LSTM cells have no projection (proj_size={rnn.spec.proj_size})")
+    if refused := projection_losses(rnn, title):
+        raise Unsupported(f"{rnn.name}: {refused[0].term}")
     return rnn
 
 
@@ -295,30 +300,24 @@ def sidecar(path: Path) -> Path:
 
 
 def sidecar_text(rnn: CanonicalRNN, output: Path) -> str:
-    """The JSON recording where a written RNN came from (as cuDNN's sidecars do)."""
-    source = rnn.provenance()
-    relative = os.path.relpath(source.path, output.resolve().parent) if source.path else None
-    source = source.model_copy(update={"dtype": source.dtype or rnn.spec.dtype, "relative_path": relative})
-    recorded = json.loads(source.model_dump_json(by_alias=True, exclude_none=True))
-    return json.dumps({SOURCE_KEY: recorded}, indent=2) + "\n"
+    """The JSON beside a written file: `{"rnnconv.source": <the source record>}` (registry.source_record)."""
+    return json.dumps({registry.SOURCE_KEY: json.loads(registry.source_record(rnn, output))}, indent=2) + "\n"
 
 
 def recorded_source(path: Path) -> Provenance | None:
     """The source recorded beside a file rnnconv wrote (None when there is no such JSON)."""
     beside = sidecar(path)
-    if not beside.exists():
+    if not os.path.lexists(beside):
         return None
+    if regular_file(beside) > registry.SOURCE_RECORD_LIMIT:
+        raise BadInput(f"{beside} is larger than any source record rnnconv writes")
     try:
-        if regular_file(beside) > SIDECAR_LIMIT:
-            raise BadInput(f"{beside} is larger than any JSON rnnconv writes")
         document = json.loads(beside.read_text(encoding="utf-8"))
-        if not isinstance(document, dict) or SOURCE_KEY not in document:
-            raise BadInput(f"{beside} has no {SOURCE_KEY!r} entry")
-        return Provenance.model_validate(document[SOURCE_KEY])
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise BadInput(f"{beside} is not JSON") from None
-    except ValidationError as exc:
-        raise BadInput(f"{beside} does not record a source: {exc.errors()[0]['msg']}") from None
+    if not isinstance(document, dict) or registry.SOURCE_KEY not in document:
+        raise BadInput(f"{beside} has no {registry.SOURCE_KEY!r} entry")
+    return registry.read_source_record(json.dumps(document[registry.SOURCE_KEY]), beside)
 
 
 # --- JAX on the CPU ---------------------------------------------------------------------------------------------

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance
+from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported
-from rnnconv.formats import _jax
+from rnnconv.formats import _jax, registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file
 from rnnconv.table.apply import find_row
@@ -169,16 +169,25 @@ def to_canonical(cell: EquinoxCell, path: Path, source: Provenance, options: Rea
 # --- writing ----------------------------------------------------------------------------------------------------
 
 
+def losses(rnn: CanonicalRNN) -> list[registry.Loss]:
+    """What one Equinox cell cannot hold: several layers, two directions, a simple RNN, a projection."""
+    spec = rnn.spec
+    found = _jax.projection_losses(rnn, "Equinox")
+    if spec.num_layers > 1 or spec.bidirectional:
+        found.append(registry.Loss(
+            f"Equinox has no multi-layer or bidirectional RNN (an .eqx holds one cell), and this RNN has "
+            f"{spec.num_layers} layers and {spec.num_directions} directions"
+        ))  # fmt: skip
+    if _jax.family(spec) not in EQUINOX_CLASSES:
+        found.append(registry.Loss("Equinox has no simple RNN cell (eqx.nn has LSTMCell and GRUCell)"))
+    return found
+
+
 def leaves_of(rnn: CanonicalRNN, dtype: str) -> list[np.ndarray]:
     spec = rnn.spec
-    if spec.num_layers > 1 or spec.bidirectional:
-        raise Unsupported(
-            f"{rnn.name}: Equinox has no multi-layer or bidirectional RNN (an .eqx holds one cell), and this RNN has "
-            f"{spec.num_layers} layers and {spec.num_directions} directions"
-        )
+    if refused := losses(rnn):
+        raise Unsupported(f"{rnn.name}: {refused[0].term}")
     family = _jax.family(spec)
-    if family not in EQUINOX_CLASSES:
-        raise Unsupported(f"{rnn.name}: Equinox has no simple RNN cell (eqx.nn has LSTMCell and GRUCell)")
     if dtype not in LEAF_TYPES.values():
         raise BadInput(
             f"an .eqx leaf is a .npy, which has no {dtype}: choose --dtype {' or '.join(LEAF_TYPES.values())}"
@@ -261,12 +270,27 @@ def versions() -> dict[str, str]:
     return {"jax": jax.__version__, "equinox": equinox.__version__}
 
 
+class EquinoxEngine(registry.RuntimeEngine):
+    """The blob as the .eqx rnnconv writes, loaded by eqx.tree_deserialise_leaves and run in JAX (CPU)."""
+
+    name = "equinox"
+    format_name = "equinox"
+    suffix = ".eqx"
+
+    def describe(self) -> BackendInfo:
+        return BackendInfo(name=self.name, detail="an Equinox cell in JAX (CPU) running the blob, float32")
+
+    def versions(self) -> dict[str, str]:
+        return versions()
+
+
 # --- the format -------------------------------------------------------------------------------------------------
 
 
 @register
 class EquinoxFormat(Format):
     info = FORMAT_INFO["equinox"]
+    engine = EquinoxEngine  # verify --backend equinox
 
     def sniff(self, probe: Probe) -> bool:
         return probe.head.startswith(NPY_MAGIC)
@@ -284,6 +308,9 @@ class EquinoxFormat(Format):
             raise Unsupported(f"the {cell.name} in {path} cannot be converted: {exc}") from None
         rnn.digest = digest
         yield Source([rnn])
+
+    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        return losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         return write(rnns, path, options)

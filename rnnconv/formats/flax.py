@@ -8,7 +8,7 @@ in` kernels and biases, `hr, hz` kernels, `hn` kernel and bias; SimpleCell: `i` 
 the facts, checked against Flax and PyTorch.
 
 Reading and writing need neither Flax nor JAX (`_msgpack`); `run` builds the same modules in Flax and runs them in
-JAX on the CPU, for `verify` and for the `jax` engine (a blob run as Flax linen cells).
+JAX on the CPU, for `verify` and for the `flax` engine (a blob run as Flax linen cells).
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo, InspectReport, Provenance
 from rnnconv.errors import BackendMissing, BadInput
-from rnnconv.formats import _jax, _msgpack
-from rnnconv.formats.cudnn import Blob
+from rnnconv.formats import _jax, _msgpack, registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, convert_each, register
 from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file
 from rnnconv.table.apply import find_row
@@ -222,20 +220,15 @@ def versions() -> dict[str, str]:
     return {"jax": jax.__version__, "flax": flax.__version__}
 
 
-class JaxEngine:
-    """The blob as Flax linen cells (the variables rnnconv writes) in JAX on the CPU: equations nobody here wrote."""
+class FlaxEngine(registry.RuntimeEngine):
+    """The blob as the .msgpack rnnconv writes, run by Flax linen's nn.RNN cells in JAX (CPU)."""
 
-    name = "jax"
-
-    def __init__(self) -> None:
-        self.notes: list[str] = []
-
-    def run(self, blob: Blob, inputs: Inputs) -> Outputs:
-        rnn = blob.to_canonical()
-        return run_variables(variables(_jax.one_rnn([rnn], "Flax"), "float32"), blob.spec, inputs)
+    name = "flax"
+    format_name = "flax"
+    suffix = ".msgpack"
 
     def describe(self) -> BackendInfo:
-        return BackendInfo(name=self.name, detail="JAX (CPU) running the blob as Flax linen nn.RNN cells, float32")
+        return BackendInfo(name=self.name, detail="Flax linen nn.RNN cells in JAX (CPU) running the blob, float32")
 
     def versions(self) -> dict[str, str]:
         return versions()
@@ -248,7 +241,7 @@ class JaxEngine:
 class FlaxFormat(Format):
     info = FORMAT_INFO["flax"]
     sniff_order = 45  # a msgpack map with a params collection; before flax-nnx, whose trees have none
-    engine = JaxEngine  # verify --backend jax
+    engine = FlaxEngine  # verify --backend flax
 
     def sniff(self, probe: Probe) -> bool:
         return _is_variables(probe.head)
@@ -266,6 +259,9 @@ class FlaxFormat(Format):
             return converted
 
         yield convert_each(chosen, canonical, lambda rnn: f"RNN {rnn.name!r} in {path}")
+
+    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        return _jax.projection_losses(rnn, self.title)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         return write(rnns, path, options)

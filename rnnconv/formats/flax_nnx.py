@@ -14,6 +14,8 @@ Reading and writing need neither Flax nor JAX (`_msgpack`); `run` loads the file
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,14 +23,15 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
-from rnnconv.contracts import InspectReport, Provenance
+from rnnconv.contracts import BackendInfo, InspectReport, Provenance
 from rnnconv.errors import BackendMissing, BadInput, Unsupported
-from rnnconv.formats import _jax, _msgpack
+from rnnconv.formats import _jax, _msgpack, registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, convert_each, register
 from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import (
     CUDNN_GATES,
+    DIRECTION_WORDS,
     FLAX_CELL,
     FLAX_DIRECTIONS,
     FLAX_NNX_CELLS,
@@ -135,19 +138,47 @@ def to_canonical(rnn: _jax.TreeRNN, path: Path, source: Provenance, options: Rea
 # --- writing ----------------------------------------------------------------------------------------------------
 
 
-def check_holds(rnn: CanonicalRNN) -> None:
-    """nnx's GRUCell has no b_hn: refuse a GRU whose b_hn is non-zero (exactly zero converts)."""
-    spec = rnn.spec
+def b_hn_keys(spec: RNNSpec) -> list[ParamKey]:
+    """Every b_hn of a GRU (the new gate's recurrent bias, inside the reset product), which nnx's GRUCell lacks."""
     if spec.mode != GRU or not spec.bias:
-        return
+        return []
     new_gate = CUDNN_GATES[GRU][-1]
-    for layer in range(spec.num_layers):
-        for direction in range(spec.num_directions):
-            if np.any(rnn.param(ParamKey(layer, direction, Kind.bR, new_gate)) != 0):
-                raise Unsupported(
-                    f"flax.nnx's GRUCell has no b_hn (the hidden bias inside the reset product: its dense_h has no "
-                    f"bias); the source's b_hn is non-zero (layer {layer}), so no nnx GRUCell computes it"
-                )
+    return [
+        ParamKey(layer, direction, Kind.bR, new_gate)
+        for layer in range(spec.num_layers)
+        for direction in range(spec.num_directions)
+    ]
+
+
+def losses(rnn: CanonicalRNN) -> list[registry.Loss]:
+    """What nnx cannot hold: a projection; a GRU's non-zero b_hn (nearest: the same GRU with b_hn = 0)."""
+    found = _jax.projection_losses(rnn, "flax.nnx")
+    nonzero = [key for key in b_hn_keys(rnn.spec) if np.any(rnn.param(key) != 0)]
+    if nonzero:
+        where = ", ".join(f"layer {k.layer}" + (f" {DIRECTION_WORDS[k.direction]}" if rnn.spec.bidirectional else "")
+                          for k in nonzero[:2])  # fmt: skip
+        found.append(registry.Loss(
+            f"flax.nnx's GRUCell has no b_hn (the hidden bias inside the reset product: its dense_h has no bias); "
+            f"the source's b_hn is non-zero ({where})",
+            nearest=without_b_hn,
+        ))  # fmt: skip
+    return found
+
+
+def without_b_hn(rnn: CanonicalRNN) -> CanonicalRNN:
+    """The GRU with every b_hn zero: the nearest RNN an nnx GRUCell holds."""
+    loaders = dict(rnn.loaders)
+    for key in b_hn_keys(rnn.spec):
+        shape, dtype = rnn.spec.param_shape(key), np.float64 if rnn.spec.dtype == "float64" else np.float32
+        loaders[key] = functools.partial(np.zeros, shape, dtype)
+    return dataclasses.replace(rnn, loaders=loaders)
+
+
+def check_holds(rnn: CanonicalRNN) -> None:
+    """Refuse what nnx cannot hold (the conversion asks `losses` first: this guards the writer called alone)."""
+    found = losses(rnn)
+    if found:
+        raise Unsupported(found[0].term)
 
 
 def pure_dict(rnn: CanonicalRNN, dtype: str) -> dict[Any, Any]:
@@ -263,6 +294,20 @@ def versions() -> dict[str, str]:
     return {"jax": jax.__version__, "flax": flax.__version__}
 
 
+class FlaxNnxEngine(registry.RuntimeEngine):
+    """The blob as the .nnx.msgpack rnnconv writes, run by flax.nnx's nnx.RNN cells in JAX (CPU)."""
+
+    name = "flax-nnx"
+    format_name = "flax-nnx"
+    suffix = ".nnx.msgpack"
+
+    def describe(self) -> BackendInfo:
+        return BackendInfo(name=self.name, detail="flax.nnx nnx.RNN cells in JAX (CPU) running the blob, float32")
+
+    def versions(self) -> dict[str, str]:
+        return versions()
+
+
 # --- the format -------------------------------------------------------------------------------------------------
 
 
@@ -270,6 +315,7 @@ def versions() -> dict[str, str]:
 class FlaxNnxFormat(Format):
     info = FORMAT_INFO["flax-nnx"]
     sniff_order = 46  # any other msgpack map named .msgpack: after Flax linen's variables
+    engine = FlaxNnxEngine  # verify --backend flax-nnx
 
     def sniff(self, probe: Probe) -> bool:
         return _jax.is_map(probe.head) and probe.path.name.endswith(self.info.read_suffixes)
@@ -287,6 +333,9 @@ class FlaxNnxFormat(Format):
             return converted
 
         yield convert_each(chosen, canonical, lambda rnn: f"RNN {rnn.name!r} in {path}")
+
+    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        return losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         return write(rnns, path, options)

@@ -338,5 +338,5 @@ EQUINOX_NAMES: Final[dict[str, str]] = {
 
 # --- verify -------------------------------------------------------------------------------------
 # Where verify runs a blob: auto = cuDNN when it can run, else numpy; onnxruntime = the blob as an ONNX graph;
-# jax = the blob as Flax linen cells in JAX (CPU).
-ENGINES: Final = ("auto", "cudnn", "numpy", "onnxruntime", "jax")
+# flax, flax-nnx, equinox = the blob as that library's cells in JAX (CPU).
+ENGINES: Final = ("auto", "cudnn", "numpy", "onnxruntime", "flax", "flax-nnx", "equinox")
