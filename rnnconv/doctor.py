@@ -20,6 +20,7 @@ PACKAGES = (
     "torch",
     "onnx",
     "onnxruntime",
+    "openvino",
     "nvidia-cudnn-cu12",
     "nvidia-cudnn-cu13",
     "pycuda",
@@ -64,6 +65,7 @@ def examine() -> dict[str, Any]:
                 "found": status.found,
             },
             "onnxruntime": _installed(packages, "onnxruntime", "the blob as ONNX nodes", "rnnconv[onnx]"),
+            "openvino": _installed(packages, "openvino", "the blob as an OpenVINO IR (CPU)", "rnnconv[openvino]"),
         },
         "sources": {
             "keras3": {
@@ -80,6 +82,7 @@ def examine() -> dict[str, Any]:
             },
             "torch": _installed(packages, "torch", "PyTorch checkpoints", "rnnconv[torch]"),
             "onnx": _installed(packages, "onnxruntime", "ONNX models' own nodes", "rnnconv[onnx]"),
+            "openvino": _installed(packages, "openvino", "OpenVINO IRs' own graphs", "rnnconv[openvino]"),
         },
         "torch_cuda": torch_cuda,
     }

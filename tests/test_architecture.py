@@ -262,6 +262,7 @@ OLD_NAME_SOURCES = {  # one small file per source format; a cuDNN blob is made f
     "torch": FIXTURES / "torch" / "rnn_tanh.pt",
     "onnx": FIXTURES / "onnx" / "rnn_relu_torchscript.onnx",
     "tf1": FIXTURES / "tf1" / "rnn_tanh.ckpt",
+    "openvino": FIXTURES / "openvino" / "rnn_tanh.xml",
 }
 # Sources for a target that holds one cell only (Equinox): one layer, one direction, an LSTM or a GRU.
 ONE_CELL_SOURCES = {

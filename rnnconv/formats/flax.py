@@ -4,7 +4,7 @@ A file is the msgpack of a variables tree `{"params": ...}`; an RNN in it is a c
 OptimizedLSTMCell: `ii, if, ig, io` kernels (in, H), `hi, hf, hg, ho` kernels (H, H) with biases; GRUCell: `ir, iz,
 in` kernels and biases, `hr, hz` kernels, `hn` kernel and bias; SimpleCell: `i` kernel and bias, `h` kernel), under
 `cell` (`nn.RNN(cell)`), under `forward_rnn` and `backward_rnn` (`nn.Bidirectional`), and under `layers_0`,
-`layers_1`, ... (`nn.Sequential` of them), at any depth: `--layer` names its path. docs/LAYOUTS.md section 11 has
+`layers_1`, ... (`nn.Sequential` of them), at any depth: `--layer` names its path. docs/LAYOUTS.md section 12 has
 the facts, checked against Flax and PyTorch.
 
 Reading and writing need neither Flax nor JAX (`_msgpack`); `run` builds the same modules in Flax and runs them in

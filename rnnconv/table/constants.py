@@ -262,7 +262,53 @@ TF1_VARIABLES: Final[dict[str, dict[str, tuple[tuple[str, str], ...]]]] = {
         "bias": ((TF1_BIAS, TF1_ALL_ROWS),),
     },
 }
-# --- JAX: Flax linen, flax.nnx, Equinox (docs/LAYOUTS.md section 11) --------------------------------------------
+# --- OpenVINO IR (docs/LAYOUTS.md section 11) -------------------------------------------------------------
+OPENVINO_IR_VERSION: Final = "11"  # what rnnconv writes (<net version="11">)
+OPENVINO_IR_VERSIONS: Final = ("10", "11")  # what it reads: v10 and v11 name layers, Consts and edges alike
+OPENVINO_OPS: Final[dict[str, str]] = {"lstm": "LSTMSequence", "gru": "GRUSequence", "rnn": "RNNSequence"}
+OPENVINO_OPSET: Final = "opset5"  # the version of the sequence ops rnnconv writes (opset5 defines all three)
+OPENVINO_LSTM_GATES: Final = ("f", "i", "c", "o")
+OPENVINO_GRU_GATES: Final = ("z", "r", "h")
+OPENVINO_DIRECTIONS: Final[dict[str, int]] = {"forward": 1, "reverse": 1, "bidirectional": 2}
+OPENVINO_FORWARD, OPENVINO_REVERSE, OPENVINO_BIDIRECTIONAL = OPENVINO_DIRECTIONS
+OPENVINO_DEFAULT_ACTIVATIONS: Final[dict[str, tuple[str, ...]]] = {
+    "LSTMSequence": ("sigmoid", "tanh", "tanh"),  # f (gates), g (cell input), h (cell output)
+    "GRUSequence": ("sigmoid", "tanh"),
+    "RNNSequence": ("tanh",),
+}
+# The input port of each sequence op's weights (ports: X, H[, C], sequence_lengths, W, R, B), by role.
+OPENVINO_WEIGHT_PORTS: Final[dict[str, dict[str, int]]] = {
+    "LSTMSequence": {"input_matrix": 4, "recurrent_matrix": 5, "bias": 6},
+    "GRUSequence": {"input_matrix": 3, "recurrent_matrix": 4, "bias": 5},
+    "RNNSequence": {"input_matrix": 3, "recurrent_matrix": 4, "bias": 5},
+}
+OPENVINO_INPUT_COUNT: Final[dict[str, int]] = {"LSTMSequence": 7, "GRUSequence": 6, "RNNSequence": 6}
+# The graph rnnconv writes: inputs x (batch, seq, input), initial_h / initial_c (layers*dirs, batch, hidden),
+# sequence_lens (batch,); outputs y (batch, seq, dirs*hidden), h_n and c_n (layers*dirs, batch, hidden).
+OPENVINO_X, OPENVINO_INITIAL_H, OPENVINO_INITIAL_C, OPENVINO_LENGTHS = "x", "initial_h", "initial_c", "sequence_lens"
+OPENVINO_Y, OPENVINO_H_N, OPENVINO_C_N = "y", "h_n", "c_n"
+# IR element types by dtype name, and the precision names ports carry.
+OPENVINO_ELEMENT_TYPES: Final[dict[str, str]] = {
+    "float32": "f32",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float64": "f64",
+}
+OPENVINO_PRECISIONS: Final[dict[str, str]] = {
+    "f32": "FP32",
+    "f16": "FP16",
+    "bf16": "BF16",
+    "f64": "FP64",
+    "i32": "I32",
+    "i64": "I64",
+}
+OPENVINO_INTEGERS: Final[dict[str, str]] = {"i32": "<i4", "i64": "<i8"}  # the integer Consts the reader reads
+# Ops that only move a layer's output into the next layer's input, and the one op between a Const and a weight
+# input the reader looks through (what ov.save_model's compress_to_fp16 writes: f16 Const -> Convert to f32).
+OPENVINO_GLUE: Final = ("Transpose", "Reshape", "Squeeze")
+OPENVINO_DECOMPRESSION: Final = "Convert"
+
+# --- JAX: Flax linen, flax.nnx, Equinox (docs/LAYOUTS.md section 12) --------------------------------------------
 # A Flax cell stores each gate's matrix as its own Dense: `<dense>/kernel` (in, H), x @ kernel, and its bias as
 # `<dense>/bias`. A role's tensor (table/rows.py) is the columns of these params of the cell, joined in order.
 FLAX_KERNEL: Final = "kernel"
@@ -338,5 +384,6 @@ EQUINOX_NAMES: Final[dict[str, str]] = {
 
 # --- verify -------------------------------------------------------------------------------------
 # Where verify runs a blob: auto = cuDNN when it can run, else numpy; onnxruntime = the blob as an ONNX graph;
-# flax, flax-nnx, equinox = the blob as that library's cells in JAX (CPU).
-ENGINES: Final = ("auto", "cudnn", "numpy", "onnxruntime", "flax", "flax-nnx", "equinox")
+# openvino = the blob as an OpenVINO IR in its CPU plugin; flax, flax-nnx, equinox = the blob as that library's
+# cells in JAX (CPU).
+ENGINES: Final = ("auto", "cudnn", "numpy", "onnxruntime", "openvino", "flax", "flax-nnx", "equinox")

@@ -25,6 +25,8 @@ from rnnconv.table.constants import (
     FLAX_NNX_STACKED,
     KERAS_VARIABLES,
     NONLINEARITIES,
+    OPENVINO_GRU_GATES,
+    OPENVINO_LSTM_GATES,
     TF1_ALL_ROWS,
     TF1_INPUT_ROWS,
     TF1_RECURRENT_ROWS,
@@ -37,6 +39,7 @@ from rnnconv.table.layouts import (
     BIAS_SEPARATE,
     BIAS_SINGLE,
     BIAS_SINGLE_BUT_LAST,
+    BIAS_SINGLE_BUT_LAST_JOINED,
     BIAS_SINGLE_LAST_INPUT,
     BIAS_SINGLE_NO_LAST_RECURRENT,
     BIAS_STACKED,
@@ -103,6 +106,8 @@ ONNX_DEQUANTIZED_NAMES = {
     "recurrent_matrix": "(R[d] - R_zero_point[d]) * R_scale[d]",
     "bias": "B[d]",
 }
+
+OPENVINO_NAMES = {"input_matrix": "W[d]", "recurrent_matrix": "R[d]", "bias": "B[d]"}
 
 
 def _tf1_names(cell: str) -> dict[str, str]:
@@ -180,6 +185,7 @@ FIXED = {"activation": "tanh"}  # classes whose activation is not a setting
 TORCH_RNN_DEFAULTS = {"activation": "tanh"}  # nn.RNN's nonlinearity (not stored in a state_dict)
 ONNX_GATED_DEFAULTS = {"activation": "tanh", "recurrent_activation": "sigmoid"}
 ONNX_GRU_DEFAULTS = {**ONNX_GATED_DEFAULTS, "linear_before_reset": 0}  # ONNX's default is reset *before*
+OPENVINO_GRU_DEFAULTS = {**ONNX_GATED_DEFAULTS, "linear_before_reset": False}  # and OpenVINO's too
 
 RESET_BEFORE = (
     "applies the reset gate before the recurrent matrix, cuDNN applies it after "
@@ -247,6 +253,18 @@ TABLE: tuple[Row, ...] = (
     Row("tf1", "CudnnRNN", "rnn", RNN_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("rnn"), RNN_MODES,
         TORCH_RNN_DEFAULTS, unstored=ACTIVATION,
         note="CudnnRNNTanh and CudnnRNNRelu save the same basic_rnn_cell tensors: the nonlinearity is not stored"),
+    # --- OpenVINO IR (opset5 sequence ops): W [D, G*H, in], R [D, G*H, H], B [D, G*H] = bW + bR; one direction's
+    # slice d. A GRU with linear_before_reset keeps its new gate's two biases apart: B [D, 4H].
+    Row("openvino", "LSTMSequence", "lstm", OPENVINO_LSTM_GATES, MATRIX_ROWS, BIAS_SINGLE, OPENVINO_NAMES, LSTM_MODES,
+        ONNX_GATED_DEFAULTS, requires=GATED, note="one bias per gate: B = bW + bR"),
+    Row("openvino", "GRUSequence", "gru", OPENVINO_GRU_GATES, MATRIX_ROWS, BIAS_SINGLE_BUT_LAST_JOINED, OPENVINO_NAMES,
+        GRU_MODES, OPENVINO_GRU_DEFAULTS, requires=GATED, when={"linear_before_reset": True},
+        note="only linear_before_reset=true computes cuDNN's GRU; B = [bW+bR of z, of r, bW_h, bR_h]"),
+    Row("openvino", "GRUSequence", "gru", OPENVINO_GRU_GATES, MATRIX_ROWS, BIAS_SINGLE, OPENVINO_NAMES, {},
+        OPENVINO_GRU_DEFAULTS, when={"linear_before_reset": False},
+        refusal=f"this GRUSequence has linear_before_reset=false (OpenVINO's default): it {RESET_BEFORE}"),
+    Row("openvino", "RNNSequence", "rnn", RNN_GATES, MATRIX_ROWS, BIAS_SINGLE, OPENVINO_NAMES, RNN_MODES,
+        TORCH_RNN_DEFAULTS, note="one bias: B = bW + bR"),
     # --- Flax linen (flax.linen.recurrent): one Dense per gate and side, kernels (in, H), x @ kernel; a role's
     # tensor is its Denses' columns joined. The activations are the module's arguments, not stored.
     Row("flax", "LSTMCell", "lstm", LSTM_GATES, MATRIX_COLUMNS, BIAS_SINGLE, FLAX_NAMES["lstm"], LSTM_MODES, FIXED,
