@@ -286,9 +286,11 @@ def test_help_lists_the_commands_a_person_reads():
 def test_every_old_command_name_still_converts(name, tmp_path):
     source_format, target = name.split("-to-")
     one_cell = target == "equinox"
-    if source_format in OLD_NAME_SOURCES or source_format in ONE_CELL_SOURCES:
-        source, *args = ONE_CELL_SOURCES[source_format] if one_cell else (OLD_NAME_SOURCES[source_format],)
-    else:  # a format rnnconv writes, with no fixture of its own: made from the PyTorch one
+    if one_cell and source_format in ONE_CELL_SOURCES:
+        source, *args = ONE_CELL_SOURCES[source_format]
+    elif not one_cell and source_format in OLD_NAME_SOURCES:
+        source, args = OLD_NAME_SOURCES[source_format], []
+    else:  # a format rnnconv writes, with no fixture of the kind asked for: made from the PyTorch one
         made = FORMAT_INFO[source_format].default_for[0]
         source, args = tmp_path / f"source{made}", []
         base = ONE_CELL_SOURCES["torch"][0] if one_cell or source_format == "equinox" else OLD_NAME_SOURCES["torch"]
