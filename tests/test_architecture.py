@@ -260,12 +260,14 @@ LISTED_COMMANDS = {
 OLD_NAME_SOURCES = {  # one small file per source format; a cuDNN blob is made from the PyTorch one
     "keras": FIXTURES / "keras3" / "lstm.h5",
     "torch": FIXTURES / "torch" / "rnn_tanh.pt",
-    "onnx": FIXTURES / "onnx" / "gru3_dynamo.onnx",  # not relu: ncnn's RNN computes tanh only
+    "onnx": FIXTURES / "onnx" / "rnn_relu_torchscript.onnx",
     "tf1": FIXTURES / "tf1" / "rnn_tanh.ckpt",
     "openvino": FIXTURES / "openvino" / "rnn_tanh.xml",
     "mlx": FIXTURES / "mlx" / "lstm.safetensors",
     "ncnn": FIXTURES / "ncnn" / "lstm.param",
 }
+# Sources for a target that does not hold a relu RNN (ncnn's RNN computes tanh only): a GRU.
+TANH_ONLY_SOURCES = {"ncnn": {"onnx": (FIXTURES / "onnx" / "gru3_dynamo.onnx",)}}
 # Sources for a target that holds one cell only (Equinox): one layer, one direction, an LSTM or a GRU.
 ONE_CELL_SOURCES = {
     "keras": (FIXTURES / "keras3" / "lstm.h5",),
@@ -290,6 +292,8 @@ def test_every_old_command_name_still_converts(name, tmp_path):
     one_cell = target == "equinox"
     if one_cell and source_format in ONE_CELL_SOURCES:
         source, *args = ONE_CELL_SOURCES[source_format]
+    elif source_format in TANH_ONLY_SOURCES.get(target, {}):
+        source, *args = TANH_ONLY_SOURCES[target][source_format]
     elif not one_cell and source_format in OLD_NAME_SOURCES:
         source, args = OLD_NAME_SOURCES[source_format], []
     else:  # a format rnnconv writes, with no fixture of the kind asked for: made from the PyTorch one

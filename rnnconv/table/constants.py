@@ -380,6 +380,7 @@ EQUINOX_NAMES: Final[dict[str, str]] = {
     "recurrent_matrix": "weight_hh",
     "bias": "bias",
     "recurrent_bias": "bias_n",
+}
 
 # --- MLX (mlx.nn.LSTM / GRU / RNN, MLX 0.18 and later; docs/LAYOUTS.md section "MLX") ----------------
 # Each class's parameters, by role; MLX's GRU keeps b (3H) = [b_ir + b_hr, b_iz + b_hz, b_in] and bhn (H) apart.
