@@ -1,0 +1,1161 @@
+"""TFLite / LiteRT: the UNIDIRECTIONAL_SEQUENCE_LSTM and _RNN ops of a `.tflite` flatbuffer, read and written.
+
+Neither needs TensorFlow or LiteRT: files are written with the `flatbuffers` package's Builder (the schema's
+few tables by their slot numbers) and read by a bounds-checked parser here (every offset, vector and buffer
+checked to lie inside the file), so a hostile file gets one sentence. LiteRT's interpreter
+(`ai_edge_litert`) is imported only to run a file, for verify.
+
+A written model holds every layer and direction of one RNN in one graph: input `x` (batch, steps, input) with
+shape_signature (-1, -1, input), one fused op per layer and direction (the reverse direction between two
+REVERSE_V2 ops on the steps' axis, the directions joined by CONCATENATION), output `y` (batch, steps,
+directions * output). The states are the ops' variable tensors `h_l0`, `c_l0`, `h_l0_reverse`, ...: set
+them before `invoke` for non-zero initial states, read them after it for the final states. The weight
+buffers lie after the flatbuffer's tables, so a large RNN is streamed to the file, never built in memory.
+
+What is read back: a chain of these ops (the glue rnnconv writes) is one multi-layer, possibly bidirectional
+RNN; what cuDNN cannot compute is refused, one sentence naming the term: peepholes, cell or projection clip,
+layer normalization, a coupled input gate (CIFG), a non-zero projection bias, activations other than the
+op's, weights computed by other ops (quantized models). TFLite has no fused GRU: a GRU is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import struct
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.compare import Inputs, Outputs
+from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
+from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
+from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file, write_array
+from rnnconv.table.apply import find_row, stored_shapes
+from rnnconv.table.constants import (
+    CUDNN_GATES,
+    GRU,
+    INPUT_MATRIX,
+    LSTM,
+    MAX_SIZE,
+    PROJECTION,
+    RECURRENT_MATRIX,
+    TFLITE_ACTIVATIONS,
+    TFLITE_CELL_OPS,
+    TFLITE_FLATBUFFER_LIMIT,
+    TFLITE_IDENTIFIER,
+    TFLITE_INPUT,
+    TFLITE_LSTM_INPUTS,
+    TFLITE_OPS,
+    TFLITE_OPTIONS,
+    TFLITE_OUTPUT,
+    TFLITE_RNN_INPUTS,
+    TFLITE_SCHEMA_VERSION,
+    TFLITE_STATE_INPUTS,
+    TFLITE_STATE_NAME,
+    TFLITE_STATES,
+    TFLITE_TENSOR_TYPES,
+    TORCH_REVERSE_SUFFIX,
+)
+from rnnconv.table.formats import FORMAT_INFO
+from rnnconv.table.layouts import per_gate
+from rnnconv.table.reading import Found, StoredCell, read, settle
+from rnnconv.table.rows import Row
+
+SOURCE_KEY = "rnnconv.source"  # the metadata entry holding the source's provenance (JSON)
+OP_NAMES = {code: name for name, code in TFLITE_OPS.items()}
+OP_INPUTS = {TFLITE_CELL_OPS[LSTM]: TFLITE_LSTM_INPUTS, TFLITE_CELL_OPS["rnn"]: TFLITE_RNN_INPUTS}
+ACTIVATION_NAMES = {code: name for name, code in TFLITE_ACTIVATIONS.items()}
+TYPE_NAMES = {code: name for name, code in TFLITE_TENSOR_TYPES.items()}
+FLOAT_TYPES: dict[str, np.dtype[Any]] = {
+    "float32": np.dtype("<f4"),
+    "float16": np.dtype("<f2"),
+    "float64": np.dtype("<f8"),
+}
+MAX_COUNT = 1 << 20  # tensors, ops or buffers in one file: far beyond any RNN model; keeps a hostile count small
+MAX_RANK = 8
+DATA_ALIGNMENT = 16  # where each weight buffer's data starts in a written file (what TFLite's converter aligns to)
+TIME_AXIS, FEATURE_AXIS = 1, 2  # of the batch-major tensors rnnconv writes
+UNSET = -1  # an optional input left out
+
+
+# --- the flatbuffer, read -------------------------------------------------------------------------------------
+
+
+class Flat:
+    """A flatbuffer's bytes with reads that check every position against its size (BadInput otherwise)."""
+
+    def __init__(self, data: Any, size: int, path: Path):
+        self.data, self.size, self.path = data, size, path
+
+    def _at(self, fmt: str, pos: int) -> Any:
+        width = struct.calcsize(fmt)
+        if pos < 0 or pos + width > self.size:
+            raise BadInput(f"{self.path} is not a readable TFLite model: an offset points outside the file")
+        return struct.unpack_from(fmt, self.data, pos)[0]
+
+    def u8(self, pos: int) -> int:
+        return int(self._at("<B", pos))
+
+    def u16(self, pos: int) -> int:
+        return int(self._at("<H", pos))
+
+    def i32(self, pos: int) -> int:
+        return int(self._at("<i", pos))
+
+    def u32(self, pos: int) -> int:
+        return int(self._at("<I", pos))
+
+    def u64(self, pos: int) -> int:
+        return int(self._at("<Q", pos))
+
+    def f32(self, pos: int) -> float:
+        return float(self._at("<f", pos))
+
+    def table(self, pos: int) -> Table:
+        vtable = pos - self.i32(pos)
+        length = self.u16(vtable)
+        if length < 4 or length % 2:
+            raise BadInput(f"{self.path} is not a readable TFLite model: a table's vtable is damaged")
+        return Table(self, pos, vtable, length)
+
+    def root(self) -> Table:
+        return self.table(self.u32(0))
+
+    def vector(self, pos: int, width: int) -> tuple[int, int]:
+        """(first element's position, count) of the vector at pos, every element inside the file."""
+        count = self.u32(pos)
+        if count > MAX_COUNT * 4096 or pos + 4 + count * width > self.size:
+            raise BadInput(f"{self.path} is not a readable TFLite model: a vector runs past the end of the file")
+        return pos + 4, count
+
+
+@dataclass(frozen=True)
+class Table:
+    flat: Flat
+    pos: int
+    vtable: int
+    vtable_length: int
+
+    def _field(self, slot: int) -> int | None:
+        entry = 4 + 2 * slot
+        if entry + 2 > self.vtable_length:
+            return None
+        offset = self.flat.u16(self.vtable + entry)
+        return None if offset == 0 else self.pos + offset
+
+    def scalar(self, slot: int, kind: str, default: Any) -> Any:
+        pos = self._field(slot)
+        return default if pos is None else getattr(self.flat, kind)(pos)
+
+    def _target(self, slot: int) -> int | None:
+        pos = self._field(slot)
+        return None if pos is None else pos + self.flat.u32(pos)
+
+    def table(self, slot: int) -> Table | None:
+        target = self._target(slot)
+        return None if target is None else self.flat.table(target)
+
+    def tables(self, slot: int) -> list[Table]:
+        target = self._target(slot)
+        if target is None:
+            return []
+        start, count = self.flat.vector(target, 4)
+        if count > MAX_COUNT:
+            raise BadInput(f"{self.flat.path} is not a readable TFLite model: it claims {count} entries in a table")
+        return [self.flat.table(start + 4 * i + self.flat.u32(start + 4 * i)) for i in range(count)]
+
+    def ints(self, slot: int) -> list[int] | None:
+        target = self._target(slot)
+        if target is None:
+            return None
+        start, count = self.flat.vector(target, 4)
+        if count > MAX_COUNT:
+            raise BadInput(f"{self.flat.path} is not a readable TFLite model: it claims {count} entries in a list")
+        return [self.flat.i32(start + 4 * i) for i in range(count)]
+
+    def bytes_at(self, slot: int) -> tuple[int, int] | None:
+        """(position, length) of a [ubyte] vector."""
+        target = self._target(slot)
+        return None if target is None else self.flat.vector(target, 1)
+
+    def string(self, slot: int) -> str:
+        found = self.bytes_at(slot)
+        if found is None:
+            return ""
+        start, length = found
+        return bytes(self.flat.data[start : start + min(length, 4096)]).decode("utf-8", "replace")
+
+
+@dataclass
+class Tensor:
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # a TYPE_NAMES name, or "type N"
+    variable: bool
+    data: tuple[int, int] | None  # (position in the file, bytes) of a constant's values
+
+
+@dataclass
+class Op:
+    index: int
+    name: str  # the builtin op's name, or "builtin N" / "custom X"
+    inputs: list[int]
+    outputs: list[int]
+    options: Table | None
+
+    def option(self, slot: int, kind: str, default: Any) -> Any:
+        return default if self.options is None else self.options.scalar(slot, kind, default)
+
+
+# Options' slots (schema.fbs): UnidirectionalSequenceLSTMOptions and SequenceRNNOptions.
+LSTM_OPTION_SLOTS = {"activation": 0, "cell_clip": 1, "proj_clip": 2, "time_major": 3, "diagonal": 5}
+RNN_OPTION_SLOTS = {"time_major": 0, "activation": 1}
+
+
+@dataclass
+class Layer:
+    """One layer of an RNN: its op per direction, the tensor it reads and the tensor it gives the next layer."""
+
+    ops: list[Op]
+    source: int
+    output: int
+
+
+@dataclass
+class Chain:
+    name: str
+    layers: list[Layer]
+
+    @property
+    def first(self) -> Op:
+        return self.layers[0].ops[0]
+
+
+@dataclass
+class TfliteFile:
+    path: Path
+    tensors: list[Tensor]
+    ops: list[Op]
+    chains: list[Chain]
+    recorded: str | None  # the provenance rnnconv wrote in the metadata
+    keepalive: Any = field(repr=False, default=None)
+
+    @classmethod
+    def load(cls, path: Path) -> TfliteFile:
+        size = regular_file(path)
+        if size < 8 or size > TFLITE_FLATBUFFER_LIMIT:
+            raise BadInput(f"{path} is not a readable TFLite model: it has {size} bytes")
+        with open(path, "rb") as f:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        flat = Flat(data, size, path)
+        if bytes(data[4:8]) != TFLITE_IDENTIFIER:
+            raise BadInput(f"{path} is not a TFLite model (no {TFLITE_IDENTIFIER.decode()} identifier)")
+        model = flat.root()
+        buffers = model.tables(4)
+        codes = [_op_name(code) for code in model.tables(1)]
+        subgraphs = model.tables(2)
+        if not subgraphs:
+            raise BadInput(f"{path} is not a readable TFLite model: it has no subgraph")
+        graph = subgraphs[0]  # the main graph; others are the bodies of control-flow ops
+        tensors = [_tensor(i, t, buffers, flat) for i, t in enumerate(graph.tables(0))]
+        ops = []
+        for index, op in enumerate(graph.tables(3)):
+            code = op.scalar(0, "u32", 0)
+            if code >= len(codes):
+                raise BadInput(f"{path} is not a readable TFLite model: op {index} names operator code {code}")
+            inputs, outputs = op.ints(1) or [], op.ints(2) or []
+            for t in inputs + outputs:
+                if not UNSET <= t < len(tensors):
+                    raise BadInput(f"{path} is not a readable TFLite model: op {index} names tensor {t}")
+            ops.append(Op(index, codes[code], inputs, outputs, op.table(4)))
+        recorded = None
+        for entry in model.tables(6):
+            if entry.string(0) == SOURCE_KEY:
+                recorded = _buffer_text(entry.scalar(1, "u32", 0), buffers, flat)
+        file = cls(path, tensors, ops, [], recorded, data)
+        file.chains = file._chains()
+        return file
+
+    def constant(self, index: int, what: str) -> np.ndarray:
+        """A constant tensor's values (float32, float64 for float64), read from the file."""
+        tensor = self.tensors[index]
+        if tensor.data is None:
+            producer = next((op.name for op in self.ops if index in op.outputs), None)
+            how = f"computed by a {producer} op" if producer else "not a constant"
+            raise Unsupported(f"{what} ({tensor.name!r}) is {how}: rnnconv reads float weights stored as they are")
+        if tensor.dtype not in FLOAT_TYPES:
+            raise Unsupported(f"{what} ({tensor.name!r}) is of type {tensor.dtype}: quantized weights are not read")
+        dtype = FLOAT_TYPES[tensor.dtype]
+        start, nbytes = tensor.data
+        count = int(np.prod(tensor.shape, dtype=np.int64))
+        if count * dtype.itemsize != nbytes:
+            raise BadInput(
+                f"{self.path}: tensor {tensor.name!r} holds {nbytes} bytes, its shape {tensor.shape} needs "
+                f"{count * dtype.itemsize}"
+            )
+        values = np.frombuffer(self.keepalive, dtype, count, start).reshape(tensor.shape)
+        return values.astype(np.float64 if tensor.dtype == "float64" else np.float32)
+
+    def _producers(self) -> dict[int, Op]:
+        return {t: op for op in self.ops for t in op.outputs}
+
+    def _reversed(self, tensor: int, producers: dict[int, Op], axis: int) -> int | None:
+        """The tensor `tensor` is REVERSE_V2 of along `axis`, or None."""
+        op = producers.get(tensor)
+        if op is None or op.name != "REVERSE_V2" or len(op.inputs) != 2:
+            return None
+        axes = self.tensors[op.inputs[1]]
+        if axes.data is None or axes.dtype != "int32" or axes.data[1] != 4:
+            return None
+        start = axes.data[0]
+        return op.inputs[0] if struct.unpack_from("<i", self.keepalive, start)[0] == axis else None
+
+    def _chains(self) -> list[Chain]:
+        rnn_ops = [op for op in self.ops if op.name in OP_INPUTS]
+        producers = self._producers()
+        layers: list[Layer] = []
+        paired: set[int] = set()
+        for op in rnn_ops:
+            if op.index in paired or not op.inputs or not op.outputs:
+                continue
+            time = 0 if _time_major(op) else TIME_AXIS
+            base = self._reversed(op.inputs[0], producers, time)
+            partner = None
+            if base is None:  # a forward op: its reverse partner reads the same tensor reversed
+                for other in rnn_ops:
+                    if (
+                        other is not op
+                        and other.index not in paired
+                        and other.name == op.name
+                        and other.inputs
+                        and other.outputs
+                        and self._reversed(other.inputs[0], producers, time) == op.inputs[0]
+                    ):
+                        joined = self._joined(op, other, producers, time)
+                        if joined is not None:
+                            partner = (other, joined)
+                            break
+            if partner is not None:
+                paired |= {op.index, partner[0].index}
+                layers.append(Layer([op, partner[0]], op.inputs[0], partner[1]))
+            else:
+                layers.append(Layer([op], op.inputs[0], op.outputs[0]))
+        layers += [Layer([op], op.inputs[0], op.outputs[0]) for op in rnn_ops if not op.inputs or not op.outputs]
+        layers = [layer for layer in layers if layer.ops[0].index not in paired or len(layer.ops) == 2]
+        readers = Counter(t for op in self.ops for t in op.inputs)
+        chains: list[list[Layer]] = []
+        for layer in sorted(layers, key=lambda la: la.ops[0].index):
+            below = next((c for c in chains if c[-1].output == layer.source), None)
+            fits = below is not None and self._same_rnn(below[-1], layer)
+            single_reader = readers[layer.source] == len(layer.ops)  # only this layer (and its reversal) reads it
+            if below is not None and fits and single_reader:
+                below.append(layer)
+            else:
+                chains.append([layer])
+        named: list[Chain] = []
+        for chain in chains:
+            name = self.tensors[chain[-1].output].name or f"op{chain[0].ops[0].index}"
+            if any(c.name == name for c in named):
+                name = f"{name}#{chain[0].ops[0].index}"
+            named.append(Chain(name, chain))
+        return named
+
+    def _joined(self, fwd: Op, rev: Op, producers: dict[int, Op], time: int) -> int | None:
+        """The CONCATENATION of fwd's output and rev's output reversed back, on the features: its output, or None."""
+        for op in self.ops:
+            if op.name != "CONCATENATION" or len(op.inputs) != 2 or op.inputs[0] != fwd.outputs[0]:
+                continue
+            axis = op.option(0, "i32", 0)
+            rank = len(self.tensors[fwd.outputs[0]].shape)
+            if axis not in (FEATURE_AXIS, -1, rank - 1):
+                continue
+            if self._reversed(op.inputs[1], producers, time) == rev.outputs[0]:
+                return op.outputs[0]
+        return None
+
+    def _same_rnn(self, below: Layer, above: Layer) -> bool:
+        a, b = below.ops[0], above.ops[0]
+        same_sizes = self._hidden(a) == self._hidden(b)
+        return a.name == b.name and len(below.ops) == len(above.ops) and same_sizes and _options(a) == _options(b)
+
+    def _hidden(self, op: Op) -> tuple[int, ...]:
+        """The shape of the op's last gate's recurrent matrix: (H, H or P), the same in every layer of one RNN."""
+        slot = _slot(op.name, per_gate(RECURRENT_MATRIX, CUDNN_GATES[_cell(op.name)][-1]))
+        t = op.inputs[slot] if slot < len(op.inputs) else UNSET
+        return self.tensors[t].shape if t != UNSET else ()
+
+    def choose(self, layer: str | None, take_all: bool) -> list[Chain]:
+        if layer is not None:
+            found = [c for c in self.chains if c.name == layer]
+            if not found:
+                raise no_such_rnn(f"{self.path} has no RNN", layer, [c.name for c in self.chains])
+            return found
+        if not self.chains:
+            held = ", ".join(f"{n} {op}" for op, n in Counter(op.name for op in self.ops).most_common(5))
+            gru = (
+                " (TFLite has no fused GRU op: a GRU is written as a WHILE loop or unrolled, which rnnconv does "
+                "not read)"
+                if "WHILE" in held
+                else ""
+            )
+            raise BadInput(
+                f"{self.path} holds no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN op (its ops: {held or 'none'}){gru}"
+            )
+        if len(self.chains) == 1 or take_all:
+            return self.chains
+        raise several_rnns(self.path, f"holds {len(self.chains)} RNNs ({', '.join(c.name for c in self.chains)})")
+
+    def op_listing(self) -> str:
+        return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in Counter(op.name for op in self.ops).items())
+
+
+def _op_name(code: Table) -> str:
+    builtin = max(code.scalar(3, "i32", 0), code.scalar(0, "u8", 0))
+    if builtin == 32:  # CUSTOM
+        return f"custom {code.string(1)}"
+    return OP_NAMES.get(builtin, f"builtin {builtin}")
+
+
+def _tensor(index: int, table: Table, buffers: list[Table], flat: Flat) -> Tensor:
+    shape = table.ints(0) or []
+    if len(shape) > MAX_RANK or any(not 0 <= d <= MAX_SIZE for d in shape):
+        raise BadInput(f"{flat.path} is not a readable TFLite model: tensor {index} has shape {shape}")
+    code = table.scalar(1, "u8", 0)
+    buffer = table.scalar(2, "u32", 0)
+    if buffer >= max(len(buffers), 1):
+        raise BadInput(f"{flat.path} is not a readable TFLite model: tensor {index} names buffer {buffer}")
+    data = _buffer(buffers[buffer], flat) if buffers else None
+    return Tensor(
+        index, table.string(3), tuple(shape), TYPE_NAMES.get(code, f"type {code}"), bool(table.scalar(5, "u8", 0)), data
+    )
+
+
+def _buffer(buffer: Table, flat: Flat) -> tuple[int, int] | None:
+    """(position, bytes) of a buffer's data: its vector, or its offset and size (the >2 GiB extension)."""
+    inline = buffer.bytes_at(0)
+    if inline is not None and inline[1]:
+        return inline
+    offset, size = buffer.scalar(1, "u64", 0), buffer.scalar(2, "u64", 0)
+    if offset > 1 and size:
+        if offset + size > flat.size:
+            raise BadInput(f"{flat.path} is not a readable TFLite model: a buffer runs past the end of the file")
+        return offset, size
+    return None
+
+
+def _buffer_text(index: int, buffers: list[Table], flat: Flat) -> str:
+    found = _buffer(buffers[index], flat) if index < len(buffers) else None
+    if found is None:
+        raise BadInput(f"{flat.path}: the {SOURCE_KEY} metadata names no buffer")
+    start, length = found
+    return bytes(flat.data[start : start + min(length, 1 << 20)]).decode("utf-8", "replace")
+
+
+def _time_major(op: Op) -> bool:
+    slots = LSTM_OPTION_SLOTS if op.name == TFLITE_CELL_OPS[LSTM] else RNN_OPTION_SLOTS
+    return bool(op.option(slots["time_major"], "u8", 0))
+
+
+def _options(op: Op) -> dict[str, Any]:
+    """The op's options that change what it computes."""
+    if op.name == TFLITE_CELL_OPS[LSTM]:
+        return {
+            "activation": op.option(LSTM_OPTION_SLOTS["activation"], "u8", 0),
+            "cell_clip": op.option(LSTM_OPTION_SLOTS["cell_clip"], "f32", 0.0),
+            "proj_clip": op.option(LSTM_OPTION_SLOTS["proj_clip"], "f32", 0.0),
+            "diagonal": op.option(LSTM_OPTION_SLOTS["diagonal"], "u8", 0),
+        }
+    return {"activation": op.option(RNN_OPTION_SLOTS["activation"], "u8", 0)}
+
+
+def _cell(op_name: str) -> str:
+    return {op: cell for cell, op in TFLITE_CELL_OPS.items()}[op_name]
+
+
+def _slot(op_name: str, key: str) -> int:
+    """The op's input slot holding the stored tensor `key` of the op's row (input_matrix/f: 2)."""
+    return OP_INPUTS[op_name].index(find_row(FORMAT, op_name).tensors[key])
+
+
+def _input(op: Op, name: str) -> int:
+    slot = OP_INPUTS[op.name].index(name)
+    return op.inputs[slot] if slot < len(op.inputs) else UNSET
+
+
+# --- reading: the checks, and the canonical RNN -----------------------------------------------------------------
+
+FORMAT = "tflite"
+
+
+def _refusal(file: TfliteFile, op: Op, where: str) -> str | None:
+    """Why cuDNN cannot compute this op (one sentence naming the term), or None."""
+    names = OP_INPUTS[op.name]
+    if op.name == TFLITE_CELL_OPS[LSTM]:
+        if len(op.inputs) not in (20, 24):
+            return f"{where} has {len(op.inputs)} inputs, not the 20 or 24 of an UNIDIRECTIONAL_SEQUENCE_LSTM"
+        present = [n for n in names if _input(op, n) != UNSET]
+        peepholes = [n for n in present if n.startswith("cell_to_")]
+        if peepholes:
+            return f"{where} has peephole weights ({', '.join(peepholes)}): cuDNN's LSTM has no peepholes"
+        norms = [n for n in present if n.endswith("_layer_norm_coefficients")]
+        if norms:
+            return f"{where} normalizes its gates ({', '.join(norms)}): cuDNN's LSTM has no layer normalization"
+        options = _options(op)
+        for clip in ("cell_clip", "proj_clip"):
+            if options[clip]:
+                return f"{where} clips with {clip}={options[clip]}: cuDNN's LSTM does not clip"
+        if options["diagonal"]:
+            return f"{where} has diagonal recurrent weights: cuDNN's recurrent matrices are full"
+        bias = _input(op, "projection_bias")
+        if bias != UNSET and np.any(file.constant(bias, f"{where} projection_bias")):
+            return f"{where} has a non-zero projection_bias: cuDNN's projection has no bias"
+    elif len(op.inputs) != len(names):
+        return f"{where} has {len(op.inputs)} inputs, not the {len(names)} of an {op.name}"
+    required = [name for key, name in find_row(FORMAT, op.name).tensors.items() if key != PROJECTION]
+    missing = [name for name in required if _input(op, name) == UNSET]
+    if missing:
+        cifg = " (its input gate coupled to its forget gate, CIFG)" if missing[0] == required[0] else ""
+        return f"{where} has no {', '.join(missing)}{cifg}: cuDNN's {_cell(op.name).upper()} needs every gate's weights"
+    for state in TFLITE_STATE_INPUTS[op.name]:
+        if _input(op, state) == UNSET:
+            return f"{where} has no {state} tensor"
+    return None
+
+
+def _weights(file: TfliteFile, op: Op, row: Row, where: str) -> dict[str, int]:
+    """The op's stored tensors by the row's keys, each checked to be a float constant (Unsupported otherwise)."""
+    found = {}
+    for key, name in row.tensors.items():
+        t = _input(op, name)
+        if t == UNSET:
+            continue
+        tensor = file.tensors[t]
+        if tensor.data is None or tensor.dtype not in FLOAT_TYPES:
+            file.constant(t, f"{where} {name}")  # says why
+        found[key] = t
+    return found
+
+
+def to_canonical(file: TfliteFile, chain: Chain, source: Provenance) -> CanonicalRNN:
+    first = chain.first
+    row = find_row(FORMAT, first.name)
+    cells: dict[tuple[int, int], dict[str, int]] = {}
+    for layer, held in enumerate(chain.layers):
+        for direction, op in enumerate(held.ops):
+            where = f"{chain.name}: op {op.index} ({op.name}, layer {layer})"
+            reason = _refusal(file, op, where)
+            if reason:
+                raise Unsupported(reason)
+            cells[(layer, direction)] = _weights(file, op, row, where)
+    code = _options(first)["activation"]
+    activation = ACTIVATION_NAMES.get(code, f"activation code {code}")
+    settled = settle(row, {"activation": activation}, chain.name, unstored=())
+    gate = CUDNN_GATES[row.cell][-1]
+    weights = cells[(0, 0)]
+    hidden, input_size = file.tensors[weights[per_gate(INPUT_MATRIX, gate)]].shape
+    proj_tensor = weights.get(PROJECTION)
+    proj = file.tensors[proj_tensor].shape[0] if proj_tensor is not None else 0
+    dtypes = {file.tensors[t].dtype for cell in cells.values() for t in cell.values()}
+    if len(dtypes) > 1:
+        raise Unsupported(f"{chain.name}: its weights are of several types ({', '.join(sorted(dtypes))})")
+
+    def cell_of(layer: int, direction: int, _: RNNSpec) -> StoredCell:
+        held = cells[(layer, direction)]
+        where = f"{chain.name} layer {layer} direction {direction}"
+        return StoredCell(
+            fetch=lambda key: file.constant(held[key], f"{where} {row.tensors[key]}"),
+            shapes={key: file.tensors[t].shape for key, t in held.items()},
+            names={key: file.tensors[t].name or row.tensors[key] for key, t in held.items()},
+            where=where,
+        )
+
+    found = Found(
+        chain.name,
+        row,
+        settled,
+        int(input_size),
+        int(hidden),
+        dtypes.pop(),
+        cell_of,
+        first.name,
+        num_layers=len(chain.layers),
+        bidirectional=len(chain.layers[0].ops) == 2,
+        proj=int(proj),
+        handover={"keepalive": file},
+    )
+    rnn = read(found, source)
+    if file.recorded is not None:
+        rnn.origin = parse_recorded(file.recorded, file.path)
+    return rnn
+
+
+def parse_recorded(text: str, path: Path) -> Provenance:
+    try:
+        return Provenance.model_validate_json(text)
+    except ValueError:
+        raise BadInput(f"{path}: its {SOURCE_KEY} metadata is not the provenance rnnconv writes") from None
+
+
+# --- the graph rnnconv writes and runs --------------------------------------------------------------------------
+
+
+@dataclass
+class Constant:
+    """A constant tensor of a graph being written: its values are asked for only as the file is written."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    values: Callable[[], np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * (8 if self.dtype == "float64" else 4)
+
+
+@dataclass
+class GraphTensor:
+    name: str
+    shape: list[int]
+    signature: list[int] | None = None
+    dtype: str = "float32"
+    buffer: int = 0
+    variable: bool = False
+
+
+@dataclass
+class Graph:
+    """A TFLite model being written: tensors, ops, the constants' buffers (index 0 is the empty one)."""
+
+    tensors: list[GraphTensor] = field(default_factory=list)
+    ops: list[tuple[str, list[int], list[int], dict[str, Any]]] = field(default_factory=list)
+    buffers: list[Constant | bytes | None] = field(default_factory=lambda: [None])
+    inputs: list[int] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+    states: list[list[int]] = field(default_factory=list)  # per layer*directions + direction: h (and c)
+    metadata: dict[str, int] = field(default_factory=dict)
+
+    def tensor(self, tensor: GraphTensor) -> int:
+        self.tensors.append(tensor)
+        return len(self.tensors) - 1
+
+    def constant(self, constant: Constant) -> int:
+        self.buffers.append(constant)
+        return self.tensor(
+            GraphTensor(constant.name, list(constant.shape), dtype=constant.dtype, buffer=len(self.buffers) - 1)
+        )
+
+    def activation(self, name: str, width: int) -> int:
+        return self.tensor(GraphTensor(name, [1, 1, width], [UNSET, UNSET, width]))
+
+
+def build_graph(
+    op_name: str,
+    input_size: int,
+    widths: tuple[int, int],
+    layers: list[list[dict[int, Constant]]],
+    options: dict[str, Any],
+) -> Graph:
+    """x (batch, steps, input) through each layer's ops (a reverse direction between REVERSE_V2 ops) to y.
+
+    `widths`: (H, output size: P with a projection, else H); `layers[l][d]`: the op's constant inputs by slot.
+    """
+    hidden, out = widths
+    names = OP_INPUTS[op_name]
+    graph = Graph()
+    x = graph.activation(TFLITE_INPUT, input_size)
+    graph.inputs = [x]
+    dirs = len(layers[0])
+    axis = graph.constant(Constant("time_axis", (1,), "int32", lambda: np.array([TIME_AXIS], np.int32)))
+    state_widths = (out, hidden)
+    for layer, directions in enumerate(layers):
+        last = layer == len(layers) - 1
+        outputs = []
+        for direction, constants in enumerate(directions):
+            suffix = TORCH_REVERSE_SUFFIX if direction else ""
+            source = x
+            if direction:
+                source = graph.activation(f"{TFLITE_INPUT}_l{layer}{suffix}", graph.tensors[x].shape[-1])
+                graph.ops.append(("REVERSE_V2", [x, axis], [source], {}))
+            inputs = []
+            states = []
+            for slot, name in enumerate(names):
+                if slot == 0:
+                    inputs.append(source)
+                elif name in TFLITE_STATE_INPUTS[op_name]:
+                    k = TFLITE_STATE_INPUTS[op_name].index(name)
+                    width = state_widths[k]
+                    state_name = TFLITE_STATE_NAME.format(state=TFLITE_STATES[k], layer=layer, suffix=suffix)
+                    states.append(graph.tensor(GraphTensor(state_name, [1, width], [UNSET, width], variable=True)))
+                    inputs.append(states[-1])
+                elif slot in constants:
+                    inputs.append(graph.constant(constants[slot]))
+                else:
+                    inputs.append(UNSET)
+            graph.states.append(states)
+            name = TFLITE_OUTPUT if last and dirs == 1 else f"{TFLITE_OUTPUT}_l{layer}{suffix}"
+            y = graph.activation(name, out)
+            graph.ops.append((op_name, inputs, [y], options))
+            if direction:
+                back = graph.activation(f"{name}_restored", out)
+                graph.ops.append(("REVERSE_V2", [y, axis], [back], {}))
+                y = back
+            outputs.append(y)
+        if dirs == 2:
+            joined = graph.activation(TFLITE_OUTPUT if last else f"{TFLITE_OUTPUT}_l{layer}", 2 * out)
+            graph.ops.append(("CONCATENATION", outputs, [joined], {"axis": FEATURE_AXIS}))
+            outputs = [joined]
+        x = outputs[0]
+    graph.outputs = [x]
+    return graph
+
+
+def _options_table(builder: Any, op_name: str, options: dict[str, Any]) -> int | None:
+    """The op's options table (schema.fbs slots), or None for an op that takes none."""
+    if op_name == TFLITE_CELL_OPS[LSTM]:
+        builder.StartObject(6)
+        builder.PrependInt8Slot(LSTM_OPTION_SLOTS["activation"], options["activation"], 0)
+        builder.PrependFloat32Slot(LSTM_OPTION_SLOTS["cell_clip"], options.get("cell_clip", 0.0), 0.0)
+        builder.PrependFloat32Slot(LSTM_OPTION_SLOTS["proj_clip"], options.get("proj_clip", 0.0), 0.0)
+        builder.PrependBoolSlot(LSTM_OPTION_SLOTS["time_major"], False, False)
+        return int(builder.EndObject())
+    if op_name == TFLITE_CELL_OPS["rnn"]:
+        builder.StartObject(3)
+        builder.PrependBoolSlot(RNN_OPTION_SLOTS["time_major"], False, False)
+        builder.PrependInt8Slot(RNN_OPTION_SLOTS["activation"], options["activation"], 0)
+        return int(builder.EndObject())
+    if op_name == "CONCATENATION":
+        builder.StartObject(2)
+        builder.PrependInt32Slot(0, options["axis"], 0)
+        return int(builder.EndObject())
+    return None
+
+
+def _vector(builder: Any, values: list[int], offsets: bool = False) -> int:
+    builder.StartVector(4, len(values), 4)
+    for value in reversed(values):
+        if offsets:
+            builder.PrependUOffsetTRelative(value)
+        else:
+            builder.PrependInt32(value)
+    return int(builder.EndVector())
+
+
+def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, Constant | bytes]]]:
+    """The flatbuffer's tables (every buffer's data left out), and each buffer's data with the padding before it.
+
+    Each Buffer's `data` offset points past the tables, where the data follows, aligned: the file is the tables,
+    then (padding, length, values) per buffer; the values are written from their source one at a time.
+    """
+    try:
+        import flatbuffers
+    except ImportError:
+        raise BackendMissing(
+            "writing TFLite needs the flatbuffers package, which is not installed (pip install 'rnnconv[tflite]')"
+        ) from None
+    b = flatbuffers.Builder(4096)
+    empty = b.CreateNumpyVector(np.zeros(0, np.uint8))
+    patches = []  # (the data field's distance from the end, the buffer)
+    buffers = []
+    for index, data in enumerate(graph.buffers):
+        b.StartObject(3)
+        if data is not None:
+            b.PrependUOffsetTRelativeSlot(0, empty, 0)
+            patches.append((b.Offset(), index))
+        buffers.append(b.EndObject())
+    tensors = []
+    for t in graph.tensors:
+        name, shape = b.CreateString(t.name), _vector(b, t.shape)
+        signature = _vector(b, t.signature) if t.signature else None
+        b.StartObject(11)
+        b.PrependUOffsetTRelativeSlot(0, shape, 0)
+        b.PrependInt8Slot(1, TFLITE_TENSOR_TYPES[t.dtype], 0)
+        b.PrependUint32Slot(2, t.buffer, 0)
+        b.PrependUOffsetTRelativeSlot(3, name, 0)
+        b.PrependBoolSlot(5, t.variable, False)
+        if signature is not None:
+            b.PrependUOffsetTRelativeSlot(7, signature, 0)
+        tensors.append(b.EndObject())
+    codes = list(dict.fromkeys(op for op, *_ in graph.ops))
+    ops = []
+    for op, inputs, outputs, options in graph.ops:
+        ins, outs = _vector(b, inputs), _vector(b, outputs)
+        table = _options_table(b, op, options)
+        b.StartObject(14)
+        b.PrependUint32Slot(0, codes.index(op), 0)
+        b.PrependUOffsetTRelativeSlot(1, ins, 0)
+        b.PrependUOffsetTRelativeSlot(2, outs, 0)
+        if table is not None:
+            b.PrependUint8Slot(3, TFLITE_OPTIONS[op], 0)
+            b.PrependUOffsetTRelativeSlot(4, table, 0)
+        ops.append(b.EndObject())
+    code_tables = []
+    for op in codes:
+        b.StartObject(4)
+        b.PrependInt8Slot(0, min(TFLITE_OPS[op], 127), 0)  # deprecated_builtin_code: the code, below 127
+        b.PrependInt32Slot(2, 1, 1)
+        b.PrependInt32Slot(3, TFLITE_OPS[op], 0)
+        code_tables.append(b.EndObject())
+    entries = []
+    for key, index in graph.metadata.items():
+        name = b.CreateString(key)
+        b.StartObject(2)
+        b.PrependUOffsetTRelativeSlot(0, name, 0)
+        b.PrependUint32Slot(1, index, 0)
+        entries.append(b.EndObject())
+    tensor_vector, op_vector = _vector(b, tensors, True), _vector(b, ops, True)
+    graph_inputs, graph_outputs = _vector(b, graph.inputs), _vector(b, graph.outputs)
+    title = b.CreateString("main")
+    b.StartObject(6)
+    b.PrependUOffsetTRelativeSlot(0, tensor_vector, 0)
+    b.PrependUOffsetTRelativeSlot(1, graph_inputs, 0)
+    b.PrependUOffsetTRelativeSlot(2, graph_outputs, 0)
+    b.PrependUOffsetTRelativeSlot(3, op_vector, 0)
+    b.PrependUOffsetTRelativeSlot(4, title, 0)
+    subgraph = b.EndObject()
+    code_vector, subgraphs = _vector(b, code_tables, True), _vector(b, [subgraph], True)
+    buffer_vector, metadata = _vector(b, buffers, True), _vector(b, entries, True)
+    description = b.CreateString("rnnconv")
+    b.StartObject(10)
+    b.PrependUint32Slot(0, TFLITE_SCHEMA_VERSION, 0)
+    b.PrependUOffsetTRelativeSlot(1, code_vector, 0)
+    b.PrependUOffsetTRelativeSlot(2, subgraphs, 0)
+    b.PrependUOffsetTRelativeSlot(3, description, 0)
+    b.PrependUOffsetTRelativeSlot(4, buffer_vector, 0)
+    b.PrependUOffsetTRelativeSlot(6, metadata, 0)
+    b.Finish(b.EndObject(), file_identifier=TFLITE_IDENTIFIER)
+    head = bytearray(b.Output())
+    position, tail = len(head), []
+    for distance, index in patches:
+        data = graph.buffers[index]
+        assert data is not None
+        pad = -(position + 4) % DATA_ALIGNMENT
+        field_at = len(head) - distance
+        struct.pack_into("<I", head, field_at, position + pad - field_at)
+        tail.append((pad, data))
+        position += pad + 4 + (data.nbytes if isinstance(data, Constant) else len(data))
+    if position > TFLITE_FLATBUFFER_LIMIT:
+        raise Unsupported(
+            f"the model would take {position / 1e9:.2f} GB, but a .tflite flatbuffer holds at most 2 GiB "
+            f"(flatbuffers' offsets are 32-bit); convert a smaller RNN, or to ONNX (--to onnx)"
+        )
+    return bytes(head), tail
+
+
+STORAGE = {"float32": np.float32, "float64": np.float64, "int32": np.int32}
+
+
+def write_graph(graph: Graph, f: Any, progress: Callable[[int, int], None] | None = None) -> None:
+    """The model's bytes: its tables, then each buffer's data, pulled from the source one tensor at a time."""
+    head, tail = serialize(graph)
+    f.write(head)
+    total = sum(d.nbytes for _, d in tail if isinstance(d, Constant))
+    for pad, data in tail:
+        if isinstance(data, bytes):
+            f.write(b"\0" * pad + struct.pack("<I", len(data)) + data)
+            continue
+        values = np.ascontiguousarray(data.values(), dtype=STORAGE[data.dtype])
+        if values.nbytes != data.nbytes:
+            raise BadInput(f"{data.name} has {values.nbytes} bytes, its shape {data.shape} needs {data.nbytes}")
+        f.write(b"\0" * pad + struct.pack("<I", values.nbytes))
+        write_array(f, values)
+        if progress is not None:
+            progress(values.nbytes, total)
+
+
+def model_bytes(graph: Graph) -> bytes:
+    import io
+
+    out = io.BytesIO()
+    write_graph(graph, out)
+    return out.getvalue()
+
+
+# --- writing ------------------------------------------------------------------------------------------------
+
+
+def _writable(rnn: CanonicalRNN, dtype: str | None) -> str:
+    """The op that holds the RNN; Unsupported (one sentence) where TFLite cannot hold it exactly."""
+    spec = rnn.spec
+    if spec.cell == GRU:
+        raise Unsupported(
+            "TFLite has no fused GRU op (only UNIDIRECTIONAL_SEQUENCE_LSTM and _RNN): a GRU would have to be "
+            "written as a WHILE loop or unrolled ops, which rnnconv does not write; convert it to ONNX (--to onnx)"
+        )
+    if dtype not in (None, "float32"):
+        raise Unsupported(f"TFLite's LSTM and RNN ops compute with float32 weights, not {dtype}")
+    if dtype is None and spec.dtype == "float64":
+        raise Unsupported(
+            "TFLite's LSTM and RNN ops compute with float32 weights: the source's float64 weights would be rounded; "
+            "say --dtype float32 to accept that"
+        )
+    return TFLITE_CELL_OPS[spec.cell]
+
+
+def graph_of(rnn: CanonicalRNN, dtype: str | None = None) -> Graph:
+    """The graph of a canonical RNN, its weights taken from it one layer and direction at a time."""
+    op_name = _writable(rnn, dtype)
+    spec = rnn.spec
+    row = find_row(FORMAT, op_name)
+    cache: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+
+    def values(layer: int, direction: int, key: str) -> Callable[[], np.ndarray]:
+        def load() -> np.ndarray:
+            if (layer, direction) not in cache:
+                cache.clear()  # one cell in memory at a time
+                cache[(layer, direction)] = rnn.stored(row, layer, direction)
+            return cache[(layer, direction)][key].astype(np.float32)
+
+        return load
+
+    layers = []
+    for layer in range(spec.num_layers):
+        width = spec.layer_input_size(layer)
+        directions = []
+        for direction in range(spec.num_directions):
+            suffix = TORCH_REVERSE_SUFFIX if direction else ""
+            shapes = stored_shapes(row, spec.hidden_size, width, spec.output_size, spec.proj_size, True)
+            directions.append(
+                {
+                    _slot(op_name, key): Constant(
+                        f"layer{layer}{suffix}/{row.tensors[key]}", shape, "float32", values(layer, direction, key)
+                    )
+                    for key, shape in shapes.items()
+                }
+            )
+        layers.append(directions)
+    activation = _activation_code(row, spec.mode)
+    return build_graph(
+        op_name, spec.input_size, (spec.hidden_size, spec.output_size), layers, {"activation": activation}
+    )
+
+
+def _activation_code(row: Row, mode: str) -> int:
+    name = next(activation for activation, runs in row.modes.items() if runs == mode)
+    return TFLITE_ACTIVATIONS[name]
+
+
+def write_tflite(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> CanonicalRNN:
+    if len(rnns) != 1:
+        raise BadInput(
+            f"a .tflite written by rnnconv holds one RNN, but {len(rnns)} were selected "
+            f"({', '.join(r.name for r in rnns)}); pick one with --layer"
+        )
+    rnn = rnns[0]
+    graph = graph_of(rnn, options.dtype)
+    provenance = rnn.provenance()
+    graph.buffers.append(provenance.model_dump_json(by_alias=True, exclude_none=True).encode())
+    graph.metadata[SOURCE_KEY] = len(graph.buffers) - 1
+    serialize(graph)  # refuses a model over the flatbuffer's limit before any file is made
+    with atomic_outputs([path], options.force) as (tmp,), open(tmp, "wb") as f:
+        write_graph(graph, f, options.progress)
+    return rnn
+
+
+# --- running, in LiteRT's interpreter ---------------------------------------------------------------------------
+
+
+def _interpreter() -> Any:
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        raise BackendMissing(
+            "running TFLite needs LiteRT's interpreter, which is not installed (pip install 'rnnconv[tflite]')"
+        ) from None
+    return Interpreter
+
+
+def litert_version() -> str:
+    from importlib.metadata import version
+
+    return version("ai-edge-litert")
+
+
+def run_graph(graph: Graph, inputs: Inputs | dict[str, np.ndarray | None]) -> dict[str, np.ndarray | None]:
+    """The graph in LiteRT's interpreter (CPU): y, h_n, c_n sequence-major as cuDNN's, from x, h0, c0."""
+    x = np.asarray(inputs["x"])
+    lengths = inputs.get("lengths")
+    if lengths is not None and np.any(np.asarray(lengths) != x.shape[0]):
+        raise Unsupported(
+            "TFLite's LSTM and RNN ops take no sequence lengths (every sequence runs all steps): verify a .tflite "
+            "without --ragged"
+        )
+    steps, batch, _ = x.shape
+    interpreter = _interpreter()(model_content=model_bytes(graph))
+    try:
+        interpreter.resize_tensor_input(graph.inputs[0], [batch, steps, x.shape[2]])
+        for states in graph.states:
+            for t in states:
+                interpreter.resize_tensor_input(t, [batch, graph.tensors[t].shape[-1]])
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(graph.inputs[0], np.ascontiguousarray(x.transpose(1, 0, 2), np.float32))
+        given = [inputs.get("h0"), inputs.get("c0")]
+        for index, states in enumerate(graph.states):
+            for k, t in enumerate(states):
+                start = given[k]
+                if start is not None:
+                    interpreter.set_tensor(t, np.ascontiguousarray(np.asarray(start)[index], np.float32))
+        interpreter.invoke()
+        y = interpreter.get_tensor(graph.outputs[0]).transpose(1, 0, 2)
+        finals = [
+            np.stack([interpreter.get_tensor(states[k]) for states in graph.states])
+            for k in range(2)
+            if all(len(states) > k for states in graph.states)
+        ]
+    except (RuntimeError, ValueError) as exc:
+        raise BadInput(f"LiteRT's interpreter cannot run this model: {first_line(exc, 300)}") from None
+    return {"y": y, "h_n": finals[0], "c_n": finals[1] if len(finals) > 1 else None}
+
+
+def _stored(file: TfliteFile, t: int) -> Callable[[], np.ndarray]:
+    return lambda: file.constant(t, "a weight").astype(np.float32)
+
+
+def graph_of_file(file: TfliteFile, chain: Chain) -> Graph:
+    """The chain's own ops in rnnconv's graph: every input as the file stores it (widened to float32), and its
+    options as stored but for the layout of x and y (batch-major here)."""
+    first = chain.first
+    layers = []
+    for held in chain.layers:
+        directions = []
+        for op in held.ops:
+            constants = {}
+            for slot, t in enumerate(op.inputs):
+                tensor = file.tensors[t] if t != UNSET else None
+                if slot and tensor is not None and tensor.data is not None:
+                    constants[slot] = Constant(
+                        tensor.name,
+                        tensor.shape,
+                        "float32",
+                        _stored(file, t),
+                    )
+            directions.append(constants)
+        layers.append(directions)
+    row = find_row(FORMAT, first.name)
+    gate = CUDNN_GATES[row.cell][-1]
+    hidden = file.tensors[_input(first, row.tensors[per_gate(INPUT_MATRIX, gate)])].shape[0]
+    out = file.tensors[_input(first, row.tensors[per_gate(RECURRENT_MATRIX, gate)])].shape[1]
+    input_size = file.tensors[_input(first, row.tensors[per_gate(INPUT_MATRIX, gate)])].shape[1]
+    return build_graph(first.name, input_size, (hidden, out), layers, _options(first))
+
+
+# --- the format ---------------------------------------------------------------------------------------------
+
+
+class TfliteEngine:
+    """The blob as the TFLite graph rnnconv writes, in LiteRT's interpreter: kernels nobody here wrote."""
+
+    name = "tflite"
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def run(self, blob: Any, inputs: Inputs) -> Outputs:
+        rnn = blob.to_canonical()
+        return run_graph(graph_of(rnn, "float32"), inputs)
+
+    def describe(self) -> BackendInfo:
+        return BackendInfo(name=self.name, detail="LiteRT's interpreter (CPU) running the blob as TFLite ops, float32")
+
+    def versions(self) -> dict[str, str]:
+        return {"ai-edge-litert": litert_version()}
+
+
+@register
+class TfliteFormat(Format):
+    info = FORMAT_INFO[FORMAT]
+    sniff_order = 20
+    engine = TfliteEngine  # verify --backend tflite
+
+    def sniff(self, probe: Probe) -> bool:
+        return probe.head[4:8] == TFLITE_IDENTIFIER
+
+    @contextlib.contextmanager
+    def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
+        file = TfliteFile.load(path)
+        info = Provenance(path=str(path.resolve()), format=FORMAT)
+        digest = digest_in_background(path) if options.hash_source else None
+        rnns, skipped = [], []
+        chains = file.choose(options.layer, options.take_all)
+        for chain in chains:
+            try:
+                rnn = to_canonical(file, chain, info)
+            except Unsupported as exc:
+                if len(chains) == 1:
+                    raise
+                skipped.append((chain.name, str(exc)))
+                continue
+            rnn.digest = digest
+            rnns.append(rnn)
+        if not rnns:
+            raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
+        yield Source(rnns, skipped)
+
+    def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
+        rnn = write_tflite(rnns, path, options)
+        spec = rnn.spec
+        states = ", ".join(
+            TFLITE_STATE_NAME.format(state=state, layer=0, suffix="")
+            for state in TFLITE_STATES[: len(TFLITE_STATE_INPUTS[TFLITE_CELL_OPS[spec.cell]])]
+        )
+        return Written(
+            [path],
+            usage=f'ai_edge_litert.interpreter.Interpreter("{path}")   # resize x to (batch, steps, '
+            f"{spec.input_size}) and the states ({states}, ...) to (batch, size), allocate_tensors, set x, invoke, "
+            f"read y (batch, steps, {spec.num_directions * spec.output_size})",
+        )
+
+    def inspect(self, path: Path) -> InspectReport:
+        file = TfliteFile.load(path)
+        entries = []
+        for chain in file.chains:
+            try:
+                rnn = to_canonical(file, chain, Provenance(path=str(path)))
+                entries.append(
+                    InspectEntry(
+                        name=chain.name,
+                        layer_class=chain.first.name,
+                        spec=rnn.spec.to_model(),
+                        converts=True,
+                        notes=rnn.notes,
+                    )
+                )
+            except RnnconvError as exc:
+                entries.append(
+                    InspectEntry(name=chain.name, layer_class=chain.first.name, converts=False, reason=str(exc))
+                )
+        notes = [f"operators: {file.op_listing() or 'none'}"]
+        notes += [
+            f"{chain.name}: ops {', '.join(str(op.index) for layer in chain.layers for op in layer.ops)} are the "
+            f"layers and directions of one RNN"
+            for chain in file.chains
+            if sum(len(layer.ops) for layer in chain.layers) > 1
+        ]
+        return InspectReport(path=str(path), format=FORMAT, rnns=entries, notes=notes)
+
+    def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
+        if recorded.layer and recorded.format == FORMAT:
+            return recorded
+        file = TfliteFile.load(path)
+        (chain,) = file.choose(layer, take_all=False)
+        return recorded.model_copy(update={"layer": chain.name, "format": FORMAT})
+
+    def run(
+        self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+    ) -> tuple[dict[str, np.ndarray | None], str]:
+        """The file's own ops, their weights and options as stored, in LiteRT's interpreter."""
+        file = TfliteFile.load(path)
+        (chain,) = file.choose(source.layer, take_all=False)
+        rnn = to_canonical(file, chain, source)  # refuses what it cannot compare
+        if (rnn.spec.input_size, rnn.spec.num_layers) != (spec.input_size, spec.num_layers):
+            raise BadInput(f"the TFLite ops {chain.name} are not the RNN the blob describes ({spec.describe()})")
+        how = f"ai-edge-litert {litert_version()}: the file's own {chain.first.name} op(s)"
+        return run_graph(graph_of_file(file, chain), inputs), how
