@@ -32,6 +32,11 @@ TOLERANCES: dict[tuple[str, str], tuple[float, float]] = {
     ("onnxruntime", "float32"): (1e-4, 1e-3),
     ("onnxruntime", "float16"): (2e-2, 2e-2),
     ("onnxruntime", "bfloat16"): (6e-2, 6e-2),
+    # LiteRT's kernels compute in float32 too
+    ("tflite", "float64"): (1e-4, 1e-3),
+    ("tflite", "float32"): (1e-4, 1e-3),
+    ("tflite", "float16"): (2e-2, 2e-2),
+    ("tflite", "bfloat16"): (6e-2, 6e-2),
 }
 # When the blob or its source is in half precision, that rounding dominates; a dynamically quantized source
 # (int8 weights, its inputs quantized to 8 bits at run time) is compared with its dequantized float model.

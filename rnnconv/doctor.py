@@ -20,6 +20,8 @@ PACKAGES = (
     "torch",
     "onnx",
     "onnxruntime",
+    "ai-edge-litert",
+    "flatbuffers",
     "nvidia-cudnn-cu12",
     "nvidia-cudnn-cu13",
     "pycuda",
@@ -64,6 +66,7 @@ def examine() -> dict[str, Any]:
                 "found": status.found,
             },
             "onnxruntime": _installed(packages, "onnxruntime", "the blob as ONNX nodes", "rnnconv[onnx]"),
+            "tflite": _installed(packages, "ai-edge-litert", "the blob as TFLite ops", "rnnconv[tflite]"),
         },
         "sources": {
             "keras3": {
@@ -80,6 +83,7 @@ def examine() -> dict[str, Any]:
             },
             "torch": _installed(packages, "torch", "PyTorch checkpoints", "rnnconv[torch]"),
             "onnx": _installed(packages, "onnxruntime", "ONNX models' own nodes", "rnnconv[onnx]"),
+            "tflite": _installed(packages, "ai-edge-litert", "TFLite models' own ops", "rnnconv[tflite]"),
         },
         "torch_cuda": torch_cuda,
     }
