@@ -262,6 +262,7 @@ OLD_NAME_SOURCES = {  # one small file per source format; a cuDNN blob is made f
     "torch": FIXTURES / "torch" / "rnn_tanh.pt",
     "onnx": FIXTURES / "onnx" / "rnn_relu_torchscript.onnx",
     "tf1": FIXTURES / "tf1" / "rnn_tanh.ckpt",
+    "tflite": FIXTURES / "tflite" / "rnn_tanh.tflite",
 }
 
 
