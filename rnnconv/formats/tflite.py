@@ -907,12 +907,14 @@ def graph_of(rnn: CanonicalRNN, dtype: str | None = None) -> Graph:
     row = find_row(FORMAT, op_name)
     cache: dict[tuple[int, int], dict[str, np.ndarray]] = {}
 
-    def values(layer: int, direction: int, key: str) -> Callable[[], np.ndarray]:
+    def values(layer: int, direction: int, key: str, shape: tuple[int, ...]) -> Callable[[], np.ndarray]:
         def load() -> np.ndarray:
             if (layer, direction) not in cache:
                 cache.clear()  # one cell in memory at a time
                 cache[(layer, direction)] = rnn.stored(row, layer, direction)
-            return cache[(layer, direction)][key].astype(np.float32)
+            held = cache[(layer, direction)]
+            # the ops need their biases: a source without any gets zeros
+            return held[key].astype(np.float32) if key in held else np.zeros(shape, np.float32)
 
         return load
 
@@ -926,7 +928,10 @@ def graph_of(rnn: CanonicalRNN, dtype: str | None = None) -> Graph:
             directions.append(
                 {
                     _slot(op_name, key): Constant(
-                        f"layer{layer}{suffix}/{row.tensors[key]}", shape, "float32", values(layer, direction, key)
+                        f"layer{layer}{suffix}/{row.tensors[key]}",
+                        shape,
+                        "float32",
+                        values(layer, direction, key, shape),
                     )
                     for key, shape in shapes.items()
                 }
