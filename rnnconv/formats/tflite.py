@@ -83,6 +83,7 @@ MAX_RANK = 8
 DATA_ALIGNMENT = 16  # where each weight buffer's data starts in a written file (what TFLite's converter aligns to)
 TIME_AXIS, FEATURE_AXIS = 1, 2  # of the batch-major tensors rnnconv writes
 UNSET = -1  # an optional input left out
+STORAGE = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "uint8": np.uint8}  # of buffers written
 
 
 # --- the flatbuffer, read -------------------------------------------------------------------------------------
@@ -618,7 +619,7 @@ class Constant:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * (8 if self.dtype == "float64" else 4)
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(STORAGE[self.dtype]).itemsize
 
 
 @dataclass
@@ -637,7 +638,7 @@ class Graph:
 
     tensors: list[GraphTensor] = field(default_factory=list)
     ops: list[tuple[str, list[int], list[int], dict[str, Any]]] = field(default_factory=list)
-    buffers: list[Constant | bytes | None] = field(default_factory=lambda: [None])
+    buffers: list[Constant | None] = field(default_factory=lambda: [None])
     inputs: list[int] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
     states: list[list[int]] = field(default_factory=list)  # per layer*directions + direction: h (and c)
@@ -749,7 +750,7 @@ def _vector(builder: Any, values: list[int], offsets: bool = False) -> int:
     return int(builder.EndVector())
 
 
-def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, Constant | bytes]]]:
+def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, Constant]]]:
     """The flatbuffer's tables (every buffer's data left out), and each buffer's data with the padding before it.
 
     Each Buffer's `data` offset points past the tables, where the data follows, aligned: the file is the tables,
@@ -841,7 +842,7 @@ def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, Constant | bytes]]]:
         field_at = len(head) - distance
         struct.pack_into("<I", head, field_at, position + pad - field_at)
         tail.append((pad, data))
-        position += pad + 4 + (data.nbytes if isinstance(data, Constant) else len(data))
+        position += pad + 4 + data.nbytes
     if position > TFLITE_FLATBUFFER_LIMIT:
         raise Unsupported(
             f"the model would take {position / 1e9:.2f} GB, but a .tflite flatbuffer holds at most 2 GiB "
@@ -850,18 +851,12 @@ def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, Constant | bytes]]]:
     return bytes(head), tail
 
 
-STORAGE = {"float32": np.float32, "float64": np.float64, "int32": np.int32}
-
-
 def write_graph(graph: Graph, f: Any, progress: Callable[[int, int], None] | None = None) -> None:
     """The model's bytes: its tables, then each buffer's data, pulled from the source one tensor at a time."""
     head, tail = serialize(graph)
     f.write(head)
-    total = sum(d.nbytes for _, d in tail if isinstance(d, Constant))
+    total = sum(d.nbytes for _, d in tail)
     for pad, data in tail:
-        if isinstance(data, bytes):
-            f.write(b"\0" * pad + struct.pack("<I", len(data)) + data)
-            continue
         values = np.ascontiguousarray(data.values(), dtype=STORAGE[data.dtype])
         if values.nbytes != data.nbytes:
             raise BadInput(f"{data.name} has {values.nbytes} bytes, its shape {data.shape} needs {data.nbytes}")
@@ -956,8 +951,12 @@ def write_tflite(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) ->
         )
     rnn = rnns[0]
     graph = graph_of(rnn, options.dtype)
-    provenance = rnn.provenance()
-    graph.buffers.append(provenance.model_dump_json(by_alias=True, exclude_none=True).encode())
+
+    def recorded(wait: bool = True) -> np.ndarray:  # the source's digest is still being computed: written last
+        text = rnn.provenance(wait).model_dump_json(by_alias=True, exclude_none=True)
+        return np.frombuffer(text.encode(), np.uint8)
+
+    graph.buffers.append(Constant(SOURCE_KEY, (len(recorded(wait=False)),), "uint8", recorded))
     graph.metadata[SOURCE_KEY] = len(graph.buffers) - 1
     serialize(graph)  # refuses a model over the flatbuffer's limit before any file is made
     with atomic_outputs([path], options.force) as (tmp,), open(tmp, "wb") as f:
