@@ -31,18 +31,22 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
-from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file, write_array
+from rnnconv.safeio import FileArray, atomic_outputs, digest_in_background, regular_file, write_array
 from rnnconv.table.apply import find_row, stored_shapes
 from rnnconv.table.constants import (
+    BIAS,
+    BIAS_KINDS,
     CUDNN_GATES,
     GRU,
     INPUT_MATRIX,
+    KIND_OF_ROLE,
     LSTM,
+    MATRIX_ROLES,
     MAX_SIZE,
     PROJECTION,
     RECURRENT_MATRIX,
@@ -62,9 +66,10 @@ from rnnconv.table.constants import (
     TFLITE_STATES,
     TFLITE_TENSOR_TYPES,
     TORCH_REVERSE_SUFFIX,
+    Kind,
 )
 from rnnconv.table.formats import FORMAT_INFO
-from rnnconv.table.layouts import per_gate
+from rnnconv.table.layouts import MATRIX_PER_GATE, per_gate
 from rnnconv.table.reading import Found, StoredCell, read, settle
 from rnnconv.table.rows import Row
 
@@ -857,7 +862,9 @@ def write_graph(graph: Graph, f: Any, progress: Callable[[int, int], None] | Non
     f.write(head)
     total = sum(d.nbytes for _, d in tail)
     for pad, data in tail:
-        values = np.ascontiguousarray(data.values(), dtype=STORAGE[data.dtype])
+        values = data.values()
+        if not (isinstance(values, FileArray) and values.dtype == STORAGE[data.dtype]):
+            values = np.ascontiguousarray(values, dtype=STORAGE[data.dtype])
         if values.nbytes != data.nbytes:
             raise BadInput(f"{data.name} has {values.nbytes} bytes, its shape {data.shape} needs {data.nbytes}")
         f.write(b"\0" * pad + struct.pack("<I", values.nbytes))
@@ -900,19 +907,6 @@ def graph_of(rnn: CanonicalRNN, dtype: str | None = None) -> Graph:
     op_name = _writable(rnn, dtype)
     spec = rnn.spec
     row = find_row(FORMAT, op_name)
-    cache: dict[tuple[int, int], dict[str, np.ndarray]] = {}
-
-    def values(layer: int, direction: int, key: str, shape: tuple[int, ...]) -> Callable[[], np.ndarray]:
-        def load() -> np.ndarray:
-            if (layer, direction) not in cache:
-                cache.clear()  # one cell in memory at a time
-                cache[(layer, direction)] = rnn.stored(row, layer, direction)
-            held = cache[(layer, direction)]
-            # the ops need their biases: a source without any gets zeros
-            return held[key].astype(np.float32) if key in held else np.zeros(shape, np.float32)
-
-        return load
-
     layers = []
     for layer in range(spec.num_layers):
         width = spec.layer_input_size(layer)
@@ -926,7 +920,7 @@ def graph_of(rnn: CanonicalRNN, dtype: str | None = None) -> Graph:
                         f"layer{layer}{suffix}/{row.tensors[key]}",
                         shape,
                         "float32",
-                        values(layer, direction, key, shape),
+                        _values(rnn, row, ParamKey(layer, direction, "", ""), key, shape),
                     )
                     for key, shape in shapes.items()
                 }
@@ -936,6 +930,47 @@ def graph_of(rnn: CanonicalRNN, dtype: str | None = None) -> Graph:
     return build_graph(
         op_name, spec.input_size, (spec.hidden_size, spec.output_size), layers, {"activation": activation}
     )
+
+
+def _values(rnn: CanonicalRNN, row: Row, cell: ParamKey, key: str, shape: tuple[int, ...]) -> Callable[[], Any]:
+    """A loader of one stored tensor of a cell, made by the row's layouts from the canonical tensors it needs; a
+    matrix still in a float32 source file, stacked in cuDNN's order (a state_dict, a weight space), stays there
+    (a FileArray of its rows: written file to file)."""
+    found = {per_gate(role, gate): (role, gate) for role in (*MATRIX_ROLES, BIAS) for gate in row.gate_order}
+    role, gate = found.get(key, (PROJECTION, ""))
+
+    def param(kind: str, which: str) -> np.ndarray:
+        return rnn.param(ParamKey(cell.layer, cell.direction, kind, which))
+
+    def load() -> Any:
+        if role in MATRIX_ROLES and row.matrix is MATRIX_PER_GATE:  # the stored tensor is cuDNN's block itself
+            block = _in_file(rnn, ParamKey(cell.layer, cell.direction, KIND_OF_ROLE[role], gate))
+            if block is not None:
+                return block
+        out = {key: np.empty(shape, np.float32)}
+        if role in MATRIX_ROLES:
+            row.matrix.store(out, role, row.gate_order, gate, shape[0], param(KIND_OF_ROLE[role], gate))
+        elif role == BIAS:
+            row.bias.store(out, row.gate_order, gate, shape[0], *(param(kind, gate) for kind in BIAS_KINDS))
+        else:
+            out[key][...] = param(Kind.P, "")
+        return out[key]
+
+    return load
+
+
+def _in_file(rnn: CanonicalRNN, key: ParamKey) -> FileArray | None:
+    """A matrix's rows in the source file, when the source holds its gates stacked in cuDNN's order as float32."""
+    stacked = rnn.stacked(key.layer, key.direction, key.kind)
+    if not isinstance(stacked, FileArray) or stacked.dtype != np.float32:
+        return None
+    gates = 1 if key.kind == Kind.P else len(rnn.spec.gates)
+    index = 0 if key.kind == Kind.P else rnn.spec.gates.index(key.gate)
+    shape = rnn.spec.param_shape(key)
+    if stacked.shape != (gates * shape[0], *shape[1:]):
+        return None
+    block: FileArray = stacked[index * shape[0] : (index + 1) * shape[0]]
+    return block
 
 
 def _activation_code(row: Row, mode: str) -> int:

@@ -262,7 +262,7 @@ TF1_VARIABLES: Final[dict[str, dict[str, tuple[tuple[str, str], ...]]]] = {
         "bias": ((TF1_BIAS, TF1_ALL_ROWS),),
     },
 }
-# --- TFLite / LiteRT (the schema of tensorflow/compiler/mlir/lite/schema/schema.fbs; docs/LAYOUTS.md section 10) -----
+# --- TFLite / LiteRT (the schema of tensorflow/compiler/mlir/lite/schema/schema.fbs; docs/LAYOUTS.md section 11) -----
 TFLITE_IDENTIFIER: Final = b"TFL3"  # the flatbuffer's file identifier, bytes 4..8
 TFLITE_SCHEMA_VERSION: Final = 3
 # BuiltinOperator codes: the ops rnnconv reads, writes or names.
