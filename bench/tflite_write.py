@@ -14,7 +14,6 @@ A benchmark, not a test: it judges nothing by exit code.
 from __future__ import annotations
 
 import argparse
-import math
 import subprocess
 import time
 from pathlib import Path
