@@ -465,7 +465,7 @@ def test_writing_and_reading_import_no_framework_and_no_litert(tmp_path):
 
 def test_the_readme_loading_snippet_runs(written, tmp_path):
     """The README's TFLite block, run on a written two-layer bidirectional LSTM."""
-    section = (ROOT / "README.md").read_text().split("\n### TFLite / LiteRT\n", 1)[1]
+    section = (ROOT / "README.md").read_text().split("\n### TFLite / LiteRT", 1)[1]
     block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     (tmp_path / "model.tflite").write_bytes(written["lstm_2_layers_bidirectional"][2].read_bytes())
     result = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=120)
