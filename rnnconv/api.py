@@ -31,7 +31,6 @@ from rnnconv.conversion import convert as _convert
 from rnnconv.conversion import open_source, output_name
 from rnnconv.errors import EXIT_INTERNAL, BadInput, RnnconvError, failure
 from rnnconv.formats import registry
-from rnnconv.formats.cudnn import open_blobs
 from rnnconv.formats.registry import ReadOptions, WriteOptions
 from rnnconv.safeio import (
     SIDECAR_SUFFIX,
@@ -132,7 +131,8 @@ def convert(source: PathLike, output: PathLike | None = None, **options: Any) ->
     taken from these arguments, or assumed and recorded (`require_stated` refuses to assume).
     `hash_source=False` leaves the source's digest out of the output's description. `dequantize` reads a
     quantized ONNX LSTM with its weights dequantized (the result is the float model, not the quantized one).
-    `progress` is told (bytes just written, total bytes) as a blob is written.
+    `progress` is told (bytes just written, total bytes) as a blob is written. A target that cannot hold a term
+    of the source is refused naming it; `allow_lossy` writes it without the term and warns how much that changes.
 
     With `into` (a PyTorch checkpoint or Keras file of the user's), `output` is a copy of it with
     the RNNs' tensors replaced and nothing else changed: each goes where its blob came from (its
@@ -311,7 +311,7 @@ def verify_all(
     `layer` and `relayout`, which name one RNN. With `report`, the list is written there as JSON;
     with `junit`, one JUnit test suite per RNN. `plot` draws one RNN's errors: refused here.
     """
-    from rnnconv.verification import VerifyOptions, failed_report
+    from rnnconv.verification import VerifyOptions, failed_report, rnn_names
 
     if plot is not None:
         raise BadInput("--plot draws one RNN's errors: with --all, leave it out (or verify one with --layer)")
@@ -326,7 +326,7 @@ def verify_all(
             raise BadInput("--all verifies every RNN of the file; --layer and --relayout name one, so leave them out")
 
     def each() -> Reports:
-        names = [b.name for b in open_blobs(path, settings.raw_spec)]
+        names = rnn_names(path, settings)
         return Reports([_verify_rnn(path, dataclasses.replace(settings, layer=name), stage) for name in names])
 
     return _reported(path, settings, outputs, each, lambda exc: Reports([failed_report(path, exc)]))

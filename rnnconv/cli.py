@@ -167,19 +167,21 @@ def convert(**values: Any) -> int:
     "verify",
     "Prove a converted blob computes what its source model computes: a verdict, a report and an "
     "exit code.\n\nThe source runs in its own framework on the CPU; the blob runs through cuDNN, or without a GPU "
-    "through a numpy reference of cuDNN's equations that reads every weight from the blob. Outputs, final h "
+    "through a numpy reference of cuDNN's equations that reads every weight from the blob; a file written for a "
+    "runtime (model.onnx, ...) runs as written in that runtime. Outputs, final h "
     "and c are compared overall, per time step and per layer and direction; on a mismatch the likely mistake "
     "is named.\n\nExit codes: 0 match, 1 mismatch, 2 bad input or no source to compare with (unless "
     "--allow-structure-only), 3 the requested backend (or matplotlib, for --plot) is unavailable.\n\n"
     "Examples:\n\n  rnnconv verify model.bin\n\n"
     "  rnnconv verify model.bin --against model.h5 --report verify-report.json --junit verify-junit.xml\n\n"
-    "  rnnconv verify model.bin --backend cudnn --seq-len 16 --batch 4 --ragged",
+    "  rnnconv verify model.bin --backend cudnn --seq-len 16 --batch 4 --ragged\n\n"
+    "  rnnconv verify model.onnx",
     [
         parameter(
             "blob",
             argument=True,
             help="cuDNN blob: X.bin with its sidecar, an rnnconv .safetensors, or a "
-            "raw blob (with the raw-blob flags).",
+            "raw blob (with the raw-blob flags); or a file rnnconv wrote for a runtime (.onnx, ...).",
         ),
         *map(parameter, VERIFY_OPTIONS),
         parameter("dtype", help="Raw blob: its element type."),

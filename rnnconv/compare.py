@@ -27,16 +27,11 @@ TOLERANCES: dict[tuple[str, str], tuple[float, float]] = {
     ("cudnn", "float32"): (2e-4, 1e-3),
     ("cudnn", "float16"): (2e-2, 2e-2),
     ("cudnn", "bfloat16"): (6e-2, 6e-2),
-    # onnxruntime computes in float32, whatever the blob holds
-    ("onnxruntime", "float64"): (1e-4, 1e-3),
-    ("onnxruntime", "float32"): (1e-4, 1e-3),
-    ("onnxruntime", "float16"): (2e-2, 2e-2),
-    ("onnxruntime", "bfloat16"): (6e-2, 6e-2),
-    # LiteRT's kernels compute in float32 too
-    ("tflite", "float64"): (1e-4, 1e-3),
-    ("tflite", "float32"): (1e-4, 1e-3),
-    ("tflite", "float16"): (2e-2, 2e-2),
-    ("tflite", "bfloat16"): (6e-2, 6e-2),
+    # a format's runtime (onnxruntime, ...) computes in float32, whatever the blob holds
+    ("runtime", "float64"): (1e-4, 1e-3),
+    ("runtime", "float32"): (1e-4, 1e-3),
+    ("runtime", "float16"): (2e-2, 2e-2),
+    ("runtime", "bfloat16"): (6e-2, 6e-2),
 }
 # When the blob or its source is in half precision, that rounding dominates; a dynamically quantized source
 # (int8 weights, its inputs quantized to 8 bits at run time) is compared with its dequantized float model.
@@ -69,7 +64,7 @@ def tolerance(
     engine: str, blob_dtype: str, source_dtype: str | None, atol: float | None = None, rtol: float | None = None
 ) -> Tolerance:
     """The table's tolerance, widened when either side holds or computes in half precision; overrides win."""
-    table_atol, table_rtol = TOLERANCES[(engine, blob_dtype)]
+    table_atol, table_rtol = TOLERANCES[(engine if engine in ("numpy", "cudnn") else "runtime", blob_dtype)]
     narrowest = min((blob_dtype, source_dtype or blob_dtype), key=MANTISSA_BITS.__getitem__)
     if narrowest in NARROWED:
         table_atol, table_rtol = max(table_atol, NARROWED[narrowest][0]), max(table_rtol, NARROWED[narrowest][1])

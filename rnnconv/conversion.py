@@ -11,10 +11,15 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN
+from rnnconv.compare import make_inputs
 from rnnconv.contracts import ConversionResult, ConvertedRNN, Skipped
-from rnnconv.errors import BadInput, RnnconvError, either
+from rnnconv.errors import BadInput, RnnconvError, Unsupported, either
 from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, ReadOptions, Source, WriteOptions, check_stated
+from rnnconv.reference import forward
 from rnnconv.safeio import reading
 
 
@@ -87,6 +92,37 @@ def into_target(into: Path, output: Path | None, to: str | None, write: WriteOpt
     return found
 
 
+PROBE_STEPS, PROBE_BATCH, PROBE_SEED = 8, 3, 0
+
+
+def holdable(target: Format, rnn: CanonicalRNN, allow_lossy: bool) -> tuple[CanonicalRNN, str]:
+    """`rnn` if `target` holds it exactly; else refused naming the term it cannot hold, or with `allow_lossy`, the
+    nearest RNN it can hold, and a warning saying how far that one's outputs are from `rnn`'s on probe inputs."""
+    losses = target.losses(rnn)
+    if not losses:
+        return rnn, ""
+    terms = "; ".join(loss.term for loss in losses)
+    if not allow_lossy:
+        nearest_exists = all(loss.nearest is not None for loss in losses)
+        advice = " (--allow-lossy writes it without that, and says how much it changes)" if nearest_exists else ""
+        raise Unsupported(f"{target.title} cannot hold {rnn.name} exactly: {terms}{advice}")
+    cannot = [loss.term for loss in losses if loss.nearest is None]
+    if cannot:
+        raise Unsupported(f"{target.title} cannot hold {rnn.name}, even with --allow-lossy: {'; '.join(cannot)}")
+    nearest = rnn
+    for loss in losses:
+        assert loss.nearest is not None
+        nearest = loss.nearest(nearest)
+    inputs = make_inputs(rnn.spec, PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
+    exact, written = (forward(r.spec, r.param, inputs["x"], inputs["h0"], inputs["c0"]) for r in (rnn, nearest))
+    worst = max(float(np.max(np.abs(a - b))) for a, b in zip(exact, written) if a is not None and b is not None)
+    return nearest, (
+        f"--allow-lossy: {rnn.name} written without what {target.title} cannot hold ({terms}); on probe inputs "
+        f"(seed {PROBE_SEED}, {PROBE_STEPS} steps, batch {PROBE_BATCH}, non-zero states) its outputs differ from the "
+        f"source's by up to {worst:.3g}"
+    )
+
+
 def convert(
     source: Path,
     output: Path | None = None,
@@ -121,15 +157,17 @@ def convert(
             if not found.rnns:
                 raise RnnconvError(f"{source} gave no RNN to write")
             check_stated(found.rnns, options)
+            held = [holdable(target, rnn, write.allow_lossy) for rnn in found.rnns]  # before anything is written
             if into is None:
-                written = target.write(found.rnns, output, write)
+                written = target.write([rnn for rnn, _ in held], output, write)
             else:
                 with reading(into):
-                    written = target.write_into(found.rnns, into, output, place, write)
+                    written = target.write_into([rnn for rnn, _ in held], into, output, place, write)
                 written.usage = (
                     f"{output} is {into} with {', '.join(r.name for r in found.rnns)} replaced: load it as you "
                     f"load {into}"
                 )
+            written.warnings += [warning for _, warning in held if warning]
             dtype = write.dtype or found.rnns[0].spec.dtype
             return ConversionResult(
                 outputs=[str(p) for p in written.outputs],

@@ -202,7 +202,8 @@ def source_options(fmt: str) -> list[str]:
     return names
 
 
-CONVERSION_TAIL = ["jobs", "force", "no_hash", "require_stated", *COMMON]  # what every conversion command ends with
+# What every conversion command ends with.
+CONVERSION_TAIL = ["jobs", "force", "allow_lossy", "no_hash", "require_stated", *COMMON]
 VERIFY_OPTIONS = [
     "against",
     "convert",

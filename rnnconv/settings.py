@@ -114,6 +114,12 @@ class WriteOptions(Settings):
         json_schema_extra=_flags("--dtype"),
     )
     force: bool = Field(False, description="Replace existing output files.", json_schema_extra=_flags("--force"))
+    allow_lossy: bool = Field(
+        False,
+        description="Write a target that cannot hold a term of the source (refused otherwise, naming the term) "
+        "without it, and say how much that changes the outputs on probe inputs.",
+        json_schema_extra=_flags("--allow-lossy"),
+    )
     progress: Progress | None = Field(None, description="Told (bytes just written, total bytes) as a blob is written.")
 
 

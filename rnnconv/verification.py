@@ -21,15 +21,15 @@ from pathlib import Path
 import numpy as np
 
 from rnnconv.canonical import RNNSpec
-from rnnconv.compare import compare, make_inputs, tolerance
-from rnnconv.contracts import Check, InputsInfo, Provenance, Report, Reports, SourceRun, dump
+from rnnconv.compare import Inputs, Outputs, compare, make_inputs, tolerance
+from rnnconv.contracts import BackendInfo, Check, InputsInfo, Provenance, Report, Reports, SourceRun, dump
 from rnnconv.cudnn.backend import LayoutMismatch
 from rnnconv.diagnose import diagnose
 from rnnconv.dtypes import count_non_finite
 from rnnconv.engines import select_engine
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported
 from rnnconv.formats import registry
-from rnnconv.formats.cudnn import Blob, open_blobs, pick_blob, write_relayout
+from rnnconv.formats.cudnn import Blob, in_memory_blob, open_blobs, pick_blob, write_relayout
 from rnnconv.junit import junit_xml
 from rnnconv.safeio import atomic_outputs, check_guards, digest_differs, regular_file
 from rnnconv.table.constants import CUDNN_MODES, DIRECTION
@@ -73,6 +73,58 @@ def open_blob(path: Path, options: VerifyOptions) -> Blob:
         open_blobs(path, options.raw_spec), options.layer, path, or_else=", or verify them all with --all"
     )
     return blob
+
+
+def runtime_format(path: Path, options: VerifyOptions) -> registry.Format | None:
+    """The format of a file its own runtime runs (an .onnx rnnconv wrote, ...), or None: a cuDNN blob, or a file
+    verify cannot run (open_blob then says what it is)."""
+    if options.raw_spec is not None:
+        return None
+    try:
+        fmt = registry.detect(path)
+    except BadInput:
+        return None
+    return fmt if fmt.engine is not None else None
+
+
+def open_runtime_file(path: Path, fmt: registry.Format, options: VerifyOptions) -> Blob:
+    """The RNN of a runtime's file, read back as a weight space (for the checks and the diagnosis); its source is
+    the one the file records."""
+    read = registry.ReadOptions(layer=options.layer, hash_source=False, take_all=True)
+    with fmt.read(path, read) as found:
+        (rnn,) = pick_blob(found.rnns, options.layer, path, or_else=", or verify them all with --all")
+        return in_memory_blob(rnn, path, next(iter(fmt.info.kinds)))
+
+
+def rnn_names(path: Path, options: VerifyOptions) -> list[str]:
+    """The names of the RNNs a blob or a runtime's file holds (verify --all)."""
+    runtime = runtime_format(path, options)
+    if runtime is None:
+        return [b.name for b in open_blobs(path, options.raw_spec)]
+    with runtime.read(path, registry.ReadOptions(hash_source=False, take_all=True)) as found:
+        return [rnn.name for rnn in found.rnns]
+
+
+class FileRun:
+    """A runtime's file run as it is, by its format's `run` in that runtime: what `verify FILE` compares."""
+
+    def __init__(self, fmt: registry.Format, path: Path, engine: registry.Engine):
+        self.fmt, self.path, self.engine = fmt, path, engine
+        self.name = engine.name
+        self.notes: list[str] = []
+        self.how = ""
+
+    def run(self, blob: Blob, inputs: Inputs) -> Outputs:
+        layer = Provenance(format=next(iter(self.fmt.info.kinds)), layer=blob.name)
+        got, self.how = self.fmt.run(self.path, layer, blob.spec, inputs)
+        return got
+
+    def describe(self) -> BackendInfo:
+        ran = f"{self.how}, " if self.how else ""
+        return BackendInfo(name=self.name, detail=f"{ran}{self.path.name} run as written")
+
+    def versions(self) -> dict[str, str]:
+        return self.engine.versions()
 
 
 def structural_checks(blob: Blob) -> tuple[list[Check], list[str]]:
@@ -148,8 +200,11 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     options = options or VerifyOptions()
     stage = stage or (lambda text: None)
     stage("reading the blob")
-    blob = open_blob(path, options)
+    runtime = runtime_format(path, options)
+    blob = open_blob(path, options) if runtime is None else open_runtime_file(path, runtime, options)
     checks, problems = structural_checks(blob)
+    if runtime is not None:  # the weight space is rnnconv's own reading of the file: only its values say anything
+        checks = [c for c in checks if c.check == "finite values"]
     source = blob.source
     versions = {"rnnconv": __version__, "numpy": np.__version__, "python": platform.python_version()}
     report = Report(
@@ -158,7 +213,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
         blob=str(path),
         name=blob.name,
         spec=blob.spec.to_model(),
-        layout=blob.layout,
+        layout=blob.layout if runtime is None else None,
         checks=checks,
         problems=problems,
         versions=versions,
@@ -190,7 +245,11 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     fmt = _source_format(source_path, source, options.against is not None)
     if options.against is not None:
         source = fmt.resolve(options.against, source, options.layer)
-    engine = select_engine(options.backend)
+    own = runtime.engine if runtime is not None else None
+    if runtime is not None and own is not None and options.backend in ("auto", own.name):
+        engine: registry.Engine = FileRun(runtime, path, own())  # the file itself, in its own runtime
+    else:  # a blob; or the weights read back from a runtime's file, in the engine asked for
+        engine = select_engine(options.backend)
     report.warnings += engine.notes
     inputs = make_inputs(blob.spec, options.seq_len, options.batch, options.seed, options.ragged)
     stage(f"loading and running the source ({fmt.info.title})")
@@ -226,7 +285,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
         check_guards()  # a blob or a source that changed meanwhile explains it, without minutes of trying
         stage("looking for the mistake that explains the mismatch")
         report.diagnosis = diagnose(blob, inputs, want, report.tolerance)
-    report.summary = _summary(report)
+    report.summary = _summary(report, "the blob" if runtime is None else path.name)
     return report
 
 
@@ -307,13 +366,13 @@ def find_source(blob: Path, source: Provenance) -> tuple[Path | None, str]:
     return None, f"its source {recorded} is not here, nor beside the blob"
 
 
-def _summary(report: Report) -> str:
+def _summary(report: Report, subject: str) -> str:
     assert report.comparison is not None and report.tolerance is not None and report.source is not None
     worst = report.comparison.worst
     if report.verdict == "match":
         assumed = f" under the assumption that {' and '.join(report.assumptions)}" if report.assumptions else ""
         return (
-            f"the blob computes what {Path(report.source.path).name} computes{assumed}: largest difference "
+            f"{subject} computes what {Path(report.source.path).name} computes{assumed}: largest difference "
             f"{worst:.3g} (tolerance {report.tolerance.atol:g} + {report.tolerance.rtol:g}*|x|)"
         )
     text = f"largest difference {worst:.3g}"

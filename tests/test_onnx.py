@@ -199,7 +199,10 @@ def test_cudnn_onnx_cudnn_is_identical(checkpoint, layer, tmp_path):
 @pytest.mark.slow
 def test_projection_has_no_onnx_form(tmp_path):
     result = run_cli("torch-to-onnx", FIXTURES / "torch" / "lstm_proj.pt", "-o", tmp_path / "m.onnx")
-    assert_clean_failure(result, 2, "ONNX has no LSTM projection")
+    assert_clean_failure(result, 2, "ONNX cannot hold", "ONNX's LSTM has no projection (h = W_hr h', proj_size=")
+    assert "--allow-lossy" not in result.stderr  # nothing it could drop and still compute an LSTM
+    result = run_cli("convert", FIXTURES / "torch" / "lstm_proj.pt", tmp_path / "m.onnx", "--allow-lossy")
+    assert_clean_failure(result, 2, "even with --allow-lossy")
     assert not list(tmp_path.iterdir())
 
 
@@ -686,3 +689,100 @@ def test_unrolled_lstm_and_gru_cells_are_listed_with_sizes_and_refused_pointing_
         "onnx-to-cudnn", ONNX / "cells_dynamo.onnx", "-o", tmp_path / "out.bin", "--layer", "node_Split_6"
     )
     assert_clean_failure(refused, 2, "LSTM cell unrolled", "convert the checkpoint")
+
+
+# --- verify a written .onnx: the file itself, run in onnxruntime, against its recorded source ---------------
+
+
+def _swap_first_two_gates(path, layer: int, gates: int) -> None:
+    """Rewrite the .onnx with the first two gates of one layer's forward direction swapped in W, R and B."""
+    model = onnx.load(str(path))
+    for tensor in model.graph.initializer:
+        if tensor.name in (f"W_{layer}", f"R_{layer}", f"B_{layer}"):
+            values = numpy_helper.to_array(tensor).copy()
+            hidden = values.shape[1] // (gates * (2 if tensor.name.startswith("B") else 1))
+            for half in range(0, values.shape[1], gates * hidden):  # B: the input biases, then the recurrent ones
+                first, second = slice(half, half + hidden), slice(half + hidden, half + 2 * hidden)
+                values[0, first], values[0, second] = values[0, second].copy(), values[0, first].copy()
+            tensor.CopyFrom(numpy_helper.from_array(values, tensor.name))
+    path.write_bytes(model.SerializeToString())
+
+
+@pytest.mark.parametrize("checkpoint, layer", _torch_cases()[:2])
+def test_verify_runs_a_written_onnx_file_against_the_source_it_records(checkpoint, layer, tmp_path):
+    out = tmp_path / "model.onnx"
+    run_cli("convert", FIXTURES / "torch" / checkpoint, out, *(["--layer", layer] if layer else []))
+    result = run_cli("verify", out, "--ragged", "--report", tmp_path / "r.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "MATCH: model.onnx computes what" in " ".join(result.stdout.split())
+    report = rnnconv.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
+    assert report.backend.name == "onnxruntime" and "model.onnx run as written" in report.backend.detail
+    assert report.source.path == str((FIXTURES / "torch" / checkpoint).resolve())
+    assert [c.check for c in report.checks] == ["finite values"]
+
+
+def test_verify_catches_a_written_onnx_with_two_gates_swapped(tmp_path):
+    out = tmp_path / "model.onnx"
+    rnnconv.convert(FIXTURES / "torch" / "seq2seq.pt", out, layer="encoder.rnn")
+    _swap_first_two_gates(out, 0, 4)  # ONNX's first two gates, i and o
+    result = run_cli("verify", out, "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = rnnconv.contracts.Report.model_validate_json(result.stdout)
+    assert report.verdict == "mismatch" and report.diagnosis is not None and report.diagnosis.found
+    assert "i (input gate) and o (output gate) of layer 0 forward look swapped" in report.diagnosis.message
+
+
+def test_verify_of_an_onnx_that_records_no_source_needs_against(tmp_path):
+    out = tmp_path / "model.onnx"
+    rnnconv.convert(FIXTURES / "torch" / "rnn_tanh.pt", out)
+    model = onnx.load(str(out))
+    del model.metadata_props[:]
+    out.write_bytes(model.SerializeToString())
+    result = run_cli("verify", out)
+    assert result.returncode == 2 and "no numerical comparison was possible" in result.stdout
+    result = run_cli("verify", out, "--against", FIXTURES / "torch" / "rnn_tanh.pt")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("record", ["{", '{"path": 5}', "[1, 2]", "x" * 2_000_000])
+def test_a_garbled_source_record_is_refused_in_a_sentence(record, tmp_path):
+    out = tmp_path / "model.onnx"
+    rnnconv.convert(FIXTURES / "torch" / "rnn_tanh.pt", out)
+    model = onnx.load(str(out))
+    model.metadata_props[0].value = record
+    out.write_bytes(model.SerializeToString())
+    assert_clean_failure(run_cli("verify", out), 2, "rnnconv.source record")
+
+
+def test_allow_lossy_writes_the_nearest_rnn_and_measures_what_it_changes(tmp_path, monkeypatch):
+    """The lossless-or-refused mechanism, with a target made to drop a GRU's b_hn (as flax.nnx's GRUCell must): the
+    warning's number is what onnxruntime, running the written file, differs from torch by on the probe inputs."""
+    from rnnconv.canonical import CanonicalRNN
+    from rnnconv.compare import make_inputs
+    from rnnconv.conversion import PROBE_BATCH, PROBE_SEED, PROBE_STEPS
+    from rnnconv.formats.onnx import OnnxFormat
+    from rnnconv.formats.registry import Loss
+
+    torch.manual_seed(3)
+    module = torch.nn.GRU(5, 7, num_layers=2)
+    source = tmp_path / "gru.pt"
+    torch.save(module.state_dict(), source)
+
+    def without_b_hn(rnn):
+        hn = rnn.spec.gates[2]
+        drop = {k for k in rnn.spec.param_keys() if k.kind == "bR" and k.gate == hn}
+        loaders = {k: (lambda k=k: np.zeros(rnn.spec.param_shape(k))) if k in drop else rnn.loaders[k] for k in drop}
+        return CanonicalRNN(rnn.name, rnn.spec, {**rnn.loaders, **loaders}, rnn.source)
+
+    monkeypatch.setattr(OnnxFormat, "losses", lambda self, rnn: [Loss("no b_hn here", nearest=without_b_hn)])
+    with pytest.raises(rnnconv.errors.Unsupported, match=r"no b_hn here \(--allow-lossy writes it without that"):
+        rnnconv.convert(source, tmp_path / "refused.onnx")
+    result = rnnconv.convert(source, tmp_path / "lossy.onnx", allow_lossy=True)
+    (warning,) = [w for w in result.warnings if w.startswith("--allow-lossy")]
+    stated = float(warning.rsplit(" ", 1)[1])
+    with rnnconv.load(source) as (rnn,):
+        inputs = make_inputs(rnn.spec, PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
+    x, h0 = (torch.from_numpy(inputs[k]).float() for k in ("x", "h0"))
+    expected = torch_run(module, rnn.spec, x, h0, None)
+    got = ort_run(tmp_path / "lossy.onnx", inputs["x"].astype(np.float32), inputs["h0"].astype(np.float32), None)
+    assert stated > 0.01 and stated == pytest.approx(worst_difference(got, expected), rel=1e-3, abs=1e-6)

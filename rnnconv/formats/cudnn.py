@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import itertools
 import json
 import os
@@ -97,9 +98,7 @@ def describe(rnn: CanonicalRNN, etype: ElementType, warnings: list[str], output:
     """The sidecar document: everything a C/C++ user needs to hand this blob to cuDNN (written as `output`)."""
     spec = rnn.spec
     elements = weight_space_elements(spec)
-    source = rnn.provenance(wait)
-    relative = os.path.relpath(source.path, output.resolve().parent) if source.path else None
-    source = source.model_copy(update={"dtype": source.dtype or rnn.spec.dtype, "relative_path": relative})
+    source = registry.recorded_source(rnn, output, wait)
     return Sidecar(
         format=SIDECAR_FORMAT,
         rnnconv_version=__version__,
@@ -207,7 +206,7 @@ class Blob:
     name: str
     spec: RNNSpec
     etype: ElementType
-    words: FileArray  # storage words, 1-D, still in the file
+    words: FileArray | np.ndarray  # storage words, 1-D, still in the file (in memory: a file verify runs itself)
     sidecar: Sidecar | None = None  # None: a raw blob described by flags
     path: Path | None = None
     places: dict[ParamKey, Region] = field(default_factory=dict)  # where each tensor is; the layout's by default
@@ -267,7 +266,7 @@ class Blob:
         shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
         if self.etype.name == "bfloat16":
             return decode(np.asarray(words), self.etype).reshape(shape)
-        stacked: FileArray = words.reshape(shape)
+        stacked: FileArray | np.ndarray = words.reshape(shape)
         return stacked
 
 
@@ -346,6 +345,17 @@ def open_bin(path: Path, spec: RNNSpec | None = None, name: str | None = None) -
     places, elements = placement(sidecar, spec, etype, str(sidecar_path(path)), size)
     words = FileArray(path, 0, etype.storage, (elements,))
     return Blob(name or path.stem, spec, etype, words, sidecar, path, places)
+
+
+def in_memory_blob(rnn: CanonicalRNN, path: Path, kind: str) -> Blob:
+    """The weight space of an RNN read from a file of another format (`path`, of file kind `kind`), in memory: what
+    verify checks and diagnoses when it runs that file itself. Its source is the one the file records, if any."""
+    etype = element_type(rnn.spec.dtype)
+    buffer = io.BytesIO()
+    write_weight_space(rnn, buffer, etype)
+    words = np.frombuffer(buffer.getbuffer(), dtype=etype.storage)
+    sidecar = describe(rnn, etype, [], path).model_copy(update={"source": rnn.origin or Provenance()})
+    return Blob(rnn.name, rnn.spec, etype, words, sidecar, path, kind=kind)
 
 
 def write_relayout(
@@ -432,8 +442,8 @@ def open_blobs(path: Path, raw_spec: RNNSpec | None = None) -> list[Blob]:
 
 
 def pick_blob(
-    blobs: list[Blob], layer: str | None, path: Path, take_all: bool = False, or_else: str = ""
-) -> list[Blob]:
+    blobs: list[registry.Item], layer: str | None, path: Path, take_all: bool = False, or_else: str = ""
+) -> list[registry.Item]:
     """The blob `layer` names, or the only one (every one with `take_all`); `or_else` ends the advice when the
     file holds several and none was named (verify: its --all)."""
     if layer is not None:

@@ -27,20 +27,18 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, SpecModel
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
+from rnnconv.formats import registry
 from rnnconv.formats._onnx_graph import SUBGRAPH, Folder, NotFoldable, Scope, node_name, scopes
 from rnnconv.formats._onnx_unrolled import Cell, CellFinder, Recogniser, Unrolled
-from rnnconv.formats.cudnn import Blob
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file
 from rnnconv.table.apply import find_row, mode_for, row_for_mode
 from rnnconv.table.constants import (
     CUDNN_GATES,
     CUDNN_MODES,
-    LSTM,
     ONNX_ACTIVATIONS,
     ONNX_ATTRIBUTES,
     ONNX_DEFAULT_ACTIVATIONS,
@@ -177,6 +175,7 @@ class OnnxFile:
     chains: list[list[OnnxNode]]
     graph: Any = field(repr=False, default=None)
     scopes: list[Scope] = field(repr=False, default_factory=list)  # the main graph and every subgraph
+    recorded: Provenance | None = None  # the source an .onnx rnnconv wrote records
 
     @classmethod
     def load(cls, path: Path, dequantize: bool = False) -> OnnxFile:
@@ -215,7 +214,9 @@ class OnnxFile:
                         chains[-1].append(later)
                     else:
                         chains.append([later])
-        return cls(path, nodes, chains, model.graph, found)
+        records = [p.value for p in model.metadata_props if p.key == registry.SOURCE_KEY]
+        recorded = registry.read_source_record(records[0], path) if records else None
+        return cls(path, nodes, chains, model.graph, found, recorded)
 
     def find(self, name: str) -> list[OnnxNode]:
         """The node a name picks: its full name (after its subgraph's path), or its own name when only one
@@ -694,11 +695,18 @@ class Layer:
     domain: str = ""
 
 
+def onnx_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
+    """What ONNX's RNN ops cannot compute of `rnn`: an LSTM's projection."""
+    if not rnn.spec.proj_size:
+        return []
+    return [registry.Loss(f"ONNX's LSTM has no projection (h = W_hr h', proj_size={rnn.spec.proj_size})")]
+
+
 def layers_of(rnn: CanonicalRNN, dtype: str) -> list[Layer]:
     """The ONNX nodes of a canonical RNN, its tensors stored as the table's ONNX row says."""
     spec = rnn.spec
-    if spec.proj_size:
-        raise Unsupported(f"{rnn.name}: ONNX has no LSTM projection (proj_size={spec.proj_size})")
+    if losses := onnx_losses(rnn):
+        raise Unsupported(f"{rnn.name}: {losses[0].term}")
     row, activation = row_for_mode("onnx", spec.mode)
     attributes: dict[str, Any] = {
         "hidden_size": spec.hidden_size,
@@ -875,6 +883,8 @@ def write_onnx(rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool) ->
         )
     rnn = rnns[0]
     model = build_model(layers_of(rnn, dtype), rnn.spec.input_size, dtype)
+    entry = model.metadata_props.add()  # where the RNN came from, for `verify model.onnx`
+    entry.key, entry.value = registry.SOURCE_KEY, registry.source_record(rnn, path)
     with atomic_outputs([path], force) as (tmp,):
         tmp.write_bytes(model.SerializeToString())
 
@@ -882,20 +892,12 @@ def write_onnx(rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool) ->
 # --- the format ---------------------------------------------------------------------------------------------
 
 
-class OnnxruntimeEngine:
-    """The blob as an ONNX graph (the one rnnconv writes) in onnxruntime: equations nobody here wrote."""
+class OnnxruntimeEngine(registry.RuntimeEngine):
+    """The blob as the .onnx rnnconv writes, run in onnxruntime: equations nobody here wrote."""
 
     name = "onnxruntime"
-
-    def __init__(self) -> None:
-        self.notes: list[str] = []
-
-    def run(self, blob: Blob, inputs: Inputs) -> Outputs:
-        rnn = blob.to_canonical()
-        model = build_model(
-            layers_of(rnn, "float32"), blob.spec.input_size, "float32", sequence_lens=inputs["lengths"] is not None
-        )
-        return run_model(model, inputs, blob.spec.mode == LSTM)
+    format_name = "onnx"
+    suffix = ".onnx"
 
     def describe(self) -> BackendInfo:
         return BackendInfo(name=self.name, detail="onnxruntime (CPU) running the blob as ONNX nodes, float32")
@@ -931,10 +933,14 @@ class OnnxFormat(Format):
                 skipped.append((",".join(n.name for n in chain), str(exc)))
                 continue
             rnn.digest = digest
+            rnn.origin = file.recorded
             rnns.append(rnn)
         if not rnns:
             raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
         yield Source(rnns, skipped)
+
+    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        return onnx_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         dtype = options.dtype or "float32"  # onnxruntime's CPU RNN kernels compute float32

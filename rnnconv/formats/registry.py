@@ -21,6 +21,7 @@ import json
 import os
 import pkgutil
 import struct
+import tempfile
 import zipfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
+import pydantic
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
@@ -62,6 +64,15 @@ class Written:
     outputs: list[Path]
     warnings: list[str] = field(default_factory=list)
     usage: str = ""  # how to load what was written
+
+
+@dataclass
+class Loss:
+    """A term of an RNN that a target cannot hold: `term` is the sentence that names it (in the refusal);
+    `nearest` gives the RNN the target can hold without it (what --allow-lossy writes), None where there is none."""
+
+    term: str
+    nearest: Callable[[CanonicalRNN], CanonicalRNN] | None = None
 
 
 class Unrecognized(BadInput):
@@ -128,6 +139,62 @@ class Engine(Protocol):
     def run(self, blob: Any, inputs: Inputs) -> Outputs: ...
 
 
+class RuntimeEngine:
+    """An engine that runs a blob as a format's runtime runs that format's files: the blob's RNN written with the
+    format's own writer into a private folder, then run there by the format's `run`, as `verify FILE` runs a file
+    of that format. A format offers one by subclassing this with its runtime's `name` and its own `format_name`."""
+
+    name: str
+    format_name: ClassVar[str]
+    suffix: ClassVar[str]  # the file name the writer is given (the format's own ending)
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def run(self, blob: Any, inputs: Inputs) -> Outputs:
+        fmt = get(self.format_name)
+        rnn = blob.to_canonical()
+        with tempfile.TemporaryDirectory(prefix="rnnconv-engine-") as folder:
+            path = Path(folder) / f"{blob.name or 'rnn'}{self.suffix}".replace(os.sep, "_")
+            fmt.write([rnn], path, WriteOptions(force=True))
+            got, _ = fmt.run(path, Provenance(format=next(iter(fmt.info.kinds))), blob.spec, inputs)  # its only RNN
+        return got
+
+    def describe(self) -> BackendInfo:
+        raise NotImplementedError
+
+    def versions(self) -> dict[str, str]:
+        raise NotImplementedError
+
+
+# Where a file that a runtime runs records the source of its RNN (as a cuDNN sidecar's `source` does), for verify.
+SOURCE_KEY = "rnnconv.source"
+SOURCE_RECORD_LIMIT = 1 << 20
+
+
+def recorded_source(rnn: CanonicalRNN, output: Path, wait: bool = True) -> Provenance:
+    """What a written file records of its RNN's source: where it was (also seen from the output's folder, to find it
+    again when both move), its digest and element type."""
+    source = rnn.provenance(wait)
+    relative = os.path.relpath(source.path, output.resolve().parent) if source.path else None
+    return source.model_copy(update={"dtype": source.dtype or rnn.spec.dtype, "relative_path": relative})
+
+
+def source_record(rnn: CanonicalRNN, output: Path) -> str:
+    """`recorded_source` as the JSON text a format stores under `SOURCE_KEY` in its file's metadata."""
+    return recorded_source(rnn, output).model_dump_json(by_alias=True, exclude_none=True)
+
+
+def read_source_record(text: str | bytes, path: Path) -> Provenance:
+    """The source a file records under `SOURCE_KEY`; text that is no such record is refused in one sentence."""
+    if len(text) > SOURCE_RECORD_LIMIT:
+        raise BadInput(f"{path}: its {SOURCE_KEY} record is {len(text)} bytes, more than a source record can be")
+    try:
+        return Provenance.model_validate_json(text)
+    except (pydantic.ValidationError, ValueError, RecursionError):
+        raise BadInput(f"{path}: its {SOURCE_KEY} record is not the record of a source rnnconv writes") from None
+
+
 class Format(ABC):
     """One file format. A subclass names its `info` row of the table and implements the verbs it offers."""
 
@@ -155,6 +222,10 @@ class Format(ABC):
     @abstractmethod
     def read(self, path: Path, options: ReadOptions) -> contextlib.AbstractContextManager[Source]:
         """The RNNs of the file in canonical form, read lazily while the context lasts."""
+
+    def losses(self, rnn: CanonicalRNN) -> list[Loss]:
+        """What of `rnn` this format cannot hold exactly, found before anything is written (lossless or refused)."""
+        return []
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         raise Unsupported(f"no writer for format {self.name!r}")
