@@ -421,15 +421,34 @@ def test_verify_runs_the_tflite_source_in_litert_and_catches_swapped_gates(writt
     report = Report.model_validate_json((tmp_path / "r.json").read_text())
     assert report.source.run.startswith("ai-edge-litert")
     assert_clean_failure(run_cli("verify", blob, "--backend", "numpy", "--ragged"), 2, "no sequence lengths")
-    file = TfliteFile.load(source)
-    names = {t.name: t for t in file.tensors}
-    first, second = names["layer0/input_to_input_weights"].data, names["layer0/input_to_forget_weights"].data
-    data = bytearray(source.read_bytes())
-    a, b = bytes(data[first[0] : first[0] + first[1]]), bytes(data[second[0] : second[0] + second[1]])
-    data[first[0] : first[0] + first[1]], data[second[0] : second[0] + second[1]] = b, a
     swapped = tmp_path / "swapped.tflite"
-    swapped.write_bytes(bytes(data))
+    _swap_gates(source, swapped)
     result = run_cli("verify", blob, "--backend", "numpy", "--against", swapped)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "MISMATCH" in result.stdout
+
+
+def _swap_gates(path, into, first="layer0/input_to_input_weights", second="layer0/input_to_forget_weights"):
+    """A copy of a written file with two gates' weights swapped in place (same shapes: the file stays valid)."""
+    names = {t.name: t.data for t in TfliteFile.load(path).tensors}
+    (a, n), (b, m) = names[first], names[second]
+    data = bytearray(path.read_bytes())
+    data[a : a + n], data[b : b + m] = bytes(data[b : b + m]), bytes(data[a : a + n])
+    into.write_bytes(bytes(data))
+
+
+def test_verify_a_written_file_runs_it_against_the_source_it_records(written, tmp_path):
+    """`rnnconv verify model.tflite`: the file as written in LiteRT against its recorded PyTorch source; two gates
+    swapped in the file give a mismatch (exit 1)."""
+    out = written["lstm_2_layers_bidirectional"][2]
+    result = run_cli("verify", out, "--report", tmp_path / "r.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "MATCH" in result.stdout
+    report = Report.model_validate_json((tmp_path / "r.json").read_text())
+    assert report.backend.name == "tflite" and "ai-edge-litert" in report.backend.detail
+    swapped = tmp_path / "swapped.tflite"
+    _swap_gates(out, swapped)
+    result = run_cli("verify", swapped)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "MISMATCH" in result.stdout
 

@@ -35,6 +35,7 @@ from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
+from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.safeio import FileArray, atomic_outputs, digest_in_background, regular_file, write_array
 from rnnconv.table.apply import find_row, stored_shapes
@@ -73,7 +74,6 @@ from rnnconv.table.layouts import MATRIX_PER_GATE, per_gate
 from rnnconv.table.reading import Found, StoredCell, read, settle
 from rnnconv.table.rows import Row
 
-SOURCE_KEY = "rnnconv.source"  # the metadata entry holding the source's provenance (JSON)
 OP_NAMES = {code: name for name, code in TFLITE_OPS.items()}
 OP_INPUTS = {TFLITE_CELL_OPS[LSTM]: TFLITE_LSTM_INPUTS, TFLITE_CELL_OPS["rnn"]: TFLITE_RNN_INPUTS}
 ACTIVATION_NAMES = {code: name for name, code in TFLITE_ACTIVATIONS.items()}
@@ -284,7 +284,7 @@ class TfliteFile:
             ops.append(Op(index, codes[code], inputs, outputs, op.table(4)))
         recorded = None
         for entry in model.tables(6):
-            if entry.string(0) == SOURCE_KEY:
+            if entry.string(0) == registry.SOURCE_KEY:
                 recorded = _buffer_text(entry.scalar(1, "u32", 0), buffers, flat)
         file = cls(path, tensors, ops, [], recorded, data)
         file.chains = file._chains()
@@ -460,9 +460,9 @@ def _buffer(buffer: Table, flat: Flat) -> tuple[int, int] | None:
 def _buffer_text(index: int, buffers: list[Table], flat: Flat) -> str:
     found = _buffer(buffers[index], flat) if index < len(buffers) else None
     if found is None:
-        raise BadInput(f"{flat.path}: the {SOURCE_KEY} metadata names no buffer")
+        raise BadInput(f"{flat.path}: its {registry.SOURCE_KEY} metadata names no buffer")
     start, length = found
-    return bytes(flat.data[start : start + min(length, 1 << 20)]).decode("utf-8", "replace")
+    return bytes(flat.data[start : start + min(length, registry.SOURCE_RECORD_LIMIT + 1)]).decode("utf-8", "replace")
 
 
 def _time_major(op: Op) -> bool:
@@ -599,15 +599,8 @@ def to_canonical(file: TfliteFile, chain: Chain, source: Provenance) -> Canonica
     )
     rnn = read(found, source)
     if file.recorded is not None:
-        rnn.origin = parse_recorded(file.recorded, file.path)
+        rnn.origin = registry.read_source_record(file.recorded, file.path)
     return rnn
-
-
-def parse_recorded(text: str, path: Path) -> Provenance:
-    try:
-        return Provenance.model_validate_json(text)
-    except ValueError:
-        raise BadInput(f"{path}: its {SOURCE_KEY} metadata is not the provenance rnnconv writes") from None
 
 
 # --- the graph rnnconv writes and runs --------------------------------------------------------------------------
@@ -883,15 +876,17 @@ def model_bytes(graph: Graph) -> bytes:
 
 # --- writing ------------------------------------------------------------------------------------------------
 
+NO_GRU = (
+    "TFLite has no fused GRU op (only UNIDIRECTIONAL_SEQUENCE_LSTM and _RNN): a GRU would have to be written as a "
+    "WHILE loop or unrolled ops, which rnnconv does not write; convert it to ONNX (--to onnx)"
+)
+
 
 def _writable(rnn: CanonicalRNN, dtype: str | None) -> str:
     """The op that holds the RNN; Unsupported (one sentence) where TFLite cannot hold it exactly."""
     spec = rnn.spec
     if spec.cell == GRU:
-        raise Unsupported(
-            "TFLite has no fused GRU op (only UNIDIRECTIONAL_SEQUENCE_LSTM and _RNN): a GRU would have to be "
-            "written as a WHILE loop or unrolled ops, which rnnconv does not write; convert it to ONNX (--to onnx)"
-        )
+        raise Unsupported(NO_GRU)
     if dtype not in (None, "float32"):
         raise Unsupported(f"TFLite's LSTM and RNN ops compute with float32 weights, not {dtype}")
     if dtype is None and spec.dtype == "float64":
@@ -988,11 +983,11 @@ def write_tflite(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) ->
     graph = graph_of(rnn, options.dtype)
 
     def recorded(wait: bool = True) -> np.ndarray:  # the source's digest is still being computed: written last
-        text = rnn.provenance(wait).model_dump_json(by_alias=True, exclude_none=True)
+        text = registry.recorded_source(rnn, path, wait).model_dump_json(by_alias=True, exclude_none=True)
         return np.frombuffer(text.encode(), np.uint8)
 
-    graph.buffers.append(Constant(SOURCE_KEY, (len(recorded(wait=False)),), "uint8", recorded))
-    graph.metadata[SOURCE_KEY] = len(graph.buffers) - 1
+    graph.buffers.append(Constant(registry.SOURCE_KEY, (len(recorded(wait=False)),), "uint8", recorded))
+    graph.metadata[registry.SOURCE_KEY] = len(graph.buffers) - 1
     serialize(graph)  # refuses a model over the flatbuffer's limit before any file is made
     with atomic_outputs([path], options.force) as (tmp,), open(tmp, "wb") as f:
         write_graph(graph, f, options.progress)
@@ -1089,23 +1084,31 @@ def graph_of_file(file: TfliteFile, chain: Chain) -> Graph:
 # --- the format ---------------------------------------------------------------------------------------------
 
 
-class TfliteEngine:
-    """The blob as the TFLite graph rnnconv writes, in LiteRT's interpreter: kernels nobody here wrote."""
+class TfliteEngine(registry.RuntimeEngine):
+    """The blob as the .tflite rnnconv writes, in LiteRT's interpreter: kernels nobody here wrote."""
 
     name = "tflite"
-
-    def __init__(self) -> None:
-        self.notes: list[str] = []
+    format_name = FORMAT
+    suffix = ".tflite"
 
     def run(self, blob: Any, inputs: Inputs) -> Outputs:
         rnn = blob.to_canonical()
-        return run_graph(graph_of(rnn, "float32"), inputs)
+        if losses := tflite_losses(rnn):
+            raise Unsupported(losses[0].term)
+        return run_graph(graph_of(rnn, "float32"), inputs)  # the interpreter computes float32 whatever the blob holds
 
     def describe(self) -> BackendInfo:
         return BackendInfo(name=self.name, detail="LiteRT's interpreter (CPU) running the blob as TFLite ops, float32")
 
     def versions(self) -> dict[str, str]:
         return {"ai-edge-litert": litert_version()}
+
+
+def tflite_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
+    """What TFLite's fused ops cannot hold of `rnn`: a GRU (there is no fused GRU op)."""
+    if rnn.spec.cell != GRU:
+        return []
+    return [registry.Loss(NO_GRU)]
 
 
 @register
@@ -1137,6 +1140,9 @@ class TfliteFormat(Format):
         if not rnns:
             raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
         yield Source(rnns, skipped)
+
+    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        return tflite_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         rnn = write_tflite(rnns, path, options)
