@@ -250,6 +250,16 @@ def test_inspect_lists_the_ops_and_one_rnn(written):
     assert "operators: UNIDIRECTIONAL_SEQUENCE_LSTM x4, REVERSE_V2 x4, CONCATENATION x2" in report.notes
 
 
+def _unclipped(path, into):
+    """A copy of a converter's file with every LSTM op's cell_clip set to 0."""
+    data = bytearray(path.read_bytes())
+    for op in TfliteFile.load(path).ops:
+        if op.name == "UNIDIRECTIONAL_SEQUENCE_LSTM":
+            data[op.options._field(1) : op.options._field(1) + 4] = struct.pack("<f", 0.0)  # cell_clip
+    into.write_bytes(bytes(data))
+    return into
+
+
 def test_what_tensorflows_converter_writes_reads_as_keras_computes(tmp_path):
     """TensorFlow's converter writes cell_clip=10 for every Keras LSTM: refused (cuDNN does not clip). With the clip
     set to 0 in the file (inactive here anyway: |c| stays far below 10), each op reads back as the layer it came
@@ -259,12 +269,7 @@ def test_what_tensorflows_converter_writes_reads_as_keras_computes(tmp_path):
     assert all("cell_clip=10.0: cuDNN's LSTM does not clip" in e.reason for e in report.rnns)
     with pytest.raises(BadInput, match="holds 2 RNNs"):
         rnnconv.convert(CONVERTER, tmp_path / "x.bin")
-    file = TfliteFile.load(CONVERTER)
-    data = bytearray(CONVERTER.read_bytes())
-    for op in file.ops:
-        data[op.options._field(1) : op.options._field(1) + 4] = struct.pack("<f", 0.0)  # cell_clip
-    unclipped = tmp_path / "unclipped.tflite"
-    unclipped.write_bytes(bytes(data))
+    unclipped = _unclipped(CONVERTER, tmp_path / "unclipped.tflite")
     recorded = np.load(TFLITE / "keras_lstm_converter.npz")
     y = torch.from_numpy(recorded["x"])
     for chain in TfliteFile.load(unclipped).chains:
@@ -276,6 +281,26 @@ def test_what_tensorflows_converter_writes_reads_as_keras_computes(tmp_path):
             y = module(y)[0]
     error = float(np.abs(y.numpy() - recorded["y"]).max())
     LARGEST_ERRORS["tf-keras vs its converter's .tflite read back"] = error
+    assert error < TOLERANCE
+
+
+def test_the_converters_bidirectional_stack_reads_as_one_rnn(tmp_path):
+    """The converter writes Bidirectional(LSTM) as rnnconv does (REVERSE_V2, the op, REVERSE_V2, CONCATENATION): two
+    such layers are one 2-layer bidirectional RNN, which (clip set to 0) computes what tf-keras computed."""
+    source = TFLITE / "keras_bilstm_converter.tflite"
+    (entry,) = rnnconv.inspect(source).rnns
+    assert entry.spec is None and "cell_clip=10.0" in entry.reason
+    unclipped = _unclipped(source, tmp_path / "unclipped.tflite")
+    (entry,) = rnnconv.inspect(unclipped).rnns
+    assert entry.converts and entry.spec.num_layers == 2 and entry.spec.bidirectional
+    rnnconv.convert(unclipped, tmp_path / "bi.pt")
+    module = torch.nn.LSTM(5, 7, num_layers=2, bidirectional=True, batch_first=True)
+    module.load_state_dict(torch.load(tmp_path / "bi.pt", weights_only=True))
+    recorded = np.load(TFLITE / "keras_bilstm_converter.npz")
+    with torch.no_grad():
+        y = module(torch.from_numpy(recorded["x"]))[0].numpy()
+    error = float(np.abs(y - recorded["y"]).max())
+    LARGEST_ERRORS["tf-keras Bidirectional vs its converter's .tflite read back"] = error
     assert error < TOLERANCE
 
 
@@ -393,6 +418,7 @@ def test_hostile_files_give_one_sentence(written, tmp_path):
     assert refused >= 6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "what, cut, sentence",
     [("truncated", 200, "not a readable TFLite model"), ("root out of range", None, "offset points outside the file")],
@@ -437,6 +463,7 @@ def _swap_gates(path, into, first="layer0/input_to_input_weights", second="layer
     into.write_bytes(bytes(data))
 
 
+@pytest.mark.slow
 def test_verify_a_written_file_runs_it_against_the_source_it_records(written, tmp_path):
     """`rnnconv verify model.tflite`: the file as written in LiteRT against its recorded PyTorch source; two gates
     swapped in the file give a mismatch (exit 1)."""
