@@ -289,7 +289,8 @@ def test_the_converters_bidirectional_stack_reads_as_one_rnn(tmp_path):
     such layers are one 2-layer bidirectional RNN, which (clip set to 0) computes what tf-keras computed."""
     source = TFLITE / "keras_bilstm_converter.tflite"
     (entry,) = rnnconv.inspect(source).rnns
-    assert entry.spec is None and "cell_clip=10.0" in entry.reason
+    assert not entry.converts and "cell_clip=10.0" in entry.reason
+    assert (entry.spec.num_layers, entry.spec.bidirectional, entry.spec.hidden_size) == (2, True, 7)
     unclipped = _unclipped(source, tmp_path / "unclipped.tflite")
     (entry,) = rnnconv.inspect(unclipped).rnns
     assert entry.converts and entry.spec.num_layers == 2 and entry.spec.bidirectional

@@ -33,7 +33,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.compare import Inputs, Outputs
-from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
+from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, SpecModel
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
@@ -43,6 +43,7 @@ from rnnconv.table.constants import (
     BIAS,
     BIAS_KINDS,
     CUDNN_GATES,
+    CUDNN_MODES,
     GRU,
     INPUT_MATRIX,
     KIND_OF_ROLE,
@@ -556,7 +557,7 @@ def to_canonical(file: TfliteFile, chain: Chain, source: Provenance) -> Canonica
     cells: dict[tuple[int, int], dict[str, int]] = {}
     for layer, held in enumerate(chain.layers):
         for direction, op in enumerate(held.ops):
-            where = f"{chain.name}: op {op.index} ({op.name}, layer {layer})"
+            where = f"op {op.index} ({op.name}, layer {layer})"
             reason = _refusal(file, op, where)
             if reason:
                 raise Unsupported(reason)
@@ -601,6 +602,22 @@ def to_canonical(file: TfliteFile, chain: Chain, source: Provenance) -> Canonica
     if file.recorded is not None:
         rnn.origin = registry.read_source_record(file.recorded, file.path)
     return rnn
+
+
+def _sizes(file: TfliteFile, chain: Chain) -> SpecModel | None:
+    """The sizes of ops that do not convert, as far as their weights' shapes tell."""
+    first = chain.first
+    row = find_row(FORMAT, first.name)
+    gate = CUDNN_GATES[row.cell][-1]
+    matrix = _input(first, row.tensors[per_gate(INPUT_MATRIX, gate)])
+    if matrix == UNSET or len(file.tensors[matrix].shape) != 2:
+        return None
+    hidden, input_size = file.tensors[matrix].shape
+    mode = next(mode for mode, (cell, _) in CUDNN_MODES.items() if cell == row.cell)
+    with contextlib.suppress(RnnconvError, ValueError):
+        spec = RNNSpec(mode, input_size, hidden, len(chain.layers), len(chain.layers[0].ops) == 2)
+        return spec.to_model()
+    return None
 
 
 # --- the graph rnnconv writes and runs --------------------------------------------------------------------------
@@ -1175,7 +1192,13 @@ class TfliteFormat(Format):
                 )
             except RnnconvError as exc:
                 entries.append(
-                    InspectEntry(name=chain.name, layer_class=chain.first.name, converts=False, reason=str(exc))
+                    InspectEntry(
+                        name=chain.name,
+                        layer_class=chain.first.name,
+                        spec=_sizes(file, chain),
+                        converts=False,
+                        reason=str(exc),
+                    )
                 )
         notes = [f"operators: {file.op_listing() or 'none'}"]
         notes += [
