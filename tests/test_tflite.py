@@ -517,3 +517,28 @@ def test_the_readme_loading_snippet_runs(written, tmp_path):
     (tmp_path / "model.tflite").write_bytes(written["lstm_2_layers_bidirectional"][2].read_bytes())
     result = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("count", [3000, 5000])
+def test_many_rnn_ops_are_grouped_in_linear_time_or_refused(count, written, tmp_path):
+    """A file of thousands of LSTM ops (one set of weights shared) reads in about a second; beyond 4096 RNN ops it
+    is refused in a sentence."""
+    import time
+
+    _, source, _ = written["lstm"]
+    with rnnconv.load(source) as (rnn,):
+        graph = graph_of(rnn)
+    op = graph.ops[0]
+    for k in range(count - 1):
+        y = graph.activation(f"y{k}", 7)
+        graph.ops.append((op[0], list(op[1]), [y], op[3]))
+    path = tmp_path / "many.tflite"
+    with open(path, "wb") as f:
+        write_graph(graph, f)
+    started = time.perf_counter()
+    if count > 4096:
+        with pytest.raises(BadInput, match=f"holds {count} RNN ops, more than any model"):
+            TfliteFile.load(path)
+    else:
+        assert len(TfliteFile.load(path).chains) == count
+    assert time.perf_counter() - started < 20

@@ -86,6 +86,7 @@ FLOAT_TYPES: dict[str, np.dtype[Any]] = {
 }
 MAX_COUNT = 1 << 20  # tensors, ops or buffers in one file: far beyond any RNN model; keeps a hostile count small
 MAX_RANK = 8
+MAX_RNN_OPS = 4096  # RNN ops in one file: far beyond any model; keeps grouping a hostile file's ops cheap
 DATA_ALIGNMENT = 16  # where each weight buffer's data starts in a written file (what TFLite's converter aligns to)
 TIME_AXIS, FEATURE_AXIS = 1, 2  # of the batch-major tensors rnnconv writes
 UNSET = -1  # an optional input left out
@@ -326,66 +327,85 @@ class TfliteFile:
         return op.inputs[0] if struct.unpack_from("<i", self.keepalive, start)[0] == axis else None
 
     def _chains(self) -> list[Chain]:
-        rnn_ops = [op for op in self.ops if op.name in OP_INPUTS]
+        """The RNN ops grouped into RNNs: directions joined as rnnconv writes them, layers reading the one below.
+        Every lookup goes through an index, so a hostile file's many ops cost linear time."""
+        rnn_ops = [op for op in self.ops if op.name in OP_INPUTS and op.inputs and op.outputs]
+        if len(rnn_ops) > MAX_RNN_OPS:
+            raise BadInput(f"{self.path} holds {len(rnn_ops)} RNN ops, more than any model rnnconv reads")
+        indices = {op.index for op in rnn_ops}
         producers = self._producers()
+        readers: dict[int, list[Op]] = {}
+        for op in self.ops:
+            for t in set(op.inputs):
+                readers.setdefault(t, []).append(op)
         layers: list[Layer] = []
         paired: set[int] = set()
         for op in rnn_ops:
-            if op.index in paired or not op.inputs or not op.outputs:
+            if op.index in paired:
                 continue
             time = 0 if _time_major(op) else TIME_AXIS
-            base = self._reversed(op.inputs[0], producers, time)
             partner = None
-            if base is None:  # a forward op: its reverse partner reads the same tensor reversed
-                for other in rnn_ops:
+            if self._reversed(op.inputs[0], producers, time) is None:  # a forward op: its partner reads x reversed
+                for reversal in readers.get(op.inputs[0], []):
                     if (
-                        other is not op
-                        and other.index not in paired
-                        and other.name == op.name
-                        and other.inputs
-                        and other.outputs
-                        and self._reversed(other.inputs[0], producers, time) == op.inputs[0]
+                        reversal.name != "REVERSE_V2"
+                        or not reversal.outputs
+                        or self._reversed(reversal.outputs[0], producers, time) != op.inputs[0]
                     ):
-                        joined = self._joined(op, other, producers, time)
+                        continue
+                    for other in readers.get(reversal.outputs[0], []):
+                        if other.index in paired or other.index not in indices or other.name != op.name:
+                            continue
+                        if other is op or other.inputs[0] != reversal.outputs[0]:
+                            continue
+                        joined = self._joined(op, other, producers, readers, time)
                         if joined is not None:
                             partner = (other, joined)
                             break
+                    if partner is not None:
+                        break
             if partner is not None:
                 paired |= {op.index, partner[0].index}
                 layers.append(Layer([op, partner[0]], op.inputs[0], partner[1]))
             else:
                 layers.append(Layer([op], op.inputs[0], op.outputs[0]))
-        layers += [Layer([op], op.inputs[0], op.outputs[0]) for op in rnn_ops if not op.inputs or not op.outputs]
         layers = [layer for layer in layers if layer.ops[0].index not in paired or len(layer.ops) == 2]
-        readers = Counter(t for op in self.ops for t in op.inputs)
         chains: list[list[Layer]] = []
+        ending: dict[int, list[Layer]] = {}  # a chain by the tensor its top layer gives
         for layer in sorted(layers, key=lambda la: la.ops[0].index):
-            below = next((c for c in chains if c[-1].output == layer.source), None)
+            below = ending.get(layer.source)
             fits = below is not None and self._same_rnn(below[-1], layer)
-            single_reader = readers[layer.source] == len(layer.ops)  # only this layer (and its reversal) reads it
+            single_reader = len(readers.get(layer.source, [])) == len(layer.ops)  # only this layer (and its reversal)
             if below is not None and fits and single_reader:
+                del ending[layer.source]
                 below.append(layer)
             else:
-                chains.append([layer])
+                below = [layer]
+                chains.append(below)
+            ending[layer.output] = below
         named: list[Chain] = []
+        taken: set[str] = set()
         for chain in chains:
             name = self.tensors[chain[-1].output].name or f"op{chain[0].ops[0].index}"
-            if any(c.name == name for c in named):
+            if name in taken:
                 name = f"{name}#{chain[0].ops[0].index}"
+            taken.add(name)
             named.append(Chain(name, chain))
         return named
 
-    def _joined(self, fwd: Op, rev: Op, producers: dict[int, Op], time: int) -> int | None:
+    def _joined(
+        self, fwd: Op, rev: Op, producers: dict[int, Op], readers: dict[int, list[Op]], time: int
+    ) -> int | None:
         """The CONCATENATION of fwd's output and rev's output reversed back, on the features: its output, or None."""
-        for op in self.ops:
-            if op.name != "CONCATENATION" or len(op.inputs) != 2 or op.inputs[0] != fwd.outputs[0]:
+        for op in readers.get(fwd.outputs[0], []):
+            if op.name != "CONCATENATION" or len(op.inputs) != 2 or op.inputs[0] != fwd.outputs[0] or not op.outputs:
                 continue
             axis = op.option(0, "i32", 0)
             rank = len(self.tensors[fwd.outputs[0]].shape)
             if axis not in (FEATURE_AXIS, -1, rank - 1):
                 continue
             if self._reversed(op.inputs[1], producers, time) == rev.outputs[0]:
-                return op.outputs[0]
+                return int(op.outputs[0])
         return None
 
     def _same_rnn(self, below: Layer, above: Layer) -> bool:
