@@ -8,6 +8,7 @@ import re
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -389,7 +390,7 @@ def _mutations(data: bytes):
     for cut in (12, 64, len(data) // 2, len(data) - 9):
         yield f"truncated to {cut}", data[:cut]
     yield "root out of range", struct.pack("<I", 0x7FFFFF00) + data[4:]
-    flat = Flat(data, len(data), None)
+    flat = Flat(Path("in memory"), len(data), data)
     tensor = flat.root().tables(2)[0].tables(0)[3]
     changed = bytearray(data)
     struct.pack_into("<I", changed, tensor._field(2), 9999)
@@ -542,3 +543,15 @@ def test_many_rnn_ops_are_grouped_in_linear_time_or_refused(count, written, tmp_
     else:
         assert len(TfliteFile.load(path).chains) == count
     assert time.perf_counter() - started < 20
+
+
+def test_a_file_cut_short_while_it_is_read_is_one_sentence(written, tmp_path):
+    """The file is read, never mapped: cut short after it was opened, its weights' reads say so (no SIGBUS)."""
+    path = tmp_path / "model.tflite"
+    data = written["lstm_2_layers_bidirectional"][2].read_bytes()
+    path.write_bytes(data)
+    with rnnconv.load(path) as (rnn,):
+        with open(path, "r+b") as f:
+            f.truncate(len(data) // 3)
+        with pytest.raises(BadInput, match="changed while it was being read"):
+            rnn.arrays()

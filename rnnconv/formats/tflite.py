@@ -21,9 +21,8 @@ op's, weights computed by other ops (quantized models). TFLite has no fused GRU:
 from __future__ import annotations
 
 import contextlib
-import mmap
 import struct
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,7 @@ from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenan
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
-from rnnconv.safeio import FileArray, atomic_outputs, digest_in_background, regular_file, write_array
+from rnnconv.safeio import FileArray, atomic_outputs, digest_in_background, read_array, regular_file, write_array
 from rnnconv.table.apply import find_row, stored_shapes
 from rnnconv.table.constants import (
     BIAS,
@@ -84,7 +83,7 @@ FLOAT_TYPES: dict[str, np.dtype[Any]] = {
     "float16": np.dtype("<f2"),
     "float64": np.dtype("<f8"),
 }
-MAX_COUNT = 1 << 20  # tensors, ops or buffers in one file: far beyond any RNN model; keeps a hostile count small
+MAX_COUNT = 1 << 18  # tensors, ops or buffers in one file: far beyond any RNN model; keeps a hostile count small
 MAX_RANK = 8
 MAX_RNN_OPS = 4096  # RNN ops in one file: far beyond any model; keeps grouping a hostile file's ops cheap
 DATA_ALIGNMENT = 16  # where each weight buffer's data starts in a written file (what TFLite's converter aligns to)
@@ -97,16 +96,41 @@ STORAGE = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "uin
 
 
 class Flat:
-    """A flatbuffer's bytes with reads that check every position against its size (BadInput otherwise)."""
+    """A flatbuffer file's bytes, read (never mapped: a file cut short meanwhile must not kill the process) a block at
+    a time as the parser asks for them, every position checked against the file's size (BadInput otherwise)."""
 
-    def __init__(self, data: Any, size: int, path: Path):
-        self.data, self.size, self.path = data, size, path
+    BLOCK = 1 << 16
+
+    def __init__(self, path: Path, size: int, data: bytes | None = None):
+        self.path, self.size, self.data = path, size, data  # data: the whole file, given (tests, small files)
+        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+
+    def _block(self, index: int) -> bytes:
+        if index in self._blocks:
+            self._blocks.move_to_end(index)
+            return self._blocks[index]
+        start = index * self.BLOCK
+        block = read_array(self.path, start, np.uint8, (min(self.BLOCK, self.size - start),)).tobytes()
+        self._blocks[index] = block
+        if len(self._blocks) > 256:  # 16 MiB at most, whatever a hostile file makes the parser visit
+            self._blocks.popitem(last=False)
+        return block
+
+    def read(self, pos: int, length: int) -> bytes:
+        if pos < 0 or length < 0 or pos + length > self.size:
+            raise BadInput(f"{self.path} is not a readable TFLite model: an offset points outside the file")
+        if self.data is not None:
+            return self.data[pos : pos + length]
+        first, last = pos // self.BLOCK, (pos + length - 1) // self.BLOCK
+        if length == 0:
+            return b""
+        if first == last:
+            offset = pos - first * self.BLOCK
+            return self._block(first)[offset : offset + length]
+        return read_array(self.path, pos, np.uint8, (length,)).tobytes()
 
     def _at(self, fmt: str, pos: int) -> Any:
-        width = struct.calcsize(fmt)
-        if pos < 0 or pos + width > self.size:
-            raise BadInput(f"{self.path} is not a readable TFLite model: an offset points outside the file")
-        return struct.unpack_from(fmt, self.data, pos)[0]
+        return struct.unpack(fmt, self.read(pos, struct.calcsize(fmt)))[0]
 
     def u8(self, pos: int) -> int:
         return int(self._at("<B", pos))
@@ -139,7 +163,7 @@ class Flat:
     def vector(self, pos: int, width: int) -> tuple[int, int]:
         """(first element's position, count) of the vector at pos, every element inside the file."""
         count = self.u32(pos)
-        if count > MAX_COUNT * 4096 or pos + 4 + count * width > self.size:
+        if pos + 4 + count * width > self.size:
             raise BadInput(f"{self.path} is not a readable TFLite model: a vector runs past the end of the file")
         return pos + 4, count
 
@@ -198,7 +222,7 @@ class Table:
         if found is None:
             return ""
         start, length = found
-        return bytes(self.flat.data[start : start + min(length, 4096)]).decode("utf-8", "replace")
+        return self.flat.read(start, min(length, 4096)).decode("utf-8", "replace")
 
 
 @dataclass
@@ -254,17 +278,17 @@ class TfliteFile:
     ops: list[Op]
     chains: list[Chain]
     recorded: str | None  # the provenance rnnconv wrote in the metadata
-    keepalive: Any = field(repr=False, default=None)
+    flat: Flat = field(repr=False, default=None)  # type: ignore[assignment]
 
     @classmethod
     def load(cls, path: Path) -> TfliteFile:
         size = regular_file(path)
-        if size < 8 or size > TFLITE_FLATBUFFER_LIMIT:
+        if size < 8:
             raise BadInput(f"{path} is not a readable TFLite model: it has {size} bytes")
-        with open(path, "rb") as f:
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        flat = Flat(data, size, path)
-        if bytes(data[4:8]) != TFLITE_IDENTIFIER:
+        if size > TFLITE_FLATBUFFER_LIMIT:
+            raise Unsupported(f"{path} has {size} bytes: rnnconv reads TFLite models of at most 2 GiB")
+        flat = Flat(path, size)
+        if flat.read(4, 4) != TFLITE_IDENTIFIER:
             raise BadInput(f"{path} is not a TFLite model (no {TFLITE_IDENTIFIER.decode()} identifier)")
         model = flat.root()
         buffers = model.tables(4)
@@ -288,7 +312,7 @@ class TfliteFile:
         for entry in model.tables(6):
             if entry.string(0) == registry.SOURCE_KEY:
                 recorded = _buffer_text(entry.scalar(1, "u32", 0), buffers, flat)
-        file = cls(path, tensors, ops, [], recorded, data)
+        file = cls(path, tensors, ops, [], recorded, flat)
         file.chains = file._chains()
         return file
 
@@ -309,8 +333,8 @@ class TfliteFile:
                 f"{self.path}: tensor {tensor.name!r} holds {nbytes} bytes, its shape {tensor.shape} needs "
                 f"{count * dtype.itemsize}"
             )
-        values = np.frombuffer(self.keepalive, dtype, count, start).reshape(tensor.shape)
-        return values.astype(np.float64 if tensor.dtype == "float64" else np.float32)
+        values = read_array(self.path, start, dtype, tensor.shape)  # a file cut short meanwhile: SourceChanged
+        return values.astype(np.float64 if tensor.dtype == "float64" else np.float32, copy=False)
 
     def _producers(self) -> dict[int, Op]:
         return {t: op for op in self.ops for t in op.outputs}
@@ -324,7 +348,7 @@ class TfliteFile:
         if axes.data is None or axes.dtype != "int32" or axes.data[1] != 4:
             return None
         start = axes.data[0]
-        return op.inputs[0] if struct.unpack_from("<i", self.keepalive, start)[0] == axis else None
+        return op.inputs[0] if self.flat.i32(start) == axis else None
 
     def _chains(self) -> list[Chain]:
         """The RNN ops grouped into RNNs: directions joined as rnnconv writes them, layers reading the one below.
@@ -483,7 +507,7 @@ def _buffer_text(index: int, buffers: list[Table], flat: Flat) -> str:
     if found is None:
         raise BadInput(f"{flat.path}: its {registry.SOURCE_KEY} metadata names no buffer")
     start, length = found
-    return bytes(flat.data[start : start + min(length, registry.SOURCE_RECORD_LIMIT + 1)]).decode("utf-8", "replace")
+    return flat.read(start, min(length, registry.SOURCE_RECORD_LIMIT + 1)).decode("utf-8", "replace")
 
 
 def _time_major(op: Op) -> bool:
