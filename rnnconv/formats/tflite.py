@@ -51,6 +51,7 @@ from rnnconv.table.constants import (
     MAX_SIZE,
     PROJECTION,
     RECURRENT_MATRIX,
+    RNN,
     TFLITE_ACTIVATIONS,
     TFLITE_CELL_OPS,
     TFLITE_FLATBUFFER_LIMIT,
@@ -75,7 +76,7 @@ from rnnconv.table.reading import Found, StoredCell, read, settle
 from rnnconv.table.rows import Row
 
 OP_NAMES = {code: name for name, code in TFLITE_OPS.items()}
-OP_INPUTS = {TFLITE_CELL_OPS[LSTM]: TFLITE_LSTM_INPUTS, TFLITE_CELL_OPS["rnn"]: TFLITE_RNN_INPUTS}
+OP_INPUTS = {TFLITE_CELL_OPS[LSTM]: TFLITE_LSTM_INPUTS, TFLITE_CELL_OPS[RNN]: TFLITE_RNN_INPUTS}
 ACTIVATION_NAMES = {code: name for name, code in TFLITE_ACTIVATIONS.items()}
 TYPE_NAMES = {code: name for name, code in TFLITE_TENSOR_TYPES.items()}
 FLOAT_TYPES: dict[str, np.dtype[Any]] = {
@@ -470,7 +471,7 @@ class TfliteFile:
 
 def _op_name(code: Table) -> str:
     builtin = max(code.scalar(3, "i32", 0), code.scalar(0, "u8", 0))
-    if builtin == 32:  # CUSTOM
+    if builtin == TFLITE_OPS["CUSTOM"]:
         return f"custom {code.string(1)}"
     return OP_NAMES.get(builtin, f"builtin {builtin}")
 
@@ -787,7 +788,7 @@ def _options_table(builder: Any, op_name: str, options: dict[str, Any]) -> int |
         builder.PrependFloat32Slot(LSTM_OPTION_SLOTS["proj_clip"], options.get("proj_clip", 0.0), 0.0)
         builder.PrependBoolSlot(LSTM_OPTION_SLOTS["time_major"], False, False)
         return int(builder.EndObject())
-    if op_name == TFLITE_CELL_OPS["rnn"]:
+    if op_name == TFLITE_CELL_OPS[RNN]:
         builder.StartObject(3)
         builder.PrependBoolSlot(RNN_OPTION_SLOTS["time_major"], False, False)
         builder.PrependInt8Slot(RNN_OPTION_SLOTS["activation"], options["activation"], 0)
