@@ -555,3 +555,19 @@ def test_a_file_cut_short_while_it_is_read_is_one_sentence(written, tmp_path):
             f.truncate(len(data) // 3)
         with pytest.raises(BadInput, match="changed while it was being read"):
             rnn.arrays()
+
+
+def test_a_model_over_2_gib_is_refused_before_anything_is_written(written, tmp_path):
+    """flatbuffers' offsets are 32-bit: the sizes alone decide, before a weight is read or a file made."""
+    from rnnconv.formats.tflite import serialize
+
+    _, source, _ = written["lstm"]
+    with rnnconv.load(source) as (rnn,):
+        graph = graph_of(rnn)
+
+    def never() -> np.ndarray:
+        raise AssertionError("read")
+
+    graph.constant(Constant("huge", (600_000_000,), "float32", never))  # 2.4 GB
+    with pytest.raises(Unsupported, match=r"the model would take 2\.40 GB, but a \.tflite flatbuffer holds at most 2"):
+        serialize(graph)
