@@ -571,3 +571,83 @@ def test_a_model_over_2_gib_is_refused_before_anything_is_written(written, tmp_p
     graph.constant(Constant("huge", (600_000_000,), "float32", never))  # 2.4 GB
     with pytest.raises(Unsupported, match=r"the model would take 2\.40 GB, but a \.tflite flatbuffer holds at most 2"):
         serialize(graph)
+
+
+def _bidirectional_op_file(module: torch.nn.LSTM, path):
+    """The module as one BIDIRECTIONAL_SEQUENCE_LSTM per layer, written with rnnconv's graph: batch-major, its two
+    outputs joined by CONCATENATION (LiteRT 2.3's merge_outputs=true is wrong for batch-major inputs of batch > 1:
+    docs/LAYOUTS.md section 11)."""
+    from rnnconv.formats.tflite import Graph, GraphTensor
+    from rnnconv.table.constants import TFLITE_BIDIRECTIONAL_LSTM_INPUTS as NAMES
+
+    state = {k: v.detach().numpy() for k, v in module.state_dict().items()}
+    hidden, graph = module.hidden_size, Graph()
+    x = graph.activation("x", module.input_size)
+    graph.inputs = [x]
+    for layer in range(module.num_layers):
+        inputs = [x] + [-1] * (len(NAMES) - 1)
+        for prefix, suffix in (("fw_", ""), ("bw_", "_reverse")):
+            for k, word in enumerate(("input", "forget", "cell", "output")):
+                rows = slice(k * hidden, (k + 1) * hidden)
+                for name, values in (
+                    (f"input_to_{word}_weights", state[f"weight_ih_l{layer}{suffix}"][rows]),
+                    (f"recurrent_to_{word}_weights", state[f"weight_hh_l{layer}{suffix}"][rows]),
+                    (
+                        f"{word}_gate_bias",
+                        state[f"bias_ih_l{layer}{suffix}"][rows] + state[f"bias_hh_l{layer}{suffix}"][rows],
+                    ),
+                ):
+                    inputs[NAMES.index(prefix + name)] = graph.constant(
+                        Constant(f"l{layer}/{prefix}{name}", values.shape, "float32", lambda v=values: v)
+                    )
+            for name in ("output_state", "cell_state"):
+                tensor = GraphTensor(f"l{layer}/{prefix}{name}", [1, hidden], [-1, hidden], variable=True)
+                inputs[NAMES.index(prefix + name)] = graph.tensor(tensor)
+        outputs = [graph.activation(f"y{layer}_{side}", hidden) for side in ("fw", "bw")]
+        options = {"activation": TFLITE_ACTIVATIONS["tanh"], "merge_outputs": False}  # merged: see below
+        graph.ops.append(("BIDIRECTIONAL_SEQUENCE_LSTM", inputs, outputs, options))
+        x = graph.activation(f"y{layer}", 2 * hidden)
+        graph.ops.append(("CONCATENATION", outputs, [x], {"axis": 2}))
+    graph.outputs = [x]
+    with open(path, "wb") as f:
+        write_graph(graph, f)
+
+
+def test_bidirectional_sequence_lstm_ops_read_as_one_rnn(tmp_path):
+    """A file of BIDIRECTIONAL_SEQUENCE_LSTM ops (48 inputs: 1-17 forward, 18-34 backward, 35-38 the states),
+    which LiteRT runs as PyTorch's module, reads back as that module's weights."""
+    torch.manual_seed(3)
+    module = torch.nn.LSTM(5, 7, num_layers=2, bidirectional=True)
+    path = tmp_path / "bi.tflite"
+    _bidirectional_op_file(module, path)
+    interpreter = Interpreter(model_path=str(path))
+    for detail in interpreter.get_tensor_details():
+        if detail["name"].endswith("_state"):
+            interpreter.resize_tensor_input(detail["index"], [BATCH, 7])
+    interpreter.resize_tensor_input(0, [BATCH, STEPS, 5])
+    interpreter.allocate_tensors()
+    x = torch.randn(STEPS, BATCH, 5)
+    interpreter.set_tensor(0, x.numpy().transpose(1, 0, 2).copy())
+    interpreter.invoke()
+    got = interpreter.get_tensor(interpreter.get_output_details()[0]["index"]).transpose(1, 0, 2)
+    with torch.no_grad():
+        expected = module(x)[0].numpy()
+    assert np.abs(got - expected).max() < TOLERANCE  # the file is the module, as LiteRT runs it
+    (entry,) = rnnconv.inspect(path).rnns
+    assert (entry.layer_class, entry.converts, entry.spec.num_layers, entry.spec.bidirectional) == (
+        "BIDIRECTIONAL_SEQUENCE_LSTM",
+        True,
+        2,
+        True,
+    )
+    rnnconv.convert(path, tmp_path / "back.pt")
+    back = torch.load(tmp_path / "back.pt", weights_only=True)
+    for name, values in module.state_dict().items():
+        if name.startswith("weight"):
+            torch.testing.assert_close(back[name], values, rtol=0, atol=0)
+        elif name.startswith("bias_hh"):
+            torch.testing.assert_close(back[name], values + module.state_dict()[name.replace("_hh", "_ih")])
+    blob = tmp_path / "blob.bin"
+    rnnconv.convert(path, blob)
+    result = run_cli("verify", blob, "--backend", "numpy")
+    assert result.returncode == 0 and "MATCH" in result.stdout, result.stdout + result.stderr

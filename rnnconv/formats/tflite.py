@@ -13,7 +13,8 @@ them before `invoke` for non-zero initial states, read them after it for the fin
 buffers lie after the flatbuffer's tables, so a large RNN is streamed to the file, never built in memory.
 
 What is read back: a chain of these ops (the glue rnnconv writes) is one multi-layer, possibly bidirectional
-RNN; what cuDNN cannot compute is refused, one sentence naming the term: peepholes, cell or projection clip,
+RNN, and so is a stack of BIDIRECTIONAL_SEQUENCE_LSTM ops; what cuDNN cannot compute is refused, one sentence naming
+the term: peepholes, cell or projection clip,
 layer normalization, a coupled input gate (CIFG), a non-zero projection bias, activations other than the
 op's, weights computed by other ops (quantized models). TFLite has no fused GRU: a GRU is refused.
 """
@@ -53,7 +54,9 @@ from rnnconv.table.constants import (
     RECURRENT_MATRIX,
     RNN,
     TFLITE_ACTIVATIONS,
+    TFLITE_BIDIRECTIONAL_LSTM_INPUTS,
     TFLITE_CELL_OPS,
+    TFLITE_DIRECTION_PREFIXES,
     TFLITE_FLATBUFFER_LIMIT,
     TFLITE_IDENTIFIER,
     TFLITE_INPUT,
@@ -76,6 +79,7 @@ from rnnconv.table.reading import Found, StoredCell, read, settle
 from rnnconv.table.rows import Row
 
 OP_NAMES = {code: name for name, code in TFLITE_OPS.items()}
+BIDIRECTIONAL_LSTM = "BIDIRECTIONAL_SEQUENCE_LSTM"
 OP_INPUTS = {TFLITE_CELL_OPS[LSTM]: TFLITE_LSTM_INPUTS, TFLITE_CELL_OPS[RNN]: TFLITE_RNN_INPUTS}
 ACTIVATION_NAMES = {code: name for name, code in TFLITE_ACTIVATIONS.items()}
 TYPE_NAMES = {code: name for name, code in TFLITE_TENSOR_TYPES.items()}
@@ -243,6 +247,16 @@ class Op:
     inputs: list[int]
     outputs: list[int]
     options: Table | None
+    # One direction of a BIDIRECTIONAL_SEQUENCE_LSTM, seen as the unidirectional op it computes: its settings
+    # (read from the bidirectional op's options), the op's own name, and why it cannot convert, if it cannot.
+    settings: dict[str, Any] | None = None
+    time_major: bool | None = None
+    shown: str = ""
+    refusal: str | None = None
+
+    @property
+    def title(self) -> str:
+        return self.shown or self.name
 
     def option(self, slot: int, kind: str, default: Any) -> Any:
         return default if self.options is None else self.options.scalar(slot, kind, default)
@@ -395,12 +409,16 @@ class TfliteFile:
             else:
                 layers.append(Layer([op], op.inputs[0], op.outputs[0]))
         layers = [layer for layer in layers if layer.ops[0].index not in paired or len(layer.ops) == 2]
+        for op in self.ops:
+            if op.name == BIDIRECTIONAL_LSTM and op.inputs and op.outputs:
+                layers.append(Layer(self._directions(op), op.inputs[0], self._merged(op, readers)))
         chains: list[list[Layer]] = []
         ending: dict[int, list[Layer]] = {}  # a chain by the tensor its top layer gives
         for layer in sorted(layers, key=lambda la: la.ops[0].index):
             below = ending.get(layer.source)
             fits = below is not None and self._same_rnn(below[-1], layer)
-            single_reader = len(readers.get(layer.source, [])) == len(layer.ops)  # only this layer (and its reversal)
+            # only this layer (and its reversal) reads what it reads
+            single_reader = len(readers.get(layer.source, [])) == len({op.index for op in layer.ops})
             if below is not None and fits and single_reader:
                 del ending[layer.source]
                 below.append(layer)
@@ -417,6 +435,50 @@ class TfliteFile:
             taken.add(name)
             named.append(Chain(name, chain))
         return named
+
+    def _directions(self, op: Op) -> list[Op]:
+        """The two directions of a BIDIRECTIONAL_SEQUENCE_LSTM, each as the unidirectional op it computes."""
+        names = TFLITE_BIDIRECTIONAL_LSTM_INPUTS
+
+        def given(name: str) -> int:
+            slot = names.index(name)
+            return op.inputs[slot] if slot < len(op.inputs) else UNSET
+
+        settings = {
+            "activation": op.option(0, "u8", 0),
+            "cell_clip": op.option(1, "f32", 0.0),
+            "proj_clip": op.option(2, "f32", 0.0),
+            "diagonal": 0,
+        }
+        aux = [name for name in names[names.index("aux_input") :] if given(name) != UNSET]
+        refusal = None
+        if len(op.inputs) != len(names):
+            refusal = f"op {op.index} ({op.name}) has {len(op.inputs)} inputs, not the {len(names)} it takes"
+        elif aux:
+            refusal = f"op {op.index} ({op.name}) has an auxiliary input ({aux[0]}): cuDNN's LSTM reads one input"
+        unidirectional = TFLITE_LSTM_INPUTS
+        states = TFLITE_STATE_INPUTS[TFLITE_CELL_OPS[LSTM]]
+        directions = []
+        for prefix in TFLITE_DIRECTION_PREFIXES:
+            inputs = [given(names[0])]
+            inputs += [given(prefix + name) if prefix + name in names else UNSET for name in unidirectional[1:]]
+            for state in states:
+                inputs[unidirectional.index(state)] = given(prefix + state)
+            time_major = bool(op.option(4, "u8", 1))  # the schema's default: true
+            directions.append(
+                Op(op.index, TFLITE_CELL_OPS[LSTM], inputs, op.outputs, None, settings, time_major, op.name, refusal)
+            )
+        return directions
+
+    def _merged(self, op: Op, readers: dict[int, list[Op]]) -> int:
+        """What a BIDIRECTIONAL_SEQUENCE_LSTM gives the next layer: its merged output, or the CONCATENATION of its
+        two, forward first; else its forward output (nothing stacks on it)."""
+        if len(op.outputs) < 2:
+            return int(op.outputs[0])
+        for joined in readers.get(op.outputs[0], []):
+            if joined.name == "CONCATENATION" and joined.inputs == op.outputs[:2] and joined.outputs:
+                return int(joined.outputs[0])
+        return int(op.outputs[0])
 
     def _joined(
         self, fwd: Op, rev: Op, producers: dict[int, Op], readers: dict[int, list[Op]], time: int
@@ -512,12 +574,16 @@ def _buffer_text(index: int, buffers: list[Table], flat: Flat) -> str:
 
 
 def _time_major(op: Op) -> bool:
+    if op.time_major is not None:
+        return op.time_major
     slots = LSTM_OPTION_SLOTS if op.name == TFLITE_CELL_OPS[LSTM] else RNN_OPTION_SLOTS
     return bool(op.option(slots["time_major"], "u8", 0))
 
 
 def _options(op: Op) -> dict[str, Any]:
     """The op's options that change what it computes."""
+    if op.settings is not None:
+        return op.settings
     if op.name == TFLITE_CELL_OPS[LSTM]:
         return {
             "activation": op.option(LSTM_OPTION_SLOTS["activation"], "u8", 0),
@@ -550,6 +616,8 @@ FORMAT = "tflite"
 def _refusal(file: TfliteFile, op: Op, where: str) -> str | None:
     """Why cuDNN cannot compute this op (one sentence naming the term), or None."""
     names = OP_INPUTS[op.name]
+    if op.refusal:
+        return op.refusal
     if op.name == TFLITE_CELL_OPS[LSTM]:
         if len(op.inputs) not in (20, 24):
             return f"{where} has {len(op.inputs)} inputs, not the 20 or 24 of an UNIDIRECTIONAL_SEQUENCE_LSTM"
@@ -602,7 +670,7 @@ def to_canonical(file: TfliteFile, chain: Chain, source: Provenance) -> Canonica
     cells: dict[tuple[int, int], dict[str, int]] = {}
     for layer, held in enumerate(chain.layers):
         for direction, op in enumerate(held.ops):
-            where = f"op {op.index} ({op.name}, layer {layer})"
+            where = f"op {op.index} ({op.title}, layer {layer})"
             reason = _refusal(file, op, where)
             if reason:
                 raise Unsupported(reason)
@@ -637,7 +705,7 @@ def to_canonical(file: TfliteFile, chain: Chain, source: Provenance) -> Canonica
         int(hidden),
         dtypes.pop(),
         cell_of,
-        first.name,
+        first.title,
         num_layers=len(chain.layers),
         bidirectional=len(chain.layers[0].ops) == 2,
         proj=int(proj),
@@ -787,6 +855,12 @@ def _options_table(builder: Any, op_name: str, options: dict[str, Any]) -> int |
         builder.PrependFloat32Slot(LSTM_OPTION_SLOTS["cell_clip"], options.get("cell_clip", 0.0), 0.0)
         builder.PrependFloat32Slot(LSTM_OPTION_SLOTS["proj_clip"], options.get("proj_clip", 0.0), 0.0)
         builder.PrependBoolSlot(LSTM_OPTION_SLOTS["time_major"], False, False)
+        return int(builder.EndObject())
+    if op_name == BIDIRECTIONAL_LSTM:  # not written by rnnconv's writer; its tests write one
+        builder.StartObject(6)
+        builder.PrependInt8Slot(0, options["activation"], 0)
+        builder.PrependBoolSlot(3, options.get("merge_outputs", True), False)
+        builder.PrependBoolSlot(4, False, True)  # batch-major (the schema's default is time-major)
         return int(builder.EndObject())
     if op_name == TFLITE_CELL_OPS[RNN]:
         builder.StartObject(3)
@@ -1229,7 +1303,7 @@ class TfliteFormat(Format):
                 entries.append(
                     InspectEntry(
                         name=chain.name,
-                        layer_class=chain.first.name,
+                        layer_class=chain.first.title,
                         spec=rnn.spec.to_model(),
                         converts=True,
                         notes=rnn.notes,
@@ -1239,7 +1313,7 @@ class TfliteFormat(Format):
                 entries.append(
                     InspectEntry(
                         name=chain.name,
-                        layer_class=chain.first.name,
+                        layer_class=chain.first.title,
                         spec=_sizes(file, chain),
                         converts=False,
                         reason=str(exc),
@@ -1270,5 +1344,7 @@ class TfliteFormat(Format):
         rnn = to_canonical(file, chain, source)  # refuses what it cannot compare
         if (rnn.spec.input_size, rnn.spec.num_layers) != (spec.input_size, spec.num_layers):
             raise BadInput(f"the TFLite ops {chain.name} are not the RNN the blob describes ({spec.describe()})")
-        how = f"ai-edge-litert {litert_version()}: the file's own {chain.first.name} op(s)"
+        how = f"ai-edge-litert {litert_version()}: the file's own {chain.first.title} op(s)"
+        if chain.first.shown:  # a bidirectional op's two directions, run as the unidirectional ops they compute
+            how += f", each direction as an {chain.first.name}"
         return run_graph(graph_of_file(file, chain), inputs), how

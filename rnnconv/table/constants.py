@@ -284,6 +284,7 @@ TFLITE_OPTIONS: Final[dict[str, int]] = {
     "CONCATENATION": 10,
     "UNIDIRECTIONAL_SEQUENCE_RNN": 31,  # SequenceRNNOptions
     "UNIDIRECTIONAL_SEQUENCE_LSTM": 71,  # UnidirectionalSequenceLSTMOptions
+    "BIDIRECTIONAL_SEQUENCE_LSTM": 69,  # BidirectionalSequenceLSTMOptions
     "REVERSE_V2": 81,
 }
 # ActivationFunctionType codes, by the activation's name in the table's rows.
@@ -312,6 +313,16 @@ TFLITE_LSTM_INPUTS: Final = (
     "output_state",
     "cell_state",
     *(f"{TFLITE_GATE_WORDS[g]}_layer_norm_coefficients" for g in CUDNN_GATES[LSTM]),
+)
+# The inputs of BIDIRECTIONAL_SEQUENCE_LSTM, in order (bidirectional_sequence_lstm.cc): each direction's 17 as
+# inputs 1-17 of the unidirectional op, the four states, an auxiliary input and its weights (optional).
+TFLITE_DIRECTION_PREFIXES: Final = ("fw_", "bw_")
+TFLITE_BIDIRECTIONAL_LSTM_INPUTS: Final = (
+    "input",
+    *(f"{prefix}{name}" for prefix in TFLITE_DIRECTION_PREFIXES for name in TFLITE_LSTM_INPUTS[1:18]),
+    *(f"{prefix}{name}" for prefix in TFLITE_DIRECTION_PREFIXES for name in ("output_state", "cell_state")),
+    "aux_input",
+    *(f"{p}aux_input_to_{TFLITE_GATE_WORDS[g]}_weights" for p in TFLITE_DIRECTION_PREFIXES for g in CUDNN_GATES[LSTM]),
 )
 # The inputs of UNIDIRECTIONAL_SEQUENCE_RNN, in order (unidirectional_sequence_rnn.cc).
 TFLITE_RNN_INPUTS: Final = ("input", "weights", "recurrent_weights", "bias", "hidden_state")
