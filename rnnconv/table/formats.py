@@ -125,8 +125,8 @@ FORMAT_INFO: Final[dict[str, FormatInfo]] = {
             "tflite",
             "TFLite / LiteRT",
             {"tflite": "TFLite flatbuffer"},
-            read_help=".tflite with UNIDIRECTIONAL_SEQUENCE_LSTM, UNIDIRECTIONAL_SEQUENCE_RNN or BIDIRECTIONAL_SEQUENCE_LSTM "
-            "ops (the layers and directions rnnconv writes are read back as one RNN)",
+            read_help=".tflite with UNIDIRECTIONAL_SEQUENCE_LSTM, UNIDIRECTIONAL_SEQUENCE_RNN or "
+            "BIDIRECTIONAL_SEQUENCE_LSTM ops (the layers and directions rnnconv writes are read back as one RNN)",
             write_help="model.tflite: every layer and direction in one graph; input x (batch, steps, input), output "
             "y (batch, steps, directions*hidden), the states variable tensors h_l0, c_l0, h_l0_reverse, ...",
             read_note="Read without TensorFlow or LiteRT: the flatbuffer is parsed and bounds-checked here. What cuDNN "
