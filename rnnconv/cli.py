@@ -153,8 +153,8 @@ for _target in sorted(ADAPTER_FORMATS, key=lambda name: name != "cudnn"):
             argument=True,
             annotation=str,
             default=...,
-            help=".bin/.safetensors (cuDNN), .pt/.pth (PyTorch), .keras/.weights.h5 (Keras), .onnx (ONNX); a "
-            "directory for several sources (DIR/ is created; the target is --to's, cuDNN by default).",
+            help=".bin/.safetensors (cuDNN), .pt/.pth (PyTorch), .keras/.weights.h5 (Keras), .onnx (ONNX), .xml "
+            "(OpenVINO IR); a directory for several sources (DIR/ is created; the target is --to's, cuDNN by default).",
         ),
         *map(parameter, ("to", "layer", "prefix", *ALL_SOURCE_OPTIONS, "into", *CONVERSION_TAIL)),
     ],

@@ -22,6 +22,7 @@ PACKAGES = (
     "onnxruntime",
     "ai-edge-litert",
     "flatbuffers",
+    "openvino",
     "nvidia-cudnn-cu12",
     "nvidia-cudnn-cu13",
     "pycuda",
@@ -67,6 +68,7 @@ def examine() -> dict[str, Any]:
             },
             "onnxruntime": _installed(packages, "onnxruntime", "the blob as ONNX nodes", "rnnconv[onnx]"),
             "tflite": _installed(packages, "ai-edge-litert", "the blob as TFLite ops", "rnnconv[tflite]"),
+            "openvino": _installed(packages, "openvino", "the blob as an OpenVINO IR (CPU)", "rnnconv[openvino]"),
         },
         "sources": {
             "keras3": {
@@ -84,6 +86,7 @@ def examine() -> dict[str, Any]:
             "torch": _installed(packages, "torch", "PyTorch checkpoints", "rnnconv[torch]"),
             "onnx": _installed(packages, "onnxruntime", "ONNX models' own nodes", "rnnconv[onnx]"),
             "tflite": _installed(packages, "ai-edge-litert", "TFLite models' own ops", "rnnconv[tflite]"),
+            "openvino": _installed(packages, "openvino", "OpenVINO IRs' own graphs", "rnnconv[openvino]"),
         },
         "torch_cuda": torch_cuda,
     }

@@ -263,6 +263,7 @@ OLD_NAME_SOURCES = {  # one small file per source format; a cuDNN blob is made f
     "onnx": FIXTURES / "onnx" / "rnn_relu_torchscript.onnx",
     "tf1": FIXTURES / "tf1" / "rnn_tanh.ckpt",
     "tflite": FIXTURES / "tflite" / "rnn_tanh.tflite",
+    "openvino": FIXTURES / "openvino" / "rnn_tanh.xml",
 }
 
 

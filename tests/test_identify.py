@@ -43,8 +43,8 @@ def write_probe(model: torch.nn.Module, path: Path) -> Path:
     out = model.proj_size or H if isinstance(model, torch.nn.LSTM) else H
     generator = torch.Generator().manual_seed(5)
     x = torch.randn(T, B, I, generator=generator)
-    h0 = torch.randn(L * dirs, B, out, generator=generator) * 0.5
-    c0 = torch.randn(L * dirs, B, H, generator=generator) * 0.5
+    h0 = torch.randn(model.num_layers * dirs, B, out, generator=generator) * 0.5
+    c0 = torch.randn(model.num_layers * dirs, B, H, generator=generator) * 0.5
     lengths = torch.tensor([T, T - 2, T - 1])
     packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
     with torch.no_grad():
@@ -217,7 +217,7 @@ def test_sizes_alone_are_ambiguous_and_the_candidates_are_listed(tmp_path):
         torch.testing.assert_close(model_back.state_dict()[name], tensor, rtol=0, atol=0)
 
 
-def test_a_size_only_one_layout_has_is_identified_without_a_probe(tmp_path):
+def test_sizes_one_layout_per_packing_has_and_a_probe_for_the_rest(tmp_path):
     model = torch_model("rnn_tanh", bidirectional=False)
     torch.save(model.state_dict(), tmp_path / "source.pt")
     written = tmp_path / "k.weights.h5"
@@ -234,6 +234,11 @@ def test_a_size_only_one_layout_has_is_identified_without_a_probe(tmp_path):
     rnnconv.convert(tmp_path / "one.pt", written, to="keras", force=True)
     flat_keras(written).astype("<f4").tofile(blob)
     found = rnnconv.identify(blob, mode="rnn_tanh", input_size=I, hidden_size=H, dtype="float32")
+    # one bias per unit: Keras' SimpleRNN (columns) or OpenVINO's RNNSequence (rows), which a probe tells apart
+    assert found.verdict == "ambiguous", found.summary
+    assert {row.split()[0] for c in found.candidates for row in c.rows} == {"keras", "tf1", "openvino"}
+    probe = write_probe(one_layer, tmp_path / "probe.npz")
+    found = rnnconv.identify(blob, mode="rnn_tanh", input_size=I, hidden_size=H, dtype="float32", probe=probe)
     assert found.verdict == "identified", found.summary
     assert found.identified is not None and "keras SimpleRNN" in found.identified.rows
     assert found.identified.bias == "single" and found.identified.matrix == "columns"

@@ -143,6 +143,29 @@ FORMAT_INFO: Final[dict[str, FormatInfo]] = {
             extra="tflite",
         ),
         FormatInfo(
+            "openvino",
+            "OpenVINO IR",
+            {"openvino": "OpenVINO IR (.xml with its .bin)"},
+            read_help="an OpenVINO IR model.xml (with model.bin beside it) holding LSTMSequence, GRUSequence or "
+            "RNNSequence ops whose weights are Consts (or f16 Consts decompressed by Convert)",
+            write_help="model.xml + model.bin: the stack of sequence ops; inputs x (batch, seq, input), initial_h, "
+            "initial_c (layers*directions, batch, hidden), sequence_lens (batch); outputs y (batch, seq, "
+            "directions*hidden), h_n, c_n",
+            read_note="Read without OpenVINO: the XML is parsed with no DOCTYPE or entities allowed, every Const's "
+            "offset and size checked against model.bin. Sequence ops joined by Transpose/Reshape/Squeeze (as rnnconv "
+            "writes them) are one multi-layer RNN. What cuDNN cannot run is refused: a GRUSequence with "
+            "linear_before_reset=false, clip, activation alpha/beta, other activations.",
+            write_note="Written without OpenVINO; openvino.Core().read_model reads it and the CPU plugin runs it "
+            "(give static shapes with model.reshape for ragged sequence_lens).",
+            read_suffixes=(".xml",),
+            write_suffixes=(".xml",),
+            default_for=(".xml",),
+            source_options=("bias_split",),
+            example="model.xml",
+            examples=("model.xml --layer /encoder/LSTMSequence",),
+            extra="openvino",
+        ),
+        FormatInfo(
             "tf1",
             "TF1 cuDNN checkpoint",
             {"tf1-checkpoint": "TensorFlow 1 checkpoint of tf.contrib.cudnn_rnn layers"},

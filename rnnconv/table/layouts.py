@@ -354,6 +354,38 @@ class BiasSingleButLast(BiasSingle):
         return names[INPUT_BIAS], names[RECURRENT_BIAS]
 
 
+class BiasSingleButLastJoined(BiasSingle):
+    """bias ((G+1)*H), one tensor: bW + bR of every gate but the last stored one, then that gate's input_bias and
+    recurrent_bias apart (H each): OpenVINO's GRUSequence with linear_before_reset, whose reset gate multiplies the
+    new gate's recurrent side."""
+
+    name = "single-but-last-joined"
+
+    def shapes(self, order: Sequence[str], hidden: int) -> dict[str, tuple[int, ...]]:
+        return {BIAS: ((len(order) + 1) * hidden,)}
+
+    def load(self, fetch: Fetch, order: Sequence[str], gate: str, hidden: int, split: str) -> tuple[Loader, Loader]:
+        if gate != order[-1]:
+            return super().load(fetch, order, gate, hidden, split)
+        k = len(order) - 1
+        return _part(fetch, BIAS, _rows(k, hidden)), _part(fetch, BIAS, _rows(k + 1, hidden))
+
+    def store(
+        self, out: Stored, order: Sequence[str], gate: str, hidden: int, input_bias: np.ndarray, recurrent: np.ndarray
+    ) -> None:
+        if gate != order[-1]:
+            super().store(out, order, gate, hidden, input_bias, recurrent)
+        else:
+            k = len(order) - 1
+            out[BIAS][_rows(k, hidden)], out[BIAS][_rows(k + 1, hidden)] = input_bias, recurrent
+
+    def describe(self, names: Mapping[str, str], order: Sequence[str], gate: str, split: str) -> tuple[str, str]:
+        if gate != order[-1]:
+            return super().describe(names, order, gate, split)
+        k = len(order) - 1
+        return f"{names[BIAS]}[{span(k)}]", f"{names[BIAS]}[{span(k + 1)}]"
+
+
 def per_gate(role: str, gate: str) -> str:
     """The key of one gate's own tensor of a role, in a layout that stores each gate apart ("input_matrix/i")."""
     return f"{role}/{gate}"
@@ -407,5 +439,6 @@ BIAS_STACKED: Final = BiasStacked()
 BIAS_CONCATENATED: Final = BiasConcatenated()
 BIAS_SINGLE: Final = BiasSingle()
 BIAS_SINGLE_BUT_LAST: Final = BiasSingleButLast()
+BIAS_SINGLE_BUT_LAST_JOINED: Final = BiasSingleButLastJoined()
 MATRIX_PER_GATE: Final = MatrixPerGate()
 BIAS_PER_GATE: Final = BiasPerGate()

@@ -20,6 +20,8 @@ from rnnconv.table.constants import (
     CUDNN_TENSOR_NAMES,
     KERAS_VARIABLES,
     NONLINEARITIES,
+    OPENVINO_GRU_GATES,
+    OPENVINO_LSTM_GATES,
     TF1_ALL_ROWS,
     TF1_INPUT_ROWS,
     TF1_RECURRENT_ROWS,
@@ -35,6 +37,7 @@ from rnnconv.table.layouts import (
     BIAS_SEPARATE,
     BIAS_SINGLE,
     BIAS_SINGLE_BUT_LAST,
+    BIAS_SINGLE_BUT_LAST_JOINED,
     BIAS_STACKED,
     MATRIX_COLUMNS,
     MATRIX_COLUMNS_RAW,
@@ -101,6 +104,8 @@ ONNX_DEQUANTIZED_NAMES = {
     "recurrent_matrix": "(R[d] - R_zero_point[d]) * R_scale[d]",
     "bias": "B[d]",
 }
+
+OPENVINO_NAMES = {"input_matrix": "W[d]", "recurrent_matrix": "R[d]", "bias": "B[d]"}
 
 
 def _tf1_names(cell: str) -> dict[str, str]:
@@ -183,6 +188,7 @@ FIXED = {"activation": "tanh"}  # classes whose activation is not a setting
 TORCH_RNN_DEFAULTS = {"activation": "tanh"}  # nn.RNN's nonlinearity (not stored in a state_dict)
 ONNX_GATED_DEFAULTS = {"activation": "tanh", "recurrent_activation": "sigmoid"}
 ONNX_GRU_DEFAULTS = {**ONNX_GATED_DEFAULTS, "linear_before_reset": 0}  # ONNX's default is reset *before*
+OPENVINO_GRU_DEFAULTS = {**ONNX_GATED_DEFAULTS, "linear_before_reset": False}  # and OpenVINO's too
 
 RESET_BEFORE = (
     "applies the reset gate before the recurrent matrix, cuDNN applies it after "
@@ -257,6 +263,18 @@ TABLE: tuple[Row, ...] = (
     Row("tflite", "UNIDIRECTIONAL_SEQUENCE_RNN", "rnn", RNN_GATES, MATRIX_PER_GATE, BIAS_PER_GATE,
         TFLITE_RNN_NAMES, RNN_MODES, TORCH_RNN_DEFAULTS,
         note="its fused activation (TANH or RELU) is the nonlinearity"),
+    # --- OpenVINO IR (opset5 sequence ops): W [D, G*H, in], R [D, G*H, H], B [D, G*H] = bW + bR; one direction's
+    # slice d. A GRU with linear_before_reset keeps its new gate's two biases apart: B [D, 4H].
+    Row("openvino", "LSTMSequence", "lstm", OPENVINO_LSTM_GATES, MATRIX_ROWS, BIAS_SINGLE, OPENVINO_NAMES, LSTM_MODES,
+        ONNX_GATED_DEFAULTS, requires=GATED, note="one bias per gate: B = bW + bR"),
+    Row("openvino", "GRUSequence", "gru", OPENVINO_GRU_GATES, MATRIX_ROWS, BIAS_SINGLE_BUT_LAST_JOINED, OPENVINO_NAMES,
+        GRU_MODES, OPENVINO_GRU_DEFAULTS, requires=GATED, when={"linear_before_reset": True},
+        note="only linear_before_reset=true computes cuDNN's GRU; B = [bW+bR of z, of r, bW_h, bR_h]"),
+    Row("openvino", "GRUSequence", "gru", OPENVINO_GRU_GATES, MATRIX_ROWS, BIAS_SINGLE, OPENVINO_NAMES, {},
+        OPENVINO_GRU_DEFAULTS, when={"linear_before_reset": False},
+        refusal=f"this GRUSequence has linear_before_reset=false (OpenVINO's default): it {RESET_BEFORE}"),
+    Row("openvino", "RNNSequence", "rnn", RNN_GATES, MATRIX_ROWS, BIAS_SINGLE, OPENVINO_NAMES, RNN_MODES,
+        TORCH_RNN_DEFAULTS, note="one bias: B = bW + bR"),
     # --- Other layouts, for `explain` (no adapter).
     Row("miopen", "LSTM", "lstm", MIOPEN_LSTM_GATES, MATRIX_ROWS, BIAS_SEPARATE, CUDNN_NAMES_NO_PROJECTION,
         LSTM_MODES, FIXED, adapter=False, note="AMD's order; PyTorch applies it only on its MIOpen backend"),
