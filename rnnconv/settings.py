@@ -54,8 +54,8 @@ class ReadOptions(Settings):
         None,
         description="The RNN to use when the file holds several: a Keras layer name "
         "(a,b,c stacks consecutive layers into one multi-layer RNN), a PyTorch module prefix (encoder.rnn), "
-        "an ONNX node name (a,b for a chain of nodes), a TF1 layer's variable scope (encoder/cudnn_lstm) or a key "
-        "of an rnnconv .safetensors. The error lists them.",
+        "an ONNX node name (a,b for a chain of nodes), a TF1 layer's variable scope (encoder/cudnn_lstm), a path in a "
+        "Flax tree (encoder/layers_1) or a key of an rnnconv .safetensors. The error lists them.",
         json_schema_extra=_flags("--layer"),
     )
     bias_split: str = Field(
@@ -67,8 +67,9 @@ class ReadOptions(Settings):
     # What a file may not store, stated by the user (None: not stated, so assumed and said so).
     nonlinearity: str | None = Field(
         None,
-        description="nn.RNN's nonlinearity, which a state_dict does not store, or a TF1 CudnnRNNTanh/CudnnRNNRelu's, "
-        "which its checkpoint does not store [default: tanh, recorded as an assumption].",
+        description="nn.RNN's nonlinearity, which a state_dict does not store, a TF1 CudnnRNNTanh/CudnnRNNRelu's, "
+        "which its checkpoint does not store, or a Flax SimpleCell's activation_fn [default: tanh, recorded as an "
+        "assumption].",
         json_schema_extra=_flags("--nonlinearity"),
     )
     activation: str | None = Field(

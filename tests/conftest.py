@@ -72,7 +72,7 @@ def run_cli(*args: str | Path, cwd: Path | None = None, env: dict | None = None)
     )
 
 
-FRAMEWORKS = ("tensorflow", "keras", "tf_keras", "torch", "onnx", "onnxruntime")
+FRAMEWORKS = ("tensorflow", "keras", "tf_keras", "torch", "onnx", "onnxruntime", "jax", "flax", "equinox")
 
 
 def assert_no_framework_imported(source: Path, output: Path, allowed: tuple[str, ...] = ()) -> None:

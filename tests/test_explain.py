@@ -173,8 +173,11 @@ def test_every_printed_recipe_gives_what_the_mechanics_give(split):
         if not found:
             continue
         tensor, expr = found.group(1), found.group(2)
-        for role, name in sorted(row.tensors.items(), key=lambda item: -len(item[1])):
-            expr = expr.replace(name, f"S[{role!r}]")
+        names = sorted(row.tensors.items(), key=lambda item: -len(item[1]))
+        for k, (_, name) in enumerate(names):  # a name inside a longer one (bias in bias_n) is replaced once
+            expr = expr.replace(name, f"\0{k}\0")
+        for k, (role, _) in enumerate(names):
+            expr = expr.replace(f"\0{k}\0", f"S[{role!r}]")
         expr = re.sub(r"(\d)H", r"\1*H", expr)
         value = eval(expr, {"S": stored, "H": hidden, "I": n_in, "np": np})
         kind, _, gate = tensor.partition("_")

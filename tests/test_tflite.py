@@ -576,7 +576,7 @@ def test_a_model_over_2_gib_is_refused_before_anything_is_written(written, tmp_p
 def _bidirectional_op_file(module: torch.nn.LSTM, path):
     """The module as one BIDIRECTIONAL_SEQUENCE_LSTM per layer, written with rnnconv's graph: batch-major, its two
     outputs joined by CONCATENATION (LiteRT 2.3's merge_outputs=true is wrong for batch-major inputs of batch > 1:
-    docs/LAYOUTS.md section 12)."""
+    docs/LAYOUTS.md section 13)."""
     from rnnconv.formats.tflite import Graph, GraphTensor
     from rnnconv.table.constants import TFLITE_BIDIRECTIONAL_LSTM_INPUTS as NAMES
 

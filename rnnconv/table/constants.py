@@ -262,7 +262,7 @@ TF1_VARIABLES: Final[dict[str, dict[str, tuple[tuple[str, str], ...]]]] = {
         "bias": ((TF1_BIAS, TF1_ALL_ROWS),),
     },
 }
-# --- TFLite / LiteRT (the schema of tensorflow/compiler/mlir/lite/schema/schema.fbs; docs/LAYOUTS.md section 12) -----
+# --- TFLite / LiteRT (the schema of tensorflow/compiler/mlir/lite/schema/schema.fbs; docs/LAYOUTS.md section 13) -----
 TFLITE_IDENTIFIER: Final = b"TFL3"  # the flatbuffer's file identifier, bytes 4..8
 TFLITE_SCHEMA_VERSION: Final = 3
 # BuiltinOperator codes: the ops rnnconv reads, writes or names.
@@ -384,7 +384,82 @@ OPENVINO_INTEGERS: Final[dict[str, str]] = {"i32": "<i4", "i64": "<i8"}  # the i
 OPENVINO_GLUE: Final = ("Transpose", "Reshape", "Squeeze")
 OPENVINO_DECOMPRESSION: Final = "Convert"
 
+# --- JAX: Flax linen, flax.nnx, Equinox (docs/LAYOUTS.md section 12) --------------------------------------------
+# A Flax cell stores each gate's matrix as its own Dense: `<dense>/kernel` (in, H), x @ kernel, and its bias as
+# `<dense>/bias`. A role's tensor (table/rows.py) is the columns of these params of the cell, joined in order.
+FLAX_KERNEL: Final = "kernel"
+FLAX_BIAS: Final = "bias"
+FLAX_PARAMS: Final = "params"  # the variables collection of a linen module's trainable weights
+FLAX_CELL: Final = "cell"  # nn.RNN's (and nnx.RNN's) cell attribute
+FLAX_DIRECTIONS: Final = ("forward_rnn", "backward_rnn")  # nn.Bidirectional's (and nnx's) two RNNs
+FLAX_LINEN_LAYERS: Final = "layers_{layer}"  # nn.Sequential's layers, under params
+FLAX_NNX_LAYERS: Final = "layers"  # nnx.Sequential's layers attribute: a dict of layers by number
+
+
+def _flax_dense(*names: str, param: str = FLAX_KERNEL) -> tuple[str, ...]:
+    return tuple(f"{name}/{param}" for name in names)
+
+
+# Flax linen's cells (flax.linen.recurrent): LSTMCell and OptimizedLSTMCell store the same params.
+FLAX_LINEN_CELLS: Final[dict[str, dict[str, tuple[str, ...]]]] = {
+    LSTM: {
+        "input_matrix": _flax_dense("ii", "if", "ig", "io"),
+        "recurrent_matrix": _flax_dense("hi", "hf", "hg", "ho"),
+        "bias": _flax_dense("hi", "hf", "hg", "ho", param=FLAX_BIAS),
+    },
+    GRU: {
+        "input_matrix": _flax_dense("ir", "iz", "in"),
+        "recurrent_matrix": _flax_dense("hr", "hz", "hn"),
+        "bias": _flax_dense("ir", "iz", param=FLAX_BIAS),
+        "input_bias": _flax_dense("in", param=FLAX_BIAS),
+        "recurrent_bias": _flax_dense("hn", param=FLAX_BIAS),
+    },
+    RNN: {
+        "input_matrix": _flax_dense("i"),
+        "recurrent_matrix": _flax_dense("h"),
+        "bias": _flax_dense("i", param=FLAX_BIAS),
+    },
+}
+FLAX_LINEN_CLASSES: Final[dict[str, str]] = {LSTM: "LSTMCell", GRU: "GRUCell", RNN: "SimpleCell"}
+# flax.nnx's cells (flax.nnx.nn.recurrent): LSTMCell names its forget gate's input Dense `if_`; the others
+# stack their gates in one Dense per side.
+FLAX_NNX_LSTM: Final[dict[str, tuple[str, ...]]] = {
+    "input_matrix": _flax_dense("ii", "if_", "ig", "io"),
+    "recurrent_matrix": _flax_dense("hi", "hf", "hg", "ho"),
+    "bias": _flax_dense("hi", "hf", "hg", "ho", param=FLAX_BIAS),
+}
+FLAX_NNX_STACKED: Final[dict[str, tuple[str, ...]]] = {  # GRUCell and SimpleCell: the bias is dense_i's
+    "input_matrix": _flax_dense("dense_i"),
+    "recurrent_matrix": _flax_dense("dense_h"),
+    "bias": _flax_dense("dense_i", param=FLAX_BIAS),
+}
+FLAX_NNX_OPTIMIZED_LSTM: Final[dict[str, tuple[str, ...]]] = {  # OptimizedLSTMCell: the bias is dense_h's
+    "input_matrix": _flax_dense("dense_i"),
+    "recurrent_matrix": _flax_dense("dense_h"),
+    "bias": _flax_dense("dense_h", param=FLAX_BIAS),
+}
+FLAX_NNX_CELLS: Final[dict[str, dict[str, tuple[str, ...]]]] = {  # class -> role -> params
+    "LSTMCell": FLAX_NNX_LSTM,
+    "OptimizedLSTMCell": FLAX_NNX_OPTIMIZED_LSTM,
+    "GRUCell": FLAX_NNX_STACKED,
+    "SimpleCell": FLAX_NNX_STACKED,
+}
+FLAX_NNX_CLASSES: Final[dict[str, str]] = {LSTM: "LSTMCell", GRU: "GRUCell", RNN: "SimpleCell"}  # what is written
+# Equinox's cells (equinox.nn._rnn): their array fields, in the order tree_serialise_leaves saves them.
+EQUINOX_FIELDS: Final[dict[str, tuple[str, ...]]] = {
+    LSTM: ("weight_ih", "weight_hh", "bias"),
+    GRU: ("weight_ih", "weight_hh", "bias", "bias_n"),
+}
+EQUINOX_CLASSES: Final[dict[str, str]] = {LSTM: "LSTMCell", GRU: "GRUCell"}
+EQUINOX_NAMES: Final[dict[str, str]] = {
+    "input_matrix": "weight_ih",
+    "recurrent_matrix": "weight_hh",
+    "bias": "bias",
+    "recurrent_bias": "bias_n",
+}
+
 # --- verify -------------------------------------------------------------------------------------
 # Where verify runs a blob: auto = cuDNN when it can run, else numpy; onnxruntime = the blob as an ONNX graph;
-# openvino = the blob as an OpenVINO IR in its CPU plugin; tflite = the blob as TFLite ops in LiteRT.
-ENGINES: Final = ("auto", "cudnn", "numpy", "onnxruntime", "openvino", "tflite")
+# openvino = the blob as an OpenVINO IR in its CPU plugin; flax, flax-nnx, equinox = the blob as that library's
+# cells in JAX (CPU); tflite = the blob as TFLite ops in LiteRT.
+ENGINES: Final = ("auto", "cudnn", "numpy", "onnxruntime", "openvino", "flax", "flax-nnx", "equinox", "tflite")

@@ -166,6 +166,65 @@ FORMAT_INFO: Final[dict[str, FormatInfo]] = {
             extra="openvino",
         ),
         FormatInfo(
+            "flax",
+            "Flax linen",
+            {"flax-msgpack": "flax.serialization msgpack of a linen RNN's variables"},
+            read_help="X.msgpack from flax.serialization.to_bytes of the variables of nn.RNN(cell), "
+            "nn.Bidirectional(nn.RNN(cell), nn.RNN(cell)) or an nn.Sequential of them (LSTMCell, OptimizedLSTMCell, "
+            "GRUCell, SimpleCell)",
+            write_help="X.msgpack: flax.serialization.from_bytes(variables, data) loads it into the variables of "
+            "nn.RNN(nn.LSTMCell(H)) (nn.Bidirectional for two directions, nn.Sequential for several layers), with "
+            "X.msgpack.rnnconv.json beside it saying where it came from",
+            read_note="Read without Flax or JAX (msgpack decoded by rnnconv, every array's shape and size checked); "
+            "SimpleCell's activation_fn is not stored (--nonlinearity).",
+            write_note="Written without Flax or JAX; the summed biases are exact (only their sum acts); the printed "
+            "line builds the module whose variables it fills.",
+            read_suffixes=(".msgpack",),
+            write_suffixes=(".msgpack",),
+            default_for=(".msgpack",),
+            source_options=("bias_split", "nonlinearity"),
+            example="params.msgpack",
+            examples=("params.msgpack --nonlinearity relu",),
+            extra="flax",
+        ),
+        FormatInfo(
+            "flax-nnx",
+            "flax.nnx",
+            {"flax-nnx-msgpack": "flax.serialization msgpack of an nnx RNN's parameters (a pure dict)"},
+            read_help="X.nnx.msgpack: flax.serialization.msgpack_serialize(nnx.state(model, nnx.Param).to_pure_dict()) "
+            "of nnx.RNN(cell), nnx.Bidirectional or an nnx.Sequential of them (LSTMCell, OptimizedLSTMCell, GRUCell, "
+            "SimpleCell)",
+            write_help="X.nnx.msgpack: the pure dict of nnx.state(model, nnx.Param) of nnx.RNN(nnx.LSTMCell(I, H)) "
+            "(nnx.Bidirectional, nnx.Sequential), for nnx.replace_by_pure_dict, with X.nnx.msgpack.rnnconv.json "
+            "beside it",
+            read_note="Read without Flax or JAX; activation_fn is not stored (--nonlinearity for a SimpleCell).",
+            write_note="Written without Flax or JAX. nnx's GRUCell has no b_hn: a GRU whose b_hn is non-zero is "
+            "refused.",
+            read_suffixes=(".msgpack",),
+            write_suffixes=(".msgpack",),
+            default_for=(".nnx.msgpack",),
+            source_options=("bias_split", "nonlinearity"),
+            example="params.nnx.msgpack",
+            extra="flax",
+        ),
+        FormatInfo(
+            "equinox",
+            "Equinox",
+            {"equinox": "equinox.tree_serialise_leaves of an eqx.nn.LSTMCell or GRUCell"},
+            read_help="X.eqx from eqx.tree_serialise_leaves of one eqx.nn.LSTMCell or eqx.nn.GRUCell",
+            write_help="X.eqx: eqx.tree_deserialise_leaves(X.eqx, eqx.nn.LSTMCell(I, H, key=...)) loads it, with "
+            "X.eqx.rnnconv.json beside it",
+            read_note="Read without Equinox or JAX (each leaf's .npy header parsed, never unpickled). The file holds "
+            "leaves without their tree: one cell (Equinox has no multi-layer or bidirectional RNN).",
+            write_note="Written without Equinox or JAX; one layer, one direction.",
+            read_suffixes=(".eqx",),
+            write_suffixes=(".eqx",),
+            default_for=(".eqx",),
+            source_options=("bias_split",),
+            example="cell.eqx",
+            extra="equinox",
+        ),
+        FormatInfo(
             "tf1",
             "TF1 cuDNN checkpoint",
             {"tf1-checkpoint": "TensorFlow 1 checkpoint of tf.contrib.cudnn_rnn layers"},

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Final, TypeVar
 
 import numpy as np
 
-from rnnconv.errors import BadInput
+from rnnconv.errors import BadInput, Unsupported
 from rnnconv.table.constants import BIAS, INPUT_BIAS, RECURRENT_BIAS
 from rnnconv.transpose import transposed
 
@@ -386,6 +386,67 @@ class BiasSingleButLastJoined(BiasSingle):
         return f"{names[BIAS]}[{span(k)}]", f"{names[BIAS]}[{span(k + 1)}]"
 
 
+class BiasSingleLastInput(BiasSingle):
+    """bias (G*H) = input + recurrent for every gate but the last stored one, whose part of it is its input bias
+    alone; that gate's recurrent bias (the GRU's b_hn, inside the reset product) is `recurrent_bias` (H), as
+    Equinox's GRUCell stores it (`bias_n`)."""
+
+    name = "single-last-input"
+
+    def shapes(self, order: Sequence[str], hidden: int) -> dict[str, tuple[int, ...]]:
+        return {BIAS: (len(order) * hidden,), RECURRENT_BIAS: (hidden,)}
+
+    def load(self, fetch: Fetch, order: Sequence[str], gate: str, hidden: int, split: str) -> tuple[Loader, Loader]:
+        if gate != order[-1]:
+            return super().load(fetch, order, gate, hidden, split)
+        return _part(fetch, BIAS, _rows(len(order) - 1, hidden)), _part(fetch, RECURRENT_BIAS, slice(None))
+
+    def store(
+        self, out: Stored, order: Sequence[str], gate: str, hidden: int, input_bias: np.ndarray, recurrent: np.ndarray
+    ) -> None:
+        if gate != order[-1]:
+            super().store(out, order, gate, hidden, input_bias, recurrent)
+        else:
+            out[BIAS][_rows(len(order) - 1, hidden)], out[RECURRENT_BIAS][...] = input_bias, recurrent
+
+    def describe(self, names: Mapping[str, str], order: Sequence[str], gate: str, split: str) -> tuple[str, str]:
+        if gate != order[-1]:
+            return super().describe(names, order, gate, split)
+        return f"{names[BIAS]}[{span(len(order) - 1)}]", names[RECURRENT_BIAS]
+
+
+class BiasSingleNoLastRecurrent(BiasSingle):
+    """bias (G*H) = input + recurrent for every gate but the last stored one, whose part of it is its input bias
+    alone; that gate's recurrent bias is not stored, so it is zero (flax.nnx's GRUCell has no b_hn: its recurrent
+    Dense has no bias). A non-zero one cannot be written: `store` refuses it."""
+
+    name = "single-no-last-recurrent"
+
+    def load(self, fetch: Fetch, order: Sequence[str], gate: str, hidden: int, split: str) -> tuple[Loader, Loader]:
+        if gate != order[-1]:
+            return super().load(fetch, order, gate, hidden, split)
+        own = _part(fetch, BIAS, _rows(len(order) - 1, hidden))
+        return own, (lambda: np.zeros_like(own()))
+
+    def store(
+        self, out: Stored, order: Sequence[str], gate: str, hidden: int, input_bias: np.ndarray, recurrent: np.ndarray
+    ) -> None:
+        if gate != order[-1]:
+            super().store(out, order, gate, hidden, input_bias, recurrent)
+            return
+        if np.any(np.asarray(recurrent) != 0):
+            raise Unsupported(
+                f"this layout has no recurrent bias of gate {gate} (the bias inside the reset product), and the "
+                f"source's is non-zero"
+            )
+        out[BIAS][_rows(len(order) - 1, hidden)] = input_bias
+
+    def describe(self, names: Mapping[str, str], order: Sequence[str], gate: str, split: str) -> tuple[str, str]:
+        if gate != order[-1]:
+            return super().describe(names, order, gate, split)
+        return f"{names[BIAS]}[{span(len(order) - 1)}]", "0"
+
+
 def per_gate(role: str, gate: str) -> str:
     """The key of one gate's own tensor of a role, in a layout that stores each gate apart ("input_matrix/i")."""
     return f"{role}/{gate}"
@@ -440,5 +501,7 @@ BIAS_CONCATENATED: Final = BiasConcatenated()
 BIAS_SINGLE: Final = BiasSingle()
 BIAS_SINGLE_BUT_LAST: Final = BiasSingleButLast()
 BIAS_SINGLE_BUT_LAST_JOINED: Final = BiasSingleButLastJoined()
+BIAS_SINGLE_LAST_INPUT: Final = BiasSingleLastInput()
+BIAS_SINGLE_NO_LAST_RECURRENT: Final = BiasSingleNoLastRecurrent()
 MATRIX_PER_GATE: Final = MatrixPerGate()
 BIAS_PER_GATE: Final = BiasPerGate()

@@ -18,6 +18,11 @@ from typing import Any, Final
 from rnnconv.table.constants import (
     CUDNN_GATES,
     CUDNN_TENSOR_NAMES,
+    EQUINOX_NAMES,
+    FLAX_LINEN_CELLS,
+    FLAX_NNX_LSTM,
+    FLAX_NNX_OPTIMIZED_LSTM,
+    FLAX_NNX_STACKED,
     KERAS_VARIABLES,
     NONLINEARITIES,
     OPENVINO_GRU_GATES,
@@ -38,6 +43,8 @@ from rnnconv.table.layouts import (
     BIAS_SINGLE,
     BIAS_SINGLE_BUT_LAST,
     BIAS_SINGLE_BUT_LAST_JOINED,
+    BIAS_SINGLE_LAST_INPUT,
+    BIAS_SINGLE_NO_LAST_RECURRENT,
     BIAS_STACKED,
     MATRIX_COLUMNS,
     MATRIX_COLUMNS_RAW,
@@ -130,6 +137,15 @@ TFLITE_RNN_NAMES = {
     for role, name in zip(("input_matrix", "recurrent_matrix", "bias"), TFLITE_RNN_INPUTS[1:4])
     for gate in CUDNN_GATES["rnn"]
 }
+
+
+def _joined(params: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    """Each role's tensor as a Flax cell stores it: the columns of its Dense params, joined with | in order."""
+    return {role: f"[{' | '.join(parts)}]" if len(parts) > 1 else parts[0] for role, parts in params.items()}
+
+
+FLAX_NAMES = {cell: _joined(params) for cell, params in FLAX_LINEN_CELLS.items()}
+EQUINOX_LSTM_NAMES = {role: name for role, name in EQUINOX_NAMES.items() if role != "recurrent_bias"}
 
 LSTM_MODES = {"tanh": "lstm"}
 GRU_MODES = {"tanh": "gru"}
@@ -275,6 +291,29 @@ TABLE: tuple[Row, ...] = (
         refusal=f"this GRUSequence has linear_before_reset=false (OpenVINO's default): it {RESET_BEFORE}"),
     Row("openvino", "RNNSequence", "rnn", RNN_GATES, MATRIX_ROWS, BIAS_SINGLE, OPENVINO_NAMES, RNN_MODES,
         TORCH_RNN_DEFAULTS, note="one bias: B = bW + bR"),
+    # --- Flax linen (flax.linen.recurrent): one Dense per gate and side, kernels (in, H), x @ kernel; a role's
+    # tensor is its Denses' columns joined. The activations are the module's arguments, not stored.
+    Row("flax", "LSTMCell", "lstm", LSTM_GATES, MATRIX_COLUMNS, BIAS_SINGLE, FLAX_NAMES["lstm"], LSTM_MODES, FIXED,
+        note="OptimizedLSTMCell stores the same params; the carry is (c, h)"),
+    Row("flax", "GRUCell", "gru", GRU_GATES, MATRIX_COLUMNS, BIAS_SINGLE_BUT_LAST, FLAX_NAMES["gru"], GRU_MODES,
+        FIXED, note="ir/iz biases are bW + bR; in/bias is b_in, hn/bias b_hn (inside the reset product)"),
+    Row("flax", "SimpleCell", "rnn", RNN_GATES, MATRIX_COLUMNS, BIAS_SINGLE, FLAX_NAMES["rnn"], RNN_MODES,
+        TORCH_RNN_DEFAULTS, unstored=ACTIVATION, note="activation_fn is the module's argument, not stored"),
+    # --- flax.nnx (flax.nnx.nn.recurrent): LSTMCell as linen's (its forget Dense is if_); the others stack gates.
+    Row("flax-nnx", "LSTMCell", "lstm", LSTM_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _joined(FLAX_NNX_LSTM), LSTM_MODES,
+        FIXED),
+    Row("flax-nnx", "OptimizedLSTMCell", "lstm", LSTM_GATES, MATRIX_COLUMNS, BIAS_SINGLE,
+        _joined(FLAX_NNX_OPTIMIZED_LSTM), LSTM_MODES, FIXED),
+    Row("flax-nnx", "GRUCell", "gru", GRU_GATES, MATRIX_COLUMNS, BIAS_SINGLE_NO_LAST_RECURRENT,
+        _joined(FLAX_NNX_STACKED), GRU_MODES, FIXED,
+        note="dense_h has no bias: no b_hn, so only a GRU whose b_hn is zero is written"),
+    Row("flax-nnx", "SimpleCell", "rnn", RNN_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _joined(FLAX_NNX_STACKED),
+        RNN_MODES, TORCH_RNN_DEFAULTS, unstored=ACTIVATION, note="activation_fn is the module's argument, not stored"),
+    # --- Equinox (equinox.nn): weights (G*H, in) as PyTorch's, W @ x; one bias.
+    Row("equinox", "LSTMCell", "lstm", LSTM_GATES, MATRIX_ROWS, BIAS_SINGLE, EQUINOX_LSTM_NAMES, LSTM_MODES, FIXED,
+        note="the state is (h, c)"),
+    Row("equinox", "GRUCell", "gru", GRU_GATES, MATRIX_ROWS, BIAS_SINGLE_LAST_INPUT, EQUINOX_NAMES, GRU_MODES,
+        FIXED, note="bias[2H:] is b_in alone; bias_n is b_hn"),
     # --- Other layouts, for `explain` (no adapter).
     Row("miopen", "LSTM", "lstm", MIOPEN_LSTM_GATES, MATRIX_ROWS, BIAS_SEPARATE, CUDNN_NAMES_NO_PROJECTION,
         LSTM_MODES, FIXED, adapter=False, note="AMD's order; PyTorch applies it only on its MIOpen backend"),

@@ -1,0 +1,358 @@
+"""What the JAX formats (Flax linen, flax.nnx, Equinox) share: cells found in a tree of params, a role's tensor
+joined from a cell's Dense params and split back, the provenance sidecar, and JAX on the CPU.
+
+A Flax cell stores each gate's matrix as its own Dense (or one Dense per side): the table's rows name each role's
+tensor as the columns of those params joined in order (`table.constants.FLAX_LINEN_CELLS`), so reading joins them
+and writing splits them; the row's layouts do the rest, as for every format.
+
+A written file has a JSON beside it, `<file>.rnnconv.json`, recording where its RNN came from (the format's own
+file must load into its module's tree unchanged, so it cannot hold it): `{"rnnconv.source": <provenance>}`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.contracts import InspectEntry, InspectReport, Provenance
+from rnnconv.dtypes import decode, element_type, encode
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
+from rnnconv.formats import registry
+from rnnconv.formats._msgpack import Bfloat16Words
+from rnnconv.safeio import regular_file
+from rnnconv.table.constants import (
+    CUDNN_MODES,
+    ELEMENT_TYPE_CODES,
+    FLAX_CELL,
+    FLAX_DIRECTIONS,
+    FLAX_KERNEL,
+    MAX_LAYERS,
+    NONLINEARITIES,
+)
+from rnnconv.table.rows import Row
+
+SIDECAR_SUFFIX = ".rnnconv.json"
+ROOT = "params"  # the name of an RNN that is a file's whole tree
+Params = Mapping[str, tuple[str, ...]]  # role -> the cell's params (Dense/param) whose columns it joins
+
+
+# --- cells in a tree ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TreeRNN:
+    """One RNN found in a tree: where it is, its cell family and class, and its cells [layer][direction]."""
+
+    name: str
+    cell: str
+    layer_class: str
+    cells: list[list[Mapping[str, Any]]]
+
+    @property
+    def bidirectional(self) -> bool:
+        return len(self.cells[0]) == 2
+
+
+Recognise = Callable[[Mapping[str, Any]], "tuple[str, str] | None"]  # a node -> (cell family, class) or None
+
+
+def find_rnns(
+    tree: Mapping[str, Any], recognise: Recognise, layers: Callable[[Mapping[str, Any]], list[Any] | None]
+) -> list[TreeRNN]:
+    """Every RNN in a tree: a cell, an RNN module (`{cell: ...}`), a bidirectional pair, or a stack of either
+    (`layers` gives a node's layers in order, or None when it is no stack); found where they are, at any depth."""
+    found: list[TreeRNN] = []
+
+    def one_layer(node: Any) -> tuple[str, str, list[Mapping[str, Any]]] | None:
+        if not isinstance(node, Mapping):
+            return None
+        if set(node) == {FLAX_CELL} and isinstance(node[FLAX_CELL], Mapping):
+            known = recognise(node[FLAX_CELL])
+            return (*known, [node[FLAX_CELL]]) if known else None
+        if set(node) == set(FLAX_DIRECTIONS):
+            sides = [one_layer(node[d]) for d in FLAX_DIRECTIONS]
+            if all(s is not None and len(s[2]) == 1 for s in sides) and sides[0][:2] == sides[1][:2]:  # type: ignore[index]
+                first, second = sides
+                return (first[0], first[1], [first[2][0], second[2][0]])  # type: ignore[index]
+        return None
+
+    def walk(node: Mapping[str, Any], path: list[str]) -> None:
+        if len(path) > 32:
+            return
+        name = "/".join(path) or ROOT
+        cell = recognise(node)
+        if cell is not None:
+            found.append(TreeRNN(name, cell[0], cell[1], [[node]]))
+            return
+        layer = one_layer(node)
+        if layer is not None:
+            found.append(TreeRNN(name, layer[0], layer[1], [layer[2]]))
+            return
+        stack = layers(node)
+        if stack:
+            parts = [one_layer(item) for item in stack]
+            if all(p is not None for p in parts):
+                kinds = {(p[0], p[1], len(p[2])) for p in parts}  # type: ignore[index]
+                if len(kinds) == 1 and len(parts) <= MAX_LAYERS:
+                    first = parts[0]
+                    found.append(TreeRNN(name, first[0], first[1], [p[2] for p in parts]))  # type: ignore[index]
+                    return
+        for key, child in node.items():
+            if isinstance(child, Mapping):
+                walk(child, [*path, str(key)])
+
+    walk(tree, [])
+    return found
+
+
+def choose(rnns: list[TreeRNN], layer: str | None, take_all: bool, path: Path, what: str) -> list[TreeRNN]:
+    """The RNN `layer` names (its path in the tree), else every one (take_all) or the file's one."""
+    if layer is not None:
+        chosen = [r for r in rnns if r.name == layer.strip("/")]
+        if not chosen:
+            raise no_such_rnn(f"{path} has no RNN", layer, [r.name for r in rnns])
+        return chosen
+    if not rnns:
+        raise BadInput(f"{path} holds no {what}")
+    if len(rnns) == 1 or take_all:
+        return rnns
+    raise several_rnns(path, f"holds {len(rnns)} RNNs ({', '.join(r.name for r in rnns)})")
+
+
+def is_param(value: Any) -> bool:
+    return isinstance(value, np.ndarray)
+
+
+def param_at(cell: Mapping[str, Any], param: str) -> Any:
+    """`Dense/param` of a cell (None when it is not there)."""
+    node: Any = cell
+    for key in param.split("/"):
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
+
+
+def denses(params: Params) -> dict[str, set[str]]:
+    """Each Dense of a cell and the params it holds."""
+    out: dict[str, set[str]] = {}
+    for parts in params.values():
+        for part in parts:
+            dense, _, name = part.partition("/")
+            out.setdefault(dense, set()).add(name)
+    return out
+
+
+def holds(cell: Mapping[str, Any], params: Params) -> bool:
+    """Whether a node is exactly a cell with these params (its Denses and theirs, every one an array)."""
+    wanted = denses(params)
+    return set(cell) == set(wanted) and all(
+        isinstance(cell[d], Mapping) and set(cell[d]) == names and all(is_param(cell[d][n]) for n in names)
+        for d, names in wanted.items()
+    )
+
+
+def dtype_of(cells: Sequence[Mapping[str, Any]], params: Params, what: str) -> str:
+    """The one element type of every param of these cells."""
+    names = {
+        "bfloat16" if isinstance(a, Bfloat16Words) else a.dtype.name
+        for cell in cells
+        for parts in params.values()
+        for a in (param_at(cell, p) for p in parts)
+    }
+    if len(names) != 1 or not names <= set(ELEMENT_TYPE_CODES):
+        raise BadInput(
+            f"{what}: its params are of types {', '.join(sorted(names))}; rnnconv reads RNNs whose params are all "
+            f"of one of {', '.join(ELEMENT_TYPE_CODES)}"
+        )
+    return names.pop()
+
+
+def as_float(values: np.ndarray) -> np.ndarray:
+    """A stored array's values (bfloat16 words widened to float32)."""
+    if isinstance(values, Bfloat16Words):
+        return decode(values.view(np.ndarray), element_type("bfloat16"))
+    return np.asarray(values)
+
+
+def joined_shapes(cell: Mapping[str, Any], params: Params, where: str) -> dict[str, tuple[int, ...]]:
+    """The shape of each role's tensor, its params' columns joined; each param's own shape checked to fit."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for role, parts in params.items():
+        found = [tuple(param_at(cell, p).shape) for p in parts]
+        kernel = parts[0].endswith("/" + FLAX_KERNEL)
+        for part, shape in zip(parts, found):
+            if len(shape) != (2 if kernel else 1) or shape[:-1] != found[0][:-1] or shape[-1] != found[0][-1]:
+                raise BadInput(f"{where}: {part} has shape {list(shape)}, which does not fit beside {parts[0]}")
+        shapes[role] = (*found[0][:-1], sum(s[-1] for s in found))
+    return shapes
+
+
+def joined(cell: Mapping[str, Any], params: Params) -> Callable[[str], np.ndarray]:
+    """Each role's tensor: its params' values, columns joined in order."""
+
+    def fetch(role: str) -> np.ndarray:
+        parts = [as_float(param_at(cell, p)) for p in params[role]]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+
+    return fetch
+
+
+def split(stored: Mapping[str, np.ndarray], params: Params, dtype: str, row: Row) -> dict[str, dict[str, np.ndarray]]:
+    """A cell's params tree from its roles' tensors, each split into its params' columns, stored as `dtype`; a
+    source without biases gets zero biases (a Flax cell always has them)."""
+    etype = element_type(dtype)
+    hidden = stored["recurrent_matrix"].shape[0]
+    zeros = {role: np.zeros(shape) for role, shape in row.bias.shapes(row.gate_order, hidden).items()}
+    cell: dict[str, dict[str, np.ndarray]] = {}
+    for role, parts in params.items():
+        tensor = stored[role] if role in stored else zeros[role]
+        width = tensor.shape[-1] // len(parts)
+        for k, part in enumerate(parts):
+            dense, _, name = part.partition("/")
+            words = np.ascontiguousarray(encode(tensor[..., k * width : (k + 1) * width], etype))
+            cell.setdefault(dense, {})[name] = words.view(Bfloat16Words) if dtype == "bfloat16" else words
+    return {dense: dict(sorted(cell[dense].items())) for dense in sorted(cell)}  # the order Flax's init gives
+
+
+def sizes_of(rnn: TreeRNN, params: Params, row: Row, where: str) -> tuple[int, int]:
+    """(input size, hidden size) of an RNN's first cell: the recurrent kernel is (H, G*H)."""
+    shapes = joined_shapes(rnn.cells[0][0], params, where)
+    rows, columns = shapes["recurrent_matrix"]
+    if rows < 1 or columns != row.gates * rows:
+        raise BadInput(f"{where}: its recurrent kernel has shape {[rows, columns]}, not (H, {row.gates}H)")
+    return shapes["input_matrix"][0], rows
+
+
+def projection_losses(rnn: CanonicalRNN, title: str) -> list[registry.Loss]:
+    """A projection, which no JAX library's LSTM cell has."""
+    if not rnn.spec.proj_size:
+        return []
+    return [registry.Loss(f"{title}'s LSTM cells have no projection (h = W_hr h', proj_size={rnn.spec.proj_size})")]
+
+
+def one_rnn(rnns: list[CanonicalRNN], title: str) -> CanonicalRNN:
+    if len(rnns) != 1:
+        raise BadInput(
+            f"a {title} file written by rnnconv holds one RNN, but {len(rnns)} were selected "
+            f"({', '.join(r.name for r in rnns)}); pick one with --layer"
+        )
+    (rnn,) = rnns
+    if refused := projection_losses(rnn, title):
+        raise Unsupported(f"{rnn.name}: {refused[0].term}")
+    return rnn
+
+
+def written_dtype(rnn: CanonicalRNN, dtype: str | None) -> str:
+    """The element type to write: --dtype, else the source's (JAX computes in the params' type)."""
+    return dtype or rnn.spec.dtype
+
+
+def activation_of(spec: RNNSpec) -> str:
+    """The nonlinearity of a simple RNN's mode (tanh, relu)."""
+    return next(name for name, mode in NONLINEARITIES.items() if mode == spec.mode)
+
+
+def family(spec: RNNSpec) -> str:
+    return CUDNN_MODES[spec.mode][0]
+
+
+def check_same(found: RNNSpec, spec: RNNSpec, name: str, path: Path) -> None:
+    same = ("input_size", "hidden_size", "num_layers", "bidirectional", "proj_size")
+    if any(getattr(found, f) != getattr(spec, f) for f in same) or found.cell != spec.cell:
+        raise BadInput(f"RNN {name!r} in {path} is not the RNN the blob describes ({spec.describe()})")
+
+
+def inspect_tree(path: Path, rnns: list[TreeRNN], kind: str, convert: Callable[..., CanonicalRNN]) -> InspectReport:
+    entries = []
+    for rnn in rnns:
+        try:
+            canonical = convert(rnn, path, Provenance(path=str(path)))
+            entries.append(
+                InspectEntry(
+                    name=rnn.name,
+                    layer_class=rnn.layer_class,
+                    spec=canonical.spec.to_model(),
+                    converts=True,
+                    notes=canonical.notes,
+                )
+            )
+        except RnnconvError as exc:
+            entries.append(InspectEntry(name=rnn.name, layer_class=rnn.layer_class, converts=False, reason=str(exc)))
+    return InspectReport(path=str(path), format=kind, rnns=entries)
+
+
+def is_map(head: bytes) -> bool:
+    """Whether bytes begin a msgpack map of 1 to 15 entries (fixmap), as a Flax tree of an RNN does."""
+    return len(head) > 2 and 0x81 <= head[0] <= 0x8F
+
+
+# --- where the RNN came from: a JSON beside the file ------------------------------------------------------------
+
+
+def sidecar(path: Path) -> Path:
+    return path.with_name(path.name + SIDECAR_SUFFIX)
+
+
+def sidecar_text(rnn: CanonicalRNN, output: Path) -> str:
+    """The JSON beside a written file: `{"rnnconv.source": <the source record>}` (registry.source_record)."""
+    return json.dumps({registry.SOURCE_KEY: json.loads(registry.source_record(rnn, output))}, indent=2) + "\n"
+
+
+def recorded_source(path: Path) -> Provenance | None:
+    """The source recorded beside a file rnnconv wrote (None when there is no such JSON)."""
+    beside = sidecar(path)
+    if not os.path.lexists(beside):
+        return None
+    if regular_file(beside) > registry.SOURCE_RECORD_LIMIT:
+        raise BadInput(f"{beside} is larger than any source record rnnconv writes")
+    try:
+        document = json.loads(beside.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise BadInput(f"{beside} is not JSON") from None
+    if not isinstance(document, dict) or registry.SOURCE_KEY not in document:
+        raise BadInput(f"{beside} has no {registry.SOURCE_KEY!r} entry")
+    return registry.read_source_record(json.dumps(document[registry.SOURCE_KEY]), beside)
+
+
+# --- JAX on the CPU ---------------------------------------------------------------------------------------------
+
+
+def require_jax(extra: str) -> Any:
+    """jax, on the CPU (a run must not take a GPU, nor depend on which one)."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    try:
+        import jax
+    except ImportError:
+        raise BackendMissing(f"running it needs JAX, which is not installed (pip install 'rnnconv[{extra}]')") from None
+    return jax
+
+
+def sequence_inputs(
+    spec: RNNSpec, inputs: Mapping[str, np.ndarray | None]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """x (T, B, I), h0, c0 ((layers*dirs, B, H), zeros where not given) and each sequence's length, float32."""
+    x = np.asarray(inputs["x"], np.float32)
+    steps, batch, _ = x.shape
+    pseudo = spec.num_layers * spec.num_directions
+    h0 = inputs.get("h0")
+    c0 = inputs.get("c0")
+    zeros = np.zeros((pseudo, batch, spec.hidden_size), np.float32)
+    lengths = inputs.get("lengths")
+    return (
+        x,
+        zeros if h0 is None else np.asarray(h0, np.float32),
+        zeros if c0 is None else np.asarray(c0, np.float32),
+        np.full(batch, steps, np.int32) if lengths is None else np.asarray(lengths, np.int32),
+    )
+
+
+def padded_zero(y: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """(T, B, H) outputs with the steps past each sequence's length zeroed (cuDNN's padding)."""
+    steps = np.arange(y.shape[0])[:, None]
+    return np.where((steps < lengths[None, :])[..., None], y, np.float32(0))

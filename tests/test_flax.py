@@ -1,0 +1,387 @@
+"""Flax linen and flax.nnx: what rnnconv writes loads into the documented modules (nn.RNN, nn.Bidirectional,
+nn.Sequential and their nnx twins) and computes what PyTorch and Keras compute; files Flax itself wrote convert to
+what PyTorch runs the same; round trips are exact; what nnx cannot hold and damaged files are refused in a sentence."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from conftest import LARGEST_ERRORS, assert_clean_failure, assert_no_framework_imported, run_cli
+from flax import linen as nn
+from flax import nnx
+from flax import serialization as flax_serialization
+from keras_oracle import oracle
+from test_torch import torch_run
+
+import rnnconv
+import rnnconv.contracts
+from rnnconv.canonical import RNNSpec
+from rnnconv.contracts import Provenance
+from rnnconv.errors import Unsupported
+from rnnconv.formats import registry
+
+IN, H, T, B = 3, 4, 5, 2
+TORCH = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn_tanh": torch.nn.RNN, "rnn_relu": torch.nn.RNN}
+LINEN_CELLS = {"lstm": nn.LSTMCell, "gru": nn.GRUCell, "rnn_tanh": nn.SimpleCell, "rnn_relu": nn.SimpleCell}
+NNX_CELLS = {"lstm": nnx.LSTMCell, "gru": nnx.GRUCell, "rnn_tanh": nnx.SimpleCell, "rnn_relu": nnx.SimpleCell}
+# (mode, layers, bidirectional): every structure the Flax files hold
+CASES = [("lstm", 2, True), ("gru", 1, False), ("gru", 2, True), ("rnn_tanh", 1, False), ("rnn_relu", 1, True)]
+FAST = [("gru", 1, False), ("rnn_tanh", 1, False)]  # the others compile more of JAX: slow (CI runs them)
+
+
+def marked(cases: list) -> list:
+    return [case if case in FAST else pytest.param(case, marks=pytest.mark.slow) for case in cases]
+
+
+SUFFIX = {"flax": ".msgpack", "flax-nnx": ".nnx.msgpack"}
+
+
+def case_id(case) -> str:
+    mode, layers, bidirectional = case
+    return f"{mode}-x{layers}" + ("-bi" if bidirectional else "")
+
+
+def torch_module(mode: str, layers: int, bidirectional: bool, seed: int, zero_b_hn: bool = False) -> torch.nn.Module:
+    """A PyTorch RNN with distinct random weights, biases included."""
+    torch.manual_seed(seed)
+    kwargs = {"nonlinearity": mode[4:]} if mode.startswith("rnn") else {}
+    module = TORCH[mode](IN, H, num_layers=layers, bidirectional=bidirectional, **kwargs)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            p.normal_(0, 0.5)
+            if zero_b_hn and name.startswith("bias_hh"):
+                p[2 * H :] = 0
+    return module
+
+
+def inputs(layers: int, bidirectional: bool, seed: int = 3):
+    g = torch.Generator().manual_seed(seed)
+    pseudo = layers * (2 if bidirectional else 1)
+    return (
+        torch.randn(T, B, IN, generator=g) * 0.8,
+        torch.randn(pseudo, B, H, generator=g) * 0.5,
+        torch.randn(pseudo, B, H, generator=g) * 0.5,
+    )
+
+
+def spec_of(mode: str, layers: int, bidirectional: bool) -> RNNSpec:
+    return RNNSpec(mode, IN, H, layers, bidirectional)
+
+
+def worst(got: dict, expected) -> float:
+    pairs = zip((got["y"], got["h_n"], got["c_n"]), expected)
+    return max(float(np.abs(np.asarray(g) - np.asarray(e)).max()) for g, e in pairs if e is not None)
+
+
+def linen_module(mode: str, layers: int, bidirectional: bool) -> nn.Module:
+    """The module the README documents for a written file."""
+    kwargs = {"activation_fn": nn.relu} if mode == "rnn_relu" else {}
+
+    def one() -> nn.Module:
+        return nn.RNN(LINEN_CELLS[mode](H, **kwargs))
+
+    layer = (lambda: nn.Bidirectional(one(), one())) if bidirectional else one
+    return layer() if layers == 1 else nn.Sequential([layer() for _ in range(layers)])
+
+
+def nnx_module(mode: str, layers: int, bidirectional: bool) -> nnx.Module:
+    kwargs = {"activation_fn": nnx.relu} if mode == "rnn_relu" else {}
+    rngs = nnx.Rngs(0)
+
+    def one(n_in: int) -> nnx.Module:
+        return nnx.RNN(NNX_CELLS[mode](n_in, H, rngs=rngs, **kwargs))
+
+    def layer(k: int) -> nnx.Module:
+        n_in = IN if k == 0 else H * (2 if bidirectional else 1)
+        return nnx.Bidirectional(one(n_in), one(n_in)) if bidirectional else one(n_in)
+
+    return layer(0) if layers == 1 else nnx.Sequential(*[layer(k) for k in range(layers)])
+
+
+def load_documented(target: str, path, mode: str, layers: int, bidirectional: bool):
+    """The written file loaded as the README says; returns the module's output for batch-major x (zero states)."""
+    data = path.read_bytes()
+    if target == "flax":
+        module = linen_module(mode, layers, bidirectional)
+        variables = module.init(jax.random.key(0), jnp.zeros((1, 1, IN)))
+        variables = flax_serialization.from_bytes(variables, data)
+        assert flax_serialization.to_bytes(variables) == data  # the very bytes Flax writes for that tree
+        return lambda x: module.apply(variables, x)
+    model = nnx_module(mode, layers, bidirectional)
+    params = nnx.state(model, nnx.Param)
+    nnx.replace_by_pure_dict(params, flax_serialization.msgpack_restore(data))
+    nnx.update(model, params)
+    assert flax_serialization.msgpack_serialize(nnx.to_pure_dict(nnx.state(model, nnx.Param))) == data
+    return model
+
+
+@pytest.mark.parametrize("target", ["flax", "flax-nnx"])
+@pytest.mark.parametrize("case", marked(CASES), ids=case_id)
+def test_written_from_torch_computes_what_torch_computes(target, case, tmp_path):
+    mode, layers, bidirectional = case
+    module = torch_module(mode, layers, bidirectional, seed=len(case_id(case)), zero_b_hn=target == "flax-nnx")
+    source, out = tmp_path / "rnn.pt", tmp_path / f"rnn{SUFFIX[target]}"
+    torch.save(module.state_dict(), source)
+    rnnconv.convert(source, out, to=target, nonlinearity=mode[4:] if mode.startswith("rnn") else None)
+    spec = spec_of(mode, layers, bidirectional)
+    x, h0, c0 = inputs(layers, bidirectional)
+    # the documented module, as the README loads it (zero initial states: nn.Sequential carries none)
+    documented = load_documented(target, out, mode, layers, bidirectional)
+    y = np.asarray(documented(jnp.asarray(x.numpy().transpose(1, 0, 2)))).transpose(1, 0, 2)
+    with torch.no_grad():
+        expected_y = module(x)[0].numpy()
+    zero_state = float(np.abs(y - expected_y).max())
+    # every layer and direction from non-zero initial states, in Flax's own cells
+    got, how = registry.get(target).run(out, Provenance(), spec, {"x": x.numpy(), "h0": h0.numpy(),
+                                                                 "c0": c0.numpy(), "lengths": None})  # fmt: skip
+    error = worst(got, torch_run(module, spec, x, h0, c0))
+    LARGEST_ERRORS[f"{target} from torch {case_id(case)}"] = max(error, zero_state)
+    assert max(error, zero_state) < 2e-6, (error, zero_state, how)
+
+
+@pytest.mark.slow
+def test_ragged_sequences_run_as_packed_ones(tmp_path):
+    """nn.RNN's seq_lengths (and nn.Bidirectional's reversal within each length) are PyTorch's packed sequences."""
+    module = torch_module("gru", 2, True, seed=9)
+    source, out = tmp_path / "rnn.pt", tmp_path / "rnn.msgpack"
+    torch.save(module.state_dict(), source)
+    rnnconv.convert(source, out)
+    x, h0, _ = inputs(2, True)
+    lengths = np.array([T, 2])
+    packed = torch.nn.utils.rnn.pack_padded_sequence(x, torch.as_tensor(lengths), enforce_sorted=False)
+    with torch.no_grad():
+        y, h_n = module(packed, h0)
+    y = torch.nn.utils.rnn.pad_packed_sequence(y, total_length=T)[0].numpy()
+    got, _ = registry.get("flax").run(
+        out, Provenance(), spec_of("gru", 2, True), {"x": x.numpy(), "h0": h0.numpy(), "c0": None, "lengths": lengths}
+    )
+    error = worst(got, (y, h_n.numpy(), None))
+    LARGEST_ERRORS["flax ragged from torch gru-x2-bi"] = error
+    assert error < 2e-6
+
+
+KERAS_LAYERS = ["gru_a", "bidi_lstm", "srnn_relu", "srnn_tanh", "gru_nobias", "bidi_gru", "lstm_nobias"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["flax", "flax-nnx"])
+@pytest.mark.parametrize("layer", KERAS_LAYERS)
+def test_written_from_keras_computes_what_keras_computes(target, layer, tmp_path):
+    from conftest import FIXTURES
+
+    out = tmp_path / f"rnn{SUFFIX[target]}"
+    source = FIXTURES / "keras3" / "mixed.keras"
+    try:
+        rnnconv.convert(source, out, layer=layer, to=target)
+    except Unsupported as exc:  # a Keras GRU's recurrent bias of the new gate is b_hn, which nnx lacks
+        assert target == "flax-nnx" and "b_hn" in str(exc) and "gru" in layer, exc
+        return
+    with rnnconv.load(source, layer=layer) as (rnn,):
+        spec = rnn.spec
+    ran = oracle("keras3").run("mixed", layer)
+    got, _ = registry.get(target).run(out, Provenance(), spec, {"x": ran["x"].transpose(1, 0, 2), "h0": ran["h0"],
+                                                                "c0": ran.get("c0"), "lengths": None})  # fmt: skip
+    expected = (ran["y"].transpose(1, 0, 2).reshape(got["y"].shape), ran["h_n"], ran.get("c_n"))
+    error = worst(got, expected)
+    LARGEST_ERRORS[f"{target} from keras {layer}"] = error
+    assert error < 2e-6
+
+
+@pytest.mark.parametrize("target", ["flax", "flax-nnx"])
+@pytest.mark.parametrize("case", marked([("lstm", 2, True), ("gru", 1, False), ("rnn_tanh", 1, True)]), ids=case_id)
+def test_files_flax_wrote_convert_to_what_torch_runs_the_same(target, case, tmp_path):
+    """A file Flax itself wrote (random init) → a PyTorch checkpoint: torch computes what Flax's cells compute."""
+    mode, layers, bidirectional = case
+    source = tmp_path / f"made{SUFFIX[target]}"
+    if target == "flax":
+        module = linen_module(mode, layers, bidirectional)
+        variables = module.init(jax.random.key(len(case_id(case))), jnp.zeros((1, 1, IN)))
+        variables = jax.tree_util.tree_map(lambda a: a + 0.1, variables)  # non-zero biases
+        source.write_bytes(flax_serialization.to_bytes(variables))
+    else:
+        model = nnx_module(mode, layers, bidirectional)
+        pure = jax.tree_util.tree_map(lambda a: np.asarray(a) + 0.1, nnx.to_pure_dict(nnx.state(model, nnx.Param)))
+        source.write_bytes(flax_serialization.msgpack_serialize(pure))
+    out = tmp_path / "rnn.pt"
+    rnnconv.convert(source, out)
+    module = torch_module(mode, layers, bidirectional, seed=0)
+    module.load_state_dict(torch.load(out, weights_only=True))
+    spec = spec_of(mode, layers, bidirectional)
+    x, h0, c0 = inputs(layers, bidirectional)
+    got, _ = registry.get(target).run(source, Provenance(), spec, {"x": x.numpy(), "h0": h0.numpy(),
+                                                                    "c0": c0.numpy(), "lengths": None})  # fmt: skip
+    error = worst(got, torch_run(module, spec, x, h0, c0))
+    LARGEST_ERRORS[f"torch from {target} {case_id(case)}"] = error
+    assert error < 2e-6
+    # and back: the same values under the same names (the maps' order is the writer's: tree_map sorted the source's)
+    again = tmp_path / f"again{SUFFIX[target]}"
+    rnnconv.convert(out, again, to=target)
+    restored = [flax_serialization.msgpack_restore(p.read_bytes()) for p in (source, again)]
+    assert jax.tree_util.tree_structure(restored[0]) == jax.tree_util.tree_structure(restored[1])
+    assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(*map(jax.tree_util.tree_leaves, restored)))
+
+
+@pytest.mark.parametrize("target", ["flax", "flax-nnx"])
+def test_round_trips_are_exact(target, tmp_path):
+    module = torch_module("lstm", 2, True, seed=4)
+    source = tmp_path / "rnn.pt"
+    torch.save(module.state_dict(), source)
+    first, back, again = tmp_path / f"a{SUFFIX[target]}", tmp_path / "b.bin", tmp_path / f"c{SUFFIX[target]}"
+    rnnconv.convert(source, first, to=target)
+    rnnconv.convert(first, back)
+    rnnconv.convert(back, again, to=target)
+    assert first.read_bytes() == again.read_bytes()
+    blob = tmp_path / "direct.bin"
+    rnnconv.convert(source, blob)
+    rnnconv.convert(first, tmp_path / "via.bin")  # an LSTM's summed bias goes back as bR (--bias-split recurrent)
+    with rnnconv.load(blob) as (direct,), rnnconv.load(tmp_path / "via.bin") as (via,):
+        for key, value in direct.arrays().items():
+            if key.kind in ("W", "R"):
+                assert np.array_equal(value, via.param(key)), key
+
+
+def test_nnx_refuses_a_gru_with_b_hn_and_takes_one_without(tmp_path):
+    source = tmp_path / "gru.pt"
+    torch.save(torch_module("gru", 1, False, seed=2).state_dict(), source)
+    result = run_cli("convert", source, tmp_path / "gru.nnx.msgpack")
+    assert_clean_failure(result, 2, "flax.nnx's GRUCell has no b_hn", "the source's b_hn is non-zero")
+    assert not (tmp_path / "gru.nnx.msgpack").exists()
+    lossy = run_cli("convert", source, tmp_path / "gru.nnx.msgpack", "--allow-lossy")
+    assert lossy.returncode == 0 and "--allow-lossy" in lossy.stdout + lossy.stderr, lossy.stderr
+    with rnnconv.load(tmp_path / "gru.nnx.msgpack") as (written,):
+        assert not any(np.any(written.param(k)) for k in written.spec.param_keys() if k.kind == "bR" and k.gate == "h")
+    (tmp_path / "gru.nnx.msgpack").unlink()
+    (tmp_path / "gru.nnx.msgpack.rnnconv.json").unlink()
+    torch.save(torch_module("gru", 1, False, seed=2, zero_b_hn=True).state_dict(), source)
+    assert run_cli("convert", source, tmp_path / "gru.nnx.msgpack").returncode == 0
+
+
+def test_cli_writes_the_sidecar_and_prints_the_loading_lines(tmp_path):
+    source = tmp_path / "lstm.pt"
+    torch.save(torch_module("lstm", 2, False, seed=1).state_dict(), source)
+    out = tmp_path / "lstm.msgpack"
+    result = run_cli("convert", source, out)
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "nn.Sequential([nn.RNN(nn.LSTMCell(4)), nn.RNN(nn.LSTMCell(4))])" in text
+    assert "flax.serialization.from_bytes" in text
+    recorded = json.loads((tmp_path / "lstm.msgpack.rnnconv.json").read_text())["rnnconv.source"]
+    assert recorded["path"] == str(source.resolve()) and recorded["format"] == "torch"
+    with rnnconv.load(out) as (rnn,):
+        assert rnn.origin is not None and rnn.origin.path == str(source.resolve())
+    assert_clean_failure(run_cli("convert", source, out), 2, "exists")  # never over a file without --force
+    assert_no_framework_imported(out, tmp_path / "back.pt")
+
+
+def test_inspect_names_every_rnn_of_a_model_with_several(tmp_path):
+    class Model(nn.Module):  # modules made in setup keep their trees (in a compact method, cells are the caller's)
+        def setup(self):
+            self.encoder = nn.RNN(nn.GRUCell(H))
+            self.decoder = nn.Bidirectional(nn.RNN(nn.LSTMCell(H)), nn.RNN(nn.LSTMCell(H)))
+
+        def __call__(self, x):
+            return self.decoder(self.encoder(x))
+
+    path = tmp_path / "model.msgpack"
+    path.write_bytes(flax_serialization.to_bytes(Model().init(jax.random.key(0), jnp.zeros((1, 1, IN)))))
+    report = rnnconv.inspect(path)
+    assert sorted((r.name, r.layer_class, r.converts) for r in report.rnns) == [
+        ("decoder", "LSTMCell", True),
+        ("encoder", "GRUCell", True),
+    ]
+    assert_clean_failure(run_cli("convert", path, tmp_path / "x.bin"), 2, "holds 2 RNNs", "--layer")
+    with rnnconv.load(path, layer="decoder") as (rnn,):
+        assert rnn.spec.bidirectional and rnn.spec.mode == "lstm"
+
+
+@pytest.mark.slow
+def test_verify_runs_a_flax_source_and_the_flax_engine(tmp_path):
+    made = tmp_path / "made.msgpack"
+    variables = linen_module("gru", 2, True).init(jax.random.key(5), jnp.zeros((1, 1, IN)))
+    made.write_bytes(flax_serialization.to_bytes(jax.tree_util.tree_map(lambda a: a + 0.1, variables)))
+    blob = tmp_path / "blob.bin"
+    rnnconv.convert(made, blob)
+    result = run_cli("verify", blob, "--backend", "flax", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "match", report
+    # a corrupted blob (two gates swapped) is a mismatch
+    data = bytearray(blob.read_bytes())
+    n = H * IN * 4
+    data[:n], data[n : 2 * n] = data[n : 2 * n], data[:n]
+    blob.write_bytes(bytes(data))
+    assert run_cli("verify", blob, "--backend", "numpy").returncode == 1
+
+
+HOSTILE = {
+    "truncated": lambda good: good[: len(good) // 2],
+    "trailing bytes": lambda good: good + b"\x00",
+    "wrong byte count": lambda good: good.replace(b"\xa7float32\xc4\x40", b"\xa7float32\xc4\x3c", 1),
+    "unknown dtype": lambda good: good.replace(b"float32", b"object_", 1),
+    "deep nesting": lambda good: b"\x81\xa6params" + b"\x81\xa1a" * 100 + b"\xc0",
+    "huge map": lambda good: b"\x81\xa6params\xdf" + struct.pack(">I", 2**31) + b"\xa1a",
+    "no params": lambda good: b"\x81\xa6params\x81\xa1a\x01",
+}
+
+
+@pytest.mark.parametrize("damage", sorted(HOSTILE))
+def test_damaged_files_get_one_sentence(damage, tmp_path):
+    module = torch_module("lstm", 1, False, seed=1)
+    source, good = tmp_path / "rnn.pt", tmp_path / "good.msgpack"
+    torch.save(module.state_dict(), source)
+    rnnconv.convert(source, good)
+    bad = tmp_path / "bad.msgpack"
+    bad.write_bytes(HOSTILE[damage](good.read_bytes()))
+    assert bad.read_bytes() != good.read_bytes()
+    assert_clean_failure(run_cli("convert", bad, tmp_path / "out.bin"), 2)
+
+
+# --- verify a written file: the file itself, run in its library, against its recorded source --------------------
+
+SWAPPED = {"flax": (("ii", "if"), ("hi", "hf")), "flax-nnx": (("ii", "if_"), ("hi", "hf"))}
+
+
+def swap_first_two_gates(path, target: str) -> None:
+    """The written LSTM's first two gates (i and f) swapped in every Dense of its first cell, as Flax reads it."""
+    tree = flax_serialization.msgpack_restore(path.read_bytes())
+    node = tree["params"] if target == "flax" else tree
+    while "cell" not in node:
+        node = node[sorted(node, key=str)[0]]
+    cell = node["cell"]
+    for first, second in SWAPPED[target]:
+        cell[first], cell[second] = cell[second], cell[first]
+    path.write_bytes(flax_serialization.msgpack_serialize(tree))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["flax", "flax-nnx"])
+def test_verify_runs_a_written_file_and_catches_two_gates_swapped(target, tmp_path):
+    source, out = tmp_path / "rnn.pt", tmp_path / f"rnn{SUFFIX[target]}"
+    torch.save(torch_module("lstm", 2, True, seed=8).state_dict(), source)
+    rnnconv.convert(source, out, to=target)
+    result = run_cli("verify", out, "--ragged", "--report", tmp_path / "r.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"MATCH: {out.name} computes what rnn.pt computes" in " ".join(result.stdout.split())
+    report = rnnconv.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
+    assert report.backend.name == target and f"{out.name} run as written" in report.backend.detail
+    swap_first_two_gates(out, target)
+    result = run_cli("verify", out, "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = rnnconv.contracts.Report.model_validate_json(result.stdout)
+    assert report.verdict == "mismatch" and report.diagnosis is not None and report.diagnosis.found
+    assert "look swapped" in report.diagnosis.message
+
+
+@pytest.mark.parametrize("record", ["{", '{"rnnconv.source": {"path": 5}}', "[1, 2]", '{"other": 1}'])
+def test_a_garbled_source_record_is_refused_in_a_sentence(record, tmp_path):
+    source, out = tmp_path / "rnn.pt", tmp_path / "rnn.msgpack"
+    torch.save(torch_module("gru", 1, False, seed=8).state_dict(), source)
+    rnnconv.convert(source, out)
+    (tmp_path / "rnn.msgpack.rnnconv.json").write_text(record)
+    assert_clean_failure(run_cli("verify", out), 2, "rnn.msgpack.rnnconv.json")
