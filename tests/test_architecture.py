@@ -141,10 +141,10 @@ def test_registering_a_name_twice_fails():
 
 
 def test_unknown_formats_and_outputs_fail_with_the_exact_key(tmp_path):
-    with pytest.raises(Unsupported, match="no reader or writer for format 'tflite'"):
-        registry.get("tflite")
+    with pytest.raises(Unsupported, match="no reader or writer for format 'caffe'"):
+        registry.get("caffe")
     with pytest.raises(BadInput, match="cannot tell what to write from the name"):
-        registry.for_output(tmp_path / "x.tflite")
+        registry.for_output(tmp_path / "x.caffemodel")
     with pytest.raises(BadInput, match=r"must end in \.keras or \.weights\.h5 for Keras"):
         registry.for_output(tmp_path / "x.pt", "keras")
     strange = tmp_path / "strange.dat"
@@ -262,6 +262,7 @@ OLD_NAME_SOURCES = {  # one small file per source format; a cuDNN blob is made f
     "torch": FIXTURES / "torch" / "rnn_tanh.pt",
     "onnx": FIXTURES / "onnx" / "rnn_relu_torchscript.onnx",
     "tf1": FIXTURES / "tf1" / "rnn_tanh.ckpt",
+    "tflite": FIXTURES / "tflite" / "rnn_tanh.tflite",
     "openvino": FIXTURES / "openvino" / "rnn_tanh.xml",
     "mlx": FIXTURES / "mlx" / "lstm.safetensors",
     "ncnn": FIXTURES / "ncnn" / "lstm.param",

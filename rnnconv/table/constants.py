@@ -262,6 +262,82 @@ TF1_VARIABLES: Final[dict[str, dict[str, tuple[tuple[str, str], ...]]]] = {
         "bias": ((TF1_BIAS, TF1_ALL_ROWS),),
     },
 }
+# --- TFLite / LiteRT (the schema of tensorflow/compiler/mlir/lite/schema/schema.fbs; docs/LAYOUTS.md section 13) -----
+TFLITE_IDENTIFIER: Final = b"TFL3"  # the flatbuffer's file identifier, bytes 4..8
+TFLITE_SCHEMA_VERSION: Final = 3
+# BuiltinOperator codes: the ops rnnconv reads, writes or names.
+TFLITE_OPS: Final[dict[str, int]] = {
+    "CONCATENATION": 2,
+    "DEQUANTIZE": 6,
+    "CUSTOM": 32,
+    "UNIDIRECTIONAL_SEQUENCE_RNN": 35,
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": 44,
+    "BIDIRECTIONAL_SEQUENCE_RNN": 46,
+    "BIDIRECTIONAL_SEQUENCE_LSTM": 52,
+    "REVERSE_V2": 105,
+    "WHILE": 119,
+}
+# The fused op of each cell family (TFLite has no fused GRU).
+TFLITE_CELL_OPS: Final[dict[str, str]] = {"lstm": "UNIDIRECTIONAL_SEQUENCE_LSTM", "rnn": "UNIDIRECTIONAL_SEQUENCE_RNN"}
+# BuiltinOptions union codes of the options rnnconv writes and reads.
+TFLITE_OPTIONS: Final[dict[str, int]] = {
+    "CONCATENATION": 10,
+    "UNIDIRECTIONAL_SEQUENCE_RNN": 31,  # SequenceRNNOptions
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": 71,  # UnidirectionalSequenceLSTMOptions
+    "BIDIRECTIONAL_SEQUENCE_LSTM": 69,  # BidirectionalSequenceLSTMOptions
+    "REVERSE_V2": 81,
+}
+# ActivationFunctionType codes, by the activation's name in the table's rows.
+TFLITE_ACTIVATIONS: Final[dict[str, int]] = {
+    "linear": 0,
+    "relu": 1,
+    "relu_n1_to_1": 2,
+    "relu6": 3,
+    "tanh": 4,
+    "sign_bit": 5,
+}
+# TensorType codes of the element types rnnconv reads (float weights) and writes (int32 for REVERSE_V2's axis).
+TFLITE_TENSOR_TYPES: Final[dict[str, int]] = {"float32": 0, "float16": 1, "int32": 2, "float64": 10}
+# TFLite's words for the LSTM's gates, in its tensors' names (input_to_forget_weights).
+TFLITE_GATE_WORDS: Final[dict[str, str]] = {"i": "input", "f": "forget", "c": "cell", "o": "output"}
+# The inputs of UNIDIRECTIONAL_SEQUENCE_LSTM, in order (lstm_shared.h): 9-11 peepholes, 16-17 the projection,
+# 18-19 the state variables (output state, cell state), 20-23 layer normalization; -1 where an optional one is absent.
+TFLITE_LSTM_INPUTS: Final = (
+    "input",
+    *(f"input_to_{TFLITE_GATE_WORDS[g]}_weights" for g in CUDNN_GATES[LSTM]),
+    *(f"recurrent_to_{TFLITE_GATE_WORDS[g]}_weights" for g in CUDNN_GATES[LSTM]),
+    *(f"cell_to_{TFLITE_GATE_WORDS[g]}_weights" for g in ("i", "f", "o")),
+    *(f"{TFLITE_GATE_WORDS[g]}_gate_bias" for g in CUDNN_GATES[LSTM]),
+    "projection_weights",
+    "projection_bias",
+    "output_state",
+    "cell_state",
+    *(f"{TFLITE_GATE_WORDS[g]}_layer_norm_coefficients" for g in CUDNN_GATES[LSTM]),
+)
+# The inputs of BIDIRECTIONAL_SEQUENCE_LSTM, in order (bidirectional_sequence_lstm.cc): each direction's 17 as
+# inputs 1-17 of the unidirectional op, the four states, an auxiliary input and its weights (optional).
+TFLITE_DIRECTION_PREFIXES: Final = ("fw_", "bw_")
+TFLITE_BIDIRECTIONAL_LSTM_INPUTS: Final = (
+    "input",
+    *(f"{prefix}{name}" for prefix in TFLITE_DIRECTION_PREFIXES for name in TFLITE_LSTM_INPUTS[1:18]),
+    *(f"{prefix}{name}" for prefix in TFLITE_DIRECTION_PREFIXES for name in ("output_state", "cell_state")),
+    "aux_input",
+    *(f"{p}aux_input_to_{TFLITE_GATE_WORDS[g]}_weights" for p in TFLITE_DIRECTION_PREFIXES for g in CUDNN_GATES[LSTM]),
+)
+# The inputs of UNIDIRECTIONAL_SEQUENCE_RNN, in order (unidirectional_sequence_rnn.cc).
+TFLITE_RNN_INPUTS: Final = ("input", "weights", "recurrent_weights", "bias", "hidden_state")
+# The state inputs of each op, in cuDNN's order (h, then c): variable tensors the op updates in place.
+TFLITE_STATE_INPUTS: Final[dict[str, tuple[str, ...]]] = {
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": ("output_state", "cell_state"),
+    "UNIDIRECTIONAL_SEQUENCE_RNN": ("hidden_state",),
+}
+# What a written model calls its tensors: the input, the output, and each layer and direction's states.
+TFLITE_INPUT: Final = "x"
+TFLITE_OUTPUT: Final = "y"
+TFLITE_STATES: Final = ("h", "c")
+TFLITE_STATE_NAME: Final = "{state}_l{layer}{suffix}"  # h_l0, c_l1_reverse (suffix: TORCH_REVERSE_SUFFIX)
+TFLITE_FLATBUFFER_LIMIT: Final = 2**31 - 1  # flatbuffers' offsets are checked as signed 32-bit: 2 GiB a file
+
 # --- OpenVINO IR (docs/LAYOUTS.md section 11) -------------------------------------------------------------
 OPENVINO_IR_VERSION: Final = "11"  # what rnnconv writes (<net version="11">)
 OPENVINO_IR_VERSIONS: Final = ("10", "11")  # what it reads: v10 and v11 name layers, Consts and edges alike
@@ -436,5 +512,8 @@ NCNN_BLOBS: Final[dict[str, str]] = {
 # --- verify -------------------------------------------------------------------------------------
 # Where verify runs a blob: auto = cuDNN when it can run, else numpy; onnxruntime = the blob as an ONNX graph;
 # openvino = the blob as an OpenVINO IR in its CPU plugin; flax, flax-nnx, equinox = the blob as that library's
-# cells in JAX (CPU); mlx and ncnn: the blob written as those formats and run in their runtimes (CPU).
-ENGINES: Final = ("auto", "cudnn", "numpy", "onnxruntime", "openvino", "flax", "flax-nnx", "equinox", "mlx", "ncnn")
+# cells in JAX (CPU); tflite = the blob as TFLite ops in LiteRT; mlx and ncnn: the blob written as those formats
+# and run in their runtimes (CPU).
+ENGINES: Final = (
+    "auto", "cudnn", "numpy", "onnxruntime", "openvino", "flax", "flax-nnx", "equinox", "tflite", "mlx", "ncnn",
+)  # fmt: skip

@@ -122,6 +122,27 @@ FORMAT_INFO: Final[dict[str, FormatInfo]] = {
             extra="onnx",
         ),
         FormatInfo(
+            "tflite",
+            "TFLite / LiteRT",
+            {"tflite": "TFLite flatbuffer"},
+            read_help=".tflite with UNIDIRECTIONAL_SEQUENCE_LSTM, UNIDIRECTIONAL_SEQUENCE_RNN or "
+            "BIDIRECTIONAL_SEQUENCE_LSTM ops (the layers and directions rnnconv writes are read back as one RNN)",
+            write_help="model.tflite: every layer and direction in one graph; input x (batch, steps, input), output "
+            "y (batch, steps, directions*hidden), the states variable tensors h_l0, c_l0, h_l0_reverse, ...",
+            read_note="Read without TensorFlow or LiteRT: the flatbuffer is parsed and bounds-checked here. What cuDNN "
+            "cannot compute is refused: peepholes, cell or projection clip, layer normalization, a projection bias, "
+            "activations other than TANH (LSTM) or TANH/RELU (RNN), quantized weights.",
+            write_note="Written with flatbuffers alone; LiteRT's Interpreter runs it (resize x and the state tensors "
+            "to your batch and steps). TFLite has no fused GRU: a GRU is refused.",
+            read_suffixes=(".tflite",),
+            write_suffixes=(".tflite",),
+            default_for=(".tflite",),
+            source_options=(),
+            example="model.tflite",
+            examples=("model.tflite --layer layer0",),
+            extra="tflite",
+        ),
+        FormatInfo(
             "openvino",
             "OpenVINO IR",
             {"openvino": "OpenVINO IR (.xml with its .bin)"},

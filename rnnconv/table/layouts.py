@@ -447,6 +447,51 @@ class BiasSingleNoLastRecurrent(BiasSingle):
         return f"{names[BIAS]}[{span(len(order) - 1)}]", "0"
 
 
+def per_gate(role: str, gate: str) -> str:
+    """The key of one gate's own tensor of a role, in a layout that stores each gate apart ("input_matrix/i")."""
+    return f"{role}/{gate}"
+
+
+class MatrixPerGate(MatrixLayout):
+    """Each gate's matrix its own (H, in) tensor: cuDNN's block as it is (TFLite's LSTM and RNN ops)."""
+
+    name = "per-gate"
+    description = "one (H, in) tensor per gate, cuDNN's block itself"
+
+    def shapes(self, role: str, order: Sequence[str], hidden: int, width: int) -> dict[str, tuple[int, ...]]:
+        return {per_gate(role, gate): (hidden, width) for gate in order}
+
+    def load(self, fetch: Fetch, role: str, order: Sequence[str], gate: str, hidden: int) -> Loader:
+        return lambda: np.asarray(fetch(per_gate(role, gate))[:, :])
+
+    def store(self, out: Stored, role: str, order: Sequence[str], gate: str, hidden: int, block: np.ndarray) -> None:
+        out[per_gate(role, gate)][...] = block
+
+    def describe(self, names: Mapping[str, str], role: str, order: Sequence[str], gate: str) -> str:
+        return names[per_gate(role, gate)]
+
+
+class BiasPerGate(BiasSingle):
+    """One bias (H) per gate = input + recurrent (TFLite's LSTM and RNN ops), split like a single bias."""
+
+    name = "per-gate-single"
+
+    def shapes(self, order: Sequence[str], hidden: int) -> dict[str, tuple[int, ...]]:
+        return {per_gate(BIAS, gate): (hidden,) for gate in order}
+
+    def load(self, fetch: Fetch, order: Sequence[str], gate: str, hidden: int, split: str) -> tuple[Loader, Loader]:
+        return super().load(lambda role: fetch(per_gate(role, gate)), [gate], gate, hidden, split)
+
+    def store(
+        self, out: Stored, order: Sequence[str], gate: str, hidden: int, input_bias: np.ndarray, recurrent: np.ndarray
+    ) -> None:
+        out[per_gate(BIAS, gate)][...] = input_bias + recurrent
+
+    def describe(self, names: Mapping[str, str], order: Sequence[str], gate: str, split: str) -> tuple[str, str]:
+        whole = names[per_gate(BIAS, gate)]
+        return {"recurrent": ("0", whole), "input": (whole, "0"), "half": (f"0.5 * {whole}",) * 2}[split]
+
+
 MATRIX_ROWS: Final = MatrixRows()
 MATRIX_COLUMNS: Final = MatrixColumns()
 MATRIX_COLUMNS_RAW: Final = MatrixColumnsRaw()
@@ -458,3 +503,5 @@ BIAS_SINGLE_BUT_LAST: Final = BiasSingleButLast()
 BIAS_SINGLE_BUT_LAST_JOINED: Final = BiasSingleButLastJoined()
 BIAS_SINGLE_LAST_INPUT: Final = BiasSingleLastInput()
 BIAS_SINGLE_NO_LAST_RECURRENT: Final = BiasSingleNoLastRecurrent()
+MATRIX_PER_GATE: Final = MatrixPerGate()
+BIAS_PER_GATE: Final = BiasPerGate()

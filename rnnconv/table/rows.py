@@ -33,11 +33,14 @@ from rnnconv.table.constants import (
     TF1_INPUT_ROWS,
     TF1_RECURRENT_ROWS,
     TF1_VARIABLES,
+    TFLITE_GATE_WORDS,
+    TFLITE_RNN_INPUTS,
     TORCH_LAYER_NAME,
     TORCH_PARAMETERS,
 )
 from rnnconv.table.layouts import (
     BIAS_CONCATENATED,
+    BIAS_PER_GATE,
     BIAS_SEPARATE,
     BIAS_SINGLE,
     BIAS_SINGLE_BUT_LAST,
@@ -47,9 +50,11 @@ from rnnconv.table.layouts import (
     BIAS_STACKED,
     MATRIX_COLUMNS,
     MATRIX_COLUMNS_RAW,
+    MATRIX_PER_GATE,
     MATRIX_ROWS,
     BiasLayout,
     MatrixLayout,
+    per_gate,
 )
 
 # Re-exported: the command line and the API take the splits from the rows.
@@ -141,6 +146,20 @@ def _tf1_names(cell: str) -> dict[str, str]:
         joined = " | ".join(f"{variable}{rows[part]}" for variable, part in parts)
         names[role] = f"[{joined}]" if len(parts) > 1 else joined
     return names
+
+
+# TFLite: one tensor per gate and role, named as the op's inputs (constants.TFLITE_LSTM_INPUTS).
+TFLITE_LSTM_NAMES = {
+    **{per_gate("input_matrix", g): f"input_to_{word}_weights" for g, word in TFLITE_GATE_WORDS.items()},
+    **{per_gate("recurrent_matrix", g): f"recurrent_to_{word}_weights" for g, word in TFLITE_GATE_WORDS.items()},
+    **{per_gate("bias", g): f"{word}_gate_bias" for g, word in TFLITE_GATE_WORDS.items()},
+    "projection": "projection_weights",
+}
+TFLITE_RNN_NAMES = {
+    per_gate(role, gate): name
+    for role, name in zip(("input_matrix", "recurrent_matrix", "bias"), TFLITE_RNN_INPUTS[1:4])
+    for gate in CUDNN_GATES["rnn"]
+}
 
 
 def _joined(params: dict[str, tuple[str, ...]]) -> dict[str, str]:
@@ -277,6 +296,13 @@ TABLE: tuple[Row, ...] = (
     Row("tf1", "CudnnRNN", "rnn", RNN_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("rnn"), RNN_MODES,
         TORCH_RNN_DEFAULTS, unstored=ACTIVATION,
         note="CudnnRNNTanh and CudnnRNNRelu save the same basic_rnn_cell tensors: the nonlinearity is not stored"),
+    # --- TFLite / LiteRT: the fused sequence ops, one (H, in) tensor per gate, one bias per gate (bW + bR).
+    Row("tflite", "UNIDIRECTIONAL_SEQUENCE_LSTM", "lstm", LSTM_GATES, MATRIX_PER_GATE, BIAS_PER_GATE,
+        TFLITE_LSTM_NAMES, LSTM_MODES, FIXED,
+        note="inputs 1-4, 5-8, 12-15 and 16 of the op; fused activation TANH; no peepholes, clip or layer norm"),
+    Row("tflite", "UNIDIRECTIONAL_SEQUENCE_RNN", "rnn", RNN_GATES, MATRIX_PER_GATE, BIAS_PER_GATE,
+        TFLITE_RNN_NAMES, RNN_MODES, TORCH_RNN_DEFAULTS,
+        note="its fused activation (TANH or RELU) is the nonlinearity"),
     # --- OpenVINO IR (opset5 sequence ops): W [D, G*H, in], R [D, G*H, H], B [D, G*H] = bW + bR; one direction's
     # slice d. A GRU with linear_before_reset keeps its new gate's two biases apart: B [D, 4H].
     Row("openvino", "LSTMSequence", "lstm", OPENVINO_LSTM_GATES, MATRIX_ROWS, BIAS_SINGLE, OPENVINO_NAMES, LSTM_MODES,

@@ -64,6 +64,7 @@ FAMILIES = (
     "onnx_subgraph",
     "onnx_quantized",
     "onnx_unrolled",
+    "tflite",
 )
 # The ONNX families: the seeds each mutates (by their names' ends), and how.
 ONNX_FAMILIES = {
@@ -143,6 +144,7 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         "payload": [n for n in seeds.sources if n.startswith("payload")],
         "odd_torch": [n for n in seeds.sources if n.startswith("odd")],
         "onnx": [n for n in seeds.sources if n.endswith(".onnx")],
+        "tflite": [n for n in seeds.sources if n.endswith(".tflite")],
         "keras_config": [
             n for n in seeds.sources if n.endswith((".h5", ".keras")) and "weights" not in n and "payload" not in n
         ],
@@ -165,6 +167,8 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         targets = [".safetensors", ".pt" if "keras" in family or "payload" in family else ".keras"]
         if family == "onnx":
             targets = [".safetensors", ".onnx"]
+        if family == "tflite":
+            targets = [".safetensors", ".tflite"]
         case.commands = [["inspect", source]] + [["convert", source, f"{{dir}}/out{t}"] for t in targets]
         case.commands.append(["convert", source, "{dir}/existing.bin"])  # must not replace it without --force
         if name in seeds.good_blob:

@@ -659,6 +659,74 @@ def mutate_onnx(data: bytes, rng: random.Random) -> bytes:
     return model.SerializeToString()
 
 
+def _tflite_fields(data: bytes) -> list[tuple[int, int]]:
+    """(position, width) of the fields of a .tflite's tables that its readers act on: every slot present in the
+    model, subgraph, tensor, op, operator code, buffer and metadata tables and options, and their vectors' lengths."""
+    from pathlib import Path as _Path
+
+    from rnnconv.errors import RnnconvError
+    from rnnconv.formats.tflite import Flat
+
+    found: list[tuple[int, int]] = []
+    try:
+        flat = Flat(_Path("seed"), len(data), data)
+        model = flat.root()
+        tables = [model, *model.tables(1), *model.tables(4), *model.tables(6)]
+        for graph in model.tables(2):
+            tables.append(graph)
+            tables += graph.tables(0)
+            for op in graph.tables(3):
+                tables.append(op)
+                options = op.table(4)
+                if options is not None:
+                    tables.append(options)
+        for table in tables:
+            for slot in range(16):
+                pos = table._field(slot)
+                if pos is not None:
+                    found.append((pos, 4 if pos + 4 <= len(data) else 1))
+                    target = pos + int.from_bytes(data[pos : pos + 4], "little")
+                    if target + 4 <= len(data):
+                        found.append((target, 4))  # a vector's length, when the field is an offset
+    except (RnnconvError, IndexError, ValueError):
+        pass
+    return found
+
+
+def mutate_tflite(data: bytes, rng: random.Random) -> bytes:
+    """A .tflite damaged where its parser looks: a table field or a vector's length set to an odd value (0, -1,
+    huge, a little off, another field's value, a float 0 that lifts a clip), the file cut, or a region copied over."""
+    out = bytearray(data)
+    fields = _tflite_fields(data)
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        choice = rng.random()
+        if fields and choice < 0.75:
+            pos, width = rng.choice(fields)
+            current = int.from_bytes(out[pos : pos + width], "little")
+            value = rng.choice(
+                [
+                    0,
+                    1,
+                    2**32 - 1,
+                    2**31 - 1,
+                    2**31,
+                    current + rng.randint(-8, 8),
+                    rng.getrandbits(32),
+                    int.from_bytes(out[rng.choice(fields)[0] :][:4], "little"),
+                    len(data) - pos,
+                    len(data),
+                ]
+            ) % (1 << (8 * width))
+            out[pos : pos + width] = value.to_bytes(width, "little")
+        elif choice < 0.85:
+            out = out[: rng.randint(0, len(out))]
+        else:
+            start, length = rng.randrange(len(out)), rng.randint(1, 64)
+            source = rng.randrange(len(out))
+            out[start : start + length] = out[source : source + length]
+    return bytes(out)
+
+
 def mutate_file(name: str, data: bytes, rng: random.Random) -> bytes:
     """A seed file damaged by the mutator of its kind (and now and then byte-level damage alone)."""
     if rng.random() < 0.15:
@@ -671,6 +739,8 @@ def mutate_file(name: str, data: bytes, rng: random.Random) -> bytes:
         return mutate_safetensors(data, rng)
     if name.endswith(".onnx"):
         return mutate_onnx(data, rng)
+    if name.endswith(".tflite"):
+        return mutate_tflite(data, rng)
     if data.startswith(b"PK\x03\x04"):
         return mutate_torch_zip(data, rng)
     return mutate_pickle(data, rng)

@@ -8,6 +8,7 @@ tensors, parameters) are made by torch.save.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -57,6 +58,12 @@ ONNX_SEEDS = [
     "onnx/rnn_unrolled_dynamo.onnx",
     "onnx/rnn_stack_dynamo.onnx",
     "onnx/cells_dynamo.onnx",
+]
+
+TFLITE_SEEDS = [
+    "tflite/rnn_tanh.tflite",
+    "tflite/keras_lstm_converter.tflite",
+    "tflite/keras_bilstm_converter.tflite",
 ]
 
 TF1_SEEDS = ["tf1/lstm2.ckpt", "tf1/gru_bi.ckpt", "tf1/rnn_tanh.ckpt", "tf1/seq2seq.ckpt"]
@@ -124,7 +131,7 @@ def prepare(work: Path) -> Seeds:
 
     seeds = Seeds()
     work.mkdir(parents=True, exist_ok=True)
-    for name in KERAS_SEEDS + TORCH_SEEDS + ONNX_SEEDS:
+    for name in KERAS_SEEDS + TORCH_SEEDS + ONNX_SEEDS + TFLITE_SEEDS:
         target = work / name.replace("/", "__")
         shutil.copy(FIXTURES / name, target)
         seeds.sources[target.name] = target
@@ -136,6 +143,10 @@ def prepare(work: Path) -> Seeds:
         for f in files:
             shutil.copy(f, work)
         seeds.sources[prefix] = work / prefix  # a prefix, as users name a TF1 checkpoint: for its good blob
+    written = work / "tflite__lstm_proj_written.tflite"  # a projection, two layers' ops, as rnnconv writes them
+    with contextlib.suppress(RnnconvError, ImportError):
+        rnnconv.convert(FIXTURES / "torch" / "lstm_proj.pt", written, force=True)
+        seeds.sources[written.name] = written
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     for generation in ("keras3", "tf_keras"):
         subprocess.run(
