@@ -47,8 +47,11 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
-    help="Convert recurrent-network weights (GRU, LSTM, simple RNN) between Keras, PyTorch, ONNX "
-    "and NVIDIA cuDNN's flat weight space, and prove the result right.\n\n" + ALIASES_HELP + EXIT_CODES,
+    help="Convert recurrent-network weights (GRU, LSTM, simple RNN) between NVIDIA cuDNN's flat weight space and "
+    + ", ".join(i.title for n, i in FORMAT_INFO.items() if n != "cudnn")
+    + ", and prove the result right.\n\n"
+    + ALIASES_HELP
+    + EXIT_CODES,
 )
 
 
@@ -153,8 +156,8 @@ for _target in sorted(ADAPTER_FORMATS, key=lambda name: name != "cudnn"):
             argument=True,
             annotation=str,
             default=...,
-            help=".bin/.safetensors (cuDNN), .pt/.pth (PyTorch), .keras/.weights.h5 (Keras), .onnx (ONNX), .xml "
-            "(OpenVINO IR); a directory for several sources (DIR/ is created; the target is --to's, cuDNN by default).",
+            help=", ".join(f"{'/'.join(i.default_for)} ({i.title})" for i in FORMAT_INFO.values() if i.default_for)
+            + "; a directory for several sources (DIR/ is created; the target is --to's, cuDNN by default).",
         ),
         *map(parameter, ("to", "layer", "prefix", *ALL_SOURCE_OPTIONS, "into", *CONVERSION_TAIL)),
     ],
