@@ -29,6 +29,8 @@ from pathlib import Path
 INPUT, HIDDEN, LAYERS = 128, 320, 2
 MUTATIONS = ("truncate", "truncate_to_zero", "extend", "rewrite", "replace", "remove", "fifo")
 WEIGHTS = (30, 8, 15, 20, 15, 7, 5)
+# Calibration measures how long an unchanged seed takes, so it waits as long as a loaded machine needs (not a hang).
+CALIBRATION_LIMIT = 600.0
 
 MAKE = f"""
 import os, sys
@@ -138,7 +140,7 @@ def prepare(work: Path, worker) -> list[Seed]:
                 copy_files(seed, calibration)
                 args = expand(command, seed, calibration, calibration)
                 start = time.monotonic()
-                result = worker.run(args)
+                result = worker.run(args, CALIBRATION_LIMIT)
                 seconds = time.monotonic() - start
                 if not isinstance(result, dict) or result["code"] not in (0, 1):
                     raise RuntimeError(f"the seed {seed.kind} does not convert: {' '.join(args)}: {result}")

@@ -113,11 +113,11 @@ class Worker:
             if time.monotonic() > deadline:
                 return "hang"
 
-    def run(self, args: list[str]) -> dict | str:
+    def run(self, args: list[str], limit: float = TIME_LIMIT) -> dict | str:
         assert self.process.stdin is not None
         self.process.stdin.write(json.dumps({"args": args}) + "\n")
         self.process.stdin.flush()
-        return self._read(TIME_LIMIT)
+        return self._read(limit)
 
     def kill(self) -> None:
         self.process.kill()
