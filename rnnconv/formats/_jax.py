@@ -26,7 +26,9 @@ from rnnconv.dtypes import decode, element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
 from rnnconv.formats import registry
 from rnnconv.formats._msgpack import Bfloat16Words
+from rnnconv.formats.registry import ReadOptions
 from rnnconv.safeio import regular_file
+from rnnconv.table.apply import find_row
 from rnnconv.table.constants import (
     CUDNN_MODES,
     ELEMENT_TYPE_CODES,
@@ -36,6 +38,7 @@ from rnnconv.table.constants import (
     MAX_LAYERS,
     NONLINEARITIES,
 )
+from rnnconv.table.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
 from rnnconv.table.rows import Row
 
 SIDECAR_SUFFIX = ".rnnconv.json"
@@ -58,6 +61,50 @@ class TreeRNN:
     @property
     def bidirectional(self) -> bool:
         return len(self.cells[0]) == 2
+
+
+def tree_to_canonical(
+    rnn: TreeRNN,
+    path: Path,
+    source: Provenance,
+    options: ReadOptions | None,
+    found_as: tuple[str, Params, str],
+    notes: list[str],
+) -> CanonicalRNN:
+    """A Flax RNN (linen or nnx) found in a tree, read through its row: `found_as` is (the table's format name, the
+    cell's params, how a note names such a file)."""
+    fmt, params, a_file = found_as
+    options = options or ReadOptions()
+    what = f"RNN {rnn.name!r} in {path}"
+    row = find_row(fmt, rnn.layer_class)
+    settled = settle_nonlinearity(
+        row, options.nonlinearity, rnn.name, f"{what} is a {rnn.layer_class}: --nonlinearity applies to SimpleCell"
+    )
+    n_in, hidden = sizes_of(rnn, params, row, what)
+    dtype = dtype_of([c for layer in rnn.cells for c in layer], params, what)
+
+    def cell(layer: int, direction: int, spec: RNNSpec) -> StoredCell:
+        node = rnn.cells[layer][direction]
+        where = f"{what}, layer {layer}" + (f" {FLAX_DIRECTIONS[direction]}" if rnn.bidirectional else "")
+        return StoredCell(joined(node, params), joined_shapes(node, params, where), row.tensors, where)
+
+    found = Found(
+        rnn.name,
+        row,
+        settled,
+        input_size=n_in,
+        hidden=hidden,
+        dtype=dtype,
+        cell=cell,
+        layer_class=rnn.layer_class,
+        num_layers=len(rnn.cells),
+        bidirectional=rnn.bidirectional,
+        bias_split=options.bias_split,
+        notes=notes + nonlinearity_note(rnn.name, settled, row, a_file),
+        provenance={"dtype": dtype},
+        handover={"origin": recorded_source(path)},
+    )
+    return read(found, source)
 
 
 Recognise = Callable[[Mapping[str, Any]], "tuple[str, str] | None"]  # a node -> (cell family, class) or None
@@ -237,12 +284,7 @@ def projection_losses(rnn: CanonicalRNN, title: str) -> list[registry.Loss]:
 
 
 def one_rnn(rnns: list[CanonicalRNN], title: str) -> CanonicalRNN:
-    if len(rnns) != 1:
-        raise BadInput(
-            f"a {title} file written by rnnconv holds one RNN, but {len(rnns)} were selected "
-            f"({', '.join(r.name for r in rnns)}); pick one with --layer"
-        )
-    (rnn,) = rnns
+    rnn = registry.only_rnn(rnns, f"a {title} file")
     if refused := projection_losses(rnn, title):
         raise Unsupported(f"{rnn.name}: {refused[0].term}")
     return rnn

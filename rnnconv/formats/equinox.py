@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
+from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported
 from rnnconv.formats import _jax, registry
@@ -263,13 +263,6 @@ def run_file(path: Path, cell: EquinoxCell, spec: RNNSpec, inputs: Mapping[str, 
     return {"y": np.asarray(y), "h_n": h_n, "c_n": c_n}
 
 
-def versions() -> dict[str, str]:
-    import equinox
-    import jax
-
-    return {"jax": jax.__version__, "equinox": equinox.__version__}
-
-
 class EquinoxEngine(registry.RuntimeEngine):
     """The blob as the .eqx rnnconv writes, loaded by eqx.tree_deserialise_leaves and run in JAX (CPU)."""
 
@@ -277,11 +270,8 @@ class EquinoxEngine(registry.RuntimeEngine):
     format_name = "equinox"
     suffix = ".eqx"
 
-    def describe(self) -> BackendInfo:
-        return BackendInfo(name=self.name, detail="an Equinox cell in JAX (CPU) running the blob, float32")
-
-    def versions(self) -> dict[str, str]:
-        return versions()
+    detail = "an Equinox cell in JAX (CPU) running the blob, float32"
+    modules = (("jax", "jax"), ("equinox", "equinox"))
 
 
 # --- the format -------------------------------------------------------------------------------------------------
@@ -337,5 +327,6 @@ class EquinoxFormat(Format):
         """The file loaded by eqx.tree_deserialise_leaves into its cell, stepped in JAX on the CPU."""
         cell = load(path)
         _jax.check_same(to_canonical(cell, path, source).spec, spec, cell.name, path)
-        how = f"jax {versions()['jax']}, equinox {versions()['equinox']}: eqx.nn.{cell.name} loaded from the file"
+        ran = EquinoxEngine().versions()
+        how = f"jax {ran['jax']}, equinox {ran['equinox']}: eqx.nn.{cell.name} loaded from the file"
         return run_file(path, cell, spec, inputs), how

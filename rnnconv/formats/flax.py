@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import BackendInfo, InspectReport, Provenance
+from rnnconv.contracts import InspectReport, Provenance
 from rnnconv.errors import BackendMissing, BadInput
 from rnnconv.formats import _jax, _msgpack, registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, convert_each, register
@@ -38,7 +38,6 @@ from rnnconv.table.constants import (
     RNN,
 )
 from rnnconv.table.formats import FORMAT_INFO
-from rnnconv.table.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
 
 KIND = "flax-msgpack"
 MAX_BYTES = 1 << 34  # a file is read whole, as flax.serialization reads it
@@ -73,39 +72,10 @@ def find(tree: Mapping[str, Any]) -> list[_jax.TreeRNN]:
 
 
 def to_canonical(rnn: _jax.TreeRNN, path: Path, source: Provenance, options: ReadOptions | None = None) -> CanonicalRNN:
-    options = options or ReadOptions()
-    what = f"RNN {rnn.name!r} in {path}"
-    row = find_row("flax", rnn.layer_class)
-    params = FLAX_LINEN_CELLS[rnn.cell]
-    settled = settle_nonlinearity(
-        row, options.nonlinearity, rnn.name, f"{what} is a {rnn.layer_class}: --nonlinearity applies to SimpleCell"
-    )
-    n_in, hidden = _jax.sizes_of(rnn, params, row, what)
-    dtype = _jax.dtype_of([c for layer in rnn.cells for c in layer], params, what)
-
-    def cell(layer: int, direction: int, spec: RNNSpec) -> StoredCell:
-        node = rnn.cells[layer][direction]
-        where = f"{what}, layer {layer}" + (f" {FLAX_DIRECTIONS[direction]}" if rnn.bidirectional else "")
-        return StoredCell(_jax.joined(node, params), _jax.joined_shapes(node, params, where), row.tensors, where)
-
     notes = [f"{rnn.name}: a Flax {rnn.layer_class} ({OPTIMIZED} stores the same params)"] if rnn.cell == LSTM else []
-    found = Found(
-        rnn.name,
-        row,
-        settled,
-        input_size=n_in,
-        hidden=hidden,
-        dtype=dtype,
-        cell=cell,
-        layer_class=rnn.layer_class,
-        num_layers=len(rnn.cells),
-        bidirectional=rnn.bidirectional,
-        bias_split=options.bias_split,
-        notes=notes + nonlinearity_note(rnn.name, settled, row, "a Flax file"),
-        provenance={"dtype": dtype},
-        handover={"origin": _jax.recorded_source(path)},
+    return _jax.tree_to_canonical(
+        rnn, path, source, options, ("flax", FLAX_LINEN_CELLS[rnn.cell], "a Flax file"), notes
     )
-    return read(found, source)
 
 
 # --- writing ----------------------------------------------------------------------------------------------------
@@ -213,13 +183,6 @@ def run_variables(
     return {"y": y, "h_n": h_n, "c_n": c_n if spec.mode == LSTM else None}
 
 
-def versions() -> dict[str, str]:
-    import flax
-    import jax
-
-    return {"jax": jax.__version__, "flax": flax.__version__}
-
-
 class FlaxEngine(registry.RuntimeEngine):
     """The blob as the .msgpack rnnconv writes, run by Flax linen's nn.RNN cells in JAX (CPU)."""
 
@@ -227,11 +190,8 @@ class FlaxEngine(registry.RuntimeEngine):
     format_name = "flax"
     suffix = ".msgpack"
 
-    def describe(self) -> BackendInfo:
-        return BackendInfo(name=self.name, detail="Flax linen nn.RNN cells in JAX (CPU) running the blob, float32")
-
-    def versions(self) -> dict[str, str]:
-        return versions()
+    detail = "Flax linen nn.RNN cells in JAX (CPU) running the blob, float32"
+    modules = (("jax", "jax"), ("flax", "flax"))
 
 
 # --- the format -------------------------------------------------------------------------------------------------
@@ -283,7 +243,8 @@ class FlaxFormat(Format):
         (rnn,) = _jax.choose(find(tree), source.layer, False, path, "Flax RNN cell")
         found = to_canonical(rnn, path, source).spec
         _jax.check_same(found, spec, rnn.name, path)
-        how = f"jax {versions()['jax']}, flax {versions()['flax']}: nn.RNN(nn.{rnn.layer_class}) on the file's params"
+        ran = FlaxEngine().versions()
+        how = f"jax {ran['jax']}, flax {ran['flax']}: nn.RNN(nn.{rnn.layer_class}) on the file's params"
         return run_variables(laid_out(rnn), spec, inputs), how
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
-from rnnconv.contracts import BackendInfo, InspectReport, Provenance
+from rnnconv.contracts import InspectReport, Provenance
 from rnnconv.errors import BackendMissing, BadInput, Unsupported
 from rnnconv.formats import _jax, _msgpack, registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, convert_each, register
@@ -43,7 +43,6 @@ from rnnconv.table.constants import (
     Kind,
 )
 from rnnconv.table.formats import FORMAT_INFO
-from rnnconv.table.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
 
 KIND = "flax-nnx-msgpack"
 MAX_BYTES = 1 << 34
@@ -100,39 +99,10 @@ def find(tree: Mapping[Any, Any]) -> list[_jax.TreeRNN]:
 
 
 def to_canonical(rnn: _jax.TreeRNN, path: Path, source: Provenance, options: ReadOptions | None = None) -> CanonicalRNN:
-    options = options or ReadOptions()
-    what = f"RNN {rnn.name!r} in {path}"
-    row = find_row("flax-nnx", rnn.layer_class)
-    params = FLAX_NNX_CELLS[rnn.layer_class]
-    settled = settle_nonlinearity(
-        row, options.nonlinearity, rnn.name, f"{what} is a {rnn.layer_class}: --nonlinearity applies to SimpleCell"
-    )
-    n_in, hidden = _jax.sizes_of(rnn, params, row, what)
-    dtype = _jax.dtype_of([c for layer in rnn.cells for c in layer], params, what)
-
-    def cell(layer: int, direction: int, spec: RNNSpec) -> StoredCell:
-        node = rnn.cells[layer][direction]
-        where = f"{what}, layer {layer}" + (f" {FLAX_DIRECTIONS[direction]}" if rnn.bidirectional else "")
-        return StoredCell(_jax.joined(node, params), _jax.joined_shapes(node, params, where), row.tensors, where)
-
     notes = [f"{rnn.name}: nnx's GRUCell has no b_hn: it is zero"] if rnn.cell == GRU else []
-    found = Found(
-        rnn.name,
-        row,
-        settled,
-        input_size=n_in,
-        hidden=hidden,
-        dtype=dtype,
-        cell=cell,
-        layer_class=rnn.layer_class,
-        num_layers=len(rnn.cells),
-        bidirectional=rnn.bidirectional,
-        bias_split=options.bias_split,
-        notes=notes + nonlinearity_note(rnn.name, settled, row, "an nnx file"),
-        provenance={"dtype": dtype},
-        handover={"origin": _jax.recorded_source(path)},
+    return _jax.tree_to_canonical(
+        rnn, path, source, options, ("flax-nnx", FLAX_NNX_CELLS[rnn.layer_class], "an nnx file"), notes
     )
-    return read(found, source)
 
 
 # --- writing ----------------------------------------------------------------------------------------------------
@@ -287,13 +257,6 @@ def _float32(node: Any) -> Any:
     return np.asarray(_jax.as_float(node), np.float32)
 
 
-def versions() -> dict[str, str]:
-    import flax
-    import jax
-
-    return {"jax": jax.__version__, "flax": flax.__version__}
-
-
 class FlaxNnxEngine(registry.RuntimeEngine):
     """The blob as the .nnx.msgpack rnnconv writes, run by flax.nnx's nnx.RNN cells in JAX (CPU)."""
 
@@ -301,11 +264,8 @@ class FlaxNnxEngine(registry.RuntimeEngine):
     format_name = "flax-nnx"
     suffix = ".nnx.msgpack"
 
-    def describe(self) -> BackendInfo:
-        return BackendInfo(name=self.name, detail="flax.nnx nnx.RNN cells in JAX (CPU) running the blob, float32")
-
-    def versions(self) -> dict[str, str]:
-        return versions()
+    detail = "flax.nnx nnx.RNN cells in JAX (CPU) running the blob, float32"
+    modules = (("jax", "jax"), ("flax", "flax"))
 
 
 # --- the format -------------------------------------------------------------------------------------------------
@@ -355,5 +315,6 @@ class FlaxNnxFormat(Format):
         """The file's own params, loaded into nnx's cells, run in JAX on the CPU."""
         (rnn,) = _jax.choose(find(load_tree(path)), source.layer, False, path, "flax.nnx RNN cell")
         _jax.check_same(to_canonical(rnn, path, source).spec, spec, rnn.name, path)
-        how = f"jax {versions()['jax']}, flax {versions()['flax']}: nnx.RNN(nnx.{rnn.layer_class}) on the file's params"
+        ran = FlaxNnxEngine().versions()
+        how = f"jax {ran['jax']}, flax {ran['flax']}: nnx.RNN(nnx.{rnn.layer_class}) on the file's params"
         return run_tree(rnn, spec, inputs), how

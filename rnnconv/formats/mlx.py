@@ -28,7 +28,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
-from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
+from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.dtypes import BY_SAFETENSORS, ElementType, decode, element_type, encode, source_dtype_name
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats import _safetensors, registry
@@ -520,12 +520,8 @@ class MlxEngine(registry.RuntimeEngine):
     format_name = "mlx"
     suffix = ".mlx.safetensors"
 
-    def describe(self) -> BackendInfo:
-        return BackendInfo(name=self.name, detail="MLX (CPU) running the blob as mlx.nn modules, float32")
-
-    def versions(self) -> dict[str, str]:
-        mx, _ = require_mlx()
-        return {"mlx": str(mx.__version__)}
+    detail = "MLX (CPU) running the blob as mlx.nn modules, float32"
+    modules = (("mlx", "mlx.core"),)
 
 
 @register
@@ -551,31 +547,19 @@ class MlxFormat(Format):
         info = Provenance(path=str(path.resolve()), format=file.kind)
         digest = digest_in_background(path) if options.hash_source else None
         chains = file.choose(options.layer, options.take_all)
-        rnns, skipped = [], []
-        for chain in chains:
-            try:
-                rnn = to_canonical(chain, info, options.nonlinearity, file)
-            except Unsupported as exc:
-                if len(chains) == 1:
-                    raise
-                skipped.append((chain.name, str(exc)))
-                continue
-            rnn.digest = digest
-            rnns.append(rnn)
-        if not rnns:
-            raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
-        yield Source(rnns, skipped)
+        found = registry.read_each(
+            chains,
+            lambda chain: to_canonical(chain, info, options.nonlinearity, file),
+            lambda chain: chain.name,
+            digest,
+        )
+        yield found
 
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return mlx_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
-        if len(rnns) != 1:
-            raise BadInput(
-                f"an MLX file written by rnnconv holds one RNN, but {len(rnns)} were selected "
-                f"({', '.join(r.name for r in rnns)}); pick one with --layer"
-            )
-        rnn = rnns[0]
+        rnn = registry.only_rnn(rnns, "an MLX file")
         spec = rnn.spec
         dtype = options.dtype or (spec.dtype if spec.dtype in WRITABLE else WRITABLE[0])
         warnings = []

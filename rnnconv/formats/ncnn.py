@@ -28,7 +28,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
-from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
+from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
 from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
@@ -628,11 +628,8 @@ class NcnnEngine(registry.RuntimeEngine):
     format_name = "ncnn"
     suffix = ".param"
 
-    def describe(self) -> BackendInfo:
-        return BackendInfo(name=self.name, detail="ncnn (CPU) running the blob as ncnn layers, one sequence at a time")
-
-    def versions(self) -> dict[str, str]:
-        return {"ncnn": str(require_ncnn().__version__)}
+    detail = "ncnn (CPU) running the blob as ncnn layers, one sequence at a time"
+    modules = (("ncnn", "ncnn"),)
 
 
 @register
@@ -651,31 +648,14 @@ class NcnnFormat(Format):
         info = Provenance(path=str(path.resolve()), format=KIND)
         digest = digest_in_background(path) if options.hash_source else None
         chains = file.choose(options.layer, options.take_all)
-        rnns, skipped = [], []
-        for chain in chains:
-            try:
-                rnn = to_canonical(chain, file, info)
-            except Unsupported as exc:
-                if len(chains) == 1:
-                    raise
-                skipped.append((_name(chain), str(exc)))
-                continue
-            rnn.digest = digest
-            rnns.append(rnn)
-        if not rnns:
-            raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
-        yield Source(rnns, skipped)
+        found = registry.read_each(chains, lambda chain: to_canonical(chain, file, info), _name, digest)
+        yield found
 
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return ncnn_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
-        if len(rnns) != 1:
-            raise BadInput(
-                f"an ncnn model written by rnnconv holds one RNN, but {len(rnns)} were selected "
-                f"({', '.join(r.name for r in rnns)}); pick one with --layer"
-            )
-        rnn = rnns[0]
+        rnn = registry.only_rnn(rnns, "an ncnn model")
         spec = rnn.spec
         dtype = options.dtype or ("float16" if spec.dtype == "float16" else "float32")
         outputs = write_ncnn(rnn, path, dtype, options.force)

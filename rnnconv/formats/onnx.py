@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, SpecModel
+from rnnconv.contracts import InspectEntry, InspectReport, Provenance, SpecModel
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats import registry
@@ -876,12 +876,7 @@ def reverse_sequences(x: np.ndarray, lengths: np.ndarray | None) -> np.ndarray:
 
 
 def write_onnx(rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool) -> None:
-    if len(rnns) != 1:
-        raise BadInput(
-            f"an .onnx written by rnnconv holds one RNN, but {len(rnns)} were selected "
-            f"({', '.join(r.name for r in rnns)}); pick one with --layer"
-        )
-    rnn = rnns[0]
+    rnn = registry.only_rnn(rnns, "an .onnx")
     model = build_model(layers_of(rnn, dtype), rnn.spec.input_size, dtype)
     entry = model.metadata_props.add()  # where the RNN came from, for `verify model.onnx`
     entry.key, entry.value = registry.SOURCE_KEY, registry.source_record(rnn, path)
@@ -899,13 +894,8 @@ class OnnxruntimeEngine(registry.RuntimeEngine):
     format_name = "onnx"
     suffix = ".onnx"
 
-    def describe(self) -> BackendInfo:
-        return BackendInfo(name=self.name, detail="onnxruntime (CPU) running the blob as ONNX nodes, float32")
-
-    def versions(self) -> dict[str, str]:
-        import onnxruntime
-
-        return {"onnxruntime": onnxruntime.__version__}
+    detail = "onnxruntime (CPU) running the blob as ONNX nodes, float32"
+    modules = (("onnxruntime", "onnxruntime"),)
 
 
 @register
@@ -922,22 +912,15 @@ class OnnxFormat(Format):
         file = OnnxFile.load(path, options.dequantize)
         info = Provenance(path=str(path.resolve()), format="onnx")
         digest = digest_in_background(path) if options.hash_source else None
-        rnns, skipped = [], []
         chains = file.choose(options.layer, options.take_all)
-        for chain in chains:
-            try:
-                rnn = to_canonical(chain, info)
-            except Unsupported as exc:
-                if len(chains) == 1:
-                    raise
-                skipped.append((",".join(n.name for n in chain), str(exc)))
-                continue
-            rnn.digest = digest
-            rnn.origin = file.recorded
-            rnns.append(rnn)
-        if not rnns:
-            raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
-        yield Source(rnns, skipped)
+        found = registry.read_each(
+            chains,
+            lambda chain: to_canonical(chain, info),
+            lambda chain: ",".join(n.name for n in chain),
+            digest,
+            file.recorded,
+        )
+        yield found
 
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return onnx_losses(rnn)

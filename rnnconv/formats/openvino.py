@@ -32,7 +32,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.compare import Inputs
-from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, SpecModel
+from rnnconv.contracts import InspectEntry, InspectReport, Provenance, SpecModel
 from rnnconv.dtypes import ElementType, decode, element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats import registry
@@ -426,12 +426,7 @@ def _parts(
 def write_ir(
     rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool, progress: Callable[[int, int], None] | None
 ) -> Path:
-    if len(rnns) != 1:
-        raise BadInput(
-            f"an .xml written by rnnconv holds one RNN, but {len(rnns)} were selected "
-            f"({', '.join(r.name for r in rnns)}); pick one with --layer"
-        )
-    rnn = rnns[0]
+    rnn = registry.only_rnn(rnns, "an .xml")
     if dtype not in WRITES:
         raise Unsupported(
             f"rnnconv writes OpenVINO IRs of {', '.join(WRITES)} weights (computed in float32 by OpenVINO), "
@@ -960,11 +955,8 @@ class OpenvinoEngine(registry.RuntimeEngine):
     format_name = "openvino"
     suffix = ".xml"
 
-    def describe(self) -> BackendInfo:
-        return BackendInfo(name=self.name, detail="OpenVINO's CPU plugin running the blob as an IR, float32")
-
-    def versions(self) -> dict[str, str]:
-        return {"openvino": require_openvino().__version__}
+    detail = "OpenVINO's CPU plugin running the blob as an IR, float32"
+    modules = (("openvino", "openvino"),)
 
 
 @register
@@ -986,24 +978,18 @@ class OpenvinoFormat(Format):
         info = Provenance(path=str(path.resolve()), format="openvino")
         origin = recorded_source(file)
         digest = digest_in_background(path) if options.hash_source else None
-        rnns, skipped = [], []
         chains = file.choose(options.layer, options.take_all)
-        for chain in chains:
-            try:
-                rnn = to_canonical(chain, info, options.bias_split)
-            except Unsupported as exc:
-                if len(chains) == 1:
-                    raise
-                skipped.append((",".join(op.name for op in chain), str(exc)))
-                continue
-            rnn.digest, rnn.origin = digest, origin
-            rnns.append(rnn)
-        if not rnns:
-            raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
+        found = registry.read_each(
+            chains,
+            lambda chain: to_canonical(chain, info, options.bias_split),
+            lambda chain: ",".join(op.name for op in chain),
+            digest,
+            origin,
+        )
         # the weights are a source too: never written over (model.bin is also a cuDNN blob's default name), and
         # watched like the .xml while they are read
         with reading(file.weights_path):
-            yield Source(rnns, skipped)
+            yield found
 
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return openvino_losses(rnn)

@@ -25,6 +25,7 @@ import tempfile
 import zipfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -147,6 +148,8 @@ class RuntimeEngine:
     name: str
     format_name: ClassVar[str]
     suffix: ClassVar[str]  # the file name the writer is given (the format's own ending)
+    detail: ClassVar[str]  # what runs the blob, as the report says
+    modules: ClassVar[tuple[tuple[str, str], ...]]  # (name in the report, module) of each of the runtime's packages
 
     def __init__(self) -> None:
         self.notes: list[str] = []
@@ -161,10 +164,10 @@ class RuntimeEngine:
         return got
 
     def describe(self) -> BackendInfo:
-        raise NotImplementedError
+        return BackendInfo(name=self.name, detail=self.detail)
 
     def versions(self) -> dict[str, str]:
-        raise NotImplementedError
+        return {name: str(importlib.import_module(module).__version__) for name, module in self.modules}
 
 
 # Where a file that a runtime runs records the source of its RNN (as a cuDNN sidecar's `source` does), for verify.
@@ -276,6 +279,42 @@ class Format(ABC):
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The source RNN's own y, h_n, c_n (sequence-major, cuDNN's shapes) and how it ran."""
         raise Unsupported(f"no runner for format {self.name!r}")
+
+
+def only_rnn(rnns: list[CanonicalRNN], what: str) -> CanonicalRNN:
+    """The RNN to write to a file that holds one (`what`: "an .onnx"), or why there is none."""
+    if len(rnns) != 1:
+        raise BadInput(
+            f"{what} written by rnnconv holds one RNN, but {len(rnns)} were selected "
+            f"({', '.join(r.name for r in rnns)}); pick one with --layer"
+        )
+    return rnns[0]
+
+
+def read_each(
+    chosen: list[Any],
+    convert: Callable[[Any], CanonicalRNN],
+    name: Callable[[Any], str],
+    digest: Future[str] | None,
+    origin: Provenance | None = None,
+) -> Source:
+    """The RNNs chosen from a file, converted: one that cannot be is refused, or, of several, skipped and said;
+    each gets the source's digest (and `origin`, the source a file rnnconv wrote records)."""
+    rnns, skipped = [], []
+    for item in chosen:
+        try:
+            rnn = convert(item)
+        except Unsupported as exc:
+            if len(chosen) == 1:
+                raise
+            skipped.append((name(item), str(exc)))
+            continue
+        rnn.digest = digest
+        rnn.origin = origin or rnn.origin
+        rnns.append(rnn)
+    if not rnns:
+        raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
+    return Source(rnns, skipped)
 
 
 def check_stated(rnns: list[CanonicalRNN], options: ReadOptions) -> None:

@@ -33,7 +33,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.compare import Inputs, Outputs
-from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, SpecModel
+from rnnconv.contracts import InspectEntry, InspectReport, Provenance, SpecModel
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
@@ -1110,12 +1110,7 @@ def _activation_code(row: Row, mode: str) -> int:
 
 
 def write_tflite(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> CanonicalRNN:
-    if len(rnns) != 1:
-        raise BadInput(
-            f"a .tflite written by rnnconv holds one RNN, but {len(rnns)} were selected "
-            f"({', '.join(r.name for r in rnns)}); pick one with --layer"
-        )
-    rnn = rnns[0]
+    rnn = registry.only_rnn(rnns, "a .tflite")
     graph = graph_of(rnn, options.dtype)
 
     def recorded(wait: bool = True) -> np.ndarray:  # the source's digest is still being computed: written last
@@ -1233,11 +1228,8 @@ class TfliteEngine(registry.RuntimeEngine):
             raise Unsupported(losses[0].term)
         return run_graph(graph_of(rnn, "float32"), inputs)  # the interpreter computes float32 whatever the blob holds
 
-    def describe(self) -> BackendInfo:
-        return BackendInfo(name=self.name, detail="LiteRT's interpreter (CPU) running the blob as TFLite ops, float32")
-
-    def versions(self) -> dict[str, str]:
-        return {"ai-edge-litert": litert_version()}
+    detail = "LiteRT's interpreter (CPU) running the blob as TFLite ops, float32"
+    modules = (("ai-edge-litert", "ai_edge_litert"),)
 
 
 def tflite_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
@@ -1261,21 +1253,11 @@ class TfliteFormat(Format):
         file = TfliteFile.load(path)
         info = Provenance(path=str(path.resolve()), format=FORMAT)
         digest = digest_in_background(path) if options.hash_source else None
-        rnns, skipped = [], []
         chains = file.choose(options.layer, options.take_all)
-        for chain in chains:
-            try:
-                rnn = to_canonical(file, chain, info)
-            except Unsupported as exc:
-                if len(chains) == 1:
-                    raise
-                skipped.append((chain.name, str(exc)))
-                continue
-            rnn.digest = digest
-            rnns.append(rnn)
-        if not rnns:
-            raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
-        yield Source(rnns, skipped)
+        found = registry.read_each(
+            chains, lambda chain: to_canonical(file, chain, info), lambda chain: chain.name, digest
+        )
+        yield found
 
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return tflite_losses(rnn)
