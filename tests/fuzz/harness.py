@@ -1,7 +1,8 @@
 """Run hostile inputs through every command that reads them, and count what went wrong.
 
 A failure is any of: an internal error (exit 4) or a traceback; an exit code outside 0-3; a command over
-the time limit (a hang) or the memory limit; an output left behind by a failed command, a temporary file
+the time limit (a hang: over TIME_LIMIT, then again over CONFIRM_LIMIT when run once more from the same files, so a
+loaded machine does not pass for a hang) or the memory limit; an output left behind by a failed command, a temporary file
 left anywhere, an existing file changed without --force; the marker file a payload creates if its code
 ran; an error sentence or a result that did not reach the user (`odd_environment`). Each failing case is saved
 (its files, its command, what happened) for `--replay`. The `changing_source` and `odd_environment` families
@@ -30,6 +31,9 @@ from tests.fuzz import changing, mutators, odd_env
 from tests.fuzz.seeds import Seeds, prepare
 
 TIME_LIMIT = 20.0  # seconds for one command on a small input
+# A command over TIME_LIMIT runs again from the same files with this limit: only one over both is a hang; one that
+# finishes was slow (a loaded machine: counted apart, and judged by what the second run did).
+CONFIRM_LIMIT = 300.0
 MEMORY_LIMIT = 4 << 30  # bytes of resident memory
 SENTINEL = b"an existing file that must survive"
 CATEGORIES = (
@@ -278,11 +282,24 @@ def snapshot(folder: Path) -> dict[str, bytes | None]:
     return out
 
 
+def restore(folder: Path, before: dict[str, bytes | None]) -> None:
+    """The folder's files as `snapshot` saw them (what a killed command wrote, gone), to run a command again."""
+    for path in sorted(folder.rglob("*"), reverse=True):
+        name = str(path.relative_to(folder))
+        if path.is_symlink() or (path.is_file() and name not in before):
+            path.unlink()
+        elif path.is_dir() and not any(n.startswith(name + os.sep) for n in before):
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.is_file() and before[name] is not None and path.read_bytes() != before[name]:
+            path.write_bytes(before[name])
+
+
 @dataclass
 class Tally:
     cases: Counter = field(default_factory=Counter)
     commands: Counter = field(default_factory=Counter)
     exits: Counter = field(default_factory=Counter)
+    slow: Counter = field(default_factory=Counter)  # commands over TIME_LIMIT that finished when run again
     failures: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
 
@@ -299,6 +316,7 @@ class Tally:
             "cases": dict(self.cases),
             "commands": dict(self.commands),
             "exit_codes": dict(self.exits),
+            "slow_then_finished": dict(self.slow),
             "failures": {f: dict(c) for f, c in self.failures.items()},
             "failures_by_category": {cat: sum(c[cat] for c in self.failures.values()) for cat in CATEGORIES},
             "examples": dict(self.examples),
@@ -317,6 +335,13 @@ def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, t
         before = snapshot(folder)
         marker.unlink(missing_ok=True)
         result = worker_box[0].run(args)
+        if result == "hang":
+            worker_box[0].kill()
+            worker_box[0] = Worker(marker)
+            restore(folder, before)
+            marker.unlink(missing_ok=True)
+            tally.slow[case.family] += 1
+            result = worker_box[0].run(args, CONFIRM_LIMIT)
         tally.commands[case.family] += 1
         label = f"{case.name}: {' '.join(command)}"
         if isinstance(result, str):  # hang, memory or the worker died
@@ -369,6 +394,7 @@ def merge(tallies: list[Tally]) -> Tally:
         total.cases.update(tally.cases)
         total.commands.update(tally.commands)
         total.exits.update(tally.exits)
+        total.slow.update(tally.slow)
         for family, counts in tally.failures.items():
             total.failures[family].update(counts)
         for category, examples in tally.examples.items():
