@@ -29,7 +29,7 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import tolerance
 from rnnconv.contracts import Identification, LayoutCandidate, Provenance, Tolerance
 from rnnconv.dtypes import DTYPES, ElementType, decode, element_type, source_dtype_name
-from rnnconv.errors import BadInput, either
+from rnnconv.errors import BadInput, Unsupported, either
 from rnnconv.formats import registry
 from rnnconv.formats.registry import WriteOptions
 from rnnconv.reference import forward
@@ -160,7 +160,10 @@ def layouts(spec: RNNSpec) -> list[Layout]:
         if spec.proj_size and PROJECTION not in row.tensors:
             continue
         for has_bias in (True, False):
-            roles, matrices, biases = _fingerprint(row, has_bias)
+            try:
+                roles, matrices, biases = _fingerprint(row, has_bias)
+            except Unsupported:  # a row that cannot hold every term of a cell (nnx's GRU: no b_hn) stores no blob
+                continue
             for packing in packings_for(spec.num_layers, spec.num_directions, spec.proj_size):
                 # directions interleaved tensor by tensor: rows that split their biases differently differ
                 key = (matrices, biases, has_bias, packing.name, roles if packing.by_layer else ())

@@ -234,9 +234,10 @@ def test_sizes_one_layout_per_packing_has_and_a_probe_for_the_rest(tmp_path):
     rnnconv.convert(tmp_path / "one.pt", written, to="keras", force=True)
     flat_keras(written).astype("<f4").tofile(blob)
     found = rnnconv.identify(blob, mode="rnn_tanh", input_size=I, hidden_size=H, dtype="float32")
-    # one bias per unit: Keras' SimpleRNN (columns) or OpenVINO's RNNSequence (rows), which a probe tells apart
+    # one bias per unit: Keras' SimpleRNN (columns) or the runtimes' simple RNNs (rows), which a probe tells apart
     assert found.verdict == "ambiguous", found.summary
-    assert {row.split()[0] for c in found.candidates for row in c.rows} == {"keras", "tf1", "openvino"}
+    single_bias = {"keras", "tf1", "openvino", "tflite", "flax", "flax-nnx", "mlx", "ncnn"}
+    assert {row.split()[0] for c in found.candidates for row in c.rows} == single_bias
     probe = write_probe(one_layer, tmp_path / "probe.npz")
     found = rnnconv.identify(blob, mode="rnn_tanh", input_size=I, hidden_size=H, dtype="float32", probe=probe)
     assert found.verdict == "identified", found.summary

@@ -155,7 +155,7 @@ def test_general_convert_picks_directions_from_the_files(tmp_path):
     assert run_cli("convert", tmp_path / "g.bin", tmp_path / "g.onnx").returncode == 0
     assert run_cli("convert", tmp_path / "g.onnx", tmp_path / "g3.bin").returncode == 0
     assert (tmp_path / "g.bin").read_bytes() == (tmp_path / "g3.bin").read_bytes()
-    assert_clean_failure(run_cli("convert", K3 / "lstm.h5", tmp_path / "x.tflite"), 2, "cannot tell what to write")
+    assert_clean_failure(run_cli("convert", K3 / "lstm.h5", tmp_path / "x.caffemodel"), 2, "cannot tell what to write")
 
 
 # --- property-based: random RNNs through every writer and reader ---------------------------

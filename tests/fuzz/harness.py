@@ -2,8 +2,8 @@
 
 A failure is any of: an internal error (exit 4) or a traceback; an exit code outside 0-3; a command over
 the time limit (a hang: over TIME_LIMIT, then again over CONFIRM_LIMIT when run once more from the same files, so a
-loaded machine does not pass for a hang) or the memory limit; an output left behind by a failed command, a temporary file
-left anywhere, an existing file changed without --force; the marker file a payload creates if its code
+loaded machine does not pass for a hang) or the memory limit; an output left behind by a failed command, a
+temporary file left anywhere, an existing file changed without --force; the marker file a payload creates if its code
 ran; an error sentence or a result that did not reach the user (`odd_environment`). Each failing case is saved
 (its files, its command, what happened) for `--replay`. The `changing_source` and `odd_environment` families
 run their commands their own way (changing.py, odd_env.py).
