@@ -431,10 +431,19 @@ def _unrolled_layer(layer: list[Unrolled]) -> OnnxNode:
         "direction": directions,
         "activations": [activation] * len(layer),
     }
-    weights = {role: np.stack([u.weights[role] for u in layer]) for role in ("W", "R")}
-    if any("B" in u.weights for u in layer):
-        zeros = np.zeros(2 * first.hidden, weights["W"].dtype)
-        weights["B"] = np.stack([u.weights.get("B", zeros) for u in layer])
+    zeros = np.zeros(2 * first.hidden, first.weights["W"].dtype)
+    stored = {role: [u.weights.get(role, zeros) for u in layer] for role in ("W", "R", "B")}
+    if not any("B" in u.weights for u in layer):
+        del stored["B"]
+    for role, values in stored.items():  # forward and reverse over one input, but not one layer's two directions
+        if len({v.shape for v in values}) > 1:
+            shapes = " and ".join(str(tuple(v.shape)) for v in values)
+            reason = (
+                f"the per-step operations at {name!r} read one input forward and in reverse like a bidirectional "
+                f"RNN, but the two directions' {role} differ in shape ({shapes})"
+            )
+            return _refused_unrolled(name, len(first.steps), reason)
+    weights = {role: np.stack(values) for role, values in stored.items()}
     found = {role: _float_weights(values, f"the unrolled RNN {name!r}: its {role}") for role, values in weights.items()}
     dtypes = {dtype for _, dtype in found.values()}
     if len(dtypes) > 1:
@@ -451,8 +460,12 @@ def _unrolled_refused(recurrence: Unrolled) -> OnnxNode:
         f"the {len(recurrence.steps)} per-step {recurrence.steps[0].activation.op_type} operations at {name!r} look "
         f"like an unrolled RNN, but {recurrence.refusal}"
     )
+    return _refused_unrolled(name, len(recurrence.steps), reason)
+
+
+def _refused_unrolled(name: str, steps: int, reason: str) -> OnnxNode:
     node = OnnxNode(name, "RNN", [], [], {"hidden_size": 1, "direction": "forward"}, {}, "", refusal=reason)
-    node.short, node.unrolled = name.split(SUBGRAPH)[-1], len(recurrence.steps)
+    node.short, node.unrolled = name.rsplit(SUBGRAPH, maxsplit=1)[-1], steps
     return node
 
 
