@@ -300,6 +300,7 @@ class Tally:
     commands: Counter = field(default_factory=Counter)
     exits: Counter = field(default_factory=Counter)
     slow: Counter = field(default_factory=Counter)  # commands over TIME_LIMIT that finished when run again
+    seconds: Counter = field(default_factory=Counter)  # time spent on each family's cases (where a long run goes)
     failures: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
 
@@ -317,6 +318,7 @@ class Tally:
             "commands": dict(self.commands),
             "exit_codes": dict(self.exits),
             "slow_then_finished": dict(self.slow),
+            "seconds_by_family": {family: round(seconds, 1) for family, seconds in self.seconds.items()},
             "failures": {f: dict(c) for f, c in self.failures.items()},
             "failures_by_category": {cat: sum(c[cat] for c in self.failures.values()) for cat in CATEGORIES},
             "examples": dict(self.examples),
@@ -395,6 +397,7 @@ def merge(tallies: list[Tally]) -> Tally:
         total.commands.update(tally.commands)
         total.exits.update(tally.exits)
         total.slow.update(tally.slow)
+        total.seconds.update(tally.seconds)
         for family, counts in tally.failures.items():
             total.failures[family].update(counts)
         for category, examples in tally.examples.items():
@@ -459,14 +462,15 @@ def main(argv: list[str] | None = None) -> int:
                             return tally
                         family = families[index % len(families)]
                         rng = random.Random(f"{args.seed}-{index}")  # the same case whatever the scheduling
+                        case_start = time.monotonic()
                         if family == "changing_source":  # families that run their commands their own way
                             changing.run_case(changing_seeds(), work, rng, index, worker_box, marker, tally, keep)
-                            continue
-                        if family == "odd_environment":
+                        elif family == "odd_environment":
                             odd_env.run_case(index, rng, work, tally, keep)
-                            continue
-                        case = make_case(family, seeds, rng, index)
-                        run_case(case, worker_box, marker, work / "cases" / case.name, tally, keep)
+                        else:
+                            case = make_case(family, seeds, rng, index)
+                            run_case(case, worker_box, marker, work / "cases" / case.name, tally, keep)
+                        tally.seconds[family] += time.monotonic() - case_start
                 finally:
                     worker_box[0].kill()
 
