@@ -73,19 +73,28 @@ def run_cli(*args: str | Path, cwd: Path | None = None, env: dict | None = None)
 
 
 FRAMEWORKS = ("tensorflow", "keras", "tf_keras", "torch", "onnx", "onnxruntime", "jax", "flax", "equinox")
+FRAMEWORKS += ("openvino", "ai_edge_litert", "mlx", "ncnn")
 
 
-def assert_no_framework_imported(source: Path, output: Path, allowed: tuple[str, ...] = ()) -> None:
-    """Converting and inspecting `source`, in a fresh interpreter, imports no framework (but `allowed`)."""
+def assert_no_framework_imported(*chain: Path, allowed: tuple[str, ...] = ()) -> None:
+    """Converting each file of `chain` into the next and inspecting them all, in a fresh interpreter, imports no
+    framework (but `allowed`): rnnconv reads and writes every format itself."""
     code = (
         "import sys, rnnconv\n"
-        "rnnconv.convert(sys.argv[1], sys.argv[2])\n"
-        "rnnconv.inspect(sys.argv[1])\n"
+        "for source, output in zip(sys.argv[1:], sys.argv[2:]):\n"
+        "    rnnconv.convert(source, output)\n"
+        "for path in sys.argv[1:]:\n"
+        "    rnnconv.inspect(path)\n"
         f"found = set({[f for f in FRAMEWORKS if f not in allowed]!r}) & set(sys.modules)\n"
         "assert not found, f'{found} imported'\n"
     )
-    result = subprocess.run([sys.executable, "-c", code, str(source), str(output)], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", code, *map(str, chain)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def largest_difference(got, expected) -> float:
+    """The largest absolute difference between outputs (y, h_n, c_n) and a framework's; a None expected is skipped."""
+    return max(float(np.abs(np.asarray(g) - np.asarray(e)).max()) for g, e in zip(got, expected) if e is not None)
 
 
 def assert_clean_failure(result: subprocess.CompletedProcess, code: int, *phrases: str) -> None:

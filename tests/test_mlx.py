@@ -10,7 +10,15 @@ import struct
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURES, LARGEST_ERRORS, ROOT, assert_clean_failure, run_cli
+from conftest import (
+    FIXTURES,
+    LARGEST_ERRORS,
+    ROOT,
+    assert_clean_failure,
+    assert_no_framework_imported,
+    largest_difference,
+    run_cli,
+)
 from keras_oracle import oracle
 from test_torch import module_for, states, torch_run
 
@@ -63,10 +71,6 @@ def mlx_run(model, spec: RNNSpec, x, h0, c0):
     return np.array(y).transpose(1, 0, 2), np.stack([np.array(h) for h in hs]), c_n
 
 
-def worst(got, expected) -> float:
-    return max(float(np.abs(np.asarray(g) - np.asarray(e)).max()) for g, e in zip(got, expected) if e is not None)
-
-
 TORCH_SPECS = {
     "lstm2": RNNSpec("lstm", 5, 7, num_layers=2),
     "lstm_bi": RNNSpec("lstm", 4, 6, bidirectional=True),
@@ -90,7 +94,7 @@ def test_mlx_written_from_torch_computes_what_torch_computes(name, tmp_path):
     x, h0, c0 = states(spec, 5)
     expected = torch_run(module, spec, x, h0, c0)
     got = mlx_run(mlx_model(spec, out), spec, x.numpy(), h0.numpy(), c0.numpy())
-    error = worst(got, expected)
+    error = largest_difference(got, expected)
     LARGEST_ERRORS[f"mlx from torch {name}"] = error
     assert error < 1e-5
 
@@ -111,7 +115,7 @@ def test_mlx_written_from_keras_computes_what_keras_computes(layer, tmp_path):
     c0 = ran.get("c0", np.zeros_like(ran["h0"]))
     got = mlx_run(mlx_model(spec, out), spec, x, ran["h0"], c0)
     expected = [ran["y"].transpose(1, 0, 2), ran["h_n"], ran.get("c_n")]
-    error = worst(got, expected)
+    error = largest_difference(got, expected)
     LARGEST_ERRORS[f"mlx from keras {layer}"] = error
     assert error < 1e-5
 
@@ -279,21 +283,9 @@ def test_hostile_files_get_one_sentence(make, tmp_path):
         rnnconv.convert(path, tmp_path / "y.bin", source_format="mlx")
 
 
-def test_writing_needs_no_framework(tmp_path):
-    import subprocess
-    import sys
-
+def test_writing_and_reading_need_no_framework(tmp_path):
     torch.save(torch.nn.GRU(3, 4).state_dict(), tmp_path / "c.pt")
-    rnnconv.convert(tmp_path / "c.pt", tmp_path / "c.bin")
-    code = (
-        "import sys, rnnconv\n"
-        "rnnconv.convert(sys.argv[1], sys.argv[2])\n"
-        "rnnconv.convert(sys.argv[2], sys.argv[3])\n"
-        "assert not {'mlx', 'torch', 'tensorflow'} & set(sys.modules), 'imported'\n"
-    )
-    args = [tmp_path / "c.bin", tmp_path / "g.mlx.safetensors", tmp_path / "back.bin"]
-    result = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    assert_no_framework_imported(tmp_path / "c.pt", tmp_path / "g.mlx.safetensors", tmp_path / "back.bin")
 
 
 def test_doctor_lists_mlx():

@@ -5,13 +5,18 @@ refused in a sentence; round trips are exact; hostile files get one sentence."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
+from conftest import (
+    FIXTURES,
+    LARGEST_ERRORS,
+    assert_clean_failure,
+    assert_no_framework_imported,
+    largest_difference,
+    run_cli,
+)
 from keras_oracle import oracle
 from test_torch import module_for, states, torch_run
 
@@ -48,10 +53,6 @@ def ncnn_run(param, spec: RNNSpec, x, h0, c0, feed_states: bool = True):
     return np.stack(ys, 1), np.stack(hs, 1), np.stack(cs, 1) if cs else None
 
 
-def worst(got, expected) -> float:
-    return max(float(np.abs(np.asarray(g) - np.asarray(e)).max()) for g, e in zip(got, expected) if e is not None)
-
-
 TORCH_SPECS = {
     "lstm2_bi": RNNSpec("lstm", 5, 7, num_layers=2, bidirectional=True),
     "lstm_proj2": RNNSpec("lstm", 5, 7, num_layers=2, proj_size=3),
@@ -74,7 +75,7 @@ def test_ncnn_written_from_torch_computes_what_torch_computes(name, tmp_path):
     x, h0, c0 = states(spec, 5)
     expected = torch_run(module, spec, x, h0, c0)
     got = ncnn_run(out, spec, x.numpy(), h0.numpy(), c0.numpy())
-    error = worst(got, expected)
+    error = largest_difference(got, expected)
     LARGEST_ERRORS[f"ncnn from torch {name}"] = error
     assert error < 1e-5
 
@@ -86,7 +87,10 @@ def test_initial_states_default_to_zeros(tmp_path):
     rnnconv.convert(tmp_path / "ckpt.pt", tmp_path / "m.param")
     x, h0, c0 = states(spec, 2)
     expected = torch_run(module, spec, x, h0 * 0, c0 * 0)
-    assert worst(ncnn_run(tmp_path / "m.param", spec, x.numpy(), None, None, feed_states=False), expected) < 1e-5
+    assert (
+        largest_difference(ncnn_run(tmp_path / "m.param", spec, x.numpy(), None, None, feed_states=False), expected)
+        < 1e-5
+    )
 
 
 KERAS = ["gru_a", "bidi_lstm", "bidi_gru", "srnn_tanh", "gru_nobias", "lstm_nobias", "rnn_lstmcell"]
@@ -103,7 +107,7 @@ def test_ncnn_written_from_keras_computes_what_keras_computes(layer, tmp_path):
     ran = oracle("keras3").run("mixed", layer)
     got = ncnn_run(out, spec, ran["x"].transpose(1, 0, 2), ran["h0"], ran.get("c0"))
     expected = [ran["y"].transpose(1, 0, 2).reshape(got[0].shape), ran["h_n"], ran.get("c_n")]
-    error = worst(got, expected)
+    error = largest_difference(got, expected)
     LARGEST_ERRORS[f"ncnn from keras {layer}"] = error
     assert error < 1e-5
 
@@ -245,16 +249,7 @@ def test_missing_bin_gets_one_sentence(tmp_path):
 
 def test_writing_and_reading_need_no_framework(tmp_path):
     torch.save(torch.nn.GRU(3, 4).state_dict(), tmp_path / "c.pt")
-    rnnconv.convert(tmp_path / "c.pt", tmp_path / "c.bin")
-    code = (
-        "import sys, rnnconv\n"
-        "rnnconv.convert(sys.argv[1], sys.argv[2])\n"
-        "rnnconv.convert(sys.argv[2], sys.argv[3])\n"
-        "assert not {'ncnn', 'torch', 'tensorflow'} & set(sys.modules), 'imported'\n"
-    )
-    args = [tmp_path / "c.bin", tmp_path / "g.param", tmp_path / "back.bin"]
-    result = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    assert_no_framework_imported(tmp_path / "c.pt", tmp_path / "g.param", tmp_path / "back.bin")
 
 
 def test_doctor_lists_ncnn():

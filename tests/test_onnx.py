@@ -8,7 +8,14 @@ import onnx
 import onnxruntime
 import pytest
 import torch
-from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, assert_no_framework_imported, run_cli
+from conftest import (
+    FIXTURES,
+    LARGEST_ERRORS,
+    assert_clean_failure,
+    assert_no_framework_imported,
+    largest_difference,
+    run_cli,
+)
 from keras_oracle import oracle
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
@@ -54,10 +61,6 @@ def ort_run(path, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None) -> list[
     return session(path).run(None, feeds)
 
 
-def worst_difference(got, expected) -> float:
-    return max(float(np.abs(np.asarray(g) - np.asarray(e)).max()) for g, e in zip(got, expected) if e is not None)
-
-
 @pytest.mark.parametrize("name", sorted(EXPORTS))
 def test_exported_onnx_gives_the_blob_its_checkpoint_gives(name, tmp_path):
     from_onnx, from_checkpoint = tmp_path / "onnx.bin", tmp_path / "pt.bin"
@@ -83,7 +86,7 @@ def test_blob_computes_what_the_exported_file_computes_in_onnxruntime(name, batc
     if batch_first:
         expected[0] = expected[0].transpose(1, 0, 2)
     got = reference.forward(blob.spec, blob.param, x)
-    worst = worst_difference(got, expected[: len(got)])
+    worst = largest_difference(got, expected[: len(got)])
     LARGEST_ERRORS[f"onnxruntime exported {name}"] = worst
     assert worst < 1e-5
 
@@ -170,7 +173,7 @@ def test_onnx_written_from_torch_computes_what_torch_computes(checkpoint, layer,
     x, h0, c0 = states(spec, 11)
     expected = torch_run(checkpoint_module(checkpoint, layer, spec), spec, x, h0, c0)
     got = ort_run(out, x.numpy(), h0.numpy(), c0.numpy() if spec.mode == "lstm" else None)
-    worst = worst_difference(got, expected)
+    worst = largest_difference(got, expected)
     LARGEST_ERRORS[f"onnxruntime from torch {checkpoint} {layer}"] = worst
     assert worst < 1e-5
 
@@ -182,7 +185,7 @@ def test_onnx_written_from_keras_computes_what_keras_computes(layer, tmp_path):
     ran = oracle("keras3").run("mixed", layer)
     got = ort_run(out, ran["x"].transpose(1, 0, 2), ran["h0"], ran.get("c0"))
     expected = [ran["y"].transpose(1, 0, 2).reshape(got[0].shape), ran["h_n"], ran.get("c_n")]
-    worst = worst_difference(got, expected)
+    worst = largest_difference(got, expected)
     LARGEST_ERRORS[f"onnxruntime from keras {layer}"] = worst
     assert worst < 1e-5
 
@@ -274,7 +277,7 @@ def test_the_two_exporters_give_one_rnn_the_same_blob(tmp_path):
     blobs = {p.name: p.read_bytes() for p in tmp_path.glob("*.bin")}
     assert len(blobs) == 3 and len(set(blobs.values())) == 1
     report = rnnconv.inspect(ONNX / "rnn_stack_dynamo.onnx")
-    (stack,) = [e for e in report.rnns if e.spec.num_layers == 2]
+    (stack,) = [e for e in report.rnns if e.sizes.num_layers == 2]
     assert stack.converts and stack.layer_class == "RNN (unrolled, 5 steps)"
     assert (stack.spec.mode, stack.spec.bidirectional, stack.spec.input_size) == ("rnn_relu", True, 3)
 
@@ -402,7 +405,7 @@ def test_lstm_in_an_if_branch_computes_what_onnxruntime_computes_running_the_fil
     h1, c1 = session(BRANCHED).run(None, {"x": x, "h": h, "c": c, "sr": np.array(rate, np.int64)})
     scale = 1.0 if rate == 16000 else 0.5  # the else branch scales its input
     _, h_n, c_n = reference.forward(blob.spec, blob.param, (x * scale)[None], h[None], c[None])
-    worst = worst_difference([h_n[0], c_n[0]], [h1, c1])
+    worst = largest_difference([h_n[0], c_n[0]], [h1, c1])
     LARGEST_ERRORS[f"onnxruntime {branch} of {BRANCHED.name}"] = worst
     assert worst < 1e-5
 
@@ -604,7 +607,7 @@ def test_quantized_lstms_are_listed_with_sizes_and_refused_without_dequantize(na
     result = run_cli("inspect", ONNX / f"{name}.onnx", "--json")
     assert result.returncode == 0, result.stderr
     report = rnnconv.contracts.InspectReport.model_validate_json(result.stdout)
-    listed = {e.name: (e.layer_class, e.converts, e.spec.input_size, e.spec.num_layers) for e in report.rnns}
+    listed = {e.name: (e.layer_class, e.converts, e.sizes.input_size, e.sizes.num_layers) for e in report.rnns}
     assert listed == {
         "/LSTM_quant": ("DynamicQuantizeLSTM", False, 4, 1),
         "/LSTM_1_quant": ("DynamicQuantizeLSTM", False, 12, 1),
@@ -671,10 +674,8 @@ def test_unrolled_lstm_and_gru_cells_are_listed_with_sizes_and_refused_pointing_
     result = run_cli("inspect", ONNX / "cells_dynamo.onnx", "--json")
     assert result.returncode == 0, result.stderr
     report = rnnconv.contracts.InspectReport.model_validate_json(result.stdout)
-    listed = sorted(
-        (e.layer_class, e.converts, e.spec.mode, e.spec.input_size, e.spec.hidden_size) for e in report.rnns
-    )
-    assert listed == [("GRU cell (unrolled)", False, "gru", 3, 5), ("LSTM cell (unrolled)", False, "lstm", 3, 4)]
+    listed = sorted((e.layer_class, e.converts, e.spec, e.sizes.input_size, e.sizes.hidden_size) for e in report.rnns)
+    assert listed == [("GRU cell (unrolled)", False, None, 3, 5), ("LSTM cell (unrolled)", False, None, 3, 4)]
     reasons = {e.layer_class: e.reason for e in report.rnns}
     assert (
         "convert the checkpoint" in reasons["LSTM cell (unrolled)"]
@@ -785,4 +786,4 @@ def test_allow_lossy_writes_the_nearest_rnn_and_measures_what_it_changes(tmp_pat
     x, h0 = (torch.from_numpy(inputs[k]).float() for k in ("x", "h0"))
     expected = torch_run(module, rnn.spec, x, h0, None)
     got = ort_run(tmp_path / "lossy.onnx", inputs["x"].astype(np.float32), inputs["h0"].astype(np.float32), None)
-    assert stated > 0.01 and stated == pytest.approx(worst_difference(got, expected), rel=1e-3, abs=1e-6)
+    assert stated > 0.01 and stated == pytest.approx(largest_difference(got, expected), rel=1e-3, abs=1e-6)

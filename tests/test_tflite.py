@@ -14,7 +14,15 @@ import numpy as np
 import pytest
 import torch
 from ai_edge_litert.interpreter import Interpreter
-from conftest import FIXTURES, LARGEST_ERRORS, ROOT, assert_clean_failure, run_cli
+from conftest import (
+    FIXTURES,
+    LARGEST_ERRORS,
+    ROOT,
+    assert_clean_failure,
+    assert_no_framework_imported,
+    largest_difference,
+    run_cli,
+)
 from keras_oracle import oracle
 
 import rnnconv
@@ -64,10 +72,6 @@ def litert_run(path, x, h0=None, c0=None):
         if values is not None
     }
     return y, finals["h"], finals.get("c")
-
-
-def worst(got, expected) -> float:
-    return max(float(np.abs(np.asarray(g) - np.asarray(e)).max()) for g, e in zip(got, expected) if e is not None)
 
 
 TORCH_CASES = {
@@ -131,7 +135,7 @@ def test_tflite_from_torch_computes_what_torch_computes(case, written):
     x, h0, c0 = torch_inputs(module)
     expected = torch_outputs(module, x, h0, c0)
     got = litert_run(out, x.numpy(), h0.numpy(), c0.numpy() if expected[2] is not None else None)
-    error = worst(got, expected)
+    error = largest_difference(got, expected)
     LARGEST_ERRORS[f"LiteRT from torch {case}"] = error
     assert error < TOLERANCE, error
 
@@ -145,7 +149,7 @@ def test_zero_states_and_other_shapes_after_resizing(written):
         zeros = torch.zeros(depth, batch, 7)
         expected = torch_outputs(module, x, zeros, zeros)
         got = litert_run(out, x.numpy(), zeros.numpy(), zeros.numpy())
-        assert worst(got, expected) < TOLERANCE
+        assert largest_difference(got, expected) < TOLERANCE
 
 
 @pytest.mark.parametrize("layer", ["bidi_lstm", "srnn_relu", "srnn_tanh", "lstm_nobias"])
@@ -155,7 +159,7 @@ def test_tflite_from_keras_computes_what_keras_computes(layer, tmp_path):
     ran = oracle("keras3").run("mixed", layer)
     got = litert_run(out, ran["x"].transpose(1, 0, 2), ran["h0"], ran.get("c0"))
     expected = [ran["y"].transpose(1, 0, 2).reshape(got[0].shape), ran["h_n"], ran.get("c_n")]
-    error = worst(got, expected)
+    error = largest_difference(got, expected)
     LARGEST_ERRORS[f"LiteRT from keras {layer}"] = error
     assert error < TOLERANCE, error
 
@@ -179,7 +183,7 @@ def test_tflite_from_onnx_computes_what_onnxruntime_computes(name, tmp_path):
     expected, _ = onnx_format.run(source, onnx_format.resolve(source, Provenance(), None), spec, inputs)
     lstm = spec.mode == "lstm"
     got = litert_run(out, inputs["x"], inputs["h0"], inputs["c0"] if lstm else None)
-    error = worst(got, [expected["y"], expected["h_n"], expected["c_n"] if lstm else None])
+    error = largest_difference(got, [expected["y"], expected["h_n"], expected["c_n"] if lstm else None])
     LARGEST_ERRORS[f"LiteRT from onnx {name}"] = error
     assert error < TOLERANCE, error
 
@@ -497,18 +501,8 @@ def test_verify_backend_tflite_runs_a_blob_in_litert(written, tmp_path):
 # --- what a conversion imports ------------------------------------------------------------------------------------
 
 
-def test_writing_and_reading_import_no_framework_and_no_litert(tmp_path):
-    code = (
-        "import sys, rnnconv\n"
-        "rnnconv.convert(sys.argv[1], sys.argv[2])\n"
-        "rnnconv.convert(sys.argv[2], sys.argv[3])\n"
-        "rnnconv.inspect(sys.argv[2])\n"
-        "found = {'tensorflow', 'keras', 'torch', 'onnx', 'ai_edge_litert'} & set(sys.modules)\n"
-        "assert not found, f'{found} imported'\n"
-    )
-    args = [FIXTURES / "torch" / "rnn_tanh.pt", tmp_path / "m.tflite", tmp_path / "back.bin"]
-    result = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+def test_writing_and_reading_need_no_framework(tmp_path):
+    assert_no_framework_imported(FIXTURES / "torch" / "rnn_tanh.pt", tmp_path / "m.tflite", tmp_path / "back.bin")
 
 
 def test_the_readme_loading_snippet_runs(written, tmp_path):

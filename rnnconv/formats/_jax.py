@@ -11,6 +11,7 @@ file must load into its module's tree unchanged, so it cannot hold it): `{"rnnco
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -21,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance
+from rnnconv.contracts import InspectReport, Provenance
 from rnnconv.dtypes import decode, element_type, encode
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
+from rnnconv.errors import BackendMissing, BadInput, Unsupported, no_such_rnn, several_rnns
 from rnnconv.formats import registry
 from rnnconv.formats._msgpack import Bfloat16Words
 from rnnconv.formats.registry import ReadOptions
@@ -311,21 +312,11 @@ def check_same(found: RNNSpec, spec: RNNSpec, name: str, path: Path) -> None:
 
 
 def inspect_tree(path: Path, rnns: list[TreeRNN], kind: str, convert: Callable[..., CanonicalRNN]) -> InspectReport:
-    entries = []
-    for rnn in rnns:
-        try:
-            canonical = convert(rnn, path, Provenance(path=str(path)))
-            entries.append(
-                InspectEntry(
-                    name=rnn.name,
-                    layer_class=rnn.layer_class,
-                    spec=canonical.spec.to_model(),
-                    converts=True,
-                    notes=canonical.notes,
-                )
-            )
-        except RnnconvError as exc:
-            entries.append(InspectEntry(name=rnn.name, layer_class=rnn.layer_class, converts=False, reason=str(exc)))
+    provenance = Provenance(path=str(path))
+    entries = [
+        registry.inspect_entry(rnn.name, rnn.layer_class, functools.partial(convert, rnn, path, provenance))
+        for rnn in rnns
+    ]
     return InspectReport(path=str(path), format=kind, rnns=entries)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import io
 import math
 from collections.abc import Iterator, Mapping
@@ -24,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance
+from rnnconv.contracts import InspectReport, Provenance
 from rnnconv.dtypes import element_type, encode
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported
+from rnnconv.errors import BackendMissing, BadInput, Unsupported
 from rnnconv.formats import _jax, registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.safeio import atomic_outputs, digest_in_background, regular_file
@@ -307,14 +308,8 @@ class EquinoxFormat(Format):
 
     def inspect(self, path: Path) -> InspectReport:
         cell = load(path)
-        try:
-            rnn = to_canonical(cell, path, Provenance(path=str(path)))
-            entry = InspectEntry(
-                name=cell.name, layer_class=cell.name, spec=rnn.spec.to_model(), converts=True, notes=rnn.notes
-            )
-        except RnnconvError as exc:
-            entry = InspectEntry(name=cell.name, layer_class=cell.name, converts=False, reason=str(exc))
-        return InspectReport(path=str(path), format=KIND, rnns=[entry])
+        read = functools.partial(to_canonical, cell, path, Provenance(path=str(path)))
+        return InspectReport(path=str(path), format=KIND, rnns=[registry.inspect_entry(cell.name, cell.name, read)])
 
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
         if recorded.layer and recorded.format == KIND:

@@ -28,7 +28,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance
+from rnnconv.contracts import InspectReport, Provenance
 from rnnconv.dtypes import BY_SAFETENSORS, ElementType, decode, element_type, encode, source_dtype_name
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats import _safetensors, registry
@@ -575,26 +575,15 @@ class MlxFormat(Format):
 
     def inspect(self, path: Path) -> InspectReport:
         file = MlxFile.load(path)
-        entries = []
-        groups = [c for c in file.chains if len(c.modules) > 1] + [Chain(m.name, [[m]]) for m in file.modules]
-        for chain in groups:
-            name = chain.name
-            try:
-                rnn = to_canonical(chain, Provenance(path=str(path)), None, file)
-                entries.append(
-                    InspectEntry(
-                        name=name,
-                        layer_class=MLX_CLASSES[chain.first.cell],
-                        spec=rnn.spec.to_model(),
-                        converts=True,
-                        notes=rnn.notes,
-                        source=rnn.origin,
-                    )
-                )
-            except RnnconvError as exc:
-                entries.append(
-                    InspectEntry(name=name, layer_class=MLX_CLASSES[chain.first.cell], converts=False, reason=str(exc))
-                )
+        provenance = Provenance(path=str(path))
+        entries = [
+            registry.inspect_entry(
+                chain.name,
+                MLX_CLASSES[chain.first.cell],
+                functools.partial(to_canonical, chain, provenance, None, file),
+            )
+            for chain in [c for c in file.chains if len(c.modules) > 1] + [Chain(m.name, [[m]]) for m in file.modules]
+        ]
         notes = [
             f"modules {', '.join(m.name for m in c.modules)} are the layers and directions of one RNN"
             for c in file.chains

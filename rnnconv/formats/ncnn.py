@@ -17,6 +17,7 @@ written model came from is recorded in `model.param.rnnconv.json`, beside it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import struct
 import tempfile
 from collections.abc import Iterator
@@ -28,8 +29,8 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
+from rnnconv.contracts import InspectReport, Provenance
+from rnnconv.errors import BackendMissing, BadInput, Unsupported, no_such_rnn, several_rnns
 from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.safeio import FileArray, add_guard, atomic_outputs, digest_in_background, regular_file, unchanged
@@ -669,25 +670,13 @@ class NcnnFormat(Format):
 
     def inspect(self, path: Path) -> InspectReport:
         file = NcnnFile.load(path)
-        entries = []
-        groups = [c for c in file.chains if len(c) > 1] + [[x] for x in file.layers]
-        for chain in groups:
-            try:
-                rnn = to_canonical(chain, file, Provenance(path=str(path)))
-                entries.append(
-                    InspectEntry(
-                        name=_name(chain),
-                        layer_class=chain[0].type,
-                        spec=rnn.spec.to_model(),
-                        converts=True,
-                        notes=rnn.notes,
-                        source=file.origin,
-                    )
-                )
-            except RnnconvError as exc:
-                entries.append(
-                    InspectEntry(name=_name(chain), layer_class=chain[0].type, converts=False, reason=str(exc))
-                )
+        provenance = Provenance(path=str(path))
+        entries = [
+            registry.inspect_entry(
+                _name(chain), chain[0].type, functools.partial(to_canonical, chain, file, provenance)
+            )
+            for chain in [c for c in file.chains if len(c) > 1] + [[x] for x in file.layers]
+        ]
         notes = [f"layers {_name(c)} are the layers of one RNN" for c in file.chains if len(c) > 1]
         return InspectReport(path=str(path), format=KIND, rnns=entries, notes=notes)
 

@@ -16,6 +16,7 @@ for `verify`, and a blob for `verify --backend onnxruntime`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import itertools
 from collections import Counter
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance, SpecModel
+from rnnconv.contracts import InspectReport, Provenance, RNNSizes
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats import registry
@@ -678,7 +679,7 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
     return read(found, source)
 
 
-def _sizes(chain: list[OnnxNode]) -> SpecModel | None:
+def _sizes(chain: list[OnnxNode]) -> RNNSizes | None:
     """The sizes of nodes that do not convert, as far as their attributes and readable weights tell."""
     first = chain[0]
     if "W" not in first.weights or first.weights["W"].ndim != 3 or first.weights["W"].shape[2] < 1:
@@ -690,7 +691,7 @@ def _sizes(chain: list[OnnxNode]) -> SpecModel | None:
         mode = next(m for m, (c, _) in CUDNN_MODES.items() if c == cell)
     with contextlib.suppress(RnnconvError, ValueError):
         spec = RNNSpec(mode, first.input_size, first.hidden, len(chain), first.directions == 2, 0, first.dtype)
-        return spec.to_model()
+        return RNNSizes.of(spec.to_model())
     return None
 
 
@@ -951,28 +952,16 @@ class OnnxFormat(Format):
 
     def inspect(self, path: Path) -> InspectReport:
         file = OnnxFile.load(path)
-        entries = []
-        groups = [[n] for n in file.nodes] + [c for c in file.chains if len(c) > 1]
-        for group in groups:
-            name = ",".join(n.name for n in group)
-            try:
-                rnn = to_canonical(group, Provenance(path=str(path)))
-                entries.append(
-                    InspectEntry(
-                        name=name,
-                        layer_class=group[0].shown_class,
-                        spec=rnn.spec.to_model(),
-                        converts=True,
-                        notes=rnn.notes,
-                    )
-                )
-            except RnnconvError as exc:
-                sizes = _sizes(group)
-                entries.append(
-                    InspectEntry(
-                        name=name, layer_class=group[0].shown_class, spec=sizes, converts=False, reason=str(exc)
-                    )
-                )
+        provenance = Provenance(path=str(path))
+        entries = [
+            registry.inspect_entry(
+                ",".join(n.name for n in group),
+                group[0].shown_class,
+                functools.partial(to_canonical, group, provenance),
+                functools.partial(_sizes, group),
+            )
+            for group in [[n] for n in file.nodes] + [c for c in file.chains if len(c) > 1]
+        ]
         notes = [
             f"nodes {', '.join(n.name for n in chain)} are the layers of one RNN"
             for chain in file.chains

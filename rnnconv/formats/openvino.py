@@ -17,6 +17,7 @@ linear_before_reset=false, clip, activation alpha/beta, activations other than c
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 import tempfile
@@ -32,7 +33,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.compare import Inputs
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance, SpecModel
+from rnnconv.contracts import InspectReport, Provenance, RNNSizes
 from rnnconv.dtypes import ElementType, decode, element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats import registry
@@ -858,7 +859,7 @@ def to_canonical(chain: list[SequenceOp], source: Provenance, bias_split: str) -
     return read(found, source)
 
 
-def _sizes(chain: list[SequenceOp]) -> SpecModel | None:
+def _sizes(chain: list[SequenceOp]) -> RNNSizes | None:
     first = chain[0]
     if INPUT_MATRIX not in first.weights:
         return None
@@ -869,7 +870,7 @@ def _sizes(chain: list[SequenceOp]) -> SpecModel | None:
         mode = next(m for m, (c, _) in CUDNN_MODES.items() if c == cell)
     with contextlib.suppress(RnnconvError, ValueError):
         spec = RNNSpec(mode, first.input_size, first.hidden, len(chain), first.directions == 2, 0, first.dtype)
-        return spec.to_model()
+        return RNNSizes.of(spec.to_model())
     return None
 
 
@@ -1015,23 +1016,16 @@ class OpenvinoFormat(Format):
 
     def inspect(self, path: Path) -> InspectReport:
         file = IRFile(path)
-        entries = []
-        groups = [[op] for op in file.ops] + [c for c in file.chains if len(c) > 1]
-        for group in groups:
-            name = ",".join(op.name for op in group)
-            try:
-                rnn = to_canonical(group, Provenance(path=str(path)), "recurrent")
-                entries.append(
-                    InspectEntry(
-                        name=name, layer_class=group[0].op, spec=rnn.spec.to_model(), converts=True, notes=rnn.notes
-                    )
-                )
-            except RnnconvError as exc:
-                entries.append(
-                    InspectEntry(
-                        name=name, layer_class=group[0].op, spec=_sizes(group), converts=False, reason=str(exc)
-                    )
-                )
+        provenance = Provenance(path=str(path))
+        entries = [
+            registry.inspect_entry(
+                ",".join(op.name for op in group),
+                group[0].op,
+                functools.partial(to_canonical, group, provenance, "recurrent"),
+                functools.partial(_sizes, group),
+            )
+            for group in [[op] for op in file.ops] + [c for c in file.chains if len(c) > 1]
+        ]
         notes = [
             f"ops {', '.join(op.name for op in chain)} are the layers of one RNN"
             for chain in file.chains

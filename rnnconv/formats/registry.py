@@ -36,8 +36,8 @@ import pydantic
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
-from rnnconv.contracts import BackendInfo, InspectReport, Provenance
-from rnnconv.errors import BadInput, Unsupported, either
+from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, RNNSizes
+from rnnconv.errors import BadInput, RnnconvError, Unsupported, either
 from rnnconv.safeio import regular_file
 
 # What a format's read and write are given, exported here, where the formats take their verbs from.
@@ -289,6 +289,19 @@ def only_rnn(rnns: list[CanonicalRNN], what: str) -> CanonicalRNN:
             f"({', '.join(r.name for r in rnns)}); pick one with --layer"
         )
     return rnns[0]
+
+
+def inspect_entry(
+    name: str, layer_class: str, read: Callable[[], CanonicalRNN], sizes: Callable[[], RNNSizes | None] = lambda: None
+) -> InspectEntry:
+    """What `inspect` lists for one RNN of a file: its spec and notes where it converts (and the source that a file
+    rnnconv wrote records); else the sizes the file tells, as far as it tells them, and the sentence saying why not."""
+    try:
+        rnn = read()
+    except RnnconvError as exc:
+        return InspectEntry(name=name, layer_class=layer_class, sizes=sizes(), converts=False, reason=str(exc))
+    spec, notes = rnn.spec.to_model(), rnn.notes
+    return InspectEntry(name=name, layer_class=layer_class, spec=spec, converts=True, notes=notes, source=rnn.origin)
 
 
 def read_each(

@@ -41,7 +41,7 @@ from rnnconv.formats._tensor_bundle import (
     Checkpoint,
     index_file,
 )
-from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, convert_each, register
+from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, convert_each, inspect_entry, register
 from rnnconv.safeio import digest_in_background
 from rnnconv.table.apply import rows_for
 from rnnconv.table.constants import (
@@ -483,29 +483,16 @@ class TF1Format(Format):
     def inspect(self, path: Path) -> InspectReport:
         checkpoint = Checkpoint.open(path)
         rnns, opaque_only = find_rnns(checkpoint)
-        entries = []
-        for rnn in rnns:
-            try:
-                canonical = to_canonical(checkpoint, rnn, Provenance(path=str(checkpoint.index)))
-                entries.append(
-                    InspectEntry(
-                        name=rnn.name,
-                        layer_class=rnn.row.source_class,
-                        spec=canonical.spec.to_model(),
-                        converts=True,
-                        notes=canonical.notes,
-                    )
-                )
-            except RnnconvError as exc:
-                entries.append(
-                    InspectEntry(
-                        name=rnn.name,
-                        layer_class=rnn.row.source_class,
-                        sizes=refused_sizes(checkpoint, rnn),
-                        converts=False,
-                        reason=str(exc),
-                    )
-                )
+        provenance = Provenance(path=str(checkpoint.index))
+        entries = [
+            inspect_entry(
+                rnn.name,
+                rnn.row.source_class,
+                functools.partial(to_canonical, checkpoint, rnn, provenance),
+                functools.partial(refused_sizes, checkpoint, rnn),
+            )
+            for rnn in rnns
+        ]
         for name in opaque_only:
             reason = OPAQUE_REASON.format(name=name)
             entries.append(InspectEntry(name=name, layer_class="cuDNN opaque buffer", converts=False, reason=reason))

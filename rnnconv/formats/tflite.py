@@ -22,6 +22,7 @@ op's, weights computed by other ops (quantized models). TFLite has no fused GRU:
 from __future__ import annotations
 
 import contextlib
+import functools
 import struct
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
@@ -33,7 +34,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.compare import Inputs, Outputs
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance, SpecModel
+from rnnconv.contracts import InspectReport, Provenance, RNNSizes
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
 from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
@@ -717,7 +718,7 @@ def to_canonical(file: TfliteFile, chain: Chain, source: Provenance) -> Canonica
     return rnn
 
 
-def _sizes(file: TfliteFile, chain: Chain) -> SpecModel | None:
+def _sizes(file: TfliteFile, chain: Chain) -> RNNSizes | None:
     """The sizes of ops that do not convert, as far as their weights' shapes tell."""
     first = chain.first
     row = find_row(FORMAT, first.name)
@@ -729,7 +730,7 @@ def _sizes(file: TfliteFile, chain: Chain) -> SpecModel | None:
     mode = next(mode for mode, (cell, _) in CUDNN_MODES.items() if cell == row.cell)
     with contextlib.suppress(RnnconvError, ValueError):
         spec = RNNSpec(mode, input_size, hidden, len(chain.layers), len(chain.layers[0].ops) == 2)
-        return spec.to_model()
+        return RNNSizes.of(spec.to_model())
     return None
 
 
@@ -1278,29 +1279,16 @@ class TfliteFormat(Format):
 
     def inspect(self, path: Path) -> InspectReport:
         file = TfliteFile.load(path)
-        entries = []
-        for chain in file.chains:
-            try:
-                rnn = to_canonical(file, chain, Provenance(path=str(path)))
-                entries.append(
-                    InspectEntry(
-                        name=chain.name,
-                        layer_class=chain.first.title,
-                        spec=rnn.spec.to_model(),
-                        converts=True,
-                        notes=rnn.notes,
-                    )
-                )
-            except RnnconvError as exc:
-                entries.append(
-                    InspectEntry(
-                        name=chain.name,
-                        layer_class=chain.first.title,
-                        spec=_sizes(file, chain),
-                        converts=False,
-                        reason=str(exc),
-                    )
-                )
+        provenance = Provenance(path=str(path))
+        entries = [
+            registry.inspect_entry(
+                chain.name,
+                chain.first.title,
+                functools.partial(to_canonical, file, chain, provenance),
+                functools.partial(_sizes, file, chain),
+            )
+            for chain in file.chains
+        ]
         notes = [f"operators: {file.op_listing() or 'none'}"]
         notes += [
             f"{chain.name}: ops {', '.join(str(op.index) for layer in chain.layers for op in layer.ops)} are the "

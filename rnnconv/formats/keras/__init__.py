@@ -8,6 +8,7 @@ Each is imported only when its verb is used.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,8 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec, stack
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance
-from rnnconv.errors import RnnconvError
+from rnnconv.contracts import InspectReport, Provenance
 from rnnconv.formats.registry import (
     HDF5_MAGIC,
     Format,
@@ -26,6 +26,7 @@ from rnnconv.formats.registry import (
     WriteOptions,
     Written,
     convert_each,
+    inspect_entry,
     register,
 )
 from rnnconv.safeio import digest_in_background
@@ -98,30 +99,17 @@ class KerasFormat(Format):
     def inspect(self, path: Path) -> InspectReport:
         from rnnconv.formats.keras.reader import KerasFile, layer_sizes, to_canonical
 
-        entries = []
+        provenance = Provenance(path=str(path))
         with KerasFile(path) as keras_file:
-            for layer in keras_file.layers:
-                try:
-                    rnn = to_canonical(layer, Provenance(path=str(path)))
-                    entries.append(
-                        InspectEntry(
-                            name=layer.name,
-                            layer_class=layer.display_class,
-                            spec=rnn.spec.to_model(),
-                            converts=True,
-                            notes=rnn.notes,
-                        )
-                    )
-                except RnnconvError as exc:
-                    entries.append(
-                        InspectEntry(
-                            name=layer.name,
-                            layer_class=layer.display_class,
-                            sizes=layer_sizes(layer),
-                            converts=False,
-                            reason=str(exc),
-                        )
-                    )
+            entries = [
+                inspect_entry(
+                    layer.name,
+                    layer.display_class,
+                    functools.partial(to_canonical, layer, provenance),
+                    functools.partial(layer_sizes, layer),
+                )
+                for layer in keras_file.layers
+            ]
             return InspectReport(path=str(path), format=keras_file.kind, versions=keras_file.versions, rnns=entries)
 
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:

@@ -8,6 +8,7 @@ safetensors need no torch. Writing (`writer`) and running a source for verify
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,8 +17,17 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance
-from rnnconv.errors import RnnconvError
-from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, convert_each, register
+from rnnconv.formats.registry import (
+    Format,
+    Probe,
+    ReadOptions,
+    Source,
+    WriteOptions,
+    Written,
+    convert_each,
+    inspect_entry,
+    register,
+)
 from rnnconv.formats.torch.checkpoint import CHECKPOINT_SUFFIXES, is_legacy_checkpoint
 from rnnconv.safeio import digest_in_background
 from rnnconv.table.formats import FORMAT_INFO
@@ -89,25 +99,14 @@ class TorchFormat(Format):
     def inspect(self, path: Path) -> InspectReport:
         from rnnconv.formats.torch.reader import find_rnns, load_state_dict, rnn_sizes, to_canonical
 
-        entries = []
-        for rnn in find_rnns(load_state_dict(path)):
-            try:
-                canonical = to_canonical(rnn, Provenance(path=str(path)))
-                entries.append(
-                    InspectEntry(
-                        name=rnn.name,
-                        layer_class=canonical.source.layer_class or "nn.?",
-                        spec=canonical.spec.to_model(),
-                        converts=True,
-                        notes=canonical.notes,
-                    )
-                )
-            except RnnconvError as exc:
-                cls, sizes = rnn_sizes(rnn)
-                entries.append(
-                    InspectEntry(name=rnn.name, layer_class=cls, sizes=sizes, converts=False, reason=str(exc))
-                )
-        return InspectReport(path=str(path), format=_kind(path), rnns=entries)
+        provenance = Provenance(path=str(path))
+
+        def entry(rnn: TorchRNN) -> InspectEntry:
+            cls, sizes = rnn_sizes(rnn)  # the class its tensors' shapes give, also when it does not convert
+            return inspect_entry(rnn.name, cls, functools.partial(to_canonical, rnn, provenance), lambda: sizes)
+
+        rnns = [entry(rnn) for rnn in find_rnns(load_state_dict(path))]
+        return InspectReport(path=str(path), format=_kind(path), rnns=rnns)
 
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
         if recorded.prefix is not None:
