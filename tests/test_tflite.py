@@ -295,7 +295,7 @@ def test_the_converters_bidirectional_stack_reads_as_one_rnn(tmp_path):
     source = TFLITE / "keras_bilstm_converter.tflite"
     (entry,) = rnnconv.inspect(source).rnns
     assert not entry.converts and "cell_clip=10.0" in entry.reason
-    assert (entry.spec.num_layers, entry.spec.bidirectional, entry.spec.hidden_size) == (2, True, 7)
+    assert (entry.sizes.num_layers, entry.sizes.bidirectional, entry.sizes.hidden_size) == (2, True, 7)
     unclipped = _unclipped(source, tmp_path / "unclipped.tflite")
     (entry,) = rnnconv.inspect(unclipped).rnns
     assert entry.converts and entry.spec.num_layers == 2 and entry.spec.bidirectional
