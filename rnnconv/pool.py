@@ -48,16 +48,32 @@ def serve() -> None:
     """A worker: run each `(function, args)` sent on stdin and send its result back, until stdin closes."""
     results = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # what a framework prints goes to stderr, not into results
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # unwinds: temporaries removed
+    stopped: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        stopped.append(signum)
+        sys.exit(128 + signum)  # unwinds: temporaries removed
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         while True:
             try:
                 function, args = _receive(sys.stdin.buffer)
             except EOFError:
                 return
-            _send(results, function(*args))
+            result = function(*args)
+            try:
+                _send(results, result)
+            except BrokenPipeError:  # the caller stopped listening (it is being terminated): nobody to tell
+                with contextlib.suppress(OSError):
+                    results.close()  # not flushed again at exit, which would print the same error
+                return
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the caller says what happened
         sys.exit(130)
+    except Exception:
+        if stopped:  # what the unwinding broke on its way (an import cut short): the caller asked for it, and says so
+            sys.exit(128 + stopped[0])
+        raise
 
 
 class Worker:

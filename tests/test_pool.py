@@ -70,7 +70,9 @@ def test_a_batch_stopped_by_sigterm_leaves_no_temporary(tmp_path):
     out = tmp_path / "out"
     command = [sys.executable, "-m", "rnnconv", "convert", *map(str, sources), f"{out}/", "-j", "2", "--to", "torch"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2.5)  # started, planned, and converting (whenever it lands, nothing may be left half done)
+    deadline = time.monotonic() + 120  # the folder is made once the command runs (its SIGTERM handler set) and the
+    while not out.exists() and process.poll() is None and time.monotonic() < deadline:  # batch is planned: a loaded
+        time.sleep(0.01)  # machine's slow start is not a kill before the handler; then it lands mid-batch or after
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode in (0, 143), stderr
@@ -78,3 +80,41 @@ def test_a_batch_stopped_by_sigterm_leaves_no_temporary(tmp_path):
     left = [p.name for p in Path(out).iterdir()] if out.exists() else []
     assert not [name for name in left if name.startswith(".")], left  # no temporary folder left behind
     assert all(name.endswith(".pt") and (out / name).stat().st_size > 0 for name in left), left
+
+
+def started_then_cut_short(marker: str) -> None:
+    """What numpy's import does when a SIGTERM's exit unwinds through it: the SystemExit becomes another error."""
+    Path(marker).touch()
+    try:
+        time.sleep(60)
+    except SystemExit as exc:
+        raise ImportError("cut short") from exc
+
+
+def bare_worker() -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", pool.WORKER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def test_a_worker_stopped_mid_task_ends_quietly_whatever_its_unwinding_breaks(tmp_path):
+    worker, marker = bare_worker(), tmp_path / "started"
+    pool._send(worker.stdin, (started_then_cut_short, (str(marker),)))
+    deadline = time.monotonic() + 120
+    while not marker.exists() and worker.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    worker.send_signal(signal.SIGTERM)
+    _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 128 + signal.SIGTERM and not stderr, stderr.decode()
+
+
+def test_a_worker_whose_caller_stopped_listening_ends_quietly():
+    worker = bare_worker()
+    pool._send(worker.stdin, (time.sleep, (1.0,)))
+    worker.stdout.close()  # the caller, terminated, reads no result
+    worker.stdin.close()
+    assert worker.wait(timeout=60) == 0
+    assert not worker.stderr.read(), "the worker said something"
