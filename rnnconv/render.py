@@ -456,9 +456,11 @@ def guarded(run: Callable[..., int | None], values: dict[str, Any], command: str
         return run(**values)
     except Terminated as exc:
         remove_live_temps()
-        return failed(128 + exc.signum, "terminated; no output was left behind", as_json, command, plain=True)
+        return failed(
+            128 + exc.signum, "terminated; no half-written output was left behind", as_json, command, plain=True
+        )
     except KeyboardInterrupt:
-        return failed(130, "interrupted; no output was left behind", as_json, command, plain=True)
+        return failed(130, "interrupted; no half-written output was left behind", as_json, command, plain=True)
     except Exception as exc:
         code, sentence = failure(exc)
         if code == EXIT_INTERNAL and os.environ.get("RNNCONV_DEBUG"):

@@ -556,7 +556,7 @@ app(["convert", {str(TORCH / "rnn_tanh.pt")!r}, {str(out)!r}])
     assert run.stdout.readline().strip() == "writing"
     run.send_signal(signal.SIGTERM)
     assert run.wait(timeout=30) == 128 + signal.SIGTERM
-    assert "terminated; no output was left behind" in run.stderr.read()
+    assert "terminated; no half-written output was left behind" in run.stderr.read()
     assert not list(tmp_path.iterdir())
     stale = tmp_path / f".out.bin.rnnconv-{2**22 + 12345}-abc.part"  # a pid no process has
     stale.mkdir()
