@@ -48,6 +48,7 @@ CATEGORIES = (
     "code_executed",
     "malformed_accepted",  # exit 0 on an input its mutator damaged where every reader must refuse it
     "message_lost",  # an error's sentence that did not reach stderr, or a result stdout did not get
+    "harness_error",  # the harness itself failed on a case (a mutator's bug): counted, and the run goes on
 )
 FAMILIES = (
     "keras_h5",
@@ -463,13 +464,16 @@ def main(argv: list[str] | None = None) -> int:
                         family = families[index % len(families)]
                         rng = random.Random(f"{args.seed}-{index}")  # the same case whatever the scheduling
                         case_start = time.monotonic()
-                        if family == "changing_source":  # families that run their commands their own way
-                            changing.run_case(changing_seeds(), work, rng, index, worker_box, marker, tally, keep)
-                        elif family == "odd_environment":
-                            odd_env.run_case(index, rng, work, tally, keep)
-                        else:
-                            case = make_case(family, seeds, rng, index)
-                            run_case(case, worker_box, marker, work / "cases" / case.name, tally, keep)
+                        try:
+                            if family == "changing_source":  # families that run their commands their own way
+                                changing.run_case(changing_seeds(), work, rng, index, worker_box, marker, tally, keep)
+                            elif family == "odd_environment":
+                                odd_env.run_case(index, rng, work, tally, keep)
+                            else:
+                                case = make_case(family, seeds, rng, index)
+                                run_case(case, worker_box, marker, work / "cases" / case.name, tally, keep)
+                        except Exception as exc:  # a job that stopped here would lose the whole run's report
+                            tally.fail(family, "harness_error", f"case {index} (seed {args.seed}): {exc!r}")
                         tally.seconds[family] += time.monotonic() - case_start
                 finally:
                     worker_box[0].kill()

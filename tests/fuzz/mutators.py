@@ -1017,7 +1017,7 @@ def mutate_onnx_quantized(data: bytes, rng: random.Random) -> bytes:
                 values, shape = values[:1], ()
             tensor.CopyFrom(numpy_helper.from_array(values.reshape(shape), tensor.name))
         elif choice == 3:  # inputs dropped, or added past the op's twelve
-            if rng.random() < 0.5:
+            if rng.random() < 0.5 and len(node.input) > 1:
                 del node.input[rng.randrange(1, len(node.input)) :]
             else:
                 node.input.extend(["", "extra"])
