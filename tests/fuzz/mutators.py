@@ -1073,8 +1073,11 @@ def mutate_onnx_unrolled(data: bytes, rng: random.Random) -> bytes:
                 node.input[0], node.input[1] = node.input[1], node.input[0]
         elif choice == 4:  # weights of other shapes or values
             tensor = rng.choice(list(graph.initializer)) if graph.initializer else None
-            if tensor is not None:
-                values = numpy_helper.to_array(tensor).copy()
+            try:
+                values = numpy_helper.to_array(tensor).copy() if tensor is not None else None
+            except ValueError:  # an earlier mutation left its bytes and its type at odds: that damage stays
+                values = None
+            if tensor is not None and values is not None:
                 if values.dtype.kind == "i" and values.size:
                     values.reshape(-1)[0] = rng.choice(HUGE_INTS)
                 elif rng.random() < 0.5:
