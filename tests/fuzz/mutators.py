@@ -940,6 +940,8 @@ def mutate_onnx_folding(data: bytes, rng: random.Random) -> bytes:
             graph, node = rng.choice(rnns)
             index = rng.choice([i for i in (1, 2, 3, 5) if i < len(node.input) and node.input[i]] or [1])
             source = node.input[index] if index < len(node.input) else "nowhere"
+            while len(node.input) <= index:  # a node an earlier round cut down to its X
+                node.input.append("")
             node.input[index] = _weight_chain(graph, source, rng, f"fz{round_}")
         elif choice == 6:
             _nest(model, rng)
@@ -975,6 +977,17 @@ def mutate_onnx_folding(data: bytes, rng: random.Random) -> bytes:
     return model.SerializeToString()
 
 
+def _stored_values(tensor) -> np.ndarray | None:
+    """A stored tensor's values, or None where an earlier mutation left its bytes and its type at odds (that damage
+    stays)."""
+    from onnx import numpy_helper
+
+    try:
+        return numpy_helper.to_array(tensor).copy()
+    except ValueError:
+        return None
+
+
 def mutate_onnx_quantized(data: bytes, rng: random.Random) -> bytes:
     """A quantized LSTM's int8 weights, scales and zero points of other types, shapes and values."""
     import onnx
@@ -993,8 +1006,8 @@ def mutate_onnx_quantized(data: bytes, rng: random.Random) -> bytes:
         names = [i for i in node.input[8:] if i in stored] + [i for i in node.input[1:3] if i in stored]
         if choice == 0 and names:  # values: NaN, inf, zero or huge scales; zero points anywhere
             tensor = stored[rng.choice(names)]
-            values = numpy_helper.to_array(tensor).copy()
-            if values.size:
+            values = _stored_values(tensor)
+            if values is not None and values.size:
                 special = (
                     [np.nan, np.inf, -np.inf, 0.0, 1e38, -1.0] if values.dtype.kind == "f" else [-128, 0, 127, 255]
                 )
@@ -1006,16 +1019,19 @@ def mutate_onnx_quantized(data: bytes, rng: random.Random) -> bytes:
                 tensor.CopyFrom(numpy_helper.from_array(values, tensor.name))
         elif choice == 1 and names:  # another element type
             tensor = stored[rng.choice(names)]
-            values = numpy_helper.to_array(tensor)
+            values = _stored_values(tensor)
             target = rng.choice([np.int8, np.uint8, np.int32, np.float16, np.float32, np.float64, np.int64, bool])
-            tensor.CopyFrom(numpy_helper.from_array(values.astype(target), tensor.name))
+            if values is not None:
+                tensor.CopyFrom(numpy_helper.from_array(values.astype(target), tensor.name))
         elif choice == 2 and names:  # another shape
             tensor = stored[rng.choice(names)]
-            values = numpy_helper.to_array(tensor).reshape(-1)
-            shape = rng.choice([(values.size,), (1, values.size), (values.size, 1, 1), ()])
-            if shape == () and values.size:
-                values, shape = values[:1], ()
-            tensor.CopyFrom(numpy_helper.from_array(values.reshape(shape), tensor.name))
+            values = _stored_values(tensor)
+            if values is not None:
+                values = values.reshape(-1)
+                shape = rng.choice([(values.size,), (1, values.size), (values.size, 1, 1), ()])
+                if shape == () and values.size:
+                    values, shape = values[:1], ()
+                tensor.CopyFrom(numpy_helper.from_array(values.reshape(shape), tensor.name))
         elif choice == 3:  # inputs dropped, or added past the op's twelve
             if rng.random() < 0.5 and len(node.input) > 1:
                 del node.input[rng.randrange(1, len(node.input)) :]
@@ -1073,12 +1089,10 @@ def mutate_onnx_unrolled(data: bytes, rng: random.Random) -> bytes:
                 node.input[0], node.input[1] = node.input[1], node.input[0]
         elif choice == 4:  # weights of other shapes or values
             tensor = rng.choice(list(graph.initializer)) if graph.initializer else None
-            try:
-                values = numpy_helper.to_array(tensor).copy() if tensor is not None else None
-            except ValueError:  # an earlier mutation left its bytes and its type at odds: that damage stays
-                values = None
+            values = _stored_values(tensor) if tensor is not None else None
             if tensor is not None and values is not None:
                 if values.dtype.kind == "i" and values.size:
+                    values = values.astype(np.int64)  # room for every huge value, whatever the stored width
                     values.reshape(-1)[0] = rng.choice(HUGE_INTS)
                 elif rng.random() < 0.5:
                     values = values.reshape(-1)[: rng.randrange(values.size + 1)]
