@@ -14,6 +14,9 @@
 #
 #     mkdir -p .gpu && cp KIT/wheels/* .gpu/
 #     python3 -m pip download -q -d .gpu --only-binary=:all: --python-version 3.12 pytest setuptools
+#     python3 -m pip download -q -d .gpu/fallback --only-binary=:all: --python-version 3.12 --platform \
+#         manylinux_2_28_x86_64 --platform manylinux2014_x86_64 h5py safetensors rich typer  # keep only these
+#         # and their own needs (markdown-it-py, mdurl, shellingham): installed only where the machine lacks one
 #     python3 -m rnnconv convert fixtures/onnx/gru3_bi_torchscript.onnx .gpu/onnx.bin --force
 #
 # (pytest runs the GPU tests and setuptools builds PyCUDA, where the kit has neither; the GPU machine has no
@@ -26,6 +29,10 @@
 #     bash bench/gpu_day.sh "$OUT" install verify tests
 #
 # Steps: install pycuda doctor battery verify tests (in that order, whatever order they are named in).
+# PyCUDA builds on the CPU beside the battery on the GPU (into a folder of its own, put on PYTHONPATH only
+# once built): the battery runs rnnconv's ctypes CUDA session, verify and the tests whichever is there then
+# (test_cuda_session.py runs both where PyCUDA built). The battery runs its --quick subset first
+# (cudnn_layout_quick.json), so a run cut short still has every group and dtype.
 # Exit: 0 every step passed; 1 a step found a difference (the battery, a verify, a test); 2 bad arguments;
 # 3 stopped at the first step that needed a GPU (or a library) this machine lacks: the last line says which
 # and why; what was done until then is in the output folder.
@@ -65,7 +72,7 @@ cd "$ROOT" || exit 2
 PYTHON=${PYTHON:-python3}
 WHEELS=${WHEELS:-$ROOT/.gpu}
 SITE=${SITE:-$ROOT/.gpu-site}
-PYCUDA_SECONDS=${PYCUDA_SECONDS:-150}
+PYCUDA_SECONDS=${PYCUDA_SECONDS:-300}
 BATTERY_ARGS=${BATTERY_ARGS:-}
 mkdir -p "$OUT_DIR" || exit 2
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
@@ -100,10 +107,18 @@ run() {
     say "== $name: exit $RC after ${took}s"
 }
 
+# Stop a process and everything it started (the PyCUDA build: timeout, pip, the compiler).
+stop_tree() {
+    local child
+    for child in $(pgrep -P "$1"); do stop_tree "$child"; done
+    kill "$1" 2>/dev/null
+}
+
 # Pack everything into at most 8 files; called on every exit.
 finish() {
     local code=$?
     trap - EXIT INT TERM
+    [[ -n ${PYCUDA_PID:-} && -z ${pycuda_joined:-} ]] && stop_tree "$PYCUDA_PID"  # a build still running
     say "== total ${BASH_SOURCE[0]##*/} time: $(elapsed "$STARTED")s, exit $code"
     if [[ -f $OUT_DIR/cudnn_api.log ]] && (($(stat -c %s "$OUT_DIR/cudnn_api.log") > 15000000)); then
         mv "$OUT_DIR/cudnn_api.log" "$WORK/cudnn_api.full.log"  # too big to come back: its end, and all of it packed
@@ -144,6 +159,12 @@ if [[ -n ${WANTED[install]:-} ]]; then
         say "== install: no wheels in $WHEELS (fill it from the kit first); going on with what is installed"
         RC=0
     fi
+    fallback=("$WHEELS"/fallback/*.whl)
+    if ((${#fallback[@]})) && [[ -f ${fallback[0]} ]] &&
+        ! "$PYTHON" -c "import h5py, safetensors, rich, typer" 2>/dev/null; then
+        run install_fallback 120 "$PYTHON" -m pip install --no-index --no-deps --upgrade --disable-pip-version-check \
+            --target "$SITE" "${fallback[@]}"
+    fi
     run imports 60 "$PYTHON" -c "import numpy, h5py, safetensors, rich, typer, pydantic, blake3, google_crc32c
 import rnnconv.cli, rnnconv.cudnn.battery
 print('rnnconv imports from', rnnconv.__file__)"
@@ -153,6 +174,8 @@ print('rnnconv imports from', rnnconv.__file__)"
     fi
 fi
 
+PYCUDA_PID=
+PYCUDA_SITE=$WORK/pycuda-site
 if [[ -n ${WANTED[pycuda]:-} ]]; then
     sdist=$(ls "$WHEELS"/pycuda-*.tar.gz 2>/dev/null | head -n 1)
     if [[ -z $sdist ]]; then
@@ -161,14 +184,30 @@ if [[ -n ${WANTED[pycuda]:-} ]]; then
         say "== pycuda: no nvcc here; rnnconv's ctypes CUDA session will run"
     else
         export CUDA_ROOT=${CUDA_ROOT:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
-        # the build compiles its 40-odd C++ files one at a time: PYCUDA_SECONDS bounds it
-        run pycuda "$PYCUDA_SECONDS" "$PYTHON" -m pip install --no-index --no-deps --no-build-isolation \
-            --disable-pip-version-check --target "$SITE" "$sdist"
-        if [[ $RC -ne 0 ]]; then
-            say "== pycuda: not built ($LAST_LINE); going on: rnnconv's ctypes CUDA session will run"
-        fi
+        # the build compiles its 40-odd C++ files one at a time, on the CPU: it runs beside the GPU steps,
+        # bounded by PYCUDA_SECONDS, into a folder nothing imports from until it has finished
+        (
+            run pycuda "$PYCUDA_SECONDS" "$PYTHON" -m pip install --no-index --no-deps --no-build-isolation \
+                --disable-pip-version-check --target "$PYCUDA_SITE" "$sdist"
+            echo "$RC" >"$WORK/pycuda.rc"
+        ) &
+        PYCUDA_PID=$!
     fi
 fi
+
+# Wait for the PyCUDA build (if one runs) and put it on PYTHONPATH where it built.
+pycuda_joined=
+join_pycuda() {
+    [[ -n $PYCUDA_PID && -z $pycuda_joined ]] || return 0
+    pycuda_joined=1
+    wait "$PYCUDA_PID"
+    if [[ $(cat "$WORK/pycuda.rc" 2>/dev/null) == 0 ]]; then
+        export PYTHONPATH="$PYCUDA_SITE:$PYTHONPATH"
+        say "== pycuda: built; the steps from here on may run PyCUDA's session"
+    else
+        say "== pycuda: not built (see the log); rnnconv's ctypes CUDA session runs"
+    fi
+}
 
 if [[ -n ${WANTED[doctor]:-} ]]; then
     run doctor 120 "$PYTHON" -m rnnconv doctor --json
@@ -177,8 +216,14 @@ if [[ -n ${WANTED[doctor]:-} ]]; then
 fi
 
 if [[ -n ${WANTED[battery]:-} ]]; then
+    # the ctypes session: PyCUDA is still building (the tests run PyCUDA's where it built)
+    RNNCONV_CUDA_SESSION=ctypes run battery_quick 120 "$PYTHON" -m rnnconv gpu-battery --quick --force \
+        -o "$OUT_DIR/cudnn_layout_quick.json"
+    stop_if_missing battery
+    [[ $RC -eq 0 ]] || FOUND_DIFFERENCE=1
     # shellcheck disable=SC2086  # BATTERY_ARGS is a list of options
-    run battery 420 "$PYTHON" -m rnnconv gpu-battery --force -o "$OUT_DIR/cudnn_layout.json" $BATTERY_ARGS
+    RNNCONV_CUDA_SESSION=ctypes run battery 360 "$PYTHON" -m rnnconv gpu-battery --force \
+        -o "$OUT_DIR/cudnn_layout.json" $BATTERY_ARGS
     stop_if_missing battery
     [[ $RC -eq 0 ]] || FOUND_DIFFERENCE=1
 fi
@@ -197,6 +242,7 @@ VERIFY=(
     "onnx|fixtures/onnx/gru3_bi_torchscript.onnx|"
     "tf1|fixtures/tf1/gru_bi.ckpt|"
 )
+join_pycuda
 if [[ -n ${WANTED[verify]:-} ]]; then
     for item in "${VERIFY[@]}"; do  # every conversion first: they need no GPU
         IFS='|' read -r name source options <<<"$item"

@@ -39,7 +39,7 @@ def test_without_a_gpu_it_stops_at_the_battery_with_exit_3_and_leaves_its_output
     assert len(files) <= 8 and all(re.fullmatch(r"[A-Za-z0-9._-]+", f) for f in files), files
     assert {"gpu_day.log", "steps.tsv", "doctor.json", "rest.tar.gz"} <= set(files)
     steps = {line.split("\t")[0]: line.split("\t")[2] for line in (out / "steps.tsv").read_text().splitlines()[1:]}
-    assert steps == {"imports": "0", "doctor": "0", "doctor_text": "0", "battery": "3"}
+    assert steps == {"imports": "0", "doctor": "0", "doctor_text": "0", "battery_quick": "3"}
     assert "no wheels in" in (out / "gpu_day.log").read_text()
 
 
