@@ -124,7 +124,7 @@ finish() {
         mv "$OUT_DIR/cudnn_api.log" "$WORK/cudnn_api.full.log"  # too big to come back: its end, and all of it packed
         tail -c 15000000 "$WORK/cudnn_api.full.log" >"$OUT_DIR/cudnn_api.log"
     fi
-    tar -czf "$OUT_DIR/rest.tar.gz" -C "$WORK" . 2>/dev/null
+    tar -czf "$OUT_DIR/rest.tar.gz" -C "$WORK" --exclude=./pycuda-site . 2>/dev/null
     rm -rf "$WORK"
     exit "$code"
 }
@@ -229,8 +229,8 @@ if [[ -n ${WANTED[battery]:-} ]]; then
 fi
 
 # verify --backend cudnn on a blob of each source format. The source runs in its own framework; where that
-# framework is not on this machine (TensorFlow, onnxruntime), the same blob is run through cuDNN against
-# rnnconv's numpy reference instead (which CI holds to those frameworks), so every blob still meets cuDNN.
+# framework or runtime is not on this machine (TensorFlow, OpenVINO, LiteRT, ncnn, MLX), the same blob is run
+# through cuDNN against rnnconv's numpy reference instead (which CI holds to those frameworks), so every blob still meets cuDNN.
 VERIFY=(
     "torch_lstm_proj|fixtures/torch/lstm_proj.pt|"
     "torch_gru_bf16|fixtures/torch/gru_bf16.pt|"
@@ -241,6 +241,10 @@ VERIFY=(
     "tf_keras|fixtures/tf_keras/lstm.h5|"
     "onnx|fixtures/onnx/gru3_bi_torchscript.onnx|"
     "tf1|fixtures/tf1/gru_bi.ckpt|"
+    "openvino_f16|fixtures/openvino/lstm_saved_f16.xml|"
+    "tflite|fixtures/tflite/rnn_tanh.tflite|"
+    "ncnn|fixtures/ncnn/lstm_proj.param|"
+    "mlx|fixtures/mlx/lstm.safetensors|"
 )
 join_pycuda
 if [[ -n ${WANTED[verify]:-} ]]; then

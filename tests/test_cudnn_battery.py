@@ -212,3 +212,20 @@ def test_the_forward_check_is_verifys_with_inputs_rounded_to_the_blobs_type(dtyp
     assert battery.check_forward(ReferenceBackend(tol.atol * 0.9), blob, seed=2, ragged=False)["matches"]
     off = battery.check_forward(ReferenceBackend(tol.atol * 1.1 + tol.rtol * 2), blob, seed=2, ragged=False)
     assert not off["matches"]
+
+
+@pytest.mark.parametrize(
+    "line,version",
+    [
+        (
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22)",
+            "580.159.04",
+        ),
+        ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023", "535.104.05"),
+        ("something else entirely", None),
+    ],
+)
+def test_the_battery_records_the_nvidia_driver_from_the_drivers_own_file(line, version, tmp_path):
+    (tmp_path / "version").write_text(line + "\nGCC version:  gcc version 12.3.0\n")
+    assert battery.nvidia_driver(tmp_path / "version") == version
+    assert battery.nvidia_driver(tmp_path / "absent") is None

@@ -18,6 +18,7 @@ import ctypes
 import itertools
 import json
 import platform
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -93,7 +94,10 @@ def configurations(quick: bool = False) -> list[Configuration]:
     return [c for c in found if c.quick] if quick else found
 
 
-def _random_rnn(spec: RNNSpec, seed: int) -> CanonicalRNN:
+def random_rnn(spec: RNNSpec, seed: int) -> CanonicalRNN:
+    """Random weights at PyTorch's initial scale. Larger ones make a test ill-conditioned, not stricter: with
+    N(0, 0.3) weights at hidden 2048, one float32 rounding of the weights moves the outputs by 23x verify's
+    tolerance (measured), so any two correct engines would disagree."""
     rng = np.random.default_rng(seed)
     # U(-k, k), k = 1/sqrt(H), as PyTorch initialises RNNs: a large RNN's gates stay out of saturation, and
     # uniform float32 draws are several times faster than normal ones for the 50M weights of the large ones
@@ -174,6 +178,7 @@ def run_battery(
         backend.session = session
         head.update(gpu=session.device_name(), compute_capability=".".join(map(str, session.compute_capability())))
         head["cuda_session"] = session.describe()
+        head["nvidia_driver"] = nvidia_driver()
         say(f"{len(chosen)} configurations on {head['gpu']} (cuDNN {status.found.get('cudnn_version')})")
         try:
             for index, configuration in enumerate(chosen):
@@ -185,6 +190,16 @@ def run_battery(
             head["seconds"] = round(time.monotonic() - started, 1)
             report = recorder.write(complete=stopped is None, stopped=stopped)
     return report
+
+
+def nvidia_driver(path: Path = Path("/proc/driver/nvidia/version")) -> str | None:
+    """The NVIDIA kernel driver's version (e.g. 580.159.04), from the file the driver keeps; None without one."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    found = re.search(r"Kernel Module(?:\s+for\s+\w+)?\s+(\d+(?:\.\d+)+)", text)
+    return found.group(1) if found else None
 
 
 def run_configuration(backend: CudnnBackend, configuration: Configuration, index: int, tmp: Path) -> dict[str, Any]:
@@ -201,7 +216,7 @@ def run_configuration(backend: CudnnBackend, configuration: Configuration, index
     try:
         entry.update(reported_layout(backend, spec))
         path = tmp / "battery.bin"
-        write_bin(_random_rnn(spec, index), path, spec.dtype, force=True)
+        write_bin(random_rnn(spec, index), path, spec.dtype, force=True)
         blob = open_bin(path)
         entry["forward_runs"] = {}
         for batch in ("ragged", "full"):
