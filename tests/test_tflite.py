@@ -645,3 +645,28 @@ def test_bidirectional_sequence_lstm_ops_read_as_one_rnn(tmp_path):
     rnnconv.convert(path, blob)
     result = run_cli("verify", blob, "--backend", "numpy")
     assert result.returncode == 0 and "MATCH" in result.stdout, result.stdout + result.stderr
+
+
+def test_a_tflite_source_without_litert_is_exit_3_even_where_its_metadata_is_gone_too(tmp_path, monkeypatch):
+    """Found on the GPU machine (flatbuffers there, ai-edge-litert not): the report's version was asked of the
+    package metadata before the interpreter's import, and the missing metadata was an internal error (exit 4)."""
+    from importlib import metadata
+
+    from rnnconv.errors import BackendMissing
+    from rnnconv.formats import tflite
+
+    def absent(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", absent)
+    assert tflite.litert_version() == "(version unknown)"  # importable without metadata: still runs
+    monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)
+    with pytest.raises(BackendMissing, match=r"pip install 'rnnconv\[tflite\]'"):
+        tflite.litert_version()
+    blob = tmp_path / "t.bin"
+    rnnconv.convert(FIXTURES / "tflite" / "rnn_tanh.tflite", blob, to="cudnn")
+    shadow = tmp_path / "shadow" / "ai_edge_litert"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named ai_edge_litert')\n")
+    result = run_cli("verify", blob, "--backend", "numpy", env={"PYTHONPATH": str(shadow.parent)})
+    assert result.returncode == 3 and "pip install 'rnnconv[tflite]'" in result.stderr, result.stderr

@@ -1140,9 +1140,14 @@ def _interpreter() -> Any:
 
 
 def litert_version() -> str:
-    from importlib.metadata import version
+    """LiteRT's version for the report; BackendMissing (exit 3) where LiteRT is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return version("ai-edge-litert")
+    _interpreter()
+    try:
+        return version("ai-edge-litert")
+    except PackageNotFoundError:  # importable without its metadata (a copied tree, a vendored build)
+        return "(version unknown)"
 
 
 def run_graph(graph: Graph, inputs: Inputs | dict[str, np.ndarray | None]) -> dict[str, np.ndarray | None]:
