@@ -105,7 +105,7 @@ def test_junit_when_verify_cannot_run(tmp_path):
 
     blob = to_blob(TORCH / "rnn_tanh.pt", None, tmp_path / "x.bin")
     no_matplotlib = run_cli(
-        "verify", blob, "--plot", tmp_path / "p.svg", "--junit", junit, "--force", env=hide_matplotlib(tmp_path)
+        "verify", blob, "--plot", tmp_path / "p.svg", "--junit", junit, "--force", env=hide(tmp_path, "matplotlib")
     )
     assert_clean_failure(no_matplotlib, 3, "pip install 'rnnconv[plot]'")
     (error,) = suite_of(junit).findall("testcase/error")
@@ -196,12 +196,23 @@ def test_sparklines_in_verify_output_fall_back_to_ascii(tmp_path):
 # --- the plot -------------------------------------------------------------------------------------
 
 
-def hide_matplotlib(tmp_path: Path) -> dict[str, str]:
-    """An environment in which `import matplotlib` fails, as where the plot extra is not installed."""
-    shadow = tmp_path / "no_matplotlib"
+def hide(tmp_path: Path, *modules: str) -> dict[str, str]:
+    """An environment in which importing each of `modules` fails, as where its extra is not installed."""
+    shadow = tmp_path / "hidden_modules"
     shadow.mkdir(exist_ok=True)
-    (shadow / "matplotlib.py").write_text("raise ImportError('No module named matplotlib')\n")
+    for module in modules:
+        (shadow / f"{module}.py").write_text(f"raise ImportError('No module named {module}')\n")
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")]))}
+
+
+def test_a_keras_3_file_without_any_keras_names_what_to_install_not_a_keras_2_source(tmp_path):
+    """Found on the GPU machine (no TensorFlow): a .keras file's verify said "this Keras 2 source needs tf_keras"."""
+    blob = to_blob(ROOT / "fixtures" / "keras3" / "lstm.keras", None, tmp_path / "k.bin")
+    result = run_cli("verify", blob, "--backend", "numpy", env=hide(tmp_path, "keras", "tf_keras", "tensorflow"))
+    assert_clean_failure(
+        result, 3, "needs Keras 3 or tf-keras, and neither is installed", "pip install 'rnnconv[keras]'"
+    )
+    assert "Keras 2 source" not in result.stderr
 
 
 def test_plot_of_a_corrupted_blob(tmp_path):
@@ -220,7 +231,7 @@ def test_plot_of_a_corrupted_blob(tmp_path):
 def test_plot_refusals(tmp_path):
     blob = to_blob(TORCH / "rnn_tanh.pt", None, tmp_path / "x.bin")
     assert_clean_failure(run_cli("verify", blob, "--plot", tmp_path / "p.jpg"), 2, "a .svg or .png picture")
-    result = run_cli("verify", blob, "--plot", tmp_path / "p.png", env=hide_matplotlib(tmp_path))
+    result = run_cli("verify", blob, "--plot", tmp_path / "p.png", env=hide(tmp_path, "matplotlib"))
     assert_clean_failure(result, 3, "--plot needs matplotlib", "pip install 'rnnconv[plot]'")
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "p.png").exists()
 

@@ -224,10 +224,19 @@ def load_source_layers(
 
 
 def _any_keras() -> Any:
+    """Keras 3, else tf-keras: a file whose tensors either builds; with neither, one sentence naming both."""
     try:
         return import_keras("3")
-    except BackendMissing:
-        return import_keras("2")
+    except BackendMissing as missing_3:
+        try:
+            return import_keras("2")
+        except BackendMissing:
+            if "Keras 3, but keras" in str(missing_3):  # a Keras 2 `keras` package: that is the news
+                raise missing_3 from None
+            raise BackendMissing(
+                "running this Keras file needs Keras 3 or tf-keras, and neither is installed "
+                "(pip install 'rnnconv[keras]')"
+            ) from None
 
 
 def _version(keras: Any) -> str:
