@@ -508,7 +508,4 @@ class CudnnFormat(Format):
             )
             for b in blobs
         ]
-        notes = []
-        if any(b.spec.proj_size for b in blobs):
-            notes.append(f"projection: {LAYOUT.projection} -- {LAYOUT.unverified}")
-        return InspectReport(path=str(path), format=blobs[0].kind, rnns=rnns, notes=notes)
+        return InspectReport(path=str(path), format=blobs[0].kind, rnns=rnns, notes=[])
