@@ -6,7 +6,7 @@ Makes (once) a 4-layer bidirectional LSTM, input 1024, hidden 2048, float32 (1.4
 as a Keras legacy .h5, a .keras and a PyTorch .pt (bench/make_models.py), then times
 fresh processes: each big conversion against `cp` of its source (source in the page
 cache, after `sync`), the peers' own ways (Keras' load_model + _standardize_cudnn_weights,
-torch.load + torch.cat, torch.save), a small conversion from every format, `--help`, and
+torch.load + torch.cat, torch.save), a small conversion from every format, and
 the import of the libraries every rnnconv command needs, with the one a format's files need
 (h5py, onnx): the floor of a small conversion, each small task's ratio is to its floor; and an
 empty interpreter (`python -c pass`). `--small-only` times just the small tasks and their floors.
@@ -34,7 +34,7 @@ RNNCONV = [PYTHON, "-m", "rnnconv"]
 LAYERS = "lstm0,lstm1,lstm2,lstm3"
 FIXTURES = ROOT / "fixtures"
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-SPEED_TARGET, SMALL_TARGET = 2.0, 0.3  # x cp for big conversions; seconds for a small one and --help
+SPEED_TARGET, SMALL_TARGET = 2.0, 0.3  # x cp for big conversions; seconds for a small one (--help: help_speed.py)
 MEMORY_TARGET, MEMORY_SLACK_MB = 1.3, 150  # peak RSS <= 1.3 x the model + 150 MB
 
 NAIVE_KERAS = """
@@ -186,12 +186,11 @@ def big(work: Path, skip_peers: bool, row: Callable[..., None]) -> float:
 
 
 def small_tasks(work: Path, row: Callable[..., None]) -> None:
-    """`--help` and a small conversion from every format, each against the import floor of what it must import
-    (the libraries every command needs, and h5py for a Keras file, onnx for an ONNX one)."""
+    """A small conversion from every format, each against the import floor of what it must import (the libraries
+    every command needs, and h5py for a Keras file, onnx for an ONNX one). `--help` is bench/help_speed.py's."""
     row("python -c pass (an empty interpreter)", [PYTHON, "-c", "pass"], None, [])
     for library, label in FLOORS.items():
         row(label, [PYTHON, "-c", LIBRARIES + (f", {library}" if library else "")], None, [])
-    row("rnnconv --help", RNNCONV + ["--help"], None, [], FLOORS[""], "small")
     small = work / "small.bin"
     smalls = {  # name: (file, the library its format needs)
         "keras3/lstm.h5": (FIXTURES / "keras3" / "lstm.h5", "h5py"),

@@ -2,16 +2,17 @@
 
 Conversions to cuDNN and back are listed by name; every other direction is `convert --to TARGET`. Its
 SOURCE-to-TARGET command from earlier versions still works: hidden from `--help`, completed by the shell
-when no listed command starts with what was typed.
+when no listed command starts with what was typed, and made only when it is named (making all of them took
+longer than the rest of `rnnconv --help`).
 """
 
 from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import typer
 from typer.core import TyperGroup
@@ -51,9 +52,56 @@ def direction_doc(source: str, target: str) -> str:
     )
 
 
+class Made(MutableMapping[str, Any]):
+    """A command group's commands by name: those made, and the hidden ones, each made when it is first looked up.
+    Iterating gives every name (a typo's suggestions come from them) and makes nothing."""
+
+    def __init__(self, made: MutableMapping[str, Any], makers: dict[str, Callable[[], Any]]):
+        self.made, self.makers = dict(made), makers
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.made:
+            self.made[name] = self.makers[name]()  # KeyError for a name that is not a command
+        return self.made[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self.made[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self.made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.made
+        yield from (name for name in self.makers if name not in self.made)
+
+    def __len__(self) -> int:
+        return len(self.made) + sum(name not in self.made for name in self.makers)
+
+
 class Commands(TyperGroup):
     """rnnconv's command group: a hidden name still completes in the shell when no listed command does, and a
     usage error (an unknown option, a value not among the choices) is a JSON error document too with --json."""
+
+    # A hidden command's name -> what makes its click command, when it is first named (the command line adds them).
+    hidden_makers: ClassVar[dict[str, Callable[[], Any]]] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = self.by_name = Made(self.commands, self.hidden_makers)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        """The group's options, its flags that typer leaves at None (--help, --install-completion,
+        --show-completion) at False: typer coerces a value that is not a bool through pydantic, which made
+        `rnnconv COMMAND --help` import it (0.08 s); unset, each of them is the same either way."""
+        params: list[Any] = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.default is None:
+                param.default = False
+        return params
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """The commands made so far, every listed one among them: what help shows, without making a hidden one."""
+        return list(self.by_name.made)
 
     def main(
         self,
@@ -87,10 +135,10 @@ class Commands(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
     def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
-        hidden = [c for n, c in self.commands.items() if c.hidden and n.startswith(incomplete)]
-        listed = [n for n, c in self.commands.items() if not c.hidden and n.startswith(incomplete)]
-        if not (incomplete and hidden and not listed):
+        names = [name for name in self.commands if name.startswith(incomplete)]
+        if not (incomplete and names and all(is_alias(name) for name in names)):
             return super().shell_complete(ctx, incomplete)
+        hidden = [self.commands[name] for name in names]  # made now: completion lists the commands made
         for found in hidden:  # shown for this one answer: completion lists only commands that are not hidden
             found.hidden = False
         try:

@@ -31,7 +31,6 @@ from rnnconv.options import (
     parameter,
     source_options,
 )
-from rnnconv.settings import conversion_names
 from rnnconv.streams import standalone
 from rnnconv.table.formats import FORMAT_INFO
 from rnnconv.table.rows import ADAPTER_FORMATS, FORMATS, TABLE
@@ -55,7 +54,7 @@ app = typer.Typer(
 )
 
 
-def command(name: str, doc: str, params: list[inspect.Parameter]) -> Callable[[Callable[..., int | None]], None]:
+def command(name: str, doc: str, params: list[inspect.Parameter], on: typer.Typer = app) -> Callable[..., None]:
     """Register `run(**values)` as a command with these parameters; every failure becomes one sentence."""
 
     def register(run: Callable[..., int | None]) -> None:
@@ -71,7 +70,7 @@ def command(name: str, doc: str, params: list[inspect.Parameter]) -> Callable[[C
         handler.__annotations__ = {p.name: p.annotation for p in params}
         handler.__doc__ = doc
         del handler.__wrapped__  # typer must read the signature above, not run's
-        app.command(name, hidden=is_alias(name))(handler)
+        on.command(name, hidden=is_alias(name))(handler)
 
     return register
 
@@ -92,6 +91,7 @@ def raw_spec(values: dict[str, Any]) -> Any:
 
 def run_conversion(values: dict[str, Any], to: str | None, source_format: str | None) -> int:
     from rnnconv import api, render
+    from rnnconv.settings import conversion_names
 
     sources, output = values.pop("sources"), values.pop("output")
     quiet, as_json, verbose, spec = values["quiet"], values["json"], values["verbose"], raw_spec(values)
@@ -111,7 +111,7 @@ def run_conversion(values: dict[str, Any], to: str | None, source_format: str | 
     return 0
 
 
-def add_direction(source: str, target: str) -> None:
+def add_direction(source: str, target: str, on: typer.Typer = app) -> None:
     suffixes = ", ".join(FORMAT_INFO[target].write_suffixes)
     options = ["dtype"] + [o for o in source_options(source) if o != "dtype"]
     params = [
@@ -131,15 +131,24 @@ def add_direction(source: str, target: str) -> None:
         parameter("prefix"),
         *map(parameter, options + (["into"] if FORMAT_INFO[target].writes_into else []) + CONVERSION_TAIL),
     ]
-    command(f"{source}-to-{target}", direction_doc(source, target), params)(
+    command(f"{source}-to-{target}", direction_doc(source, target), params, on)(
         lambda **values: run_conversion(values, target, source)
     )
 
 
+def hidden_direction(source: str, target: str) -> Any:
+    """The click command of a hidden SOURCE-to-TARGET name, made when it is named."""
+    alone = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+    add_direction(source, target, alone)
+    return typer.main.get_command(alone)
+
+
 # Conversions to cuDNN first: they are what rnnconv is for.
 for _target in sorted(ADAPTER_FORMATS, key=lambda name: name != "cudnn"):
-    for _source in ADAPTER_FORMATS:
-        if _source != _target and FORMAT_INFO[_target].writes:
+    for _source in (name for name in ADAPTER_FORMATS if name != _target and FORMAT_INFO[_target].writes):
+        if is_alias(_name := f"{_source}-to-{_target}"):
+            Commands.hidden_makers[_name] = functools.partial(hidden_direction, _source, _target)
+        else:
             add_direction(_source, _target)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from rnnconv.settings import ReadOptions, TargetOptions, WriteOptions, declared
+from rnnconv.setting_fields import READ_FIELDS, TARGET_FIELDS, WRITE_FIELDS
 from rnnconv.table.constants import CUDNN_MODES, ELEMENT_TYPE_CODES, ENGINES, MAX_LAYERS, NONLINEARITIES
 from rnnconv.table.formats import FORMAT_INFO
 from rnnconv.table.rows import ADAPTER_FORMATS, BIAS_SPLITS
@@ -39,13 +39,12 @@ CHOICES = {"bias_split": BiasSplit, "nonlinearity": Nonlinearity, "dtype": DType
 
 def _declared() -> dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]]:
     options: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {}
-    for model in (ReadOptions, WriteOptions, TargetOptions):
-        for name, (default, flags, text) in declared(model).items():
-            choice: Any = CHOICES.get(name)
-            annotation = model.model_fields[name].annotation if choice is None else choice
-            if choice is not None and default is None:
-                annotation = choice | None
-            options[name] = (annotation, default, flags, text, {})
+    for name, setting in {**READ_FIELDS, **WRITE_FIELDS, **TARGET_FIELDS}.items():
+        choice: Any = CHOICES.get(name)
+        annotation = setting.annotation if choice is None else choice
+        if choice is not None and setting.default is None:
+            annotation = choice | None
+        options[name] = (annotation, setting.default, setting.flags, setting.help, {})
     return options
 
 

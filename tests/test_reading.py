@@ -13,6 +13,7 @@ from rnnconv.canonical import ParamKey, RNNSpec
 from rnnconv.cli import app
 from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported
+from rnnconv.setting_fields import READ_FIELDS, TARGET_FIELDS, WRITE_FIELDS
 from rnnconv.settings import ReadOptions, TargetOptions, WriteOptions, conversion_names
 from rnnconv.table.apply import find_row
 from rnnconv.table.layouts import BIAS_SINGLE
@@ -157,11 +158,15 @@ RAW_FLAGS = {"mode", "input_size", "hidden_size", "num_layers", "bidirectional",
 def test_every_option_of_convert_is_a_field_the_library_takes_with_the_same_help():
     command = typer.main.get_command(app)
     fields = {**ReadOptions.model_fields, **WriteOptions.model_fields, **TargetOptions.model_fields}
+    declared = {**READ_FIELDS, **WRITE_FIELDS, **TARGET_FIELDS}
     offered = [p for p in command.commands["convert"].params if p.name not in CLI_ONLY | RAW_FLAGS]
-    assert {p.name for p in offered} == {n for n, f in fields.items() if f.json_schema_extra}
+    assert {p.name for p in offered} == set(declared)
     for param in offered:
         assert param.name in conversion_names()
-        assert param.help == fields[param.name].description, param.name
+        assert param.help == fields[param.name].description == declared[param.name].help, param.name
+        # the plain declaration the command line reads is the library's field: its type and its default
+        assert fields[param.name].annotation == declared[param.name].annotation, param.name
+        assert fields[param.name].default == declared[param.name].default, param.name
 
 
 def test_the_library_refuses_what_the_command_line_refuses(tmp_path):

@@ -18,17 +18,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from typing import Any, ClassVar, Final, TypeVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.table.constants import BIAS, INPUT_BIAS, RECURRENT_BIAS
-from rnnconv.transpose import transposed
 
-Loader = Callable[[], np.ndarray]
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported where a layout moves numbers, not here: the command line's help reads the table without it.
+Loader = Callable[[], "np.ndarray"]
 Fetch = Callable[[str], Any]  # role -> the stored tensor (numpy, an h5py dataset, anything sliceable)
-Stored = MutableMapping[str, np.ndarray]  # role -> a stored tensor being written
+Stored = MutableMapping[str, "np.ndarray"]  # role -> a stored tensor being written
 
 # Splits of a single bias into cuDNN's two (docs/LAYOUTS.md section 5).
 BIAS_SPLITS: Final[dict[str, str]] = {
@@ -139,6 +140,8 @@ class MatrixRows(_StackedMatrix):
         return (stacked, width)
 
     def block(self, stored: Any, k: int, hidden: int) -> np.ndarray:
+        import numpy as np
+
         return np.asarray(stored[_rows(k, hidden), :])
 
     def place(self, tensor: np.ndarray, k: int, hidden: int, block: np.ndarray) -> None:
@@ -157,6 +160,10 @@ class MatrixColumns(_StackedMatrix):
         return (width, stacked)
 
     def block(self, stored: Any, k: int, hidden: int) -> np.ndarray:
+        import numpy as np
+
+        from rnnconv.transpose import transposed
+
         return transposed(np.asarray(stored[:, _rows(k, hidden)]))
 
     def place(self, tensor: np.ndarray, k: int, hidden: int, block: np.ndarray) -> None:
@@ -178,10 +185,14 @@ class MatrixColumnsRaw(_StackedMatrix):
         return (width, stacked)
 
     def block(self, stored: Any, k: int, hidden: int) -> np.ndarray:
+        import numpy as np
+
         block: np.ndarray = np.ascontiguousarray(stored[:, _rows(k, hidden)])
         return block.reshape(hidden, block.shape[0])
 
     def place(self, tensor: np.ndarray, k: int, hidden: int, block: np.ndarray) -> None:
+        import numpy as np
+
         tensor[:, _rows(k, hidden)] = np.ascontiguousarray(block).reshape(tensor.shape[0], hidden)
 
     def expression(self, name: str, k: int) -> str:
@@ -218,6 +229,8 @@ class BiasLayout(_Named):
 
 
 def _part(fetch: Fetch, role: str, index: Any) -> Loader:
+    import numpy as np
+
     return lambda: np.asarray(fetch(role)[index])
 
 
@@ -301,6 +314,8 @@ class BiasSingle(BiasLayout):
         return {BIAS: (len(order) * hidden,)}
 
     def load(self, fetch: Fetch, order: Sequence[str], gate: str, hidden: int, split: str) -> tuple[Loader, Loader]:
+        import numpy as np
+
         if split not in BIAS_SPLITS:
             raise BadInput(f"unknown bias split {split!r} (choose {', '.join(BIAS_SPLITS)})")
         load = _part(fetch, BIAS, _rows(order.index(gate), hidden))
@@ -423,6 +438,8 @@ class BiasSingleNoLastRecurrent(BiasSingle):
     name = "single-no-last-recurrent"
 
     def load(self, fetch: Fetch, order: Sequence[str], gate: str, hidden: int, split: str) -> tuple[Loader, Loader]:
+        import numpy as np
+
         if gate != order[-1]:
             return super().load(fetch, order, gate, hidden, split)
         own = _part(fetch, BIAS, _rows(len(order) - 1, hidden))
@@ -431,6 +448,8 @@ class BiasSingleNoLastRecurrent(BiasSingle):
     def store(
         self, out: Stored, order: Sequence[str], gate: str, hidden: int, input_bias: np.ndarray, recurrent: np.ndarray
     ) -> None:
+        import numpy as np
+
         if gate != order[-1]:
             super().store(out, order, gate, hidden, input_bias, recurrent)
             return
@@ -462,6 +481,8 @@ class MatrixPerGate(MatrixLayout):
         return {per_gate(role, gate): (hidden, width) for gate in order}
 
     def load(self, fetch: Fetch, role: str, order: Sequence[str], gate: str, hidden: int) -> Loader:
+        import numpy as np
+
         return lambda: np.asarray(fetch(per_gate(role, gate))[:, :])
 
     def store(self, out: Stored, role: str, order: Sequence[str], gate: str, hidden: int, block: np.ndarray) -> None:
