@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,19 @@ def assert_clean_failure(result: subprocess.CompletedProcess, code: int, *phrase
     text = " ".join(result.stderr.split())
     for phrase in phrases:
         assert phrase in text, (phrase, result.stderr)
+
+
+def doc_code(page: str, language: str = "python", after: str = "") -> str:
+    """The first ```LANGUAGE block of README.md or a documentation page (`docs/...`), after the line starting with
+    `after` where given: the tests run the documentation's examples as printed."""
+    text = (ROOT / page).read_text()
+    if after:
+        found = re.search(rf"^{re.escape(after)}.*$", text, re.M)
+        assert found, f"{page} has no line starting with {after!r}"
+        text = text[found.end() :]
+    block = re.search(rf"```{language}\n(.*?)```", text, re.S)
+    assert block, f"{page} has no ```{language} block after {after!r}"
+    return block.group(1)
 
 
 def per_direction_weight_space(blob, direction: int) -> np.ndarray:

@@ -4,7 +4,6 @@ MLX's own files read back; what MLX cannot hold is refused in a sentence; round 
 from __future__ import annotations
 
 import json
-import re
 import struct
 
 import numpy as np
@@ -13,9 +12,9 @@ import torch
 from conftest import (
     FIXTURES,
     LARGEST_ERRORS,
-    ROOT,
     assert_clean_failure,
     assert_no_framework_imported,
+    doc_code,
     largest_difference,
     run_cli,
 )
@@ -29,20 +28,16 @@ from rnnconv.errors import BadInput, Unsupported
 mx = pytest.importorskip("mlx.core")
 nn = pytest.importorskip("mlx.nn")
 
-README = (ROOT / "README.md").read_text()
 
-
-def readme_stack():
-    """The Stack module the README's MLX section shows, as printed."""
-    section = README.split("### MLX:", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+def documented_stack():
+    """The Stack module docs/formats/mlx.md shows, as printed."""
     scope: dict = {}
-    exec(code, scope)
+    exec(doc_code("docs/formats/mlx.md"), scope)
     return scope["Stack"]
 
 
 def mlx_model(spec: RNNSpec, path):
-    """The module the file is for, built as the README says, loaded by MLX's own load_weights."""
+    """The module the file is for, built as docs/formats/mlx.md says, loaded by MLX's own load_weights."""
     kwargs = {"bias": spec.bias}
     if spec.mode == "rnn_relu":
         kwargs["nonlinearity"] = nn.relu
@@ -52,7 +47,7 @@ def mlx_model(spec: RNNSpec, path):
         width = spec.input_size if k == 0 else spec.num_directions * spec.hidden_size
         pair = [cls(width, spec.hidden_size, **kwargs) for _ in range(spec.num_directions)]
         layers.append(pair if spec.bidirectional else pair[0])
-    model = layers[0] if len(layers) == 1 and not spec.bidirectional else readme_stack()(layers)
+    model = layers[0] if len(layers) == 1 and not spec.bidirectional else documented_stack()(layers)
     model.load_weights(str(path))  # strict: every parameter, its shape, nothing more
     return model
 

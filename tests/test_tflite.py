@@ -17,9 +17,9 @@ from ai_edge_litert.interpreter import Interpreter
 from conftest import (
     FIXTURES,
     LARGEST_ERRORS,
-    ROOT,
     assert_clean_failure,
     assert_no_framework_imported,
+    doc_code,
     largest_difference,
     run_cli,
 )
@@ -39,8 +39,9 @@ TOLERANCE = 2e-5
 
 
 def litert_run(path, x, h0=None, c0=None):
-    """The written file in LiteRT as a user runs it (README's contract): x (T, B, I) and states (L*D, B, n) in
-    cuDNN's order; x resized, the state tensors h_l0, c_l0, h_l0_reverse, ... resized and set; y, h_n, c_n out."""
+    """The written file in LiteRT as a user runs it (docs/formats/tflite.md's contract): x (T, B, I) and states
+    (L*D, B, n) in cuDNN's order; x resized, the state tensors h_l0, c_l0, h_l0_reverse, ... resized and set; y, h_n,
+    c_n out."""
     interpreter = Interpreter(model_path=str(path))
     tensors = {d["name"]: d["index"] for d in interpreter.get_tensor_details()}
     (given,), (result,) = interpreter.get_input_details(), interpreter.get_output_details()
@@ -505,10 +506,9 @@ def test_writing_and_reading_need_no_framework(tmp_path):
     assert_no_framework_imported(FIXTURES / "torch" / "rnn_tanh.pt", tmp_path / "m.tflite", tmp_path / "back.bin")
 
 
-def test_the_readme_loading_snippet_runs(written, tmp_path):
-    """The README's TFLite block, run on a written two-layer bidirectional LSTM."""
-    section = (ROOT / "README.md").read_text().split("\n### TFLite / LiteRT", 1)[1]
-    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+def test_the_documented_loading_snippet_runs(written, tmp_path):
+    """docs/formats/tflite.md's loading block, run on a written two-layer bidirectional LSTM."""
+    block = doc_code("docs/formats/tflite.md")
     (tmp_path / "model.tflite").write_bytes(written["lstm_2_layers_bidirectional"][2].read_bytes())
     result = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
