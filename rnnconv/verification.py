@@ -11,6 +11,7 @@ names the one that explains it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -253,7 +254,9 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     report.warnings += engine.notes
     inputs = make_inputs(blob.spec, options.seq_len, options.batch, options.seed, options.ragged)
     stage(f"loading and running the source ({fmt.info.title})")
-    want, how = fmt.run(source_path, source, blob.spec, inputs)
+    held = fmt.source_spec(source_path, source)
+    check_same_rnn(blob.spec, held, path, source_path, options.against is not None)
+    want, how = fmt.run(source_path, source, dataclasses.replace(blob.spec, bias=held.bias), inputs)
     report.versions.update(engine.versions())
     report.versions["source_framework"] = how.split(":")[0]
     report.source = SourceRun(path=str(source_path), format=source.format, layer=source.layer, run=how)
@@ -287,6 +290,20 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
         report.diagnosis = diagnose(blob, inputs, want, report.tolerance)
     report.summary = _summary(report, "the blob" if runtime is None else path.name)
     return report
+
+
+SAME_RNN = ("input_size", "hidden_size", "num_layers", "bidirectional", "proj_size")
+
+
+def check_same_rnn(spec: RNNSpec, held: RNNSpec, path: Path, source: Path, against: bool) -> None:
+    """Refuse a source whose RNN is not the one the file holds, in one sentence saying what each holds. Biases
+    and the element type may differ: a target may hold zero biases, or another type, where its source does not."""
+    if held.cell == spec.cell and all(getattr(held, f) == getattr(spec, f) for f in SAME_RNN):
+        return
+    ending = f"it is not the source of {path.name}" if against else f"{path.name} was not made from it as it is now"
+    raise BadInput(
+        f"{path.name} holds an RNN ({spec.describe()}), but {source.name} holds another ({held.describe()}): {ending}"
+    )
 
 
 def failed_report(blob: Path, exc: BaseException) -> Report:

@@ -274,10 +274,21 @@ class Format(ABC):
             f"model the blob came from with --against"
         )
 
+    def source_options(self, source: Provenance) -> ReadOptions:
+        """How to read the RNN `source` names (as `resolve` gives it) from a file of this format."""
+        return ReadOptions(layer=source.layer, hash_source=False, dequantize=True)
+
+    def source_spec(self, path: Path, source: Provenance) -> RNNSpec:
+        """The spec of the RNN `source` names, as reading the file gives it: what verify holds a file made from it
+        against, and runs it by (a target that always has biases holds zeros where the source has none)."""
+        with self.read(path, self.source_options(source)) as found:
+            return found.rnns[0].spec  # the one named, or the file's only one (a read refuses several unasked)
+
     def run(
         self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
     ) -> tuple[dict[str, np.ndarray | None], str]:
-        """The source RNN's own y, h_n, c_n (sequence-major, cuDNN's shapes) and how it ran."""
+        """The source RNN's own y, h_n, c_n (sequence-major, cuDNN's shapes) and how it ran: `spec` is the file's,
+        with the source's own biases (or none)."""
         raise Unsupported(f"no runner for format {self.name!r}")
 
 

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from rnnconv.formats.keras.config import KerasLayer
 
 
+STATED = ("activation", "recurrent_activation")  # what a user states for a weights file without a model config
+
+
 @register
 class KerasFormat(Format):
     info = FORMAT_INFO["keras"]
@@ -60,7 +63,7 @@ class KerasFormat(Format):
             )
             digest = digest_in_background(path) if options.hash_source else None
 
-            stated = {"activation": options.activation, "recurrent_activation": options.recurrent_activation}
+            stated = {key: getattr(options, key) for key in STATED}
 
             def canonical(layer: KerasLayer) -> CanonicalRNN:
                 rnn = to_canonical(layer, info, options.bias_split, keras_file.reader, stated)
@@ -119,6 +122,11 @@ class KerasFormat(Format):
 
         with KerasFile(path) as keras_file:
             return recorded.model_copy(update={"layer": keras_file.layer(layer).name, "format": keras_file.kind})
+
+    def source_options(self, source: Provenance) -> ReadOptions:
+        """Read with the activations the conversion was told (a bare weights file does not store them)."""
+        stated = {k: v for k, v in (source.keras_config or {}).items() if k in STATED and isinstance(v, str)}
+        return super().source_options(source).model_copy(update=stated)
 
     def run(
         self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]

@@ -1,0 +1,185 @@
+"""verify of every file rnnconv writes, against the source it records: the verdict users trust.
+
+The grid writes each target from PyTorch and Keras sources with and without biases, of one and two layers and one
+and two directions, then runs `verify` on the written file: MATCH, or the target's refusal at convert time (exit 2,
+one sentence, nothing written) where it cannot hold the RNN. A copy written with two gates swapped must give
+MISMATCH, and the diagnosis must name the swap.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
+
+import rnnconv
+from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
+from rnnconv.contracts import dump
+from rnnconv.errors import BadInput, Unsupported
+from rnnconv.formats import registry
+from rnnconv.table.constants import GRU, RNN
+from rnnconv.verification import VerifyOptions, verify
+
+TARGETS = {  # format: the output's ending
+    "cudnn": ".bin",
+    "onnx": ".onnx",
+    "openvino": ".xml",
+    "tflite": ".tflite",
+    "flax": ".msgpack",
+    "flax-nnx": ".nnx.msgpack",
+    "equinox": ".eqx",
+    "mlx": ".mlx.safetensors",
+    "ncnn": ".param",
+    "torch": ".pt",
+    "keras": ".keras",
+}
+INPUT, HIDDEN = 5, 7
+
+
+def refusal(target: str, spec: RNNSpec) -> str | None:
+    """The term a target's refusal names for an RNN it cannot hold (None: it holds it)."""
+    if target == "tflite" and spec.cell == GRU:
+        return "no fused GRU op"
+    if target == "flax-nnx" and spec.cell == GRU and spec.bias:
+        return "no b_hn"
+    if target == "equinox" and spec.cell == RNN:
+        return "no simple RNN cell"
+    if target == "equinox" and (spec.num_layers > 1 or spec.bidirectional):
+        return "no multi-layer or bidirectional RNN"
+    return None
+
+
+# PyTorch sources: every LSTM kind, and GRUs and simple RNNs of one layer one way and two layers both ways.
+TORCH_KINDS = [
+    ("LSTM", bias, layers, bi) for bias, layers, bi in itertools.product((True, False), (1, 2), (False, True))
+]
+TORCH_KINDS += [
+    (cls, bias, layers, layers == 2) for cls in ("GRU", "RNN") for bias in (True, False) for layers in (1, 2)
+]
+KERAS_LAYERS = ["lstm_nobias", "gru_nobias", "bidi_lstm", "gru_a"]  # fixtures/keras3/mixed.h5
+
+
+def torch_name(cls: str, bias: bool, layers: int, bi: bool) -> str:
+    return f"{cls.lower()}{'' if bias else '_nobias'}_x{layers}{'_bi' if bi else ''}"
+
+
+@pytest.fixture(scope="session")
+def torch_sources(tmp_path_factory) -> dict[str, Path]:
+    """state_dicts of nn.LSTM/GRU/RNN with PyTorch's own random weights (distinct per gate and direction)."""
+    folder = tmp_path_factory.mktemp("torch_sources")
+    torch.manual_seed(33)
+    sources = {}
+    for cls, bias, layers, bi in TORCH_KINDS:
+        module = getattr(torch.nn, cls)(INPUT, HIDDEN, num_layers=layers, bidirectional=bi, bias=bias)
+        name = torch_name(cls, bias, layers, bi)
+        torch.save(module.state_dict(), folder / f"{name}.pt")
+        sources[name] = folder / f"{name}.pt"
+    return sources
+
+
+def source_cases() -> list[tuple[str, str | None]]:
+    torch_cases: list[tuple[str, str | None]] = [("torch", torch_name(*kind)) for kind in TORCH_KINDS]
+    return torch_cases + [("keras", layer) for layer in KERAS_LAYERS]
+
+
+def source_of(case: tuple[str, str | None], torch_sources: dict[str, Path]) -> tuple[Path, str | None]:
+    kind, name = case
+    if kind == "torch":
+        assert name is not None
+        return torch_sources[name], None
+    return FIXTURES / "keras3" / "mixed.h5", name
+
+
+def swapped(rnn: CanonicalRNN) -> tuple[CanonicalRNN, list[str]]:
+    """`rnn` as a writer that mixed up two of its gates would give it (every layer and direction), and what the
+    diagnosis calls that; a simple RNN, which has one gate, with its recurrent matrices transposed instead."""
+    spec = rnn.spec
+    if spec.cell == RNN:
+
+        def transposed(key: ParamKey) -> np.ndarray:
+            value = rnn.param(key)
+            return value.T.copy() if key.kind == "R" else value
+
+        loaders = {key: (lambda key=key: transposed(key)) for key in spec.param_keys()}
+        return CanonicalRNN(rnn.name, spec, loaders, rnn.source), ["recurrent matrices look stored transposed"]
+    a, b = spec.gates[:2]
+    other = {a: b, b: a}
+
+    def moved(key: ParamKey) -> np.ndarray:
+        return rnn.param(ParamKey(key.layer, key.direction, key.kind, other.get(key.gate, key.gate)))
+
+    loaders = {key: (lambda key=key: moved(key)) for key in spec.param_keys()}
+    return CanonicalRNN(rnn.name, spec, loaders, rnn.source), [f"Gates {a} (", f" and {b} (", "look swapped"]
+
+
+def write_and_verify(source: Path, layer: str | None, target: str, folder: Path) -> None:
+    out = folder / f"model{TARGETS[target]}"
+    with rnnconv.load(source, layer=layer) as (rnn,):
+        refused = refusal(target, rnn.spec)
+        if refused is not None:  # refused at convert time, in one sentence, nothing written
+            with pytest.raises(Unsupported) as caught:
+                rnnconv.convert(source, out, layer=layer)
+            message = str(caught.value)
+            assert caught.value.exit_code == 2 and refused in message and "\n" not in message, message
+            assert not any(folder.iterdir())
+            return
+        rnnconv.convert(source, out, layer=layer)
+        report = verify(out, VerifyOptions())
+        data = dump(report)
+        assert report.verdict == "match" and report.exit_code == 0, data["summary"]
+        errors = [data["comparison"][k]["max_abs"] for k in ("y", "h_n", "c_n") if k in data["comparison"]]
+        assert max(errors) <= data["tolerance"]["atol"], errors
+        LARGEST_ERRORS[f"verify {target} of {source.name}/{layer or rnn.spec.describe()}"] = max(errors)
+
+        broken, mistake = swapped(rnn)  # what the diagnosis must say
+        bad = folder / "swapped" / out.name
+        bad.parent.mkdir()
+        registry.get(target).write([broken], bad, registry.WriteOptions())
+    report = verify(bad, VerifyOptions())
+    assert report.verdict == "mismatch" and report.exit_code == 1, dump(report)["summary"]
+    assert report.diagnosis is not None and report.diagnosis.found, report.summary
+    assert all(phrase in report.diagnosis.message for phrase in mistake), report.diagnosis.message
+
+
+@pytest.mark.parametrize("target", ["openvino", "tflite", "ncnn", "flax", "flax-nnx"])
+def test_a_file_from_a_bias_free_source_verifies(target, torch_sources, tmp_path):
+    """Targets that always hold biases hold zeros for a bias-free source: verify runs the source as it is (without
+    biases), not as the file's spec says, and the file matches it."""
+    out = tmp_path / f"nobias{TARGETS[target]}"
+    rnnconv.convert(torch_sources[torch_name("LSTM", False, 1, False)], out)
+    report = verify(out, VerifyOptions())
+    assert report.verdict == "match", report.summary
+
+
+def test_a_file_from_a_bias_free_keras_layer_verifies(tmp_path):
+    """The issue's case: `convert fixtures/keras3/mixed.h5 k.xml --layer lstm_nobias && verify k.xml`."""
+    out = tmp_path / "k.xml"
+    assert run_cli("convert", FIXTURES / "keras3" / "mixed.h5", out, "--layer", "lstm_nobias").returncode == 0
+    result = run_cli("verify", out)
+    assert result.returncode == 0 and "MATCH" in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("target", [t for t in TARGETS if t not in ("torch", "keras")])
+def test_verify_against_another_rnn_says_what_each_holds(target, torch_sources, tmp_path):
+    """An LSTM's file against a GRU's checkpoint: one sentence saying what the file holds and what the source holds
+    (not PyTorch's load_state_dict text cut off), whatever the file's format."""
+    out = tmp_path / f"x{TARGETS[target]}"
+    rnnconv.convert(torch_sources[torch_name("LSTM", True, 1, False)], out)
+    with pytest.raises(BadInput) as caught:
+        verify(out, VerifyOptions(against=torch_sources[torch_name("GRU", True, 1, False)]))
+    message = str(caught.value)
+    assert f"{out.name} holds an RNN (lstm, input 5, hidden 7" in message, message
+    assert "gru_x1.pt holds another (gru, input 5, hidden 7" in message, message
+    assert "\n" not in message and "PyTorch says" not in message and message.endswith(f"source of {out.name}")
+
+
+def test_verify_against_another_rnn_on_the_command_line(torch_sources, tmp_path):
+    out = tmp_path / "x.tflite"
+    rnnconv.convert(torch_sources[torch_name("LSTM", True, 1, False)], out)
+    result = run_cli("verify", out, "--against", torch_sources[torch_name("GRU", True, 1, False)])
+    assert_clean_failure(result, 2, "x.tflite holds an RNN (lstm,", "gru_x1.pt holds another (gru,")
+    assert len(result.stderr.strip().splitlines()) == 1 and len(result.stderr) < 300, result.stderr
