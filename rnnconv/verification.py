@@ -88,13 +88,13 @@ def runtime_format(path: Path, options: VerifyOptions) -> registry.Format | None
     return fmt if fmt.engine is not None else None
 
 
-def open_runtime_file(path: Path, fmt: registry.Format, options: VerifyOptions) -> Blob:
-    """The RNN of a runtime's file, read back as a weight space (for the checks and the diagnosis); its source is
-    the one the file records."""
+def open_runtime_file(path: Path, fmt: registry.Format, options: VerifyOptions) -> tuple[Blob, Provenance]:
+    """The RNN of a runtime's file, read back as a weight space (for the checks and the diagnosis; its source is
+    the one the file records), and where it is in the file (what the format's `run` is given)."""
     read = registry.ReadOptions(layer=options.layer, hash_source=False, take_all=True)
     with fmt.read(path, read) as found:
         (rnn,) = pick_blob(found.rnns, options.layer, path, or_else=", or verify them all with --all")
-        return in_memory_blob(rnn, path, next(iter(fmt.info.kinds)))
+        return in_memory_blob(rnn, path, next(iter(fmt.info.kinds))), rnn.source
 
 
 def rnn_names(path: Path, options: VerifyOptions) -> list[str]:
@@ -109,15 +109,14 @@ def rnn_names(path: Path, options: VerifyOptions) -> list[str]:
 class FileRun:
     """A runtime's file run as it is, by its format's `run` in that runtime: what `verify FILE` compares."""
 
-    def __init__(self, fmt: registry.Format, path: Path, engine: registry.Engine):
-        self.fmt, self.path, self.engine = fmt, path, engine
+    def __init__(self, fmt: registry.Format, path: Path, where: Provenance, engine: registry.Engine):
+        self.fmt, self.path, self.where, self.engine = fmt, path, where, engine
         self.name = engine.name
         self.notes: list[str] = []
         self.how = ""
 
     def run(self, blob: Blob, inputs: Inputs) -> Outputs:
-        layer = Provenance(format=next(iter(self.fmt.info.kinds)), layer=blob.name)
-        got, self.how = self.fmt.run(self.path, layer, blob.spec, inputs)
+        got, self.how = self.fmt.run(self.path, self.where, blob.spec, inputs)
         return got
 
     def describe(self) -> BackendInfo:
@@ -202,7 +201,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     stage = stage or (lambda text: None)
     stage("reading the blob")
     runtime = runtime_format(path, options)
-    blob = open_blob(path, options) if runtime is None else open_runtime_file(path, runtime, options)
+    blob, where = (open_blob(path, options), None) if runtime is None else open_runtime_file(path, runtime, options)
     checks, problems = structural_checks(blob)
     if runtime is not None:  # the weight space is rnnconv's own reading of the file: only its values say anything
         checks = [c for c in checks if c.check == "finite values"]
@@ -231,6 +230,11 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
         source_path, why = options.against, ""
     else:
         source_path, why = find_source(path, source)
+        if runtime is not None and not source.path:
+            why = (
+                f"{path.name} records no source, so rnnconv did not write it (to check a conversion from it, "
+                f"verify the file it wrote)"
+            )
     if source_path is None:
         if options.require_source:
             raise BadInput(f"no numerical comparison is possible: {why} (give it with --against)")
@@ -247,8 +251,8 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     if options.against is not None:
         source = fmt.resolve(options.against, source, options.layer)
     own = runtime.engine if runtime is not None else None
-    if runtime is not None and own is not None and options.backend in ("auto", own.name):
-        engine: registry.Engine = FileRun(runtime, path, own())  # the file itself, in its own runtime
+    if runtime is not None and own is not None and where is not None and options.backend in ("auto", own.name):
+        engine: registry.Engine = FileRun(runtime, path, where, own())  # the file itself, in its own runtime
     else:  # a blob; or the weights read back from a runtime's file, in the engine asked for
         engine = select_engine(options.backend)
     report.warnings += engine.notes

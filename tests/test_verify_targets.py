@@ -145,6 +145,15 @@ def write_and_verify(source: Path, layer: str | None, target: str, folder: Path)
     assert all(phrase in report.diagnosis.message for phrase in mistake), report.diagnosis.message
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("case", source_cases(), ids=lambda case: f"{case[0]}-{case[1]}")
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_every_target_verifies_what_it_wrote(target, case, torch_sources, tmp_path):
+    """Write, verify: MATCH (or refused at convert time); a gate swap in the written file: MISMATCH naming it."""
+    source, layer = source_of(case, torch_sources)
+    write_and_verify(source, layer, target, tmp_path)
+
+
 @pytest.mark.parametrize("target", ["openvino", "tflite", "ncnn", "flax", "flax-nnx"])
 def test_a_file_from_a_bias_free_source_verifies(target, torch_sources, tmp_path):
     """Targets that always hold biases hold zeros for a bias-free source: verify runs the source as it is (without
@@ -163,7 +172,7 @@ def test_a_file_from_a_bias_free_keras_layer_verifies(tmp_path):
     assert result.returncode == 0 and "MATCH" in result.stdout, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("target", [t for t in TARGETS if t not in ("torch", "keras")])
+@pytest.mark.parametrize("target", list(TARGETS))
 def test_verify_against_another_rnn_says_what_each_holds(target, torch_sources, tmp_path):
     """An LSTM's file against a GRU's checkpoint: one sentence saying what the file holds and what the source holds
     (not PyTorch's load_state_dict text cut off), whatever the file's format."""
@@ -183,3 +192,62 @@ def test_verify_against_another_rnn_on_the_command_line(torch_sources, tmp_path)
     result = run_cli("verify", out, "--against", torch_sources[torch_name("GRU", True, 1, False)])
     assert_clean_failure(result, 2, "x.tflite holds an RNN (lstm,", "gru_x1.pt holds another (gru,")
     assert len(result.stderr.strip().splitlines()) == 1 and len(result.stderr) < 300, result.stderr
+
+
+# --- a converted state_dict or Keras file records its source, and verify holds it against that ----------------
+
+
+@pytest.mark.parametrize("ending", [".pt", ".safetensors", ".keras", ".weights.h5"])
+def test_a_file_converted_back_from_an_ir_verifies_against_the_ir(ending, torch_sources, tmp_path):
+    """The issue's `verify back/ov32.pt`: the .pt (or .keras) records the IR it was made from, and verify runs it
+    in its framework against that IR, from wherever the command runs."""
+    ir, back = tmp_path / "ov" / "ov32.xml", tmp_path / "back" / f"ov32{ending}"
+    ir.parent.mkdir()
+    back.parent.mkdir()
+    rnnconv.convert(torch_sources[torch_name("LSTM", True, 2, True)], ir)
+    rnnconv.convert(ir, back, to="torch" if ending == ".safetensors" else None)
+    result = run_cli("verify", Path("back") / back.name, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"ov32{ending} computes what ov32.xml computes" in " ".join(result.stdout.split())
+    assert "convert it first" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("ending", [".pt", ".safetensors", ".weights.h5"])
+def test_a_simple_rnn_s_nonlinearity_is_recorded_where_the_file_cannot_say_it(ending, tmp_path):
+    """A state_dict (and a Keras weights file) stores no nonlinearity: what rnnconv writes records it, so the file
+    reads back, and verifies, as the relu RNN it is."""
+    out = tmp_path / f"relu{ending}"
+    rnnconv.convert(
+        FIXTURES / "torch" / "rnn_relu.safetensors",
+        out,
+        nonlinearity="relu",
+        to="torch" if ending == ".safetensors" else None,
+    )
+    with rnnconv.load(out) as (rnn,):
+        assert rnn.spec.mode == "rnn_relu"
+    report = verify(out, VerifyOptions())
+    assert report.verdict == "match", report.summary
+
+
+def test_a_multi_layer_rnn_written_to_keras_reads_back_as_one(torch_sources, tmp_path):
+    """rnnconv writes a 2-layer RNN as two Keras layers and records them as one RNN: converting the file back
+    gives the 2-layer RNN without naming its layers, and `--layer a,b` still stacks them."""
+    model = tmp_path / "two.keras"
+    rnnconv.convert(torch_sources[torch_name("LSTM", True, 2, True)], model)
+    for layer in (None, "rnn_layer0,rnn_layer1"):
+        with rnnconv.load(model, layer=layer) as (rnn,):
+            assert (rnn.spec.num_layers, rnn.spec.bidirectional) == (2, True)
+            assert rnn.origin is not None and rnn.origin.path == str(torch_sources[torch_name("LSTM", True, 2, True)])
+
+
+def test_a_state_dict_rnnconv_did_not_write_says_it_records_no_source():
+    result = run_cli("verify", FIXTURES / "torch" / "seq2seq.pt", "--layer", "encoder.rnn")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "seq2seq.pt records no source, so rnnconv did not write it" in " ".join(result.stdout.split())
+
+
+def test_a_hint_to_convert_first_keeps_the_folder(tmp_path):
+    """A TF1 checkpoint given to verify: the command it suggests names the file where it is."""
+    index = FIXTURES / "tf1" / "gru_bi.ckpt.index"
+    result = run_cli("verify", index, cwd=tmp_path)
+    assert_clean_failure(result, 2, f"convert it first (rnnconv tf1-to-cudnn {index})")

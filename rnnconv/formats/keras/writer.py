@@ -31,9 +31,16 @@ from rnnconv.formats import _zip
 from rnnconv.formats.keras.config import KerasLayer, snake_case
 from rnnconv.formats.keras.hdf5 import is_bfloat16
 from rnnconv.formats.keras.reader import KerasFile, to_canonical
+from rnnconv.formats.registry import SOURCE_KEY, source_records
 from rnnconv.safeio import atomic_outputs
 from rnnconv.table.apply import find_row, row_for_mode, settings_for_mode
-from rnnconv.table.constants import KERAS_DIRECTION_GROUPS, KERAS_DIRECTION_PREFIXES, KERAS_VARIABLES
+from rnnconv.table.constants import (
+    KERAS_DIRECTION_GROUPS,
+    KERAS_DIRECTION_PREFIXES,
+    KERAS_VARIABLES,
+    NONLINEARITY_KEY,
+    RNN,
+)
 
 KERAS_VERSION = "3.15.1"  # the version whose file layout this writer follows
 
@@ -135,14 +142,26 @@ def model_config(rnns: list[CanonicalRNN]) -> dict[str, Any]:
     }
 
 
+def _layers(rnns: list[CanonicalRNN]) -> list[tuple[str, CanonicalRNN]]:
+    """Each Keras layer's name, with the RNN it is a layer of."""
+    return [(layer_name(rnn, layer), rnn) for rnn in rnns for layer in range(rnn.spec.num_layers)]
+
+
 def layer_name(rnn: CanonicalRNN, layer: int) -> str:
     base = _keras_name(rnn.name)
     return base if rnn.spec.num_layers == 1 else f"{base}_layer{layer}"
 
 
-def _write_weights(rnns: list[CanonicalRNN], h5: h5py.File, dtype: str) -> None:
+def _write_weights(rnns: list[CanonicalRNN], h5: h5py.File, dtype: str, path: Path) -> None:
     etype = element_type(dtype)
     h5.create_group("vars").attrs["name"] = "rnnconv"
+    # where each RNN came from (for `verify`), by its Keras layers: a,b for one of several layers
+    groups = {",".join(layer_name(rnn, layer) for layer in range(rnn.spec.num_layers)): rnn for rnn in rnns}
+    h5.attrs[SOURCE_KEY] = source_records(groups, path)
+    # a SimpleRNN's activation, which a .weights.h5 (no model config) does not store otherwise
+    activations = {layer: rnn.spec.nonlinearity for layer, rnn in _layers(rnns) if rnn.spec.cell == RNN}
+    if activations:
+        h5.attrs[NONLINEARITY_KEY] = json.dumps(activations)
     layers = h5.create_group("layers")
     used: dict[str, int] = {}
     for rnn in rnns:
@@ -190,19 +209,21 @@ def write_keras(rnns: list[CanonicalRNN], path: Path, dtype: str | None = None, 
             )
     dtype = dtype or rnns[0].spec.dtype
     rnns = [
-        CanonicalRNN(r.name, RNNSpec(**{**r.spec.to_dict(), "dtype": dtype}), r.loaders, r.source, r.notes)
+        CanonicalRNN(
+            r.name, RNNSpec(**{**r.spec.to_dict(), "dtype": dtype}), r.loaders, r.source, r.notes, digest=r.digest
+        )
         for r in rnns
     ]
     name = path.name
     if name.endswith(".weights.h5"):
         with atomic_outputs([path], force) as (tmp,), h5py.File(tmp, "w") as h5:
-            _write_weights(rnns, h5, dtype)
+            _write_weights(rnns, h5, dtype, path)
         return
     if path.suffix != ".keras":
         raise BadInput(f"output {path} must end in .keras or .weights.h5 for Keras")
     weights = io.BytesIO()
     with h5py.File(weights, "w") as h5:
-        _write_weights(rnns, h5, dtype)
+        _write_weights(rnns, h5, dtype, path)
     metadata = {"keras_version": KERAS_VERSION, "date_saved": time.strftime("%Y-%m-%d@%H:%M:%S")}
     with atomic_outputs([path], force) as (tmp,), zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:
         zf.writestr("metadata.json", json.dumps(metadata))
