@@ -23,7 +23,18 @@ import numpy as np
 
 from rnnconv.canonical import RNNSpec
 from rnnconv.compare import Inputs, Outputs, compare, make_inputs, tolerance
-from rnnconv.contracts import BackendInfo, Check, InputsInfo, Provenance, Report, Reports, SourceRun, dump
+from rnnconv.contracts import (
+    BackendInfo,
+    Check,
+    InputsInfo,
+    LossCheck,
+    Provenance,
+    Report,
+    Reports,
+    SourceRun,
+    dump,
+)
+from rnnconv.conversion import without
 from rnnconv.cudnn.backend import LayoutMismatch
 from rnnconv.diagnose import diagnose
 from rnnconv.dtypes import count_non_finite
@@ -32,6 +43,7 @@ from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats.cudnn import Blob, in_memory_blob, open_blobs, pick_blob, write_relayout
 from rnnconv.junit import junit_xml
+from rnnconv.reference import forward
 from rnnconv.safeio import atomic_outputs, check_guards, digest_differs, regular_file
 from rnnconv.table.constants import CUDNN_MODES, DIRECTION
 from rnnconv.version import __version__
@@ -60,6 +72,7 @@ class VerifyOptions:
     force: bool = False
     allow_structure_only: bool = False  # accept a structure check alone when the source is nowhere (exit 0)
     require_stated: bool = False  # refuse a blob that assumed a setting its source does not store
+    accept_recorded_loss: bool = False  # exit 0 for a file that loses what --allow-lossy recorded, and no more
 
     def __post_init__(self) -> None:
         """Refuse impossible settings before any work."""
@@ -219,6 +232,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
         versions=versions,
         assumptions=source.assumptions,
         allow_structure_only=options.allow_structure_only,
+        accept_recorded_loss=options.accept_recorded_loss,
     )
     if options.require_stated and source.assumptions:
         raise BadInput(
@@ -261,6 +275,8 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     held = fmt.source_spec(source_path, source)
     check_same_rnn(blob.spec, held, path, source_path, options.against is not None)
     want, how = fmt.run(source_path, source, dataclasses.replace(blob.spec, bias=held.bias), inputs)
+    recorded = blob.source.loss  # written with --allow-lossy: it should compute its source without what it lost
+    expected = want if recorded is None else source_without(fmt, source_path, source, runtime, inputs)
     report.versions.update(engine.versions())
     report.versions["source_framework"] = how.split(":")[0]
     report.source = SourceRun(path=str(source_path), format=source.format, layer=source.layer, run=how)
@@ -288,12 +304,38 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     lengths = None if inputs["lengths"] is None else [int(v) for v in inputs["lengths"]]
     report.inputs = InputsInfo(seed=options.seed, seq_len=options.seq_len, batch=options.batch, lengths=lengths)
     report.verdict = "match" if report.comparison.match and not problems else "mismatch"
-    if not report.comparison.match and options.diagnose:
+    if recorded is not None:
+        beyond = compare(blob.spec, got, expected, report.tolerance, inputs["lengths"])
+        probe = (recorded.seed, recorded.steps, recorded.batch, False)
+        report.loss = LossCheck(
+            dropped=recorded.dropped,
+            recorded=recorded.difference,
+            same_inputs=(options.seed, options.seq_len, options.batch, options.ragged) == probe,
+            measured=report.comparison.worst,
+            beyond=beyond.worst,
+            explained=beyond.match,
+        )
+        if report.verdict == "mismatch" and beyond.match and not problems:
+            report.verdict = "lossy-as-recorded"
+    if report.verdict == "mismatch" and not report.comparison.match and options.diagnose:
         check_guards()  # a blob or a source that changed meanwhile explains it, without minutes of trying
         stage("looking for the mistake that explains the mismatch")
-        report.diagnosis = diagnose(blob, inputs, want, report.tolerance)
+        report.diagnosis = diagnose(blob, inputs, expected, report.tolerance)  # a mistake beyond a recorded loss
     report.summary = _summary(report, "the blob" if runtime is None else path.name)
     return report
+
+
+def source_without(
+    fmt: registry.Format, path: Path, source: Provenance, target: registry.Format | None, inputs: Inputs
+) -> Outputs:
+    """What a file written with --allow-lossy should compute: the source's RNN without what the file's format
+    (`target`, None: a cuDNN blob) cannot hold, the nearest RNN it holds as the conversion wrote it, in the numpy
+    reference."""
+    with fmt.read(path, fmt.source_options(source)) as found:
+        rnn = found.rnns[0]
+        nearest = without((target or registry.get("cudnn")).losses(rnn), rnn)
+        y, h_n, c_n = forward(nearest.spec, nearest.param, inputs["x"], inputs["h0"], inputs["c0"], inputs["lengths"])
+    return {"y": y, "h_n": h_n, "c_n": c_n}
 
 
 SAME_RNN = ("input_size", "hidden_size", "num_layers", "bidirectional", "proj_size")
@@ -396,7 +438,28 @@ def _summary(report: Report, subject: str) -> str:
             f"{subject} computes what {Path(report.source.path).name} computes{assumed}: largest difference "
             f"{worst:.3g} (tolerance {report.tolerance.atol:g} + {report.tolerance.rtol:g}*|x|)"
         )
+    loss, source = report.loss, Path(report.source.path).name
+    if report.verdict == "lossy-as-recorded":
+        assert loss is not None
+        same = ", the same" if loss.same_inputs else ""
+        accepted = (
+            "accepted with --accept-recorded-loss"
+            if report.accept_recorded_loss
+            else "--accept-recorded-loss accepts that (exit 0)"
+        )
+        return (
+            f"{subject} computes what {source} computes without what --allow-lossy dropped writing it, as its record "
+            f"says ({'; '.join(loss.dropped)}): it differs from {source} by up to {loss.measured:.3g} here (the "
+            f"conversion measured {loss.recorded:.3g} on its probe inputs{same}), and from {source} without that by "
+            f"{loss.beyond:.3g} (tolerance {report.tolerance.atol:g} + {report.tolerance.rtol:g}*|x|); {accepted}"
+        )
     text = f"largest difference {worst:.3g}"
+    if loss is not None:
+        text += (
+            f"; the file was written with --allow-lossy ({'; '.join(loss.dropped)}; the conversion measured "
+            f"{loss.recorded:.3g}), but differs by up to {loss.beyond:.3g} from {source} without that too: it loses "
+            f"more than its record says"
+        )
     if report.problems:
         text += "; " + "; ".join(report.problems)
     if report.diagnosis:

@@ -8,6 +8,7 @@ MISMATCH, and the diagnosis must name the swap.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -251,3 +252,65 @@ def test_a_hint_to_convert_first_keeps_the_folder(tmp_path):
     index = FIXTURES / "tf1" / "gru_bi.ckpt.index"
     result = run_cli("verify", index, cwd=tmp_path)
     assert_clean_failure(result, 2, f"convert it first (rnnconv tf1-to-cudnn {index})")
+
+
+# --- a file written with --allow-lossy: verify knows what it lost ------------------------------------------------
+
+LOSSY_SOURCE = (FIXTURES / "keras3" / "mixed.keras", "gru_a")  # a GRU with a non-zero b_hn, which nnx cannot hold
+
+
+@pytest.fixture(scope="module")
+def lossy(tmp_path_factory) -> Path:
+    """mixed.keras's gru_a written to flax.nnx with --allow-lossy: its b_hn dropped."""
+    out = tmp_path_factory.mktemp("lossy") / "g.nnx.msgpack"
+    source, layer = LOSSY_SOURCE
+    result = rnnconv.convert(source, out, layer=layer, allow_lossy=True)
+    assert any("--allow-lossy" in warning for warning in result.warnings)
+    return out
+
+
+def test_a_lossy_file_records_what_was_dropped_and_the_loss_it_measured(lossy):
+    with rnnconv.load(lossy) as (rnn,):
+        loss = rnn.origin.loss if rnn.origin else None
+    assert loss is not None and len(loss.dropped) == 1 and "b_hn" in loss.dropped[0]
+    assert loss.difference > 0.01 and (loss.seed, loss.steps, loss.batch) == (0, 8, 3)
+
+
+def test_a_file_that_loses_what_it_recorded_is_lossy_as_recorded(lossy):
+    """verify measures the loss, compares it with the record, and holds the file against its source without what
+    was dropped: the verdict says so, and fails unless the loss is accepted explicitly."""
+    report = verify(lossy, VerifyOptions())
+    assert report.verdict == "lossy-as-recorded" and report.exit_code == 1, report.summary
+    assert report.loss is not None and report.loss.explained and report.loss.same_inputs
+    assert report.loss.measured == pytest.approx(report.loss.recorded, rel=1e-3)  # the same probe inputs
+    assert report.loss.beyond <= report.tolerance.atol < report.loss.measured
+    assert report.diagnosis is None and "b_hn" in report.summary and "--accept-recorded-loss" in report.summary
+    accepted = verify(lossy, VerifyOptions(accept_recorded_loss=True))
+    assert accepted.verdict == "lossy-as-recorded" and accepted.exit_code == 0, accepted.summary
+    other_inputs = verify(lossy, VerifyOptions(seq_len=5, seed=3))
+    assert other_inputs.verdict == "lossy-as-recorded" and not other_inputs.loss.same_inputs
+
+
+def test_lossy_as_recorded_on_the_command_line(lossy, tmp_path):
+    result = run_cli("verify", lossy, "--junit", tmp_path / "j.xml")
+    assert result.returncode == 1 and "LOSSY-AS-RECORDED" in result.stdout, result.stdout + result.stderr
+    assert "<failure" in (tmp_path / "j.xml").read_text()
+    result = run_cli("verify", lossy, "--accept-recorded-loss", "--junit", tmp_path / "ok.xml")
+    assert result.returncode == 0 and "accepted with --accept-recorded-loss" in " ".join(result.stdout.split())
+    assert "<failure" not in (tmp_path / "ok.xml").read_text()
+    assert "--accept-recorded-loss" in run_cli("verify", "--help").stdout
+
+
+def test_a_lossy_file_that_loses_more_than_it_recorded_is_a_mismatch(lossy, tmp_path):
+    """Two gates swapped in a lossy file: more is lost than the record says, so MISMATCH (accepted or not), and the
+    diagnosis, looking beyond the recorded loss, names the swap."""
+    bad = tmp_path / "bad.nnx.msgpack"
+    with rnnconv.load(lossy) as (rnn,):
+        assert rnn.origin is not None
+        broken, mistake = swapped(rnn)
+        registry.get("flax-nnx").write([dataclasses.replace(broken, source=rnn.origin)], bad, registry.WriteOptions())
+    report = verify(bad, VerifyOptions(accept_recorded_loss=True))
+    assert report.verdict == "mismatch" and report.exit_code == 1, report.summary
+    assert report.loss is not None and not report.loss.explained
+    assert "loses more than its record says" in report.summary
+    assert report.diagnosis is not None and all(phrase in report.diagnosis.message for phrase in mistake)
