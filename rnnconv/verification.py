@@ -246,8 +246,8 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
         source_path, why = find_source(path, source)
         if runtime is not None and not source.path:
             why = (
-                f"{path.name} records no source, so rnnconv did not write it (to check a conversion from it, "
-                f"verify the file it wrote)"
+                f"{path.name} is a {runtime.title} file that records no source, so rnnconv did not write it (to "
+                f"check a conversion from it, verify what `rnnconv convert {path} OUT` writes)"
             )
     if source_path is None:
         if options.require_source:

@@ -244,7 +244,9 @@ def test_a_multi_layer_rnn_written_to_keras_reads_back_as_one(torch_sources, tmp
 def test_a_state_dict_rnnconv_did_not_write_says_it_records_no_source():
     result = run_cli("verify", FIXTURES / "torch" / "seq2seq.pt", "--layer", "encoder.rnn")
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "seq2seq.pt records no source, so rnnconv did not write it" in " ".join(result.stdout.split())
+    assert "seq2seq.pt is a PyTorch file that records no source, so rnnconv did not write it" in " ".join(
+        result.stdout.split()
+    )
 
 
 def test_a_hint_to_convert_first_keeps_the_folder(tmp_path):
@@ -314,3 +316,16 @@ def test_a_lossy_file_that_loses_more_than_it_recorded_is_a_mismatch(lossy, tmp_
     assert report.loss is not None and not report.loss.explained
     assert "loses more than its record says" in report.summary
     assert report.diagnosis is not None and all(phrase in report.diagnosis.message for phrase in mistake)
+
+
+@pytest.mark.parametrize("ending", [".pt", ".keras"])
+def test_a_patched_copy_records_the_source_of_what_was_written_into_it(ending, torch_sources, tmp_path):
+    """`convert other.pt patched.pt --into first.pt`, where first.pt records its own source: the copy records
+    other.pt for the RNN written into it (a stale record would make verify compare it with first.pt's source)."""
+    first, patched, other = tmp_path / f"first{ending}", tmp_path / f"patched{ending}", tmp_path / "other.pt"
+    rnnconv.convert(torch_sources[torch_name("LSTM", True, 1, False)], first)
+    torch.manual_seed(1)
+    torch.save(torch.nn.LSTM(INPUT, HIDDEN).state_dict(), other)
+    rnnconv.convert(other, patched, into=first)
+    report = verify(patched, VerifyOptions())
+    assert report.verdict == "match" and report.source is not None and report.source.path == str(other), report.summary

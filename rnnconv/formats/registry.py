@@ -36,7 +36,7 @@ import pydantic
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
-from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, RNNSizes
+from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, RNNSizes, dump
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, either
 from rnnconv.safeio import regular_file, unguarded
 
@@ -190,10 +190,10 @@ def source_record(rnn: CanonicalRNN, output: Path) -> str:
     return recorded_source(rnn, output).model_dump_json(by_alias=True, exclude_none=True)
 
 
-def source_records(rnns: dict[str, CanonicalRNN], output: Path) -> str:
-    """The sources of a file's RNNs (a state_dict's, a Keras model's), as the JSON text it stores under `SOURCE_KEY`:
-    each one's `recorded_source` under the name the file gives its RNN (a key prefix; its layers, a,b)."""
-    return json.dumps({where: json.loads(source_record(rnn, output)) for where, rnn in rnns.items()})
+def source_records(sources: dict[str, Provenance]) -> str:
+    """The sources of a file's RNNs (a state_dict's, a Keras model's: each one's `recorded_source`), as the JSON text
+    the file stores under `SOURCE_KEY`, by the name the file gives the RNN (a key prefix; its layers, a,b)."""
+    return json.dumps({where: dump(source) for where, source in sources.items()})
 
 
 def read_source_records(text: str | bytes, path: Path) -> dict[str, Provenance]:

@@ -350,11 +350,13 @@ def patch_zip(
     path: Path,
     replacements: list[tuple[PickledTensor, np.ndarray | FileArray]],
     tensors: list[PickledTensor],
+    records: dict[str, str],
 ) -> None:
     """A copy of a zip checkpoint, written to the new file `path`, with each replacement's values (in the tensor's
-    own dtype) in its place in the storage; every other member byte for byte, the pickle among them, so keys,
-    nesting and every other object stay as they were. A replaced tensor whose storage another of `tensors` (every
-    tensor of the checkpoint) also shows, tied weights, is refused: the other would change with it."""
+    own dtype) in its place in the storage and rnnconv's `records` (RECORDS) in place of those it had; every other
+    member byte for byte, the pickle among them, so keys, nesting and every other object stay as they were. A
+    replaced tensor whose storage another of `tensors` (every tensor of the checkpoint) also shows, tied weights, is
+    refused: the other would change with it."""
     changed: dict[str, np.ndarray] = {}
     for tensor, values in replacements:
         assert tensor.storage is not None
@@ -372,6 +374,8 @@ def patch_zip(
     with archive:
         for info in archive.infolist():
             key = info.filename.removeprefix(f"{checkpoint.folder}data/")
+            if info.filename.removeprefix(checkpoint.folder) in RECORDS:
+                continue  # the model's own records: the copy's are written after
             if key in changed and info.filename != key:
                 members.append((info.filename, changed[key]))
             elif info.compress_type == zipfile.ZIP_STORED and info.file_size:
@@ -381,6 +385,7 @@ def patch_zip(
                 )
             else:
                 members.append((info.filename, memoryview(_zip.read_member(archive, info.filename, checkpoint.path))))
+    members += [(checkpoint.folder + name, memoryview(text.encode())) for name, text in records.items()]
     _write_archive(path, members)
 
 

@@ -19,7 +19,7 @@ from rnnconv.contracts import Provenance
 from rnnconv.dtypes import element_type, stored_words
 from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors
-from rnnconv.formats.registry import SOURCE_KEY, source_records
+from rnnconv.formats.registry import SOURCE_KEY, recorded_source, source_records
 from rnnconv.formats.torch.checkpoint import (
     CHECKPOINT_SUFFIXES,
     PickledTensor,
@@ -104,21 +104,26 @@ def write_state_dict(rnns: list[CanonicalRNN], path: Path, dtype: str | None, fo
             _safetensors.Entry(key, element_type(d), value.shape, _array_writer(stored_words(value, element_type(d))))
             for key, (value, d) in arrays.items()
         ]
-        meta = {"format": "pt", **records(prefixes, path)}
+        meta = {"format": "pt", **records({}, {}, prefixes, path)}
         _safetensors.write(path, entries, lambda _: meta, force)
         return
     tensors = {
         key: TensorToSave(stored_words(value, element_type(d)), storage_class(d)) for key, (value, d) in arrays.items()
     }
     with atomic_outputs([path], force) as (tmp,):
-        write_zip(tmp, tensors, records(prefixes, path))
+        write_zip(tmp, tensors, records({}, {}, prefixes, path))
 
 
-def records(prefixes: dict[str, CanonicalRNN], path: Path) -> dict[str, str]:
-    """What a state_dict rnnconv writes records of its RNNs, by key prefix (safetensors metadata, or members of a
-    zip checkpoint): where each came from, for `verify`, and an nn.RNN's nonlinearity, which no tensor stores."""
-    recorded = {SOURCE_KEY: source_records(prefixes, path)}
-    nonlinearities = {prefix: rnn.spec.nonlinearity for prefix, rnn in prefixes.items() if rnn.spec.cell == RNN}
+def records(
+    sources: dict[str, Provenance], nonlinearities: dict[str, str], rnns: dict[str, CanonicalRNN], path: Path
+) -> dict[str, str]:
+    """What a state_dict rnnconv writes records of its RNNs, by key prefix (safetensors metadata, or members of a zip
+    checkpoint): where each came from, for `verify`, and an nn.RNN's nonlinearity, which no tensor stores. `rnns`
+    (written to `path`) are recorded over what `sources` and `nonlinearities` record (a patched copy's other RNNs)."""
+    sources = {**sources, **{prefix: recorded_source(rnn, path) for prefix, rnn in rnns.items()}}
+    nonlinearities = {prefix: name for prefix, name in nonlinearities.items() if prefix not in rnns}
+    nonlinearities.update({prefix: rnn.spec.nonlinearity for prefix, rnn in rnns.items() if rnn.spec.cell == RNN})
+    recorded = {SOURCE_KEY: source_records(sources)}
     if nonlinearities:
         recorded[NONLINEARITY_KEY] = json.dumps(nonlinearities)
     return recorded
@@ -149,9 +154,11 @@ def patch_checkpoint(
     tensors = load_state_dict(model)
     found = find_rnns(tensors)
     replacements: dict[str, np.ndarray | FileArray] = {}
+    replaced: dict[str, CanonicalRNN] = {}  # by key prefix: what the copy records of them replaces the model's record
     for rnn, place in zip(rnns, places):
         where = None if place is None else place.prefix if place.prefix is not None else place.layer
         target = pick(found, where, model)
+        replaced[target.prefix] = rnn
         arrays = state_dict_arrays(rnn, target.prefix)
         what = f"{rnn.name} ({rnn.spec.describe()})"
         held = set(target.keys.values())
@@ -171,8 +178,11 @@ def patch_checkpoint(
             found_zip = read_zip(model)
             leaves = dict(flatten_checkpoint(found_zip.root, ""))
             every = [leaf for leaf in leaves.values() if isinstance(leaf, PickledTensor)]
+            recorded = records(*tensors.recorded(model), replaced, path)
             with atomic_outputs([path], force) as (tmp,):
-                patch_zip(found_zip, tmp, [(leaves[key], value) for key, value in replacements.items()], every)
+                patch_zip(
+                    found_zip, tmp, [(leaves[key], value) for key, value in replacements.items()], every, recorded
+                )
             return
     torch = require_torch(f"{model} is a legacy (pre-zip) torch.save checkpoint: patching it")
     checkpoint = load_checkpoint(torch, model)
