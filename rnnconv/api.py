@@ -249,7 +249,7 @@ def verify(
     """Run a cuDNN blob and its source model on the same inputs and compare: the report holds the verdict.
 
     `options` are those of `VerifyOptions` (backend, seq_len, batch, seed, ragged, atol, rtol,
-    layer, raw_spec, require_source, diagnose, relayout, force). With `report`, the report is
+    layer, raw_spec, require_source, diagnose, relayout, force, accept_recorded_loss). With `report`, the report is
     also written there as JSON, with `junit` as JUnit XML (both also when verify cannot run), and
     with `plot` its per-step errors are drawn (.svg or .png; needs matplotlib). No file is replaced
     without `force`. `stage` is told what verify starts doing next.

@@ -22,7 +22,17 @@ from rnnconv.dtypes import DTYPES
 from rnnconv.errors import BadInput
 from rnnconv.safeio import FileArray, digest_placeholder
 from rnnconv.table.apply import assemble_stored
-from rnnconv.table.constants import CUDNN_GATES, CUDNN_MODES, DIRECTIONS, KINDS, LSTM, MAX_LAYERS, MAX_SIZE, Kind
+from rnnconv.table.constants import (
+    CUDNN_GATES,
+    CUDNN_MODES,
+    DIRECTIONS,
+    KINDS,
+    LSTM,
+    MAX_LAYERS,
+    MAX_SIZE,
+    NONLINEARITIES,
+    Kind,
+)
 from rnnconv.table.rows import Row
 
 
@@ -64,6 +74,11 @@ class RNNSpec:
     @property
     def gates(self) -> tuple[str, ...]:
         return CUDNN_GATES[self.cell]
+
+    @property
+    def nonlinearity(self) -> str:
+        """nn.RNN's nonlinearity, tanh or relu, by the mode (tanh for an LSTM or GRU, which have no choice)."""
+        return {mode: name for name, mode in NONLINEARITIES.items()}.get(self.mode, "tanh")
 
     @property
     def num_directions(self) -> int:

@@ -23,11 +23,14 @@ SIDECAR_FORMAT: Final = "rnnconv.cudnn-weight-space"
 # Version 1: rnnconv 0.1 (no schema_version field). Version 2: the typed model, source.format names the file kind.
 # Version 3: source.digest ("ALGORITHM:HEX") instead of source.sha256.
 SIDECAR_SCHEMA_VERSION = 3
-# Report version 2: per-step errors per output direction and each output's `match`.
-REPORT_SCHEMA_VERSION = 2
+# Report version 2: per-step errors per output direction and each output's `match`. Version 3: the verdict
+# lossy-as-recorded and the report's `loss`; a source record's `loss` (what --allow-lossy dropped).
+REPORT_SCHEMA_VERSION = 3
 
 # error / backend-missing: verify could not run (exit 2 / 3); a report asked for is still written, saying why.
-Verdict = Literal["match", "mismatch", "structure-only", "error", "backend-missing"]
+# lossy-as-recorded: a file written with --allow-lossy differs from its source by what its record says was dropped,
+# and by nothing more (exit 1 unless --accept-recorded-loss).
+Verdict = Literal["match", "mismatch", "lossy-as-recorded", "structure-only", "error", "backend-missing"]
 
 
 class Contract(BaseModel):
@@ -87,6 +90,17 @@ class SpecModel(Contract):
 ConfigValue = str | int | float | bool | None
 
 
+class RecordedLoss(Contract):
+    """What `--allow-lossy` left out of an RNN to write a target that cannot hold it (each term as the refusal names
+    it), and how far that moved the outputs: the largest difference the conversion measured on its probe inputs."""
+
+    dropped: list[str] = Field(min_length=1)
+    difference: float = Field(ge=0)
+    seed: int = Field(ge=0)
+    steps: int = Field(ge=1)
+    batch: int = Field(ge=1)
+
+
 class Provenance(Contract):
     """Where an RNN came from: the file, its kind, its hash, and what in it."""
 
@@ -106,6 +120,7 @@ class Provenance(Contract):
     keras_config: dict[str, ConfigValue] | None = None
     relative_path: str | None = None  # the source seen from the output's folder, to find it again if moved
     assumptions: list[str] | None = None  # settings the file does not store, taken as the format's default
+    loss: RecordedLoss | None = None  # what --allow-lossy left out writing the file that records this source
 
 
 class LayoutInfo(Contract):
@@ -268,6 +283,18 @@ class Diagnosis(Contract):
     message: str
 
 
+class LossCheck(Contract):
+    """A file written with `--allow-lossy`, held against what its record says was dropped: how far it is from its
+    source (the conversion's measure, and verify's), and how far from its source without what was dropped."""
+
+    dropped: list[str]
+    recorded: float  # the largest difference the conversion measured, on its probe inputs
+    same_inputs: bool  # whether verify's inputs are the conversion's probe inputs (then `measured` repeats it)
+    measured: float  # the largest difference from the source, on verify's inputs
+    beyond: float  # the largest difference from the source without what was dropped
+    explained: bool  # `beyond` is within the tolerance: the file loses what its record says, and nothing more
+
+
 class LayoutFinding(Contract):
     """A tensor (or the whole weight space) that cuDNN places elsewhere than the blob says."""
 
@@ -304,13 +331,15 @@ class Report(Contract):
     relayout: str | None = None
     assumptions: list[str] | None = None  # settings the source file does not store, which the blob assumed
     allow_structure_only: bool = False  # whether a structure check alone was accepted
+    loss: LossCheck | None = None  # a file written with --allow-lossy: what it loses, measured
+    accept_recorded_loss: bool = False  # whether a lossy-as-recorded file was accepted
     warnings: list[str] = Field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
-        """0 match, 1 mismatch, 2 nothing could be compared (unless a structure check alone was accepted) or
-        verify could not run, 3 a backend is missing."""
-        if self.verdict == "mismatch":
+        """0 match (or a recorded loss accepted), 1 mismatch (or a recorded loss not accepted), 2 nothing could be
+        compared (unless a structure check alone was accepted) or verify could not run, 3 a backend is missing."""
+        if self.verdict == "mismatch" or (self.verdict == "lossy-as-recorded" and not self.accept_recorded_loss):
             return Mismatch.exit_code
         if self.verdict == "backend-missing":
             return BackendMissing.exit_code

@@ -8,6 +8,7 @@ canonical form, so no pair needs code of its own.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,10 +16,10 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN
 from rnnconv.compare import make_inputs
-from rnnconv.contracts import ConversionResult, ConvertedRNN, Skipped
+from rnnconv.contracts import ConversionResult, ConvertedRNN, RecordedLoss, Skipped
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, either
 from rnnconv.formats import registry
-from rnnconv.formats.registry import Format, ReadOptions, Source, WriteOptions, check_stated
+from rnnconv.formats.registry import Format, Loss, ReadOptions, Source, WriteOptions, check_stated
 from rnnconv.reference import forward
 from rnnconv.safeio import reading
 
@@ -95,6 +96,15 @@ def into_target(into: Path, output: Path | None, to: str | None, write: WriteOpt
 PROBE_STEPS, PROBE_BATCH, PROBE_SEED = 8, 3, 0
 
 
+def without(losses: list[Loss], rnn: CanonicalRNN) -> CanonicalRNN:
+    """The nearest RNN to `rnn` that holds none of `losses` (each has a nearest)."""
+    for loss in losses:
+        if loss.nearest is None:
+            raise Unsupported(f"nothing near {rnn.name} lacks what a target cannot hold: {loss.term}")
+        rnn = loss.nearest(rnn)
+    return rnn
+
+
 def holdable(target: Format, rnn: CanonicalRNN, allow_lossy: bool) -> tuple[CanonicalRNN, str]:
     """`rnn` if `target` holds it exactly; else refused naming the term it cannot hold, or with `allow_lossy`, the
     nearest RNN it can hold, and a warning saying how far that one's outputs are from `rnn`'s on probe inputs."""
@@ -109,13 +119,14 @@ def holdable(target: Format, rnn: CanonicalRNN, allow_lossy: bool) -> tuple[Cano
     cannot = [loss.term for loss in losses if loss.nearest is None]
     if cannot:
         raise Unsupported(f"{target.title} cannot hold {rnn.name}, even with --allow-lossy: {'; '.join(cannot)}")
-    nearest = rnn
-    for loss in losses:
-        assert loss.nearest is not None
-        nearest = loss.nearest(nearest)
+    nearest = without(losses, rnn)
     inputs = make_inputs(rnn.spec, PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
     exact, written = (forward(r.spec, r.param, inputs["x"], inputs["h0"], inputs["c0"]) for r in (rnn, nearest))
     worst = max(float(np.max(np.abs(a - b))) for a, b in zip(exact, written) if a is not None and b is not None)
+    dropped = RecordedLoss(
+        dropped=[loss.term for loss in losses], difference=worst, seed=PROBE_SEED, steps=PROBE_STEPS, batch=PROBE_BATCH
+    )  # what the written file records of its source: verify then knows the difference is no mistake
+    nearest = dataclasses.replace(nearest, source=nearest.source.model_copy(update={"loss": dropped}))
     return nearest, (
         f"--allow-lossy: {rnn.name} written without what {target.title} cannot hold ({terms}); on probe inputs "
         f"(seed {PROBE_SEED}, {PROBE_STEPS} steps, batch {PROBE_BATCH}, non-zero states) its outputs differ from the "

@@ -4,7 +4,8 @@ The suite holds one test case for the RNN as a whole (its verdict, structure pro
 included) and one per compared output (the output sequence, h_n, and c_n for an LSTM);
 a failure carries the largest error, the tolerance and the diagnosis. A verify that could
 not run (exit 2 or 3) is one test case with an <error>; a structure check alone that was
-accepted is skipped, since nothing was compared.
+accepted is skipped, since nothing was compared; a file that loses what its --allow-lossy record says is one
+case, failed unless --accept-recorded-loss accepted it.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ def cases_of(report: Report) -> list[Case]:
         outcome = "skipped" if report.allow_structure_only else "error"
         return [Case(rnn, outcome, report.summary, report.summary)]
     overall = Case(rnn)
+    if report.verdict == "lossy-as-recorded":  # the outputs differ from the source's by what was recorded: one case
+        return [Case(rnn, "" if report.accept_recorded_loss else "failure", report.summary, report.summary)]
     if report.verdict == "mismatch":
         overall.outcome, overall.message = "failure", report.summary
         overall.details = "\n".join([report.summary, *report.problems])

@@ -133,6 +133,15 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         "fails (exit 2): a verdict without numbers proves nothing.",
         {},
     ),
+    "accept_recorded_loss": (
+        bool,
+        False,
+        ("--accept-recorded-loss",),
+        "Accept (exit 0) a file written with --allow-lossy that differs from its source by what its record says was "
+        "dropped, and by nothing more (verdict lossy-as-recorded); by default that fails (exit 1). A difference "
+        "beyond the recorded loss is a mismatch either way.",
+        {},
+    ),
     "convert": (
         bool,
         False,
@@ -219,6 +228,7 @@ VERIFY_OPTIONS = [
     "junit",
     "plot",
     "allow_structure_only",
+    "accept_recorded_loss",
     "require_stated",
     "require_source",
     "diagnose",

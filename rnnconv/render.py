@@ -60,6 +60,9 @@ err = _Console(file=cast(IO[str], streams.Tolerant("stderr", 2)), highlight=Fals
 Shown = TypeVar("Shown", bound=Callable[..., None])
 
 
+VERDICT_COLOURS = {"match": "green", "structure-only": "yellow", "lossy-as-recorded": "yellow"}  # else red
+
+
 def shown(function: Shown) -> Shown:
     """A result printer for which a closed pipe (`| head -1`) is no error: what is left is not shown."""
 
@@ -234,7 +237,7 @@ def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
     for column in ("RNN", "spec", "verdict", "summary"):
         table.add_column(column, overflow="fold")
     for report in reports.root:
-        colour = {"match": "green", "structure-only": "yellow"}.get(report.verdict, "red")
+        colour = VERDICT_COLOURS.get(report.verdict, "red")
         verdict = f"[bold {colour}]{report.verdict.upper()}[/] (exit {report.exit_code})"
         table.add_row(escape(report.name), spec_text(report.spec), verdict, escape(report.summary))
     if quiet:  # -q keeps the verdicts: one line each
@@ -335,7 +338,7 @@ def verification(report: Report, as_json: bool, quiet: bool, verbose: bool) -> N
     if as_json:
         print_json(report)
         return
-    colour = {"match": "green", "structure-only": "yellow"}.get(report.verdict, "red")
+    colour = VERDICT_COLOURS.get(report.verdict, "red")
     verdict = f"[bold {colour}]{report.verdict.upper()}[/]: {escape(report.summary)}"
     if quiet:
         out.print(verdict)

@@ -11,6 +11,7 @@ names the one that explains it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -22,7 +23,18 @@ import numpy as np
 
 from rnnconv.canonical import RNNSpec
 from rnnconv.compare import Inputs, Outputs, compare, make_inputs, tolerance
-from rnnconv.contracts import BackendInfo, Check, InputsInfo, Provenance, Report, Reports, SourceRun, dump
+from rnnconv.contracts import (
+    BackendInfo,
+    Check,
+    InputsInfo,
+    LossCheck,
+    Provenance,
+    Report,
+    Reports,
+    SourceRun,
+    dump,
+)
+from rnnconv.conversion import without
 from rnnconv.cudnn.backend import LayoutMismatch
 from rnnconv.diagnose import diagnose
 from rnnconv.dtypes import count_non_finite
@@ -31,6 +43,7 @@ from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats.cudnn import Blob, in_memory_blob, open_blobs, pick_blob, write_relayout
 from rnnconv.junit import junit_xml
+from rnnconv.reference import forward
 from rnnconv.safeio import atomic_outputs, check_guards, digest_differs, regular_file
 from rnnconv.table.constants import CUDNN_MODES, DIRECTION
 from rnnconv.version import __version__
@@ -59,6 +72,7 @@ class VerifyOptions:
     force: bool = False
     allow_structure_only: bool = False  # accept a structure check alone when the source is nowhere (exit 0)
     require_stated: bool = False  # refuse a blob that assumed a setting its source does not store
+    accept_recorded_loss: bool = False  # exit 0 for a file that loses what --allow-lossy recorded, and no more
 
     def __post_init__(self) -> None:
         """Refuse impossible settings before any work."""
@@ -87,13 +101,13 @@ def runtime_format(path: Path, options: VerifyOptions) -> registry.Format | None
     return fmt if fmt.engine is not None else None
 
 
-def open_runtime_file(path: Path, fmt: registry.Format, options: VerifyOptions) -> Blob:
-    """The RNN of a runtime's file, read back as a weight space (for the checks and the diagnosis); its source is
-    the one the file records."""
+def open_runtime_file(path: Path, fmt: registry.Format, options: VerifyOptions) -> tuple[Blob, Provenance]:
+    """The RNN of a runtime's file, read back as a weight space (for the checks and the diagnosis; its source is
+    the one the file records), and where it is in the file (what the format's `run` is given)."""
     read = registry.ReadOptions(layer=options.layer, hash_source=False, take_all=True)
     with fmt.read(path, read) as found:
         (rnn,) = pick_blob(found.rnns, options.layer, path, or_else=", or verify them all with --all")
-        return in_memory_blob(rnn, path, next(iter(fmt.info.kinds)))
+        return in_memory_blob(rnn, path, next(iter(fmt.info.kinds))), rnn.source
 
 
 def rnn_names(path: Path, options: VerifyOptions) -> list[str]:
@@ -108,15 +122,14 @@ def rnn_names(path: Path, options: VerifyOptions) -> list[str]:
 class FileRun:
     """A runtime's file run as it is, by its format's `run` in that runtime: what `verify FILE` compares."""
 
-    def __init__(self, fmt: registry.Format, path: Path, engine: registry.Engine):
-        self.fmt, self.path, self.engine = fmt, path, engine
+    def __init__(self, fmt: registry.Format, path: Path, where: Provenance, engine: registry.Engine):
+        self.fmt, self.path, self.where, self.engine = fmt, path, where, engine
         self.name = engine.name
         self.notes: list[str] = []
         self.how = ""
 
     def run(self, blob: Blob, inputs: Inputs) -> Outputs:
-        layer = Provenance(format=next(iter(self.fmt.info.kinds)), layer=blob.name)
-        got, self.how = self.fmt.run(self.path, layer, blob.spec, inputs)
+        got, self.how = self.fmt.run(self.path, self.where, blob.spec, inputs)
         return got
 
     def describe(self) -> BackendInfo:
@@ -201,7 +214,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     stage = stage or (lambda text: None)
     stage("reading the blob")
     runtime = runtime_format(path, options)
-    blob = open_blob(path, options) if runtime is None else open_runtime_file(path, runtime, options)
+    blob, where = (open_blob(path, options), None) if runtime is None else open_runtime_file(path, runtime, options)
     checks, problems = structural_checks(blob)
     if runtime is not None:  # the weight space is rnnconv's own reading of the file: only its values say anything
         checks = [c for c in checks if c.check == "finite values"]
@@ -219,6 +232,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
         versions=versions,
         assumptions=source.assumptions,
         allow_structure_only=options.allow_structure_only,
+        accept_recorded_loss=options.accept_recorded_loss,
     )
     if options.require_stated and source.assumptions:
         raise BadInput(
@@ -230,6 +244,11 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
         source_path, why = options.against, ""
     else:
         source_path, why = find_source(path, source)
+        if runtime is not None and not source.path:
+            why = (
+                f"{path.name} is a {runtime.title} file that records no source, so rnnconv did not write it (to "
+                f"check a conversion from it, verify what `rnnconv convert {path} OUT` writes)"
+            )
     if source_path is None:
         if options.require_source:
             raise BadInput(f"no numerical comparison is possible: {why} (give it with --against)")
@@ -246,14 +265,18 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     if options.against is not None:
         source = fmt.resolve(options.against, source, options.layer)
     own = runtime.engine if runtime is not None else None
-    if runtime is not None and own is not None and options.backend in ("auto", own.name):
-        engine: registry.Engine = FileRun(runtime, path, own())  # the file itself, in its own runtime
+    if runtime is not None and own is not None and where is not None and options.backend in ("auto", own.name):
+        engine: registry.Engine = FileRun(runtime, path, where, own())  # the file itself, in its own runtime
     else:  # a blob; or the weights read back from a runtime's file, in the engine asked for
         engine = select_engine(options.backend)
     report.warnings += engine.notes
     inputs = make_inputs(blob.spec, options.seq_len, options.batch, options.seed, options.ragged)
     stage(f"loading and running the source ({fmt.info.title})")
-    want, how = fmt.run(source_path, source, blob.spec, inputs)
+    held = fmt.source_spec(source_path, source)
+    check_same_rnn(blob.spec, held, path, source_path, options.against is not None)
+    want, how = fmt.run(source_path, source, dataclasses.replace(blob.spec, bias=held.bias), inputs)
+    recorded = blob.source.loss  # written with --allow-lossy: it should compute its source without what it lost
+    expected = want if recorded is None else source_without(fmt, source_path, source, runtime, inputs)
     report.versions.update(engine.versions())
     report.versions["source_framework"] = how.split(":")[0]
     report.source = SourceRun(path=str(source_path), format=source.format, layer=source.layer, run=how)
@@ -281,12 +304,52 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     lengths = None if inputs["lengths"] is None else [int(v) for v in inputs["lengths"]]
     report.inputs = InputsInfo(seed=options.seed, seq_len=options.seq_len, batch=options.batch, lengths=lengths)
     report.verdict = "match" if report.comparison.match and not problems else "mismatch"
-    if not report.comparison.match and options.diagnose:
+    if recorded is not None:
+        beyond = compare(blob.spec, got, expected, report.tolerance, inputs["lengths"])
+        probe = (recorded.seed, recorded.steps, recorded.batch, False)
+        report.loss = LossCheck(
+            dropped=recorded.dropped,
+            recorded=recorded.difference,
+            same_inputs=(options.seed, options.seq_len, options.batch, options.ragged) == probe,
+            measured=report.comparison.worst,
+            beyond=beyond.worst,
+            explained=beyond.match,
+        )
+        if report.verdict == "mismatch" and beyond.match and not problems:
+            report.verdict = "lossy-as-recorded"
+    if report.verdict == "mismatch" and not report.comparison.match and options.diagnose:
         check_guards()  # a blob or a source that changed meanwhile explains it, without minutes of trying
         stage("looking for the mistake that explains the mismatch")
-        report.diagnosis = diagnose(blob, inputs, want, report.tolerance)
+        report.diagnosis = diagnose(blob, inputs, expected, report.tolerance)  # a mistake beyond a recorded loss
     report.summary = _summary(report, "the blob" if runtime is None else path.name)
     return report
+
+
+def source_without(
+    fmt: registry.Format, path: Path, source: Provenance, target: registry.Format | None, inputs: Inputs
+) -> Outputs:
+    """What a file written with --allow-lossy should compute: the source's RNN without what the file's format
+    (`target`, None: a cuDNN blob) cannot hold, the nearest RNN it holds as the conversion wrote it, in the numpy
+    reference."""
+    with fmt.read(path, fmt.source_options(source)) as found:
+        rnn = found.rnns[0]
+        nearest = without((target or registry.get("cudnn")).losses(rnn), rnn)
+        y, h_n, c_n = forward(nearest.spec, nearest.param, inputs["x"], inputs["h0"], inputs["c0"], inputs["lengths"])
+    return {"y": y, "h_n": h_n, "c_n": c_n}
+
+
+SAME_RNN = ("input_size", "hidden_size", "num_layers", "bidirectional", "proj_size")
+
+
+def check_same_rnn(spec: RNNSpec, held: RNNSpec, path: Path, source: Path, against: bool) -> None:
+    """Refuse a source whose RNN is not the one the file holds, in one sentence saying what each holds. Biases
+    and the element type may differ: a target may hold zero biases, or another type, where its source does not."""
+    if held.cell == spec.cell and all(getattr(held, f) == getattr(spec, f) for f in SAME_RNN):
+        return
+    ending = f"it is not the source of {path.name}" if against else f"{path.name} was not made from it as it is now"
+    raise BadInput(
+        f"{path.name} holds an RNN ({spec.describe()}), but {source.name} holds another ({held.describe()}): {ending}"
+    )
 
 
 def failed_report(blob: Path, exc: BaseException) -> Report:
@@ -375,7 +438,28 @@ def _summary(report: Report, subject: str) -> str:
             f"{subject} computes what {Path(report.source.path).name} computes{assumed}: largest difference "
             f"{worst:.3g} (tolerance {report.tolerance.atol:g} + {report.tolerance.rtol:g}*|x|)"
         )
+    loss, source = report.loss, Path(report.source.path).name
+    if report.verdict == "lossy-as-recorded":
+        assert loss is not None
+        same = ", the same" if loss.same_inputs else ""
+        accepted = (
+            "accepted with --accept-recorded-loss"
+            if report.accept_recorded_loss
+            else "--accept-recorded-loss accepts that (exit 0)"
+        )
+        return (
+            f"{subject} computes what {source} computes without what --allow-lossy dropped writing it, as its record "
+            f"says ({'; '.join(loss.dropped)}): it differs from {source} by up to {loss.measured:.3g} here (the "
+            f"conversion measured {loss.recorded:.3g} on its probe inputs{same}), and from {source} without that by "
+            f"{loss.beyond:.3g} (tolerance {report.tolerance.atol:g} + {report.tolerance.rtol:g}*|x|); {accepted}"
+        )
     text = f"largest difference {worst:.3g}"
+    if loss is not None:
+        text += (
+            f"; the file was written with --allow-lossy ({'; '.join(loss.dropped)}; the conversion measured "
+            f"{loss.recorded:.3g}), but differs by up to {loss.beyond:.3g} from {source} without that too: it loses "
+            f"more than its record says"
+        )
     if report.problems:
         text += "; " + "; ".join(report.problems)
     if report.diagnosis:

@@ -433,7 +433,7 @@ def open_blobs(path: Path, raw_spec: RNNSpec | None = None) -> list[Blob]:
     if other is not None:  # e.g. a PyTorch checkpoint named pytorch_model.bin
         raise BadInput(
             f"{path} holds {other.title} weights, not a cuDNN blob; convert it first "
-            f"(rnnconv {other.name}-to-cudnn {path.name}) and verify the result"
+            f"(rnnconv {other.name}-to-cudnn {path}) and verify the result"
         )
     raise BadInput(
         f"{path} is not a cuDNN blob: no sidecar {sidecar_path(path).name} beside it and not an rnnconv "

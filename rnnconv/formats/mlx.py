@@ -43,11 +43,11 @@ from rnnconv.table.constants import (
     INPUT_MATRIX,
     LSTM,
     MLX_CLASSES,
-    MLX_NONLINEARITY,
     MLX_PARAMETERS,
     MLX_ROWS_SINCE,
     MLX_STACK,
     NONLINEARITIES,
+    NONLINEARITY_KEY,
     RECURRENT_BIAS,
     RECURRENT_MATRIX,
     RNN,
@@ -340,7 +340,7 @@ def to_canonical(chain: Chain, source: Provenance, nonlinearity: str | None, fil
     row = find_row("mlx", MLX_CLASSES[first.cell])
     settled: Settled
     if first.cell == RNN:
-        stated = nonlinearity or file.metadata.get(MLX_NONLINEARITY)
+        stated = nonlinearity or file.metadata.get(NONLINEARITY_KEY)
         settled = settle_nonlinearity(row, stated, name, f"unknown nonlinearity {stated!r}")
     else:
         settled = settle(row, {}, name)
@@ -437,7 +437,7 @@ def write_mlx(rnn: CanonicalRNN, path: Path, dtype: str, force: bool) -> None:
     ]
     meta = {registry.SOURCE_KEY: registry.source_record(rnn, path)}  # where the RNN came from, for `verify FILE`
     if rnn.spec.cell == RNN:
-        meta[MLX_NONLINEARITY] = nonlinearity_of(rnn.spec)
+        meta[NONLINEARITY_KEY] = nonlinearity_of(rnn.spec)
     _safetensors.write(path, entries, lambda _: meta, force)
 
 

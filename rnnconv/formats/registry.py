@@ -36,9 +36,9 @@ import pydantic
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
-from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, RNNSizes
+from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, RNNSizes, dump
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, either
-from rnnconv.safeio import regular_file
+from rnnconv.safeio import regular_file, unguarded
 
 # What a format's read and write are given, exported here, where the formats take their verbs from.
 from rnnconv.settings import Progress as Progress  # noqa: PLC0414
@@ -160,7 +160,9 @@ class RuntimeEngine:
         with tempfile.TemporaryDirectory(prefix="rnnconv-engine-") as folder:
             path = Path(folder) / f"{blob.name or 'rnn'}{self.suffix}".replace(os.sep, "_")
             fmt.write([rnn], path, WriteOptions(force=True))
-            got, _ = fmt.run(path, Provenance(format=next(iter(fmt.info.kinds))), blob.spec, inputs)  # its only RNN
+            with unguarded(), fmt.read(path, ReadOptions(hash_source=False)) as written:  # no guard: a file of its own
+                where = written.rnns[0].source  # its only RNN, where the file has it
+            got, _ = fmt.run(path, where, blob.spec, inputs)
         return got
 
     def describe(self) -> BackendInfo:
@@ -186,6 +188,25 @@ def recorded_source(rnn: CanonicalRNN, output: Path, wait: bool = True) -> Prove
 def source_record(rnn: CanonicalRNN, output: Path) -> str:
     """`recorded_source` as the JSON text a format stores under `SOURCE_KEY` in its file's metadata."""
     return recorded_source(rnn, output).model_dump_json(by_alias=True, exclude_none=True)
+
+
+def source_records(sources: dict[str, Provenance]) -> str:
+    """The sources of a file's RNNs (a state_dict's, a Keras model's: each one's `recorded_source`), as the JSON text
+    the file stores under `SOURCE_KEY`, by the name the file gives the RNN (a key prefix; its layers, a,b)."""
+    return json.dumps({where: dump(source) for where, source in sources.items()})
+
+
+def read_source_records(text: str | bytes, path: Path) -> dict[str, Provenance]:
+    """What `source_records` stored; anything else is refused in one sentence."""
+    if len(text) > SOURCE_RECORD_LIMIT:
+        raise BadInput(f"{path}: its {SOURCE_KEY} record is {len(text)} bytes, more than a source record can be")
+    try:
+        records = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        records = None
+    if not isinstance(records, dict) or not all(isinstance(r, dict) for r in records.values()):
+        raise BadInput(f"{path}: its {SOURCE_KEY} record is not the record of the sources rnnconv writes")
+    return {where: read_source_record(json.dumps(record), path) for where, record in records.items()}
 
 
 def read_source_record(text: str | bytes, path: Path) -> Provenance:
@@ -274,10 +295,21 @@ class Format(ABC):
             f"model the blob came from with --against"
         )
 
+    def source_options(self, source: Provenance) -> ReadOptions:
+        """How to read the RNN `source` names (as `resolve` gives it) from a file of this format."""
+        return ReadOptions(layer=source.layer, hash_source=False, dequantize=True)
+
+    def source_spec(self, path: Path, source: Provenance) -> RNNSpec:
+        """The spec of the RNN `source` names, as reading the file gives it: what verify holds a file made from it
+        against, and runs it by (a target that always has biases holds zeros where the source has none)."""
+        with self.read(path, self.source_options(source)) as found:
+            return found.rnns[0].spec  # the one named, or the file's only one (a read refuses several unasked)
+
     def run(
         self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
     ) -> tuple[dict[str, np.ndarray | None], str]:
-        """The source RNN's own y, h_n, c_n (sequence-major, cuDNN's shapes) and how it ran."""
+        """The source RNN's own y, h_n, c_n (sequence-major, cuDNN's shapes) and how it ran: `spec` is the file's,
+        with the source's own biases (or none)."""
         raise Unsupported(f"no runner for format {self.name!r}")
 
 

@@ -36,6 +36,8 @@ CUDNN_MODES: Final[dict[str, tuple[str, int]]] = {
     GRU: (GRU, 3),
 }
 NONLINEARITIES: Final[dict[str, str]] = {"tanh": "rnn_tanh", "relu": "rnn_relu"}  # nn.RNN's, by cuDNN mode
+# What a written file (MLX's, PyTorch's) records of an RNN's nonlinearity, which its weights do not store.
+NONLINEARITY_KEY: Final = "rnnconv.nonlinearity"
 BIAS_MODE: Final[dict[str, int]] = {"none": 0, "single_input": 1, "double": 2, "single_recurrent": 3}
 DIRECTION: Final[dict[bool, int]] = {False: 0, True: 1}  # cudnnDirectionMode_t by bidirectional
 INPUT_MODE: Final[dict[str, int]] = {"linear": 0, "skip": 1}
@@ -468,7 +470,6 @@ MLX_PARAMETERS: Final[dict[str, dict[str, str]]] = {
 MLX_CLASSES: Final[dict[str, str]] = {LSTM: "LSTM", GRU: "GRU", RNN: "RNN"}  # the mlx.nn class of each cell family
 MLX_STACK: Final = "layers"  # rnnconv's multi-layer convention: a list `layers` of one-layer modules, layers.{k}.Wx
 MLX_ROWS_SINCE: Final = (0, 18, 0)  # before MLX 0.18 (ml-explore/mlx#1419) Wx and Wh were stored transposed
-MLX_NONLINEARITY: Final = "rnnconv.nonlinearity"  # metadata: nn.RNN's nonlinearity, which its weights do not store
 
 # --- ncnn (its LSTM, GRU and RNN layers; docs/LAYOUTS.md section "ncnn") ---------------------------------
 NCNN_MAGIC: Final = 7767517  # the first line of a .param
@@ -513,7 +514,9 @@ NCNN_BLOBS: Final[dict[str, str]] = {
 # Where verify runs a blob: auto = cuDNN when it can run, else numpy; onnxruntime = the blob as an ONNX graph;
 # openvino = the blob as an OpenVINO IR in its CPU plugin; flax, flax-nnx, equinox = the blob as that library's
 # cells in JAX (CPU); tflite = the blob as TFLite ops in LiteRT; mlx and ncnn: the blob written as those formats
-# and run in their runtimes (CPU).
+# and run in their runtimes (CPU); torch and keras: the blob as the state_dict or .keras rnnconv writes, run in
+# PyTorch or Keras (CPU).
 ENGINES: Final = (
     "auto", "cudnn", "numpy", "onnxruntime", "openvino", "flax", "flax-nnx", "equinox", "tflite", "mlx", "ncnn",
+    "torch", "keras",
 )  # fmt: skip

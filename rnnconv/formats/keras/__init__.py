@@ -22,6 +22,7 @@ from rnnconv.formats.registry import (
     Format,
     Probe,
     ReadOptions,
+    RuntimeEngine,
     Source,
     WriteOptions,
     Written,
@@ -36,9 +37,23 @@ if TYPE_CHECKING:
     from rnnconv.formats.keras.config import KerasLayer
 
 
+STATED = ("activation", "recurrent_activation")  # what a user states for a weights file without a model config
+
+
+class KerasEngine(RuntimeEngine):
+    """The blob as the .keras rnnconv writes, its layers built and run by Keras (CPU)."""
+
+    name = "keras"
+    format_name = "keras"
+    suffix = ".keras"
+    detail = "Keras layers (CPU) running the blob, float32"
+    modules = (("keras", "keras"),)
+
+
 @register
 class KerasFormat(Format):
     info = FORMAT_INFO["keras"]
+    engine = KerasEngine  # verify --backend keras
 
     def sniff(self, probe: Probe) -> bool:
         if probe.head.startswith(HDF5_MAGIC):
@@ -60,20 +75,31 @@ class KerasFormat(Format):
             )
             digest = digest_in_background(path) if options.hash_source else None
 
-            stated = {"activation": options.activation, "recurrent_activation": options.recurrent_activation}
+            stated = {key: getattr(options, key) for key in STATED}
 
             def canonical(layer: KerasLayer) -> CanonicalRNN:
-                rnn = to_canonical(layer, info, options.bias_split, keras_file.reader, stated)
+                recorded = keras_file.activations.get(layer.name) if layer.inferred else None  # no config to say it
+                told = {**stated, "activation": stated["activation"] or recorded}
+                rnn = to_canonical(layer, info, options.bias_split, keras_file.reader, told)
                 rnn.digest = digest
+                rnn.origin = keras_file.records.get(layer.name)
                 return rnn
 
             def describe(layer: KerasLayer) -> str:
                 return f"layer {layer.name!r} ({layer.display_class}) in {self.info.kinds[keras_file.kind]} {path}"
 
-            if options.layer and "," in options.layer:  # consecutive layers -> one multi-layer RNN
-                names = [n.strip() for n in options.layer.split(",")]
+            def stacked(names: list[str]) -> CanonicalRNN:  # consecutive layers -> one multi-layer RNN
                 parts = convert_each([keras_file.layer(n) for n in names], canonical, describe, strict=True)
-                yield Source([stack(options.layer, parts.rnns)])
+                rnn = stack(",".join(names), parts.rnns)
+                rnn.origin = keras_file.records.get(rnn.name)
+                return rnn
+
+            if options.layer and "," in options.layer:
+                yield Source([stacked([n.strip() for n in options.layer.split(",")])])
+                return
+            groups = [where.split(",") for where in keras_file.records]  # the RNNs rnnconv wrote, by their layers
+            if options.layer is None and groups and (len(groups) == 1 or options.take_all):
+                yield Source([stacked(n) if len(n) > 1 else canonical(keras_file.layer(*n)) for n in groups])
                 return
             several = options.take_all and options.layer is None and len(keras_file.layers) > 1
             yield convert_each(keras_file.layers if several else [keras_file.layer(options.layer)], canonical, describe)
@@ -119,6 +145,11 @@ class KerasFormat(Format):
 
         with KerasFile(path) as keras_file:
             return recorded.model_copy(update={"layer": keras_file.layer(layer).name, "format": keras_file.kind})
+
+    def source_options(self, source: Provenance) -> ReadOptions:
+        """Read with the activations the conversion was told (a bare weights file does not store them)."""
+        stated = {k: v for k, v in (source.keras_config or {}).items() if k in STATED and isinstance(v, str)}
+        return super().source_options(source).model_copy(update=stated)
 
     def run(
         self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]

@@ -43,13 +43,14 @@ from rnnconv.formats.keras.hdf5 import (
     text_of,
     walk_everything,
 )
-from rnnconv.formats.registry import HDF5_MAGIC, ZIP_MAGIC
+from rnnconv.formats.registry import HDF5_MAGIC, SOURCE_KEY, ZIP_MAGIC, read_source_records
 from rnnconv.safeio import Guard, add_guard, checksum_guard, json_document, pin, regular_file, within
 from rnnconv.table.apply import find_row, keras_era, rows_for, stored_shapes
 from rnnconv.table.constants import (
     KERAS_DIRECTION_GROUPS,
     KERAS_VARIABLES,
     MAX_SIZE,
+    NONLINEARITY_KEY,
 )
 from rnnconv.table.reading import Found, Settled, StoredCell, read, settle
 from rnnconv.table.rows import DEFAULT_BIAS_SPLIT, VERSIONED_DEFAULTS, Row
@@ -71,6 +72,13 @@ class KerasFile:
         try:
             self.kind, root = self._open()
             self.layers = self._find_layers(root)
+            # of a file rnnconv wrote: each RNN's source, by its layers; each SimpleRNN's activation, by its layer
+            recorded = root.attrs.get(SOURCE_KEY)
+            self.records = {} if recorded is None else read_source_records(text_of(recorded), path)
+            activations = json_document(text_of(root.attrs.get(NONLINEARITY_KEY, "{}")), f"{path}: {NONLINEARITY_KEY}")
+            if not isinstance(activations, dict) or not all(isinstance(v, str) for v in activations.values()):
+                raise BadInput(f"{path}: its {NONLINEARITY_KEY} record does not map layers to activations")
+            self.activations: dict[str, str] = activations
         except BadInput as exc:
             self.close()
             if str(path) in str(exc):

@@ -31,9 +31,16 @@ from rnnconv.formats import _zip
 from rnnconv.formats.keras.config import KerasLayer, snake_case
 from rnnconv.formats.keras.hdf5 import is_bfloat16
 from rnnconv.formats.keras.reader import KerasFile, to_canonical
+from rnnconv.formats.registry import SOURCE_KEY, recorded_source, source_records
 from rnnconv.safeio import atomic_outputs
 from rnnconv.table.apply import find_row, row_for_mode, settings_for_mode
-from rnnconv.table.constants import KERAS_DIRECTION_GROUPS, KERAS_DIRECTION_PREFIXES, KERAS_VARIABLES
+from rnnconv.table.constants import (
+    KERAS_DIRECTION_GROUPS,
+    KERAS_DIRECTION_PREFIXES,
+    KERAS_VARIABLES,
+    NONLINEARITY_KEY,
+    RNN,
+)
 
 KERAS_VERSION = "3.15.1"  # the version whose file layout this writer follows
 
@@ -135,14 +142,26 @@ def model_config(rnns: list[CanonicalRNN]) -> dict[str, Any]:
     }
 
 
+def _layers(rnns: list[CanonicalRNN]) -> list[tuple[str, CanonicalRNN]]:
+    """Each Keras layer's name, with the RNN it is a layer of."""
+    return [(layer_name(rnn, layer), rnn) for rnn in rnns for layer in range(rnn.spec.num_layers)]
+
+
 def layer_name(rnn: CanonicalRNN, layer: int) -> str:
     base = _keras_name(rnn.name)
     return base if rnn.spec.num_layers == 1 else f"{base}_layer{layer}"
 
 
-def _write_weights(rnns: list[CanonicalRNN], h5: h5py.File, dtype: str) -> None:
+def _write_weights(rnns: list[CanonicalRNN], h5: h5py.File, dtype: str, path: Path) -> None:
     etype = element_type(dtype)
     h5.create_group("vars").attrs["name"] = "rnnconv"
+    # where each RNN came from (for `verify`), by its Keras layers: a,b for one of several layers
+    groups = {",".join(layer_name(rnn, layer) for layer in range(rnn.spec.num_layers)): rnn for rnn in rnns}
+    h5.attrs[SOURCE_KEY] = source_records({where: recorded_source(rnn, path) for where, rnn in groups.items()})
+    # a SimpleRNN's activation, which a .weights.h5 (no model config) does not store otherwise
+    activations = {layer: rnn.spec.nonlinearity for layer, rnn in _layers(rnns) if rnn.spec.cell == RNN}
+    if activations:
+        h5.attrs[NONLINEARITY_KEY] = json.dumps(activations)
     layers = h5.create_group("layers")
     used: dict[str, int] = {}
     for rnn in rnns:
@@ -190,19 +209,21 @@ def write_keras(rnns: list[CanonicalRNN], path: Path, dtype: str | None = None, 
             )
     dtype = dtype or rnns[0].spec.dtype
     rnns = [
-        CanonicalRNN(r.name, RNNSpec(**{**r.spec.to_dict(), "dtype": dtype}), r.loaders, r.source, r.notes)
+        CanonicalRNN(
+            r.name, RNNSpec(**{**r.spec.to_dict(), "dtype": dtype}), r.loaders, r.source, r.notes, digest=r.digest
+        )
         for r in rnns
     ]
     name = path.name
     if name.endswith(".weights.h5"):
         with atomic_outputs([path], force) as (tmp,), h5py.File(tmp, "w") as h5:
-            _write_weights(rnns, h5, dtype)
+            _write_weights(rnns, h5, dtype, path)
         return
     if path.suffix != ".keras":
         raise BadInput(f"output {path} must end in .keras or .weights.h5 for Keras")
     weights = io.BytesIO()
     with h5py.File(weights, "w") as h5:
-        _write_weights(rnns, h5, dtype)
+        _write_weights(rnns, h5, dtype, path)
     metadata = {"keras_version": KERAS_VERSION, "date_saved": time.strftime("%Y-%m-%d@%H:%M:%S")}
     with atomic_outputs([path], force) as (tmp,), zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:
         zf.writestr("metadata.json", json.dumps(metadata))
@@ -238,6 +259,7 @@ def patch_keras_file(
     changes: every dataset keeps its shape and dtype, the archive its other members."""
     patches: dict[str, np.ndarray] = {}
     with KerasFile(model) as keras_file:
+        sources = dict(keras_file.records)  # the copy records each RNN written into it in place of what it replaces
         for rnn, place in zip(rnns, places):
             names = None if place is None else place.stacked or (place.layer or "").split(",")
             layers = [keras_file.layer(None)] if names is None else [keras_file.layer(n.strip()) for n in names]
@@ -248,14 +270,17 @@ def patch_keras_file(
                 )
             for index, layer in enumerate(layers):
                 _patch_layer(rnn, index, layer, keras_file, patches)
+            group = [layer.name for layer in layers]
+            sources = {where: s for where, s in sources.items() if not set(where.split(",")) & set(group)}
+            sources[",".join(group)] = recorded_source(rnn, path)
         archive = keras_file.kind == "keras-archive"
     with atomic_outputs([path], force) as (tmp,):
         if archive:
-            _patched_archive(model, tmp, patches)
+            _patched_archive(model, tmp, patches, sources)
         else:
             shutil.copyfile(model, tmp)
             with h5py.File(tmp, "r+") as h5:
-                _write_patches(h5, patches)
+                _write_patches(h5, patches, sources)
 
 
 def _patch_layer(
@@ -285,19 +310,21 @@ def _patch_layer(
             )
 
 
-def _write_patches(h5: h5py.File, patches: dict[str, np.ndarray]) -> None:
+def _write_patches(h5: h5py.File, patches: dict[str, np.ndarray], sources: dict[str, Provenance]) -> None:
     for name, values in patches.items():
         h5[name][...] = values
+    h5.attrs[SOURCE_KEY] = source_records(sources)
 
 
-def _patched_archive(model: Path, path: Path, patches: dict[str, np.ndarray]) -> None:
-    """The .keras archive `model` copied member by member, its model.weights.h5 patched."""
+def _patched_archive(model: Path, path: Path, patches: dict[str, np.ndarray], sources: dict[str, Provenance]) -> None:
+    """The .keras archive `model` copied member by member, its model.weights.h5 patched (and what it records of
+    its RNNs' sources)."""
     with zipfile.ZipFile(model) as source, zipfile.ZipFile(path, "w") as copy:
         for info in source.infolist():  # each member was checked when the model was read
             data = _zip.read_member(source, info.filename, model)
             if info.filename == "model.weights.h5":
                 weights = io.BytesIO(data)
                 with h5py.File(weights, "r+") as h5:
-                    _write_patches(h5, patches)
+                    _write_patches(h5, patches, sources)
                 data = weights.getvalue()
             copy.writestr(info, data)

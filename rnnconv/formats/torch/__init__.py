@@ -21,6 +21,7 @@ from rnnconv.formats.registry import (
     Format,
     Probe,
     ReadOptions,
+    RuntimeEngine,
     Source,
     WriteOptions,
     Written,
@@ -45,10 +46,21 @@ def _kind(path: Path) -> str:
     return "torch-safetensors" if is_safetensors(path) else "torch"
 
 
+class TorchEngine(RuntimeEngine):
+    """The blob as the state_dict rnnconv writes, loaded into nn.LSTM/GRU/RNN and run in PyTorch (CPU)."""
+
+    name = "torch"
+    format_name = "torch"
+    suffix = ".pt"
+    detail = "PyTorch's nn.LSTM/GRU/RNN (CPU) running the blob, float32"
+    modules = (("torch", "torch"),)
+
+
 @register
 class TorchFormat(Format):
     info = FORMAT_INFO["torch"]
     sniff_order = 40
+    engine = TorchEngine  # verify --backend torch
 
     def sniff(self, probe: Probe) -> bool:
         names = probe.zip_names
@@ -60,15 +72,18 @@ class TorchFormat(Format):
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
         from rnnconv.formats.torch.reader import find_rnns, load_state_dict, pick, to_canonical
 
-        found = find_rnns(load_state_dict(path))
+        state = load_state_dict(path)
+        found = find_rnns(state)
+        sources, nonlinearities = state.recorded(path)  # of a file rnnconv wrote
         info = Provenance(path=str(path.resolve()), format=_kind(path))
         digest = digest_in_background(path) if options.hash_source else None
         several = options.take_all and options.layer is None and len(found) > 1
         chosen = found if several else [pick(found, options.layer, path)]
 
         def canonical(rnn: TorchRNN) -> CanonicalRNN:
-            converted = to_canonical(rnn, info, options.nonlinearity)
+            converted = to_canonical(rnn, info, options.nonlinearity or nonlinearities.get(rnn.prefix))
             converted.digest = digest
+            converted.origin = sources.get(rnn.prefix)
             return converted
 
         yield convert_each(chosen, canonical, lambda rnn: f"RNN {rnn.name!r} in {path}")

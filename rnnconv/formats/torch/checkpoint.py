@@ -20,7 +20,7 @@ import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -30,11 +30,13 @@ from rnnconv.dtypes import ELEMENT_TYPES, encode
 from rnnconv.errors import BadInput, first_line
 from rnnconv.formats import _zip
 from rnnconv.formats._zip import LOCAL_HEADER
+from rnnconv.formats.registry import SOURCE_KEY, SOURCE_RECORD_LIMIT
 from rnnconv.safeio import FileArray, byte_view, in_background, regular_file, write_array
-from rnnconv.table.constants import TORCH_STORAGES
+from rnnconv.table.constants import NONLINEARITY_KEY, TORCH_STORAGES
 from rnnconv.table.formats import FORMAT_INFO
 
 MAX_PICKLE = 256 << 20  # bytes: a state_dict's pickle names tensors; it holds none of their values
+RECORDS = (SOURCE_KEY, NONLINEARITY_KEY)  # what a checkpoint rnnconv wrote records beside its pickle, as members
 
 
 class Refused(Exception):
@@ -192,6 +194,7 @@ class ZipCheckpoint:
     root: Any
     _storages: dict[str, np.ndarray | FileArray]
     folder: str = "archive/"  # the members' common folder, as the writer named it
+    records: dict[str, bytes] = field(default_factory=dict)  # rnnconv's records beside the pickle (RECORDS), by name
 
     def values(self, tensor: PickledTensor) -> np.ndarray | FileArray:
         """The tensor's values, every index checked inside its storage: still in the file when they lie there in
@@ -288,7 +291,14 @@ def read_zip(path: Path) -> ZipCheckpoint:
             else:
                 words = np.frombuffer(_zip.read_member(archive, member.filename, path), dtype, numel)
             storages[key] = words
-    return ZipCheckpoint(path, root, storages, folder)
+        records = {}
+        for name in (n for n in RECORDS if folder + n in infos):
+            record = infos[folder + name]
+            _zip.check_member(path, record, size, "rnnconv")
+            if record.file_size > SOURCE_RECORD_LIMIT:
+                raise BadInput(f"{path}: its {name} member is larger than any record rnnconv writes")
+            records[name] = _zip.read_member(archive, record.filename, path)
+    return ZipCheckpoint(path, root, storages, folder, records)
 
 
 # --- writing ----------------------------------------------------------------------------------------
@@ -317,14 +327,16 @@ def storage_class(dtype: str) -> str:
     return next(name for name, kind in TORCH_STORAGES.items() if kind == wanted)
 
 
-def write_zip(path: Path, tensors: dict[str, TensorToSave]) -> None:
-    """A checkpoint that torch.load(weights_only=True) reads as {key: tensor}, written to the new file `path`."""
+def write_zip(path: Path, tensors: dict[str, TensorToSave], records: dict[str, str] | None = None) -> None:
+    """A checkpoint that torch.load(weights_only=True) reads as {key: tensor}, written to the new file `path`, with
+    rnnconv's `records` (RECORDS) as members beside the pickle, which torch.load passes over."""
     folder = path.stem or "archive"
     small = {
         "data.pkl": _state_dict_pickle(tensors),
         ".format_version": b"1",
         ".storage_alignment": str(STORAGE_ALIGNMENT).encode(),
         "byteorder": b"little",
+        **{name: text.encode() for name, text in (records or {}).items()},
     }
     members: list[tuple[str, np.ndarray | FileArray | memoryview]] = [
         (f"{folder}/{n}", memoryview(d)) for n, d in small.items()
@@ -338,11 +350,13 @@ def patch_zip(
     path: Path,
     replacements: list[tuple[PickledTensor, np.ndarray | FileArray]],
     tensors: list[PickledTensor],
+    records: dict[str, str],
 ) -> None:
     """A copy of a zip checkpoint, written to the new file `path`, with each replacement's values (in the tensor's
-    own dtype) in its place in the storage; every other member byte for byte, the pickle among them, so keys,
-    nesting and every other object stay as they were. A replaced tensor whose storage another of `tensors` (every
-    tensor of the checkpoint) also shows, tied weights, is refused: the other would change with it."""
+    own dtype) in its place in the storage and rnnconv's `records` (RECORDS) in place of those it had; every other
+    member byte for byte, the pickle among them, so keys, nesting and every other object stay as they were. A
+    replaced tensor whose storage another of `tensors` (every tensor of the checkpoint) also shows, tied weights, is
+    refused: the other would change with it."""
     changed: dict[str, np.ndarray] = {}
     for tensor, values in replacements:
         assert tensor.storage is not None
@@ -360,6 +374,8 @@ def patch_zip(
     with archive:
         for info in archive.infolist():
             key = info.filename.removeprefix(f"{checkpoint.folder}data/")
+            if info.filename.removeprefix(checkpoint.folder) in RECORDS:
+                continue  # the model's own records: the copy's are written after
             if key in changed and info.filename != key:
                 members.append((info.filename, changed[key]))
             elif info.compress_type == zipfile.ZIP_STORED and info.file_size:
@@ -369,6 +385,7 @@ def patch_zip(
                 )
             else:
                 members.append((info.filename, memoryview(_zip.read_member(archive, info.filename, checkpoint.path))))
+    members += [(checkpoint.folder + name, memoryview(text.encode())) for name, text in records.items()]
     _write_archive(path, members)
 
 

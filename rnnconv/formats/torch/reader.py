@@ -26,6 +26,7 @@ from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.dtypes import ELEMENT_TYPES, decode
 from rnnconv.errors import BackendMissing, BadInput, no_such_rnn, several_rnns
 from rnnconv.formats import _safetensors
+from rnnconv.formats.registry import SOURCE_KEY, read_source_records
 from rnnconv.formats.torch.checkpoint import (
     PickledTensor,
     Refused,
@@ -34,13 +35,14 @@ from rnnconv.formats.torch.checkpoint import (
     is_zip_checkpoint,
     read_zip,
 )
-from rnnconv.safeio import FileArray
+from rnnconv.safeio import FileArray, json_document
 from rnnconv.table.apply import find_row, rows_for
 from rnnconv.table.constants import (
     CUDNN_GATES,
     KIND_OF_ROLE,
     MAX_LAYERS,
     MAX_SIZE,
+    NONLINEARITY_KEY,
     TORCH_LAYER_NAME,
     TORCH_PARAMETERS,
     TORCH_REVERSE_SUFFIX,
@@ -121,6 +123,7 @@ def load_state_dict(path: Path) -> StateDict:
                 continue
             words, etype = _safetensors.tensor_words(path, header, start, key)
             out[key] = Tensor(words.shape, etype.name, words, etype.name == "bfloat16")
+        out.records = header.get("__metadata__", {})
         return out
     with open(path, "rb") as f:
         head = f.read(32)
@@ -164,6 +167,7 @@ def _zip_state_dict(path: Path) -> StateDict:
                 value.shape, dtype or "float32", _Values(found, value), dtype == "bfloat16", value.problem
             )
     tensors.wrapped = _wraps(found.root)
+    tensors.records = found.records
     return tensors
 
 
@@ -186,9 +190,19 @@ def _wraps(loaded: Any) -> bool:
 
 
 class StateDict(dict):
-    """Tensors by dotted key; `wrapped` when the checkpoint held them inside a dict of other things."""
+    """Tensors by dotted key; `wrapped` when the checkpoint held them inside a dict of other things; `records`: what
+    rnnconv recorded beside them when it wrote the file (writer.records), by name."""
 
     wrapped = False
+    records: Mapping[str, str | bytes] = {}
+
+    def recorded(self, path: Path) -> tuple[dict[str, Provenance], dict[str, str]]:
+        """The source of each RNN and each nn.RNN's nonlinearity that the file records, by key prefix."""
+        sources = self.records.get(SOURCE_KEY)
+        nonlinearities = json_document(self.records.get(NONLINEARITY_KEY) or "{}", f"{path}: its {NONLINEARITY_KEY}")
+        if not isinstance(nonlinearities, dict) or not all(isinstance(v, str) for v in nonlinearities.values()):
+            raise BadInput(f"{path}: its {NONLINEARITY_KEY} record does not map key prefixes to nonlinearities")
+        return ({} if sources is None else read_source_records(sources, path)), nonlinearities
 
 
 def load_checkpoint(torch: Any, path: Path) -> Any:

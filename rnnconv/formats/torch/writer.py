@@ -6,6 +6,7 @@ printed constructor is the module whose `load_state_dict` takes the file.
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
@@ -18,6 +19,7 @@ from rnnconv.contracts import Provenance
 from rnnconv.dtypes import element_type, stored_words
 from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors
+from rnnconv.formats.registry import SOURCE_KEY, recorded_source, source_records
 from rnnconv.formats.torch.checkpoint import (
     CHECKPOINT_SUFFIXES,
     PickledTensor,
@@ -39,7 +41,7 @@ from rnnconv.formats.torch.reader import (
 )
 from rnnconv.safeio import FileArray, atomic_outputs, write_array
 from rnnconv.table.apply import row_for_mode, rows_for, stored_shapes
-from rnnconv.table.constants import KIND_OF_ROLE, NONLINEARITIES, TORCH_REVERSE_SUFFIX
+from rnnconv.table.constants import KIND_OF_ROLE, NONLINEARITY_KEY, RNN, TORCH_REVERSE_SUFFIX
 
 
 def torch_class(spec: RNNSpec) -> str:
@@ -73,9 +75,8 @@ def constructor(spec: RNNSpec) -> str:
     args = [f"input_size={spec.input_size}", f"hidden_size={spec.hidden_size}"]
     if spec.num_layers > 1:
         args.append(f"num_layers={spec.num_layers}")
-    nonlinearity = {mode: name for name, mode in NONLINEARITIES.items()}.get(spec.mode, "tanh")
-    if nonlinearity != "tanh":
-        args.append(f"nonlinearity='{nonlinearity}'")
+    if spec.nonlinearity != "tanh":
+        args.append(f"nonlinearity='{spec.nonlinearity}'")
     if not spec.bias:
         args.append("bias=False")
     if spec.bidirectional:
@@ -88,27 +89,44 @@ def constructor(spec: RNNSpec) -> str:
 
 
 def write_state_dict(rnns: list[CanonicalRNN], path: Path, dtype: str | None, force: bool = False) -> None:
-    """One RNN's state_dict (keys as nn.Module gives them), or several under their names as prefixes."""
-    prefixed = len(rnns) > 1
+    """One RNN's state_dict (keys as nn.Module gives them), or several under their names as prefixes, with what
+    `records` says of them."""
+    if path.suffix != ".safetensors" and path.suffix not in CHECKPOINT_SUFFIXES:
+        raise BadInput(f"output {path} must end in .pt, .pth, .bin or .safetensors for a PyTorch state_dict")
+    prefixes = {f"{rnn.name}." if len(rnns) > 1 else "": rnn for rnn in rnns}
     arrays: dict[str, tuple[np.ndarray | FileArray, str]] = {}
-    for rnn in rnns:
+    for prefix, rnn in prefixes.items():
         want = dtype or rnn.spec.dtype
-        for key, value in state_dict_arrays(rnn, f"{rnn.name}." if prefixed else "").items():
+        for key, value in state_dict_arrays(rnn, prefix).items():
             arrays[key] = (value, want)
     if path.suffix == ".safetensors":
         entries = [
             _safetensors.Entry(key, element_type(d), value.shape, _array_writer(stored_words(value, element_type(d))))
             for key, (value, d) in arrays.items()
         ]
-        _safetensors.write(path, entries, lambda _: {"format": "pt"}, force)
+        meta = {"format": "pt", **records({}, {}, prefixes, path)}
+        _safetensors.write(path, entries, lambda _: meta, force)
         return
-    if path.suffix not in CHECKPOINT_SUFFIXES:
-        raise BadInput(f"output {path} must end in .pt, .pth, .bin or .safetensors for a PyTorch state_dict")
     tensors = {
         key: TensorToSave(stored_words(value, element_type(d)), storage_class(d)) for key, (value, d) in arrays.items()
     }
     with atomic_outputs([path], force) as (tmp,):
-        write_zip(tmp, tensors)
+        write_zip(tmp, tensors, records({}, {}, prefixes, path))
+
+
+def records(
+    sources: dict[str, Provenance], nonlinearities: dict[str, str], rnns: dict[str, CanonicalRNN], path: Path
+) -> dict[str, str]:
+    """What a state_dict rnnconv writes records of its RNNs, by key prefix (safetensors metadata, or members of a zip
+    checkpoint): where each came from, for `verify`, and an nn.RNN's nonlinearity, which no tensor stores. `rnns`
+    (written to `path`) are recorded over what `sources` and `nonlinearities` record (a patched copy's other RNNs)."""
+    sources = {**sources, **{prefix: recorded_source(rnn, path) for prefix, rnn in rnns.items()}}
+    nonlinearities = {prefix: name for prefix, name in nonlinearities.items() if prefix not in rnns}
+    nonlinearities.update({prefix: rnn.spec.nonlinearity for prefix, rnn in rnns.items() if rnn.spec.cell == RNN})
+    recorded = {SOURCE_KEY: source_records(sources)}
+    if nonlinearities:
+        recorded[NONLINEARITY_KEY] = json.dumps(nonlinearities)
+    return recorded
 
 
 def _tensor(torch: Any, values: np.ndarray | FileArray, dtype: Any) -> Any:
@@ -136,9 +154,11 @@ def patch_checkpoint(
     tensors = load_state_dict(model)
     found = find_rnns(tensors)
     replacements: dict[str, np.ndarray | FileArray] = {}
+    replaced: dict[str, CanonicalRNN] = {}  # by key prefix: what the copy records of them replaces the model's record
     for rnn, place in zip(rnns, places):
         where = None if place is None else place.prefix if place.prefix is not None else place.layer
         target = pick(found, where, model)
+        replaced[target.prefix] = rnn
         arrays = state_dict_arrays(rnn, target.prefix)
         what = f"{rnn.name} ({rnn.spec.describe()})"
         held = set(target.keys.values())
@@ -158,8 +178,11 @@ def patch_checkpoint(
             found_zip = read_zip(model)
             leaves = dict(flatten_checkpoint(found_zip.root, ""))
             every = [leaf for leaf in leaves.values() if isinstance(leaf, PickledTensor)]
+            recorded = records(*tensors.recorded(model), replaced, path)
             with atomic_outputs([path], force) as (tmp,):
-                patch_zip(found_zip, tmp, [(leaves[key], value) for key, value in replacements.items()], every)
+                patch_zip(
+                    found_zip, tmp, [(leaves[key], value) for key, value in replacements.items()], every, recorded
+                )
             return
     torch = require_torch(f"{model} is a legacy (pre-zip) torch.save checkpoint: patching it")
     checkpoint = load_checkpoint(torch, model)
