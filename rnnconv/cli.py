@@ -177,20 +177,17 @@ def convert(**values: Any) -> int:
 
 @command(
     "verify",
-    "Prove a converted blob computes what its source model computes: a verdict, a report and an "
-    "exit code.\n\nThe source runs in its own framework on the CPU; the blob runs through cuDNN, or without a GPU "
-    "through a numpy reference of cuDNN's equations that reads every weight from the blob; a file written for a "
-    "runtime (model.onnx, ...) runs as written in that runtime. Outputs, final h "
-    "and c are compared overall, per time step and per layer and direction; on a mismatch the likely mistake "
-    "is named. A file written with --allow-lossy is held against its source without what its record says was "
-    "dropped: losing that and nothing more is the verdict lossy-as-recorded.\n\nExit codes: 0 match (or "
-    "lossy-as-recorded with --accept-recorded-loss), 1 mismatch or lossy-as-recorded, 2 bad input or no source to "
-    "compare with (unless --allow-structure-only), 3 the requested backend (or matplotlib, for --plot) is "
-    "unavailable.\n\n"
-    "Examples:\n\n  rnnconv verify model.bin\n\n"
+    "Prove a converted blob computes what its source model computes: a verdict, a report and an exit code.\n\n"
+    "The source runs in its own framework on the CPU; the blob runs through cuDNN, or without a GPU through a numpy "
+    "reference of cuDNN's equations that reads every weight from the blob; a file written for a runtime (model.onnx, "
+    "...) runs as written in that runtime. Outputs, final h and c are compared overall, per time step and per layer "
+    "and direction; on a mismatch the likely mistake is named. A file written with --allow-lossy that loses what its "
+    "record says and no more is lossy-as-recorded.\n\nExit codes: 0 match (or lossy-as-recorded with "
+    "--accept-recorded-loss), 1 mismatch or lossy-as-recorded, 2 bad input or no source to compare with (unless "
+    "--allow-structure-only), 3 the requested backend (or matplotlib, for --plot) is unavailable.\n\nExamples:\n\n"
+    "  rnnconv verify model.bin\n\n"
     "  rnnconv verify model.bin --against model.h5 --report verify-report.json --junit verify-junit.xml\n\n"
-    "  rnnconv verify model.bin --backend cudnn --seq-len 16 --batch 4 --ragged\n\n"
-    "  rnnconv verify model.onnx",
+    "  rnnconv verify model.bin --backend cudnn --seq-len 16 --batch 4 --ragged\n\n  rnnconv verify model.onnx",
     [
         parameter(
             "blob",
