@@ -124,9 +124,12 @@ def write(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Writte
     spec = rnn.spec
     return Written(
         [path, beside],
-        usage=f"variables = {module_code(spec)}.init(jax.random.key(0), jnp.zeros((1, 1, {spec.input_size})))\n"
-        f'variables = flax.serialization.from_bytes(variables, open("{path}", "rb").read())   '
-        f"# import flax.linen as nn; {dtype}",
+        usage=f"import flax, flax.linen as nn, jax, jax.numpy as jnp\nmodel = {module_code(spec)}\n"
+        f"variables = model.init(jax.random.key(0), jnp.zeros((1, 1, {spec.input_size})))\n"
+        f'variables = flax.serialization.from_bytes(variables, open({registry.literal(path)}, "rb").read())   '
+        f"# {dtype}\n"
+        f"y = model.apply(variables, x)   # x (batch, time, {spec.input_size}), y (batch, time, "
+        f"{spec.num_directions * spec.hidden_size})",
     )
 
 

@@ -566,8 +566,12 @@ class MlxFormat(Format):
         if dtype != spec.dtype and options.dtype is None:
             warnings.append(f"{rnn.name}: written as {dtype}, what MLX computes with, from the source's {spec.dtype}")
         write_mlx(rnn, path, dtype, options.force)
-        usage = f'model = {constructor(spec)}; model.load_weights("{path}")'
-        if spec.num_layers > 1 and not spec.bidirectional:
+        usage = f"import mlx.nn as nn\nmodel = {constructor(spec)}; model.load_weights({registry.literal(path)})"
+        if spec.num_layers == 1 and not spec.bidirectional:
+            outputs = "y, c" if spec.cell == LSTM else "y"
+            usage += f"\n{outputs} = model(x)   # x (batch, time, {spec.input_size}), y (batch, time, "
+            usage += f"{spec.hidden_size})"
+        elif spec.num_layers > 1 and not spec.bidirectional:
             usage += "   # Stack: the README's module, a list `layers` each feeding the next"
         elif spec.bidirectional:
             usage += "   # Stack: the README's module, [forward, backward] modules"

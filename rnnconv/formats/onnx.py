@@ -943,11 +943,17 @@ class OnnxFormat(Format):
         dtype = options.dtype or "float32"  # onnxruntime's CPU RNN kernels compute float32
         write_onnx(rnns, path, dtype, options.force)
         spec = rnns[0].spec
-        states = "initial_h" + (", initial_c" if spec.mode == "lstm" else "")
+        lstm = spec.mode == "lstm"
+        states = "initial_h" + (", initial_c" if lstm else "")
+        outputs = "y, h_n" + (", c_n" if lstm else "")
+        # the CPU provider, as `run_model` runs it: another (CUDA's, where installed) computes other numbers
         return Written(
             [path],
-            usage=f'onnxruntime.InferenceSession("{path}").run(None, {{"X": x}})   # x: '
-            f"(seq, batch, {spec.input_size}) {dtype}; optional inputs: {states}",
+            usage=f"import onnxruntime\nsession = onnxruntime.InferenceSession({registry.literal(path)}, "
+            'providers=["CPUExecutionProvider"])\n'
+            f'{outputs} = session.run(None, {{"X": x}})   # x (seq, batch, {spec.input_size}) {dtype}, y (seq, '
+            f"batch, {spec.num_directions * spec.output_size}); states ({spec.num_layers * spec.num_directions}, "
+            f"batch, ...); optional inputs: {states}",
         )
 
     def inspect(self, path: Path) -> InspectReport:

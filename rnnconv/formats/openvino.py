@@ -1005,13 +1005,23 @@ class OpenvinoFormat(Format):
                 f"{rnns[0].name}: {spec.dtype} weights written as {dtype}, in which OpenVINO computes (say --dtype)"
             )
         weights = write_ir(rnns, path, dtype, options.force, options.progress)
-        states = OPENVINO_INITIAL_H + (f", {OPENVINO_INITIAL_C}" if spec.mode == LSTM else "")
+        lstm = spec.mode == LSTM
+        feeds = f'"{OPENVINO_X}": x, "{OPENVINO_INITIAL_H}": h0, ' + (f'"{OPENVINO_INITIAL_C}": c0, ' if lstm else "")
+        states = "h0 and c0" if lstm else "h0"
         return Written(
             [path, weights],
             warnings=warnings,
-            usage=f'openvino.Core().compile_model("{path}", "CPU")({{...}})   # inputs {OPENVINO_X} (batch, seq, '
-            f"{spec.input_size}), {states} ({spec.num_layers * spec.num_directions}, batch, {spec.hidden_size}), "
-            f"{OPENVINO_LENGTHS} (batch,) int32; reshape to static shapes for ragged lengths",
+            # as `run_ir` runs it: static shapes (with dynamic ones the CPU plugin ignores sequence_lens) and f32
+            # (its default is bf16 on CPUs with bfloat16 units: 1e-3 off)
+            usage=f"import openvino\ncore = openvino.Core(); model = core.read_model({registry.literal(path)})\n"
+            f'feeds = {{{feeds}"{OPENVINO_LENGTHS}": lengths}}   # x (batch, seq, {spec.input_size}), {states} '
+            f"({spec.num_layers * spec.num_directions}, batch, {spec.hidden_size}), lengths (batch,) int32\n"
+            "model.reshape({name: list(value.shape) for name, value in feeds.items()})   # static shapes: "
+            "with dynamic ones the CPU plugin ignores sequence_lens\n"
+            'compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})   # its default is '
+            "bf16 on CPUs with bfloat16 units\n"
+            f'y = compiled(feeds)["{OPENVINO_Y}"]   # (batch, seq, {spec.num_directions * spec.hidden_size}); '
+            f'also "{OPENVINO_H_N}"' + (f', "{OPENVINO_C_N}"' if lstm else ""),
         )
 
     def inspect(self, path: Path) -> InspectReport:

@@ -64,7 +64,12 @@ class Source:
 class Written:
     outputs: list[Path]
     warnings: list[str] = field(default_factory=list)
-    usage: str = ""  # how to load what was written
+    usage: str = ""  # how to load and run what was written: Python a user can paste, as verify runs it
+
+
+def literal(path: Path) -> str:
+    """A path as a Python string literal, for a usage line (which a user pastes as code)."""
+    return json.dumps(str(path), ensure_ascii=False)
 
 
 @dataclass

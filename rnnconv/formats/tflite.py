@@ -1277,9 +1277,10 @@ class TfliteFormat(Format):
         )
         return Written(
             [path],
-            usage=f'ai_edge_litert.interpreter.Interpreter("{path}")   # resize x to (batch, steps, '
-            f"{spec.input_size}) and the states ({states}, ...) to (batch, size), allocate_tensors, set x, invoke, "
-            f"read y (batch, steps, {spec.num_directions * spec.output_size})",
+            usage="from ai_edge_litert.interpreter import Interpreter\n"
+            f"interpreter = Interpreter({registry.literal(path)})   # resize x to (batch, steps, {spec.input_size}) "
+            f"and the states ({states}, ...) to (batch, size), allocate_tensors, set x, invoke, read y "
+            f"(batch, steps, {spec.num_directions * spec.output_size})",
         )
 
     def inspect(self, path: Path) -> InspectReport:
