@@ -28,6 +28,7 @@ from rnnconv.options import (
     RAW,
     VERIFY_OPTIONS,
     identify_parameters,
+    no_output_among,
     parameter,
     source_options,
 )
@@ -94,6 +95,7 @@ def run_conversion(values: dict[str, Any], to: str | None, source_format: str | 
     from rnnconv import api, render
 
     sources, output = values.pop("sources"), values.pop("output")
+    no_output_among(sources, to)
     quiet, as_json, verbose, spec = values["quiet"], values["json"], values["verbose"], raw_spec(values)
     layer, taken = pick(values), conversion_names()
     settings = {name: value for name, value in values.items() if name in taken}
@@ -150,19 +152,22 @@ for _target in sorted(ADAPTER_FORMATS, key=lambda name: name != "cudnn"):
     "  rnnconv convert ckpt.pt encoder.onnx --layer encoder.rnn\n\n"
     "  rnnconv convert model.bin state.safetensors --to torch",
     [
-        parameter("sources", argument=True, annotation=list[Path], metavar="SOURCE", help="Any files rnnconv reads."),
+        parameter("sources", argument=True, annotation=list[str], metavar="SOURCE", help="Any files rnnconv reads."),
         parameter(
             "output",
-            argument=True,
-            annotation=str,
-            default=...,
-            help=", ".join(f"{'/'.join(i.default_for)} ({i.title})" for i in FORMAT_INFO.values() if i.default_for)
-            + "; a directory for several sources (DIR/ is created; the target is --to's, cuDNN by default).",
+            help="The output: "
+            + ", ".join(f"{'/'.join(i.default_for)} ({i.title})" for i in FORMAT_INFO.values() if i.default_for)
+            + "; a directory for several sources (DIR/ is created; the target is --to's, cuDNN by default). Given "
+            "with -o, every argument is a source; without, the last one is the output.",
         ),
         *map(parameter, ("to", "layer", "prefix", *ALL_SOURCE_OPTIONS, "into", *CONVERSION_TAIL)),
     ],
 )
-def convert(**values: Any) -> int:
+def convert(sources: list[str], **values: Any) -> int:
+    if values["output"] is None and len(sources) < 2:
+        raise BadInput(f"convert needs an output: rnnconv convert {sources[0]} OUTPUT, or -o OUTPUT")
+    values["output"] = values["output"] or sources.pop()  # without -o, the last argument
+    values["sources"] = list(map(Path, sources))
     return run_conversion(values, values.pop("to"), None)
 
 

@@ -7,6 +7,7 @@ the same name and help everywhere; the choices come from the layout table.
 from __future__ import annotations
 
 import inspect
+import os
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,21 @@ def parameter(name: str, **override: Any) -> inspect.Parameter:
             **{**extra, **override},
         )
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
+
+
+def no_output_among(sources: list[Path], to: str | None) -> None:
+    """Refuse a source that does not exist and is named like an output: the output, given without -o."""
+    from rnnconv.errors import BadInput
+    from rnnconv.formats import registry
+
+    writable = [FORMAT_INFO[to]] if to else [i for i in FORMAT_INFO.values() if i.writes]
+    endings = tuple(suffix for info in writable for suffix in info.write_suffixes)
+    for source in sources:
+        if registry.source_file(source) == source and not os.path.lexists(source) and source.name.endswith(endings):
+            raise BadInput(
+                f"{source} does not exist, and its name is an output's: did you mean -o {source}? (the output "
+                f"is given with -o/--output; the other arguments are sources)"
+            )
 
 
 def source_options(fmt: str) -> list[str]:
