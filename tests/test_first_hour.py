@@ -8,6 +8,11 @@ import pytest
 import torch
 from conftest import assert_clean_failure, run_cli
 
+import rnnconv
+from rnnconv.errors import RnnconvError
+from rnnconv.formats import registry
+from rnnconv.table.formats import FORMAT_INFO
+
 
 @pytest.fixture
 def lstm_source(tmp_path):
@@ -42,3 +47,77 @@ def test_an_output_given_as_a_source_asks_did_you_mean_o(lstm_source, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bilstm.pt"]  # nothing written beside the source
     result = run_cli("convert", lstm_source, tmp_path / "nothing.onnx", "-o", tmp_path / "x.bin")
     assert_clean_failure(result, 2, f"did you mean -o {tmp_path / 'nothing.onnx'}?")
+
+
+# --- 7. a damaged file of a known kind: what its name says, and what is wrong with it -------------------------
+
+EVERY_ENDING = sorted(
+    {s for info in FORMAT_INFO.values() for s in (*info.read_suffixes, *info.default_for, *info.write_suffixes)}
+)
+
+
+def other_titles_in(sentence: str, named: set[str]) -> set[str]:
+    """The titles of formats other than `named` that a sentence names."""
+    for title in sorted(named, key=len, reverse=True):  # "TF1 cuDNN checkpoint" holds "cuDNN"
+        sentence = sentence.replace(title, "")
+    return {info.title for info in FORMAT_INFO.values() if info.title in sentence}
+
+
+@pytest.mark.parametrize("ending", EVERY_ENDING)
+@pytest.mark.parametrize("content", ["empty", "foreign bytes"])
+def test_a_damaged_file_is_told_by_what_its_name_says(ending, content, tmp_path):
+    """One sentence naming the format(s) the name says and what is wrong: not the list of every format."""
+    path = tmp_path / f"model{ending}"
+    path.write_bytes(b"" if content == "empty" else bytes(range(7, 71)))
+    with pytest.raises(RnnconvError) as caught:
+        registry.detect(path)
+    sentence = str(caught.value)
+    named = {fmt.title for fmt in registry.named_by(path)}
+    assert named and "\n" not in sentence and len(sentence) < 500, sentence
+    assert "cannot tell" not in sentence and all(title in sentence for title in named), sentence
+    assert not other_titles_in(sentence, named), sentence
+    assert ("is empty" in sentence) == (content == "empty"), sentence
+
+
+WRITTEN = ["m.bin", "m.safetensors", "m.pt", "m.keras", "m.weights.h5", "m.onnx", "m.tflite", "m.xml", "m.msgpack"]
+WRITTEN += ["m.nnx.msgpack", "m.mlx.safetensors", "m.param"]
+
+
+@pytest.mark.parametrize("name", WRITTEN)
+def test_a_truncated_file_is_one_sentence_about_that_file(name, tmp_path):
+    """A file rnnconv wrote, cut in half: its reader's sentence (what the name says when the content no longer
+    does), never the 2,300-character list of every format."""
+    torch.manual_seed(0)
+    torch.save(torch.nn.LSTM(5, 7).state_dict(), tmp_path / "source.pt")
+    path = tmp_path / name
+    rnnconv.convert(tmp_path / "source.pt", path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(RnnconvError) as caught:
+        with rnnconv.load(path) as rnns:
+            [rnn.arrays() for rnn in rnns]
+    sentence = str(caught.value)
+    assert sentence.startswith(str(path)) and "\n" not in sentence and len(sentence) < 300, sentence
+    assert "cannot tell" not in sentence
+
+
+def test_a_file_nothing_hints_at_names_a_few_formats_and_counts_the_rest(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("a text file")
+    with pytest.raises(RnnconvError, match=r"cannot tell what .*notes.txt is: .* and \d+ more") as caught:
+        registry.detect(path)
+    assert len(str(caught.value)) < 300
+
+
+@pytest.mark.slow
+def test_the_issue_s_two_files_on_the_command_line(tmp_path):
+    torch.manual_seed(0)
+    torch.save(torch.nn.LSTM(5, 7).state_dict(), tmp_path / "source.pt")
+    mlx = tmp_path / "m.mlx.safetensors"
+    rnnconv.convert(tmp_path / "source.pt", mlx)
+    mlx.write_bytes(mlx.read_bytes()[:100])
+    result = run_cli("convert", mlx, tmp_path / "x.bin")
+    assert_clean_failure(result, 2, f"{mlx} (MLX by its name) is not a safetensors file")
+    assert len(result.stderr) < 200
+    empty = tmp_path / "empty.pt"
+    empty.write_bytes(b"")
+    assert_clean_failure(run_cli("inspect", empty), 2, f"{empty} (PyTorch by its name) is empty (0 bytes)")

@@ -37,7 +37,7 @@ import pydantic
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, RNNSizes
-from rnnconv.errors import BadInput, RnnconvError, Unsupported, either
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, either
 from rnnconv.safeio import regular_file
 
 # What a format's read and write are given, exported here, where the formats take their verbs from.
@@ -411,14 +411,62 @@ def source_file(path: Path) -> Path:
     return path
 
 
+NAMED_IN_FULL = 4  # formats a file of no known name is compared with, by name; the rest are counted
+
+
 def detect(path: Path) -> Format:
-    """The format of a file, from its content."""
+    """The format of a file, from its content; one that none recognises is explained by the readers of the formats
+    its name says (a damaged file of a known kind), else compared with a few formats."""
     probe = Probe(path)
     for fmt in formats():
         if fmt.sniff(probe):
             return fmt
-    known = "; ".join(f"{f.title}: {f.info.read_help}" for f in formats())
-    raise Unrecognized(f"cannot tell what {path} is: it is none of the formats rnnconv reads ({known})")
+    named = named_by(path)
+    if named:
+        return _read_as_named(path, named, probe.size)
+    known = formats()
+    few = ", ".join(f"{f.title} ({'/'.join(f.info.read_suffixes)})" for f in known[:NAMED_IN_FULL])
+    raise Unrecognized(
+        f"cannot tell what {path} is: neither its name nor its content is that of a format rnnconv reads ({few} "
+        f"and {len(known) - NAMED_IN_FULL} more; rnnconv --help names them all)"
+    )
+
+
+def named_by(path: Path) -> list[Format]:
+    """The formats whose files are named like `path` (by the longest ending that any format's files have)."""
+    name = path.name.lower()
+    endings = [
+        (len(suffix), fmt)
+        for fmt in formats()
+        for suffix in {*fmt.info.read_suffixes, *fmt.info.default_for}
+        if name.endswith(suffix) and len(name) > len(suffix)
+    ]
+    longest = max((length for length, _ in endings), default=0)
+    return list(dict.fromkeys(fmt for length, fmt in endings if length == longest))
+
+
+def _read_as_named(path: Path, named: list[Format], size: int) -> Format:
+    """The format its name says, where its reader reads a file that none recognised; else what those readers find
+    wrong with it, in one sentence (a reader's sentence names the file first; the same reason is said once)."""
+    by_reason: dict[str, list[str]] = {}
+    for fmt in named:
+        if size == 0:
+            by_reason.setdefault(" is empty (0 bytes)", []).append(fmt.title)
+            continue
+        try:
+            with fmt.read(path, ReadOptions(hash_source=False, take_all=True)):
+                return fmt
+        except BackendMissing:
+            raise
+        except RnnconvError as exc:
+            reason = str(exc)
+            reason = reason[len(str(path)) :] if reason.startswith(str(path)) else f": {reason}"
+            by_reason.setdefault(reason, []).append(fmt.title)
+    titles = either([f.title for f in named])
+    if len(by_reason) == 1:
+        raise Unrecognized(f"{path} ({titles} by its name){next(iter(by_reason))}")
+    each = "; ".join(f"as {either(told)}, it{reason}" for reason, told in by_reason.items())
+    raise Unrecognized(f"{path} is none of the formats its name says ({titles}): {each}")
 
 
 def for_output(path: Path, to: str | None = None) -> Format:
