@@ -4,6 +4,8 @@ the small sentences that said something wrong."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from conftest import assert_clean_failure, run_cli
@@ -92,9 +94,8 @@ def test_a_truncated_file_is_one_sentence_about_that_file(name, tmp_path):
     path = tmp_path / name
     rnnconv.convert(tmp_path / "source.pt", path)
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    with pytest.raises(RnnconvError) as caught:
-        with rnnconv.load(path) as rnns:
-            [rnn.arrays() for rnn in rnns]
+    with pytest.raises(RnnconvError) as caught, rnnconv.load(path) as rnns:
+        [rnn.arrays() for rnn in rnns]
     sentence = str(caught.value)
     assert sentence.startswith(str(path)) and "\n" not in sentence and len(sentence) < 300, sentence
     assert "cannot tell" not in sentence
@@ -121,3 +122,25 @@ def test_the_issue_s_two_files_on_the_command_line(tmp_path):
     empty = tmp_path / "empty.pt"
     empty.write_bytes(b"")
     assert_clean_failure(run_cli("inspect", empty), 2, f"{empty} (PyTorch by its name) is empty (0 bytes)")
+
+
+# --- 8. doctor comes from the registry: every format's engine and the frameworks that run its files ----------
+
+
+def test_doctor_lists_every_format_of_the_registry():
+    """Flax, flax.nnx and Equinox were missing: no backends, no jax/flax/equinox versions."""
+    from rnnconv.doctor import examine, version
+
+    report = json.loads(json.dumps(examine()))  # as --json prints it
+    for fmt in registry.formats():
+        if fmt.engine is not None:
+            row = report["backends"][fmt.engine.name]
+            assert row["format"] == fmt.name
+            assert row["versions"] == {p: version(p, m) for p, m in fmt.engine.modules}, fmt.name
+        if type(fmt).run is not registry.Format.run:  # it runs its files as sources: a framework does
+            rows = [row for row in report["sources"].values() if row["format"] == fmt.name]
+            assert rows, f"doctor does not list what runs {fmt.title} files"
+    for engine, package in (("flax", "flax"), ("flax-nnx", "flax"), ("equinox", "equinox")):
+        assert report["backends"][engine]["available"], engine
+        assert report["packages"][package] and report["packages"]["jax"]
+    assert {"flax", "flax_nnx", "equinox"} <= set(report["sources"])

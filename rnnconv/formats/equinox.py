@@ -285,6 +285,7 @@ class EquinoxEngine(registry.RuntimeEngine):
 class EquinoxFormat(Format):
     info = FORMAT_INFO["equinox"]
     engine = EquinoxEngine  # verify --backend equinox
+    runtimes = (registry.Runtime("equinox", EquinoxEngine.modules, "Equinox cells, one step at a time"),)
 
     def sniff(self, probe: Probe) -> bool:
         return probe.head.startswith(NPY_MAGIC)

@@ -205,6 +205,7 @@ class FlaxFormat(Format):
     info = FORMAT_INFO["flax"]
     sniff_order = 45  # a msgpack map with a params collection; before flax-nnx, whose trees have none
     engine = FlaxEngine  # verify --backend flax
+    runtimes = (registry.Runtime("flax", FlaxEngine.modules, "Flax linen modules on the file's variables"),)
 
     def sniff(self, probe: Probe) -> bool:
         return _is_variables(probe.head)

@@ -279,6 +279,7 @@ class FlaxNnxFormat(Format):
     info = FORMAT_INFO["flax-nnx"]
     sniff_order = 46  # any other msgpack map named .msgpack: after Flax linen's variables
     engine = FlaxNnxEngine  # verify --backend flax-nnx
+    runtimes = (registry.Runtime("flax_nnx", FlaxNnxEngine.modules, "flax.nnx modules on the file's params"),)
 
     def sniff(self, probe: Probe) -> bool:
         return _jax.is_map(probe.head) and probe.path.name.endswith(self.info.read_suffixes)

@@ -529,6 +529,7 @@ class MlxFormat(Format):
     info = FORMAT_INFO["mlx"]
     sniff_order = 30  # a safetensors of MLX's parameter names: after rnnconv's own, before PyTorch's state_dicts
     engine = MlxEngine  # verify --backend mlx
+    runtimes = (registry.Runtime("mlx", MlxEngine.modules, "MLX files' own modules"),)
 
     def sniff(self, probe: Probe) -> bool:
         names = probe.zip_names

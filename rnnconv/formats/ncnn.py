@@ -641,6 +641,7 @@ class NcnnFormat(Format):
     sniff_order = 20  # a text file beginning with ncnn's magic number
 
     engine = NcnnEngine  # verify --backend ncnn
+    runtimes = (registry.Runtime("ncnn", NcnnEngine.modules, "ncnn models' own layers"),)
 
     def sniff(self, probe: Probe) -> bool:
         return probe.head.split(b"\n", 1)[0].strip() == str(NCNN_MAGIC).encode()

@@ -917,6 +917,7 @@ class OnnxFormat(Format):
     info = FORMAT_INFO["onnx"]
     sniff_order = 60  # a protobuf has no magic number: after every format that has one
     engine = OnnxruntimeEngine  # verify --backend onnxruntime
+    runtimes = (registry.Runtime("onnx", (("onnx", "onnx"), *OnnxruntimeEngine.modules), "ONNX models' own nodes"),)
 
     def sniff(self, probe: Probe) -> bool:
         return probe.head.startswith(PROTOBUF_FIRST_FIELD) and probe.path.suffix.lower() == ".onnx"

@@ -965,6 +965,7 @@ class OpenvinoFormat(Format):
     info = FORMAT_INFO["openvino"]
     sniff_order = 40
     engine = OpenvinoEngine  # verify --backend openvino
+    runtimes = (registry.Runtime("openvino", OpenvinoEngine.modules, "OpenVINO IRs' own graphs"),)
 
     def sniff(self, probe: Probe) -> bool:
         if probe.path.suffix.lower() != ".xml" or not probe.head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):

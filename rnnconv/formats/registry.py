@@ -145,6 +145,18 @@ class Engine(Protocol):
     def run(self, blob: Any, inputs: Inputs) -> Outputs: ...
 
 
+@dataclass(frozen=True)
+class Runtime:
+    """A framework that runs a format's files as their source model (verify's other side), as `doctor` lists it:
+    its packages (the name pip knows, the module imported), what it runs and how to get it."""
+
+    key: str  # doctor's name for it
+    modules: tuple[tuple[str, str], ...]
+    runs: str
+    install: str = ""  # [default: pip install 'rnnconv[EXTRA]', the format's extra]
+    major: str = ""  # the first package's version must begin so (Keras 3: "3")
+
+
 class RuntimeEngine:
     """An engine that runs a blob as a format's runtime runs that format's files: the blob's RNN written with the
     format's own writer into a private folder, then run there by the format's `run`, as `verify FILE` runs a file
@@ -209,7 +221,9 @@ class Format(ABC):
     info: ClassVar[FormatInfo]
     sniff_order: ClassVar[int] = 50  # lower sniffs first: a specific format before a general one
     # The verify engine that runs a blob as this format's runtime would (`verify --backend <its name>`), if any.
-    engine: ClassVar[type[Engine] | None] = None
+    engine: ClassVar[type[RuntimeEngine] | None] = None
+    # What runs its files as a source (`run`), for `doctor`: a format that runs its files names them here.
+    runtimes: ClassVar[tuple[Runtime, ...]] = ()
 
     @property
     def name(self) -> str:

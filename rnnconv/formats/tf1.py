@@ -41,7 +41,16 @@ from rnnconv.formats._tensor_bundle import (
     Checkpoint,
     index_file,
 )
-from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, convert_each, inspect_entry, register
+from rnnconv.formats.registry import (
+    Format,
+    Probe,
+    ReadOptions,
+    Runtime,
+    Source,
+    convert_each,
+    inspect_entry,
+    register,
+)
 from rnnconv.safeio import digest_in_background
 from rnnconv.table.apply import rows_for
 from rnnconv.table.constants import (
@@ -443,6 +452,7 @@ def _steps(
 class TF1Format(Format):
     info = FORMAT_INFO["tf1"]
     sniff_order = 55  # a checkpoint's index has no magic number at its start: after the formats that do
+    runtimes = (Runtime("tf1", (("tensorflow", "tensorflow"),), "TF1 checkpoints' weights in TensorFlow's cells"),)
 
     def sniff(self, probe: Probe) -> bool:
         index = index_file(probe.path)

@@ -1250,6 +1250,7 @@ class TfliteFormat(Format):
     info = FORMAT_INFO[FORMAT]
     sniff_order = 20
     engine = TfliteEngine  # verify --backend tflite
+    runtimes = (registry.Runtime("tflite", TfliteEngine.modules, "TFLite models' own ops"),)
 
     def sniff(self, probe: Probe) -> bool:
         return probe.head[4:8] == TFLITE_IDENTIFIER

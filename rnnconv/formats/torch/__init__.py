@@ -21,6 +21,7 @@ from rnnconv.formats.registry import (
     Format,
     Probe,
     ReadOptions,
+    Runtime,
     Source,
     WriteOptions,
     Written,
@@ -48,6 +49,7 @@ def _kind(path: Path) -> str:
 @register
 class TorchFormat(Format):
     info = FORMAT_INFO["torch"]
+    runtimes = (Runtime("torch", (("torch", "torch"),), "PyTorch checkpoints in torch.nn modules"),)
     sniff_order = 40
 
     def sniff(self, probe: Probe) -> bool:
