@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from conftest import assert_clean_failure, run_cli
+from conftest import FIXTURES, assert_clean_failure, run_cli
 
 import rnnconv
 from rnnconv.errors import RnnconvError
@@ -144,3 +144,24 @@ def test_doctor_lists_every_format_of_the_registry():
         assert report["backends"][engine]["available"], engine
         assert report["packages"][package] and report["packages"]["jax"]
     assert {"flax", "flax_nnx", "equinox"} <= set(report["sources"])
+
+
+# --- 10. identify --candidate: the other layouts of the blob's size counted, and a next step that is one -------
+
+JAX_LSTM = FIXTURES / "identify" / "jax_lstm.bin"
+JAX_SPEC = {"mode": "lstm", "input_size": 5, "hidden_size": 7, "num_layers": 2, "bidirectional": True}
+
+
+def test_a_chosen_candidate_is_not_the_only_layout_of_its_size(tmp_path):
+    """18 layouts fit; --candidate said "no other known layout has its size"."""
+    found = rnnconv.identify(JAX_LSTM, **JAX_SPEC, candidate="onnx-lstm/per-layer/float32")
+    assert found.verdict == "identified"
+    assert "no other known layout" not in found.summary
+    assert "17 other known layouts have its size too (cudnn-lstm/matrices-then-biases/float32, " in found.summary
+    assert "and 14 more)" in found.summary and "--probe" in found.summary
+
+
+def test_identify_o_says_what_to_do_with_what_it_wrote_not_the_same_command(tmp_path):
+    out = tmp_path / "j.pt"
+    found = rnnconv.identify(JAX_LSTM, **JAX_SPEC, candidate="onnx-lstm/per-layer/float32", output=out)
+    assert found.outputs == [str(out)] and found.convert == f"rnnconv convert {out} OUTPUT"
