@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from rnnconv.canonical import RNNSpec
-from rnnconv.compare import Inputs, Outputs, compare, make_inputs, tolerance
+from rnnconv.compare import STATE_SCALE, Inputs, Outputs, compare, make_inputs, tolerance
 from rnnconv.contracts import BackendInfo, Check, InputsInfo, Provenance, Report, Reports, SourceRun, dump
 from rnnconv.cudnn.backend import LayoutMismatch
 from rnnconv.diagnose import diagnose
@@ -32,7 +32,7 @@ from rnnconv.formats import registry
 from rnnconv.formats.cudnn import Blob, in_memory_blob, open_blobs, pick_blob, write_relayout
 from rnnconv.junit import junit_xml
 from rnnconv.safeio import atomic_outputs, check_guards, digest_differs, regular_file
-from rnnconv.table.constants import CUDNN_MODES, DIRECTION
+from rnnconv.table.constants import CUDNN_MODES, DIRECTION, LSTM
 from rnnconv.version import __version__
 from rnnconv.weightspace import REPORTED_LAYOUT_NAME, regions
 
@@ -253,7 +253,14 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     report.warnings += engine.notes
     inputs = make_inputs(blob.spec, options.seq_len, options.batch, options.seed, options.ragged)
     stage(f"loading and running the source ({fmt.info.title})")
-    want, how = fmt.run(source_path, source, blob.spec, inputs)
+    try:
+        want, how = fmt.run(source_path, source, blob.spec, inputs)
+    except BackendMissing as exc:  # the blob's side may miss its framework too: both are named
+        runtime_engine = engine.engine if isinstance(engine, FileRun) else engine
+        also = runtime_engine.missing(path.name) if isinstance(runtime_engine, registry.RuntimeEngine) else None
+        if also is None:
+            raise
+        raise BackendMissing(f"{exc}; and {also}") from None
     report.versions.update(engine.versions())
     report.versions["source_framework"] = how.split(":")[0]
     report.source = SourceRun(path=str(source_path), format=source.format, layer=source.layer, run=how)
@@ -279,7 +286,14 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     report.tolerance = tolerance(engine.name, blob.spec.dtype, source.dtype, options.atol, options.rtol)
     report.comparison = compare(blob.spec, got, want, report.tolerance, inputs["lengths"])
     lengths = None if inputs["lengths"] is None else [int(v) for v in inputs["lengths"]]
-    report.inputs = InputsInfo(seed=options.seed, seq_len=options.seq_len, batch=options.batch, lengths=lengths)
+    states = "h0 and c0" if blob.spec.mode == LSTM else "h0"  # a GRU or simple RNN has no c
+    report.inputs = InputsInfo(
+        seed=options.seed,
+        seq_len=options.seq_len,
+        batch=options.batch,
+        lengths=lengths,
+        state_distribution=f"normal(0, {STATE_SCALE}), {states} non-zero",
+    )
     report.verdict = "match" if report.comparison.match and not problems else "mismatch"
     if not report.comparison.match and options.diagnose:
         check_guards()  # a blob or a source that changed meanwhile explains it, without minutes of trying

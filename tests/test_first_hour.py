@@ -165,3 +165,145 @@ def test_identify_o_says_what_to_do_with_what_it_wrote_not_the_same_command(tmp_
     out = tmp_path / "j.pt"
     found = rnnconv.identify(JAX_LSTM, **JAX_SPEC, candidate="onnx-lstm/per-layer/float32", output=out)
     assert found.outputs == [str(out)] and found.convert == f"rnnconv convert {out} OUTPUT"
+
+
+# --- 12. the smaller ones ----------------------------------------------------------------------------------
+
+
+def save(tmp_path, module: torch.nn.Module, name: str = "source.pt"):
+    torch.save(module.state_dict(), tmp_path / name)
+    return tmp_path / name
+
+
+@pytest.mark.slow
+def test_verify_of_a_gru_says_h0_not_c0(tmp_path):
+    """A GRU or simple RNN has no c: "non-zero h0 and c0" was said of every RNN."""
+    blob = tmp_path / "g.bin"
+    rnnconv.convert(save(tmp_path, torch.nn.GRU(5, 7)), blob)
+    result = run_cli("verify", blob)
+    assert result.returncode == 0, result.stderr
+    assert ", non-zero h0\n" in result.stdout and "c0" not in result.stdout
+    assert rnnconv.verify(blob).inputs.state_distribution == "normal(0, 0.5), h0 non-zero"
+    lstm = tmp_path / "l.bin"
+    rnnconv.convert(save(tmp_path, torch.nn.LSTM(5, 7), "lstm.pt"), lstm)
+    assert rnnconv.verify(lstm).inputs.state_distribution == "normal(0, 0.5), h0 and c0 non-zero"
+
+
+def test_one_direction_is_singular(tmp_path):
+    source = save(tmp_path, torch.nn.LSTM(5, 7, num_layers=2))
+    with pytest.raises(RnnconvError, match=r"this RNN has 2 layers and 1 direction$"):
+        rnnconv.convert(source, tmp_path / "x.eqx")
+
+
+def test_ncnn_s_hint_gives_a_projection_s_h_its_size(tmp_path):
+    """h0_k of a projection LSTM is (directions, P), c0_k (directions, H): the hint said (2, H) for both."""
+    source = save(tmp_path, torch.nn.LSTM(5, 7, num_layers=2, bidirectional=True, proj_size=3))
+    usage = rnnconv.convert(source, tmp_path / "m.param").usage
+    assert "h0_0 (2, 3), c0_0 (2, 7)" in usage
+
+
+def test_notes_do_not_speak_of_cudnn_when_the_target_is_another(tmp_path):
+    """A Keras Bidirectional(merge_mode='sum') written as OpenVINO or TFLite said "cuDNN concatenates ..."."""
+    import keras
+
+    model = keras.Sequential([
+        keras.Input((None, 5)),
+        keras.layers.Bidirectional(keras.layers.LSTM(7, return_sequences=True), merge_mode="sum", name="summed"),
+        keras.layers.LSTM(4, go_backwards=True, return_sequences=True, name="backwards"),
+    ])  # fmt: skip
+    model.save(tmp_path / "m.keras")
+    for layer, ending in [(layer, ending) for layer in ("summed", "backwards") for ending in (".xml", ".tflite")]:
+        notes = rnnconv.convert(tmp_path / "m.keras", tmp_path / f"{layer}{ending}", layer=layer).rnns[0].notes
+        assert any("to match Keras" in note for note in notes), notes
+        assert not any("cuDNN" in note for note in notes), notes
+
+
+LONG_NAME = "model.encoder.bidirectional_sequence_encoder_block.recurrent_layer_with_a_long_name"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("columns", ["60", "100", "200"])
+def test_inspect_never_wraps_a_name(columns, tmp_path):
+    """The name column is what users copy into --layer: rich folded it mid-word in a narrow terminal."""
+    state = {f"{LONG_NAME}.{k}": v for k, v in torch.nn.LSTM(5, 7, bidirectional=True).state_dict().items()}
+    state |= {f"decoder.rnn.{k}": v for k, v in torch.nn.GRU(14, 4).state_dict().items()}
+    torch.save(state, tmp_path / "long.pt")
+    result = run_cli("inspect", tmp_path / "long.pt", env={"COLUMNS": columns})
+    assert result.returncode == 0, result.stderr
+    for name in (LONG_NAME, "decoder.rnn"):
+        assert any(name in line for line in result.stdout.splitlines()), result.stdout
+    assert "nn.LSTM" in result.stdout and "bidirectional" in result.stdout
+
+
+def test_inspect_lists_a_chain_in_one_order_for_every_graph_format(tmp_path):
+    """ONNX and OpenVINO listed the layers before their chain, ncnn after: every one now lists the chain first."""
+    source = save(tmp_path, torch.nn.GRU(5, 7, num_layers=2))
+    orders = {}
+    for name in ("m.onnx", "m.xml", "n.param"):
+        rnnconv.convert(source, tmp_path / name)
+        orders[name] = [entry.spec.num_layers for entry in rnnconv.inspect(tmp_path / name).rnns]
+    assert all(order == [2, 1, 1] for order in orders.values()), orders
+
+
+def test_an_nnx_file_s_rnn_is_named_by_its_tree(tmp_path):
+    """nnx.RNN's state is {cell: ...}: its RNN was named "params", a name nowhere in the file."""
+    rnnconv.convert(save(tmp_path, torch.nn.LSTM(5, 7)), tmp_path / "m.nnx.msgpack")
+    (entry,) = rnnconv.inspect(tmp_path / "m.nnx.msgpack").rnns
+    assert entry.name == "cell"
+    converted = rnnconv.convert(tmp_path / "m.nnx.msgpack", tmp_path / "m.bin", layer="cell")
+    assert [rnn.name for rnn in converted.rnns] == ["cell"]
+    rnnconv.convert(save(tmp_path, torch.nn.LSTM(5, 7, num_layers=2), "two.pt"), tmp_path / "two.nnx.msgpack")
+    assert [e.name for e in rnnconv.inspect(tmp_path / "two.nnx.msgpack").rnns] == ["layers"]  # nnx.Sequential's
+
+
+@pytest.mark.slow
+def test_a_usage_error_s_json_document_names_its_command():
+    result = run_cli("convert", "--no-such-option", "--json")
+    assert result.returncode == 2
+    document = json.loads(result.stdout)
+    assert document["command"] == "convert" and "--no-such-option" in document["error"]
+
+
+def test_several_rnns_for_a_target_that_holds_one_say_what_works(tmp_path):
+    """Two RNNs to out.mlx.safetensors hinted "write them all to one .safetensors", which MLX's is not."""
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.LSTM(5, 7), torch.nn.GRU(7, 4)
+
+    source = save(tmp_path, Two())
+    with pytest.raises(RnnconvError) as caught:
+        rnnconv.convert(source, tmp_path / "out.mlx.safetensors")
+    assert "MLX files hold one RNN each: pick one with --layer" in str(caught.value)
+    assert ".safetensors (rnnconv convert" not in str(caught.value)
+    with pytest.raises(RnnconvError, match=r"write them all to one \.safetensors .*--to torch\)"):
+        rnnconv.convert(source, tmp_path / "out.pt")  # PyTorch's .safetensors holds them all
+    rnnconv.convert(source, tmp_path / "out.mlx.safetensors", layer="a")
+
+
+@pytest.mark.slow
+def test_verify_names_both_missing_frameworks(tmp_path):
+    """The source's framework (torch) and the file's runtime (openvino) both missing: only torch was named."""
+    from test_verify_ci import hide
+
+    written = tmp_path / "m.xml"
+    rnnconv.convert(save(tmp_path, torch.nn.LSTM(5, 7)), written)
+    result = run_cli("verify", written, env=hide(tmp_path, "torch", "openvino"))
+    assert_clean_failure(result, 3, "needs torch", "running m.xml needs openvino", "rnnconv[openvino]")
+
+
+def test_an_ncnn_model_beside_an_ir_of_its_name_says_whose_bin_it_is(tmp_path):
+    """`.param` beside an `.xml` of the same name failed on "m.bin already exists"."""
+    source = save(tmp_path, torch.nn.LSTM(5, 7))
+    rnnconv.convert(source, tmp_path / "m.xml")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(RnnconvError) as caught:
+        rnnconv.convert(source, tmp_path / "m.param")
+    sentence = str(caught.value)
+    assert f"{tmp_path / 'm.param'} keeps its weights in {tmp_path / 'm.bin'}" in sentence
+    assert f"(the weights of {tmp_path / 'm.xml'})" in sentence and "-o " in sentence and "--force" in sentence
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    rnnconv.convert(source, tmp_path / "n.param")
+    with pytest.raises(RnnconvError, match=r"\(the weights of .*n\.param\)"):
+        rnnconv.convert(source, tmp_path / "n.xml")  # and the other way

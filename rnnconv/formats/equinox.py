@@ -177,7 +177,8 @@ def losses(rnn: CanonicalRNN) -> list[registry.Loss]:
     if spec.num_layers > 1 or spec.bidirectional:
         found.append(registry.Loss(
             f"Equinox has no multi-layer or bidirectional RNN (an .eqx holds one cell), and this RNN has "
-            f"{spec.num_layers} layers and {spec.num_directions} directions"
+            f"{spec.num_layers} layer{'s' * (spec.num_layers > 1)} and {spec.num_directions} "
+            f"direction{'s' * spec.bidirectional}"
         ))  # fmt: skip
     if _jax.family(spec) not in EQUINOX_CLASSES:
         found.append(registry.Loss("Equinox has no simple RNN cell (eqx.nn has LSTMCell and GRUCell)"))

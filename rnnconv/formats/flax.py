@@ -68,7 +68,7 @@ def load_tree(path: Path) -> dict[str, Any]:
 
 
 def find(tree: Mapping[str, Any]) -> list[_jax.TreeRNN]:
-    return _jax.find_rnns(tree[FLAX_PARAMS], recognise, layers)
+    return _jax.find_rnns(tree[FLAX_PARAMS], recognise, layers, root=FLAX_PARAMS)
 
 
 def to_canonical(rnn: _jax.TreeRNN, path: Path, source: Provenance, options: ReadOptions | None = None) -> CanonicalRNN:

@@ -537,6 +537,7 @@ def compose(layers: list[LayerBlobs]) -> tuple[str, bytes]:
 
 def write_ncnn(rnn: CanonicalRNN, path: Path, dtype: str, force: bool) -> list[Path]:
     """model.param, model.bin and, beside them, the source they came from (for `verify model.param`)."""
+    registry.weights_free(path, bin_of(path), force)
     text, data = compose(layers_of(rnn, dtype))
     outputs = [path, bin_of(path), sidecar_of(path)]
     with atomic_outputs(outputs, force) as tmps:
@@ -685,7 +686,7 @@ class NcnnFormat(Format):
             registry.inspect_entry(
                 _name(chain), chain[0].type, functools.partial(to_canonical, chain, file, provenance)
             )
-            for chain in [c for c in file.chains if len(c) > 1] + [[x] for x in file.layers]
+            for chain in registry.inspected_groups(file.layers, file.chains)
         ]
         notes = [f"layers {_name(c)} are the layers of one RNN" for c in file.chains if len(c) > 1]
         return InspectReport(path=str(path), format=KIND, rnns=entries, notes=notes)

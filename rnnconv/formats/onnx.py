@@ -641,13 +641,14 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
     notes = []
     if first.direction == "reverse":
         notes.append(
-            f"{first.name}: a reverse-only node; cuDNN has no reverse-only mode: feed it the sequence "
-            f"reversed (each sequence within its length) and reverse its outputs to match ONNX"
+            f"{first.name}: a reverse-only node, converted as a forward one (rnnconv's RNNs have no reverse-only "
+            f"direction): feed the converted RNN the sequence reversed (each sequence within its length) and reverse "
+            f"its outputs to match ONNX"
         )
     if int(first.attributes.get("layout", 0)) == 1:
         notes.append(
-            f"{first.name}: layout=1 (batch-major input and output); cuDNN is given sequence-major "
-            f"tensors: transpose them"
+            f"{first.name}: layout=1 (batch-major input and output); the converted RNN takes its own format's "
+            f"layout (its usage line says which): transpose where they differ"
         )
     later = []
     if first.quantized:
@@ -967,7 +968,7 @@ class OnnxFormat(Format):
                 functools.partial(to_canonical, group, provenance),
                 functools.partial(_sizes, group),
             )
-            for group in [[n] for n in file.nodes] + [c for c in file.chains if len(c) > 1]
+            for group in registry.inspected_groups(file.nodes, file.chains)
         ]
         notes = [
             f"nodes {', '.join(n.name for n in chain)} are the layers of one RNN"

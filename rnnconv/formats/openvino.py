@@ -433,8 +433,9 @@ def write_ir(
             f"rnnconv writes OpenVINO IRs of {', '.join(WRITES)} weights (computed in float32 by OpenVINO), "
             f"not {dtype}: {dtype} values would be rounded; say --dtype float32"
         )
-    graph = build(layers_of(rnn, dtype), rnn.spec.input_size, rnn.name)
     weights = path.with_suffix(".bin")
+    registry.weights_free(path, weights, force)
+    graph = build(layers_of(rnn, dtype), rnn.spec.input_size, rnn.name)
     with atomic_outputs([path, weights], force) as (xml_tmp, bin_tmp):
         with open(bin_tmp, "wb") as f:
             graph.write_bin(f, progress)
@@ -838,8 +839,9 @@ def to_canonical(chain: list[SequenceOp], source: Provenance, bias_split: str) -
     notes = []
     if first.direction == OPENVINO_REVERSE:
         notes.append(
-            f"{first.name}: a reverse-only {first.op}; cuDNN has no reverse-only mode: feed it the sequence "
-            f"reversed (each sequence within its length) and reverse its outputs to match OpenVINO"
+            f"{first.name}: a reverse-only {first.op}, converted as a forward one (rnnconv's RNNs have no reverse-only "
+            f"direction): feed the converted RNN the sequence reversed (each sequence within its length) and reverse "
+            f"its outputs to match OpenVINO"
         )
     found = Found(
         ",".join(op.name for op in chain),
@@ -1035,7 +1037,7 @@ class OpenvinoFormat(Format):
                 functools.partial(to_canonical, group, provenance, "recurrent"),
                 functools.partial(_sizes, group),
             )
-            for group in [[op] for op in file.ops] + [c for c in file.chains if len(c) > 1]
+            for group in registry.inspected_groups(file.ops, file.chains)
         ]
         notes = [
             f"ops {', '.join(op.name for op in chain)} are the layers of one RNN"

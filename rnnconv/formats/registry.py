@@ -186,6 +186,20 @@ class RuntimeEngine:
     def versions(self) -> dict[str, str]:
         return {name: str(importlib.import_module(module).__version__) for name, module in self.modules}
 
+    def missing(self, what: str) -> str | None:
+        """Why `what` cannot run here, as a clause naming the runtime's packages that are not installed (None: all
+        are): said beside another framework that is missing, so that one command names both."""
+        absent = []
+        for name, module in self.modules:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                absent.append(name)
+        if not absent:
+            return None
+        extra = get(self.format_name).info.extra
+        return f"running {what} needs {' and '.join(absent)}, not installed either (pip install 'rnnconv[{extra}]')"
+
 
 # Where a file that a runtime runs records the source of its RNN (as a cuDNN sidecar's `source` does), for verify.
 SOURCE_KEY = "rnnconv.source"
@@ -300,6 +314,31 @@ class Format(ABC):
         raise Unsupported(f"no runner for format {self.name!r}")
 
 
+# Whose a model's weights beside it (X.bin) may be, told by the file beside them: an IR, an ncnn model, a sidecar.
+WEIGHTS_OWNERS = (
+    (".xml", "the weights of {}"),
+    (".param", "the weights of {}"),
+    (".bin.json", "a cuDNN blob with its sidecar {}"),
+)
+
+
+def weights_free(model: Path, weights: Path, force: bool) -> None:
+    """Refuse, before anything is written, the weights file a model keeps beside it under its own name (an IR's or
+    an ncnn model's X.bin) where that file exists: which file wants it, whose it is, and how to choose another."""
+    if force or not os.path.lexists(weights):
+        return
+    owners = [
+        what.format(owner) for suffix, what in WEIGHTS_OWNERS
+        if (owner := weights.with_name(weights.stem + suffix)) != model and os.path.lexists(owner)
+    ]  # fmt: skip
+    whose = f" ({owners[0]})" if owners else ""
+    other = model.with_name(f"{model.stem}_{model.suffix[1:]}{model.suffix}")
+    raise BadInput(
+        f"{model} keeps its weights in {weights}, which already exists{whose}: pass --force to replace it, or give "
+        f"the {model.suffix} another name (-o {other} writes {other.with_suffix(weights.suffix)})"
+    )
+
+
 def only_rnn(rnns: list[CanonicalRNN], what: str) -> CanonicalRNN:
     """The RNN to write to a file that holds one (`what`: "an .onnx"), or why there is none."""
     if len(rnns) != 1:
@@ -321,6 +360,12 @@ def inspect_entry(
         return InspectEntry(name=name, layer_class=layer_class, sizes=sizes(), converts=False, reason=str(exc))
     spec, notes = rnn.spec.to_model(), rnn.notes
     return InspectEntry(name=name, layer_class=layer_class, spec=spec, converts=True, notes=notes, source=rnn.origin)
+
+
+def inspected_groups(ops: list[Any], chains: list[list[Any]]) -> list[list[Any]]:
+    """The rows `inspect` lists for a graph's RNN ops, in one order for every format: each chain of several ops
+    (one RNN, what a conversion takes), then each op alone."""
+    return [chain for chain in chains if len(chain) > 1] + [[op] for op in ops]
 
 
 def read_each(
