@@ -122,6 +122,7 @@ def test_ncnn_s_line(case, tmp_path):
 def test_flax_s_lines_keep_the_module_they_build(target, tmp_path):
     rnn = CASES["lstm"]()
     usage = written(tmp_path, rnn, f"m.{target}")
+    assert 'os.environ.setdefault("JAX_PLATFORMS", "cpu")' in usage  # where verify runs it: a GPU computes otherwise
     x = x_sequence_major()
     got = run(usage, x=batch_first(x))
     assert np.abs(batch_first(got["y"]) - source_outputs(rnn, x)).max() < EXACT
@@ -146,6 +147,7 @@ def test_mlx_s_line(kind, tmp_path):
 
     rnn = module(kind, layers=1, bidirectional=False)
     usage = written(tmp_path, rnn, "m.mlx.safetensors")
+    assert "mx.set_default_device(mx.cpu)" in usage  # as verify runs it
     x = x_sequence_major()
     y = np.array(run(usage, x=mx.array(batch_first(x)))["y"])
     assert np.abs(batch_first(y) - source_outputs(rnn, x)).max() < EXACT

@@ -360,6 +360,10 @@ def recorded_source(path: Path) -> Provenance | None:
 # --- JAX on the CPU ---------------------------------------------------------------------------------------------
 
 
+# The first line of a usage line: JAX on the CPU, as `require_jax` runs it (a GPU's default precision differs).
+ON_THE_CPU = 'import os; os.environ.setdefault("JAX_PLATFORMS", "cpu")   # as verify runs it; before jax is imported\n'
+
+
 def require_jax(extra: str) -> Any:
     """jax, on the CPU (a run must not take a GPU, nor depend on which one)."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")

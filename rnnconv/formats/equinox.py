@@ -224,7 +224,8 @@ def write(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Writte
         tmp.write_bytes(data)
     return Written(
         [path, beside],
-        usage=f"import equinox as eqx, jax\ncell = eqx.tree_deserialise_leaves({registry.literal(path)}, "
+        usage=f"{_jax.ON_THE_CPU}import equinox as eqx, jax\n"
+        f"cell = eqx.tree_deserialise_leaves({registry.literal(path)}, "
         f"{module_code(rnn.spec)})   # {dtype}; one step: "
         + ("h, c = cell(x_t, (h, c))" if rnn.spec.cell == LSTM else "h = cell(x_t, h)")
         + f", x_t ({rnn.spec.input_size},)",

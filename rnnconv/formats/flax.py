@@ -124,7 +124,7 @@ def write(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Writte
     spec = rnn.spec
     return Written(
         [path, beside],
-        usage=f"import flax, flax.linen as nn, jax, jax.numpy as jnp\nmodel = {module_code(spec)}\n"
+        usage=f"{_jax.ON_THE_CPU}import flax, flax.linen as nn, jax, jax.numpy as jnp\nmodel = {module_code(spec)}\n"
         f"variables = model.init(jax.random.key(0), jnp.zeros((1, 1, {spec.input_size})))\n"
         f'variables = flax.serialization.from_bytes(variables, open({registry.literal(path)}, "rb").read())   '
         f"# {dtype}\n"

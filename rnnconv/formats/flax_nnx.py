@@ -188,7 +188,7 @@ def write(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Writte
         tmp.write_bytes(data)
     return Written(
         [path, beside],
-        usage=f"import flax, flax.nnx as nnx\nrngs = nnx.Rngs(0); model = {module_code(rnn.spec)}\n"
+        usage=f"{_jax.ON_THE_CPU}import flax, flax.nnx as nnx\nrngs = nnx.Rngs(0); model = {module_code(rnn.spec)}\n"
         f"params = nnx.state(model, nnx.Param)\n"
         f"nnx.replace_by_pure_dict(params, flax.serialization.msgpack_restore(open({registry.literal(path)}, "
         f'"rb").read()))\n'

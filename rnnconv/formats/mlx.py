@@ -567,7 +567,8 @@ class MlxFormat(Format):
         if dtype != spec.dtype and options.dtype is None:
             warnings.append(f"{rnn.name}: written as {dtype}, what MLX computes with, from the source's {spec.dtype}")
         write_mlx(rnn, path, dtype, options.force)
-        usage = f"import mlx.nn as nn\nmodel = {constructor(spec)}; model.load_weights({registry.literal(path)})"
+        usage = "import mlx.core as mx, mlx.nn as nn\nmx.set_default_device(mx.cpu)   # as verify runs it\n"
+        usage += f"model = {constructor(spec)}; model.load_weights({registry.literal(path)})"
         if spec.num_layers == 1 and not spec.bidirectional:
             outputs = "y, c" if spec.cell == LSTM else "y"
             usage += f"\n{outputs} = model(x)   # x (batch, time, {spec.input_size}), y (batch, time, "
