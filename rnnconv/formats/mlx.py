@@ -149,6 +149,8 @@ class MlxFile:
         """A .safetensors (Module.save_weights, what rnnconv writes) or a .npz (mx.savez, save_weights to .npz)."""
         with open(path, "rb") as f:
             zipped = f.read(4) == ZIP_MAGIC
+        if not zipped and path.suffix.lower() == ".npz":
+            raise BadInput(f"{path} is not an .npz (a zip archive of .npy arrays, as mx.savez writes one)")
         tensors, metadata = _npz_tensors(path) if zipped else _safetensors_tensors(path)
         groups: dict[str, dict[str, Tensor]] = {}
         for key, tensor in tensors.items():
