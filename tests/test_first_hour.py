@@ -55,6 +55,7 @@ def test_an_output_given_as_a_source_asks_did_you_mean_o(lstm_source, tmp_path):
 
 EVERY_ENDING = sorted(
     {s for info in FORMAT_INFO.values() for s in (*info.read_suffixes, *info.default_for, *info.write_suffixes)}
+    | {".ckpt.data-00000-of-00001"}  # a TF1 checkpoint's data, beside its .index
 )
 
 

@@ -251,6 +251,13 @@ class Format(ABC):
     def sniff(self, probe: Probe) -> bool:
         """Whether the file is of this format (from its content, not its name)."""
 
+    def named(self, path: Path) -> int:
+        """How much of a file's name says it is of this format: the length of the longest ending its files have
+        (0: none). Detection goes by content; this tells what a file none recognises was meant to be."""
+        name = path.name.lower()
+        endings = {*self.info.read_suffixes, *self.info.default_for}
+        return max((len(e) for e in endings if name.endswith(e) and len(name) > len(e)), default=0)
+
     def locate(self, path: Path) -> Path | None:
         """The file of this format that a name which is no file stands for (a TF checkpoint's prefix), or None."""
         return None
@@ -492,16 +499,10 @@ def detect(path: Path) -> Format:
 
 
 def named_by(path: Path) -> list[Format]:
-    """The formats whose files are named like `path` (by the longest ending that any format's files have)."""
-    name = path.name.lower()
-    endings = [
-        (len(suffix), fmt)
-        for fmt in formats()
-        for suffix in {*fmt.info.read_suffixes, *fmt.info.default_for}
-        if name.endswith(suffix) and len(name) > len(suffix)
-    ]
-    longest = max((length for length, _ in endings), default=0)
-    return list(dict.fromkeys(fmt for length, fmt in endings if length == longest))
+    """The formats whose files are named like `path`, by the longest ending (`Format.named`)."""
+    told = [(fmt.named(path), fmt) for fmt in formats()]
+    longest = max(length for length, _ in told)
+    return [fmt for length, fmt in told if length == longest > 0]
 
 
 def _read_as_named(path: Path, named: list[Format], size: int) -> Format:

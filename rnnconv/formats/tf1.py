@@ -468,6 +468,10 @@ class TF1Format(Format):
         except OSError:
             return False
 
+    def named(self, path: Path) -> int:
+        shard = DATA_SHARD.search(path.name)  # X.data-00000-of-00001: a checkpoint's data, named by its index
+        return len(shard.group()) if shard else super().named(path)
+
     def locate(self, path: Path) -> Path | None:
         index = path.with_name(path.name + INDEX_SUFFIX)
         return index if os.path.lexists(index) else None
