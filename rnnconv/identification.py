@@ -452,10 +452,9 @@ def _command(blob: Path, fit: _Fit, output: Path | None) -> str:
         return f"rnnconv convert {shlex.quote(str(output))} OUTPUT"
     if fit.layout.is_own():
         return f"rnnconv convert {quoted} OUTPUT {_flags(fit.spec)}"
-    written = shlex.quote(str(blob.with_name(blob.stem + ".cudnn.bin")))
     return (
-        f"rnnconv identify {quoted} {_flags(fit.spec)} --candidate {fit.layout.name(fit.spec.dtype)} -o {written}"
-        f"   # then: rnnconv convert {written} OUTPUT"
+        f"rnnconv identify {quoted} {_flags(fit.spec)} --candidate {fit.layout.name(fit.spec.dtype)} -o OUTPUT"
+        f"   # OUTPUT: any file convert writes (model.bin, model.pt, ...)"
     )
 
 

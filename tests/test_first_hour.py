@@ -161,6 +161,8 @@ def test_a_chosen_candidate_is_not_the_only_layout_of_its_size(tmp_path):
     assert "no other known layout" not in found.summary
     assert "17 other known layouts have its size too (cudnn-lstm/matrices-then-biases/float32, " in found.summary
     assert "and 14 more)" in found.summary and "--probe" in found.summary
+    assert found.convert is not None and found.convert.count("rnnconv ") == 1  # one step: identify -o OUTPUT
+    assert found.convert.split("#")[0].rstrip().endswith("--candidate onnx-lstm/per-layer/float32 -o OUTPUT")
 
 
 def test_identify_o_says_what_to_do_with_what_it_wrote_not_the_same_command(tmp_path):
