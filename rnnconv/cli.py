@@ -95,7 +95,7 @@ def run_conversion(values: dict[str, Any], to: str | None, source_format: str | 
     from rnnconv import api, render
 
     sources, output = values.pop("sources"), values.pop("output")
-    no_output_among(sources, to)
+    no_output_among(sources, source_format, to or "cudnn")
     quiet, as_json, verbose, spec = values["quiet"], values["json"], values["verbose"], raw_spec(values)
     layer, taken = pick(values), conversion_names()
     settings = {name: value for name, value in values.items() if name in taken}

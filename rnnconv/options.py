@@ -195,15 +195,18 @@ def parameter(name: str, **override: Any) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
 
 
-def no_output_among(sources: list[Path], to: str | None) -> None:
-    """Refuse a source that does not exist and is named like an output: the output, given without -o."""
+def no_output_among(sources: list[Path], source_format: str | None, target: str) -> None:
+    """A SOURCE-to-TARGET command takes its output with -o only: a source that does not exist, named as the target's
+    outputs are and not as the source format's, is refused as the output given without -o."""
     from rnnconv.errors import BadInput
     from rnnconv.formats import registry
 
-    writable = [FORMAT_INFO[to]] if to else [i for i in FORMAT_INFO.values() if i.writes]
-    endings = tuple(suffix for info in writable for suffix in info.write_suffixes)
+    if source_format is None:  # convert: the last argument is its output
+        return
     for source in sources:
-        if registry.source_file(source) == source and not os.path.lexists(source) and source.name.endswith(endings):
+        named = source.name.endswith(FORMAT_INFO[target].default_for)
+        own = source.name.endswith(FORMAT_INFO[source_format].default_for)
+        if named and not own and not os.path.lexists(source) and registry.source_file(source) == source:
             raise BadInput(
                 f"{source} does not exist, and its name is an output's: did you mean -o {source}? (the output "
                 f"is given with -o/--output; the other arguments are sources)"
