@@ -28,9 +28,9 @@ from rnnconv.options import (
     RAW,
     VERIFY_OPTIONS,
     identify_parameters,
-    no_output_among,
     parameter,
     source_options,
+    sources_and_output,
 )
 from rnnconv.settings import conversion_names
 from rnnconv.streams import standalone
@@ -94,8 +94,7 @@ def raw_spec(values: dict[str, Any]) -> Any:
 def run_conversion(values: dict[str, Any], to: str | None, source_format: str | None) -> int:
     from rnnconv import api, render
 
-    sources, output = values.pop("sources"), values.pop("output")
-    no_output_among(sources, source_format, to or "cudnn")
+    sources, output = sources_and_output(values.pop("sources"), values.pop("output"), source_format, to or "cudnn")
     quiet, as_json, verbose, spec = values["quiet"], values["json"], values["verbose"], raw_spec(values)
     layer, taken = pick(values), conversion_names()
     settings = {name: value for name, value in values.items() if name in taken}
@@ -163,11 +162,7 @@ for _target in sorted(ADAPTER_FORMATS, key=lambda name: name != "cudnn"):
         *map(parameter, ("to", "layer", "prefix", *ALL_SOURCE_OPTIONS, "into", *CONVERSION_TAIL)),
     ],
 )
-def convert(sources: list[str], **values: Any) -> int:
-    if values["output"] is None and len(sources) < 2:
-        raise BadInput(f"convert needs an output: rnnconv convert {sources[0]} OUTPUT, or -o OUTPUT")
-    values["output"] = values["output"] or sources.pop()  # without -o, the last argument
-    values["sources"] = list(map(Path, sources))
+def convert(**values: Any) -> int:
     return run_conversion(values, values.pop("to"), None)
 
 

@@ -195,22 +195,29 @@ def parameter(name: str, **override: Any) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
 
 
-def no_output_among(sources: list[Path], source_format: str | None, target: str) -> None:
-    """A SOURCE-to-TARGET command takes its output with -o only: a source that does not exist, named as the target's
-    outputs are and not as the source format's, is refused as the output given without -o."""
+def sources_and_output(
+    named: list[Any], output: str | None, source_format: str | None, target: str
+) -> tuple[list[Path], str | None]:
+    """A conversion's sources and output as its command line gives them. `convert`'s last argument is its output
+    unless -o gives it. A SOURCE-to-TARGET command takes its output with -o only: a source that does not exist,
+    named as the target's outputs are and not as the source format's, is refused as that output without -o."""
     from rnnconv.errors import BadInput
     from rnnconv.formats import registry
 
-    if source_format is None:  # convert: the last argument is its output
-        return
+    sources = [Path(name) for name in named]
+    if source_format is None:  # convert
+        if output is None and len(named) < 2:
+            raise BadInput(f"convert needs an output: rnnconv convert {named[0]} OUTPUT, or -o OUTPUT")
+        return (sources, output) if output is not None else (sources[:-1], str(named[-1]))  # DIR/ keeps its /
     for source in sources:
-        named = source.name.endswith(FORMAT_INFO[target].default_for)
+        like_output = source.name.endswith(FORMAT_INFO[target].default_for)
         own = source.name.endswith(FORMAT_INFO[source_format].default_for)
-        if named and not own and not os.path.lexists(source) and registry.source_file(source) == source:
+        if like_output and not own and not os.path.lexists(source) and registry.source_file(source) == source:
             raise BadInput(
                 f"{source} does not exist, and its name is an output's: did you mean -o {source}? (the output "
                 f"is given with -o/--output; the other arguments are sources)"
             )
+    return sources, output
 
 
 def source_options(fmt: str) -> list[str]:
