@@ -131,7 +131,9 @@ class Commands(TyperGroup):
                 from rnnconv.contracts import ErrorDocument
                 from rnnconv.render import print_json
 
-                print_json(ErrorDocument(error=exc.format_message(), exit_code=code))
+                failed_in = getattr(exc, "ctx", None)  # the command's context, once one was found
+                command = failed_in.info_name if failed_in is not None and failed_in.parent is not None else None
+                print_json(ErrorDocument(error=exc.format_message(), exit_code=code, command=command))
         sys.exit(code if isinstance(code, int) else 0)
 
     def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:

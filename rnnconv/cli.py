@@ -30,6 +30,7 @@ from rnnconv.options import (
     identify_parameters,
     parameter,
     source_options,
+    sources_and_output,
 )
 from rnnconv.streams import standalone
 from rnnconv.table.formats import FORMAT_INFO
@@ -93,7 +94,7 @@ def run_conversion(values: dict[str, Any], to: str | None, source_format: str | 
     from rnnconv import api, render
     from rnnconv.settings import conversion_names
 
-    sources, output = values.pop("sources"), values.pop("output")
+    sources, output = sources_and_output(values.pop("sources"), values.pop("output"), source_format, to or "cudnn")
     quiet, as_json, verbose, spec = values["quiet"], values["json"], values["verbose"], raw_spec(values)
     layer, taken = pick(values), conversion_names()
     settings = {name: value for name, value in values.items() if name in taken}
@@ -159,14 +160,13 @@ for _target in sorted(ADAPTER_FORMATS, key=lambda name: name != "cudnn"):
     "  rnnconv convert ckpt.pt encoder.onnx --layer encoder.rnn\n\n"
     "  rnnconv convert model.bin state.safetensors --to torch",
     [
-        parameter("sources", argument=True, annotation=list[Path], metavar="SOURCE", help="Any files rnnconv reads."),
+        parameter("sources", argument=True, annotation=list[str], metavar="SOURCE", help="Any files rnnconv reads."),
         parameter(
             "output",
-            argument=True,
-            annotation=str,
-            default=...,
-            help=", ".join(f"{'/'.join(i.default_for)} ({i.title})" for i in FORMAT_INFO.values() if i.default_for)
-            + "; a directory for several sources (DIR/ is created; the target is --to's, cuDNN by default).",
+            help="The output: "
+            + ", ".join(f"{'/'.join(i.default_for)} ({i.title})" for i in FORMAT_INFO.values() if i.default_for)
+            + "; a directory for several sources (DIR/ is created; the target is --to's, cuDNN by default). Given "
+            "with -o, every argument is a source; without, the last one is the output.",
         ),
         *map(parameter, ("to", "layer", "prefix", *ALL_SOURCE_OPTIONS, "into", *CONVERSION_TAIL)),
     ],

@@ -17,7 +17,7 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN
 from rnnconv.compare import make_inputs
 from rnnconv.contracts import ConversionResult, ConvertedRNN, RecordedLoss, Skipped
-from rnnconv.errors import BadInput, RnnconvError, Unsupported, either
+from rnnconv.errors import BadInput, RnnconvError, SeveralRnns, Unsupported, either
 from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, Loss, ReadOptions, Source, WriteOptions, check_stated
 from rnnconv.reference import forward
@@ -43,6 +43,16 @@ def default_output(source: Path, target: Format) -> Path:
     if out == source:
         raise BadInput(f"the default output would overwrite {source}; name one with -o")
     return out
+
+
+@contextlib.contextmanager
+def several_for(target: Format) -> Iterator[None]:
+    """A source of several RNNs, none picked, is told what this target's files can hold."""
+    try:
+        yield
+    except SeveralRnns as exc:
+        several_in = next((s for s in target.info.write_suffixes if target.holds_several(Path(f"x{s}"))), None)
+        raise exc.for_target(target.title, several_in, target.name) from None
 
 
 def source_format(path: Path, options: ReadOptions, expect: str | None = None, target: str = "cudnn") -> Format:
@@ -164,7 +174,7 @@ def convert(
         if output.resolve() == source.resolve():
             raise BadInput(f"the output {output} is the source itself")
         options.take_all = options.take_all or target.holds_several(output)
-        with fmt.read(source, options) as found:
+        with several_for(target), fmt.read(source, options) as found:
             if not found.rnns:
                 raise RnnconvError(f"{source} gave no RNN to write")
             check_stated(found.rnns, options)

@@ -1,98 +1,89 @@
-"""`rnnconv doctor`: what this machine has for each backend and each source framework."""
+"""`rnnconv doctor`: what this machine has for each verify backend and each source framework.
+
+The rows come from the registry of formats: a format's engine (`verify --backend`) is a backend, each framework
+that runs its files (`Format.runtimes`) is a source; a format added to the registry is listed without a change here.
+"""
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
-import importlib.util
 import platform
+from collections.abc import Mapping
 from typing import Any
 
 from rnnconv.version import __version__
 
-PACKAGES = (
-    "numpy",
-    "h5py",
-    "safetensors",
-    "tensorflow-cpu",
-    "tensorflow",
-    "keras",
-    "tf-keras",
-    "torch",
-    "onnx",
-    "onnxruntime",
-    "ai-edge-litert",
-    "flatbuffers",
-    "openvino",
-    "mlx",
-    "ncnn",
-    "nvidia-cudnn-cu12",
-    "nvidia-cudnn-cu13",
-    "pycuda",
-    "matplotlib",
-)
+# What rnnconv itself uses beside the formats' frameworks: readers, writers, cuDNN, the plot.
+OWN_PACKAGES: tuple[str, ...] = ("numpy", "h5py", "safetensors", "flatbuffers", "nvidia-cudnn-cu12")
+OWN_PACKAGES += ("nvidia-cudnn-cu13", "pycuda", "matplotlib")
 
 
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+@functools.cache
+def _providers() -> Mapping[str, list[str]]:
+    return importlib.metadata.packages_distributions()
 
 
-def _installed(packages: dict[str, str | None], name: str, runs: str, extra: str) -> dict[str, Any]:
-    """A part verify can use when `name` is installed: what it runs, or what to install."""
-    version = packages[name]
-    detail = f"{name} {version}: runs {runs}" if version else f"{name} not installed (pip install '{extra}')"
-    return {"available": bool(version), "detail": detail}
+def version(package: str, module: str) -> str | None:
+    """The installed version of a package (or of the distribution that provides its module: tensorflow-cpu for
+    tensorflow), None where it is not installed."""
+    for name in [package, *_providers().get(module.partition(".")[0], [])]:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _row(modules: tuple[tuple[str, str], ...], what: str, install: str, major: str = "") -> dict[str, Any]:
+    """A part verify can use when all its packages are installed: what it is and with which versions, or what is
+    missing and how to install it."""
+    versions = {package: version(package, module) for package, module in modules}
+    missing = [p for p, v in versions.items() if v is None]
+    first, found = modules[0][0], versions[modules[0][0]]
+    if not missing and major and not (found or "").startswith(major):
+        missing = [f"{first} {major}"]
+    shown = ", ".join(f"{p} {v}" for p, v in versions.items())
+    detail = f"{shown}: {what}" if not missing else f"{' and '.join(missing)} not installed ({install})"
+    return {"available": not missing, "detail": detail, "versions": versions}
 
 
 def examine() -> dict[str, Any]:
     from rnnconv.cudnn.backend import probe
+    from rnnconv.formats import registry
 
-    packages = {name: _version(name) for name in PACKAGES}
+    formats = registry.formats()
+    packages = {name: version(name, name) for name in OWN_PACKAGES}
+    backends: dict[str, Any] = {
+        "numpy": {"available": True, "detail": "cuDNN's equations in numpy (float64); always available"},
+    }
     status = probe()
+    backends["cudnn"] = {
+        "available": status.ok,
+        "detail": f"runs here, through {status.found['cuda_session']}" if status.ok else status.reason,
+        "found": status.found,
+    }
+    sources: dict[str, Any] = {}
+    for fmt in formats:
+        install = f"pip install 'rnnconv[{fmt.info.extra}]'"
+        if fmt.engine is not None:
+            engine = fmt.engine
+            backends[engine.name] = {"format": fmt.name, **_row(engine.modules, engine.detail, install)}
+        for runtime in fmt.runtimes:
+            row = _row(runtime.modules, f"runs {runtime.runs}", runtime.install or install, runtime.major)
+            sources[runtime.key] = {"format": fmt.name, **row}
+    for row in [*backends.values(), *sources.values()]:
+        packages.update(row.get("versions", {}))
     torch_cuda: dict[str, Any] = {}
-    if packages["torch"]:
+    if packages.get("torch"):
         import torch
 
         torch_cuda = {"cuda_build": torch.version.cuda or "no (CPU build)", "gpu_visible": torch.cuda.is_available()}
-    keras3 = bool(packages["keras"] and packages["keras"].startswith("3"))
     return {
         "rnnconv": __version__,
         "python": platform.python_version(),
         "packages": packages,
-        "backends": {
-            "numpy": {"available": True, "detail": "cuDNN's equations in numpy (float64); always available"},
-            "cudnn": {
-                "available": status.ok,
-                "detail": f"runs here, through {status.found['cuda_session']}" if status.ok else status.reason,
-                "found": status.found,
-            },
-            "onnxruntime": _installed(packages, "onnxruntime", "the blob as ONNX nodes", "rnnconv[onnx]"),
-            "tflite": _installed(packages, "ai-edge-litert", "the blob as TFLite ops", "rnnconv[tflite]"),
-            "openvino": _installed(packages, "openvino", "the blob as an OpenVINO IR (CPU)", "rnnconv[openvino]"),
-            "mlx": _installed(packages, "mlx", "the blob as mlx.nn modules", "rnnconv[mlx]"),
-            "ncnn": _installed(packages, "ncnn", "the blob as ncnn layers", "rnnconv[ncnn]"),
-        },
-        "sources": {
-            "keras3": {
-                "available": keras3,
-                "detail": f"keras {packages['keras']}"
-                if keras3
-                else "keras 3 not installed (pip install 'rnnconv[keras]')",
-            },
-            "tf_keras": {
-                "available": bool(packages["tf-keras"]),
-                "detail": f"tf-keras {packages['tf-keras']}"
-                if packages["tf-keras"]
-                else "tf-keras not installed (pip install --no-deps tf-keras)",
-            },
-            "torch": _installed(packages, "torch", "PyTorch checkpoints", "rnnconv[torch]"),
-            "onnx": _installed(packages, "onnxruntime", "ONNX models' own nodes", "rnnconv[onnx]"),
-            "tflite": _installed(packages, "ai-edge-litert", "TFLite models' own ops", "rnnconv[tflite]"),
-            "openvino": _installed(packages, "openvino", "OpenVINO IRs' own graphs", "rnnconv[openvino]"),
-            "mlx": _installed(packages, "mlx", "MLX files' own modules", "rnnconv[mlx]"),
-            "ncnn": _installed(packages, "ncnn", "ncnn models' own layers", "rnnconv[ncnn]"),
-        },
+        "backends": backends,
+        "sources": sources,
         "torch_cuda": torch_cuda,
     }

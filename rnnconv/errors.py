@@ -53,13 +53,33 @@ def no_such_rnn(what: str, asked: str, known: list[str]) -> BadInput:
     return BadInput(f"{what} {asked!r}; {did_you_mean(asked, known)}it holds: {', '.join(known) or 'none'}")
 
 
-def several_rnns(path: object, held: str) -> BadInput:
+class SeveralRnns(BadInput):
+    """A file that holds several RNNs, read where one was wanted and none was picked. Its advice is for a target
+    that takes them all in one .safetensors; `for_target` gives the advice for another (a conversion knows it)."""
+
+    def __init__(self, path: object, held: str):
+        super().__init__(
+            f"{path} {held}; pick one with --layer, or write them all to one .safetensors "
+            f"(rnnconv convert {path} OUT.safetensors)"
+        )
+        self.path, self.held = path, held
+
+    def for_target(self, title: str, several_in: str | None, name: str) -> BadInput:
+        """The advice for writing `title` files: `several_in` is the ending of those that hold several, if any."""
+        if several_in is None:
+            return BadInput(
+                f"{self.path} {self.held}, and {title} files hold one RNN each: pick one with --layer (a file for each)"
+            )
+        return BadInput(
+            f"{self.path} {self.held}; pick one with --layer, or write them all to one {several_in} (rnnconv "
+            f"convert {self.path} OUT{several_in} --to {name})"
+        )
+
+
+def several_rnns(path: object, held: str) -> SeveralRnns:
     """The error for a file that holds several RNNs when none was picked; `held` says what it holds. The advice
     works in a batch too, where every source ends in the same suffix: convert that file alone."""
-    return BadInput(
-        f"{path} {held}; pick one with --layer, or write them all to one .safetensors "
-        f"(rnnconv convert {path} OUT.safetensors)"
-    )
+    return SeveralRnns(path, held)
 
 
 def first_line(exc: BaseException, limit: int = 160) -> str:

@@ -314,14 +314,15 @@ def identify(
         raise BadInput(f"the output {output} is an input of identify (the blob or the probe)")
     dtypes = dtypes or DTYPES
     target = None if output is None else registry.for_output(output, to)  # a wrong output name is said first
-    fits, searched, sizes = [], 0, set()
+    fits, searched, sizes, alike = [], 0, set(), []
     for dtype in dtypes:
         typed, etype = dataclasses.replace(spec, dtype=dtype), element_type(dtype)
         for layout in layouts(typed):
+            elements = layout.elements(typed)
             if candidate is not None and layout.name(dtype) != candidate.lower():
+                alike += [layout.name(dtype)] if elements * etype.itemsize == size else []
                 continue
             searched += 1
-            elements = layout.elements(typed)
             sizes.add((elements * etype.itemsize, dtype))
             if elements * etype.itemsize == size:
                 fits.append(_Fit(layout, typed, etype))
@@ -346,12 +347,31 @@ def identify(
         unchanged()
     result.candidates = [fit.document() for fit in fits]
     chosen = _verdict(result, fits, probed is not None, sizes, spec, blob)
+    if candidate is not None and fits:
+        result.summary = _chosen_summary(result, fits[0], alike, probed is not None)
     if chosen is not None:
         result.identified = chosen.document()
-        result.convert = _command(blob, chosen, probe, output)
+        result.convert = _command(blob, chosen, output)
     if output is not None:
         result.outputs = _write(blob, chosen, result, output, target, force)
     return result
+
+
+NAMED = 3  # the other layouts a summary names; the rest are counted
+
+
+def _chosen_summary(result: Identification, chosen: _Fit, alike: list[str], probed: bool) -> str:
+    """What --candidate chose (and whether it reproduces the probe), and how many other known layouts the blob's
+    size allows, a few of them named."""
+    what = f"{result.blob} is read as {describe(chosen.document())}, the layout --candidate chose"
+    if probed:
+        does = "reproduces" if chosen.reproduces else "does not reproduce"
+        what += f": it {does} the probe (largest error {chosen.error:.3g})"
+    if not alike:
+        return f"{what}; no other known layout has its size"
+    named = ", ".join(alike[:NAMED]) + (f" and {len(alike) - NAMED} more" if len(alike) > NAMED else "")
+    advice = "; without --candidate, the probe tries them all" if probed else "; a --probe tells which one is right"
+    return f"{what}; {len(alike)} other known layouts have its size too ({named}){'' if chosen.reproduces else advice}"
 
 
 def _verdict(
@@ -424,15 +444,17 @@ def _flags(spec: RNNSpec) -> str:
     return flags + f" --dtype {spec.dtype}"
 
 
-def _command(blob: Path, fit: _Fit, probe: Path | None, output: Path | None) -> str:
-    """How to convert from the layout identified: `convert` itself for rnnconv's own, else identify -o."""
+def _command(blob: Path, fit: _Fit, output: Path | None) -> str:
+    """How to go on from the layout identified: convert what -o wrote, `convert` itself for rnnconv's own layout,
+    else identify -o (never the command just run)."""
     quoted = shlex.quote(str(blob))
+    if output is not None:
+        return f"rnnconv convert {shlex.quote(str(output))} OUTPUT"
     if fit.layout.is_own():
         return f"rnnconv convert {quoted} OUTPUT {_flags(fit.spec)}"
-    written = shlex.quote(str(output or blob.with_name(blob.stem + ".cudnn.bin")))
     return (
-        f"rnnconv identify {quoted} {_flags(fit.spec)} --candidate {fit.layout.name(fit.spec.dtype)} -o {written}"
-        f"   # then: rnnconv convert {written} OUTPUT"
+        f"rnnconv identify {quoted} {_flags(fit.spec)} --candidate {fit.layout.name(fit.spec.dtype)} -o OUTPUT"
+        f"   # OUTPUT: any file convert writes (model.bin, model.pt, ...)"
     )
 
 

@@ -7,6 +7,7 @@ the same name and help everywhere; the choices come from the layout table.
 from __future__ import annotations
 
 import inspect
+import os
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -200,6 +201,31 @@ def parameter(name: str, **override: Any) -> inspect.Parameter:
             **{**extra, **override},
         )
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
+
+
+def sources_and_output(
+    named: list[Any], output: str | None, source_format: str | None, target: str
+) -> tuple[list[Path], str | None]:
+    """A conversion's sources and output as its command line gives them. `convert`'s last argument is its output
+    unless -o gives it. A SOURCE-to-TARGET command takes its output with -o only: a source that does not exist,
+    named as the target's outputs are and not as the source format's, is refused as that output without -o."""
+    from rnnconv.errors import BadInput
+    from rnnconv.formats import registry
+
+    sources = [Path(name) for name in named]
+    if source_format is None:  # convert
+        if output is None and len(named) < 2:
+            raise BadInput(f"convert needs an output: rnnconv convert {named[0]} OUTPUT, or -o OUTPUT")
+        return (sources, output) if output is not None else (sources[:-1], str(named[-1]))  # DIR/ keeps its /
+    for source in sources:
+        like_output = source.name.endswith(FORMAT_INFO[target].default_for)
+        own = source.name.endswith(FORMAT_INFO[source_format].default_for)
+        if like_output and not own and not os.path.lexists(source) and registry.source_file(source) == source:
+            raise BadInput(
+                f"{source} does not exist, and its name is an output's: did you mean -o {source}? (the output "
+                f"is given with -o/--output; the other arguments are sources)"
+            )
+    return sources, output
 
 
 def source_options(fmt: str) -> list[str]:

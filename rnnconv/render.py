@@ -23,6 +23,7 @@ from typing import IO, Any, TypeVar, cast
 from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from rnnconv import streams
@@ -44,7 +45,7 @@ from rnnconv.contracts import (
 )
 from rnnconv.errors import EXIT_INTERNAL, BadInput, failure
 from rnnconv.safeio import remove_live_temps
-from rnnconv.table.constants import DIRECTIONS
+from rnnconv.table.constants import DIRECTIONS, LSTM
 
 
 class _Console(Console):
@@ -259,14 +260,24 @@ def inspection(report: InspectReport, as_json: bool, quiet: bool, verbose: bool)
     if quiet:
         return
     versions = "".join(f", {k} {v}" for k, v in report.versions.items())
-    table = Table(title=f"{escape(report.path)} ({report.format}{escape(versions)})")
-    for column in ("name", "class", "cuDNN spec", "converts"):
+    title = f"{escape(report.path)} ({report.format}{escape(versions)})"
+    table = Table(title=title)
+    # a name is what --layer takes: never wrapped; where the longest does not fit, one RNN a line
+    table.add_column("name", no_wrap=True, min_width=max((len(rnn.name) for rnn in report.rnns), default=4))
+    for column in ("class", "cuDNN spec", "converts"):
         table.add_column(column, overflow="fold")
+    rows = []
     for rnn in report.rnns:
         verdict = "[green]yes[/]" if rnn.converts else "[red]no[/], see below"
         spec = spec_text(rnn.spec) if rnn.spec else sizes_text(rnn.sizes)
-        table.add_row(escape(rnn.name), escape(rnn.layer_class), spec, verdict)
-    out.print(table)
+        rows.append((escape(rnn.name), escape(rnn.layer_class), spec, verdict))
+        table.add_row(*rows[-1])
+    if Measurement.get(out, out.options.update_width(streams.MAX_COLUMNS), table).minimum <= out.width:
+        out.print(table)
+    else:
+        out.print(title)
+        for name, layer_class, spec, verdict in rows:
+            out.print(f"{name}\n  {layer_class}; {spec}; converts: {verdict}")
     if not report.rnns:
         out.print("no recurrent layers found")
     for rnn in report.rnns:
@@ -356,7 +367,7 @@ def verification(report: Report, as_json: bool, quiet: bool, verbose: bool) -> N
         out.print(
             f"  inputs:  seed {inputs.seed}, {inputs.seq_len} steps, batch {inputs.batch}"
             + (f", lengths {inputs.lengths}" if inputs.lengths else "")
-            + ", non-zero h0 and c0"
+            + (", non-zero h0 and c0" if report.spec and report.spec.mode == LSTM else ", non-zero h0")
         )
     table = Table(show_header=True)
     for column in ("check", "result", "ok"):

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from rnnconv.canonical import RNNSpec
-from rnnconv.compare import Inputs, Outputs, compare, make_inputs, tolerance
+from rnnconv.compare import STATE_SCALE, Inputs, Outputs, compare, make_inputs, tolerance
 from rnnconv.contracts import (
     BackendInfo,
     Check,
@@ -45,7 +45,7 @@ from rnnconv.formats.cudnn import Blob, in_memory_blob, open_blobs, pick_blob, w
 from rnnconv.junit import junit_xml
 from rnnconv.reference import forward
 from rnnconv.safeio import atomic_outputs, check_guards, digest_differs, regular_file
-from rnnconv.table.constants import CUDNN_MODES, DIRECTION
+from rnnconv.table.constants import CUDNN_MODES, DIRECTION, LSTM
 from rnnconv.version import __version__
 from rnnconv.weightspace import REPORTED_LAYOUT_NAME, regions
 
@@ -274,7 +274,14 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     stage(f"loading and running the source ({fmt.info.title})")
     held = fmt.source_spec(source_path, source)
     check_same_rnn(blob.spec, held, path, source_path, options.against is not None)
-    want, how = fmt.run(source_path, source, dataclasses.replace(blob.spec, bias=held.bias), inputs)
+    try:
+        want, how = fmt.run(source_path, source, dataclasses.replace(blob.spec, bias=held.bias), inputs)
+    except BackendMissing as exc:  # the blob's side may miss its framework too: both are named
+        runtime_engine = engine.engine if isinstance(engine, FileRun) else engine
+        also = runtime_engine.missing(path.name) if isinstance(runtime_engine, registry.RuntimeEngine) else None
+        if also is None:
+            raise
+        raise BackendMissing(f"{exc}; and {also}") from None
     recorded = blob.source.loss  # written with --allow-lossy: it should compute its source without what it lost
     expected = want if recorded is None else source_without(fmt, source_path, source, runtime, inputs)
     report.versions.update(engine.versions())
@@ -302,7 +309,14 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     report.tolerance = tolerance(engine.name, blob.spec.dtype, source.dtype, options.atol, options.rtol)
     report.comparison = compare(blob.spec, got, want, report.tolerance, inputs["lengths"])
     lengths = None if inputs["lengths"] is None else [int(v) for v in inputs["lengths"]]
-    report.inputs = InputsInfo(seed=options.seed, seq_len=options.seq_len, batch=options.batch, lengths=lengths)
+    states = "h0 and c0" if blob.spec.mode == LSTM else "h0"  # a GRU or simple RNN has no c
+    report.inputs = InputsInfo(
+        seed=options.seed,
+        seq_len=options.seq_len,
+        batch=options.batch,
+        lengths=lengths,
+        state_distribution=f"normal(0, {STATE_SCALE}), {states} non-zero",
+    )
     report.verdict = "match" if report.comparison.match and not problems else "mismatch"
     if recorded is not None:
         beyond = compare(blob.spec, got, expected, report.tolerance, inputs["lengths"])

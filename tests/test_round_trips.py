@@ -71,11 +71,11 @@ def test_weights_only_output_loads_into_the_printed_model(layer, tmp_path):
     result = run_cli("cudnn-to-keras", blob, "-o", weights)
     assert result.returncode == 0, result.stderr
     code = result.stdout[result.stdout.index("model = keras.Sequential") :]
-    namespace = {"keras": keras_module()}
-    exec(code, namespace)
     x = np.random.default_rng(1).normal(size=(2, 6, open_bin(blob).spec.input_size)).astype(np.float32)
+    namespace = {"keras": keras_module(), "x": x}
+    exec(code, namespace)  # builds the model, loads the weights and runs x
     y, _, _ = reference.forward(open_bin(blob).spec, open_bin(blob).param, x.transpose(1, 0, 2))
-    np.testing.assert_allclose(np.asarray(namespace["model"](x)), y.transpose(1, 0, 2), atol=2e-5)
+    np.testing.assert_allclose(np.asarray(namespace["y"]), y.transpose(1, 0, 2), atol=2e-5)
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,6 @@ from rnnconv.table.reading import Found, StoredCell, nonlinearity_note, read, se
 from rnnconv.table.rows import Row
 
 SIDECAR_SUFFIX = ".rnnconv.json"
-ROOT = "params"  # the name of an RNN that is a file's whole tree
 Params = Mapping[str, tuple[str, ...]]  # role -> the cell's params (Dense/param) whose columns it joins
 
 
@@ -112,10 +111,15 @@ Recognise = Callable[[Mapping[str, Any]], "tuple[str, str] | None"]  # a node ->
 
 
 def find_rnns(
-    tree: Mapping[str, Any], recognise: Recognise, layers: Callable[[Mapping[str, Any]], list[Any] | None]
+    tree: Mapping[str, Any],
+    recognise: Recognise,
+    layers: Callable[[Mapping[str, Any]], list[Any] | None],
+    root: str = "",
 ) -> list[TreeRNN]:
     """Every RNN in a tree: a cell, an RNN module (`{cell: ...}`), a bidirectional pair, or a stack of either
-    (`layers` gives a node's layers in order, or None when it is no stack); found where they are, at any depth."""
+    (`layers` gives a node's layers in order, or None when it is no stack); found where they are, at any depth,
+    and named by their path. The whole tree is named `root` (where it is in the file: linen's `params`), else by
+    its one key (nnx.RNN's `cell`, nnx.Sequential's `layers`), else by its class."""
     found: list[TreeRNN] = []
 
     def one_layer(node: Any) -> tuple[str, str, list[Mapping[str, Any]]] | None:
@@ -134,14 +138,14 @@ def find_rnns(
     def walk(node: Mapping[str, Any], path: list[str]) -> None:
         if len(path) > 32:
             return
-        name = "/".join(path) or ROOT
+        name = "/".join(path) or root or (str(next(iter(node))) if len(node) == 1 else "")
         cell = recognise(node)
         if cell is not None:
-            found.append(TreeRNN(name, cell[0], cell[1], [[node]]))
+            found.append(TreeRNN(name or cell[1], cell[0], cell[1], [[node]]))
             return
         layer = one_layer(node)
         if layer is not None:
-            found.append(TreeRNN(name, layer[0], layer[1], [layer[2]]))
+            found.append(TreeRNN(name or layer[1], layer[0], layer[1], [layer[2]]))
             return
         stack = layers(node)
         if stack:
@@ -150,7 +154,7 @@ def find_rnns(
                 kinds = {(p[0], p[1], len(p[2])) for p in parts}  # type: ignore[index]
                 if len(kinds) == 1 and len(parts) <= MAX_LAYERS:
                     first = parts[0]
-                    found.append(TreeRNN(name, first[0], first[1], [p[2] for p in parts]))  # type: ignore[index]
+                    found.append(TreeRNN(name or first[1], first[0], first[1], [p[2] for p in parts]))  # type: ignore[index]
                     return
         for key, child in node.items():
             if isinstance(child, Mapping):
@@ -354,6 +358,10 @@ def recorded_source(path: Path) -> Provenance | None:
 
 
 # --- JAX on the CPU ---------------------------------------------------------------------------------------------
+
+
+# The first line of a usage line: JAX on the CPU, as `require_jax` runs it (a GPU's default precision differs).
+ON_THE_CPU = 'import os; os.environ.setdefault("JAX_PLATFORMS", "cpu")   # as verify runs it; before jax is imported\n'
 
 
 def require_jax(extra: str) -> Any:

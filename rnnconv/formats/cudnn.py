@@ -435,6 +435,8 @@ def open_blobs(path: Path, raw_spec: RNNSpec | None = None) -> list[Blob]:
             f"{path} holds {other.title} weights, not a cuDNN blob; convert it first "
             f"(rnnconv {other.name}-to-cudnn {path}) and verify the result"
         )
+    if path.suffix == ".safetensors":  # no sidecar is meant: what is wrong is the file's own (its header, ...)
+        return open_safetensors(path)
     raise BadInput(
         f"{path} is not a cuDNN blob: no sidecar {sidecar_path(path).name} beside it and not an rnnconv "
         f".safetensors; a raw blob needs {RAW_SPEC_FLAGS}"

@@ -177,7 +177,8 @@ def losses(rnn: CanonicalRNN) -> list[registry.Loss]:
     if spec.num_layers > 1 or spec.bidirectional:
         found.append(registry.Loss(
             f"Equinox has no multi-layer or bidirectional RNN (an .eqx holds one cell), and this RNN has "
-            f"{spec.num_layers} layers and {spec.num_directions} directions"
+            f"{spec.num_layers} layer{'s' * (spec.num_layers > 1)} and {spec.num_directions} "
+            f"direction{'s' * spec.bidirectional}"
         ))  # fmt: skip
     if _jax.family(spec) not in EQUINOX_CLASSES:
         found.append(registry.Loss("Equinox has no simple RNN cell (eqx.nn has LSTMCell and GRUCell)"))
@@ -223,7 +224,11 @@ def write(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Writte
         tmp.write_bytes(data)
     return Written(
         [path, beside],
-        usage=f'cell = eqx.tree_deserialise_leaves("{path}", {module_code(rnn.spec)})   # {dtype}',
+        usage=f"{_jax.ON_THE_CPU}import equinox as eqx, jax\n"
+        f"cell = eqx.tree_deserialise_leaves({registry.literal(path)}, "
+        f"{module_code(rnn.spec)})   # {dtype}; one step: "
+        + ("h, c = cell(x_t, (h, c))" if rnn.spec.cell == LSTM else "h = cell(x_t, h)")
+        + f", x_t ({rnn.spec.input_size},)",
     )
 
 
@@ -282,6 +287,7 @@ class EquinoxEngine(registry.RuntimeEngine):
 class EquinoxFormat(Format):
     info = FORMAT_INFO["equinox"]
     engine = EquinoxEngine  # verify --backend equinox
+    runtimes = (registry.Runtime("equinox", EquinoxEngine.modules, "Equinox cells, one step at a time"),)
 
     def sniff(self, probe: Probe) -> bool:
         return probe.head.startswith(NPY_MAGIC)

@@ -68,7 +68,7 @@ def load_tree(path: Path) -> dict[str, Any]:
 
 
 def find(tree: Mapping[str, Any]) -> list[_jax.TreeRNN]:
-    return _jax.find_rnns(tree[FLAX_PARAMS], recognise, layers)
+    return _jax.find_rnns(tree[FLAX_PARAMS], recognise, layers, root=FLAX_PARAMS)
 
 
 def to_canonical(rnn: _jax.TreeRNN, path: Path, source: Provenance, options: ReadOptions | None = None) -> CanonicalRNN:
@@ -124,9 +124,12 @@ def write(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Writte
     spec = rnn.spec
     return Written(
         [path, beside],
-        usage=f"variables = {module_code(spec)}.init(jax.random.key(0), jnp.zeros((1, 1, {spec.input_size})))\n"
-        f'variables = flax.serialization.from_bytes(variables, open("{path}", "rb").read())   '
-        f"# import flax.linen as nn; {dtype}",
+        usage=f"{_jax.ON_THE_CPU}import flax, flax.linen as nn, jax, jax.numpy as jnp\nmodel = {module_code(spec)}\n"
+        f"variables = model.init(jax.random.key(0), jnp.zeros((1, 1, {spec.input_size})))\n"
+        f'variables = flax.serialization.from_bytes(variables, open({registry.literal(path)}, "rb").read())   '
+        f"# {dtype}\n"
+        f"y = model.apply(variables, x)   # x (batch, time, {spec.input_size}), y (batch, time, "
+        f"{spec.num_directions * spec.hidden_size})",
     )
 
 
@@ -202,6 +205,7 @@ class FlaxFormat(Format):
     info = FORMAT_INFO["flax"]
     sniff_order = 45  # a msgpack map with a params collection; before flax-nnx, whose trees have none
     engine = FlaxEngine  # verify --backend flax
+    runtimes = (registry.Runtime("flax", FlaxEngine.modules, "Flax linen modules on the file's variables"),)
 
     def sniff(self, probe: Probe) -> bool:
         return _is_variables(probe.head)

@@ -188,10 +188,13 @@ def write(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Writte
         tmp.write_bytes(data)
     return Written(
         [path, beside],
-        usage=f"rngs = nnx.Rngs(0); model = {module_code(rnn.spec)}\n"
+        usage=f"{_jax.ON_THE_CPU}import flax, flax.nnx as nnx\nrngs = nnx.Rngs(0); model = {module_code(rnn.spec)}\n"
         f"params = nnx.state(model, nnx.Param)\n"
-        f'nnx.replace_by_pure_dict(params, flax.serialization.msgpack_restore(open("{path}", "rb").read()))\n'
-        f"nnx.update(model, params)   # {dtype}",
+        f"nnx.replace_by_pure_dict(params, flax.serialization.msgpack_restore(open({registry.literal(path)}, "
+        f'"rb").read()))\n'
+        f"nnx.update(model, params)   # {dtype}\n"
+        f"y = model(x)   # x (batch, time, {rnn.spec.input_size}), y (batch, time, "
+        f"{rnn.spec.num_directions * rnn.spec.hidden_size})",
     )
 
 
@@ -276,6 +279,7 @@ class FlaxNnxFormat(Format):
     info = FORMAT_INFO["flax-nnx"]
     sniff_order = 46  # any other msgpack map named .msgpack: after Flax linen's variables
     engine = FlaxNnxEngine  # verify --backend flax-nnx
+    runtimes = (registry.Runtime("flax_nnx", FlaxNnxEngine.modules, "flax.nnx modules on the file's params"),)
 
     def sniff(self, probe: Probe) -> bool:
         return _jax.is_map(probe.head) and probe.path.name.endswith(self.info.read_suffixes)

@@ -4,7 +4,7 @@ A file is a `.safetensors` of parameters named as MLX's modules name them (`Wx`,
 `bhn`; the RNN's `Wxh`, `Whh`, `bias`), under any prefix (`encoder.lstm.Wx`). MLX has one class per cell and one
 layer and direction per module; rnnconv writes several layers as a list `layers` of them (`layers.0.Wx`, ...,
 each feeding the next) and two directions as pairs (`layers.0.0.Wx` forward, `layers.0.1.Wx` backward, run on the
-sequence reversed), the README's `Stack`, and reads such modules back as one RNN. MLX has no LSTM projection: it
+sequence reversed), the `Stack` of docs/formats/mlx.md, and reads such modules back as one RNN. MLX has no LSTM projection: it
 is refused. MLX before 0.18 stored `Wx` and `Wh` transposed ((in, G*H)); such a file is refused.
 
 Reading and writing need no MLX; `run` (verify) and the `mlx` engine run the modules in MLX on the CPU.
@@ -149,6 +149,8 @@ class MlxFile:
         """A .safetensors (Module.save_weights, what rnnconv writes) or a .npz (mx.savez, save_weights to .npz)."""
         with open(path, "rb") as f:
             zipped = f.read(4) == ZIP_MAGIC
+        if not zipped and path.suffix.lower() == ".npz":
+            raise BadInput(f"{path} is not an .npz (a zip archive of .npy arrays, as mx.savez writes one)")
         tensors, metadata = _npz_tensors(path) if zipped else _safetensors_tensors(path)
         groups: dict[str, dict[str, Tensor]] = {}
         for key, tensor in tensors.items():
@@ -529,6 +531,7 @@ class MlxFormat(Format):
     info = FORMAT_INFO["mlx"]
     sniff_order = 30  # a safetensors of MLX's parameter names: after rnnconv's own, before PyTorch's state_dicts
     engine = MlxEngine  # verify --backend mlx
+    runtimes = (registry.Runtime("mlx", MlxEngine.modules, "MLX files' own modules"),)
 
     def sniff(self, probe: Probe) -> bool:
         names = probe.zip_names
@@ -566,8 +569,13 @@ class MlxFormat(Format):
         if dtype != spec.dtype and options.dtype is None:
             warnings.append(f"{rnn.name}: written as {dtype}, what MLX computes with, from the source's {spec.dtype}")
         write_mlx(rnn, path, dtype, options.force)
-        usage = f'model = {constructor(spec)}; model.load_weights("{path}")'
-        if spec.num_layers > 1 and not spec.bidirectional:
+        usage = "import mlx.core as mx, mlx.nn as nn\nmx.set_default_device(mx.cpu)   # as verify runs it\n"
+        usage += f"model = {constructor(spec)}; model.load_weights({registry.literal(path)})"
+        if spec.num_layers == 1 and not spec.bidirectional:
+            outputs = "y, c" if spec.cell == LSTM else "y"
+            usage += f"\n{outputs} = model(x)   # x (batch, time, {spec.input_size}), y (batch, time, "
+            usage += f"{spec.hidden_size})"
+        elif spec.num_layers > 1 and not spec.bidirectional:
             usage += "   # Stack: the README's module, a list `layers` each feeding the next"
         elif spec.bidirectional:
             usage += "   # Stack: the README's module, [forward, backward] modules"

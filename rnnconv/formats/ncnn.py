@@ -70,6 +70,8 @@ QUANTIZED_TABLE = 256 * 4
 RECURRENT = {layer: cell for cell, layer in NCNN_LAYERS.items()}
 ROLES = (INPUT_MATRIX, BIAS, RECURRENT_MATRIX, PROJECTION)  # the blobs of a recurrent layer, in .bin order
 IN, OUT = "in0", "out0"
+# ncnn's options that store or compute in 16 bits where the CPU can (fp16 on ARM): off, for float32 throughout
+NARROW_OPTIONS = ("use_fp16_packed", "use_fp16_storage", "use_fp16_arithmetic", "use_bf16_storage")
 WRITABLE = ("float32", "float16")
 
 
@@ -535,6 +537,7 @@ def compose(layers: list[LayerBlobs]) -> tuple[str, bytes]:
 
 def write_ncnn(rnn: CanonicalRNN, path: Path, dtype: str, force: bool) -> list[Path]:
     """model.param, model.bin and, beside them, the source they came from (for `verify model.param`)."""
+    registry.weights_free(path, bin_of(path), force)
     text, data = compose(layers_of(rnn, dtype))
     outputs = [path, bin_of(path), sidecar_of(path)]
     with atomic_outputs(outputs, force) as tmps:
@@ -590,7 +593,7 @@ def run_model(layers: list[LayerBlobs], inputs: Inputs) -> Outputs:
         weights.write_bytes(data)
         net = ncnn.Net()
         net.opt.use_vulkan_compute = False
-        for option in ("use_fp16_packed", "use_fp16_storage", "use_fp16_arithmetic", "use_bf16_storage"):
+        for option in NARROW_OPTIONS:
             setattr(net.opt, option, False)
         if net.load_param(str(param)) != 0 or net.load_model(str(weights)) != 0:
             raise BadInput("ncnn cannot load these layers")
@@ -639,6 +642,7 @@ class NcnnFormat(Format):
     sniff_order = 20  # a text file beginning with ncnn's magic number
 
     engine = NcnnEngine  # verify --backend ncnn
+    runtimes = (registry.Runtime("ncnn", NcnnEngine.modules, "ncnn models' own layers"),)
 
     def sniff(self, probe: Probe) -> bool:
         return probe.head.split(b"\n", 1)[0].strip() == str(NCNN_MAGIC).encode()
@@ -660,11 +664,18 @@ class NcnnFormat(Format):
         spec = rnn.spec
         dtype = options.dtype or ("float16" if spec.dtype == "float16" else "float32")
         outputs = write_ncnn(rnn, path, dtype, options.force)
-        states = "h0_0" + (", c0_0" if spec.cell == LSTM else "")
+        states = f"h0_0 ({spec.num_directions}, {spec.output_size})" + (
+            f", c0_0 ({spec.num_directions}, {spec.hidden_size})" if spec.cell == LSTM else ""
+        )
+        # float32 throughout, as `run_model` runs it: ncnn stores and computes in fp16 where the CPU can
         usage = (
-            f'net.load_param("{path}"); net.load_model("{bin_of(path)}"); ex = net.create_extractor(); '
-            f'ex.input("{IN}", ncnn.Mat(x)); ex.extract("{OUT}")   # x: (T, {spec.input_size}), one sequence; '
-            f"optional {states}, ... ({spec.num_directions}, H)"
+            "import ncnn\nnet = ncnn.Net()\n"
+            + " = ".join(f"net.opt.{option}" for option in NARROW_OPTIONS)
+            + " = False\n"
+            f"net.load_param({registry.literal(path)}); net.load_model({registry.literal(bin_of(path))})\n"
+            f'ex = net.create_extractor(); ex.input("{IN}", ncnn.Mat(x)); code, y = ex.extract("{OUT}")'
+            f"   # x (T, {spec.input_size}) float32, one sequence; y (T, {spec.num_directions * spec.output_size}); "
+            f"optional inputs {states}, h0_1, ... for each layer"
         )
         return Written(outputs, usage=usage)
 
@@ -675,7 +686,7 @@ class NcnnFormat(Format):
             registry.inspect_entry(
                 _name(chain), chain[0].type, functools.partial(to_canonical, chain, file, provenance)
             )
-            for chain in [c for c in file.chains if len(c) > 1] + [[x] for x in file.layers]
+            for chain in registry.inspected_groups(file.layers, file.chains)
         ]
         notes = [f"layers {_name(c)} are the layers of one RNN" for c in file.chains if len(c) > 1]
         return InspectReport(path=str(path), format=KIND, rnns=entries, notes=notes)

@@ -641,13 +641,14 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
     notes = []
     if first.direction == "reverse":
         notes.append(
-            f"{first.name}: a reverse-only node; cuDNN has no reverse-only mode: feed it the sequence "
-            f"reversed (each sequence within its length) and reverse its outputs to match ONNX"
+            f"{first.name}: a reverse-only node, converted as a forward one (rnnconv's RNNs have no reverse-only "
+            f"direction): feed the converted RNN the sequence reversed (each sequence within its length) and reverse "
+            f"its outputs to match ONNX"
         )
     if int(first.attributes.get("layout", 0)) == 1:
         notes.append(
-            f"{first.name}: layout=1 (batch-major input and output); cuDNN is given sequence-major "
-            f"tensors: transpose them"
+            f"{first.name}: layout=1 (batch-major input and output); the converted RNN takes its own format's "
+            f"layout (its usage line says which): transpose where they differ"
         )
     later = []
     if first.quantized:
@@ -917,6 +918,7 @@ class OnnxFormat(Format):
     info = FORMAT_INFO["onnx"]
     sniff_order = 60  # a protobuf has no magic number: after every format that has one
     engine = OnnxruntimeEngine  # verify --backend onnxruntime
+    runtimes = (registry.Runtime("onnx", (("onnx", "onnx"), *OnnxruntimeEngine.modules), "ONNX models' own nodes"),)
 
     def sniff(self, probe: Probe) -> bool:
         return probe.head.startswith(PROTOBUF_FIRST_FIELD) and probe.path.suffix.lower() == ".onnx"
@@ -943,11 +945,17 @@ class OnnxFormat(Format):
         dtype = options.dtype or "float32"  # onnxruntime's CPU RNN kernels compute float32
         write_onnx(rnns, path, dtype, options.force)
         spec = rnns[0].spec
-        states = "initial_h" + (", initial_c" if spec.mode == "lstm" else "")
+        lstm = spec.mode == "lstm"
+        states = "initial_h" + (", initial_c" if lstm else "")
+        outputs = "y, h_n" + (", c_n" if lstm else "")
+        # the CPU provider, as `run_model` runs it: another (CUDA's, where installed) computes other numbers
         return Written(
             [path],
-            usage=f'onnxruntime.InferenceSession("{path}").run(None, {{"X": x}})   # x: '
-            f"(seq, batch, {spec.input_size}) {dtype}; optional inputs: {states}",
+            usage=f"import onnxruntime\nsession = onnxruntime.InferenceSession({registry.literal(path)}, "
+            'providers=["CPUExecutionProvider"])\n'
+            f'{outputs} = session.run(None, {{"X": x}})   # x (seq, batch, {spec.input_size}) {dtype}, y (seq, '
+            f"batch, {spec.num_directions * spec.output_size}); states ({spec.num_layers * spec.num_directions}, "
+            f"batch, ...); optional inputs: {states}",
         )
 
     def inspect(self, path: Path) -> InspectReport:
@@ -960,7 +968,7 @@ class OnnxFormat(Format):
                 functools.partial(to_canonical, group, provenance),
                 functools.partial(_sizes, group),
             )
-            for group in [[n] for n in file.nodes] + [c for c in file.chains if len(c) > 1]
+            for group in registry.inspected_groups(file.nodes, file.chains)
         ]
         notes = [
             f"nodes {', '.join(n.name for n in chain)} are the layers of one RNN"

@@ -433,8 +433,9 @@ def write_ir(
             f"rnnconv writes OpenVINO IRs of {', '.join(WRITES)} weights (computed in float32 by OpenVINO), "
             f"not {dtype}: {dtype} values would be rounded; say --dtype float32"
         )
-    graph = build(layers_of(rnn, dtype), rnn.spec.input_size, rnn.name)
     weights = path.with_suffix(".bin")
+    registry.weights_free(path, weights, force)
+    graph = build(layers_of(rnn, dtype), rnn.spec.input_size, rnn.name)
     with atomic_outputs([path, weights], force) as (xml_tmp, bin_tmp):
         with open(bin_tmp, "wb") as f:
             graph.write_bin(f, progress)
@@ -838,8 +839,9 @@ def to_canonical(chain: list[SequenceOp], source: Provenance, bias_split: str) -
     notes = []
     if first.direction == OPENVINO_REVERSE:
         notes.append(
-            f"{first.name}: a reverse-only {first.op}; cuDNN has no reverse-only mode: feed it the sequence "
-            f"reversed (each sequence within its length) and reverse its outputs to match OpenVINO"
+            f"{first.name}: a reverse-only {first.op}, converted as a forward one (rnnconv's RNNs have no reverse-only "
+            f"direction): feed the converted RNN the sequence reversed (each sequence within its length) and reverse "
+            f"its outputs to match OpenVINO"
         )
     found = Found(
         ",".join(op.name for op in chain),
@@ -965,6 +967,7 @@ class OpenvinoFormat(Format):
     info = FORMAT_INFO["openvino"]
     sniff_order = 40
     engine = OpenvinoEngine  # verify --backend openvino
+    runtimes = (registry.Runtime("openvino", OpenvinoEngine.modules, "OpenVINO IRs' own graphs"),)
 
     def sniff(self, probe: Probe) -> bool:
         if probe.path.suffix.lower() != ".xml" or not probe.head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
@@ -1005,13 +1008,23 @@ class OpenvinoFormat(Format):
                 f"{rnns[0].name}: {spec.dtype} weights written as {dtype}, in which OpenVINO computes (say --dtype)"
             )
         weights = write_ir(rnns, path, dtype, options.force, options.progress)
-        states = OPENVINO_INITIAL_H + (f", {OPENVINO_INITIAL_C}" if spec.mode == LSTM else "")
+        lstm = spec.mode == LSTM
+        feeds = f'"{OPENVINO_X}": x, "{OPENVINO_INITIAL_H}": h0, ' + (f'"{OPENVINO_INITIAL_C}": c0, ' if lstm else "")
+        states = "h0 and c0" if lstm else "h0"
         return Written(
             [path, weights],
             warnings=warnings,
-            usage=f'openvino.Core().compile_model("{path}", "CPU")({{...}})   # inputs {OPENVINO_X} (batch, seq, '
-            f"{spec.input_size}), {states} ({spec.num_layers * spec.num_directions}, batch, {spec.hidden_size}), "
-            f"{OPENVINO_LENGTHS} (batch,) int32; reshape to static shapes for ragged lengths",
+            # as `run_ir` runs it: static shapes (with dynamic ones the CPU plugin ignores sequence_lens) and f32
+            # (its default is bf16 on CPUs with bfloat16 units: 1e-3 off)
+            usage=f"import openvino\ncore = openvino.Core(); model = core.read_model({registry.literal(path)})\n"
+            f'feeds = {{{feeds}"{OPENVINO_LENGTHS}": lengths}}   # x (batch, seq, {spec.input_size}), {states} '
+            f"({spec.num_layers * spec.num_directions}, batch, {spec.hidden_size}), lengths (batch,) int32\n"
+            "model.reshape({name: list(value.shape) for name, value in feeds.items()})   # static shapes: "
+            "with dynamic ones the CPU plugin ignores sequence_lens\n"
+            'compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})   # its default is '
+            "bf16 on CPUs with bfloat16 units\n"
+            f'y = compiled(feeds)["{OPENVINO_Y}"]   # (batch, seq, {spec.num_directions * spec.hidden_size}); '
+            f'also "{OPENVINO_H_N}"' + (f', "{OPENVINO_C_N}"' if lstm else ""),
         )
 
     def inspect(self, path: Path) -> InspectReport:
@@ -1024,7 +1037,7 @@ class OpenvinoFormat(Format):
                 functools.partial(to_canonical, group, provenance, "recurrent"),
                 functools.partial(_sizes, group),
             )
-            for group in [[op] for op in file.ops] + [c for c in file.chains if len(c) > 1]
+            for group in registry.inspected_groups(file.ops, file.chains)
         ]
         notes = [
             f"ops {', '.join(op.name for op in chain)} are the layers of one RNN"

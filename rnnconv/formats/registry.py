@@ -37,7 +37,7 @@ import pydantic
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, RNNSizes, dump
-from rnnconv.errors import BadInput, RnnconvError, Unsupported, either
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, either
 from rnnconv.safeio import regular_file, unguarded
 
 # What a format's read and write are given, exported here, where the formats take their verbs from.
@@ -64,7 +64,12 @@ class Source:
 class Written:
     outputs: list[Path]
     warnings: list[str] = field(default_factory=list)
-    usage: str = ""  # how to load what was written
+    usage: str = ""  # how to load and run what was written: Python a user can paste, as verify runs it
+
+
+def literal(path: Path) -> str:
+    """A path as a Python string literal, for a usage line (which a user pastes as code)."""
+    return json.dumps(str(path), ensure_ascii=False)
 
 
 @dataclass
@@ -140,6 +145,18 @@ class Engine(Protocol):
     def run(self, blob: Any, inputs: Inputs) -> Outputs: ...
 
 
+@dataclass(frozen=True)
+class Runtime:
+    """A framework that runs a format's files as their source model (verify's other side), as `doctor` lists it:
+    its packages (the name pip knows, the module imported), what it runs and how to get it."""
+
+    key: str  # doctor's name for it
+    modules: tuple[tuple[str, str], ...]
+    runs: str
+    install: str = ""  # [default: pip install 'rnnconv[EXTRA]', the format's extra]
+    major: str = ""  # the first package's version must begin so (Keras 3: "3")
+
+
 class RuntimeEngine:
     """An engine that runs a blob as a format's runtime runs that format's files: the blob's RNN written with the
     format's own writer into a private folder, then run there by the format's `run`, as `verify FILE` runs a file
@@ -170,6 +187,20 @@ class RuntimeEngine:
 
     def versions(self) -> dict[str, str]:
         return {name: str(importlib.import_module(module).__version__) for name, module in self.modules}
+
+    def missing(self, what: str) -> str | None:
+        """Why `what` cannot run here, as a clause naming the runtime's packages that are not installed (None: all
+        are): said beside another framework that is missing, so that one command names both."""
+        absent = []
+        for name, module in self.modules:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                absent.append(name)
+        if not absent:
+            return None
+        extra = get(self.format_name).info.extra
+        return f"running {what} needs {' and '.join(absent)}, not installed either (pip install 'rnnconv[{extra}]')"
 
 
 # Where a file that a runtime runs records the source of its RNN (as a cuDNN sidecar's `source` does), for verify.
@@ -225,7 +256,9 @@ class Format(ABC):
     info: ClassVar[FormatInfo]
     sniff_order: ClassVar[int] = 50  # lower sniffs first: a specific format before a general one
     # The verify engine that runs a blob as this format's runtime would (`verify --backend <its name>`), if any.
-    engine: ClassVar[type[Engine] | None] = None
+    engine: ClassVar[type[RuntimeEngine] | None] = None
+    # What runs its files as a source (`run`), for `doctor`: a format that runs its files names them here.
+    runtimes: ClassVar[tuple[Runtime, ...]] = ()
 
     @property
     def name(self) -> str:
@@ -238,6 +271,13 @@ class Format(ABC):
     @abstractmethod
     def sniff(self, probe: Probe) -> bool:
         """Whether the file is of this format (from its content, not its name)."""
+
+    def named(self, path: Path) -> int:
+        """How much of a file's name says it is of this format: the length of the longest ending its files have
+        (0: none). Detection goes by content; this tells what a file none recognises was meant to be."""
+        name = path.name.lower()
+        endings = {*self.info.read_suffixes, *self.info.default_for}
+        return max((len(e) for e in endings if name.endswith(e) and len(name) > len(e)), default=0)
 
     def locate(self, path: Path) -> Path | None:
         """The file of this format that a name which is no file stands for (a TF checkpoint's prefix), or None."""
@@ -313,6 +353,31 @@ class Format(ABC):
         raise Unsupported(f"no runner for format {self.name!r}")
 
 
+# Whose a model's weights beside it (X.bin) may be, told by the file beside them: an IR, an ncnn model, a sidecar.
+WEIGHTS_OWNERS = (
+    (".xml", "the weights of {}"),
+    (".param", "the weights of {}"),
+    (".bin.json", "a cuDNN blob with its sidecar {}"),
+)
+
+
+def weights_free(model: Path, weights: Path, force: bool) -> None:
+    """Refuse, before anything is written, the weights file a model keeps beside it under its own name (an IR's or
+    an ncnn model's X.bin) where that file exists: which file wants it, whose it is, and how to choose another."""
+    if force or not os.path.lexists(weights):
+        return
+    owners = [
+        what.format(owner) for suffix, what in WEIGHTS_OWNERS
+        if (owner := weights.with_name(weights.stem + suffix)) != model and os.path.lexists(owner)
+    ]  # fmt: skip
+    whose = f" ({owners[0]})" if owners else ""
+    other = model.with_name(f"{model.stem}_{model.suffix[1:]}{model.suffix}")
+    raise BadInput(
+        f"{model} keeps its weights in {weights}, which already exists{whose}: pass --force to replace it, or give "
+        f"the {model.suffix} another name (-o {other} writes {other.with_suffix(weights.suffix)})"
+    )
+
+
 def only_rnn(rnns: list[CanonicalRNN], what: str) -> CanonicalRNN:
     """The RNN to write to a file that holds one (`what`: "an .onnx"), or why there is none."""
     if len(rnns) != 1:
@@ -334,6 +399,12 @@ def inspect_entry(
         return InspectEntry(name=name, layer_class=layer_class, sizes=sizes(), converts=False, reason=str(exc))
     spec, notes = rnn.spec.to_model(), rnn.notes
     return InspectEntry(name=name, layer_class=layer_class, spec=spec, converts=True, notes=notes, source=rnn.origin)
+
+
+def inspected_groups(ops: list[Any], chains: list[list[Any]]) -> list[list[Any]]:
+    """The rows `inspect` lists for a graph's RNN ops, in one order for every format: each chain of several ops
+    (one RNN, what a conversion takes), then each op alone."""
+    return [chain for chain in chains if len(chain) > 1] + [[op] for op in ops]
 
 
 def read_each(
@@ -438,14 +509,56 @@ def source_file(path: Path) -> Path:
     return path
 
 
+NAMED_IN_FULL = 4  # formats a file of no known name is compared with, by name; the rest are counted
+
+
 def detect(path: Path) -> Format:
-    """The format of a file, from its content."""
+    """The format of a file, from its content; one that none recognises is explained by the readers of the formats
+    its name says (a damaged file of a known kind), else compared with a few formats."""
     probe = Probe(path)
     for fmt in formats():
         if fmt.sniff(probe):
             return fmt
-    known = "; ".join(f"{f.title}: {f.info.read_help}" for f in formats())
-    raise Unrecognized(f"cannot tell what {path} is: it is none of the formats rnnconv reads ({known})")
+    named = named_by(path)
+    if named:
+        return _read_as_named(path, named, probe.size)
+    known = formats()
+    few = ", ".join(f"{f.title} ({'/'.join(f.info.read_suffixes)})" for f in known[:NAMED_IN_FULL])
+    raise Unrecognized(
+        f"cannot tell what {path} is: neither its name nor its content is that of a format rnnconv reads ({few} "
+        f"and {len(known) - NAMED_IN_FULL} more; rnnconv --help names them all)"
+    )
+
+
+def named_by(path: Path) -> list[Format]:
+    """The formats whose files are named like `path`, by the longest ending (`Format.named`)."""
+    told = [(fmt.named(path), fmt) for fmt in formats()]
+    longest = max(length for length, _ in told)
+    return [fmt for length, fmt in told if length == longest > 0]
+
+
+def _read_as_named(path: Path, named: list[Format], size: int) -> Format:
+    """The format its name says, where its reader reads a file that none recognised; else what those readers find
+    wrong with it, in one sentence (a reader's sentence names the file first; the same reason is said once)."""
+    by_reason: dict[str, list[str]] = {}
+    for fmt in named:
+        if size == 0:
+            by_reason.setdefault(" is empty (0 bytes)", []).append(fmt.title)
+            continue
+        try:
+            with fmt.read(path, ReadOptions(hash_source=False, take_all=True)):
+                return fmt
+        except BackendMissing:
+            raise
+        except RnnconvError as exc:
+            reason = str(exc)
+            reason = reason[len(str(path)) :] if reason.startswith(str(path)) else f": {reason}"
+            by_reason.setdefault(reason, []).append(fmt.title)
+    titles = either([f.title for f in named])
+    if len(by_reason) == 1:
+        raise Unrecognized(f"{path} ({titles} by its name){next(iter(by_reason))}")
+    each = "; ".join(f"as {either(told)}, it{reason}" for reason, told in by_reason.items())
+    raise Unrecognized(f"{path} is none of the formats its name says ({titles}): {each}")
 
 
 def for_output(path: Path, to: str | None = None) -> Format:

@@ -41,7 +41,16 @@ from rnnconv.formats._tensor_bundle import (
     Checkpoint,
     index_file,
 )
-from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, convert_each, inspect_entry, register
+from rnnconv.formats.registry import (
+    Format,
+    Probe,
+    ReadOptions,
+    Runtime,
+    Source,
+    convert_each,
+    inspect_entry,
+    register,
+)
 from rnnconv.safeio import digest_in_background
 from rnnconv.table.apply import rows_for
 from rnnconv.table.constants import (
@@ -443,6 +452,7 @@ def _steps(
 class TF1Format(Format):
     info = FORMAT_INFO["tf1"]
     sniff_order = 55  # a checkpoint's index has no magic number at its start: after the formats that do
+    runtimes = (Runtime("tf1", (("tensorflow", "tensorflow"),), "TF1 checkpoints' weights in TensorFlow's cells"),)
 
     def sniff(self, probe: Probe) -> bool:
         index = index_file(probe.path)
@@ -457,6 +467,10 @@ class TF1Format(Format):
                 return f.read(len(TABLE_MAGIC)) == TABLE_MAGIC
         except OSError:
             return False
+
+    def named(self, path: Path) -> int:
+        shard = DATA_SHARD.search(path.name)  # X.data-00000-of-00001: a checkpoint's data, named by its index
+        return len(shard.group()) if shard else super().named(path)
 
     def locate(self, path: Path) -> Path | None:
         index = path.with_name(path.name + INDEX_SUFFIX)

@@ -1250,6 +1250,7 @@ class TfliteFormat(Format):
     info = FORMAT_INFO[FORMAT]
     sniff_order = 20
     engine = TfliteEngine  # verify --backend tflite
+    runtimes = (registry.Runtime("tflite", TfliteEngine.modules, "TFLite models' own ops"),)
 
     def sniff(self, probe: Probe) -> bool:
         return probe.head[4:8] == TFLITE_IDENTIFIER
@@ -1277,9 +1278,10 @@ class TfliteFormat(Format):
         )
         return Written(
             [path],
-            usage=f'ai_edge_litert.interpreter.Interpreter("{path}")   # resize x to (batch, steps, '
-            f"{spec.input_size}) and the states ({states}, ...) to (batch, size), allocate_tensors, set x, invoke, "
-            f"read y (batch, steps, {spec.num_directions * spec.output_size})",
+            usage="from ai_edge_litert.interpreter import Interpreter\n"
+            f"interpreter = Interpreter({registry.literal(path)})   # resize x to (batch, steps, {spec.input_size}) "
+            f"and the states ({states}, ...) to (batch, size), allocate_tensors, set x, invoke, read y "
+            f"(batch, steps, {spec.num_directions * spec.output_size})",
         )
 
     def inspect(self, path: Path) -> InspectReport:

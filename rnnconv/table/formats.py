@@ -259,7 +259,7 @@ FORMAT_INFO: Final[dict[str, FormatInfo]] = {
             "stored Wx and Wh transposed and are refused); layers.{k}. (and layers.{k}.{d}.) modules of one "
             "class, each feeding the next, are one RNN.",
             write_note="One layer: exactly the parameters of mlx.nn.LSTM(I, H) (GRU, RNN). Several: a list "
-            "`layers` of them, each feeding the next; two directions: [forward, backward] pairs (the README's "
+            "`layers` of them, each feeding the next; two directions: [forward, backward] pairs (docs/formats/mlx.md's "
             "Stack). MLX has no LSTM projection: it is refused. The source is recorded in the metadata.",
             read_suffixes=(".safetensors", ".npz"),
             write_suffixes=(".safetensors",),

@@ -22,6 +22,7 @@ from rnnconv.formats.registry import (
     Format,
     Probe,
     ReadOptions,
+    Runtime,
     RuntimeEngine,
     Source,
     WriteOptions,
@@ -54,6 +55,10 @@ class KerasEngine(RuntimeEngine):
 class KerasFormat(Format):
     info = FORMAT_INFO["keras"]
     engine = KerasEngine  # verify --backend keras
+    runtimes = (
+        Runtime("keras3", (("keras", "keras"),), "Keras 3 files in Keras' own layers", major="3"),
+        Runtime("tf_keras", (("tf-keras", "tf_keras"),), "Keras 2 files in tf-keras", "pip install --no-deps tf-keras"),
+    )
 
     def sniff(self, probe: Probe) -> bool:
         if probe.head.startswith(HDF5_MAGIC):

@@ -538,12 +538,12 @@ def to_canonical(
         notes.append(_inferred_note(layer, row, settled))
     later = []
     if layer.extra.get("go_backwards"):
-        later.append(f"{layer.name}: go_backwards=True; feed cuDNN the sequence reversed to match Keras")
+        later.append(f"{layer.name}: go_backwards=True; feed the converted RNN the sequence reversed to match Keras")
     merge = layer.extra.get("merge_mode", "concat")
     if layer.wrapper == "Bidirectional" and merge != "concat":
         later.append(
-            f"{layer.name}: merge_mode={merge!r}; cuDNN concatenates the two directions, apply "
-            f"{merge!r} to its output halves to match Keras"
+            f"{layer.name}: merge_mode={merge!r}; the converted RNN gives each direction's output (forward, then "
+            f"reverse), not merged: apply {merge!r} to them to match Keras"
         )
     found = Found(
         layer.name,

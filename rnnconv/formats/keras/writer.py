@@ -31,7 +31,7 @@ from rnnconv.formats import _zip
 from rnnconv.formats.keras.config import KerasLayer, snake_case
 from rnnconv.formats.keras.hdf5 import is_bfloat16
 from rnnconv.formats.keras.reader import KerasFile, to_canonical
-from rnnconv.formats.registry import SOURCE_KEY, recorded_source, source_records
+from rnnconv.formats.registry import SOURCE_KEY, literal, recorded_source, source_records
 from rnnconv.safeio import atomic_outputs
 from rnnconv.table.apply import find_row, row_for_mode, settings_for_mode
 from rnnconv.table.constants import (
@@ -233,9 +233,14 @@ def write_keras(rnns: list[CanonicalRNN], path: Path, dtype: str | None = None, 
 
 def loading_snippet(rnns: list[CanonicalRNN], path: Path) -> str:
     """How to use what `write_keras` wrote."""
+    spec = rnns[-1].spec
+    run = (
+        f"y = model(x)   # x (batch, time, {rnns[0].spec.input_size}), y (batch, time, "
+        f"{spec.num_directions * spec.hidden_size}): cuDNN's y, batch first"
+    )
     if path.suffix == ".keras":
-        return f'model = keras.models.load_model("{path}")   # model(x) is cuDNN\'s y, x: (batch, time, features)'
-    lines = [f"model = keras.Sequential([keras.Input((None, {rnns[0].spec.input_size})),"]
+        return f"import keras\nmodel = keras.models.load_model({literal(path)})\n{run}"
+    lines = [f"import keras\nmodel = keras.Sequential([keras.Input((None, {rnns[0].spec.input_size})),"]
     for rnn in rnns:
         spec = rnn.spec
         for _layer in range(spec.num_layers):
@@ -247,8 +252,8 @@ def loading_snippet(rnns: list[CanonicalRNN], path: Path) -> str:
             inner = f"keras.layers.{cls}({', '.join(args)})"
             lines.append(f"    keras.layers.Bidirectional({inner})," if spec.bidirectional else f"    {inner},")
     lines.append("])")
-    lines.append(f'model.load_weights("{path}")')
-    return "\n".join(lines)
+    lines.append(f"model.load_weights({literal(path)})")
+    return "\n".join([*lines, run])
 
 
 def patch_keras_file(

@@ -21,6 +21,7 @@ from rnnconv.formats.registry import (
     Format,
     Probe,
     ReadOptions,
+    Runtime,
     RuntimeEngine,
     Source,
     WriteOptions,
@@ -59,6 +60,7 @@ class TorchEngine(RuntimeEngine):
 @register
 class TorchFormat(Format):
     info = FORMAT_INFO["torch"]
+    runtimes = (Runtime("torch", (("torch", "torch"),), "PyTorch checkpoints in torch.nn modules"),)
     sniff_order = 40
     engine = TorchEngine  # verify --backend torch
 
@@ -92,13 +94,10 @@ class TorchFormat(Format):
         return path.suffix == ".safetensors"
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
-        from rnnconv.formats.torch.writer import bin_warning, constructor, write_state_dict
+        from rnnconv.formats.torch.writer import bin_warning, loading_code, write_state_dict
 
         write_state_dict(rnns, path, options.dtype, options.force)
-        calls = "\n".join(
-            constructor(r.spec) + (f"  # keys prefixed '{r.name}.'" if len(rnns) > 1 else "") for r in rnns
-        )
-        return Written([path], bin_warning(path), usage=f"load_state_dict into:\n{calls}")
+        return Written([path], bin_warning(path), usage=loading_code(rnns, path))
 
     def into_suffixes(self, model: Path) -> tuple[str, ...]:
         return (model.suffix, *CHECKPOINT_SUFFIXES)

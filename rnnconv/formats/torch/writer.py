@@ -19,7 +19,7 @@ from rnnconv.contracts import Provenance
 from rnnconv.dtypes import element_type, stored_words
 from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors
-from rnnconv.formats.registry import SOURCE_KEY, recorded_source, source_records
+from rnnconv.formats.registry import SOURCE_KEY, literal, recorded_source, source_records
 from rnnconv.formats.torch.checkpoint import (
     CHECKPOINT_SUFFIXES,
     PickledTensor,
@@ -86,6 +86,30 @@ def constructor(spec: RNNSpec) -> str:
     if spec.dtype != "float32":
         args.append(f"dtype=torch.{spec.dtype}")
     return f"torch.nn.{torch_class(spec)}({', '.join(args)})"
+
+
+def loading_code(rnns: list[CanonicalRNN], path: Path) -> str:
+    """The Python that loads what `write_state_dict` wrote into its nn modules (and runs the one module)."""
+    if path.suffix == ".safetensors":
+        lines = [f"from safetensors.torch import load_file\nimport torch\nstate = load_file({literal(path)})"]
+    else:
+        lines = [f"import torch\nstate = torch.load({literal(path)}, weights_only=True)"]
+    if len(rnns) == 1:
+        spec = rnns[0].spec
+        lines.append(f"rnn = {constructor(spec)}; rnn.load_state_dict(state)")
+        lines.append(
+            f"y, states = rnn(x)   # x (seq, batch, {spec.input_size}), y (seq, batch, "
+            f"{spec.num_directions * spec.output_size})"
+        )
+        return "\n".join(lines)
+    lines.append("rnns = {}")
+    for rnn in rnns:
+        name, prefix = json.dumps(rnn.name), json.dumps(f"{rnn.name}.")
+        lines.append(
+            f"rnns[{name}] = {constructor(rnn.spec)}; rnns[{name}].load_state_dict("
+            f"{{k.removeprefix({prefix}): v for k, v in state.items() if k.startswith({prefix})}})"
+        )
+    return "\n".join(lines)
 
 
 def write_state_dict(rnns: list[CanonicalRNN], path: Path, dtype: str | None, force: bool = False) -> None:
