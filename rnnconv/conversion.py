@@ -21,7 +21,7 @@ from rnnconv.errors import BadInput, RnnconvError, SeveralRnns, Unsupported, eit
 from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, Loss, ReadOptions, Source, WriteOptions, check_stated
 from rnnconv.reference import forward
-from rnnconv.safeio import reading
+from rnnconv.safeio.inputs import reading
 
 
 def output_name(source: Path, target: Format) -> str:

@@ -1,7 +1,8 @@
 """`rnnconv doctor`: what this machine has for each verify backend and each source framework.
 
-The rows come from the registry of formats: a format's engine (`verify --backend`) is a backend, each framework
-that runs its files (`Format.runtimes`) is a source; a format added to the registry is listed without a change here.
+The rows come from the formats' plugins (`formats/<name>/__init__.py`): a format's engine (`verify --backend`) is a
+backend, each framework that runs its files (its `runtimes`) is a source; a format added is listed without a change
+here.
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ def examine() -> dict[str, Any]:
     sources: dict[str, Any] = {}
     for fmt in formats:
         install = f"pip install 'rnnconv[{fmt.info.extra}]'"
-        if fmt.engine is not None:
-            engine = fmt.engine
+        engine = fmt.engine
+        if engine is not None:
             backends[engine.name] = {"format": fmt.name, **_row(engine.modules, engine.detail, install)}
         for runtime in fmt.runtimes:
             row = _row(runtime.modules, f"runs {runtime.runs}", runtime.install or install, runtime.major)

@@ -44,7 +44,7 @@ from rnnconv.contracts import (
     dump,
 )
 from rnnconv.errors import EXIT_INTERNAL, BadInput, failure
-from rnnconv.safeio import remove_live_temps
+from rnnconv.safeio.outputs import remove_live_temps
 from rnnconv.table.constants import DIRECTIONS, LSTM
 
 

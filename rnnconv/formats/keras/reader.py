@@ -43,15 +43,12 @@ from rnnconv.formats.keras.hdf5 import (
     text_of,
     walk_everything,
 )
+from rnnconv.formats.keras.wire import KERAS_DIRECTION_GROUPS
 from rnnconv.formats.registry import HDF5_MAGIC, SOURCE_KEY, ZIP_MAGIC, read_source_records
-from rnnconv.safeio import Guard, add_guard, checksum_guard, json_document, pin, regular_file, within
+from rnnconv.safeio.digests import checksum_guard
+from rnnconv.safeio.inputs import Guard, add_guard, json_document, pin, regular_file, within
 from rnnconv.table.apply import find_row, keras_era, rows_for, stored_shapes
-from rnnconv.table.constants import (
-    KERAS_DIRECTION_GROUPS,
-    KERAS_VARIABLES,
-    MAX_SIZE,
-    NONLINEARITY_KEY,
-)
+from rnnconv.table.constants import KERAS_VARIABLES, MAX_SIZE, NONLINEARITY_KEY
 from rnnconv.table.reading import Found, Settled, StoredCell, read, settle
 from rnnconv.table.rows import DEFAULT_BIAS_SPLIT, VERSIONED_DEFAULTS, Row
 
