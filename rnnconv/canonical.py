@@ -10,7 +10,7 @@ far larger than memory.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -226,8 +226,23 @@ class CanonicalRNN:
     ) -> CanonicalRNN:
         return cls(name, spec, {key: _constant(array) for key, array in arrays.items()}, **kwargs)
 
-    def stored(self, row: Row, layer: int, direction: int) -> dict[str, np.ndarray]:
-        """One layer and direction as `row`'s format stores it (by role; float32, or float64 for float64)."""
+    @property
+    def work_type(self) -> type[np.floating[Any]]:
+        """The float type its stored tensors are assembled in: float32, or float64 for float64 (exact for every
+        narrower type)."""
+        return np.float64 if self.spec.dtype == "float64" else np.float32
+
+    def stored(
+        self,
+        row: Row,
+        layer: int,
+        direction: int,
+        keys: Collection[str] | None = None,
+        work: Any = None,
+        bias: bool | None = None,
+    ) -> dict[str, np.ndarray]:
+        """One layer and direction as `row`'s format stores it (by role): every stored tensor, or those of `keys`,
+        assembled in `work` (default: `work_type`); with `bias`, its biases whether it has any or not (zeros)."""
         spec = self.spec
         return assemble_stored(
             row,
@@ -235,9 +250,10 @@ class CanonicalRNN:
             spec.layer_input_size(layer),
             spec.output_size,
             lambda kind, gate: self.param(ParamKey(layer, direction, kind, gate)),
-            has_bias=spec.bias,
+            has_bias=spec.bias if bias is None else bias,
             proj=spec.proj_size,
-            dtype=np.float64 if spec.dtype == "float64" else np.float32,  # exact for every narrower type
+            dtype=work or self.work_type,
+            keys=keys,
         )
 
 

@@ -9,7 +9,7 @@ stays in the format modules; these functions know only the row's columns.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -185,22 +185,37 @@ def assemble_stored(
     has_bias: bool = True,
     proj: int = 0,
     dtype: Any = np.float32,
+    keys: Collection[str] | None = None,
 ) -> dict[str, np.ndarray]:
-    """The stored tensors of one cell (by role) from cuDNN's per-gate blocks.
+    """The stored tensors of one cell (by role) from cuDNN's per-gate blocks: every one, or those of `keys` (and
+    the others its layout fills with them).
 
     The inverse of `gate_loaders`. A single-bias format gets bW + bR; that sum is
     exact for LSTM and simple RNNs, and a GRU with a single bias has no cuDNN form.
     """
-    shapes = stored_shapes(row, hidden, n_in, n_rec, proj, has_bias)
-    out = {role: np.zeros(shape, dtype=dtype) for role, shape in shapes.items()}
     order = row.gate_order
-    for gate in CUDNN_GATES[row.cell]:
-        for role in MATRIX_ROLES:
-            row.matrix.store(out, role, order, gate, hidden, param(KIND_OF_ROLE[role], gate))
-        if has_bias:
-            row.bias.store(out, order, gate, hidden, *(param(kind, gate) for kind in BIAS_KINDS))
-    if proj:
-        out[PROJECTION][...] = param(Kind.P, "")
+
+    def wanted(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+        return (
+            {}
+            if keys is not None and not set(shapes) & set(keys)
+            else {k: np.zeros(s, dtype) for k, s in shapes.items()}
+        )
+
+    out: dict[str, np.ndarray] = {}
+    for role, width in zip(MATRIX_ROLES, (n_in, n_rec)):
+        matrices = wanted(row.matrix.shapes(role, order, hidden, width))
+        for gate in CUDNN_GATES[row.cell] if matrices else ():
+            row.matrix.store(matrices, role, order, gate, hidden, param(KIND_OF_ROLE[role], gate))
+        out.update(matrices)
+    biases = wanted(row.bias.shapes(order, hidden)) if has_bias else {}
+    for gate in CUDNN_GATES[row.cell] if biases else ():
+        row.bias.store(biases, order, gate, hidden, *(param(kind, gate) for kind in BIAS_KINDS))
+    out.update(biases)
+    projection = wanted({PROJECTION: (proj, hidden)}) if proj else {}
+    if projection:
+        projection[PROJECTION][...] = param(Kind.P, "")
+    out.update(projection)
     return out
 
 

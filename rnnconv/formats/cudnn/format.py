@@ -7,19 +7,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rnnconv.canonical import CanonicalRNN
-from rnnconv.contracts import (
-    InspectEntry,
-    InspectReport,
-)
+from rnnconv.contracts import InspectEntry, InspectReport
 from rnnconv.dtypes import element_type
 from rnnconv.errors import BadInput
 from rnnconv.formats.cudnn import PLUGIN
 from rnnconv.formats.cudnn.reader import is_rnnconv_safetensors, open_blobs, pick_blob, sidecar_path
 from rnnconv.formats.cudnn.writer import write_bin, write_safetensors
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
-from rnnconv.weightspace import (
-    weight_space_elements,
-)
+from rnnconv.weightspace import weight_space_elements
 
 
 @register

@@ -12,13 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
-from rnnconv.contracts import (
-    SIDECAR_FORMAT,
-    LayoutInfo,
-    Provenance,
-    Sidecar,
-    parse,
-)
+from rnnconv.contracts import SIDECAR_FORMAT, LayoutInfo, Provenance, Sidecar, parse
 from rnnconv.dtypes import ElementType, decode, element_type
 from rnnconv.errors import BadInput, no_such_rnn
 from rnnconv.formats import _safetensors, registry

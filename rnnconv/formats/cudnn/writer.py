@@ -14,30 +14,16 @@ from typing import BinaryIO
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
-from rnnconv.contracts import (
-    SIDECAR_FORMAT,
-    CudnnSettings,
-    LayoutInfo,
-    Provenance,
-    Sidecar,
-    WeightSpaceInfo,
-    dump,
-)
+from rnnconv.contracts import SIDECAR_FORMAT, CudnnSettings, LayoutInfo, Provenance, Sidecar, WeightSpaceInfo, dump
 from rnnconv.dtypes import ElementType, count_non_finite, element_type, stored_words
 from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors, registry
 from rnnconv.formats.cudnn.reader import Blob, sidecar_path
-from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import atomic_outputs, write_array
-from rnnconv.table.constants import BIAS_MODE, CUDNN_MODES, DIRECTION, INPUT_MODE, Kind
+from rnnconv.table.constants import BIAS_MODE, CUDNN_MODES, DIRECTION, INPUT_MODE
+from rnnconv.table.writing import in_source
 from rnnconv.version import __version__
-from rnnconv.weightspace import (
-    LAYOUT,
-    REPORTED_LAYOUT_NAME,
-    Region,
-    regions,
-    weight_space_elements,
-)
+from rnnconv.weightspace import LAYOUT, REPORTED_LAYOUT_NAME, Region, regions, weight_space_elements
 
 ByteProgress = Callable[[int], None]  # called with a number of bytes written
 
@@ -87,7 +73,7 @@ def write_weight_space(
     counts: list[tuple[Region, int]] = []
     scanning: tuple[Region, Future[int]] | None = None
     for region in regions(rnn.spec):
-        in_file = _in_file(rnn, region.key, etype)
+        in_file = in_source(rnn, region.key, etype)
         block = rnn.param(region.key) if in_file is None else in_file
         if scanning is not None:
             counts.append((scanning[0], scanning[1].result()))
@@ -101,21 +87,6 @@ def write_weight_space(
 
 
 _SCANNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rnnconv-scan")  # numpy's sums release the GIL
-
-
-def _in_file(rnn: CanonicalRNN, key: ParamKey, etype: ElementType) -> FileArray | None:
-    """The tensor's bytes in the source file, when the source holds its gates stacked in cuDNN's order, as
-    `etype`'s words (a state_dict, another weight space): then they are copied file to file, never read."""
-    stacked = rnn.stacked(key.layer, key.direction, key.kind)
-    if not isinstance(stacked, FileArray) or stacked.dtype != etype.storage or etype.name == "bfloat16":
-        return None
-    gates = 1 if key.kind == Kind.P else len(rnn.spec.gates)
-    index = 0 if key.kind == Kind.P else rnn.spec.gates.index(key.gate)
-    rows = rnn.spec.param_shape(key)[0]
-    if stacked.shape != (gates * rows, *rnn.spec.param_shape(key)[1:]):
-        return None
-    block: FileArray = stacked[index * rows : (index + 1) * rows]
-    return block
 
 
 def write_bin(

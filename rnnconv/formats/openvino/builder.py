@@ -36,6 +36,8 @@ from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import write_array
 from rnnconv.table.constants import LSTM
 
+Parts = Callable[[], Iterator[np.ndarray | FileArray]]  # a Const's values, in storage order, a part at a time
+
 
 @dataclass
 class Tensor:
@@ -44,7 +46,7 @@ class Tensor:
 
     etype: str
     shape: tuple[int, ...]
-    parts: Callable[[], Iterator[np.ndarray | FileArray]]
+    parts: Parts
 
     @property
     def nbytes(self) -> int:

@@ -42,12 +42,13 @@ STORAGE = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "uin
 
 @dataclass
 class Constant:
-    """A constant tensor of a graph being written: its values are asked for only as the file is written."""
+    """A constant tensor of a graph being written: its values are asked for only as the file is written (values
+    still in a source file, of its type, are copied from there)."""
 
     name: str
     shape: tuple[int, ...]
     dtype: str
-    values: Callable[[], np.ndarray]
+    values: Callable[[], np.ndarray | FileArray]
 
     @property
     def nbytes(self) -> int:

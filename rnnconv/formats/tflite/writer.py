@@ -5,37 +5,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, ParamKey
+from rnnconv.canonical import CanonicalRNN
+from rnnconv.dtypes import element_type
 from rnnconv.errors import Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats.registry import WriteOptions
 from rnnconv.formats.tflite.builder import Constant, Graph, build_graph, serialize, write_graph
 from rnnconv.formats.tflite.model import slot_of
-from rnnconv.formats.tflite.wire import (
-    FORMAT,
-    TFLITE_ACTIVATIONS,
-    TFLITE_CELL_OPS,
-)
+from rnnconv.formats.tflite.wire import FORMAT, TFLITE_ACTIVATIONS, TFLITE_CELL_OPS
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import atomic_outputs
-from rnnconv.table.apply import find_row, stored_shapes
-from rnnconv.table.constants import (
-    BIAS,
-    BIAS_KINDS,
-    GRU,
-    KIND_OF_ROLE,
-    MATRIX_ROLES,
-    PROJECTION,
-    TORCH_REVERSE_SUFFIX,
-    Kind,
-)
-from rnnconv.table.layouts import MATRIX_PER_GATE, per_gate
+from rnnconv.table.apply import find_row
+from rnnconv.table.constants import GRU, TORCH_REVERSE_SUFFIX
 from rnnconv.table.rows import Row
+from rnnconv.table.writing import StoredTensor, stored
 
+FLOAT32 = element_type("float32")  # what TFLite's LSTM and RNN ops compute with
 NO_GRU = (
     "TFLite has no fused GRU op (only UNIDIRECTIONAL_SEQUENCE_LSTM and _RNN): a GRU would have to be written as a "
     "WHILE loop or unrolled ops, which rnnconv does not write; convert it to ONNX (--to onnx)"
@@ -58,26 +46,24 @@ def _writable(rnn: CanonicalRNN, dtype: str | None) -> str:
 
 
 def graph_of(rnn: CanonicalRNN, dtype: str | None = None) -> Graph:
-    """The graph of a canonical RNN, its weights taken from it one layer and direction at a time."""
+    """The graph of a canonical RNN, each weight made by the table's writing as the file is written (a matrix still
+    in a float32 source file copied from it), one layer and direction at a time; biases always (zeros where the RNN
+    has none)."""
     op_name = _writable(rnn, dtype)
     spec = rnn.spec
     row = find_row(FORMAT, op_name)
     layers = []
     for layer in range(spec.num_layers):
-        width = spec.layer_input_size(layer)
         directions = []
         for direction in range(spec.num_directions):
             suffix = TORCH_REVERSE_SUFFIX if direction else ""
-            shapes = stored_shapes(row, spec.hidden_size, width, spec.output_size, spec.proj_size, True)
+            tensors = stored(rnn, row, layer, direction, bias=True)
             directions.append(
                 {
                     slot_of(op_name, key): Constant(
-                        f"layer{layer}{suffix}/{row.tensors[key]}",
-                        shape,
-                        "float32",
-                        _values(rnn, row, ParamKey(layer, direction, "", ""), key, shape),
+                        f"layer{layer}{suffix}/{row.tensors[key]}", tensor.shape, "float32", _one_run(tensor)
                     )
-                    for key, shape in shapes.items()
+                    for key, tensor in tensors.items()
                 }
             )
         layers.append(directions)
@@ -87,45 +73,14 @@ def graph_of(rnn: CanonicalRNN, dtype: str | None = None) -> Graph:
     )
 
 
-def _values(rnn: CanonicalRNN, row: Row, cell: ParamKey, key: str, shape: tuple[int, ...]) -> Callable[[], Any]:
-    """A loader of one stored tensor of a cell, made by the row's layouts from the canonical tensors it needs; a
-    matrix still in a float32 source file, stacked in cuDNN's order (a state_dict, a weight space), stays there
-    (a FileArray of its rows: written file to file)."""
-    found = {per_gate(role, gate): (role, gate) for role in (*MATRIX_ROLES, BIAS) for gate in row.gate_order}
-    role, gate = found.get(key, (PROJECTION, ""))
+def _one_run(tensor: StoredTensor) -> Callable[[], np.ndarray | FileArray]:
+    """A stored tensor of TFLite's row (a gate's matrix or bias, the projection) as one run of float32 words."""
 
-    def param(kind: str, which: str) -> np.ndarray:
-        return rnn.param(ParamKey(cell.layer, cell.direction, kind, which))
+    def values() -> np.ndarray | FileArray:
+        (run,) = tensor.words(FLOAT32)
+        return run
 
-    def load() -> Any:
-        if role in MATRIX_ROLES and row.matrix is MATRIX_PER_GATE:  # the stored tensor is cuDNN's block itself
-            block = _in_file(rnn, ParamKey(cell.layer, cell.direction, KIND_OF_ROLE[role], gate))
-            if block is not None:
-                return block
-        out = {key: np.empty(shape, np.float32)}
-        if role in MATRIX_ROLES:
-            row.matrix.store(out, role, row.gate_order, gate, shape[0], param(KIND_OF_ROLE[role], gate))
-        elif role == BIAS:
-            row.bias.store(out, row.gate_order, gate, shape[0], *(param(kind, gate) for kind in BIAS_KINDS))
-        else:
-            out[key][...] = param(Kind.P, "")
-        return out[key]
-
-    return load
-
-
-def _in_file(rnn: CanonicalRNN, key: ParamKey) -> FileArray | None:
-    """A matrix's rows in the source file, when the source holds its gates stacked in cuDNN's order as float32."""
-    stacked = rnn.stacked(key.layer, key.direction, key.kind)
-    if not isinstance(stacked, FileArray) or stacked.dtype != np.float32:
-        return None
-    gates = 1 if key.kind == Kind.P else len(rnn.spec.gates)
-    index = 0 if key.kind == Kind.P else rnn.spec.gates.index(key.gate)
-    shape = rnn.spec.param_shape(key)
-    if stacked.shape != (gates * shape[0], *shape[1:]):
-        return None
-    block: FileArray = stacked[index * shape[0] : (index + 1) * shape[0]]
-    return block
+    return values
 
 
 def _activation_code(row: Row, mode: str) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -41,8 +41,9 @@ from rnnconv.formats.torch.reader import (
 )
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import atomic_outputs, write_array
-from rnnconv.table.apply import row_for_mode, rows_for, stored_shapes
-from rnnconv.table.constants import KIND_OF_ROLE, NONLINEARITY_KEY, RNN, TORCH_REVERSE_SUFFIX
+from rnnconv.table.apply import row_for_mode, rows_for
+from rnnconv.table.constants import NONLINEARITY_KEY, RNN, TORCH_REVERSE_SUFFIX
+from rnnconv.table.writing import stored
 
 
 def torch_class(spec: RNNSpec) -> str:
@@ -50,24 +51,20 @@ def torch_class(spec: RNNSpec) -> str:
 
 
 def state_dict_arrays(rnn: CanonicalRNN, prefix: str = "") -> dict[str, np.ndarray | FileArray]:
-    """The nn.LSTM/GRU/RNN state_dict of a canonical RNN, as numpy arrays in its dtype (bf16 as float32).
+    """The nn.LSTM/GRU/RNN state_dict of a canonical RNN, each tensor as the table's writing gives its values
+    (bf16 as float32).
 
-    PyTorch stacks gates in cuDNN's order, so when the source holds them stacked (a weight
-    space does) each tensor is its bytes, still in the source file; otherwise the table's assembly builds it.
+    PyTorch stacks gates in cuDNN's order, so a tensor the source holds stacked (a weight space does) is its bytes,
+    still in the source file; otherwise the table's assembly builds it.
     """
     spec = rnn.spec
     (row,) = rows_for("torch", torch_class(spec))
-    roles = list(stored_shapes(row, spec.hidden_size, 1, 1, spec.proj_size, spec.bias))
     out: dict[str, np.ndarray | FileArray] = {}
     for layer in range(spec.num_layers):
         for direction in range(spec.num_directions):
-            views = {role: rnn.stacked(layer, direction, KIND_OF_ROLE[role]) for role in roles}
-            found: Mapping[str, np.ndarray | FileArray] = {r: v for r, v in views.items() if v is not None}
-            if len(found) < len(roles) or row.gate_order != spec.gates:
-                found = rnn.stored(row, layer, direction)
-            for role in roles:
+            for role, tensor in stored(rnn, row, layer, direction).items():
                 key = prefix + row.tensors[role].format(layer=layer, suffix=TORCH_REVERSE_SUFFIX if direction else "")
-                out[key] = found[role]
+                out[key] = tensor.values()
     return out
 
 
