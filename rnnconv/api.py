@@ -18,15 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import (
-    BatchItem,
-    BatchResults,
-    ConversionResult,
-    Identification,
-    InspectReport,
-    Report,
-    Reports,
-)
+from rnnconv.contracts import BatchItem, BatchResults, ConversionResult, Identification, InspectReport, Report, Reports
 from rnnconv.conversion import convert as _convert
 from rnnconv.conversion import open_source, output_name
 from rnnconv.errors import EXIT_INTERNAL, BadInput, RnnconvError, failure

@@ -23,17 +23,7 @@ import numpy as np
 
 from rnnconv.canonical import RNNSpec
 from rnnconv.compare import STATE_SCALE, Inputs, Outputs, compare, make_inputs, tolerance
-from rnnconv.contracts import (
-    BackendInfo,
-    Check,
-    InputsInfo,
-    LossCheck,
-    Provenance,
-    Report,
-    Reports,
-    SourceRun,
-    dump,
-)
+from rnnconv.contracts import BackendInfo, Check, InputsInfo, LossCheck, Provenance, Report, Reports, SourceRun, dump
 from rnnconv.conversion import without
 from rnnconv.cudnn.backend import LayoutMismatch
 from rnnconv.diagnose import diagnose

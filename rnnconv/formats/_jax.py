@@ -11,13 +11,14 @@ file must load into its module's tree unchanged, so it cannot hold it): `{"rnnco
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from rnnconv.formats import registry
 from rnnconv.formats._msgpack import Bfloat16Words
 from rnnconv.formats.registry import ReadOptions
 from rnnconv.safeio.inputs import regular_file
+from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import (
     CUDNN_MODES,
@@ -36,6 +38,7 @@ from rnnconv.table.constants import (
     FLAX_CELL,
     FLAX_DIRECTIONS,
     FLAX_KERNEL,
+    LSTM,
     MAX_LAYERS,
     NONLINEARITIES,
 )
@@ -329,6 +332,57 @@ def is_map(head: bytes) -> bool:
     return len(head) > 2 and 0x81 <= head[0] <= 0x8F
 
 
+class TreeFormat(registry.Format):
+    """The verbs of a JAX library's file that holds a tree of params (Flax linen's variables, nnx's pure dict): its
+    RNNs found where they are in the tree and picked by their path, read, inspected, and run in the library on
+    JAX. A library's format gives its reader's and runner's functions."""
+
+    kind: ClassVar[str]  # the file kind a source records
+    cells: ClassVar[str]  # what a sentence calls the RNNs it holds: "Flax RNN cell"
+    module: ClassVar[str]  # the library's module that runs an RNN, for the report: "nn.RNN(nn.{cell})"
+    load_tree: Callable[[Path], Mapping[Any, Any]]  # the file's tree, checked to be one of this library's
+    find: Callable[[Mapping[Any, Any]], list[TreeRNN]]  # every RNN in the tree
+    to_canonical: Callable[..., CanonicalRNN]  # (rnn, path, source, options) -> its canonical RNN
+    run_rnn: Callable[[TreeRNN, RNNSpec, Mapping[str, np.ndarray | None]], dict[str, np.ndarray | None]]
+
+    def chosen(self, path: Path, tree: Mapping[Any, Any], layer: str | None, take_all: bool = False) -> list[TreeRNN]:
+        return choose(self.find(tree), layer, take_all, path, self.cells)
+
+    @contextlib.contextmanager
+    def read(self, path: Path, options: ReadOptions) -> Iterator[registry.Source]:
+        chosen = self.chosen(path, self.load_tree(path), options.layer, options.take_all)
+        yield registry.read_chosen(
+            path,
+            self.kind,
+            chosen,
+            lambda rnn, info: self.to_canonical(rnn, path, info, options),
+            lambda rnn: rnn.name,
+            options,
+            describe=lambda rnn: f"RNN {rnn.name!r} in {path}",
+            things="recurrent layers",
+        )
+
+    def inspect(self, path: Path) -> InspectReport:
+        return inspect_tree(path, self.find(self.load_tree(path)), self.kind, self.to_canonical)
+
+    def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
+        if recorded.layer and recorded.format == self.kind:
+            return recorded
+        (rnn,) = self.chosen(path, self.load_tree(path), layer)
+        return recorded.model_copy(update={"layer": rnn.name, "format": self.kind})
+
+    def run(
+        self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+    ) -> tuple[dict[str, np.ndarray | None], str]:
+        """The file's own params, run by the library's cells in JAX on the CPU."""
+        tree = self.load_tree(path)
+        (rnn,) = self.chosen(path, tree, source.layer)
+        check_same(self.to_canonical(rnn, path, source).spec, spec, rnn.name, path)
+        ran = registry.versions_of(self.runtimes[0].modules)
+        how = f"jax {ran['jax']}, flax {ran['flax']}: {self.module.format(cell=rnn.layer_class)} on the file's params"
+        return self.run_rnn(rnn, spec, inputs), how
+
+
 # --- where the RNN came from: a JSON beside the file ------------------------------------------------------------
 
 
@@ -355,6 +409,15 @@ def recorded_source(path: Path) -> Provenance | None:
     if not isinstance(document, dict) or registry.SOURCE_KEY not in document:
         raise BadInput(f"{beside} has no {registry.SOURCE_KEY!r} entry")
     return registry.read_source_record(json.dumps(document[registry.SOURCE_KEY]), beside)
+
+
+def write_recorded(rnn: CanonicalRNN, path: Path, data: bytes, force: bool) -> list[Path]:
+    """A JAX library's file of `rnn` (its bytes, `data`) and, beside it, where the RNN came from: both or neither."""
+    beside = sidecar(path)
+    with atomic_outputs([path, beside], force) as (tmp, tmp_beside):
+        tmp_beside.write_text(sidecar_text(rnn, path))
+        tmp.write_bytes(data)
+    return [path, beside]
 
 
 # --- JAX on the CPU ---------------------------------------------------------------------------------------------
@@ -391,6 +454,34 @@ def sequence_inputs(
         zeros if c0 is None else np.asarray(c0, np.float32),
         np.full(batch, steps, np.int32) if lengths is None else np.asarray(lengths, np.int32),
     )
+
+
+Carry = Any  # what a cell carries from step to step: (c, h) for an LSTM, h for the others
+RunCell = Callable[[int, int, np.ndarray, Carry, np.ndarray], tuple[Carry, np.ndarray]]
+
+
+def run_stack(jax: Any, spec: RNNSpec, inputs: Mapping[str, np.ndarray | None], run: RunCell) -> dict[str, Any]:
+    """y, h_n, c_n of an RNN run in JAX on the CPU a layer and a direction at a time, batch-major (float32):
+    `run(layer, direction, layer input, initial carry, lengths)` gives the final carry and y of one, its backward
+    direction run as nn.Bidirectional runs it (reversed, outputs kept in order)."""
+    x, h0, c0, lengths = sequence_inputs(spec, inputs)
+    lstm = spec.mode == LSTM
+    h_n, c_n = np.zeros_like(h0), np.zeros_like(c0)
+    layer_input = x.transpose(1, 0, 2)  # batch-major, nn.RNN's default
+    with jax.default_device(jax.devices("cpu")[0]):
+        for layer in range(spec.num_layers):
+            outputs = []
+            for direction in range(spec.num_directions):
+                pseudo = layer * spec.num_directions + direction
+                carry, y = run(layer, direction, layer_input, (c0[pseudo], h0[pseudo]) if lstm else h0[pseudo], lengths)
+                if lstm:
+                    c_n[pseudo], h_n[pseudo] = np.asarray(carry[0]), np.asarray(carry[1])
+                else:
+                    h_n[pseudo] = np.asarray(carry)
+                outputs.append(np.asarray(y))
+            layer_input = np.concatenate(outputs, axis=-1)
+    y = padded_zero(layer_input.transpose(1, 0, 2), lengths)
+    return {"y": y, "h_n": h_n, "c_n": c_n if lstm else None}
 
 
 def padded_zero(y: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -39,6 +39,7 @@ from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenan
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, either
 from rnnconv.formats import catalog
 from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
+from rnnconv.safeio.digests import digest_in_background
 from rnnconv.safeio.inputs import regular_file, unguarded
 
 # What a format's read and write are given, exported here, where the formats take their verbs from.
@@ -587,20 +588,60 @@ class Named(Protocol):
 Item = TypeVar("Item", bound=Named)
 
 
+T = TypeVar("T")
+
+
 def convert_each(
-    items: list[Item], convert: Callable[[Item], CanonicalRNN], describe: Callable[[Item], str], strict: bool = False
+    chosen: list[T],
+    convert: Callable[[T], CanonicalRNN],
+    name: Callable[[T], str],
+    *,
+    digest: Future[str] | None = None,
+    origin: Provenance | None = None,
+    describe: Callable[[T], str] | None = None,
+    strict: bool = False,
+    things: str = "RNNs",
 ) -> Source:
-    """Convert the chosen RNNs of a file; when all were asked for, skip (and report) those that cannot be."""
+    """The RNNs chosen from a file, converted, each given the source's digest (and `origin`, the source a file
+    rnnconv wrote records). One that cannot be converted is refused (in the words of `describe`, where given: the
+    layer and file), or, of several and unless `strict`, skipped and said; refused all, the sentence names the
+    `things` a file of the format holds."""
     rnns, skipped = [], []
-    for item in items:
+    for item in chosen:
         try:
-            rnns.append(convert(item))
+            rnn = convert(item)
         except Unsupported as exc:
-            if len(items) == 1 or strict:
-                raise Unsupported(f"{describe(item)} cannot be converted: {exc}") from None
-            skipped.append((item.name, str(exc)))
+            if len(chosen) > 1 and not strict:
+                skipped.append((name(item), str(exc)))
+                continue
+            if describe is None:
+                raise
+            raise Unsupported(f"{describe(item)} cannot be converted: {exc}") from None
+        rnn.digest = digest or rnn.digest
+        rnn.origin = origin or rnn.origin
+        rnns.append(rnn)
     if not rnns:
-        raise Unsupported(
-            "none of the recurrent layers can be converted: " + "; ".join(f"{n}: {why}" for n, why in skipped)
-        )
+        raise Unsupported(f"none of the {things} can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
     return Source(rnns, skipped)
+
+
+def read_chosen(
+    path: Path,
+    kind: str,
+    chosen: list[T],
+    convert: Callable[[T, Provenance], CanonicalRNN],
+    name: Callable[[T], str],
+    options: ReadOptions,
+    *,
+    origin: Provenance | None = None,
+    describe: Callable[[T], str] | None = None,
+    things: str = "RNNs",
+) -> Source:
+    """What every format's read does with the RNNs chosen from its file (of file kind `kind`): each converted with
+    the provenance that names the file, given the file's digest (computed meanwhile, on the other core), as
+    `convert_each` converts them."""
+    info = Provenance(path=str(path.resolve()), format=kind)
+    digest = digest_in_background(path) if options.hash_source else None
+    return convert_each(
+        chosen, lambda item: convert(item, info), name, digest=digest, origin=origin, describe=describe, things=things
+    )

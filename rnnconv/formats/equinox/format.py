@@ -11,7 +11,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectReport, Provenance
-from rnnconv.errors import BadInput, Unsupported
+from rnnconv.errors import BadInput
 from rnnconv.formats import _jax, registry
 from rnnconv.formats.equinox import PLUGIN
 from rnnconv.formats.equinox.reader import NPY_MAGIC, load, to_canonical
@@ -19,7 +19,6 @@ from rnnconv.formats.equinox.runner import run_file
 from rnnconv.formats.equinox.wire import KIND
 from rnnconv.formats.equinox.writer import losses, write
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
-from rnnconv.safeio.digests import digest_in_background
 
 
 @register
@@ -34,14 +33,15 @@ class EquinoxFormat(Format):
         cell = load(path)
         if options.layer is not None and options.layer != cell.name:
             raise BadInput(f"{path} holds one {cell.name}, not {options.layer!r}")
-        info = Provenance(path=str(path.resolve()), format=KIND)
-        digest = digest_in_background(path) if options.hash_source else None
-        try:
-            rnn = to_canonical(cell, path, info, options)
-        except Unsupported as exc:
-            raise Unsupported(f"the {cell.name} in {path} cannot be converted: {exc}") from None
-        rnn.digest = digest
-        yield Source([rnn])
+        yield registry.read_chosen(
+            path,
+            KIND,
+            [cell],
+            lambda held, info: to_canonical(held, path, info, options),
+            lambda held: held.name,
+            options,
+            describe=lambda held: f"the {held.name} in {path}",
+        )
 
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return losses(rnn)

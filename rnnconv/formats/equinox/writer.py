@@ -14,7 +14,6 @@ from rnnconv.formats import _jax, registry
 from rnnconv.formats.equinox.reader import LEAF_TYPES, ROLE_OF_FIELD
 from rnnconv.formats.equinox.wire import EQUINOX_CLASSES
 from rnnconv.formats.registry import WriteOptions, Written
-from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import EQUINOX_FIELDS, LSTM
 
@@ -67,12 +66,9 @@ def write(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Writte
     rnn = _jax.one_rnn(rnns, "Equinox")
     dtype = _jax.written_dtype(rnn, options.dtype)
     data = b"".join(npy_bytes(leaf) for leaf in leaves_of(rnn, dtype))
-    beside = _jax.sidecar(path)
-    with atomic_outputs([path, beside], options.force) as (tmp, tmp_beside):
-        tmp_beside.write_text(_jax.sidecar_text(rnn, path))
-        tmp.write_bytes(data)
+    outputs = _jax.write_recorded(rnn, path, data, options.force)
     return Written(
-        [path, beside],
+        outputs,
         usage=f"{_jax.ON_THE_CPU}import equinox as eqx, jax\n"
         f"cell = eqx.tree_deserialise_leaves({registry.literal(path)}, "
         f"{module_code(rnn.spec)})   # {dtype}; one step: "

@@ -10,7 +10,6 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.formats import _jax, _msgpack, registry
 from rnnconv.formats.flax.wire import FLAX_LINEN_CLASSES, FLAX_LINEN_LAYERS, FLAX_PARAMS
 from rnnconv.formats.registry import WriteOptions, Written
-from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import FLAX_CELL, FLAX_DIRECTIONS, FLAX_LINEN_CELLS, RNN
 
@@ -43,13 +42,10 @@ def write(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Writte
     rnn = _jax.one_rnn(rnns, "Flax")
     dtype = _jax.written_dtype(rnn, options.dtype)
     data = _msgpack.dumps(variables(rnn, dtype))
-    beside = _jax.sidecar(path)
-    with atomic_outputs([path, beside], options.force) as (tmp, tmp_beside):
-        tmp_beside.write_text(_jax.sidecar_text(rnn, path))
-        tmp.write_bytes(data)
+    outputs = _jax.write_recorded(rnn, path, data, options.force)
     spec = rnn.spec
     return Written(
-        [path, beside],
+        outputs,
         usage=f"{_jax.ON_THE_CPU}import flax, flax.linen as nn, jax, jax.numpy as jnp\nmodel = {module_code(spec)}\n"
         f"variables = model.init(jax.random.key(0), jnp.zeros((1, 1, {spec.input_size})))\n"
         f'variables = flax.serialization.from_bytes(variables, open({registry.literal(path)}, "rb").read())   '

@@ -15,7 +15,6 @@ from rnnconv.errors import Unsupported
 from rnnconv.formats import _jax, _msgpack, registry
 from rnnconv.formats.flax_nnx.wire import FLAX_NNX_CELLS, FLAX_NNX_CLASSES, FLAX_NNX_LAYERS
 from rnnconv.formats.registry import WriteOptions, Written
-from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_GATES, DIRECTION_WORDS, FLAX_CELL, FLAX_DIRECTIONS, GRU, RNN, Kind
 
@@ -94,12 +93,9 @@ def write(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Writte
     rnn = _jax.one_rnn(rnns, "flax.nnx")
     dtype = _jax.written_dtype(rnn, options.dtype)
     data = _msgpack.dumps(pure_dict(rnn, dtype))
-    beside = _jax.sidecar(path)
-    with atomic_outputs([path, beside], options.force) as (tmp, tmp_beside):
-        tmp_beside.write_text(_jax.sidecar_text(rnn, path))
-        tmp.write_bytes(data)
+    outputs = _jax.write_recorded(rnn, path, data, options.force)
     return Written(
-        [path, beside],
+        outputs,
         usage=f"{_jax.ON_THE_CPU}import flax, flax.nnx as nnx\nrngs = nnx.Rngs(0); model = {module_code(rnn.spec)}\n"
         f"params = nnx.state(model, nnx.Param)\n"
         f"nnx.replace_by_pure_dict(params, flax.serialization.msgpack_restore(open({registry.literal(path)}, "

@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 
 
 STATED = ("activation", "recurrent_activation")  # what a user states for a weights file without a model config
+THINGS = "recurrent layers"  # what a refusal of every layer names
+
+
+def _name(layer: KerasLayer) -> str:
+    return layer.name
 
 
 @register
@@ -72,7 +77,8 @@ class KerasFormat(Format):
                 return f"layer {layer.name!r} ({layer.display_class}) in {self.info.kinds[keras_file.kind]} {path}"
 
             def stacked(names: list[str]) -> CanonicalRNN:  # consecutive layers -> one multi-layer RNN
-                parts = convert_each([keras_file.layer(n) for n in names], canonical, describe, strict=True)
+                layers = [keras_file.layer(n) for n in names]
+                parts = convert_each(layers, canonical, _name, describe=describe, strict=True, things=THINGS)
                 rnn = stack(",".join(names), parts.rnns)
                 rnn.origin = keras_file.records.get(rnn.name)
                 return rnn
@@ -85,7 +91,8 @@ class KerasFormat(Format):
                 yield Source([stacked(n) if len(n) > 1 else canonical(keras_file.layer(*n)) for n in groups])
                 return
             several = options.take_all and options.layer is None and len(keras_file.layers) > 1
-            yield convert_each(keras_file.layers if several else [keras_file.layer(options.layer)], canonical, describe)
+            chosen = keras_file.layers if several else [keras_file.layer(options.layer)]
+            yield convert_each(chosen, canonical, _name, describe=describe, things=THINGS)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.keras.writer import loading_snippet, write_keras

@@ -10,20 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.canonical import RNNSpec
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.errors import BadInput
-from rnnconv.formats.registry import (
-    Format,
-    Probe,
-    ReadOptions,
-    Source,
-    convert_each,
-    inspect_entry,
-    register,
-)
+from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, inspect_entry, read_chosen, register
 from rnnconv.formats.tf1 import PLUGIN
-from rnnconv.formats.tf1.reader import OPAQUE_REASON, TF1RNN, choose, find_rnns, refused_sizes, to_canonical
+from rnnconv.formats.tf1.reader import OPAQUE_REASON, choose, find_rnns, refused_sizes, to_canonical
 from rnnconv.formats.tf1.runner import run_in_tensorflow
 from rnnconv.formats.tf1.tensor_bundle import (
     DATA_SHARD,
@@ -34,7 +26,6 @@ from rnnconv.formats.tf1.tensor_bundle import (
     index_file,
 )
 from rnnconv.formats.tf1.wire import KIND
-from rnnconv.safeio.digests import digest_in_background
 
 
 @register
@@ -70,15 +61,16 @@ class TF1Format(Format):
         rnns, opaque_only = find_rnns(checkpoint)
         several = options.take_all and options.layer is None and len(rnns) > 1
         chosen = rnns if several else choose(rnns, opaque_only, options.layer, checkpoint.index)
-        info = Provenance(path=str(checkpoint.index.resolve()), format=KIND)
-        digest = digest_in_background(checkpoint.index) if options.hash_source else None
-
-        def canonical(rnn: TF1RNN) -> CanonicalRNN:
-            converted = to_canonical(checkpoint, rnn, info, options)
-            converted.digest = digest
-            return converted
-
-        source = convert_each(chosen, canonical, lambda rnn: f"RNN {rnn.name!r} in {checkpoint.index}")
+        source = read_chosen(
+            checkpoint.index,
+            KIND,
+            chosen,
+            lambda rnn, info: to_canonical(checkpoint, rnn, info, options),
+            lambda rnn: rnn.name,
+            options,
+            describe=lambda rnn: f"RNN {rnn.name!r} in {checkpoint.index}",
+            things="recurrent layers",
+        )
         source.skipped += [(name, OPAQUE_REASON.format(name=name)) for name in opaque_only if several]
         yield source
 

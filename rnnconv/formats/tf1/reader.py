@@ -15,12 +15,8 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, several_rnns
-from rnnconv.formats.registry import (
-    ReadOptions,
-)
-from rnnconv.formats.tf1.tensor_bundle import (
-    Checkpoint,
-)
+from rnnconv.formats.registry import ReadOptions
+from rnnconv.formats.tf1.tensor_bundle import Checkpoint
 from rnnconv.formats.tf1.wire import TF1_BIDIRECTIONAL, TF1_CELLS, TF1_DIRECTIONS, TF1_OPAQUE, TF1_UNIDIRECTIONAL
 from rnnconv.table.apply import rows_for
 from rnnconv.table.constants import (

@@ -13,9 +13,7 @@ import numpy as np
 from rnnconv.canonical import RNNSpec
 from rnnconv.errors import BackendMissing
 from rnnconv.formats.tf1.reader import TF1RNN
-from rnnconv.formats.tf1.tensor_bundle import (
-    Checkpoint,
-)
+from rnnconv.formats.tf1.tensor_bundle import Checkpoint
 from rnnconv.table.constants import (
     GRU,
     LSTM,

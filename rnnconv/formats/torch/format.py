@@ -19,13 +19,12 @@ from rnnconv.formats.registry import (
     Source,
     WriteOptions,
     Written,
-    convert_each,
     inspect_entry,
+    read_chosen,
     register,
 )
 from rnnconv.formats.torch import PLUGIN
 from rnnconv.formats.torch.checkpoint import CHECKPOINT_SUFFIXES, is_legacy_checkpoint
-from rnnconv.safeio.digests import digest_in_background
 
 if TYPE_CHECKING:
     from rnnconv.formats.torch.reader import TorchRNN
@@ -58,18 +57,24 @@ class TorchFormat(Format):
         state = load_state_dict(path)
         found = find_rnns(state)
         sources, nonlinearities = state.recorded(path)  # of a file rnnconv wrote
-        info = Provenance(path=str(path.resolve()), format=_kind(path))
-        digest = digest_in_background(path) if options.hash_source else None
         several = options.take_all and options.layer is None and len(found) > 1
         chosen = found if several else [pick(found, options.layer, path)]
 
-        def canonical(rnn: TorchRNN) -> CanonicalRNN:
+        def canonical(rnn: TorchRNN, info: Provenance) -> CanonicalRNN:
             converted = to_canonical(rnn, info, options.nonlinearity or nonlinearities.get(rnn.prefix))
-            converted.digest = digest
             converted.origin = sources.get(rnn.prefix)
             return converted
 
-        yield convert_each(chosen, canonical, lambda rnn: f"RNN {rnn.name!r} in {path}")
+        yield read_chosen(
+            path,
+            _kind(path),
+            chosen,
+            canonical,
+            lambda rnn: rnn.name,
+            options,
+            describe=lambda rnn: f"RNN {rnn.name!r} in {path}",
+            things="recurrent layers",
+        )
 
     def holds_several(self, path: Path) -> bool:
         return path.suffix == ".safetensors"
