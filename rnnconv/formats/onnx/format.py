@@ -2,49 +2,47 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectReport, Provenance
+from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.formats import registry
+from rnnconv.formats._graph import Chain, GraphFormat, sizes_of
 from rnnconv.formats.onnx import PLUGIN
-from rnnconv.formats.onnx.reader import OnnxFile, chain_sizes, to_canonical
+from rnnconv.formats.onnx.nodes import RNN_OPS, OnnxNode
+from rnnconv.formats.onnx.reader import OnnxFile, to_canonical
 from rnnconv.formats.onnx.runner import run_nodes
 from rnnconv.formats.onnx.writer import onnx_losses, write_onnx
-from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
-from rnnconv.safeio.digests import digest_in_background
+from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
 from rnnconv.table.constants import LSTM
 
 PROTOBUF_FIRST_FIELD = b"\x08"  # a ModelProto begins with ir_version: field 1, a varint
 
 
 @register
-class OnnxFormat(Format):
+class OnnxFormat(GraphFormat[OnnxFile, OnnxNode]):
     plugin = PLUGIN
     sniff_order = 60  # a protobuf has no magic number: after every format that has one
+    layer_word = "node"
 
     def sniff(self, probe: Probe) -> bool:
         return probe.head.startswith(PROTOBUF_FIRST_FIELD) and probe.path.suffix.lower() == ".onnx"
 
-    @contextlib.contextmanager
-    def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
-        file = OnnxFile.load(path, options.dequantize)
-        info = Provenance(path=str(path.resolve()), format="onnx")
-        digest = digest_in_background(path) if options.hash_source else None
-        chains = file.choose(options.layer, options.take_all)
-        found = registry.read_each(
-            chains,
-            lambda chain: to_canonical(chain, info),
-            lambda chain: ",".join(n.name for n in chain),
-            digest,
-            file.recorded,
-        )
-        yield found
+    def load(self, path: Path, options: ReadOptions | None = None) -> OnnxFile:
+        return OnnxFile.load(path, options is not None and options.dequantize)
+
+    def to_canonical(
+        self, graph: OnnxFile, chain: Chain[OnnxNode], source: Provenance, options: ReadOptions
+    ) -> CanonicalRNN:
+        return to_canonical(chain.layers, source)
+
+    def sizes(self, graph: OnnxFile, chain: Chain[OnnxNode]) -> RNNSizes | None:
+        return sizes_of("onnx", RNN_OPS[chain.first.op], chain) if chain.first.sized else None
+
+    def notes(self, graph: OnnxFile) -> list[str]:
+        return super().notes(graph) + graph.same_weights_notes()
 
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return onnx_losses(rnn)
@@ -66,35 +64,13 @@ class OnnxFormat(Format):
             f"batch, ...); optional inputs: {states}",
         )
 
-    def inspect(self, path: Path) -> InspectReport:
-        file = OnnxFile.load(path)
-        provenance = Provenance(path=str(path))
-        entries = [
-            registry.inspect_entry(
-                ",".join(n.name for n in group),
-                group[0].shown_class,
-                functools.partial(to_canonical, group, provenance),
-                functools.partial(chain_sizes, group),
-            )
-            for group in registry.inspected_groups(file.nodes, file.chains)
-        ]
-        notes = [
-            f"nodes {', '.join(n.name for n in chain)} are the layers of one RNN"
-            for chain in file.chains
-            if len(chain) > 1
-        ]
-        return InspectReport(path=str(path), format="onnx", rnns=entries, notes=notes + file.same_weights_notes())
-
-    def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
-        if recorded.layer and recorded.format == "onnx":
-            return recorded
-        file = OnnxFile.load(path)
-        (chain,) = file.choose(layer, take_all=False)
-        return recorded.model_copy(update={"layer": ",".join(n.name for n in chain), "format": "onnx"})
-
-    def run(
-        self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+    def run_chain(
+        self,
+        graph: OnnxFile,
+        chain: Chain[OnnxNode],
+        source: Provenance,
+        spec: RNNSpec,
+        inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The source's own nodes, weights and attributes as they are in the file, run in onnxruntime."""
-        (chain,) = OnnxFile.load(path).choose(source.layer, take_all=False)
-        return run_nodes(chain, spec, inputs, source.layer)
+        return run_nodes(chain.layers, spec, inputs, source.layer)

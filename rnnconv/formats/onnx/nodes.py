@@ -79,6 +79,25 @@ class OnnxNode:
     def input_size(self) -> int:
         return int(self.weights["W"].shape[1 if self.quantized else 2])
 
+    @property
+    def width(self) -> int:
+        return self.directions * self.hidden
+
+    @property
+    def sized(self) -> bool:
+        """Whether its weights tell its sizes (a node refused before they were read has none)."""
+        w = self.weights.get("W")
+        return w is not None and w.ndim == 3 and w.shape[2] >= 1
+
+    @property
+    def kind(self) -> object:
+        """What the nodes of one RNN have alike; None for a node whose weights are not read (a quantized node
+        chains, converting or not) or that is batch-major (layout=1: the exporters' glue moves no such Y)."""
+        if "W" not in self.weights or int(self.attributes.get("layout", 0)):
+            return None
+        config = self.config()
+        return self.source_class, self.op, self.hidden, self.direction, self.activations(), config
+
     def expected_shapes(self, input_size: int) -> dict[str, tuple[int, ...]]:
         """The shape each weight must have (a quantized op's W and R are transposed)."""
         dirs, hidden = self.directions, self.hidden

@@ -3,17 +3,28 @@ each chain's canonical form through the table's ONNX rows."""
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance, RNNSizes
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
+from rnnconv.contracts import Provenance
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported
 from rnnconv.formats import registry
+from rnnconv.formats._graph import (
+    RESHAPE,
+    SQUEEZE,
+    TRANSPOSE,
+    Glue,
+    Graph,
+    chained,
+    consecutive,
+    merges_directions,
+    named,
+    refuse,
+    same_rnn,
+    through_glue,
+)
 from rnnconv.formats.onnx.folding import Folder, NotFoldable, Scope, scopes
 from rnnconv.formats.onnx.nodes import (
     RNN_OPS,
@@ -28,11 +39,9 @@ from rnnconv.formats.onnx.nodes import (
     why_refused,
 )
 from rnnconv.formats.onnx.unrolled import CellFinder, Recogniser
-from rnnconv.formats.onnx.wire import (
-    ONNX_GLUE,
-)
+from rnnconv.formats.onnx.wire import ONNX_GLUE
 from rnnconv.safeio.inputs import regular_file
-from rnnconv.table.apply import find_row, mode_for
+from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_MODES
 from rnnconv.table.reading import Found, StoredCell, read, settle
 
@@ -49,16 +58,21 @@ def require_onnx() -> Any:
     return onnx
 
 
-@dataclass
-class OnnxFile:
+class OnnxFile(Graph[OnnxNode]):
     """An ONNX model: its RNN nodes, and the chains of them that are one multi-layer RNN."""
 
-    path: Path
-    nodes: list[OnnxNode]
-    chains: list[list[OnnxNode]]
-    graph: Any = field(repr=False, default=None)
-    scopes: list[Scope] = field(repr=False, default_factory=list)  # the main graph and every subgraph
-    recorded: Provenance | None = None  # the source an .onnx rnnconv wrote records
+    what = "RNN node"
+
+    def __init__(
+        self,
+        path: Path,
+        nodes: list[OnnxNode],
+        chains: list[list[OnnxNode]],
+        scopes: list[Scope],
+        recorded: Provenance | None,
+    ):
+        super().__init__(path, "onnx", nodes, named(chains), recorded)
+        self.scopes = scopes  # the main graph and every subgraph
 
     @classmethod
     def load(cls, path: Path, dequantize: bool = False) -> OnnxFile:
@@ -91,34 +105,29 @@ class OnnxFile:
             for stack in recogniser.layers(recurrences):
                 layers = [unrolled_layer(layer) for layer in stack]
                 nodes += layers
-                chains.append(layers[:1])
-                for earlier, later in itertools.pairwise(layers):  # layers of one RNN, or RNNs of their own
-                    if _same_rnn(earlier, later):
-                        chains[-1].append(later)
-                    else:
-                        chains.append([later])
+                chains += consecutive(layers)  # layers of one RNN, or RNNs of their own
         records = [p.value for p in model.metadata_props if p.key == registry.SOURCE_KEY]
         recorded = registry.read_source_record(records[0], path) if records else None
-        return cls(path, nodes, chains, model.graph, found, recorded)
+        return cls(path, nodes, chains, found, recorded)
 
-    def find(self, name: str) -> list[OnnxNode]:
+    def find(self, name: str) -> OnnxNode | None:
         """The node a name picks: its full name (after its subgraph's path), or its own name when only one
         node has it."""
-        exact = [n for n in self.nodes if n.name == name]
+        exact = [n for n in self.layers if n.name == name]
         if exact:
-            return exact[:1]
-        own = [n for n in self.nodes if n.short == name]
+            return exact[0]
+        own = [n for n in self.layers if n.short == name]
         if len(own) > 1:
             raise BadInput(
                 f"{self.path}: {name!r} names {len(own)} nodes in different subgraphs "
                 f"({', '.join(n.name for n in own)}); give the full name"
             )
-        return own
+        return own[0] if own else None
 
     def same_weights(self) -> list[list[OnnxNode]]:
         """Groups of nodes (two If branches, say) that compute with the very same weights and settings."""
         groups: dict[str, list[OnnxNode]] = {}
-        for node in self.nodes:
+        for node in self.layers:
             if node.refusal is None:
                 groups.setdefault(fingerprint(node), []).append(node)
         return [g for g in groups.values() if len(g) > 1]
@@ -136,42 +145,21 @@ class OnnxFile:
             )
         return notes
 
-    def choose(self, layer: str | None, take_all: bool) -> list[list[OnnxNode]]:
-        """The chains (or single nodes) to read: `layer` names a node, or a chain as a,b,c."""
-        if layer is not None:
-            names = [n.strip() for n in layer.split(",")]
-            for chain in self.chains:
-                if [n.name for n in chain] == names:
-                    return [chain]
-            if len(names) == 1:
-                found = self.find(names[0])
-                if found:
-                    return [found]
-            names = [n.name for n in self.nodes] + [",".join(n.name for n in c) for c in self.chains if len(c) > 1]
-            raise no_such_rnn(f"{self.path} has no RNN node or chain", layer, names)
-        if not self.nodes:
-            raise BadInput(f"{self.path} holds no LSTM, GRU or RNN node{self._unrolled_hint()}")
-        if len(self.chains) == 1 or take_all:
-            return self.chains
-        same = "".join(f"; {note}" for note in self.same_weights_notes())
-        raise several_rnns(self.path, f"holds {len(self.chains)} RNNs ({self._listing()}){same}")
+    def several_notes(self) -> str:
+        return "".join(f"; {note}" for note in self.same_weights_notes())
 
-    def _unrolled_hint(self) -> str:
+    def nothing_held(self) -> str:
         """What the graph holds instead: an exporter may have unrolled an RNN into per-step ops."""
         counts = Counter(node.op_type for scope in self.scopes for node in scope.graph.node)
-        if not counts:
-            return ""
         common = ", ".join(f"{n} {op}" for op, n in counts.most_common(4))
-        return (
+        hint = (
             f" (its graph holds {common}, ...: if it is an RNN unrolled into per-step operations, its steps do not "
             f"have the form rnnconv recognises, that of torch.onnx.export(dynamo=True)'s nn.RNN; convert the "
             f"checkpoint it was exported from)"
             if "MatMul" in counts or "Gemm" in counts
             else f" (its graph holds {common}, ...)"
         )
-
-    def _listing(self) -> str:
-        return ", ".join(",".join(n.name for n in chain) for chain in self.chains) or "none"
+        return f"{self.path} holds no LSTM, GRU or RNN node{hint if counts else ''}"
 
 
 def _integers(value: str, scope: Scope, folding: Folder) -> list[int] | None:
@@ -183,87 +171,49 @@ def _integers(value: str, scope: Scope, folding: Folder) -> list[int] | None:
     return [int(v) for v in values.reshape(-1)] if values.dtype.kind in "iu" and values.size <= 64 else None
 
 
+def _glue(op: Any, scope: Scope, folding: Folder) -> Glue:
+    """A glue node as far as moving axes goes: its permutation, shape or axes (attributes, or constant inputs)."""
+    attributes = {a.name: attribute_value(a) for a in op.attribute}
+    if op.op_type == TRANSPOSE:
+        return Glue(op.op_type, list(attributes["perm"]) if "perm" in attributes else None)
+    if op.op_type == RESHAPE:
+        shape = _integers(op.input[1], scope, folding) if len(op.input) > 1 else None
+        return Glue(op.op_type, shape, zero_copies=not attributes.get("allowzero", 0))
+    if op.op_type == SQUEEZE:
+        axes = _integers(op.input[1], scope, folding) if len(op.input) > 1 else attributes.get("axes")
+        return Glue(op.op_type, None if axes is None else list(axes))
+    return Glue(op.op_type)
+
+
 def _chains(nodes: list[OnnxNode], scope: Scope, folding: Folder) -> list[list[OnnxNode]]:
-    """Maximal runs of nodes where each one's Y reaches the next one's X through glue alone, the two
-    being layers of one RNN (same op, sizes, direction and activations; cuDNN's concatenation of the
-    directions done exactly: Transpose(0, 2, 1, 3) then Reshape, or Squeeze of axis 1)."""
+    """Maximal runs of nodes where each one's Y reaches the next one's X through the exporters' glue alone, the
+    two being layers of one RNN, cuDNN's concatenation of the directions done exactly."""
     producer = {output: node for node in scope.graph.node for output in node.output}
-    readable = [n for n in nodes if "W" in n.weights]  # a quantized node chains, converting or not
-    by_output = {n.outputs[0]: n for n in readable if n.outputs and n.outputs[0]}
-    following: dict[str, OnnxNode] = {}
-    preceded: set[str] = set()
-    for later in readable:
-        name = later.inputs[0]
-        glue: list[Any] = []
-        while name not in by_output and name in producer and len(glue) < MAX_GLUE:
-            op = producer[name]
-            if op.op_type not in ONNX_GLUE or not op.input:
-                break
-            glue.insert(0, op)  # in the order the data flows
-            name = op.input[0]
+    by_output = {n.outputs[0]: n for n in nodes if n.kind is not None and n.outputs and n.outputs[0]}
+
+    def step(name: str) -> tuple[Glue, str] | None:
+        op = producer.get(name) if name not in by_output else None
+        if op is None or op.op_type not in ONNX_GLUE or not op.input:
+            return None
+        return _glue(op, scope, folding), op.input[0]
+
+    def below(later: OnnxNode) -> OnnxNode | None:
+        if later.kind is None:
+            return None
+        glue, name = through_glue(later.inputs[0], step, MAX_GLUE)
         earlier = by_output.get(name)
-        if earlier is None or earlier.name in following or not _same_rnn(earlier, later):
-            continue
-        if _moves_directions(glue, earlier, scope, folding):
-            following[earlier.name] = later
-            preceded.add(later.name)
-    chains = []
-    for node in nodes:
-        if node.name in preceded:
-            continue
-        chain = [node]
-        while chain[-1].name in following and len(chain) <= len(nodes):
-            chain.append(following[chain[-1].name])
-        chains.append(chain)
-    return chains
+        if earlier is None or not same_rnn(earlier, later):
+            return None
+        return earlier if merges_directions(glue, earlier.directions, earlier.width) else None
 
-
-def _same_rnn(earlier: OnnxNode, later: OnnxNode) -> bool:
-    same = (
-        earlier.source_class == later.source_class
-        and earlier.op == later.op
-        and earlier.hidden == later.hidden
-        and earlier.direction == later.direction
-        and earlier.activations() == later.activations()
-        and earlier.config() == later.config()
-        and int(earlier.attributes.get("layout", 0)) == int(later.attributes.get("layout", 0)) == 0
-    )
-    return same and later.input_size == earlier.directions * earlier.hidden
-
-
-def _moves_directions(glue: list[Any], earlier: OnnxNode, scope: Scope, folding: Folder) -> bool:
-    """Whether the glue turns Y (T, D, B, H) into (T, B, D*H), as cuDNN feeds its next layer."""
-    transposes = [g for g in glue if g.op_type == "Transpose"]
-    for op in transposes:
-        perm = [list(attribute_value(a)) for a in op.attribute if a.name == "perm"]
-        if perm != [[0, 2, 1, 3]]:
-            return False
-    if earlier.directions == 2 and len(transposes) != 1:
-        return False
-    for op in glue:
-        if op.op_type == "Reshape":
-            shape = _integers(op.input[1], scope, folding) if len(op.input) > 1 else None
-            if shape is None or len(shape) != 3 or shape[-1] not in (-1, earlier.directions * earlier.hidden):
-                return False
-            if earlier.directions == 2 and glue.index(op) < glue.index(transposes[0]):
-                return False
-        if op.op_type in ("Squeeze", "Unsqueeze"):
-            axes = [list(attribute_value(a)) for a in op.attribute if a.name == "axes"]
-            if len(op.input) > 1:
-                axes = [_integers(op.input[1], scope, folding) or []]
-            if op.op_type == "Unsqueeze" or earlier.directions != 1 or axes != [[1]]:
-                return False
-    return bool(glue)
+    return chained(nodes, below)
 
 
 def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
     """The canonical RNN of a chain of nodes (one node: one layer)."""
     first = chain[0]
     cell = RNN_OPS[first.op]
-    for node in chain:
-        reason = why_refused(node)
-        if reason:
-            raise Unsupported(reason)
+    refuse(chain, why_refused)
     config = first.config()
     row = find_row("onnx", first.source_class, config)
     settled = settle(row, config, first.name)
@@ -273,7 +223,7 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
     spec_dirs = 2 if dirs == 2 else 1
     has_bias = "B" in first.weights
     for layer, node in enumerate(chain):
-        if not _same_rnn(chain[layer - 1], node) and layer:
+        if layer and not same_rnn(chain[layer - 1], node):
             raise BadInput(f"nodes {chain[layer - 1].name!r} and {node.name!r} are not two layers of one RNN")
         n_in = first.input_size if layer == 0 else spec_dirs * hidden
         expected = node.expected_shapes(n_in)
@@ -334,19 +284,3 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
         provenance=provenance,
     )
     return read(found, source)
-
-
-def chain_sizes(chain: list[OnnxNode]) -> RNNSizes | None:
-    """The sizes of nodes that do not convert, as far as their attributes and readable weights tell."""
-    first = chain[0]
-    if "W" not in first.weights or first.weights["W"].ndim != 3 or first.weights["W"].shape[2] < 1:
-        return None
-    cell = RNN_OPS[first.op]
-    try:
-        mode = mode_for(find_row("onnx", first.op, first.config()), first.config())
-    except RnnconvError:
-        mode = next(m for m, (c, _) in CUDNN_MODES.items() if c == cell)
-    with contextlib.suppress(RnnconvError, ValueError):
-        spec = RNNSpec(mode, first.input_size, first.hidden, len(chain), first.directions == 2, 0, first.dtype)
-        return RNNSizes.of(spec.to_model())
-    return None

@@ -9,6 +9,7 @@ import numpy as np
 
 from rnnconv.canonical import RNNSpec
 from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line
+from rnnconv.formats._graph import reverse_sequences
 from rnnconv.formats.onnx.nodes import OnnxNode
 from rnnconv.formats.onnx.wire import ONNX_QUANTIZED_OPS
 from rnnconv.formats.onnx.writer import Layer, build_model
@@ -40,15 +41,6 @@ def run_model(model: Any, inputs: Mapping[str, Any], lstm: bool) -> dict[str, np
             raise
         raise BadInput(f"onnxruntime cannot run these nodes: {first_line(exc, 300)}") from None
     return {"y": got["Y"], "h_n": got["Y_h"], "c_n": got.get("Y_c")}
-
-
-def reverse_sequences(x: np.ndarray, lengths: np.ndarray | None) -> np.ndarray:
-    """Each sequence of (T, B, ...) reversed within its length (padding stays at the end)."""
-    out = np.array(x)
-    for b in range(x.shape[1]):
-        n = x.shape[0] if lengths is None else int(lengths[b])
-        out[:n, b] = x[:n, b][::-1]
-    return out
 
 
 def run_nodes(

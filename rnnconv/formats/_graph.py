@@ -1,0 +1,353 @@
+"""What the graph formats share (ONNX, OpenVINO, TFLite, ncnn, and MLX's stacks of modules): a file's layers (each a
+sequence op, its directions in it), the glue that moves one layer's output into the next one's input, the chains of
+layers that are one multi-layer RNN, one --layer rule, and the verbs on them: read, inspect, resolve, run.
+
+A graph format supplies how to parse its file (a `Graph`: its layers, and which layer feeds each as the one below
+in the same RNN) and how a chain's tensors read into the canonical form and run in its runtime (`GraphFormat`).
+
+The --layer rule, for every graph format: a name picks a chain by its own name, or by its layers' names as a,b,c,
+or one layer alone by its name (a layer of a chain, taken alone: a one-layer RNN).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+from abc import abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.contracts import InspectReport, Provenance, RNNSizes
+from rnnconv.errors import BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
+from rnnconv.formats.registry import Format, ReadOptions, Source, inspect_entry, read_chosen
+from rnnconv.table.apply import find_row, mode_for
+from rnnconv.table.constants import CUDNN_MODES
+
+
+class Layer(Protocol):
+    """One layer of an RNN in a graph, as the chains see it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> object:
+        """What every layer of one RNN has alike (op, sizes, direction, settings, element type); None: a layer that
+        is the layer of no chain."""
+        ...
+
+    @property
+    def input_size(self) -> int: ...
+
+    @property
+    def width(self) -> int:
+        """What it gives the layer above: its directions times its output size."""
+        ...
+
+    @property
+    def shown_class(self) -> str:
+        """Its class, as inspect lists it."""
+        ...
+
+
+L = TypeVar("L", bound=Layer)
+
+
+def same_rnn(below: Layer, above: Layer) -> bool:
+    """Whether `above` can be the layer after `below` in one RNN: alike, and fed all that `below` gives."""
+    return below.kind is not None and below.kind == above.kind and above.input_size == below.width
+
+
+def refuse(layers: Sequence[L], why: Callable[[L], str | None]) -> None:
+    """Refuse a chain one of whose layers cuDNN cannot compute (Unsupported: the first one's reason)."""
+    for layer in layers:
+        reason = why(layer)
+        if reason:
+            raise Unsupported(reason)
+
+
+def chained(layers: Sequence[L], below: Callable[[L], L | None]) -> list[list[L]]:
+    """The layers as maximal runs, each layer fed by the one before it as the layer below in the same RNN:
+    `below(layer)` is that layer, or None where it starts a run. A layer is below one layer at most: the first of
+    the file's order that it feeds."""
+    following: dict[int, L] = {}
+    for above in layers:
+        found = below(above)
+        if found is not None and id(found) not in following:
+            following[id(found)] = above
+    preceded = {id(layer) for layer in following.values()}
+    chains = []
+    for layer in layers:
+        if id(layer) in preceded:
+            continue
+        chain = [layer]
+        while id(chain[-1]) in following and len(chain) <= len(layers):
+            chain.append(following[id(chain[-1])])
+        chains.append(chain)
+    return chains
+
+
+def consecutive(layers: Sequence[L], link: Callable[[L, L], bool] = same_rnn) -> list[list[L]]:
+    """The layers as maximal runs of consecutive ones, each one the layer after the one before it in one RNN
+    (`link`: whether it is)."""
+    below = {id(above): lower for lower, above in itertools.pairwise(layers) if link(lower, above)}
+    return chained(layers, lambda layer: below.get(id(layer)))
+
+
+# --- the glue between two layers ---------------------------------------------------------------------------------
+
+TRANSPOSE, RESHAPE, SQUEEZE, IDENTITY = "Transpose", "Reshape", "Squeeze", "Identity"
+DIRECTIONS_LAST = [0, 2, 1, 3]  # a sequence op's Y (N, D, M, H) transposed to (N, M, D, H)
+
+
+@dataclass(frozen=True)
+class Glue:
+    """An op between two layers, as far as moving a tensor's axes goes: its op, and the integers that say how (a
+    Transpose's permutation, a Reshape's shape, a Squeeze's axes; None where they are not constants); a Reshape's 0
+    copies the dimension unless it says otherwise. Any other op is named by its own type."""
+
+    op: str
+    values: list[int] | None = None
+    zero_copies: bool = True
+
+
+def through_glue(value: Any, step: Callable[[Any], tuple[Glue, Any] | None], most: int) -> tuple[list[Glue], Any]:
+    """Back from a layer's input through the glue before it, at most `most` ops: the glue, in the order the data
+    flows, and what feeds it. `step(value)` is the glue op that makes `value` and what feeds that op, or None where
+    no glue op makes it."""
+    glue: list[Glue] = []
+    while len(glue) < most and (found := step(value)) is not None:
+        op, value = found
+        glue.insert(0, op)
+    return glue, value
+
+
+def merges_directions(glue: list[Glue], directions: int, width: int) -> bool:
+    """Whether the glue turns a sequence op's Y (N, D, M, H) into the next one's input (N, M, D*H), as cuDNN feeds
+    its next layer: Squeeze of axis 1 (one direction), or Transpose(0, 2, 1, 3) then Reshape to three dimensions whose
+    last is D*H, or that Reshape alone (one direction); Identity anywhere. The Reshape's first two sizes may be given
+    (an exporter's static shapes), kept (0) or inferred (-1)."""
+    steps = [g for g in glue if g.op != IDENTITY]
+    ops = [g.op for g in steps]
+    if ops == [SQUEEZE]:
+        return directions == 1 and steps[0].values == [1]
+    if ops != [TRANSPOSE, RESHAPE] and (ops != [RESHAPE] or directions != 1):
+        return False
+    if ops[0] == TRANSPOSE and steps[0].values != DIRECTIONS_LAST:
+        return False
+    shape = steps[-1].values
+    if shape is None or len(shape) != 3 or shape[2] not in (-1, width) or shape.count(-1) > 1:
+        return False
+    return all(n > 0 or n == -1 or (n == 0 and steps[-1].zero_copies) for n in shape[:2])  # sizes, or kept
+
+
+# --- a file's chains, and --layer ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Chain(Generic[L]):
+    """One RNN of a graph: its layers, bottom first, and its name (its layers' names joined, unless the file names
+    it otherwise)."""
+
+    name: str
+    layers: list[L]
+
+    @property
+    def first(self) -> L:
+        return self.layers[0]
+
+    def __iter__(self) -> Iterator[L]:
+        return iter(self.layers)
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+
+def named(chains: list[list[L]]) -> list[Chain[L]]:
+    """Chains named by their layers' names, joined: a,b,c."""
+    return [Chain(",".join(layer.name for layer in chain), chain) for chain in chains]
+
+
+class Graph(Generic[L]):
+    """A graph format's file, parsed: its layers and the chains of them that are one RNN each, the file kind it
+    records, the source it records (one rnnconv wrote); `what` names its layers in a sentence ("RNN node")."""
+
+    what: ClassVar[str]
+    between: ClassVar[str] = ", "  # what separates the RNNs a sentence lists
+
+    def __init__(self, path: Path, kind: str, layers: list[L], chains: list[Chain[L]], recorded: Provenance | None):
+        self.path, self.kind, self.layers, self.chains, self.recorded = path, kind, layers, chains, recorded
+
+    def find(self, name: str) -> L | None:
+        """The layer a name picks alone."""
+        return next((layer for layer in self.layers if layer.name == name), None)
+
+    def alone(self, layer: L) -> Chain[L]:
+        """A layer taken alone, as an RNN of its own."""
+        return Chain(layer.name, [layer])
+
+    @abstractmethod
+    def nothing_held(self) -> str:
+        """The sentence for a file that holds no layer rnnconv reads: what it holds instead."""
+
+    def several_notes(self) -> str:
+        """What the sentence for a file of several RNNs adds."""
+        return ""
+
+    def choose(self, layer: str | None, take_all: bool) -> list[Chain[L]]:
+        """The chains to read: what `layer` names (the --layer rule), else the file's one, or every one with
+        `take_all`."""
+        if layer is not None:
+            names = [n.strip() for n in layer.split(",")]
+            for chain in self.chains:
+                if chain.name == layer or [x.name for x in chain.layers] == names:
+                    return [chain]
+            alone = self.find(names[0]) if len(names) == 1 else None
+            if alone is not None:
+                return [self.alone(alone)]
+            known = [x.name for x in self.layers] + [c.name for c in self.chains if len(c.layers) > 1]
+            raise no_such_rnn(f"{self.path} has no {self.what} or chain", layer, list(dict.fromkeys(known)))
+        if not self.layers:
+            raise BadInput(self.nothing_held())
+        if len(self.chains) == 1 or take_all:
+            return self.chains
+        listing = self.between.join(chain.name for chain in self.chains)
+        raise several_rnns(self.path, f"holds {len(self.chains)} RNNs ({listing}){self.several_notes()}")
+
+
+# --- the verbs -----------------------------------------------------------------------------------------------------
+
+G = TypeVar("G", bound=Graph[Any])
+
+
+class GraphFormat(Format, Generic[G, L]):
+    """A graph format's verbs, on what its `load`, `to_canonical` and `run_chain` give."""
+
+    layer_word: ClassVar[str]  # what a sentence calls its layers: "node", "op"
+    layers_alone: ClassVar[bool] = True  # whether inspect lists each layer of a chain alone too
+
+    @abstractmethod
+    def load(self, path: Path, options: ReadOptions | None = None) -> G:
+        """The file parsed (`options`: those of a conversion's source, which may guard what it reads)."""
+
+    @abstractmethod
+    def to_canonical(self, graph: G, chain: Chain[L], source: Provenance, options: ReadOptions) -> CanonicalRNN:
+        """The canonical RNN of a chain."""
+
+    @abstractmethod
+    def run_chain(
+        self, graph: G, chain: Chain[L], source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+    ) -> tuple[dict[str, np.ndarray | None], str]:
+        """The file's own layers of a chain, run in the format's runtime; and how they ran."""
+
+    def sizes(self, graph: G, chain: Chain[L]) -> RNNSizes | None:
+        """The sizes of a chain that does not convert, as far as the file tells them."""
+        return None
+
+    def chain_note(self, chain: Chain[L]) -> str | None:
+        """What inspect says of a chain: that its layers are one RNN, where it has several."""
+        if len(chain.layers) == 1:
+            return None
+        return f"{self.layer_word}s {', '.join(x.name for x in chain.layers)} are the layers of one RNN"
+
+    def notes(self, graph: G) -> list[str]:
+        """What inspect says of the file: of its chains, and (a format's own) of what else it holds."""
+        return [note for chain in graph.chains if (note := self.chain_note(chain)) is not None]
+
+    def guarded(self, graph: G) -> contextlib.AbstractContextManager[Any]:
+        """What guards a read besides the file itself (a weights file beside it) while it lasts."""
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
+        graph = self.load(path, options)
+        chains = graph.choose(options.layer, options.take_all)
+        found = read_chosen(
+            path,
+            graph.kind,
+            chains,
+            lambda chain, info: self.to_canonical(graph, chain, info, options),
+            lambda chain: chain.name,
+            options,
+            origin=graph.recorded,
+        )
+        with self.guarded(graph):
+            yield found
+
+    def inspect(self, path: Path) -> InspectReport:
+        graph = self.load(path)
+        provenance = Provenance(path=str(path))
+        several = [chain for chain in graph.chains if len(chain.layers) > 1]
+        rows = several + [graph.alone(x) for x in graph.layers] if self.layers_alone else graph.chains
+        entries = [
+            inspect_entry(
+                chain.name,
+                chain.first.shown_class,
+                functools.partial(self.to_canonical, graph, chain, provenance, ReadOptions()),
+                functools.partial(self.sizes, graph, chain),
+            )
+            for chain in rows
+        ]
+        return InspectReport(path=str(path), format=graph.kind, rnns=entries, notes=self.notes(graph))
+
+    def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
+        if recorded.layer and recorded.format in self.info.kinds:
+            return recorded
+        graph = self.load(path)
+        (chain,) = graph.choose(layer, take_all=False)
+        return recorded.model_copy(update={"layer": chain.name, "format": graph.kind})
+
+    def run(
+        self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+    ) -> tuple[dict[str, np.ndarray | None], str]:
+        graph = self.load(path)
+        (chain,) = graph.choose(source.layer, take_all=False)
+        return self.run_chain(graph, chain, source, spec, inputs)
+
+
+class Sized(Layer, Protocol):
+    """A layer whose op, settings, hidden size, directions and element type say its sizes."""
+
+    @property
+    def op(self) -> str: ...
+
+    @property
+    def hidden(self) -> int: ...
+
+    @property
+    def directions(self) -> int: ...
+
+    @property
+    def dtype(self) -> str: ...
+
+    def config(self) -> dict[str, Any]: ...
+
+
+def sizes_of(fmt: str, cell: str, chain: Chain[Any]) -> RNNSizes | None:
+    """The sizes of a chain that does not convert, as far as its first layer tells them: the mode its row gives it,
+    else the cell family's first."""
+    first: Sized = chain.first
+    try:
+        mode = mode_for(find_row(fmt, first.op, first.config()), first.config())
+    except RnnconvError:
+        mode = next(m for m, (c, _) in CUDNN_MODES.items() if c == cell)
+    with contextlib.suppress(RnnconvError, ValueError):
+        spec = RNNSpec(mode, first.input_size, first.hidden, len(chain.layers), first.directions == 2, 0, first.dtype)
+        return RNNSizes.of(spec.to_model())
+    return None
+
+
+def reverse_sequences(x: np.ndarray, lengths: np.ndarray | None) -> np.ndarray:
+    """Each sequence of (T, B, ...) reversed within its length (padding stays at the end): cuDNN runs a reverse-only
+    op as a forward one on each sequence reversed, so that is how such an op is compared."""
+    out = np.array(x)
+    for b in range(x.shape[1]):
+        n = x.shape[0] if lengths is None else int(lengths[b])
+        out[:n, b] = x[:n, b][::-1]
+    return out
