@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectReport, Provenance
+from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.formats import registry
+from rnnconv.formats._graph import Chain, GraphFormat, sizes_of
 from rnnconv.formats.openvino import PLUGIN
-from rnnconv.formats.openvino.reader import NET, SNIFF_BYTES, IRFile, chain_sizes, recorded_source, to_canonical
-from rnnconv.formats.openvino.runner import (
-    run_ops,
-)
+from rnnconv.formats.openvino.reader import NET, SNIFF_BYTES, IRFile, SequenceOp, to_canonical
+from rnnconv.formats.openvino.runner import run_ops
 from rnnconv.formats.openvino.wire import (
     OPENVINO_C_N,
     OPENVINO_H_N,
@@ -25,18 +23,19 @@ from rnnconv.formats.openvino.wire import (
     OPENVINO_LENGTHS,
     OPENVINO_X,
     OPENVINO_Y,
+    SEQUENCE_OPS,
 )
 from rnnconv.formats.openvino.writer import WRITES, openvino_losses, write_ir
-from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
-from rnnconv.safeio.digests import digest_in_background
+from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
 from rnnconv.safeio.inputs import reading
-from rnnconv.table.constants import LSTM
+from rnnconv.table.constants import INPUT_MATRIX, LSTM
 
 
 @register
-class OpenvinoFormat(Format):
+class OpenvinoFormat(GraphFormat[IRFile, SequenceOp]):
     plugin = PLUGIN
     sniff_order = 40
+    layer_word = "op"
 
     def sniff(self, probe: Probe) -> bool:
         if probe.path.suffix.lower() != ".xml" or not probe.head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
@@ -45,24 +44,30 @@ class OpenvinoFormat(Format):
             head = f.read(SNIFF_BYTES)
         return NET.search(head) is not None
 
-    @contextlib.contextmanager
-    def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
-        file = IRFile(path)
-        info = Provenance(path=str(path.resolve()), format="openvino")
-        origin = recorded_source(file)
-        digest = digest_in_background(path) if options.hash_source else None
-        chains = file.choose(options.layer, options.take_all)
-        found = registry.read_each(
-            chains,
-            lambda chain: to_canonical(chain, info, options.bias_split),
-            lambda chain: ",".join(op.name for op in chain),
-            digest,
-            origin,
+    def load(self, path: Path, options: ReadOptions | None = None) -> IRFile:
+        return IRFile(path)
+
+    def to_canonical(
+        self, graph: IRFile, chain: Chain[SequenceOp], source: Provenance, options: ReadOptions
+    ) -> CanonicalRNN:
+        return to_canonical(chain.layers, source, options.bias_split)
+
+    def sizes(self, graph: IRFile, chain: Chain[SequenceOp]) -> RNNSizes | None:
+        return (
+            sizes_of("openvino", SEQUENCE_OPS[chain.first.op], chain) if INPUT_MATRIX in chain.first.weights else None
         )
-        # the weights are a source too: never written over (model.bin is also a cuDNN blob's default name), and
-        # watched like the .xml while they are read
-        with reading(file.weights_path):
-            yield found
+
+    def notes(self, graph: IRFile) -> list[str]:
+        notes = [*super().notes(graph), graph.listing(most=32)]
+        origin = graph.recorded
+        if origin is not None and origin.path:
+            notes.append(f"written by rnnconv from {origin.path}" + (f" ({origin.layer})" if origin.layer else ""))
+        return notes
+
+    def guarded(self, graph: IRFile) -> contextlib.AbstractContextManager[Any]:
+        """The weights are a source too: never written over (model.bin is also a cuDNN blob's default name), and
+        watched like the .xml while they are read."""
+        return reading(graph.weights_path)
 
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return openvino_losses(rnn)
@@ -96,41 +101,14 @@ class OpenvinoFormat(Format):
             f'also "{OPENVINO_H_N}"' + (f', "{OPENVINO_C_N}"' if lstm else ""),
         )
 
-    def inspect(self, path: Path) -> InspectReport:
-        file = IRFile(path)
-        provenance = Provenance(path=str(path))
-        entries = [
-            registry.inspect_entry(
-                ",".join(op.name for op in group),
-                group[0].op,
-                functools.partial(to_canonical, group, provenance, "recurrent"),
-                functools.partial(chain_sizes, group),
-            )
-            for group in registry.inspected_groups(file.ops, file.chains)
-        ]
-        notes = [
-            f"ops {', '.join(op.name for op in chain)} are the layers of one RNN"
-            for chain in file.chains
-            if len(chain) > 1
-        ]
-        notes.append(file.listing(most=32))
-        origin = recorded_source(file)
-        if origin is not None and origin.path:
-            notes.append(f"written by rnnconv from {origin.path}" + (f" ({origin.layer})" if origin.layer else ""))
-        return InspectReport(path=str(path), format="openvino", rnns=entries, notes=notes)
-
-    def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
-        if recorded.layer and recorded.format == "openvino":
-            return recorded
-        file = IRFile(path)
-        (chain,) = file.choose(layer, take_all=False)
-        return recorded.model_copy(update={"layer": ",".join(op.name for op in chain), "format": "openvino"})
-
-    def run(
-        self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+    def run_chain(
+        self,
+        graph: IRFile,
+        chain: Chain[SequenceOp],
+        source: Provenance,
+        spec: RNNSpec,
+        inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The file's own graph (one rnnconv wrote), or its sequence ops with their own weights and attributes,
         run in OpenVINO's CPU plugin."""
-        file = IRFile(path)
-        (chain,) = file.choose(source.layer, take_all=False)
-        return run_ops(file, chain, spec, inputs, source.layer)
+        return run_ops(graph, chain, spec, inputs, source.layer)

@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance, RNNSizes
+from rnnconv.contracts import Provenance
 from rnnconv.dtypes import decode, element_type
-from rnnconv.errors import BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
+from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import registry
+from rnnconv.formats._graph import Glue, Graph, chained, merges_directions, named, refuse, same_rnn, through_glue
 from rnnconv.formats.openvino.wire import (
     DTYPE_OF,
     OPENVINO_DECOMPRESSION,
@@ -39,7 +40,7 @@ from rnnconv.formats.openvino.wire import (
     STORAGE,
 )
 from rnnconv.safeio.inputs import FileArray, regular_file
-from rnnconv.table.apply import find_row, mode_for, stored_shapes
+from rnnconv.table.apply import find_row, stored_shapes
 from rnnconv.table.constants import CUDNN_MODES, INPUT_MATRIX
 from rnnconv.table.reading import Found, StoredCell, read, settle
 
@@ -92,6 +93,19 @@ class SequenceOp:
     def input_size(self) -> int:
         return int(self.weights[INPUT_MATRIX].shape[2]) if INPUT_MATRIX in self.weights else 0
 
+    @property
+    def width(self) -> int:
+        return self.directions * self.hidden
+
+    @property
+    def shown_class(self) -> str:
+        return self.op
+
+    @property
+    def kind(self) -> object:
+        """What the ops of one RNN have alike; None for an op whose weights are not read."""
+        return None if self.refusal is not None else (self.op, self.hidden, self.direction, self.config(), self.dtype)
+
     def activations(self) -> list[str]:
         given = self.attributes.get("activations")
         if given is None:
@@ -116,8 +130,11 @@ class SequenceOp:
         return {role: (self.directions, *shape) for role, shape in shapes.items()}
 
 
-class IRFile:
+class IRFile(Graph[SequenceOp]):
     """An OpenVINO IR: its layers and edges, its sequence ops, and the chains of them that are one RNN."""
+
+    what = "sequence op"
+    between = "; "
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -136,30 +153,32 @@ class IRFile:
                 f"{path} is no OpenVINO IR of version {' or '.join(OPENVINO_IR_VERSIONS)} (<net version=...>)"
             )
         self.weights_path = path.with_suffix(".bin")
-        self.layers: dict[str, IRLayer] = {}
+        self.ir: dict[str, IRLayer] = {}  # the IR's layers, by id
         for element in root.iterfind("layers/layer"):
-            if len(self.layers) >= MAX_LAYERS_IN_GRAPH:
+            if len(self.ir) >= MAX_LAYERS_IN_GRAPH:
                 raise BadInput(f"{path} has more than {MAX_LAYERS_IN_GRAPH} layers")
             layer = _layer(element, path)
-            if layer.id in self.layers:
+            if layer.id in self.ir:
                 raise BadInput(f"{path}: two layers have the id {layer.id!r}")
-            self.layers[layer.id] = layer
+            self.ir[layer.id] = layer
         self.producer: dict[tuple[str, str], tuple[str, str]] = {}
         for edge in root.iterfind("edges/edge"):
             ends = [edge.get(k) for k in ("from-layer", "from-port", "to-layer", "to-port")]
-            if any(e is None for e in ends) or ends[0] not in self.layers or ends[2] not in self.layers:
+            if any(e is None for e in ends) or ends[0] not in self.ir or ends[2] not in self.ir:
                 raise BadInput(f"{path}: an edge names a layer the IR does not have ({ends})")
             self.producer[(str(ends[2]), str(ends[3]))] = (str(ends[0]), str(ends[1]))
         self.rt_info = {child.tag: child.get("value", "") for child in root.iterfind("rt_info/*")}
         self._bin_size: int | None = None
-        self.ops = [self._sequence(layer) for layer in self.layers.values() if layer.kind in SEQUENCE_OPS]
+        ops = [self._sequence(layer) for layer in self.ir.values() if layer.kind in SEQUENCE_OPS]
         counts: dict[str, int] = {}
-        for op in self.ops:
+        for op in ops:
             counts[op.name] = counts.get(op.name, 0) + 1
-        for op in self.ops:  # names are not unique in an IR: the layer id makes them so
+        for op in ops:  # names are not unique in an IR: the layer id makes them so
             if counts[op.name] > 1:
                 op.name = f"{op.name}#{op.layer}"
-        self.chains = self._chains()
+        record = self.rt_info.get(registry.SOURCE_KEY)
+        recorded = None if record is None else registry.read_source_record(record, path)
+        super().__init__(path, "openvino", ops, named(self._chains(ops)), recorded)
 
     # --- tensors
 
@@ -174,7 +193,7 @@ class IRFile:
         if index >= len(layer.inputs):
             return None
         found = self.producer.get((layer.id, layer.inputs[index]))
-        return (self.layers[found[0]], found[1]) if found else None
+        return (self.ir[found[0]], found[1]) if found else None
 
     def const(self, layer: IRLayer) -> tuple[FileArray, str]:
         """A Const's values, still in the .bin (its offset and size checked), and its element type."""
@@ -269,82 +288,44 @@ class IRFile:
                     )
         return found
 
-    def _chains(self) -> list[list[SequenceOp]]:
+    def _chains(self, ops: list[SequenceOp]) -> list[list[SequenceOp]]:
         """Runs of ops where each one's X is the previous one's Y moved as cuDNN feeds its next layer."""
-        readable = {op.layer: op for op in self.ops if op.refusal is None}
-        following: dict[str, SequenceOp] = {}
-        preceded: set[str] = set()
-        for later in readable.values():
-            glue: list[IRLayer] = []
-            found = self.input_of(self.layers[later.layer], 0)
-            while found is not None and found[0].kind in OPENVINO_GLUE and len(glue) < MAX_GLUE:
-                glue.insert(0, found[0])
-                found = self.input_of(found[0], 0)
-            if found is None or found[0].id not in readable:
-                continue
-            earlier = readable[found[0].id]
-            y_port = self.layers[earlier.layer].outputs[0] if self.layers[earlier.layer].outputs else None
-            if found[1] != y_port or earlier.layer in following or not _same_rnn(earlier, later):
-                continue
-            if self._moves_directions(glue, earlier):
-                following[earlier.layer] = later
-                preceded.add(later.layer)
-        chains = []
-        for op in self.ops:
-            if op.layer in preceded:
-                continue
-            chain = [op]
-            while chain[-1].layer in following and len(chain) <= len(self.ops):
-                chain.append(following[chain[-1].layer])
-            chains.append(chain)
-        return chains
+        readable = {op.layer: op for op in ops if op.kind is not None}
 
-    def _moves_directions(self, glue: list[IRLayer], earlier: SequenceOp) -> bool:
-        """Whether the glue turns Y (batch, D, seq, H) into (batch, seq, D*H)."""
-        if not glue:
-            return False
-        kinds = [g.kind for g in glue]
-        width = earlier.directions * earlier.hidden
-        if kinds == ["Squeeze"]:
-            return earlier.directions == 1 and self.integers(glue[0], 1) == [1]
-        if kinds == ["Transpose", "Reshape"] or (kinds == ["Reshape"] and earlier.directions == 1):
-            if kinds[0] == "Transpose" and self.integers(glue[0], 1) != [0, 2, 1, 3]:
-                return False
-            shape = self.integers(glue[-1], 1)
-            zero = glue[-1].data.get("special_zero", "false").lower() == "true"
-            if shape is None or len(shape) != 3 or shape[2] not in (-1, width):
-                return False
-            kept = [0] if zero else []
-            return shape[0] in [-1, *kept] and shape[1] in [-1, *kept] and shape.count(-1) <= 1
-        return False
+        def step(found: tuple[IRLayer, str] | None) -> tuple[Glue, tuple[IRLayer, str] | None] | None:
+            if found is None or found[0].kind not in OPENVINO_GLUE:
+                return None
+            return self._glue(found[0]), self.input_of(found[0], 0)
 
-    def choose(self, layer: str | None, take_all: bool) -> list[list[SequenceOp]]:
-        if layer is not None:
-            names = [n.strip() for n in layer.split(",")]
-            for chain in self.chains:
-                if [op.name for op in chain] == names:
-                    return [chain]
-            single = [op for op in self.ops if op.name == names[0]] if len(names) == 1 else []
-            if single:
-                return [single]
-            known = [op.name for op in self.ops] + [",".join(op.name for op in c) for c in self.chains if len(c) > 1]
-            raise no_such_rnn(f"{self.path} has no sequence op or chain", layer, known)
-        if not self.ops:
-            raise BadInput(f"{self.path} holds no {', '.join(SEQUENCE_OPS)} ({self.listing()})")
-        if len(self.chains) == 1 or take_all:
-            return self.chains
-        listing = "; ".join(",".join(op.name for op in chain) for chain in self.chains)
-        raise several_rnns(self.path, f"holds {len(self.chains)} RNNs ({listing})")
+        def below(later: SequenceOp) -> SequenceOp | None:
+            if later.kind is None:
+                return None
+            glue, found = through_glue(self.input_of(self.ir[later.layer], 0), step, MAX_GLUE)
+            earlier = readable.get(found[0].id) if found is not None else None
+            if earlier is None or found is None or not same_rnn(earlier, later):
+                return None
+            y_port = self.ir[earlier.layer].outputs[0] if self.ir[earlier.layer].outputs else None
+            moved = found[1] == y_port and merges_directions(glue, earlier.directions, earlier.width)
+            return earlier if moved else None
+
+        return chained(ops, below)
+
+    def _glue(self, layer: IRLayer) -> Glue:
+        """A glue layer as far as moving axes goes: its permutation, shape or axes (its second input)."""
+        return Glue(layer.kind, self.integers(layer, 1), layer.data.get("special_zero", "false").lower() == "true")
+
+    def nothing_held(self) -> str:
+        return f"{self.path} holds no {', '.join(SEQUENCE_OPS)} ({self.listing()})"
 
     def listing(self, most: int = 8) -> str:
         """The kinds of layers the graph holds, the commonest first: "12 Const, 3 Parameter, ..."."""
-        counts = Counter(layer.kind for layer in self.layers.values())
+        counts = Counter(layer.kind for layer in self.ir.values())
         more = ", ..." if len(counts) > most else ""
         return "its graph holds " + ", ".join(f"{n} {kind}" for kind, n in counts.most_common(most)) + more
 
     def interface(self) -> bool:
         """Whether the file is the graph rnnconv writes: its inputs and outputs by those names, one RNN in it."""
-        names = {layer.name for layer in self.layers.values() if layer.kind == "Parameter"}
+        names = {layer.name for layer in self.ir.values() if layer.kind == "Parameter"}
         return len(self.chains) == 1 and {OPENVINO_X, OPENVINO_INITIAL_H, OPENVINO_LENGTHS} <= names
 
 
@@ -382,17 +363,6 @@ def _check_attributes(op: SequenceOp) -> None:
         raise BadInput(f"{op.op} {op.name!r}: direction {op.direction!r} is none of {', '.join(OPENVINO_DIRECTIONS)}")
 
 
-def _same_rnn(earlier: SequenceOp, later: SequenceOp) -> bool:
-    same = (
-        earlier.op == later.op
-        and earlier.hidden == later.hidden
-        and earlier.direction == later.direction
-        and earlier.config() == later.config()
-        and earlier.dtype == later.dtype
-    )
-    return same and later.input_size == earlier.directions * earlier.hidden
-
-
 def _refusal(op: SequenceOp) -> str | None:
     """Why cuDNN cannot compute an op, beyond what the table's row says."""
     if op.refusal is not None:
@@ -414,10 +384,7 @@ def _refusal(op: SequenceOp) -> str | None:
 def to_canonical(chain: list[SequenceOp], source: Provenance, bias_split: str) -> CanonicalRNN:
     """The canonical RNN of a chain of ops (one op: one layer)."""
     first = chain[0]
-    for op in chain:
-        reason = _refusal(op)
-        if reason:
-            raise Unsupported(reason)
+    refuse(chain, _refusal)
     config = first.config()
     row = find_row("openvino", first.op, config)
     settled = settle(row, config, first.name)
@@ -425,7 +392,7 @@ def to_canonical(chain: list[SequenceOp], source: Provenance, bias_split: str) -
         raise Unsupported(f"{first.op} {first.name!r} cannot compute cuDNN's {settled.mode}")
     dirs = first.directions
     for index, op in enumerate(chain[1:], start=1):
-        if not _same_rnn(chain[index - 1], op):
+        if not same_rnn(chain[index - 1], op):
             raise BadInput(f"{chain[index - 1].name!r} and {op.name!r} are not two layers of one RNN")
 
     def cell_of(layer: int, d: int, _: RNNSpec) -> StoredCell:
@@ -463,24 +430,3 @@ def to_canonical(chain: list[SequenceOp], source: Provenance, bias_split: str) -
         provenance={"stacked": [op.name for op in chain] if len(chain) > 1 else None},
     )
     return read(found, source)
-
-
-def chain_sizes(chain: list[SequenceOp]) -> RNNSizes | None:
-    first = chain[0]
-    if INPUT_MATRIX not in first.weights:
-        return None
-    cell = SEQUENCE_OPS[first.op]
-    try:
-        mode = mode_for(find_row("openvino", first.op, first.config()), first.config())
-    except RnnconvError:
-        mode = next(m for m, (c, _) in CUDNN_MODES.items() if c == cell)
-    with contextlib.suppress(RnnconvError, ValueError):
-        spec = RNNSpec(mode, first.input_size, first.hidden, len(chain), first.directions == 2, 0, first.dtype)
-        return RNNSizes.of(spec.to_model())
-    return None
-
-
-def recorded_source(file: IRFile) -> Provenance | None:
-    """Where an IR rnnconv wrote says its RNN came from (None when it says nothing; BadInput on garbage)."""
-    text = file.rt_info.get(registry.SOURCE_KEY)
-    return None if text is None else registry.read_source_record(text, file.path)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,8 @@ import numpy as np
 from rnnconv.canonical import RNNSpec
 from rnnconv.compare import Inputs
 from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line
-from rnnconv.formats.openvino.builder import Graph, Layer, Tensor, build
+from rnnconv.formats._graph import Chain, reverse_sequences
+from rnnconv.formats.openvino.builder import Graph, Layer, Parts, Tensor, build
 from rnnconv.formats.openvino.reader import IRFile, SequenceOp
 from rnnconv.formats.openvino.wire import (
     OPENVINO_C_N,
@@ -69,7 +69,7 @@ def run_ir(xml: Path, inputs: Inputs, lstm: bool) -> dict[str, np.ndarray | None
     return {"y": y, "h_n": got[OPENVINO_H_N], "c_n": got.get(OPENVINO_C_N)}
 
 
-def _one(values: FileArray) -> Callable[[], Iterator[np.ndarray | FileArray]]:
+def _one(values: FileArray) -> Parts:
     return lambda: iter([values])
 
 
@@ -86,15 +86,6 @@ def _own_layers(chain: list[SequenceOp]) -> list[Layer]:
     return layers
 
 
-def reverse_sequences(x: np.ndarray, lengths: np.ndarray | None) -> np.ndarray:
-    """Each sequence of (T, B, ...) reversed within its length (padding stays at the end)."""
-    out = np.array(x)
-    for b in range(x.shape[1]):
-        n = x.shape[0] if lengths is None else int(lengths[b])
-        out[:n, b] = x[:n, b][::-1]
-    return out
-
-
 def _write_graph(graph: Graph, folder: Path) -> Path:
     xml = folder / "model.xml"
     with open(xml.with_suffix(".bin"), "wb") as f:
@@ -104,22 +95,23 @@ def _write_graph(graph: Graph, folder: Path) -> Path:
 
 
 def run_ops(
-    file: IRFile, chain: list[SequenceOp], spec: RNNSpec, inputs: dict[str, np.ndarray | None], layer: str | None
+    file: IRFile, chain: Chain[SequenceOp], spec: RNNSpec, inputs: dict[str, np.ndarray | None], layer: str | None
 ) -> tuple[dict[str, np.ndarray | None], str]:
     """The file's own graph (one rnnconv wrote), or a chain of its sequence ops with their own weights and
     attributes, run in OpenVINO's CPU plugin; and how it ran."""
-    for op in chain:
+    ops = chain.layers
+    for op in ops:
         if op.refusal is not None:
             raise Unsupported(op.refusal)
-    if chain[0].input_size != spec.input_size or len(chain) != spec.num_layers:
+    if chain.first.input_size != spec.input_size or len(ops) != spec.num_layers:
         raise BadInput(f"the OpenVINO ops {layer} are not the RNN the blob describes ({spec.describe()})")
     ov = require_openvino()
-    lstm = SEQUENCE_OPS[chain[0].op] == LSTM
-    if file.interface() and chain == file.chains[0] and chain[0].direction != OPENVINO_REVERSE:
+    lstm = SEQUENCE_OPS[chain.first.op] == LSTM
+    if file.interface() and chain == file.chains[0] and chain.first.direction != OPENVINO_REVERSE:
         return run_ir(file.path, inputs, lstm), f"OpenVINO {ov.__version__} CPU plugin: the file's own graph"
-    how = f"OpenVINO {ov.__version__} CPU plugin: the file's own {chain[0].op} op(s)"
-    graph = build(_own_layers(chain), chain[0].input_size, "ops")
-    reverse = chain[0].direction == OPENVINO_REVERSE
+    how = f"OpenVINO {ov.__version__} CPU plugin: the file's own {chain.first.op} op(s)"
+    graph = build(_own_layers(ops), chain.first.input_size, "ops")
+    reverse = chain.first.direction == OPENVINO_REVERSE
     given = dict(inputs)
     if reverse:  # cuDNN runs a reverse-only op as a forward one on each sequence reversed: compare it that way
         given["x"] = reverse_sequences(np.asarray(inputs["x"]), inputs.get("lengths"))
