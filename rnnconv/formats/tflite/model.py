@@ -5,14 +5,15 @@ BIDIRECTIONAL_SEQUENCE_LSTM ops."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rnnconv.errors import BadInput, Unsupported, no_such_rnn, several_rnns
+from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import registry
+from rnnconv.formats._graph import Chain, Graph, chained, same_rnn
 from rnnconv.formats.tflite.flat import Flat, Table
 from rnnconv.formats.tflite.wire import (
     BIDIRECTIONAL_LSTM,
@@ -36,7 +37,7 @@ from rnnconv.formats.tflite.wire import (
 )
 from rnnconv.safeio.inputs import read_array, regular_file
 from rnnconv.table.apply import find_row
-from rnnconv.table.constants import CUDNN_GATES, LSTM, MAX_SIZE, RECURRENT_MATRIX
+from rnnconv.table.constants import CUDNN_GATES, INPUT_MATRIX, LSTM, MAX_SIZE, RECURRENT_MATRIX
 from rnnconv.table.layouts import per_gate
 
 FLOAT_TYPES: dict[str, np.dtype[Any]] = {
@@ -82,31 +83,37 @@ class Op:
 
 @dataclass
 class Layer:
-    """One layer of an RNN: its op per direction, the tensor it reads and the tensor it gives the next layer."""
+    """One layer of an RNN: its op per direction, the tensor it reads and the tensor it gives the next layer, named
+    by that tensor; what its layers have alike (the op, its directions, the recurrent matrix's shape (H, H or P), the
+    options), its input size and what it gives the layer above."""
 
     ops: list[Op]
     source: int
     output: int
-
-
-@dataclass
-class Chain:
     name: str
-    layers: list[Layer]
+    kind: object
+    input_size: int
+    width: int
 
     @property
-    def first(self) -> Op:
-        return self.layers[0].ops[0]
+    def op(self) -> Op:
+        return self.ops[0]
+
+    @property
+    def shown_class(self) -> str:
+        return self.op.title
 
 
-@dataclass
-class TfliteFile:
-    path: Path
-    tensors: list[Tensor]
-    ops: list[Op]
-    chains: list[Chain]
-    recorded: str | None  # the provenance rnnconv wrote in the metadata
-    flat: Flat = field(repr=False, default=None)  # type: ignore[assignment]
+class TfliteFile(Graph[Layer]):
+    """A .tflite: its tensors and ops, its RNN ops as layers, and the chains of them that are one RNN."""
+
+    what = "RNN layer"
+
+    def __init__(self, path: Path, tensors: list[Tensor], ops: list[Op], record: str | None, flat: Flat):
+        self.path, self.tensors, self.ops, self.flat = path, tensors, ops, flat
+        self.record = record  # the source rnnconv wrote in the metadata, read with an RNN (a damaged one refuses it)
+        layers, chains = self._chains()
+        super().__init__(path, FORMAT, layers, chains, None)
 
     @classmethod
     def load(cls, path: Path) -> TfliteFile:
@@ -140,9 +147,7 @@ class TfliteFile:
         for entry in model.tables(6):
             if entry.string(0) == registry.SOURCE_KEY:
                 recorded = _buffer_text(entry.scalar(1, "u32", 0), buffers, flat)
-        file = cls(path, tensors, ops, [], recorded, flat)
-        file.chains = file._chains()
-        return file
+        return cls(path, tensors, ops, recorded, flat)
 
     def constant(self, index: int, what: str) -> np.ndarray:
         """A constant tensor's values (float32, float64 for float64), read from the file."""
@@ -178,9 +183,9 @@ class TfliteFile:
         start = axes.data[0]
         return op.inputs[0] if self.flat.i32(start) == axis else None
 
-    def _chains(self) -> list[Chain]:
-        """The RNN ops grouped into RNNs: directions joined as rnnconv writes them, layers reading the one below.
-        Every lookup goes through an index, so a hostile file's many ops cost linear time."""
+    def _chains(self) -> tuple[list[Layer], list[Chain[Layer]]]:
+        """The RNN ops grouped into layers (directions joined as rnnconv writes them) and RNNs (layers reading the
+        one below). Every lookup goes through an index, so a hostile file's many ops cost linear time."""
         rnn_ops = [op for op in self.ops if op.name in OP_INPUTS and op.inputs and op.outputs]
         if len(rnn_ops) > MAX_RNN_OPS:
             raise BadInput(f"{self.path} holds {len(rnn_ops)} RNN ops, more than any model rnnconv reads")
@@ -218,36 +223,48 @@ class TfliteFile:
                         break
             if partner is not None:
                 paired |= {op.index, partner[0].index}
-                layers.append(Layer([op, partner[0]], op.inputs[0], partner[1]))
+                layers.append(self._layer([op, partner[0]], op.inputs[0], partner[1]))
             else:
-                layers.append(Layer([op], op.inputs[0], op.outputs[0]))
+                layers.append(self._layer([op], op.inputs[0], op.outputs[0]))
         layers = [layer for layer in layers if layer.ops[0].index not in paired or len(layer.ops) == 2]
         for op in self.ops:
             if op.name == BIDIRECTIONAL_LSTM and op.inputs and op.outputs:
-                layers.append(Layer(self._directions(op), op.inputs[0], self._merged(op, readers)))
-        chains: list[list[Layer]] = []
-        ending: dict[int, list[Layer]] = {}  # a chain by the tensor its top layer gives
-        for layer in sorted(layers, key=lambda la: la.ops[0].index):
-            below = ending.get(layer.source)
-            fits = below is not None and self._same_rnn(below[-1], layer)
+                layers.append(self._layer(self._directions(op), op.inputs[0], self._merged(op, readers)))
+        layers.sort(key=lambda la: la.ops[0].index)
+        below: dict[int, Layer] = {}
+        produced: dict[int, Layer] = {}  # each tensor's producer among the layers so far
+        for layer in layers:
+            found = produced.get(layer.source)
             # only this layer (and its reversal) reads what it reads
             single_reader = len(readers.get(layer.source, [])) == len({op.index for op in layer.ops})
-            if below is not None and fits and single_reader:
-                del ending[layer.source]
-                below.append(layer)
-            else:
-                below = [layer]
-                chains.append(below)
-            ending[layer.output] = below
-        named: list[Chain] = []
+            if found is not None and same_rnn(found, layer) and single_reader:
+                below[id(layer)] = found
+            produced[layer.output] = layer
+        named: list[Chain[Layer]] = []
         taken: set[str] = set()
-        for chain in chains:
+        for chain in chained(layers, lambda layer: below.get(id(layer))):
             name = self.tensors[chain[-1].output].name or f"op{chain[0].ops[0].index}"
             if name in taken:
                 name = f"{name}#{chain[0].ops[0].index}"
             taken.add(name)
             named.append(Chain(name, chain))
-        return named
+        return layers, named
+
+    def _layer(self, ops: list[Op], source: int, output: int) -> Layer:
+        """A layer of these ops, reading `source`, giving `output`."""
+        first = ops[0]
+        gate = CUDNN_GATES[cell_of_op(first.name)][-1]
+        recurrent, given = (self._shape(first, per_gate(role, gate)) for role in (RECURRENT_MATRIX, INPUT_MATRIX))
+        kind = (first.name, len(ops), recurrent, op_options(first))
+        name = self.tensors[output].name or f"op{first.index}"
+        width = len(ops) * recurrent[1] if len(recurrent) == 2 else 0
+        return Layer(ops, source, output, name, kind, given[1] if len(given) == 2 else 0, width)
+
+    def _shape(self, op: Op, key: str) -> tuple[int, ...]:
+        """The shape of the op's input that holds the row's stored tensor `key` (() where it has none)."""
+        slot = slot_of(op.name, key)
+        t = op.inputs[slot] if slot < len(op.inputs) else UNSET
+        return self.tensors[t].shape if t != UNSET else ()
 
     def _directions(self, op: Op) -> list[Op]:
         """The two directions of a BIDIRECTIONAL_SEQUENCE_LSTM, each as the unidirectional op it computes."""
@@ -308,37 +325,14 @@ class TfliteFile:
                 return int(op.outputs[0])
         return None
 
-    def _same_rnn(self, below: Layer, above: Layer) -> bool:
-        a, b = below.ops[0], above.ops[0]
-        same_sizes = self._hidden(a) == self._hidden(b)
-        return a.name == b.name and len(below.ops) == len(above.ops) and same_sizes and op_options(a) == op_options(b)
-
-    def _hidden(self, op: Op) -> tuple[int, ...]:
-        """The shape of the op's last gate's recurrent matrix: (H, H or P), the same in every layer of one RNN."""
-        slot = slot_of(op.name, per_gate(RECURRENT_MATRIX, CUDNN_GATES[cell_of_op(op.name)][-1]))
-        t = op.inputs[slot] if slot < len(op.inputs) else UNSET
-        return self.tensors[t].shape if t != UNSET else ()
-
-    def choose(self, layer: str | None, take_all: bool) -> list[Chain]:
-        if layer is not None:
-            found = [c for c in self.chains if c.name == layer]
-            if not found:
-                raise no_such_rnn(f"{self.path} has no RNN", layer, [c.name for c in self.chains])
-            return found
-        if not self.chains:
-            held = ", ".join(f"{n} {op}" for op, n in Counter(op.name for op in self.ops).most_common(5))
-            gru = (
-                " (TFLite has no fused GRU op: a GRU is written as a WHILE loop or unrolled, which rnnconv does "
-                "not read)"
-                if "WHILE" in held
-                else ""
-            )
-            raise BadInput(
-                f"{self.path} holds no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN op (its ops: {held or 'none'}){gru}"
-            )
-        if len(self.chains) == 1 or take_all:
-            return self.chains
-        raise several_rnns(self.path, f"holds {len(self.chains)} RNNs ({', '.join(c.name for c in self.chains)})")
+    def nothing_held(self) -> str:
+        held = ", ".join(f"{n} {op}" for op, n in Counter(op.name for op in self.ops).most_common(5))
+        gru = (
+            " (TFLite has no fused GRU op: a GRU is written as a WHILE loop or unrolled, which rnnconv does not read)"
+            if "WHILE" in held
+            else ""
+        )
+        return f"{self.path} holds no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN op (its ops: {held or 'none'}){gru}"
 
     def op_listing(self) -> str:
         return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in Counter(op.name for op in self.ops).items())

@@ -11,15 +11,9 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.errors import RnnconvError, Unsupported
 from rnnconv.formats import registry
-from rnnconv.formats.tflite.model import FLOAT_TYPES, Chain, Op, TfliteFile, cell_of_op, input_of, op_options
-from rnnconv.formats.tflite.wire import (
-    ACTIVATION_NAMES,
-    FORMAT,
-    OP_INPUTS,
-    TFLITE_CELL_OPS,
-    TFLITE_STATE_INPUTS,
-    UNSET,
-)
+from rnnconv.formats._graph import Chain
+from rnnconv.formats.tflite.model import FLOAT_TYPES, Layer, Op, TfliteFile, cell_of_op, input_of, op_options
+from rnnconv.formats.tflite.wire import ACTIVATION_NAMES, FORMAT, OP_INPUTS, TFLITE_CELL_OPS, TFLITE_STATE_INPUTS, UNSET
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_GATES, CUDNN_MODES, INPUT_MATRIX, LSTM, PROJECTION
 from rnnconv.table.layouts import per_gate
@@ -79,8 +73,8 @@ def _weights(file: TfliteFile, op: Op, row: Row, where: str) -> dict[str, int]:
     return found
 
 
-def to_canonical(file: TfliteFile, chain: Chain, source: Provenance) -> CanonicalRNN:
-    first = chain.first
+def to_canonical(file: TfliteFile, chain: Chain[Layer], source: Provenance) -> CanonicalRNN:
+    first = chain.first.op
     row = find_row(FORMAT, first.name)
     cells: dict[tuple[int, int], dict[str, int]] = {}
     for layer, held in enumerate(chain.layers):
@@ -127,14 +121,14 @@ def to_canonical(file: TfliteFile, chain: Chain, source: Provenance) -> Canonica
         handover={"keepalive": file},
     )
     rnn = read(found, source)
-    if file.recorded is not None:
-        rnn.origin = registry.read_source_record(file.recorded, file.path)
+    if file.record is not None:
+        rnn.origin = registry.read_source_record(file.record, file.path)
     return rnn
 
 
-def chain_sizes(file: TfliteFile, chain: Chain) -> RNNSizes | None:
+def chain_sizes(file: TfliteFile, chain: Chain[Layer]) -> RNNSizes | None:
     """The sizes of ops that do not convert, as far as their weights' shapes tell."""
-    first = chain.first
+    first = chain.first.op
     row = find_row(FORMAT, first.name)
     gate = CUDNN_GATES[row.cell][-1]
     matrix = input_of(first, row.tensors[per_gate(INPUT_MATRIX, gate)])

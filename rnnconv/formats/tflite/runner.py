@@ -10,12 +10,10 @@ import numpy as np
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line
 from rnnconv.formats import registry
+from rnnconv.formats._graph import Chain
 from rnnconv.formats.tflite.builder import Constant, Graph, build_graph, model_bytes
-from rnnconv.formats.tflite.model import Chain, TfliteFile, input_of, op_options
-from rnnconv.formats.tflite.wire import (
-    FORMAT,
-    UNSET,
-)
+from rnnconv.formats.tflite.model import Layer, TfliteFile, input_of, op_options
+from rnnconv.formats.tflite.wire import FORMAT, UNSET
 from rnnconv.formats.tflite.writer import graph_of, tflite_losses
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_GATES, INPUT_MATRIX, RECURRENT_MATRIX
@@ -83,10 +81,10 @@ def _stored(file: TfliteFile, t: int) -> Callable[[], np.ndarray]:
     return lambda: file.constant(t, "a weight").astype(np.float32)
 
 
-def graph_of_file(file: TfliteFile, chain: Chain) -> Graph:
+def graph_of_file(file: TfliteFile, chain: Chain[Layer]) -> Graph:
     """The chain's own ops in rnnconv's graph: every input as the file stores it (widened to float32), and its
     options as stored but for the layout of x and y (batch-major here)."""
-    first = chain.first
+    first = chain.first.op
     layers = []
     for held in chain.layers:
         directions = []
