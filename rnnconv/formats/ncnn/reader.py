@@ -13,11 +13,13 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
-from rnnconv.errors import BadInput, Unsupported, no_such_rnn, several_rnns
+from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import registry
+from rnnconv.formats._graph import Graph, consecutive, named, refuse, same_rnn
 from rnnconv.formats.ncnn.wire import (
     ARRAY_KEY,
     INT8_TAG,
+    KIND,
     NCNN_DIRECTIONS,
     NCNN_FLAGS,
     NCNN_LAYERS,
@@ -110,6 +112,21 @@ class Layer:
     @property
     def input_size(self) -> int:
         return self.param("weight_data_size") // (self.directions * _gates(self.cell) * self.hidden)
+
+    @property
+    def width(self) -> int:
+        return self.directions * self.output
+
+    @property
+    def shown_class(self) -> str:
+        return self.type
+
+    @property
+    def kind(self) -> object:
+        """What the layers of one RNN have alike; None for a layer whose weights are not read."""
+        if self.refusal is not None:
+            return None
+        return self.type, self.output, self.hidden, self.param("direction")
 
 
 def _value(text: str, where: str) -> Any:
@@ -264,13 +281,14 @@ def _check_recurrent(layer: Layer) -> None:
         raise BadInput(f"{where} has no input or no output")
 
 
-@dataclass
-class NcnnFile:
-    path: Path
-    weights: Path
-    layers: list[Layer]
-    chains: list[list[Layer]]
-    origin: Provenance | None
+class NcnnFile(Graph[Layer]):
+    """An ncnn model: its recurrent layers, and the chains of them that are one RNN."""
+
+    what = "recurrent layer"
+
+    def __init__(self, path: Path, weights: Path, layers: list[Layer]):
+        super().__init__(path, KIND, layers, named(consecutive(layers, _feeds)), _recorded(path))
+        self.weights = weights
 
     @classmethod
     def load(cls, path: Path, source: bool = False) -> NcnnFile:
@@ -282,26 +300,10 @@ class NcnnFile:
         if source:
             add_guard(unchanged(weights))
         _size_layers(layers, reader)
-        recurrent = [layer for layer in layers if layer.type in RECURRENT]
-        return cls(path, weights, recurrent, _chains(recurrent), _recorded(path))
+        return cls(path, weights, [layer for layer in layers if layer.type in RECURRENT])
 
-    def choose(self, layer: str | None, take_all: bool) -> list[list[Layer]]:
-        if layer is not None:
-            for chain in self.chains:
-                if chain_name(chain) == layer:
-                    return [chain]
-            for found in self.layers:
-                if found.name == layer:
-                    return [[found]]
-            known = [chain_name(c) for c in self.chains if len(c) > 1] + [x.name for x in self.layers]
-            raise no_such_rnn(f"{self.path} has no recurrent layer or chain", layer, known)
-        if not self.layers:
-            raise BadInput(f"{self.path} holds no {', '.join(NCNN_LAYERS.values())} layer")
-        if len(self.chains) == 1 or take_all:
-            return self.chains
-        raise several_rnns(
-            self.path, f"holds {len(self.chains)} RNNs ({', '.join(chain_name(c) for c in self.chains)})"
-        )
+    def nothing_held(self) -> str:
+        return f"{self.path} holds no {', '.join(NCNN_LAYERS.values())} layer"
 
 
 def _recorded(path: Path) -> Provenance | None:
@@ -314,29 +316,9 @@ def _recorded(path: Path) -> Provenance | None:
     return registry.read_source_record(sidecar.read_bytes(), sidecar)
 
 
-def chain_name(chain: list[Layer]) -> str:
-    return ",".join(layer.name for layer in chain)
-
-
-def _same_rnn(below: Layer, above: Layer) -> bool:
-    return (
-        below.type == above.type
-        and below.output == above.output
-        and below.hidden == above.hidden
-        and below.param("direction") == above.param("direction")
-        and above.bottoms[0] == below.tops[0]
-        and above.input_size == below.directions * below.output
-    )
-
-
-def _chains(layers: list[Layer]) -> list[list[Layer]]:
-    chains: list[list[Layer]] = []
-    for layer in layers:
-        if chains and _same_rnn(chains[-1][-1], layer) and chains[-1][-1].refusal is None and layer.refusal is None:
-            chains[-1].append(layer)
-        else:
-            chains.append([layer])
-    return chains
+def _feeds(below: Layer, above: Layer) -> bool:
+    """Whether `above` is the layer after `below` in one RNN: alike, and reading what `below` gives."""
+    return same_rnn(below, above) and above.bottoms[0] == below.tops[0]
 
 
 def why_refused(layer: Layer) -> str | None:
@@ -351,12 +333,10 @@ def why_refused(layer: Layer) -> str | None:
 
 def to_canonical(chain: list[Layer], file: NcnnFile, source: Provenance) -> CanonicalRNN:
     first = chain[0]
-    for layer in chain:
-        reason = why_refused(layer)
-        if reason:
-            raise Unsupported(reason)
+    name = ",".join(layer.name for layer in chain)
+    refuse(chain, why_refused)
     row = find_row("ncnn", first.type)
-    settled = settle(row, {}, chain_name(chain))
+    settled = settle(row, {}, name)
     hidden, out, dirs = first.hidden, first.output, first.directions
     dtypes = {b.dtype for layer in chain for b in layer.blobs}
     dtype = "float16" if dtypes == {"<f2"} else "float32"
@@ -387,7 +367,7 @@ def to_canonical(chain: list[Layer], file: NcnnFile, source: Provenance) -> Cano
         return StoredCell(fetch, stored, row.tensors, f"layer {layer.name!r}")
 
     found = Found(
-        chain_name(chain),
+        name,
         row,
         settled,
         input_size=first.input_size,
@@ -401,5 +381,5 @@ def to_canonical(chain: list[Layer], file: NcnnFile, source: Provenance) -> Cano
         provenance={"stacked": [x.name for x in chain] if len(chain) > 1 else None},
     )
     rnn = read(found, source)
-    rnn.origin = file.origin
+    rnn.origin = file.recorded
     return rnn

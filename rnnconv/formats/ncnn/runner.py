@@ -11,12 +11,7 @@ import numpy as np
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.errors import BackendMissing, BadInput
 from rnnconv.formats.ncnn.reader import Layer, NcnnFile
-from rnnconv.formats.ncnn.wire import (
-    IN,
-    NARROW_OPTIONS,
-    NCNN_PARAMS,
-    OUT,
-)
+from rnnconv.formats.ncnn.wire import IN, NARROW_OPTIONS, NCNN_PARAMS, OUT
 from rnnconv.formats.ncnn.writer import LayerBlobs, compose
 from rnnconv.table.constants import LSTM
 
