@@ -2,29 +2,26 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectReport, Provenance
+from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line
 from rnnconv.formats import registry
+from rnnconv.formats._graph import Chain, GraphFormat
 from rnnconv.formats.mlx import PLUGIN
-from rnnconv.formats.mlx.reader import Chain, MlxFile, to_canonical
+from rnnconv.formats.mlx.reader import MlxChain, MlxFile, Module, to_canonical
 from rnnconv.formats.mlx.runner import require_mlx, run_modules
 from rnnconv.formats.mlx.wire import MLX_CLASSES, NPY
 from rnnconv.formats.mlx.writer import WRITABLE, constructor, mlx_losses, write_mlx
-from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
-from rnnconv.safeio.digests import digest_in_background
+from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
 from rnnconv.table.constants import LSTM
 
 
 @register
-class MlxFormat(Format):
+class MlxFormat(GraphFormat[MlxFile, Module]):
     plugin = PLUGIN
     sniff_order = 30  # a safetensors of MLX's parameter names: after rnnconv's own, before PyTorch's state_dicts
 
@@ -37,21 +34,21 @@ class MlxFormat(Format):
             file = MlxFile.load(probe.path)
         except RnnconvError:
             return False
-        return bool(file.modules)
+        return bool(file.layers)
 
-    @contextlib.contextmanager
-    def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
-        file = MlxFile.load(path)
-        info = Provenance(path=str(path.resolve()), format=file.kind)
-        digest = digest_in_background(path) if options.hash_source else None
-        chains = file.choose(options.layer, options.take_all)
-        found = registry.read_each(
-            chains,
-            lambda chain: to_canonical(chain, info, options.nonlinearity, file),
-            lambda chain: chain.name,
-            digest,
-        )
-        yield found
+    def load(self, path: Path, options: ReadOptions | None = None) -> MlxFile:
+        return MlxFile.load(path)
+
+    def to_canonical(
+        self, graph: MlxFile, chain: Chain[Module], source: Provenance, options: ReadOptions
+    ) -> CanonicalRNN:
+        assert isinstance(chain, MlxChain)
+        return to_canonical(chain, source, options.nonlinearity, graph)
+
+    def chain_note(self, chain: Chain[Module]) -> str | None:
+        if len(chain.layers) == 1:
+            return None
+        return f"modules {', '.join(m.name for m in chain.layers)} are the layers and directions of one RNN"
 
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return mlx_losses(rnn)
@@ -76,46 +73,28 @@ class MlxFormat(Format):
             usage += "   # Stack: the README's module, [forward, backward] modules"
         return Written([path], warnings, usage)
 
-    def inspect(self, path: Path) -> InspectReport:
-        file = MlxFile.load(path)
-        provenance = Provenance(path=str(path))
-        entries = [
-            registry.inspect_entry(
-                chain.name,
-                MLX_CLASSES[chain.first.cell],
-                functools.partial(to_canonical, chain, provenance, None, file),
-            )
-            for chain in [c for c in file.chains if len(c.modules) > 1] + [Chain(m.name, [[m]]) for m in file.modules]
-        ]
-        notes = [
-            f"modules {', '.join(m.name for m in c.modules)} are the layers and directions of one RNN"
-            for c in file.chains
-            if len(c.modules) > 1
-        ]
-        return InspectReport(path=str(path), format=file.kind, rnns=entries, notes=notes)
-
-    def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
-        if recorded.layer and recorded.format in self.info.kinds:
-            return recorded
-        file = MlxFile.load(path)
-        (chain,) = file.choose(layer, take_all=False)
-        return recorded.model_copy(update={"layer": chain.name, "format": file.kind})
-
-    def run(
-        self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+    def run_chain(
+        self,
+        graph: MlxFile,
+        chain: Chain[Module],
+        source: Provenance,
+        spec: RNNSpec,
+        inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The file's own modules in MLX (CPU)."""
-        file = MlxFile.load(path)
-        (chain,) = file.choose(source.layer, take_all=False)
-        for module in chain.modules:
+        assert isinstance(chain, MlxChain)
+        for module in chain.layers:
             if module.refusal:
                 raise Unsupported(module.refusal)
-        shape = (chain.first.input_size, len(chain.layers), chain.directions)
-        if shape != (spec.input_size, spec.num_layers, spec.num_directions):
+        if (chain.first.input_size, len(chain.pairs), chain.directions) != (
+            spec.input_size,
+            spec.num_layers,
+            spec.num_directions,
+        ):
             raise BadInput(f"the MLX modules {source.layer} are not the RNN the blob describes ({spec.describe()})")
         mx, _ = require_mlx()
         try:
-            out = run_modules(path, chain, spec.mode, inputs)
+            out = run_modules(graph.path, chain, spec.mode, inputs)
         except (ValueError, RuntimeError) as exc:
-            raise BadInput(f"MLX cannot run {path}: {first_line(exc)}") from None
+            raise BadInput(f"MLX cannot run {graph.path}: {first_line(exc)}") from None
         return out, f"mlx {mx.__version__} (CPU): the file's mlx.nn.{MLX_CLASSES[chain.first.cell]} module(s)"

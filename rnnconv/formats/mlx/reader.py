@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import math
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,9 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
 from rnnconv.dtypes import BY_SAFETENSORS, ElementType, decode, element_type, source_dtype_name
-from rnnconv.errors import BadInput, Unsupported, no_such_rnn, several_rnns
+from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import _safetensors, registry
+from rnnconv.formats._graph import Chain, Graph
 from rnnconv.formats._zip import check_member, open_archive, read_member, stored_start
 from rnnconv.formats.mlx.wire import KIND, MLX_CLASSES, MLX_STACK, NPY, NPZ_KIND, SINCE, STACKED
 from rnnconv.formats.registry import ZIP_MAGIC
@@ -87,34 +88,48 @@ class Module:
     def dtype(self) -> str:
         return self.tensors[self.names[INPUT_MATRIX]].etype.name
 
-
-@dataclass
-class Chain:
-    """One RNN of the file: its layers, each one module or (two directions) a forward and a backward one."""
-
-    name: str
-    layers: list[list[Module]]
+    @property
+    def width(self) -> int:
+        return self.hidden
 
     @property
-    def modules(self) -> list[Module]:
-        return [m for layer in self.layers for m in layer]
+    def kind(self) -> object:
+        """What the modules of one RNN have alike; None for a module that is refused."""
+        return None if self.refusal is not None else (self.cell, self.hidden, self.has_bias, self.dtype)
 
     @property
-    def first(self) -> Module:
-        return self.layers[0][0]
-
-    @property
-    def directions(self) -> int:
-        return len(self.layers[0])
+    def shown_class(self) -> str:
+        return MLX_CLASSES[self.cell]
 
 
 @dataclass
-class MlxFile:
-    path: Path
-    modules: list[Module]
-    chains: list[Chain]
-    metadata: dict[str, str] = field(default_factory=dict)
-    kind: str = KIND
+class MlxChain(Chain[Module]):
+    """One RNN of the file: its modules, layer after layer, each layer one module or (two directions) a forward and
+    a backward one."""
+
+    directions: int = 1
+
+    @property
+    def pairs(self) -> list[list[Module]]:
+        """Its layers, each its modules by direction."""
+        return [self.layers[k : k + self.directions] for k in range(0, len(self.layers), self.directions)]
+
+
+class MlxFile(Graph[Module]):
+    """An MLX weights file: its mlx.nn modules, and the stacks of them that are one RNN."""
+
+    what = "MLX recurrent module"
+
+    def __init__(self, path: Path, modules: list[Module], metadata: dict[str, str], kind: str):
+        super().__init__(path, kind, modules, _chains(modules), None)  # the source it records is read with an RNN
+        self.metadata = metadata
+
+    def alone(self, layer: Module) -> MlxChain:
+        return MlxChain(layer.name, [layer])
+
+    def nothing_held(self) -> str:
+        names = ", ".join(sorted({n for p in MLX_PARAMETERS.values() for n in p.values()}))
+        return f"{self.path} holds no mlx.nn LSTM, GRU or RNN weights (parameters named {names})"
 
     @classmethod
     def load(cls, path: Path) -> MlxFile:
@@ -129,27 +144,7 @@ class MlxFile:
             prefix, _, name = key.rpartition(".")
             groups.setdefault(f"{prefix}." if prefix else "", {})[name] = tensor
         modules = [m for prefix, found in sorted(groups.items()) if (m := _module(prefix, found)) is not None]
-        return cls(path, modules, _chains(modules), metadata, NPZ_KIND if zipped else KIND)
-
-    def choose(self, layer: str | None, take_all: bool) -> list[Chain]:
-        if layer is not None:
-            for chain in self.chains:
-                if chain.name == layer:
-                    return [chain]
-            for module in self.modules:
-                if module.name == layer:
-                    return [Chain(module.name, [[module]])]
-            known = [c.name for c in self.chains] + [m.name for m in self.modules]
-            raise no_such_rnn(f"{self.path} has no MLX recurrent module", layer, list(dict.fromkeys(known)))
-        if not self.modules:
-            raise BadInput(
-                f"{self.path} holds no mlx.nn LSTM, GRU or RNN weights (parameters named "
-                f"{', '.join(sorted({n for p in MLX_PARAMETERS.values() for n in p.values()}))})"
-            )
-        if len(self.chains) == 1 or take_all:
-            return self.chains
-        listing = ", ".join(c.name for c in self.chains)
-        raise several_rnns(self.path, f"holds {len(self.chains)} RNNs ({listing})")
+        return cls(path, modules, metadata, NPZ_KIND if zipped else KIND)
 
 
 def _safetensors_tensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
@@ -268,7 +263,7 @@ def _same_stack(below: list[Module], above: list[Module]) -> bool:
     return alike and len(above) == len(below) and (above is below or all(m.input_size == fed for m in above))
 
 
-def _chains(modules: list[Module]) -> list[Chain]:
+def _chains(modules: list[Module]) -> list[Chain[Module]]:
     """Each module alone, except rnnconv's stacks: `layers.{k}.` modules (or `layers.{k}.0.` and `layers.{k}.1.`,
     two directions) of one class, from layers.0 on, each fed the previous one's outputs."""
     stacks: dict[str, dict[int, dict[int, Module]]] = {}
@@ -278,7 +273,7 @@ def _chains(modules: list[Module]) -> list[Chain]:
             direction = int(found.group(3)) if found.group(3) is not None else -1
             stacks.setdefault(found.group(1), {}).setdefault(int(found.group(2)), {})[direction] = module
     taken: set[str] = set()
-    chains: list[Chain] = []
+    chains: list[Chain[Module]] = []
     for base, by_layer in stacks.items():
 
         def layer(k: int, by_layer: dict[int, dict[int, Module]] = by_layer) -> list[Module] | None:
@@ -294,9 +289,9 @@ def _chains(modules: list[Module]) -> list[Chain]:
         while (after := layer(len(layers))) is not None and _same_stack(layers[-1], after):
             layers.append(after)
         if len(layers) > 1 or len(first) > 1:
-            chains.append(Chain(f"{base}{MLX_STACK}", layers))
+            chains.append(MlxChain(f"{base}{MLX_STACK}", [m for pair in layers for m in pair], len(first)))
             taken |= {m.prefix for pair in layers for m in pair}
-    return chains + [Chain(m.name, [[m]]) for m in modules if m.prefix not in taken]
+    return chains + [MlxChain(m.name, [m]) for m in modules if m.prefix not in taken]
 
 
 def recorded_source(metadata: dict[str, str], path: Path) -> Provenance | None:
@@ -305,9 +300,9 @@ def recorded_source(metadata: dict[str, str], path: Path) -> Provenance | None:
     return None if text is None else registry.read_source_record(text, path)
 
 
-def to_canonical(chain: Chain, source: Provenance, nonlinearity: str | None, file: MlxFile) -> CanonicalRNN:
+def to_canonical(chain: MlxChain, source: Provenance, nonlinearity: str | None, file: MlxFile) -> CanonicalRNN:
     first = chain.first
-    for module in chain.modules:
+    for module in chain.layers:
         if module.refusal:
             raise Unsupported(module.refusal)
     name = chain.name
@@ -321,7 +316,7 @@ def to_canonical(chain: Chain, source: Provenance, nonlinearity: str | None, fil
     hidden = first.hidden
 
     def cell_of(layer: int, direction: int, spec: RNNSpec) -> StoredCell:
-        module = chain.layers[layer][direction]
+        module = chain.pairs[layer][direction]
         names = module.names
         stored: dict[str, Tensor] = {role: module.tensors[n] for role, n in names.items() if n in module.tensors}
         fetch: dict[str, Any] = {role: t.values for role, t in stored.items()}
@@ -346,11 +341,11 @@ def to_canonical(chain: Chain, source: Provenance, nonlinearity: str | None, fil
         dtype=first.dtype,
         cell=cell_of,
         layer_class=MLX_CLASSES[first.cell],
-        num_layers=len(chain.layers),
+        num_layers=len(chain.pairs),
         bidirectional=chain.directions == 2,
         has_bias=first.has_bias,
         without_bias=f"mlx.nn.{MLX_CLASSES[first.cell]}(bias=False)",
-        provenance={"stacked": [m.name for m in chain.modules] if len(chain.modules) > 1 else None},
+        provenance={"stacked": [m.name for m in chain.layers] if len(chain.layers) > 1 else None},
         notes=nonlinearity_note(name, settled, row, "the file") if first.cell == RNN else [],
     )
     rnn = read(found, source)

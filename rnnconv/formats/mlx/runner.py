@@ -9,7 +9,7 @@ import numpy as np
 
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.errors import BackendMissing, Unsupported
-from rnnconv.formats.mlx.reader import Chain
+from rnnconv.formats.mlx.reader import MlxChain
 from rnnconv.formats.mlx.wire import MLX_CLASSES
 from rnnconv.table.constants import LSTM, NONLINEARITIES, RNN
 
@@ -26,7 +26,7 @@ def require_mlx() -> Any:
     return mx, nn
 
 
-def run_modules(path: Path, chain: Chain, mode: str, inputs: Inputs) -> Outputs:
+def run_modules(path: Path, chain: MlxChain, mode: str, inputs: Inputs) -> Outputs:
     """The file's modules, loaded by MLX's own load_weights into mlx.nn modules, run on the CPU layer after layer
     (a backward module on the sequence reversed, its outputs reversed back); sequence-major in and out, as cuDNN's."""
     mx, nn = require_mlx()
@@ -37,7 +37,7 @@ def run_modules(path: Path, chain: Chain, mode: str, inputs: Inputs) -> Outputs:
     x = mx.array(np.ascontiguousarray(np.asarray(inputs["x"], np.float32).transpose(1, 0, 2)))  # (B, T, I)
     hs: list[np.ndarray] = []
     cs: list[np.ndarray] = []
-    for pair in chain.layers:
+    for pair in chain.pairs:
         outputs = []
         for direction, module in enumerate(pair):
             index = len(hs)
