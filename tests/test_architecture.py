@@ -14,6 +14,7 @@ from conftest import FIXTURES, ROOT, assert_clean_failure, run_cli
 
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import catalog, registry
+from rnnconv.formats._graph import GraphFormat
 from rnnconv.formats.catalog import FORMAT_INFO
 from rnnconv.table.apply import find_row, rows_for
 from rnnconv.table.rows import ADAPTER_FORMATS, TABLE
@@ -190,6 +191,30 @@ def test_every_extra_is_declared_installed_by_the_tests_and_pinned():
             if runtime.install:  # installed apart from the extra
                 apart = [p for p, _ in runtime.modules if p.lower() not in pinned]
                 assert not apart, f"{name}'s runtime {runtime.key}: .ci/constraints.txt pins no version of {apart}"
+
+
+def test_one_layer_rule_for_every_graph_format(tmp_path):
+    """--layer in a file of layers (ONNX, OpenVINO, TFLite, ncnn, MLX), one rule: an RNN by its name, a chain by its
+    layers' names as a,b, one layer alone by its name."""
+    import rnnconv
+
+    source = FIXTURES / "torch" / "rnn_relu.safetensors"  # two layers
+    written = [tmp_path / "rnn.tflite", tmp_path / "rnn.xml"]
+    for path in written:
+        rnnconv.convert(source, path)
+    graphs = [FIXTURES / "onnx" / "gru3_dynamo.onnx", FIXTURES / "ncnn" / "tagger.param"]
+    graphs += [FIXTURES / "mlx" / "encoder.safetensors", *written]
+    for path in graphs:
+        fmt = registry.detect(path)
+        assert isinstance(fmt, GraphFormat), fmt.name
+        chain = next(c for c in fmt.load(path).chains if len(c.layers) > 1)
+        names = [layer.name for layer in chain.layers]
+        with rnnconv.load(path, layer=chain.name) as (whole,):
+            assert whole.spec.num_layers > 1, path
+        with rnnconv.load(path, layer=", ".join(names)) as (by_names,):
+            assert by_names.spec == whole.spec and by_names.name == chain.name, path
+        with rnnconv.load(path, layer=names[0]) as (alone,):
+            assert alone.spec.num_layers == 1 and alone.name == names[0], path
 
 
 def test_registering_a_name_twice_fails():

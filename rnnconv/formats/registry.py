@@ -407,38 +407,6 @@ def inspect_entry(
     return InspectEntry(name=name, layer_class=layer_class, spec=spec, converts=True, notes=notes, source=rnn.origin)
 
 
-def inspected_groups(ops: list[Any], chains: list[list[Any]]) -> list[list[Any]]:
-    """The rows `inspect` lists for a graph's RNN ops, in one order for every format: each chain of several ops
-    (one RNN, what a conversion takes), then each op alone."""
-    return [chain for chain in chains if len(chain) > 1] + [[op] for op in ops]
-
-
-def read_each(
-    chosen: list[Any],
-    convert: Callable[[Any], CanonicalRNN],
-    name: Callable[[Any], str],
-    digest: Future[str] | None,
-    origin: Provenance | None = None,
-) -> Source:
-    """The RNNs chosen from a file, converted: one that cannot be is refused, or, of several, skipped and said;
-    each gets the source's digest (and `origin`, the source a file rnnconv wrote records)."""
-    rnns, skipped = [], []
-    for item in chosen:
-        try:
-            rnn = convert(item)
-        except Unsupported as exc:
-            if len(chosen) == 1:
-                raise
-            skipped.append((name(item), str(exc)))
-            continue
-        rnn.digest = digest
-        rnn.origin = origin or rnn.origin
-        rnns.append(rnn)
-    if not rnns:
-        raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
-    return Source(rnns, skipped)
-
-
 def check_stated(rnns: list[CanonicalRNN], options: ReadOptions) -> None:
     """With `require_stated`, refuse RNNs whose conversion assumed a setting the file does not store."""
     assumed = [a for rnn in rnns for a in rnn.source.assumptions or []]
