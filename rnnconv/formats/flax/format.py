@@ -65,6 +65,6 @@ class FlaxFormat(Format):
         (rnn,) = _jax.choose(find(tree), source.layer, False, path, "Flax RNN cell")
         found = to_canonical(rnn, path, source).spec
         _jax.check_same(found, spec, rnn.name, path)
-        ran = registry.versions_of(self.runtimes[0].modules)
+        ran = registry.versions_of(self.runtimes[0].modules, self.info.extra, f"running {self.title} files")
         how = f"jax {ran['jax']}, flax {ran['flax']}: nn.RNN(nn.{rnn.layer_class}) on the file's params"
         return run_variables(laid_out(rnn), spec, inputs), how

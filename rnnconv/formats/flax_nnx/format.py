@@ -63,6 +63,6 @@ class FlaxNnxFormat(Format):
         """The file's own params, loaded into nnx's cells, run in JAX on the CPU."""
         (rnn,) = _jax.choose(find(load_tree(path)), source.layer, False, path, "flax.nnx RNN cell")
         _jax.check_same(to_canonical(rnn, path, source).spec, spec, rnn.name, path)
-        ran = registry.versions_of(self.runtimes[0].modules)
+        ran = registry.versions_of(self.runtimes[0].modules, self.info.extra, f"running {self.title} files")
         how = f"jax {ran['jax']}, flax {ran['flax']}: nnx.RNN(nnx.{rnn.layer_class}) on the file's params"
         return run_tree(rnn, spec, inputs), how

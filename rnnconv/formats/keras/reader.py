@@ -24,7 +24,7 @@ import h5py
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance, RNNSizes
-from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
+from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line, listing, no_such_rnn, several_rnns
 from rnnconv.formats import _zip
 from rnnconv.formats.keras.config import MAX_NESTING, ConfigEntry, KerasLayer, old_defaults, walk_config
 from rnnconv.formats.keras.hdf5 import (
@@ -107,7 +107,7 @@ class KerasFile:
                 return self.layers[0]
             if not self.layers:
                 raise BadInput(f"{self.path} has no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU)")
-            names = ", ".join(found.name for found in self.layers)
+            names = listing(found.name for found in self.layers)
             raise several_rnns(self.path, f"has {len(self.layers)} recurrent layers ({names})")
         for layer in self.layers:
             if layer.name == name:

@@ -11,7 +11,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectReport, Provenance
-from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line
+from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line, listing
 from rnnconv.formats import registry
 from rnnconv.formats.mlx import PLUGIN
 from rnnconv.formats.mlx.reader import Chain, MlxFile, to_canonical
@@ -88,7 +88,7 @@ class MlxFormat(Format):
             for chain in [c for c in file.chains if len(c.modules) > 1] + [Chain(m.name, [[m]]) for m in file.modules]
         ]
         notes = [
-            f"modules {', '.join(m.name for m in c.modules)} are the layers and directions of one RNN"
+            f"modules {listing(m.name for m in c.modules)} are the layers and directions of one RNN"
             for c in file.chains
             if len(c.modules) > 1
         ]
