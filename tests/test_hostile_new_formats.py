@@ -373,3 +373,20 @@ def test_every_message_is_held_to_the_limit():
     text = "word " * 1_000
     cut = sentence(text)
     assert len(cut) <= MESSAGE_LIMIT and cut.endswith("more characters)") and " wor " not in cut
+
+
+# --- found by the fuzz families of these formats (tests/fuzz) ------------------------------------------------------
+
+
+def test_an_eqx_leaf_of_a_npy_version_numpy_never_writes_is_refused(lstm, tmp_path):
+    """A leaf of format version 0.0 (a 4-byte header length, as 2.0 has): numpy's header reader took it and the
+    conversion went on, while np.load refuses it, so `verify` of the file met Equinox's TreePathError (exit 4)."""
+    good = tmp_path / "good.eqx"
+    rnnconv.convert(lstm, good)
+    data = good.read_bytes()
+    length = int.from_bytes(data[8:10], "little")
+    bad = tmp_path / "bad.eqx"
+    bad.write_bytes(data[:6] + b"\0\0" + struct.pack("<I", length) + data[10:])
+    for command in (["inspect", bad], ["convert", bad, tmp_path / "out.pt"]):
+        one_sentence(cli(*command), 2, "leaf 0 is a .npy of format version 0.0")
+    assert not (tmp_path / "out.pt").exists()

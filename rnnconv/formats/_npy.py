@@ -11,6 +11,8 @@ from rnnconv.errors import BadInput
 
 NPY_MAGIC = b"\x93NUMPY"
 MAX_HEADER = 10_000  # bytes of a header, at most: numpy's own bound for a header it trusts
+# The header of each format version np.save writes for an array of numbers (3.0 only for unicode field names)
+READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 
 def npy_header(f: BinaryIO, what: str) -> tuple[np.dtype, tuple[int, ...], bool, int]:
@@ -18,8 +20,9 @@ def npy_header(f: BinaryIO, what: str) -> tuple[np.dtype, tuple[int, ...], bool,
     a header numpy cannot read (or a negative dimension) is refused in one sentence naming `what`."""
     try:
         version = np.lib.format.read_magic(f)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read(f, max_header_size=MAX_HEADER)
+        if version not in READERS:  # np.load refuses it too (a runtime that reads the file would fail)
+            raise BadInput(f"{what} is a .npy of format version {version[0]}.{version[1]}; np.save writes 1.0 or 2.0")
+        shape, fortran, dtype = READERS[version](f, max_header_size=MAX_HEADER)
     except (ValueError, SyntaxError, TypeError, OSError, RecursionError, MemoryError, OverflowError):
         raise BadInput(f"{what} is not a .npy numpy reads (its header is damaged)") from None
     if any(not isinstance(d, int) or d < 0 for d in shape):
