@@ -390,3 +390,14 @@ def test_an_eqx_leaf_of_a_npy_version_numpy_never_writes_is_refused(lstm, tmp_pa
     for command in (["inspect", bad], ["convert", bad, tmp_path / "out.pt"]):
         one_sentence(cli(*command), 2, "leaf 0 is a .npy of format version 0.0")
     assert not (tmp_path / "out.pt").exists()
+
+
+def test_openvino_refusing_an_ir_is_told_with_its_reason(written, tmp_path):
+    """OpenVINO's message starts with the lines of its sources it passed through: the sentence was `OpenVINO cannot
+    run x.xml: Exception from src/inference/src/cpp/core.cpp:84:`, and said nothing."""
+    body, weights = _ir_body(written)
+    body = body.replace("<dim>-1</dim>", "<dim>18446744073709551616</dim>", 1)
+    path = _ir(tmp_path, "huge_dim", body.encode(), weights)
+    result = cli("verify", path)  # against the source its record names
+    one_sentence(result, 2, "OpenVINO cannot run", "dimension (18446744073709551616)")
+    assert "Exception from" not in result[2], result[2]

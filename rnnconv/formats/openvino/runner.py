@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +30,8 @@ from rnnconv.formats.openvino.wire import (
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.table.constants import LSTM
 
+OPENVINO_WHERE = re.compile(r"Exception from \S+:\d+:")  # where in OpenVINO's sources an error was raised
+
 
 def require_openvino() -> Any:
     try:
@@ -38,6 +41,13 @@ def require_openvino() -> Any:
             "running an OpenVINO IR needs openvino, which is not installed (pip install 'rnnconv[openvino]')"
         ) from None
     return openvino
+
+
+def openvino_reason(exc: RuntimeError) -> str:
+    """What OpenVINO says is wrong: its message without the `Exception from <source>:<line>:` lines it is wrapped in
+    (the first line says nothing else)."""
+    said = "\n".join(line for line in str(exc).splitlines() if not OPENVINO_WHERE.fullmatch(line.strip()))
+    return first_line(RuntimeError(said), 300)
 
 
 def run_ir(xml: Path, inputs: Inputs, lstm: bool) -> dict[str, np.ndarray | None]:
@@ -64,7 +74,7 @@ def run_ir(xml: Path, inputs: Inputs, lstm: bool) -> dict[str, np.ndarray | None
         results = compiled(feeds)
         got = {output.get_any_name(): np.asarray(results[output]) for output in compiled.outputs}
     except RuntimeError as exc:  # OpenVINO's own errors: a graph it refuses to read or run
-        raise BadInput(f"OpenVINO cannot run {xml}: {first_line(exc, 300)}") from None
+        raise BadInput(f"OpenVINO cannot run {xml}: {openvino_reason(exc)}") from None
     y = np.ascontiguousarray(got[OPENVINO_Y].transpose(1, 0, 2))
     return {"y": y, "h_n": got[OPENVINO_H_N], "c_n": got.get(OPENVINO_C_N)}
 
