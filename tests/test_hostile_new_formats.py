@@ -392,12 +392,20 @@ def test_an_eqx_leaf_of_a_npy_version_numpy_never_writes_is_refused(lstm, tmp_pa
     assert not (tmp_path / "out.pt").exists()
 
 
-def test_openvino_refusing_an_ir_is_told_with_its_reason(written, tmp_path):
-    """OpenVINO's message starts with the lines of its sources it passed through: the sentence was `OpenVINO cannot
-    run x.xml: Exception from src/inference/src/cpp/core.cpp:84:`, and said nothing."""
+@pytest.mark.parametrize(
+    "old, new, reason",
+    [
+        ("<dim>-1</dim>", "<dim>18446744073709551616</dim>", "dimension (18446744073709551616)"),
+        ('offset="0"', 'offset="1.5"', 'has attribute "offset" = "1.5" which is not an unsigned 64 bit integer'),
+    ],
+    ids=["a port's dim", "a Const's offset"],
+)
+def test_openvino_refusing_an_ir_is_told_with_its_reason(old, new, reason, written, tmp_path):
+    """Where rnnconv reads no more than the sequence ops, OpenVINO may refuse what it does not read: its message
+    starts with the places in its sources it passed through, and the sentence was only that (`OpenVINO cannot run
+    x.xml: Exception from src/inference/src/cpp/core.cpp:84:`), saying nothing."""
     body, weights = _ir_body(written)
-    body = body.replace("<dim>-1</dim>", "<dim>18446744073709551616</dim>", 1)
-    path = _ir(tmp_path, "huge_dim", body.encode(), weights)
+    path = _ir(tmp_path, "odd", body.replace(old, new, 1).encode(), weights)
     result = cli("verify", path)  # against the source its record names
-    one_sentence(result, 2, "OpenVINO cannot run", "dimension (18446744073709551616)")
-    assert "Exception from" not in result[2], result[2]
+    one_sentence(result, 2, "OpenVINO cannot run", reason)
+    assert "Exception from" not in result[2] and "failed at" not in result[2], result[2]
