@@ -409,3 +409,17 @@ def test_openvino_refusing_an_ir_is_told_with_its_reason(old, new, reason, writt
     result = cli("verify", path)  # against the source its record names
     one_sentence(result, 2, "OpenVINO cannot run", reason)
     assert "Exception from" not in result[2] and "failed at" not in result[2], result[2]
+
+
+def test_an_eqx_header_that_does_not_tokenize_is_refused(lstm, tmp_path):
+    """`{...}}`: numpy tokenizes a header before it parses it, and tokenize's TokenError was no error rnnconv expected
+    (exit 4)."""
+    good = tmp_path / "good.eqx"
+    rnnconv.convert(lstm, good)
+    data = bytearray(good.read_bytes())
+    length = int.from_bytes(data[8:10], "little")
+    end = data.rindex(b"}", 10, 10 + length)
+    data[end + 1] = ord("}")  # the padding's first space
+    bad = tmp_path / "bad.eqx"
+    bad.write_bytes(bytes(data))
+    one_sentence(cli("inspect", bad), 2, "leaf 0 is not a .npy numpy reads")

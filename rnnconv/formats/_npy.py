@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from tokenize import TokenError  # numpy tokenizes the header (for Python 2's 3L) before it parses it
 from typing import BinaryIO
 
 import numpy as np
@@ -23,7 +24,7 @@ def npy_header(f: BinaryIO, what: str) -> tuple[np.dtype, tuple[int, ...], bool,
         if version not in READERS:  # np.load refuses it too (a runtime that reads the file would fail)
             raise BadInput(f"{what} is a .npy of format version {version[0]}.{version[1]}; np.save writes 1.0 or 2.0")
         shape, fortran, dtype = READERS[version](f, max_header_size=MAX_HEADER)
-    except (ValueError, SyntaxError, TypeError, OSError, RecursionError, MemoryError, OverflowError):
+    except (ValueError, SyntaxError, TokenError, TypeError, OSError, RecursionError, MemoryError, OverflowError):
         raise BadInput(f"{what} is not a .npy numpy reads (its header is damaged)") from None
     if any(not isinstance(d, int) or d < 0 for d in shape):
         raise BadInput(f"{what} has a malformed shape")
