@@ -13,6 +13,7 @@ import importlib.metadata
 import io
 import struct
 import sys
+import zipfile
 from pathlib import Path
 
 import msgpack
@@ -423,3 +424,26 @@ def test_an_eqx_header_that_does_not_tokenize_is_refused(lstm, tmp_path):
     bad = tmp_path / "bad.eqx"
     bad.write_bytes(bytes(data))
     one_sentence(cli("inspect", bad), 2, "leaf 0 is not a .npy numpy reads")
+
+
+def test_a_stored_npz_member_that_does_not_match_its_crc_is_refused(tmp_path):
+    """MLX's .npz members are read in place, and no one checked their CRC-32: damaged weights converted (exit 0), and
+    MLX's own load, meeting the CRC in verify --against, raised BadZipFile (exit 4)."""
+    rng = np.random.default_rng(35)
+    arrays = {"Wx": rng.normal(size=(16, 3)), "Wh": rng.normal(size=(16, 4)), "bias": rng.normal(size=16)}
+    good = tmp_path / "good.npz"
+    np.savez(good, **{name: value.astype(np.float32) for name, value in arrays.items()})
+    blob = tmp_path / "good.bin"
+    rnnconv.convert(good, blob)
+    data = bytearray(good.read_bytes())
+    with zipfile.ZipFile(good) as archive:
+        info = archive.getinfo("bias.npy")
+    name_and_extra = int.from_bytes(data[info.header_offset + 26 : info.header_offset + 28], "little") + int.from_bytes(
+        data[info.header_offset + 28 : info.header_offset + 30], "little"
+    )
+    data[info.header_offset + 30 + name_and_extra + 128 + 5] ^= 0x40  # a bit of the first value, past the header
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(bytes(data))
+    one_sentence(cli("convert", bad, tmp_path / "out.safetensors"), 2, "bias.npy does not match its CRC-32")
+    assert not (tmp_path / "out.safetensors").exists()
+    one_sentence(cli("verify", blob, "--against", bad, "--backend", "numpy"), 2, "Bad CRC-32 for file 'bias.npy'")

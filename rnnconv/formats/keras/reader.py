@@ -15,7 +15,6 @@ import dataclasses
 import io
 import re
 import zipfile
-import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,6 @@ from rnnconv.formats.keras.hdf5 import (
 )
 from rnnconv.formats.keras.wire import KERAS_DIRECTION_GROUPS
 from rnnconv.formats.registry import HDF5_MAGIC, SOURCE_KEY, ZIP_MAGIC, read_source_records
-from rnnconv.safeio.digests import checksum_guard
 from rnnconv.safeio.inputs import Guard, add_guard, json_document, pin, regular_file, within
 from rnnconv.table.apply import find_row, keras_era, rows_for, stored_shapes
 from rnnconv.table.constants import KERAS_VARIABLES, MAX_SIZE, NONLINEARITY_KEY
@@ -314,15 +312,7 @@ class _StoredMember(Window):
 
     def crc_guard(self) -> Guard:
         """A check, computed in the background, that the member's bytes are those its CRC-32 was made of."""
-        return checksum_guard(
-            self._path,
-            self.start,
-            self.size,
-            lambda value, chunk: zlib.crc32(chunk, value),
-            self._info.CRC,
-            f"{self._path}: the zip entry {self._info.filename} does not match its CRC-32 (damaged); nothing was "
-            f"written",
-        )
+        return _zip.crc_guard(self._path, self._info, self.start)
 
     def close(self) -> None:
         self.file.close()

@@ -13,6 +13,7 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectReport, Provenance
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line, listing
 from rnnconv.formats import registry
+from rnnconv.formats._zip import ZIP_ERRORS
 from rnnconv.formats.mlx import PLUGIN
 from rnnconv.formats.mlx.reader import Chain, MlxFile, to_canonical
 from rnnconv.formats.mlx.runner import require_mlx, run_modules
@@ -116,6 +117,6 @@ class MlxFormat(Format):
         mx, _ = require_mlx()
         try:
             out = run_modules(path, chain, spec.mode, inputs)
-        except (ValueError, RuntimeError) as exc:
+        except (RuntimeError, *ZIP_ERRORS) as exc:  # MLX reads an .npz with zipfile, which checks each CRC-32
             raise BadInput(f"MLX cannot run {path}: {first_line(exc)}") from None
         return out, f"mlx {mx.__version__} (CPU): the file's mlx.nn.{MLX_CLASSES[chain.first.cell]} module(s)"

@@ -19,10 +19,10 @@ from rnnconv.dtypes import BY_SAFETENSORS, ElementType, decode, element_type, so
 from rnnconv.errors import BadInput, Unsupported, cut, listing, no_such_rnn, several_rnns
 from rnnconv.formats import _safetensors, registry
 from rnnconv.formats._npy import npy_header
-from rnnconv.formats._zip import check_member, open_archive, read_member, stored_start
+from rnnconv.formats._zip import check_member, crc_guard, open_archive, read_member, stored_start
 from rnnconv.formats.mlx.wire import KIND, MLX_CLASSES, MLX_STACK, NPY, NPZ_KIND, SINCE, STACKED
 from rnnconv.formats.registry import ZIP_MAGIC
-from rnnconv.safeio.inputs import FileArray, regular_file
+from rnnconv.safeio.inputs import FileArray, add_guard, regular_file
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import (
     BIAS,
@@ -184,6 +184,7 @@ def _npz_tensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
                 if header + math.prod(shape) * dtype.itemsize > info.file_size:
                     raise BadInput(f"{path}: array {key!r} claims more bytes than its member holds")
                 if not fortran:
+                    add_guard(crc_guard(path, info, start))
                     tensors[key] = Tensor(FileArray(path, start + header, dtype, shape), _etype(dtype))
                     continue
             data = read_member(archive, info.filename, path)
