@@ -10,6 +10,7 @@ meta or integer tensors, scalar kernels) that PyTorch writes.
 from __future__ import annotations
 
 import ast
+import copy
 import io
 import json
 import os
@@ -17,6 +18,7 @@ import pickle
 import pickletools
 import random
 import struct
+import warnings
 import zipfile
 import zlib
 from typing import Any
@@ -65,7 +67,8 @@ DEEP = "[" * 3000 + "]" * 3000  # deeper than Python's default recursion limit
 
 
 def odd_value(rng: random.Random) -> Any:
-    return rng.choice(ODD_VALUES)
+    """One of ODD_VALUES, a copy: a later round may insert into a list or map (the shared one would grow a cycle)."""
+    return copy.deepcopy(rng.choice(ODD_VALUES))
 
 
 def _containers(node: Any, path: tuple = ()) -> list[tuple]:
@@ -362,7 +365,8 @@ def _members(data: bytes) -> list[tuple[zipfile.ZipInfo, bytes]]:
 
 def _rezip(members: list[tuple[zipfile.ZipInfo, bytes]], compression: int = zipfile.ZIP_STORED) -> bytes:
     out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", compression) as archive:
+    with warnings.catch_warnings(), zipfile.ZipFile(out, "w", compression) as archive:
+        warnings.simplefilter("ignore")  # a name twice: what the mutator meant
         for info, payload in members:
             info.compress_type = compression
             archive.writestr(info, payload)
@@ -1429,7 +1433,9 @@ def mutate_msgpack_tree(data: bytes, rng: random.Random) -> bytes:
             holder, index = rng.choice(arrays)
             ext = holder[index][1]
             payload = rng.choice([ext.data + b"\xc0", ext.data[:-3], b"\xc1", b"", msgpack.packb([[1], "float32"])])
-            holder[index] = (holder[index][0], msgpack.ExtType(rng.choice([ext.code, 2, 4, 99, -1]), payload))
+            code = rng.choice([ext.code, 2, 4, 99, 127, -1, -128])  # -1: msgpack's timestamp
+            raw = b"\xc9" + struct.pack(">Ib", len(payload), code) + payload
+            holder[index] = (holder[index][0], RawTree(raw))
         elif op == "nest_ext" and arrays:  # an array whose payload holds an array, 1 to 2,000 deep
             holder, index = rng.choice(arrays)
             ext = holder[index][1]
@@ -1494,15 +1500,12 @@ def _npy_leaves(data: bytes) -> list[tuple[bytes, str, bytes]]:
 
 
 def _npy_leaf(magic: bytes, header: str, body: bytes, length: int | None = None) -> bytes:
+    """A .npy of this magic and version, header (its length field `length`, else the header's) and data."""
     raw = header.encode("latin-1", "replace")
-    version = magic[6] if len(magic) > 6 else 1
-    width = "<H" if version == 1 else "<I"
     count = len(raw) if length is None else length
-    try:
-        packed = struct.pack(width, count)
-    except struct.error:
-        packed = struct.pack(width, len(raw))
-    return magic + packed + raw + body
+    if magic[6:7] == b"\x01" and count > 0xFFFF:  # too long for 1.0's 16-bit length: 2.0, as np.save does
+        magic = magic[:6] + b"\x02\x00"
+    return magic + struct.pack("<H" if magic[6:7] == b"\x01" else "<I", count) + raw + body
 
 
 NPY_DESCRS = ["'|O'", "'<i8'", "'>f4'", "'<c8'", "[('a', '<f4')]", "'<U5'", "'V8'", "'float32'", "'<f2'", "'<f8'"]
@@ -1578,11 +1581,7 @@ def mutate_eqx(data: bytes, rng: random.Random) -> bytes:
         elif choice == 6:
             leaves[index:index] = [leaves[index]] * rng.choice([1, 2, 70])
         else:  # an object array: unpickling it would run the payload
-            buffer = io.BytesIO()
-            objects = np.empty(1, dtype=object)
-            objects[0] = _WritesMarker(rng.choice(["open", "system", "eval"]))
-            np.save(buffer, objects, allow_pickle=True)
-            raw = buffer.getvalue()
+            raw = _object_npy(rng)
             leaves.insert(index, (raw[:8], "", raw[8:]))
             if rng.random() < 0.5:
                 rng.shuffle(leaves)
@@ -1677,11 +1676,7 @@ def mutate_npz(data: bytes, rng: random.Random) -> bytes:
     elif choice == 5:
         members += [(zipfile.ZipInfo(f"extra{n}.npy"), payload) for n in range(rng.choice([2, 100, 5000]))]
     elif choice == 6:
-        buffer = io.BytesIO()
-        objects = np.empty(2, dtype=object)
-        objects[0] = _WritesMarker(rng.choice(["open", "system", "eval"]))
-        np.save(buffer, objects, allow_pickle=True)
-        members[index] = (info, buffer.getvalue())
+        members[index] = (info, _object_npy(rng))
     elif choice == 7:
         return _rezip(members, zipfile.ZIP_DEFLATED)
     else:
@@ -1690,13 +1685,41 @@ def mutate_npz(data: bytes, rng: random.Random) -> bytes:
 
 
 def mutate_flax(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    """`mutate_msgpack_tree`; now and then (True) a damage every reader refuses on top: the tree inside 65 or more
+    levels of lists, or a byte after it."""
     files[main] = mutate_msgpack_tree(files[main], rng)
+    if rng.random() < 0.15:
+        files[main] = b"\x91" * rng.choice([65, 1000]) + files[main] if rng.random() < 0.5 else files[main] + b"\xc0"
+        return True
     return False
 
 
 def mutate_equinox(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    """`mutate_eqx`; now and then (True) a leaf every reader refuses on top: a pickled object, a .npy of version 0.0
+    or 3.0, or bytes that are no .npy."""
     files[main] = mutate_eqx(files[main], rng)
+    if rng.random() < 0.15:
+        buffer = io.BytesIO()
+        np.save(buffer, np.zeros(7, np.float32))
+        leaf = buffer.getvalue()
+        files[main] += rng.choice(
+            [
+                _object_npy(rng),
+                leaf[:6] + rng.choice([b"\x00\x00", b"\x03\x00"]) + struct.pack("<I", len(leaf) - 10) + leaf[10:],
+                b"\x00" * rng.choice([1, 64]),
+            ]
+        )
+        return True
     return False
+
+
+def _object_npy(rng: random.Random) -> bytes:
+    """A .npy of objects: unpickling it would run the payload."""
+    buffer = io.BytesIO()
+    objects = np.empty(1, dtype=object)
+    objects[0] = _WritesMarker(rng.choice(["open", "system", "eval"]))
+    np.save(buffer, objects, allow_pickle=True)
+    return buffer.getvalue()
 
 
 def mutate_mlx(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
@@ -1715,12 +1738,14 @@ def mutate_ncnn(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
     lines = files[main].decode("utf-8").split("\n")
     layer_lines = [i for i in range(2, len(lines)) if lines[i].strip()]
     encoding, newline = "utf-8", "\n"
+    refuse = False
     for _ in range(rng.choice([1, 1, 2, 3])):
         op = rng.choice(
             ["magic", "counts", "layer", "layer", "layer", "params", "params", "lines", "encoding", "bin", "bin"]
         )
         if op == "magic":
             lines[0] = rng.choice(["0", "7767516", "x", "", "7767517 1", "\ufeff7767517", "07767517"])
+            refuse = True  # no .param without its magic number first
         elif op == "counts":
             words = [*lines[1].split(), "0", "0"]
             n_layers, n_blobs = _integer(words[0]), _integer(words[1])
@@ -1820,7 +1845,7 @@ def mutate_ncnn(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
             else:
                 files[bin_name] = mutate_bytes(blob, rng)
     files[main] = newline.join(lines).encode(encoding, "surrogateescape" if encoding == "utf-8" else "replace")
-    return False
+    return refuse
 
 
 # TFLite: what a flatbuffer's offsets may point at, grafted at the file's end
@@ -1877,7 +1902,8 @@ def mutate_probe(data: bytes, rng: random.Random) -> bytes:
     elif choice == 2 and value.size:
         flat = value.astype(np.float64).reshape(-1).copy()
         flat[rng.randrange(flat.size)] = rng.choice([np.nan, np.inf, -1e300, -1, 0, 10**9])
-        arrays[name] = flat.reshape(value.shape).astype(value.dtype if value.dtype.kind == "f" else np.int64)
+        with np.errstate(all="ignore"):  # NaN and -1e300 cast to an integer or float32: whatever comes out
+            arrays[name] = flat.reshape(value.shape).astype(value.dtype if value.dtype.kind == "f" else np.int64)
     elif choice == 3:
         del arrays[name]
     elif choice == 4:
@@ -1898,7 +1924,8 @@ def mutate_probe(data: bytes, rng: random.Random) -> bytes:
 
 def _savez(buffer: io.BytesIO, arrays: dict[str, np.ndarray]) -> None:
     """np.savez, with object arrays pickled (as a careless writer would)."""
-    with zipfile.ZipFile(buffer, "w") as archive:
+    with warnings.catch_warnings(), zipfile.ZipFile(buffer, "w") as archive:
+        warnings.simplefilter("ignore")
         for name, value in arrays.items():
             member = io.BytesIO()
             np.save(member, value, allow_pickle=True)
