@@ -29,6 +29,10 @@ def cut(name: object, limit: int = NAME_LIMIT) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
+def _visible(name: str) -> str:
+    return name if name.strip() and name.isprintable() else repr(name)
+
+
 def listing(
     names: Iterable[object],
     few: int = FEW,
@@ -37,9 +41,9 @@ def listing(
     longest: int = NAME_LIMIT,
 ) -> str:
     """Names as a message lists them: a few, each cut to `longest`, then how many more (`a, b, c, d, e and 99,995
-    more`)."""
+    more`); a blank name, or one with a character no line shows (a tab, a newline), as its repr."""
     every = list(names)
-    shown = separator.join(show(cut(name, longest)) for name in every[:few])
+    shown = separator.join(show(cut(_visible(str(name)), longest)) for name in every[:few])
     return shown + (f" and {len(every) - few:,} more" if len(every) > few else "")
 
 

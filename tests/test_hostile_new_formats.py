@@ -447,3 +447,11 @@ def test_a_stored_npz_member_that_does_not_match_its_crc_is_refused(tmp_path):
     one_sentence(cli("convert", bad, tmp_path / "out.safetensors"), 2, "bias.npy does not match its CRC-32")
     assert not (tmp_path / "out.safetensors").exists()
     one_sentence(cli("verify", blob, "--against", bad, "--backend", "numpy"), 2, "Bad CRC-32 for file 'bias.npy'")
+
+
+def test_a_name_no_line_shows_is_listed_as_its_repr(written, tmp_path):
+    """A sequence op named by a tab: `... it holds: ` and the tab, a sentence that names nothing (a newline in a name
+    would have broken it over two lines)."""
+    body, weights = _ir_body(written)
+    path = _ir(tmp_path, "tab", body.replace('name="layer0/LSTMSequence"', 'name="&#9;"', 1).encode(), weights)
+    one_sentence(cli("convert", path, tmp_path / "out.bin", "--layer", "lstm"), 2, "it holds: '\\t'")
