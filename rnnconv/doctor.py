@@ -7,33 +7,15 @@ here.
 
 from __future__ import annotations
 
-import functools
-import importlib.metadata
 import platform
-from collections.abc import Mapping
 from typing import Any
 
+from rnnconv.formats.plugin import version
 from rnnconv.version import __version__
 
 # What rnnconv itself uses beside the formats' frameworks: readers, writers, cuDNN, the plot.
-OWN_PACKAGES: tuple[str, ...] = ("numpy", "h5py", "safetensors", "flatbuffers", "nvidia-cudnn-cu12")
+OWN_PACKAGES: tuple[str, ...] = ("numpy", "h5py", "msgpack", "flatbuffers", "nvidia-cudnn-cu12")
 OWN_PACKAGES += ("nvidia-cudnn-cu13", "pycuda", "matplotlib")
-
-
-@functools.cache
-def _providers() -> Mapping[str, list[str]]:
-    return importlib.metadata.packages_distributions()
-
-
-def version(package: str, module: str) -> str | None:
-    """The installed version of a package (or of the distribution that provides its module: tensorflow-cpu for
-    tensorflow), None where it is not installed."""
-    for name in [package, *_providers().get(module.partition(".")[0], [])]:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 def _row(modules: tuple[tuple[str, str], ...], what: str, install: str, major: str = "") -> dict[str, Any]:

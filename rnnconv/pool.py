@@ -13,6 +13,7 @@ import contextlib
 import os
 import pickle
 import queue
+import select
 import signal
 import struct
 import subprocess
@@ -77,18 +78,24 @@ def serve() -> None:
 
 
 class Worker:
-    def __init__(self) -> None:
+    def __init__(self, quiet: bool = False) -> None:
+        """A worker interpreter; `quiet`: what it prints to stderr (a library's diagnostics) is dropped."""
         path = os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))
         self.process = subprocess.Popen(
             [sys.executable, "-c", WORKER],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL if quiet else None,
             env={**os.environ, "PYTHONPATH": path},
         )
 
-    def call(self, function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    def call(self, function: Callable[..., Any], args: tuple[Any, ...], seconds: float | None = None) -> Any:
+        """`function(*args)` run by the worker, its result; with `seconds`, TimeoutError where it is not back by
+        then (the worker is still at it: end it)."""
         assert self.process.stdin is not None and self.process.stdout is not None
         _send(self.process.stdin, (function, args))
+        if seconds is not None and not select.select([self.process.stdout], [], [], seconds)[0]:
+            raise TimeoutError
         return _receive(self.process.stdout)
 
     def end(self, stop: bool) -> None:

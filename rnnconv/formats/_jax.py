@@ -378,7 +378,7 @@ class TreeFormat(registry.Format):
         tree = self.load_tree(path)
         (rnn,) = self.chosen(path, tree, source.layer)
         check_same(self.to_canonical(rnn, path, source).spec, spec, rnn.name, path)
-        ran = registry.versions_of(self.runtimes[0].modules)
+        ran = registry.versions_of(self.runtimes[0].modules, self.info.extra, f"running {self.title} files")
         how = f"jax {ran['jax']}, flax {ran['flax']}: {self.module.format(cell=rnn.layer_class)} on the file's params"
         return self.run_rnn(rnn, spec, inputs), how
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from rnnconv.errors import BadInput, first_line
 from rnnconv.formats.registry import ZIP_MAGIC
+from rnnconv.safeio.digests import checksum_guard
+from rnnconv.safeio.inputs import Guard
 
 COMPRESSIONS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
 MAX_INFLATION, SMALL_MEMBER = 100, 16 << 20  # a member may inflate 100-fold, or to 16 MiB: beyond that, a bomb
@@ -61,6 +63,19 @@ def read_member(archive: zipfile.ZipFile, name: str, path: Path) -> bytes:
         return archive.read(name)
     except ZIP_ERRORS as exc:
         raise BadInput(f"{path}: member {name!r} cannot be read ({first_line(exc)})") from None
+
+
+def crc_guard(path: Path, info: zipfile.ZipInfo, start: int) -> Guard:
+    """A check, computed in the background, that a stored member read in place (`stored_start`) holds the bytes its
+    CRC-32 was made of: zipfile checks that only for what it reads itself."""
+    return checksum_guard(
+        path,
+        start,
+        info.file_size,
+        lambda value, chunk: zlib.crc32(chunk, value),
+        info.CRC,
+        f"{path}: the zip entry {info.filename} does not match its CRC-32 (damaged); nothing was written",
+    )
 
 
 def stored_start(path: Path, info: zipfile.ZipInfo, archive_size: int) -> int:

@@ -10,6 +10,8 @@ pinned for CI). `catalog.plugins()` finds them.
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -75,3 +77,19 @@ class Plugin:
     # Its test dependencies: the modules of the frameworks its extra installs, which its tests import and which a
     # conversion that does not run the format must never import.
     frameworks: tuple[str, ...] = ()
+
+
+@functools.cache
+def _providers() -> Mapping[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
+def version(package: str, module: str) -> str | None:
+    """The installed version of a package (or of the distribution that provides its module: tensorflow-cpu for
+    tensorflow), None where it is not installed: what `doctor` says of a runtime, and verify's report."""
+    for name in [package, *_providers().get(module.partition(".")[0], [])]:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None

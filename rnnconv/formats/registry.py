@@ -36,9 +36,20 @@ import pydantic
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, RNNSizes, dump
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, either
+from rnnconv.errors import (
+    MESSAGE_LIMIT,
+    BackendMissing,
+    BadInput,
+    RnnconvError,
+    Unsupported,
+    cut,
+    either,
+    first_line,
+    listing,
+)
 from rnnconv.formats import catalog
 from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
+from rnnconv.formats.plugin import version as installed_version
 from rnnconv.safeio.digests import digest_in_background
 from rnnconv.safeio.inputs import regular_file, unguarded
 
@@ -146,9 +157,39 @@ class Engine(Protocol):
     def run(self, blob: Any, inputs: Inputs) -> Outputs: ...
 
 
-def versions_of(modules: tuple[tuple[str, str], ...]) -> dict[str, str]:
-    """The versions of a runtime's packages, by their names in the report (each one imported)."""
-    return {name: str(importlib.import_module(module).__version__) for name, module in modules}
+NOT_INSTALLED = "not installed"
+
+
+def absent(modules: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """Which of a runtime's packages cannot be imported here, by their names in the report: why (`not installed`,
+    or the error its import raised)."""
+    found = {}
+    for name, module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            found[name] = NOT_INSTALLED
+        except Exception as exc:  # installed but broken (a missing library, a mismatched build): it cannot run
+            found[name] = f"installed but its import fails ({type(exc).__name__}: {first_line(exc)})"
+    return found
+
+
+def versions_of(modules: tuple[tuple[str, str], ...], extra: str | None, what: str) -> dict[str, str]:
+    """The versions of a runtime's packages, by their names in the report (each one imported); BackendMissing (exit 3)
+    naming them and the extra that installs them, where one cannot be imported (`what` needs them)."""
+    missing = absent(modules)
+    if missing:
+        needs = f"{what} needs {' and '.join(missing)}"
+        if set(missing.values()) == {NOT_INSTALLED}:
+            needs += f", which {'is' if len(missing) == 1 else 'are'} {NOT_INSTALLED}"
+        else:
+            needs += ": " + "; ".join(f"{name} is {why}" for name, why in missing.items())
+        raise BackendMissing(f"{needs} (pip install 'rnnconv[{extra}]')")
+    versions = {}
+    for name, module in modules:
+        told = getattr(importlib.import_module(module), "__version__", None)  # else its package's metadata
+        versions[name] = str(told or installed_version(name, module) or "(version unknown)")
+    return versions
 
 
 class RuntimeEngine:
@@ -175,21 +216,16 @@ class RuntimeEngine:
         return BackendInfo(name=self.name, detail=self.facts.detail)
 
     def versions(self) -> dict[str, str]:
-        return versions_of(self.facts.modules)
+        return versions_of(self.facts.modules, self.fmt.info.extra, f"running {self.fmt.title} files")
 
     def missing(self, what: str) -> str | None:
         """Why `what` cannot run here, as a clause naming the runtime's packages that are not installed (None: all
         are): said beside another framework that is missing, so that one command names both."""
-        absent = []
-        for name, module in self.facts.modules:
-            try:
-                importlib.import_module(module)
-            except ImportError:
-                absent.append(name)
-        if not absent:
+        names = list(absent(self.facts.modules))
+        if not names:
             return None
         extra = self.fmt.info.extra
-        return f"running {what} needs {' and '.join(absent)}, not installed either (pip install 'rnnconv[{extra}]')"
+        return f"running {what} needs {' and '.join(names)}, not installed either (pip install 'rnnconv[{extra}]')"
 
 
 # Where a file that a runtime runs records the source of its RNN (as a cuDNN sidecar's `source` does), for verify.
@@ -321,7 +357,7 @@ class Format(ABC):
             if len(rnns) > 1:
                 raise BadInput(
                     f"--layer with --into names the one RNN to replace, but the source holds {len(rnns)} "
-                    f"({', '.join(r.name for r in rnns)}); without --layer each goes back where it came from"
+                    f"({listing(r.name for r in rnns)}); without --layer each goes back where it came from"
                 )
             return [Provenance(layer=layer)]
         return [r.origin if r.origin is not None and r.origin.format in self.info.kinds else None for r in rnns]
@@ -389,7 +425,7 @@ def only_rnn(rnns: list[CanonicalRNN], what: str) -> CanonicalRNN:
     if len(rnns) != 1:
         raise BadInput(
             f"{what} written by rnnconv holds one RNN, but {len(rnns)} were selected "
-            f"({', '.join(r.name for r in rnns)}); pick one with --layer"
+            f"({listing(r.name for r in rnns)}); pick one with --layer"
         )
     return rnns[0]
 
@@ -405,6 +441,11 @@ def inspect_entry(
         return InspectEntry(name=name, layer_class=layer_class, sizes=sizes(), converts=False, reason=str(exc))
     spec, notes = rnn.spec.to_model(), rnn.notes
     return InspectEntry(name=name, layer_class=layer_class, spec=spec, converts=True, notes=notes, source=rnn.origin)
+
+
+def each_why(skipped: list[tuple[str, str]]) -> str:
+    """The RNNs skipped and why, as a message lists them: the first few, then how many more."""
+    return listing((f"{cut(name)}: {why}" for name, why in skipped), separator="; ", longest=MESSAGE_LIMIT)
 
 
 def check_stated(rnns: list[CanonicalRNN], options: ReadOptions) -> None:
@@ -589,7 +630,7 @@ def convert_each(
         rnn.origin = origin or rnn.origin
         rnns.append(rnn)
     if not rnns:
-        raise Unsupported(f"none of the {things} can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
+        raise Unsupported(f"none of the {things} can be converted: {each_why(skipped)}")
     return Source(rnns, skipped)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib
 import io
 import json
 import math
@@ -272,13 +273,37 @@ class _FifoWriter:
         self._paths: dict[str, int] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
 
     def watch(self, path: Path) -> None:
         with self._lock:
             self._paths[str(path)] = self._paths.get(str(path), 0) + 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="rnnconv-fifo-writer", daemon=True)
-                self._thread.start()
+            self._start()
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._stop = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(self._stop,), name="rnnconv-fifo-writer", daemon=True
+            )
+            self._thread.start()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No writer thread while this lasts (for a fork, which would copy it wherever it was); it starts again after,
+        in this process only (not in a child forked meanwhile)."""
+        with self._lock:
+            thread, stop, self._thread = self._thread, self._stop, None
+        if thread is not None:
+            stop.set()
+            thread.join()
+        owner = os.getpid()
+        try:
+            yield
+        finally:
+            if thread is not None and os.getpid() == owner:
+                with self._lock:
+                    self._start()
 
     def unwatch(self, path: Path) -> None:
         with self._lock:
@@ -286,9 +311,8 @@ class _FifoWriter:
             if left:
                 self._paths[str(path)] = left
 
-    def _run(self) -> None:
-        while True:
-            time.sleep(self.PERIOD)
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(self.PERIOD):
             with self._lock:
                 paths = list(self._paths)
             for path in paths:
@@ -361,23 +385,47 @@ def byte_view(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
-def within(seconds: float, work: Callable[[], None], stuck: str) -> None:
-    """Run `work` in a forked child and wait at most `seconds`; BadInput(`stuck`) if it does not finish.
+GUARD_START = 60.0  # seconds the guard interpreter may take to start and import what it runs (once a process)
+_GUARD: list[Any] = []  # the guard interpreter (a pool.Worker), started at the first `within` that needs it, kept
+_GUARD_LOCK = threading.Lock()
 
-    For library code that may loop forever on a damaged file while holding the interpreter (libhdf5):
-    the child's result is thrown away, only its finishing in time matters; errors it meets are met
-    again, and reported, by the caller doing the real work. Where there is no fork, `work` is not run.
+
+def within(seconds: float, work: Callable[..., Any], args: tuple[Any, ...], stuck: str) -> None:
+    """Run `work(*args)` in another process and wait at most `seconds`; BadInput(`stuck`) if it does not finish.
+
+    For library code that may loop forever on a damaged file while holding the interpreter (libhdf5). The other
+    process is a fork of this one only where this one runs no other thread (the FIFO writer is paused for the
+    instant of the fork): a fork copies every thread stopped wherever it was, locks held, and a deadlock in the
+    child would read as a damaged file. Otherwise (a digest, a framework's pool, the caller's own threads) it is the
+    guard interpreter, a fresh `python -c` process (`pool.Worker`) started once and kept. So `work` is a module-level
+    function and `args` plain data (a path, not an open file: `work` opens the file itself). Its result is thrown
+    away, only its finishing in time matters; errors it meets are met again, and reported, by the caller doing the
+    real work.
     """
+    with _GUARD_LOCK:
+        pid = _fork_alone()
+        if pid == 0:  # the child: no cleanup handlers, no buffered output of the parent's
+            code = 0
+            try:
+                work(*args)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        if pid is not None:
+            _wait(pid, seconds, stuck)
+        else:
+            _in_guard(seconds, work, args, stuck)
+
+
+def _fork_alone() -> int | None:
+    """os.fork() where this process runs no other Python thread once the FIFO writer is paused; None elsewhere."""
     if not hasattr(os, "fork"):
-        return
-    pid = os.fork()
-    if pid == 0:  # the child: no cleanup handlers, no buffered output of the parent's
-        code = 0
-        try:
-            work()
-        except BaseException:
-            code = 1
-        os._exit(code)
+        return None
+    with _FIFO_WRITER.paused():
+        return os.fork() if threading.active_count() == 1 else None
+
+
+def _wait(pid: int, seconds: float, stuck: str) -> None:
     deadline = time.monotonic() + seconds
     while True:
         done, _ = os.waitpid(pid, os.WNOHANG)
@@ -388,3 +436,38 @@ def within(seconds: float, work: Callable[[], None], stuck: str) -> None:
             os.waitpid(pid, 0)
             raise BadInput(stuck)
         time.sleep(0.001)  # a child done in 7 ms is not waited for 10: a small conversion takes 0.3 s
+
+
+def _in_guard(seconds: float, work: Callable[..., Any], args: tuple[Any, ...], stuck: str) -> None:
+    """`work(*args)` in the guard interpreter (started here the first time); killed where it does not finish."""
+    from rnnconv.pool import Worker
+
+    if _GUARD and _GUARD[0].process.poll() is not None:  # ended meanwhile (an interrupt reaches it too)
+        _GUARD.clear()
+    try:
+        if not _GUARD:
+            _GUARD.append(Worker(quiet=True))
+            _GUARD[0].call(_ready, (work.__module__,), GUARD_START)
+        _GUARD[0].call(_quietly, (work, args), seconds)
+    except TimeoutError:
+        _end_guard()
+        raise BadInput(stuck) from None
+    except (OSError, EOFError, ValueError):  # it died under the work (a crash in the library): the real work
+        _end_guard()  # meets what killed it, and says so
+
+
+def _end_guard() -> None:
+    guard = _GUARD.pop()
+    guard.process.kill()
+    guard.end(stop=False)
+
+
+def _ready(module: str) -> None:
+    """In the guard: import what it will run, before any work is timed."""
+    importlib.import_module(module)
+
+
+def _quietly(work: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """In the guard: `work(*args)`, whatever it raises (the caller meets it again)."""
+    with contextlib.suppress(BaseException):
+        work(*args)

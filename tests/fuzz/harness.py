@@ -4,7 +4,8 @@ A failure is any of: an internal error (exit 4) or a traceback; an exit code out
 the time limit (a hang: over TIME_LIMIT, then again over CONFIRM_LIMIT when run once more from the same files, so a
 loaded machine does not pass for a hang) or the memory limit; an output left behind by a failed command, a
 temporary file left anywhere, an existing file changed without --force; the marker file a payload creates if its code
-ran; an error sentence or a result that did not reach the user (`odd_environment`). Each failing case is saved
+ran; an error sentence or a result that did not reach the user (`odd_environment`), or a sentence that stops before
+its cause; a line of stderr over MESSAGE_LIMIT characters (a message no person reads). Each failing case is saved
 (its files, its command, what happened) for `--replay`. The `changing_source` and `odd_environment` families
 run their commands their own way (changing.py, odd_env.py).
 """
@@ -27,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rnnconv.errors import MESSAGE_LIMIT
 from tests.fuzz import changing, mutators, odd_env
 from tests.fuzz.seeds import Seeds, prepare
 
@@ -47,7 +49,8 @@ CATEGORIES = (
     "clobbered",
     "code_executed",
     "malformed_accepted",  # exit 0 on an input its mutator damaged where every reader must refuse it
-    "message_lost",  # an error's sentence that did not reach stderr, or a result stdout did not get
+    "message_lost",  # an error's sentence that did not reach stderr or stops before its cause, or a lost result
+    "message_long",  # a line of stderr over MESSAGE_LIMIT characters (after its label): no sentence a person reads
     "harness_error",  # the harness itself failed on a case (a mutator's bug): counted, and the run goes on
 )
 FAMILIES = (
@@ -70,6 +73,45 @@ FAMILIES = (
     "onnx_quantized",
     "onnx_unrolled",
     "tflite",
+    "openvino",
+    "flax_msgpack",
+    "equinox",
+    "mlx",
+    "ncnn",
+    "identify",
+)
+# The families of the readers added since the first round (what `--families new` runs).
+NEW_FAMILIES = (
+    "openvino",
+    "tflite",
+    "flax_msgpack",
+    "equinox",
+    "mlx",
+    "ncnn",
+    "onnx_subgraph",
+    "onnx_unrolled",
+    "identify",
+)
+# The families whose seeds are models of several files (seeds.sets): the mutator of each, files -> must refuse.
+SET_FAMILIES = {
+    "openvino": mutators.mutate_openvino,
+    "flax_msgpack": mutators.mutate_flax,
+    "equinox": mutators.mutate_equinox,
+    "mlx": mutators.mutate_mlx,
+    "ncnn": mutators.mutate_ncnn,
+}
+# What a damaged model is converted to besides a blob: every format rnnconv writes.
+TARGETS = (
+    ".onnx",
+    ".pt",
+    ".keras",
+    ".xml",
+    ".tflite",
+    ".msgpack",
+    ".nnx.msgpack",
+    ".eqx",
+    ".mlx.safetensors",
+    ".param",
 )
 # The ONNX families: the seeds each mutates (by their names' ends), and how.
 ONNX_FAMILIES = {
@@ -204,6 +246,52 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             case.commands.append(["convert", source, "{dir}/deq.bin", "--dequantize"])
         if name in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
+        return case
+    if family in SET_FAMILIES:
+        models = seeds.sets[family]
+        main = rng.choice(sorted(models))
+        files = dict(models[main])
+        must_refuse = SET_FAMILIES[family](files, main, rng)
+        if rng.random() < 0.15:
+            mutators.mutate_record(files, rng, seeds.places)
+        case = Case(family, f"{index:06d}_{family}_{main}", files, must_refuse=must_refuse)
+        source = "{dir}/" + main
+        case.commands = [
+            ["inspect", source, *(["--json"] if rng.random() < 0.3 else [])],
+            ["convert", source, "{dir}/out.safetensors"],
+            ["convert", source, "{dir}/out" + rng.choice(TARGETS)],
+            ["convert", source, "{dir}/existing.bin"],
+        ]
+        if rng.random() < 0.4:  # run in its own runtime against the source its record names
+            case.commands.append(["verify", source])
+        if main in seeds.good_blob:
+            case.commands.append(["verify", str(seeds.good_blob[main]), "--against", source, "--backend", "numpy"])
+        return case
+    if family == "identify":
+        name = rng.choice(sorted(seeds.identify))
+        blob, probe, flags = seeds.identify[name]
+        flags = list(flags)
+        choice = rng.random()
+        if choice < 0.5:
+            probe = mutators.mutate_probe(probe, rng)
+        elif choice < 0.8:
+            blob = mutators.mutate_blob_size(blob, rng)
+        else:  # flags that describe another model
+            flag = rng.choice(["--mode", "--input-size", "--hidden-size", "--num-layers", "--proj-size", "--dtype"])
+            value = {
+                "--mode": rng.choice(["gru", "rnn_tanh", "rnn_relu"]),
+                "--proj-size": rng.choice(["2", "3", "7", str(2**31)]),
+                "--dtype": rng.choice(["float16", "float64", "bfloat16"]),
+            }.get(flag, rng.choice(["1", "3", "6", "8", "1024", str(2**31 - 1)]))
+            flags = [*flags, flag, value]
+        case = Case(family, f"{index:06d}_{family}_{name}", {"weights.raw": blob, "probe.npz": probe})
+        candidate = ["--candidate", rng.choice(["x", mutators.long_name(rng)[:5000], "cudnn"])]
+        case.commands = [
+            ["identify", "{dir}/weights.raw", *flags, "--probe", "{dir}/probe.npz", "-o", "{dir}/out.pt"],
+            ["identify", "{dir}/weights.raw", *flags, *(candidate if rng.random() < 0.3 else [])],
+            ["identify", "{dir}/weights.raw", *flags, "--probe", "{dir}/probe.npz", "-o", "{dir}/existing.bin"],
+            ["verify", "{dir}/weights.raw", *flags, "--backend", "numpy"],
+        ]
         return case
     if family == "tf1":
         name = rng.choice(sorted(seeds.tf1))
@@ -364,6 +452,10 @@ def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, t
             problems.append("bad_exit_code")
         if "Traceback" in result["stderr"]:
             problems.append("traceback")
+        if result.get("longest_message", 0) > MESSAGE_LIMIT:
+            problems.append("message_long")
+        if any(line.startswith("error: ") and line.rstrip().endswith(":") for line in result["stderr"].splitlines()):
+            problems.append("message_lost")  # a sentence cut before it says what is wrong
         if marker.exists():
             problems.append("code_executed")
         after = snapshot(folder)
@@ -412,7 +504,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=None, help="number of cases (default: until the budget)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1, help="workers running cases side by side")
-    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument(
+        "--families", default=",".join(FAMILIES), help="a comma-separated list, or 'new' (NEW_FAMILIES)"
+    )
     parser.add_argument("--keep", default="fuzz-failures", help="where failing cases are saved ('' for nowhere)")
     parser.add_argument("--report", type=Path, default=None, help="write the counts as JSON here")
     parser.add_argument("--replay", type=Path, default=None, help="a saved case's folder: run its commands again")
@@ -420,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget is None and args.cases is None:
         args.budget = 60.0
     keep = Path(args.keep) if args.keep else None
-    families = args.families.split(",")
+    families = list(NEW_FAMILIES) if args.families == "new" else args.families.split(",")
     with tempfile.TemporaryDirectory(prefix="rnnconv-fuzz-") as tmp:
         work = Path(tmp)
         if args.replay:

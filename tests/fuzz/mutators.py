@@ -9,6 +9,8 @@ meta or integer tensors, scalar kernels) that PyTorch writes.
 
 from __future__ import annotations
 
+import ast
+import copy
 import io
 import json
 import os
@@ -16,6 +18,7 @@ import pickle
 import pickletools
 import random
 import struct
+import warnings
 import zipfile
 import zlib
 from typing import Any
@@ -64,7 +67,8 @@ DEEP = "[" * 3000 + "]" * 3000  # deeper than Python's default recursion limit
 
 
 def odd_value(rng: random.Random) -> Any:
-    return rng.choice(ODD_VALUES)
+    """One of ODD_VALUES, a copy: a later round may insert into a list or map (the shared one would grow a cycle)."""
+    return copy.deepcopy(rng.choice(ODD_VALUES))
 
 
 def _containers(node: Any, path: tuple = ()) -> list[tuple]:
@@ -361,7 +365,8 @@ def _members(data: bytes) -> list[tuple[zipfile.ZipInfo, bytes]]:
 
 def _rezip(members: list[tuple[zipfile.ZipInfo, bytes]], compression: int = zipfile.ZIP_STORED) -> bytes:
     out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", compression) as archive:
+    with warnings.catch_warnings(), zipfile.ZipFile(out, "w", compression) as archive:
+        warnings.simplefilter("ignore")  # a name twice: what the mutator meant
         for info, payload in members:
             info.compress_type = compression
             archive.writestr(info, payload)
@@ -581,7 +586,21 @@ def _onnx_damage(model: Any, rng: random.Random) -> None:
         a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"
     ]
     rnns = [n for n in graph.node if n.op_type in ("LSTM", "GRU", "RNN")] or list(graph.node)
-    choice = rng.randrange(12)
+    choice = rng.randrange(14)
+    if choice == 12 and graph.initializer:  # a stored tensor renamed, everywhere it is read, to a long name
+        old = rng.choice(graph.initializer).name
+        new = long_name(rng)
+        for tensor in graph.initializer:
+            tensor.name = new if tensor.name == old else tensor.name
+        for node in graph.node:
+            node.input[:] = [new if name == old else name for name in node.input]
+        return
+    if choice == 13 and graph.initializer:  # thousands of stored tensors, none read
+        from onnx import numpy_helper
+
+        for number in range(rng.choice([100, 20_000])):
+            graph.initializer.append(numpy_helper.from_array(np.zeros(1, np.float32), f"unused_{number}"))
+        return
     if choice == 0 and tensors:
         tensor = rng.choice(tensors)
         if tensor.dims:
@@ -695,7 +714,10 @@ def _tflite_fields(data: bytes) -> list[tuple[int, int]]:
 
 def mutate_tflite(data: bytes, rng: random.Random) -> bytes:
     """A .tflite damaged where its parser looks: a table field or a vector's length set to an odd value (0, -1,
-    huge, a little off, another field's value, a float 0 that lifts a clip), the file cut, or a region copied over."""
+    huge, a little off, another field's value, a float 0 that lifts a clip), the file cut, a region copied over, or
+    an offset pointed at a string, vector or table of its own (`graft_tflite`)."""
+    if rng.random() < 0.3:
+        return graft_tflite(data, rng)
     out = bytearray(data)
     fields = _tflite_fields(data)
     for _ in range(rng.choice([1, 1, 2, 3])):
@@ -1112,3 +1134,811 @@ def mutate_onnx_unrolled(data: bytes, rng: random.Random) -> bytes:
         else:
             _onnx_damage(model, rng)
     return model.SerializeToString()
+
+
+# --- the formats read since the first round: each seed a set of files (the model, the files beside it, the source
+# record rnnconv wrote), damaged in its structure (lengths, offsets, nesting, encodings, counts, names, sizes) ------
+
+RECORD_SUFFIX = ".rnnconv.json"  # the source record rnnconv writes beside a model that has no metadata of its own
+LONG_NAMES = ["x" * 300, "y" * 5000, "z" * 200_000, "\u00e9\u4e2d" * 3000, "a b, c;" * 2000]
+
+
+def long_name(rng: random.Random) -> str:
+    return rng.choice(LONG_NAMES)
+
+
+def mutate_record(files: dict[str, bytes], rng: random.Random, places: dict[str, str]) -> None:
+    """The source record beside a model damaged: its JSON, or the source it names (a FIFO, /dev/zero, a folder, a
+    payload, a long name)."""
+    records = [name for name in files if name.endswith(RECORD_SUFFIX)]
+    if not records:
+        return
+    name = rng.choice(records)
+    text = files[name].decode("utf-8", "replace")
+    if rng.random() < 0.5:
+        files[name] = mutate_json_text(text, rng).encode("utf-8", "surrogatepass")
+        return
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return
+    key = rng.choice(["path", "relative_path", "digest", "layer", "format", "class", "prefix", "dtype"])
+    value = rng.choice([*places.values(), long_name(rng), "", "../" * 40 + "etc/passwd", 7, None])
+    if isinstance(doc, dict):
+        doc[key] = value
+    files[name] = json.dumps(doc).encode()
+
+
+# OpenVINO IR: .xml (parsed here by ElementTree: the seeds are trusted) and its .bin
+
+XML_ENCODINGS = ["UTF-16", "UTF-16-LE", "UTF-16-BE", "UTF-32", "UTF-32-LE", "latin-1", "ascii", "cp1252"]
+DECLARED_ENCODINGS = ["UTF-7", "UTF-16", "UTF-32", "EBCDIC-US", "ISO-2022-JP", "x-unknown", "", "utf-8", "latin-1"]
+ODD_NUMBERS = ["", "-1", "0", "x", "1e3", "2147483648", "18446744073709551616", "-9223372036854775809", " 8", "1.5"]
+
+
+def _integer(text: str | None) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 0
+
+
+def _xml_text(root: Any, declaration: str) -> str:
+    import xml.etree.ElementTree as ET
+
+    return declaration + ET.tostring(root, encoding="unicode")
+
+
+def mutate_openvino(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    """An IR's .xml or .bin damaged in place; True where every reader must refuse it (a DTD)."""
+    import xml.etree.ElementTree as ET
+
+    bin_name = main[: -len(".xml")] + ".bin"
+    root = ET.fromstring(files[main])
+    layers = root.findall("./layers/layer")
+    consts = [layer for layer in layers if layer.get("type") == "Const" and layer.find("data") is not None]
+    sequences = [layer for layer in layers if str(layer.get("type")).endswith("Sequence")]
+    edges = root.findall("./edges/edge")
+    declaration, encoding = '<?xml version="1.0"?>\n', "utf-8"
+    refuse, nest = False, 0
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        op = rng.choice(
+            ["const", "const", "dims", "edge", "type", "attribute", "attribute", "names", "ids", "count", "nest"]
+            + ["encoding", "declared", "dtd", "bin", "bin", "bytes"]
+        )
+        if op == "const" and consts:
+            data = rng.choice(consts).find("data")
+            assert data is not None
+            key = rng.choice(["offset", "size", "element_type", "shape"])
+            if key in ("offset", "size"):
+                current = _integer(data.get(key))
+                bin_size = len(files.get(bin_name, b""))
+                value = rng.choice([*ODD_NUMBERS, str(current + rng.randint(-9, 9)), str(bin_size), str(bin_size - 4)])
+            elif key == "element_type":
+                value = rng.choice(["f64", "bf16", "f16", "u1", "i4", "string", "", "f32 ", "u64", "f8e4m3", "dynamic"])
+            else:
+                value = rng.choice(["", "-1", "2147483648,2147483648", "1," * 1000 + "1", "a", "0", "3,0", "?"])
+            data.set(key, value)
+        elif op == "dims":
+            ports = root.findall(".//port")
+            if ports:
+                port = rng.choice(ports)
+                dims = port.findall("dim")
+                if dims and rng.random() < 0.6:
+                    rng.choice(dims).text = rng.choice([*ODD_NUMBERS, "?", "1..5"])
+                else:
+                    for _ in range(rng.choice([1, 40, 3000])):
+                        ET.SubElement(port, "dim").text = str(rng.choice([1, 7, 2**31]))
+        elif op == "edge" and edges:
+            edge = rng.choice(edges)
+            ids = [layer.get("id", "0") for layer in layers]
+            choice = rng.randrange(4)
+            if choice == 0:
+                edge.set(
+                    rng.choice(["from-layer", "to-layer", "from-port", "to-port"]), rng.choice([*ODD_NUMBERS, *ids])
+                )
+            elif choice == 1:  # a cycle: the edge goes back to where it came from
+                edge.set("to-layer", edge.get("from-layer", "0"))
+            elif choice == 2:
+                parent = root.find("edges")
+                assert parent is not None
+                for _ in range(rng.choice([2, 100, 5000])):
+                    parent.append(ET.fromstring(ET.tostring(edge)))
+            else:
+                parent = root.find("edges")
+                assert parent is not None
+                parent.remove(edge)
+        elif op == "type" and layers:
+            layer = rng.choice(sequences or layers)
+            if rng.random() < 0.7:
+                layer.set(
+                    "type", rng.choice(["LSTMSequence", "GRUSequence", "RNNSequence", "Loop", "Foo", "", "Const"])
+                )
+            else:
+                layer.set("version", rng.choice(["opset99", "", "opset1", "extension"]))
+        elif op == "attribute" and sequences:
+            data = rng.choice(sequences).find("data")
+            if data is not None:
+                key = rng.choice(["hidden_size", "direction", "activations", "clip", "linear_before_reset"])
+                data.set(
+                    key,
+                    rng.choice(
+                        [
+                            *ODD_NUMBERS,
+                            "forward",
+                            "reverse",
+                            "bidirectional",
+                            "sideways",
+                            "relu," * rng.choice([2, 10_000]) + "relu",
+                            "sigmoid,tanh,tanh",
+                            "nan",
+                            "inf",
+                            "true",
+                            long_name(rng),
+                        ]
+                    ),
+                )
+        elif op == "names" and layers:
+            layer = rng.choice(layers)
+            port = layer.find(".//port")
+            target = layer if port is None or rng.random() < 0.5 else port
+            target.set("name" if target is layer else "names", rng.choice([*LONG_NAMES, "", "a,b", "\t"]))
+        elif op == "ids" and layers:
+            layer = rng.choice(layers)
+            layer.set("id", rng.choice([*ODD_NUMBERS, rng.choice(layers).get("id", "0")]))
+        elif op == "count" and layers:
+            parent = root.find("layers")
+            assert parent is not None
+            layer = rng.choice(sequences or layers)
+            top = max((_integer(x.get("id")) for x in layers), default=0) + 1
+            for number in range(rng.choice([2, 50, 3000])):
+                copy = ET.fromstring(ET.tostring(layer))
+                copy.set("id", str(top + number))
+                parent.append(copy)
+        elif op == "nest" and layers:  # elements nested 10 to 100,000 deep inside a layer
+            nest = rng.choice([10, 200, 5000, 100_000])
+            rng.choice(layers).append(ET.Element("__nest__"))
+        elif op == "encoding":
+            encoding = rng.choice(XML_ENCODINGS)
+            declaration = f'<?xml version="1.0" encoding="{encoding}"?>\n' if rng.random() < 0.8 else ""
+        elif op == "declared":
+            declaration = f'<?xml version="1.0" encoding="{rng.choice(DECLARED_ENCODINGS)}"?>\n'
+        elif op == "dtd":
+            entity = rng.choice(['"x"', '"&b;&b;"', 'SYSTEM "file:///etc/passwd"', 'SYSTEM "/dev/zero"'])
+            declaration += f'<!DOCTYPE net [<!ENTITY b "bb"><!ENTITY a {entity}>]>\n'
+            encoding = rng.choice(["utf-8", "UTF-16", "UTF-32"])
+            refuse = True
+        elif op == "bin" and bin_name in files:
+            blob = files[bin_name]
+            choice = rng.randrange(4)
+            if choice == 0:
+                files[bin_name] = blob[: rng.randrange(len(blob) + 1)]
+            elif choice == 1:
+                files[bin_name] = blob + bytes(rng.choice([1, 4, 4096]))
+            elif choice == 2:
+                del files[bin_name]
+            else:
+                files[bin_name] = mutate_bytes(blob, rng)
+    text = _xml_text(root, declaration).replace("<__nest__ />", "<body>" * nest + "</body>" * nest)
+    if refuse:
+        text = text.replace("<layers>", "<layers>&a;", 1)
+    if rng.random() < 0.1 and not refuse:
+        files[main] = mutate_bytes(text.encode(), rng)
+        return False
+    try:
+        encoded = text.encode(encoding)
+    except UnicodeEncodeError:
+        encoded = text.encode(encoding, "xmlcharrefreplace")
+    files[main] = encoded
+    return refuse
+
+
+# Flax linen and flax.nnx: a msgpack tree (maps of maps whose leaves are array extensions)
+
+
+class Pairs(list):
+    """A msgpack map as its (key, value) pairs, in order: a key may repeat."""
+
+
+class RawText(bytes):
+    """Bytes packed as a msgpack str (they need not be UTF-8)."""
+
+
+def _ext_payload(ext: Any) -> list[Any] | None:
+    import msgpack
+
+    try:
+        value = msgpack.unpackb(ext.data, raw=False, strict_map_key=False)
+    except Exception:
+        return None
+    return value if isinstance(value, list) else None
+
+
+class RawTree(bytes):
+    """A value already packed (nested deeper than a packer recurses)."""
+
+
+def _pack_tree(node: Any, wide: bool) -> bytes:
+    """msgpack of a tree of Pairs, RawText, RawTree, ExtType and plain values; `wide`: every map, list and str with
+    a 32-bit length (valid msgpack, a form Flax never writes)."""
+    import msgpack
+
+    if isinstance(node, RawTree):
+        return bytes(node)
+    if isinstance(node, Pairs):
+        head = b"\xdf" + struct.pack(">I", len(node)) if wide else msgpack.Packer().pack_map_header(len(node))
+        return head + b"".join(_pack_tree(k, wide) + _pack_tree(v, wide) for k, v in node)
+    if isinstance(node, list):
+        head = b"\xdd" + struct.pack(">I", len(node)) if wide else msgpack.Packer().pack_array_header(len(node))
+        return head + b"".join(_pack_tree(v, wide) for v in node)
+    if isinstance(node, (RawText, str)) and (wide or isinstance(node, RawText)):
+        raw = node if isinstance(node, bytes) else node.encode()
+        return b"\xdb" + struct.pack(">I", len(raw)) + raw
+    return msgpack.packb(node, use_bin_type=True)
+
+
+def _tree_places(node: Any, path: tuple = ()) -> list[tuple[Pairs, int]]:
+    """(map, index) of every entry of every map of a tree."""
+    found: list[tuple[Pairs, int]] = []
+    if isinstance(node, Pairs):
+        for index, (_, value) in enumerate(node):
+            found.append((node, index))
+            found += _tree_places(value)
+    return found
+
+
+def _array_ext(shape: Any, dtype: Any, data: bytes, code: int = 1) -> Any:
+    import msgpack
+
+    return msgpack.ExtType(code, msgpack.packb([shape, dtype, data], use_bin_type=True))
+
+
+ODD_SHAPES: list[Any] = [[], [-1], [0, 7], [2**62, 2**62], [1] * 40, [3.5], ["7"], [[1]], None, [2**64 - 1], [28, 5, 1]]
+ODD_DTYPES: list[Any] = ["float128", "object", "O", "<f4", "int32", "bfloat16", "float16", "", "x" * 5000, 7, None]
+
+
+def mutate_msgpack_tree(data: bytes, rng: random.Random) -> bytes:
+    """A Flax msgpack tree damaged in its structure: arrays' shapes, types and byte counts, extensions nested in
+    extensions, maps nested deep, keys renamed, repeated, of other types or not UTF-8, maps grown to thousands of
+    entries, values of other kinds, chunked arrays, other msgpack forms; now and then its bytes."""
+    import msgpack
+
+    if rng.random() < 0.12:
+        return mutate_bytes(data, rng)
+    tree = msgpack.unpackb(
+        data, raw=False, strict_map_key=False, object_pairs_hook=Pairs, ext_hook=lambda c, d: msgpack.ExtType(c, d)
+    )
+    wide = False
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        places = _tree_places(tree)
+        arrays = [(m, i) for m, i in places if isinstance(m[i][1], msgpack.ExtType)]
+        op = rng.choice(
+            ["array", "array", "ext", "nest_ext", "depth", "key", "key", "count", "kind", "chunked", "wide"]
+        )
+        if op == "array" and arrays:
+            holder, index = rng.choice(arrays)
+            payload = _ext_payload(holder[index][1]) or [[1], "float32", b"\0" * 4]
+            shape, dtype, raw = (payload + [None] * 3)[:3]
+            field = rng.randrange(4)
+            if field == 0:
+                shape = rng.choice(ODD_SHAPES)
+            elif field == 1:
+                dtype = rng.choice(ODD_DTYPES)
+            elif field == 2 and isinstance(raw, bytes):
+                raw = rng.choice([raw[: rng.randrange(len(raw) + 1)], raw + bytes(rng.choice([1, 4, 4096])), b""])
+            else:
+                raw = rng.choice([None, "text", 7, [1, 2]])
+            holder[index] = (holder[index][0], _array_ext(shape, dtype, raw, rng.choice([1, 1, 1, 3])))
+        elif op == "ext" and arrays:
+            holder, index = rng.choice(arrays)
+            ext = holder[index][1]
+            payload = rng.choice([ext.data + b"\xc0", ext.data[:-3], b"\xc1", b"", msgpack.packb([[1], "float32"])])
+            code = rng.choice([ext.code, 2, 4, 99, 127, -1, -128])  # -1: msgpack's timestamp
+            raw = b"\xc9" + struct.pack(">Ib", len(payload), code) + payload
+            holder[index] = (holder[index][0], RawTree(raw))
+        elif op == "nest_ext" and arrays:  # an array whose payload holds an array, 1 to 2,000 deep
+            holder, index = rng.choice(arrays)
+            ext = holder[index][1]
+            raw = _pack_tree(ext, False)
+            for _ in range(rng.choice([1, 3, 200, 2000])):
+                inner = b"\x93\x91\x01\xa7float32" + raw
+                raw = b"\xc9" + struct.pack(">I", len(inner)) + b"\x01" + inner
+            holder[index] = (holder[index][0], RawTree(raw))
+        elif op == "depth" and places:  # a value inside maps or lists nested 10 to 100,000 deep
+            holder, index = rng.choice(places)
+            depth = rng.choice([10, 63, 65, 1000, 100_000])
+            value = _pack_tree(holder[index][1], False)
+            wrap = b"\x81\xa1a" if rng.random() < 0.5 else b"\x91"
+            holder[index] = (holder[index][0], RawTree(wrap * depth + value))
+        elif op == "key" and places:
+            holder, index = rng.choice(places)
+            key = rng.choice(
+                [long_name(rng), "", 7, -1, 2**40, 1.5, None, True, b"bytes", RawText(b"\xff\xfe"), "params", "0"]
+            )
+            if rng.random() < 0.3 and len(holder) > 1:  # the key of another entry of the same map
+                key = holder[(index + 1) % len(holder)][0]
+            holder[index] = (key, holder[index][1])
+        elif op == "count" and places:
+            holder = rng.choice(places)[0]
+            kind = rng.randrange(3)
+            for number in range(rng.choice([2, 100, 10_000])):
+                value = holder[0][1] if kind == 0 else number if kind == 1 else Pairs()
+                holder.append((f"layers_{number + 7}" if kind else f"extra{number}", value))
+        elif op == "kind" and places:
+            holder, index = rng.choice(places)
+            holder[index] = (holder[index][0], rng.choice([[1, 2], 7, "kernel", None, True, b"\0" * 16, Pairs(), 1.5]))
+        elif op == "chunked" and arrays:
+            holder, index = rng.choice(arrays)
+            chunks = Pairs([("0", holder[index][1])] * rng.choice([1, 2]))
+            chunked = Pairs(
+                [("__msgpack_chunked_array__", rng.choice([True, 1, None])), ("shape", rng.choice(ODD_SHAPES))]
+            )
+            chunked.append(("chunks", chunks))
+            holder[index] = (holder[index][0], chunked)
+        elif op == "wide":
+            wide = True
+    return _pack_tree(tree, wide)
+
+
+# Equinox: .npy leaves one after another (eqx.tree_serialise_leaves)
+
+
+def _npy_leaves(data: bytes) -> list[tuple[bytes, str, bytes]]:
+    """(magic and version, header text, data) of each .npy leaf of a well-formed seed."""
+    found, pos = [], 0
+    while pos < len(data):
+        version = data[pos + 6]
+        width = 2 if version == 1 else 4
+        (length,) = struct.unpack("<H" if width == 2 else "<I", data[pos + 8 : pos + 8 + width])
+        header = data[pos + 8 + width : pos + 8 + width + length].decode("latin-1")
+        start = pos + 8 + width + length
+        meta = ast.literal_eval(header.strip())
+        size = int(np.prod(meta["shape"], dtype=np.int64)) * np.dtype(meta["descr"]).itemsize
+        found.append((data[pos : pos + 8], header, data[start : start + size]))
+        pos = start + size
+    return found
+
+
+def _npy_leaf(magic: bytes, header: str, body: bytes, length: int | None = None) -> bytes:
+    """A .npy of this magic and version, header (its length field `length`, else the header's) and data."""
+    raw = header.encode("latin-1", "replace")
+    count = len(raw) if length is None else length
+    if magic[6:7] == b"\x01" and count > 0xFFFF:  # too long for 1.0's 16-bit length: 2.0, as np.save does
+        magic = magic[:6] + b"\x02\x00"
+    return magic + struct.pack("<H" if magic[6:7] == b"\x01" else "<I", count) + raw + body
+
+
+NPY_DESCRS = ["'|O'", "'<i8'", "'>f4'", "'<c8'", "[('a', '<f4')]", "'<U5'", "'V8'", "'float32'", "'<f2'", "'<f8'"]
+NPY_SHAPES = ["()", "(-1,)", "(4611686018427387904, 4611686018427387904)", "(1,) * 3", "(3.5,)", "'x'", "(0,)"]
+
+
+def mutate_npy_header(header: str, rng: random.Random) -> str:
+    """A .npy header dict with a field given another value, a key added or dropped, or its syntax broken."""
+    choice = rng.randrange(8)
+    if choice == 0:
+        return re_field(header, "descr", rng.choice(NPY_DESCRS))
+    if choice == 1:
+        return re_field(header, "shape", rng.choice([*NPY_SHAPES, "(" + "1, " * 40 + ")", "(" * 500 + ")" * 500]))
+    if choice == 2:
+        return re_field(header, "fortran_order", rng.choice(["True", "'x'", "1", "None"]))
+    if choice == 3:
+        return header.replace(
+            "{", "{'extra': " + rng.choice(["1", "__import__('os')", "[" * 2000 + "]" * 2000]) + ", ", 1
+        )
+    if choice == 4:
+        return header.replace("'descr'", "'dtype'", 1)
+    if choice == 5:
+        return header.rstrip().rstrip("}") + rng.choice(["", "}}", ")"]) + "\n"
+    if choice == 6:
+        return header + " " * rng.choice([1, 7, 64, 70_000])
+    return header.replace("\n", "") if rng.random() < 0.5 else "\u00e9" + header
+
+
+def re_field(header: str, key: str, value: str) -> str:
+    """The header with `key`'s value replaced (the text up to the next top-level comma)."""
+    start = header.find(f"'{key}':")
+    if start < 0:
+        return header
+    start += len(key) + 3
+    depth, end = 0, start
+    while end < len(header):
+        c = header[end]
+        depth += c in "([{"
+        depth -= c in ")]}"
+        if depth < 0 or (depth == 0 and c == ","):
+            break
+        end += 1
+    return header[:start] + " " + value + header[end:]
+
+
+def mutate_eqx(data: bytes, rng: random.Random) -> bytes:
+    """An .eqx's leaves damaged in their structure: a header's fields, length or version, a leaf's data cut or grown,
+    leaves dropped, repeated, reordered or added (a pickled object among them); now and then its bytes."""
+    try:
+        leaves = _npy_leaves(data)
+    except Exception:
+        leaves = []
+    if not leaves or rng.random() < 0.12:
+        return mutate_bytes(data, rng)
+    for _ in range(rng.choice([1, 1, 2])):
+        index = rng.randrange(len(leaves))
+        magic, header, body = leaves[index]
+        choice = rng.randrange(8)
+        if choice < 2:
+            leaves[index] = (magic, mutate_npy_header(header, rng), body)
+        elif choice == 2:  # the header's length field off, or its version
+            version = rng.choice([0, 1, 2, 3, 255])
+            leaves[index] = (magic[:6] + bytes([version, 0]), header, body)
+            if rng.random() < 0.5:
+                raw = _npy_leaf(magic, header, body, rng.choice([0, 1, len(header) - 3, len(header) + 8, 65535]))
+                leaves[index] = (raw[:8], "", raw[8:])
+        elif choice == 3:
+            leaves[index] = (magic, header, body[: rng.randrange(len(body) + 1)] if body else b"\0" * 9)
+        elif choice == 4:
+            leaves[index] = (magic, header, body + bytes(rng.choice([1, 4, 4096])))
+        elif choice == 5:
+            del leaves[index]
+        elif choice == 6:
+            leaves[index:index] = [leaves[index]] * rng.choice([1, 2, 70])
+        else:  # an object array: unpickling it would run the payload
+            raw = _object_npy(rng)
+            leaves.insert(index, (raw[:8], "", raw[8:]))
+            if rng.random() < 0.5:
+                rng.shuffle(leaves)
+    out = b""
+    for magic, header, body in leaves:
+        out += magic + body if not header else _npy_leaf(magic, header, body)
+    return out
+
+
+# MLX: a .safetensors (structure) or an .npz (zip members of .npy)
+
+
+def mutate_safetensors_structure(data: bytes, rng: random.Random) -> bytes:
+    """A safetensors file damaged in its structure: a tensor's dtype, shape or data offsets, keys renamed (long,
+    repeated), thousands of tensors added, the header's length, encoding or metadata; else `mutate_safetensors`."""
+    if len(data) < 8 or rng.random() < 0.3:
+        return mutate_safetensors(data, rng)
+    (length,) = struct.unpack("<Q", data[:8])
+    try:
+        doc = json.loads(data[8 : 8 + length])
+    except ValueError:
+        return mutate_safetensors(data, rng)
+    rest = data[8 + length :]
+    names = [k for k in doc if k != "__metadata__"]
+    raw_text = None
+    choice = rng.randrange(8)
+    if choice == 0 and names:
+        entry = doc[rng.choice(names)]
+        key = rng.choice(["dtype", "shape", "data_offsets"])
+        entry[key] = rng.choice(
+            {
+                "dtype": ["F64", "BF16", "I8", "U8", "BOOL", "F8_E4M3", "C64", "", "F32 ", 7],
+                "shape": [[], [-1], [0], [2**62, 2**62], [1] * 40, "x", [3.5]],
+                "data_offsets": [[0, 0], [4, 0], [0, 2**63], [-4, 4], [len(rest), len(rest) + 4], [0], "x"],
+            }[key]
+        )
+    elif choice == 1 and names:  # renamed: long, another tensor's name, a prefix no MLX module writes
+        old = rng.choice(names)
+        new = rng.choice([long_name(rng), rng.choice(names), "layers.7." + old, old.replace(".", "/"), "", "\u00e9"])
+        doc[new] = doc.pop(old)
+    elif choice == 2:  # thousands of tensors
+        for number in range(rng.choice([2, 100, 20_000])):
+            doc[f"t{number}"] = {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}
+    elif choice == 3 and names:  # a key twice in the JSON text
+        text = json.dumps(doc)
+        name = rng.choice(names)
+        raw_text = text[:-1] + f", {json.dumps(name)}: {json.dumps(doc[name])}" + "}"
+    elif choice == 4:
+        doc["__metadata__"] = rng.choice([{"format": "mlx"}, {"format": 7}, "x", {"a" * 100_000: "b"}, [1]])
+    elif choice == 5:  # the header in another encoding, or padded
+        text = json.dumps(doc)
+        raw = rng.choice(
+            [text.encode("utf-16"), text.encode() + b" " * rng.choice([1, 7, 1 << 16]), b"\xef\xbb\xbf" + text.encode()]
+        )
+        return struct.pack("<Q", len(raw)) + raw + rest
+    elif choice == 6:  # the data cut or grown
+        rest = rest[: rng.randrange(len(rest) + 1)] if rng.random() < 0.6 else rest + bytes(rng.choice([1, 4, 1 << 16]))
+    elif names:  # a tensor entry that is a deep structure
+        doc[rng.choice(names)] = "__DEEP__"
+    text = raw_text if raw_text is not None else json.dumps(doc).replace('"__DEEP__"', DEEP)
+    header = text.encode("utf-8", "surrogatepass")
+    return struct.pack("<Q", len(header)) + header + rest
+
+
+def mutate_npz(data: bytes, rng: random.Random) -> bytes:
+    """An .npz damaged in its structure: a member's .npy header, its data cut, members renamed (long, outside the
+    archive, repeated), dropped or multiplied by thousands, an object member, compressed, zip headers; else bytes."""
+    try:
+        members = _members(data)
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+        return mutate_bytes(data, rng)
+    if not members or rng.random() < 0.1:
+        return mutate_bytes(data, rng)
+    choice = rng.randrange(9)
+    index = rng.randrange(len(members))
+    info, payload = members[index]
+    if choice == 0:
+        try:
+            ((magic, header, body),) = _npy_leaves(payload)
+            members[index] = (info, _npy_leaf(magic, mutate_npy_header(header, rng), body))
+        except Exception:
+            members[index] = (info, mutate_bytes(payload, rng))
+    elif choice == 1:
+        members[index] = (info, payload[: rng.randrange(len(payload) + 1)])
+    elif choice == 2:
+        name = rng.choice([long_name(rng)[:60000] + ".npy", "../../x.npy", "/abs.npy", "a.txt", "dir/", ".npy", "x"])
+        members[index] = (zipfile.ZipInfo(name), payload)
+    elif choice == 3:
+        members.append(members[index])
+    elif choice == 4:
+        del members[index]
+    elif choice == 5:
+        members += [(zipfile.ZipInfo(f"extra{n}.npy"), payload) for n in range(rng.choice([2, 100, 5000]))]
+    elif choice == 6:
+        members[index] = (info, _object_npy(rng))
+    elif choice == 7:
+        return _rezip(members, zipfile.ZIP_DEFLATED)
+    else:
+        return _patch_headers(data, rng)
+    return _rezip(members)
+
+
+def mutate_flax(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    """`mutate_msgpack_tree`; now and then (True) a damage every reader refuses on top: the tree inside 65 or more
+    levels of lists, or a byte after it."""
+    files[main] = mutate_msgpack_tree(files[main], rng)
+    if rng.random() < 0.15:
+        files[main] = b"\x91" * rng.choice([65, 1000]) + files[main] if rng.random() < 0.5 else files[main] + b"\xc0"
+        return True
+    return False
+
+
+def mutate_equinox(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    """`mutate_eqx`; now and then (True) a leaf every reader refuses on top: a pickled object, a .npy of version 0.0
+    or 3.0, or bytes that are no .npy."""
+    files[main] = mutate_eqx(files[main], rng)
+    if rng.random() < 0.15:
+        buffer = io.BytesIO()
+        np.save(buffer, np.zeros(7, np.float32))
+        leaf = buffer.getvalue()
+        files[main] += rng.choice(
+            [
+                _object_npy(rng),
+                leaf[:6] + rng.choice([b"\x00\x00", b"\x03\x00"]) + struct.pack("<I", len(leaf) - 10) + leaf[10:],
+                b"\x00" * rng.choice([1, 64]),
+            ]
+        )
+        return True
+    return False
+
+
+def _object_npy(rng: random.Random) -> bytes:
+    """A .npy of objects: unpickling it would run the payload."""
+    buffer = io.BytesIO()
+    objects = np.empty(1, dtype=object)
+    objects[0] = _WritesMarker(rng.choice(["open", "system", "eval"]))
+    np.save(buffer, objects, allow_pickle=True)
+    return buffer.getvalue()
+
+
+def mutate_mlx(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    files[main] = (mutate_npz if main.endswith(".npz") else mutate_safetensors_structure)(files[main], rng)
+    return False
+
+
+# ncnn: a text .param and its .bin
+
+
+def mutate_ncnn(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    """An ncnn model damaged: the .param's magic, counts, layer lines (types, names, bottom and top counts and
+    names, key=value params and arrays), lines repeated thousands of times or dropped, other text encodings; the .bin
+    cut, grown or given other blob tags."""
+    bin_name = main[: -len(".param")] + ".bin"
+    lines = files[main].decode("utf-8").split("\n")
+    layer_lines = [i for i in range(2, len(lines)) if lines[i].strip()]
+    encoding, newline = "utf-8", "\n"
+    refuse = False
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        op = rng.choice(
+            ["magic", "counts", "layer", "layer", "layer", "params", "params", "lines", "encoding", "bin", "bin"]
+        )
+        if op == "magic":
+            lines[0] = rng.choice(["0", "7767516", "x", "", "7767517 1", "\ufeff7767517", "07767517"])
+            refuse = True  # no .param without its magic number first
+        elif op == "counts":
+            words = [*lines[1].split(), "0", "0"]
+            n_layers, n_blobs = _integer(words[0]), _integer(words[1])
+            lines[1] = rng.choice(
+                [
+                    f"{n_layers + 1} {n_blobs}",
+                    f"{n_layers} {n_blobs - 1}",
+                    "0 0",
+                    "-1 4",
+                    f"{2**31} {2**31}",
+                    "3",
+                    "a b",
+                ]
+            )
+        elif op == "layer" and layer_lines:
+            i = rng.choice(layer_lines)
+            tokens = lines[i].split()
+            if len(tokens) < 4:
+                continue
+            field = rng.randrange(6)
+            if field == 0:
+                tokens[0] = rng.choice(
+                    ["LSTM", "GRU", "RNN", "Foo", "InnerProduct", "MemoryData", "Input", "Convolution"]
+                )
+            elif field == 1:
+                tokens[1] = rng.choice([*LONG_NAMES, "dup", tokens[1] + "x"]).replace(" ", "_")
+            elif field == 2:
+                tokens[rng.choice([2, 3])] = rng.choice(["0", "9", "-1", "x", str(2**40)])
+            elif field == 3 and len(tokens) > 4:  # a bottom or top renamed: a cycle, a blob nowhere, a long name
+                j = rng.randrange(4, len(tokens))
+                if "=" not in tokens[j]:
+                    tokens[j] = rng.choice(["in0", "out0", "nowhere", "y" * 100_000, tokens[4]])
+            elif field == 4:
+                tokens.insert(4, rng.choice(["in0", "x"]))
+            elif len(tokens) > 4:
+                del tokens[rng.randrange(4, len(tokens))]
+            lines[i] = " ".join(tokens)
+        elif op == "params" and layer_lines:
+            i = rng.choice(layer_lines)
+            tokens = lines[i].split()
+            keyed = [j for j, t in enumerate(tokens) if "=" in t]
+            value = rng.choice(
+                ["0", "-1", "1", "2", "3", str(2**31), str(2**63), "1.5", "nan", "1e999", "x", "", "=", "7=7"]
+            )
+            choice = rng.randrange(5)
+            if choice == 0 and keyed:
+                j = rng.choice(keyed)
+                tokens[j] = tokens[j].split("=")[0] + "=" + value
+            elif choice == 1:
+                tokens.append(f"{rng.choice([0, 1, 2, 3, 8, 31, 999999, -1, -23300, -23301])}={value}")
+            elif choice == 2:  # an array: its count off, its values odd, thousands of them
+                count = rng.choice([0, 3, 5, 2**31, -1])
+                values = ",".join([value] * rng.choice([0, 3, 100_000]))
+                tokens.append(f"-23303={count},{values}")
+            elif choice == 3 and keyed:
+                tokens.append(tokens[rng.choice(keyed)])  # a key twice
+            else:
+                tokens += [f"{k}=1" for k in range(rng.choice([10, 20_000]))]
+            lines[i] = " ".join(tokens)
+        elif op == "lines" and layer_lines:
+            i = rng.choice(layer_lines)
+            choice = rng.randrange(3)
+            if choice == 0:
+                lines[i:i] = [lines[i]] * rng.choice([1, 100, 5000])
+            elif choice == 1:
+                del lines[i]
+            else:
+                j = rng.choice(layer_lines)
+                lines[i], lines[j] = lines[j], lines[i]
+            layer_lines = [k for k in range(2, len(lines)) if lines[k].strip()]
+        elif op == "encoding":
+            choice = rng.randrange(6)
+            if choice == 0:
+                newline = "\r\n"
+            elif choice == 1:
+                encoding = rng.choice(["utf-16", "utf-32", "utf-8-sig"])
+            elif choice == 2 and layer_lines:
+                lines[rng.choice(layer_lines)] += " \udcff"
+            elif choice == 3:
+                lines = ["\t".join(line.split(" ")) for line in lines]
+            elif choice == 4 and layer_lines:
+                lines[rng.choice(layer_lines)] += "\x00"
+            else:
+                newline = rng.choice(["\r", " ", ""])
+        elif op == "bin" and bin_name in files:
+            blob = files[bin_name]
+            choice = rng.randrange(5)
+            if choice == 0:
+                files[bin_name] = blob[: rng.randrange(len(blob) + 1) // 4 * 4]
+            elif choice == 1:
+                files[bin_name] = blob + bytes(rng.choice([4, 4096]))
+            elif choice == 2 and len(blob) >= 4:  # another tag where a blob's tag is (the first is at 0)
+                tag = rng.choice([0x01306B47, 0x000D4B38, 0x0002C056, 0xFFFFFFFF, 1])
+                files[bin_name] = struct.pack("<I", tag) + blob[4:]
+            elif choice == 3:
+                del files[bin_name]
+            else:
+                files[bin_name] = mutate_bytes(blob, rng)
+    files[main] = newline.join(lines).encode(encoding, "surrogateescape" if encoding == "utf-8" else "replace")
+    return refuse
+
+
+# TFLite: what a flatbuffer's offsets may point at, grafted at the file's end
+
+
+def graft_tflite(data: bytes, rng: random.Random) -> bytes:
+    """A .tflite with one of its offset fields pointed at something appended at the end: a string (a long name, not
+    UTF-8), a vector (a shape of thousands of dims or huge ones, an operator list of thousands of entries), or a
+    field that points at itself."""
+    fields = _tflite_fields(data)
+    if not fields:
+        return mutate_bytes(data, rng)
+    pos, _ = rng.choice([f for f in fields if f[1] == 4] or fields)
+    out = bytearray(data)
+    out += bytes((-len(out)) % 4)
+    target = len(out)
+    choice = rng.randrange(4)
+    if choice == 3:  # the offset to the field itself: what it points at is where it points from
+        struct.pack_into("<I", out, pos, 0)
+        return bytes(out[: len(data)])
+    if choice == 0:  # a string
+        text = rng.choice([long_name(rng).encode(), b"\xff\xfe\xfd", b"", b"a\x00b"])
+        out += struct.pack("<I", len(text)) + text + b"\0"
+    elif choice == 1:  # a vector of ints
+        values = rng.choice([[2**31 - 1] * 4, [-1, 5], [1] * rng.choice([40, 5000]), []])
+        out += struct.pack(f"<I{len(values)}i", len(values), *values)
+    else:  # a vector of offsets, all to one zeroed table after it (thousands of operators or tensors)
+        count = rng.choice([2, 1000, 50_000])
+        start = len(out) + 4
+        end = start + 4 * count
+        out += struct.pack(f"<I{count}I", count, *(end - (start + 4 * k) for k in range(count))) + bytes(64)
+    if pos + 4 <= len(data):
+        struct.pack_into("<I", out, pos, (target - pos) % 2**32)
+    return bytes(out)
+
+
+# identify's inputs: a headerless blob and a probe .npz
+
+
+def mutate_probe(data: bytes, rng: random.Random) -> bytes:
+    """A probe damaged in what it holds: an array of another shape, type or value (NaN, lengths out of range, a
+    batch_first that is no flag), an array dropped, renamed or added; else its .npz structure (`mutate_npz`)."""
+    if rng.random() < 0.35:
+        return mutate_npz(data, rng)
+    with np.load(io.BytesIO(data)) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    name = rng.choice(sorted(arrays))
+    value = arrays[name]
+    choice = rng.randrange(8)
+    if choice == 0:
+        arrays[name] = value.reshape(-1) if value.ndim > 1 else value.reshape(1, -1)
+    elif choice == 1:
+        arrays[name] = value.astype(rng.choice([np.float16, np.float64, np.int64, bool, np.complex64, np.uint8]))
+    elif choice == 2 and value.size:
+        flat = value.astype(np.float64).reshape(-1).copy()
+        flat[rng.randrange(flat.size)] = rng.choice([np.nan, np.inf, -1e300, -1, 0, 10**9])
+        with np.errstate(all="ignore"):  # NaN and -1e300 cast to an integer or float32: whatever comes out
+            arrays[name] = flat.reshape(value.shape).astype(value.dtype if value.dtype.kind == "f" else np.int64)
+    elif choice == 3:
+        del arrays[name]
+    elif choice == 4:
+        arrays[rng.choice(["X", "y ", "h_0", long_name(rng)[:200], "batch_first"])] = arrays.pop(name)
+    elif choice == 5:
+        for number in range(rng.choice([1, 50, 2000])):
+            arrays[f"extra{number}"] = value
+    elif choice == 6:
+        arrays["lengths"] = np.array(rng.choice([[0], [-1, 3], [10**6, 1], [1.5], []]))
+    else:
+        arrays["batch_first"] = np.array(
+            rng.choice([["yes"], [1, 0], 2.5, []]), dtype=object if rng.random() < 0.3 else None
+        )
+    buffer = io.BytesIO()
+    _savez(buffer, arrays)
+    return buffer.getvalue()
+
+
+def _savez(buffer: io.BytesIO, arrays: dict[str, np.ndarray]) -> None:
+    """np.savez, with object arrays pickled (as a careless writer would)."""
+    with warnings.catch_warnings(), zipfile.ZipFile(buffer, "w") as archive:
+        warnings.simplefilter("ignore")
+        for name, value in arrays.items():
+            member = io.BytesIO()
+            np.save(member, value, allow_pickle=True)
+            archive.writestr(name + ".npy", member.getvalue())
+
+
+def mutate_blob_size(data: bytes, rng: random.Random) -> bytes:
+    """A headerless blob a little short or long (a size that fits no layout, or another one), or damaged."""
+    choice = rng.randrange(4)
+    if choice == 0:
+        return data[: len(data) - rng.choice([1, 2, 4, 8, 28, len(data) // 2])]
+    if choice == 1:
+        return data + bytes(rng.choice([1, 4, 28, 112, len(data)]))
+    if choice == 2:
+        return b""
+    return mutate_bytes(data, rng)

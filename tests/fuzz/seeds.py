@@ -9,6 +9,7 @@ tensors, parameters) are made by torch.save.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import subprocess
 import sys
@@ -68,6 +69,37 @@ TFLITE_SEEDS = [
 
 TF1_SEEDS = ["tf1/lstm2.ckpt", "tf1/gru_bi.ckpt", "tf1/rnn_tanh.ckpt", "tf1/seq2seq.ckpt"]
 
+# The formats read since the first round, as rnnconv writes them from PyTorch and Keras sources ((source, layer) ->
+# every target that holds it), each with the files beside it (an IR's and an ncnn model's .bin, the source record).
+WRITTEN_FROM = [
+    ("torch/seq2seq.pt", "encoder.rnn"),
+    ("torch/cells.pt", None),
+    ("torch/rnn_relu.safetensors", None),
+    ("torch/gru_bf16.pt", None),
+    ("keras3/mixed.keras", "gru_a"),
+    ("keras3/mixed.keras", "bidi_lstm"),
+]
+WRITTEN_AS = {  # target -> (the family that damages it, the written file's suffix)
+    "openvino": ("openvino", ".xml"),
+    "tflite": ("tflite", ".tflite"),
+    "flax": ("flax_msgpack", ".msgpack"),
+    "flax-nnx": ("flax_msgpack", ".nnx.msgpack"),
+    "equinox": ("equinox", ".eqx"),
+    "mlx": ("mlx", ".mlx.safetensors"),
+    "ncnn": ("ncnn", ".param"),
+}
+SHIPPED_SETS = {  # fixtures written by the frameworks themselves, with the files beside them
+    "openvino": ["openvino/rnn_tanh.xml", "openvino/lstm_saved_f16.xml"],
+    "ncnn": ["ncnn/lstm.param", "ncnn/gru_fp16.param", "ncnn/lstm_proj.param", "ncnn/rnn_bi.param", "ncnn/tagger.param"]
+    + ["ncnn/conv_first.param"],
+    "mlx": ["mlx/lstm.safetensors", "mlx/encoder.safetensors"],
+}
+# identify's inputs: a headerless blob, the flags that describe it, and a probe of what its model computes
+IDENTIFY_SEEDS = {
+    "jax_lstm": ["--mode", "lstm", "--input-size", "5", "--hidden-size", "7", "--num-layers", "2", "--bidirectional"],
+    "tf1_lstm2": ["--mode", "lstm", "--input-size", "5", "--hidden-size", "4", "--num-layers", "2"],
+}
+
 PAYLOADS = """
 import os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
@@ -120,6 +152,87 @@ class Seeds:
     good_blob: dict[str, Path] = field(default_factory=dict)  # source name -> a blob converted from it
     places: dict[str, str] = field(default_factory=dict)  # hostile paths a sidecar may name as its source
     tf1: dict[str, dict[str, bytes]] = field(default_factory=dict)  # a TF1 checkpoint's files, by their names
+    # family -> the main file's name -> every file of the model (the main one, the files beside it), by name
+    sets: dict[str, dict[str, dict[str, bytes]]] = field(default_factory=dict)
+    identify: dict[str, tuple[bytes, bytes, list[str]]] = field(default_factory=dict)  # name -> blob, probe, flags
+
+
+def _beside(main: Path) -> dict[str, bytes]:
+    """A model's file and the files rnnconv reads beside it (X.bin of X.xml or X.param, the source record)."""
+    names = [main, main.with_name(main.name + ".rnnconv.json")]
+    if main.suffix in (".xml", ".param"):
+        names.append(main.with_suffix(".bin"))
+    return {path.name: path.read_bytes() for path in names if path.is_file()}
+
+
+def _npz_of(safetensors: Path, target: Path) -> bool:
+    """The MLX .safetensors saved as MLX saves an .npz (`mx.savez`: one .npy member a tensor), where numpy holds its
+    type."""
+    import json
+    import struct
+
+    import numpy as np
+
+    data = safetensors.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    types = {"F32": "<f4", "F16": "<f2", "F64": "<f8"}
+    arrays = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if entry["dtype"] not in types:
+            return False
+        start, end = entry["data_offsets"]
+        raw = data[8 + length + start : 8 + length + end]
+        arrays[name] = np.frombuffer(raw, types[entry["dtype"]]).reshape(entry["shape"])
+    np.savez(target, **arrays)
+    return True
+
+
+def prepare_sets(work: Path, seeds: Seeds) -> None:
+    """The models of the formats read since the first round: written by rnnconv, shipped, and identify's inputs."""
+    import rnnconv
+    from rnnconv.errors import RnnconvError
+
+    for (source, layer), (target, (family, suffix)) in itertools.product(WRITTEN_FROM, WRITTEN_AS.items()):
+        stem = f"{Path(source).stem}_{layer or 'rnn'}_{target}".replace(".", "_").replace("-", "_")
+        main = work / "sets" / stem / (stem + suffix)
+        main.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            rnnconv.convert(FIXTURES / source, main, to=target, layer=layer)
+        except (RnnconvError, ImportError):
+            continue
+        seeds.sets.setdefault(family, {})[main.name] = _beside(main)
+        if target == "tflite":  # the tflite family's seeds are files alone
+            seeds.sources[main.name] = main
+        if target == "mlx" and _npz_of(main, main.with_suffix("").with_suffix(".npz")):
+            npz = main.with_suffix("").with_suffix(".npz")
+            seeds.sets[family][npz.name] = {npz.name: npz.read_bytes()}
+    for family, names in SHIPPED_SETS.items():
+        for name in names:
+            main = FIXTURES / name
+            files = {f"{main.parent.name}__{n}": data for n, data in _beside(main).items()}
+            seeds.sets.setdefault(family, {})[f"{main.parent.name}__{main.name}"] = files
+    for models in seeds.sets.values():
+        for name, files in models.items():
+            folder = work / "sets" / "good" / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for file_name, data in files.items():
+                (folder / file_name).write_bytes(data)
+            with contextlib.suppress(Exception):  # a seed that converts to no blob is damaged without one
+                with rnnconv.load(folder / name, all_rnns=True) as rnns:
+                    layer = rnns[0].name if len(rnns) > 1 else None
+                blob = work / f"good__{name}.bin"
+                rnnconv.convert(folder / name, blob, layer=layer)
+                seeds.good_blob[name] = blob
+    for name, flags in IDENTIFY_SEEDS.items():
+        folder = FIXTURES / "identify"
+        seeds.identify[name] = (
+            (folder / f"{name}.bin").read_bytes(),
+            (folder / f"{name}_probe.npz").read_bytes(),
+            flags,
+        )
 
 
 def prepare(work: Path) -> Seeds:
@@ -159,7 +272,10 @@ def prepare(work: Path) -> Seeds:
     subprocess.run([sys.executable, "-c", ODD_TORCH, str(work)], check=False, capture_output=True, timeout=300)
     for path in sorted(work.glob("payload_*")) + sorted(work.glob("odd_*")):
         seeds.sources[path.name] = path
+    prepare_sets(work, seeds)
     for name, path in list(seeds.sources.items()):
+        if name in seeds.good_blob:
+            continue
         try:
             dequantize = "quantized" in name  # an ONNX quantized LSTM converts dequantized
             with rnnconv.load(path, all_rnns=True, dequantize=dequantize) as rnns:

@@ -11,10 +11,12 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+LABEL = re.compile(r"^[a-z][a-z ]{0,30}: ")  # what a message's line starts with: "error: ", "warning: ", ...
 
 
 def run(args: list[str]) -> dict[str, object]:
@@ -33,8 +35,10 @@ def run(args: list[str]) -> dict[str, object]:
 
             err.write("Traceback (escaped the CLI)\n" + "".join(traceback.format_exception(exc)))
             code = 99
+    lines = err.getvalue().splitlines()
     return {
         "code": code if isinstance(code, int) else 1,
+        "longest_message": max((len(LABEL.sub("", line, count=1)) for line in lines), default=0),
         "stderr": err.getvalue()[-4000:],
         "stdout_tail": out.getvalue()[-400:],
         "seconds": time.monotonic() - start,

@@ -9,7 +9,7 @@ from pathlib import Path
 from rnnconv.canonical import CanonicalRNN
 from rnnconv.contracts import InspectEntry, InspectReport
 from rnnconv.dtypes import element_type
-from rnnconv.errors import BadInput
+from rnnconv.errors import BadInput, listing
 from rnnconv.formats.cudnn import PLUGIN
 from rnnconv.formats.cudnn.reader import is_rnnconv_safetensors, open_blobs, pick_blob, sidecar_path
 from rnnconv.formats.cudnn.writer import write_bin, write_safetensors
@@ -42,7 +42,7 @@ class CudnnFormat(Format):
             if len(rnns) > 1:
                 raise BadInput(
                     f"a .bin holds one RNN but {len(rnns)} were selected "
-                    f"({', '.join(r.name for r in rnns)}); pick one, or write a .safetensors"
+                    f"({listing(r.name for r in rnns)}); pick one, or write a .safetensors"
                 )
             return Written([path, sidecar_path(path)], write_bin(rnns[0], path, dtype, options.force, advance))
         if path.suffix == ".safetensors":

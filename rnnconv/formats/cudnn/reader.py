@@ -14,7 +14,7 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.contracts import SIDECAR_FORMAT, LayoutInfo, Provenance, Sidecar, parse
 from rnnconv.dtypes import ElementType, decode, element_type
-from rnnconv.errors import BadInput, no_such_rnn
+from rnnconv.errors import BadInput, listing, no_such_rnn
 from rnnconv.formats import _safetensors, registry
 from rnnconv.formats.registry import Probe
 from rnnconv.safeio.inputs import JSON_LIMIT, FileArray, json_document, open_source, regular_file
@@ -253,6 +253,7 @@ def pick_blob(
             raise no_such_rnn(f"{path} has no RNN named", layer, [b.name for b in blobs])
         return chosen
     if len(blobs) > 1 and not take_all:
-        names = ", ".join(b.name for b in blobs)
-        raise BadInput(f"{path} holds {len(blobs)} RNNs ({names}); pick one with --layer{or_else}")
+        raise BadInput(
+            f"{path} holds {len(blobs)} RNNs ({listing(b.name for b in blobs)}); pick one with --layer{or_else}"
+        )
     return blobs

@@ -13,8 +13,9 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectReport, Provenance
 from rnnconv.errors import BadInput
 from rnnconv.formats import _jax, registry
+from rnnconv.formats._npy import NPY_MAGIC
 from rnnconv.formats.equinox import PLUGIN
-from rnnconv.formats.equinox.reader import NPY_MAGIC, load, to_canonical
+from rnnconv.formats.equinox.reader import load, to_canonical
 from rnnconv.formats.equinox.runner import run_file
 from rnnconv.formats.equinox.wire import KIND
 from rnnconv.formats.equinox.writer import losses, write
@@ -65,6 +66,6 @@ class EquinoxFormat(Format):
         """The file loaded by eqx.tree_deserialise_leaves into its cell, stepped in JAX on the CPU."""
         cell = load(path)
         _jax.check_same(to_canonical(cell, path, source).spec, spec, cell.name, path)
-        ran = registry.versions_of(self.runtimes[0].modules)
+        ran = registry.versions_of(self.runtimes[0].modules, self.info.extra, f"running {self.title} files")
         how = f"jax {ran['jax']}, equinox {ran['equinox']}: eqx.nn.{cell.name} loaded from the file"
         return run_file(path, cell, spec, inputs), how

@@ -3,7 +3,7 @@ and shapes tell, and its canonical form through the table's Equinox rows."""
 
 from __future__ import annotations
 
-import ast
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,8 +12,9 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
-from rnnconv.errors import BadInput
+from rnnconv.errors import BadInput, cut
 from rnnconv.formats import _jax
+from rnnconv.formats._npy import NPY_MAGIC, npy_header
 from rnnconv.formats.equinox.wire import EQUINOX_CLASSES
 from rnnconv.formats.registry import ReadOptions
 from rnnconv.safeio.inputs import regular_file
@@ -21,10 +22,8 @@ from rnnconv.table.apply import find_row
 from rnnconv.table.constants import EQUINOX_FIELDS, EQUINOX_NAMES
 from rnnconv.table.reading import Found, StoredCell, read, settle
 
-NPY_MAGIC = b"\x93NUMPY"
 MAX_BYTES = 1 << 34
 MAX_LEAVES = 64
-MAX_HEADER = 10_000
 LEAF_TYPES = {"<f2": "float16", "<f4": "float32", "<f8": "float64"}  # what the leaves of a cell may be
 ROLE_OF_FIELD = {field: role for role, field in EQUINOX_NAMES.items()}
 
@@ -37,47 +36,28 @@ class Leaf:
 
 
 def leaves(data: bytes, what: str) -> list[Leaf]:
-    """The .npy leaves of a file, each header parsed as a literal (never unpickled) and its data's size checked."""
+    """The .npy leaves of a file, each header read by numpy's reader (never unpickled) and its data's size checked."""
     found: list[Leaf] = []
-    pos = 0
-    view = memoryview(data)
-    while pos < len(data):
+    stream = io.BytesIO(data)
+    while stream.tell() < len(data):
+        pos = stream.tell()
         if len(found) >= MAX_LEAVES:
             raise BadInput(f"{what} holds more than {MAX_LEAVES} leaves: no Equinox cell has as many")
-        if bytes(view[pos : pos + 6]) != NPY_MAGIC or pos + 10 > len(data):
+        if data[pos : pos + len(NPY_MAGIC)] != NPY_MAGIC:
             raise BadInput(f"{what}: leaf {len(found)} at byte {pos} is not a .npy (as np.save writes one)")
-        major = data[pos + 6]
-        size_bytes = {1: 2, 2: 4, 3: 4}.get(major)
-        if size_bytes is None:
-            raise BadInput(f"{what}: leaf {len(found)} is a .npy of version {major}, which numpy never wrote")
-        start = pos + 8 + size_bytes
-        length = int.from_bytes(view[pos + 8 : start], "little")
-        if length > MAX_HEADER or start + length > len(data):
-            raise BadInput(f"{what}: leaf {len(found)}'s .npy header runs past the file")
-        try:
-            header = ast.literal_eval(bytes(view[start : start + length]).decode("latin1"))
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            raise BadInput(f"{what}: leaf {len(found)}'s .npy header is not a literal") from None
-        if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
-            raise BadInput(f"{what}: leaf {len(found)}'s .npy header is not numpy's")
-        descr, fortran, shape = header["descr"], header["fortran_order"], header["shape"]
-        if descr not in LEAF_TYPES:
+        dtype, shape, fortran, offset = npy_header(stream, f"{what}: leaf {len(found)}")
+        if dtype.str not in LEAF_TYPES:
             raise BadInput(
-                f"{what}: leaf {len(found)} is of type {descr!r}; an Equinox cell's leaves are "
-                f"{', '.join(LEAF_TYPES.values())}"
+                f"{what}: leaf {len(found)} is of type {cut(dtype.descr if dtype.names else dtype.str)!r}; an Equinox "
+                f"cell's leaves are {', '.join(LEAF_TYPES.values())}"
             )
-        if (
-            fortran is not False
-            or not isinstance(shape, tuple)
-            or len(shape) > 2
-            or not all(isinstance(n, int) and n >= 0 for n in shape)
-        ):
-            raise BadInput(f"{what}: leaf {len(found)} has shape {shape!r} (fortran_order={fortran!r})")
-        offset = start + length
-        pos = offset + math.prod(shape) * np.dtype(descr).itemsize
-        if pos > len(data):
-            raise BadInput(f"{what}: leaf {len(found)} ({descr} {shape}) runs past the end of the file")
-        found.append(Leaf(LEAF_TYPES[descr], shape, offset))
+        if fortran or len(shape) > 2:
+            raise BadInput(f"{what}: leaf {len(found)} has shape {shape} (fortran_order={fortran})")
+        end = offset + math.prod(shape) * dtype.itemsize
+        if end > len(data):
+            raise BadInput(f"{what}: leaf {len(found)} ({dtype.str} {shape}) runs past the end of the file")
+        found.append(Leaf(LEAF_TYPES[dtype.str], shape, offset))
+        stream.seek(end)
     return found
 
 

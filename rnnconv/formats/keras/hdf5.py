@@ -3,10 +3,12 @@ widened, and what a damaged or hostile file may hold (links, odd objects, claims
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 import zipfile
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import numpy as np
 
 from rnnconv.dtypes import source_dtype_name
 from rnnconv.errors import BadInput, first_line
-from rnnconv.safeio.inputs import FileArray, json_document
+from rnnconv.safeio.inputs import FileArray, json_document, open_source
 from rnnconv.table.constants import KERAS_VARIABLES
 from rnnconv.transpose import transposed
 
@@ -147,11 +149,74 @@ MAX_OBJECTS = 100_000  # groups and datasets: far more than any Keras model hold
 SMALL_DATASET = 4 << 20  # bytes: read whole by the structure walk; larger ones at their first and last element
 
 
+class Window(io.RawIOBase):
+    """Bytes [start, start + size) of an open file, as a file of their own (an uncompressed zip member, read in
+    place)."""
+
+    def __init__(self, file: Any, start: int, size: int):
+        self._file, self.start, self.size, self._pos = file, start, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self.size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        n = max(0, min(len(buffer), self.size - self._pos))
+        self._file.seek(self.start + self._pos)
+        got = int(self._file.readinto(memoryview(buffer)[:n]))
+        self._pos += got
+        return got
+
+
+@dataclass(frozen=True)
+class Structure:
+    """An HDF5 file as the guard interpreter opens it to walk its structure (`within`): bytes [start, start + size)
+    of a source (all of it: size None) that must still be the file rnnconv opened (`identity`), or its bytes."""
+
+    path: str = ""
+    identity: tuple[int, int] = (0, 0)  # st_dev, st_ino
+    start: int = 0
+    size: int | None = None
+    data: bytes | None = None
+
+
+def identity(opened: Any) -> tuple[int, int]:
+    """Which file an open file (or a name) is: what `Structure.identity` holds."""
+    found = os.fstat(opened.fileno()) if hasattr(opened, "fileno") else os.stat(opened)
+    return found.st_dev, found.st_ino
+
+
+def walk_structure(structure: Structure) -> None:
+    """In the guard interpreter: `walk_everything` in what `structure` names; nothing where the file at its path is
+    another one now (the real read says the source changed)."""
+    if structure.data is not None:
+        walk_everything(io.BytesIO(structure.data))
+        return
+    with open_source(structure.path) as f:
+        if identity(f) != structure.identity:
+            return
+        if structure.size is None:
+            name = f"/proc/self/fd/{f.fileno()}"  # as the real read opens it (`pin`)
+            walk_everything(name if os.path.exists(name) else structure.path)
+        else:
+            walk_everything(Window(f, structure.start, structure.size))
+
+
 def walk_everything(source: Any) -> None:
     """Touch everything the reader may touch: every group, attribute and dataset (hard links only).
 
-    Run in a child process with a time limit (`within`): some damaged files make libhdf5 itself loop
-    forever, holding the interpreter, and no Python-level watchdog could stop it there.
+    Run in the guard interpreter with a time limit (`within`, `walk_structure`): some damaged files make libhdf5
+    itself loop forever, holding the interpreter, and no Python-level watchdog could stop it there.
     """
     if hasattr(source, "seek"):
         source.seek(0)

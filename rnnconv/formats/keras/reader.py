@@ -15,7 +15,6 @@ import dataclasses
 import io
 import re
 import zipfile
-import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,13 +23,15 @@ import h5py
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance, RNNSizes
-from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
+from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line, listing, no_such_rnn, several_rnns
 from rnnconv.formats import _zip
 from rnnconv.formats.keras.config import MAX_NESTING, ConfigEntry, KerasLayer, old_defaults, walk_config
 from rnnconv.formats.keras.hdf5 import (
     DAMAGED,
     HDF5_TIMEOUT,
+    Structure,
     TensorReader,
+    Window,
     as_dataset,
     as_group,
     attribute_or_none,
@@ -39,13 +40,13 @@ from rnnconv.formats.keras.hdf5 import (
     fetcher,
     follow,
     holds,
+    identity,
     json_attribute,
     text_of,
-    walk_everything,
+    walk_structure,
 )
 from rnnconv.formats.keras.wire import KERAS_DIRECTION_GROUPS
 from rnnconv.formats.registry import HDF5_MAGIC, SOURCE_KEY, ZIP_MAGIC, read_source_records
-from rnnconv.safeio.digests import checksum_guard
 from rnnconv.safeio.inputs import Guard, add_guard, json_document, pin, regular_file, within
 from rnnconv.table.apply import find_row, keras_era, rows_for, stored_shapes
 from rnnconv.table.constants import KERAS_VARIABLES, MAX_SIZE, NONLINEARITY_KEY
@@ -107,7 +108,7 @@ class KerasFile:
                 return self.layers[0]
             if not self.layers:
                 raise BadInput(f"{self.path} has no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU)")
-            names = ", ".join(found.name for found in self.layers)
+            names = listing(found.name for found in self.layers)
             raise several_rnns(self.path, f"has {len(self.layers)} recurrent layers ({names})")
         for layer in self.layers:
             if layer.name == name:
@@ -140,9 +141,15 @@ class KerasFile:
     def _h5(self, source: Any) -> h5py.File:
         if isinstance(source, Path):  # libhdf5 opens it by a name no FIFO put at the path meanwhile can hold up
             source = pin(source, self._closers)
+            structure = Structure(str(self.path), identity(source))
+        elif isinstance(source, _StoredMember):
+            structure = Structure(str(self.path), identity(source.file), source.start, source.size)
+        else:
+            structure = Structure(data=source.getvalue())
         within(
             HDF5_TIMEOUT,
-            lambda: walk_everything(source),
+            walk_structure,
+            (structure,),
             f"{self.path}: libhdf5 did not finish reading the "
             f"file's structure within {HDF5_TIMEOUT:g} s; the file is damaged (its metadata loops)",
         )
@@ -295,51 +302,20 @@ def _best_effort(entry: ConfigEntry, tensors: Any) -> KerasLayer:
         return entry.layer([], [])
 
 
-class _StoredMember(io.RawIOBase):
+class _StoredMember(Window):
     """An uncompressed zip member read in place, so h5py needs no copy of a large file."""
 
     def __init__(self, path: Path, info: zipfile.ZipInfo, archive_size: int):
         self._path, self._info = path, info
-        self.start = _zip.stored_start(path, info, archive_size)
-        self._size = info.file_size
-        self._pos = 0
-        self._file = open(path, "rb")  # noqa: SIM115 -- held open as the member's stream; closed by close()
+        self.file = open(path, "rb")  # noqa: SIM115 -- held open as the member's stream; closed by close()
+        super().__init__(self.file, _zip.stored_start(path, info, archive_size), info.file_size)
 
     def crc_guard(self) -> Guard:
         """A check, computed in the background, that the member's bytes are those its CRC-32 was made of."""
-        return checksum_guard(
-            self._path,
-            self.start,
-            self._size,
-            lambda value, chunk: zlib.crc32(chunk, value),
-            self._info.CRC,
-            f"{self._path}: the zip entry {self._info.filename} does not match its CRC-32 (damaged); nothing was "
-            f"written",
-        )
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        n = max(0, min(len(buffer), self._size - self._pos))
-        self._file.seek(self.start + self._pos)
-        got = self._file.readinto(memoryview(buffer)[:n])
-        self._pos += got
-        return got
+        return _zip.crc_guard(self._path, self._info, self.start)
 
     def close(self) -> None:
-        self._file.close()
+        self.file.close()
         super().close()
 
 

@@ -11,6 +11,7 @@ from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Chain, GraphFormat
+from rnnconv.formats._zip import ZIP_ERRORS
 from rnnconv.formats.mlx import PLUGIN
 from rnnconv.formats.mlx.reader import MlxChain, MlxFile, Module, to_canonical
 from rnnconv.formats.mlx.runner import require_mlx, run_modules
@@ -95,6 +96,6 @@ class MlxFormat(GraphFormat[MlxFile, Module]):
         mx, _ = require_mlx()
         try:
             out = run_modules(graph.path, chain, spec.mode, inputs)
-        except (ValueError, RuntimeError) as exc:
+        except (RuntimeError, *ZIP_ERRORS) as exc:  # MLX reads an .npz with zipfile, which checks each CRC-32
             raise BadInput(f"MLX cannot run {graph.path}: {first_line(exc)}") from None
         return out, f"mlx {mx.__version__} (CPU): the file's mlx.nn.{MLX_CLASSES[chain.first.cell]} module(s)"

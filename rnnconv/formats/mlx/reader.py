@@ -16,13 +16,14 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
 from rnnconv.dtypes import BY_SAFETENSORS, ElementType, decode, element_type, source_dtype_name
-from rnnconv.errors import BadInput, Unsupported
+from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats import _safetensors, registry
 from rnnconv.formats._graph import Chain, Graph
-from rnnconv.formats._zip import check_member, open_archive, read_member, stored_start
+from rnnconv.formats._npy import npy_header
+from rnnconv.formats._zip import check_member, crc_guard, open_archive, read_member, stored_start
 from rnnconv.formats.mlx.wire import KIND, MLX_CLASSES, MLX_STACK, NPY, NPZ_KIND, SINCE, STACKED
 from rnnconv.formats.registry import ZIP_MAGIC
-from rnnconv.safeio.inputs import FileArray, regular_file
+from rnnconv.safeio.inputs import FileArray, add_guard, regular_file
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import (
     BIAS,
@@ -179,6 +180,7 @@ def _npz_tensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
                 if header + math.prod(shape) * dtype.itemsize > info.file_size:
                     raise BadInput(f"{path}: array {key!r} claims more bytes than its member holds")
                 if not fortran:
+                    add_guard(crc_guard(path, info, start))
                     tensors[key] = Tensor(FileArray(path, start + header, dtype, shape), _etype(dtype))
                     continue
             data = read_member(archive, info.filename, path)
@@ -195,17 +197,9 @@ def _npz_tensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
 def _npy_header(f: Any, path: Path, key: str) -> tuple[np.dtype | None, tuple[int, ...], bool, int]:
     """A .npy's dtype (None: not a float type), shape, Fortran order and where its header ends, parsed without
     pickle."""
-    try:
-        version = np.lib.format.read_magic(f)
-        shape, fortran, dtype = (
-            np.lib.format.read_array_header_1_0(f) if version == (1, 0) else np.lib.format.read_array_header_2_0(f)
-        )
-    except (ValueError, SyntaxError, TypeError, OSError):
-        raise BadInput(f"{path}: array {key!r} is not a readable .npy") from None
-    if any(not isinstance(d, int) or d < 0 for d in shape):
-        raise BadInput(f"{path}: array {key!r} has a malformed shape")
+    dtype, shape, fortran, end = npy_header(f, f"{path}: array {cut(key)!r}")
     floats = not dtype.hasobject and dtype.kind == "f" and dtype.byteorder != ">"
-    return (dtype if floats else None), tuple(shape), bool(fortran), f.tell()
+    return (dtype if floats else None), shape, fortran, end
 
 
 def _etype(dtype: np.dtype) -> ElementType:
@@ -239,7 +233,9 @@ def _module(prefix: str, tensors: dict[str, Tensor]) -> Module | None:
         extra = set(tensors) - set(names.values())
         module = Module(prefix, cell, dict(tensors))
         if extra:
-            module.refusal = f"{where} holds {', '.join(sorted(extra))} beside mlx.nn.{MLX_CLASSES[cell]}'s parameters"
+            module.refusal = (
+                f"{cut(where)} holds {listing(sorted(extra))} beside mlx.nn.{MLX_CLASSES[cell]}'s parameters"
+            )
         biases = [n for role, n in names.items() if role not in (INPUT_MATRIX, RECURRENT_MATRIX)]
         present = [n for n in biases if n in tensors]
         if present and len(present) != len(biases):

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from rnnconv.dtypes import element_type
-from rnnconv.errors import BadInput, Unsupported
+from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats.onnx.folding import SUBGRAPH, Folder, NotFoldable, Scope, node_name
 from rnnconv.formats.onnx.unrolled import Cell, Unrolled
 from rnnconv.formats.onnx.wire import (
@@ -362,7 +362,10 @@ def why_refused(node: OnnxNode) -> str | None:
     acts = node.activations()
     per = len(ONNX_DEFAULT_ACTIVATIONS[node.op])
     if len(acts) != per * node.directions or (node.directions == 2 and acts[:per] != acts[per:]):
-        return f"node {node.name!r} uses activations {acts}: cuDNN computes both directions with the same ones"
+        return (
+            f"node {cut(node.name)!r} uses activations {listing(acts)}: cuDNN computes both directions with the same "
+            "ones"
+        )
     if "activation_alpha" in node.attributes or "activation_beta" in node.attributes:
         return f"node {node.name!r} gives its activations alpha/beta parameters, which cuDNN's have not"
     return None

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnconv.errors import listing
 from rnnconv.formats.onnx.folding import Folder, NotFoldable, Scope
 from rnnconv.formats.onnx.wire import ONNX_ACTIVATIONS, ONNX_INPUTS
 from rnnconv.table.constants import NONLINEARITIES
@@ -175,7 +176,7 @@ class Recogniser:
         activations = {s.activation.op_type for s in steps}
         indices = [s.index for s in steps]
         if indices != list(range(len(steps))):
-            found.refusal = f"its steps read P at times {indices}, not each time from 0 once"
+            found.refusal = f"its steps read P at times {listing(indices)}, not each time from 0 once"
             return found
         if len(activations) > 1:
             found.refusal = f"its steps use different activations ({', '.join(sorted(activations))})"

@@ -12,13 +12,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from xml.parsers import expat
 
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
 from rnnconv.dtypes import decode, element_type
-from rnnconv.errors import BadInput, Unsupported
+from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Glue, Graph, chained, merges_directions, named, refuse, same_rnn, through_glue
 from rnnconv.formats.openvino.wire import (
@@ -50,8 +51,38 @@ MAX_LAYERS_IN_GRAPH = 200_000  # layers of an IR, at most (a hostile file cannot
 MAX_DIMS = 16
 MAX_HIDDEN = 1 << 20
 MAX_GLUE = 4  # ops between two layers of one RNN, at most
-DOCTYPE = re.compile(rb"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 NET = re.compile(rb"<net\b[^>]*\bversion\s*=\s*[\"'](\d+)[\"']")
+
+
+class _Refused(Exception):
+    """A DTD met while parsing: the parse stops there, before any of it is read."""
+
+
+def parse_xml(text: bytes, path: Path) -> ET.Element:
+    """The element tree of an IR's XML, parsed by expat whatever the encoding it declares, with no DTD: a DOCTYPE
+    (and so any entity) is refused where expat meets it, before anything it declares is read."""
+    parser = expat.ParserCreate()
+    builder = ET.TreeBuilder()
+
+    def refuse(*_: object) -> None:
+        raise _Refused
+
+    parser.StartDoctypeDeclHandler = refuse
+    parser.EntityDeclHandler = refuse  # a DTD's only way in is a DOCTYPE; this holds should that ever change
+    parser.StartElementHandler = builder.start
+    parser.EndElementHandler = builder.end
+    try:
+        parser.Parse(text, True)
+    except _Refused:
+        raise BadInput(f"{path} declares a DOCTYPE or an entity, which no OpenVINO IR has: refused unread") from None
+    except expat.ExpatError as exc:
+        raise BadInput(f"{path} is not well-formed XML ({expat.ErrorString(exc.code)}, line {exc.lineno})") from None
+    except (ValueError, LookupError):  # an encoding expat cannot decode (UTF-7, UTF-32, one Python has not)
+        raise BadInput(f"{path} declares an encoding rnnconv cannot read as XML (OpenVINO writes UTF-8)") from None
+    try:
+        return builder.close()
+    except AssertionError:  # no element at all (expat reports that as an error first; this is its backstop)
+        raise BadInput(f"{path} is not well-formed XML (no element)") from None
 
 
 @dataclass
@@ -141,13 +172,7 @@ class IRFile(Graph[SequenceOp]):
         size = regular_file(path)
         if size > XML_LIMIT:
             raise BadInput(f"{path} is {size} bytes of XML, more than an IR of RNN layers holds ({XML_LIMIT})")
-        text = path.read_bytes()
-        if DOCTYPE.search(text):
-            raise BadInput(f"{path} declares a DOCTYPE or an entity, which no OpenVINO IR has: refused unread")
-        try:
-            root = ET.fromstring(text)
-        except ET.ParseError as exc:
-            raise BadInput(f"{path} is not well-formed XML ({exc})") from None
+        root = parse_xml(path.read_bytes(), path)
         if root.tag != "net" or root.get("version") not in OPENVINO_IR_VERSIONS:
             raise BadInput(
                 f"{path} is no OpenVINO IR of version {' or '.join(OPENVINO_IR_VERSIONS)} (<net version=...>)"
@@ -377,7 +402,7 @@ def _refusal(op: SequenceOp) -> str | None:
         return f"{op.op} {op.name!r} gives its activations alpha/beta parameters, which cuDNN's have not"
     if len(op.activations()) != len(OPENVINO_DEFAULT_ACTIVATIONS[op.op]):
         count = len(OPENVINO_DEFAULT_ACTIVATIONS[op.op])
-        return f"{op.op} {op.name!r} has the activations {op.activations()}; a {op.op} takes {count}"
+        return f"{op.op} {cut(op.name)!r} has the activations {listing(op.activations())}; a {op.op} takes {count}"
     return None
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from rnnconv.canonical import RNNSpec
 from rnnconv.compare import Inputs
-from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line
+from rnnconv.errors import BackendMissing, BadInput, Unsupported
 from rnnconv.formats._graph import Chain, reverse_sequences
 from rnnconv.formats.openvino.builder import Graph, Layer, Parts, Tensor, build
 from rnnconv.formats.openvino.reader import IRFile, SequenceOp
@@ -40,6 +40,13 @@ def require_openvino() -> Any:
     return openvino
 
 
+def openvino_reason(exc: RuntimeError) -> str:
+    """What OpenVINO says is wrong: the last line of its message (the lines before it say where in OpenVINO's sources
+    it was raised and checked: `Exception from src/...:84:`, `Check '...' failed at ...:`)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:300]
+
+
 def run_ir(xml: Path, inputs: Inputs, lstm: bool) -> dict[str, np.ndarray | None]:
     """An IR of rnnconv's interface in OpenVINO's CPU plugin (float32, static shapes): y, h_n, c_n sequence-major.
 
@@ -64,7 +71,7 @@ def run_ir(xml: Path, inputs: Inputs, lstm: bool) -> dict[str, np.ndarray | None
         results = compiled(feeds)
         got = {output.get_any_name(): np.asarray(results[output]) for output in compiled.outputs}
     except RuntimeError as exc:  # OpenVINO's own errors: a graph it refuses to read or run
-        raise BadInput(f"OpenVINO cannot run {xml}: {first_line(exc, 300)}") from None
+        raise BadInput(f"OpenVINO cannot run {xml}: {openvino_reason(exc)}") from None
     y = np.ascontiguousarray(got[OPENVINO_Y].transpose(1, 0, 2))
     return {"y": y, "h_n": got[OPENVINO_H_N], "c_n": got.get(OPENVINO_C_N)}
 

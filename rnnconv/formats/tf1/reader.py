@@ -14,7 +14,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance, RNNSizes
-from rnnconv.errors import BadInput, RnnconvError, Unsupported, several_rnns
+from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing, several_rnns
 from rnnconv.formats.registry import ReadOptions
 from rnnconv.formats.tf1.tensor_bundle import Checkpoint
 from rnnconv.formats.tf1.wire import TF1_BIDIRECTIONAL, TF1_CELLS, TF1_DIRECTIONS, TF1_OPAQUE, TF1_UNIDIRECTIONAL
@@ -111,7 +111,7 @@ def find_rnns(checkpoint: Checkpoint) -> tuple[list[TF1RNN], list[str]]:
 
 def choose(rnns: list[TF1RNN], opaque_only: list[str], layer: str | None, path: Path) -> list[TF1RNN]:
     """The RNN `layer` names (its scope), else the file's one RNN."""
-    names = ", ".join(repr(r.name) for r in rnns)
+    names = listing((r.name for r in rnns), show=repr)
     if layer is not None:
         chosen = [r for r in rnns if layer.strip("/") in (r.name, r.scope)]
         if chosen:

@@ -1,6 +1,7 @@
 """TFLite's own words, from its schema (tensorflow/compiler/mlir/lite/schema/schema.fbs): the file identifier,
 BuiltinOperator and BuiltinOptions codes, the options' slots, activation and tensor-type codes, each fused op's
-inputs in order, and the names a written model gives its tensors (docs/LAYOUTS.md section 13).
+inputs in order, and the names a written model gives its tensors (docs/LAYOUTS.md section 13). Every code and slot
+here and in the builder is held against the schema's generated classes that LiteRT ships (tests/test_tflite_schema.py).
 """
 
 from __future__ import annotations
