@@ -455,3 +455,22 @@ def test_a_name_no_line_shows_is_listed_as_its_repr(written, tmp_path):
     body, weights = _ir_body(written)
     path = _ir(tmp_path, "tab", body.replace('name="layer0/LSTMSequence"', 'name="&#9;"', 1).encode(), weights)
     one_sentence(cli("convert", path, tmp_path / "out.bin", "--layer", "lstm"), 2, "it holds: '\\t'")
+
+
+def test_a_graph_of_many_rnns_names_a_few_and_counts_the_rest(tmp_path):
+    """The graph layer's sentence for a file of several RNNs, and inspect's note for a chain, list a few names."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    nodes, initializers, outputs = [], [], []
+    for i in range(12):
+        for name, shape in ((f"W{i}", (1, 8, 3)), (f"R{i}", (1, 8, 2))):
+            initializers.append(numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name))
+        nodes.append(helper.make_node("LSTM", ["x", f"W{i}", f"R{i}"], [f"y{i}"], name=f"lstm_{i}", hidden_size=2))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 1, 3])
+    graph = helper.make_graph(nodes, "many", [x], outputs, initializers)
+    path = tmp_path / "many.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]).SerializeToString())
+    one_sentence(cli("convert", path, tmp_path / "out.bin"), 2, "holds 12 RNNs (", " and 7 more)")

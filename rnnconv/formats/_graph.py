@@ -24,7 +24,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectReport, Provenance, RNNSizes
-from rnnconv.errors import BadInput, RnnconvError, Unsupported, no_such_rnn, several_rnns
+from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing, no_such_rnn, several_rnns
 from rnnconv.formats.registry import Format, ReadOptions, Source, inspect_entry, read_chosen
 from rnnconv.table.apply import find_row, mode_for
 from rnnconv.table.constants import CUDNN_MODES
@@ -217,8 +217,8 @@ class Graph(Generic[L]):
             raise BadInput(self.nothing_held())
         if len(self.chains) == 1 or take_all:
             return self.chains
-        listing = self.between.join(chain.name for chain in self.chains)
-        raise several_rnns(self.path, f"holds {len(self.chains)} RNNs ({listing}){self.several_notes()}")
+        held = listing((chain.name for chain in self.chains), separator=self.between)
+        raise several_rnns(self.path, f"holds {len(self.chains)} RNNs ({held}){self.several_notes()}")
 
 
 # --- the verbs -----------------------------------------------------------------------------------------------------
@@ -254,7 +254,7 @@ class GraphFormat(Format, Generic[G, L]):
         """What inspect says of a chain: that its layers are one RNN, where it has several."""
         if len(chain.layers) == 1:
             return None
-        return f"{self.layer_word}s {', '.join(x.name for x in chain.layers)} are the layers of one RNN"
+        return f"{self.layer_word}s {listing(x.name for x in chain.layers)} are the layers of one RNN"
 
     def notes(self, graph: G) -> list[str]:
         """What inspect says of the file: of its chains, and (a format's own) of what else it holds."""
