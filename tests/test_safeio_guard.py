@@ -100,3 +100,13 @@ def test_every_fork_is_made_with_one_thread(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["[1]"], result.stdout
+
+
+def test_no_fork_where_a_framework_with_thread_pools_is_loaded(tmp_path):
+    """JAX, PyTorch and TensorFlow run native threads Python does not count: the guard interpreter, not a fork."""
+    script = FORKS.replace("import rnnconv\n", "import rnnconv, types\nsys.modules['jax'] = types.ModuleType('jax')\n")
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(K3 / "mixed.h5"), str(tmp_path)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]"], result.stdout

@@ -16,6 +16,7 @@ import operator
 import os
 import signal
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -417,9 +418,15 @@ def within(seconds: float, work: Callable[..., Any], args: tuple[Any, ...], stuc
             _in_guard(seconds, work, args, stuck)
 
 
+# Frameworks whose own native thread pools make a fork unsafe (JAX says so when it is forked); BLAS's idle workers
+# register fork handlers and do not count.
+FORK_HOSTILE = ("jax", "torch", "tensorflow")
+
+
 def _fork_alone() -> int | None:
-    """os.fork() where this process runs no other Python thread once the FIFO writer is paused; None elsewhere."""
-    if not hasattr(os, "fork"):
+    """os.fork() where this process runs no other Python thread once the FIFO writer is paused, and no framework
+    that runs native thread pools is loaded; None elsewhere."""
+    if not hasattr(os, "fork") or any(name in sys.modules for name in FORK_HOSTILE):
         return None
     with _FIFO_WRITER.paused():
         return os.fork() if threading.active_count() == 1 else None
