@@ -4,8 +4,8 @@ A file is a `.safetensors` of parameters named as MLX's modules name them (`Wx`,
 `bhn`; the RNN's `Wxh`, `Whh`, `bias`), under any prefix (`encoder.lstm.Wx`). MLX has one class per cell and one
 layer and direction per module; rnnconv writes several layers as a list `layers` of them (`layers.0.Wx`, ...,
 each feeding the next) and two directions as pairs (`layers.0.0.Wx` forward, `layers.0.1.Wx` backward, run on the
-sequence reversed), the `Stack` of docs/formats/mlx.md, and reads such modules back as one RNN. MLX has no LSTM projection: it
-is refused. MLX before 0.18 stored `Wx` and `Wh` transposed ((in, G*H)); such a file is refused.
+sequence reversed), the `Stack` of docs/formats/mlx.md, and reads such modules back as one RNN. MLX has no LSTM
+projection: it is refused. MLX before 0.18 stored `Wx` and `Wh` transposed ((in, G*H)); such a file is refused.
 
 Reading and writing need no MLX; `run` (verify) and the `mlx` engine run the modules in MLX on the CPU.
 """
