@@ -19,7 +19,7 @@ from pathlib import Path
 from rnnconv.cudnn.backend import CudnnBackend, probe
 from rnnconv.cudnn.battery import check_forward
 from rnnconv.errors import BackendMissing, RnnconvError
-from rnnconv.formats.cudnn import open_blobs
+from rnnconv.formats.cudnn.reader import open_blobs
 
 
 def main(paths: list[str]) -> int:

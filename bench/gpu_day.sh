@@ -15,7 +15,7 @@
 #     mkdir -p .gpu && cp KIT/wheels/* .gpu/
 #     python3 -m pip download -q -d .gpu --only-binary=:all: --python-version 3.12 pytest setuptools
 #     python3 -m pip download -q -d .gpu/fallback --only-binary=:all: --python-version 3.12 --platform \
-#         manylinux_2_28_x86_64 --platform manylinux2014_x86_64 h5py safetensors rich typer  # keep only these
+#         manylinux_2_28_x86_64 --platform manylinux2014_x86_64 h5py safetensors msgpack rich typer  # only these
 #         # and their own needs (markdown-it-py, mdurl, shellingham): installed only where the machine lacks one
 #     python3 -m rnnconv convert fixtures/onnx/gru3_bi_torchscript.onnx .gpu/onnx.bin --force
 #
@@ -161,11 +161,11 @@ if [[ -n ${WANTED[install]:-} ]]; then
     fi
     fallback=("$WHEELS"/fallback/*.whl)
     if ((${#fallback[@]})) && [[ -f ${fallback[0]} ]] &&
-        ! "$PYTHON" -c "import h5py, safetensors, rich, typer" 2>/dev/null; then
+        ! "$PYTHON" -c "import h5py, safetensors, msgpack, rich, typer" 2>/dev/null; then
         run install_fallback 120 "$PYTHON" -m pip install --no-index --no-deps --upgrade --disable-pip-version-check \
             --target "$SITE" "${fallback[@]}"
     fi
-    run imports 60 "$PYTHON" -c "import numpy, h5py, safetensors, rich, typer, pydantic, blake3, google_crc32c
+    run imports 60 "$PYTHON" -c "import numpy, h5py, msgpack, rich, typer, pydantic, blake3, google_crc32c
 import rnnconv.cli, rnnconv.cudnn.battery
 print('rnnconv imports from', rnnconv.__file__)"
     if [[ $RC -ne 0 ]]; then

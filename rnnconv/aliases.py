@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import typer
 from typer.core import TyperGroup
 
-from rnnconv.table.formats import FORMAT_INFO
+from rnnconv.formats.catalog import FORMAT_INFO
 
 LISTED_DIRECTIONS = {("keras", "cudnn"), ("torch", "cudnn"), ("cudnn", "keras"), ("cudnn", "torch")}
 ALIASES_HELP = (

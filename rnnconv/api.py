@@ -32,16 +32,8 @@ from rnnconv.conversion import open_source, output_name
 from rnnconv.errors import EXIT_INTERNAL, BadInput, RnnconvError, failure
 from rnnconv.formats import registry
 from rnnconv.formats.registry import ReadOptions, WriteOptions
-from rnnconv.safeio import (
-    SIDECAR_SUFFIX,
-    check_guards,
-    check_writable,
-    explained,
-    reading,
-    regular_file,
-    unguarded,
-    watching,
-)
+from rnnconv.safeio.inputs import check_guards, explained, reading, regular_file, unguarded, watching
+from rnnconv.safeio.outputs import SIDECAR_SUFFIX, check_writable
 from rnnconv.settings import split
 
 if TYPE_CHECKING:

@@ -20,7 +20,8 @@ import numpy as np
 from rnnconv.contracts import Provenance, SpecModel
 from rnnconv.dtypes import DTYPES
 from rnnconv.errors import BadInput
-from rnnconv.safeio import FileArray, digest_placeholder
+from rnnconv.safeio.digests import digest_placeholder
+from rnnconv.safeio.inputs import FileArray
 from rnnconv.table.apply import assemble_stored
 from rnnconv.table.constants import (
     CUDNN_GATES,

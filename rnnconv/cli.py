@@ -20,6 +20,7 @@ import typer
 
 from rnnconv.aliases import ALIASES_HELP, Commands, direction_doc, is_alias
 from rnnconv.errors import BadInput
+from rnnconv.formats.catalog import FORMAT_INFO
 from rnnconv.options import (
     ALL_SOURCE_OPTIONS,
     COMMON,
@@ -33,7 +34,6 @@ from rnnconv.options import (
     sources_and_output,
 )
 from rnnconv.streams import standalone
-from rnnconv.table.formats import FORMAT_INFO
 from rnnconv.table.rows import ADAPTER_FORMATS, FORMATS, TABLE
 from rnnconv.version import __version__
 

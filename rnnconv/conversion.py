@@ -17,11 +17,11 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN
 from rnnconv.compare import make_inputs
 from rnnconv.contracts import ConversionResult, ConvertedRNN, RecordedLoss, Skipped
-from rnnconv.errors import BadInput, RnnconvError, SeveralRnns, Unsupported, either
+from rnnconv.errors import BadInput, RnnconvError, SeveralRnns, Unsupported, either, listing
 from rnnconv.formats import registry
 from rnnconv.formats.registry import Format, Loss, ReadOptions, Source, WriteOptions, check_stated
 from rnnconv.reference import forward
-from rnnconv.safeio import reading
+from rnnconv.safeio.inputs import reading
 
 
 def output_name(source: Path, target: Format) -> str:
@@ -185,7 +185,7 @@ def convert(
                 with reading(into):
                     written = target.write_into([rnn for rnn, _ in held], into, output, place, write)
                 written.usage = (
-                    f"{output} is {into} with {', '.join(r.name for r in found.rnns)} replaced: load it as you "
+                    f"{output} is {into} with {listing(r.name for r in found.rnns)} replaced: load it as you "
                     f"load {into}"
                 )
             written.warnings += [warning for _, warning in held if warning]

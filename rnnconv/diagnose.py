@@ -19,7 +19,7 @@ import numpy as np
 from rnnconv.canonical import ParamKey, RNNSpec
 from rnnconv.compare import Inputs, Outputs, compare
 from rnnconv.contracts import Diagnosis, Tolerance
-from rnnconv.formats.cudnn import Blob
+from rnnconv.formats.cudnn.reader import Blob
 from rnnconv.reference import forward
 from rnnconv.table.constants import BIAS_KINDS, DIRECTION_WORDS, GATE_NAMES, MATRIX_KINDS
 

@@ -1,38 +1,21 @@
 """`rnnconv doctor`: what this machine has for each verify backend and each source framework.
 
-The rows come from the registry of formats: a format's engine (`verify --backend`) is a backend, each framework
-that runs its files (`Format.runtimes`) is a source; a format added to the registry is listed without a change here.
+The rows come from the formats' plugins (`formats/<name>/__init__.py`): a format's engine (`verify --backend`) is a
+backend, each framework that runs its files (its `runtimes`) is a source; a format added is listed without a change
+here.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.metadata
 import platform
-from collections.abc import Mapping
 from typing import Any
 
+from rnnconv.formats.plugin import version
 from rnnconv.version import __version__
 
 # What rnnconv itself uses beside the formats' frameworks: readers, writers, cuDNN, the plot.
-OWN_PACKAGES: tuple[str, ...] = ("numpy", "h5py", "safetensors", "flatbuffers", "nvidia-cudnn-cu12")
+OWN_PACKAGES: tuple[str, ...] = ("numpy", "h5py", "msgpack", "flatbuffers", "nvidia-cudnn-cu12")
 OWN_PACKAGES += ("nvidia-cudnn-cu13", "pycuda", "matplotlib")
-
-
-@functools.cache
-def _providers() -> Mapping[str, list[str]]:
-    return importlib.metadata.packages_distributions()
-
-
-def version(package: str, module: str) -> str | None:
-    """The installed version of a package (or of the distribution that provides its module: tensorflow-cpu for
-    tensorflow), None where it is not installed."""
-    for name in [package, *_providers().get(module.partition(".")[0], [])]:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 def _row(modules: tuple[tuple[str, str], ...], what: str, install: str, major: str = "") -> dict[str, Any]:
@@ -66,8 +49,8 @@ def examine() -> dict[str, Any]:
     sources: dict[str, Any] = {}
     for fmt in formats:
         install = f"pip install 'rnnconv[{fmt.info.extra}]'"
-        if fmt.engine is not None:
-            engine = fmt.engine
+        engine = fmt.engine
+        if engine is not None:
             backends[engine.name] = {"format": fmt.name, **_row(engine.modules, engine.detail, install)}
         for runtime in fmt.runtimes:
             row = _row(runtime.modules, f"runs {runtime.runs}", runtime.install or install, runtime.major)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnconv.errors import BadInput
-from rnnconv.safeio import FileArray
+from rnnconv.safeio.inputs import FileArray
 from rnnconv.table.constants import ELEMENT_TYPE_CODES
 
 

@@ -1,5 +1,5 @@
 """Where a blob runs for `verify`: NVIDIA cuDNN on a GPU, the numpy reference of its equations, or the
-runtime of a format that offers an engine (the registry's `Format.engine`: onnxruntime for ONNX).
+runtime of a format that offers an engine (its plugin's `engine`: onnxruntime for ONNX).
 
 Every engine has the same face (`registry.Engine`): a name, notes about how it was
 chosen, what it is (`describe`), the versions it ran with, and `run`.
@@ -13,10 +13,10 @@ from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo
 from rnnconv.errors import BackendMissing, BadInput
 from rnnconv.formats import registry
-from rnnconv.formats.cudnn import Blob
+from rnnconv.formats.catalog import ENGINES
+from rnnconv.formats.cudnn.reader import Blob
 from rnnconv.formats.registry import Engine
 from rnnconv.reference import forward
-from rnnconv.table.constants import ENGINES
 
 
 class NumpyEngine:

@@ -264,7 +264,7 @@ def _file_mappings(source: Path, layer: str | None, target: str, split: str) -> 
 
 def _export(drawn: Any, svg: Path | None, html: Path | None, force: bool, title: str) -> None:
     """The picture as SVG and/or HTML, recorded by rich; written atomically, never over a file without --force."""
-    from rnnconv.safeio import atomic_outputs
+    from rnnconv.safeio.outputs import atomic_outputs
 
     probe = Console(width=MAX_EXPORT_WIDTH, file=io.StringIO())
     width = min(max(Measurement.get(probe, probe.options, drawn).maximum, 60), MAX_EXPORT_WIDTH)

@@ -33,7 +33,7 @@ from rnnconv.errors import BadInput, Unsupported, either
 from rnnconv.formats import registry
 from rnnconv.formats.registry import WriteOptions
 from rnnconv.reference import forward
-from rnnconv.safeio import FileArray, reading, regular_file, watching
+from rnnconv.safeio.inputs import FileArray, reading, regular_file, watching
 from rnnconv.table.apply import assemble_stored, gate_loaders, stored_shapes
 from rnnconv.table.constants import CUDNN_GATES, KINDS, LSTM, PROJECTION, Kind
 from rnnconv.table.packings import MATRICES_THEN_BIASES, Packing, is_matrix, packings_for

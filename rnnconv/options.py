@@ -1,7 +1,7 @@
 """The command line's one option set: every option's name, type, default and help, declared once.
 
 Commands take their parameters from here (`parameter(name)`), so the same thing has
-the same name and help everywhere; the choices come from the layout table.
+the same name and help everywhere; the choices come from the layout table and the formats' plugins.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 import typer
 
+from rnnconv.formats.catalog import ENGINES, FORMAT_INFO
 from rnnconv.setting_fields import READ_FIELDS, TARGET_FIELDS, WRITE_FIELDS
-from rnnconv.table.constants import CUDNN_MODES, ELEMENT_TYPE_CODES, ENGINES, MAX_LAYERS, NONLINEARITIES
-from rnnconv.table.formats import FORMAT_INFO
+from rnnconv.table.constants import CUDNN_MODES, ELEMENT_TYPE_CODES, MAX_LAYERS, NONLINEARITIES
 from rnnconv.table.rows import ADAPTER_FORMATS, BIAS_SPLITS
 
 

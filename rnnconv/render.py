@@ -43,8 +43,8 @@ from rnnconv.contracts import (
     Tolerance,
     dump,
 )
-from rnnconv.errors import EXIT_INTERNAL, BadInput, failure
-from rnnconv.safeio import remove_live_temps
+from rnnconv.errors import EXIT_INTERNAL, BadInput, cut, failure, sentence
+from rnnconv.safeio.outputs import remove_live_temps
 from rnnconv.table.constants import DIRECTIONS, LSTM
 
 
@@ -88,11 +88,11 @@ def print_json(document: BaseModel | dict[str, Any]) -> None:
 
 
 def note(text: str) -> None:
-    err.print(f"[dim]note:[/] {escape(text)}")
+    err.print(f"[dim]note:[/] {escape(sentence(text))}")
 
 
 def warning(text: str) -> None:
-    err.print(f"[yellow]warning:[/] {escape(text)}")
+    err.print(f"[yellow]warning:[/] {escape(sentence(text))}")
 
 
 def spec_text(spec: SpecModel | None) -> str:
@@ -133,7 +133,7 @@ def identification(result: Identification, as_json: bool, quiet: bool, verbose: 
             f"  {c.id}: {escape(', '.join(c.rows))}; gates {','.join(c.gate_order)}, {c.matrix} matrices, {bias}"
             f"{error}{mark}"
         )
-    out.print(f"{result.verdict}: {escape(result.summary)}")
+    out.print(f"{result.verdict}: {escape(sentence(result.summary))}")
     if result.convert and not quiet:
         out.print(f"convert with: {escape(result.convert)}")
     for path in result.outputs:
@@ -143,7 +143,7 @@ def identification(result: Identification, as_json: bool, quiet: bool, verbose: 
 @shown
 def conversion(result: ConversionResult, as_json: bool, quiet: bool, verbose: bool) -> None:
     for skipped in result.skipped:
-        err.print(f"[yellow]skipped[/] {escape(skipped.name)}: {escape(skipped.reason)}")
+        err.print(f"[yellow]skipped[/] {escape(sentence(f'{cut(skipped.name)}: {skipped.reason}'))}")
     for text in result.warnings:
         warning(text)
     if as_json:
@@ -155,7 +155,7 @@ def conversion(result: ConversionResult, as_json: bool, quiet: bool, verbose: bo
         for text in rnn.notes:
             note(text)
         described = RNNSpec.from_model(rnn.spec.model_copy(update={"dtype": result.dtype})).describe()
-        out.print(f"{escape(rnn.name)}: {escape(described)}")
+        out.print(f"{escape(cut(rnn.name))}: {escape(described)}")
         if verbose and rnn.source.path:
             source = rnn.source
             where = ", ".join(
@@ -178,11 +178,12 @@ def batch_entry(item: BatchItem, quiet: bool) -> None:
     name = escape(item.source)
     if item.result is None:
         err.print(
-            f"[bold red]{failure_label(item.exit_code)}:[/] {name} (exit {item.exit_code}): {escape(item.error or '')}"
+            f"[bold red]{failure_label(item.exit_code)}:[/] {name} (exit {item.exit_code}): "
+            f"{escape(sentence(item.error or ''))}"
         )
         return
     for skipped in item.result.skipped:
-        err.print(f"[yellow]skipped[/] {name}: {escape(skipped.name)}: {escape(skipped.reason)}")
+        err.print(f"[yellow]skipped[/] {name}: {escape(sentence(f'{cut(skipped.name)}: {skipped.reason}'))}")
     for text in item.result.warnings:
         warning(f"{item.source}: {text}")
     if not quiet:
@@ -240,11 +241,12 @@ def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
     for report in reports.root:
         colour = VERDICT_COLOURS.get(report.verdict, "red")
         verdict = f"[bold {colour}]{report.verdict.upper()}[/] (exit {report.exit_code})"
-        table.add_row(escape(report.name), spec_text(report.spec), verdict, escape(report.summary))
+        table.add_row(escape(cut(report.name)), spec_text(report.spec), verdict, escape(sentence(report.summary)))
     if quiet:  # -q keeps the verdicts: one line each
         for report in reports.root:
             out.print(
-                f"{escape(report.name)}: {report.verdict.upper()} (exit {report.exit_code}): {escape(report.summary)}"
+                f"{escape(cut(report.name))}: {report.verdict.upper()} (exit {report.exit_code}): "
+                f"{escape(sentence(report.summary))}"
             )
     else:
         out.print(table)
@@ -262,15 +264,17 @@ def inspection(report: InspectReport, as_json: bool, quiet: bool, verbose: bool)
     versions = "".join(f", {k} {v}" for k, v in report.versions.items())
     title = f"{escape(report.path)} ({report.format}{escape(versions)})"
     table = Table(title=title)
-    # a name is what --layer takes: never wrapped; where the longest does not fit, one RNN a line
-    table.add_column("name", no_wrap=True, min_width=max((len(rnn.name) for rnn in report.rnns), default=4))
+    # a name is what --layer takes: never wrapped (a file's name too long to type, cut); where the longest does not
+    # fit, one RNN a line
+    names = [cut(rnn.name) for rnn in report.rnns]
+    table.add_column("name", no_wrap=True, min_width=max(map(len, names), default=4))
     for column in ("class", "cuDNN spec", "converts"):
         table.add_column(column, overflow="fold")
     rows = []
-    for rnn in report.rnns:
+    for rnn, name in zip(report.rnns, names):
         verdict = "[green]yes[/]" if rnn.converts else "[red]no[/], see below"
         spec = spec_text(rnn.spec) if rnn.spec else sizes_text(rnn.sizes)
-        rows.append((escape(rnn.name), escape(rnn.layer_class), spec, verdict))
+        rows.append((escape(name), escape(cut(rnn.layer_class)), spec, verdict))
         table.add_row(*rows[-1])
     if Measurement.get(out, out.options.update_width(streams.MAX_COLUMNS), table).minimum <= out.width:
         out.print(table)
@@ -280,11 +284,11 @@ def inspection(report: InspectReport, as_json: bool, quiet: bool, verbose: bool)
             out.print(f"{name}\n  {layer_class}; {spec}; converts: {verdict}")
     if not report.rnns:
         out.print("no recurrent layers found")
-    for rnn in report.rnns:
+    for rnn, name in zip(report.rnns, names):
         if not rnn.converts:
-            out.print(f"[red]{escape(rnn.name)} does not convert:[/] {escape(rnn.reason or '')}")
+            out.print(f"[red]{escape(name)} does not convert:[/] {escape(sentence(rnn.reason or ''))}")
         if verbose and rnn.source and rnn.source.path:
-            out.print(f"{escape(rnn.name)} was made from {escape(rnn.source.path)} ({rnn.source.format})")
+            out.print(f"{escape(name)} was made from {escape(cut(rnn.source.path, 300))} ({rnn.source.format})")
     for text in report.notes + [n for r in report.rnns for n in r.notes]:
         note(text)
 
@@ -350,15 +354,15 @@ def verification(report: Report, as_json: bool, quiet: bool, verbose: bool) -> N
         print_json(report)
         return
     colour = VERDICT_COLOURS.get(report.verdict, "red")
-    verdict = f"[bold {colour}]{report.verdict.upper()}[/]: {escape(report.summary)}"
+    verdict = f"[bold {colour}]{report.verdict.upper()}[/]: {escape(sentence(report.summary))}"
     if quiet:
         out.print(verdict)
         return
-    out.print(f"[bold]verify[/] {escape(report.blob)}: {escape(report.name)}, {spec_text(report.spec)}")
+    out.print(f"[bold]verify[/] {escape(report.blob)}: {escape(cut(report.name))}, {spec_text(report.spec)}")
     if report.source and report.backend:
         source = report.source
         out.print(
-            f"  source:  {escape(source.path)} ({source.format}, {escape(str(source.layer))}), "
+            f"  source:  {escape(source.path)} ({source.format}, {escape(cut(source.layer))}), "
             f"run by {escape(source.run)}"
         )
         out.print(f"  backend: {escape(report.backend.detail)}")
@@ -476,17 +480,18 @@ def guarded(run: Callable[..., int | None], values: dict[str, Any], command: str
     except KeyboardInterrupt:
         return failed(130, "interrupted; no half-written output was left behind", as_json, command, plain=True)
     except Exception as exc:
-        code, sentence = failure(exc)
+        code, told = failure(exc)
         if code == EXIT_INTERNAL and os.environ.get("RNNCONV_DEBUG"):
             raise
-        return failed(code, sentence, as_json, command)
+        return failed(code, told, as_json, command)
 
 
-def failed(code: int, sentence: str, as_json: bool, command: str | None = None, plain: bool = False) -> int:
+def failed(code: int, told: str, as_json: bool, command: str | None = None, plain: bool = False) -> int:
     """A failure shown: its sentence on stderr, and with --json the error document on stdout."""
-    err.print(escape(sentence) if plain else f"[bold red]{failure_label(code)}:[/] {escape(sentence)}")
+    shown = escape(sentence(told))
+    err.print(shown if plain else f"[bold red]{failure_label(code)}:[/] {shown}")
     if as_json:
-        print_json(ErrorDocument(error=sentence, exit_code=code, command=command))
+        print_json(ErrorDocument(error=sentence(told), exit_code=code, command=command))
     return code
 
 

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from rnnconv.safeio import FileArray
+from rnnconv.safeio.inputs import FileArray
 
 SMALL = 1 << 16  # elements; below this the plain copy is as fast
 PARALLEL = 1 << 22  # elements; above this the rows are split between threads (numpy copies without the GIL)

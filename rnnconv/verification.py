@@ -41,10 +41,13 @@ from rnnconv.dtypes import count_non_finite
 from rnnconv.engines import select_engine
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported
 from rnnconv.formats import registry
-from rnnconv.formats.cudnn import Blob, in_memory_blob, open_blobs, pick_blob, write_relayout
+from rnnconv.formats.cudnn.reader import Blob, open_blobs, pick_blob
+from rnnconv.formats.cudnn.writer import in_memory_blob, write_relayout
 from rnnconv.junit import junit_xml
 from rnnconv.reference import forward
-from rnnconv.safeio import atomic_outputs, check_guards, digest_differs, regular_file
+from rnnconv.safeio.digests import digest_differs
+from rnnconv.safeio.inputs import check_guards, regular_file
+from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.constants import CUDNN_MODES, DIRECTION, LSTM
 from rnnconv.version import __version__
 from rnnconv.weightspace import REPORTED_LAYOUT_NAME, regions
@@ -264,9 +267,9 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     fmt = _source_format(source_path, source, options.against is not None)
     if options.against is not None:
         source = fmt.resolve(options.against, source, options.layer)
-    own = runtime.engine if runtime is not None else None
+    own = runtime.make_engine() if runtime is not None else None
     if runtime is not None and own is not None and where is not None and options.backend in ("auto", own.name):
-        engine: registry.Engine = FileRun(runtime, path, where, own())  # the file itself, in its own runtime
+        engine: registry.Engine = FileRun(runtime, path, where, own)  # the file itself, in its own runtime
     else:  # a blob; or the weights read back from a runtime's file, in the engine asked for
         engine = select_engine(options.backend)
     report.warnings += engine.notes

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rnnconv.formats.catalog import plugins
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # exact float32 matmuls, comparable with numpy
 
@@ -73,8 +75,8 @@ def run_cli(*args: str | Path, cwd: Path | None = None, env: dict | None = None)
     )
 
 
-FRAMEWORKS = ("tensorflow", "keras", "tf_keras", "torch", "onnx", "onnxruntime", "jax", "flax", "equinox")
-FRAMEWORKS += ("openvino", "ai_edge_litert", "mlx", "ncnn")
+# Every format's test dependencies, as its plugin declares them: the frameworks a conversion must not import.
+FRAMEWORKS = tuple(dict.fromkeys(module for plugin in plugins() for module in plugin.frameworks))
 
 
 def assert_no_framework_imported(*chain: Path, allowed: tuple[str, ...] = ()) -> None:

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from rnnconv.formats.keras.runner import cell_input_size, directions, is_lstm, run_layer
+from rnnconv.formats.keras.wire import KERAS_WRAPPERS
 from rnnconv.table.apply import classes_of
-from rnnconv.table.constants import KERAS_WRAPPERS
 
 RECURRENT = (*classes_of("keras"), *KERAS_WRAPPERS)
 

@@ -13,9 +13,9 @@ import pytest
 from conftest import FIXTURES, ROOT, assert_clean_failure, run_cli
 
 from rnnconv.errors import BadInput, Unsupported
-from rnnconv.formats import registry
+from rnnconv.formats import catalog, registry
+from rnnconv.formats.catalog import FORMAT_INFO
 from rnnconv.table.apply import find_row, rows_for
-from rnnconv.table.formats import FORMAT_INFO
 from rnnconv.table.rows import ADAPTER_FORMATS, TABLE
 
 PACKAGE = ROOT / "rnnconv"
@@ -76,13 +76,18 @@ FORBIDDEN = [
     (r"recurrent_kernel|[\"']kernel[\"']", "a Keras variable name"),
     (r"\(\s*[\"'][ifcozrhg][\"']\s*,\s*[\"'][ifcozrhg][\"']", "a gate order"),
     (r"[\"'](F32|F16|BF16|F64)[\"']", "a safetensors dtype code"),
-    (r"[\"'](rnn_relu|rnn_tanh|lstm|gru|float32|float16|bfloat16|float64)[\"']\s*:\s*\d", "a cuDNN code"),
+    (r"[\"'](rnn_relu|rnn_tanh|lstm|gru)[\"']\s*:\s*\d", "a cuDNN code"),
+    (r"[\"'](float32|float16|bfloat16|float64)[\"']\s*:\s*\d", "an element-type code"),
     (r"CUDNN_(LSTM|GRU|RNN_RELU|RNN_TANH|DATA_\w+)\b", "a cuDNN enum"),
 ]
+# What a format's wire module (formats/<name>/wire.py) may write besides the table: its own file's words (the names
+# and codes of the element types its files use, its direction and input names), never a gate order or another
+# layout fact.
+WIRE_MAY_WRITE = {"an element-type code", "a safetensors dtype code"}
 
 
-# Names the table gives (constants.Kind, LSTM / GRU / RNN, DIRECTIONS, DIRECTION_WORDS, KERAS_DIRECTION_PREFIXES,
-# TF1_DIRECTIONS, ONNX_INPUTS), by what they name.
+# Names the table gives (constants.Kind, LSTM / GRU / RNN, DIRECTIONS, DIRECTION_WORDS) or a format's wire module
+# (KERAS_DIRECTION_PREFIXES, TF1_DIRECTIONS, ONNX_INPUTS), by what they name.
 NAMED = {
     "a tensor kind": r"(?<!\w)[\"'](W|R|bW|bR|P)[\"']",
     "a cell or mode compared by name": r"[!=]=\s*[\"'](lstm|gru|rnn\w*)[\"']|[\"'](lstm|gru|rnn\w*)[\"']\s*[!=]=",
@@ -90,8 +95,13 @@ NAMED = {
     "an ONNX input or output name": r"(?<!\w)[\"'](X|B|sequence_lens|initial_h|initial_c|Y|Y_h|Y_c)[\"']",
 }
 # Modules that still write some of them, and which: this list may only shrink (a module cleaned must leave it).
+ONNX_NAMES = "an ONNX input or output name"
 NOT_YET_CLEAN = {
-    "formats/onnx.py": set(NAMED),
+    "formats/onnx/format.py": {ONNX_NAMES},
+    "formats/onnx/nodes.py": {"a tensor kind", "a direction word", ONNX_NAMES},
+    "formats/onnx/reader.py": {"a tensor kind", "a direction word", ONNX_NAMES},
+    "formats/onnx/runner.py": {"a direction word", ONNX_NAMES},
+    "formats/onnx/writer.py": {"a tensor kind", "a direction word", ONNX_NAMES},
 }
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "table" not in p.parts)
 
@@ -101,13 +111,21 @@ def code_of(path: Path) -> str:
     return "\n".join(line.split("#")[0] for line in code.splitlines())  # and so may comments
 
 
+def is_wire(path: Path) -> bool:
+    return path.name == "wire.py" and path.parent.parent == PACKAGE / "formats"
+
+
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_enumeration_outside_the_table(path):
     code = code_of(path)
     for pattern, what in FORBIDDEN:
         found = re.search(pattern, code)
+        if is_wire(path) and what in WIRE_MAY_WRITE:
+            continue
         assert not found, f"{path.name} writes {what} ({found.group(0)!r}): take it from rnnconv.table"
     name = path.relative_to(PACKAGE).as_posix()
+    if is_wire(path):
+        return
     for what, pattern in NAMED.items():
         found = re.search(pattern, code)
         if what in NOT_YET_CLEAN.get(name, ()):
@@ -132,6 +150,46 @@ def test_registry_holds_one_module_per_table_format():
         assert rows_for(fmt.name), fmt.name
         for kind in fmt.info.kinds:
             assert registry.for_kind(kind) is fmt
+
+
+def test_every_format_is_the_package_its_plugin_describes():
+    """A format is a package: its plugin (`__init__.py`, plain data) and its registered Format (`format.py`)."""
+    for plugin in catalog.plugins():
+        fmt = registry.get(plugin.info.name)
+        assert fmt.plugin is plugin and type(fmt).__module__ == f"{plugin.package}.format", plugin.package
+
+
+def test_every_extra_is_declared_installed_by_the_tests_and_pinned():
+    """The packaging check, read from the plugins: each format's extra is declared in pyproject.toml and installed by
+    the test extra, each of its requirements pinned in .ci/constraints.txt, as is a runtime installed apart
+    (tf-keras); its test dependencies name every module its runtimes and its engine import."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    constraints = (ROOT / ".ci" / "constraints.txt").read_text().splitlines()
+    pinned = {line.split("==")[0].strip().lower() for line in constraints if "==" in line}
+    tested = re.fullmatch(r"rnnconv\[(.*)\]", extras["test"][0])
+    assert tested, extras["test"][0]
+
+    def package(requirement: str) -> str:
+        return re.split(r"[\[<>=!;~ ]", requirement, maxsplit=1)[0].lower()
+
+    for plugin in catalog.plugins():
+        name, extra = plugin.info.name, plugin.info.extra
+        imported = {module.split(".")[0] for runtime in plugin.runtimes for _, module in runtime.modules}
+        imported |= {module.split(".")[0] for _, module in plugin.engine.modules} if plugin.engine else set()
+        assert imported <= set(plugin.frameworks), (name, imported - set(plugin.frameworks))
+        if extra is None:
+            assert not plugin.frameworks, f"{name} names frameworks but no extra that installs them"
+            continue
+        assert extra in extras, f"{name}'s extra {extra!r} is not declared in pyproject.toml"
+        assert extra in tested.group(1).split(","), f"the test extra does not install {name}'s extra {extra!r}"
+        unpinned = [r for r in extras[extra] if package(r) not in pinned]
+        assert not unpinned, f"{name}'s extra {extra!r}: .ci/constraints.txt pins no version of {unpinned}"
+        for runtime in plugin.runtimes:
+            if runtime.install:  # installed apart from the extra
+                apart = [p for p, _ in runtime.modules if p.lower() not in pinned]
+                assert not apart, f"{name}'s runtime {runtime.key}: .ci/constraints.txt pins no version of {apart}"
 
 
 def test_registering_a_name_twice_fails():
@@ -351,12 +409,13 @@ def test_schema_names_a_wrong_name():
 def test_verify_engines_come_from_the_registry():
     """Besides rnnconv's own (cuDNN, its numpy reference, auto), every engine is a format's, found by name."""
     from rnnconv.engines import select_engine
-    from rnnconv.table.constants import ENGINES
+    from rnnconv.formats.catalog import ENGINES
 
     offered = {fmt.engine.name: fmt.name for fmt in registry.formats() if fmt.engine is not None}
     assert set(offered) == set(ENGINES) - {"auto", "cudnn", "numpy"}
     for name in offered:
         assert select_engine(name).name == name
     reached = {m for m in imports_of(PACKAGE / "engines.py") if m.startswith("rnnconv.formats.")}
-    assert reached <= {"rnnconv.formats.registry", "rnnconv.formats.registry.Engine", "rnnconv.formats.cudnn",
-                       "rnnconv.formats.cudnn.Blob"}, reached  # fmt: skip
+    assert reached <= {"rnnconv.formats.registry", "rnnconv.formats.registry.Engine", "rnnconv.formats.catalog",
+                       "rnnconv.formats.catalog.ENGINES", "rnnconv.formats.cudnn.reader",
+                       "rnnconv.formats.cudnn.reader.Blob"}, reached  # fmt: skip

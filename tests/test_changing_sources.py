@@ -23,7 +23,8 @@ import pytest
 import torch
 from conftest import FIXTURES, ROOT, assert_clean_failure
 
-from rnnconv import api, safeio
+from rnnconv import api
+from rnnconv.safeio import inputs, outputs
 
 CHANGED = "changed while it was being read"
 
@@ -33,7 +34,7 @@ CHANGED = "changed while it was being read"
 DRIVER = """
 import contextlib, os, sys, time
 from pathlib import Path
-from rnnconv import safeio
+from rnnconv.safeio import outputs
 
 victim, how, when, args = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
 done = []
@@ -63,7 +64,7 @@ def meddle():
         victim.unlink()
         os.mkfifo(victim)
 
-real_outputs, real_write = safeio.atomic_outputs, safeio.write_array
+real_outputs, real_write = outputs.atomic_outputs, outputs.write_array
 
 @contextlib.contextmanager
 def atomic_outputs(paths, force):
@@ -80,7 +81,7 @@ def write_array(f, array):
         meddle()
     return real_write(f, array)
 
-safeio.atomic_outputs, safeio.write_array = atomic_outputs, write_array
+outputs.atomic_outputs, outputs.write_array = atomic_outputs, write_array
 if when == "detect":  # just after the first look, before anything opens the file to see what it is
     from rnnconv.formats import registry
 
@@ -225,15 +226,15 @@ def test_verify_refuses_a_blob_that_changes_while_it_is_run(sources, tmp_path, m
     for path in sources["bin"].files:
         shutil.copy(path, tmp_path / path.name)
     blob = tmp_path / "lstm.bin"
-    real = safeio.read_into
+    real = inputs.read_into
 
     def cut(path, offset, buffer):
         if Path(path) == blob and blob.stat().st_size:
             os.truncate(blob, blob.stat().st_size // 2)
         return real(path, offset, buffer)
 
-    monkeypatch.setattr(safeio, "read_into", cut)
-    with pytest.raises(safeio.SourceChanged, match=CHANGED):
+    monkeypatch.setattr(inputs, "read_into", cut)
+    with pytest.raises(inputs.SourceChanged, match=CHANGED):
         api.verify(blob, backend="numpy", report=tmp_path / "report.json")
     report = json.loads((tmp_path / "report.json").read_text())  # the CI step that asked for a report gets one
     assert report["verdict"] == "error" and CHANGED in json.dumps(report)
@@ -249,31 +250,31 @@ def test_a_change_that_makes_a_reader_fail_is_reported_as_the_change(sources, tm
 def test_a_kernel_copy_that_comes_up_short_is_the_change_too(tmp_path):
     source = tmp_path / "data"
     source.write_bytes(np.arange(1 << 16, dtype=np.float32).tobytes())
-    values = safeio.FileArray(source, 0, np.dtype(np.float32), (1 << 16,))
+    values = inputs.FileArray(source, 0, np.dtype(np.float32), (1 << 16,))
     os.truncate(source, 1000)
-    for copies in (safeio._KERNEL_COPIES, []):  # in the kernel, and through this process
+    for copies in (outputs._KERNEL_COPIES, []):  # in the kernel, and through this process
         with open(tmp_path / "out", "wb") as f:
-            safeio._KERNEL_COPIES, saved = copies, safeio._KERNEL_COPIES
+            outputs._KERNEL_COPIES, saved = copies, outputs._KERNEL_COPIES
             try:
-                with pytest.raises(safeio.SourceChanged):
-                    safeio.write_array(f, values)
+                with pytest.raises(inputs.SourceChanged):
+                    outputs.write_array(f, values)
             finally:
-                safeio._KERNEL_COPIES = saved
+                outputs._KERNEL_COPIES = saved
 
 
 def test_a_change_is_seen_in_size_times_and_the_file_itself(tmp_path):
     source = tmp_path / "data"
     source.write_bytes(b"x" * 100)
-    touched = safeio.unchanged(source)
+    touched = inputs.unchanged(source)
     stat = source.stat()
     source.write_bytes(b"y" * 100)  # the same size, other bytes...
     os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # ...and the modification time set back
-    with pytest.raises(safeio.SourceChanged):
+    with pytest.raises(inputs.SourceChanged):
         touched()  # the change time cannot be set back
-    replaced = safeio.unchanged(source)
+    replaced = inputs.unchanged(source)
     (tmp_path / "other").write_bytes(source.read_bytes())
     os.replace(tmp_path / "other", source)
-    with pytest.raises(safeio.SourceChanged):
+    with pytest.raises(inputs.SourceChanged):
         replaced()
 
 
@@ -285,10 +286,10 @@ def test_a_fifo_or_a_device_put_at_the_source_name_neither_hangs_nor_feeds_a_rea
     code = (
         "import sys, numpy as np\n"
         "from pathlib import Path\n"
-        "from rnnconv import safeio\n"
+        "from rnnconv.safeio import inputs\n"
         "try:\n"
-        "    safeio.FileArray(Path(sys.argv[1]), 0, np.dtype(np.float32), (1024,)).read()\n"
-        "except safeio.SourceChanged as changed:\n"
+        "    inputs.FileArray(Path(sys.argv[1]), 0, np.dtype(np.float32), (1024,)).read()\n"
+        "except inputs.SourceChanged as changed:\n"
         "    print(changed)\n"
     )
     result = subprocess.run(
@@ -297,8 +298,8 @@ def test_a_fifo_or_a_device_put_at_the_source_name_neither_hangs_nor_feeds_a_rea
     assert CHANGED in result.stdout, result.stderr
     source.unlink()
     source.symlink_to("/dev/zero")
-    with pytest.raises(safeio.SourceChanged):
-        safeio.FileArray(source, 0, np.dtype(np.float32), (1024,)).read()
+    with pytest.raises(inputs.SourceChanged):
+        inputs.FileArray(source, 0, np.dtype(np.float32), (1024,)).read()
 
 
 @pytest.mark.parametrize(("name", "when"), [("pt", "detect"), ("keras", "detect"), ("h5", "h5open"), ("bin", "detect")])

@@ -26,7 +26,7 @@ from rnnconv.cudnn import api, cuda
 from rnnconv.cudnn import backend as cudnn_backend
 from rnnconv.cudnn.descriptors import Descriptors
 from rnnconv.errors import BackendMissing, Unsupported, failure
-from rnnconv.formats.cudnn import open_bin
+from rnnconv.formats.cudnn.reader import open_bin
 from rnnconv.table.constants import PROJECTION_LIN_LAYER_ID
 from rnnconv.verification import VerifyOptions, verify
 from rnnconv.weightspace import region_map, weight_space_elements

@@ -185,7 +185,8 @@ def test_the_forward_check_is_verifys_with_inputs_rounded_to_the_blobs_type(dtyp
     from rnnconv.canonical import CanonicalRNN
     from rnnconv.compare import tolerance
     from rnnconv.dtypes import decode, encode
-    from rnnconv.formats.cudnn import open_bin, write_bin
+    from rnnconv.formats.cudnn.reader import open_bin
+    from rnnconv.formats.cudnn.writer import write_bin
 
     spec = RNNSpec("lstm", 5, 7, 2, True, 3, dtype)
     rng = np.random.default_rng(1)

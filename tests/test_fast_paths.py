@@ -19,10 +19,11 @@ from conftest import FIXTURES, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rnnconv import api, safeio
+from rnnconv import api
 from rnnconv.dtypes import count_non_finite
-from rnnconv.formats import cudnn
+from rnnconv.formats.cudnn import reader as cudnn
 from rnnconv.formats.keras import reader
+from rnnconv.safeio import digests, inputs, outputs
 
 TORCH = FIXTURES / "torch"
 
@@ -45,7 +46,7 @@ def copies(monkeypatch):
 def plain_blob(source: Path, out: Path, monkeypatch, **options) -> bytes:
     """The blob written with every byte going through this process (no kernel copy)."""
     with monkeypatch.context() as patch:
-        patch.setattr(safeio, "_KERNEL_COPIES", [])
+        patch.setattr(outputs, "_KERNEL_COPIES", [])
         api.convert(source, out, **options)
     return out.read_bytes()
 
@@ -114,14 +115,14 @@ def test_values_still_in_a_file_keep_their_place_through_slices_and_read_as_nump
     path = tmp_path / "data"
     values = np.arange(64, dtype=np.float32)
     path.write_bytes(b"head" + values.tobytes())
-    whole = safeio.FileArray(path, 4, np.dtype(np.float32), (4, 4, 4))
+    whole = inputs.FileArray(path, 4, np.dtype(np.float32), (4, 4, 4))
     expected = values.reshape(4, 4, 4)
     assert np.array_equal(np.asarray(whole), expected)
     rows = whole[1:3]
-    assert isinstance(rows, safeio.FileArray) and (rows.offset, rows.shape) == (4 + 64, (2, 4, 4))
-    assert isinstance(whole[2, 1], safeio.FileArray) and whole[2, 1].offset == 4 + 4 * (2 * 16 + 4)
-    assert isinstance(whole[-1, :], safeio.FileArray) and whole[-1, :].offset == 4 + 4 * 48
-    assert isinstance(whole.reshape(16, -1)[3:5], safeio.FileArray)
+    assert isinstance(rows, inputs.FileArray) and (rows.offset, rows.shape) == (4 + 64, (2, 4, 4))
+    assert isinstance(whole[2, 1], inputs.FileArray) and whole[2, 1].offset == 4 + 4 * (2 * 16 + 4)
+    assert isinstance(whole[-1, :], inputs.FileArray) and whole[-1, :].offset == 4 + 4 * 48
+    assert isinstance(whole.reshape(16, -1)[3:5], inputs.FileArray)
     for index in [(1, 2, 3), (slice(None), 1), (Ellipsis,), (slice(0, 4, 2),), (0, slice(1, 3)), (-1, -2), 3, ()]:
         assert np.array_equal(np.asarray(whole[index]), expected[index]), index
     assert whole[1, 2, 3] == expected[1, 2, 3] and np.ndim(whole[1, 2, 3]) == 0  # one value read, a scalar
@@ -132,12 +133,12 @@ def test_values_still_in_a_file_keep_their_place_through_slices_and_read_as_nump
     with pytest.raises(ValueError, match="cannot reshape"):
         whole.reshape(5, 5)
     path.write_bytes(b"head" + values.tobytes()[:100])  # cut short after its place was taken
-    with pytest.raises(safeio.SourceChanged, match="changed while it was being read"):
+    with pytest.raises(inputs.SourceChanged, match="changed while it was being read"):
         np.asarray(whole)
-    with pytest.raises(safeio.SourceChanged):
+    with pytest.raises(inputs.SourceChanged):
         list(whole.runs())
     path.unlink()
-    with pytest.raises(safeio.SourceChanged):
+    with pytest.raises(inputs.SourceChanged):
         whole.read()
 
 
@@ -165,7 +166,7 @@ def test_a_schema_2_sidecar_with_sha256_still_tells_a_changed_source(tmp_path):
     doc = json.loads(side.read_text())
     doc["schema_version"] = 2
     digest = doc["source"].pop("digest")
-    doc["source"]["sha256"] = safeio.digest_of(source, "sha256").removeprefix("sha256:")
+    doc["source"]["sha256"] = digests.digest_of(source, "sha256").removeprefix("sha256:")
     side.write_text(json.dumps(doc))
     assert digest.startswith("blake3:")
     assert api.verify(tmp_path / "a.bin", backend="numpy").warnings == []
@@ -177,13 +178,13 @@ def test_a_schema_2_sidecar_with_sha256_still_tells_a_changed_source(tmp_path):
     assert report.verdict == "mismatch"
 
 
-@pytest.mark.parametrize("size", [0, 1, safeio.DIGEST_RUN + 3, 3 * safeio.DIGEST_RUN])
+@pytest.mark.parametrize("size", [0, 1, digests.DIGEST_RUN + 3, 3 * digests.DIGEST_RUN])
 def test_the_digest_of_any_size_is_blake3_of_the_bytes(size, tmp_path):
     path = tmp_path / "data"
     path.write_bytes(np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes())
-    assert safeio.digest_of(path) == "blake3:" + blake3.blake3(path.read_bytes()).hexdigest()
-    assert safeio.digest_differs(path, safeio.digest_of(path, "sha256")) is False
-    assert safeio.digest_differs(path, "md5:" + "0" * 32) is None
+    assert digests.digest_of(path) == "blake3:" + blake3.blake3(path.read_bytes()).hexdigest()
+    assert digests.digest_differs(path, digests.digest_of(path, "sha256")) is False
+    assert digests.digest_differs(path, "md5:" + "0" * 32) is None
 
 
 @settings(max_examples=200, deadline=None)
@@ -219,7 +220,7 @@ def test_keras_weights_mapped_in_place_are_those_h5py_reads(path, tmp_path, monk
 
     def spy(self, dataset):
         values = real(self, dataset)
-        if isinstance(values, safeio.FileArray):
+        if isinstance(values, inputs.FileArray):
             mapped.append(dataset.name)
         return values
 

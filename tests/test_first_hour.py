@@ -13,7 +13,7 @@ from conftest import FIXTURES, assert_clean_failure, run_cli
 import rnnconv
 from rnnconv.errors import RnnconvError
 from rnnconv.formats import registry
-from rnnconv.table.formats import FORMAT_INFO
+from rnnconv.formats.catalog import FORMAT_INFO
 
 
 @pytest.fixture

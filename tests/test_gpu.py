@@ -21,7 +21,8 @@ import rnnconv
 from rnnconv.cudnn.backend import CudnnBackend, gpu_session, probe
 from rnnconv.cudnn.battery import Configuration, check_forward, configurations, random_rnn, reported_layout
 from rnnconv.cudnn.cuda import SESSION_ENV
-from rnnconv.formats.cudnn import open_bin, write_bin
+from rnnconv.formats.cudnn.reader import open_bin
+from rnnconv.formats.cudnn.writer import write_bin
 
 pytestmark = pytest.mark.gpu
 QUICK = configurations(quick=True)

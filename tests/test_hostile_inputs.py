@@ -543,7 +543,7 @@ def test_a_terminated_conversion_leaves_nothing(tmp_path):
     code = f"""
 import sys, time, signal
 from rnnconv.cli import app
-from rnnconv.formats import cudnn
+from rnnconv.formats.cudnn import writer as cudnn
 original = cudnn.write_weight_space
 def slow(*args, **kwargs):
     print("writing", flush=True)

@@ -17,7 +17,7 @@ from keras_oracle import oracle
 import rnnconv
 from rnnconv import reference
 from rnnconv.errors import Unsupported
-from rnnconv.formats.cudnn import open_bin
+from rnnconv.formats.cudnn.reader import open_bin
 from rnnconv.weightspace import weight_space_elements
 
 MIXED = ["gru_a", "bidi_lstm", "srnn_relu", "srnn_tanh", "gru_nobias", "bidi_gru", "lstm_nobias", "rnn_lstmcell"]

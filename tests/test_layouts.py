@@ -12,7 +12,8 @@ import pytest
 from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.dtypes import decode, element_type, encode
 from rnnconv.errors import BadInput
-from rnnconv.formats.cudnn import open_bin, write_bin, write_relayout
+from rnnconv.formats.cudnn.reader import open_bin
+from rnnconv.formats.cudnn.writer import write_bin, write_relayout
 from rnnconv.table.apply import assemble_stored, find_row, gate_loaders, recipe, stored_shapes
 from rnnconv.table.layouts import BIAS_SINGLE, MatrixLayout
 from rnnconv.table.rows import TABLE, Row

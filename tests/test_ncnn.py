@@ -167,7 +167,7 @@ def test_round_trips_are_exact(name, tmp_path):
     rnnconv.convert(tmp_path / "x.bin", tmp_path / "back.param")
     rnnconv.convert(tmp_path / "back.param", tmp_path / "again.bin")
     assert (tmp_path / "x.bin").read_bytes() == (tmp_path / "again.bin").read_bytes()
-    from rnnconv.formats.ncnn import NcnnFile
+    from rnnconv.formats.ncnn.reader import NcnnFile
 
     original, back = NcnnFile.load(NCNN / f"{name}.param"), NcnnFile.load(tmp_path / "back.param")
     (chain,) = original.choose(layer, take_all=False)

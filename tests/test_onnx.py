@@ -25,7 +25,7 @@ from test_torch import module_for, states, torch_run
 import rnnconv
 from rnnconv import reference
 from rnnconv.canonical import ParamKey
-from rnnconv.formats.cudnn import open_bin
+from rnnconv.formats.cudnn.reader import open_bin
 from rnnconv.weightspace import regions
 
 ONNX = FIXTURES / "onnx"
@@ -761,7 +761,7 @@ def test_allow_lossy_writes_the_nearest_rnn_and_measures_what_it_changes(tmp_pat
     from rnnconv.canonical import CanonicalRNN
     from rnnconv.compare import make_inputs
     from rnnconv.conversion import PROBE_BATCH, PROBE_SEED, PROBE_STEPS
-    from rnnconv.formats.onnx import OnnxFormat
+    from rnnconv.formats.onnx.format import OnnxFormat
     from rnnconv.formats.registry import Loss
 
     torch.manual_seed(3)

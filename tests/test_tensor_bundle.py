@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import rnnconv
 from rnnconv.errors import BadInput
-from rnnconv.formats import _tensor_bundle
-from rnnconv.formats._tensor_bundle import Checkpoint
+from rnnconv.formats.tf1 import tensor_bundle
+from rnnconv.formats.tf1.tensor_bundle import Checkpoint
 
 TF1 = FIXTURES / "tf1"
 FLOATS = {"float16": tf.float16, "bfloat16": tf.bfloat16, "float32": tf.float32, "float64": tf.float64}
@@ -328,13 +328,13 @@ def test_partitioned_variables_are_listed_whole_and_refused(tmp_path):
 
 
 def test_more_entries_than_any_checkpoint_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(_tensor_bundle, "ENTRY_LIMIT", 5)
+    monkeypatch.setattr(tensor_bundle, "ENTRY_LIMIT", 5)
     entries = [(b"", header())] + [(f"w{i}".encode(), entry(VALUES)) for i in range(9)]
     with pytest.raises(BadInput, match="more than 5 entries and blocks"):
         Checkpoint.open(write(tmp_path, entries, VALUES))
 
 
 def test_an_index_larger_than_any_checkpoint_is_not_read(tmp_path, monkeypatch):
-    monkeypatch.setattr(_tensor_bundle, "INDEX_LIMIT", 100)
+    monkeypatch.setattr(tensor_bundle, "INDEX_LIMIT", 100)
     with pytest.raises(BadInput, match="more than 100 bytes"):
         Checkpoint.open(write(tmp_path, [(b"", header()), (b"w" * 200, entry(VALUES))], VALUES))

@@ -17,7 +17,7 @@ from rnnconv import reference
 from rnnconv.canonical import ParamKey
 from rnnconv.errors import BadInput
 from rnnconv.formats import registry
-from rnnconv.formats.cudnn import open_bin
+from rnnconv.formats.cudnn.reader import open_bin
 
 TF1 = FIXTURES / "tf1"
 LSTM, GRU, RNN = "cudnn_compatible_lstm_cell", "cudnn_compatible_gru_cell", "basic_rnn_cell"

@@ -29,8 +29,11 @@ import rnnconv
 from rnnconv.contracts import Provenance, Report
 from rnnconv.errors import BadInput, RnnconvError, Unsupported
 from rnnconv.formats import registry
-from rnnconv.formats.tflite import Constant, Flat, TfliteFile, graph_of, write_graph
-from rnnconv.table.constants import TFLITE_ACTIVATIONS, TFLITE_LSTM_INPUTS
+from rnnconv.formats.tflite.builder import Constant, write_graph
+from rnnconv.formats.tflite.flat import Flat
+from rnnconv.formats.tflite.model import TfliteFile
+from rnnconv.formats.tflite.wire import TFLITE_ACTIVATIONS, TFLITE_LSTM_INPUTS
+from rnnconv.formats.tflite.writer import graph_of
 
 TFLITE = FIXTURES / "tflite"
 CONVERTER = TFLITE / "keras_lstm_converter.tflite"
@@ -553,7 +556,7 @@ def test_a_file_cut_short_while_it_is_read_is_one_sentence(written, tmp_path):
 
 def test_a_model_over_2_gib_is_refused_before_anything_is_written(written, tmp_path):
     """flatbuffers' offsets are 32-bit: the sizes alone decide, before a weight is read or a file made."""
-    from rnnconv.formats.tflite import serialize
+    from rnnconv.formats.tflite.builder import serialize
 
     _, source, _ = written["lstm"]
     with rnnconv.load(source) as (rnn,):
@@ -571,8 +574,8 @@ def _bidirectional_op_file(module: torch.nn.LSTM, path):
     """The module as one BIDIRECTIONAL_SEQUENCE_LSTM per layer, written with rnnconv's graph: batch-major, its two
     outputs joined by CONCATENATION (LiteRT 2.3's merge_outputs=true is wrong for batch-major inputs of batch > 1:
     docs/LAYOUTS.md section 13)."""
-    from rnnconv.formats.tflite import Graph, GraphTensor
-    from rnnconv.table.constants import TFLITE_BIDIRECTIONAL_LSTM_INPUTS as NAMES
+    from rnnconv.formats.tflite.builder import Graph, GraphTensor
+    from rnnconv.formats.tflite.wire import TFLITE_BIDIRECTIONAL_LSTM_INPUTS as NAMES
 
     state = {k: v.detach().numpy() for k, v in module.state_dict().items()}
     hidden, graph = module.hidden_size, Graph()
@@ -653,7 +656,7 @@ def test_a_tflite_source_without_litert_is_exit_3_even_where_its_metadata_is_gon
     from importlib import metadata
 
     from rnnconv.errors import BackendMissing
-    from rnnconv.formats import tflite
+    from rnnconv.formats.tflite import runner as tflite
 
     def absent(name: str) -> str:
         raise metadata.PackageNotFoundError(name)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import rnnconv
 from rnnconv import reference
 from rnnconv.canonical import RNNSpec
-from rnnconv.formats.cudnn import open_bin
+from rnnconv.formats.cudnn.reader import open_bin
 from rnnconv.weightspace import weight_space_elements
 
 TORCH = FIXTURES / "torch"

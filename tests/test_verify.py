@@ -14,7 +14,7 @@ from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 import rnnconv
 from rnnconv.canonical import ParamKey
 from rnnconv.contracts import dump
-from rnnconv.formats.cudnn import open_bin, sidecar_path
+from rnnconv.formats.cudnn.reader import open_bin, sidecar_path
 from rnnconv.verification import VerifyOptions, verify
 
 K3, TFK, K2, TORCH = (FIXTURES / d for d in ("keras3", "tf_keras", "keras2", "torch"))

@@ -41,7 +41,7 @@ from rnnconv.cudnn.cuda import (
 from rnnconv.cudnn.descriptors import MATH_FOR, Descriptors, rnn_settings, tensor_dims
 from rnnconv.dtypes import decode, element_type, encode
 from rnnconv.errors import BackendMissing, Mismatch
-from rnnconv.formats.cudnn import Blob
+from rnnconv.formats.cudnn.reader import Blob
 from rnnconv.table.constants import BIAS_KINDS, LSTM, MATRIX_KINDS, Kind
 from rnnconv.weightspace import Region, lin_layer_ids, lin_layer_tensors
 

@@ -45,9 +45,10 @@ from rnnconv.cudnn.backend import (
 from rnnconv.cudnn.descriptors import Descriptors, rnn_settings
 from rnnconv.dtypes import decode, element_type, encode
 from rnnconv.errors import BackendMissing, RnnconvError
-from rnnconv.formats.cudnn import Blob, open_bin, write_bin
+from rnnconv.formats.cudnn.reader import Blob, open_bin
+from rnnconv.formats.cudnn.writer import write_bin
 from rnnconv.reference import forward
-from rnnconv.safeio import atomic_outputs, check_writable
+from rnnconv.safeio.outputs import atomic_outputs, check_writable
 from rnnconv.table.constants import LSTM
 from rnnconv.version import __version__
 from rnnconv.weightspace import LAYOUT_NAME, LAYOUT_VERSION, region_map, weight_space_elements

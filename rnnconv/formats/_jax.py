@@ -28,7 +28,7 @@ from rnnconv.errors import BackendMissing, BadInput, Unsupported, no_such_rnn, s
 from rnnconv.formats import registry
 from rnnconv.formats._msgpack import Bfloat16Words
 from rnnconv.formats.registry import ReadOptions
-from rnnconv.safeio import regular_file
+from rnnconv.safeio.inputs import regular_file
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import (
     CUDNN_MODES,

@@ -21,7 +21,8 @@ import numpy as np
 
 from rnnconv.dtypes import BY_SAFETENSORS, ElementType
 from rnnconv.errors import BadInput
-from rnnconv.safeio import FileArray, atomic_outputs, json_document, regular_file
+from rnnconv.safeio.inputs import FileArray, json_document, regular_file
+from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.constants import SAFETENSORS_ITEMSIZE
 
 MAX_HEADER = 100 * 1024 * 1024

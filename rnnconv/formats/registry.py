@@ -1,8 +1,8 @@
-"""The registry of file formats: one module per format, the same verbs for each.
+"""The registry of file formats: one package per format, the same verbs for each.
 
-A format module (or package) under `rnnconv/formats/` defines a `Format` subclass
-and decorates it with `@register`; the registry finds every such module by
-itself, so adding a format touches no other file. Detection, conversion,
+A format package under `rnnconv/formats/` says what it is in its `__init__.py` (its `plugin.Plugin`) and defines
+a `Format` subclass in its `format.py`, decorated with `@register`; the registry finds every such package by
+itself (`catalog.plugins()`), so adding a format touches no other file of rnnconv. Detection, conversion,
 inspection, verify and the CLI only ask the registry; none of them branches on
 a format. Asking for something no format offers fails with the exact key
 ("no writer for format 'onnx'"), never by falling through to another format.
@@ -19,7 +19,6 @@ import functools
 import importlib
 import json
 import os
-import pkgutil
 import struct
 import tempfile
 import zipfile
@@ -37,14 +36,26 @@ import pydantic
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, RNNSizes, dump
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, either
-from rnnconv.safeio import regular_file, unguarded
+from rnnconv.errors import (
+    MESSAGE_LIMIT,
+    BackendMissing,
+    BadInput,
+    RnnconvError,
+    Unsupported,
+    cut,
+    either,
+    first_line,
+    listing,
+)
+from rnnconv.formats import catalog
+from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
+from rnnconv.formats.plugin import version as installed_version
+from rnnconv.safeio.inputs import regular_file, unguarded
 
 # What a format's read and write are given, exported here, where the formats take their verbs from.
 from rnnconv.settings import Progress as Progress  # noqa: PLC0414
 from rnnconv.settings import ReadOptions as ReadOptions  # noqa: PLC0414
 from rnnconv.settings import WriteOptions as WriteOptions  # noqa: PLC0414
-from rnnconv.table.formats import FormatInfo
 from rnnconv.table.rows import ADAPTER_FORMATS
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -145,62 +156,75 @@ class Engine(Protocol):
     def run(self, blob: Any, inputs: Inputs) -> Outputs: ...
 
 
-@dataclass(frozen=True)
-class Runtime:
-    """A framework that runs a format's files as their source model (verify's other side), as `doctor` lists it:
-    its packages (the name pip knows, the module imported), what it runs and how to get it."""
+NOT_INSTALLED = "not installed"
 
-    key: str  # doctor's name for it
-    modules: tuple[tuple[str, str], ...]
-    runs: str
-    install: str = ""  # [default: pip install 'rnnconv[EXTRA]', the format's extra]
-    major: str = ""  # the first package's version must begin so (Keras 3: "3")
+
+def absent(modules: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """Which of a runtime's packages cannot be imported here, by their names in the report: why (`not installed`,
+    or the error its import raised)."""
+    found = {}
+    for name, module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            found[name] = NOT_INSTALLED
+        except Exception as exc:  # installed but broken (a missing library, a mismatched build): it cannot run
+            found[name] = f"installed but its import fails ({type(exc).__name__}: {first_line(exc)})"
+    return found
+
+
+def versions_of(modules: tuple[tuple[str, str], ...], extra: str | None, what: str) -> dict[str, str]:
+    """The versions of a runtime's packages, by their names in the report (each one imported); BackendMissing (exit 3)
+    naming them and the extra that installs them, where one cannot be imported (`what` needs them)."""
+    missing = absent(modules)
+    if missing:
+        needs = f"{what} needs {' and '.join(missing)}"
+        if set(missing.values()) == {NOT_INSTALLED}:
+            needs += f", which {'is' if len(missing) == 1 else 'are'} {NOT_INSTALLED}"
+        else:
+            needs += ": " + "; ".join(f"{name} is {why}" for name, why in missing.items())
+        raise BackendMissing(f"{needs} (pip install 'rnnconv[{extra}]')")
+    versions = {}
+    for name, module in modules:
+        told = getattr(importlib.import_module(module), "__version__", None)  # else its package's metadata
+        versions[name] = str(told or installed_version(name, module) or "(version unknown)")
+    return versions
 
 
 class RuntimeEngine:
-    """An engine that runs a blob as a format's runtime runs that format's files: the blob's RNN written with the
-    format's own writer into a private folder, then run there by the format's `run`, as `verify FILE` runs a file
-    of that format. A format offers one by subclassing this with its runtime's `name` and its own `format_name`."""
+    """An engine that runs a blob as a format's runtime runs that format's files (`Plugin.engine` says which): the
+    blob's RNN written with the format's own writer into a private folder, then run there by the format's `run`, as
+    `verify FILE` runs a file of that format."""
 
-    name: str
-    format_name: ClassVar[str]
-    suffix: ClassVar[str]  # the file name the writer is given (the format's own ending)
-    detail: ClassVar[str]  # what runs the blob, as the report says
-    modules: ClassVar[tuple[tuple[str, str], ...]]  # (name in the report, module) of each of the runtime's packages
-
-    def __init__(self) -> None:
+    def __init__(self, fmt: Format, facts: EngineInfo) -> None:
+        self.fmt, self.facts = fmt, facts
+        self.name = facts.name
         self.notes: list[str] = []
 
     def run(self, blob: Any, inputs: Inputs) -> Outputs:
-        fmt = get(self.format_name)
         rnn = blob.to_canonical()
         with tempfile.TemporaryDirectory(prefix="rnnconv-engine-") as folder:
-            path = Path(folder) / f"{blob.name or 'rnn'}{self.suffix}".replace(os.sep, "_")
-            fmt.write([rnn], path, WriteOptions(force=True))
-            with unguarded(), fmt.read(path, ReadOptions(hash_source=False)) as written:  # no guard: a file of its own
+            path = Path(folder) / f"{blob.name or 'rnn'}{self.facts.suffix}".replace(os.sep, "_")
+            self.fmt.write([rnn], path, WriteOptions(force=True))
+            with unguarded(), self.fmt.read(path, ReadOptions(hash_source=False)) as written:  # a file of its own
                 where = written.rnns[0].source  # its only RNN, where the file has it
-            got, _ = fmt.run(path, where, blob.spec, inputs)
+            got, _ = self.fmt.run(path, where, blob.spec, inputs)
         return got
 
     def describe(self) -> BackendInfo:
-        return BackendInfo(name=self.name, detail=self.detail)
+        return BackendInfo(name=self.name, detail=self.facts.detail)
 
     def versions(self) -> dict[str, str]:
-        return {name: str(importlib.import_module(module).__version__) for name, module in self.modules}
+        return versions_of(self.facts.modules, self.fmt.info.extra, f"running {self.fmt.title} files")
 
     def missing(self, what: str) -> str | None:
         """Why `what` cannot run here, as a clause naming the runtime's packages that are not installed (None: all
         are): said beside another framework that is missing, so that one command names both."""
-        absent = []
-        for name, module in self.modules:
-            try:
-                importlib.import_module(module)
-            except ImportError:
-                absent.append(name)
-        if not absent:
+        names = list(absent(self.facts.modules))
+        if not names:
             return None
-        extra = get(self.format_name).info.extra
-        return f"running {what} needs {' and '.join(absent)}, not installed either (pip install 'rnnconv[{extra}]')"
+        extra = self.fmt.info.extra
+        return f"running {what} needs {' and '.join(names)}, not installed either (pip install 'rnnconv[{extra}]')"
 
 
 # Where a file that a runtime runs records the source of its RNN (as a cuDNN sidecar's `source` does), for verify.
@@ -251,14 +275,31 @@ def read_source_record(text: str | bytes, path: Path) -> Provenance:
 
 
 class Format(ABC):
-    """One file format. A subclass names its `info` row of the table and implements the verbs it offers."""
+    """One file format. A subclass names its package's `plugin` (what the format is, as data) and implements the
+    verbs it offers."""
 
-    info: ClassVar[FormatInfo]
+    plugin: ClassVar[Plugin]
     sniff_order: ClassVar[int] = 50  # lower sniffs first: a specific format before a general one
-    # The verify engine that runs a blob as this format's runtime would (`verify --backend <its name>`), if any.
-    engine: ClassVar[type[RuntimeEngine] | None] = None
-    # What runs its files as a source (`run`), for `doctor`: a format that runs its files names them here.
-    runtimes: ClassVar[tuple[Runtime, ...]] = ()
+    engine_class: ClassVar[type[RuntimeEngine]] = RuntimeEngine  # how its engine runs a blob, where it offers one
+
+    @property
+    def info(self) -> FormatInfo:
+        return self.plugin.info
+
+    @property
+    def runtimes(self) -> tuple[Runtime, ...]:
+        """What runs its files as a source (`run`), for `doctor`."""
+        return self.plugin.runtimes
+
+    @property
+    def engine(self) -> EngineInfo | None:
+        """The verify engine it offers (`verify --backend <its name>`), if any: a blob run as its runtime runs its
+        files."""
+        return self.plugin.engine
+
+    def make_engine(self) -> RuntimeEngine | None:
+        """Its engine, ready to run blobs (None where it offers none)."""
+        return None if self.engine is None else self.engine_class(self, self.engine)
 
     @property
     def name(self) -> str:
@@ -315,7 +356,7 @@ class Format(ABC):
             if len(rnns) > 1:
                 raise BadInput(
                     f"--layer with --into names the one RNN to replace, but the source holds {len(rnns)} "
-                    f"({', '.join(r.name for r in rnns)}); without --layer each goes back where it came from"
+                    f"({listing(r.name for r in rnns)}); without --layer each goes back where it came from"
                 )
             return [Provenance(layer=layer)]
         return [r.origin if r.origin is not None and r.origin.format in self.info.kinds else None for r in rnns]
@@ -383,7 +424,7 @@ def only_rnn(rnns: list[CanonicalRNN], what: str) -> CanonicalRNN:
     if len(rnns) != 1:
         raise BadInput(
             f"{what} written by rnnconv holds one RNN, but {len(rnns)} were selected "
-            f"({', '.join(r.name for r in rnns)}); pick one with --layer"
+            f"({listing(r.name for r in rnns)}); pick one with --layer"
         )
     return rnns[0]
 
@@ -429,8 +470,13 @@ def read_each(
         rnn.origin = origin or rnn.origin
         rnns.append(rnn)
     if not rnns:
-        raise Unsupported("none of the RNNs can be converted: " + "; ".join(f"{n}: {w}" for n, w in skipped))
+        raise Unsupported(f"none of the RNNs can be converted: {each_why(skipped)}")
     return Source(rnns, skipped)
+
+
+def each_why(skipped: list[tuple[str, str]]) -> str:
+    """The RNNs skipped and why, as a message lists them: the first few, then how many more."""
+    return listing((f"{cut(name)}: {why}" for name, why in skipped), separator="; ", longest=MESSAGE_LIMIT)
 
 
 def check_stated(rnns: list[CanonicalRNN], options: ReadOptions) -> None:
@@ -461,18 +507,15 @@ def register(cls: type[Format]) -> type[Format]:
 
 @functools.cache
 def _load() -> dict[str, Format]:
-    """Every format module under rnnconv/formats, imported once (each registers itself)."""
-    package = Path(__file__).parent
-    for module in pkgutil.iter_modules([str(package)]):
-        if module.name != "registry" and not module.name.startswith("_"):
-            importlib.import_module(f"rnnconv.formats.{module.name}")
+    """Every format package's `format` module, imported once (each registers its format)."""
+    for plugin in catalog.plugins():
+        importlib.import_module(f"{plugin.package}.format")
     return _REGISTRY
 
 
 def engine(name: str) -> Engine | None:
     """The engine a format offers under this name, or None."""
-    offered = next((f.engine for f in formats() if f.engine is not None and f.engine.name == name), None)
-    return offered() if offered is not None else None
+    return next((f.make_engine() for f in formats() if f.engine is not None and f.engine.name == name), None)
 
 
 def formats() -> list[Format]:
@@ -598,7 +641,5 @@ def convert_each(
                 raise Unsupported(f"{describe(item)} cannot be converted: {exc}") from None
             skipped.append((item.name, str(exc)))
     if not rnns:
-        raise Unsupported(
-            "none of the recurrent layers can be converted: " + "; ".join(f"{n}: {why}" for n, why in skipped)
-        )
+        raise Unsupported(f"none of the recurrent layers can be converted: {each_why(skipped)}")
     return Source(rnns, skipped)

@@ -34,7 +34,7 @@ from rnnconv.table.constants import (
     TF1_RECURRENT_ROWS,
     TF1_VARIABLES,
     TFLITE_GATE_WORDS,
-    TFLITE_RNN_INPUTS,
+    TFLITE_RNN_WEIGHTS,
     TORCH_LAYER_NAME,
     TORCH_PARAMETERS,
 )
@@ -148,7 +148,7 @@ def _tf1_names(cell: str) -> dict[str, str]:
     return names
 
 
-# TFLite: one tensor per gate and role, named as the op's inputs (constants.TFLITE_LSTM_INPUTS).
+# TFLite: one tensor per gate and role, named as the op's inputs.
 TFLITE_LSTM_NAMES = {
     **{per_gate("input_matrix", g): f"input_to_{word}_weights" for g, word in TFLITE_GATE_WORDS.items()},
     **{per_gate("recurrent_matrix", g): f"recurrent_to_{word}_weights" for g, word in TFLITE_GATE_WORDS.items()},
@@ -157,7 +157,7 @@ TFLITE_LSTM_NAMES = {
 }
 TFLITE_RNN_NAMES = {
     per_gate(role, gate): name
-    for role, name in zip(("input_matrix", "recurrent_matrix", "bias"), TFLITE_RNN_INPUTS[1:4])
+    for role, name in zip(("input_matrix", "recurrent_matrix", "bias"), TFLITE_RNN_WEIGHTS)
     for gate in CUDNN_GATES["rnn"]
 }
 

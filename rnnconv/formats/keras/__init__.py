@@ -7,158 +7,38 @@ Each is imported only when its verb is used.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING
+from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
 
-import numpy as np
-
-from rnnconv.canonical import CanonicalRNN, RNNSpec, stack
-from rnnconv.contracts import InspectReport, Provenance
-from rnnconv.formats.registry import (
-    HDF5_MAGIC,
-    Format,
-    Probe,
-    ReadOptions,
-    Runtime,
-    RuntimeEngine,
-    Source,
-    WriteOptions,
-    Written,
-    convert_each,
-    inspect_entry,
-    register,
-)
-from rnnconv.safeio import digest_in_background
-from rnnconv.table.formats import FORMAT_INFO
-
-if TYPE_CHECKING:
-    from rnnconv.formats.keras.config import KerasLayer
-
-
-STATED = ("activation", "recurrent_activation")  # what a user states for a weights file without a model config
-
-
-class KerasEngine(RuntimeEngine):
-    """The blob as the .keras rnnconv writes, its layers built and run by Keras (CPU)."""
-
-    name = "keras"
-    format_name = "keras"
-    suffix = ".keras"
-    detail = "Keras layers (CPU) running the blob, float32"
-    modules = (("keras", "keras"),)
-
-
-@register
-class KerasFormat(Format):
-    info = FORMAT_INFO["keras"]
-    engine = KerasEngine  # verify --backend keras
-    runtimes = (
+PLUGIN = Plugin(
+    package=__name__,
+    info=FormatInfo(
+        "keras",
+        "Keras",
+        {
+            "keras-h5": "Keras legacy HDF5",
+            "keras-weights-h5": "Keras 3 .weights.h5",
+            "keras-archive": "Keras 3 .keras archive",
+        },
+        read_help="legacy .h5 (Keras 2, tf-keras, Keras 3), .weights.h5 or .keras",
+        write_help="model.keras (keras.models.load_model opens it) or model.weights.h5",
+        read_note="Read with h5py alone: TensorFlow and Keras need not be installed.",
+        write_note="A Keras 3 Sequential, one LSTM / GRU(reset_after=True) / SimpleRNN layer per cuDNN layer "
+        "(Bidirectional for two directions), all returning sequences, written without Keras; an "
+        "LSTM's two biases are summed into Keras' one.",
+        read_suffixes=(".weights.h5", ".h5", ".hdf5", ".keras"),
+        write_suffixes=(".keras", ".weights.h5"),
+        default_for=(".keras", ".weights.h5"),
+        source_options=("bias_split", "activation", "recurrent_activation"),
+        example="model.h5",
+        examples=("model.keras --layer encoder --dtype float16", "model.h5 --layer lstm_1,lstm_2,lstm_3"),
+        extra="keras",
+        writes_into=True,
+    ),
+    listed=10,
+    runtimes=(
         Runtime("keras3", (("keras", "keras"),), "Keras 3 files in Keras' own layers", major="3"),
         Runtime("tf_keras", (("tf-keras", "tf_keras"),), "Keras 2 files in tf-keras", "pip install --no-deps tf-keras"),
-    )
-
-    def sniff(self, probe: Probe) -> bool:
-        if probe.head.startswith(HDF5_MAGIC):
-            return True
-        names = probe.zip_names
-        return names is not None and "config.json" in names
-
-    @contextlib.contextmanager
-    def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
-        from rnnconv.formats.keras.reader import KerasFile, to_canonical
-
-        with KerasFile(path) as keras_file:
-            versions = keras_file.versions
-            info = Provenance(
-                path=str(path.resolve()),
-                format=keras_file.kind,
-                keras_version=versions.get("keras_version"),
-                backend=versions.get("backend"),
-            )
-            digest = digest_in_background(path) if options.hash_source else None
-
-            stated = {key: getattr(options, key) for key in STATED}
-
-            def canonical(layer: KerasLayer) -> CanonicalRNN:
-                recorded = keras_file.activations.get(layer.name) if layer.inferred else None  # no config to say it
-                told = {**stated, "activation": stated["activation"] or recorded}
-                rnn = to_canonical(layer, info, options.bias_split, keras_file.reader, told)
-                rnn.digest = digest
-                rnn.origin = keras_file.records.get(layer.name)
-                return rnn
-
-            def describe(layer: KerasLayer) -> str:
-                return f"layer {layer.name!r} ({layer.display_class}) in {self.info.kinds[keras_file.kind]} {path}"
-
-            def stacked(names: list[str]) -> CanonicalRNN:  # consecutive layers -> one multi-layer RNN
-                parts = convert_each([keras_file.layer(n) for n in names], canonical, describe, strict=True)
-                rnn = stack(",".join(names), parts.rnns)
-                rnn.origin = keras_file.records.get(rnn.name)
-                return rnn
-
-            if options.layer and "," in options.layer:
-                yield Source([stacked([n.strip() for n in options.layer.split(",")])])
-                return
-            groups = [where.split(",") for where in keras_file.records]  # the RNNs rnnconv wrote, by their layers
-            if options.layer is None and groups and (len(groups) == 1 or options.take_all):
-                yield Source([stacked(n) if len(n) > 1 else canonical(keras_file.layer(*n)) for n in groups])
-                return
-            several = options.take_all and options.layer is None and len(keras_file.layers) > 1
-            yield convert_each(keras_file.layers if several else [keras_file.layer(options.layer)], canonical, describe)
-
-    def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
-        from rnnconv.formats.keras.writer import loading_snippet, write_keras
-
-        write_keras(rnns, path, options.dtype, options.force)
-        return Written([path], usage=loading_snippet(rnns, path))
-
-    def into_suffixes(self, model: Path) -> tuple[str, ...]:
-        with open(model, "rb") as f:  # a copy is the same container: a .keras zip, or an HDF5 file
-            return (model.suffix, ".h5", ".hdf5") if f.read(len(HDF5_MAGIC)) == HDF5_MAGIC else (model.suffix, ".keras")
-
-    def write_into(
-        self, rnns: list[CanonicalRNN], model: Path, path: Path, layer: str | None, options: WriteOptions
-    ) -> Written:
-        from rnnconv.formats.keras.writer import patch_keras_file
-
-        patch_keras_file(rnns, self.places(rnns, layer), model, path, options.force)
-        return Written([path])
-
-    def inspect(self, path: Path) -> InspectReport:
-        from rnnconv.formats.keras.reader import KerasFile, layer_sizes, to_canonical
-
-        provenance = Provenance(path=str(path))
-        with KerasFile(path) as keras_file:
-            entries = [
-                inspect_entry(
-                    layer.name,
-                    layer.display_class,
-                    functools.partial(to_canonical, layer, provenance),
-                    functools.partial(layer_sizes, layer),
-                )
-                for layer in keras_file.layers
-            ]
-            return InspectReport(path=str(path), format=keras_file.kind, versions=keras_file.versions, rnns=entries)
-
-    def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
-        if recorded.layer or recorded.stacked:
-            return recorded
-        from rnnconv.formats.keras.reader import KerasFile
-
-        with KerasFile(path) as keras_file:
-            return recorded.model_copy(update={"layer": keras_file.layer(layer).name, "format": keras_file.kind})
-
-    def source_options(self, source: Provenance) -> ReadOptions:
-        """Read with the activations the conversion was told (a bare weights file does not store them)."""
-        stated = {k: v for k, v in (source.keras_config or {}).items() if k in STATED and isinstance(v, str)}
-        return super().source_options(source).model_copy(update=stated)
-
-    def run(
-        self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
-    ) -> tuple[dict[str, np.ndarray | None], str]:
-        from rnnconv.formats.keras.runner import run_source
-
-        return run_source(path, source.stacked or [source.layer or ""], spec, inputs, source.keras_config or {})
+    ),
+    engine=EngineInfo("keras", ".keras", "Keras layers (CPU) running the blob, float32", (("keras", "keras"),), 100),
+    frameworks=("tensorflow", "keras", "tf_keras"),
+)

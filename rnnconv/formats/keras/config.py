@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rnnconv.errors import BadInput
+from rnnconv.formats.keras.wire import KERAS_CELLS, KERAS_RECURRENT_NAMES
 from rnnconv.table.apply import classes_of, keras_era
-from rnnconv.table.constants import KERAS_CELLS, KERAS_RECURRENT_NAMES, MAX_LAYERS
+from rnnconv.table.constants import MAX_LAYERS
 
 RECURRENT_CLASSES = set(classes_of("keras"))
 

@@ -15,10 +15,8 @@ import numpy as np
 
 from rnnconv.dtypes import source_dtype_name
 from rnnconv.errors import BadInput, first_line
-from rnnconv.safeio import FileArray, json_document
-from rnnconv.table.constants import (
-    KERAS_VARIABLES,
-)
+from rnnconv.safeio.inputs import FileArray, json_document
+from rnnconv.table.constants import KERAS_VARIABLES
 from rnnconv.transpose import transposed
 
 
@@ -145,11 +143,7 @@ def text_of(value: Any) -> str:
 
 
 HDF5_TIMEOUT = float(os.environ.get("RNNCONV_HDF5_TIMEOUT", "10"))  # seconds for libhdf5 to read a structure
-
-
 MAX_OBJECTS = 100_000  # groups and datasets: far more than any Keras model holds
-
-
 SMALL_DATASET = 4 << 20  # bytes: read whole by the structure walk; larger ones at their first and last element
 
 

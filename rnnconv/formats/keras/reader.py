@@ -24,7 +24,7 @@ import h5py
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance, RNNSizes
-from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line, no_such_rnn, several_rnns
+from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line, listing, no_such_rnn, several_rnns
 from rnnconv.formats import _zip
 from rnnconv.formats.keras.config import MAX_NESTING, ConfigEntry, KerasLayer, old_defaults, walk_config
 from rnnconv.formats.keras.hdf5 import (
@@ -43,15 +43,12 @@ from rnnconv.formats.keras.hdf5 import (
     text_of,
     walk_everything,
 )
+from rnnconv.formats.keras.wire import KERAS_DIRECTION_GROUPS
 from rnnconv.formats.registry import HDF5_MAGIC, SOURCE_KEY, ZIP_MAGIC, read_source_records
-from rnnconv.safeio import Guard, add_guard, checksum_guard, json_document, pin, regular_file, within
+from rnnconv.safeio.digests import checksum_guard
+from rnnconv.safeio.inputs import Guard, add_guard, json_document, pin, regular_file, within
 from rnnconv.table.apply import find_row, keras_era, rows_for, stored_shapes
-from rnnconv.table.constants import (
-    KERAS_DIRECTION_GROUPS,
-    KERAS_VARIABLES,
-    MAX_SIZE,
-    NONLINEARITY_KEY,
-)
+from rnnconv.table.constants import KERAS_VARIABLES, MAX_SIZE, NONLINEARITY_KEY
 from rnnconv.table.reading import Found, Settled, StoredCell, read, settle
 from rnnconv.table.rows import DEFAULT_BIAS_SPLIT, VERSIONED_DEFAULTS, Row
 
@@ -110,7 +107,7 @@ class KerasFile:
                 return self.layers[0]
             if not self.layers:
                 raise BadInput(f"{self.path} has no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU)")
-            names = ", ".join(found.name for found in self.layers)
+            names = listing(found.name for found in self.layers)
             raise several_rnns(self.path, f"has {len(self.layers)} recurrent layers ({names})")
         for layer in self.layers:
             if layer.name == name:

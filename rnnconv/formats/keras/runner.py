@@ -24,8 +24,9 @@ import numpy as np
 
 from rnnconv.canonical import RNNSpec
 from rnnconv.errors import BackendMissing, BadInput
+from rnnconv.formats.keras.wire import KERAS_INITIALIZERS
 from rnnconv.table.apply import classes_of, find_row, settings_for_mode
-from rnnconv.table.constants import KERAS_INITIALIZERS, KERAS_VARIABLES
+from rnnconv.table.constants import KERAS_VARIABLES
 
 if TYPE_CHECKING:
     from rnnconv.formats.keras.config import KerasLayer

@@ -31,16 +31,11 @@ from rnnconv.formats import _zip
 from rnnconv.formats.keras.config import KerasLayer, snake_case
 from rnnconv.formats.keras.hdf5 import is_bfloat16
 from rnnconv.formats.keras.reader import KerasFile, to_canonical
+from rnnconv.formats.keras.wire import KERAS_DIRECTION_GROUPS, KERAS_DIRECTION_PREFIXES
 from rnnconv.formats.registry import SOURCE_KEY, literal, recorded_source, source_records
-from rnnconv.safeio import atomic_outputs
+from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.apply import find_row, row_for_mode, settings_for_mode
-from rnnconv.table.constants import (
-    KERAS_DIRECTION_GROUPS,
-    KERAS_DIRECTION_PREFIXES,
-    KERAS_VARIABLES,
-    NONLINEARITY_KEY,
-    RNN,
-)
+from rnnconv.table.constants import KERAS_VARIABLES, NONLINEARITY_KEY, RNN
 
 KERAS_VERSION = "3.15.1"  # the version whose file layout this writer follows
 

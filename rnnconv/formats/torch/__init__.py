@@ -7,132 +7,34 @@ safetensors need no torch. Writing (`writer`) and running a source for verify
 
 from __future__ import annotations
 
-import contextlib
-import functools
-from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING
+from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
 
-import numpy as np
-
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance
-from rnnconv.formats.registry import (
-    Format,
-    Probe,
-    ReadOptions,
-    Runtime,
-    RuntimeEngine,
-    Source,
-    WriteOptions,
-    Written,
-    convert_each,
-    inspect_entry,
-    register,
+PLUGIN = Plugin(
+    package=__name__,
+    info=FormatInfo(
+        "torch",
+        "PyTorch",
+        {"torch": "torch.save checkpoint", "torch-safetensors": "safetensors state_dict"},
+        read_help=".pt/.pth/.bin from torch.save, or a .safetensors state_dict",
+        write_help="ckpt.pt or ckpt.pth (torch.save), or a .safetensors state_dict (with --to torch)",
+        read_note="Checkpoints load with torch.load(weights_only=True): nothing but tensors is ever unpickled. "
+        "RNNs are found by their parameter names; mode, sizes, layers, directions and projection "
+        "come from names and shapes.",
+        write_note="The state_dict of nn.LSTM / nn.GRU / nn.RNN; the module call whose load_state_dict "
+        "takes it is printed.",
+        read_suffixes=(".pt", ".pth", ".bin", ".safetensors"),
+        write_suffixes=(".pt", ".pth", ".bin", ".safetensors"),
+        default_for=(".pt", ".pth"),
+        source_options=("nonlinearity",),
+        example="ckpt.pt",
+        examples=("seq2seq.pt --layer encoder.rnn", "rnn.pt --nonlinearity relu"),
+        extra="torch",
+        writes_into=True,
+    ),
+    listed=20,
+    runtimes=(Runtime("torch", (("torch", "torch"),), "PyTorch checkpoints in torch.nn modules"),),
+    engine=EngineInfo(
+        "torch", ".pt", "PyTorch's nn.LSTM/GRU/RNN (CPU) running the blob, float32", (("torch", "torch"),), 90
+    ),
+    frameworks=("torch",),
 )
-from rnnconv.formats.torch.checkpoint import CHECKPOINT_SUFFIXES, is_legacy_checkpoint
-from rnnconv.safeio import digest_in_background
-from rnnconv.table.formats import FORMAT_INFO
-
-if TYPE_CHECKING:
-    from rnnconv.formats.torch.reader import TorchRNN
-
-
-TORCH_ZIP_RECORD = "data.pkl"  # the pickle inside torch.save's zip format
-
-
-def _kind(path: Path) -> str:
-    from rnnconv.formats.torch.reader import is_safetensors
-
-    return "torch-safetensors" if is_safetensors(path) else "torch"
-
-
-class TorchEngine(RuntimeEngine):
-    """The blob as the state_dict rnnconv writes, loaded into nn.LSTM/GRU/RNN and run in PyTorch (CPU)."""
-
-    name = "torch"
-    format_name = "torch"
-    suffix = ".pt"
-    detail = "PyTorch's nn.LSTM/GRU/RNN (CPU) running the blob, float32"
-    modules = (("torch", "torch"),)
-
-
-@register
-class TorchFormat(Format):
-    info = FORMAT_INFO["torch"]
-    runtimes = (Runtime("torch", (("torch", "torch"),), "PyTorch checkpoints in torch.nn modules"),)
-    sniff_order = 40
-    engine = TorchEngine  # verify --backend torch
-
-    def sniff(self, probe: Probe) -> bool:
-        names = probe.zip_names
-        if names is not None:
-            return any(n.endswith(TORCH_ZIP_RECORD) for n in names)
-        return is_legacy_checkpoint(probe.head) or probe.safetensors_metadata is not None
-
-    @contextlib.contextmanager
-    def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
-        from rnnconv.formats.torch.reader import find_rnns, load_state_dict, pick, to_canonical
-
-        state = load_state_dict(path)
-        found = find_rnns(state)
-        sources, nonlinearities = state.recorded(path)  # of a file rnnconv wrote
-        info = Provenance(path=str(path.resolve()), format=_kind(path))
-        digest = digest_in_background(path) if options.hash_source else None
-        several = options.take_all and options.layer is None and len(found) > 1
-        chosen = found if several else [pick(found, options.layer, path)]
-
-        def canonical(rnn: TorchRNN) -> CanonicalRNN:
-            converted = to_canonical(rnn, info, options.nonlinearity or nonlinearities.get(rnn.prefix))
-            converted.digest = digest
-            converted.origin = sources.get(rnn.prefix)
-            return converted
-
-        yield convert_each(chosen, canonical, lambda rnn: f"RNN {rnn.name!r} in {path}")
-
-    def holds_several(self, path: Path) -> bool:
-        return path.suffix == ".safetensors"
-
-    def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
-        from rnnconv.formats.torch.writer import bin_warning, loading_code, write_state_dict
-
-        write_state_dict(rnns, path, options.dtype, options.force)
-        return Written([path], bin_warning(path), usage=loading_code(rnns, path))
-
-    def into_suffixes(self, model: Path) -> tuple[str, ...]:
-        return (model.suffix, *CHECKPOINT_SUFFIXES)
-
-    def write_into(
-        self, rnns: list[CanonicalRNN], model: Path, path: Path, layer: str | None, options: WriteOptions
-    ) -> Written:
-        from rnnconv.formats.torch.writer import bin_warning, patch_checkpoint
-
-        patch_checkpoint(rnns, self.places(rnns, layer), model, path, options.force)
-        return Written([path], bin_warning(path))
-
-    def inspect(self, path: Path) -> InspectReport:
-        from rnnconv.formats.torch.reader import find_rnns, load_state_dict, rnn_sizes, to_canonical
-
-        provenance = Provenance(path=str(path))
-
-        def entry(rnn: TorchRNN) -> InspectEntry:
-            cls, sizes = rnn_sizes(rnn)  # the class its tensors' shapes give, also when it does not convert
-            return inspect_entry(rnn.name, cls, functools.partial(to_canonical, rnn, provenance), lambda: sizes)
-
-        rnns = [entry(rnn) for rnn in find_rnns(load_state_dict(path))]
-        return InspectReport(path=str(path), format=_kind(path), rnns=rnns)
-
-    def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
-        if recorded.prefix is not None:
-            return recorded
-        from rnnconv.formats.torch.reader import find_rnns, load_state_dict, pick
-
-        rnn = pick(find_rnns(load_state_dict(path)), layer, path)
-        return recorded.model_copy(update={"prefix": rnn.prefix, "layer": rnn.name, "format": _kind(path)})
-
-    def run(
-        self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
-    ) -> tuple[dict[str, np.ndarray | None], str]:
-        from rnnconv.formats.torch.runner import run_source
-
-        return run_source(path, source.prefix or "", spec, inputs)

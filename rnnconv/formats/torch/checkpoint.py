@@ -31,9 +31,12 @@ from rnnconv.errors import BadInput, first_line
 from rnnconv.formats import _zip
 from rnnconv.formats._zip import LOCAL_HEADER
 from rnnconv.formats.registry import SOURCE_KEY, SOURCE_RECORD_LIMIT
-from rnnconv.safeio import FileArray, byte_view, in_background, regular_file, write_array
-from rnnconv.table.constants import NONLINEARITY_KEY, TORCH_STORAGES
-from rnnconv.table.formats import FORMAT_INFO
+from rnnconv.formats.torch import PLUGIN
+from rnnconv.formats.torch.wire import TORCH_STORAGES
+from rnnconv.safeio.digests import in_background
+from rnnconv.safeio.inputs import FileArray, byte_view, regular_file
+from rnnconv.safeio.outputs import write_array
+from rnnconv.table.constants import NONLINEARITY_KEY
 
 MAX_PICKLE = 256 << 20  # bytes: a state_dict's pickle names tensors; it holds none of their values
 RECORDS = (SOURCE_KEY, NONLINEARITY_KEY)  # what a checkpoint rnnconv wrote records beside its pickle, as members
@@ -227,8 +230,7 @@ class ZipCheckpoint:
 
 
 # torch.save files (a patched copy too): every PyTorch ending but a safetensors state_dict's
-CHECKPOINT_SUFFIXES = tuple(suffix for suffix in FORMAT_INFO["torch"].write_suffixes if suffix != ".safetensors")
-
+CHECKPOINT_SUFFIXES = tuple(suffix for suffix in PLUGIN.info.write_suffixes if suffix != ".safetensors")
 # torch.save's legacy (pre-1.6, non-zip) format begins with this number, pickled on its own with the protocol
 # the caller chose (2 by default); any other file, a pickle among them, is no legacy checkpoint.
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C

@@ -35,7 +35,7 @@ from rnnconv.formats.torch.checkpoint import (
     is_zip_checkpoint,
     read_zip,
 )
-from rnnconv.safeio import FileArray, json_document
+from rnnconv.safeio.inputs import FileArray, json_document
 from rnnconv.table.apply import find_row, rows_for
 from rnnconv.table.constants import (
     CUDNN_GATES,

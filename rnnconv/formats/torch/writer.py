@@ -39,7 +39,8 @@ from rnnconv.formats.torch.reader import (
     pick,
     require_torch,
 )
-from rnnconv.safeio import FileArray, atomic_outputs, write_array
+from rnnconv.safeio.inputs import FileArray
+from rnnconv.safeio.outputs import atomic_outputs, write_array
 from rnnconv.table.apply import row_for_mode, rows_for, stored_shapes
 from rnnconv.table.constants import KIND_OF_ROLE, NONLINEARITY_KEY, RNN, TORCH_REVERSE_SUFFIX
 

@@ -1,0 +1,205 @@
+"""cuDNN weight spaces written: every tensor in layout order (copied file to file where the source holds it as
+stored), scanned for NaN and Inf on another core, and the sidecar that describes it; a blob laid out the way a GPU
+reported."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
+from rnnconv.contracts import (
+    SIDECAR_FORMAT,
+    CudnnSettings,
+    LayoutInfo,
+    Provenance,
+    Sidecar,
+    WeightSpaceInfo,
+    dump,
+)
+from rnnconv.dtypes import ElementType, count_non_finite, element_type, stored_words
+from rnnconv.errors import BadInput
+from rnnconv.formats import _safetensors, registry
+from rnnconv.formats.cudnn.reader import Blob, sidecar_path
+from rnnconv.safeio.inputs import FileArray
+from rnnconv.safeio.outputs import atomic_outputs, write_array
+from rnnconv.table.constants import BIAS_MODE, CUDNN_MODES, DIRECTION, INPUT_MODE, Kind
+from rnnconv.version import __version__
+from rnnconv.weightspace import (
+    LAYOUT,
+    REPORTED_LAYOUT_NAME,
+    Region,
+    regions,
+    weight_space_elements,
+)
+
+ByteProgress = Callable[[int], None]  # called with a number of bytes written
+
+
+def cudnn_settings(spec: RNNSpec, etype: ElementType) -> CudnnSettings:
+    return CudnnSettings(
+        cudnnRNNMode_t=CUDNN_MODES[spec.mode][1],
+        cudnnRNNBiasMode_t=BIAS_MODE["double"],
+        cudnnDirectionMode_t=DIRECTION[spec.bidirectional],
+        cudnnRNNInputMode_t=INPUT_MODE["linear"],
+        cudnnDataType_t=etype.cudnn,
+        inputSize=spec.input_size,
+        hiddenSize=spec.hidden_size,
+        projSize=spec.output_size,
+        numLayers=spec.num_layers,
+    )
+
+
+def describe(rnn: CanonicalRNN, etype: ElementType, warnings: list[str], output: Path, wait: bool = True) -> Sidecar:
+    """The sidecar document: everything a C/C++ user needs to hand this blob to cuDNN (written as `output`)."""
+    spec = rnn.spec
+    elements = weight_space_elements(spec)
+    source = registry.recorded_source(rnn, output, wait)
+    return Sidecar(
+        format=SIDECAR_FORMAT,
+        rnnconv_version=__version__,
+        name=rnn.name,
+        spec=spec.to_model(dtype=etype.name, bias_mode="double"),
+        layout=LAYOUT,
+        cudnn=cudnn_settings(spec, etype),
+        weight_space=WeightSpaceInfo(elements=elements, bytes=elements * etype.itemsize),
+        source=source,
+        notes=list(rnn.notes),
+        warnings=warnings,
+        tensors=[r.entry(etype.itemsize) for r in regions(spec)],
+    )
+
+
+def write_weight_space(
+    rnn: CanonicalRNN, f: BinaryIO, etype: ElementType, progress: ByteProgress | None = None
+) -> list[str]:
+    """Write every tensor of `rnn` at the file's position, in layout order (front to back); return warnings.
+
+    Each block is scanned for NaN and Inf on another core while the next one is written; one scan at a
+    time, so no more than two blocks are ever held.
+    """
+    counts: list[tuple[Region, int]] = []
+    scanning: tuple[Region, Future[int]] | None = None
+    for region in regions(rnn.spec):
+        in_file = _in_file(rnn, region.key, etype)
+        block = rnn.param(region.key) if in_file is None else in_file
+        if scanning is not None:
+            counts.append((scanning[0], scanning[1].result()))
+        scanning = region, _SCANNER.submit(count_non_finite, block)
+        write_array(f, stored_words(block, etype))
+        if progress:
+            progress(region.size * etype.itemsize)
+    if scanning is not None:
+        counts.append((scanning[0], scanning[1].result()))
+    return [f"{rnn.name}: {region.key.label} holds {bad} NaN or Inf value(s)" for region, bad in counts if bad]
+
+
+_SCANNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rnnconv-scan")  # numpy's sums release the GIL
+
+
+def _in_file(rnn: CanonicalRNN, key: ParamKey, etype: ElementType) -> FileArray | None:
+    """The tensor's bytes in the source file, when the source holds its gates stacked in cuDNN's order, as
+    `etype`'s words (a state_dict, another weight space): then they are copied file to file, never read."""
+    stacked = rnn.stacked(key.layer, key.direction, key.kind)
+    if not isinstance(stacked, FileArray) or stacked.dtype != etype.storage or etype.name == "bfloat16":
+        return None
+    gates = 1 if key.kind == Kind.P else len(rnn.spec.gates)
+    index = 0 if key.kind == Kind.P else rnn.spec.gates.index(key.gate)
+    rows = rnn.spec.param_shape(key)[0]
+    if stacked.shape != (gates * rows, *rnn.spec.param_shape(key)[1:]):
+        return None
+    block: FileArray = stacked[index * rows : (index + 1) * rows]
+    return block
+
+
+def write_bin(
+    rnn: CanonicalRNN, path: Path, dtype: str, force: bool = False, progress: ByteProgress | None = None
+) -> list[str]:
+    etype = element_type(dtype)
+    with atomic_outputs([path, sidecar_path(path)], force) as (blob_tmp, side_tmp):
+        with open(blob_tmp, "wb") as f:
+            warnings = write_weight_space(rnn, f, etype, progress)
+        doc = describe(rnn, etype, warnings, path)
+        if blob_tmp.stat().st_size != doc.weight_space.bytes:
+            raise RuntimeError(f"wrote {blob_tmp.stat().st_size} bytes, the layout has {doc.weight_space.bytes}")
+        side_tmp.write_text(json.dumps(dump(doc), indent=1) + "\n")
+    return warnings
+
+
+def write_safetensors(
+    rnns: Iterable[CanonicalRNN], path: Path, dtype: str, force: bool = False, progress: ByteProgress | None = None
+) -> list[str]:
+    etype = element_type(dtype)
+    rnns = list(rnns)
+    entries = [
+        _safetensors.Entry(r.name, etype, (weight_space_elements(r.spec),), _space_writer(r, etype, progress))
+        for r in rnns
+    ]
+    calls: list[bool] = []
+
+    def metadata(warnings: dict[str, list[str]]) -> dict[str, str]:
+        final = bool(calls)  # the first call sizes the header before the data exists
+        calls.append(final)
+        meta = {"format": SIDECAR_FORMAT, "rnnconv_version": __version__}
+        meta.update({r.name: json.dumps(dump(describe(r, etype, warnings[r.name], path, wait=final))) for r in rnns})
+        return meta
+
+    warnings = _safetensors.write(path, entries, metadata, force)
+    return [w for r in rnns for w in warnings[r.name]]
+
+
+def _space_writer(rnn: CanonicalRNN, etype: ElementType, progress: ByteProgress | None) -> _safetensors.Writer:
+    return lambda f: write_weight_space(rnn, f, etype, progress)
+
+
+def in_memory_blob(rnn: CanonicalRNN, path: Path, kind: str) -> Blob:
+    """The weight space of an RNN read from a file of another format (`path`, of file kind `kind`), in memory: what
+    verify checks and diagnoses when it runs that file itself. Its source is the one the file records, if any."""
+    etype = element_type(rnn.spec.dtype)
+    buffer = io.BytesIO()
+    write_weight_space(rnn, buffer, etype)
+    words = np.frombuffer(buffer.getbuffer(), dtype=etype.storage)
+    sidecar = describe(rnn, etype, [], path).model_copy(update={"source": rnn.origin or Provenance()})
+    return Blob(rnn.name, rnn.spec, etype, words, sidecar, path, kind=kind)
+
+
+def write_relayout(
+    blob: Blob, placed: dict[ParamKey, int], total_bytes: int, path: Path, cudnn_version: str, force: bool = False
+) -> None:
+    """The blob rewritten with every tensor at the byte offset (`placed`) a GPU's cuDNN reported for it."""
+    itemsize = blob.etype.itemsize
+    missing = [r.key.label for r in blob.places.values() if r.key not in placed]
+    if missing:
+        raise BadInput(f"cuDNN reported no place for {missing[0]}, so the blob cannot be laid out its way")
+    layout = LayoutInfo(
+        name=REPORTED_LAYOUT_NAME,
+        version=cudnn_version,
+        verified_on_gpu=True,
+        order=f"the offsets cudnnGetRNNWeightParams of cuDNN {cudnn_version} reported",
+    )
+    tensors = sorted((r.entry(itemsize, placed[r.key]) for r in blob.places.values()), key=lambda t: t.offset_bytes)
+    doc = Sidecar(
+        format=SIDECAR_FORMAT,
+        rnnconv_version=__version__,
+        name=blob.name,
+        spec=blob.spec.to_model(bias_mode="double"),
+        layout=layout,
+        cudnn=cudnn_settings(blob.spec, blob.etype),
+        weight_space=WeightSpaceInfo(elements=total_bytes // itemsize, bytes=total_bytes),
+        source=blob.source,
+        notes=blob.notes,
+        tensors=tensors,
+    )
+    with atomic_outputs([path, sidecar_path(path)], force) as (blob_tmp, side_tmp):
+        with open(blob_tmp, "wb") as f:  # written, not mapped: a full disk is an error, never SIGBUS
+            f.truncate(total_bytes)
+            for region in blob.places.values():
+                f.seek(placed[region.key] // itemsize * itemsize)
+                write_array(f, blob.words[region.offset : region.offset + region.size])
+        side_tmp.write_text(json.dumps(dump(doc), indent=1) + "\n")

@@ -1,0 +1,71 @@
+"""The Equinox format's verbs (`registry.Format`)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.contracts import InspectReport, Provenance
+from rnnconv.errors import BadInput, Unsupported
+from rnnconv.formats import _jax, registry
+from rnnconv.formats._npy import NPY_MAGIC
+from rnnconv.formats.equinox import PLUGIN
+from rnnconv.formats.equinox.reader import load, to_canonical
+from rnnconv.formats.equinox.runner import run_file
+from rnnconv.formats.equinox.wire import KIND
+from rnnconv.formats.equinox.writer import losses, write
+from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
+from rnnconv.safeio.digests import digest_in_background
+
+
+@register
+class EquinoxFormat(Format):
+    plugin = PLUGIN
+
+    def sniff(self, probe: Probe) -> bool:
+        return probe.head.startswith(NPY_MAGIC)
+
+    @contextlib.contextmanager
+    def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
+        cell = load(path)
+        if options.layer is not None and options.layer != cell.name:
+            raise BadInput(f"{path} holds one {cell.name}, not {options.layer!r}")
+        info = Provenance(path=str(path.resolve()), format=KIND)
+        digest = digest_in_background(path) if options.hash_source else None
+        try:
+            rnn = to_canonical(cell, path, info, options)
+        except Unsupported as exc:
+            raise Unsupported(f"the {cell.name} in {path} cannot be converted: {exc}") from None
+        rnn.digest = digest
+        yield Source([rnn])
+
+    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        return losses(rnn)
+
+    def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
+        return write(rnns, path, options)
+
+    def inspect(self, path: Path) -> InspectReport:
+        cell = load(path)
+        read = functools.partial(to_canonical, cell, path, Provenance(path=str(path)))
+        return InspectReport(path=str(path), format=KIND, rnns=[registry.inspect_entry(cell.name, cell.name, read)])
+
+    def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
+        if recorded.layer and recorded.format == KIND:
+            return recorded
+        return recorded.model_copy(update={"layer": load(path).name, "format": KIND})
+
+    def run(
+        self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+    ) -> tuple[dict[str, np.ndarray | None], str]:
+        """The file loaded by eqx.tree_deserialise_leaves into its cell, stepped in JAX on the CPU."""
+        cell = load(path)
+        _jax.check_same(to_canonical(cell, path, source).spec, spec, cell.name, path)
+        ran = registry.versions_of(self.runtimes[0].modules, self.info.extra, f"running {self.title} files")
+        how = f"jax {ran['jax']}, equinox {ran['equinox']}: eqx.nn.{cell.name} loaded from the file"
+        return run_file(path, cell, spec, inputs), how

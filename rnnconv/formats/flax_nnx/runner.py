@@ -1,0 +1,72 @@
+"""A file's cells loaded into flax.nnx's cells (nnx.replace_by_pure_dict) and run in JAX on the CPU."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rnnconv.canonical import RNNSpec
+from rnnconv.errors import BackendMissing
+from rnnconv.formats import _jax
+from rnnconv.table.constants import FLAX_CELL, LSTM, RNN
+
+
+def require_nnx() -> tuple[Any, Any]:
+    jax = _jax.require_jax("flax")
+    try:
+        from flax import nnx
+    except ImportError:
+        raise BackendMissing(
+            "running flax.nnx needs flax, which is not installed (pip install 'rnnconv[flax]')"
+        ) from None
+    return jax, nnx
+
+
+def run_tree(rnn: _jax.TreeRNN, spec: RNNSpec, inputs: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray | None]:
+    """y, h_n, c_n of a found RNN's cells, each layer and direction an nnx.RNN of the nnx cell class it is, its
+    params replaced by the file's (nnx.replace_by_pure_dict), run in JAX (float32, CPU)."""
+    jax, nnx = require_nnx()
+    x, h0, c0, lengths = _jax.sequence_inputs(spec, inputs)
+    cell_class = getattr(nnx, rnn.layer_class)
+    kwargs = {"activation_fn": getattr(nnx, _jax.activation_of(spec))} if rnn.cell == RNN else {}
+    h_n, c_n = np.zeros_like(h0), np.zeros_like(c0)
+    layer_input = x.transpose(1, 0, 2)
+    with jax.default_device(jax.devices("cpu")[0]):
+        for layer, cells in enumerate(rnn.cells):
+            outputs = []
+            for direction, stored in enumerate(cells):
+                cell = cell_class(spec.layer_input_size(layer), spec.hidden_size, rngs=nnx.Rngs(0), **kwargs)
+                module = nnx.RNN(cell, return_carry=True)
+                params = nnx.state(module, nnx.Param)
+                replace_by_pure_dict(nnx, params, {FLAX_CELL: _float32(stored)})
+                nnx.update(module, params)
+                pseudo = layer * spec.num_directions + direction
+                carry: Any = (c0[pseudo], h0[pseudo]) if spec.mode == LSTM else h0[pseudo]
+                carry, y = module(
+                    layer_input, initial_carry=carry, seq_lengths=lengths, reverse=direction == 1, keep_order=True
+                )
+                if spec.mode == LSTM:
+                    c_n[pseudo], h_n[pseudo] = np.asarray(carry[0]), np.asarray(carry[1])
+                else:
+                    h_n[pseudo] = np.asarray(carry)
+                outputs.append(np.asarray(y))
+            layer_input = np.concatenate(outputs, axis=-1)
+    y = _jax.padded_zero(layer_input.transpose(1, 0, 2), lengths)
+    return {"y": y, "h_n": h_n, "c_n": c_n if spec.mode == LSTM else None}
+
+
+def replace_by_pure_dict(nnx: Any, state: Any, pure: Any) -> None:
+    """nnx.replace_by_pure_dict where flax has it (0.12 does), else the State method (flax 0.10 has only that)."""
+    replace = getattr(nnx, "replace_by_pure_dict", None)
+    if replace is not None:
+        replace(state, pure)
+    else:
+        state.replace_by_pure_dict(pure)
+
+
+def _float32(node: Any) -> Any:
+    if isinstance(node, Mapping):
+        return {k: _float32(v) for k, v in node.items()}
+    return np.asarray(_jax.as_float(node), np.float32)

@@ -1,0 +1,352 @@
+"""One ONNX RNN node read: its attributes, each of the type its op defines, its weights (stored, folded from
+constants, or dequantized), and the RNN nodes an exporter unrolled into per-step operations, as nodes."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rnnconv.dtypes import element_type
+from rnnconv.errors import BadInput, Unsupported, cut, listing
+from rnnconv.formats.onnx.folding import SUBGRAPH, Folder, NotFoldable, Scope, node_name
+from rnnconv.formats.onnx.unrolled import Cell, Unrolled
+from rnnconv.formats.onnx.wire import (
+    ONNX_ACTIVATIONS,
+    ONNX_ATTRIBUTES,
+    ONNX_DEFAULT_ACTIVATIONS,
+    ONNX_DIRECTIONS,
+    ONNX_ELEMENT_TYPES,
+    ONNX_FLAGS,
+    ONNX_INPUTS,
+    ONNX_ONE_OP_ATTRIBUTES,
+    ONNX_OPS,
+    ONNX_QUANTIZED_INPUTS,
+    ONNX_QUANTIZED_OPS,
+)
+from rnnconv.table.constants import CUDNN_GATES
+
+MAX_HIDDEN = 1 << 20  # far beyond any real RNN; keeps sizes computed from a hostile file small
+RNN_OPS = {op: cell for cell, op in ONNX_OPS.items()}
+
+
+@dataclass
+class OnnxNode:
+    """One LSTM/GRU/RNN node: its attributes and weights (W, R, B, P as numpy, one row per direction)."""
+
+    name: str  # the node's name, after the path of the subgraph it is in (If_1::then_branch::LSTM)
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    attributes: dict[str, Any]
+    weights: dict[str, np.ndarray]
+    dtype: str
+    short: str = ""  # the node's own name
+    refusal: str | None = None  # why its weights cannot be read (computed in a way rnnconv does not fold)
+    sources: dict[str, frozenset[str]] = field(default_factory=dict)  # role -> the stored tensors it comes from
+    source_class: str = ""  # the node's op as the table's rows name it: op, or a quantized op
+    unrolled: int = 0  # for an RNN an exporter unrolled into per-step ops: its steps
+    stored: dict[str, np.ndarray] = field(default_factory=dict)  # a quantized node's inputs as stored (int8 W, R...)
+
+    def __post_init__(self) -> None:
+        self.source_class = self.source_class or self.op
+
+    @property
+    def hidden(self) -> int:
+        return int(self.attributes["hidden_size"])
+
+    @property
+    def direction(self) -> str:
+        return str(self.attributes["direction"])
+
+    @property
+    def directions(self) -> int:
+        return ONNX_DIRECTIONS[self.direction]
+
+    @property
+    def shown_class(self) -> str:
+        if self.source_class.endswith(" cell"):
+            return f"{self.source_class} (unrolled)"
+        return f"{self.source_class} (unrolled, {self.unrolled} steps)" if self.unrolled else self.source_class
+
+    @property
+    def quantized(self) -> bool:
+        return self.source_class in ONNX_QUANTIZED_OPS
+
+    @property
+    def input_size(self) -> int:
+        return int(self.weights["W"].shape[1 if self.quantized else 2])
+
+    def expected_shapes(self, input_size: int) -> dict[str, tuple[int, ...]]:
+        """The shape each weight must have (a quantized op's W and R are transposed)."""
+        dirs, hidden = self.directions, self.hidden
+        rows = len(CUDNN_GATES[RNN_OPS[self.op]]) * hidden
+        if self.quantized:
+            matrices = {"W": (dirs, input_size, rows), "R": (dirs, hidden, rows)}
+        else:
+            matrices = {"W": (dirs, rows, input_size), "R": (dirs, rows, hidden)}
+        return {**matrices, "B": (dirs, 2 * rows), "P": (dirs, 3 * hidden)}
+
+    def activations(self) -> list[str]:
+        names = self.attributes.get("activations")
+        default = ONNX_DEFAULT_ACTIVATIONS[self.op]
+        if names is None:
+            return list(default) * self.directions
+        return [str(n) for n in names]
+
+    def config(self) -> dict[str, Any]:
+        """The node as the table's ONNX row reads it (activation names, linear_before_reset)."""
+        acts = self.activations()
+        per = len(ONNX_DEFAULT_ACTIVATIONS[self.op])
+        first = acts[:per]
+        named = [ONNX_ACTIVATIONS.get(a, a.lower()) for a in first]
+        config: dict[str, Any] = {"activation": named[-1] if self.op != "LSTM" else named[1]}
+        if self.op != "RNN":
+            config["recurrent_activation"] = named[0]
+        if self.op == "LSTM" and named[1] != named[2]:
+            config["activation"] = f"{named[1]} (cell input) with {named[2]} (cell output)"
+        if "linear_before_reset" in self.attributes:
+            config["linear_before_reset"] = int(self.attributes["linear_before_reset"])
+        return config
+
+
+def _float_weights(values: np.ndarray, what: str) -> tuple[np.ndarray, str]:
+    """A weight tensor as numpy floats (bfloat16 widened to float32 exactly) and its dtype's name."""
+    if values.dtype.name == "bfloat16":
+        words = np.ascontiguousarray(values).view(np.uint16)
+        return (words.astype(np.uint32) << np.uint32(16)).view(np.float32), "bfloat16"
+    names = {element_type(name).storage: name for name in ONNX_ELEMENT_TYPES if name != "bfloat16"}
+    if values.dtype not in names:
+        raise BadInput(f"{what} is of type {values.dtype}, not a float type rnnconv reads")
+    return np.asarray(values), names[values.dtype]
+
+
+def attribute_value(attribute: Any) -> Any:
+    from onnx import helper
+
+    return helper.get_attribute_value(attribute)
+
+
+def _attributes(node: Any, name: str, op: str) -> dict[str, Any]:
+    """The node's attributes, each of the type and range its op (`op`: the one a quantized op quantizes) defines."""
+    attributes: dict[str, Any] = {}
+    for attribute in node.attribute:
+        expected = ONNX_ATTRIBUTES.get(attribute.name)
+        if expected is None or ONNX_ONE_OP_ATTRIBUTES.get(attribute.name, op) != op:
+            raise Unsupported(f"node {name!r} has an attribute {attribute.name!r} that {node.op_type} does not define")
+        if attribute.type != expected:
+            raise BadInput(f"node {name!r}: attribute {attribute.name!r} is not of the type {node.op_type} defines")
+        value = attribute_value(attribute)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        elif isinstance(value, list) and value and isinstance(value[0], bytes):
+            value = [v.decode("utf-8", "replace") for v in value]
+        attributes[attribute.name] = value
+    hidden = attributes.get("hidden_size")
+    if not isinstance(hidden, int) or not 1 <= hidden <= MAX_HIDDEN:
+        raise BadInput(f"node {name!r}: hidden_size is {hidden!r}, not a size from 1 to {MAX_HIDDEN}")
+    if attributes.setdefault("direction", "forward") not in ONNX_DIRECTIONS:
+        raise BadInput(f"node {name!r}: direction {attributes['direction']!r} is not forward, reverse or bidirectional")
+    for flag in ONNX_FLAGS:
+        if attributes.get(flag, 0) not in (0, 1):
+            raise BadInput(f"node {name!r}: {flag} is {attributes[flag]}, not 0 or 1")
+    return attributes
+
+
+def is_rnn(node: Any) -> bool:
+    """An ONNX RNN node, or a quantized one of onnxruntime's domain."""
+    if node.op_type in RNN_OPS:
+        return node.domain in ("", "ai.onnx")
+    return node.op_type in ONNX_QUANTIZED_OPS and node.domain == ONNX_QUANTIZED_OPS[node.op_type][0]
+
+
+def read_node(node: Any, index: int, scope: Scope, folding: Folder, dequantize: bool) -> OnnxNode:
+    """One RNN node (or quantized RNN node), its attributes and the shapes of its weights checked against each
+    other. Weights computed in a way rnnconv cannot fold leave the node listed, with the reason."""
+    short = node_name(node, index)
+    name = scope.qualified(short)
+    quantized = node.op_type in ONNX_QUANTIZED_OPS
+    op = ONNX_QUANTIZED_OPS[node.op_type][1] if quantized else node.op_type
+    roles = ONNX_INPUTS + (ONNX_QUANTIZED_INPUTS if quantized else ())
+    if len(node.input) > len(roles):
+        raise BadInput(f"node {name!r} has {len(node.input)} inputs; {node.op_type} has {len(roles)}")
+    inputs = list(node.input) + [""] * (len(roles) - len(node.input))
+    attributes = _attributes(node, name, op)
+    stored, sources, refusal = {}, {}, None
+    for role in ("W", "R", "B", "P", *ONNX_QUANTIZED_INPUTS):
+        source = inputs[roles.index(role)] if role in roles else ""
+        if not source:
+            continue
+        try:
+            stored[role] = folding.value(source, scope)
+        except NotFoldable as exc:
+            refusal = (
+                refusal or f"node {name!r}: its {role} is computed in the graph in a way rnnconv does not fold: {exc}"
+            )
+            continue
+        sources[role] = folding.stored_sources(source, scope)
+    if not inputs[roles.index("W")] or not inputs[roles.index("R")]:
+        raise BadInput(f"node {name!r} has no W or R input")
+    found = OnnxNode(name, op, inputs, list(node.output), attributes, {}, "", short, refusal, sources, node.op_type)
+    if refusal is not None:
+        return found
+    if quantized:
+        found.stored = stored
+        stored = _dequantized(found, stored)
+        if not dequantize:
+            found.refusal = (
+                f"node {name!r} is a quantized LSTM ({node.op_type}) whose W and R are int8 dynamically quantized "
+                f"weights, which cuDNN does not compute with; --dequantize converts the float model they "
+                f"approximate, (q - zero_point) * scale"
+            )
+    dtypes = []
+    for role in ("W", "R", "B", "P"):
+        if role in stored:
+            found.weights[role], dtype = _float_weights(stored[role], f"node {name!r}: its {role}")
+            dtypes.append(dtype)
+    w = found.weights["W"]
+    n_in = w.shape[1 if quantized else 2] if w.ndim == 3 else -1
+    expected = found.expected_shapes(n_in)
+    for role, values in found.weights.items():
+        if values.shape != expected[role] or n_in < 1:
+            raise BadInput(
+                f"node {name!r}: {role} has shape {tuple(values.shape)}, but a {found.directions}-direction "
+                f"{node.op_type} with hidden_size {found.hidden} needs {expected[role]}"
+            )
+    if len(set(dtypes)) > 1:
+        raise BadInput(f"node {name!r}: its weights are of different types ({', '.join(dtypes)})")
+    found.dtype = dtypes[0]
+    return found
+
+
+def _dequantized(node: OnnxNode, stored: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A quantized LSTM's W and R as floats, (q - zero_point) * scale, per direction or per column as the
+    contrib op defines; B and P as they are."""
+    out: dict[str, np.ndarray] = {role: stored[role] for role in ("B", "P") if role in stored}
+    for role in ("W", "R"):
+        scale_role, zero_role = f"{role}_scale", f"{role}_zero_point"
+        if scale_role not in stored or zero_role not in stored:
+            raise BadInput(f"node {node.name!r} has no {scale_role} or {zero_role}")
+        q, scale, zero = stored[role], stored[scale_role], stored[zero_role]
+        if q.dtype not in (np.int8, np.uint8) or zero.dtype != q.dtype:
+            raise BadInput(
+                f"node {node.name!r}: its {role} is of type {q.dtype} and its zero point of type {zero.dtype}; "
+                f"{node.source_class} takes int8 or uint8 for both"
+            )
+        if scale.dtype != np.float32:
+            raise BadInput(f"node {node.name!r}: its {scale_role} is of type {scale.dtype}, not float32")
+        dirs = node.directions
+        if q.ndim != 3 or q.shape[0] != dirs or scale.shape not in ((dirs,), (dirs, q.shape[2])):
+            raise BadInput(
+                f"node {node.name!r}: {role} has shape {tuple(q.shape)} and {scale_role} {tuple(scale.shape)}, "
+                f"which do not fit a {dirs}-direction {node.source_class}"
+            )
+        if zero.shape != scale.shape:
+            raise BadInput(f"node {node.name!r}: {zero_role} has shape {tuple(zero.shape)}, {scale_role} {scale.shape}")
+        per = (slice(None), None, slice(None)) if scale.ndim == 2 else (slice(None), None, None)
+        centred = q.astype(np.int32) - zero.astype(np.int32)[per]
+        out[role] = centred.astype(np.float32) * scale[per]
+    return out
+
+
+def unrolled_layer(layer: list[Unrolled]) -> OnnxNode:
+    """An RNN layer from recognised recurrences (one direction, or forward and reverse), as an RNN node would hold
+    it: W (D, H, in), R (D, H, H), B (D, 2H)."""
+    first = layer[0]
+    name = "+".join(u.name for u in layer)
+    directions = "bidirectional" if len(layer) == 2 else "reverse" if first.flipped else "forward"
+    activation = first.steps[0].activation.op_type
+    attributes: dict[str, Any] = {
+        "hidden_size": first.hidden,
+        "direction": directions,
+        "activations": [activation] * len(layer),
+    }
+    zeros = np.zeros(2 * first.hidden, first.weights["W"].dtype)
+    stored = {role: [u.weights.get(role, zeros) for u in layer] for role in ("W", "R", "B")}
+    if not any("B" in u.weights for u in layer):
+        del stored["B"]
+    for role, values in stored.items():  # forward and reverse over one input, but not one layer's two directions
+        if len({v.shape for v in values}) > 1:
+            shapes = " and ".join(str(tuple(v.shape)) for v in values)
+            reason = (
+                f"the per-step operations at {name!r} read one input forward and in reverse like a bidirectional "
+                f"RNN, but the two directions' {role} differ in shape ({shapes})"
+            )
+            return _refused_unrolled(name, len(first.steps), reason)
+    weights = {role: np.stack(values) for role, values in stored.items()}
+    found = {role: _float_weights(values, f"the unrolled RNN {name!r}: its {role}") for role, values in weights.items()}
+    dtypes = {dtype for _, dtype in found.values()}
+    if len(dtypes) > 1:
+        raise BadInput(f"the unrolled RNN {name!r}: its weights are of different types ({', '.join(sorted(dtypes))})")
+    node = OnnxNode(name, "RNN", [first.x], [], attributes, {r: v for r, (v, _) in found.items()}, dtypes.pop())
+    node.short, node.unrolled = name.split(SUBGRAPH)[-1], len(first.steps)
+    return node
+
+
+def unrolled_refused(recurrence: Unrolled) -> OnnxNode:
+    """Steps that look like an unrolled RNN but are not one, listed with what did not match."""
+    name = recurrence.name
+    reason = (
+        f"the {len(recurrence.steps)} per-step {recurrence.steps[0].activation.op_type} operations at {name!r} look "
+        f"like an unrolled RNN, but {recurrence.refusal}"
+    )
+    return _refused_unrolled(name, len(recurrence.steps), reason)
+
+
+def _refused_unrolled(name: str, steps: int, reason: str) -> OnnxNode:
+    node = OnnxNode(name, "RNN", [], [], {"hidden_size": 1, "direction": "forward"}, {}, "", refusal=reason)
+    node.short, node.unrolled = name.rsplit(SUBGRAPH, maxsplit=1)[-1], steps
+    return node
+
+
+def unrolled_cell(cell: Cell) -> OnnxNode:
+    """A cell unrolled into matrix products and activations: listed with its sizes and why it does not convert."""
+    reason = (
+        f"{cell.name!r} is {'a' if cell.kind == 'GRU' else 'an'} {cell.kind} cell unrolled into matrix products and "
+        f"activations (as "
+        f"torch.onnx.export(dynamo=True) writes nn.{cell.kind}Cell, one step); rnnconv reads unrolled RNNs of "
+        f"nn.RNN's form, not unrolled {cell.kind} cells: convert the checkpoint it was exported from (its weights "
+        f"are {', '.join(repr(w) for w in cell.weights)})"
+    )
+    gates = len(CUDNN_GATES[RNN_OPS[cell.kind]])
+    sizes = {"W": np.broadcast_to(np.float32(0), (1, gates * cell.hidden, cell.input_size))}  # shapes only
+    node = OnnxNode(
+        cell.name, cell.kind, [], [], {"hidden_size": cell.hidden, "direction": "forward"}, sizes, "float32"
+    )
+    node.refusal, node.short, node.source_class = reason, cell.name.split(SUBGRAPH)[-1], f"{cell.kind} cell"
+    node.unrolled = 1
+    return node
+
+
+def fingerprint(node: OnnxNode) -> str:
+    """What a node computes, as one string: op, attributes, and its weights' types, shapes and bytes (hashed)."""
+    digest = hashlib.blake2b(repr((node.op, node.source_class, sorted(node.attributes.items()))).encode())
+    for role in sorted(node.weights):
+        values = np.ascontiguousarray(node.weights[role])
+        digest.update(f"{role}{values.dtype}{values.shape}".encode())
+        digest.update(values.view(np.uint8).reshape(-1).data if values.size else b"")
+    return digest.hexdigest()
+
+
+def why_refused(node: OnnxNode) -> str | None:
+    """Why cuDNN cannot compute a node, beyond what the table's row says."""
+    if node.refusal is not None:
+        return node.refusal
+    if "clip" in node.attributes:
+        return f"node {node.name!r} clips its cell state (clip={node.attributes['clip']}), which cuDNN does not"
+    if int(node.attributes.get("input_forget", 0)):
+        return f"node {node.name!r} couples its input and forget gates (input_forget=1), which cuDNN does not"
+    if "P" in node.weights and np.any(node.weights["P"]):
+        return f"node {node.name!r} has peephole weights (P), which cuDNN's LSTM has not"
+    acts = node.activations()
+    per = len(ONNX_DEFAULT_ACTIVATIONS[node.op])
+    if len(acts) != per * node.directions or (node.directions == 2 and acts[:per] != acts[per:]):
+        return (
+            f"node {cut(node.name)!r} uses activations {listing(acts)}: cuDNN computes both directions with the same "
+            "ones"
+        )
+    if "activation_alpha" in node.attributes or "activation_beta" in node.attributes:
+        return f"node {node.name!r} gives its activations alpha/beta parameters, which cuDNN's have not"
+    return None

@@ -1,0 +1,86 @@
+"""ONNX nodes run in onnxruntime (CPU): a built model, or a source's own nodes as the file holds them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rnnconv.canonical import RNNSpec
+from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line
+from rnnconv.formats.onnx.nodes import OnnxNode
+from rnnconv.formats.onnx.wire import ONNX_QUANTIZED_OPS
+from rnnconv.formats.onnx.writer import Layer, build_model
+
+
+def run_model(model: Any, inputs: Mapping[str, Any], lstm: bool) -> dict[str, np.ndarray | None]:
+    """The model in onnxruntime (CPU): y, h_n, c_n, sequence-major as cuDNN's."""
+    try:
+        import onnxruntime
+    except ImportError:
+        raise BackendMissing(
+            "running ONNX needs onnxruntime, which is not installed (pip install 'rnnconv[onnx]')"
+        ) from None
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    feeds = {"X": inputs["x"].astype(np.float32), "initial_h": inputs["h0"].astype(np.float32)}
+    if lstm:
+        feeds["initial_c"] = inputs["c0"].astype(np.float32)
+    if inputs.get("lengths") is not None:
+        feeds["sequence_lens"] = np.asarray(inputs["lengths"], np.int32)
+    try:
+        session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        # a state with a zero default is an initializer onnxruntime lets a feed override, not an input
+        accepted = {i.name for i in session.get_inputs()} | {i.name for i in session.get_overridable_initializers()}
+        names = [o.name for o in session.get_outputs()]
+        got = dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in accepted})))
+    except Exception as exc:  # onnxruntime's own errors: nodes it refuses to run (a quantized node's zero point)
+        if not type(exc).__module__.startswith("onnxruntime"):
+            raise
+        raise BadInput(f"onnxruntime cannot run these nodes: {first_line(exc, 300)}") from None
+    return {"y": got["Y"], "h_n": got["Y_h"], "c_n": got.get("Y_c")}
+
+
+def reverse_sequences(x: np.ndarray, lengths: np.ndarray | None) -> np.ndarray:
+    """Each sequence of (T, B, ...) reversed within its length (padding stays at the end)."""
+    out = np.array(x)
+    for b in range(x.shape[1]):
+        n = x.shape[0] if lengths is None else int(lengths[b])
+        out[:n, b] = x[:n, b][::-1]
+    return out
+
+
+def run_nodes(
+    chain: list[OnnxNode], spec: RNNSpec, inputs: dict[str, np.ndarray | None], layer: str | None
+) -> tuple[dict[str, np.ndarray | None], str]:
+    """A chain of the file's nodes, their weights and attributes as they are in the file, run in onnxruntime; and
+    how it ran."""
+    layers = []
+    for node in chain:
+        if node.refusal is not None and not node.stored:  # no weights to run (a quantized node has its own)
+            raise Unsupported(node.refusal)
+        attributes = {k: v for k, v in node.attributes.items() if k != "layout"}  # sequence-major I/O here
+        if node.quantized:  # the quantized node itself, its int8 weights as stored
+            domain = ONNX_QUANTIZED_OPS[node.source_class][0]
+            layers.append(Layer(node.source_class, attributes, dict(node.stored), domain))
+            continue
+        weights = {k: v.astype(np.float32) for k, v in node.weights.items()}
+        layers.append(Layer(node.op, attributes, weights))
+    if chain[0].input_size != spec.input_size or len(chain) != spec.num_layers:
+        raise BadInput(f"the ONNX nodes {layer} are not the RNN the blob describes ({spec.describe()})")
+    model = build_model(layers, chain[0].input_size, "float32", sequence_lens=inputs.get("lengths") is not None)
+    import onnxruntime
+
+    how = f"onnxruntime {onnxruntime.__version__}: the file's own {chain[0].source_class} node(s)"
+    if chain[0].quantized:
+        how += " (int8 weights, inputs quantized at run time: the blob is its dequantized float model)"
+    if chain[0].unrolled:  # the steps' equations are the RNN op's: run them as one, on any shapes
+        how = f"onnxruntime {onnxruntime.__version__}: RNN nodes holding the weights of the file's unrolled steps"
+    if chain[0].direction != "reverse":
+        return run_model(model, inputs, chain[0].op == "LSTM"), how
+    # cuDNN runs a reverse-only node as a forward one on each sequence reversed: compare it that way
+    flipped = {**inputs, "x": reverse_sequences(np.asarray(inputs["x"]), inputs["lengths"])}
+    out = run_model(model, flipped, chain[0].op == "LSTM")
+    out["y"] = reverse_sequences(np.asarray(out["y"]), inputs["lengths"])
+    return out, how + ", on the sequences reversed"

@@ -1,0 +1,426 @@
+"""RNNs an exporter unrolled into per-step operations, recognised and read back as RNN layers.
+
+torch.onnx.export(dynamo=True), the default exporter since torch 2.9, writes `nn.RNN` with no RNN node. For
+each layer and direction it computes every step's input term at once and then one step per time step:
+
+    P   = MatMul(x, W_ih^T) + b_ih                       (all steps; flipped in time for the reverse direction)
+    h_t = act(MatMul(h_t-1, W_hh^T) + b_hh + P[t])      (act: Tanh or Relu; P[t] a Slice+Squeeze or Gather)
+
+and folds the first step's recurrent term, zeros @ W_hh^T + b_hh, into a constant when no initial state is
+given. A recurrence is recognised when every step has this form, the steps follow each other (each one's h is
+the previous one's output) over P[0], P[1], ... in order, and every step uses the same W_hh and b_hh; what does
+not match is said. Forward and reverse recurrences over the same x are one bidirectional layer; a layer whose
+x is the previous layer's outputs concatenated in time (and directions) is that RNN's next layer.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rnnconv.errors import listing
+from rnnconv.formats.onnx.folding import Folder, NotFoldable, Scope
+from rnnconv.formats.onnx.wire import ONNX_ACTIVATIONS, ONNX_INPUTS
+from rnnconv.table.constants import NONLINEARITIES
+
+ONNX_W, ONNX_R, ONNX_B = ONNX_INPUTS[1:4]  # the weights an RNN node would take, as the unrolled steps give them
+ACTIVATION_OPS = tuple(op for op, name in ONNX_ACTIVATIONS.items() if name in NONLINEARITIES)  # Tanh, Relu
+PASS_THROUGH = ("Identity", "Squeeze", "Unsqueeze", "Reshape")  # what may stand between a step's h and the next
+INT64_MIN = -(2**63)
+MAX_LAYERS_STACKED = 256  # layers tried against each other as one RNN's
+
+
+@dataclass
+class Step:
+    """One time step: h = act(recurrent term + P[index])."""
+
+    activation: Any  # the node
+    projection: str  # P (before any flip)
+    index: int
+    flipped: bool
+    h: str | None  # the previous h the recurrent MatMul reads; None when the exporter folded the term
+    recurrent: str | None  # W_hh^T
+    bias: str | None  # b_hh
+    folded: str | None  # the folded first-step term
+
+
+@dataclass
+class Unrolled:
+    """One recognised recurrence (a layer's direction), or why a run of steps is not one."""
+
+    name: str
+    x: str
+    steps: list[Step]
+    hidden: int = 0
+    weights: dict[str, np.ndarray] = field(default_factory=dict)  # W (H, in), R (H, H), bW, bR (H) when present
+    refusal: str | None = None
+
+    @property
+    def flipped(self) -> bool:
+        return self.steps[0].flipped
+
+    @property
+    def outputs(self) -> list[str]:
+        """The steps' outputs in time order (a reverse recurrence's last step is time 0)."""
+        names = [s.activation.output[0] for s in self.steps]
+        return names[::-1] if self.flipped else names
+
+
+class Recogniser:
+    def __init__(self, scope: Scope, folding: Folder):
+        self.scope, self.folding = scope, folding
+
+    def producer(self, value: str) -> Any:
+        found = self.scope.produced.get(value)
+        return found[0] if found else None
+
+    def constant(self, value: str) -> np.ndarray | None:
+        try:
+            return self.folding.value(value, self.scope)
+        except NotFoldable:
+            return None
+
+    def integers(self, node: Any, index: int) -> list[int] | None:
+        if index >= len(node.input) or not node.input[index]:
+            return None
+        values = self.constant(node.input[index])
+        if values is None or values.dtype.kind not in "iu" or values.size > 8:
+            return None
+        return [int(v) for v in values.reshape(-1)]
+
+    def recurrences(self) -> list[Unrolled]:
+        steps = [s for node in self.scope.graph.node if (s := self.step(node)) is not None]
+        groups: dict[tuple[str, bool], list[Step]] = defaultdict(list)
+        for step in steps:
+            groups[(step.projection, step.flipped)].append(step)
+        return [self.recurrence(group) for group in groups.values()]
+
+    def step(self, node: Any) -> Step | None:
+        """The step an activation node ends, or None when it ends none."""
+        if node.op_type not in ACTIVATION_OPS or node.domain not in ("", "ai.onnx") or len(node.input) != 1:
+            return None
+        add = self.producer(node.input[0])
+        if add is None or add.op_type != "Add" or len(add.input) != 2:
+            return None
+        for term, data in (add.input, add.input[::-1]):
+            at = self.time_slice(data)
+            recurrent = self.recurrent_term(term) if at else None
+            if at and recurrent:
+                return Step(node, *at, *recurrent)
+        return None
+
+    def time_slice(self, value: str) -> tuple[str, int, bool] | None:
+        """(P, t, flipped) when `value` is P[t] (or P flipped in time, at t), else None."""
+        node = self.producer(value)
+        if node is not None and node.op_type == "Squeeze":
+            if (self.integers(node, 1) or [0]) != [0]:
+                return None
+            node = self.producer(node.input[0])
+        if node is None or not node.input:
+            return None
+        if node.op_type == "Slice":
+            starts, ends, axes = self.integers(node, 1), self.integers(node, 2), self.integers(node, 3)
+            steps = self.integers(node, 4) or [1]
+            if starts is None or ends is None or len(starts) != 1 or (axes or [0]) != [0] or steps != [1]:
+                return None
+            if starts[0] < 0 or ends[0] != starts[0] + 1:
+                return None
+            index = starts[0]
+        elif node.op_type == "Gather":
+            indices = self.constant(node.input[1]) if len(node.input) > 1 else None
+            axis = [int(a.i) for a in node.attribute if a.name == "axis"] or [0]
+            if indices is None or indices.dtype.kind not in "iu" or indices.size != 1 or axis != [0]:
+                return None
+            index = int(indices.reshape(-1)[0])
+            if index < 0:
+                return None
+        else:
+            return None
+        data = node.input[0]
+        flip = self.producer(data)
+        if flip is not None and flip.op_type == "Slice":
+            starts, ends = self.integers(flip, 1), self.integers(flip, 2)
+            axes, backwards = self.integers(flip, 3) or [0], self.integers(flip, 4)
+            if starts == [-1] and ends is not None and ends[0] <= INT64_MIN // 2 and axes == [0] and backwards == [-1]:
+                return flip.input[0], index, True
+        return data, index, False
+
+    def recurrent_term(self, value: str) -> tuple[str | None, str | None, str | None, str | None] | None:
+        """(h, W_hh^T, b_hh, None) for MatMul(h, W_hh^T) [+ b_hh]; (None, None, None, value) for a folded
+        constant; None otherwise."""
+        node = self.producer(value)
+        bias = None
+        if node is not None and node.op_type == "Add" and len(node.input) == 2:
+            for product, other in (node.input, node.input[::-1]):
+                multiply = self.producer(product)
+                if multiply is not None and multiply.op_type == "MatMul" and self.constant(other) is not None:
+                    node, bias = multiply, other
+                    break
+        if node is not None and node.op_type == "MatMul" and len(node.input) == 2:
+            if self.constant(node.input[1]) is not None and self.constant(node.input[0]) is None:
+                return node.input[0], node.input[1], bias, None
+            return None
+        if bias is None and self.constant(value) is not None:
+            return None, None, None, value
+        return None
+
+    def recurrence(self, steps: list[Step]) -> Unrolled:
+        steps = sorted(steps, key=lambda s: s.index)
+        first = steps[0]
+        name = self.scope.qualified(self.projection_node_name(first.projection))
+        found = Unrolled(name, "", steps)
+        activations = {s.activation.op_type for s in steps}
+        indices = [s.index for s in steps]
+        if indices != list(range(len(steps))):
+            found.refusal = f"its steps read P at times {listing(indices)}, not each time from 0 once"
+            return found
+        if len(activations) > 1:
+            found.refusal = f"its steps use different activations ({', '.join(sorted(activations))})"
+            return found
+        for earlier, later in itertools.pairwise(steps):
+            if later.h is None or self.through(later.h) != earlier.activation.output[0]:
+                found.refusal = (
+                    f"step {later.index} (node {later.activation.name!r}) does not read the h step {earlier.index} "
+                    f"computes (node {earlier.activation.name!r})"
+                )
+                return found
+        explicit = [s for s in steps if s.recurrent is not None]
+        if not explicit:
+            found.refusal = "no step multiplies h by a recurrent matrix (one step, its recurrent term folded away)"
+            return found
+        reference = explicit[0]
+        recurrent = self.constant(reference.recurrent or "")
+        bias = self.constant(reference.bias) if reference.bias else None
+        for step in explicit[1:]:
+            for what, mine, theirs in (
+                ("W_hh", step.recurrent, reference.recurrent),
+                ("b_hh", step.bias, reference.bias),
+            ):
+                same = mine == theirs or (
+                    mine is not None and theirs is not None and _equal(self.constant(mine), self.constant(theirs))
+                )
+                if not same:
+                    found.refusal = (
+                        f"step {step.index} (node {step.activation.name!r}) uses {what} {mine!r}, step "
+                        f"{reference.index} uses {theirs!r}: not one recurrent layer"
+                    )
+                    return found
+        projection = self.projection(first.projection)
+        if projection is None or recurrent is None:
+            found.refusal = f"its input term {first.projection!r} is not MatMul(x, W_ih^T) + b_ih with constant weights"
+            return found
+        found.x, input_matrix, input_bias = projection
+        if recurrent.ndim != 2 or recurrent.shape[0] != recurrent.shape[1] or input_matrix.ndim != 2:
+            found.refusal = (
+                f"its matrices have shapes {input_matrix.shape} and {recurrent.shape}, not (in, H) and (H, H)"
+            )
+            return found
+        hidden = found.hidden = int(recurrent.shape[0])
+        if input_matrix.shape[1] != hidden or any(b is not None and b.shape != (hidden,) for b in (input_bias, bias)):
+            found.refusal = f"its input matrix {input_matrix.shape} or biases do not fit hidden size {hidden}"
+            return found
+        if first.folded is not None:
+            term = self.constant(first.folded)
+            expected = np.zeros(hidden, recurrent.dtype) if bias is None else bias
+            if term is None or term.shape[-1:] != (hidden,) or not np.all(term == expected):
+                found.refusal = (
+                    "its first step's recurrent term is a constant that is not b_hh: the export folded a "
+                    "non-zero initial state into it"
+                )
+                return found
+        found.weights = {ONNX_W: input_matrix.T, ONNX_R: recurrent.T}
+        if input_bias is not None or bias is not None:
+            zeros = np.zeros(hidden, recurrent.dtype)
+            found.weights[ONNX_B] = np.concatenate([zeros if b is None else b for b in (input_bias, bias)])
+        return found
+
+    def through(self, value: str) -> str:
+        """The value `value` is, looking past ops that only reshape it."""
+        for _ in range(8):
+            node = self.producer(value)
+            if node is None or node.op_type not in PASS_THROUGH or not node.input:
+                break
+            value = node.input[0]
+        return value
+
+    def projection_node_name(self, value: str) -> str:
+        node = self.producer(value)
+        if node is not None and node.op_type == "Add":
+            for operand in node.input:
+                multiply = self.producer(operand)
+                if multiply is not None and multiply.op_type == "MatMul":
+                    node = multiply
+        return (node.name or node.op_type) if node is not None else value
+
+    def projection(self, value: str) -> tuple[str, np.ndarray, np.ndarray | None] | None:
+        """(x, W_ih^T, b_ih or None) for P = MatMul(x, W_ih^T) [+ b_ih]."""
+        node = self.producer(value)
+        bias = None
+        if node is not None and node.op_type == "Add" and len(node.input) == 2:
+            for product, other in (node.input, node.input[::-1]):
+                multiply = self.producer(product)
+                constant = self.constant(other)
+                if multiply is not None and multiply.op_type == "MatMul" and constant is not None:
+                    node, bias = multiply, constant
+                    break
+        if node is None or node.op_type != "MatMul" or len(node.input) != 2:
+            return None
+        matrix = self.constant(node.input[1])
+        return None if matrix is None else (node.input[0], matrix, bias)
+
+    def layers(self, found: list[Unrolled]) -> list[list[list[Unrolled]]]:
+        """Recurrences grouped into layers (one direction, or forward and reverse over the same x), and the
+        layers into RNNs (each layer's x the previous layer's outputs, concatenated in time and directions)."""
+        usable = [u for u in found if u.refusal is None]
+        layers: list[list[Unrolled]] = []
+        for recurrence in usable:
+            partner = next(
+                (
+                    layer
+                    for layer in layers
+                    if len(layer) == 1
+                    and layer[0].x == recurrence.x
+                    and layer[0].flipped != recurrence.flipped
+                    and len(layer[0].steps) == len(recurrence.steps)
+                    and layer[0].hidden == recurrence.hidden
+                    and layer[0].steps[0].activation.op_type == recurrence.steps[0].activation.op_type
+                ),
+                None,
+            )
+            if partner is not None:
+                partner.append(recurrence)
+                partner.sort(key=lambda u: u.flipped)  # forward first
+            else:
+                layers.append([recurrence])
+        following: dict[int, int] = {}
+        if len(layers) > MAX_LAYERS_STACKED:  # no model has as many: each stays an RNN of its own
+            return [[layer] for layer in layers]
+        for later_index, later in enumerate(layers):
+            for earlier_index, earlier in enumerate(layers):
+                if earlier_index != later_index and self.feeds(earlier, later[0].x) and earlier_index not in following:
+                    following[earlier_index] = later_index
+                    break
+        preceded = set(following.values())
+        stacks = []
+        for start in range(len(layers)):
+            if start in preceded:
+                continue
+            stack, index = [layers[start]], start
+            while index in following and len(stack) <= len(layers):
+                index = following[index]
+                stack.append(layers[index])
+            stacks.append(stack)
+        return stacks
+
+    def feeds(self, layer: list[Unrolled], x: str) -> bool:
+        """Whether `x` is the layer's output sequence: its steps' outputs concatenated in time (axis 0), the
+        directions side by side (the last axis), as the next layer of nn.RNN reads them."""
+        x = self.through(x)
+        if len(layer) == 1:
+            return self.concatenation(x, 0) == layer[0].outputs and not layer[0].flipped
+        parts = self.concatenation(x, 2)
+        if parts is None or len(parts) != 2:
+            return False
+        return all(self.concatenation(self.through(p), 0) == u.outputs for p, u in zip(parts, layer))
+
+    def concatenation(self, value: str, axis: int) -> list[str] | None:
+        node = self.producer(value)
+        if node is None or node.op_type != "Concat":
+            return None
+        axes = [int(a.i) for a in node.attribute if a.name == "axis"]
+        if axes not in ([axis], [axis - 3] if axis else [axis]):
+            return None
+        return [self.through(i) for i in node.input]
+
+
+def _equal(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return a is not None and b is not None and a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@dataclass
+class Cell:
+    """An LSTM, GRU or RNN cell an exporter unrolled into matrix products and activations (one step, as the
+    dynamo exporter writes nn.LSTMCell, nn.GRUCell and nn.RNNCell): listed, not read."""
+
+    name: str
+    kind: str  # LSTM, GRU or RNN
+    hidden: int
+    input_size: int
+    weights: list[str]  # the stored tensors its matrix products read
+
+
+class CellFinder(Recogniser):
+    """Cells: a matrix product with constant weights split into 4 parts feeding three Sigmoids and a Tanh (LSTM),
+    two split into 3 parts whose sums feed Sigmoids (GRU), or Tanh/Relu of the sum of two products, one with a
+    square matrix (RNN)."""
+
+    def product(self, value: str) -> tuple[str, np.ndarray] | None:
+        """(weight name, weight as (out, in)) of a Gemm or MatMul (+ Add) with a constant weight."""
+        node = self.producer(value)
+        if node is not None and node.op_type == "Add" and len(node.input) == 2:
+            inner = [self.producer(i) for i in node.input]
+            node = next((n for n in inner if n is not None and n.op_type in ("MatMul", "Gemm")), node)
+        if node is None or node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2:
+            return None
+        weight = self.constant(node.input[1])
+        if weight is None or weight.ndim != 2:
+            return None
+        transposed = node.op_type == "Gemm" and any(a.name == "transB" and a.i == 1 for a in node.attribute)
+        return node.input[1], (weight if transposed else weight.T)
+
+    def __init__(self, scope: Scope, folding: Folder):
+        super().__init__(scope, folding)
+        self.readers: dict[str, list[Any]] = defaultdict(list)  # value -> the nodes reading it
+        for node in scope.graph.node:
+            for name in set(node.input):
+                self.readers[name].append(node)
+
+    def consumers(self, value: str) -> list[Any]:
+        return self.readers.get(value, [])
+
+    def cells(self, taken: set[str]) -> list[Cell]:
+        found: list[Cell] = []
+        splits: dict[int, list[tuple[Any, tuple[str, np.ndarray]]]] = defaultdict(list)
+        for node in self.scope.graph.node:
+            if node.op_type == "Split" and node.input and len(node.output) in (3, 4):
+                products = self.summed_products(node.input[0]) or []
+                single = self.product(node.input[0])
+                if len(node.output) == 4 and len(products) == 2 and self.lstm_parts(node):
+                    found.append(self.cell(node, "LSTM", products, 4))
+                elif len(node.output) == 3 and single is not None:
+                    splits[id(self.scope)].append((node, single))
+            elif node.op_type in ACTIVATION_OPS and node.input and node.output[0] not in taken:
+                summed = self.summed_products(node.input[0])
+                if summed and len(summed) == 2 and any(w.shape[0] == w.shape[1] for _, w in summed):
+                    found.append(self.cell(node, "RNN", summed, 1))
+        gru = [pair for pair in splits.values() if len(pair) == 2]
+        for (first, a), (_, b) in gru:
+            if self.gru_parts(first):
+                found.append(self.cell(first, "GRU", [a, b], 3))
+        return [c for c in found if c.hidden > 0]
+
+    def summed_products(self, value: str) -> list[tuple[str, np.ndarray]] | None:
+        node = self.producer(value)
+        if node is None or node.op_type != "Add" or len(node.input) != 2:
+            return None
+        products = [self.product(i) for i in node.input]
+        return [p for p in products if p is not None] if all(products) else None
+
+    def lstm_parts(self, split: Any) -> bool:
+        ops = sorted(c.op_type for part in split.output for c in self.consumers(part))
+        return ops == ["Sigmoid", "Sigmoid", "Sigmoid", "Tanh"]
+
+    def gru_parts(self, split: Any) -> bool:
+        sums = [c for part in split.output for c in self.consumers(part) if c.op_type == "Add"]
+        return sum(1 for s in sums for c in self.consumers(s.output[0]) if c.op_type == "Sigmoid") >= 2
+
+    def cell(self, node: Any, kind: str, products: list[tuple[str, np.ndarray]], gates: int) -> Cell:
+        shapes = sorted((w.shape for _, w in products), key=lambda s: s[1] != s[0] // gates)
+        recurrent, inputs = shapes[0], shapes[-1]
+        hidden = recurrent[0] // gates if recurrent[0] % gates == 0 and recurrent[1] * gates == recurrent[0] else 0
+        name = self.scope.qualified(node.name or node.op_type)
+        return Cell(name, kind, hidden, int(inputs[1]), [n for n, _ in products])

@@ -1,0 +1,190 @@
+"""The ONNX graph of a canonical RNN: its nodes (weights stored as the table's ONNX row says) stacked into one
+model, X (seq, batch, input) to Y, Y_h, Y_c; the same builder runs a source's own nodes in onnxruntime."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN
+from rnnconv.dtypes import element_type, encode
+from rnnconv.errors import Unsupported
+from rnnconv.formats import registry
+from rnnconv.formats.onnx.reader import require_onnx
+from rnnconv.formats.onnx.wire import (
+    ONNX_ACTIVATIONS,
+    ONNX_DEFAULT_ACTIVATIONS,
+    ONNX_DIRECTIONS,
+    ONNX_ELEMENT_TYPES,
+    ONNX_OPSET,
+    ONNX_QUANTIZED_INPUTS,
+    ONNX_QUANTIZED_OPS,
+)
+from rnnconv.safeio.outputs import atomic_outputs
+from rnnconv.table.apply import row_for_mode
+
+
+@dataclass
+class Layer:
+    """One node of a built graph: its op, attributes, and weights (W, R, B[, P], and a quantized op's scales and
+    zero points) by input name."""
+
+    op: str
+    attributes: dict[str, Any]
+    weights: dict[str, np.ndarray]
+    domain: str = ""
+
+
+def onnx_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
+    """What ONNX's RNN ops cannot compute of `rnn`: an LSTM's projection."""
+    if not rnn.spec.proj_size:
+        return []
+    return [registry.Loss(f"ONNX's LSTM has no projection (h = W_hr h', proj_size={rnn.spec.proj_size})")]
+
+
+def layers_of(rnn: CanonicalRNN, dtype: str) -> list[Layer]:
+    """The ONNX nodes of a canonical RNN, its tensors stored as the table's ONNX row says."""
+    spec = rnn.spec
+    if losses := onnx_losses(rnn):
+        raise Unsupported(f"{rnn.name}: {losses[0].term}")
+    row, activation = row_for_mode("onnx", spec.mode)
+    attributes: dict[str, Any] = {
+        "hidden_size": spec.hidden_size,
+        "direction": "bidirectional" if spec.bidirectional else "forward",
+    }
+    if "linear_before_reset" in row.when:
+        attributes["linear_before_reset"] = row.when["linear_before_reset"]
+    activations = _activations_for(row.source_class, activation, spec.num_directions)
+    if activations:
+        attributes["activations"] = activations
+    layers = []
+    for layer in range(spec.num_layers):
+        stored = [rnn.stored(row, layer, d) for d in range(spec.num_directions)]
+        weights = {
+            "W": np.stack([s["input_matrix"] for s in stored]),
+            "R": np.stack([s["recurrent_matrix"] for s in stored]),
+        }
+        if spec.bias:
+            weights["B"] = np.stack([s["bias"] for s in stored])
+        etype = element_type(dtype)
+        layers.append(Layer(row.source_class, dict(attributes), {k: encode(v, etype) for k, v in weights.items()}))
+    return layers
+
+
+def _activations_for(op: str, activation: str, directions: int) -> list[str] | None:
+    """The activations attribute a node needs, or None when the op's default is it."""
+    names = {value: key for key, value in ONNX_ACTIVATIONS.items()}
+    default = list(ONNX_DEFAULT_ACTIVATIONS[op])
+    wanted = [names[activation]] if op == "RNN" else default
+    return None if wanted == default else wanted * directions
+
+
+def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens: bool = False) -> Any:
+    """A model of the layers, stacked: X (seq, batch, input) -> Y (seq, batch, D*H), Y_h, Y_c.
+
+    initial_h and initial_c are inputs with zero defaults (so they may be left out); with
+    `sequence_lens`, an int32 (batch,) input gives each sequence's length.
+    """
+    onnx = require_onnx()
+    from onnx import TensorProto, helper, numpy_helper
+
+    elem = ONNX_ELEMENT_TYPES[dtype]
+    storage = element_type(dtype).storage
+    first = layers[0]
+    hidden = int(first.attributes["hidden_size"])
+    dirs = ONNX_DIRECTIONS[first.attributes.get("direction", "forward")]
+    lstm = ONNX_QUANTIZED_OPS.get(first.op, ("", first.op))[1] == "LSTM"
+    depth = len(layers) * dirs
+    nodes, initializers = [], []
+    inputs = [helper.make_tensor_value_info("X", elem, ["seq", "batch", input_size])]
+
+    def constant(name: str, values: np.ndarray) -> str:
+        tensor = numpy_helper.from_array(np.ascontiguousarray(values), name)
+        if dtype == "bfloat16" and values.dtype == np.uint16:
+            tensor.data_type = TensorProto.BFLOAT16
+        initializers.append(tensor)
+        return name
+
+    state_names = ["initial_h"] + (["initial_c"] if lstm else [])
+    for state in state_names:  # zeros of one batch item, expanded to the batch X has
+        inputs.append(helper.make_tensor_value_info(state, elem, [depth, None, hidden]))
+        constant(state, np.zeros((depth, 1, hidden), storage))
+    constant("batch_index", np.array([1], np.int64))
+    constant("depth_hidden", np.array([depth, hidden], np.int64))
+    nodes += [
+        helper.make_node("Shape", ["X"], ["x_shape"]),
+        helper.make_node("Gather", ["x_shape", "batch_index"], ["batch"]),
+        helper.make_node("Concat", ["depth_hidden", "batch"], ["dhb"], axis=0),
+    ]
+    constant("to_dbh", np.array([0, 2, 1], np.int64))
+    nodes.append(helper.make_node("Gather", ["dhb", "to_dbh"], ["state_shape"]))
+    for state in state_names:
+        nodes.append(helper.make_node("Expand", [state, "state_shape"], [f"{state}_full"]))
+    if sequence_lens:
+        inputs.append(helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, [None]))
+    constant("merge_shape", np.array([0, 0, -1], np.int64))
+    x, hs, cs = "X", [], []
+    for index, layer in enumerate(layers):
+        names = {role: constant(f"{role}_{index}", values) for role, values in layer.weights.items()}
+        for state in state_names:
+            constant(f"{state}_{index}_lo", np.array([index * dirs], np.int64))
+            constant(f"{state}_{index}_hi", np.array([(index + 1) * dirs], np.int64))
+            constant(f"{state}_{index}_axis", np.array([0], np.int64))
+            nodes.append(
+                helper.make_node(
+                    "Slice",
+                    [f"{state}_full", f"{state}_{index}_lo", f"{state}_{index}_hi", f"{state}_{index}_axis"],
+                    [f"{state}_{index}"],
+                )
+            )
+        node_inputs = [
+            x,
+            names["W"],
+            names["R"],
+            names.get("B", ""),
+            "sequence_lens" if sequence_lens else "",
+            "initial_h_" + str(index),
+            f"initial_c_{index}" if lstm else "",
+            names.get("P", ""),
+            *(names.get(role, "") for role in ONNX_QUANTIZED_INPUTS),
+        ]
+        while node_inputs and not node_inputs[-1]:
+            node_inputs.pop()
+        node_outputs = [f"y_{index}", f"y_h_{index}"] + ([f"y_c_{index}"] if lstm else [])
+        nodes.append(
+            helper.make_node(
+                layer.op, node_inputs, node_outputs, name=f"layer{index}", domain=layer.domain, **layer.attributes
+            )
+        )
+        nodes.append(helper.make_node("Transpose", [f"y_{index}"], [f"y_t_{index}"], perm=[0, 2, 1, 3]))
+        x = "Y" if index == len(layers) - 1 else f"x_{index + 1}"
+        nodes.append(helper.make_node("Reshape", [f"y_t_{index}", "merge_shape"], [x]))
+        hs.append(f"y_h_{index}")
+        cs.append(f"y_c_{index}")
+    nodes.append(helper.make_node("Concat", hs, ["Y_h"], axis=0))
+    outputs = [
+        helper.make_tensor_value_info("Y", elem, ["seq", "batch", dirs * hidden]),
+        helper.make_tensor_value_info("Y_h", elem, [depth, "batch", hidden]),
+    ]
+    if lstm:
+        nodes.append(helper.make_node("Concat", cs, ["Y_c"], axis=0))
+        outputs.append(helper.make_tensor_value_info("Y_c", elem, [depth, "batch", hidden]))
+    graph = helper.make_graph(nodes, "rnnconv", inputs, outputs, initializers)
+    domains = [helper.make_opsetid(d, 1) for d in sorted({layer.domain for layer in layers} - {""})]
+    opsets = [helper.make_opsetid("", ONNX_OPSET), *domains]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="rnnconv")
+    model.ir_version = min(model.ir_version, 10)  # what onnxruntime reads
+    onnx.checker.check_model(model)
+    return model
+
+
+def write_onnx(rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool) -> None:
+    rnn = registry.only_rnn(rnns, "an .onnx")
+    model = build_model(layers_of(rnn, dtype), rnn.spec.input_size, dtype)
+    entry = model.metadata_props.add()  # where the RNN came from, for `verify model.onnx`
+    entry.key, entry.value = registry.SOURCE_KEY, registry.source_record(rnn, path)
+    with atomic_outputs([path], force) as (tmp,):
+        tmp.write_bytes(model.SerializeToString())

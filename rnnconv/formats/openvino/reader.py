@@ -1,0 +1,511 @@
+"""An OpenVINO IR read without OpenVINO, for untrusted files: the XML parsed with no DOCTYPE or entity, every
+Const's offset and size checked against the .bin, the sequence ops, the chains of them that are one RNN, and each
+chain's canonical form through the table's OpenVINO rows."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from xml.parsers import expat
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.contracts import Provenance, RNNSizes
+from rnnconv.dtypes import decode, element_type
+from rnnconv.errors import BadInput, RnnconvError, Unsupported, cut, listing, no_such_rnn, several_rnns
+from rnnconv.formats import registry
+from rnnconv.formats.openvino.wire import (
+    DTYPE_OF,
+    OPENVINO_DECOMPRESSION,
+    OPENVINO_DEFAULT_ACTIVATIONS,
+    OPENVINO_DIRECTIONS,
+    OPENVINO_FORWARD,
+    OPENVINO_GLUE,
+    OPENVINO_INITIAL_H,
+    OPENVINO_INPUT_COUNT,
+    OPENVINO_INTEGERS,
+    OPENVINO_IR_VERSIONS,
+    OPENVINO_LENGTHS,
+    OPENVINO_REVERSE,
+    OPENVINO_WEIGHT_PORTS,
+    OPENVINO_X,
+    SEQUENCE_OPS,
+    STORAGE,
+)
+from rnnconv.safeio.inputs import FileArray, regular_file
+from rnnconv.table.apply import find_row, mode_for, stored_shapes
+from rnnconv.table.constants import CUDNN_MODES, INPUT_MATRIX
+from rnnconv.table.reading import Found, StoredCell, read, settle
+
+XML_LIMIT = 64 << 20  # bytes of XML: far more than any graph of RNN layers needs
+SNIFF_BYTES = 4096
+MAX_LAYERS_IN_GRAPH = 200_000  # layers of an IR, at most (a hostile file cannot make the reader walk more)
+MAX_DIMS = 16
+MAX_HIDDEN = 1 << 20
+MAX_GLUE = 4  # ops between two layers of one RNN, at most
+NET = re.compile(rb"<net\b[^>]*\bversion\s*=\s*[\"'](\d+)[\"']")
+
+
+class _Refused(Exception):
+    """A DTD met while parsing: the parse stops there, before any of it is read."""
+
+
+def parse_xml(text: bytes, path: Path) -> ET.Element:
+    """The element tree of an IR's XML, parsed by expat whatever the encoding it declares, with no DTD: a DOCTYPE
+    (and so any entity) is refused where expat meets it, before anything it declares is read."""
+    parser = expat.ParserCreate()
+    builder = ET.TreeBuilder()
+
+    def refuse(*_: object) -> None:
+        raise _Refused
+
+    parser.StartDoctypeDeclHandler = refuse
+    parser.EntityDeclHandler = refuse  # a DTD's only way in is a DOCTYPE; this holds should that ever change
+    parser.StartElementHandler = builder.start
+    parser.EndElementHandler = builder.end
+    try:
+        parser.Parse(text, True)
+    except _Refused:
+        raise BadInput(f"{path} declares a DOCTYPE or an entity, which no OpenVINO IR has: refused unread") from None
+    except expat.ExpatError as exc:
+        raise BadInput(f"{path} is not well-formed XML ({expat.ErrorString(exc.code)}, line {exc.lineno})") from None
+    except (ValueError, LookupError):  # an encoding expat cannot decode (UTF-7, UTF-32, one Python has not)
+        raise BadInput(f"{path} declares an encoding rnnconv cannot read as XML (OpenVINO writes UTF-8)") from None
+    try:
+        return builder.close()
+    except AssertionError:  # no element at all (expat reports that as an error first; this is its backstop)
+        raise BadInput(f"{path} is not well-formed XML (no element)") from None
+
+
+@dataclass
+class IRLayer:
+    id: str
+    kind: str
+    version: str
+    name: str
+    data: dict[str, str]
+    inputs: list[str]  # port ids, in order
+    outputs: list[str]
+
+
+@dataclass
+class SequenceOp:
+    """One LSTMSequence/GRUSequence/RNNSequence: its attributes and weights (by role, one row per direction)."""
+
+    name: str
+    layer: str  # its layer id
+    op: str
+    attributes: dict[str, str]
+    weights: dict[str, FileArray] = field(default_factory=dict)
+    dtype: str = ""
+    refusal: str | None = None  # why its weights cannot be read
+
+    @property
+    def hidden(self) -> int:
+        return int(self.attributes["hidden_size"])
+
+    @property
+    def direction(self) -> str:
+        return self.attributes.get("direction", OPENVINO_FORWARD)
+
+    @property
+    def directions(self) -> int:
+        return OPENVINO_DIRECTIONS[self.direction]
+
+    @property
+    def input_size(self) -> int:
+        return int(self.weights[INPUT_MATRIX].shape[2]) if INPUT_MATRIX in self.weights else 0
+
+    def activations(self) -> list[str]:
+        given = self.attributes.get("activations")
+        if given is None:
+            return list(OPENVINO_DEFAULT_ACTIVATIONS[self.op])
+        return [a.strip() for a in given.split(",") if a.strip()]
+
+    def config(self) -> dict[str, Any]:
+        """The op as the table's OpenVINO row reads it (activations, linear_before_reset)."""
+        acts = self.activations() or ["none"]
+        config: dict[str, Any] = {"activation": acts[-1]}
+        if len(acts) > 1:
+            config["recurrent_activation"] = acts[0]
+        if len(acts) == 3 and acts[1] != acts[2]:
+            config["activation"] = f"{acts[1]} (cell input) with {acts[2]} (cell output)"
+        if "linear_before_reset" in self.attributes:
+            config["linear_before_reset"] = self.attributes["linear_before_reset"].lower() == "true"
+        return config
+
+    def expected_shapes(self, input_size: int) -> dict[str, tuple[int, ...]]:
+        row = find_row("openvino", self.op, self.config())
+        shapes = stored_shapes(row, self.hidden, input_size, self.hidden)
+        return {role: (self.directions, *shape) for role, shape in shapes.items()}
+
+
+class IRFile:
+    """An OpenVINO IR: its layers and edges, its sequence ops, and the chains of them that are one RNN."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        size = regular_file(path)
+        if size > XML_LIMIT:
+            raise BadInput(f"{path} is {size} bytes of XML, more than an IR of RNN layers holds ({XML_LIMIT})")
+        root = parse_xml(path.read_bytes(), path)
+        if root.tag != "net" or root.get("version") not in OPENVINO_IR_VERSIONS:
+            raise BadInput(
+                f"{path} is no OpenVINO IR of version {' or '.join(OPENVINO_IR_VERSIONS)} (<net version=...>)"
+            )
+        self.weights_path = path.with_suffix(".bin")
+        self.layers: dict[str, IRLayer] = {}
+        for element in root.iterfind("layers/layer"):
+            if len(self.layers) >= MAX_LAYERS_IN_GRAPH:
+                raise BadInput(f"{path} has more than {MAX_LAYERS_IN_GRAPH} layers")
+            layer = _layer(element, path)
+            if layer.id in self.layers:
+                raise BadInput(f"{path}: two layers have the id {layer.id!r}")
+            self.layers[layer.id] = layer
+        self.producer: dict[tuple[str, str], tuple[str, str]] = {}
+        for edge in root.iterfind("edges/edge"):
+            ends = [edge.get(k) for k in ("from-layer", "from-port", "to-layer", "to-port")]
+            if any(e is None for e in ends) or ends[0] not in self.layers or ends[2] not in self.layers:
+                raise BadInput(f"{path}: an edge names a layer the IR does not have ({ends})")
+            self.producer[(str(ends[2]), str(ends[3]))] = (str(ends[0]), str(ends[1]))
+        self.rt_info = {child.tag: child.get("value", "") for child in root.iterfind("rt_info/*")}
+        self._bin_size: int | None = None
+        self.ops = [self._sequence(layer) for layer in self.layers.values() if layer.kind in SEQUENCE_OPS]
+        counts: dict[str, int] = {}
+        for op in self.ops:
+            counts[op.name] = counts.get(op.name, 0) + 1
+        for op in self.ops:  # names are not unique in an IR: the layer id makes them so
+            if counts[op.name] > 1:
+                op.name = f"{op.name}#{op.layer}"
+        self.chains = self._chains()
+
+    # --- tensors
+
+    @property
+    def bin_size(self) -> int:
+        if self._bin_size is None:
+            self._bin_size = regular_file(self.weights_path, "the weights file")
+        return self._bin_size
+
+    def input_of(self, layer: IRLayer, index: int) -> tuple[IRLayer, str] | None:
+        """The layer and output port that feed input `index` of a layer."""
+        if index >= len(layer.inputs):
+            return None
+        found = self.producer.get((layer.id, layer.inputs[index]))
+        return (self.layers[found[0]], found[1]) if found else None
+
+    def const(self, layer: IRLayer) -> tuple[FileArray, str]:
+        """A Const's values, still in the .bin (its offset and size checked), and its element type."""
+        etype = layer.data.get("element_type", "")
+        if etype not in STORAGE:
+            raise Unsupported(f"Const {layer.name!r} holds {etype or 'untyped'} values, not a type rnnconv reads")
+        shape = _shape(layer.data.get("shape"), f"Const {layer.name!r}")
+        offset, size = _integer(layer.data.get("offset"), layer.name), _integer(layer.data.get("size"), layer.name)
+        if size != math.prod(shape) * STORAGE[etype].itemsize:
+            raise BadInput(f"Const {layer.name!r}: size {size} is not that of {shape} {etype} values")
+        if offset + size > self.bin_size:
+            raise BadInput(
+                f"Const {layer.name!r} lies at bytes {offset}-{offset + size} of {self.weights_path.name}, which has "
+                f"{self.bin_size}: the IR points past its weights (truncated or not its .bin)"
+            )
+        return FileArray(self.weights_path, offset, STORAGE[etype], shape), etype
+
+    def integers(self, layer: IRLayer, index: int) -> list[int] | None:
+        """The integer Const that feeds input `index`, or None when it is none."""
+        found = self.input_of(layer, index)
+        if found is None or found[0].kind != "Const" or found[0].data.get("element_type") not in OPENVINO_INTEGERS:
+            return None
+        values, _ = self.const(found[0])
+        if values.size > 64:
+            return None
+        return [int(v) for v in np.asarray(values).reshape(-1)]
+
+    def _weight(self, op: IRLayer, role: str) -> tuple[FileArray, str]:
+        found = self.input_of(op, OPENVINO_WEIGHT_PORTS[op.kind][role])
+        what = f"{op.kind} {op.name!r}: its {role.replace('_', ' ')}"
+        if found is None:
+            raise BadInput(f"{what} is not connected")
+        source, _ = found
+        if source.kind == OPENVINO_DECOMPRESSION:
+            if source.data.get("destination_type") not in DTYPE_OF:
+                raise Unsupported(f"{what} is converted to {source.data.get('destination_type')}, not a float type")
+            inner = self.input_of(source, 0)
+            if inner is None or inner[0].kind != "Const":
+                raise Unsupported(
+                    f"{what} is a Convert of a {inner[0].kind if inner else 'missing'} layer, not a Const"
+                )
+            source = inner[0]
+        elif source.kind != "Const":
+            raise Unsupported(
+                f"{what} is computed by a {source.kind} layer, not stored in a Const: rnnconv reads weights stored as "
+                f"they are (or f16 Consts decompressed by Convert)"
+            )
+        values, etype = self.const(source)
+        if etype not in DTYPE_OF:
+            raise Unsupported(f"{what} holds {etype} values, not floats")
+        return values, DTYPE_OF[etype]
+
+    # --- sequence ops and chains
+
+    def _sequence(self, layer: IRLayer) -> SequenceOp:
+        found = SequenceOp(layer.name, layer.id, layer.kind, dict(layer.data))
+        version = re.fullmatch(r"opset(\d+)", layer.version)
+        if version is None or int(version[1]) < 5:
+            found.refusal = (
+                f"{layer.kind} {layer.name!r} is of version {layer.version!r}; rnnconv reads the sequence ops of "
+                f"opset5 and later (opset1's LSTMSequence has peepholes and input_forget)"
+            )
+            return found
+        _check_attributes(found)
+        if len(layer.inputs) != OPENVINO_INPUT_COUNT[layer.kind]:
+            raise BadInput(
+                f"{layer.kind} {layer.name!r} has {len(layer.inputs)} inputs; it takes "
+                f"{OPENVINO_INPUT_COUNT[layer.kind]}"
+            )
+        dtypes = set()
+        for role in OPENVINO_WEIGHT_PORTS[layer.kind]:
+            try:
+                found.weights[role], dtype = self._weight(layer, role)
+            except Unsupported as exc:
+                found.refusal = found.refusal or str(exc)
+                continue
+            dtypes.add(dtype)
+        if found.refusal is not None:
+            return found
+        if len(dtypes) > 1:
+            raise BadInput(f"{layer.kind} {layer.name!r}: its weights are of different types ({', '.join(dtypes)})")
+        found.dtype = dtypes.pop()
+        w = found.weights[INPUT_MATRIX]
+        if w.ndim != 3 or w.shape[2] < 1:
+            raise BadInput(f"{layer.kind} {layer.name!r}: W has shape {w.shape}, not (directions, gates*hidden, input)")
+        with contextlib.suppress(Unsupported):  # a refused row (reset-before GRU) still has shapes to check
+            for role, shape in found.expected_shapes(w.shape[2]).items():
+                if found.weights[role].shape != shape:
+                    raise BadInput(
+                        f"{layer.kind} {layer.name!r}: {role.replace('_', ' ')} has shape {found.weights[role].shape}, "
+                        f"but a {found.directions}-direction {layer.kind} with hidden_size {found.hidden} needs {shape}"
+                    )
+        return found
+
+    def _chains(self) -> list[list[SequenceOp]]:
+        """Runs of ops where each one's X is the previous one's Y moved as cuDNN feeds its next layer."""
+        readable = {op.layer: op for op in self.ops if op.refusal is None}
+        following: dict[str, SequenceOp] = {}
+        preceded: set[str] = set()
+        for later in readable.values():
+            glue: list[IRLayer] = []
+            found = self.input_of(self.layers[later.layer], 0)
+            while found is not None and found[0].kind in OPENVINO_GLUE and len(glue) < MAX_GLUE:
+                glue.insert(0, found[0])
+                found = self.input_of(found[0], 0)
+            if found is None or found[0].id not in readable:
+                continue
+            earlier = readable[found[0].id]
+            y_port = self.layers[earlier.layer].outputs[0] if self.layers[earlier.layer].outputs else None
+            if found[1] != y_port or earlier.layer in following or not _same_rnn(earlier, later):
+                continue
+            if self._moves_directions(glue, earlier):
+                following[earlier.layer] = later
+                preceded.add(later.layer)
+        chains = []
+        for op in self.ops:
+            if op.layer in preceded:
+                continue
+            chain = [op]
+            while chain[-1].layer in following and len(chain) <= len(self.ops):
+                chain.append(following[chain[-1].layer])
+            chains.append(chain)
+        return chains
+
+    def _moves_directions(self, glue: list[IRLayer], earlier: SequenceOp) -> bool:
+        """Whether the glue turns Y (batch, D, seq, H) into (batch, seq, D*H)."""
+        if not glue:
+            return False
+        kinds = [g.kind for g in glue]
+        width = earlier.directions * earlier.hidden
+        if kinds == ["Squeeze"]:
+            return earlier.directions == 1 and self.integers(glue[0], 1) == [1]
+        if kinds == ["Transpose", "Reshape"] or (kinds == ["Reshape"] and earlier.directions == 1):
+            if kinds[0] == "Transpose" and self.integers(glue[0], 1) != [0, 2, 1, 3]:
+                return False
+            shape = self.integers(glue[-1], 1)
+            zero = glue[-1].data.get("special_zero", "false").lower() == "true"
+            if shape is None or len(shape) != 3 or shape[2] not in (-1, width):
+                return False
+            kept = [0] if zero else []
+            return shape[0] in [-1, *kept] and shape[1] in [-1, *kept] and shape.count(-1) <= 1
+        return False
+
+    def choose(self, layer: str | None, take_all: bool) -> list[list[SequenceOp]]:
+        if layer is not None:
+            names = [n.strip() for n in layer.split(",")]
+            for chain in self.chains:
+                if [op.name for op in chain] == names:
+                    return [chain]
+            single = [op for op in self.ops if op.name == names[0]] if len(names) == 1 else []
+            if single:
+                return [single]
+            known = [op.name for op in self.ops] + [",".join(op.name for op in c) for c in self.chains if len(c) > 1]
+            raise no_such_rnn(f"{self.path} has no sequence op or chain", layer, known)
+        if not self.ops:
+            raise BadInput(f"{self.path} holds no {', '.join(SEQUENCE_OPS)} ({self.listing()})")
+        if len(self.chains) == 1 or take_all:
+            return self.chains
+        listing = "; ".join(",".join(op.name for op in chain) for chain in self.chains)
+        raise several_rnns(self.path, f"holds {len(self.chains)} RNNs ({listing})")
+
+    def listing(self, most: int = 8) -> str:
+        """The kinds of layers the graph holds, the commonest first: "12 Const, 3 Parameter, ..."."""
+        counts = Counter(layer.kind for layer in self.layers.values())
+        more = ", ..." if len(counts) > most else ""
+        return "its graph holds " + ", ".join(f"{n} {kind}" for kind, n in counts.most_common(most)) + more
+
+    def interface(self) -> bool:
+        """Whether the file is the graph rnnconv writes: its inputs and outputs by those names, one RNN in it."""
+        names = {layer.name for layer in self.layers.values() if layer.kind == "Parameter"}
+        return len(self.chains) == 1 and {OPENVINO_X, OPENVINO_INITIAL_H, OPENVINO_LENGTHS} <= names
+
+
+def _layer(element: ET.Element, path: Path) -> IRLayer:
+    ident, kind = element.get("id"), element.get("type")
+    if ident is None or kind is None:
+        raise BadInput(f"{path}: a layer has no id or type")
+    data_element = element.find("data")
+    data = dict(data_element.attrib) if data_element is not None else {}
+    inputs = [p.get("id", "") for p in element.iterfind("input/port")]
+    outputs = [p.get("id", "") for p in element.iterfind("output/port")]
+    return IRLayer(ident, kind, element.get("version", ""), element.get("name", ident), data, inputs, outputs)
+
+
+def _shape(text: str | None, what: str) -> tuple[int, ...]:
+    if text is None:
+        raise BadInput(f"{what} has no shape")
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if len(parts) > MAX_DIMS or not all(p.isdigit() for p in parts):
+        raise BadInput(f"{what} has the shape {text!r}, not a list of at most {MAX_DIMS} sizes")
+    return tuple(int(p) for p in parts)
+
+
+def _integer(text: str | None, what: str) -> int:
+    if text is None or not text.strip().isdigit() or len(text) > 20:
+        raise BadInput(f"Const {what!r} has the offset or size {text!r}, not a byte count")
+    return int(text)
+
+
+def _check_attributes(op: SequenceOp) -> None:
+    hidden = op.attributes.get("hidden_size", "")
+    if not hidden.isdigit() or not 1 <= int(hidden) <= MAX_HIDDEN:
+        raise BadInput(f"{op.op} {op.name!r}: hidden_size is {hidden!r}, not a size from 1 to {MAX_HIDDEN}")
+    if op.direction not in OPENVINO_DIRECTIONS:
+        raise BadInput(f"{op.op} {op.name!r}: direction {op.direction!r} is none of {', '.join(OPENVINO_DIRECTIONS)}")
+
+
+def _same_rnn(earlier: SequenceOp, later: SequenceOp) -> bool:
+    same = (
+        earlier.op == later.op
+        and earlier.hidden == later.hidden
+        and earlier.direction == later.direction
+        and earlier.config() == later.config()
+        and earlier.dtype == later.dtype
+    )
+    return same and later.input_size == earlier.directions * earlier.hidden
+
+
+def _refusal(op: SequenceOp) -> str | None:
+    """Why cuDNN cannot compute an op, beyond what the table's row says."""
+    if op.refusal is not None:
+        return op.refusal
+    clip = op.attributes.get("clip", "0").strip()
+    with contextlib.suppress(ValueError):
+        if float(clip) == 0:
+            clip = ""
+    if clip:
+        return f"{op.op} {op.name!r} clips its gates' inputs (clip={clip}), which cuDNN does not"
+    if op.attributes.get("activations_alpha", "").strip() or op.attributes.get("activations_beta", "").strip():
+        return f"{op.op} {op.name!r} gives its activations alpha/beta parameters, which cuDNN's have not"
+    if len(op.activations()) != len(OPENVINO_DEFAULT_ACTIVATIONS[op.op]):
+        count = len(OPENVINO_DEFAULT_ACTIVATIONS[op.op])
+        return f"{op.op} {cut(op.name)!r} has the activations {listing(op.activations())}; a {op.op} takes {count}"
+    return None
+
+
+def to_canonical(chain: list[SequenceOp], source: Provenance, bias_split: str) -> CanonicalRNN:
+    """The canonical RNN of a chain of ops (one op: one layer)."""
+    first = chain[0]
+    for op in chain:
+        reason = _refusal(op)
+        if reason:
+            raise Unsupported(reason)
+    config = first.config()
+    row = find_row("openvino", first.op, config)
+    settled = settle(row, config, first.name)
+    if CUDNN_MODES[settled.mode][0] != SEQUENCE_OPS[first.op]:
+        raise Unsupported(f"{first.op} {first.name!r} cannot compute cuDNN's {settled.mode}")
+    dirs = first.directions
+    for index, op in enumerate(chain[1:], start=1):
+        if not _same_rnn(chain[index - 1], op):
+            raise BadInput(f"{chain[index - 1].name!r} and {op.name!r} are not two layers of one RNN")
+
+    def cell_of(layer: int, d: int, _: RNNSpec) -> StoredCell:
+        op = chain[layer]
+        stored: dict[str, Any] = {role: values[d] for role, values in op.weights.items()}
+        fetch = stored.__getitem__
+        if op.dtype == "bfloat16":  # stored as words: widened exactly when read
+
+            def fetch(role: str, stored: dict[str, Any] = stored) -> np.ndarray:
+                return decode(np.asarray(stored[role]), element_type("bfloat16"))
+
+        shapes = {role: tuple(values.shape) for role, values in stored.items()}
+        return StoredCell(fetch, shapes, row.tensors, f"{op.op} {op.name!r}")
+
+    notes = []
+    if first.direction == OPENVINO_REVERSE:
+        notes.append(
+            f"{first.name}: a reverse-only {first.op}, converted as a forward one (rnnconv's RNNs have no reverse-only "
+            f"direction): feed the converted RNN the sequence reversed (each sequence within its length) and reverse "
+            f"its outputs to match OpenVINO"
+        )
+    found = Found(
+        ",".join(op.name for op in chain),
+        row,
+        settled,
+        input_size=first.input_size,
+        hidden=first.hidden,
+        dtype=first.dtype,
+        cell=cell_of,
+        layer_class=first.op,
+        num_layers=len(chain),
+        bidirectional=dirs == 2,
+        bias_split=bias_split,
+        notes=notes,
+        provenance={"stacked": [op.name for op in chain] if len(chain) > 1 else None},
+    )
+    return read(found, source)
+
+
+def chain_sizes(chain: list[SequenceOp]) -> RNNSizes | None:
+    first = chain[0]
+    if INPUT_MATRIX not in first.weights:
+        return None
+    cell = SEQUENCE_OPS[first.op]
+    try:
+        mode = mode_for(find_row("openvino", first.op, first.config()), first.config())
+    except RnnconvError:
+        mode = next(m for m, (c, _) in CUDNN_MODES.items() if c == cell)
+    with contextlib.suppress(RnnconvError, ValueError):
+        spec = RNNSpec(mode, first.input_size, first.hidden, len(chain), first.directions == 2, 0, first.dtype)
+        return RNNSizes.of(spec.to_model())
+    return None
+
+
+def recorded_source(file: IRFile) -> Provenance | None:
+    """Where an IR rnnconv wrote says its RNN came from (None when it says nothing; BadInput on garbage)."""
+    text = file.rt_info.get(registry.SOURCE_KEY)
+    return None if text is None else registry.read_source_record(text, file.path)

@@ -1,0 +1,131 @@
+"""IRs run in OpenVINO's CPU plugin: a file rnnconv wrote as it is, or a file's own sequence ops in rnnconv's graph."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnconv.canonical import RNNSpec
+from rnnconv.compare import Inputs
+from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line
+from rnnconv.formats.openvino.builder import Graph, Layer, Tensor, build
+from rnnconv.formats.openvino.reader import IRFile, SequenceOp
+from rnnconv.formats.openvino.wire import (
+    OPENVINO_C_N,
+    OPENVINO_ELEMENT_TYPES,
+    OPENVINO_H_N,
+    OPENVINO_INITIAL_C,
+    OPENVINO_INITIAL_H,
+    OPENVINO_LENGTHS,
+    OPENVINO_REVERSE,
+    OPENVINO_X,
+    OPENVINO_Y,
+    SEQUENCE_OPS,
+)
+from rnnconv.safeio.inputs import FileArray
+from rnnconv.table.constants import LSTM
+
+
+def require_openvino() -> Any:
+    try:
+        import openvino
+    except ImportError:
+        raise BackendMissing(
+            "running an OpenVINO IR needs openvino, which is not installed (pip install 'rnnconv[openvino]')"
+        ) from None
+    return openvino
+
+
+def run_ir(xml: Path, inputs: Inputs, lstm: bool) -> dict[str, np.ndarray | None]:
+    """An IR of rnnconv's interface in OpenVINO's CPU plugin (float32, static shapes): y, h_n, c_n sequence-major.
+
+    Static shapes: with dynamic ones the CPU plugin of openvino 2026.4 ignores sequence_lens.
+    """
+    ov = require_openvino()
+    x = np.ascontiguousarray(np.asarray(inputs["x"], np.float32).transpose(1, 0, 2))
+    batch, steps = x.shape[:2]
+    lengths = inputs.get("lengths")
+    feeds = {
+        OPENVINO_X: x,
+        OPENVINO_INITIAL_H: np.asarray(inputs["h0"], np.float32),
+        OPENVINO_LENGTHS: np.full(batch, steps, np.int32) if lengths is None else np.asarray(lengths, np.int32),
+    }
+    if lstm:
+        feeds[OPENVINO_INITIAL_C] = np.asarray(inputs["c0"], np.float32)
+    try:
+        core = ov.Core()
+        model = core.read_model(str(xml))
+        model.reshape({name: list(value.shape) for name, value in feeds.items()})
+        compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        results = compiled(feeds)
+        got = {output.get_any_name(): np.asarray(results[output]) for output in compiled.outputs}
+    except RuntimeError as exc:  # OpenVINO's own errors: a graph it refuses to read or run
+        raise BadInput(f"OpenVINO cannot run {xml}: {first_line(exc, 300)}") from None
+    y = np.ascontiguousarray(got[OPENVINO_Y].transpose(1, 0, 2))
+    return {"y": y, "h_n": got[OPENVINO_H_N], "c_n": got.get(OPENVINO_C_N)}
+
+
+def _one(values: FileArray) -> Callable[[], Iterator[np.ndarray | FileArray]]:
+    return lambda: iter([values])
+
+
+def _own_layers(chain: list[SequenceOp]) -> list[Layer]:
+    """A chain's ops with their weights and attributes as the file holds them."""
+    layers = []
+    for op in chain:
+        attributes = dict(op.attributes)
+        weights = {}
+        for role, values in op.weights.items():
+            etype = OPENVINO_ELEMENT_TYPES[op.dtype]
+            weights[role] = Tensor(etype, tuple(values.shape), _one(values))
+        layers.append(Layer(op.op, attributes, weights))
+    return layers
+
+
+def reverse_sequences(x: np.ndarray, lengths: np.ndarray | None) -> np.ndarray:
+    """Each sequence of (T, B, ...) reversed within its length (padding stays at the end)."""
+    out = np.array(x)
+    for b in range(x.shape[1]):
+        n = x.shape[0] if lengths is None else int(lengths[b])
+        out[:n, b] = x[:n, b][::-1]
+    return out
+
+
+def _write_graph(graph: Graph, folder: Path) -> Path:
+    xml = folder / "model.xml"
+    with open(xml.with_suffix(".bin"), "wb") as f:
+        graph.write_bin(f)
+    xml.write_text(graph.xml(), encoding="utf-8")
+    return xml
+
+
+def run_ops(
+    file: IRFile, chain: list[SequenceOp], spec: RNNSpec, inputs: dict[str, np.ndarray | None], layer: str | None
+) -> tuple[dict[str, np.ndarray | None], str]:
+    """The file's own graph (one rnnconv wrote), or a chain of its sequence ops with their own weights and
+    attributes, run in OpenVINO's CPU plugin; and how it ran."""
+    for op in chain:
+        if op.refusal is not None:
+            raise Unsupported(op.refusal)
+    if chain[0].input_size != spec.input_size or len(chain) != spec.num_layers:
+        raise BadInput(f"the OpenVINO ops {layer} are not the RNN the blob describes ({spec.describe()})")
+    ov = require_openvino()
+    lstm = SEQUENCE_OPS[chain[0].op] == LSTM
+    if file.interface() and chain == file.chains[0] and chain[0].direction != OPENVINO_REVERSE:
+        return run_ir(file.path, inputs, lstm), f"OpenVINO {ov.__version__} CPU plugin: the file's own graph"
+    how = f"OpenVINO {ov.__version__} CPU plugin: the file's own {chain[0].op} op(s)"
+    graph = build(_own_layers(chain), chain[0].input_size, "ops")
+    reverse = chain[0].direction == OPENVINO_REVERSE
+    given = dict(inputs)
+    if reverse:  # cuDNN runs a reverse-only op as a forward one on each sequence reversed: compare it that way
+        given["x"] = reverse_sequences(np.asarray(inputs["x"]), inputs.get("lengths"))
+    with tempfile.TemporaryDirectory(prefix="rnnconv-openvino-") as folder:
+        out = run_ir(_write_graph(graph, Path(folder)), given, lstm)
+    if reverse:
+        out["y"] = reverse_sequences(np.asarray(out["y"]), inputs.get("lengths"))
+        how += ", on the sequences reversed"
+    return out, how

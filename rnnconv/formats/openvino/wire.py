@@ -1,0 +1,64 @@
+"""The OpenVINO IR's own words: IR and opset versions, the sequence ops, their directions, default activations and
+weight ports, the names of the graph rnnconv writes, element types and precisions, and the glue between layers
+(docs/LAYOUTS.md section 11).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+
+from rnnconv.dtypes import element_type
+
+OPENVINO_IR_VERSION: Final = "11"  # what rnnconv writes (<net version="11">)
+OPENVINO_IR_VERSIONS: Final = ("10", "11")  # what it reads: v10 and v11 name layers, Consts and edges alike
+OPENVINO_OPS: Final[dict[str, str]] = {"lstm": "LSTMSequence", "gru": "GRUSequence", "rnn": "RNNSequence"}
+OPENVINO_OPSET: Final = "opset5"  # the version of the sequence ops rnnconv writes (opset5 defines all three)
+OPENVINO_DIRECTIONS: Final[dict[str, int]] = {"forward": 1, "reverse": 1, "bidirectional": 2}
+OPENVINO_FORWARD, OPENVINO_REVERSE, OPENVINO_BIDIRECTIONAL = OPENVINO_DIRECTIONS
+OPENVINO_DEFAULT_ACTIVATIONS: Final[dict[str, tuple[str, ...]]] = {
+    "LSTMSequence": ("sigmoid", "tanh", "tanh"),  # f (gates), g (cell input), h (cell output)
+    "GRUSequence": ("sigmoid", "tanh"),
+    "RNNSequence": ("tanh",),
+}
+# The input port of each sequence op's weights (ports: X, H[, C], sequence_lengths, W, R, B), by role.
+OPENVINO_WEIGHT_PORTS: Final[dict[str, dict[str, int]]] = {
+    "LSTMSequence": {"input_matrix": 4, "recurrent_matrix": 5, "bias": 6},
+    "GRUSequence": {"input_matrix": 3, "recurrent_matrix": 4, "bias": 5},
+    "RNNSequence": {"input_matrix": 3, "recurrent_matrix": 4, "bias": 5},
+}
+OPENVINO_INPUT_COUNT: Final[dict[str, int]] = {"LSTMSequence": 7, "GRUSequence": 6, "RNNSequence": 6}
+# The graph rnnconv writes: inputs x (batch, seq, input), initial_h / initial_c (layers*dirs, batch, hidden),
+# sequence_lens (batch,); outputs y (batch, seq, dirs*hidden), h_n and c_n (layers*dirs, batch, hidden).
+OPENVINO_X, OPENVINO_INITIAL_H, OPENVINO_INITIAL_C, OPENVINO_LENGTHS = "x", "initial_h", "initial_c", "sequence_lens"
+OPENVINO_Y, OPENVINO_H_N, OPENVINO_C_N = "y", "h_n", "c_n"
+# IR element types by dtype name, and the precision names ports carry.
+OPENVINO_ELEMENT_TYPES: Final[dict[str, str]] = {
+    "float32": "f32",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float64": "f64",
+}
+OPENVINO_PRECISIONS: Final[dict[str, str]] = {
+    "f32": "FP32",
+    "f16": "FP16",
+    "bf16": "BF16",
+    "f64": "FP64",
+    "i32": "I32",
+    "i64": "I64",
+}
+OPENVINO_INTEGERS: Final[dict[str, str]] = {"i32": "<i4", "i64": "<i8"}  # the integer Consts the reader reads
+# Ops that only move a layer's output into the next layer's input, and the one op between a Const and a weight
+# input the reader looks through (what ov.save_model's compress_to_fp16 writes: f16 Const -> Convert to f32).
+OPENVINO_GLUE: Final = ("Transpose", "Reshape", "Squeeze")
+OPENVINO_DECOMPRESSION: Final = "Convert"
+SEQUENCE_OPS: Final = {op: cell for cell, op in OPENVINO_OPS.items()}
+DTYPE_OF: Final = {etype: name for name, etype in OPENVINO_ELEMENT_TYPES.items()}
+STORAGE: Final = {  # the numpy type of each element type's values in the .bin
+    **{OPENVINO_ELEMENT_TYPES[name]: element_type(name).storage for name in OPENVINO_ELEMENT_TYPES},
+    **{etype: np.dtype(storage) for etype, storage in OPENVINO_INTEGERS.items()},
+}
+INDEX_TYPE: Final = next(iter(OPENVINO_INTEGERS))  # i32: sequence_lens
+SHAPE_TYPE: Final = list(OPENVINO_INTEGERS)[-1]  # i64: perms, shapes, axes
+COMPUTE_TYPE: Final = OPENVINO_ELEMENT_TYPES["float32"]  # what the graph computes in

@@ -1,0 +1,95 @@
+"""What a format package says of itself, as data: its `Plugin`, in the package's `__init__.py`.
+
+A format is a package under `rnnconv/formats/` whose `__init__.py` holds one `PLUGIN` (plain data, no import of
+numpy or of the format's code) and whose `format.py` registers its `Format` (`registry.register`). Everything that
+lists formats reads the plugins: the command line (its X-to-Y commands, `--to`, `verify --backend`, without
+importing a format), `doctor` (each runtime, each engine), the registry (which package to import), the tests (the
+frameworks a conversion must not import) and the packaging check (each extra declared, installed by the tests and
+pinned for CI). `catalog.plugins()` finds them.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FormatInfo:
+    """What a format is, for people and for the command line."""
+
+    name: str  # as in the layout table's rows and on the command line (--to)
+    title: str
+    kinds: Mapping[str, str]  # file kind -> description; sources record the kind they came from
+    read_help: str
+    write_help: str
+    read_note: str  # how it is read (what it needs, what it never does)
+    write_note: str  # what a written file is and how to use it
+    read_suffixes: tuple[str, ...]  # the names its files usually have (detection goes by content, not name)
+    write_suffixes: tuple[str, ...]  # output names it can write; none for a format rnnconv only reads
+    default_for: tuple[str, ...]  # output names that mean this format when no --to is given
+    source_options: tuple[str, ...]  # the read options that apply to its files (beyond --layer)
+    example: str  # a file name of this format, for examples
+    examples: tuple[str, ...] = ()  # source arguments worth showing when this format is the source
+    extra: str | None = None  # the pip extra its framework comes in
+    writes_into: bool = False  # whether --into can write a copy of a user's file with an RNN replaced
+
+    @property
+    def writes(self) -> bool:
+        return bool(self.write_suffixes)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """A framework that runs a format's files as their source model (verify's other side), as `doctor` lists it:
+    its packages (the name pip knows, the module imported), what it runs and how to get it."""
+
+    key: str  # doctor's name for it
+    modules: tuple[tuple[str, str], ...]
+    runs: str
+    install: str = ""  # [default: pip install 'rnnconv[EXTRA]', the format's extra]
+    major: str = ""  # the first package's version must begin so (Keras 3: "3")
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """The verify engine a format offers (`verify --backend NAME`): a blob written by the format's writer and run
+    by its runtime."""
+
+    name: str
+    suffix: str  # the file name the writer is given (the format's own ending)
+    detail: str  # what runs the blob, as the report says
+    modules: tuple[tuple[str, str], ...]  # (name in the report, module) of each of the runtime's packages
+    listed: int  # where `verify --backend` lists it, after auto, cudnn and numpy
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One format package's facts."""
+
+    package: str  # the package's module name (its `__name__`): the registry imports its `format` module
+    info: FormatInfo
+    listed: int  # where `--help` lists the format among the others
+    runtimes: tuple[Runtime, ...] = ()  # what runs its files as a source (`Format.run`), for `doctor`
+    engine: EngineInfo | None = None
+    # Its test dependencies: the modules of the frameworks its extra installs, which its tests import and which a
+    # conversion that does not run the format must never import.
+    frameworks: tuple[str, ...] = ()
+
+
+@functools.cache
+def _providers() -> Mapping[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
+def version(package: str, module: str) -> str | None:
+    """The installed version of a package (or of the distribution that provides its module: tensorflow-cpu for
+    tensorflow), None where it is not installed: what `doctor` says of a runtime, and verify's report."""
+    for name in [package, *_providers().get(module.partition(".")[0], [])]:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None

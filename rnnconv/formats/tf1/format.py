@@ -1,0 +1,130 @@
+"""The TF1 checkpoint format's verbs (`registry.Format`): read-only."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.contracts import InspectEntry, InspectReport, Provenance
+from rnnconv.errors import BadInput
+from rnnconv.formats.registry import (
+    Format,
+    Probe,
+    ReadOptions,
+    Source,
+    convert_each,
+    inspect_entry,
+    register,
+)
+from rnnconv.formats.tf1 import PLUGIN
+from rnnconv.formats.tf1.reader import OPAQUE_REASON, TF1RNN, choose, find_rnns, refused_sizes, to_canonical
+from rnnconv.formats.tf1.runner import run_in_tensorflow
+from rnnconv.formats.tf1.tensor_bundle import (
+    DATA_SHARD,
+    FOOTER_BYTES,
+    INDEX_SUFFIX,
+    TABLE_MAGIC,
+    Checkpoint,
+    index_file,
+)
+from rnnconv.formats.tf1.wire import KIND
+from rnnconv.safeio.digests import digest_in_background
+
+
+@register
+class TF1Format(Format):
+    plugin = PLUGIN
+    sniff_order = 55  # a checkpoint's index has no magic number at its start: after the formats that do
+
+    def sniff(self, probe: Probe) -> bool:
+        index = index_file(probe.path)
+        if not (probe.path.name.endswith(INDEX_SUFFIX) or DATA_SHARD.search(probe.path.name)):
+            return False
+        try:
+            with open(index, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                if f.tell() < FOOTER_BYTES:
+                    return False
+                f.seek(-len(TABLE_MAGIC), os.SEEK_END)
+                return f.read(len(TABLE_MAGIC)) == TABLE_MAGIC
+        except OSError:
+            return False
+
+    def named(self, path: Path) -> int:
+        shard = DATA_SHARD.search(path.name)  # X.data-00000-of-00001: a checkpoint's data, named by its index
+        return len(shard.group()) if shard else super().named(path)
+
+    def locate(self, path: Path) -> Path | None:
+        index = path.with_name(path.name + INDEX_SUFFIX)
+        return index if os.path.lexists(index) else None
+
+    @contextlib.contextmanager
+    def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
+        checkpoint = Checkpoint.open(path)
+        rnns, opaque_only = find_rnns(checkpoint)
+        several = options.take_all and options.layer is None and len(rnns) > 1
+        chosen = rnns if several else choose(rnns, opaque_only, options.layer, checkpoint.index)
+        info = Provenance(path=str(checkpoint.index.resolve()), format=KIND)
+        digest = digest_in_background(checkpoint.index) if options.hash_source else None
+
+        def canonical(rnn: TF1RNN) -> CanonicalRNN:
+            converted = to_canonical(checkpoint, rnn, info, options)
+            converted.digest = digest
+            return converted
+
+        source = convert_each(chosen, canonical, lambda rnn: f"RNN {rnn.name!r} in {checkpoint.index}")
+        source.skipped += [(name, OPAQUE_REASON.format(name=name)) for name in opaque_only if several]
+        yield source
+
+    def inspect(self, path: Path) -> InspectReport:
+        checkpoint = Checkpoint.open(path)
+        rnns, opaque_only = find_rnns(checkpoint)
+        provenance = Provenance(path=str(checkpoint.index))
+        entries = [
+            inspect_entry(
+                rnn.name,
+                rnn.row.source_class,
+                functools.partial(to_canonical, checkpoint, rnn, provenance),
+                functools.partial(refused_sizes, checkpoint, rnn),
+            )
+            for rnn in rnns
+        ]
+        for name in opaque_only:
+            reason = OPAQUE_REASON.format(name=name)
+            entries.append(InspectEntry(name=name, layer_class="cuDNN opaque buffer", converts=False, reason=reason))
+        read = {n for r in rnns for names in r.tensors.values() for n in names.values()}
+        read |= {n for r in rnns for n in [r.opaque, *r.unknown] if n} | set(opaque_only)
+        others = len(set(checkpoint.shapes) - read)
+        notes = [f"{others} other tensors (not cuDNN layers' weights)"] if others else []
+        return InspectReport(path=str(checkpoint.index), format=KIND, rnns=entries, notes=notes)
+
+    def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
+        if recorded.layer and recorded.format == KIND:
+            return recorded
+        checkpoint = Checkpoint.open(path)
+        rnns, opaque_only = find_rnns(checkpoint)
+        (rnn,) = choose(rnns, opaque_only, layer, checkpoint.index)
+        return recorded.model_copy(update={"layer": rnn.name, "format": KIND})
+
+    def run(
+        self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+    ) -> tuple[dict[str, np.ndarray | None], str]:
+        """The checkpoint's canonical tensors, as stored, run by TensorFlow on the CPU."""
+        checkpoint = Checkpoint.open(path)
+        rnns, opaque_only = find_rnns(checkpoint)
+        (rnn,) = choose(rnns, opaque_only, source.layer, checkpoint.index)
+        found = to_canonical(checkpoint, rnn, source).spec
+        same = ("input_size", "hidden_size", "num_layers", "bidirectional", "proj_size")
+        if any(getattr(found, f) != getattr(spec, f) for f in same) or found.cell != spec.cell:
+            raise BadInput(
+                f"RNN {rnn.name!r} in {checkpoint.index} is not the RNN the blob describes ({spec.describe()})"
+            )
+        result = run_in_tensorflow(checkpoint, rnn, spec, inputs)
+        checkpoint.check_read()  # nothing is committed here, so the checks of the tensors run are awaited
+        return result

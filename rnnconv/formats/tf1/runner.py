@@ -1,0 +1,128 @@
+"""A checkpoint's canonical tensors, as stored, stepped in TensorFlow on the CPU as the TF cells do: the LSTM
+through LSTMBlockCell (the kernel CudnnCompatibleLSTMCell runs), the GRU and the simple RNN through their cells'
+equations in TF ops (TF 2 has no CPU kernel of cuDNN's reset-after GRU)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rnnconv.canonical import RNNSpec
+from rnnconv.errors import BackendMissing
+from rnnconv.formats.tf1.reader import TF1RNN
+from rnnconv.formats.tf1.tensor_bundle import (
+    Checkpoint,
+)
+from rnnconv.table.constants import (
+    GRU,
+    LSTM,
+    NONLINEARITIES,
+    RNN,
+    TF1_BIAS,
+    TF1_GRU_CANDIDATE_HIDDEN,
+    TF1_GRU_CANDIDATE_INPUT,
+    TF1_GRU_GATES,
+    TF1_KERNEL,
+)
+
+
+def require_tensorflow() -> Any:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    try:
+        import tensorflow as tf
+    except ImportError:
+        raise BackendMissing(
+            "running a TF1 checkpoint's weights needs TensorFlow, which is not installed (pip install 'rnnconv[keras]')"
+        ) from None
+    return tf
+
+
+def run_in_tensorflow(
+    checkpoint: Checkpoint, rnn: TF1RNN, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+) -> tuple[dict[str, np.ndarray | None], str]:
+    """y, h_n, c_n of the checkpoint's own tensors, stepped in TensorFlow (float32, CPU) as the TF cells do."""
+    tf = require_tensorflow()
+    x = np.asarray(inputs["x"], np.float32)
+    h0, c0 = np.asarray(inputs["h0"], np.float32), inputs["c0"]
+    steps, batch, _ = x.shape
+    lengths = np.full(batch, steps) if inputs["lengths"] is None else np.asarray(inputs["lengths"])
+    dirs = spec.num_directions
+    h_n, c_n = np.zeros_like(h0), np.zeros((spec.num_layers * dirs, batch, spec.hidden_size), np.float32)
+    layer_input = x
+    with tf.device("/CPU:0"):
+        for layer in range(spec.num_layers):
+            outputs = []
+            for direction in range(dirs):
+                pseudo = layer * dirs + direction
+                stored = rnn.tensors[(layer, direction)]
+                weights = {v: tf.constant(checkpoint.tensor(n).astype(np.float32)) for v, n in stored.items()}
+                cell = _cell(tf, rnn.cell, spec.mode, weights, spec.hidden_size)
+                c_start = np.asarray(c0, np.float32)[pseudo] if c0 is not None else np.zeros_like(h0[pseudo])
+                y, h_n[pseudo], c_n[pseudo] = _steps(tf, cell, layer_input, h0[pseudo], c_start, lengths, direction)
+                outputs.append(y)
+            layer_input = np.concatenate(outputs, axis=-1)
+    how = {
+        LSTM: "LSTMBlockCell (forget_bias=0, no clipping, no peepholes) on each layer's kernel and bias",
+        GRU: "CudnnCompatibleGRUCell's equations in TF ops (TF 2 has no CPU kernel of cuDNN's GRU)",
+        RNN: "BasicRNNCell's equation in TF ops",
+    }[rnn.cell]
+    result: dict[str, np.ndarray | None] = {"y": layer_input, "h_n": h_n, "c_n": c_n if spec.mode == LSTM else None}
+    return result, f"tensorflow {tf.__version__}: {how}"
+
+
+Cell = Callable[[Any, Any, Any], tuple[Any, Any]]  # (x_t, h, c) -> (new h, new c)
+
+
+def _cell(tf: Any, cell: str, mode: str, w: dict[str, Any], hidden: int) -> Cell:
+    """One step of the TF cell that reads these tensors."""
+    if cell == LSTM:
+        no_peephole = tf.zeros([hidden], tf.float32)
+
+        def lstm(x: Any, h: Any, c: Any) -> tuple[Any, Any]:
+            got = tf.raw_ops.LSTMBlockCell(
+                x=x, cs_prev=c, h_prev=h, w=w[TF1_KERNEL], wci=no_peephole, wcf=no_peephole, wco=no_peephole,
+                b=w[TF1_BIAS], forget_bias=0.0, cell_clip=-1.0, use_peephole=False,
+            )  # fmt: skip
+            return got.h, got.cs
+
+        return lstm
+    if cell == GRU:
+        gates_kernel, gates_bias = w[f"{TF1_GRU_GATES}/{TF1_KERNEL}"], w[f"{TF1_GRU_GATES}/{TF1_BIAS}"]
+        input_kernel = w[f"{TF1_GRU_CANDIDATE_INPUT}/{TF1_KERNEL}"]
+        input_bias = w[f"{TF1_GRU_CANDIDATE_INPUT}/{TF1_BIAS}"]
+        hidden_kernel = w[f"{TF1_GRU_CANDIDATE_HIDDEN}/{TF1_KERNEL}"]
+        hidden_bias = w[f"{TF1_GRU_CANDIDATE_HIDDEN}/{TF1_BIAS}"]
+
+        def gru(x: Any, h: Any, c: Any) -> tuple[Any, Any]:
+            value = tf.sigmoid(tf.nn.bias_add(tf.matmul(tf.concat([x, h], 1), gates_kernel), gates_bias))
+            reset, update = tf.split(value, 2, axis=1)
+            candidate = tf.nn.bias_add(tf.matmul(x, input_kernel), input_bias)
+            candidate += reset * tf.nn.bias_add(tf.matmul(h, hidden_kernel), hidden_bias)
+            return (1 - update) * tf.tanh(candidate) + update * h, c
+
+        return gru
+    activation = {NONLINEARITIES["tanh"]: tf.tanh, NONLINEARITIES["relu"]: tf.nn.relu}[mode]
+
+    def simple(x: Any, h: Any, c: Any) -> tuple[Any, Any]:
+        return activation(tf.nn.bias_add(tf.matmul(tf.concat([x, h], 1), w[TF1_KERNEL]), w[TF1_BIAS])), c
+
+    return simple
+
+
+def _steps(
+    tf: Any, cell: Cell, x: np.ndarray, h0: np.ndarray, c0: np.ndarray, lengths: np.ndarray, direction: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One direction over the sequence: a sequence past its length keeps its state and outputs zeros (cuDNN's
+    padding); the backward direction starts at each sequence's last step, as stack_bidirectional_dynamic_rnn."""
+    steps, batch, _ = x.shape
+    h, c = tf.constant(h0), tf.constant(c0)
+    y = np.zeros((steps, batch, h0.shape[-1]), np.float32)
+    for t in range(steps) if direction == 0 else range(steps - 1, -1, -1):
+        live = tf.constant((t < lengths)[:, None])
+        new_h, new_c = cell(tf.constant(x[t]), h, c)
+        h, c = tf.where(live, new_h, h), tf.where(live, new_c, c)
+        y[t] = np.asarray(tf.where(live, new_h, tf.zeros_like(new_h)))
+    return y, np.asarray(h), np.asarray(c)

@@ -1,0 +1,148 @@
+"""An RNN of a .tflite in canonical form: each op checked for what cuDNN cannot compute, its stored tensors mapped
+through the table's TFLite rows."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.contracts import Provenance, RNNSizes
+from rnnconv.errors import RnnconvError, Unsupported
+from rnnconv.formats import registry
+from rnnconv.formats.tflite.model import FLOAT_TYPES, Chain, Op, TfliteFile, cell_of_op, input_of, op_options
+from rnnconv.formats.tflite.wire import (
+    ACTIVATION_NAMES,
+    FORMAT,
+    OP_INPUTS,
+    TFLITE_CELL_OPS,
+    TFLITE_STATE_INPUTS,
+    UNSET,
+)
+from rnnconv.table.apply import find_row
+from rnnconv.table.constants import CUDNN_GATES, CUDNN_MODES, INPUT_MATRIX, LSTM, PROJECTION
+from rnnconv.table.layouts import per_gate
+from rnnconv.table.reading import Found, StoredCell, read, settle
+from rnnconv.table.rows import Row
+
+
+def why_refused(file: TfliteFile, op: Op, where: str) -> str | None:
+    """Why cuDNN cannot compute this op (one sentence naming the term), or None."""
+    names = OP_INPUTS[op.name]
+    if op.refusal:
+        return op.refusal
+    if op.name == TFLITE_CELL_OPS[LSTM]:
+        if len(op.inputs) not in (20, 24):
+            return f"{where} has {len(op.inputs)} inputs, not the 20 or 24 of an UNIDIRECTIONAL_SEQUENCE_LSTM"
+        present = [n for n in names if input_of(op, n) != UNSET]
+        peepholes = [n for n in present if n.startswith("cell_to_")]
+        if peepholes:
+            return f"{where} has peephole weights ({', '.join(peepholes)}): cuDNN's LSTM has no peepholes"
+        norms = [n for n in present if n.endswith("_layer_norm_coefficients")]
+        if norms:
+            return f"{where} normalizes its gates ({', '.join(norms)}): cuDNN's LSTM has no layer normalization"
+        options = op_options(op)
+        for clip in ("cell_clip", "proj_clip"):
+            if options[clip]:
+                return f"{where} clips with {clip}={options[clip]}: cuDNN's LSTM does not clip"
+        if options["diagonal"]:
+            return f"{where} has diagonal recurrent weights: cuDNN's recurrent matrices are full"
+        bias = input_of(op, "projection_bias")
+        if bias != UNSET and np.any(file.constant(bias, f"{where} projection_bias")):
+            return f"{where} has a non-zero projection_bias: cuDNN's projection has no bias"
+    elif len(op.inputs) != len(names):
+        return f"{where} has {len(op.inputs)} inputs, not the {len(names)} of an {op.name}"
+    required = [name for key, name in find_row(FORMAT, op.name).tensors.items() if key != PROJECTION]
+    missing = [name for name in required if input_of(op, name) == UNSET]
+    if missing:
+        cifg = " (its input gate coupled to its forget gate, CIFG)" if missing[0] == required[0] else ""
+        cell = cell_of_op(op.name).upper()
+        return f"{where} has no {', '.join(missing)}{cifg}: cuDNN's {cell} needs every gate's weights"
+    for state in TFLITE_STATE_INPUTS[op.name]:
+        if input_of(op, state) == UNSET:
+            return f"{where} has no {state} tensor"
+    return None
+
+
+def _weights(file: TfliteFile, op: Op, row: Row, where: str) -> dict[str, int]:
+    """The op's stored tensors by the row's keys, each checked to be a float constant (Unsupported otherwise)."""
+    found = {}
+    for key, name in row.tensors.items():
+        t = input_of(op, name)
+        if t == UNSET:
+            continue
+        tensor = file.tensors[t]
+        if tensor.data is None or tensor.dtype not in FLOAT_TYPES:
+            file.constant(t, f"{where} {name}")  # says why
+        found[key] = t
+    return found
+
+
+def to_canonical(file: TfliteFile, chain: Chain, source: Provenance) -> CanonicalRNN:
+    first = chain.first
+    row = find_row(FORMAT, first.name)
+    cells: dict[tuple[int, int], dict[str, int]] = {}
+    for layer, held in enumerate(chain.layers):
+        for direction, op in enumerate(held.ops):
+            where = f"op {op.index} ({op.title}, layer {layer})"
+            reason = why_refused(file, op, where)
+            if reason:
+                raise Unsupported(reason)
+            cells[(layer, direction)] = _weights(file, op, row, where)
+    code = op_options(first)["activation"]
+    activation = ACTIVATION_NAMES.get(code, f"activation code {code}")
+    settled = settle(row, {"activation": activation}, chain.name, unstored=())
+    gate = CUDNN_GATES[row.cell][-1]
+    weights = cells[(0, 0)]
+    hidden, input_size = file.tensors[weights[per_gate(INPUT_MATRIX, gate)]].shape
+    proj_tensor = weights.get(PROJECTION)
+    proj = file.tensors[proj_tensor].shape[0] if proj_tensor is not None else 0
+    dtypes = {file.tensors[t].dtype for cell in cells.values() for t in cell.values()}
+    if len(dtypes) > 1:
+        raise Unsupported(f"{chain.name}: its weights are of several types ({', '.join(sorted(dtypes))})")
+
+    def cell_of(layer: int, direction: int, _: RNNSpec) -> StoredCell:
+        held = cells[(layer, direction)]
+        where = f"{chain.name} layer {layer} direction {direction}"
+        return StoredCell(
+            fetch=lambda key: file.constant(held[key], f"{where} {row.tensors[key]}"),
+            shapes={key: file.tensors[t].shape for key, t in held.items()},
+            names={key: file.tensors[t].name or row.tensors[key] for key, t in held.items()},
+            where=where,
+        )
+
+    found = Found(
+        chain.name,
+        row,
+        settled,
+        int(input_size),
+        int(hidden),
+        dtypes.pop(),
+        cell_of,
+        first.title,
+        num_layers=len(chain.layers),
+        bidirectional=len(chain.layers[0].ops) == 2,
+        proj=int(proj),
+        handover={"keepalive": file},
+    )
+    rnn = read(found, source)
+    if file.recorded is not None:
+        rnn.origin = registry.read_source_record(file.recorded, file.path)
+    return rnn
+
+
+def chain_sizes(file: TfliteFile, chain: Chain) -> RNNSizes | None:
+    """The sizes of ops that do not convert, as far as their weights' shapes tell."""
+    first = chain.first
+    row = find_row(FORMAT, first.name)
+    gate = CUDNN_GATES[row.cell][-1]
+    matrix = input_of(first, row.tensors[per_gate(INPUT_MATRIX, gate)])
+    if matrix == UNSET or len(file.tensors[matrix].shape) != 2:
+        return None
+    hidden, input_size = file.tensors[matrix].shape
+    mode = next(mode for mode, (cell, _) in CUDNN_MODES.items() if cell == row.cell)
+    with contextlib.suppress(RnnconvError, ValueError):
+        spec = RNNSpec(mode, input_size, hidden, len(chain.layers), len(chain.layers[0].ops) == 2)
+        return RNNSizes.of(spec.to_model())
+    return None

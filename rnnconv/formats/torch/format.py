@@ -1,0 +1,119 @@
+"""The PyTorch format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is used."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.contracts import InspectEntry, InspectReport, Provenance
+from rnnconv.formats.registry import (
+    Format,
+    Probe,
+    ReadOptions,
+    Source,
+    WriteOptions,
+    Written,
+    convert_each,
+    inspect_entry,
+    register,
+)
+from rnnconv.formats.torch import PLUGIN
+from rnnconv.formats.torch.checkpoint import CHECKPOINT_SUFFIXES, is_legacy_checkpoint
+from rnnconv.safeio.digests import digest_in_background
+
+if TYPE_CHECKING:
+    from rnnconv.formats.torch.reader import TorchRNN
+
+
+TORCH_ZIP_RECORD = "data.pkl"  # the pickle inside torch.save's zip format
+
+
+def _kind(path: Path) -> str:
+    from rnnconv.formats.torch.reader import is_safetensors
+
+    return "torch-safetensors" if is_safetensors(path) else "torch"
+
+
+@register
+class TorchFormat(Format):
+    plugin = PLUGIN
+    sniff_order = 40
+
+    def sniff(self, probe: Probe) -> bool:
+        names = probe.zip_names
+        if names is not None:
+            return any(n.endswith(TORCH_ZIP_RECORD) for n in names)
+        return is_legacy_checkpoint(probe.head) or probe.safetensors_metadata is not None
+
+    @contextlib.contextmanager
+    def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
+        from rnnconv.formats.torch.reader import find_rnns, load_state_dict, pick, to_canonical
+
+        state = load_state_dict(path)
+        found = find_rnns(state)
+        sources, nonlinearities = state.recorded(path)  # of a file rnnconv wrote
+        info = Provenance(path=str(path.resolve()), format=_kind(path))
+        digest = digest_in_background(path) if options.hash_source else None
+        several = options.take_all and options.layer is None and len(found) > 1
+        chosen = found if several else [pick(found, options.layer, path)]
+
+        def canonical(rnn: TorchRNN) -> CanonicalRNN:
+            converted = to_canonical(rnn, info, options.nonlinearity or nonlinearities.get(rnn.prefix))
+            converted.digest = digest
+            converted.origin = sources.get(rnn.prefix)
+            return converted
+
+        yield convert_each(chosen, canonical, lambda rnn: f"RNN {rnn.name!r} in {path}")
+
+    def holds_several(self, path: Path) -> bool:
+        return path.suffix == ".safetensors"
+
+    def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
+        from rnnconv.formats.torch.writer import bin_warning, loading_code, write_state_dict
+
+        write_state_dict(rnns, path, options.dtype, options.force)
+        return Written([path], bin_warning(path), usage=loading_code(rnns, path))
+
+    def into_suffixes(self, model: Path) -> tuple[str, ...]:
+        return (model.suffix, *CHECKPOINT_SUFFIXES)
+
+    def write_into(
+        self, rnns: list[CanonicalRNN], model: Path, path: Path, layer: str | None, options: WriteOptions
+    ) -> Written:
+        from rnnconv.formats.torch.writer import bin_warning, patch_checkpoint
+
+        patch_checkpoint(rnns, self.places(rnns, layer), model, path, options.force)
+        return Written([path], bin_warning(path))
+
+    def inspect(self, path: Path) -> InspectReport:
+        from rnnconv.formats.torch.reader import find_rnns, load_state_dict, rnn_sizes, to_canonical
+
+        provenance = Provenance(path=str(path))
+
+        def entry(rnn: TorchRNN) -> InspectEntry:
+            cls, sizes = rnn_sizes(rnn)  # the class its tensors' shapes give, also when it does not convert
+            return inspect_entry(rnn.name, cls, functools.partial(to_canonical, rnn, provenance), lambda: sizes)
+
+        rnns = [entry(rnn) for rnn in find_rnns(load_state_dict(path))]
+        return InspectReport(path=str(path), format=_kind(path), rnns=rnns)
+
+    def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
+        if recorded.prefix is not None:
+            return recorded
+        from rnnconv.formats.torch.reader import find_rnns, load_state_dict, pick
+
+        rnn = pick(find_rnns(load_state_dict(path)), layer, path)
+        return recorded.model_copy(update={"prefix": rnn.prefix, "layer": rnn.name, "format": _kind(path)})
+
+    def run(
+        self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+    ) -> tuple[dict[str, np.ndarray | None], str]:
+        from rnnconv.formats.torch.runner import run_source
+
+        return run_source(path, source.prefix or "", spec, inputs)
