@@ -37,6 +37,31 @@ def pytest_terminal_summary(terminalreporter) -> None:
             )
 
 
+def pytest_runtest_setup(item) -> None:
+    """A test marked `needs(...)` skips where what it names is not installed, before any fixture of it is made: a
+    module (pytest.importorskip), or "cudnn", the cuDNN library (required instead under RNNCONV_REQUIRE_CUDNN=1)."""
+    for marker in item.iter_markers("needs"):
+        for name in marker.args:
+            if name == "cudnn":
+                cudnn_or_skip()
+            else:
+                pytest.importorskip(name)
+
+
+def cudnn_or_skip():
+    """The cuDNN library (rnnconv.cudnn.api.Cudnn), or a skip saying it is not installed; a failure where
+    RNNCONV_REQUIRE_CUDNN is set (CI installs it: its tests must run there, not skip)."""
+    from rnnconv.cudnn import api
+    from rnnconv.errors import BackendMissing
+
+    try:
+        return api.Cudnn()
+    except BackendMissing as exc:
+        if os.environ.get("RNNCONV_REQUIRE_CUDNN"):
+            raise
+        pytest.skip(f"libcudnn is not installed here: {exc}")
+
+
 @pytest.fixture(autouse=True)
 def _gpu_gate(request) -> None:
     """A test marked `gpu` skips, with the reason, where cuDNN cannot run on a GPU (RNNCONV_REQUIRE_GPU=1: fails)."""
