@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -21,6 +22,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # file as `tests.conftest`, the test files import it as `conftest`: both must fill and print one dict.
 _loaded_by_pytest = getattr(sys.modules.get("tests.conftest"), "LARGEST_ERRORS", None)
 LARGEST_ERRORS: dict[str, float] = {} if _loaded_by_pytest is None else _loaded_by_pytest
+
+
+def pytest_sessionfinish(session) -> None:
+    """An xdist worker hands its comparisons to the controller, which prints them."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["largest_errors"] = json.dumps(LARGEST_ERRORS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    LARGEST_ERRORS.update(json.loads(getattr(node, "workeroutput", {}).get("largest_errors", "{}")))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
