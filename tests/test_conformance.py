@@ -28,6 +28,7 @@ from rnnconv.errors import Unsupported
 
 STEPS, BATCH = 6, 3
 LENGTHS = np.array([6, 2, 4])  # ragged: each sequence ends where its length says, as PyTorch's packed sequences
+RECORDED_FORMATS = {".pt": "torch", ".pth": "torch", ".safetensors": "torch-safetensors", ".keras": "keras-archive"}
 HALF_TOLERANCE = 5e-3  # a bfloat16 source, run where the written file keeps (or rounds to) 16-bit weights
 
 
@@ -218,9 +219,10 @@ def written(tmp_path_factory, source):
         where.mkdir(parents=True)
         out = where / f"model{RUNTIMES[target].ending}"
         try:
-            rnnconv.convert(made.path, out, layer=made.layer, to=target, **made.options)
+            result = rnnconv.convert(made.path, out, layer=made.layer, to=target, **made.options)
         except Unsupported as exc:
             return where, exc
+        assert result.outputs == [str(where / f"model{ending}") for ending in RUNTIMES[target].files]
         return where, out
 
     return write
@@ -262,6 +264,7 @@ def test_the_written_file_computes_what_its_source_computes(target, case, source
     assert sorted(p.name for p in where.iterdir()) == sorted(f"model{ending}" for ending in runtime.files)
     with rnnconv.load(out) as (back,):  # the source recorded, as verify finds it
         assert back.origin is not None and back.origin.path == str(made.path), back.origin
+        assert back.origin.format == RECORDED_FORMATS[made.path.suffix], back.origin
         assert made.layer is None or back.origin.layer == made.layer, back.origin
     tolerance = runtime.tolerance if made.spec.dtype == "float32" else HALF_TOLERANCE
     label = f"{target} from {case}"
