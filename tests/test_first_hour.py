@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 from conftest import FIXTURES, assert_clean_failure, run_cli
 
 import rnnconv
