@@ -40,6 +40,7 @@ class Runtime:
     tolerance: float
     ways: tuple[Way, ...] = ()
     documented: Callable[[Path, RNNSpec, np.ndarray], np.ndarray] | None = None
+    computes_in_16_bits: bool = False  # from a bfloat16 source's weights, as its runtime runs the file
 
     @property
     def ending(self) -> str:
@@ -389,7 +390,7 @@ def _keras_documented(path, spec, x_batch_major) -> np.ndarray:
 
 def _cudnn(path, spec, x, h0, c0, lengths=None) -> Outputs:
     from rnnconv import reference
-    from rnnconv.formats.cudnn import open_bin
+    from rnnconv.formats.cudnn.reader import open_bin
 
     blob = open_bin(path)
     return reference.forward(blob.spec, blob.param, x, h0, c0)
@@ -401,7 +402,7 @@ FLAX_ENGINE, NNX_ENGINE, EQUINOX_ENGINE = (
 RUNTIMES = {
     "cudnn": Runtime((".bin", ".bin.json"), 2e-5, (Way("the reference of cuDNN's equations", _cudnn),)),
     "onnx": Runtime((".onnx",), 1e-5, (Way("onnxruntime", _onnx),)),
-    "openvino": Runtime((".xml", ".bin"), 1e-5, (Way("OpenVINO's CPU plugin", _openvino, True),)),
+    "openvino": Runtime((".xml", ".bin"), 1e-5, (Way("OpenVINO's CPU plugin", _openvino, True),), None, True),
     "tflite": Runtime((".tflite",), 2e-5, (Way("LiteRT", _tflite),)),
     "flax": Runtime((".msgpack", ".msgpack.rnnconv.json"), 2e-6, (FLAX_ENGINE,), _flax_documented("flax")),
     "flax-nnx": Runtime(
@@ -412,7 +413,7 @@ RUNTIMES = {
         2e-6,
         (Way("eqx.tree_deserialise_leaves and lax.scan", _equinox), EQUINOX_ENGINE),
     ),
-    "mlx": Runtime((".mlx.safetensors",), 1e-5, (Way("mlx.nn", _mlx),)),
+    "mlx": Runtime((".mlx.safetensors",), 1e-5, (Way("mlx.nn", _mlx),), None, True),
     "ncnn": Runtime((".param", ".bin", ".param.rnnconv.json"), 1e-5, (Way("ncnn's Net", _ncnn),)),
     "torch": Runtime((".pt",), 2e-5, (Way("torch.nn", _torch, True),)),
     "keras": Runtime((".keras",), 2e-5, (), _keras_documented),
