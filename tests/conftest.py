@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import subprocess
@@ -24,6 +26,18 @@ _loaded_by_pytest = getattr(sys.modules.get("tests.conftest"), "LARGEST_ERRORS",
 LARGEST_ERRORS: dict[str, float] = {} if _loaded_by_pytest is None else _loaded_by_pytest
 
 
+def pytest_sessionfinish(session) -> None:
+    """An xdist worker hands its comparisons to the controller, which prints them."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["largest_errors"] = json.dumps(LARGEST_ERRORS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    LARGEST_ERRORS.update(json.loads(getattr(node, "workeroutput", {}).get("largest_errors", "{}")))
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     narrow = ("float16]", "bfloat16]", "bf16")
     for title, keep in (
@@ -36,6 +50,31 @@ def pytest_terminal_summary(terminalreporter) -> None:
             terminalreporter.write_line(
                 f"largest error against a framework, {title}: {chosen[worst]:.3g} ({worst}), {len(chosen)} comparisons"
             )
+
+
+def pytest_runtest_setup(item) -> None:
+    """A test marked `needs(...)` skips where what it names is not installed, before any fixture of it is made: a
+    module (pytest.importorskip), or "cudnn", the cuDNN library (required instead under RNNCONV_REQUIRE_CUDNN=1)."""
+    for marker in item.iter_markers("needs"):
+        for name in marker.args:
+            if name == "cudnn":
+                cudnn_or_skip()
+            else:
+                pytest.importorskip(name)
+
+
+def cudnn_or_skip():
+    """The cuDNN library (rnnconv.cudnn.api.Cudnn), or a skip saying it is not installed; a failure where
+    RNNCONV_REQUIRE_CUDNN is set (CI installs it: its tests must run there, not skip)."""
+    from rnnconv.cudnn import api
+    from rnnconv.errors import BackendMissing
+
+    try:
+        return api.Cudnn()
+    except BackendMissing as exc:
+        if os.environ.get("RNNCONV_REQUIRE_CUDNN"):
+            raise
+        pytest.skip(f"libcudnn is not installed here: {exc}")
 
 
 @pytest.fixture(autouse=True)
@@ -64,7 +103,17 @@ def _no_gpu_reason() -> str:
 
 
 def run_cli(*args: str | Path, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run `python -m rnnconv` as a user would, in a fresh interpreter."""
+    """Run `python -m rnnconv ARGS` as a user would: through the command's own entry point in this interpreter, its
+    file descriptors 1 and 2 captured, unless `env` changes the environment, which an interpreter reads as it starts
+    (then in a fresh one, as `fresh_cli`). A fresh interpreter costs half a second of imports, and more for a
+    framework; what a test holds of imports, signals or environments needs one (`fresh_cli`)."""
+    if env:
+        return fresh_cli(*args, cwd=cwd, env=env)
+    return _in_this_interpreter([str(a) for a in args], cwd)
+
+
+def fresh_cli(*args: str | Path, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m rnnconv ARGS` in a fresh interpreter, with `env` added to the environment."""
     return subprocess.run(
         [sys.executable, "-m", "rnnconv", *map(str, args)],
         capture_output=True,
@@ -73,6 +122,92 @@ def run_cli(*args: str | Path, cwd: Path | None = None, env: dict | None = None)
         env={**os.environ, **(env or {})},
         timeout=300,
     )
+
+
+class _TimedOut(BaseException):
+    """Raised by the alarm in an in-process run: a BaseException, so the command's own handlers let it through."""
+
+
+def _in_this_interpreter(args: list[str], cwd: Path | None) -> subprocess.CompletedProcess:
+    """`python -m rnnconv ARGS` run by `rnnconv.cli.main` here, as the interpreter would run it: sys.argv and the
+    `__main__` module it reads its program name from, descriptors 1 and 2 on files (so what a native library writes
+    is caught too), the interpreter's default warning filters (a warning is printed on stderr, as it would be), an
+    uncaught exception printed as a traceback with exit status 1; the environment, working folder, signal handlers
+    and streams put back after. Timed out after 300 seconds, as `fresh_cli`."""
+    import io
+    import locale
+    import signal
+    import tempfile
+    import traceback
+    import types
+    import warnings
+
+    import rnnconv
+    from rnnconv.cli import main
+
+    encoding = locale.getpreferredencoding(False)
+    saved_streams, saved_argv, saved_main = (sys.stdout, sys.stderr), sys.argv, sys.modules["__main__"]
+    saved_environ, saved_cwd = dict(os.environ), os.getcwd()
+    saved_handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGALRM)}
+    run_as_module = types.ModuleType("__main__")
+    run_as_module.__package__ = "rnnconv"  # click names the program `python -m rnnconv` from this, as a user sees
+    for stream in saved_streams:
+        stream.flush()
+    with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
+        saved_fds = os.dup(1), os.dup(2)
+        code: int | str | None = 0
+        try:
+            os.dup2(out_file.fileno(), 1)
+            os.dup2(err_file.fileno(), 2)
+            # as the interpreter opens them on a pipe: stdout strict, stderr backslashreplace
+            sys.stdout = io.TextIOWrapper(open(1, "wb", closefd=False), encoding, write_through=True)  # noqa: SIM115
+            err = open(2, "wb", closefd=False)  # noqa: SIM115
+            sys.stderr = io.TextIOWrapper(err, encoding, errors="backslashreplace", write_through=True)
+            sys.argv = [str(Path(rnnconv.__file__).parent / "__main__.py"), *args]
+            sys.modules["__main__"] = run_as_module
+            if cwd is not None:
+                os.chdir(cwd)
+
+            def timed_out(signum: int, frame: object) -> None:
+                raise _TimedOut
+
+            signal.signal(signal.SIGALRM, timed_out)
+            signal.alarm(300)
+            with warnings.catch_warnings():
+                warnings.resetwarnings()
+                for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                    warnings.simplefilter("ignore", category)
+                try:
+                    main()
+                except SystemExit as exc:
+                    code = exc.code
+                except _TimedOut:
+                    pytest.fail(f"rnnconv {' '.join(args)} ran for more than 300 seconds")
+                except Exception:
+                    traceback.print_exc()
+                    code = 1
+        finally:
+            signal.alarm(0)
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            sys.stdout, sys.stderr = saved_streams
+            os.dup2(saved_fds[0], 1)
+            os.dup2(saved_fds[1], 2)
+            for fd in saved_fds:
+                os.close(fd)
+            sys.argv, sys.modules["__main__"] = saved_argv, saved_main
+            os.environ.clear()
+            os.environ.update(saved_environ)
+            os.chdir(saved_cwd)
+            for signum, handler in saved_handlers.items():
+                signal.signal(signum, handler)
+        captured = []
+        for file in (out_file, err_file):  # decoded as subprocess.run(text=True) decodes: universal newlines
+            file.seek(0)
+            captured.append(io.TextIOWrapper(io.BytesIO(file.read()), encoding).read())
+    returncode = code if isinstance(code, int) else 0 if code is None else 1
+    return subprocess.CompletedProcess(["rnnconv", *args], returncode, *captured)
 
 
 # Every format's test dependencies, as its plugin declares them: the frameworks a conversion must not import.

@@ -273,6 +273,7 @@ print("ok")
     assert lazy.stdout.strip() == "False"  # `import rnnconv` costs nothing until a function is used
 
 
+@pytest.mark.needs("keras")
 def test_public_api_with_str_paths(tmp_path):
     import numpy as np
 
@@ -369,6 +370,7 @@ def test_help_lists_the_commands_a_person_reads():
     assert "still work" in " ".join(text.split()) and "convert --to" in text  # where the other directions went
 
 
+@pytest.mark.needs("torch", "onnx", "flatbuffers")
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [name for name in commands() if "-to-" in name])
 def test_every_old_command_name_still_converts(name, tmp_path):
@@ -404,6 +406,7 @@ def test_old_option_name_still_works(tmp_path):
     assert "--prefix" not in run_cli("torch-to-cudnn", "--help").stdout  # hidden: the documented name is --layer
 
 
+@pytest.mark.needs("keras")
 @pytest.mark.slow
 def test_json_is_the_result_on_stdout_everywhere(tmp_path):
     out = tmp_path / "x.bin"

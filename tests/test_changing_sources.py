@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 from conftest import FIXTURES, ROOT, assert_clean_failure
 
 from rnnconv import api

@@ -309,6 +309,7 @@ def test_shell_completion_completes_commands(tmp_path):
         (FIXTURES / "onnx" / "hand_made.onnx", "gru_revers", "'gru_reverse'"),
     ],
 )
+@pytest.mark.needs("onnx")
 def test_a_name_that_picks_nothing_suggests_the_closest(source, asked, closest, tmp_path):
     result = run_cli("convert", source, tmp_path / "out.bin", "--layer", asked)
     assert_clean_failure(result, 2, f"did you mean {closest}", "it holds:")
@@ -363,6 +364,7 @@ def test_a_bare_file_says_which_activation_was_stated_and_which_assumed(tmp_path
     assert "were stated ()" not in fixed.stderr and "its activations are fixed" in " ".join(fixed.stderr.split())
 
 
+@pytest.mark.needs("onnx")
 def test_doctor_lists_what_verify_uses_for_onnx():
     """verify --backend onnxruntime and ONNX sources run in onnxruntime: doctor says whether it is here."""
     import importlib.metadata

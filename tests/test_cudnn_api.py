@@ -16,23 +16,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_clean_failure, run_cli
+from conftest import assert_clean_failure, cudnn_or_skip, run_cli
 
 import rnnconv
 from rnnconv.canonical import RNNSpec
 from rnnconv.cudnn import api
 from rnnconv.cudnn.descriptors import Descriptors, rnn_settings
-from rnnconv.errors import BackendMissing
 
 
 @pytest.fixture(scope="module")
 def cudnn() -> api.Cudnn:
-    try:
-        return api.Cudnn()
-    except BackendMissing as exc:
-        if os.environ.get("RNNCONV_REQUIRE_CUDNN"):
-            raise
-        pytest.skip(f"libcudnn is not installed here: {exc}")
+    return cudnn_or_skip()
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,12 @@ GRU, outputs decoded, the layout check, and verify's --relayout.
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 import types
 
 import numpy as np
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, cudnn_or_skip
 from cuda_stand_in import StandInCuda
 
 import rnnconv
@@ -25,7 +24,7 @@ from rnnconv.contracts import dump
 from rnnconv.cudnn import api, cuda
 from rnnconv.cudnn import backend as cudnn_backend
 from rnnconv.cudnn.descriptors import Descriptors
-from rnnconv.errors import BackendMissing, Unsupported, failure
+from rnnconv.errors import Unsupported, failure
 from rnnconv.formats.cudnn.reader import open_bin
 from rnnconv.table.constants import PROJECTION_LIN_LAYER_ID
 from rnnconv.verification import VerifyOptions, verify
@@ -153,12 +152,7 @@ class StandInGPU:
 
 @pytest.fixture
 def gpu(monkeypatch):
-    try:
-        api.Cudnn()
-    except BackendMissing:
-        if os.environ.get("RNNCONV_REQUIRE_CUDNN"):
-            raise
-        pytest.skip("libcudnn is not installed here")
+    cudnn_or_skip()
     package = fake_pycuda()
     monkeypatch.setitem(sys.modules, "pycuda", package)
     monkeypatch.setitem(sys.modules, "pycuda.driver", package.driver)
@@ -252,6 +246,7 @@ def test_other_statuses_keep_their_exit_codes(status, code):
     assert api.CudnnError("x failed", status).exit_code == code
 
 
+@pytest.mark.needs("cudnn")
 def test_the_padding_fill_is_eight_zero_bytes_for_every_type():
     """cuDNN reads one element of the data type from paddingFill; read back, it is 0 in every type."""
     cudnn = api.Cudnn()

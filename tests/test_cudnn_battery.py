@@ -44,6 +44,7 @@ def test_quick_is_a_subset_of_each_kind():
     assert {c.group for c in QUICK} == {"grid", "odd sizes", "large"} and any(s.proj_size for s in quick)
 
 
+@pytest.mark.needs("cudnn")
 def test_every_configuration_is_a_descriptor_cudnn_accepts():
     """cuDNN's set-calls validate sizes, modes and types without a GPU: a battery cuDNN would refuse fails here."""
     cudnn = api.Cudnn()
@@ -110,6 +111,7 @@ def stand_ins(monkeypatch):
     assert not libcuda.memory and libcuda.pushed == 0 and not libcuda.problems
 
 
+@pytest.mark.needs("cudnn")
 def test_a_run_records_every_place_cuDNN_reported(stand_ins, tmp_path):
     lines = []
     report = battery.run_battery(tmp_path / "layout.json", say=lines.append)
@@ -135,6 +137,7 @@ def test_a_run_records_every_place_cuDNN_reported(stand_ins, tmp_path):
     assert battery.fixture_problems(written) == []  # what was written reads back as the layout it reported
 
 
+@pytest.mark.needs("cudnn")
 def test_a_configuration_cudnn_refuses_is_recorded_and_the_battery_goes_on(stand_ins, tmp_path, monkeypatch):
     monkeypatch.setattr(LearningGPU, "refuse", SMALL[0].spec)
     report = battery.run_battery(tmp_path / "layout.json", say=lambda line: None)
@@ -143,6 +146,7 @@ def test_a_configuration_cudnn_refuses_is_recorded_and_the_battery_goes_on(stand
     assert first["layout_matches"] and len(report["configurations"]) == 3  # its layout was recorded all the same
 
 
+@pytest.mark.needs("cudnn")
 def test_an_interrupted_run_leaves_what_it_found(stand_ins, tmp_path):
     lines = []
 
@@ -158,6 +162,7 @@ def test_an_interrupted_run_leaves_what_it_found(stand_ins, tmp_path):
     assert battery.fixture_problems(written)[0] == "the battery did not finish (interrupted): rerun it to the end"
 
 
+@pytest.mark.needs("cudnn")
 def test_an_existing_output_needs_force(stand_ins, tmp_path):
     (tmp_path / "layout.json").write_text("{}")
     with pytest.raises(Exception, match="--force"):

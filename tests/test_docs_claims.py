@@ -7,7 +7,8 @@ import re
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 from conftest import FIXTURES, ROOT, doc_code, run_cli
 
 from rnnconv.compare import NARROWED, TOLERANCES

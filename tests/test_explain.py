@@ -253,6 +253,7 @@ def cells_of(text: str) -> list[str]:
     return re.findall(r"(?<![\w\[])(?:[a-z]:)?((?:k|rk|b)\[\d+,\d+\])", text)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [60, 80, 120])
 def test_the_picture_fits_the_terminal_and_never_splits_a_cell(columns, keras_bidirectional):
     source, _ = keras_bidirectional

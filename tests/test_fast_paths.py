@@ -14,8 +14,11 @@ from pathlib import Path
 import blake3
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 from conftest import FIXTURES, run_cli
+
+pytest.importorskip("hypothesis")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

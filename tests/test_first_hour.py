@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 from conftest import FIXTURES, assert_clean_failure, run_cli
 
 import rnnconv
@@ -78,7 +79,8 @@ def test_a_damaged_file_is_told_by_what_its_name_says(ending, content, tmp_path)
         registry.detect(path)
     sentence = str(caught.value)
     named = {fmt.title for fmt in registry.named_by(path)}
-    assert named and "\n" not in sentence and len(sentence) < 500, sentence
+    # the length without the path, which grows with pytest's temporary folder (and its workers' names)
+    assert named and "\n" not in sentence and len(sentence.replace(str(path), "")) < 440, sentence
     assert "cannot tell" not in sentence and all(title in sentence for title in named), sentence
     assert not other_titles_in(sentence, named), sentence
     assert ("is empty" in sentence) == (content == "empty"), sentence
@@ -110,7 +112,7 @@ def test_a_file_nothing_hints_at_names_a_few_formats_and_counts_the_rest(tmp_pat
     path.write_text("a text file")
     with pytest.raises(RnnconvError, match=r"cannot tell what .*notes.txt is: .* and \d+ more") as caught:
         registry.detect(path)
-    assert len(str(caught.value)) < 300
+    assert len(str(caught.value).replace(str(path), "")) < 240
 
 
 @pytest.mark.slow

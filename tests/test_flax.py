@@ -7,31 +7,28 @@ from __future__ import annotations
 import json
 import struct
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+torch = pytest.importorskip("torch")
+nn = pytest.importorskip("flax.linen")
+nnx = pytest.importorskip("flax.nnx")
+flax_serialization = pytest.importorskip("flax.serialization")
+
+import runtimes
 from conftest import LARGEST_ERRORS, assert_clean_failure, assert_no_framework_imported, run_cli
-from flax import linen as nn
-from flax import nnx
-from flax import serialization as flax_serialization
-from keras_oracle import oracle
 from test_torch import torch_run
 
 import rnnconv
 import rnnconv.contracts
 from rnnconv.canonical import RNNSpec
 from rnnconv.contracts import Provenance
-from rnnconv.errors import Unsupported
 from rnnconv.formats import registry
 
 IN, H, T, B = 3, 4, 5, 2
 TORCH = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn_tanh": torch.nn.RNN, "rnn_relu": torch.nn.RNN}
-LINEN_CELLS = {"lstm": nn.LSTMCell, "gru": nn.GRUCell, "rnn_tanh": nn.SimpleCell, "rnn_relu": nn.SimpleCell}
-NNX_CELLS = {"lstm": nnx.LSTMCell, "gru": nnx.GRUCell, "rnn_tanh": nnx.SimpleCell, "rnn_relu": nnx.SimpleCell}
-# (mode, layers, bidirectional): every structure the Flax files hold
-CASES = [("lstm", 2, True), ("gru", 1, False), ("gru", 2, True), ("rnn_tanh", 1, False), ("rnn_relu", 1, True)]
 FAST = [("gru", 1, False), ("rnn_tanh", 1, False)]  # the others compile more of JAX: slow (CI runs them)
 
 
@@ -74,123 +71,17 @@ def spec_of(mode: str, layers: int, bidirectional: bool) -> RNNSpec:
     return RNNSpec(mode, IN, H, layers, bidirectional)
 
 
+def linen_module(mode: str, layers: int, bidirectional: bool):
+    return runtimes.linen_module(mode, H, layers, bidirectional)
+
+
+def nnx_module(mode: str, layers: int, bidirectional: bool):
+    return runtimes.nnx_module(mode, IN, H, layers, bidirectional)
+
+
 def worst(got: dict, expected) -> float:
     pairs = zip((got["y"], got["h_n"], got["c_n"]), expected)
     return max(float(np.abs(np.asarray(g) - np.asarray(e)).max()) for g, e in pairs if e is not None)
-
-
-def linen_module(mode: str, layers: int, bidirectional: bool) -> nn.Module:
-    """The module the README documents for a written file."""
-    kwargs = {"activation_fn": nn.relu} if mode == "rnn_relu" else {}
-
-    def one() -> nn.Module:
-        return nn.RNN(LINEN_CELLS[mode](H, **kwargs))
-
-    layer = (lambda: nn.Bidirectional(one(), one())) if bidirectional else one
-    return layer() if layers == 1 else nn.Sequential([layer() for _ in range(layers)])
-
-
-def nnx_module(mode: str, layers: int, bidirectional: bool) -> nnx.Module:
-    kwargs = {"activation_fn": nnx.relu} if mode == "rnn_relu" else {}
-    rngs = nnx.Rngs(0)
-
-    def one(n_in: int) -> nnx.Module:
-        return nnx.RNN(NNX_CELLS[mode](n_in, H, rngs=rngs, **kwargs))
-
-    def layer(k: int) -> nnx.Module:
-        n_in = IN if k == 0 else H * (2 if bidirectional else 1)
-        return nnx.Bidirectional(one(n_in), one(n_in)) if bidirectional else one(n_in)
-
-    return layer(0) if layers == 1 else nnx.Sequential(*[layer(k) for k in range(layers)])
-
-
-def load_documented(target: str, path, mode: str, layers: int, bidirectional: bool):
-    """The written file loaded as the README says; returns the module's output for batch-major x (zero states)."""
-    data = path.read_bytes()
-    if target == "flax":
-        module = linen_module(mode, layers, bidirectional)
-        variables = module.init(jax.random.key(0), jnp.zeros((1, 1, IN)))
-        variables = flax_serialization.from_bytes(variables, data)
-        assert flax_serialization.to_bytes(variables) == data  # the very bytes Flax writes for that tree
-        return lambda x: module.apply(variables, x)
-    model = nnx_module(mode, layers, bidirectional)
-    params = nnx.state(model, nnx.Param)
-    nnx.replace_by_pure_dict(params, flax_serialization.msgpack_restore(data))
-    nnx.update(model, params)
-    assert flax_serialization.msgpack_serialize(nnx.to_pure_dict(nnx.state(model, nnx.Param))) == data
-    return model
-
-
-@pytest.mark.parametrize("target", ["flax", "flax-nnx"])
-@pytest.mark.parametrize("case", marked(CASES), ids=case_id)
-def test_written_from_torch_computes_what_torch_computes(target, case, tmp_path):
-    mode, layers, bidirectional = case
-    module = torch_module(mode, layers, bidirectional, seed=len(case_id(case)), zero_b_hn=target == "flax-nnx")
-    source, out = tmp_path / "rnn.pt", tmp_path / f"rnn{SUFFIX[target]}"
-    torch.save(module.state_dict(), source)
-    rnnconv.convert(source, out, to=target, nonlinearity=mode[4:] if mode.startswith("rnn") else None)
-    spec = spec_of(mode, layers, bidirectional)
-    x, h0, c0 = inputs(layers, bidirectional)
-    # the documented module, as the README loads it (zero initial states: nn.Sequential carries none)
-    documented = load_documented(target, out, mode, layers, bidirectional)
-    y = np.asarray(documented(jnp.asarray(x.numpy().transpose(1, 0, 2)))).transpose(1, 0, 2)
-    with torch.no_grad():
-        expected_y = module(x)[0].numpy()
-    zero_state = float(np.abs(y - expected_y).max())
-    # every layer and direction from non-zero initial states, in Flax's own cells
-    got, how = registry.get(target).run(out, Provenance(), spec, {"x": x.numpy(), "h0": h0.numpy(),
-                                                                 "c0": c0.numpy(), "lengths": None})  # fmt: skip
-    error = worst(got, torch_run(module, spec, x, h0, c0))
-    LARGEST_ERRORS[f"{target} from torch {case_id(case)}"] = max(error, zero_state)
-    assert max(error, zero_state) < 2e-6, (error, zero_state, how)
-
-
-@pytest.mark.slow
-def test_ragged_sequences_run_as_packed_ones(tmp_path):
-    """nn.RNN's seq_lengths (and nn.Bidirectional's reversal within each length) are PyTorch's packed sequences."""
-    module = torch_module("gru", 2, True, seed=9)
-    source, out = tmp_path / "rnn.pt", tmp_path / "rnn.msgpack"
-    torch.save(module.state_dict(), source)
-    rnnconv.convert(source, out)
-    x, h0, _ = inputs(2, True)
-    lengths = np.array([T, 2])
-    packed = torch.nn.utils.rnn.pack_padded_sequence(x, torch.as_tensor(lengths), enforce_sorted=False)
-    with torch.no_grad():
-        y, h_n = module(packed, h0)
-    y = torch.nn.utils.rnn.pad_packed_sequence(y, total_length=T)[0].numpy()
-    got, _ = registry.get("flax").run(
-        out, Provenance(), spec_of("gru", 2, True), {"x": x.numpy(), "h0": h0.numpy(), "c0": None, "lengths": lengths}
-    )
-    error = worst(got, (y, h_n.numpy(), None))
-    LARGEST_ERRORS["flax ragged from torch gru-x2-bi"] = error
-    assert error < 2e-6
-
-
-KERAS_LAYERS = ["gru_a", "bidi_lstm", "srnn_relu", "srnn_tanh", "gru_nobias", "bidi_gru", "lstm_nobias"]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("target", ["flax", "flax-nnx"])
-@pytest.mark.parametrize("layer", KERAS_LAYERS)
-def test_written_from_keras_computes_what_keras_computes(target, layer, tmp_path):
-    from conftest import FIXTURES
-
-    out = tmp_path / f"rnn{SUFFIX[target]}"
-    source = FIXTURES / "keras3" / "mixed.keras"
-    try:
-        rnnconv.convert(source, out, layer=layer, to=target)
-    except Unsupported as exc:  # a Keras GRU's recurrent bias of the new gate is b_hn, which nnx lacks
-        assert target == "flax-nnx" and "b_hn" in str(exc) and "gru" in layer, exc
-        return
-    with rnnconv.load(source, layer=layer) as (rnn,):
-        spec = rnn.spec
-    ran = oracle("keras3").run("mixed", layer)
-    got, _ = registry.get(target).run(out, Provenance(), spec, {"x": ran["x"].transpose(1, 0, 2), "h0": ran["h0"],
-                                                                "c0": ran.get("c0"), "lengths": None})  # fmt: skip
-    expected = (ran["y"].transpose(1, 0, 2).reshape(got["y"].shape), ran["h_n"], ran.get("c_n"))
-    error = worst(got, expected)
-    LARGEST_ERRORS[f"{target} from keras {layer}"] = error
-    assert error < 2e-6
 
 
 @pytest.mark.parametrize("target", ["flax", "flax-nnx"])

@@ -27,6 +27,7 @@ def gpu_day(*args: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_without_a_gpu_it_stops_at_the_battery_with_exit_3_and_leaves_its_output(tmp_path):
     if probe().ok:
         pytest.skip("this machine has a GPU: the script would run the whole battery")

@@ -43,6 +43,7 @@ def good_blob(tmp_path_factory) -> Path:
     return blob
 
 
+@pytest.mark.needs("torch", "onnx")
 @pytest.mark.parametrize("case", REGRESSIONS, ids=lambda p: p.name)
 def test_fuzz_findings_stay_fixed(case, good_blob, tmp_path):
     """Each once crashed (exit 4), hung or said nothing; now: one sentence, exit 0 or 2, nothing left behind, in time.
@@ -51,6 +52,9 @@ def test_fuzz_findings_stay_fixed(case, good_blob, tmp_path):
         shutil.copy(path, tmp_path / path.name)
     given = files_in(tmp_path)
     source = tmp_path / next(name for name in sorted(given) if not name.endswith(".bin"))
+    # libhdf5's structure is read given RNNCONV_HDF5_TIMEOUT as the interpreter starts: a file it reads runs in a
+    # fresh interpreter told 5 s; the others in this one
+    env = {"RNNCONV_HDF5_TIMEOUT": "5"} if source.suffix in (".h5", ".keras") else None
     for args in (
         ["inspect", source],
         ["convert", source, tmp_path / "out.safetensors"],
@@ -58,7 +62,7 @@ def test_fuzz_findings_stay_fixed(case, good_blob, tmp_path):
         ["verify", good_blob, "--against", source, "--backend", "numpy"],
     ):
         started = time.monotonic()
-        result = run_cli(*args, env={"RNNCONV_HDF5_TIMEOUT": "5"})
+        result = run_cli(*args, env=env)
         assert time.monotonic() - started < 30, args
         assert result.returncode in (0, 2), (args, result.stderr)
         assert "Traceback" not in result.stderr and "internal error" not in result.stderr, result.stderr
@@ -69,6 +73,7 @@ def test_fuzz_findings_stay_fixed(case, good_blob, tmp_path):
                 (tmp_path / made).unlink()
 
 
+@pytest.mark.needs("torch", "onnx")
 def test_the_fuzz_harness_runs_clean():
     """A short, seeded pass of the harness over every family: nothing at all may go wrong."""
     result = subprocess.run(
@@ -121,6 +126,7 @@ def payloads(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.needs("keras", "tf_keras")
 def test_the_payload_is_live(payloads, tmp_path):
     """The test below can fail: loading the payload the way Keras does creates the marker."""
     marker = tmp_path / "RAN"
@@ -134,6 +140,7 @@ def test_the_payload_is_live(payloads, tmp_path):
     assert marker.exists()
 
 
+@pytest.mark.needs("keras", "tf_keras")
 @pytest.mark.parametrize("name", ["lambda.keras", "lambda.h5", "lambda_tf_keras.h5"])
 def test_no_command_runs_a_files_code(name, payloads, tmp_path):
     marker = tmp_path / "RAN"
@@ -160,6 +167,7 @@ def _reduce_payload(marker: Path) -> bytes:
     return pickle.dumps({"weight_ih_l0": Runs()}, protocol=2)
 
 
+@pytest.mark.needs("torch")
 def test_pickles_with_reduce_never_run(tmp_path):
     import torch
 
@@ -464,6 +472,7 @@ def test_a_million_layers_is_refused_at_once(tmp_path):
     )
 
 
+@pytest.mark.needs("torch")
 def test_odd_torch_tensors(tmp_path):
     import torch
 
@@ -516,6 +525,7 @@ def test_the_source_or_its_sidecar_is_never_an_output(tmp_path):
     assert (blob.read_bytes(), report.read_bytes()) == before
 
 
+@pytest.mark.needs("torch")
 def test_the_report_file_needs_force(tmp_path):
     blob = tmp_path / "x.bin"
     assert run_cli("convert", TORCH / "rnn_tanh.pt", blob).returncode == 0
@@ -635,6 +645,7 @@ def test_a_closed_pipe_is_no_error():
 # --- no silent verdicts -------------------------------------------------------------------------------
 
 
+@pytest.mark.needs("torch")
 def test_verify_finds_a_moved_source_beside_the_blob(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
@@ -650,6 +661,7 @@ def test_verify_finds_a_moved_source_beside_the_blob(tmp_path):
     assert result.returncode == 2 and "STRUCTURE-ONLY" in result.stdout
 
 
+@pytest.mark.needs("torch")
 def test_assumptions_are_recorded_and_reported(tmp_path):
     blob = tmp_path / "rnn.bin"
     assert run_cli("torch-to-cudnn", TORCH / "rnn_tanh.pt", "-o", blob).returncode == 0
@@ -701,6 +713,7 @@ def test_bare_weights_of_keras_versions_that_defaulted_to_hard_sigmoid(version, 
     )
 
 
+@pytest.mark.needs("tf_keras")
 def test_bare_cudnn_weights_verify(tmp_path):
     blob = tmp_path / "x.bin"
     assert run_cli("keras-to-cudnn", TFK / "cudnn_weights.h5", "--layer", "cudnn_gru", "-o", blob).returncode == 0

@@ -280,7 +280,7 @@ def test_a_10mb_ncnn_layer_name_is_shown_cut(written, tmp_path):
 
 
 def _mlx_with(tmp_path: Path, extra: dict[str, np.ndarray]) -> Path:
-    from safetensors.numpy import save_file
+    save_file = pytest.importorskip("safetensors.numpy").save_file
 
     tensors = {"Wx": np.zeros((16, 3), np.float32), "Wh": np.zeros((16, 4), np.float32)}
     path = tmp_path / "odd.safetensors"

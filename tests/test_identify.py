@@ -13,7 +13,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 from conftest import FIXTURES, assert_clean_failure, run_cli
 
 import rnnconv

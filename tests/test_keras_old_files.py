@@ -79,6 +79,7 @@ def _tf_keras_model(file: str):
     return tf_keras, tf_keras.models.load_model(OLD / file, compile=False)
 
 
+@pytest.mark.needs("tf_keras")
 @pytest.mark.parametrize("file,layer", CONVERTING)
 def test_blob_is_what_keras_computes_and_hands_cudnn(file, layer, tmp_path):
     """tf-keras' legacy loader reads the file; its layer's cuDNN buffer is the blob, byte for byte."""
@@ -102,6 +103,7 @@ def test_blob_is_what_keras_computes_and_hands_cudnn(file, layer, tmp_path):
     assert max(errors) < 2e-5
 
 
+@pytest.mark.needs("tf_keras")
 def test_tf_keras_refuses_the_pre_2_1_5_grus_for_the_same_reason():
     """tf-keras' own loader takes the missing reset_after as True and then finds the (3H,) bias of a reset-before
     GRU: the files are what Keras 2.0.8 wrote, and reset-before is what they hold."""
@@ -110,6 +112,7 @@ def test_tf_keras_refuses_the_pre_2_1_5_grus_for_the_same_reason():
             _tf_keras_model(file)
 
 
+@pytest.mark.needs("tf_keras")
 def test_stacked_bidirectional_layers_convert_and_verify(tmp_path):
     blob = tmp_path / "stack.bin"
     result = run_cli(
@@ -229,6 +232,7 @@ def unconverted(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.needs("keras")
 @pytest.mark.parametrize("name", ["unconverted.keras", "unconverted.h5"])
 def test_recurrent_layers_rnnconv_does_not_convert_are_listed_with_the_reason(name, unconverted, tmp_path):
     source = unconverted / name
@@ -366,6 +370,7 @@ def test_a_sequential_reads_the_same_in_its_list_and_object_forms(source, tmp_pa
     assert reports[0]["rnns"] == reports[1]["rnns"] and len(reports[0]["rnns"]) >= 2
 
 
+@pytest.mark.needs("keras")
 def test_bare_tensors_that_fit_no_layer_are_listed_and_a_dense_layer_is_not(tmp_path):
     import h5py
     import keras

@@ -92,6 +92,7 @@ def outdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("blobs")
 
 
+@pytest.mark.needs("keras", "tf_keras")
 @pytest.mark.parametrize("generation,model,name,layer", CASES)
 def test_blob_is_what_keras_hands_cudnn(generation, model, name, layer, outdir):
     expected = oracle(generation).params(model, layer)
@@ -105,6 +106,7 @@ def test_blob_is_what_keras_hands_cudnn(generation, model, name, layer, outdir):
         np.testing.assert_array_equal(ours, keras_params)
 
 
+@pytest.mark.needs("keras", "tf_keras")
 @pytest.mark.parametrize("generation,model,name,layer", CASES)
 def test_blob_computes_what_keras_computes(generation, model, name, layer, outdir):
     blob = converted(generation, name, layer, outdir)
@@ -185,6 +187,7 @@ def test_other_bias_splits_compute_the_same(split, tmp_path):
         np.testing.assert_allclose(got, want, atol=1e-6)
 
 
+@pytest.mark.needs("keras", "tf_keras")
 @pytest.mark.parametrize("name", ["bf16_gru.keras", "bf16_gru.weights.h5", "bf16_gru.h5"])
 def test_bfloat16_weights_stay_bfloat16(name, tmp_path):
     out = tmp_path / "bf16.bin"

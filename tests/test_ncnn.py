@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
-import torch
+
+ncnn = pytest.importorskip("ncnn")
+torch = pytest.importorskip("torch")
+
 from conftest import (
     FIXTURES,
     LARGEST_ERRORS,
@@ -17,67 +19,14 @@ from conftest import (
     largest_difference,
     run_cli,
 )
-from keras_oracle import oracle
+from runtimes import ncnn_run
 from test_torch import module_for, states, torch_run
 
 import rnnconv
 from rnnconv.canonical import RNNSpec
 from rnnconv.errors import BadInput
 
-ncnn = pytest.importorskip("ncnn")
 NCNN = FIXTURES / "ncnn"
-
-
-def ncnn_run(param, spec: RNNSpec, x, h0, c0, feed_states: bool = True):
-    """The written model in ncnn's Net, as the README says: each batch item alone, in0 (T, I), h0_k / c0_k
-    (directions, H) fed per layer; out0, hn_k, cn_k extracted. Sequence-major results, as cuDNN's."""
-    net = ncnn.Net()
-    net.opt.use_vulkan_compute = False
-    assert net.load_param(str(param)) == 0 and net.load_model(str(param.with_suffix(".bin"))) == 0
-    dirs, layers = spec.num_directions, spec.num_layers
-    ys, hs, cs = [], [], []
-    for b in range(x.shape[1]):
-        ex = net.create_extractor()
-        keep = [np.ascontiguousarray(x[:, b], np.float32)]
-        ex.input("in0", ncnn.Mat(keep[-1]))
-        for k in range(layers if feed_states else 0):
-            keep.append(np.ascontiguousarray(h0[k * dirs : (k + 1) * dirs, b], np.float32))
-            ex.input(f"h0_{k}", ncnn.Mat(keep[-1]))
-            if spec.mode == "lstm":
-                keep.append(np.ascontiguousarray(c0[k * dirs : (k + 1) * dirs, b], np.float32))
-                ex.input(f"c0_{k}", ncnn.Mat(keep[-1]))
-        ys.append(np.array(ex.extract("out0")[1]))
-        hs.append(np.concatenate([np.array(ex.extract(f"hn_{k}")[1]) for k in range(layers)]))
-        if spec.mode == "lstm":
-            cs.append(np.concatenate([np.array(ex.extract(f"cn_{k}")[1]) for k in range(layers)]))
-    return np.stack(ys, 1), np.stack(hs, 1), np.stack(cs, 1) if cs else None
-
-
-TORCH_SPECS = {
-    "lstm2_bi": RNNSpec("lstm", 5, 7, num_layers=2, bidirectional=True),
-    "lstm_proj2": RNNSpec("lstm", 5, 7, num_layers=2, proj_size=3),
-    "lstm_proj_bi": RNNSpec("lstm", 4, 6, bidirectional=True, proj_size=2),
-    "gru2": RNNSpec("gru", 5, 4, num_layers=2),
-    "gru_nobias_bi": RNNSpec("gru", 4, 6, bidirectional=True, bias=False),
-    "rnn_tanh_bi3": RNNSpec("rnn_tanh", 3, 5, num_layers=3, bidirectional=True),
-}
-
-
-@pytest.mark.parametrize("name", sorted(TORCH_SPECS))
-def test_ncnn_written_from_torch_computes_what_torch_computes(name, tmp_path):
-    spec = TORCH_SPECS[name]
-    torch.manual_seed(len(name))
-    module = module_for(spec)
-    torch.save(module.state_dict(), tmp_path / "ckpt.pt")
-    out = tmp_path / "model.param"
-    rnnconv.convert(tmp_path / "ckpt.pt", out)
-    assert {p.name for p in tmp_path.iterdir()} == {"ckpt.pt", "model.param", "model.bin", "model.param.rnnconv.json"}
-    x, h0, c0 = states(spec, 5)
-    expected = torch_run(module, spec, x, h0, c0)
-    got = ncnn_run(out, spec, x.numpy(), h0.numpy(), c0.numpy())
-    error = largest_difference(got, expected)
-    LARGEST_ERRORS[f"ncnn from torch {name}"] = error
-    assert error < 1e-5
 
 
 def test_initial_states_default_to_zeros(tmp_path):
@@ -91,25 +40,6 @@ def test_initial_states_default_to_zeros(tmp_path):
         largest_difference(ncnn_run(tmp_path / "m.param", spec, x.numpy(), None, None, feed_states=False), expected)
         < 1e-5
     )
-
-
-KERAS = ["gru_a", "bidi_lstm", "bidi_gru", "srnn_tanh", "gru_nobias", "lstm_nobias", "rnn_lstmcell"]
-
-
-@pytest.mark.parametrize("layer", KERAS)
-def test_ncnn_written_from_keras_computes_what_keras_computes(layer, tmp_path):
-    out = tmp_path / "model.param"
-    result = run_cli("convert", FIXTURES / "keras3" / "mixed.keras", out, "--layer", layer, "--json")
-    assert result.returncode == 0, result.stderr
-    with rnnconv.load(out) as (rnn,):
-        spec = rnn.spec
-        assert rnn.origin is not None and rnn.origin.layer == layer  # the source, recorded beside the model
-    ran = oracle("keras3").run("mixed", layer)
-    got = ncnn_run(out, spec, ran["x"].transpose(1, 0, 2), ran["h0"], ran.get("c0"))
-    expected = [ran["y"].transpose(1, 0, 2).reshape(got[0].shape), ran["h_n"], ran.get("c_n")]
-    error = largest_difference(got, expected)
-    LARGEST_ERRORS[f"ncnn from keras {layer}"] = error
-    assert error < 1e-5
 
 
 FIXTURE_FILES = {"lstm": None, "tagger": "encoder_0,encoder_1", "gru_fp16": None, "lstm_proj": None, "rnn_bi": None}

@@ -67,6 +67,7 @@ FAILURES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failing", FAILURES)
 @pytest.mark.parametrize("name", ENVIRONMENTS)
 def test_an_error_is_said_on_stderr_whatever_the_terminal_says(name, failing):
@@ -77,6 +78,7 @@ def test_an_error_is_said_on_stderr_whatever_the_terminal_says(name, failing):
     assert "Traceback" not in text(result.stderr) + text(result.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ENVIRONMENTS)
 def test_results_are_shown_whatever_the_terminal_says(name):
     result = rnnconv(["inspect", str(SOURCE)], ENVIRONMENTS[name])

@@ -4,10 +4,12 @@ runs in onnxruntime as the frameworks run theirs; what cuDNN cannot compute is r
 from __future__ import annotations
 
 import numpy as np
-import onnx
-import onnxruntime
 import pytest
-import torch
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+torch = pytest.importorskip("torch")
+
 from conftest import (
     FIXTURES,
     LARGEST_ERRORS,
@@ -16,11 +18,9 @@ from conftest import (
     largest_difference,
     run_cli,
 )
-from keras_oracle import oracle
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from test_round_trips import KERAS_LAYERS
-from test_torch import module_for, states, torch_run
+from runtimes import ort_run, ort_session, torch_outputs
 
 import rnnconv
 from rnnconv import reference
@@ -50,17 +50,6 @@ REFUSED = {
 }
 
 
-def session(path) -> onnxruntime.InferenceSession:
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3
-    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def ort_run(path, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None) -> list[np.ndarray]:
-    feeds = {"X": x, "initial_h": h0} | ({"initial_c": c0} if c0 is not None else {})
-    return session(path).run(None, feeds)
-
-
 @pytest.mark.parametrize("name", sorted(EXPORTS))
 def test_exported_onnx_gives_the_blob_its_checkpoint_gives(name, tmp_path):
     from_onnx, from_checkpoint = tmp_path / "onnx.bin", tmp_path / "pt.bin"
@@ -82,7 +71,7 @@ def test_blob_computes_what_the_exported_file_computes_in_onnxruntime(name, batc
     blob = open_bin(blob_path)
     x = np.random.default_rng(3).normal(0, 0.8, (5, 2, blob.spec.input_size)).astype(np.float32)  # fixed shape
     feed = x.transpose(1, 0, 2) if batch_first else x
-    expected = session(ONNX / f"{name}.onnx").run(None, {"x": np.ascontiguousarray(feed)})
+    expected = ort_session(ONNX / f"{name}.onnx").run(None, {"x": np.ascontiguousarray(feed)})
     if batch_first:
         expected[0] = expected[0].transpose(1, 0, 2)
     got = reference.forward(blob.spec, blob.param, x)
@@ -146,48 +135,6 @@ def _torch_cases():
         ("rnn_tanh.pt", None),
         ("gru_bf16.pt", None),
     ]
-
-
-def checkpoint_module(checkpoint: str, layer: str | None, spec) -> torch.nn.Module:
-    """The module the fixture checkpoint holds, loaded by PyTorch itself (float32)."""
-    path = FIXTURES / "torch" / checkpoint
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        state = load_file(path)
-    else:
-        state = torch.load(path, weights_only=True)
-    state = state.get("state_dict", state)
-    prefix = f"{layer}." if layer else ("module." if checkpoint.startswith("dataparallel") else "")
-    module = module_for(spec)
-    module.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
-    return module.float()
-
-
-@pytest.mark.parametrize("checkpoint, layer", _torch_cases())
-def test_onnx_written_from_torch_computes_what_torch_computes(checkpoint, layer, tmp_path):
-    out = tmp_path / "model.onnx"
-    rnnconv.convert(FIXTURES / "torch" / checkpoint, out, layer=layer)
-    with rnnconv.load(FIXTURES / "torch" / checkpoint, layer=layer) as (rnn,):
-        spec = rnn.spec
-    x, h0, c0 = states(spec, 11)
-    expected = torch_run(checkpoint_module(checkpoint, layer, spec), spec, x, h0, c0)
-    got = ort_run(out, x.numpy(), h0.numpy(), c0.numpy() if spec.mode == "lstm" else None)
-    worst = largest_difference(got, expected)
-    LARGEST_ERRORS[f"onnxruntime from torch {checkpoint} {layer}"] = worst
-    assert worst < 1e-5
-
-
-@pytest.mark.parametrize("layer", KERAS_LAYERS)
-def test_onnx_written_from_keras_computes_what_keras_computes(layer, tmp_path):
-    out = tmp_path / "model.onnx"
-    rnnconv.convert(FIXTURES / "keras3" / "mixed.keras", out, layer=layer)
-    ran = oracle("keras3").run("mixed", layer)
-    got = ort_run(out, ran["x"].transpose(1, 0, 2), ran["h0"], ran.get("c0"))
-    expected = [ran["y"].transpose(1, 0, 2).reshape(got[0].shape), ran["h_n"], ran.get("c_n")]
-    worst = largest_difference(got, expected)
-    LARGEST_ERRORS[f"onnxruntime from keras {layer}"] = worst
-    assert worst < 1e-5
 
 
 @pytest.mark.parametrize("checkpoint, layer", _torch_cases())
@@ -402,7 +349,7 @@ def test_lstm_in_an_if_branch_computes_what_onnxruntime_computes_running_the_fil
     blob = open_bin(blob_path)
     rng = np.random.default_rng(5)
     x, h, c = (rng.normal(0, 0.8, shape).astype(np.float32) for shape in ((2, 6), (2, 5), (2, 5)))
-    h1, c1 = session(BRANCHED).run(None, {"x": x, "h": h, "c": c, "sr": np.array(rate, np.int64)})
+    h1, c1 = ort_session(BRANCHED).run(None, {"x": x, "h": h, "c": c, "sr": np.array(rate, np.int64)})
     scale = 1.0 if rate == 16000 else 0.5  # the else branch scales its input
     _, h_n, c_n = reference.forward(blob.spec, blob.param, (x * scale)[None], h[None], c[None])
     worst = largest_difference([h_n[0], c_n[0]], [h1, c1])
@@ -783,7 +730,6 @@ def test_allow_lossy_writes_the_nearest_rnn_and_measures_what_it_changes(tmp_pat
     stated = float(warning.rsplit(" ", 1)[1])
     with rnnconv.load(source) as (rnn,):
         inputs = make_inputs(rnn.spec, PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
-    x, h0 = (torch.from_numpy(inputs[k]).float() for k in ("x", "h0"))
-    expected = torch_run(module, rnn.spec, x, h0, None)
+    expected = torch_outputs(module, rnn.spec, inputs["x"], inputs["h0"], None)
     got = ort_run(tmp_path / "lossy.onnx", inputs["x"].astype(np.float32), inputs["h0"].astype(np.float32), None)
     assert stated > 0.01 and stated == pytest.approx(largest_difference(got, expected), rel=1e-3, abs=1e-6)

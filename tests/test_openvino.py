@@ -12,29 +12,14 @@ import pytest
 ov = pytest.importorskip("openvino")
 torch = pytest.importorskip("torch")
 
-from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, assert_no_framework_imported, run_cli  # noqa: E402
+from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, assert_no_framework_imported, run_cli
+from runtimes import ov_run
 
-import rnnconv  # noqa: E402
+import rnnconv
 
 STEPS, BATCH, INPUT, HIDDEN = 6, 3, 5, 4
 LENGTHS = np.array([6, 2, 4])  # ragged: OpenVINO zeroes y past each length, as torch's packed sequences
 K3 = FIXTURES / "keras3"
-
-
-def ov_run(xml, x, h0, c0=None, lengths=None) -> dict[str, np.ndarray]:
-    """The IR in OpenVINO's CPU plugin, as a user runs it: x batch-first, float32 inference, static shapes (the CPU
-    plugin ignores sequence_lens when the shapes are dynamic)."""
-    core = ov.Core()
-    model = core.read_model(str(xml))
-    feeds = {"x": x, "initial_h": h0, "sequence_lens": np.full(x.shape[0], x.shape[1], np.int32)}
-    if lengths is not None:
-        feeds["sequence_lens"] = lengths.astype(np.int32)
-    if c0 is not None:
-        feeds["initial_c"] = c0
-    model.reshape({name: list(value.shape) for name, value in feeds.items()})
-    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    results = compiled(feeds)
-    return {out.get_any_name(): results[out] for out in compiled.outputs}
 
 
 def torch_module(kind: str, layers: int = 2, bidirectional: bool = True, **kwargs) -> torch.nn.Module:
@@ -86,31 +71,6 @@ def run_against_torch(module, xml, label: str) -> float:
     return error
 
 
-TORCH_CASES = [
-    ("lstm", 2, True),
-    ("gru", 2, True),
-    ("rnn_tanh", 2, True),
-    ("rnn_relu", 2, True),
-    ("lstm", 1, False),
-    ("gru", 3, False),
-]
-
-
-@pytest.mark.parametrize("kind, layers, bidirectional", TORCH_CASES)
-def test_ir_from_torch_computes_what_torch_computes(kind, layers, bidirectional, tmp_path):
-    module = torch_module(kind, layers, bidirectional)
-    torch.save(module.state_dict(), tmp_path / "m.pt")
-    extra = {"nonlinearity": kind[4:]} if kind.startswith("rnn_") else {}
-    result = rnnconv.convert(tmp_path / "m.pt", tmp_path / "m.xml", **extra)
-    assert result.outputs == [str(tmp_path / "m.xml"), str(tmp_path / "m.bin")]
-    assert run_against_torch(module, tmp_path / "m.xml", f"from torch {kind} x{layers} bi={bidirectional}") < 1e-5
-    model = ov.Core().read_model(str(tmp_path / "m.xml"))
-    names = [i.get_any_name() for i in model.inputs], [o.get_any_name() for o in model.outputs]
-    states = ["initial_h", "initial_c"] if kind == "lstm" else ["initial_h"]
-    assert names == (["x", *states, "sequence_lens"], ["y", "h_n", "c_n"][: 3 if kind == "lstm" else 2])
-    assert '"format":"torch"' in model.get_rt_info(["rnnconv.source"]).astype(str)
-
-
 def test_cli_writes_ir_and_reads_it_back_exactly(tmp_path):
     """.xml -> cuDNN -> .xml and .xml -> PyTorch -> .xml give the same bytes; the matrices are the source's own."""
     module = torch_module("lstm", 2, True)
@@ -143,22 +103,6 @@ def test_float16_weights_are_decompressed_to_float32(tmp_path):
     assert run_against_torch(module, tmp_path / "m.xml", "from torch gru [float16]") < 5e-3
     (entry,) = [e for e in rnnconv.inspect(tmp_path / "m.xml").rnns if e.converts]
     assert entry.spec.dtype == "float16"
-
-
-@pytest.mark.parametrize("layer", ["gru_a", "bidi_lstm", "srnn_tanh"])
-def test_ir_from_keras_computes_what_keras_computes(layer, tmp_path):
-    from keras_oracle import oracle
-
-    out = tmp_path / "model.xml"
-    rnnconv.convert(K3 / "mixed.keras", out, layer=layer)
-    ran = oracle("keras3").run("mixed", layer)
-    got = ov_run(out, ran["x"].astype(np.float32), ran["h0"].astype(np.float32), ran.get("c0"))
-    expected = {"y": ran["y"].reshape(got["y"].shape), "h_n": ran["h_n"]}
-    if "c_n" in ran:
-        expected["c_n"] = ran["c_n"]
-    error = worst(got, expected)
-    LARGEST_ERRORS[f"openvino from keras {layer}"] = error
-    assert error < 1e-5
 
 
 def test_ir_from_onnx_written_by_rnnconv(tmp_path):

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import FIXTURES, ROOT, doc_code, run_cli
 
 README = (ROOT / "README.md").read_text()
@@ -43,6 +44,7 @@ def rnnconv_commands(block: str, folder: Path) -> list[list[str]]:
     return found
 
 
+@pytest.mark.needs("torch", "keras")
 def test_the_python_api_page_runs_as_a_pasted_script(tmp_path):
     """docs/python.md's block runs through, jobs=2 included."""
     result = pasted(doc_code("docs/python.md"), tmp_path)
@@ -53,6 +55,7 @@ def test_the_python_api_page_runs_as_a_pasted_script(tmp_path):
     assert not (tmp_path / "out" / "seq2seq.bin").exists()  # the batch's failing source wrote nothing
 
 
+@pytest.mark.needs("torch", "keras")
 def test_the_readme_python_block_runs(tmp_path):
     result = pasted(doc_code("README.md"), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -77,6 +80,7 @@ def test_the_second_command_is_the_test_command():
     assert doc_code("README.md", "bash", after="Install everything the tests need").strip() == "bash .ci/run"
 
 
+@pytest.mark.needs("torch", "keras")
 def test_the_first_three_things_run_as_printed(tmp_path):
     """inspect, convert and verify on a shipped fixture, each exit 0, verify's verdict MATCH."""
     commands = rnnconv_commands(doc_code("README.md", "bash", after="## The first three things"), tmp_path)

@@ -11,8 +11,11 @@ from pathlib import Path
 import google_crc32c
 import numpy as np
 import pytest
-import tensorflow as tf
+
+tf = pytest.importorskip("tensorflow")
 from conftest import FIXTURES, assert_clean_failure, run_cli
+
+pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from ai_edge_litert.interpreter import Interpreter
+
+torch = pytest.importorskip("torch")
+Interpreter = pytest.importorskip("ai_edge_litert.interpreter").Interpreter
+
 from conftest import (
     FIXTURES,
     LARGEST_ERRORS,
@@ -23,7 +25,7 @@ from conftest import (
     largest_difference,
     run_cli,
 )
-from keras_oracle import oracle
+from runtimes import litert_run
 
 import rnnconv
 from rnnconv.contracts import Provenance, Report
@@ -39,43 +41,6 @@ TFLITE = FIXTURES / "tflite"
 CONVERTER = TFLITE / "keras_lstm_converter.tflite"
 BATCH, STEPS = 3, 6  # not the (1, 1) a written file's x starts with: every run resizes
 TOLERANCE = 2e-5
-
-
-def litert_run(path, x, h0=None, c0=None):
-    """The written file in LiteRT as a user runs it (docs/formats/tflite.md's contract): x (T, B, I) and states
-    (L*D, B, n) in cuDNN's order; x resized, the state tensors h_l0, c_l0, h_l0_reverse, ... resized and set; y, h_n,
-    c_n out."""
-    interpreter = Interpreter(model_path=str(path))
-    tensors = {d["name"]: d["index"] for d in interpreter.get_tensor_details()}
-    (given,), (result,) = interpreter.get_input_details(), interpreter.get_output_details()
-    assert (given["name"], result["name"]) == ("x", "y")
-    assert list(given["shape_signature"]) == [-1, -1, x.shape[2]]
-    steps, batch, _ = x.shape
-    layers = sum(1 for name in tensors if re.fullmatch(r"h_l\d+", name))
-    suffixes = ["", "_reverse"] if "h_l0_reverse" in tensors else [""]
-    order = [(layer, suffix) for layer in range(layers) for suffix in suffixes]
-    interpreter.resize_tensor_input(given["index"], [batch, steps, x.shape[2]])
-    starts = {"h": h0, "c": c0}
-    for state, values in starts.items():
-        for layer, suffix in order:
-            if values is not None:
-                interpreter.resize_tensor_input(tensors[f"{state}_l{layer}{suffix}"], [batch, values.shape[2]])
-    interpreter.allocate_tensors()
-    for state, values in starts.items():
-        for k, (layer, suffix) in enumerate(order):
-            if values is not None:
-                interpreter.set_tensor(
-                    tensors[f"{state}_l{layer}{suffix}"], np.ascontiguousarray(values[k], np.float32)
-                )
-    interpreter.set_tensor(given["index"], np.ascontiguousarray(x.transpose(1, 0, 2), np.float32))
-    interpreter.invoke()
-    y = interpreter.get_tensor(result["index"]).transpose(1, 0, 2)
-    finals = {
-        state: np.stack([interpreter.get_tensor(tensors[f"{state}_l{layer}{suffix}"]) for layer, suffix in order])
-        for state, values in starts.items()
-        if values is not None
-    }
-    return y, finals["h"], finals.get("c")
 
 
 TORCH_CASES = {
@@ -94,16 +59,6 @@ def torch_module(mode: str, kwargs: dict, seed: int = 0) -> torch.nn.Module:
     if mode == "lstm":
         return torch.nn.LSTM(5, 7, **kwargs)
     return torch.nn.RNN(5, 7, nonlinearity=mode[4:], **kwargs)
-
-
-def torch_inputs(module: torch.nn.Module, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    depth = module.num_layers * (2 if module.bidirectional else 1)
-    out = module.proj_size if getattr(module, "proj_size", 0) else module.hidden_size
-    x = torch.randn(STEPS, BATCH, module.input_size, generator=g) * 0.8
-    h0 = torch.randn(depth, BATCH, out, generator=g) * 0.5
-    c0 = torch.randn(depth, BATCH, module.hidden_size, generator=g) * 0.5
-    return x, h0, c0
 
 
 def torch_outputs(module, x, h0, c0):
@@ -133,17 +88,6 @@ def written(tmp_path_factory):
     return made
 
 
-@pytest.mark.parametrize("case", TORCH_CASES)
-def test_tflite_from_torch_computes_what_torch_computes(case, written):
-    module, _, out = written[case]
-    x, h0, c0 = torch_inputs(module)
-    expected = torch_outputs(module, x, h0, c0)
-    got = litert_run(out, x.numpy(), h0.numpy(), c0.numpy() if expected[2] is not None else None)
-    error = largest_difference(got, expected)
-    LARGEST_ERRORS[f"LiteRT from torch {case}"] = error
-    assert error < TOLERANCE, error
-
-
 def test_zero_states_and_other_shapes_after_resizing(written):
     """Left alone the states start at zero (allocate_tensors zeroes the variables); any batch and steps run."""
     module, _, out = written["lstm_2_layers_bidirectional"]
@@ -154,18 +98,6 @@ def test_zero_states_and_other_shapes_after_resizing(written):
         expected = torch_outputs(module, x, zeros, zeros)
         got = litert_run(out, x.numpy(), zeros.numpy(), zeros.numpy())
         assert largest_difference(got, expected) < TOLERANCE
-
-
-@pytest.mark.parametrize("layer", ["bidi_lstm", "srnn_relu", "srnn_tanh", "lstm_nobias"])
-def test_tflite_from_keras_computes_what_keras_computes(layer, tmp_path):
-    out = tmp_path / "model.tflite"
-    rnnconv.convert(FIXTURES / "keras3" / "mixed.keras", out, layer=layer)
-    ran = oracle("keras3").run("mixed", layer)
-    got = litert_run(out, ran["x"].transpose(1, 0, 2), ran["h0"], ran.get("c0"))
-    expected = [ran["y"].transpose(1, 0, 2).reshape(got[0].shape), ran["h_n"], ran.get("c_n")]
-    error = largest_difference(got, expected)
-    LARGEST_ERRORS[f"LiteRT from keras {layer}"] = error
-    assert error < TOLERANCE, error
 
 
 @pytest.mark.parametrize("name", ["rnn_stack_torchscript", "lstm_bi_dynamo"])

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
+
+pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -11,7 +11,8 @@ import re
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 
 import rnnconv
 

@@ -17,6 +17,8 @@ from rnnconv.contracts import dump
 from rnnconv.formats.cudnn.reader import open_bin, sidecar_path
 from rnnconv.verification import VerifyOptions, verify
 
+# verify runs each source in its own framework
+pytestmark = pytest.mark.needs("torch", "keras", "tf_keras")
 K3, TFK, K2, TORCH = (FIXTURES / d for d in ("keras3", "tf_keras", "keras2", "torch"))
 
 SOURCES = [

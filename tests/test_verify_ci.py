@@ -21,7 +21,8 @@ from rnnconv.junit import cases_of, junit_xml
 from rnnconv.render import sparkline
 from rnnconv.verification import VerifyOptions, verify
 
-pytestmark = pytest.mark.slow  # fresh interpreters, many: CI runs them, `pytest -m "not slow"` leaves them out
+# fresh interpreters, many: CI runs them, `pytest -m "not slow"` leaves them out; the sources run in their frameworks
+pytestmark = [pytest.mark.slow, pytest.mark.needs("torch", "keras", "tf_keras")]
 
 DIAGNOSIS = "Gates c (cell candidate) and o (output gate) of layer 1 reverse look swapped"
 NOT_A_TERMINAL = {"FORCE_COLOR": "", "TTY_COMPATIBLE": ""}  # whatever the environment running the tests says
