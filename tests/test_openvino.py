@@ -353,3 +353,45 @@ def test_the_shipped_ir_fixtures_read():
     assert entry.spec.bidirectional and (entry.spec.input_size, entry.spec.hidden_size) == (3, 4)
     (entry,) = rnnconv.inspect(FIXTURES / "openvino" / "rnn_tanh.xml").rnns
     assert entry.converts and entry.spec.mode == "rnn_tanh"
+
+
+def test_an_ir_of_openvinos_onnx_frontend_reads_as_one_rnn(tmp_path):
+    """`ov.convert_model("model.onnx")` of a 2-layer bidirectional LSTM joins its two LSTMSequence ops by Transpose,
+    Reshape and Transpose (ONNX's axes moved into OpenVINO's and back): the glue only moves axes, so the ops are one
+    RNN, and converted it computes what OpenVINO computes running the file itself."""
+    path = FIXTURES / "openvino" / "lstm_onnx_frontend.xml"
+    report = rnnconv.inspect(path)
+    (chain,) = [e for e in report.rnns if "," in e.name]
+    assert chain.converts and chain.spec.num_layers == 2 and chain.spec.bidirectional
+    assert (chain.spec.input_size, chain.spec.hidden_size) == (5, 7)
+    result = run_cli("convert", path, tmp_path / "m.pt")  # the file's one RNN: no --layer needed
+    assert result.returncode == 0, result.stderr
+    assert run_cli("convert", path, tmp_path / "same.pt", "--layer", chain.name).returncode == 0
+    module = torch.nn.LSTM(5, 7, num_layers=2, bidirectional=True, batch_first=True)
+    module.load_state_dict(torch.load(tmp_path / "m.pt"))
+    x = np.random.default_rng(36).standard_normal((2, 6, 5)).astype(np.float32)
+    compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    results = compiled({0: x})
+    own = [np.asarray(results[output]) for output in compiled.outputs]  # y, h_n, c_n as ONNX's graph gives them
+    with torch.no_grad():
+        y, (h_n, c_n) = module(torch.tensor(x))
+    error = worst(dict(zip("yhc", own, strict=True)), {"y": y.numpy(), "h": h_n.numpy(), "c": c_n.numpy()})
+    LARGEST_ERRORS["openvino onnx frontend's 2-layer bidirectional LSTM"] = error
+    assert error < 1e-5
+    rnnconv.convert(path, tmp_path / "m.bin")
+    assert rnnconv.verify(tmp_path / "m.bin", ragged=True).verdict == "match"
+
+
+def test_glue_that_moves_data_across_axes_is_not_followed(tmp_path):
+    """The same IR with its Transpose before the Reshape swapping batch and directions ([2, 1, 0, 3] for
+    [2, 0, 1, 3]): the Reshape then merges the hidden size with the batch, so the ops are two RNNs, not one."""
+    xml = (FIXTURES / "openvino" / "lstm_onnx_frontend.xml").read_text()
+    const = re.search(r'element_type="i64" shape="4" offset="(\d+)"', xml)  # the permutation
+    data = bytearray((FIXTURES / "openvino" / "lstm_onnx_frontend.bin").read_bytes())
+    offset = int(const[1])
+    assert list(np.frombuffer(data[offset : offset + 32], np.int64)) == [2, 0, 1, 3]
+    data[offset : offset + 32] = np.array([2, 1, 0, 3], np.int64).tobytes()
+    (tmp_path / "m.xml").write_text(xml)
+    (tmp_path / "m.bin").write_bytes(bytes(data))
+    assert not [e for e in rnnconv.inspect(tmp_path / "m.xml").rnns if "," in e.name]
+    assert_clean_failure(run_cli("convert", tmp_path / "m.xml", tmp_path / "m.pt"), 2, "holds 2 RNNs")

@@ -102,19 +102,27 @@ def consecutive(layers: Sequence[L], link: Callable[[L, L], bool] = same_rnn) ->
 
 # --- the glue between two layers ---------------------------------------------------------------------------------
 
-TRANSPOSE, RESHAPE, SQUEEZE, IDENTITY = "Transpose", "Reshape", "Squeeze", "Identity"
-DIRECTIONS_LAST = [0, 2, 1, 3]  # a sequence op's Y (N, D, M, H) transposed to (N, M, D, H)
+TRANSPOSE, RESHAPE, SQUEEZE, UNSQUEEZE, CONCAT, IDENTITY = (
+    "Transpose",
+    "Reshape",
+    "Squeeze",
+    "Unsqueeze",
+    "Concat",
+    "Identity",
+)
 
 
 @dataclass(frozen=True)
 class Glue:
     """An op between two layers, as far as moving a tensor's axes goes: its op, and the integers that say how (a
-    Transpose's permutation, a Reshape's shape, a Squeeze's axes; None where they are not constants); a Reshape's 0
-    copies the dimension unless it says otherwise. Any other op is named by its own type."""
+    Transpose's permutation, a Reshape's shape, a Squeeze's or an Unsqueeze's axes; None where they are not
+    constants); a Reshape's 0 copies the dimension unless it says otherwise; a Concat copies its one input (`inputs`:
+    how many tensors it joins). Any other op is named by its own type."""
 
     op: str
     values: list[int] | None = None
     zero_copies: bool = True
+    inputs: int = 1
 
 
 def through_glue(value: Any, step: Callable[[Any], tuple[Glue, Any] | None], most: int) -> tuple[list[Glue], Any]:
@@ -128,23 +136,111 @@ def through_glue(value: Any, step: Callable[[Any], tuple[Glue, Any] | None], mos
     return glue, value
 
 
+# A tensor's axes as the glue moves them: each axis the run of a sequence op's Y's axes it holds, in memory order,
+# an axis of size 1 holding none (axes of size 1 are dropped from the start: they move nothing). Y's axes (A, D, B,
+# H): "outer" and "inner", the batch and the steps in the op's order (their sizes unknown), "directions", "hidden".
+Axes = tuple[tuple[str, ...], ...]
+UNSIZED = ("outer", "inner")
+
+
 def merges_directions(glue: list[Glue], directions: int, width: int) -> bool:
-    """Whether the glue turns a sequence op's Y (N, D, M, H) into the next one's input (N, M, D*H), as cuDNN feeds
-    its next layer: Squeeze of axis 1 (one direction), or Transpose(0, 2, 1, 3) then Reshape to three dimensions whose
-    last is D*H, or that Reshape alone (one direction); Identity anywhere. The Reshape's first two sizes may be given
-    (an exporter's static shapes), kept (0) or inferred (-1)."""
-    steps = [g for g in glue if g.op != IDENTITY]
-    ops = [g.op for g in steps]
-    if ops == [SQUEEZE]:
-        return directions == 1 and steps[0].values == [1]
-    if ops != [TRANSPOSE, RESHAPE] and (ops != [RESHAPE] or directions != 1):
-        return False
-    if ops[0] == TRANSPOSE and steps[0].values != DIRECTIONS_LAST:
-        return False
-    shape = steps[-1].values
-    if shape is None or len(shape) != 3 or shape[2] not in (-1, width) or shape.count(-1) > 1:
-        return False
-    return all(n > 0 or n == -1 or (n == 0 and steps[-1].zero_copies) for n in shape[:2])  # sizes, or kept
+    """Whether the glue turns a sequence op's Y (A, D, B, H) into the next one's input (A, B, D*H), as cuDNN feeds
+    its next layer, by moving axes alone: each op followed on the axes it moves, whatever the exporter's order (a
+    Squeeze of the directions, a Transpose putting them last then a Reshape merging them with the hidden size, the
+    Transposes OpenVINO's ONNX frontend adds around them, Unsqueezes, a Concat of one tensor, Identity). A
+    Reshape's sizes may be given (an exporter's static shapes), kept (0) or inferred (-1)."""
+    sizes = {"directions": directions, "hidden": width // directions}
+    axes: Axes | None = tuple(
+        tuple(a for a in (name,) if sizes.get(name) != 1) for name in ("outer", "directions", "inner", "hidden")
+    )
+    for op in glue:
+        if axes is None:
+            return False
+        axes = _moved(axes, op, sizes)
+    return axes == (("outer",), ("inner",), tuple(a for a in ("directions", "hidden") if sizes[a] != 1))
+
+
+def _moved(axes: Axes, glue: Glue, sizes: dict[str, int]) -> Axes | None:
+    """The axes after one glue op, or None where it does more than move them (or says too little to tell)."""
+    rank, values = len(axes), glue.values
+    if glue.op == IDENTITY or (glue.op == CONCAT and glue.inputs == 1):
+        return axes
+    if values is None:
+        return None
+    if glue.op == TRANSPOSE:
+        return tuple(axes[i] for i in values) if sorted(values) == list(range(rank)) else None
+    if glue.op == SQUEEZE:
+        dropped = {v % rank for v in values if -rank <= v < rank}
+        if len(dropped) != len(values) or any(axes[i] for i in dropped):
+            return None
+        return tuple(axis for i, axis in enumerate(axes) if i not in dropped)
+    if glue.op == UNSQUEEZE:
+        out_rank = rank + len(values)
+        added = {v % out_rank for v in values if -out_rank <= v < out_rank}
+        if len(added) != len(values):
+            return None
+        rest = iter(axes)
+        return tuple(() if i in added else next(rest) for i in range(out_rank))
+    if glue.op == RESHAPE:
+        return _reshaped(axes, values, glue.zero_copies, sizes)
+    return None
+
+
+def _reshaped(axes: Axes, shape: list[int], zero_copies: bool, sizes: dict[str, int]) -> Axes | None:
+    """The axes after a Reshape to `shape`, where it only merges or splits neighbouring axes: each size taken from
+    the axes in memory order (a size given for an axis of unknown size is taken as that axis's own), a 0 copying
+    the axis at its index, a -1 taking what is left between the sizes before it and those after it."""
+    flat = [name for axis in axes for name in axis]
+    bounds = list(itertools.accumulate((len(axis) for axis in axes), initial=0))
+    inferred = [i for i, n in enumerate(shape) if n == -1]
+    if len(inferred) > 1 or any(n < -1 or (n == 0 and not zero_copies) for n in shape):
+        return None
+    split = inferred[0] if inferred else len(shape)
+
+    def take(index: int, n: int, at: int, forward: bool) -> tuple[tuple[str, ...], int] | None:
+        """The axis dimension `index` of size `n` makes of the labels from flat position `at` on (forward) or
+        before it, and the position past them; None where no run of labels has that size."""
+        step = 1 if forward else -1
+        if n == 0:
+            if index >= len(axes) or (bounds[index] if forward else bounds[index + 1]) != at:
+                return None
+            return axes[index], bounds[index + 1] if forward else bounds[index]
+        taken: list[str] = []
+        product = 1
+        while product < n or not taken:
+            here = at if forward else at - 1
+            unsized = 0 <= here < len(flat) and flat[here] in UNSIZED
+            if unsized and not taken:  # a size given for the batch or the steps: theirs
+                return (flat[here],), at + step
+            if product >= n:  # a size of 1: an axis holding none
+                break
+            if unsized or not 0 <= here < len(flat):
+                return None
+            taken.append(flat[here])
+            product *= sizes[flat[here]]
+            at += step
+        return (tuple(taken if forward else reversed(taken)), at) if product == n else None
+
+    out: list[tuple[str, ...]] = []
+    at = 0
+    for index, n in enumerate(shape[:split]):
+        found = take(index, n, at, forward=True)
+        if found is None:
+            return None
+        axis, at = found
+        out.append(axis)
+    tail: list[tuple[str, ...]] = []
+    end = len(flat)
+    for index in range(len(shape) - 1, split, -1):
+        found = take(index, shape[index], end, forward=False)
+        if found is None:
+            return None
+        axis, end = found
+        tail.insert(0, axis)
+    if at > end or (not inferred and at != len(flat)):
+        return None
+    middle = [tuple(flat[at:end])] if inferred else []
+    return (*out, *middle, *tail)
 
 
 # --- a file's chains, and --layer ---------------------------------------------------------------------------------

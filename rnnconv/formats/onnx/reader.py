@@ -12,9 +12,11 @@ from rnnconv.contracts import Provenance
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats._graph import (
+    CONCAT,
     RESHAPE,
     SQUEEZE,
     TRANSPOSE,
+    UNSQUEEZE,
     Glue,
     Graph,
     chained,
@@ -179,9 +181,11 @@ def _glue(op: Any, scope: Scope, folding: Folder) -> Glue:
     if op.op_type == RESHAPE:
         shape = _integers(op.input[1], scope, folding) if len(op.input) > 1 else None
         return Glue(op.op_type, shape, zero_copies=not attributes.get("allowzero", 0))
-    if op.op_type == SQUEEZE:
+    if op.op_type in (SQUEEZE, UNSQUEEZE):
         axes = _integers(op.input[1], scope, folding) if len(op.input) > 1 else attributes.get("axes")
         return Glue(op.op_type, None if axes is None else list(axes))
+    if op.op_type == CONCAT:
+        return Glue(op.op_type, inputs=len(op.input))
     return Glue(op.op_type)
 
 

@@ -33,7 +33,7 @@ ONNX_ATTRIBUTES: Final[dict[str, int]] = {
 ONNX_FLAGS: Final = ("input_forget", "layout", "linear_before_reset")  # the INT attributes that are 0 or 1
 ONNX_ONE_OP_ATTRIBUTES: Final[dict[str, str]] = {"input_forget": "LSTM", "linear_before_reset": "GRU"}  # the only op
 # Ops that only move a layer's output into the next layer's input (what exporters put between layers).
-ONNX_GLUE: Final = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity")
+ONNX_GLUE: Final = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Concat", "Identity")
 # onnxruntime's quantized RNN ops (what onnxruntime.quantization.quantize_dynamic writes): op -> (domain, the op
 # it quantizes), and the inputs they take after the quantized op's own (scale and zero point of W and R).
 ONNX_QUANTIZED_OPS: Final[dict[str, tuple[str, str]]] = {"DynamicQuantizeLSTM": ("com.microsoft", "LSTM")}

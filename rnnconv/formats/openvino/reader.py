@@ -21,7 +21,17 @@ from rnnconv.contracts import Provenance
 from rnnconv.dtypes import decode, element_type
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats import registry
-from rnnconv.formats._graph import Glue, Graph, chained, merges_directions, named, refuse, same_rnn, through_glue
+from rnnconv.formats._graph import (
+    CONCAT,
+    Glue,
+    Graph,
+    chained,
+    merges_directions,
+    named,
+    refuse,
+    same_rnn,
+    through_glue,
+)
 from rnnconv.formats.openvino.wire import (
     DTYPE_OF,
     OPENVINO_DECOMPRESSION,
@@ -50,7 +60,7 @@ SNIFF_BYTES = 4096
 MAX_LAYERS_IN_GRAPH = 200_000  # layers of an IR, at most (a hostile file cannot make the reader walk more)
 MAX_DIMS = 16
 MAX_HIDDEN = 1 << 20
-MAX_GLUE = 4  # ops between two layers of one RNN, at most
+MAX_GLUE = 6  # ops between two layers of one RNN, at most
 NET = re.compile(rb"<net\b[^>]*\bversion\s*=\s*[\"'](\d+)[\"']")
 
 
@@ -336,7 +346,10 @@ class IRFile(Graph[SequenceOp]):
         return chained(ops, below)
 
     def _glue(self, layer: IRLayer) -> Glue:
-        """A glue layer as far as moving axes goes: its permutation, shape or axes (its second input)."""
+        """A glue layer as far as moving axes goes: its permutation, shape or axes (its second input), or the
+        tensors a Concat joins."""
+        if layer.kind == CONCAT:
+            return Glue(layer.kind, inputs=len(layer.inputs))
         return Glue(layer.kind, self.integers(layer, 1), layer.data.get("special_zero", "false").lower() == "true")
 
     def nothing_held(self) -> str:

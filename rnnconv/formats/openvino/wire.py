@@ -51,7 +51,7 @@ OPENVINO_PRECISIONS: Final[dict[str, str]] = {
 OPENVINO_INTEGERS: Final[dict[str, str]] = {"i32": "<i4", "i64": "<i8"}  # the integer Consts the reader reads
 # Ops that only move a layer's output into the next layer's input, and the one op between a Const and a weight
 # input the reader looks through (what ov.save_model's compress_to_fp16 writes: f16 Const -> Convert to f32).
-OPENVINO_GLUE: Final = ("Transpose", "Reshape", "Squeeze")
+OPENVINO_GLUE: Final = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Concat")
 OPENVINO_DECOMPRESSION: Final = "Convert"
 SEQUENCE_OPS: Final = {op: cell for cell, op in OPENVINO_OPS.items()}
 DTYPE_OF: Final = {etype: name for name, etype in OPENVINO_ELEMENT_TYPES.items()}
