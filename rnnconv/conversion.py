@@ -19,7 +19,17 @@ from rnnconv.compare import make_inputs
 from rnnconv.contracts import ConversionResult, ConvertedRNN, RecordedLoss, Skipped
 from rnnconv.errors import BadInput, RnnconvError, SeveralRnns, Unsupported, either, listing
 from rnnconv.formats import registry
-from rnnconv.formats.registry import Format, Loss, ReadOptions, Source, WriteOptions, check_stated
+from rnnconv.formats.registry import (
+    PROBE_BATCH,
+    PROBE_SEED,
+    PROBE_STEPS,
+    Format,
+    Loss,
+    ReadOptions,
+    Source,
+    WriteOptions,
+    check_stated,
+)
 from rnnconv.reference import forward
 from rnnconv.safeio.inputs import reading
 
@@ -103,9 +113,6 @@ def into_target(into: Path, output: Path | None, to: str | None, write: WriteOpt
     return found
 
 
-PROBE_STEPS, PROBE_BATCH, PROBE_SEED = 8, 3, 0
-
-
 def without(losses: list[Loss], rnn: CanonicalRNN) -> CanonicalRNN:
     """The nearest RNN to `rnn` that holds none of `losses` (each has a nearest)."""
     for loss in losses:
@@ -119,8 +126,15 @@ def holdable(target: Format, rnn: CanonicalRNN, allow_lossy: bool) -> tuple[Cano
     """`rnn` if `target` holds it exactly; else refused naming the term it cannot hold, or with `allow_lossy`, the
     nearest RNN it can hold, and a warning saying how far that one's outputs are from `rnn`'s on probe inputs."""
     losses = target.losses(rnn)
+    read_without = rnn.source.loss  # what the source's reader left out (a clip), recorded as it was measured
+    probe = f"on probe inputs (seed {PROBE_SEED}, {PROBE_STEPS} steps, batch {PROBE_BATCH}, non-zero states)"
     if not losses:
-        return rnn, ""
+        if read_without is None:
+            return rnn, ""
+        return rnn, (
+            f"--allow-lossy: {rnn.name} read without its clip, which cuDNN does not compute "
+            f"({'; '.join(read_without.dropped)}); {probe} its outputs move by up to {read_without.difference:.3g}"
+        )
     terms = "; ".join(loss.term for loss in losses)
     if not allow_lossy:
         nearest_exists = all(loss.nearest is not None for loss in losses)
@@ -133,14 +147,18 @@ def holdable(target: Format, rnn: CanonicalRNN, allow_lossy: bool) -> tuple[Cano
     inputs = make_inputs(rnn.spec, PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
     exact, written = (forward(r.spec, r.param, inputs["x"], inputs["h0"], inputs["c0"]) for r in (rnn, nearest))
     worst = max(float(np.max(np.abs(a - b))) for a, b in zip(exact, written) if a is not None and b is not None)
-    dropped = RecordedLoss(
-        dropped=[loss.term for loss in losses], difference=worst, seed=PROBE_SEED, steps=PROBE_STEPS, batch=PROBE_BATCH
+    earlier = [] if read_without is None else read_without.dropped
+    dropped = RecordedLoss(  # with what the reader left out: their differences add up at most
+        dropped=[*earlier, *(loss.term for loss in losses)],
+        difference=worst + (0.0 if read_without is None else read_without.difference),
+        seed=PROBE_SEED,
+        steps=PROBE_STEPS,
+        batch=PROBE_BATCH,
     )  # what the written file records of its source: verify then knows the difference is no mistake
     nearest = dataclasses.replace(nearest, source=nearest.source.model_copy(update={"loss": dropped}))
     return nearest, (
-        f"--allow-lossy: {rnn.name} written without what {target.title} cannot hold ({terms}); on probe inputs "
-        f"(seed {PROBE_SEED}, {PROBE_STEPS} steps, batch {PROBE_BATCH}, non-zero states) its outputs differ from the "
-        f"source's by up to {worst:.3g}"
+        f"--allow-lossy: {rnn.name} written without what {target.title} cannot hold ({terms}); {probe} its outputs "
+        f"differ from the source's by up to {dropped.difference:.3g}"
     )
 
 
@@ -174,6 +192,7 @@ def convert(
         if output.resolve() == source.resolve():
             raise BadInput(f"the output {output} is the source itself")
         options.take_all = options.take_all or target.holds_several(output)
+        options.drop_clip = options.drop_clip or write.allow_lossy
         with several_for(target), fmt.read(source, options) as found:
             if not found.rnns:
                 raise RnnconvError(f"{source} gave no RNN to write")

@@ -35,8 +35,12 @@ def forward(
     h0: np.ndarray | None = None,
     c0: np.ndarray | None = None,
     lengths: np.ndarray | None = None,
+    clip: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Run the RNN; return y (T, B, D*out), h_n (L*D, B, out) and c_n (L*D, B, H) or None."""
+    """Run the RNN; return y (T, B, D*out), h_n (L*D, B, out) and c_n (L*D, B, H) or None.
+
+    `clip`: an LSTM's cell state and projected output clipped to within those bounds at every step (0: not), as
+    TFLite's cell_clip and proj_clip do, which cuDNN does not: what --allow-lossy measures when it drops them."""
     x = np.asarray(x, dtype=np.float64)
     steps, batch, _ = x.shape
     dirs, out_size, hidden = spec.num_directions, spec.output_size, spec.hidden_size
@@ -51,7 +55,7 @@ def forward(
         for direction in range(dirs):
             pseudo = layer * dirs + direction
             y, h_n[pseudo], c_n[pseudo] = _run_direction(
-                spec, param, layer, direction, layer_input, h0[pseudo], c0[pseudo], lengths
+                spec, param, layer, direction, layer_input, h0[pseudo], c0[pseudo], lengths, clip
             )
             outputs.append(y)
         layer_input = np.concatenate(outputs, axis=-1)
@@ -76,8 +80,10 @@ def _run_direction(
     h: np.ndarray,
     c: np.ndarray,
     lengths: np.ndarray,
+    clip: tuple[float, float],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     steps, batch, _ = x.shape
+    cell_clip, proj_clip = clip
     w, r, bw, br = (_stacked(spec, param, layer, direction, kind) for kind in (Kind.W, Kind.R, Kind.bW, Kind.bR))
     proj = np.asarray(param(ParamKey(layer, direction, Kind.P, "")), dtype=np.float64) if spec.proj_size else None
     input_part = x @ w.T + bw  # (T, B, G*H), every step at once
@@ -92,9 +98,13 @@ def _run_direction(
         if spec.mode == LSTM:
             g = dict(zip(spec.gates, np.split(pre_x + pre_h, len(spec.gates), axis=-1)))
             new_c = sigmoid(g["f"]) * c + sigmoid(g["i"]) * np.tanh(g["c"])
+            if cell_clip:
+                new_c = np.clip(new_c, -cell_clip, cell_clip)
             new_h = sigmoid(g["o"]) * np.tanh(new_c)
             if proj is not None:
                 new_h = new_h @ proj.T
+                if proj_clip:
+                    new_h = np.clip(new_h, -proj_clip, proj_clip)
         elif spec.mode == GRU:
             gx = dict(zip(spec.gates, np.split(pre_x, 3, axis=-1)))
             gh = dict(zip(spec.gates, np.split(pre_h, 3, axis=-1)))

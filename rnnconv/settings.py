@@ -62,6 +62,11 @@ class ReadOptions(Settings):
     raw_spec: RNNSpec | None = Field(
         None, alias="spec", description="The spec of a raw cuDNN weight space without a sidecar."
     )
+    drop_clip: bool = Field(
+        False,
+        description="Read an LSTM that clips (TFLite's cell_clip, proj_clip) without the clip, the loss recorded with "
+        "how far it moves the outputs: what a conversion with --allow-lossy asks of its source.",
+    )
     take_all: bool = Field(False, alias="all_rnns", description="Every RNN in the file, for outputs that hold several.")
     hash_source: bool = Field(
         True, description="Record the source's digest in the provenance (the command line's --no-hash: don't)."

@@ -246,6 +246,43 @@ def test_the_converters_bidirectional_stack_reads_as_one_rnn(tmp_path):
     assert error < TOLERANCE
 
 
+def test_the_converters_cell_clip_is_refused_naming_allow_lossy(tmp_path):
+    result = run_cli("convert", TFLITE / "keras_bilstm_converter.tflite", tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "cell_clip=10.0", "cuDNN's LSTM does not clip", "--allow-lossy")
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_allow_lossy_drops_the_converters_cell_clip_and_says_how_far_it_moves(tmp_path):
+    """--allow-lossy reads TensorFlow's converter's LSTM without its cell_clip=10 and says how far that moves the
+    outputs: not at all on ordinary inputs (the cell state stays far inside the clip), and by a measured amount on
+    inputs that reach it; the written file computes what LiteRT computes running the converter's own file, and the
+    loss is recorded for verify."""
+    source = TFLITE / "keras_bilstm_converter.tflite"
+    result = run_cli("convert", source, tmp_path / "m.pt", "--allow-lossy", "--json")
+    assert result.returncode == 0, result.stderr
+    (warning,) = json.loads(result.stdout)["warnings"]
+    ordinary = re.search(r"non-zero states\) its outputs move by up to (\S+)$", warning)
+    reaching = re.search(r"cell_clip=10: on inputs large enough to reach it .* by up to ([0-9.e+-]+)\)", warning)
+    assert ordinary and reaching, warning
+    assert float(ordinary[1]) == 0 and float(reaching[1]) > 1e-3
+    recorded = np.load(TFLITE / "keras_bilstm_converter.npz")
+    interpreter = Interpreter(model_path=str(source))
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], recorded["x"])
+    interpreter.invoke()
+    own = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    module = torch.nn.LSTM(5, 7, num_layers=2, bidirectional=True, batch_first=True)
+    module.load_state_dict(torch.load(tmp_path / "m.pt", weights_only=True))
+    with torch.no_grad():
+        y = module(torch.from_numpy(recorded["x"]))[0].numpy()
+    error = float(np.abs(y - own).max())
+    LARGEST_ERRORS["LiteRT's run of the converter's clipped LSTM vs its --allow-lossy conversion"] = error
+    assert error < 1e-5
+    (rnn,) = rnnconv.convert(source, tmp_path / "again.pt", allow_lossy=True).rnns
+    assert rnn.source.loss is not None and "cell_clip=10" in rnn.source.loss.dropped[0]
+    assert rnnconv.verify(tmp_path / "m.pt").verdict == "match"
+
+
 # --- refusals ----------------------------------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ own framework, for verify; only formats with a framework have them).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import json
@@ -82,6 +83,44 @@ class Written:
 def literal(path: Path) -> str:
     """A path as a Python string literal, for a usage line (which a user pastes as code)."""
     return json.dumps(str(path), ensure_ascii=False)
+
+
+PROBE_STEPS, PROBE_BATCH, PROBE_SEED = 8, 3, 0  # the inputs on which --allow-lossy measures what it changes
+CLIP_PROBE_STEPS, CLIP_PROBE_SCALE = 64, 10.0  # inputs large enough to reach a clip: longer, x and c0 scaled up
+
+
+def clip_dropped(rnn: CanonicalRNN, clip: tuple[float, float]) -> CanonicalRNN:
+    """An LSTM its file clips (cell state and projected output, within `clip`; 0: not), read without the clip, as
+    --allow-lossy asks: the loss recorded in its source's provenance as a target's is (verify holds the written file
+    to it), measured on probe inputs in the numpy reference: the ordinary ones, whose difference is recorded, and
+    ones large enough to reach the clip, whose difference the dropped term names."""
+    from rnnconv.compare import STATE_SCALE, make_inputs
+    from rnnconv.contracts import RecordedLoss
+    from rnnconv.reference import forward
+
+    def moved(x: np.ndarray, h0: np.ndarray | None, c0: np.ndarray | None) -> float:
+        exact, unclipped = (forward(rnn.spec, rnn.param, x, h0, c0, clip=bounds) for bounds in (clip, (0.0, 0.0)))
+        return max(float(np.max(np.abs(a - b))) for a, b in zip(exact, unclipped, strict=True) if a is not None)
+
+    ordinary = make_inputs(rnn.spec, PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
+    large = make_inputs(rnn.spec, CLIP_PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
+    c0 = large["c0"]
+    if c0 is not None and clip[0]:  # initial cells of about twice the clip: it is reached from the first step
+        c0 = c0 * (2 * clip[0] / STATE_SCALE)
+    reaching = moved(large["x"] * CLIP_PROBE_SCALE, large["h0"], c0)
+    named = zip(("cell_clip", "proj_clip"), clip, strict=True)
+    terms = ", ".join(f"{name}={value:g}" for name, value in named if value)
+    loss = RecordedLoss(
+        dropped=[
+            f"{terms}: on inputs large enough to reach it ({CLIP_PROBE_STEPS} steps, x scaled by {CLIP_PROBE_SCALE:g}, "
+            f"initial cells of about twice the clip) the outputs move by up to {reaching:.3g}"
+        ],
+        difference=moved(ordinary["x"], ordinary["h0"], ordinary["c0"]),
+        seed=PROBE_SEED,
+        steps=PROBE_STEPS,
+        batch=PROBE_BATCH,
+    )
+    return dataclasses.replace(rnn, source=rnn.source.model_copy(update={"loss": loss}))
 
 
 @dataclass
@@ -379,7 +418,7 @@ class Format(ABC):
 
     def source_options(self, source: Provenance) -> ReadOptions:
         """How to read the RNN `source` names (as `resolve` gives it) from a file of this format."""
-        return ReadOptions(layer=source.layer, hash_source=False, dequantize=True)
+        return ReadOptions(layer=source.layer, hash_source=False, dequantize=True, drop_clip=source.loss is not None)
 
     def source_spec(self, path: Path, source: Provenance) -> RNNSpec:
         """The spec of the RNN `source` names, as reading the file gives it: what verify holds a file made from it

@@ -43,7 +43,7 @@ class TfliteFormat(GraphFormat[TfliteFile, Layer]):
     def to_canonical(
         self, graph: TfliteFile, chain: Chain[Layer], source: Provenance, options: ReadOptions
     ) -> CanonicalRNN:
-        return to_canonical(graph, chain, source)
+        return to_canonical(graph, chain, source, options.drop_clip)
 
     def sizes(self, graph: TfliteFile, chain: Chain[Layer]) -> RNNSizes | None:
         return chain_sizes(graph, chain)
@@ -84,7 +84,7 @@ class TfliteFormat(GraphFormat[TfliteFile, Layer]):
         inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The file's own ops, their weights and options as stored, in LiteRT's interpreter."""
-        rnn = to_canonical(graph, chain, source)  # refuses what it cannot compare
+        rnn = to_canonical(graph, chain, source, source.loss is not None)  # refuses what it cannot compare
         if (rnn.spec.input_size, rnn.spec.num_layers) != (spec.input_size, spec.num_layers):
             raise BadInput(f"the TFLite ops {chain.name} are not the RNN the blob describes ({spec.describe()})")
         first = chain.first.op

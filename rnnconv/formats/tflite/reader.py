@@ -9,7 +9,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance, RNNSizes
-from rnnconv.errors import RnnconvError, Unsupported
+from rnnconv.errors import RnnconvError, Unsupported, listing
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Chain
 from rnnconv.formats.tflite.model import FLOAT_TYPES, Layer, Op, TfliteFile, cell_of_op, input_of, op_options
@@ -20,9 +20,12 @@ from rnnconv.table.layouts import per_gate
 from rnnconv.table.reading import Found, StoredCell, read, settle
 from rnnconv.table.rows import Row
 
+CLIPS = ("cell_clip", "proj_clip")  # the op options that clip (what cuDNN does not)
 
-def why_refused(file: TfliteFile, op: Op, where: str) -> str | None:
-    """Why cuDNN cannot compute this op (one sentence naming the term), or None."""
+
+def why_refused(file: TfliteFile, op: Op, where: str, drop_clip: bool = False) -> str | None:
+    """Why cuDNN cannot compute this op (one sentence naming the term), or None; `drop_clip`: a clip is no reason
+    (--allow-lossy reads the op without it)."""
     names = OP_INPUTS[op.name]
     if op.refusal:
         return op.refusal
@@ -37,9 +40,12 @@ def why_refused(file: TfliteFile, op: Op, where: str) -> str | None:
         if norms:
             return f"{where} normalizes its gates ({', '.join(norms)}): cuDNN's LSTM has no layer normalization"
         options = op_options(op)
-        for clip in ("cell_clip", "proj_clip"):
-            if options[clip]:
-                return f"{where} clips with {clip}={options[clip]}: cuDNN's LSTM does not clip"
+        for clip in CLIPS:
+            if options[clip] and not drop_clip:
+                return (
+                    f"{where} clips with {clip}={options[clip]}: cuDNN's LSTM does not clip (--allow-lossy reads it "
+                    f"without the clip and says how far that moves the outputs)"
+                )
         if options["diagonal"]:
             return f"{where} has diagonal recurrent weights: cuDNN's recurrent matrices are full"
         bias = input_of(op, "projection_bias")
@@ -73,17 +79,23 @@ def _weights(file: TfliteFile, op: Op, row: Row, where: str) -> dict[str, int]:
     return found
 
 
-def to_canonical(file: TfliteFile, chain: Chain[Layer], source: Provenance) -> CanonicalRNN:
+def to_canonical(file: TfliteFile, chain: Chain[Layer], source: Provenance, drop_clip: bool = False) -> CanonicalRNN:
+    """The canonical RNN of a chain of ops; `drop_clip`: an LSTM that clips read without the clip, the loss recorded
+    (--allow-lossy)."""
     first = chain.first.op
     row = find_row(FORMAT, first.name)
     cells: dict[tuple[int, int], dict[str, int]] = {}
+    clips = set()
     for layer, held in enumerate(chain.layers):
         for direction, op in enumerate(held.ops):
             where = f"op {op.index} ({op.title}, layer {layer})"
-            reason = why_refused(file, op, where)
+            reason = why_refused(file, op, where, drop_clip)
             if reason:
                 raise Unsupported(reason)
             cells[(layer, direction)] = _weights(file, op, row, where)
+            clips.add(tuple(float(op_options(op).get(clip, 0.0)) for clip in CLIPS))
+    if len(clips) > 1:
+        raise Unsupported(f"{chain.name}: its ops clip by different bounds ({listing(map(str, sorted(clips)))})")
     code = op_options(first)["activation"]
     activation = ACTIVATION_NAMES.get(code, f"activation code {code}")
     settled = settle(row, {"activation": activation}, chain.name, unstored=())
@@ -121,6 +133,9 @@ def to_canonical(file: TfliteFile, chain: Chain[Layer], source: Provenance) -> C
         handover={"keepalive": file},
     )
     rnn = read(found, source)
+    (clip,) = clips
+    if any(clip):
+        rnn = registry.clip_dropped(rnn, (clip[0], clip[1]))
     if file.record is not None:
         rnn.origin = registry.read_source_record(file.record, file.path)
     return rnn
