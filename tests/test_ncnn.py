@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 ncnn = pytest.importorskip("ncnn")
@@ -185,3 +186,30 @@ def test_writing_and_reading_need_no_framework(tmp_path):
 def test_doctor_lists_ncnn():
     report = json.loads(run_cli("doctor", "--json").stdout)
     assert report["backends"]["ncnn"]["available"] and report["sources"]["ncnn"]["available"]
+
+
+def test_a_gru_after_pnnxs_gemm_is_sized_and_computes_what_ncnn_computes(tmp_path):
+    """pnnx writes nn.Linear before a GRU as a Gemm whose constant B and C lie in the .bin, sized by its own params
+    (M, N, K, C's broadcast type): the GRU after it is read, and computes what ncnn's own Net computes for it."""
+    param = NCNN / "pnnx_linear_gru.param"
+    assert "Gemm gemm_0 1 1 in0 1 10=4 2=0 3=1 4=0 5=1 6=1 7=7 8=6 9=4" in " ".join(param.read_text().split())
+    result = run_cli("convert", param, tmp_path / "m.pt")
+    assert result.returncode == 0, result.stderr
+    gru = torch.nn.GRU(6, 5)
+    gru.load_state_dict(torch.load(tmp_path / "m.pt", weights_only=True))  # float16 values, computed in float32
+    net = ncnn.Net()
+    net.opt.use_vulkan_compute = False
+    for narrow in ("use_fp16_packed", "use_fp16_storage", "use_fp16_arithmetic", "use_bf16_storage"):
+        setattr(net.opt, narrow, False)
+    assert net.load_param(str(param)) == 0 and net.load_model(str(param.with_suffix(".bin"))) == 0
+    x = np.random.default_rng(36).standard_normal((7, 4)).astype(np.float32)
+    extractor = net.create_extractor()
+    extractor.input("in0", ncnn.Mat(x))
+    gemm, own = (np.array(extractor.extract(blob)[1]) for blob in ("1", "out0"))  # the GRU's input and output
+    assert gemm.shape == (7, 6) and own.shape == (7, 5)
+    with torch.no_grad():
+        y = gru(torch.from_numpy(gemm)[:, None, :])[0][:, 0].numpy()
+    error = float(np.abs(y - own).max())
+    LARGEST_ERRORS["ncnn's GRU after pnnx's Gemm vs its conversion"] = error
+    assert error < 1e-5
+    assert rnnconv.verify(tmp_path / "m.pt").verdict == "match"

@@ -4,6 +4,7 @@ through the table's ncnn rows."""
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,10 @@ from rnnconv.formats.ncnn.wire import (
     KIND,
     NCNN_DIRECTIONS,
     NCNN_FLAGS,
+    NCNN_GEMM,
+    NCNN_GEMM_C,
+    NCNN_GEMM_CONSTANTS,
+    NCNN_GEMM_KEYS,
     NCNN_LAYERS,
     NCNN_MAGIC,
     NCNN_MEMORY,
@@ -259,11 +264,35 @@ def _size_layers(layers: list[Layer], weights: BinReader) -> None:
             weights.load(size, True, f"the weights of {where}")
             if bias:
                 weights.load(output, False, f"the bias of {where}")
+        elif layer.type == NCNN_GEMM:
+            unsized = _size_gemm(layer, weights, where)
         elif layer.type not in NCNN_WEIGHTLESS:
             unsized = (
                 f"its weights come after {where}, a {layer.type}, whose weights rnnconv cannot size: rnnconv reads "
-                f"recurrent layers after {', '.join(NCNN_SIZED)}, MemoryData and weightless layers only"
+                f"recurrent layers after {', '.join((*NCNN_SIZED, NCNN_GEMM))}, MemoryData and weightless layers only"
             )
+
+
+def _size_gemm(layer: Layer, weights: BinReader, where: str) -> str | None:
+    """A Gemm's constant A, B and C, sized by its own params as ncnn loads them (each a flagged blob: A of M x K
+    values, B of K x N, C of as many as its broadcast type says); the reason a layer after it cannot be read, where
+    its weights are quantized."""
+    given = {key: layer.param(number) for key, number in NCNN_GEMM_KEYS.items()}
+    if given["quantize_term"]:
+        return f"its weights come after {where} (Gemm), whose quantized weights rnnconv does not size"
+    broadcast = given["constant_broadcast_type_C"]
+    if given["constantC"] and broadcast not in (-1, *NCNN_GEMM_C):
+        raise BadInput(f"{where}: constant_broadcast_type_C is {broadcast}, not -1 to 4")
+    for name, (flag, sized_by) in NCNN_GEMM_CONSTANTS.items():
+        if not given[flag] or (flag == "constantC" and broadcast == -1):
+            continue
+        keys = NCNN_GEMM_C[broadcast] if flag == "constantC" else sized_by
+        dims = [given[key] for key in keys]
+        if any(size < 1 for size in dims):
+            sizes = ", ".join(f"{key}={size}" for key, size in zip(keys, dims, strict=True))
+            raise BadInput(f"{where}: its constant {name} has no size ({sizes})")
+        weights.load(math.prod(dims), True, f"the constant {name} of {where}")
+    return None
 
 
 def _check_recurrent(layer: Layer) -> None:

@@ -38,6 +38,33 @@ NCNN_WEIGHTLESS: Final = (
 # Layers with weights before a recurrent layer, sized from their params: type -> (num_output, bias_term,
 # weight_data_size, int8_scale_term) keys; weights a flagged blob, the bias num_output raw floats.
 NCNN_SIZED: Final[dict[str, tuple[int, int, int, int]]] = {"InnerProduct": (0, 1, 2, 8), "Embed": (0, 2, 3, 18)}
+# Gemm (what pnnx writes for nn.Linear on a sequence): its constant A, B and C are blobs of the .bin, each a flagged
+# load sized by its own params. Keys: transA, constantA, constantB, constantC, constantM, constantN, constantK,
+# constant_broadcast_type_C, quantize_term; C's values by broadcast type (-1: none loaded).
+NCNN_GEMM: Final = "Gemm"
+NCNN_GEMM_KEYS: Final[dict[str, int]] = {
+    "constantA": 4,
+    "constantB": 5,
+    "constantC": 6,
+    "constantM": 7,
+    "constantN": 8,
+    "constantK": 9,
+    "constant_broadcast_type_C": 10,
+    "quantize_term": 18,
+}
+# Each constant in .bin order: the key that says it is one, and the keys that size it (C's: by its broadcast type).
+NCNN_GEMM_CONSTANTS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
+    "A": ("constantA", ("constantM", "constantK")),
+    "B": ("constantB", ("constantK", "constantN")),
+    "C": ("constantC", ()),
+}
+NCNN_GEMM_C: Final[dict[int, tuple[str, ...]]] = {
+    0: (),
+    1: ("constantM",),
+    2: ("constantM",),
+    3: ("constantM", "constantN"),
+    4: ("constantN",),
+}
 NCNN_MEMORY_KEYS: Final = (0, 1, 11, 2, 21)  # MemoryData: w, h, d, c, load_type (1: raw floats, no flag)
 KIND: Final = "ncnn-param"  # the file kind a source records
 RECURRENT: Final = {layer: cell for cell, layer in NCNN_LAYERS.items()}
