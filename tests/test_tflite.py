@@ -36,6 +36,7 @@ from rnnconv.formats.tflite.flat import Flat
 from rnnconv.formats.tflite.model import TfliteFile
 from rnnconv.formats.tflite.wire import TFLITE_ACTIVATIONS, TFLITE_LSTM_INPUTS
 from rnnconv.formats.tflite.writer import graph_of
+from rnnconv.reference import forward
 
 TFLITE = FIXTURES / "tflite"
 CONVERTER = TFLITE / "keras_lstm_converter.tflite"
@@ -281,6 +282,31 @@ def test_allow_lossy_drops_the_converters_cell_clip_and_says_how_far_it_moves(tm
     (rnn,) = rnnconv.convert(source, tmp_path / "again.pt", allow_lossy=True).rnns
     assert rnn.source.loss is not None and "cell_clip=10" in rnn.source.loss.dropped[0]
     assert rnnconv.verify(tmp_path / "m.pt").verdict == "match"
+
+
+def test_the_clip_allow_lossy_measures_is_the_one_litert_computes():
+    """What --allow-lossy's measurement runs (the numpy reference with the cell state clipped) is what LiteRT
+    computes for the converter's clipped LSTM, on inputs that reach the clip (initial cells set beyond it), and the
+    unclipped reading differs there: the reported change is the clip's own."""
+    model = TfliteFile.load(CONVERTER)
+    first = next(op for op in model.ops if op.name == "UNIDIRECTIONAL_SEQUENCE_LSTM")
+    rng = np.random.default_rng(36)
+    x = (rng.standard_normal((2, 6, 5)) * 10).astype(np.float32)
+    c0 = (rng.standard_normal((2, 7)) * 20).astype(np.float32)
+    interpreter = Interpreter(model_path=str(CONVERTER))
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(first.inputs[TFLITE_LSTM_INPUTS.index("cell_state")], c0)
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+    interpreter.invoke()
+    own = interpreter.get_tensor(first.outputs[0])
+    with rnnconv.load(CONVERTER, layer=model.chains[0].name, drop_clip=True) as (rnn,):
+        clipped, unclipped = (
+            forward(rnn.spec, rnn.param, x.transpose(1, 0, 2), None, c0[None], clip=clip)[0].transpose(1, 0, 2)
+            for clip in ((10.0, 0.0), (0.0, 0.0))
+        )
+    error = float(np.abs(clipped - own).max())
+    LARGEST_ERRORS["LiteRT's clipped LSTM vs the numpy reference's clip"] = error
+    assert error < 1e-5 and float(np.abs(unclipped - own).max()) > 1e-3
 
 
 # --- refusals ----------------------------------------------------------------------------------------------------
