@@ -615,28 +615,69 @@ def test_verify_compares_the_dequantized_blob_with_onnxruntime_running_the_quant
     assert "MISMATCH" in result.stdout
 
 
-def test_unrolled_lstm_and_gru_cells_are_listed_with_sizes_and_refused_pointing_at_the_checkpoint(tmp_path):
-    """The dynamo exporter writes nn.LSTMCell and nn.GRUCell as Gemm/Split/Sigmoid/Tanh ops: not read (yet), but
-    never reported as "no recurrent layers"."""
-    result = run_cli("inspect", ONNX / "cells_dynamo.onnx", "--json")
-    assert result.returncode == 0, result.stderr
-    report = rnnconv.contracts.InspectReport.model_validate_json(result.stdout)
-    listed = sorted((e.layer_class, e.converts, e.spec, e.sizes.input_size, e.sizes.hidden_size) for e in report.rnns)
-    assert listed == [("GRU cell (unrolled)", False, None, 3, 5), ("LSTM cell (unrolled)", False, None, 3, 4)]
-    reasons = {e.layer_class: e.reason for e in report.rnns}
-    assert (
-        "convert the checkpoint" in reasons["LSTM cell (unrolled)"]
-        and "lstm.weight_ih" in reasons["LSTM cell (unrolled)"]
-    )
-    assert (
-        "convert the checkpoint" in reasons["GRU cell (unrolled)"] and "gru.weight_hh" in reasons["GRU cell (unrolled)"]
-    )
-    with rnnconv.load(ONNX / "cells_dynamo.pt", layer="lstm") as (rnn,):  # the checkpoint converts
-        assert (rnn.spec.input_size, rnn.spec.hidden_size) == (3, 4)
-    refused = run_cli(
-        "onnx-to-cudnn", ONNX / "cells_dynamo.onnx", "-o", tmp_path / "out.bin", "--layer", "node_Split_6"
-    )
-    assert_clean_failure(refused, 2, "LSTM cell unrolled", "convert the checkpoint")
+CELL_LAYERS = {"node_Split_6": ("LSTM", 3, 4), "node_Split_12": ("GRU", 3, 5)}  # in cells_dynamo.onnx
+
+
+def _cell_feeds(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    sizes = {"x": 3, "h": 4, "c": 4, "g": 5}  # the LSTMCell's x, h, c and the GRUCell's h (g)
+    return {name: rng.standard_normal((2, size)).astype(np.float32) for name, size in sizes.items()}
+
+
+@pytest.mark.parametrize("name", ["cells_dynamo", "cells_gates_swapped"])
+def test_unrolled_lstm_and_gru_cells_convert_to_what_onnxruntime_computes(name, tmp_path):
+    """The dynamo exporter writes nn.LSTMCell and nn.GRUCell as Gemm/Split/Sigmoid/Tanh ops; each is read by what its
+    graph computes, so a cell whose gates read other blocks (the graph's LSTM i and o, GRU r and z exchanged) is
+    read right too: the converted nn.LSTM / nn.GRU, run one step, computes what onnxruntime computes of the file."""
+    report = rnnconv.inspect(ONNX / f"{name}.onnx")
+    listed = {e.name: (e.layer_class, e.converts, e.sizes.input_size, e.sizes.hidden_size) for e in report.rnns}
+    assert listed == {
+        layer: (f"{kind} cell (unrolled)", True, inputs, hidden)
+        for layer, (kind, inputs, hidden) in CELL_LAYERS.items()
+    }
+    feeds = _cell_feeds(7)
+    h_lstm, c_lstm, h_gru = ort_session(ONNX / f"{name}.onnx").run(None, feeds)
+    for layer, (kind, inputs, hidden) in CELL_LAYERS.items():
+        out = tmp_path / f"{layer}.pt"
+        result = run_cli("convert", ONNX / f"{name}.onnx", out, "--layer", layer)
+        assert result.returncode == 0, result.stderr
+        assert "read by what it computes" in result.stderr
+        module = getattr(torch.nn, kind)(inputs, hidden)
+        module.load_state_dict(torch.load(out, weights_only=True))
+        x = torch.from_numpy(feeds["x"])[None]
+        with torch.no_grad():
+            if kind == "LSTM":
+                _, (h, c) = module(x, (torch.from_numpy(feeds["h"])[None], torch.from_numpy(feeds["c"])[None]))
+                assert np.max(np.abs(c[0].numpy() - c_lstm)) <= 1e-5
+                assert np.max(np.abs(h[0].numpy() - h_lstm)) <= 1e-5
+            else:
+                _, h = module(x, torch.from_numpy(feeds["g"])[None])
+                assert np.max(np.abs(h[0].numpy() - h_gru)) <= 1e-5
+
+
+def test_the_unchanged_cells_read_as_their_checkpoint(tmp_path):
+    """The LSTMCell and GRUCell read from the graph hold their checkpoint's very weights."""
+    for layer, module in (("node_Split_6", "lstm"), ("node_Split_12", "gru")):
+        rnnconv.convert(ONNX / "cells_dynamo.onnx", tmp_path / f"{layer}.bin", layer=layer)
+        rnnconv.convert(ONNX / "cells_dynamo.pt", tmp_path / f"{module}.bin", layer=module)
+        assert (tmp_path / f"{layer}.bin").read_bytes() == (tmp_path / f"{module}.bin").read_bytes()
+
+
+def test_a_cell_graph_that_computes_no_cell_is_listed_with_the_reason_and_refused(tmp_path):
+    """The cells with the LSTM's output Tanh made a Relu and the GRU's 1 - z made 1 + z: shaped like cells, but no
+    reading of their weights computes what they compute: listed with the reason, refused in one sentence."""
+    report = rnnconv.inspect(ONNX / "cells_no_cell.onnx")
+    assert sorted((e.name, e.converts, e.sizes.hidden_size) for e in report.rnns) == [
+        ("node_Split_12", False, 5),
+        ("node_Split_6", False, 4),
+    ]
+    for entry in report.rnns:
+        assert "computes none of the" in entry.reason and "the nearest is off by" in entry.reason
+        assert "convert the checkpoint" in entry.reason
+    out = tmp_path / "out.pt"
+    refused = run_cli("convert", ONNX / "cells_no_cell.onnx", out, "--layer", "node_Split_6")
+    assert_clean_failure(refused, 2, "looks like an LSTM cell", "computes none of the", "convert the checkpoint")
+    assert not out.exists()
 
 
 # --- verify a written .onnx: the file itself, run in onnxruntime, against its recorded source ---------------

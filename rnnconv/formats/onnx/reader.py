@@ -260,6 +260,12 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
             f"{first.name}: layout=1 (batch-major input and output); the converted RNN takes its own format's "
             f"layout (its usage line says which): transpose where they differ"
         )
+    if first.probed is not None:
+        notes.append(
+            f"{first.name}: {'a' if first.op == 'GRU' else 'an'} {first.op} cell unrolled into matrix products and "
+            f"activations, one step: its gates and layout read by what it computes (run on probe inputs, within "
+            f"{first.probed:.1g} of the reading)"
+        )
     later = []
     if first.quantized:
         later.append(
