@@ -655,6 +655,36 @@ def test_unrolled_lstm_and_gru_cells_convert_to_what_onnxruntime_computes(name, 
                 assert np.max(np.abs(h[0].numpy() - h_gru)) <= 1e-5
 
 
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_cells_stepped_over_time_convert_as_one_rnn_computing_what_onnxruntime_computes(kind, layers, tmp_path):
+    """nn.LSTMCell / nn.GRUCell layers stepped 4 times in Python (I=5, H=7, 1 and 2 layers), exported by the dynamo
+    exporter as one cell's operations per step and layer: one RNN, its layers stacked, that converts; the nn.LSTM /
+    nn.GRU written computes, from the same initial states, what onnxruntime computes of the file."""
+    path = ONNX / f"{kind.lower()}_cell_loop{layers}_dynamo.onnx"
+    report = rnnconv.inspect(path)
+    whole = [e for e in report.rnns if e.sizes.num_layers == layers]
+    assert [(e.layer_class, e.converts, e.sizes.input_size, e.sizes.hidden_size) for e in whole] == [
+        (f"{kind} cell (unrolled, 4 steps)", True, 5, 7)
+    ]
+    rng = np.random.default_rng(layers)
+    x = rng.standard_normal((4, 2, 5)).astype(np.float32)
+    states = [rng.standard_normal((layers, 2, 7)).astype(np.float32) for _ in range(2 if kind == "LSTM" else 1)]
+    session = ort_session(path)
+    expected = session.run(None, dict(zip([i.name for i in session.get_inputs()], [x, *states])))
+    out = tmp_path / "out.pt"
+    result = run_cli("convert", path, out, "--layer", whole[0].name)
+    assert result.returncode == 0, result.stderr
+    module = getattr(torch.nn, kind)(5, 7, num_layers=layers)
+    module.load_state_dict(torch.load(out, weights_only=True))
+    initial = tuple(torch.from_numpy(s) for s in states)
+    with torch.no_grad():
+        y, final = module(torch.from_numpy(x), initial if kind == "LSTM" else initial[0])
+    got = [y, *(final if kind == "LSTM" else (final,))]
+    for mine, theirs in zip(got, expected, strict=True):
+        assert np.max(np.abs(mine.numpy() - theirs)) <= 1e-5
+
+
 def test_the_unchanged_cells_read_as_their_checkpoint(tmp_path):
     """The LSTMCell and GRUCell read from the graph hold their checkpoint's very weights."""
     for layer, module in (("node_Split_6", "lstm"), ("node_Split_12", "gru")):

@@ -10,6 +10,7 @@ graph is parsed, not in what a cell is.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -39,12 +40,12 @@ class Product:
 class CellGraph:
     """A cell as a graph format found it: its two matrix products, the other values it carries from step to step
     (an LSTM's cell state: candidates, the one that makes it a cell is kept), and its graph, run on values fed by
-    name, giving every value it computes."""
+    name, giving every value it computes by name."""
 
     name: str
     products: tuple[Product, Product]
     carried: tuple[str, ...]
-    run: Callable[[dict[str, np.ndarray]], list[np.ndarray]]
+    run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ class Reading:
     error: float  # the largest difference from the graph's values on the probes
     x: str  # the value that is the step's input
     h: str  # the carried state
+    c: str | None  # an LSTM's carried cell state
+    outputs: tuple[str, ...]  # the values that are the new state (and an LSTM's new cell state)
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ def recognise(cell: CellGraph) -> Reading | str:
         shapes = " and ".join(str(tuple(p.matrix.shape)) for p in cell.products)
         return f"has matrices {shapes}, which are not an LSTM's, GRU's or RNN's input and recurrent matrices"
     rng = np.random.default_rng(PROBE_SEED)
-    probes: dict[tuple[str, ...], tuple[dict[str, np.ndarray], list[np.ndarray]] | str] = {}
+    probes: dict[tuple[str, ...], tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | str] = {}
     nearest = np.inf
     for candidate in candidates:
         key = (candidate.x, candidate.h, candidate.c or "")
@@ -95,10 +98,11 @@ def recognise(cell: CellGraph) -> Reading | str:
             continue
         feeds, values = probe
         expected = _step(candidate, feeds[candidate.x], feeds[candidate.h], feeds.get(candidate.c or ""))
-        error = max(_nearest(values, e) for e in expected)
+        found = [_nearest(values, e) for e in expected]
+        error = max(e for e, _ in found)
         nearest = min(nearest, error)
         if error <= TOLERANCE:
-            return _reading(candidate, error)
+            return _reading(candidate, error, tuple(name for _, name in found))
     modes = sorted({c.mode.split("_")[0].upper() for c in candidates})
     failed = [p for p in probes.values() if isinstance(p, str)]
     if not np.isfinite(nearest):
@@ -108,6 +112,16 @@ def recognise(cell: CellGraph) -> Reading | str:
         f"product is the input's, gate orders, layouts, reset placements, activations; the nearest is off by "
         f"{nearest:.2g})"
     )
+
+
+def exchanged(reading: Reading) -> Reading | None:
+    """The same step read with its input and state exchanged, where that computes the same (an LSTM's or RNN's
+    gates sum the two products, so with as many inputs as hidden units either may be the state; a GRU's reset acts
+    on one of them only): which is the state is then told by the steps around it, not by the step."""
+    if reading.mode == GRU or reading.input_size != reading.hidden:
+        return None
+    gates = {g: (r, w, br, bw) for g, (w, r, bw, br) in reading.gates.items()}
+    return dataclasses.replace(reading, gates=gates, x=reading.h, h=reading.x)
 
 
 def _candidates(cell: CellGraph) -> Iterator[Candidate]:
@@ -153,7 +167,7 @@ def _bias(bias: np.ndarray | None, size: int) -> np.ndarray | None:
 
 def _probe(
     cell: CellGraph, candidate: Candidate, rng: np.random.Generator
-) -> tuple[dict[str, np.ndarray], list[np.ndarray]] | str:
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | str:
     hidden = candidate.r.shape[1]
     feeds = {
         candidate.x: rng.standard_normal((PROBE_BATCH, candidate.w.shape[1])).astype(np.float32),
@@ -165,7 +179,7 @@ def _probe(
         values = cell.run(feeds)
     except (ValueError, IndexError, TypeError, ArithmeticError) as exc:
         return f"does not run on probe inputs ({type(exc).__name__})"
-    return feeds, [np.asarray(v) for v in values]
+    return feeds, {name: np.asarray(v) for name, v in values.items()}
 
 
 def _step(candidate: Candidate, x: np.ndarray, h: np.ndarray, c: np.ndarray | None) -> list[np.ndarray]:
@@ -195,18 +209,18 @@ def _step(candidate: Candidate, x: np.ndarray, h: np.ndarray, c: np.ndarray | No
     return [ACTIVATIONS[candidate.mode](gx + gh)]
 
 
-def _nearest(values: list[np.ndarray], expected: np.ndarray) -> float:
-    """How far the graph's value nearest to `expected` is from it, relative to its size."""
+def _nearest(values: dict[str, np.ndarray], expected: np.ndarray) -> tuple[float, str]:
+    """The graph's value nearest to `expected`, and how far it is from it, relative to its size."""
     scale = max(1.0, float(np.max(np.abs(expected))))
     errors = [
-        float(np.max(np.abs(v.astype(np.float64) - expected))) / scale
-        for v in values
+        (float(np.max(np.abs(v.astype(np.float64) - expected))) / scale, name)
+        for name, v in values.items()
         if v.shape == expected.shape and v.dtype.kind == "f"
     ]
-    return min(errors, default=np.inf)
+    return min(errors, default=(np.inf, ""))
 
 
-def _reading(candidate: Candidate, error: float) -> Reading:
+def _reading(candidate: Candidate, error: float, outputs: tuple[str, ...]) -> Reading:
     count = len(candidate.order)
     w, r, bw, br = (np.split(m, count, axis=0) for m in (candidate.w, candidate.r, candidate.bw, candidate.br))
     stored = {gate: (w[i], r[i], bw[i], br[i]) for i, gate in enumerate(candidate.order)}
@@ -220,6 +234,8 @@ def _reading(candidate: Candidate, error: float) -> Reading:
         error,
         candidate.x,
         candidate.h,
+        candidate.c,
+        outputs,
     )
 
 

@@ -74,6 +74,8 @@ class OnnxNode:
 
     @property
     def shown_class(self) -> str:
+        if self.probed is not None and self.unrolled > 1:
+            return f"{self.op} cell (unrolled, {self.unrolled} steps)"
         if self.probed is not None or self.source_class.endswith(" cell"):
             return f"{self.op} cell (unrolled)"
         if self.source_class.endswith(" cell"):
@@ -329,11 +331,12 @@ def _refused_unrolled(name: str, steps: int, reason: str) -> OnnxNode:
     return node
 
 
-def unrolled_cell(cell: Cell) -> OnnxNode:
-    """A cell unrolled into matrix products and activations: read as the one-layer RNN node that computes what it
-    computes, or listed with its sizes and why it does not convert."""
+def unrolled_cell(cell: Cell, steps: int = 1) -> OnnxNode:
+    """A cell unrolled into matrix products and activations (stepped `steps` times: one layer of an RNN): read as
+    the RNN node of one layer that computes what it computes, or listed with its sizes and why it does not
+    convert."""
     if cell.reading is not None:
-        return _cell_node(cell.name, cell.reading)
+        return _cell_node(cell.name, cell.reading, steps)
     reason = (
         f"{cell.name!r} looks like {'a' if cell.kind == 'GRU' else 'an'} {cell.kind} cell unrolled into matrix "
         f"products and activations, but it {cell.refusal}; convert the checkpoint it was exported from (its weights "
@@ -349,7 +352,7 @@ def unrolled_cell(cell: Cell) -> OnnxNode:
     return node
 
 
-def _cell_node(name: str, reading: Reading) -> OnnxNode:
+def _cell_node(name: str, reading: Reading, steps: int) -> OnnxNode:
     """The RNN node (one layer, forward) a recognised cell is: its gates in the ONNX row's order."""
     op = ONNX_OPS[CUDNN_MODES[reading.mode][0]]
     order = ONNX_GATE_ORDER[op]
@@ -367,7 +370,7 @@ def _cell_node(name: str, reading: Reading) -> OnnxNode:
     if len(dtypes) > 1:
         raise BadInput(f"the cell {name!r}: its weights are of different types ({', '.join(sorted(dtypes))})")
     node = OnnxNode(name, op, [reading.x], [], attributes, {role: v for role, (v, _) in found.items()}, dtypes.pop())
-    node.short, node.unrolled, node.probed = name.rsplit(SUBGRAPH, maxsplit=1)[-1], 1, reading.error
+    node.short, node.unrolled, node.probed = name.rsplit(SUBGRAPH, maxsplit=1)[-1], steps, reading.error
     return node
 
 

@@ -101,9 +101,15 @@ class OnnxFile(Graph[OnnxNode]):
             nodes += refused
             chains += [[node] for node in refused]
             taken = {step.activation.output[0] for u in recurrences for step in u.steps}
-            cells = [unrolled_cell(cell) for cell in CellFinder(scope, folding).cells(taken)]
+            finder = CellFinder(scope, folding)
+            stepped, alone = finder.stacks(finder.cells(taken))
+            cells = [unrolled_cell(cell) for cell in alone]
             nodes += cells
             chains += [[node] for node in cells]
+            for steps in stepped:
+                stacked = [unrolled_cell(layer[0], len(layer)) for layer in steps]
+                nodes += stacked
+                chains += consecutive(stacked)
             for stack in recogniser.layers(recurrences):
                 layers = [unrolled_layer(layer) for layer in stack]
                 nodes += layers
@@ -261,10 +267,12 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
             f"layout (its usage line says which): transpose where they differ"
         )
     if first.probed is not None:
+        steps = "one step" if first.unrolled == 1 else f"stepped {first.unrolled} times"
+        article = "a" if first.op == "GRU" else "an"
         notes.append(
-            f"{first.name}: {'a' if first.op == 'GRU' else 'an'} {first.op} cell unrolled into matrix products and "
-            f"activations, one step: its gates and layout read by what it computes (run on probe inputs, within "
-            f"{first.probed:.1g} of the reading)"
+            f"{','.join(n.name for n in chain)}: {article} {first.op} cell unrolled into matrix products and "
+            f"activations, {steps}: its gates and layout read by what it computes (run on probe inputs, within "
+            f"{max(n.probed or 0.0 for n in chain):.1g} of the reading)"
         )
     later = []
     if first.quantized:

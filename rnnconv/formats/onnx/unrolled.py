@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from rnnconv.errors import listing
-from rnnconv.formats._cells import CellGraph, Product, Reading, recognise
+from rnnconv.formats._cells import CellGraph, Product, Reading, exchanged, recognise
 from rnnconv.formats.onnx.folding import Folder, NotFoldable, Scope
 from rnnconv.formats.onnx.wire import ONNX_ACTIVATIONS, ONNX_INPUTS
 from rnnconv.reference import sigmoid
@@ -428,9 +428,87 @@ class CellFinder(Recogniser):
                 summed = self.summed_products(node.input[0])
                 if summed and len(summed) == 2 and any(p.matrix.shape[0] == p.matrix.shape[1] for p in summed):
                     found.append(self.cell(node, "RNN", summed, 1))
-        if len(splits) == 2 and self.gru_parts(splits[0][0]):
-            found.append(self.cell(splits[0][0], "GRU", [splits[0][1], splits[1][1]], 3))
+        for first, other in self.gru_pairs(splits):
+            found.append(self.cell(first[0], "GRU", [first[1], other[1]], 3))
         return [c for c in found if c.hidden > 0]
+
+    def gru_pairs(self, splits: list[tuple[Any, Product]]) -> list[tuple[tuple[Any, Product], tuple[Any, Product]]]:
+        """The 3-way splits of two products whose parts are added (a GRU's input and recurrent terms), in pairs."""
+        adding = {}
+        for split in splits:
+            sums = {c.output[0] for part in split[0].output for c in self.consumers(part) if c.op_type == "Add"}
+            adding[id(split[0])] = sums
+        pairs, paired = [], set()
+        for index, one in enumerate(splits):
+            for other in splits[index + 1 :]:
+                if id(one[0]) in paired or id(other[0]) in paired:
+                    continue
+                if adding[id(one[0])] & adding[id(other[0])] and self.gru_parts(one[0]):
+                    pairs.append((one, other))
+                    paired |= {id(one[0]), id(other[0])}
+        return pairs
+
+    def stacks(self, cells: list[Cell]) -> tuple[list[list[list[Cell]]], list[Cell]]:
+        """Cells stepped over time (each step's state the previous step's new state, its input the input sequence
+        at that step, its weights the same), as layers of their steps in time order, stacked where a layer's input
+        at each step is the layer below's new state; and the cells that are no such step."""
+        read = [c for c in cells if c.reading is not None]
+        by_output = {c.reading.outputs[0]: c for c in read if c.reading is not None}
+        after: dict[int, Cell] = {}
+        for cell in read:  # in the graph's order, which is time's
+            earlier = self.earlier_step(cell, by_output)
+            if earlier is not None:
+                after[id(earlier)] = cell
+        followed = {id(c) for c in after.values()}
+        layers = []
+        for cell in read:
+            if id(cell) not in followed:
+                layer = [cell]
+                while id(layer[-1]) in after and len(layer) <= len(read):
+                    layer.append(after[id(layer[-1])])
+                layers.append(layer)
+        stacks: list[list[list[Cell]]] = [[layer] for layer in layers if len(layer) > 1 and self.over_time(layer)]
+        rest = [layer for layer in layers if len(layer) > 1 and not self.over_time(layer)]
+        grown = True
+        while grown and rest:
+            grown = False
+            for layer in rest:
+                stack = next((s for s in stacks if self.reads_outputs(layer, s[-1])), None)
+                if stack is not None:
+                    stack.append(layer)
+                    rest.remove(layer)
+                    grown = True
+                    break
+        stepped = {id(c) for stack in stacks for layer in stack for c in layer}
+        return stacks, [c for c in cells if id(c) not in stepped]
+
+    def earlier_step(self, cell: Cell, by_output: dict[str, Cell]) -> Cell | None:
+        """The step whose new state `cell` reads as its state, the two read alike (a step that may be read with
+        its input and state exchanged is read so that it is the next step of the one whose new state it reads)."""
+        assert cell.reading is not None
+        readings = [cell.reading] + [r for r in (exchanged(cell.reading),) if r is not None]
+        for reading in readings:
+            earlier = by_output.get(self.through(reading.h))
+            if earlier is None or earlier.reading is None or earlier is cell:
+                continue
+            for before in [earlier.reading] + [r for r in (exchanged(earlier.reading),) if r is not None]:
+                if _steps_of_one(before, reading, self.through):
+                    earlier.reading, cell.reading = before, reading
+                    return earlier
+        return None
+
+    def over_time(self, layer: list[Cell]) -> bool:
+        """Whether step t reads the input sequence at t, for every t from 0."""
+        slices = [self.time_slice(c.reading.x) if c.reading else None for c in layer]
+        sources = {s[0] for s in slices if s is not None}
+        return len(sources) == 1 and all(s is not None and s[1:] == (t, False) for t, s in enumerate(slices))
+
+    def reads_outputs(self, layer: list[Cell], below: list[Cell]) -> bool:
+        """Whether each step of `layer` reads the new state of the same step of `below`."""
+        return len(layer) == len(below) and all(
+            c.reading is not None and b.reading is not None and self.through(c.reading.x) == b.reading.outputs[0]
+            for c, b in zip(layer, below)
+        )
 
     def summed_products(self, value: str) -> list[Product] | None:
         node = self.producer(value)
@@ -455,9 +533,7 @@ class CellFinder(Recogniser):
         found = Cell(name, kind, hidden, int(inputs[1]), [p.name for p in products])
         if hidden:
             carried = self.carried(products) if kind == "LSTM" else ()
-            graph = CellGraph(
-                name, (products[0], products[1]), carried, lambda feeds: list(self.run(feeds)[0].values())
-            )
+            graph = CellGraph(name, (products[0], products[1]), carried, lambda feeds: self.run(feeds)[0])
             reading = recognise(graph)
             found.reading, found.refusal = (reading, None) if isinstance(reading, Reading) else (None, reading)
         return found
@@ -491,6 +567,15 @@ class CellFinder(Recogniser):
             values.update(zip(node.output, outputs))
             computed.update(zip(node.output, outputs))
         return computed, missing
+
+
+def _steps_of_one(a: Reading, b: Reading, through: Callable[[str], str]) -> bool:
+    """Whether `b` is the step after `a`: the same cell, reading the states it computes."""
+    if a.mode != b.mode or a.reset_after != b.reset_after or a.gates.keys() != b.gates.keys():
+        return False
+    if b.c is not None and (len(a.outputs) < 2 or through(b.c) != a.outputs[1]):
+        return False
+    return all(x.shape == y.shape and np.array_equal(x, y) for g in a.gates for x, y in zip(a.gates[g], b.gates[g]))
 
 
 def _evaluate(node: Any, arguments: list[Any]) -> list[np.ndarray]:
