@@ -710,6 +710,22 @@ def test_a_cell_graph_that_computes_no_cell_is_listed_with_the_reason_and_refuse
     assert not out.exists()
 
 
+def test_a_cell_refused_names_its_weights_cut_to_a_readable_length(tmp_path):
+    """Found by the fuzz family onnx_cells: a weight with a 20,000-character name made the refusal 20,000 characters."""
+    model = onnx.load(str(ONNX / "cells_no_cell.onnx"))
+    long = "w" * 20_000
+    for tensor in model.graph.initializer:
+        if tensor.name == "lstm.weight_ih":
+            tensor.name = long
+    for node in model.graph.node:
+        node.input[:] = [long if name == "lstm.weight_ih" else name for name in node.input]
+    path = tmp_path / "long.onnx"
+    onnx.save(model, str(path))
+    refused = run_cli("convert", path, tmp_path / "out.pt", "--layer", "node_Split_6")
+    assert_clean_failure(refused, 2, "computes none of the", "(20,000 characters)")
+    assert len(refused.stderr) < 1000
+
+
 # --- verify a written .onnx: the file itself, run in onnxruntime, against its recorded source ---------------
 
 

@@ -338,9 +338,9 @@ def unrolled_cell(cell: Cell, steps: int = 1) -> OnnxNode:
     if cell.reading is not None:
         return _cell_node(cell.name, cell.reading, steps)
     reason = (
-        f"{cell.name!r} looks like {'a' if cell.kind == 'GRU' else 'an'} {cell.kind} cell unrolled into matrix "
+        f"{cut(cell.name)!r} looks like {'a' if cell.kind == 'GRU' else 'an'} {cell.kind} cell unrolled into matrix "
         f"products and activations, but it {cell.refusal}; convert the checkpoint it was exported from (its weights "
-        f"are {', '.join(repr(w) for w in cell.weights)})"
+        f"are {', '.join(repr(cut(w)) for w in cell.weights)})"
     )
     gates = len(CUDNN_GATES[RNN_OPS[cell.kind]])
     sizes = {"W": np.broadcast_to(np.float32(0), (1, gates * cell.hidden, cell.input_size))}  # shapes only
