@@ -685,6 +685,44 @@ def test_cells_stepped_over_time_convert_as_one_rnn_computing_what_onnxruntime_c
         assert np.max(np.abs(mine.numpy() - theirs)) <= 1e-5
 
 
+def test_a_cell_that_is_a_scan_body_converts_as_the_rnn_the_scan_computes(tmp_path):
+    """The LSTMCell's operations as a Scan's body (h and c carried, x scanned): the nn.LSTM written computes over the
+    whole sequence what onnxruntime computes of the Scan (Y, h_n, c_n); with the body giving back its new states in
+    each other's places, the Scan is no RNN and the cell is listed as one step only."""
+    path = ONNX / "lstm_cell_in_scan.onnx"
+    (entry,) = rnnconv.inspect(path).rnns
+    assert (entry.layer_class, entry.converts, entry.sizes.input_size, entry.sizes.hidden_size) == (
+        "LSTM cell (Scan body)",
+        True,
+        3,
+        4,
+    )
+    rng = np.random.default_rng(11)
+    feeds = {
+        "h0": rng.standard_normal((2, 4)).astype(np.float32),
+        "c0": rng.standard_normal((2, 4)).astype(np.float32),
+        "X": rng.standard_normal((5, 2, 3)).astype(np.float32),
+    }
+    h_n, c_n, y = ort_session(path).run(None, feeds)
+    out = tmp_path / "out.pt"
+    result = run_cli("convert", path, out)
+    assert result.returncode == 0, result.stderr
+    module = torch.nn.LSTM(3, 4)
+    module.load_state_dict(torch.load(out, weights_only=True))
+    with torch.no_grad():
+        mine_y, (mine_h, mine_c) = module(
+            torch.from_numpy(feeds["X"]), (torch.from_numpy(feeds["h0"])[None], torch.from_numpy(feeds["c0"])[None])
+        )
+    for mine, theirs in ((mine_y, y), (mine_h[0], h_n), (mine_c[0], c_n)):
+        assert np.max(np.abs(mine.numpy() - theirs)) <= 1e-5
+    model = onnx.load(str(path))
+    body = model.graph.node[0].attribute[0].g
+    body.output[0].name, body.output[1].name = body.output[1].name, body.output[0].name
+    swapped = tmp_path / "swapped.onnx"
+    onnx.save(model, str(swapped))
+    assert [e.layer_class for e in rnnconv.inspect(swapped).rnns] == ["LSTM cell (unrolled)"]
+
+
 def test_the_unchanged_cells_read_as_their_checkpoint(tmp_path):
     """The LSTMCell and GRUCell read from the graph hold their checkpoint's very weights."""
     for layer, module in (("node_Split_6", "lstm"), ("node_Split_12", "gru")):

@@ -56,6 +56,7 @@ class OnnxNode:
     unrolled: int = 0  # for an RNN an exporter unrolled into per-step ops: its steps
     stored: dict[str, np.ndarray] = field(default_factory=dict)  # a quantized node's inputs as stored (int8 W, R...)
     probed: float | None = None  # a cell read by what it computes: how far its reading was from it on probes
+    scanned: bool = False  # a cell that is a Scan's body, stepped over the Scan's sequence
 
     def __post_init__(self) -> None:
         self.source_class = self.source_class or self.op
@@ -74,6 +75,8 @@ class OnnxNode:
 
     @property
     def shown_class(self) -> str:
+        if self.scanned:
+            return f"{self.op} cell (Scan body)"
         if self.probed is not None and self.unrolled > 1:
             return f"{self.op} cell (unrolled, {self.unrolled} steps)"
         if self.probed is not None or self.source_class.endswith(" cell"):
@@ -331,12 +334,14 @@ def _refused_unrolled(name: str, steps: int, reason: str) -> OnnxNode:
     return node
 
 
-def unrolled_cell(cell: Cell, steps: int = 1) -> OnnxNode:
-    """A cell unrolled into matrix products and activations (stepped `steps` times: one layer of an RNN): read as
-    the RNN node of one layer that computes what it computes, or listed with its sizes and why it does not
-    convert."""
+def unrolled_cell(cell: Cell, steps: int = 1, scanned: bool = False) -> OnnxNode:
+    """A cell unrolled into matrix products and activations (stepped `steps` times, or a Scan's body over its
+    sequence: one layer of an RNN): read as the RNN node of one layer that computes what it computes, or listed
+    with its sizes and why it does not convert."""
     if cell.reading is not None:
-        return _cell_node(cell.name, cell.reading, steps)
+        node = _cell_node(cell.name, cell.reading, steps)
+        node.scanned = scanned
+        return node
     reason = (
         f"{cut(cell.name)!r} looks like {'a' if cell.kind == 'GRU' else 'an'} {cell.kind} cell unrolled into matrix "
         f"products and activations, but it {cell.refusal}; convert the checkpoint it was exported from (its weights "

@@ -103,7 +103,7 @@ class OnnxFile(Graph[OnnxNode]):
             taken = {step.activation.output[0] for u in recurrences for step in u.steps}
             finder = CellFinder(scope, folding)
             stepped, alone = finder.stacks(finder.cells(taken))
-            cells = [unrolled_cell(cell) for cell in alone]
+            cells = [unrolled_cell(cell, scanned=finder.scanned(cell)) for cell in alone]
             nodes += cells
             chains += [[node] for node in cells]
             for steps in stepped:
@@ -268,6 +268,7 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
         )
     if first.probed is not None:
         steps = "one step" if first.unrolled == 1 else f"stepped {first.unrolled} times"
+        steps = "stepped over its Scan's sequence" if first.scanned else steps
         article = "a" if first.op == "GRU" else "an"
         notes.append(
             f"{','.join(n.name for n in chain)}: {article} {first.op} cell unrolled into matrix products and "

@@ -25,7 +25,7 @@ import numpy as np
 
 from rnnconv.errors import listing
 from rnnconv.formats._cells import CellGraph, Product, Reading, exchanged, recognise
-from rnnconv.formats.onnx.folding import Folder, NotFoldable, Scope
+from rnnconv.formats.onnx.folding import SUBGRAPH, Folder, NotFoldable, Scope, node_name
 from rnnconv.formats.onnx.wire import ONNX_ACTIVATIONS, ONNX_INPUTS
 from rnnconv.reference import sigmoid
 from rnnconv.table.constants import NONLINEARITIES
@@ -497,6 +497,34 @@ class CellFinder(Recogniser):
                     return earlier
         return None
 
+    def scanned(self, cell: Cell) -> bool:
+        """Whether `cell` is the recurrence of the Scan whose body this graph is: its states the Scan's carried
+        values (each new state given back in its place), its input the one scanned, forward along axis 0; the
+        cell's reading then made the one that says so (a step read either way round, `exchanged`)."""
+        scan = scan_of(self.scope)
+        if scan is None or cell.reading is None:
+            return False
+        attributes = {a.name: a for a in scan.attribute}
+        scanned = int(attributes["num_scan_inputs"].i) if "num_scan_inputs" in attributes else 0
+        inputs = [i.name for i in self.scope.graph.input]
+        outputs = [o.name for o in self.scope.graph.output]
+        carried = len(inputs) - scanned
+        layouts = ("scan_input_directions", "scan_input_axes", "scan_output_directions", "scan_output_axes")
+        if scanned < 1 or carried < 1 or any(any(attributes[n].ints) for n in layouts if n in attributes):
+            return False
+        for reading in [cell.reading] + [r for r in (exchanged(cell.reading),) if r is not None]:
+            states = [reading.h] + ([reading.c] if reading.c else [])
+            if set(states) != set(inputs[:carried]) or len(states) != carried or reading.x not in inputs[carried:]:
+                continue
+            places = [inputs.index(state) for state in states]
+            if all(
+                place < len(outputs) and self.through(outputs[place]) == self.through(new)
+                for place, new in zip(places, reading.outputs)
+            ):
+                cell.reading = reading
+                return True
+        return False
+
     def over_time(self, layer: list[Cell]) -> bool:
         """Whether step t reads the input sequence at t, for every t from 0."""
         slices = [self.time_slice(c.reading.x) if c.reading else None for c in layer]
@@ -567,6 +595,17 @@ class CellFinder(Recogniser):
             values.update(zip(node.output, outputs))
             computed.update(zip(node.output, outputs))
         return computed, missing
+
+
+def scan_of(scope: Scope) -> Any:
+    """The Scan node whose body `scope` is, or None."""
+    parent = scope.parent
+    if parent is None:
+        return None
+    for index, node in enumerate(parent.graph.node):
+        if node.op_type == "Scan" and scope.path == f"{parent.qualified(node_name(node, index))}{SUBGRAPH}body":
+            return node
+    return None
 
 
 def _steps_of_one(a: Reading, b: Reading, through: Callable[[str], str]) -> bool:
