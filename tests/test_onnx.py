@@ -858,3 +858,89 @@ def test_allow_lossy_writes_the_nearest_rnn_and_measures_what_it_changes(tmp_pat
     expected = torch_outputs(module, rnn.spec, inputs["x"], inputs["h0"], None)
     got = ort_run(tmp_path / "lossy.onnx", inputs["x"].astype(np.float32), inputs["h0"].astype(np.float32), None)
     assert stated > 0.01 and stated == pytest.approx(largest_difference(got, expected), rel=1e-3, abs=1e-6)
+
+
+# --- the cell recogniser shared by the graph formats, against onnxruntime's own cells ----------------------------
+
+
+def _node_cell(op: str, hidden: int, inputs: int, rng: np.random.Generator, peepholes: bool = False, **attributes):
+    """One step of an ONNX LSTM/GRU/RNN node run in onnxruntime, as a graph format would give the recogniser a cell:
+    its two products (W as stored, R transposed) and its graph run on values fed by name."""
+    from rnnconv.formats._cells import CellGraph, Product
+
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    w = rng.standard_normal((1, gates * hidden, inputs)).astype(np.float32)
+    r = rng.standard_normal((1, gates * hidden, hidden)).astype(np.float32)
+    b = rng.standard_normal((1, 2 * gates * hidden)).astype(np.float32)
+    names = (
+        ["X", "W", "R", "B", "", "initial_h"] + (["initial_c"] if op == "LSTM" else []) + (["P"] if peepholes else [])
+    )
+    stored = [("W", w), ("R", r), ("B", b)] + (
+        [("P", rng.standard_normal((1, 3 * hidden)).astype(np.float32))] if peepholes else []
+    )
+    outputs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, names, outputs, hidden_size=hidden, **attributes)
+    floats = onnx.TensorProto.FLOAT
+    graph = helper.make_graph(
+        [node],
+        "cell",
+        [helper.make_tensor_value_info(n, floats, None) for n in names if n and n not in "WRBP"],
+        [helper.make_tensor_value_info(n, floats, None) for n in outputs],
+        initializer=[numpy_helper.from_array(v, n) for n, v in stored],
+    )
+    session = ort_session_of(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]))
+
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        given = {"X": feeds["x"][None], "initial_h": feeds["h"][None]}
+        if op == "LSTM":
+            given["initial_c"] = feeds["c"][None]
+        return {n: v[0] for n, v in zip(outputs[1:], session.run(outputs[1:], given))}
+
+    rows = gates * hidden
+    products = (Product("x", w[0], b[0, :rows], "W"), Product("h", r[0].T, b[0, rows:], "R"))
+    return CellGraph(op, products, ("c",) if op == "LSTM" else (), run), (w[0], r[0], b[0, :rows], b[0, rows:])
+
+
+def ort_session_of(model):
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize(
+    ("op", "attributes", "mode", "reset_after", "order"),
+    [
+        ("LSTM", {}, "lstm", True, ("i", "o", "f", "c")),
+        ("GRU", {"linear_before_reset": 1}, "gru", True, ("z", "r", "h")),
+        ("GRU", {"linear_before_reset": 0}, "gru", False, ("z", "r", "h")),
+        ("RNN", {"activations": ["Relu"]}, "rnn_relu", True, ("h",)),
+        ("RNN", {}, "rnn_tanh", True, ("h",)),
+    ],
+)
+def test_the_cell_recogniser_settles_gates_layout_and_reset_by_what_the_cell_computes(
+    op, attributes, mode, reset_after, order
+):
+    """onnxruntime's own LSTM, GRU (both reset placements) and RNN (tanh, relu) one step, given to the recogniser as
+    a graph format gives a cell, its recurrent matrix stored transposed: the reading found is the node's, each gate
+    its block of the ONNX order, and the GRU's reset where the node puts it."""
+    from rnnconv.formats._cells import Reading, recognise
+
+    cell, (w, r, bw, br) = _node_cell(op, 5, 3, np.random.default_rng(len(op) + len(attributes)), **attributes)
+    reading = recognise(cell)
+    assert isinstance(reading, Reading), reading
+    assert (reading.mode, reading.reset_after, reading.input_size, reading.hidden) == (mode, reset_after, 3, 5)
+    assert reading.error <= 1e-5
+    for block, gate in enumerate(order):
+        rows = slice(block * 5, (block + 1) * 5)
+        for mine, theirs in zip(reading.gates[gate], (w[rows], r[rows], bw[rows], br[rows])):
+            np.testing.assert_array_equal(mine, theirs)
+
+
+def test_the_cell_recogniser_says_why_a_cell_it_cannot_read_does_not_convert():
+    """onnxruntime's LSTM with peepholes computes no cuDNN LSTM: no reading matches, and the reason says so."""
+    from rnnconv.formats._cells import recognise
+
+    cell, _ = _node_cell("LSTM", 5, 3, np.random.default_rng(3), peepholes=True)
+    reason = recognise(cell)
+    assert isinstance(reason, str) and reason.startswith("computes none of the 24 LSTM readings"), reason
+    assert "the nearest is off by" in reason
