@@ -723,6 +723,23 @@ def test_a_cell_that_is_a_scan_body_converts_as_the_rnn_the_scan_computes(tmp_pa
     assert [e.layer_class for e in rnnconv.inspect(swapped).rnns] == ["LSTM cell (unrolled)"]
 
 
+def test_a_lone_cell_whose_input_and_state_cannot_be_told_apart_is_refused(tmp_path):
+    """An LSTM step with as many inputs as hidden units computes the same with its input and state exchanged (and
+    its matrices with them): one step alone does not tell which is the state, so it is refused, not read one way."""
+    model = onnx.load(str(ONNX / "cells_dynamo.onnx"))
+    (weight,) = [t for t in model.graph.initializer if t.name == "lstm.weight_ih"]
+    weight.CopyFrom(
+        numpy_helper.from_array(np.random.default_rng(5).standard_normal((16, 4)).astype(np.float32), weight.name)
+    )
+    path = tmp_path / "square.onnx"
+    onnx.save(model, str(path))
+    entry = next(e for e in rnnconv.inspect(path).rnns if e.name == "node_Split_6")
+    assert not entry.converts and "which of them is the state it carries" in entry.reason
+    refused = run_cli("convert", path, tmp_path / "out.pt", "--layer", "node_Split_6")
+    assert_clean_failure(refused, 2, "reads 'h' and 'x' alike", "its graph does not tell")
+    assert not (tmp_path / "out.pt").exists()
+
+
 def test_the_unchanged_cells_read_as_their_checkpoint(tmp_path):
     """The LSTMCell and GRUCell read from the graph hold their checkpoint's very weights."""
     for layer, module in (("node_Split_6", "lstm"), ("node_Split_12", "gru")):

@@ -103,7 +103,7 @@ class OnnxFile(Graph[OnnxNode]):
             taken = {step.activation.output[0] for u in recurrences for step in u.steps}
             finder = CellFinder(scope, folding)
             stepped, alone = finder.stacks(finder.cells(taken))
-            cells = [unrolled_cell(cell, scanned=finder.scanned(cell)) for cell in alone]
+            cells = [unrolled_cell(cell, scanned=finder.alone(cell)) for cell in alone]
             nodes += cells
             chains += [[node] for node in cells]
             for steps in stepped:

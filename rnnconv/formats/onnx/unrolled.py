@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.errors import listing
+from rnnconv.errors import cut, listing
 from rnnconv.formats._cells import CellGraph, Product, Reading, exchanged, recognise
 from rnnconv.formats.onnx.folding import SUBGRAPH, Folder, NotFoldable, Scope, node_name
 from rnnconv.formats.onnx.wire import ONNX_ACTIVATIONS, ONNX_INPUTS
@@ -497,6 +497,21 @@ class CellFinder(Recogniser):
                     return earlier
         return None
 
+    def alone(self, cell: Cell) -> bool:
+        """Whether `cell`, a step of no recurrence, is a Scan's body; a step whose input and state its graph does not
+        tell apart (as many inputs as hidden units, an LSTM's or RNN's step computing the same either way round)
+        is refused rather than read one way at random."""
+        if self.scanned(cell):
+            return True
+        if cell.reading is not None and exchanged(cell.reading) is not None:
+            reading = cell.reading
+            cell.refusal = (
+                f"reads {cut(reading.x)!r} and {cut(reading.h)!r} alike (as many inputs as hidden units, "
+                f"{reading.hidden}, and one step): which of them is the state it carries, its graph does not tell"
+            )
+            cell.reading = None
+        return False
+
     def scanned(self, cell: Cell) -> bool:
         """Whether `cell` is the recurrence of the Scan whose body this graph is: its states the Scan's carried
         values (each new state given back in its place), its input the one scanned, forward along axis 0; the
@@ -591,7 +606,10 @@ class CellFinder(Recogniser):
             if lacking:
                 missing += lacking
                 continue
-            outputs = _evaluate(node, arguments)
+            try:
+                outputs = _evaluate(node, arguments)
+            except (ValueError, IndexError, TypeError, ArithmeticError):
+                continue  # a node the probe's values do not fit (another reader of the cell's input): not the cell's
             values.update(zip(node.output, outputs))
             computed.update(zip(node.output, outputs))
         return computed, missing
