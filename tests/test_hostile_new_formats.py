@@ -19,7 +19,7 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import pytest
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, fresh_cli, run_cli
 
 import rnnconv
 from rnnconv.errors import MESSAGE_LIMIT
@@ -474,3 +474,17 @@ def test_a_graph_of_many_rnns_names_a_few_and_counts_the_rest(tmp_path):
     path = tmp_path / "many.onnx"
     path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]).SerializeToString())
     one_sentence(cli("convert", path, tmp_path / "out.bin"), 2, "holds 12 RNNs (", " and 7 more)")
+
+
+def test_an_ir_whose_glue_reshapes_y_wrongly_is_refused_before_openvino_runs_it(tmp_path):
+    """The fuzz found it: rnnconv's IR of a bidirectional GRU with its merge_directions Const pointed at other bytes
+    ([0, 1, 0]); OpenVINO's CPU plugin corrupted its heap running it and the process died (exit 134 or 139), verify
+    said nothing."""
+    pytest.importorskip("openvino")
+    written = tmp_path / "gru.xml"
+    rnnconv.convert(FIXTURES / "torch" / "gru_bf16.pt", written, to="openvino")
+    body = written.read_text(encoding="utf-8")
+    data = body.index("offset=", body.index('name="merge_directions"'))
+    written.write_text(body[:data] + 'offset="0"' + body[body.index(" ", data) :], encoding="utf-8")
+    result = fresh_cli("verify", written)  # a fresh interpreter: the crash would end this one
+    one_sentence((result.returncode, result.stdout, result.stderr), 2, "OpenVINO cannot run", "output y would have")
