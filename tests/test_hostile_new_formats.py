@@ -455,3 +455,18 @@ def test_a_name_no_line_shows_is_listed_as_its_repr(written, tmp_path):
     body, weights = _ir_body(written)
     path = _ir(tmp_path, "tab", body.replace('name="layer0/LSTMSequence"', 'name="&#9;"', 1).encode(), weights)
     one_sentence(cli("convert", path, tmp_path / "out.bin", "--layer", "lstm"), 2, "it holds: '\\t'")
+
+
+def test_a_probe_of_a_zip_version_zipfile_does_not_read_is_refused(tmp_path):
+    """A probe whose central directory asks for zip version 19.1: zipfile's NotImplementedError was no error identify
+    expected (exit 4)."""
+    identify = FIXTURES / "identify"
+    data = bytearray((identify / "jax_lstm_probe.npz").read_bytes())
+    central = data.index(b"PK\x01\x02")
+    data[central + 6] = 191  # version needed to extract
+    probe = tmp_path / "probe.npz"
+    probe.write_bytes(bytes(data))
+    flags = ["--mode", "lstm", "--input-size", 5, "--hidden-size", 7, "--num-layers", 2, "--bidirectional"]
+    result = cli("identify", identify / "jax_lstm.bin", *flags, "--probe", probe, "-o", tmp_path / "out.pt")
+    one_sentence(result, 2, "is not an .npz file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.npz"]
