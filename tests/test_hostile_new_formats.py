@@ -470,3 +470,13 @@ def test_a_probe_of_a_zip_version_zipfile_does_not_read_is_refused(tmp_path):
     result = cli("identify", identify / "jax_lstm.bin", *flags, "--probe", probe, "-o", tmp_path / "out.pt")
     one_sentence(result, 2, "is not an .npz file")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.npz"]
+
+
+REGRESSIONS = Path(__file__).parent / "fuzz" / "regressions"
+
+
+def test_an_onnx_constant_whose_value_attribute_is_no_tensor_is_not_folded():
+    """A Constant whose attribute named value is of another type (a list of floats) was taken for a tensor:
+    AttributeError (exit 4). Now that chain is not folded, and the file is listed with what does not convert."""
+    code, out, err = cli("inspect", REGRESSIONS / "onnx_constant_value_of_another_type.onnx")
+    assert code == 0 and "internal error" not in err and "does not convert" in out, (code, err[:2000])
