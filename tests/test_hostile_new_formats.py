@@ -480,3 +480,10 @@ def test_an_onnx_constant_whose_value_attribute_is_no_tensor_is_not_folded():
     AttributeError (exit 4). Now that chain is not folded, and the file is listed with what does not convert."""
     code, out, err = cli("inspect", REGRESSIONS / "onnx_constant_value_of_another_type.onnx")
     assert code == 0 and "internal error" not in err and "does not convert" in out, (code, err[:2000])
+
+
+def test_a_tflite_input_matrix_of_rank_1_is_refused(tmp_path):
+    """An LSTM whose input matrix tensor has shape [6]: ValueError unpacking it (exit 4)."""
+    source = REGRESSIONS / "tflite_input_matrix_of_rank_1.tflite"
+    one_sentence(cli("convert", source, tmp_path / "out.bin"), 2, "its input matrix has shape [6], not (hidden, input)")
+    assert not list(tmp_path.iterdir())
