@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import io
+import json
 import struct
 import sys
 import zipfile
@@ -520,3 +521,32 @@ def test_a_tflite_input_matrix_of_rank_1_is_refused(tmp_path):
     source = REGRESSIONS / "tflite_input_matrix_of_rank_1.tflite"
     one_sentence(cli("convert", source, tmp_path / "out.bin"), 2, "its input matrix has shape [6], not (hidden, input)")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("target", ["cudnn", "mlx"])
+def test_a_recorded_source_dtype_rnnconv_does_not_know_is_refused(target, lstm, tmp_path):
+    """The fuzz found it: an MLX file whose source record names the element type 'gru'; verify's tolerance looked it
+    up (KeyError, exit 4). The record is the file's, so it is untrusted like the rest."""
+    if target == "mlx":
+        pytest.importorskip("mlx")
+        pytest.importorskip("safetensors")
+    written = tmp_path / ("lstm.bin" if target == "cudnn" else "lstm.mlx.safetensors")
+    rnnconv.convert(lstm, written, to=target)
+    if target == "cudnn":
+        sidecar = written.with_name("lstm.bin.json")
+        record = json.loads(sidecar.read_text())
+        record["source"]["dtype"] = "gru"
+        sidecar.write_text(json.dumps(record))
+    else:
+        from safetensors import safe_open
+        from safetensors.numpy import load_file, save_file
+
+        with safe_open(str(written), "np") as f:
+            metadata = f.metadata()
+        tensors = load_file(str(written))
+        key = next(k for k, v in metadata.items() if '"dtype"' in v)
+        record = json.loads(metadata[key])
+        record["dtype"] = "gru"
+        metadata[key] = json.dumps(record)
+        save_file(tensors, str(written), metadata)
+    one_sentence(cli("verify", written), 2, "records its source's element type as 'gru'")
