@@ -31,6 +31,7 @@ from rnnconv.contracts import Identification, LayoutCandidate, Provenance, Toler
 from rnnconv.dtypes import DTYPES, ElementType, decode, element_type, source_dtype_name
 from rnnconv.errors import BadInput, Unsupported, either
 from rnnconv.formats import registry
+from rnnconv.formats._zip import ZIP_ERRORS
 from rnnconv.formats.registry import WriteOptions
 from rnnconv.reference import forward
 from rnnconv.safeio.inputs import FileArray, reading, regular_file, watching
@@ -181,7 +182,7 @@ def read_probe(path: Path, spec: RNNSpec) -> dict[str, Any]:
     try:
         with zipfile.ZipFile(path) as archive:
             declared = sum(info.file_size for info in archive.infolist())
-    except (zipfile.BadZipFile, OSError, ValueError):
+    except ZIP_ERRORS:  # NotImplementedError too: a zip version or compression zipfile does not read
         raise BadInput(
             f"probe {path} is not an .npz file (numpy.savez of the arrays {', '.join(PROBE_KEYS)})"
         ) from None

@@ -27,9 +27,9 @@ from rnnconv.contracts import BackendInfo, Check, InputsInfo, LossCheck, Provena
 from rnnconv.conversion import without
 from rnnconv.cudnn.backend import LayoutMismatch
 from rnnconv.diagnose import diagnose
-from rnnconv.dtypes import count_non_finite
+from rnnconv.dtypes import DTYPES, count_non_finite
 from rnnconv.engines import select_engine
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, cut
 from rnnconv.formats import registry
 from rnnconv.formats.cudnn.reader import Blob, open_blobs, pick_blob
 from rnnconv.formats.cudnn.writer import in_memory_blob, write_relayout
@@ -257,6 +257,11 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     fmt = _source_format(source_path, source, options.against is not None)
     if options.against is not None:
         source = fmt.resolve(options.against, source, options.layer)
+    if source.dtype is not None and source.dtype not in DTYPES:  # the record is the file's: untrusted
+        raise BadInput(
+            f"{path} records its source's element type as {cut(source.dtype)!r}, none rnnconv knows "
+            f"({', '.join(DTYPES)})"
+        )
     own = runtime.make_engine() if runtime is not None else None
     if runtime is not None and own is not None and where is not None and options.backend in ("auto", own.name):
         engine: registry.Engine = FileRun(runtime, path, where, own)  # the file itself, in its own runtime

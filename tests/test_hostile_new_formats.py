@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import io
+import json
 import struct
 import sys
 import zipfile
@@ -19,7 +20,7 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import pytest
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, fresh_cli, run_cli
 
 import rnnconv
 from rnnconv.errors import MESSAGE_LIMIT
@@ -474,3 +475,78 @@ def test_a_graph_of_many_rnns_names_a_few_and_counts_the_rest(tmp_path):
     path = tmp_path / "many.onnx"
     path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]).SerializeToString())
     one_sentence(cli("convert", path, tmp_path / "out.bin"), 2, "holds 12 RNNs (", " and 7 more)")
+
+
+def test_an_ir_whose_glue_reshapes_y_wrongly_is_refused_before_openvino_runs_it(tmp_path):
+    """The fuzz found it: rnnconv's IR of a bidirectional GRU with its merge_directions Const pointed at other bytes
+    ([0, 1, 0]); OpenVINO's CPU plugin corrupted its heap running it and the process died (exit 134 or 139), verify
+    said nothing."""
+    pytest.importorskip("openvino")
+    written = tmp_path / "gru.xml"
+    rnnconv.convert(FIXTURES / "torch" / "gru_bf16.pt", written, to="openvino")
+    body = written.read_text(encoding="utf-8")
+    data = body.index("offset=", body.index('name="merge_directions"'))
+    written.write_text(body[:data] + 'offset="0"' + body[body.index(" ", data) :], encoding="utf-8")
+    result = fresh_cli("verify", written)  # a fresh interpreter: the crash would end this one
+    one_sentence((result.returncode, result.stdout, result.stderr), 2, "OpenVINO cannot run", "output y would have")
+
+
+def test_a_probe_of_a_zip_version_zipfile_does_not_read_is_refused(tmp_path):
+    """A probe whose central directory asks for zip version 19.1: zipfile's NotImplementedError was no error identify
+    expected (exit 4)."""
+    identify = FIXTURES / "identify"
+    data = bytearray((identify / "jax_lstm_probe.npz").read_bytes())
+    central = data.index(b"PK\x01\x02")
+    data[central + 6] = 191  # version needed to extract
+    probe = tmp_path / "probe.npz"
+    probe.write_bytes(bytes(data))
+    flags = ["--mode", "lstm", "--input-size", 5, "--hidden-size", 7, "--num-layers", 2, "--bidirectional"]
+    result = cli("identify", identify / "jax_lstm.bin", *flags, "--probe", probe, "-o", tmp_path / "out.pt")
+    one_sentence(result, 2, "is not an .npz file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.npz"]
+
+
+REGRESSIONS = Path(__file__).parent / "fuzz" / "regressions"
+
+
+def test_an_onnx_constant_whose_value_attribute_is_no_tensor_is_not_folded():
+    """A Constant whose attribute named value is of another type (a list of floats) was taken for a tensor:
+    AttributeError (exit 4). Now that chain is not folded, and the file is listed with what does not convert."""
+    code, out, err = cli("inspect", REGRESSIONS / "onnx_constant_value_of_another_type.onnx")
+    assert code == 0 and "internal error" not in err and "does not convert" in out, (code, err[:2000])
+
+
+def test_a_tflite_input_matrix_of_rank_1_is_refused(tmp_path):
+    """An LSTM whose input matrix tensor has shape [6]: ValueError unpacking it (exit 4)."""
+    source = REGRESSIONS / "tflite_input_matrix_of_rank_1.tflite"
+    one_sentence(cli("convert", source, tmp_path / "out.bin"), 2, "its input matrix has shape [6], not (hidden, input)")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("target", ["cudnn", "mlx"])
+def test_a_recorded_source_dtype_rnnconv_does_not_know_is_refused(target, lstm, tmp_path):
+    """The fuzz found it: an MLX file whose source record names the element type 'gru'; verify's tolerance looked it
+    up (KeyError, exit 4). The record is the file's, so it is untrusted like the rest."""
+    if target == "mlx":
+        pytest.importorskip("mlx")
+        pytest.importorskip("safetensors")
+    written = tmp_path / ("lstm.bin" if target == "cudnn" else "lstm.mlx.safetensors")
+    rnnconv.convert(lstm, written, to=target)
+    if target == "cudnn":
+        sidecar = written.with_name("lstm.bin.json")
+        record = json.loads(sidecar.read_text())
+        record["source"]["dtype"] = "gru"
+        sidecar.write_text(json.dumps(record))
+    else:
+        from safetensors import safe_open
+        from safetensors.numpy import load_file, save_file
+
+        with safe_open(str(written), "np") as f:
+            metadata = f.metadata()
+        tensors = load_file(str(written))
+        key = next(k for k, v in metadata.items() if '"dtype"' in v)
+        record = json.loads(metadata[key])
+        record["dtype"] = "gru"
+        metadata[key] = json.dumps(record)
+        save_file(tensors, str(written), metadata)
+    one_sentence(cli("verify", written), 2, "records its source's element type as 'gru'")

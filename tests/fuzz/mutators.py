@@ -1735,19 +1735,18 @@ def mutate_npz(data: bytes, rng: random.Random) -> bytes:
 
 
 def mutate_flax(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
-    """`mutate_msgpack_tree`; now and then (True) a damage every reader refuses on top: the tree inside 65 or more
-    levels of lists, or a byte after it."""
-    files[main] = mutate_msgpack_tree(files[main], rng)
+    """`mutate_msgpack_tree`; now and then (True) instead a damage every reader refuses: the seed's tree inside 65 or
+    more levels of lists, or a byte after it (after the seed: a byte after a tree cut short could complete it)."""
     if rng.random() < 0.15:
         files[main] = b"\x91" * rng.choice([65, 1000]) + files[main] if rng.random() < 0.5 else files[main] + b"\xc0"
         return True
+    files[main] = mutate_msgpack_tree(files[main], rng)
     return False
 
 
 def mutate_equinox(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
-    """`mutate_eqx`; now and then (True) a leaf every reader refuses on top: a pickled object, a .npy of version 0.0
-    or 3.0, or bytes that are no .npy."""
-    files[main] = mutate_eqx(files[main], rng)
+    """`mutate_eqx`; now and then (True) instead a leaf every reader refuses after the seed's: a pickled object, a .npy
+    of version 0.0 or 3.0, or bytes that are no .npy (after the seed: after a leaf cut short they could complete it)."""
     if rng.random() < 0.15:
         buffer = io.BytesIO()
         np.save(buffer, np.zeros(7, np.float32))
@@ -1760,6 +1759,7 @@ def mutate_equinox(files: dict[str, bytes], main: str, rng: random.Random) -> bo
             ]
         )
         return True
+    files[main] = mutate_eqx(files[main], rng)
     return False
 
 

@@ -352,7 +352,12 @@ class Folder:
     def _constant(self, node: Any, attribute: Callable[[str], Any]) -> np.ndarray:
         attributes = {a.name for a in node.attribute}
         if "value" in attributes:
-            return self._stored(attribute("value"))
+            import onnx
+
+            value = attribute("value")
+            if not isinstance(value, onnx.TensorProto):  # an attribute named value of another type
+                raise NotFoldable("its value attribute is no tensor")
+            return self._stored(value)
         for name, dtype in (("value_float", np.float32), ("value_floats", np.float32)):
             if name in attributes:
                 return np.array(attribute(name), dtype)

@@ -47,10 +47,13 @@ def openvino_reason(exc: RuntimeError) -> str:
     return (lines[-1] if lines else type(exc).__name__)[:300]
 
 
-def run_ir(xml: Path, inputs: Inputs, lstm: bool) -> dict[str, np.ndarray | None]:
-    """An IR of rnnconv's interface in OpenVINO's CPU plugin (float32, static shapes): y, h_n, c_n sequence-major.
+def run_ir(xml: Path, inputs: Inputs, lstm: bool, width: int) -> dict[str, np.ndarray | None]:
+    """An IR of rnnconv's interface in OpenVINO's CPU plugin (float32, static shapes): y, h_n, c_n sequence-major;
+    `width` is y's last axis (directions x hidden).
 
-    Static shapes: with dynamic ones the CPU plugin of openvino 2026.4 ignores sequence_lens.
+    Static shapes: with dynamic ones the CPU plugin of openvino 2026.4 ignores sequence_lens. Each output's shape is
+    checked before the graph is compiled: OpenVINO's CPU plugin corrupts its heap running a graph whose glue reshapes
+    to another shape than the interface's (the process dies, exit 134 or 139).
     """
     ov = require_openvino()
     x = np.ascontiguousarray(np.asarray(inputs["x"], np.float32).transpose(1, 0, 2))
@@ -67,6 +70,10 @@ def run_ir(xml: Path, inputs: Inputs, lstm: bool) -> dict[str, np.ndarray | None
         core = ov.Core()
         model = core.read_model(str(xml))
         model.reshape({name: list(value.shape) for name, value in feeds.items()})
+        expected = {OPENVINO_Y: [batch, steps, width], OPENVINO_H_N: list(feeds[OPENVINO_INITIAL_H].shape)}
+        if lstm:
+            expected[OPENVINO_C_N] = list(feeds[OPENVINO_INITIAL_C].shape)
+        _check_shapes(xml, model, expected)
         compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
         results = compiled(feeds)
         got = {output.get_any_name(): np.asarray(results[output]) for output in compiled.outputs}
@@ -74,6 +81,19 @@ def run_ir(xml: Path, inputs: Inputs, lstm: bool) -> dict[str, np.ndarray | None
         raise BadInput(f"OpenVINO cannot run {xml}: {openvino_reason(exc)}") from None
     y = np.ascontiguousarray(got[OPENVINO_Y].transpose(1, 0, 2))
     return {"y": y, "h_n": got[OPENVINO_H_N], "c_n": got.get(OPENVINO_C_N)}
+
+
+def _check_shapes(xml: Path, model: Any, expected: dict[str, list[int]]) -> None:
+    """BadInput where an output the interface names would not have the shape it must for these inputs."""
+    for output in model.outputs:
+        name = output.get_any_name()
+        shape = output.get_partial_shape()
+        found = [d.get_length() if d.is_static else "?" for d in shape] if shape.rank.is_static else "?"
+        if name in expected and found != expected[name]:
+            raise BadInput(
+                f"OpenVINO cannot run {xml}: its output {name} would have the shape {found} for these inputs, where "
+                f"the interface it declares gives {expected[name]} (the graph around its sequence ops is damaged)"
+            )
 
 
 def _one(values: FileArray) -> Parts:
@@ -115,7 +135,9 @@ def run_ops(
     ov = require_openvino()
     lstm = SEQUENCE_OPS[chain.first.op] == LSTM
     if file.interface() and chain == file.chains[0] and chain.first.direction != OPENVINO_REVERSE:
-        return run_ir(file.path, inputs, lstm), f"OpenVINO {ov.__version__} CPU plugin: the file's own graph"
+        return run_ir(
+            file.path, inputs, lstm, spec.num_directions * spec.hidden_size
+        ), f"OpenVINO {ov.__version__} CPU plugin: the file's own graph"
     how = f"OpenVINO {ov.__version__} CPU plugin: the file's own {chain.first.op} op(s)"
     graph = build(_own_layers(ops), chain.first.input_size, "ops")
     reverse = chain.first.direction == OPENVINO_REVERSE
@@ -123,7 +145,7 @@ def run_ops(
     if reverse:  # cuDNN runs a reverse-only op as a forward one on each sequence reversed: compare it that way
         given["x"] = reverse_sequences(np.asarray(inputs["x"]), inputs.get("lengths"))
     with tempfile.TemporaryDirectory(prefix="rnnconv-openvino-") as folder:
-        out = run_ir(_write_graph(graph, Path(folder)), given, lstm)
+        out = run_ir(_write_graph(graph, Path(folder)), given, lstm, spec.num_directions * spec.hidden_size)
     if reverse:
         out["y"] = reverse_sequences(np.asarray(out["y"]), inputs.get("lengths"))
         how += ", on the sequences reversed"

@@ -9,7 +9,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance, RNNSizes
-from rnnconv.errors import RnnconvError, Unsupported, listing
+from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Chain
 from rnnconv.formats.tflite.model import FLOAT_TYPES, Layer, Op, TfliteFile, cell_of_op, input_of, op_options
@@ -101,7 +101,10 @@ def to_canonical(file: TfliteFile, chain: Chain[Layer], source: Provenance, drop
     settled = settle(row, {"activation": activation}, chain.name, unstored=())
     gate = CUDNN_GATES[row.cell][-1]
     weights = cells[(0, 0)]
-    hidden, input_size = file.tensors[weights[per_gate(INPUT_MATRIX, gate)]].shape
+    shape = file.tensors[weights[per_gate(INPUT_MATRIX, gate)]].shape
+    if len(shape) != 2:
+        raise BadInput(f"{chain.name}: its input matrix has shape {list(shape)}, not (hidden, input)")
+    hidden, input_size = shape
     proj_tensor = weights.get(PROJECTION)
     proj = file.tensors[proj_tensor].shape[0] if proj_tensor is not None else 0
     dtypes = {file.tensors[t].dtype for cell in cells.values() for t in cell.values()}
