@@ -27,7 +27,7 @@ from rnnconv.contracts import BackendInfo, Check, InputsInfo, LossCheck, Provena
 from rnnconv.conversion import without
 from rnnconv.cudnn.backend import LayoutMismatch
 from rnnconv.diagnose import diagnose
-from rnnconv.dtypes import DTYPES, count_non_finite
+from rnnconv.dtypes import count_non_finite
 from rnnconv.engines import select_engine
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, cut
 from rnnconv.formats import registry
@@ -38,7 +38,7 @@ from rnnconv.reference import forward
 from rnnconv.safeio.digests import digest_differs
 from rnnconv.safeio.inputs import check_guards, regular_file
 from rnnconv.safeio.outputs import atomic_outputs
-from rnnconv.table.constants import CUDNN_MODES, DIRECTION, LSTM
+from rnnconv.table.constants import CUDNN_MODES, DIRECTION, LSTM, MANTISSA_BITS
 from rnnconv.version import __version__
 from rnnconv.weightspace import REPORTED_LAYOUT_NAME, regions
 
@@ -257,10 +257,10 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     fmt = _source_format(source_path, source, options.against is not None)
     if options.against is not None:
         source = fmt.resolve(options.against, source, options.layer)
-    if source.dtype is not None and source.dtype not in DTYPES:  # the record is the file's: untrusted
+    if source.dtype is not None and source.dtype not in MANTISSA_BITS:  # the record is the file's: untrusted
         raise BadInput(
             f"{path} records its source's element type as {cut(source.dtype)!r}, none rnnconv knows "
-            f"({', '.join(DTYPES)})"
+            f"({', '.join(MANTISSA_BITS)})"
         )
     own = runtime.make_engine() if runtime is not None else None
     if runtime is not None and own is not None and where is not None and options.backend in ("auto", own.name):
