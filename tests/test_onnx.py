@@ -615,28 +615,170 @@ def test_verify_compares_the_dequantized_blob_with_onnxruntime_running_the_quant
     assert "MISMATCH" in result.stdout
 
 
-def test_unrolled_lstm_and_gru_cells_are_listed_with_sizes_and_refused_pointing_at_the_checkpoint(tmp_path):
-    """The dynamo exporter writes nn.LSTMCell and nn.GRUCell as Gemm/Split/Sigmoid/Tanh ops: not read (yet), but
-    never reported as "no recurrent layers"."""
-    result = run_cli("inspect", ONNX / "cells_dynamo.onnx", "--json")
+CELL_LAYERS = {"node_Split_6": ("LSTM", 3, 4), "node_Split_12": ("GRU", 3, 5)}  # in cells_dynamo.onnx
+
+
+def _cell_feeds(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    sizes = {"x": 3, "h": 4, "c": 4, "g": 5}  # the LSTMCell's x, h, c and the GRUCell's h (g)
+    return {name: rng.standard_normal((2, size)).astype(np.float32) for name, size in sizes.items()}
+
+
+@pytest.mark.parametrize("name", ["cells_dynamo", "cells_gates_swapped"])
+def test_unrolled_lstm_and_gru_cells_convert_to_what_onnxruntime_computes(name, tmp_path):
+    """The dynamo exporter writes nn.LSTMCell and nn.GRUCell as Gemm/Split/Sigmoid/Tanh ops; each is read by what its
+    graph computes, so a cell whose gates read other blocks (the graph's LSTM i and o, GRU r and z exchanged) is
+    read right too: the converted nn.LSTM / nn.GRU, run one step, computes what onnxruntime computes of the file."""
+    report = rnnconv.inspect(ONNX / f"{name}.onnx")
+    listed = {e.name: (e.layer_class, e.converts, e.sizes.input_size, e.sizes.hidden_size) for e in report.rnns}
+    assert listed == {
+        layer: (f"{kind} cell (unrolled)", True, inputs, hidden)
+        for layer, (kind, inputs, hidden) in CELL_LAYERS.items()
+    }
+    feeds = _cell_feeds(7)
+    h_lstm, c_lstm, h_gru = ort_session(ONNX / f"{name}.onnx").run(None, feeds)
+    for layer, (kind, inputs, hidden) in CELL_LAYERS.items():
+        out = tmp_path / f"{layer}.pt"
+        result = run_cli("convert", ONNX / f"{name}.onnx", out, "--layer", layer)
+        assert result.returncode == 0, result.stderr
+        assert "read by what it computes" in result.stderr
+        module = getattr(torch.nn, kind)(inputs, hidden)
+        module.load_state_dict(torch.load(out, weights_only=True))
+        x = torch.from_numpy(feeds["x"])[None]
+        with torch.no_grad():
+            if kind == "LSTM":
+                _, (h, c) = module(x, (torch.from_numpy(feeds["h"])[None], torch.from_numpy(feeds["c"])[None]))
+                assert np.max(np.abs(c[0].numpy() - c_lstm)) <= 1e-5
+                assert np.max(np.abs(h[0].numpy() - h_lstm)) <= 1e-5
+            else:
+                _, h = module(x, torch.from_numpy(feeds["g"])[None])
+                assert np.max(np.abs(h[0].numpy() - h_gru)) <= 1e-5
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_cells_stepped_over_time_convert_as_one_rnn_computing_what_onnxruntime_computes(kind, layers, tmp_path):
+    """nn.LSTMCell / nn.GRUCell layers stepped 4 times in Python (I=5, H=7, 1 and 2 layers), exported by the dynamo
+    exporter as one cell's operations per step and layer: one RNN, its layers stacked, that converts; the nn.LSTM /
+    nn.GRU written computes, from the same initial states, what onnxruntime computes of the file."""
+    path = ONNX / f"{kind.lower()}_cell_loop{layers}_dynamo.onnx"
+    report = rnnconv.inspect(path)
+    whole = [e for e in report.rnns if e.sizes.num_layers == layers]
+    assert [(e.layer_class, e.converts, e.sizes.input_size, e.sizes.hidden_size) for e in whole] == [
+        (f"{kind} cell (unrolled, 4 steps)", True, 5, 7)
+    ]
+    rng = np.random.default_rng(layers)
+    x = rng.standard_normal((4, 2, 5)).astype(np.float32)
+    states = [rng.standard_normal((layers, 2, 7)).astype(np.float32) for _ in range(2 if kind == "LSTM" else 1)]
+    session = ort_session(path)
+    expected = session.run(None, dict(zip([i.name for i in session.get_inputs()], [x, *states])))
+    out = tmp_path / "out.pt"
+    result = run_cli("convert", path, out, "--layer", whole[0].name)
     assert result.returncode == 0, result.stderr
-    report = rnnconv.contracts.InspectReport.model_validate_json(result.stdout)
-    listed = sorted((e.layer_class, e.converts, e.spec, e.sizes.input_size, e.sizes.hidden_size) for e in report.rnns)
-    assert listed == [("GRU cell (unrolled)", False, None, 3, 5), ("LSTM cell (unrolled)", False, None, 3, 4)]
-    reasons = {e.layer_class: e.reason for e in report.rnns}
-    assert (
-        "convert the checkpoint" in reasons["LSTM cell (unrolled)"]
-        and "lstm.weight_ih" in reasons["LSTM cell (unrolled)"]
+    module = getattr(torch.nn, kind)(5, 7, num_layers=layers)
+    module.load_state_dict(torch.load(out, weights_only=True))
+    initial = tuple(torch.from_numpy(s) for s in states)
+    with torch.no_grad():
+        y, final = module(torch.from_numpy(x), initial if kind == "LSTM" else initial[0])
+    got = [y, *(final if kind == "LSTM" else (final,))]
+    for mine, theirs in zip(got, expected, strict=True):
+        assert np.max(np.abs(mine.numpy() - theirs)) <= 1e-5
+
+
+def test_a_cell_that_is_a_scan_body_converts_as_the_rnn_the_scan_computes(tmp_path):
+    """The LSTMCell's operations as a Scan's body (h and c carried, x scanned): the nn.LSTM written computes over the
+    whole sequence what onnxruntime computes of the Scan (Y, h_n, c_n); with the body giving back its new states in
+    each other's places, the Scan is no RNN and the cell is listed as one step only."""
+    path = ONNX / "lstm_cell_in_scan.onnx"
+    (entry,) = rnnconv.inspect(path).rnns
+    assert (entry.layer_class, entry.converts, entry.sizes.input_size, entry.sizes.hidden_size) == (
+        "LSTM cell (Scan body)",
+        True,
+        3,
+        4,
     )
-    assert (
-        "convert the checkpoint" in reasons["GRU cell (unrolled)"] and "gru.weight_hh" in reasons["GRU cell (unrolled)"]
+    rng = np.random.default_rng(11)
+    feeds = {
+        "h0": rng.standard_normal((2, 4)).astype(np.float32),
+        "c0": rng.standard_normal((2, 4)).astype(np.float32),
+        "X": rng.standard_normal((5, 2, 3)).astype(np.float32),
+    }
+    h_n, c_n, y = ort_session(path).run(None, feeds)
+    out = tmp_path / "out.pt"
+    result = run_cli("convert", path, out)
+    assert result.returncode == 0, result.stderr
+    module = torch.nn.LSTM(3, 4)
+    module.load_state_dict(torch.load(out, weights_only=True))
+    with torch.no_grad():
+        mine_y, (mine_h, mine_c) = module(
+            torch.from_numpy(feeds["X"]), (torch.from_numpy(feeds["h0"])[None], torch.from_numpy(feeds["c0"])[None])
+        )
+    for mine, theirs in ((mine_y, y), (mine_h[0], h_n), (mine_c[0], c_n)):
+        assert np.max(np.abs(mine.numpy() - theirs)) <= 1e-5
+    model = onnx.load(str(path))
+    body = model.graph.node[0].attribute[0].g
+    body.output[0].name, body.output[1].name = body.output[1].name, body.output[0].name
+    swapped = tmp_path / "swapped.onnx"
+    onnx.save(model, str(swapped))
+    assert [e.layer_class for e in rnnconv.inspect(swapped).rnns] == ["LSTM cell (unrolled)"]
+
+
+def test_a_lone_cell_whose_input_and_state_cannot_be_told_apart_is_refused(tmp_path):
+    """An LSTM step with as many inputs as hidden units computes the same with its input and state exchanged (and
+    its matrices with them): one step alone does not tell which is the state, so it is refused, not read one way."""
+    model = onnx.load(str(ONNX / "cells_dynamo.onnx"))
+    (weight,) = [t for t in model.graph.initializer if t.name == "lstm.weight_ih"]
+    weight.CopyFrom(
+        numpy_helper.from_array(np.random.default_rng(5).standard_normal((16, 4)).astype(np.float32), weight.name)
     )
-    with rnnconv.load(ONNX / "cells_dynamo.pt", layer="lstm") as (rnn,):  # the checkpoint converts
-        assert (rnn.spec.input_size, rnn.spec.hidden_size) == (3, 4)
-    refused = run_cli(
-        "onnx-to-cudnn", ONNX / "cells_dynamo.onnx", "-o", tmp_path / "out.bin", "--layer", "node_Split_6"
-    )
-    assert_clean_failure(refused, 2, "LSTM cell unrolled", "convert the checkpoint")
+    path = tmp_path / "square.onnx"
+    onnx.save(model, str(path))
+    entry = next(e for e in rnnconv.inspect(path).rnns if e.name == "node_Split_6")
+    assert not entry.converts and "which of them is the state it carries" in entry.reason
+    refused = run_cli("convert", path, tmp_path / "out.pt", "--layer", "node_Split_6")
+    assert_clean_failure(refused, 2, "reads 'h' and 'x' alike", "its graph does not tell")
+    assert not (tmp_path / "out.pt").exists()
+
+
+def test_the_unchanged_cells_read_as_their_checkpoint(tmp_path):
+    """The LSTMCell and GRUCell read from the graph hold their checkpoint's very weights."""
+    for layer, module in (("node_Split_6", "lstm"), ("node_Split_12", "gru")):
+        rnnconv.convert(ONNX / "cells_dynamo.onnx", tmp_path / f"{layer}.bin", layer=layer)
+        rnnconv.convert(ONNX / "cells_dynamo.pt", tmp_path / f"{module}.bin", layer=module)
+        assert (tmp_path / f"{layer}.bin").read_bytes() == (tmp_path / f"{module}.bin").read_bytes()
+
+
+def test_a_cell_graph_that_computes_no_cell_is_listed_with_the_reason_and_refused(tmp_path):
+    """The cells with the LSTM's output Tanh made a Relu and the GRU's 1 - z made 1 + z: shaped like cells, but no
+    reading of their weights computes what they compute: listed with the reason, refused in one sentence."""
+    report = rnnconv.inspect(ONNX / "cells_no_cell.onnx")
+    assert sorted((e.name, e.converts, e.sizes.hidden_size) for e in report.rnns) == [
+        ("node_Split_12", False, 5),
+        ("node_Split_6", False, 4),
+    ]
+    for entry in report.rnns:
+        assert "computes none of the" in entry.reason and "the nearest is off by" in entry.reason
+        assert "convert the checkpoint" in entry.reason
+    out = tmp_path / "out.pt"
+    refused = run_cli("convert", ONNX / "cells_no_cell.onnx", out, "--layer", "node_Split_6")
+    assert_clean_failure(refused, 2, "looks like an LSTM cell", "computes none of the", "convert the checkpoint")
+    assert not out.exists()
+
+
+def test_a_cell_refused_names_its_weights_cut_to_a_readable_length(tmp_path):
+    """Found by the fuzz family onnx_cells: a weight with a 20,000-character name made the refusal 20,000 characters."""
+    model = onnx.load(str(ONNX / "cells_no_cell.onnx"))
+    long = "w" * 20_000
+    for tensor in model.graph.initializer:
+        if tensor.name == "lstm.weight_ih":
+            tensor.name = long
+    for node in model.graph.node:
+        node.input[:] = [long if name == "lstm.weight_ih" else name for name in node.input]
+    path = tmp_path / "long.onnx"
+    onnx.save(model, str(path))
+    refused = run_cli("convert", path, tmp_path / "out.pt", "--layer", "node_Split_6")
+    assert_clean_failure(refused, 2, "computes none of the", "(20,000 characters)")
+    assert len(refused.stderr) < 1000
 
 
 # --- verify a written .onnx: the file itself, run in onnxruntime, against its recorded source ---------------
@@ -733,3 +875,89 @@ def test_allow_lossy_writes_the_nearest_rnn_and_measures_what_it_changes(tmp_pat
     expected = torch_outputs(module, rnn.spec, inputs["x"], inputs["h0"], None)
     got = ort_run(tmp_path / "lossy.onnx", inputs["x"].astype(np.float32), inputs["h0"].astype(np.float32), None)
     assert stated > 0.01 and stated == pytest.approx(largest_difference(got, expected), rel=1e-3, abs=1e-6)
+
+
+# --- the cell recogniser shared by the graph formats, against onnxruntime's own cells ----------------------------
+
+
+def _node_cell(op: str, hidden: int, inputs: int, rng: np.random.Generator, peepholes: bool = False, **attributes):
+    """One step of an ONNX LSTM/GRU/RNN node run in onnxruntime, as a graph format would give the recogniser a cell:
+    its two products (W as stored, R transposed) and its graph run on values fed by name."""
+    from rnnconv.formats._cells import CellGraph, Product
+
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    w = rng.standard_normal((1, gates * hidden, inputs)).astype(np.float32)
+    r = rng.standard_normal((1, gates * hidden, hidden)).astype(np.float32)
+    b = rng.standard_normal((1, 2 * gates * hidden)).astype(np.float32)
+    names = (
+        ["X", "W", "R", "B", "", "initial_h"] + (["initial_c"] if op == "LSTM" else []) + (["P"] if peepholes else [])
+    )
+    stored = [("W", w), ("R", r), ("B", b)] + (
+        [("P", rng.standard_normal((1, 3 * hidden)).astype(np.float32))] if peepholes else []
+    )
+    outputs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, names, outputs, hidden_size=hidden, **attributes)
+    floats = onnx.TensorProto.FLOAT
+    graph = helper.make_graph(
+        [node],
+        "cell",
+        [helper.make_tensor_value_info(n, floats, None) for n in names if n and n not in "WRBP"],
+        [helper.make_tensor_value_info(n, floats, None) for n in outputs],
+        initializer=[numpy_helper.from_array(v, n) for n, v in stored],
+    )
+    session = ort_session_of(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]))
+
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        given = {"X": feeds["x"][None], "initial_h": feeds["h"][None]}
+        if op == "LSTM":
+            given["initial_c"] = feeds["c"][None]
+        return {n: v[0] for n, v in zip(outputs[1:], session.run(outputs[1:], given))}
+
+    rows = gates * hidden
+    products = (Product("x", w[0], b[0, :rows], "W"), Product("h", r[0].T, b[0, rows:], "R"))
+    return CellGraph(op, products, ("c",) if op == "LSTM" else (), run), (w[0], r[0], b[0, :rows], b[0, rows:])
+
+
+def ort_session_of(model):
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize(
+    ("op", "attributes", "mode", "reset_after", "order"),
+    [
+        ("LSTM", {}, "lstm", True, ("i", "o", "f", "c")),
+        ("GRU", {"linear_before_reset": 1}, "gru", True, ("z", "r", "h")),
+        ("GRU", {"linear_before_reset": 0}, "gru", False, ("z", "r", "h")),
+        ("RNN", {"activations": ["Relu"]}, "rnn_relu", True, ("h",)),
+        ("RNN", {}, "rnn_tanh", True, ("h",)),
+    ],
+)
+def test_the_cell_recogniser_settles_gates_layout_and_reset_by_what_the_cell_computes(
+    op, attributes, mode, reset_after, order
+):
+    """onnxruntime's own LSTM, GRU (both reset placements) and RNN (tanh, relu) one step, given to the recogniser as
+    a graph format gives a cell, its recurrent matrix stored transposed: the reading found is the node's, each gate
+    its block of the ONNX order, and the GRU's reset where the node puts it."""
+    from rnnconv.formats._cells import Reading, recognise
+
+    cell, (w, r, bw, br) = _node_cell(op, 5, 3, np.random.default_rng(len(op) + len(attributes)), **attributes)
+    reading = recognise(cell)
+    assert isinstance(reading, Reading), reading
+    assert (reading.mode, reading.reset_after, reading.input_size, reading.hidden) == (mode, reset_after, 3, 5)
+    assert reading.error <= 1e-5
+    for block, gate in enumerate(order):
+        rows = slice(block * 5, (block + 1) * 5)
+        for mine, theirs in zip(reading.gates[gate], (w[rows], r[rows], bw[rows], br[rows])):
+            np.testing.assert_array_equal(mine, theirs)
+
+
+def test_the_cell_recogniser_says_why_a_cell_it_cannot_read_does_not_convert():
+    """onnxruntime's LSTM with peepholes computes no cuDNN LSTM: no reading matches, and the reason says so."""
+    from rnnconv.formats._cells import recognise
+
+    cell, _ = _node_cell("LSTM", 5, 3, np.random.default_rng(3), peepholes=True)
+    reason = recognise(cell)
+    assert isinstance(reason, str) and reason.startswith("computes none of the 24 LSTM readings"), reason
+    assert "the nearest is off by" in reason

@@ -72,6 +72,7 @@ FAMILIES = (
     "onnx_subgraph",
     "onnx_quantized",
     "onnx_unrolled",
+    "onnx_cells",
     "tflite",
     "openvino",
     "flax_msgpack",
@@ -90,6 +91,7 @@ NEW_FAMILIES = (
     "ncnn",
     "onnx_subgraph",
     "onnx_unrolled",
+    "onnx_cells",
     "identify",
 )
 # The families whose seeds are models of several files (seeds.sets): the mutator of each, files -> must refuse.
@@ -120,6 +122,10 @@ ONNX_FAMILIES = {
     "onnx_unrolled": (
         ("rnn_unrolled_dynamo.onnx", "rnn_stack_dynamo.onnx", "cells_dynamo.onnx"),
         "mutate_onnx_unrolled",
+    ),
+    "onnx_cells": (
+        ("cells_dynamo.onnx", "cells_gates_swapped.onnx", "lstm_cell_loop2_dynamo.onnx", "gru_cell_loop1_dynamo.onnx"),
+        "mutate_onnx_cells",
     ),
 }
 
@@ -238,7 +244,7 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
                 source,
                 "{dir}/out.onnx",
                 "--layer",
-                rng.choice(["/rnn/LSTM", "node_MatMul_12", "/LSTM_quant"]),
+                rng.choice(["/rnn/LSTM", "node_MatMul_12", "/LSTM_quant", "node_Split_6", "node_Split_21"]),
             ],
             ["convert", source, "{dir}/existing.bin"],
         ]

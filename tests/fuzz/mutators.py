@@ -1136,6 +1136,56 @@ def mutate_onnx_unrolled(data: bytes, rng: random.Random) -> bytes:
     return model.SerializeToString()
 
 
+def mutate_onnx_cells(data: bytes, rng: random.Random) -> bytes:
+    """Cells written as graphs mutated: gates swapped (the nodes reading the gates read each other's), a weight
+    replaced by a computed tensor, ops changed so that the graph computes no cell, splits resized, steps rewired."""
+    import onnx
+
+    model = onnx.ModelProto()
+    model.ParseFromString(data)
+    graph = model.graph
+    nodes = list(graph.node)
+    outputs = [o for n in nodes for o in n.output]
+    gates = {n.output[0] for n in nodes if n.op_type in ("Sigmoid", "Tanh")}
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        choice = rng.randrange(6)
+        if choice == 0:  # two gates swapped where they are read
+            reads = [(n, i) for n in nodes for i, name in enumerate(n.input) if name in gates]
+            if len(reads) >= 2:
+                (one, at), (other, other_at) = rng.sample(reads, 2)
+                one.input[at], other.input[other_at] = other.input[other_at], one.input[at]
+        elif choice == 1:  # a weight replaced by a computed tensor, or by a graph input
+            products = [n for n in nodes if n.op_type in ("Gemm", "MatMul") and len(n.input) >= 2]
+            if products:
+                node = rng.choice(products)
+                if rng.random() < 0.5:
+                    node.input[1] = rng.choice(outputs)
+                else:
+                    name = f"w{rng.randrange(1000)}"
+                    graph.input.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+                    node.input[1] = name
+        elif choice == 2:  # no cell: another activation or arithmetic
+            changed = [n for n in nodes if n.op_type in ("Sigmoid", "Tanh", "Mul", "Sub", "Add")]
+            if changed:
+                rng.choice(changed).op_type = rng.choice(["Relu", "Tanh", "Sigmoid", "Abs", "Add", "Sub", "Mul", "Div"])
+        elif choice == 3:  # a split into other parts
+            splits = [n for n in nodes if n.op_type == "Split"]
+            if splits:
+                node = rng.choice(splits)
+                for attribute in node.attribute:
+                    if attribute.name == "axis":
+                        attribute.i = rng.choice([0, -1, 2, 5])
+                    if attribute.name == "num_outputs":
+                        attribute.i = rng.choice([0, 1, 2, 5])
+        elif choice == 4:  # a step reads another step's values
+            node = rng.choice([n for n in nodes if n.input] or nodes)
+            if node.input:
+                node.input[rng.randrange(len(node.input))] = rng.choice(outputs)
+        else:
+            _onnx_damage(model, rng)
+    return model.SerializeToString()
+
+
 # --- the formats read since the first round: each seed a set of files (the model, the files beside it, the source
 # record rnnconv wrote), damaged in its structure (lengths, offsets, nesting, encodings, counts, names, sizes) ------
 

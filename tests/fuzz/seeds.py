@@ -59,6 +59,9 @@ ONNX_SEEDS = [
     "onnx/rnn_unrolled_dynamo.onnx",
     "onnx/rnn_stack_dynamo.onnx",
     "onnx/cells_dynamo.onnx",
+    "onnx/cells_gates_swapped.onnx",
+    "onnx/lstm_cell_loop2_dynamo.onnx",
+    "onnx/gru_cell_loop1_dynamo.onnx",
 ]
 
 TFLITE_SEEDS = [

@@ -11,6 +11,7 @@ import numpy as np
 
 from rnnconv.dtypes import element_type
 from rnnconv.errors import BadInput, Unsupported, cut, listing
+from rnnconv.formats._cells import Reading
 from rnnconv.formats.onnx.folding import SUBGRAPH, Folder, NotFoldable, Scope, node_name
 from rnnconv.formats.onnx.unrolled import Cell, Unrolled
 from rnnconv.formats.onnx.wire import (
@@ -26,10 +27,15 @@ from rnnconv.formats.onnx.wire import (
     ONNX_QUANTIZED_INPUTS,
     ONNX_QUANTIZED_OPS,
 )
-from rnnconv.table.constants import CUDNN_GATES
+from rnnconv.table.constants import CUDNN_GATES, CUDNN_MODES, NONLINEARITIES
+from rnnconv.table.rows import GRU_GATES_ZRH, ONNX_LSTM_GATES, RNN_GATES
 
 MAX_HIDDEN = 1 << 20  # far beyond any real RNN; keeps sizes computed from a hostile file small
 RNN_OPS = {op: cell for cell, op in ONNX_OPS.items()}
+ONNX_GATE_ORDER = {"LSTM": ONNX_LSTM_GATES, "GRU": GRU_GATES_ZRH, "RNN": RNN_GATES}  # the ONNX rows' orders
+ONNX_MODE_ACTIVATIONS = {
+    mode: op for op, name in ONNX_ACTIVATIONS.items() for act, mode in NONLINEARITIES.items() if name == act
+}
 
 
 @dataclass
@@ -49,6 +55,8 @@ class OnnxNode:
     source_class: str = ""  # the node's op as the table's rows name it: op, or a quantized op
     unrolled: int = 0  # for an RNN an exporter unrolled into per-step ops: its steps
     stored: dict[str, np.ndarray] = field(default_factory=dict)  # a quantized node's inputs as stored (int8 W, R...)
+    probed: float | None = None  # a cell read by what it computes: how far its reading was from it on probes
+    scanned: bool = False  # a cell that is a Scan's body, stepped over the Scan's sequence
 
     def __post_init__(self) -> None:
         self.source_class = self.source_class or self.op
@@ -67,6 +75,12 @@ class OnnxNode:
 
     @property
     def shown_class(self) -> str:
+        if self.scanned:
+            return f"{self.op} cell (Scan body)"
+        if self.probed is not None and self.unrolled > 1:
+            return f"{self.op} cell (unrolled, {self.unrolled} steps)"
+        if self.probed is not None or self.source_class.endswith(" cell"):
+            return f"{self.op} cell (unrolled)"
         if self.source_class.endswith(" cell"):
             return f"{self.source_class} (unrolled)"
         return f"{self.source_class} (unrolled, {self.unrolled} steps)" if self.unrolled else self.source_class
@@ -320,14 +334,18 @@ def _refused_unrolled(name: str, steps: int, reason: str) -> OnnxNode:
     return node
 
 
-def unrolled_cell(cell: Cell) -> OnnxNode:
-    """A cell unrolled into matrix products and activations: listed with its sizes and why it does not convert."""
+def unrolled_cell(cell: Cell, steps: int = 1, scanned: bool = False) -> OnnxNode:
+    """A cell unrolled into matrix products and activations (stepped `steps` times, or a Scan's body over its
+    sequence: one layer of an RNN): read as the RNN node of one layer that computes what it computes, or listed
+    with its sizes and why it does not convert."""
+    if cell.reading is not None:
+        node = _cell_node(cell.name, cell.reading, steps)
+        node.scanned = scanned
+        return node
     reason = (
-        f"{cell.name!r} is {'a' if cell.kind == 'GRU' else 'an'} {cell.kind} cell unrolled into matrix products and "
-        f"activations (as "
-        f"torch.onnx.export(dynamo=True) writes nn.{cell.kind}Cell, one step); rnnconv reads unrolled RNNs of "
-        f"nn.RNN's form, not unrolled {cell.kind} cells: convert the checkpoint it was exported from (its weights "
-        f"are {', '.join(repr(w) for w in cell.weights)})"
+        f"{cut(cell.name)!r} looks like {'a' if cell.kind == 'GRU' else 'an'} {cell.kind} cell unrolled into matrix "
+        f"products and activations, but it {cell.refusal}; convert the checkpoint it was exported from (its weights "
+        f"are {', '.join(repr(cut(w)) for w in cell.weights)})"
     )
     gates = len(CUDNN_GATES[RNN_OPS[cell.kind]])
     sizes = {"W": np.broadcast_to(np.float32(0), (1, gates * cell.hidden, cell.input_size))}  # shapes only
@@ -336,6 +354,28 @@ def unrolled_cell(cell: Cell) -> OnnxNode:
     )
     node.refusal, node.short, node.source_class = reason, cell.name.split(SUBGRAPH)[-1], f"{cell.kind} cell"
     node.unrolled = 1
+    return node
+
+
+def _cell_node(name: str, reading: Reading, steps: int) -> OnnxNode:
+    """The RNN node (one layer, forward) a recognised cell is: its gates in the ONNX row's order."""
+    op = ONNX_OPS[CUDNN_MODES[reading.mode][0]]
+    order = ONNX_GATE_ORDER[op]
+    w, r, bw, br = ([reading.gates[g][k] for g in order] for k in range(4))
+    weights = {"W": np.concatenate(w)[None], "R": np.concatenate(r)[None]}
+    if reading.has_bias:
+        weights["B"] = np.concatenate(bw + br)[None]
+    attributes: dict[str, Any] = {"hidden_size": reading.hidden, "direction": "forward"}
+    if op == "GRU":
+        attributes["linear_before_reset"] = int(reading.reset_after)
+    if op == "RNN":
+        attributes["activations"] = [ONNX_MODE_ACTIVATIONS[reading.mode]]
+    found = {role: _float_weights(values, f"the cell {name!r}: its {role}") for role, values in weights.items()}
+    dtypes = {dtype for _, dtype in found.values()}
+    if len(dtypes) > 1:
+        raise BadInput(f"the cell {name!r}: its weights are of different types ({', '.join(sorted(dtypes))})")
+    node = OnnxNode(name, op, [reading.x], [], attributes, {role: v for role, (v, _) in found.items()}, dtypes.pop())
+    node.short, node.unrolled, node.probed = name.rsplit(SUBGRAPH, maxsplit=1)[-1], steps, reading.error
     return node
 
 

@@ -101,9 +101,15 @@ class OnnxFile(Graph[OnnxNode]):
             nodes += refused
             chains += [[node] for node in refused]
             taken = {step.activation.output[0] for u in recurrences for step in u.steps}
-            cells = [unrolled_cell(cell) for cell in CellFinder(scope, folding).cells(taken)]
+            finder = CellFinder(scope, folding)
+            stepped, alone = finder.stacks(finder.cells(taken))
+            cells = [unrolled_cell(cell, scanned=finder.alone(cell)) for cell in alone]
             nodes += cells
             chains += [[node] for node in cells]
+            for steps in stepped:
+                stacked = [unrolled_cell(layer[0], len(layer)) for layer in steps]
+                nodes += stacked
+                chains += consecutive(stacked)
             for stack in recogniser.layers(recurrences):
                 layers = [unrolled_layer(layer) for layer in stack]
                 nodes += layers
@@ -259,6 +265,15 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
         notes.append(
             f"{first.name}: layout=1 (batch-major input and output); the converted RNN takes its own format's "
             f"layout (its usage line says which): transpose where they differ"
+        )
+    if first.probed is not None:
+        steps = "one step" if first.unrolled == 1 else f"stepped {first.unrolled} times"
+        steps = "stepped over its Scan's sequence" if first.scanned else steps
+        article = "a" if first.op == "GRU" else "an"
+        notes.append(
+            f"{','.join(n.name for n in chain)}: {article} {first.op} cell unrolled into matrix products and "
+            f"activations, {steps}: its gates and layout read by what it computes (run on probe inputs, within "
+            f"{max(n.probed or 0.0 for n in chain):.1g} of the reading)"
         )
     later = []
     if first.quantized:

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from rnnconv.errors import listing
-from rnnconv.formats.onnx.folding import Folder, NotFoldable, Scope
+from rnnconv.errors import cut, listing
+from rnnconv.formats._cells import CellGraph, Product, Reading, exchanged, recognise
+from rnnconv.formats.onnx.folding import SUBGRAPH, Folder, NotFoldable, Scope, node_name
 from rnnconv.formats.onnx.wire import ONNX_ACTIVATIONS, ONNX_INPUTS
+from rnnconv.reference import sigmoid
 from rnnconv.table.constants import NONLINEARITIES
 
 ONNX_W, ONNX_R, ONNX_B = ONNX_INPUTS[1:4]  # the weights an RNN node would take, as the unrolled steps give them
@@ -341,36 +344,64 @@ def _equal(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     return a is not None and b is not None and a.dtype == b.dtype and np.array_equal(a, b)
 
 
+EVALUATED = (
+    "Gemm",
+    "MatMul",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Neg",
+    "Sigmoid",
+    "Tanh",
+    "Relu",
+    "Split",
+    "Identity",
+    "Concat",
+)
+MAX_CARRIED = 4  # values a cell's graph reads besides its input and state, tried as an LSTM's cell state
+
+
 @dataclass
 class Cell:
     """An LSTM, GRU or RNN cell an exporter unrolled into matrix products and activations (one step, as the
-    dynamo exporter writes nn.LSTMCell, nn.GRUCell and nn.RNNCell): listed, not read."""
+    dynamo exporter writes nn.LSTMCell, nn.GRUCell and nn.RNNCell), and what it computes: the reading whose cuDNN
+    cell computes what its graph computes on probe inputs, or why none does."""
 
     name: str
-    kind: str  # LSTM, GRU or RNN
+    kind: str  # LSTM, GRU or RNN, as its form suggests
     hidden: int
     input_size: int
     weights: list[str]  # the stored tensors its matrix products read
+    reading: Reading | None = None
+    refusal: str | None = None
 
 
 class CellFinder(Recogniser):
     """Cells: a matrix product with constant weights split into 4 parts feeding three Sigmoids and a Tanh (LSTM),
     two split into 3 parts whose sums feed Sigmoids (GRU), or Tanh/Relu of the sum of two products, one with a
-    square matrix (RNN)."""
+    square matrix (RNN); each then read by what it computes (`_cells.recognise`)."""
 
-    def product(self, value: str) -> tuple[str, np.ndarray] | None:
-        """(weight name, weight as (out, in)) of a Gemm or MatMul (+ Add) with a constant weight."""
+    def product(self, value: str) -> Product | None:
+        """A Gemm or MatMul (+ Add) of a value by a constant weight, the weight as (out, in) as the graph
+        multiplies it, with the constant added."""
         node = self.producer(value)
+        bias = None
         if node is not None and node.op_type == "Add" and len(node.input) == 2:
-            inner = [self.producer(i) for i in node.input]
-            node = next((n for n in inner if n is not None and n.op_type in ("MatMul", "Gemm")), node)
+            for product, other in (node.input, node.input[::-1]):
+                inner = self.producer(product)
+                if inner is not None and inner.op_type in ("MatMul", "Gemm") and self.constant(other) is not None:
+                    node, bias = inner, self.constant(other)
+                    break
         if node is None or node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2:
             return None
         weight = self.constant(node.input[1])
-        if weight is None or weight.ndim != 2:
+        if weight is None or weight.ndim != 2 or self.constant(node.input[0]) is not None:
             return None
+        if node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]:
+            bias = self.constant(node.input[2])
         transposed = node.op_type == "Gemm" and any(a.name == "transB" and a.i == 1 for a in node.attribute)
-        return node.input[1], (weight if transposed else weight.T)
+        return Product(node.input[0], weight if transposed else weight.T, bias, node.input[1])
 
     def __init__(self, scope: Scope, folding: Folder):
         super().__init__(scope, folding)
@@ -384,7 +415,7 @@ class CellFinder(Recogniser):
 
     def cells(self, taken: set[str]) -> list[Cell]:
         found: list[Cell] = []
-        splits: dict[int, list[tuple[Any, tuple[str, np.ndarray]]]] = defaultdict(list)
+        splits: list[tuple[Any, Product]] = []
         for node in self.scope.graph.node:
             if node.op_type == "Split" and node.input and len(node.output) in (3, 4):
                 products = self.summed_products(node.input[0]) or []
@@ -392,18 +423,137 @@ class CellFinder(Recogniser):
                 if len(node.output) == 4 and len(products) == 2 and self.lstm_parts(node):
                     found.append(self.cell(node, "LSTM", products, 4))
                 elif len(node.output) == 3 and single is not None:
-                    splits[id(self.scope)].append((node, single))
+                    splits.append((node, single))
             elif node.op_type in ACTIVATION_OPS and node.input and node.output[0] not in taken:
                 summed = self.summed_products(node.input[0])
-                if summed and len(summed) == 2 and any(w.shape[0] == w.shape[1] for _, w in summed):
+                if summed and len(summed) == 2 and any(p.matrix.shape[0] == p.matrix.shape[1] for p in summed):
                     found.append(self.cell(node, "RNN", summed, 1))
-        gru = [pair for pair in splits.values() if len(pair) == 2]
-        for (first, a), (_, b) in gru:
-            if self.gru_parts(first):
-                found.append(self.cell(first, "GRU", [a, b], 3))
+        for first, other in self.gru_pairs(splits):
+            found.append(self.cell(first[0], "GRU", [first[1], other[1]], 3))
         return [c for c in found if c.hidden > 0]
 
-    def summed_products(self, value: str) -> list[tuple[str, np.ndarray]] | None:
+    def gru_pairs(self, splits: list[tuple[Any, Product]]) -> list[tuple[tuple[Any, Product], tuple[Any, Product]]]:
+        """The 3-way splits of two products whose parts are added (a GRU's input and recurrent terms), in pairs."""
+        adding = {}
+        for split in splits:
+            sums = {c.output[0] for part in split[0].output for c in self.consumers(part) if c.op_type == "Add"}
+            adding[id(split[0])] = sums
+        pairs, paired = [], set()
+        for index, one in enumerate(splits):
+            for other in splits[index + 1 :]:
+                if id(one[0]) in paired or id(other[0]) in paired:
+                    continue
+                if adding[id(one[0])] & adding[id(other[0])] and self.gru_parts(one[0]):
+                    pairs.append((one, other))
+                    paired |= {id(one[0]), id(other[0])}
+        return pairs
+
+    def stacks(self, cells: list[Cell]) -> tuple[list[list[list[Cell]]], list[Cell]]:
+        """Cells stepped over time (each step's state the previous step's new state, its input the input sequence
+        at that step, its weights the same), as layers of their steps in time order, stacked where a layer's input
+        at each step is the layer below's new state; and the cells that are no such step."""
+        read = [c for c in cells if c.reading is not None]
+        by_output = {c.reading.outputs[0]: c for c in read if c.reading is not None}
+        after: dict[int, Cell] = {}
+        for cell in read:  # in the graph's order, which is time's
+            earlier = self.earlier_step(cell, by_output)
+            if earlier is not None:
+                after[id(earlier)] = cell
+        followed = {id(c) for c in after.values()}
+        layers = []
+        for cell in read:
+            if id(cell) not in followed:
+                layer = [cell]
+                while id(layer[-1]) in after and len(layer) <= len(read):
+                    layer.append(after[id(layer[-1])])
+                layers.append(layer)
+        stacks: list[list[list[Cell]]] = [[layer] for layer in layers if len(layer) > 1 and self.over_time(layer)]
+        rest = [layer for layer in layers if len(layer) > 1 and not self.over_time(layer)]
+        grown = True
+        while grown and rest:
+            grown = False
+            for layer in rest:
+                stack = next((s for s in stacks if self.reads_outputs(layer, s[-1])), None)
+                if stack is not None:
+                    stack.append(layer)
+                    rest.remove(layer)
+                    grown = True
+                    break
+        stepped = {id(c) for stack in stacks for layer in stack for c in layer}
+        return stacks, [c for c in cells if id(c) not in stepped]
+
+    def earlier_step(self, cell: Cell, by_output: dict[str, Cell]) -> Cell | None:
+        """The step whose new state `cell` reads as its state, the two read alike (a step that may be read with
+        its input and state exchanged is read so that it is the next step of the one whose new state it reads)."""
+        assert cell.reading is not None
+        readings = [cell.reading] + [r for r in (exchanged(cell.reading),) if r is not None]
+        for reading in readings:
+            earlier = by_output.get(self.through(reading.h))
+            if earlier is None or earlier.reading is None or earlier is cell:
+                continue
+            for before in [earlier.reading] + [r for r in (exchanged(earlier.reading),) if r is not None]:
+                if _steps_of_one(before, reading, self.through):
+                    earlier.reading, cell.reading = before, reading
+                    return earlier
+        return None
+
+    def alone(self, cell: Cell) -> bool:
+        """Whether `cell`, a step of no recurrence, is a Scan's body; a step whose input and state its graph does not
+        tell apart (as many inputs as hidden units, an LSTM's or RNN's step computing the same either way round)
+        is refused rather than read one way at random."""
+        if self.scanned(cell):
+            return True
+        if cell.reading is not None and exchanged(cell.reading) is not None:
+            reading = cell.reading
+            cell.refusal = (
+                f"reads {cut(reading.x)!r} and {cut(reading.h)!r} alike (as many inputs as hidden units, "
+                f"{reading.hidden}, and one step): which of them is the state it carries, its graph does not tell"
+            )
+            cell.reading = None
+        return False
+
+    def scanned(self, cell: Cell) -> bool:
+        """Whether `cell` is the recurrence of the Scan whose body this graph is: its states the Scan's carried
+        values (each new state given back in its place), its input the one scanned, forward along axis 0; the
+        cell's reading then made the one that says so (a step read either way round, `exchanged`)."""
+        scan = scan_of(self.scope)
+        if scan is None or cell.reading is None:
+            return False
+        attributes = {a.name: a for a in scan.attribute}
+        scanned = int(attributes["num_scan_inputs"].i) if "num_scan_inputs" in attributes else 0
+        inputs = [i.name for i in self.scope.graph.input]
+        outputs = [o.name for o in self.scope.graph.output]
+        carried = len(inputs) - scanned
+        layouts = ("scan_input_directions", "scan_input_axes", "scan_output_directions", "scan_output_axes")
+        if scanned < 1 or carried < 1 or any(any(attributes[n].ints) for n in layouts if n in attributes):
+            return False
+        for reading in [cell.reading] + [r for r in (exchanged(cell.reading),) if r is not None]:
+            states = [reading.h] + ([reading.c] if reading.c else [])
+            if set(states) != set(inputs[:carried]) or len(states) != carried or reading.x not in inputs[carried:]:
+                continue
+            places = [inputs.index(state) for state in states]
+            if all(
+                place < len(outputs) and self.through(outputs[place]) == self.through(new)
+                for place, new in zip(places, reading.outputs)
+            ):
+                cell.reading = reading
+                return True
+        return False
+
+    def over_time(self, layer: list[Cell]) -> bool:
+        """Whether step t reads the input sequence at t, for every t from 0."""
+        slices = [self.time_slice(c.reading.x) if c.reading else None for c in layer]
+        sources = {s[0] for s in slices if s is not None}
+        return len(sources) == 1 and all(s is not None and s[1:] == (t, False) for t, s in enumerate(slices))
+
+    def reads_outputs(self, layer: list[Cell], below: list[Cell]) -> bool:
+        """Whether each step of `layer` reads the new state of the same step of `below`."""
+        return len(layer) == len(below) and all(
+            c.reading is not None and b.reading is not None and self.through(c.reading.x) == b.reading.outputs[0]
+            for c, b in zip(layer, below)
+        )
+
+    def summed_products(self, value: str) -> list[Product] | None:
         node = self.producer(value)
         if node is None or node.op_type != "Add" or len(node.input) != 2:
             return None
@@ -418,9 +568,111 @@ class CellFinder(Recogniser):
         sums = [c for part in split.output for c in self.consumers(part) if c.op_type == "Add"]
         return sum(1 for s in sums for c in self.consumers(s.output[0]) if c.op_type == "Sigmoid") >= 2
 
-    def cell(self, node: Any, kind: str, products: list[tuple[str, np.ndarray]], gates: int) -> Cell:
-        shapes = sorted((w.shape for _, w in products), key=lambda s: s[1] != s[0] // gates)
+    def cell(self, node: Any, kind: str, products: list[Product], gates: int) -> Cell:
+        shapes = sorted((p.matrix.shape for p in products), key=lambda s: s[1] != s[0] // gates)
         recurrent, inputs = shapes[0], shapes[-1]
         hidden = recurrent[0] // gates if recurrent[0] % gates == 0 and recurrent[1] * gates == recurrent[0] else 0
         name = self.scope.qualified(node.name or node.op_type)
-        return Cell(name, kind, hidden, int(inputs[1]), [n for n, _ in products])
+        found = Cell(name, kind, hidden, int(inputs[1]), [p.name for p in products])
+        if hidden:
+            carried = self.carried(products) if kind == "LSTM" else ()
+            graph = CellGraph(name, (products[0], products[1]), carried, lambda feeds: self.run(feeds)[0])
+            reading = recognise(graph)
+            found.reading, found.refusal = (reading, None) if isinstance(reading, Reading) else (None, reading)
+        return found
+
+    def carried(self, products: list[Product]) -> tuple[str, ...]:
+        """The values the cell's graph reads besides its products' inputs: an LSTM's cell state among them."""
+        feeds = {p.value: np.zeros((1, p.matrix.shape[1]), np.float32) for p in products}
+        try:
+            _, missing = self.run(feeds)
+        except (ValueError, IndexError, TypeError, ArithmeticError):
+            return ()
+        return tuple(dict.fromkeys(missing))[:MAX_CARRIED]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
+        """Every value of the graph computed from `feeds` and constants (the values computed, without the feeds),
+        and the values the nodes reached would also need, which are neither."""
+        values: dict[str, np.ndarray] = dict(feeds)
+        computed: dict[str, np.ndarray] = {}
+        missing: list[str] = []
+        for node in self.scope.graph.node:
+            if node.op_type not in EVALUATED or node.domain not in ("", "ai.onnx"):
+                continue
+            if not any(i in values for i in node.input) or any(o in feeds for o in node.output):
+                continue
+            arguments = [values[i] if i in values else self.constant(i) for i in node.input]
+            lacking = [i for i, a in zip(node.input, arguments) if a is None and i]
+            if lacking:
+                missing += lacking
+                continue
+            try:
+                outputs = _evaluate(node, arguments)
+            except (ValueError, IndexError, TypeError, ArithmeticError):
+                continue  # a node the probe's values do not fit (another reader of the cell's input): not the cell's
+            values.update(zip(node.output, outputs))
+            computed.update(zip(node.output, outputs))
+        return computed, missing
+
+
+def scan_of(scope: Scope) -> Any:
+    """The Scan node whose body `scope` is, or None."""
+    parent = scope.parent
+    if parent is None:
+        return None
+    for index, node in enumerate(parent.graph.node):
+        if node.op_type == "Scan" and scope.path == f"{parent.qualified(node_name(node, index))}{SUBGRAPH}body":
+            return node
+    return None
+
+
+def _steps_of_one(a: Reading, b: Reading, through: Callable[[str], str]) -> bool:
+    """Whether `b` is the step after `a`: the same cell, reading the states it computes."""
+    if a.mode != b.mode or a.reset_after != b.reset_after or a.gates.keys() != b.gates.keys():
+        return False
+    if b.c is not None and (len(a.outputs) < 2 or through(b.c) != a.outputs[1]):
+        return False
+    return all(x.shape == y.shape and np.array_equal(x, y) for g in a.gates for x, y in zip(a.gates[g], b.gates[g]))
+
+
+def _evaluate(node: Any, arguments: list[Any]) -> list[np.ndarray]:
+    """One node computed in numpy, as onnxruntime computes it (float32 in, float32 out)."""
+    attributes = {a.name: a for a in node.attribute}
+    op = node.op_type
+    if op == "Gemm":
+        a, b = arguments[0], arguments[1]
+        a = a.T if "transA" in attributes and attributes["transA"].i else a
+        b = b.T if "transB" in attributes and attributes["transB"].i else b
+        alpha = attributes["alpha"].f if "alpha" in attributes else 1.0
+        result = np.float32(alpha) * (a @ b)
+        if len(arguments) > 2 and arguments[2] is not None:
+            beta = attributes["beta"].f if "beta" in attributes else 1.0
+            result = result + np.float32(beta) * arguments[2]
+        return [result]
+    if op == "Split":
+        axis = attributes["axis"].i if "axis" in attributes else 0
+        sizes = arguments[1] if len(arguments) > 1 and arguments[1] is not None else None
+        if sizes is None and "split" in attributes:
+            sizes = list(attributes["split"].ints)
+        if sizes is None:
+            return list(np.split(arguments[0], len(node.output), axis=axis))
+        return list(np.split(arguments[0], np.cumsum([int(s) for s in sizes])[:-1], axis=axis))
+    if op == "Concat":
+        return [np.concatenate(arguments, axis=attributes["axis"].i)]
+    unary: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+        "Neg": np.negative,
+        "Sigmoid": sigmoid,
+        "Tanh": np.tanh,
+        "Relu": lambda v: np.maximum(v, 0),
+        "Identity": lambda v: v,
+    }
+    if op in unary:
+        return [unary[op](arguments[0])]
+    binary: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+        "MatMul": np.matmul,
+        "Add": np.add,
+        "Sub": np.subtract,
+        "Mul": np.multiply,
+        "Div": np.divide,
+    }
+    return [binary[op](arguments[0], arguments[1])]

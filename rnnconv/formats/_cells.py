@@ -1,0 +1,243 @@
+"""Recurrent cells written as graphs (an unrolled step, a loop's body), read by what they compute.
+
+A graph format finds a cell's matrix products (each a constant matrix multiplying a value, and the constant added
+to the product) and gives a way to run the cell's graph; which product multiplies the step's input and which the
+carried state, which block of a matrix is which gate, how the matrices are stored and where a GRU applies its
+reset are not read from the graph's shape but settled here: the graph is run on probe inputs, and the one reading
+whose cuDNN cell computes the same new state (and, for an LSTM, cell state) is kept. The formats differ in how a
+graph is parsed, not in what a cell is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from rnnconv.reference import ACTIVATIONS, sigmoid
+from rnnconv.table.constants import CUDNN_GATES, GRU, LSTM, RNN
+
+TOLERANCE = 1e-5  # float32: how far the graph's value may be from the reading's, relative to the value's size
+PROBE_BATCH = 3
+PROBE_SEED = 20261127
+MAX_READINGS = 256  # every reading of the cells recognised here is far fewer
+
+
+@dataclass(frozen=True)
+class Product:
+    """A constant matrix the graph multiplies a value by, and the constant it adds to the product (if any)."""
+
+    value: str  # what the matrix multiplies
+    matrix: np.ndarray  # as stored, either way round
+    bias: np.ndarray | None
+    name: str  # the stored tensor, for messages
+
+
+@dataclass(frozen=True)
+class CellGraph:
+    """A cell as a graph format found it: its two matrix products, the other values it carries from step to step
+    (an LSTM's cell state: candidates, the one that makes it a cell is kept), and its graph, run on values fed by
+    name, giving every value it computes by name."""
+
+    name: str
+    products: tuple[Product, Product]
+    carried: tuple[str, ...]
+    run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a cell computes: its cuDNN mode, each gate's W, R, bW and bR (cuDNN's gate letters), and for a GRU
+    whether its reset multiplies the recurrent product with its bias (cuDNN's, `linear_before_reset=1`) or h."""
+
+    mode: str  # lstm, gru, rnn_tanh, rnn_relu
+    gates: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    reset_after: bool
+    input_size: int
+    hidden: int
+    has_bias: bool
+    error: float  # the largest difference from the graph's values on the probes
+    x: str  # the value that is the step's input
+    h: str  # the carried state
+    c: str | None  # an LSTM's carried cell state
+    outputs: tuple[str, ...]  # the values that are the new state (and an LSTM's new cell state)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    mode: str
+    order: tuple[str, ...]  # the gate each block of the matrices holds, in stored order
+    reset_after: bool
+    w: np.ndarray  # (G*H, in)
+    r: np.ndarray  # (G*H, H)
+    bw: np.ndarray
+    br: np.ndarray
+    x: str
+    h: str
+    c: str | None
+
+
+def recognise(cell: CellGraph) -> Reading | str:
+    """The reading of a cell that computes what its graph computes, or why none does (a clause: "it ...")."""
+    candidates = list(itertools.islice(_candidates(cell), MAX_READINGS))
+    if not candidates:
+        shapes = " and ".join(str(tuple(p.matrix.shape)) for p in cell.products)
+        return f"has matrices {shapes}, which are not an LSTM's, GRU's or RNN's input and recurrent matrices"
+    rng = np.random.default_rng(PROBE_SEED)
+    probes: dict[tuple[str, ...], tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | str] = {}
+    nearest = np.inf
+    for candidate in candidates:
+        key = (candidate.x, candidate.h, candidate.c or "")
+        if key not in probes:
+            probes[key] = _probe(cell, candidate, rng)
+        probe = probes[key]
+        if isinstance(probe, str):
+            continue
+        feeds, values = probe
+        expected = _step(candidate, feeds[candidate.x], feeds[candidate.h], feeds.get(candidate.c or ""))
+        found = [_nearest(values, e) for e in expected]
+        error = max(e for e, _ in found)
+        nearest = min(nearest, error)
+        if error <= TOLERANCE:
+            return _reading(candidate, error, tuple(name for _, name in found))
+    modes = sorted({c.mode.split("_")[0].upper() for c in candidates})
+    failed = [p for p in probes.values() if isinstance(p, str)]
+    if not np.isfinite(nearest):
+        return failed[0] if failed else "cannot be run on probe inputs"
+    return (
+        f"computes none of the {len(candidates)} {' or '.join(modes)} readings of its weights rnnconv tried (which "
+        f"product is the input's, gate orders, layouts, reset placements, activations; the nearest is off by "
+        f"{nearest:.2g})"
+    )
+
+
+def exchanged(reading: Reading) -> Reading | None:
+    """The same step read with its input and state exchanged, where that computes the same (an LSTM's or RNN's
+    gates sum the two products, so with as many inputs as hidden units either may be the state; a GRU's reset acts
+    on one of them only): which is the state is then told by the steps around it, not by the step."""
+    if reading.mode == GRU or reading.input_size != reading.hidden:
+        return None
+    gates = {g: (r, w, br, bw) for g, (w, r, bw, br) in reading.gates.items()}
+    return dataclasses.replace(reading, gates=gates, x=reading.h, h=reading.x)
+
+
+def _candidates(cell: CellGraph) -> Iterator[Candidate]:
+    for inputs, recurrent in (cell.products, cell.products[::-1]):
+        if inputs.value == recurrent.value:
+            continue
+        for r, hidden, gates in _oriented(recurrent.matrix, None):
+            modes = [LSTM] if gates == 4 and cell.carried else [GRU] if gates == 3 else []
+            modes += ["rnn_tanh", "rnn_relu"] if gates == 1 else []
+            for w, _, _ in _oriented(inputs.matrix, gates * hidden):
+                bw = _bias(inputs.bias, gates * hidden)
+                br = _bias(recurrent.bias, gates * hidden)
+                if bw is None or br is None:
+                    continue
+                for mode in modes:
+                    placements = (True, False) if mode == GRU else (True,)
+                    states: tuple[str | None, ...] = cell.carried if mode == LSTM else (None,)
+                    for order, reset_after, c in itertools.product(
+                        itertools.permutations(CUDNN_GATES[_family(mode)]), placements, states
+                    ):
+                        yield Candidate(mode, order, reset_after, w, r, bw, br, inputs.value, recurrent.value, c)
+
+
+def _oriented(matrix: np.ndarray, rows: int | None) -> Iterator[tuple[np.ndarray, int, int]]:
+    """The matrix as (G*H, columns), as stored and transposed (a square one is read both ways); with `rows`
+    unknown, as a recurrent matrix (G*H, H) of G = 1, 3 or 4 gates, with H and G."""
+    if matrix.ndim != 2 or not matrix.size:
+        return
+    for oriented in (matrix, matrix.T):
+        total, columns = oriented.shape
+        if rows is None and total % columns == 0 and total // columns in (1, 3, 4):
+            yield oriented, columns, total // columns
+        elif rows is not None and total == rows:
+            yield oriented, 0, 0
+
+
+def _bias(bias: np.ndarray | None, size: int) -> np.ndarray | None:
+    if bias is None:
+        return np.zeros(size, np.float32)
+    flat = bias.reshape(-1) if bias.size == size else None
+    return None if flat is None else flat
+
+
+def _probe(
+    cell: CellGraph, candidate: Candidate, rng: np.random.Generator
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | str:
+    hidden = candidate.r.shape[1]
+    feeds = {
+        candidate.x: rng.standard_normal((PROBE_BATCH, candidate.w.shape[1])).astype(np.float32),
+        candidate.h: rng.standard_normal((PROBE_BATCH, hidden)).astype(np.float32),
+    }
+    if candidate.c is not None:
+        feeds[candidate.c] = rng.standard_normal((PROBE_BATCH, hidden)).astype(np.float32)
+    try:
+        values = cell.run(feeds)
+    except (ValueError, IndexError, TypeError, ArithmeticError) as exc:
+        return f"does not run on probe inputs ({type(exc).__name__})"
+    return feeds, {name: np.asarray(v) for name, v in values.items()}
+
+
+def _step(candidate: Candidate, x: np.ndarray, h: np.ndarray, c: np.ndarray | None) -> list[np.ndarray]:
+    """The candidate's new state (and cell state), in float64: cuDNN's equations with the candidate's blocks."""
+    hidden = candidate.r.shape[1]
+    x64, h64 = x.astype(np.float64), h.astype(np.float64)
+    gx = x64 @ candidate.w.T.astype(np.float64) + candidate.bw
+    gh = h64 @ candidate.r.T.astype(np.float64) + candidate.br
+    xs = dict(zip(candidate.order, np.split(gx, len(candidate.order), axis=-1)))
+    hs = dict(zip(candidate.order, np.split(gh, len(candidate.order), axis=-1)))
+    if candidate.mode == LSTM:
+        assert c is not None
+        g = {k: xs[k] + hs[k] for k in xs}
+        new_c = sigmoid(g["f"]) * c.astype(np.float64) + sigmoid(g["i"]) * np.tanh(g["c"])
+        return [sigmoid(g["o"]) * np.tanh(new_c), new_c]
+    if candidate.mode == GRU:
+        reset = sigmoid(xs["r"] + hs["r"])
+        update = sigmoid(xs["z"] + hs["z"])
+        if candidate.reset_after:
+            recurrent = reset * hs["h"]
+        else:  # reset applied to h before its product with the candidate's block of R
+            block = candidate.order.index("h")
+            rows = slice(block * hidden, (block + 1) * hidden)
+            recurrent = (reset * h64) @ candidate.r[rows].T.astype(np.float64) + candidate.br[rows]
+        new = np.tanh(xs["h"] + recurrent)
+        return [(1.0 - update) * new + update * h64]
+    return [ACTIVATIONS[candidate.mode](gx + gh)]
+
+
+def _nearest(values: dict[str, np.ndarray], expected: np.ndarray) -> tuple[float, str]:
+    """The graph's value nearest to `expected`, and how far it is from it, relative to its size."""
+    scale = max(1.0, float(np.max(np.abs(expected))))
+    errors = [
+        (float(np.max(np.abs(v.astype(np.float64) - expected))) / scale, name)
+        for name, v in values.items()
+        if v.shape == expected.shape and v.dtype.kind == "f"
+    ]
+    return min(errors, default=(np.inf, ""))
+
+
+def _reading(candidate: Candidate, error: float, outputs: tuple[str, ...]) -> Reading:
+    count = len(candidate.order)
+    w, r, bw, br = (np.split(m, count, axis=0) for m in (candidate.w, candidate.r, candidate.bw, candidate.br))
+    stored = {gate: (w[i], r[i], bw[i], br[i]) for i, gate in enumerate(candidate.order)}
+    return Reading(
+        candidate.mode,
+        {gate: stored[gate] for gate in CUDNN_GATES[_family(candidate.mode)]},
+        candidate.reset_after,
+        int(candidate.w.shape[1]),
+        int(candidate.r.shape[1]),
+        bool(np.any(candidate.bw) or np.any(candidate.br)),
+        error,
+        candidate.x,
+        candidate.h,
+        candidate.c,
+        outputs,
+    )
+
+
+def _family(mode: str) -> str:
+    return RNN if mode.startswith(RNN) else mode
