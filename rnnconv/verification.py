@@ -281,7 +281,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
             raise
         raise BackendMissing(f"{exc}; and {also}") from None
     recorded = blob.source.loss  # written with --allow-lossy: it should compute its source without what it lost
-    expected = want if recorded is None else source_without(fmt, source_path, source, runtime, inputs)
+    expected = want if recorded is None else source_without(fmt, source_path, source, runtime, blob.spec.dtype, inputs)
     report.versions.update(engine.versions())
     report.versions["source_framework"] = how.split(":")[0]
     report.source = SourceRun(path=str(source_path), format=source.format, layer=source.layer, run=how)
@@ -338,14 +338,14 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
 
 
 def source_without(
-    fmt: registry.Format, path: Path, source: Provenance, target: registry.Format | None, inputs: Inputs
+    fmt: registry.Format, path: Path, source: Provenance, target: registry.Format | None, written: str, inputs: Inputs
 ) -> Outputs:
     """What a file written with --allow-lossy should compute: the source's RNN without what the file's format
     (`target`, None: a cuDNN blob) cannot hold, the nearest RNN it holds as the conversion wrote it, in the numpy
-    reference."""
+    reference (`written`: the file's element type)."""
     with fmt.read(path, fmt.source_options(source)) as found:
         rnn = found.rnns[0]
-        nearest = without((target or registry.get("cudnn")).losses(rnn), rnn)
+        nearest = without((target or registry.get("cudnn")).losses_in(rnn, written), rnn)
         y, h_n, c_n = forward(nearest.spec, nearest.param, inputs["x"], inputs["h0"], inputs["c0"], inputs["lengths"])
     return {"y": y, "h_n": h_n, "c_n": c_n}
 

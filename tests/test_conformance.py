@@ -91,6 +91,9 @@ def refusal(target: str, spec: RNNSpec, source: Source) -> str | None:
     return None
 
 
+ROUNDED_SUMS = "has no exact value for the biases it stores summed"
+
+
 @dataclasses.dataclass
 class Source:
     """A source file and what its framework computes on it: from `h0`/`c0`, from zero states (`zero_y`) and on the
@@ -221,7 +224,11 @@ def written(tmp_path_factory, source):
         try:
             result = rnnconv.convert(made.path, out, layer=made.layer, to=target, **made.options)
         except Unsupported as exc:
-            return where, exc
+            if ROUNDED_SUMS not in str(exc) or refusal(target, made.spec, made) is not None:
+                return where, exc
+            # a half-precision source whose summed biases its type cannot hold (test_flax holds the refusal): the
+            # file written with them rounded, as --allow-lossy writes it, still runs within the half tolerance
+            result = rnnconv.convert(made.path, out, layer=made.layer, to=target, allow_lossy=True, **made.options)
         assert result.outputs == [str(where / f"model{ending}") for ending in RUNTIMES[target].files]
         return where, out
 

@@ -37,6 +37,7 @@ import pydantic
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, RNNSizes, dump
+from rnnconv.dtypes import element_type
 from rnnconv.errors import (
     MESSAGE_LIMIT,
     BackendMissing,
@@ -58,7 +59,9 @@ from rnnconv.safeio.inputs import regular_file, unguarded
 from rnnconv.settings import Progress as Progress  # noqa: PLC0414
 from rnnconv.settings import ReadOptions as ReadOptions  # noqa: PLC0414
 from rnnconv.settings import WriteOptions as WriteOptions  # noqa: PLC0414
-from rnnconv.table.rows import ADAPTER_FORMATS
+from rnnconv.table.apply import row_for_mode
+from rnnconv.table.rows import ADAPTER_FORMATS, Row
+from rnnconv.table.writing import rounded_sums
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -371,6 +374,37 @@ class Format(ABC):
     def losses(self, rnn: CanonicalRNN) -> list[Loss]:
         """What of `rnn` this format cannot hold exactly, found before anything is written (lossless or refused)."""
         return []
+
+    def losses_in(self, rnn: CanonicalRNN, requested: str | None) -> list[Loss]:
+        """`losses`, and where it writes the source's own half-precision type: the summed biases that type has no
+        exact value for (a narrower --dtype asks for rounding; the source's own type promises none)."""
+        losses = self.losses(rnn)
+        spec, row = rnn.spec, self.written_row(rnn.spec)
+        dtype = self.written_dtype(spec, requested)
+        narrow = dtype == spec.dtype and element_type(dtype).itemsize < 4  # float32 sums round as its kernels do
+        if not narrow or not spec.bias or row is None or not row.bias.summed or any(not x.nearest for x in losses):
+            return losses  # (a term it cannot hold at all: refused for that alone)
+        nearest = functools.reduce(lambda held, loss: loss.nearest(held) if loss.nearest else held, losses, rnn)
+        worst, rounded = rounded_sums(nearest, row, dtype)  # what it holds of the RNN it can hold
+        if not worst:
+            return losses
+        term = (
+            f"{dtype} has no exact value for the biases it stores summed (bW + bR; the nearest is off by up to "
+            f"{worst:.2g}, and --dtype float32 holds them exactly)"
+        )
+        return [*losses, Loss(term, lambda _: rounded)]
+
+    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
+        """The element type its writer stores `spec`'s RNN in: --dtype, else the source's."""
+        return requested or spec.dtype
+
+    def written_row(self, spec: RNNSpec) -> Row | None:
+        """The layout-table row its writer stores `spec`'s RNN as (a layer's, else a cell's), None where it has
+        none."""
+        for cell_class in (False, True):
+            with contextlib.suppress(Unsupported):
+                return row_for_mode(self.name, spec.mode, cell_class)[0]
+        return None
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         raise Unsupported(f"no writer for format {self.name!r}")

@@ -51,13 +51,16 @@ class MlxFormat(GraphFormat[MlxFile, Module]):
             return None
         return f"modules {', '.join(m.name for m in chain.layers)} are the layers and directions of one RNN"
 
+    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
+        return requested or (spec.dtype if spec.dtype in WRITABLE else WRITABLE[0])
+
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return mlx_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         rnn = registry.only_rnn(rnns, "an MLX file")
         spec = rnn.spec
-        dtype = options.dtype or (spec.dtype if spec.dtype in WRITABLE else WRITABLE[0])
+        dtype = self.written_dtype(spec, options.dtype)
         warnings = []
         if dtype != spec.dtype and options.dtype is None:
             warnings.append(f"{rnn.name}: written as {dtype}, what MLX computes with, from the source's {spec.dtype}")

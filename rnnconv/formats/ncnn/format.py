@@ -37,13 +37,16 @@ class NcnnFormat(GraphFormat[NcnnFile, Layer]):
     ) -> CanonicalRNN:
         return to_canonical(chain.layers, graph, source)
 
+    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
+        return requested or ("float16" if spec.dtype == "float16" else "float32")
+
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return ncnn_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         rnn = registry.only_rnn(rnns, "an ncnn model")
         spec = rnn.spec
-        dtype = options.dtype or ("float16" if spec.dtype == "float16" else "float32")
+        dtype = self.written_dtype(spec, options.dtype)
         outputs = write_ncnn(rnn, path, dtype, options.force)
         states = f"h0_0 ({spec.num_directions}, {spec.output_size})" + (
             f", c0_0 ({spec.num_directions}, {spec.hidden_size})" if spec.cell == LSTM else ""

@@ -44,11 +44,14 @@ class OnnxFormat(GraphFormat[OnnxFile, OnnxNode]):
     def notes(self, graph: OnnxFile) -> list[str]:
         return super().notes(graph) + graph.same_weights_notes()
 
+    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
+        return requested or "float32"  # onnxruntime's CPU RNN kernels compute float32
+
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return onnx_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
-        dtype = options.dtype or "float32"  # onnxruntime's CPU RNN kernels compute float32
+        dtype = self.written_dtype(rnns[0].spec, options.dtype)
         write_onnx(rnns, path, dtype, options.force)
         spec = rnns[0].spec
         lstm = spec.mode == LSTM

@@ -69,13 +69,16 @@ class OpenvinoFormat(GraphFormat[IRFile, SequenceOp]):
         watched like the .xml while they are read."""
         return reading(graph.weights_path)
 
+    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
+        return requested or (spec.dtype if spec.dtype in WRITES else "float32")
+
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return openvino_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         spec = rnns[0].spec
         # OpenVINO computes in float32: narrower weights are stored as they are and decompressed by a Convert
-        dtype = options.dtype or (spec.dtype if spec.dtype in WRITES else "float32")
+        dtype = self.written_dtype(spec, options.dtype)
         warnings = []
         if options.dtype is None and dtype != spec.dtype:
             warnings.append(

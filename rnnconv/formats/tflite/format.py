@@ -57,6 +57,9 @@ class TfliteFormat(GraphFormat[TfliteFile, Layer]):
     def notes(self, graph: TfliteFile) -> list[str]:
         return [f"operators: {graph.op_listing() or 'none'}", *super().notes(graph)]
 
+    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
+        return requested or "float32"  # its LSTM and RNN ops compute with float32 weights
+
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return tflite_losses(rnn)
 
