@@ -52,16 +52,17 @@ class OnnxFormat(GraphFormat[OnnxFile, OnnxNode]):
         write_onnx(rnns, path, dtype, options.force)
         spec = rnns[0].spec
         lstm = spec.mode == LSTM
-        states = "initial_h" + (", initial_c" if lstm else "")
+        states = '"initial_h": h0' + (', "initial_c": h0' if lstm else "")
         outputs = "y, h_n" + (", c_n" if lstm else "")
+        depth, dirs = spec.num_layers * spec.num_directions, spec.num_directions
         # the CPU provider, as `run_model` runs it: another (CUDA's, where installed) computes other numbers
         return Written(
             [path],
-            usage=f"import onnxruntime\nsession = onnxruntime.InferenceSession({registry.literal(path)}, "
-            'providers=["CPUExecutionProvider"])\n'
-            f'{outputs} = session.run(None, {{"X": x}})   # x (seq, batch, {spec.input_size}) {dtype}, y (seq, '
-            f"batch, {spec.num_directions * spec.output_size}); states ({spec.num_layers * spec.num_directions}, "
-            f"batch, ...); optional inputs: {states}",
+            usage=f"import numpy as np\nimport onnxruntime\nsession = onnxruntime.InferenceSession("
+            f'{registry.literal(path)}, providers=["CPUExecutionProvider"])\n'
+            f"h0 = np.zeros(({depth}, x.shape[1], {spec.hidden_size}), np.{dtype})   # initial states: every "
+            f"layer's, in cuDNN's order\n{outputs} = session.run(None, {{\"X\": x, {states}}})   # x (seq, batch, "
+            f"{spec.input_size}) {dtype}, y (seq, batch, {dirs * spec.output_size})",
         )
 
     def run_chain(
