@@ -49,7 +49,7 @@ class OnnxFormat(GraphFormat[OnnxFile, OnnxNode]):
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         dtype = options.dtype or "float32"  # onnxruntime's CPU RNN kernels compute float32
-        write_onnx(rnns, path, dtype, options.force)
+        write_onnx(rnns, path, dtype, options.force, options.profile)
         spec = rnns[0].spec
         lstm = spec.mode == LSTM
         states = '"initial_h": h0' + (', "initial_c": h0' if lstm else "")

@@ -39,4 +39,6 @@ ONNX_GLUE: Final = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Concat", "I
 ONNX_QUANTIZED_OPS: Final[dict[str, tuple[str, str]]] = {"DynamicQuantizeLSTM": ("com.microsoft", "LSTM")}
 ONNX_QUANTIZED_INPUTS: Final = ("W_scale", "W_zero_point", "R_scale", "R_zero_point")
 # ONNX TensorProto element types rnnconv reads and writes, by dtype name.
+# The consumers whose documented limits `--profile` checks (rnnconv.formats.onnx.profile holds the limits).
+ONNX_PROFILES: Final = ("tensorrt", "mnn", "ort-web")
 ONNX_ELEMENT_TYPES: Final[dict[str, int]] = {"float32": 1, "float16": 10, "float64": 11, "bfloat16": 16}

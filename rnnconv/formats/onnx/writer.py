@@ -13,6 +13,7 @@ from rnnconv.canonical import CanonicalRNN
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import Unsupported
 from rnnconv.formats import registry
+from rnnconv.formats.onnx import profile as profiles
 from rnnconv.formats.onnx.nodes import RNN_OPS
 from rnnconv.formats.onnx.reader import require_onnx
 from rnnconv.formats.onnx.wire import (
@@ -185,9 +186,11 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     return model
 
 
-def write_onnx(rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool) -> None:
+def write_onnx(rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool, profile: str | None = None) -> None:
     rnn = registry.only_rnn(rnns, "an .onnx")
     model = build_model(layers_of(rnn, dtype), rnn.spec.input_size, dtype)
+    if profile is not None and (broken := profiles.broken(model, profiles.check_profile(profile))):
+        raise Unsupported(f"{rnn.name} cannot be written within {profile}'s limits: {broken[0].line(profile)}")
     entry = model.metadata_props.add()  # where the RNN came from, for `verify model.onnx`
     entry.key, entry.value = registry.SOURCE_KEY, registry.source_record(rnn, path)
     with atomic_outputs([path], force) as (tmp,):

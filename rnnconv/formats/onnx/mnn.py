@@ -1,0 +1,111 @@
+"""An ONNX model run in MNN (pip `mnn`): MNN's own converter turns it into a .mnn in a temporary folder, and MNN's CPU
+runtime runs that, both in a child process (a converter that crashes on a hostile file ends the child, not rnnconv).
+
+The child imports MNN's C extensions only (`_tools` for the converter, `MNN` for the runtime), never `MNN.tools`:
+importing that package starts MNN's usage logging, which runs `pip install` and sends the machine's id away.
+MNN 3.6's converter builds a single-direction LSTM or GRU as a loop that fails on symbolic dimensions, so the copy
+it converts has X's and the states' dimensions fixed to the input's, as a deployment with fixed shapes has them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from rnnconv.errors import BackendMissing, BadInput
+
+MNN_TIMEOUT_S = 120  # converting and running a small RNN takes well under a second
+# The child: convert argv[1] (ONNX) to argv[2] (.mnn), run it on the arrays of argv[3] (.npz), save to argv[4].
+_CHILD = """
+import sys
+import numpy as np
+import _tools
+onnx_path, mnn_path, given, got = sys.argv[1:5]
+argv = ["mnnconvert", "-f", "ONNX", "--modelFile", onnx_path, "--MNNModel", mnn_path, "--bizCode", "rnnconv"]
+_tools.mnnconvert(argv)
+import MNN
+import MNN.expr as F
+feeds = dict(np.load(given))
+outputs = sys.argv[5].split(",")
+module = MNN.nn.load_module_from_file(mnn_path, list(feeds), outputs)
+placeholders = []
+for value in feeds.values():
+    var = F.placeholder(list(value.shape), F.NCHW, F.float)
+    var.write(value.ravel().tolist())
+    placeholders.append(var)
+results = module.onForward(placeholders)
+if len(results) != len(outputs):
+    sys.exit("MNN gave " + str(len(results)) + " outputs, not " + str(len(outputs)))
+np.savez(got, **{name: np.array(var.read(), np.float32).reshape(var.shape) for name, var in zip(outputs, results)})
+"""
+
+
+def mnn_version() -> str | None:
+    """MNN's version, or None where it is not installed (read without importing it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mnn")
+    except PackageNotFoundError:
+        return None
+
+
+def require_mnn() -> str:
+    found = mnn_version()
+    if found is None:
+        raise BackendMissing(
+            "running ONNX in MNN needs the mnn package, which is not installed (pip install 'rnnconv[mnn]')"
+        )
+    return found
+
+
+def fixed_dims(model: bytes, feeds: Mapping[str, np.ndarray]) -> bytes:
+    """The model with its graph inputs' dimensions fixed to those of the arrays fed to them."""
+    from rnnconv.formats.onnx.reader import require_onnx
+
+    onnx = require_onnx()
+    try:
+        proto = onnx.ModelProto.FromString(model)
+    except Exception as exc:  # protobuf's DecodeError, and what a hostile message raises
+        raise BadInput(f"MNN was not given an ONNX model: {str(exc)[:160]}") from None
+    for graph_input in proto.graph.input:
+        if graph_input.name in feeds:
+            dims = graph_input.type.tensor_type.shape.dim
+            for dim, size in zip(dims, feeds[graph_input.name].shape):
+                dim.Clear()
+                dim.dim_value = int(size)
+    return bytes(proto.SerializeToString())
+
+
+def run_in_mnn(model: bytes, feeds: Mapping[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    """The model's named outputs, run in MNN (its converter, then its CPU runtime) on float32 feeds."""
+    require_mnn()
+    arrays = {name: np.ascontiguousarray(value, np.float32) for name, value in feeds.items()}
+    with tempfile.TemporaryDirectory(prefix="rnnconv-mnn-") as folder:
+        where = Path(folder)
+        (where / "model.onnx").write_bytes(fixed_dims(model, arrays))
+        np.savez(where / "given.npz", **arrays)  # type: ignore[arg-type]
+        paths = [str(where / name) for name in ("model.onnx", "model.mnn", "given.npz", "got.npz")]
+        try:
+            child = subprocess.run(
+                [sys.executable, "-c", _CHILD, *paths, ",".join(outputs)],
+                capture_output=True,
+                text=True,
+                timeout=MNN_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise BadInput(f"MNN did not convert and run the model within {MNN_TIMEOUT_S} s") from None
+        if child.returncode != 0 or not (where / "got.npz").is_file():
+            said = [line for line in (child.stderr + child.stdout).splitlines() if line.strip()]
+            how = f"was ended by signal {-child.returncode}" if child.returncode < 0 else "refused it"
+            last = said[-1][:300] if said else "it said nothing"
+            raise BadInput(f"MNN {how} (converting or running the model): {last}")
+        with np.load(where / "got.npz") as got:
+            return {name: np.array(got[name]) for name in outputs}
