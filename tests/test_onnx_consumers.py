@@ -107,3 +107,29 @@ def test_convert_profile_refuses_what_the_consumer_cannot_take(tmp_path):
     result = run_cli("convert", tmp_path / "source.pt", tmp_path / "m.bin", "--profile", "mnn")
     assert_clean_failure(result, 2, "--profile checks an ONNX consumer's limits")
     assert run_cli("convert", tmp_path / "source.pt", out, "--profile", "mnn").returncode == 0
+
+
+@needs_mnn
+def test_verify_backend_mnn_runs_the_written_file_in_mnn(tmp_path):
+    import json
+
+    torch_source(tmp_path, torch.nn.LSTM, 1, False)
+    assert run_cli("convert", tmp_path / "source.pt", tmp_path / "m.onnx").returncode == 0
+    result = run_cli("verify", tmp_path / "m.onnx", "--backend", "mnn", "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 0 and report["verdict"] == "match", result.stdout + result.stderr
+    assert report["backend"]["name"] == "mnn" and "MNN's converter" in report["backend"]["detail"]
+    assert max(report["comparison"][k]["max_abs"] for k in ("y", "h_n", "c_n")) <= 1e-5 and "mnn" in report["versions"]
+    assert_clean_failure(run_cli("verify", tmp_path / "m.onnx", "--backend", "mnn", "--ragged"), 2, "sequence_lens")
+
+
+def test_verify_backend_mnn_without_mnn_names_the_extra(tmp_path, monkeypatch):
+    import rnnconv
+    from rnnconv.errors import BackendMissing
+    from rnnconv.formats.onnx import mnn
+
+    torch_source(tmp_path, torch.nn.GRU, 1, True)
+    assert run_cli("convert", tmp_path / "source.pt", tmp_path / "m.onnx").returncode == 0
+    monkeypatch.setattr(mnn, "mnn_version", lambda: None)
+    with pytest.raises(BackendMissing, match=r"pip install 'rnnconv\[mnn\]'"):
+        rnnconv.verify(tmp_path / "m.onnx", backend="mnn")

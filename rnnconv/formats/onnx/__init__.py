@@ -52,5 +52,14 @@ PLUGIN = Plugin(
         (("onnxruntime", "onnxruntime"),),
         10,
     ),
+    more_engines=(
+        EngineInfo(
+            "mnn",
+            ".onnx",
+            "MNN (CPU) running the blob written as ONNX, converted by MNN's converter, float32",
+            (("mnn", "MNN"),),
+            11,
+        ),
+    ),
     frameworks=("onnx", "onnxruntime"),
 )

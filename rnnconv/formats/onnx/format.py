@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -11,6 +12,7 @@ from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Chain, GraphFormat, sizes_of
 from rnnconv.formats.onnx import PLUGIN
+from rnnconv.formats.onnx.mnn import MnnEngine
 from rnnconv.formats.onnx.nodes import RNN_OPS, OnnxNode
 from rnnconv.formats.onnx.reader import OnnxFile, to_canonical
 from rnnconv.formats.onnx.runner import run_nodes
@@ -25,6 +27,7 @@ PROTOBUF_FIRST_FIELD = b"\x08"  # a ModelProto begins with ir_version: field 1, 
 class OnnxFormat(GraphFormat[OnnxFile, OnnxNode]):
     plugin = PLUGIN
     sniff_order = 60  # a protobuf has no magic number: after every format that has one
+    more_engine_classes: ClassVar[dict[str, type[registry.RuntimeEngine]]] = {"mnn": MnnEngine}
     layer_word = "node"
 
     def sniff(self, probe: Probe) -> bool:

@@ -17,7 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnconv.errors import BackendMissing, BadInput
+from rnnconv.canonical import RNNSpec
+from rnnconv.contracts import Provenance
+from rnnconv.errors import BackendMissing, BadInput, Unsupported
+from rnnconv.formats import registry
+from rnnconv.table.constants import LSTM
 
 MNN_TIMEOUT_S = 120  # converting and running a small RNN takes well under a second
 # The child: convert argv[1] (ONNX) to argv[2] (.mnn), run it on the arrays of argv[3] (.npz), save to argv[4].
@@ -58,9 +62,7 @@ def mnn_version() -> str | None:
 def require_mnn() -> str:
     found = mnn_version()
     if found is None:
-        raise BackendMissing(
-            "running ONNX in MNN needs the mnn package, which is not installed (pip install 'rnnconv[mnn]')"
-        )
+        raise BackendMissing("running ONNX in MNN needs mnn, which is not installed (pip install 'rnnconv[mnn]')")
     return found
 
 
@@ -109,3 +111,43 @@ def run_in_mnn(model: bytes, feeds: Mapping[str, np.ndarray], outputs: list[str]
             raise BadInput(f"MNN {how} (converting or running the model): {last}")
         with np.load(where / "got.npz") as got:
             return {name: np.array(got[name]) for name in outputs}
+
+
+class MnnEngine(registry.RuntimeEngine):
+    """`verify --backend mnn`: an .onnx rnnconv wrote (or a blob written as one) converted by MNN's converter and run
+    by its CPU runtime, fed X and every layer's initial states as the file's inputs."""
+
+    def run_file(
+        self, path: Path, where: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+    ) -> tuple[dict[str, np.ndarray | None], str]:
+        from rnnconv.formats.onnx.profile import broken
+        from rnnconv.formats.onnx.reader import require_onnx
+
+        version = require_mnn()
+        if inputs.get("lengths") is not None:
+            raise Unsupported(
+                "MNN runs every sequence its full length (it ignores sequence_lens): verify without --ragged"
+            )
+        model = path.read_bytes()
+        try:
+            proto = require_onnx().ModelProto.FromString(model)
+        except Exception as exc:  # protobuf's DecodeError: the file changed since it was read
+            raise BadInput(f"{path.name} cannot be read as an ONNX model: {str(exc)[:160]}") from None
+        if refused := broken(proto, "mnn"):
+            raise Unsupported(f"{path.name} is not in the form MNN takes: {refused[0].line('mnn')}")
+        lstm = spec.mode == LSTM
+        feeds = {"X": inputs["x"], "initial_h": inputs["h0"]} | ({"initial_c": inputs["c0"]} if lstm else {})
+        names = [output.name for output in proto.graph.output]
+        if names != ["Y", "Y_h", "Y_c"][: 2 + lstm]:
+            raise Unsupported(f"{path.name} does not have the outputs rnnconv writes (Y, Y_h{', Y_c' if lstm else ''})")
+        got = run_in_mnn(model, {k: v for k, v in feeds.items() if v is not None}, names)
+        how = f"MNN {version}: {path.name} converted by MNN's converter, run by its CPU runtime"
+        return {"y": got["Y"], "h_n": got["Y_h"], "c_n": got.get("Y_c")}, how
+
+    def versions(self) -> dict[str, str]:
+        return {"mnn": require_mnn()}  # read from its metadata: importing MNN prints to stdout
+
+    def missing(self, what: str) -> str | None:
+        if mnn_version() is not None:
+            return None
+        return f"running {what} in MNN needs mnn, not installed either (pip install 'rnnconv[mnn]')"
