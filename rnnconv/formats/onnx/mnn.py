@@ -21,6 +21,7 @@ from rnnconv.canonical import RNNSpec
 from rnnconv.contracts import Provenance
 from rnnconv.errors import BackendMissing, BadInput, Unsupported
 from rnnconv.formats import registry
+from rnnconv.formats.onnx.runner import MODEL_OUTPUTS, cudnn_outputs, model_feeds
 from rnnconv.table.constants import LSTM
 
 MNN_TIMEOUT_S = 120  # converting and running a small RNN takes well under a second
@@ -136,13 +137,12 @@ class MnnEngine(registry.RuntimeEngine):
         if refused := broken(proto, "mnn"):
             raise Unsupported(f"{path.name} is not in the form MNN takes: {refused[0].line('mnn')}")
         lstm = spec.mode == LSTM
-        feeds = {"X": inputs["x"], "initial_h": inputs["h0"]} | ({"initial_c": inputs["c0"]} if lstm else {})
-        names = [output.name for output in proto.graph.output]
-        if names != ["Y", "Y_h", "Y_c"][: 2 + lstm]:
-            raise Unsupported(f"{path.name} does not have the outputs rnnconv writes (Y, Y_h{', Y_c' if lstm else ''})")
-        got = run_in_mnn(model, {k: v for k, v in feeds.items() if v is not None}, names)
+        names = list(MODEL_OUTPUTS[: 2 + lstm])
+        if [output.name for output in proto.graph.output] != names:
+            raise Unsupported(f"{path.name} does not have the outputs rnnconv writes ({', '.join(names)})")
+        got = run_in_mnn(model, model_feeds(inputs, lstm), names)
         how = f"MNN {version}: {path.name} converted by MNN's converter, run by its CPU runtime"
-        return {"y": got["Y"], "h_n": got["Y_h"], "c_n": got.get("Y_c")}, how
+        return cudnn_outputs(got), how
 
     def versions(self) -> dict[str, str]:
         return {"mnn": require_mnn()}  # read from its metadata: importing MNN prints to stdout
