@@ -69,6 +69,7 @@ def test_mnn_refusing_a_file_is_one_sentence():
         (FIXTURES / "onnx" / "gru3_bi_torchscript.onnx", "mnn", 0, "keeps mnn's documented limits"),
         (FIXTURES / "onnx" / "lstm_bi_dynamo.onnx", "ort-web", 1, "node 'node_lstm__2': no input may be named ''"),
         (FIXTURES / "onnx" / "gru3_bi_torchscript.onnx", "ort-web", 1, "node '/GRU_2': no input may be named ''"),
+        (FIXTURES / "onnx" / "lstm_quantized.onnx", "mnn", 1, "node '/LSTM_quant': the RNN must be ONNX's own op"),
     ],
 )
 def test_inspect_profile_names_what_each_exporters_file_breaks(source, profile, code, phrase):

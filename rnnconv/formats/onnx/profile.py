@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from rnnconv.errors import BadInput, first_line
-from rnnconv.formats.onnx.wire import ONNX_DEFAULT_ACTIVATIONS, ONNX_DIRECTIONS, ONNX_ELEMENT_TYPES, ONNX_PROFILES
+from rnnconv.formats.onnx.wire import (
+    ONNX_DEFAULT_ACTIVATIONS,
+    ONNX_DIRECTIONS,
+    ONNX_ELEMENT_TYPES,
+    ONNX_PROFILES,
+    ONNX_QUANTIZED_OPS,
+)
 
 TENSORRT_OPSETS: Final = (9, 20)  # TensorRT 10.0's operators.md: "opset 9 to opset 20"
 MNN_ACTIVATIONS: Final = ("Sigmoid", "Tanh", "Relu")  # OnnxLSTMMerge.cpp's _turnStringToAct
@@ -30,6 +36,13 @@ class Limit:
 
 
 LIMITS: Final = (
+    Limit(
+        "onnx-op",
+        "the RNN must be ONNX's own op, not onnxruntime's com.microsoft one",
+        ("tensorrt", "mnn"),
+        "onnx-tensorrt docs/operators.md lists ONNX's operators only; measured with mnn 3.6.1: \"These Op Not "
+        'Support: ONNX::DynamicQuantizeLSTM"',
+    ),
     Limit("opset", "the default domain's opset must be 9 to 20", ("tensorrt",), "onnx-tensorrt docs/operators.md"),
     Limit(
         "element-type",
@@ -137,6 +150,7 @@ def _opset(node: Any, model: Any) -> bool:
 
 # Each limit's check: True where the node (in its model) keeps it.
 CHECKS: Final[dict[str, Callable[[Any, Any], bool]]] = {
+    "onnx-op": lambda node, model: node.domain in ("", "ai.onnx"),
     "opset": _opset,
     "element-type": _element_types,
     "input-forget": lambda node, model: not _attribute(node, "input_forget", 0),
@@ -166,10 +180,11 @@ def broken(model: Any, profile: str) -> list[Broken]:
     """Each RNN node's limits of `profile` that the model breaks, node by node."""
     found = []
     for index, node in enumerate(model.graph.node):
-        if node.op_type not in ONNX_DEFAULT_ACTIVATIONS or node.domain not in ("", "ai.onnx"):
+        own = node.op_type in ONNX_DEFAULT_ACTIVATIONS and node.domain in ("", "ai.onnx")
+        if not own and node.op_type not in ONNX_QUANTIZED_OPS:
             continue
         name = node.name or f"#{index} ({node.op_type})"
-        kept = (limit for limit in LIMITS if profile in limit.consumers)
+        kept = (limit for limit in LIMITS if profile in limit.consumers and (own or limit.name == "onnx-op"))
         found += [Broken(name, limit) for limit in kept if not CHECKS[limit.name](node, model)]
     return found
 
