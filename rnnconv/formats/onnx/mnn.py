@@ -9,6 +9,7 @@ it converts has X's and the states' dimensions fixed to the input's, as a deploy
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tempfile
@@ -24,15 +25,21 @@ from rnnconv.formats import registry
 from rnnconv.formats.onnx.runner import MODEL_OUTPUTS, cudnn_outputs, model_feeds
 from rnnconv.table.constants import LSTM
 
+LOG_PREFIX = re.compile(r"^\[[\d:]+\]\s*:\d+:\s*")  # "[08:56:01] :220: " before what MNN's converter logs
 MNN_TIMEOUT_S = 120  # converting and running a small RNN takes well under a second
 # The child: convert argv[1] (ONNX) to argv[2] (.mnn), run it on the arrays of argv[3] (.npz), save to argv[4].
-_CHILD = """
+CONVERTER_REFUSED = 3  # the child's exit code where MNN's converter wrote no .mnn
+_CHILD = f"""
+import os
 import sys
+CONVERTER_REFUSED = {CONVERTER_REFUSED}
 import numpy as np
 import _tools
 onnx_path, mnn_path, given, got = sys.argv[1:5]
 argv = ["mnnconvert", "-f", "ONNX", "--modelFile", onnx_path, "--MNNModel", mnn_path, "--bizCode", "rnnconv"]
 _tools.mnnconvert(argv)
+if not os.path.isfile(mnn_path):
+    sys.exit(CONVERTER_REFUSED)
 import MNN
 import MNN.expr as F
 feeds = dict(np.load(given))
@@ -46,7 +53,7 @@ for value in feeds.values():
 results = module.onForward(placeholders)
 if len(results) != len(outputs):
     sys.exit("MNN gave " + str(len(results)) + " outputs, not " + str(len(outputs)))
-np.savez(got, **{name: np.array(var.read(), np.float32).reshape(var.shape) for name, var in zip(outputs, results)})
+np.savez(got, **{{name: np.array(var.read(), np.float32).reshape(var.shape) for name, var in zip(outputs, results)}})
 """
 
 
@@ -106,10 +113,16 @@ def run_in_mnn(model: bytes, feeds: Mapping[str, np.ndarray], outputs: list[str]
         except subprocess.TimeoutExpired:
             raise BadInput(f"MNN did not convert and run the model within {MNN_TIMEOUT_S} s") from None
         if child.returncode != 0 or not (where / "got.npz").is_file():
-            said = [line for line in (child.stderr + child.stdout).splitlines() if line.strip()]
-            how = f"was ended by signal {-child.returncode}" if child.returncode < 0 else "refused it"
-            last = said[-1][:300] if said else "it said nothing"
-            raise BadInput(f"MNN {how} (converting or running the model): {last}")
+            said = [
+                LOG_PREFIX.sub("", line.replace(folder, "")).strip()
+                for line in (child.stdout + child.stderr).splitlines()
+            ]
+            said = [line for line in said if line and "device supports" not in line and line != "Converted Failed!"]
+            why = next((line for line in said if "Not Support" in line), said[-1] if said else "it said nothing")
+            if child.returncode < 0:
+                raise BadInput(f"MNN was ended by signal {-child.returncode} converting or running the model: {why}")
+            step = "MNN's converter refused" if child.returncode == CONVERTER_REFUSED else "MNN's runtime failed on"
+            raise BadInput(f"{step} the model: {why[:300]}")
         with np.load(where / "got.npz") as got:
             return {name: np.array(got[name]) for name in outputs}
 
