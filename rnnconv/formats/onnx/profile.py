@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from rnnconv.errors import BadInput, first_line
+from rnnconv.errors import BadInput, cut, first_line
 from rnnconv.formats.onnx.wire import (
     ONNX_DEFAULT_ACTIVATIONS,
     ONNX_DIRECTIONS,
@@ -173,7 +173,7 @@ class Broken:
     limit: Limit
 
     def line(self, profile: str) -> str:
-        return f"node {self.node!r}: {self.limit.rule} for {profile} ({self.limit.source})"
+        return f"node {cut(self.node)!r}: {self.limit.rule} for {profile} ({self.limit.source})"
 
 
 def broken(model: Any, profile: str) -> list[Broken]:
