@@ -429,11 +429,19 @@ def _names_an_input(path: Path, inputs: list[Path]) -> bool:
     return path.resolve() in names
 
 
-def inspect(path: PathLike) -> InspectReport:
-    """Every RNN in a file: its spec, its class, and whether it converts (why not)."""
+def inspect(path: PathLike, profile: str | None = None) -> InspectReport:
+    """Every RNN in a file: its spec, its class, and whether it converts (why not); with `profile` (an ONNX
+    consumer: rnnconv.formats.onnx.profile), each of the consumer's limits the file's RNN nodes break."""
     path = registry.source_file(Path(path))
     with watching(path) as still_unchanged:
-        report = registry.detect(path).inspect(path)
+        fmt = registry.detect(path)
+        report = fmt.inspect(path)
+        if profile is not None:
+            from rnnconv.formats.onnx.profile import broken_in_file
+
+            if fmt.name != "onnx":
+                raise BadInput(f"--profile checks an ONNX consumer's limits, and {path.name} is {fmt.title}, not ONNX")
+            report.profile, report.broken_limits = profile, broken_in_file(path, profile)
         still_unchanged()  # a file that changed meanwhile may be described as neither it nor its new self
     return report
 

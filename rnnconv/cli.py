@@ -219,13 +219,13 @@ def verify(**values: Any) -> int:
 @command(
     "inspect",
     "List every recurrent network in a file: its class, its cuDNN spec, and whether it converts "
-    "(why not).\n\nExamples:\n\n  rnnconv inspect model.h5\n\n  rnnconv inspect model.bin --json",
-    [parameter("source", argument=True, help="Any file rnnconv reads."), *map(parameter, COMMON)],
+    "(why not).\n\nExamples:\n\n  rnnconv inspect model.h5\n\n  rnnconv inspect model.onnx --profile tensorrt",
+    [parameter("source", argument=True, help="Any file rnnconv reads."), *map(parameter, ("profile", *COMMON))],
 )
-def inspect_file(source: Path, **values: Any) -> None:
+def inspect_file(source: Path, **values: Any) -> int:
     from rnnconv import api, render
 
-    render.inspection(api.inspect(source), values["json"], values["quiet"], values["verbose"])
+    return render.inspection(api.inspect(source, values.pop("profile")), **values)
 
 
 @command("identify", IDENTIFY_HELP, identify_parameters())

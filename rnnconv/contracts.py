@@ -403,6 +403,8 @@ class InspectReport(Contract):
     versions: dict[str, str] = Field(default_factory=dict)
     rnns: list[InspectEntry]
     notes: list[str] = Field(default_factory=list)
+    profile: str | None = None  # inspect --profile: the ONNX consumer checked
+    broken_limits: list[str] = Field(default_factory=list)  # each limit of the profile a node breaks, a line each
 
 
 class ConvertedRNN(Contract):

@@ -186,6 +186,8 @@ def convert(
         place, options.layer, options.take_all = options.layer, None, True
     else:
         target = registry.get(to or "cudnn") if output is None else registry.for_output(output, to)
+    if write.profile is not None and target.name != "onnx":
+        raise BadInput(f"--profile checks an ONNX consumer's limits, and the output is {target.title}, not ONNX")
     with reading(source):  # the first look: from here on, a source that changes commits nothing
         fmt = source_format(source, options, expect, target.name)  # a wrong source is said before anything else
         output = output or default_output(source, target)

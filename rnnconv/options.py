@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from rnnconv.formats.catalog import ENGINES, FORMAT_INFO
+from rnnconv.formats.onnx.wire import ONNX_PROFILES
 from rnnconv.setting_fields import READ_FIELDS, TARGET_FIELDS, WRITE_FIELDS
 from rnnconv.table.constants import CUDNN_MODES, ELEMENT_TYPE_CODES, MAX_LAYERS, NONLINEARITIES
 from rnnconv.table.rows import ADAPTER_FORMATS, BIAS_SPLITS
@@ -29,13 +30,14 @@ DType, Mode, BiasSplit = (
     choices("Mode", CUDNN_MODES),
     choices("BiasSplit", BIAS_SPLITS),
 )
+Profile = choices("Profile", ONNX_PROFILES)
 Nonlinearity, Target, Engine = (
     choices("Nonlinearity", NONLINEARITIES),
     choices("Target", [name for name in ADAPTER_FORMATS if FORMAT_INFO[name].writes]),
     choices("Engine", ENGINES),
 )
 # A source's and a target's options are the fields of the library's settings; their choices come from the table.
-CHOICES = {"bias_split": BiasSplit, "nonlinearity": Nonlinearity, "dtype": DType, "to": Target}
+CHOICES = {"bias_split": BiasSplit, "nonlinearity": Nonlinearity, "dtype": DType, "to": Target, "profile": Profile}
 
 
 def _declared() -> dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]]:
@@ -237,7 +239,7 @@ def source_options(fmt: str) -> list[str]:
 
 
 # What every conversion command ends with.
-CONVERSION_TAIL = ["jobs", "force", "allow_lossy", "no_hash", "require_stated", *COMMON]
+CONVERSION_TAIL = ["jobs", "force", "allow_lossy", "profile", "no_hash", "require_stated", *COMMON]
 VERIFY_OPTIONS = [
     "against",
     "convert",

@@ -115,14 +115,14 @@ def rnn_names(path: Path, options: VerifyOptions) -> list[str]:
 class FileRun:
     """A runtime's file run as it is, by its format's `run` in that runtime: what `verify FILE` compares."""
 
-    def __init__(self, fmt: registry.Format, path: Path, where: Provenance, engine: registry.Engine):
+    def __init__(self, fmt: registry.Format, path: Path, where: Provenance, engine: registry.RuntimeEngine):
         self.fmt, self.path, self.where, self.engine = fmt, path, where, engine
         self.name = engine.name
         self.notes: list[str] = []
         self.how = ""
 
     def run(self, blob: Blob, inputs: Inputs) -> Outputs:
-        got, self.how = self.fmt.run(self.path, self.where, blob.spec, inputs)
+        got, self.how = self.engine.run_file(self.path, self.where, blob.spec, inputs)
         return got
 
     def describe(self) -> BackendInfo:
@@ -262,8 +262,8 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
             f"{path} records its source's element type as {cut(source.dtype)!r}, none rnnconv knows "
             f"({', '.join(MANTISSA_BITS)})"
         )
-    own = runtime.make_engine() if runtime is not None else None
-    if runtime is not None and own is not None and where is not None and options.backend in ("auto", own.name):
+    own = None if runtime is None else runtime.make_engine(None if options.backend == "auto" else options.backend)
+    if runtime is not None and own is not None and where is not None:
         engine: registry.Engine = FileRun(runtime, path, where, own)  # the file itself, in its own runtime
     else:  # a blob; or the weights read back from a runtime's file, in the engine asked for
         engine = select_engine(options.backend)

@@ -439,7 +439,7 @@ def test_verify_engines_come_from_the_registry():
     from rnnconv.engines import select_engine
     from rnnconv.formats.catalog import ENGINES
 
-    offered = {fmt.engine.name: fmt.name for fmt in registry.formats() if fmt.engine is not None}
+    offered = {e.name: fmt.name for fmt in registry.formats() for e in (fmt.engine, *fmt.plugin.more_engines) if e}
     assert set(offered) == set(ENGINES) - {"auto", "cudnn", "numpy"}
     for name in offered:
         assert select_engine(name).name == name

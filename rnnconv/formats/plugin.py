@@ -73,7 +73,8 @@ class Plugin:
     info: FormatInfo
     listed: int  # where `--help` lists the format among the others
     runtimes: tuple[Runtime, ...] = ()  # what runs its files as a source (`Format.run`), for `doctor`
-    engine: EngineInfo | None = None
+    engine: EngineInfo | None = None  # what runs its files and blobs by default (verify --backend auto)
+    more_engines: tuple[EngineInfo, ...] = ()  # other runtimes that run them when asked (verify --backend NAME)
     # Its test dependencies: the modules of the frameworks its extra installs, which its tests import and which a
     # conversion that does not run the format must never import.
     frameworks: tuple[str, ...] = ()

@@ -251,8 +251,14 @@ class RuntimeEngine:
             self.fmt.write([rnn], path, WriteOptions(force=True))
             with unguarded(), self.fmt.read(path, ReadOptions(hash_source=False)) as written:  # a file of its own
                 where = written.rnns[0].source  # its only RNN, where the file has it
-            got, _ = self.fmt.run(path, where, blob.spec, inputs)
+            got, _ = self.run_file(path, where, blob.spec, inputs)
         return got
+
+    def run_file(
+        self, path: Path, where: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+    ) -> tuple[dict[str, np.ndarray | None], str]:
+        """A file of its format (`where`: its RNN in it) run in this runtime: y, h_n, c_n and how it ran."""
+        return self.fmt.run(path, where, spec, inputs)
 
     def describe(self) -> BackendInfo:
         return BackendInfo(name=self.name, detail=self.facts.detail)
@@ -324,6 +330,7 @@ class Format(ABC):
     plugin: ClassVar[Plugin]
     sniff_order: ClassVar[int] = 50  # lower sniffs first: a specific format before a general one
     engine_class: ClassVar[type[RuntimeEngine]] = RuntimeEngine  # how its engine runs a blob, where it offers one
+    more_engine_classes: ClassVar[dict[str, type[RuntimeEngine]]] = {}  # how each of its plugin's more_engines runs
 
     @property
     def info(self) -> FormatInfo:
@@ -340,9 +347,13 @@ class Format(ABC):
         files."""
         return self.plugin.engine
 
-    def make_engine(self) -> RuntimeEngine | None:
-        """Its engine, ready to run blobs (None where it offers none)."""
-        return None if self.engine is None else self.engine_class(self, self.engine)
+    def make_engine(self, name: str | None = None) -> RuntimeEngine | None:
+        """Its engine called `name` (its default one where None), ready to run blobs and its files (None where it
+        offers no such engine)."""
+        offered = [e for e in (self.engine, *self.plugin.more_engines) if e is not None and name in (None, e.name)]
+        if not offered:
+            return None
+        return self.more_engine_classes.get(offered[0].name, self.engine_class)(self, offered[0])
 
     @property
     def name(self) -> str:
@@ -557,7 +568,7 @@ def _load() -> dict[str, Format]:
 
 def engine(name: str) -> Engine | None:
     """The engine a format offers under this name, or None."""
-    return next((f.make_engine() for f in formats() if f.engine is not None and f.engine.name == name), None)
+    return next((made for f in formats() if (made := f.make_engine(name)) is not None), None)
 
 
 def formats() -> list[Format]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rnnconv.errors import MESSAGE_LIMIT
+from rnnconv.formats.onnx.wire import ONNX_PROFILES
 from tests.fuzz import changing, mutators, odd_env
 from tests.fuzz.seeds import Seeds, prepare
 
@@ -220,9 +221,16 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         targets = [".safetensors", ".pt" if "keras" in family or "payload" in family else ".keras"]
         if family == "onnx":
             targets = [".safetensors", ".onnx"]
+            profile = rng.choice(ONNX_PROFILES)  # each consumer's limits read off a damaged file, and kept in writing
+            case.commands += [
+                ["inspect", source, "--profile", profile],
+                ["convert", source, "{dir}/p.onnx", "--profile", profile],
+            ]
         if family == "tflite":
             targets = [".safetensors", ".tflite"]
-        case.commands = [["inspect", source]] + [["convert", source, f"{{dir}}/out{t}"] for t in targets]
+        case.commands = [["inspect", source], *case.commands] + [
+            ["convert", source, f"{{dir}}/out{t}"] for t in targets
+        ]
         case.commands.append(["convert", source, "{dir}/existing.bin"])  # must not replace it without --force
         if name in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -11,6 +12,7 @@ from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Chain, GraphFormat, sizes_of
 from rnnconv.formats.onnx import PLUGIN
+from rnnconv.formats.onnx.mnn import MnnEngine
 from rnnconv.formats.onnx.nodes import RNN_OPS, OnnxNode
 from rnnconv.formats.onnx.reader import OnnxFile, to_canonical
 from rnnconv.formats.onnx.runner import run_nodes
@@ -25,6 +27,7 @@ PROTOBUF_FIRST_FIELD = b"\x08"  # a ModelProto begins with ir_version: field 1, 
 class OnnxFormat(GraphFormat[OnnxFile, OnnxNode]):
     plugin = PLUGIN
     sniff_order = 60  # a protobuf has no magic number: after every format that has one
+    more_engine_classes: ClassVar[dict[str, type[registry.RuntimeEngine]]] = {"mnn": MnnEngine}
     layer_word = "node"
 
     def sniff(self, probe: Probe) -> bool:
@@ -52,19 +55,20 @@ class OnnxFormat(GraphFormat[OnnxFile, OnnxNode]):
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         dtype = self.written_dtype(rnns[0].spec, options.dtype)
-        write_onnx(rnns, path, dtype, options.force)
+        write_onnx(rnns, path, dtype, options.force, options.profile)
         spec = rnns[0].spec
         lstm = spec.mode == LSTM
-        states = "initial_h" + (", initial_c" if lstm else "")
+        states = '"initial_h": h0' + (', "initial_c": h0' if lstm else "")
         outputs = "y, h_n" + (", c_n" if lstm else "")
+        depth, dirs = spec.num_layers * spec.num_directions, spec.num_directions
         # the CPU provider, as `run_model` runs it: another (CUDA's, where installed) computes other numbers
         return Written(
             [path],
-            usage=f"import onnxruntime\nsession = onnxruntime.InferenceSession({registry.literal(path)}, "
-            'providers=["CPUExecutionProvider"])\n'
-            f'{outputs} = session.run(None, {{"X": x}})   # x (seq, batch, {spec.input_size}) {dtype}, y (seq, '
-            f"batch, {spec.num_directions * spec.output_size}); states ({spec.num_layers * spec.num_directions}, "
-            f"batch, ...); optional inputs: {states}",
+            usage=f"import numpy as np\nimport onnxruntime\nsession = onnxruntime.InferenceSession("
+            f'{registry.literal(path)}, providers=["CPUExecutionProvider"])\n'
+            f"h0 = np.zeros(({depth}, x.shape[1], {spec.hidden_size}), np.{dtype})   # initial states: every "
+            f"layer's, in cuDNN's order\n{outputs} = session.run(None, {{\"X\": x, {states}}})   # x (seq, batch, "
+            f"{spec.input_size}) {dtype}, y (seq, batch, {dirs * spec.output_size})",
         )
 
     def run_chain(

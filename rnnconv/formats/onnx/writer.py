@@ -13,6 +13,8 @@ from rnnconv.canonical import CanonicalRNN
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import Unsupported
 from rnnconv.formats import registry
+from rnnconv.formats.onnx import profile as profiles
+from rnnconv.formats.onnx.nodes import RNN_OPS
 from rnnconv.formats.onnx.reader import require_onnx
 from rnnconv.formats.onnx.wire import (
     ONNX_ACTIVATIONS,
@@ -25,6 +27,7 @@ from rnnconv.formats.onnx.wire import (
 )
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.apply import row_for_mode
+from rnnconv.table.constants import CUDNN_GATES
 
 
 @dataclass
@@ -54,7 +57,10 @@ def layers_of(rnn: CanonicalRNN, dtype: str) -> list[Layer]:
     attributes: dict[str, Any] = {
         "hidden_size": spec.hidden_size,
         "direction": "bidirectional" if spec.bidirectional else "forward",
+        "layout": 0,  # stated, not left to the default: sequence-major, the only layout TensorRT takes
     }
+    if row.source_class == "LSTM":
+        attributes["input_forget"] = 0
     if "linear_before_reset" in row.when:
         attributes["linear_before_reset"] = row.when["linear_before_reset"]
     activations = _activations_for(row.source_class, activation, spec.num_directions)
@@ -83,10 +89,13 @@ def _activations_for(op: str, activation: str, directions: int) -> list[str] | N
 
 
 def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens: bool = False) -> Any:
-    """A model of the layers, stacked: X (seq, batch, input) -> Y (seq, batch, D*H), Y_h, Y_c.
+    """A model of the layers, stacked: X (seq, batch, input), initial_h[, initial_c] (layers*dirs, batch, hidden) ->
+    Y (seq, batch, D*H), Y_h[, Y_c].
 
-    initial_h and initial_c are inputs with zero defaults (so they may be left out); with
-    `sequence_lens`, an int32 (batch,) input gives each sequence's length.
+    Every consumer's form (docs/formats/onnx.md, "What every consumer takes"): the initial states are plain graph
+    inputs (MNN and TensorRT take an initializer that is also an input as a constant), and every node names each
+    input up to its last (B zeros where the RNN has none; sequence_lens every item's full length, from X's shape,
+    or with `sequence_lens` an int32 (batch,) input): no empty names, which onnxjs refuses.
     """
     onnx = require_onnx()
     from onnx import TensorProto, helper, numpy_helper
@@ -96,10 +105,14 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     first = layers[0]
     hidden = int(first.attributes["hidden_size"])
     dirs = ONNX_DIRECTIONS[first.attributes.get("direction", "forward")]
-    lstm = ONNX_QUANTIZED_OPS.get(first.op, ("", first.op))[1] == "LSTM"
+    op = ONNX_QUANTIZED_OPS.get(first.op, ("", first.op))[1]
+    lstm = op == "LSTM"
+    rows = len(CUDNN_GATES[RNN_OPS[op]]) * hidden
     depth = len(layers) * dirs
     nodes, initializers = [], []
+    state_names = ["initial_h"] + (["initial_c"] if lstm else [])
     inputs = [helper.make_tensor_value_info("X", elem, ["seq", "batch", input_size])]
+    inputs += [helper.make_tensor_value_info(state, elem, [depth, "batch", hidden]) for state in state_names]
 
     def constant(name: str, values: np.ndarray) -> str:
         tensor = numpy_helper.from_array(np.ascontiguousarray(values), name)
@@ -108,50 +121,42 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
         initializers.append(tensor)
         return name
 
-    state_names = ["initial_h"] + (["initial_c"] if lstm else [])
-    for state in state_names:  # zeros of one batch item, expanded to the batch X has
-        inputs.append(helper.make_tensor_value_info(state, elem, [depth, None, hidden]))
-        constant(state, np.zeros((depth, 1, hidden), storage))
-    constant("batch_index", np.array([1], np.int64))
-    constant("depth_hidden", np.array([depth, hidden], np.int64))
-    nodes += [
-        helper.make_node("Shape", ["X"], ["x_shape"]),
-        helper.make_node("Gather", ["x_shape", "batch_index"], ["batch"]),
-        helper.make_node("Concat", ["depth_hidden", "batch"], ["dhb"], axis=0),
-    ]
-    constant("to_dbh", np.array([0, 2, 1], np.int64))
-    nodes.append(helper.make_node("Gather", ["dhb", "to_dbh"], ["state_shape"]))
-    for state in state_names:
-        nodes.append(helper.make_node("Expand", [state, "state_shape"], [f"{state}_full"]))
     if sequence_lens:
-        inputs.append(helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, [None]))
+        inputs.append(helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, ["batch"]))
+    else:  # every item's full length: X's first dimension, once per batch item
+        nodes += [
+            helper.make_node("Shape", ["X"], ["x_shape"]),
+            helper.make_node("Gather", ["x_shape", constant("steps_index", np.array([0], np.int64))], ["steps"]),
+            helper.make_node("Gather", ["x_shape", constant("batch_index", np.array([1], np.int64))], ["batch"]),
+            helper.make_node("Expand", ["steps", "batch"], ["full_lengths"]),
+            helper.make_node("Cast", ["full_lengths"], ["sequence_lens"], to=TensorProto.INT32),
+        ]
     constant("merge_shape", np.array([0, 0, -1], np.int64))
+    constant("state_axis", np.array([0], np.int64))
     x, hs, cs = "X", [], []
     for index, layer in enumerate(layers):
-        names = {role: constant(f"{role}_{index}", values) for role, values in layer.weights.items()}
+        weights = dict(layer.weights)
+        weights.setdefault("B", np.zeros((dirs, 2 * rows), storage))
+        if layer.domain:  # a quantized op's scales follow P: P is named too (zeros: no peepholes)
+            weights.setdefault("P", np.zeros((dirs, 3 * hidden), storage))
+        names = {role: constant(f"{role}_{index}", values) for role, values in weights.items()}
+        constant(f"layer_{index}_lo", np.array([index * dirs], np.int64))
+        constant(f"layer_{index}_hi", np.array([(index + 1) * dirs], np.int64))
         for state in state_names:
-            constant(f"{state}_{index}_lo", np.array([index * dirs], np.int64))
-            constant(f"{state}_{index}_hi", np.array([(index + 1) * dirs], np.int64))
-            constant(f"{state}_{index}_axis", np.array([0], np.int64))
-            nodes.append(
-                helper.make_node(
-                    "Slice",
-                    [f"{state}_full", f"{state}_{index}_lo", f"{state}_{index}_hi", f"{state}_{index}_axis"],
-                    [f"{state}_{index}"],
-                )
-            )
+            bounds = [f"layer_{index}_lo", f"layer_{index}_hi", "state_axis"]
+            nodes.append(helper.make_node("Slice", [state, *bounds], [f"{state}_{index}"]))
         node_inputs = [
             x,
             names["W"],
             names["R"],
-            names.get("B", ""),
-            "sequence_lens" if sequence_lens else "",
-            "initial_h_" + str(index),
+            names["B"],
+            "sequence_lens",
+            f"initial_h_{index}",
             f"initial_c_{index}" if lstm else "",
             names.get("P", ""),
             *(names.get(role, "") for role in ONNX_QUANTIZED_INPUTS),
         ]
-        while node_inputs and not node_inputs[-1]:
+        while not node_inputs[-1]:
             node_inputs.pop()
         node_outputs = [f"y_{index}", f"y_h_{index}"] + ([f"y_c_{index}"] if lstm else [])
         nodes.append(
@@ -181,9 +186,11 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     return model
 
 
-def write_onnx(rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool) -> None:
+def write_onnx(rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool, profile: str | None = None) -> None:
     rnn = registry.only_rnn(rnns, "an .onnx")
     model = build_model(layers_of(rnn, dtype), rnn.spec.input_size, dtype)
+    if profile is not None and (broken := profiles.broken(model, profiles.check_profile(profile))):
+        raise Unsupported(f"{rnn.name} cannot be written within {profile}'s limits: {broken[0].line(profile)}")
     entry = model.metadata_props.add()  # where the RNN came from, for `verify model.onnx`
     entry.key, entry.value = registry.SOURCE_KEY, registry.source_record(rnn, path)
     with atomic_outputs([path], force) as (tmp,):
