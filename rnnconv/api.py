@@ -363,6 +363,8 @@ def audit(
         one = [name for name in ("convert", "plot", "relayout", "raw_spec") if options.pop(name, None)]
         if one:
             raise BadInput(f"--{one[0].replace('_', '-')} is for one RNN; the audit of a whole model takes none")
+        if options.get("backend", "auto") != "auto":  # each deployed RNN runs in its own runtime, as written
+            raise BadInput("--backend picks the engine of a blob; the audit runs each deployed RNN in its own runtime")
         if against is None:
             raise BadInput(
                 "--layer DEPLOYED=CHECKPOINT pairs a model's RNNs with its checkpoint's: name it with --against"

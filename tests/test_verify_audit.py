@@ -144,6 +144,7 @@ def test_rnns_with_no_partner_are_not_found_in_rows_and_the_exit_code(tmp_path):
         (("--against", TAGGER, "--layer", "/gru/GRU=gru", "--layer", "/lstm/LSTM"), "DEPLOYED=CHECKPOINT"),
         (("--against", TAGGER, "--layer", "/gru/GRU=gru", "--plot", "p.svg"), "--plot is for one RNN"),
         (("--against", AUDIT / "tagger_openvino.bin"), "tagger_openvino.bin"),
+        (("--against", TAGGER, "--backend", "numpy"), "own runtime"),
     ],
 )
 def test_bad_against_or_pairs_get_one_sentence(args, words, tmp_path):
