@@ -185,7 +185,7 @@ def _not_found(deployed: Side, checkpoint: Side, ours: InspectEntry | None, thei
     if ours is not None:
         summary = (
             f"{ours.name} ({_described(ours)}) has no partner in {checkpoint.path.name}: none of its RNNs left "
-            f"unpaired has these sizes ({listing(e.name for e in checkpoint.rnns) or 'it holds none'}); {pairing}"
+            f"unpaired has these sizes (it holds {listing(e.name for e in checkpoint.rnns) or 'none'}); {pairing}"
         )
         return Report(verdict="not-found", summary=summary, blob=str(deployed.path), name=ours.name, spec=ours.spec)
     assert theirs is not None

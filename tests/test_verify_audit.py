@@ -126,9 +126,14 @@ def test_rnns_with_no_partner_are_not_found_in_rows_and_the_exit_code(tmp_path):
     torch.save({k: v for k, v in state.items() if k.startswith("gru.")}, tmp_path / "gru_only.pt")
     found, _, code = rows(AUDIT / "tagger_torchscript.onnx", "--against", tmp_path / "gru_only.pt")
     assert code == 1 and found == [("/gru/GRU", "gru", "match"), ("/lstm/LSTM", None, "not-found")]
-    junit = tmp_path / "j.xml"
-    run_cli("verify", AUDIT / "tagger_torchscript.onnx", "--against", tmp_path / "gru_only.pt", "--junit", junit)
-    assert 'failures="1"' in junit.read_text()
+    junit, report = tmp_path / "j.xml", tmp_path / "r.json"
+    deployed = AUDIT / "tagger_torchscript.onnx"
+    result = run_cli("verify", deployed, "--against", tmp_path / "gru_only.pt", "--junit", junit, "--report", report)
+    assert result.returncode == 1 and 'failures="1"' in junit.read_text()
+    assert [r["verdict"] for r in json.loads(report.read_text())] == ["match", "not-found"]
+    assert "/lstm/LSTM: NOT-FOUND" in " ".join(
+        run_cli("verify", deployed, "--against", tmp_path / "gru_only.pt", "-q").stdout.split()
+    )
 
 
 @pytest.mark.needs("torch", "onnxruntime")
