@@ -227,6 +227,15 @@ def batch(results: BatchResults, as_json: bool, quiet: bool) -> None:
     out.print(f"converted {done} of {len(results.root)}")
 
 
+def _paired(report: Report) -> str:
+    """An RNN as a row names it: its name, and the source RNN it was held against where that is named otherwise (the
+    audit of a deployed model pairs them: DEPLOYED = CHECKPOINT; a checkpoint's RNN with no partner: - = NAME)."""
+    theirs = report.source.layer if report.source else None
+    if theirs is None or theirs == report.name:
+        return cut(report.name)
+    return f"{cut(report.name) or '-'} = {cut(theirs)}"
+
+
 @shown
 def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
     """`verify --all`: one row per RNN (name, spec, verdict, summary), or the reports as JSON."""
@@ -242,11 +251,11 @@ def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
     for report in reports.root:
         colour = VERDICT_COLOURS.get(report.verdict, "red")
         verdict = f"[bold {colour}]{report.verdict.upper()}[/] (exit {report.exit_code})"
-        table.add_row(escape(cut(report.name)), spec_text(report.spec), verdict, escape(sentence(report.summary)))
+        table.add_row(escape(_paired(report)), spec_text(report.spec), verdict, escape(sentence(report.summary)))
     if quiet:  # -q keeps the verdicts: one line each
         for report in reports.root:
             out.print(
-                f"{escape(cut(report.name))}: {report.verdict.upper()} (exit {report.exit_code}): "
+                f"{escape(_paired(report))}: {report.verdict.upper()} (exit {report.exit_code}): "
                 f"{escape(sentence(report.summary))}"
             )
     else:

@@ -454,6 +454,10 @@ class Format(ABC):
     def inspect(self, path: Path) -> InspectReport:
         """Every RNN in the file, its spec, and whether it converts (why not)."""
 
+    def listed(self, path: Path) -> list[InspectEntry]:
+        """Every RNN of the file once, in the file's order, as `inspect` lists it (what the audit pairs)."""
+        return self.inspect(path).rnns
+
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
         """Which RNN of the file a blob came from: the recorded one, else the one `layer` or the file names."""
         raise Unsupported(
