@@ -17,8 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.contracts import Provenance
+from rnnconv.errors import BadInput, Unsupported
 from rnnconv.reference import ACTIVATIONS, sigmoid
-from rnnconv.table.constants import CUDNN_GATES, GRU, LSTM, RNN
+from rnnconv.table.constants import CUDNN_GATES, GRU, LSTM, RNN, Kind
 
 TOLERANCE = 1e-5  # float32: how far the graph's value may be from the reading's, relative to the value's size
 PROBE_BATCH = 3
@@ -241,3 +244,49 @@ def _reading(candidate: Candidate, error: float, outputs: tuple[str, ...]) -> Re
 
 def _family(mode: str) -> str:
     return RNN if mode.startswith(RNN) else mode
+
+
+def why_not_cudnn(reading: Reading) -> str | None:
+    """Why cuDNN cannot compute a recognised cell (a clause: "it ..."), or None."""
+    if reading.mode == GRU and not reading.reset_after:
+        return (
+            "applies its GRU reset gate to the state before the recurrent product (Keras reset_after=False, ONNX "
+            "linear_before_reset=0), where cuDNN's GRU applies it to the product"
+        )
+    return None
+
+
+def canonical(
+    name: str, layers: list[list[Reading]], source: Provenance, layer_class: str, notes: list[str]
+) -> CanonicalRNN:
+    """The canonical RNN of recognised cells: per layer, its directions (forward first), each layer reading the
+    one below's outputs; Unsupported where cuDNN cannot compute them, BadInput where they are no one RNN."""
+    first = layers[0][0]
+    for layer, directions in enumerate(layers):
+        for reading in directions:
+            reason = why_not_cudnn(reading)
+            if reason:
+                raise Unsupported(f"{name}: its cell {reason}")
+            alike = (reading.mode, reading.hidden, reading.reset_after) == (first.mode, first.hidden, first.reset_after)
+            expected = first.input_size if layer == 0 else len(layers[0]) * first.hidden
+            if not alike or reading.input_size != expected or len(directions) != len(layers[0]):
+                raise BadInput(f"{name}: its cells are not the layers and directions of one RNN")
+    dtypes = {str(m.dtype) for d in layers for r in d for gate in r.gates.values() for m in gate}
+    if len(dtypes) > 1:
+        raise Unsupported(f"{name}: its weights are of several types ({', '.join(sorted(dtypes))})")
+    spec = RNNSpec(
+        first.mode,
+        first.input_size,
+        first.hidden,
+        len(layers),
+        len(layers[0]) == 2,
+        0,
+        dtypes.pop(),
+        any(r.has_bias for d in layers for r in d),
+    )
+    arrays = {}
+    for key in spec.param_keys():
+        w, r, bw, br = layers[key.layer][key.direction].gates[key.gate]
+        arrays[key] = {Kind.W: w, Kind.R: r, Kind.bW: bw, Kind.bR: br}[key.kind]
+    info = source.model_copy(update={"layer": name, "layer_class": layer_class})
+    return CanonicalRNN.from_arrays(name, spec, arrays, source=info, notes=notes)

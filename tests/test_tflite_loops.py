@@ -1,0 +1,68 @@
+"""RNNs TensorFlow's converter writes as WHILE loops (fixtures/make_tflite_fixtures.py: Keras 3 LSTM, Keras 3 and
+tf-keras GRU and SimpleRNN; one and two layers, Bidirectional, return_sequences both ways): each read by what its
+body computes, converted, and the result run in PyTorch against LiteRT running the converter's own file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+Interpreter = pytest.importorskip("ai_edge_litert.interpreter").Interpreter
+
+from conftest import FIXTURES, assert_clean_failure, run_cli
+
+import rnnconv
+
+TFLITE = FIXTURES / "tflite"
+TOLERANCE = 1e-5
+MODULES = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn_tanh": torch.nn.RNN}
+# fixture: (mode, input, hidden, layers, bidirectional, the model's output is every step's)
+LOOPS = {
+    "loop_k3_lstm2": ("lstm", 3, 4, 2, False, True),
+    "loop_k3_bigru2": ("gru", 3, 4, 2, True, False),
+    "loop_k3_rnn": ("rnn_tanh", 3, 5, 1, False, False),
+    "loop_tfk_gru": ("gru", 3, 5, 1, False, True),
+    "loop_tfk_birnn": ("rnn_tanh", 3, 4, 1, True, True),
+}
+
+
+def litert(path, x: np.ndarray) -> np.ndarray:
+    interpreter = Interpreter(model_path=str(path))
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+    interpreter.invoke()
+    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_a_converter_loop_converts_to_what_litert_computes(name, tmp_path):
+    mode, input_size, hidden, layers, bidirectional, sequences = LOOPS[name]
+    source = TFLITE / f"{name}.tflite"
+    (entry,) = rnnconv.inspect(source).rnns
+    assert entry.converts, entry.reason
+    spec = entry.spec
+    assert (spec.mode, spec.input_size, spec.hidden_size, spec.num_layers, spec.bidirectional) == LOOPS[name][:5]
+    result = run_cli("convert", source, tmp_path / "m.pt")
+    assert result.returncode == 0, result.stderr
+    module = MODULES[mode](input_size, hidden, num_layers=layers, bidirectional=bidirectional, batch_first=True)
+    module.load_state_dict(torch.load(tmp_path / "m.pt", weights_only=True))
+    x = np.random.default_rng(7).normal(0, 1.5, (2, 5, input_size)).astype(np.float32)
+    expected = litert(source, x)
+    with torch.no_grad():
+        y, state = module(torch.from_numpy(x))
+    h = (state[0] if mode == "lstm" else state).numpy()
+    got = y.numpy() if sequences else np.concatenate(list(h[-2:] if bidirectional else h[-1:]), axis=-1)
+    assert got.shape == expected.shape
+    assert float(np.abs(got - expected).max()) < TOLERANCE
+
+
+def test_a_gru_applying_its_reset_before_the_product_is_listed_with_the_reason(tmp_path):
+    """tf-keras GRU(reset_after=False): its body multiplies r*h by the candidate's recurrent block, a third product;
+    cuDNN's GRU cannot compute it: listed, refused in one sentence."""
+    source = TFLITE / "loop_tfk_gru_reset_before.tflite"
+    (entry,) = rnnconv.inspect(source).rnns
+    assert not entry.converts and "WHILE loop (op 1)" in entry.reason and "3 matrix products" in entry.reason
+    result = run_cli("convert", source, tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "WHILE loop", "not a cell's two")
+    assert not (tmp_path / "m.pt").exists()
