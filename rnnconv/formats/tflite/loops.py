@@ -14,6 +14,7 @@ bidirectional layer; a layer reading another's output sequence is its next layer
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
-from rnnconv.errors import Unsupported, cut, listing
+from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats._cells import CellGraph, Product, Reading, canonical, exchanged, recognise
 from rnnconv.formats.tflite.flat import Table
 from rnnconv.formats.tflite.wire import UNSET
@@ -31,7 +32,9 @@ from rnnconv.table.constants import CUDNN_MODES, LSTM
 
 WHILE = "WHILE"
 MAX_CARRIED = 4  # a body's inputs tried as an LSTM's cell state
-MAX_EVALUATED = 4096  # elements of one value the evaluator computes: a cell's probes are far smaller
+MAX_EVALUATED = 1 << 24  # elements of one value the evaluator computes (64 MiB of float32): any cell's are fewer
+MAX_LOOPS = 4096  # WHILE ops in one file: far beyond any model; keeps reading a hostile file's loops bounded
+MAX_STEPS = 4096  # steps of a loop whose condition is checked step by step
 PROBE_STEP = 1  # the step the body is run at (the second: a counter read as 0 and 1 alike would show)
 
 
@@ -244,6 +247,9 @@ def find_loops(file: Any) -> list[Loop]:
     or listed with why it is not one."""
     main = file.subgraphs[0]
     producers = {t: op for op in main.ops for t in op.outputs}
+    count = sum(1 for op in main.ops if op.name == WHILE)
+    if count > MAX_LOOPS:
+        raise BadInput(f"{file.path} holds {count} WHILE loops, more than any model rnnconv reads")
     loops = []
     for op in main.ops:
         if op.name != WHILE:
@@ -385,6 +391,8 @@ def _stepped(
     if len(given.shape) != 3:
         return f"it loops over a sequence of shape {list(given.shape)}, not (steps, batch, features)"
     steps = given.shape[0]
+    if steps > MAX_STEPS:
+        return f"it loops over {steps} steps, more than rnnconv checks a loop's condition over ({MAX_STEPS})"
     for state in states:
         start = op.inputs[places[state]]
         if start in producers:
@@ -420,6 +428,9 @@ def _written(
     main = file.subgraphs[0]
     rng = np.random.default_rng(20261127)
     feeds: dict[int, np.ndarray] = {}
+    sizes = [math.prod(main.tensors[t].shape) for t in op.inputs]
+    if sum(sizes) > MAX_EVALUATED:
+        return f"it carries {sum(sizes)} values from step to step, more than rnnconv evaluates"
     for place, t in enumerate(body.inputs):
         tensor = main.tensors[op.inputs[place]]
         if tensor.dtype == "int32" and tensor.shape == ():
