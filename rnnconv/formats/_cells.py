@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -115,6 +116,45 @@ def recognise(cell: CellGraph) -> Reading | str:
         f"product is the input's, gate orders, layouts, reset placements, activations; the nearest is off by "
         f"{nearest:.2g})"
     )
+
+
+K = TypeVar("K")
+Op = TypeVar("Op")
+
+
+def run_ops(
+    ops: Iterable[Op],
+    feeds: dict[K, np.ndarray],
+    ports: Callable[[Op], tuple[Sequence[K], Sequence[K]]],
+    constant: Callable[[K], np.ndarray | None],
+    compute: Callable[[Op, list[np.ndarray | None]], list[np.ndarray]],
+    absent: K,
+) -> tuple[dict[K, np.ndarray], list[K]]:
+    """A cell's graph run, for every graph format alike: every value its ops (`ports`: an op's inputs and outputs;
+    `absent`: an optional input left out) compute from `feeds` and constants, without the feeds, and the values
+    the ops reached would also need, which are neither. An op `compute` cannot compute on these values (one the
+    probe's shapes do not fit: another reader of the cell's input) leaves its outputs uncomputed."""
+    values: dict[K, np.ndarray] = dict(feeds)
+    computed: dict[K, np.ndarray] = {}
+    missing: list[K] = []
+    for op in ops:
+        inputs, outputs = ports(op)
+        if not any(i in values for i in inputs if i != absent) or any(o in feeds for o in outputs):
+            continue
+        arguments = [None if i == absent else values[i] if i in values else constant(i) for i in inputs]
+        lacking = [i for i, a in zip(inputs, arguments) if a is None and i != absent]
+        if lacking:
+            missing += lacking
+            continue
+        try:
+            results = compute(op, arguments)
+        except (ValueError, IndexError, TypeError, ArithmeticError):
+            continue
+        if len(results) != len(outputs):
+            continue
+        for name, result in zip(outputs, results):
+            values[name] = computed[name] = np.asarray(result)
+    return computed, missing
 
 
 def exchanged(reading: Reading) -> Reading | None:

@@ -24,7 +24,7 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
-from rnnconv.formats._cells import CellGraph, Product, Reading, canonical, exchanged, recognise
+from rnnconv.formats._cells import CellGraph, Product, Reading, canonical, exchanged, recognise, run_ops
 from rnnconv.formats.tflite.flat import Table
 from rnnconv.formats.tflite.wire import UNSET
 from rnnconv.reference import sigmoid
@@ -216,30 +216,8 @@ class Evaluator:
         return self.constants[t]
 
     def run(self, feeds: dict[int, np.ndarray]) -> tuple[dict[int, np.ndarray], list[int]]:
-        """Every value computed from `feeds` and constants (without the feeds), and the tensors the ops reached
-        would also need, which are neither (an op the evaluator cannot compute leaves its outputs uncomputed)."""
-        values: dict[int, np.ndarray] = dict(feeds)
-        computed: dict[int, np.ndarray] = {}
-        missing: list[int] = []
-        for op in self.graph.ops:
-            inputs = [t for t in op.inputs if t != UNSET]
-            if not any(t in values for t in inputs) or any(t in feeds for t in op.outputs):
-                continue
-            arguments = [None if t == UNSET else values[t] if t in values else self.constant(t) for t in op.inputs]
-            lacking = [t for t, a in zip(op.inputs, arguments) if a is None and t != UNSET]
-            if lacking:
-                missing += lacking
-                continue
-            try:
-                outputs = evaluate(op, arguments)
-            except (NotEvaluated, ValueError, IndexError, TypeError, ArithmeticError):
-                continue  # an op the probe's values do not fit: not the cell's
-            if len(outputs) != len(op.outputs):
-                continue
-            for t, output in zip(op.outputs, outputs):
-                value = np.asarray(output)
-                values[t] = computed[t] = value.astype(np.float32) if value.dtype.kind == "f" else value
-        return computed, missing
+        """Every value computed from `feeds` and constants, and the tensors the ops reached also need."""
+        return run_ops(self.graph.ops, feeds, lambda op: (op.inputs, op.outputs), self.constant, evaluate, UNSET)
 
 
 def find_loops(file: Any) -> list[Loop]:
