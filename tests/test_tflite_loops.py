@@ -66,3 +66,13 @@ def test_a_gru_applying_its_reset_before_the_product_is_listed_with_the_reason(t
     result = run_cli("convert", source, tmp_path / "m.pt")
     assert_clean_failure(result, 2, "WHILE loop", "not a cell's two")
     assert not (tmp_path / "m.pt").exists()
+
+
+def test_verify_runs_the_loops_own_cell_ops_against_the_conversion(tmp_path):
+    """verify runs the source's loops step by step, each step their bodies' own cell ops (evaluated in numpy), the
+    backward loops over the sequences reversed: a 2-layer bidirectional GRU's conversion matches them."""
+    converted = tmp_path / "m.pt"
+    rnnconv.convert(TFLITE / "loop_k3_bigru2.tflite", converted)
+    result = run_cli("verify", converted)
+    assert result.returncode == 0, result.stderr
+    assert "MATCH" in result.stdout and "WHILE loop bodies' cell ops" in result.stdout
