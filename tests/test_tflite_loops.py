@@ -76,3 +76,49 @@ def test_verify_runs_the_loops_own_cell_ops_against_the_conversion(tmp_path):
     result = run_cli("verify", converted)
     assert result.returncode == 0, result.stderr
     assert "MATCH" in result.stdout and "WHILE loop bodies' cell ops" in result.stdout
+
+
+def _rebuilt(source, change) -> bytes:
+    """The .tflite with `change(model, codes)` made to it (LiteRT's schema module: parsed, changed, rebuilt)."""
+    flatbuffers = pytest.importorskip("flatbuffers")
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(source.read_bytes(), 0))
+    for graph in model.subgraphs:
+        for op in graph.operators:
+            op.inputs = [int(t) for t in op.inputs]
+    codes = {
+        name: index
+        for index, code in enumerate(model.operatorCodes)
+        for name, number in vars(schema.BuiltinOperator).items()
+        if number == code.builtinCode
+    }
+    change(model, codes)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def test_a_loop_body_that_computes_no_cell_is_listed_with_the_reason(tmp_path):
+    """A SimpleRNN loop whose body's TANH is made a LOGISTIC (LiteRT runs it: a cell rnnconv does not read) and one
+    whose input matrix is a computed tensor: listed, each with its reason, and refused in one sentence."""
+
+    def sigmoid_for_tanh(model, codes):
+        (body,) = [g for g in model.subgraphs if any(op.opcodeIndex == codes["TANH"] for op in g.operators)]
+        for op in body.operators:
+            if op.opcodeIndex == codes["TANH"]:
+                op.opcodeIndex = codes.get("LOGISTIC", op.opcodeIndex)
+
+    def computed_weights(model, codes):
+        body = model.subgraphs[2]
+        products = [op for op in body.operators if op.opcodeIndex == codes["FULLY_CONNECTED"]]
+        products[0].inputs[1] = products[1].outputs[0]
+
+    source = TFLITE / "loop_tfk_gru.tflite"
+    for change, reason in ((sigmoid_for_tanh, "computes none of the"), (computed_weights, "1 matrix product (")):
+        mutated = tmp_path / f"{change.__name__}.tflite"
+        mutated.write_bytes(_rebuilt(source, change))
+        (entry,) = rnnconv.inspect(mutated).rnns
+        assert not entry.converts and reason in entry.reason and "WHILE loop" in entry.reason
+        result = run_cli("convert", mutated, tmp_path / "m.pt")
+        assert_clean_failure(result, 2, "WHILE loop", reason)

@@ -256,7 +256,8 @@ def _loop(file: Any, op: Any, cond: Any, body: Any, producers: dict[int, Any]) -
         return loop
     if len(products) != 2:
         names = listing(repr(cut(body.tensors[p.matrix_tensor].name)) for p in products)
-        loop.refusal = f"its body holds {len(products)} matrix products ({names}), not a cell's two"
+        held = f"{len(products)} matrix product{'s' if len(products) > 1 else ''}"
+        loop.refusal = f"its body holds {held} ({names}), not a cell's two"
         return loop
     first, second = (p.product for p in products)
     shapes = sorted((p.matrix.shape for p in (first, second)), key=lambda s: max(s) // max(min(s), 1))
