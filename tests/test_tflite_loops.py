@@ -122,3 +122,20 @@ def test_a_loop_body_that_computes_no_cell_is_listed_with_the_reason(tmp_path):
         assert not entry.converts and reason in entry.reason and "WHILE loop" in entry.reason
         result = run_cli("convert", mutated, tmp_path / "m.pt")
         assert_clean_failure(result, 2, "WHILE loop", reason)
+
+
+def test_a_file_whose_loops_step_no_cell_says_so(tmp_path):
+    """A loop whose body multiplies by no constant weights (its FULLY_CONNECTED ops made ADDs) steps no cell: the
+    file holds no RNN, said in one sentence naming its loops (it said a GRU is a loop rnnconv does not read)."""
+
+    def no_products(model, codes):
+        for graph in model.subgraphs[1:]:
+            for op in graph.operators:
+                if op.opcodeIndex == codes["FULLY_CONNECTED"]:
+                    op.opcodeIndex, op.inputs = codes["ADD"], op.inputs[:2]
+
+    mutated = tmp_path / "no_products.tflite"
+    mutated.write_bytes(_rebuilt(TFLITE / "loop_tfk_gru.tflite", no_products))
+    assert rnnconv.inspect(mutated).rnns == []
+    result = run_cli("convert", mutated, tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "holds no UNIDIRECTIONAL_SEQUENCE_LSTM", "WHILE loops' bodies multiply by no")

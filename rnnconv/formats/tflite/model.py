@@ -353,12 +353,12 @@ class TfliteFile(Graph[Layer]):
 
     def nothing_held(self) -> str:
         held = ", ".join(f"{n} {op}" for op, n in Counter(op.name for op in self.ops).most_common(5))
-        gru = (
-            " (TFLite has no fused GRU op: a GRU is written as a WHILE loop or unrolled, which rnnconv does not read)"
+        loops = (
+            " (its WHILE loops' bodies multiply by no constant weights: they step no RNN cell rnnconv reads)"
             if "WHILE" in held
             else ""
         )
-        return f"{self.path} holds no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN op (its ops: {held or 'none'}){gru}"
+        return f"{self.path} holds no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN op (its ops: {held or 'none'}){loops}"
 
     def op_listing(self) -> str:
         return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in Counter(op.name for op in self.ops).items())
