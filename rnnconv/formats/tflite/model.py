@@ -112,8 +112,6 @@ class Layer:
 class Subgraph:
     """One of a file's graphs: the main one (0), or the body or condition of a control-flow op."""
 
-    index: int
-    name: str
     tensors: list[Tensor]
     ops: list[Op]
     inputs: list[int]
@@ -157,11 +155,11 @@ class TfliteFile(Graph[Layer]):
                 recorded = _buffer_text(entry.scalar(1, "u32", 0), buffers, flat)
         return cls(path, graphs, recorded, flat)
 
-    def constant(self, index: int, what: str, graph: int = 0) -> np.ndarray:
-        """A constant float tensor's values (float32, float64 for float64), read from the file."""
-        tensor = self.subgraphs[graph].tensors[index]
+    def constant(self, index: int, what: str) -> np.ndarray:
+        """A constant tensor's values (float32, float64 for float64), read from the file."""
+        tensor = self.tensors[index]
         if tensor.data is None:
-            producer = next((op.name for op in self.subgraphs[graph].ops if index in op.outputs), None)
+            producer = next((op.name for op in self.ops if index in op.outputs), None)
             how = f"computed by a {producer} op" if producer else "not a constant"
             raise Unsupported(f"{what} ({tensor.name!r}) is {how}: rnnconv reads float weights stored as they are")
         if tensor.dtype not in FLOAT_TYPES:
@@ -390,7 +388,7 @@ def _subgraph(number: int, graph: Table, codes: list[str], buffers: list[Table],
     given, taken = graph.ints(1) or [], graph.ints(2) or []
     if any(not 0 <= t < len(tensors) for t in given + taken):
         raise BadInput(f"{flat.path} is not a readable TFLite model: {where} names a tensor it does not hold")
-    return Subgraph(number, graph.string(4), tensors, ops, given, taken)
+    return Subgraph(tensors, ops, given, taken)
 
 
 def _tensor(index: int, table: Table, buffers: list[Table], flat: Flat) -> Tensor:
