@@ -5,7 +5,8 @@ to the product) and gives a way to run the cell's graph; which product multiplie
 carried state, which block of a matrix is which gate, how the matrices are stored and where a GRU applies its
 reset are not read from the graph's shape but settled here: the graph is run on probe inputs, and the one reading
 whose cuDNN cell computes the same new state (and, for an LSTM, cell state) is kept. The formats differ in how a
-graph is parsed, not in what a cell is.
+graph is parsed, not in what a cell is: each gives its ops' semantics to one walk of the graph (`run_ops`), and the
+cells recognised become one canonical RNN here (`canonical`).
 """
 
 from __future__ import annotations
