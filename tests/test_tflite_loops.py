@@ -139,3 +139,27 @@ def test_a_file_whose_loops_step_no_cell_says_so(tmp_path):
     assert rnnconv.inspect(mutated).rnns == []
     result = run_cli("convert", mutated, tmp_path / "m.pt")
     assert_clean_failure(result, 2, "holds no UNIDIRECTIONAL_SEQUENCE_LSTM", "WHILE loops' bodies multiply by no")
+
+
+def test_a_loop_whose_counters_do_not_start_from_zero_is_refused(tmp_path):
+    """A loop whose counters start from another constant than 0 (LiteRT runs it from there, skipping steps) steps
+    no RNN over its whole sequence: refused, saying so (it converted as if it started at 0)."""
+
+    def counters_from_five(model, codes):
+        main = model.subgraphs[0]
+        stored = [
+            bytes(bytearray(model.buffers[t.buffer].data)) if model.buffers[t.buffer].data is not None else b""
+            for t in main.tensors
+        ]
+        (steps,) = [
+            i
+            for i, t in enumerate(main.tensors)
+            if t.type == 2 and t.shape is not None and len(t.shape) == 0 and stored[i] == bytes([5, 0, 0, 0])
+        ][:1]
+        (loop,) = [op for op in main.operators if op.opcodeIndex == codes["WHILE"]]
+        loop.inputs[0] = loop.inputs[1] = steps
+
+    mutated = tmp_path / "from_five.tflite"
+    mutated.write_bytes(_rebuilt(TFLITE / "loop_tfk_gru.tflite", counters_from_five))
+    (entry,) = rnnconv.inspect(mutated).rnns
+    assert not entry.converts and "does not start from 0" in entry.reason
