@@ -1992,3 +1992,72 @@ def mutate_blob_size(data: bytes, rng: random.Random) -> bytes:
     if choice == 2:
         return b""
     return mutate_bytes(data, rng)
+
+
+def mutate_tflite_loops(data: bytes, rng: random.Random) -> bytes:
+    """TensorFlow's converter's RNN loops mutated inside their bodies (parsed and rebuilt with LiteRT's schema
+    module): gates swapped (the ops reading two gates read each other's), a weight replaced by a computed tensor or
+    by a loop input, an op made another (no cell), a split into other parts, an op's input rewired, the body and
+    condition exchanged, the loop's initial state or sequence replaced."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(data, 0))
+    for graph in model.subgraphs:  # the schema's arrays are read-only views of `data`
+        graph.inputs, graph.outputs = [int(t) for t in graph.inputs], [int(t) for t in graph.outputs]
+        for op in graph.operators:
+            op.inputs, op.outputs = [int(t) for t in op.inputs], [int(t) for t in op.outputs]
+    bodies = [g for g in model.subgraphs[1:] if g.operators and len(g.operators) > 6]
+    if not bodies:
+        return data
+    codes = [c.builtinCode for c in model.operatorCodes]
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        body = rng.choice(bodies)
+        ops = list(body.operators)
+        computed = [int(t) for op in ops for t in op.outputs]
+        choice = rng.randrange(8)
+        if choice == 0:  # two gates swapped where they are read
+            gates = {int(op.outputs[0]) for op in ops if names.get(codes[op.opcodeIndex]) in ("LOGISTIC", "TANH")}
+            reads = [(op, i) for op in ops for i, t in enumerate(op.inputs) if int(t) in gates]
+            if len(reads) >= 2:
+                (one, at), (other, other_at) = rng.sample(reads, 2)
+                one.inputs[at], other.inputs[other_at] = other.inputs[other_at], one.inputs[at]
+        elif choice == 1:  # a weight replaced by a computed tensor, or by one of the body's inputs
+            products = [op for op in ops if names.get(codes[op.opcodeIndex]) == "FULLY_CONNECTED"]
+            if products:
+                pool = computed if rng.random() < 0.5 else [int(t) for t in body.inputs]
+                rng.choice(products).inputs[1] = rng.choice(pool)
+        elif choice == 2:  # an op made another: no cell
+            op = rng.choice(ops)
+            op.opcodeIndex = rng.randrange(len(codes))
+        elif choice == 3:  # a split into other parts, or a slice's bounds moved
+            splits = [op for op in ops if names.get(codes[op.opcodeIndex]) in ("SPLIT", "STRIDED_SLICE")]
+            if splits:
+                op = rng.choice(splits)
+                if op.builtinOptions is not None and hasattr(op.builtinOptions, "numSplits"):
+                    op.builtinOptions.numSplits = rng.choice([0, 1, 2, 5, -1])
+                elif len(op.inputs) > 1:
+                    op.inputs[1] = rng.choice(computed + [int(t) for t in op.inputs])
+        elif choice == 4:  # an op's input rewired to another value of the body
+            op = rng.choice(ops)
+            if len(op.inputs):
+                op.inputs[rng.randrange(len(op.inputs))] = rng.choice(computed + [int(t) for t in body.inputs])
+        elif choice == 5:  # the body and the condition of a loop exchanged, or pointed elsewhere
+            loops = [op for op in model.subgraphs[0].operators if codes[op.opcodeIndex] == schema.BuiltinOperator.WHILE]
+            if loops:
+                options = rng.choice(loops).builtinOptions
+                body_index = options.bodySubgraphIndex
+                options.bodySubgraphIndex, options.condSubgraphIndex = options.condSubgraphIndex, body_index
+                if rng.random() < 0.3:
+                    options.bodySubgraphIndex = rng.choice([0, len(model.subgraphs), -1, 2**31 - 1])
+        elif choice == 6:  # a loop's input (its initial state, its sequence, a counter) replaced by another tensor
+            loops = [op for op in model.subgraphs[0].operators if codes[op.opcodeIndex] == schema.BuiltinOperator.WHILE]
+            if loops:
+                op = rng.choice(loops)
+                op.inputs[rng.randrange(len(op.inputs))] = rng.randrange(len(model.subgraphs[0].tensors))
+        else:  # a body's output (a carried value) taken from elsewhere
+            body.outputs[rng.randrange(len(body.outputs))] = rng.choice(computed + [int(t) for t in body.inputs])
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())

@@ -68,6 +68,11 @@ TFLITE_SEEDS = [
     "tflite/rnn_tanh.tflite",
     "tflite/keras_lstm_converter.tflite",
     "tflite/keras_bilstm_converter.tflite",
+    "tflite/loop_k3_lstm2.tflite",
+    "tflite/loop_k3_bigru2.tflite",
+    "tflite/loop_k3_rnn.tflite",
+    "tflite/loop_tfk_gru.tflite",
+    "tflite/loop_tfk_birnn.tflite",
 ]
 
 TF1_SEEDS = ["tf1/lstm2.ckpt", "tf1/gru_bi.ckpt", "tf1/rnn_tanh.ckpt", "tf1/seq2seq.ckpt"]

@@ -13,6 +13,7 @@ from rnnconv.formats import registry
 from rnnconv.formats._graph import Chain, GraphFormat
 from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
 from rnnconv.formats.tflite import PLUGIN
+from rnnconv.formats.tflite.loops import run_loops
 from rnnconv.formats.tflite.model import Layer, TfliteFile
 from rnnconv.formats.tflite.reader import chain_sizes, to_canonical
 from rnnconv.formats.tflite.runner import TfliteEngine, graph_of_file, litert_version, run_graph
@@ -86,7 +87,11 @@ class TfliteFormat(GraphFormat[TfliteFile, Layer]):
         spec: RNNSpec,
         inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
-        """The file's own ops, their weights and options as stored, in LiteRT's interpreter."""
+        """The file's own ops, their weights and options as stored, in LiteRT's interpreter; a loop's body's cell
+        ops evaluated in numpy step by step."""
+        if chain.first.loops:
+            to_canonical(graph, chain, source)  # refuses what it cannot compare
+            return run_loops(chain, spec, inputs), "rnnconv: the file's WHILE loop bodies' cell ops, evaluated in numpy"
         rnn = to_canonical(graph, chain, source, source.loss is not None)  # refuses what it cannot compare
         if (rnn.spec.input_size, rnn.spec.num_layers) != (spec.input_size, spec.num_layers):
             raise BadInput(f"the TFLite ops {chain.name} are not the RNN the blob describes ({spec.describe()})")
