@@ -82,13 +82,13 @@ async function main() {
     const layer = find(model, name);
     if (layer === null) throw new Error(`the model has no layer ${JSON.stringify(name)}`);
     const run = stateful(layer);
-    run.build([null, null, x.shape[2]]);
-    run.setWeights(layer.getWeights());
     const states = [];
     for (let d = 0; d < directions; d++) {
       states.push(h0[index * directions + d]);
       if (lstm) states.push(c0[index * directions + d]);
     }
+    run.apply(x.slice([0, 0, 0], [batch, 1, x.shape[2]]), { initialState: states }); // builds it, as a call does
+    run.setWeights(layer.getWeights());
     const [y, ...finals] = run.apply(x, { initialState: states });
     const per = lstm ? 2 : 1;
     for (let d = 0; d < directions; d++) {
