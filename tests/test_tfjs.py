@@ -77,7 +77,7 @@ def test_keras_sources_written_run_in_tensorflow_js(layer, tmp_path):
     rnnconv.convert(FIXTURES / "keras3" / "mixed.keras", out, layer=layer, to="tfjs")
     document = json.loads(out.read_text())
     for entry in document["modelTopology"]["config"]["layers"]:
-        config = entry["config"].get("layer", entry)["config"] if entry["class_name"] == "Bidirectional" else entry["config"]
+        config = entry["config"]["layer"]["config"] if entry["class_name"] == "Bidirectional" else entry["config"]
         assert "activation" in config and (entry["class_name"] == "SimpleRNN" or "recurrent_activation" in config)
     report = _verified(out, f"keras {layer}")
     assert report.source.run.startswith("keras")
@@ -92,7 +92,7 @@ def test_two_gates_swapped_in_the_shard_is_a_mismatch(tmp_path):
     shard = tmp_path / "group1-shard1of1.bin"
     words = np.fromfile(shard, "<f4")
     kernel = words[: 3 * 16].reshape(3, 16)  # rnn/kernel (in, 4H), gates i, f, c, o
-    kernel[:, [*range(4, 8), *range(0, 4)]] = kernel[:, :8].copy()
+    kernel[:, [*range(4, 8), *range(4)]] = kernel[:, :8].copy()
     words[: 3 * 16] = kernel.ravel()
     words.tofile(shard)
     result = run_cli("verify", out)

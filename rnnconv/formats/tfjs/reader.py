@@ -341,7 +341,7 @@ def _damage(layer: TfjsLayer, what: str) -> str | None:
                 return f"{what}: weight {cut(weight.name)!r} has shape {weight.shape}, not a matrix"
     units = config.get("units")
     if units is not None and units != layer.hidden:
-        return f"{what} has units={cut(units)} and a recurrent_kernel of {layer.hidden} rows"
+        return f"{what} has units={cut(units)} and a {KERAS_VARIABLES['recurrent_matrix']} of {layer.hidden} rows"
     return None
 
 

@@ -19,6 +19,7 @@ from rnnconv.formats.tfjs.wire import (
     LAYERS_MODEL,
     MANIFEST,
     METADATA,
+    MODEL,
     SHARD,
     TFJS_VERSION,
     TOPOLOGY,
@@ -42,7 +43,9 @@ def tfjs_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
 
 
 def shard_of(path: Path) -> Path:
-    return path.parent / SHARD
+    """model.json's shard is the converter's group1-shard1of1.bin; NAME.json's is NAME.bin (two models share a
+    folder)."""
+    return path.parent / (SHARD if path.name == MODEL else f"{path.stem}.bin")
 
 
 def layer_name(rnn: CanonicalRNN, layer: int) -> str:
@@ -67,7 +70,7 @@ def _config(spec: RNNSpec, name: str, settings: dict[str, Any]) -> dict[str, Any
     }
 
 
-def model_json(rnn: CanonicalRNN, weights: list[dict[str, Any]], source: str) -> dict[str, Any]:
+def model_json(rnn: CanonicalRNN, weights: list[dict[str, Any]], shard: str, source: str) -> dict[str, Any]:
     """model.json as TensorFlow.js's model.save writes it, the source recorded in its userDefinedMetadata."""
     spec = rnn.spec
     cls, settings = settings_for_mode("tfjs", spec.mode)
@@ -75,13 +78,13 @@ def model_json(rnn: CanonicalRNN, weights: list[dict[str, Any]], source: str) ->
     for layer in range(spec.num_layers):
         name = layer_name(rnn, layer)
         config = _config(spec, name, settings)
-        entry = {"class_name": cls, "config": config}
+        outer = config
         if spec.bidirectional:
             inner = {"class_name": cls, "config": {**config, "name": f"{cls.lower()}_{name}"}}
-            entry = {"class_name": "Bidirectional", "config": {"name": name, "merge_mode": "concat", "layer": inner}}
+            outer = {"name": name, "merge_mode": "concat", "layer": inner}
         if layer == 0:
-            entry["config"] |= {"batch_input_shape": [None, None, spec.input_size], "dtype": "float32"}
-        layers.append(entry)
+            outer |= {"batch_input_shape": [None, None, spec.input_size], "dtype": "float32"}
+        layers.append({"class_name": "Bidirectional" if spec.bidirectional else cls, "config": outer})
     return {
         "format": LAYERS_MODEL,
         "generatedBy": f"rnnconv {__version__}",
@@ -92,7 +95,7 @@ def model_json(rnn: CanonicalRNN, weights: list[dict[str, Any]], source: str) ->
             "keras_version": f"tfjs-layers {TFJS_VERSION}",
             "backend": "tensor_flow.js",
         },
-        MANIFEST: [{"paths": [SHARD], "weights": weights}],
+        MANIFEST: [{"paths": [shard], "weights": weights}],
         METADATA: {registry.SOURCE_KEY: source},
     }
 
@@ -122,7 +125,7 @@ def write_tfjs(rnn: CanonicalRNN, path: Path, force: bool) -> Path:
     shard = shard_of(path)
     tensors = tensors_of(rnn)
     weights = [{"name": name, "shape": list(value.shape), "dtype": "float32"} for name, value in tensors.items()]
-    document = model_json(rnn, weights, registry.source_record(rnn, path))
+    document = model_json(rnn, weights, shard.name, registry.source_record(rnn, path))
     with atomic_outputs([path, shard], force) as (json_tmp, shard_tmp):
         with open(shard_tmp, "wb") as f:
             for value in tensors.values():
