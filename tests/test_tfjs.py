@@ -204,3 +204,20 @@ def test_deeply_nested_json_is_refused(tmp_path):
     path = tmp_path / "model.json"
     path.write_text('{"modelTopology": ' + "[" * 100000 + "]" * 100000 + "}")
     assert_clean_failure(run_cli("inspect", path), 2, "nests too deep")
+
+
+@needs_tfjs
+def test_what_tensorflow_js_refuses_is_said_in_its_words(tmp_path):
+    """A weight TensorFlow.js cannot place (named ""): rnnconv reads the layers it knows, and verify says in one
+    sentence that TensorFlow.js cannot run the file, TensorFlow.js's reason whole (no dangling colon)."""
+
+    def extra(document, folder):
+        _group(document)["weights"].append({"name": "", "shape": [1], "dtype": "float32"})
+        with open(folder / "weights.bin", "ab") as f:
+            f.write(b"\0" * 4)
+
+    path = _hostile(tmp_path, extra)
+    rnnconv.convert(path, tmp_path / "s.pt", layer="srnn")
+    result = run_cli("verify", tmp_path / "s.pt")
+    assert_clean_failure(result, 2, "TensorFlow.js cannot run", "no target variable")
+    assert not result.stderr.rstrip().endswith(":"), result.stderr

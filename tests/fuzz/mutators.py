@@ -2008,7 +2008,8 @@ def mutate_tfjs(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
     groups = doc.get("weightsManifest") or []
     weights = [w for g in groups for w in g.get("weights", [])]
     shards = [p for g in groups for p in g.get("paths", []) if p in files]
-    refuse = False
+    held = sum(len(files[p]) for p in shards)  # the seeds' shards hold their weights' bytes, no more
+    refuse = cut = False
     for _ in range(rng.choice([1, 1, 2, 3])):
         op = rng.choice(["paths", "dtype", "shape", "name", "quant", "topology", "layer", "shard", "shard", "json"])
         if op == "paths" and groups:
@@ -2067,7 +2068,7 @@ def mutate_tfjs(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
             how = rng.random()
             if how < 0.4 and data:
                 files[name] = bytes(data[: rng.randrange(len(data))])
-                refuse = True  # the manifest's weights take every byte the shards hold
+                cut = True
             elif how < 0.7:
                 files[name] = bytes(data) + os.urandom(rng.choice([1, 4, 1000]))
             else:
@@ -2075,6 +2076,8 @@ def mutate_tfjs(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
                     if data:
                         data[rng.randrange(len(data))] = rng.randrange(256)
                 files[name] = bytes(data)
+    # shards that hold fewer bytes than the weights take (more is what TensorFlow.js reads too)
+    refuse = refuse or (cut and sum(len(files[p]) for p in shards) < held)
     text = json.dumps(doc)
     if rng.random() < 0.1:
         choice = rng.random()

@@ -13,7 +13,7 @@ from typing import Final
 import numpy as np
 
 from rnnconv.compare import Inputs, Outputs
-from rnnconv.errors import BackendMissing, BadInput, Unsupported
+from rnnconv.errors import BackendMissing, BadInput, Unsupported, cut
 from rnnconv.formats import _node
 from rnnconv.formats._graph import Chain
 from rnnconv.formats.tfjs.reader import TfjsLayer
@@ -82,7 +82,7 @@ def run_layers(path: Path, chain: Chain[TfjsLayer], inputs: Inputs) -> Outputs:
         except subprocess.TimeoutExpired:
             raise BadInput(f"TensorFlow.js did not finish running {path} within {RUN_TIMEOUT} s") from None
         if done.returncode != 0:
-            said = (done.stderr.strip().splitlines() or ["no message"])[-1][:300]
+            said = cut((done.stderr.strip().splitlines() or ["no message"])[-1]).rstrip(": ") or "no message"
             if done.returncode == REFUSED:
                 raise BadInput(f"TensorFlow.js cannot run {path}: {said}")
             raise RuntimeError(f"node exited with status {done.returncode} running {path}: {said}")
