@@ -160,7 +160,8 @@ def test_verify_without_tensorflow_js_says_how_to_install_it(tmp_path):
     result = run_cli("verify", tmp_path / "s.pt", env=env)
     assert_clean_failure(result, 3, "@tensorflow/tfjs", "npm ci")
     doctor = run_cli("doctor", env=env)
-    assert "tfjs" in doctor.stdout and "npm ci" in " ".join(doctor.stdout.split()), doctor.stdout
+    assert doctor.returncode == 0 and "npm ci" in " ".join(doctor.stdout.split()), doctor.stdout
+    assert "rnnconv[None]" not in " ".join(doctor.stdout.split()), doctor.stdout  # the engine's row says npm too
 
 
 def _hostile(tmp_path, change):
@@ -221,3 +222,28 @@ def test_what_tensorflow_js_refuses_is_said_in_its_words(tmp_path):
     result = run_cli("verify", tmp_path / "s.pt")
     assert_clean_failure(result, 2, "TensorFlow.js cannot run", "no target variable")
     assert not result.stderr.rstrip().endswith(":"), result.stderr
+
+
+@needs_tfjs
+def test_quantized_weights_read_as_tensorflow_js_dequantizes_them(tmp_path):
+    """The saved fixture's weights quantized as the converter quantizes them (float16, and uint8 with scale and
+    min): rnnconv reads the values TensorFlow.js loads, and a conversion of it matches TensorFlow.js running it."""
+    document = json.loads((TFJS / "saved" / "model.json").read_text())
+    words = np.fromfile(TFJS / "saved" / "weights.bin", "<f4")
+    chunks, at = [], 0
+    for index, weight in enumerate(_group(document)["weights"]):
+        values = words[at : at + int(np.prod(weight["shape"]))]
+        at += values.size
+        if index % 2:
+            weight["quantization"] = {"dtype": "float16"}
+            chunks.append(values.astype("<f2").tobytes())
+        else:
+            low, scale = float(values.min()), float(values.max() - values.min()) / 255 or 1.0
+            weight["quantization"] = {"dtype": "uint8", "scale": scale, "min": low}
+            chunks.append(np.round((values - low) / scale).astype("u1").tobytes())
+    (tmp_path / "weights.bin").write_bytes(b"".join(chunks))
+    (tmp_path / "model.json").write_text(json.dumps(document))
+    rnnconv.convert(tmp_path / "model.json", tmp_path / "a.pt", layer="bidi_a,bidi_b")
+    report = rnnconv.verify(tmp_path / "a.pt")
+    assert report.verdict == "match" and report.source.run.startswith("@tensorflow/tfjs"), report.source
+    LARGEST_ERRORS["tfjs quantized source"] = report.comparison.worst
