@@ -2055,11 +2055,11 @@ def mutate_tfjs(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
             if isinstance(layers, list) and layers:
                 entry = rng.choice(layers)
                 config = entry.get("config", {}) if isinstance(entry, dict) else {}
-                held = config.get("layer", {}).get("config", config) if isinstance(config, dict) else {}
+                inner = config.get("layer", {}).get("config", config) if isinstance(config, dict) else {}
                 key = rng.choice(["units", "activation", "recurrent_activation", "use_bias", "name", "go_backwards"])
                 value = rng.choice([*ODD_VALUES, "hard_sigmoid", "relu", 0, 2**40, "", long_name(rng)])
-                if isinstance(held, dict):
-                    held[key] = value
+                if isinstance(inner, dict):
+                    inner[key] = value
                 if rng.random() < 0.2 and isinstance(entry, dict):
                     entry["class_name"] = rng.choice(["GRU", "ConvLSTM2D", "Dense", "", 3, "Bidirectional"])
         elif op == "shard" and shards:
