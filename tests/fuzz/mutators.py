@@ -2051,11 +2051,14 @@ def mutate_tfjs(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
                 doc["format"] = rng.choice(["graph-model", "", 3, None, "layers-model"])
                 refuse = doc["format"] != "layers-model"
         elif op == "layer":
-            layers = (doc.get("modelTopology") or {}).get("config", {}).get("layers", [])
+            topology = doc.get("modelTopology")
+            model = topology.get("config") if isinstance(topology, dict) else None
+            layers = model.get("layers") if isinstance(model, dict) else None
             if isinstance(layers, list) and layers:
                 entry = rng.choice(layers)
-                config = entry.get("config", {}) if isinstance(entry, dict) else {}
-                inner = config.get("layer", {}).get("config", config) if isinstance(config, dict) else {}
+                config = entry.get("config") if isinstance(entry, dict) else None
+                wrapped = config.get("layer") if isinstance(config, dict) else None
+                inner = wrapped.get("config") if isinstance(wrapped, dict) else config
                 key = rng.choice(["units", "activation", "recurrent_activation", "use_bias", "name", "go_backwards"])
                 value = rng.choice([*ODD_VALUES, "hard_sigmoid", "relu", 0, 2**40, "", long_name(rng)])
                 if isinstance(inner, dict):
