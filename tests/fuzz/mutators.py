@@ -2009,7 +2009,7 @@ def mutate_tfjs(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
     weights = [w for g in groups for w in g.get("weights", [])]
     shards = [p for g in groups for p in g.get("paths", []) if p in files]
     held = sum(len(files[p]) for p in shards)  # the seeds' shards hold their weights' bytes, no more
-    refuse = cut = False
+    refuse = cut = resized = False
     for _ in range(rng.choice([1, 1, 2, 3])):
         op = rng.choice(["paths", "dtype", "shape", "name", "quant", "topology", "layer", "shard", "shard", "json"])
         if op == "paths" and groups:
@@ -2020,6 +2020,7 @@ def mutate_tfjs(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
             rng.choice(weights)["dtype"] = rng.choice(TFJS_BAD_DTYPES)
             refuse = True  # a dtype no layers model's manifest holds
         elif op == "shape" and weights:
+            resized = True
             rng.choice(weights)["shape"] = rng.choice(
                 [[-1], [2**31], [1.5], "x", [], [0], [1] * 40, [2**30, 2**30], [3, 16], None]
             )
@@ -2031,6 +2032,7 @@ def mutate_tfjs(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
                 + [long_name(rng), ""]
             )
         elif op == "quant" and weights:
+            resized = True
             rng.choice(weights)["quantization"] = rng.choice(
                 [
                     {"dtype": "uint8", "scale": 0.01, "min": -1},
@@ -2079,8 +2081,9 @@ def mutate_tfjs(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
                     if data:
                         data[rng.randrange(len(data))] = rng.randrange(256)
                 files[name] = bytes(data)
-    # shards that hold fewer bytes than the weights take (more is what TensorFlow.js reads too)
-    refuse = refuse or (cut and sum(len(files[p]) for p in shards) < held)
+    # shards that hold fewer bytes than the weights take (more is what TensorFlow.js reads too), where no weight's size
+    # was changed
+    refuse = refuse or (cut and not resized and sum(len(files[p]) for p in shards) < held)
     text = json.dumps(doc)
     if rng.random() < 0.1:
         choice = rng.random()
