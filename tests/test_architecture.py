@@ -16,6 +16,7 @@ from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import catalog, registry
 from rnnconv.formats._graph import GraphFormat
 from rnnconv.formats.catalog import FORMAT_INFO
+from rnnconv.formats.plugin import NPM
 from rnnconv.table.apply import find_row, rows_for
 from rnnconv.table.rows import ADAPTER_FORMATS, TABLE
 
@@ -177,8 +178,9 @@ def test_every_extra_is_declared_installed_by_the_tests_and_pinned():
 
     for plugin in catalog.plugins():
         name, extra = plugin.info.name, plugin.info.extra
-        imported = {module.split(".")[0] for runtime in plugin.runtimes for _, module in runtime.modules}
-        imported |= {module.split(".")[0] for _, module in plugin.engine.modules} if plugin.engine else set()
+        modules = [m for runtime in plugin.runtimes for _, m in runtime.modules]
+        modules += [m for _, m in plugin.engine.modules] if plugin.engine else []
+        imported = {m.split(".")[0] for m in modules if not m.startswith(NPM)}  # npm packages: package.json's
         assert imported <= set(plugin.frameworks), (name, imported - set(plugin.frameworks))
         if extra is None:
             assert not plugin.frameworks, f"{name} names frameworks but no extra that installs them"

@@ -80,6 +80,9 @@ class Plugin:
     frameworks: tuple[str, ...] = ()
 
 
+NPM = "npm:"  # a runtime's module run by Node.js, not imported by Python
+
+
 @functools.cache
 def _providers() -> Mapping[str, list[str]]:
     return importlib.metadata.packages_distributions()
@@ -87,7 +90,12 @@ def _providers() -> Mapping[str, list[str]]:
 
 def version(package: str, module: str) -> str | None:
     """The installed version of a package (or of the distribution that provides its module: tensorflow-cpu for
-    tensorflow), None where it is not installed: what `doctor` says of a runtime, and verify's report."""
+    tensorflow), None where it is not installed: what `doctor` says of a runtime, and verify's report. A module
+    named `npm:<name>` is Node.js (`npm:node`) or an npm package, found as `formats/_node.py` finds them."""
+    if module.startswith(NPM):
+        from rnnconv.formats import _node
+
+        return _node.version(module[len(NPM) :])
     for name in [package, *_providers().get(module.partition(".")[0], [])]:
         try:
             return importlib.metadata.version(name)

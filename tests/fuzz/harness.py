@@ -82,6 +82,7 @@ FAMILIES = (
     "equinox",
     "mlx",
     "ncnn",
+    "tfjs",
     "identify",
 )
 # The families of the readers added since the first round (what `--families new` runs).
@@ -92,6 +93,7 @@ NEW_FAMILIES = (
     "equinox",
     "mlx",
     "ncnn",
+    "tfjs",
     "onnx_subgraph",
     "onnx_unrolled",
     "onnx_cells",
@@ -105,6 +107,7 @@ SET_FAMILIES = {
     "equinox": mutators.mutate_equinox,
     "mlx": mutators.mutate_mlx,
     "ncnn": mutators.mutate_ncnn,
+    "tfjs": mutators.mutate_tfjs,
 }
 # What a damaged model is converted to besides a blob: every format rnnconv writes.
 TARGETS = (

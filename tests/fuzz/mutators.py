@@ -2061,3 +2061,108 @@ def mutate_tflite_loops(data: bytes, rng: random.Random) -> bytes:
     builder = flatbuffers.Builder(1024)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
+
+
+# TensorFlow.js layers models: model.json (topology and weightsManifest) and the shards it names
+
+TFJS_BAD_PATHS = ["../x.bin", "/etc/passwd", "missing.bin", "", "a\0b", "..\\x.bin", "C:\\x.bin", "sub/../../x.bin"]
+TFJS_BAD_DTYPES = ["float64", "string", "float16", None, 3, "", "FLOAT32"]
+
+
+def mutate_tfjs(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    """A layers model damaged: its shards' paths (escaping, absolute, missing), weights' dtypes, shapes, names and
+    quantizations, the topology's layers and settings, the JSON itself (cut, nested deep, not UTF-8), the shards cut,
+    grown or flipped."""
+    doc = json.loads(files[main])
+    groups = doc.get("weightsManifest") or []
+    weights = [w for g in groups for w in g.get("weights", [])]
+    shards = [p for g in groups for p in g.get("paths", []) if p in files]
+    held = sum(len(files[p]) for p in shards)  # the seeds' shards hold their weights' bytes, no more
+    refuse = cut = resized = False
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        op = rng.choice(["paths", "dtype", "shape", "name", "quant", "topology", "layer", "shard", "shard", "json"])
+        if op == "paths" and groups:
+            group = rng.choice(groups)
+            group["paths"] = [rng.choice(TFJS_BAD_PATHS)] if rng.random() < 0.7 else rng.choice(ODD_VALUES)
+            refuse = True  # no shard outside the folder, none missing, a paths list always
+        elif op == "dtype" and weights:
+            rng.choice(weights)["dtype"] = rng.choice(TFJS_BAD_DTYPES)
+            refuse = True  # a dtype no layers model's manifest holds
+        elif op == "shape" and weights:
+            resized = True
+            rng.choice(weights)["shape"] = rng.choice(
+                [[-1], [2**31], [1.5], "x", [], [0], [1] * 40, [2**30, 2**30], [3, 16], None]
+            )
+        elif op == "name" and weights:
+            weight = rng.choice(weights)
+            parts = weight["name"].split("/")
+            weight["name"] = rng.choice(
+                ["/".join(parts[:-2] + parts[-1:]), "/".join([*parts[:-1], "cell", parts[-1]]), weights[0]["name"]]
+                + [long_name(rng), ""]
+            )
+        elif op == "quant" and weights:
+            resized = True
+            rng.choice(weights)["quantization"] = rng.choice(
+                [
+                    {"dtype": "uint8", "scale": 0.01, "min": -1},
+                    {"dtype": "float16"},
+                    {"dtype": "uint16", "scale": 1e300},
+                ]
+                + [{"dtype": "int4"}, {"dtype": "uint8", "scale": float("nan"), "min": 0}, "x", None]
+            )
+        elif op == "topology":
+            choice = rng.random()
+            if choice < 0.3:
+                doc.pop(rng.choice(["modelTopology", "weightsManifest"]), None)
+                refuse = True
+            elif choice < 0.5:
+                doc["modelTopology"] = json.loads("[" * 50 + "]" * 50) if rng.random() < 0.5 else rng.choice(ODD_VALUES)
+                refuse = True
+            else:
+                doc["format"] = rng.choice(["graph-model", "", 3, None, "layers-model"])
+                refuse = doc["format"] != "layers-model"
+        elif op == "layer":
+            topology = doc.get("modelTopology")
+            model = topology.get("config") if isinstance(topology, dict) else None
+            layers = model.get("layers") if isinstance(model, dict) else None
+            if isinstance(layers, list) and layers:
+                entry = rng.choice(layers)
+                config = entry.get("config") if isinstance(entry, dict) else None
+                wrapped = config.get("layer") if isinstance(config, dict) else None
+                inner = wrapped.get("config") if isinstance(wrapped, dict) else config
+                key = rng.choice(["units", "activation", "recurrent_activation", "use_bias", "name", "go_backwards"])
+                value = rng.choice([*ODD_VALUES, "hard_sigmoid", "relu", 0, 2**40, "", long_name(rng)])
+                if isinstance(inner, dict):
+                    inner[key] = value
+                if rng.random() < 0.2 and isinstance(entry, dict):
+                    entry["class_name"] = rng.choice(["GRU", "ConvLSTM2D", "Dense", "", 3, "Bidirectional"])
+        elif op == "shard" and shards:
+            name = rng.choice(shards)
+            data = bytearray(files[name])
+            how = rng.random()
+            if how < 0.4 and data:
+                files[name] = bytes(data[: rng.randrange(len(data))])
+                cut = True
+            elif how < 0.7:
+                files[name] = bytes(data) + os.urandom(rng.choice([1, 4, 1000]))
+            else:
+                for _ in range(rng.choice([1, 8, 64])):
+                    if data:
+                        data[rng.randrange(len(data))] = rng.randrange(256)
+                files[name] = bytes(data)
+    # shards that hold fewer bytes than the weights take (more is what TensorFlow.js reads too), where no weight's size
+    # was changed
+    refuse = refuse or (cut and not resized and sum(len(files[p]) for p in shards) < held)
+    text = json.dumps(doc)
+    if rng.random() < 0.1:
+        choice = rng.random()
+        if choice < 0.4:
+            text = text[: rng.randrange(len(text))]
+        elif choice < 0.7:
+            text = '{"modelTopology": ' + "[" * 200000 + "]" * 200000 + "}"
+        else:
+            files[main] = text.encode("utf-8")[:20] + b"\xff\xfe" + text.encode("utf-8")[20:]
+            return True
+        refuse = True
+    files[main] = text.encode("utf-8")
+    return refuse
