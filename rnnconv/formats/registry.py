@@ -320,7 +320,6 @@ class Format(ABC):
 
     plugin: ClassVar[Plugin]
     sniff_order: ClassVar[int] = 50  # lower sniffs first: a specific format before a general one
-    engine_class: ClassVar[type[RuntimeEngine]] = RuntimeEngine  # how its engine runs a blob, where it offers one
 
     @property
     def info(self) -> FormatInfo:
@@ -338,8 +337,9 @@ class Format(ABC):
         return self.plugin.engine
 
     def make_engine(self) -> RuntimeEngine | None:
-        """Its engine, ready to run blobs (None where it offers none)."""
-        return None if self.engine is None else self.engine_class(self, self.engine)
+        """Its engine, ready to run blobs (None where it offers none; a format whose runtime runs a blob its own way
+        makes its own)."""
+        return None if self.engine is None else RuntimeEngine(self, self.engine)
 
     @property
     def name(self) -> str:
