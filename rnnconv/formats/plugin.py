@@ -11,7 +11,6 @@ pinned for CI). `catalog.plugins()` finds them.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -81,12 +80,16 @@ class Plugin:
 
 @functools.cache
 def _providers() -> Mapping[str, list[str]]:
+    import importlib.metadata  # here, not above: every command reads the plugins, only doctor and verify versions
+
     return importlib.metadata.packages_distributions()
 
 
 def version(package: str, module: str) -> str | None:
     """The installed version of a package (or of the distribution that provides its module: tensorflow-cpu for
     tensorflow), None where it is not installed: what `doctor` says of a runtime, and verify's report."""
+    import importlib.metadata
+
     for name in [package, *_providers().get(module.partition(".")[0], [])]:
         try:
             return importlib.metadata.version(name)
