@@ -8,11 +8,11 @@ an `.h5`. Each job runs in a fresh process, paired with its baseline (`cp` of it
 empty interpreter for a small job): the two run one after the other, --repeat times after an untimed pair, their
 order swapped every pair, the source read into the page cache and every output removed (and `sync`) before each
 run of either, so both see the same cache. A row prints the job's best and median wall time, its baseline's, the
-ratio of the bests and the median of the pairs' ratios, the peak resident memory of the job's process, and its
-goal, met or missed. The floors follow: an empty interpreter, `import numpy`, and a bare h5py read of the `.h5`'s
-datasets (then with numpy's transpose of each matrix), against `cp` of the same file. `--peers` adds the
-frameworks' own ways (minutes). Python writes its bytecode caches as on a user's machine (PYTHONDONTWRITEBYTECODE
-is dropped). A benchmark, not a test: it judges nothing by exit code.
+ratio of the bests and the median of the pairs' ratios, its CPU time, the peak resident memory of the job's
+process, and its goal, met or missed. The floors follow: an empty interpreter, `import numpy`, and a bare h5py
+read of the `.h5`'s datasets (then with numpy's transpose of each matrix), against `cp` of the same file.
+`--peers` adds the frameworks' own ways (minutes). Python writes its bytecode caches as on a user's machine
+(PYTHONDONTWRITEBYTECODE is dropped). A benchmark, not a test: it judges nothing by exit code.
 """
 
 from __future__ import annotations
@@ -92,12 +92,14 @@ class Row:
     baseline_best: float
     baseline_median: float
     ratio_median: float
+    cpu: float  # the job's best CPU seconds: what a loaded machine inflates least
     peak_mb: float
     goal: str  # "x 2" (ratio to the baseline), "s 0.3" (seconds), "" (none)
 
 
-def run(job: Job) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one fresh process, after its outputs are removed and its source read."""
+def run(job: Job) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system) and peak RSS (MB) of one fresh process, after its outputs are
+    removed and its source read."""
     for path in job.outputs:
         if path.is_dir():
             shutil.rmtree(path)
@@ -117,20 +119,22 @@ def run(job: Job) -> tuple[float, float]:
     if code != 0:
         assert process.stderr is not None
         raise SystemExit(f"failed ({code}): {' '.join(map(str, job.command))}\n{process.stderr.read().decode()}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def paired(job: Job, baseline: Job, repeat: int, goal: str) -> Row:
     """`job` and `baseline` in interleaved pairs (order swapped every pair), after an untimed pair."""
     walls: list[float] = []
     bases: list[float] = []
+    cpus: list[float] = []
     peaks: list[float] = []
     for attempt in range(repeat + 1):
         order = (baseline, job) if attempt % 2 else (job, baseline)
         timed = {id(one): run(one) for one in order}
         if attempt:  # the first writes bytecode caches and warms the libraries' files
             walls.append(timed[id(job)][0])
-            peaks.append(timed[id(job)][1])
+            cpus.append(timed[id(job)][1])
+            peaks.append(timed[id(job)][2])
             bases.append(timed[id(baseline)][0])
     for path in job.outputs + baseline.outputs:
         path.unlink(missing_ok=True)
@@ -143,6 +147,7 @@ def paired(job: Job, baseline: Job, repeat: int, goal: str) -> Row:
         min(bases),
         statistics.median(bases),
         statistics.median(ratios),
+        min(cpus),
         max(peaks),
         goal,
     )
@@ -273,7 +278,10 @@ def peers(work: Path, repeat: int) -> list[Row]:
 
 
 def report(rows: list[Row], repeat: int) -> None:
-    print(f"\n{'job':58} {'best s':>7} {'median':>7} {'base s':>7} {'ratio':>6} {'r med':>6} {'peak MB':>8}  goal")
+    print(
+        f"\n{'job':58} {'best s':>7} {'median':>7} {'base s':>7} {'ratio':>6} {'r med':>6} {'cpu s':>6} {'peak MB':>8}"
+        "  goal"
+    )
     for r in rows:
         ratio = r.best / r.baseline_best
         verdict = ""
@@ -285,14 +293,15 @@ def report(rows: list[Row], repeat: int) -> None:
             verdict = f"<= {limit:g} s: {'met' if r.best <= limit else 'MISSED'}"
         print(
             f"{r.label:58} {r.best:7.3f} {r.median:7.3f} {r.baseline_best:7.3f} {ratio:6.2f} {r.ratio_median:6.2f} "
-            f"{r.peak_mb:8.0f}  {verdict}"
+            f"{r.cpu:6.3f} {r.peak_mb:8.0f}  {verdict}"
         )
     print(
         f"\n(each job paired with its baseline, base s: cp of its source for a big job, `python -c pass` for a "
         f"small one; best and median of {repeat} interleaved pairs after an untimed one; ratio = best / baseline's "
-        f"best, r med = median of the pairs' ratios; peak = largest resident set of the job's process, counting "
-        f"the source pages it maps; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at the end; python "
-        f"{sys.version.split()[0]})"
+        f"best, r med = median of the pairs' ratios; cpu s = the job's best user + system seconds, all its threads "
+        f"and the processes it waited for (what a loaded machine inflates least); peak = largest resident set of "
+        f"the job's process, counting the source pages it maps; {os.cpu_count()} cores, load "
+        f"{os.getloadavg()[0]:.1f} at the end; python {sys.version.split()[0]})"
     )
 
 
