@@ -11,7 +11,6 @@ pinned for CI). `catalog.plugins()` finds them.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -85,6 +84,8 @@ NPM = "npm:"  # a runtime's module run by Node.js, not imported by Python
 
 @functools.cache
 def _providers() -> Mapping[str, list[str]]:
+    import importlib.metadata  # here, not above: every command reads the plugins, only doctor and verify versions
+
     return importlib.metadata.packages_distributions()
 
 
@@ -96,6 +97,8 @@ def version(package: str, module: str) -> str | None:
         from rnnconv.formats import _node
 
         return _node.version(module[len(NPM) :])
+    import importlib.metadata
+
     for name in [package, *_providers().get(module.partition(".")[0], [])]:
         try:
             return importlib.metadata.version(name)

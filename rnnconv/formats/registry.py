@@ -329,8 +329,6 @@ class Format(ABC):
 
     plugin: ClassVar[Plugin]
     sniff_order: ClassVar[int] = 50  # lower sniffs first: a specific format before a general one
-    engine_class: ClassVar[type[RuntimeEngine]] = RuntimeEngine  # how its engine runs a blob, where it offers one
-    more_engine_classes: ClassVar[dict[str, type[RuntimeEngine]]] = {}  # how each of its plugin's more_engines runs
 
     @property
     def info(self) -> FormatInfo:
@@ -349,11 +347,13 @@ class Format(ABC):
 
     def make_engine(self, name: str | None = None) -> RuntimeEngine | None:
         """Its engine called `name` (its default one where None), ready to run blobs and its files (None where it
-        offers no such engine)."""
-        offered = [e for e in (self.engine, *self.plugin.more_engines) if e is not None and name in (None, e.name)]
-        if not offered:
-            return None
-        return self.more_engine_classes.get(offered[0].name, self.engine_class)(self, offered[0])
+        offers no such engine; a format whose runtime runs a blob its own way makes its own, importing it then)."""
+        info = self.engine_info(name)
+        return None if info is None else RuntimeEngine(self, info)
+
+    def engine_info(self, name: str | None) -> EngineInfo | None:
+        """What it says of its engine called `name` (its default one where None), None where it offers none."""
+        return next((e for e in (self.engine, *self.plugin.more_engines) if e and name in (None, e.name)), None)
 
     @property
     def name(self) -> str:

@@ -1,47 +1,60 @@
-"""The ONNX format's verbs (`registry.Format`)."""
+"""The ONNX format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is used."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.formats import registry
-from rnnconv.formats._graph import Chain, GraphFormat, sizes_of
+from rnnconv.formats._graph import GraphFormat, sizes_of
 from rnnconv.formats.onnx import PLUGIN
-from rnnconv.formats.onnx.mnn import MnnEngine
-from rnnconv.formats.onnx.nodes import RNN_OPS, OnnxNode
-from rnnconv.formats.onnx.reader import OnnxFile, to_canonical
-from rnnconv.formats.onnx.runner import run_nodes
-from rnnconv.formats.onnx.writer import onnx_losses, write_onnx
 from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
 from rnnconv.table.constants import LSTM
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rnnconv.canonical import CanonicalRNN, RNNSpec
+    from rnnconv.contracts import Provenance, RNNSizes
+    from rnnconv.formats._graph import Chain
+    from rnnconv.formats.onnx.nodes import OnnxNode
+    from rnnconv.formats.onnx.reader import OnnxFile
 
 PROTOBUF_FIRST_FIELD = b"\x08"  # a ModelProto begins with ir_version: field 1, a varint
 
 
 @register
-class OnnxFormat(GraphFormat[OnnxFile, OnnxNode]):
+class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
     plugin = PLUGIN
     sniff_order = 60  # a protobuf has no magic number: after every format that has one
-    more_engine_classes: ClassVar[dict[str, type[registry.RuntimeEngine]]] = {"mnn": MnnEngine}
     layer_word = "node"
+
+    def make_engine(self, name: str | None = None) -> registry.RuntimeEngine | None:
+        if name != "mnn":
+            return super().make_engine(name)
+        from rnnconv.formats.onnx.mnn import MnnEngine  # MNN's converter and runtime: a blob run its own way
+
+        info = self.engine_info(name)
+        return None if info is None else MnnEngine(self, info)
 
     def sniff(self, probe: Probe) -> bool:
         return probe.head.startswith(PROTOBUF_FIRST_FIELD) and probe.path.suffix.lower() == ".onnx"
 
     def load(self, path: Path, options: ReadOptions | None = None) -> OnnxFile:
+        from rnnconv.formats.onnx.reader import OnnxFile
+
         return OnnxFile.load(path, options is not None and options.dequantize)
 
     def to_canonical(
         self, graph: OnnxFile, chain: Chain[OnnxNode], source: Provenance, options: ReadOptions
     ) -> CanonicalRNN:
+        from rnnconv.formats.onnx.reader import to_canonical
+
         return to_canonical(chain.layers, source)
 
     def sizes(self, graph: OnnxFile, chain: Chain[OnnxNode]) -> RNNSizes | None:
+        from rnnconv.formats.onnx.nodes import RNN_OPS
+
         return sizes_of("onnx", RNN_OPS[chain.first.op], chain) if chain.first.sized else None
 
     def notes(self, graph: OnnxFile) -> list[str]:
@@ -51,9 +64,13 @@ class OnnxFormat(GraphFormat[OnnxFile, OnnxNode]):
         return requested or "float32"  # onnxruntime's CPU RNN kernels compute float32
 
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        from rnnconv.formats.onnx.writer import onnx_losses
+
         return onnx_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
+        from rnnconv.formats.onnx.writer import write_onnx
+
         dtype = self.written_dtype(rnns[0].spec, options.dtype)
         write_onnx(rnns, path, dtype, options.force, options.profile)
         spec = rnns[0].spec
@@ -80,4 +97,6 @@ class OnnxFormat(GraphFormat[OnnxFile, OnnxNode]):
         inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The source's own nodes, weights and attributes as they are in the file, run in onnxruntime."""
+        from rnnconv.formats.onnx.runner import run_nodes
+
         return run_nodes(chain.layers, spec, inputs, source.layer)

@@ -1,51 +1,52 @@
-"""The TensorFlow.js format's verbs (`registry.Format`)."""
+"""The TensorFlow.js format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is
+used."""
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance
-from rnnconv.errors import BackendMissing, BadInput, Unsupported
-from rnnconv.formats import _node, registry
-from rnnconv.formats._graph import Chain, GraphFormat
+from rnnconv.errors import BadInput, Unsupported
+from rnnconv.formats import registry
+from rnnconv.formats._graph import GraphFormat
 from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
 from rnnconv.formats.tfjs import PLUGIN
-from rnnconv.formats.tfjs.reader import TfjsFile, TfjsLayer, sniff, to_canonical
-from rnnconv.formats.tfjs.runner import require_tfjs, run_layers
-from rnnconv.formats.tfjs.writer import loading_snippet, tfjs_losses, write_tfjs
+from rnnconv.formats.tfjs.wire import MANIFEST, SNIFF_BYTES, TOPOLOGY
 from rnnconv.safeio.inputs import reading
 
+if TYPE_CHECKING:
+    import numpy as np
 
-class NodeEngine(registry.RuntimeEngine):
-    """The tfjs engine: its runtime is Node.js and an npm package, found as the runner finds them, not imported."""
-
-    def versions(self) -> dict[str, str]:
-        node, version = require_tfjs()
-        return {"node": _node.node_version() or node, "@tensorflow/tfjs": version}
-
-    def missing(self, what: str) -> str | None:
-        try:
-            require_tfjs()
-        except BackendMissing as exc:
-            return f"running {what} {str(exc).removeprefix('running a TensorFlow.js model ')}"
-        return None
+    from rnnconv.canonical import CanonicalRNN, RNNSpec
+    from rnnconv.contracts import Provenance
+    from rnnconv.formats._graph import Chain
+    from rnnconv.formats.tfjs.reader import TfjsFile, TfjsLayer
+    from rnnconv.formats.tfjs.runner import NodeEngine
 
 
 @register
-class TfjsFormat(GraphFormat[TfjsFile, TfjsLayer]):
+class TfjsFormat(GraphFormat["TfjsFile", "TfjsLayer"]):
     plugin = PLUGIN
     layer_word = "layer"
-    engine_class = NodeEngine
 
     def sniff(self, probe: Probe) -> bool:
-        return sniff(probe.path, probe.head)
+        """A .json whose first bytes name a layers model's keys."""
+        if not probe.head.lstrip().startswith(b"{") or probe.path.suffix.lower() != ".json":
+            return False
+        with open(probe.path, "rb") as f:
+            start = f.read(SNIFF_BYTES)
+        return f'"{TOPOLOGY}"'.encode() in start or f'"{MANIFEST}"'.encode() in start
+
+    def make_engine(self, name: str | None = None) -> NodeEngine | None:
+        from rnnconv.formats.tfjs.runner import NodeEngine
+
+        info = self.engine_info(name)
+        return None if info is None else NodeEngine(self, info)
 
     def load(self, path: Path, options: ReadOptions | None = None) -> TfjsFile:
+        from rnnconv.formats.tfjs.reader import TfjsFile
+
         return TfjsFile.load(path)
 
     def guarded(self, graph: TfjsFile) -> contextlib.AbstractContextManager[Any]:
@@ -58,12 +59,21 @@ class TfjsFormat(GraphFormat[TfjsFile, TfjsLayer]):
     def to_canonical(
         self, graph: TfjsFile, chain: Chain[TfjsLayer], source: Provenance, options: ReadOptions
     ) -> CanonicalRNN:
+        from rnnconv.formats.tfjs.reader import to_canonical
+
         return to_canonical(chain, source, graph)
 
+    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
+        return requested or "float32"  # what TensorFlow.js layers models hold and compute with
+
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        from rnnconv.formats.tfjs.writer import tfjs_losses
+
         return tfjs_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
+        from rnnconv.formats.tfjs.writer import loading_snippet, write_tfjs
+
         rnn = registry.only_rnn(rnns, "a TensorFlow.js model")
         if options.dtype not in (None, "float32"):
             raise Unsupported(f"TensorFlow.js layers models hold float32 weights, not {options.dtype}")
@@ -82,6 +92,8 @@ class TfjsFormat(GraphFormat[TfjsFile, TfjsLayer]):
         inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The file's own layers, loaded and run by TensorFlow.js under Node.js (its CPU backend)."""
+        from rnnconv.formats.tfjs.runner import require_tfjs, run_layers
+
         for layer in chain.layers:
             if layer.refusal:
                 raise Unsupported(layer.refusal)

@@ -34,7 +34,6 @@ from rnnconv.table.constants import KERAS_VARIABLES, MAX_SIZE
 from rnnconv.table.reading import Found, StoredCell, read, settle
 
 MAX_RANK = 8  # dimensions of a weight's shape: far beyond any layer's
-SNIFF_BYTES = 1 << 16  # how much of a .json is looked at for a layers model's keys
 TFJS_CLASSES = classes_of("tfjs")
 
 
@@ -179,15 +178,6 @@ class TfjsFile(Graph[TfjsLayer]):
         recorded = None if record is None else registry.read_source_record(_text(record, path), path)
         shards = list(dict.fromkeys(p for w in weights.values() for p in w.group.paths))
         return cls(path, layers, recorded, shards)
-
-
-def sniff(path: Path, head: bytes) -> bool:
-    """Whether a file looks like a model.json: JSON whose first bytes name a layers model's keys."""
-    if not head.lstrip().startswith(b"{") or path.suffix.lower() != ".json":
-        return False
-    with open(path, "rb") as f:
-        start = f.read(SNIFF_BYTES)
-    return f'"{TOPOLOGY}"'.encode() in start or f'"{MANIFEST}"'.encode() in start
 
 
 def _text(record: Any, path: Path) -> str:

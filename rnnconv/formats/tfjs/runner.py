@@ -14,7 +14,7 @@ import numpy as np
 
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.errors import BackendMissing, BadInput, Unsupported, cut
-from rnnconv.formats import _node
+from rnnconv.formats import _node, registry
 from rnnconv.formats._graph import Chain
 from rnnconv.formats.tfjs.reader import TfjsLayer
 
@@ -94,3 +94,18 @@ def run_layers(path: Path, chain: Chain[TfjsLayer], inputs: Inputs) -> Outputs:
         h_n = read("h_n.f32", (depth, batch, first.hidden))
         c_n = read("c_n.f32", (depth, batch, first.hidden)) if lstm else None
     return {"y": y.transpose(1, 0, 2), "h_n": h_n, "c_n": c_n}
+
+
+class NodeEngine(registry.RuntimeEngine):
+    """The tfjs engine: its runtime is Node.js and an npm package, found as the runner finds them, not imported."""
+
+    def versions(self) -> dict[str, str]:
+        node, version = require_tfjs()
+        return {"node": _node.node_version() or node, "@tensorflow/tfjs": version}
+
+    def missing(self, what: str) -> str | None:
+        try:
+            require_tfjs()
+        except BackendMissing as exc:
+            return f"running {what} {str(exc).removeprefix('running a TensorFlow.js model ')}"
+        return None

@@ -8,6 +8,7 @@ from typing import Final
 KIND: Final = "tfjs-layers"  # the file kind a source records
 LAYERS_MODEL: Final = "layers-model"  # model.json's `format` for a layers model ("graph-model": a frozen graph)
 TOPOLOGY, MANIFEST, METADATA = "modelTopology", "weightsManifest", "userDefinedMetadata"
+SNIFF_BYTES = 1 << 16  # how much of a .json is looked at for a layers model's keys
 MODEL: Final = "model.json"  # the name TensorFlow.js's savers and converter give a model
 SHARD: Final = "group1-shard1of1.bin"  # the tensorflowjs converter's name for a group's one shard
 # Bytes per value of each weight dtype a layers model's manifest holds (tfjs-core io/types.ts DTYPE_VALUE_SIZE_MAP)
