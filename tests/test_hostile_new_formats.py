@@ -483,7 +483,7 @@ def test_an_ir_whose_glue_reshapes_y_wrongly_is_refused_before_openvino_runs_it(
     said nothing."""
     pytest.importorskip("openvino")
     written = tmp_path / "gru.xml"
-    rnnconv.convert(FIXTURES / "torch" / "gru_bf16.pt", written, to="openvino")
+    rnnconv.convert(FIXTURES / "torch" / "gru_bf16.pt", written, to="openvino", allow_lossy=True)  # sums rounded
     body = written.read_text(encoding="utf-8")
     data = body.index("offset=", body.index('name="merge_directions"'))
     written.write_text(body[:data] + 'offset="0"' + body[body.index(" ", data) :], encoding="utf-8")

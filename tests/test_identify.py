@@ -237,7 +237,7 @@ def test_sizes_one_layout_per_packing_has_and_a_probe_for_the_rest(tmp_path):
     found = rnnconv.identify(blob, mode="rnn_tanh", input_size=I, hidden_size=H, dtype="float32")
     # one bias per unit: Keras' SimpleRNN (columns) or the runtimes' simple RNNs (rows), which a probe tells apart
     assert found.verdict == "ambiguous", found.summary
-    single_bias = {"keras", "tf1", "openvino", "tflite", "flax", "flax-nnx", "mlx", "ncnn"}
+    single_bias = {"keras", "tf1", "openvino", "tflite", "flax", "flax-nnx", "mlx", "ncnn", "tfjs"}
     assert {row.split()[0] for c in found.candidates for row in c.rows} == single_bias
     probe = write_probe(one_layer, tmp_path / "probe.npz")
     found = rnnconv.identify(blob, mode="rnn_tanh", input_size=I, hidden_size=H, dtype="float32", probe=probe)

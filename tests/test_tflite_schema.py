@@ -48,7 +48,15 @@ SLOT_FIELDS = {
         {"time_major": "TimeMajor", "activation": "FusedActivationFunction"},
     ),
 }
-TENSOR_TYPES = {"float32": "FLOAT32", "float16": "FLOAT16", "int32": "INT32", "float64": "FLOAT64", "uint8": "UINT8"}
+TENSOR_TYPES = {
+    "float32": "FLOAT32",
+    "float16": "FLOAT16",
+    "int32": "INT32",
+    "int64": "INT64",
+    "bool": "BOOL",
+    "float64": "FLOAT64",
+    "uint8": "UINT8",
+}
 
 
 def slot(table: str, field: str) -> int:
