@@ -32,6 +32,7 @@ from rnnconv.options import (
     parameter,
     source_options,
     sources_and_output,
+    target_options,
 )
 from rnnconv.streams import standalone
 from rnnconv.table.rows import ADAPTER_FORMATS, FORMATS, TABLE
@@ -130,7 +131,7 @@ def add_direction(source: str, target: str, on: typer.Typer = app) -> None:
         ),
         parameter("layer"),
         parameter("prefix"),
-        *map(parameter, options + (["into"] if FORMAT_INFO[target].writes_into else []) + CONVERSION_TAIL),
+        *map(parameter, options + target_options(target) + CONVERSION_TAIL),
     ]
     command(f"{source}-to-{target}", direction_doc(source, target), params, on)(
         lambda **values: run_conversion(values, target, source)
@@ -168,7 +169,7 @@ for _target in sorted(ADAPTER_FORMATS, key=lambda name: name != "cudnn"):
             + "; a directory for several sources (DIR/ is created; the target is --to's, cuDNN by default). Given "
             "with -o, every argument is a source; without, the last one is the output.",
         ),
-        *map(parameter, ("to", "layer", "prefix", *ALL_SOURCE_OPTIONS, "into", *CONVERSION_TAIL)),
+        *map(parameter, ("to", "layer", "prefix", *ALL_SOURCE_OPTIONS, "into", "streaming", "chunk", *CONVERSION_TAIL)),
     ],
 )
 def convert(**values: Any) -> int:

@@ -104,6 +104,14 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         "Where the blob runs; auto: cuDNN when a GPU and the gpu extra are present, else the numpy reference.",
         {},
     ),
+    "stream_runtime": (
+        str | None,
+        None,
+        ("--stream-runtime",),
+        "verify --streaming: the runtime that runs the streaming model: onnxruntime (ONNX); litert or tflite-micro "
+        "(TFLite, tflite-micro from pip install 'rnnconv[tflite-micro]') [default: the format's own].",
+        {},
+    ),
     "seq_len": (int, 8, ("--seq-len",), "Time steps of the test input (at least 2).", {}),
     "batch": (int, 3, ("--batch",), "Batch size of the test input.", {}),
     "seed": (int, 0, ("--seed",), "Seed of the test input and initial states.", {"min": 0}),
@@ -236,6 +244,12 @@ def source_options(fmt: str) -> list[str]:
     return names
 
 
+def target_options(target: str) -> list[str]:
+    """The options that apply to a format as a target, beyond every conversion's."""
+    info = FORMAT_INFO[target]
+    return (["into"] if info.writes_into else []) + (["streaming", "chunk"] if info.streams else [])
+
+
 # What every conversion command ends with.
 CONVERSION_TAIL = ["jobs", "force", "allow_lossy", "no_hash", "require_stated", *COMMON]
 VERIFY_OPTIONS = [
@@ -248,6 +262,8 @@ VERIFY_OPTIONS = [
     "batch",
     "seed",
     "ragged",
+    "streaming",
+    "stream_runtime",
     "atol",
     "rtol",
     "report",

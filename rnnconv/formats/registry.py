@@ -29,7 +29,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 import pydantic
@@ -59,6 +59,9 @@ from rnnconv.settings import Progress as Progress  # noqa: PLC0414
 from rnnconv.settings import ReadOptions as ReadOptions  # noqa: PLC0414
 from rnnconv.settings import WriteOptions as WriteOptions  # noqa: PLC0414
 from rnnconv.table.rows import ADAPTER_FORMATS
+
+if TYPE_CHECKING:
+    from rnnconv.streaming import Stream
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -372,8 +375,16 @@ class Format(ABC):
         """What of `rnn` this format cannot hold exactly, found before anything is written (lossless or refused)."""
         return []
 
+    def streaming_losses(self, rnn: CanonicalRNN) -> list[Loss]:
+        """What of `rnn` this format's streaming model (`info.streams`) cannot hold exactly: its ops may differ."""
+        return self.losses(rnn)
+
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         raise Unsupported(f"no writer for format {self.name!r}")
+
+    def stream(self, path: Path, runtime: str) -> Stream:
+        """A streaming model this format wrote, loaded in `runtime` (one of `info.streams`)."""
+        raise Unsupported(f"no streaming runner for format {self.name!r}")
 
     def write_into(
         self, rnns: list[CanonicalRNN], model: Path, path: Path, layer: str | None, options: WriteOptions

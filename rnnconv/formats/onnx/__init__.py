@@ -11,6 +11,10 @@ Written models are the stack of RNN nodes; their input X is (seq, batch, input),
 `initial_h`, `initial_c` may be left out (zeros); outputs Y (seq, batch, directions*hidden), Y_h, Y_c.
 The same graph builder runs a source's own nodes (its weights and attributes untouched) in onnxruntime
 for `verify`, and a blob for `verify --backend onnxruntime`.
+
+A streaming model (`--streaming`) takes x (batch, chunk, input) with any chunk length and each layer's states h_l0,
+c_l0, ... (batch, hidden), and gives y and h_l0_next, c_l0_next, ...: each node given every input but its sequence
+lengths (B explicit, zeros where the source has no bias).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ PLUGIN = Plugin(
         example="model.onnx",
         examples=("model.onnx --layer /rnn/LSTM_1",),
         extra="onnx",
+        streams=("onnxruntime",),
     ),
     listed=40,
     runtimes=(Runtime("onnx", (("onnx", "onnx"), ("onnxruntime", "onnxruntime")), "ONNX models' own nodes"),),

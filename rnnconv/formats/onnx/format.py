@@ -13,9 +13,10 @@ from rnnconv.formats._graph import Chain, GraphFormat, sizes_of
 from rnnconv.formats.onnx import PLUGIN
 from rnnconv.formats.onnx.nodes import RNN_OPS, OnnxNode
 from rnnconv.formats.onnx.reader import OnnxFile, to_canonical
-from rnnconv.formats.onnx.runner import run_nodes
+from rnnconv.formats.onnx.runner import OnnxStream, run_nodes
 from rnnconv.formats.onnx.writer import onnx_losses, write_onnx
 from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
+from rnnconv.streaming import streaming_usage
 from rnnconv.table.constants import LSTM
 
 PROTOBUF_FIRST_FIELD = b"\x08"  # a ModelProto begins with ir_version: field 1, a varint
@@ -49,8 +50,10 @@ class OnnxFormat(GraphFormat[OnnxFile, OnnxNode]):
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         dtype = options.dtype or "float32"  # onnxruntime's CPU RNN kernels compute float32
-        write_onnx(rnns, path, dtype, options.force)
+        write_onnx(rnns, path, dtype, options.force, options.streaming)
         spec = rnns[0].spec
+        if options.streaming:
+            return Written([path], usage=streaming_usage(spec, "onnxruntime", registry.literal(path)))
         lstm = spec.mode == LSTM
         states = "initial_h" + (", initial_c" if lstm else "")
         outputs = "y, h_n" + (", c_n" if lstm else "")
@@ -63,6 +66,9 @@ class OnnxFormat(GraphFormat[OnnxFile, OnnxNode]):
             f"batch, {spec.num_directions * spec.output_size}); states ({spec.num_layers * spec.num_directions}, "
             f"batch, ...); optional inputs: {states}",
         )
+
+    def stream(self, path: Path, runtime: str) -> OnnxStream:
+        return OnnxStream(path)
 
     def run_chain(
         self,

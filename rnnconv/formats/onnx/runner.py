@@ -3,26 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rnnconv.canonical import RNNSpec
-from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line
+from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line, listing
+from rnnconv.formats import registry
 from rnnconv.formats._graph import reverse_sequences
 from rnnconv.formats.onnx.nodes import OnnxNode
 from rnnconv.formats.onnx.wire import ONNX_QUANTIZED_OPS
 from rnnconv.formats.onnx.writer import Layer, build_model
+from rnnconv.streaming import STREAM_INPUT, STREAM_OUTPUT
 
 
-def run_model(model: Any, inputs: Mapping[str, Any], lstm: bool) -> dict[str, np.ndarray | None]:
-    """The model in onnxruntime (CPU): y, h_n, c_n, sequence-major as cuDNN's."""
+def _onnxruntime() -> Any:
     try:
         import onnxruntime
     except ImportError:
         raise BackendMissing(
             "running ONNX needs onnxruntime, which is not installed (pip install 'rnnconv[onnx]')"
         ) from None
+    return onnxruntime
+
+
+def run_model(model: Any, inputs: Mapping[str, Any], lstm: bool) -> dict[str, np.ndarray | None]:
+    """The model in onnxruntime (CPU): y, h_n, c_n, sequence-major as cuDNN's."""
+    onnxruntime = _onnxruntime()
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
     feeds = {"X": inputs["x"].astype(np.float32), "initial_h": inputs["h0"].astype(np.float32)}
@@ -76,3 +84,46 @@ def run_nodes(
     out = run_model(model, flipped, chain[0].op == "LSTM")
     out["y"] = reverse_sequences(np.asarray(out["y"]), inputs["lengths"])
     return out, how + ", on the sequences reversed"
+
+
+ONNX_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16}
+
+
+class OnnxStream:
+    """A streaming .onnx loaded in onnxruntime (CPU), called a chunk at a time (`streaming.Stream`)."""
+
+    chunk = None  # its x takes any number of steps
+
+    def __init__(self, path: Path):
+        onnxruntime = _onnxruntime()
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        try:
+            self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime's own errors: a file it cannot load
+            if not type(exc).__module__.startswith("onnxruntime"):
+                raise
+            raise BadInput(f"onnxruntime cannot load {path.name}: {first_line(exc, 300)}") from None
+        self.types = {i.name: ONNX_TYPES.get(i.type, np.float32) for i in self.session.get_inputs()}
+        self.outputs = [o.name for o in self.session.get_outputs()]
+        if STREAM_INPUT not in self.types or STREAM_OUTPUT not in self.outputs:
+            raise BadInput(
+                f"{path.name} is no streaming model (it has no input {STREAM_INPUT} and output {STREAM_OUTPUT}): "
+                f"verify it without --streaming"
+            )
+        record = self.session.get_modelmeta().custom_metadata_map.get(registry.SOURCE_KEY)
+        self.source = None if record is None else registry.read_source_record(record, path)
+        self.how = f"onnxruntime {onnxruntime.__version__}"
+        self.versions = {"onnxruntime": onnxruntime.__version__}
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        missing = [name for name in self.types if name not in feeds]
+        if missing:
+            raise BadInput(f"the streaming model takes inputs rnnconv does not write: {listing(missing)}")
+        try:
+            got = self.session.run(self.outputs, {k: feeds[k].astype(t) for k, t in self.types.items()})
+        except Exception as exc:
+            if not type(exc).__module__.startswith("onnxruntime"):
+                raise
+            raise BadInput(f"onnxruntime cannot run this streaming model: {first_line(exc, 300)}") from None
+        return {name: np.asarray(value, np.float32) for name, value in zip(self.outputs, got)}

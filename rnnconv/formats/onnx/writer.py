@@ -3,6 +3,7 @@ model, X (seq, batch, input) to Y, Y_h, Y_c; the same builder runs a source's ow
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from rnnconv.formats.onnx.wire import (
     ONNX_QUANTIZED_OPS,
 )
 from rnnconv.safeio.outputs import atomic_outputs
+from rnnconv.streaming import STATE_INPUT, STATE_OUTPUT, STREAM_INPUT, STREAM_OUTPUT
 from rnnconv.table.apply import row_for_mode
 
 
@@ -88,8 +90,8 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     initial_h and initial_c are inputs with zero defaults (so they may be left out); with
     `sequence_lens`, an int32 (batch,) input gives each sequence's length.
     """
-    onnx = require_onnx()
-    from onnx import TensorProto, helper, numpy_helper
+    require_onnx()
+    from onnx import TensorProto, helper
 
     elem = ONNX_ELEMENT_TYPES[dtype]
     storage = element_type(dtype).storage
@@ -101,13 +103,7 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     nodes, initializers = [], []
     inputs = [helper.make_tensor_value_info("X", elem, ["seq", "batch", input_size])]
 
-    def constant(name: str, values: np.ndarray) -> str:
-        tensor = numpy_helper.from_array(np.ascontiguousarray(values), name)
-        if dtype == "bfloat16" and values.dtype == np.uint16:
-            tensor.data_type = TensorProto.BFLOAT16
-        initializers.append(tensor)
-        return name
-
+    constant = _constants(initializers, dtype)
     state_names = ["initial_h"] + (["initial_c"] if lstm else [])
     for state in state_names:  # zeros of one batch item, expanded to the batch X has
         inputs.append(helper.make_tensor_value_info(state, elem, [depth, None, hidden]))
@@ -172,6 +168,30 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     if lstm:
         nodes.append(helper.make_node("Concat", cs, ["Y_c"], axis=0))
         outputs.append(helper.make_tensor_value_info("Y_c", elem, [depth, "batch", hidden]))
+    return _model(layers, nodes, inputs, outputs, initializers)
+
+
+def _constants(initializers: list[Any], dtype: str) -> Callable[[str, np.ndarray], str]:
+    """A function that adds an initializer of given values to `initializers` and gives its name."""
+    from onnx import TensorProto, numpy_helper
+
+    def constant(name: str, values: np.ndarray) -> str:
+        tensor = numpy_helper.from_array(np.ascontiguousarray(values), name)
+        if dtype == "bfloat16" and values.dtype == np.uint16:
+            tensor.data_type = TensorProto.BFLOAT16
+        initializers.append(tensor)
+        return name
+
+    return constant
+
+
+def _model(
+    layers: list[Layer], nodes: list[Any], inputs: list[Any], outputs: list[Any], initializers: list[Any]
+) -> Any:
+    """The checked model of a graph's nodes, the opsets its layers' ops need imported."""
+    onnx = require_onnx()
+    from onnx import helper
+
     graph = helper.make_graph(nodes, "rnnconv", inputs, outputs, initializers)
     domains = [helper.make_opsetid(d, 1) for d in sorted({layer.domain for layer in layers} - {""})]
     opsets = [helper.make_opsetid("", ONNX_OPSET), *domains]
@@ -181,9 +201,53 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     return model
 
 
-def write_onnx(rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool) -> None:
+def build_streaming_model(layers: list[Layer], input_size: int, dtype: str) -> Any:
+    """A streaming model of the layers (one direction each): x (batch, chunk, input) and each layer's states h_l0
+    (batch, output), c_l0 (an LSTM's) to y (batch, chunk, output) and the new states h_l0_next, ...; each node given
+    its biases and states, none left to a default (layout 0: the nodes take and give sequence-major tensors)."""
+    require_onnx()
+    from onnx import helper
+
+    elem = ONNX_ELEMENT_TYPES[dtype]
+    hidden = int(layers[0].attributes["hidden_size"])
+    lstm = layers[0].op == "LSTM"
+    nodes, initializers = [], []
+    constant = _constants(initializers, dtype)
+    constant("state_axis", np.array([0], np.int64))  # a node's states are (directions, batch, size)
+    constant("direction_axis", np.array([1], np.int64))  # its Y is (steps, directions, batch, size)
+    inputs = [helper.make_tensor_value_info(STREAM_INPUT, elem, ["batch", "chunk", input_size])]
+    outputs = []
+    nodes.append(helper.make_node("Transpose", [STREAM_INPUT], ["x_steps"], perm=[1, 0, 2]))
+    x = "x_steps"
+    for index, layer in enumerate(layers):
+        names = {role: constant(f"{role}_{index}", values) for role, values in layer.weights.items()}
+        if "B" not in names:  # every input present: a consumer may refuse a node without one
+            gates = layer.weights["W"].shape[1]
+            names["B"] = constant(f"B_{index}", np.zeros((1, 2 * gates), layer.weights["W"].dtype))
+        states, news, news_names = [], [], []
+        for state in ("h", "c") if lstm else ("h",):
+            name, new = STATE_INPUT.format(state=state, layer=index), STATE_OUTPUT.format(state=state, layer=index)
+            inputs.append(helper.make_tensor_value_info(name, elem, ["batch", hidden]))
+            outputs.append(helper.make_tensor_value_info(new, elem, ["batch", hidden]))
+            nodes.append(helper.make_node("Unsqueeze", [name, "state_axis"], [f"{name}_node"]))
+            states.append(f"{name}_node")
+            news.append(f"{new}_node")
+            news_names.append(new)
+        node_inputs = [x, names["W"], names["R"], names["B"], "", *states]
+        node_outputs = [f"y_{index}", *news]
+        nodes.append(helper.make_node(layer.op, node_inputs, node_outputs, name=f"layer{index}", **layer.attributes))
+        nodes += [helper.make_node("Squeeze", [f"{new}_node", "state_axis"], [new]) for new in news_names]
+        x = f"x_{index + 1}"
+        nodes.append(helper.make_node("Squeeze", [f"y_{index}", "direction_axis"], [x]))
+    nodes.append(helper.make_node("Transpose", [x], [STREAM_OUTPUT], perm=[1, 0, 2]))
+    outputs.insert(0, helper.make_tensor_value_info(STREAM_OUTPUT, elem, ["batch", "chunk", hidden]))
+    return _model(layers, nodes, inputs, outputs, initializers)
+
+
+def write_onnx(rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool, streaming: bool = False) -> None:
     rnn = registry.only_rnn(rnns, "an .onnx")
-    model = build_model(layers_of(rnn, dtype), rnn.spec.input_size, dtype)
+    build = build_streaming_model if streaming else build_model
+    model = build(layers_of(rnn, dtype), rnn.spec.input_size, dtype)
     entry = model.metadata_props.add()  # where the RNN came from, for `verify model.onnx`
     entry.key, entry.value = registry.SOURCE_KEY, registry.source_record(rnn, path)
     with atomic_outputs([path], force) as (tmp,):
