@@ -15,7 +15,7 @@ from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, 
 from rnnconv.formats.tflite import PLUGIN
 from rnnconv.formats.tflite.model import Layer, TfliteFile
 from rnnconv.formats.tflite.reader import chain_sizes, to_canonical
-from rnnconv.formats.tflite.runner import TfliteEngine, graph_of_file, litert_version, run_graph
+from rnnconv.formats.tflite.runner import TfliteEngine, TfliteStream, graph_of_file, litert_version, run_graph
 from rnnconv.formats.tflite.wire import (
     TFLITE_CELL_OPS,
     TFLITE_IDENTIFIER,
@@ -24,6 +24,7 @@ from rnnconv.formats.tflite.wire import (
     TFLITE_STATES,
 )
 from rnnconv.formats.tflite.writer import tflite_losses, write_tflite
+from rnnconv.streaming import streaming_usage
 
 
 @register
@@ -60,9 +61,18 @@ class TfliteFormat(GraphFormat[TfliteFile, Layer]):
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return tflite_losses(rnn)
 
+    def streaming_losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        return []  # a streaming model's plain ops compute every cell rnnconv reads, a GRU and a projection among them
+
+    def stream(self, path: Path, runtime: str) -> TfliteStream:
+        return TfliteStream(path, runtime)
+
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         rnn = write_tflite(rnns, path, options)
         spec = rnn.spec
+        if options.streaming:
+            where = f"LiteRT or TFLite Micro, chunks of {options.chunk or 1} step(s)"
+            return Written([path], usage=streaming_usage(spec, where, registry.literal(path)))
         states = ", ".join(
             TFLITE_STATE_NAME.format(state=state, layer=0, suffix="")
             for state in TFLITE_STATES[: len(TFLITE_STATE_INPUTS[TFLITE_CELL_OPS[spec.cell]])]

@@ -112,6 +112,8 @@ class TfliteFile(Graph[Layer]):
     def __init__(self, path: Path, tensors: list[Tensor], ops: list[Op], record: str | None, flat: Flat):
         self.path, self.tensors, self.ops, self.flat = path, tensors, ops, flat
         self.record = record  # the source rnnconv wrote in the metadata, read with an RNN (a damaged one refuses it)
+        self.inputs: list[int] = []  # the main graph's input and output tensors
+        self.outputs: list[int] = []
         layers, chains = self._chains()
         super().__init__(path, FORMAT, layers, chains, None)
 
@@ -147,7 +149,11 @@ class TfliteFile(Graph[Layer]):
         for entry in model.tables(6):
             if entry.string(0) == registry.SOURCE_KEY:
                 recorded = _buffer_text(entry.scalar(1, "u32", 0), buffers, flat)
-        return cls(path, tensors, ops, recorded, flat)
+        found = cls(path, tensors, ops, recorded, flat)
+        found.inputs, found.outputs = graph.ints(1) or [], graph.ints(2) or []
+        if not all(0 <= t < len(tensors) for t in found.inputs + found.outputs):
+            raise BadInput(f"{path} is not a readable TFLite model: its graph's inputs or outputs name no tensor")
+        return found
 
     def constant(self, index: int, what: str) -> np.ndarray:
         """A constant tensor's values (float32, float64 for float64), read from the file."""

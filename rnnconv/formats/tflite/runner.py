@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rnnconv.compare import Inputs, Outputs
-from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line
+from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line, listing
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Chain
+from rnnconv.formats.plugin import version
 from rnnconv.formats.tflite.builder import Constant, Graph, build_graph, model_bytes
 from rnnconv.formats.tflite.model import Layer, TfliteFile, input_of, op_options
 from rnnconv.formats.tflite.wire import FORMAT, UNSET
 from rnnconv.formats.tflite.writer import graph_of, tflite_losses
+from rnnconv.streaming import STREAM_INPUT, STREAM_OUTPUT
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_GATES, INPUT_MATRIX, RECURRENT_MATRIX
 from rnnconv.table.layouts import per_gate
@@ -118,3 +121,85 @@ class TfliteEngine(registry.RuntimeEngine):
         if losses := tflite_losses(rnn):
             raise Unsupported(losses[0].term)
         return run_graph(graph_of(rnn, "float32"), inputs)
+
+
+MICRO_ARENA = 1 << 22  # bytes TFLite Micro plans a streaming model's tensors in, beyond ten times the model's size
+
+
+class TfliteStream:
+    """A streaming .tflite loaded in LiteRT's interpreter or TFLite Micro's, called a chunk at a time
+    (`streaming.Stream`). TFLite Micro runs the file's shapes as they are (batch 1): each batch item is its own call."""
+
+    def __init__(self, path: Path, runtime: str):
+        file = TfliteFile.load(path)
+        self.source = None if file.record is None else registry.read_source_record(file.record, path)
+        self.names = [file.tensors[t].name for t in file.inputs]
+        self.outputs = [file.tensors[t].name for t in file.outputs]
+        x = file.tensors[file.inputs[0]] if file.inputs else None
+        if x is None or x.name != STREAM_INPUT or len(x.shape) != 3 or self.outputs[:1] != [STREAM_OUTPUT]:
+            raise BadInput(
+                f"{path.name} is no streaming model (its first input is not {STREAM_INPUT} (batch, chunk, input), its "
+                f"first output not {STREAM_OUTPUT}): verify it without --streaming"
+            )
+        self.chunk = x.shape[1]
+        self.widths = [file.tensors[t].shape[-1] for t in file.inputs]
+        data = path.read_bytes()
+        if runtime == "tflite-micro":
+            self.interpreter, self.call = _micro(data), self._micro
+            self.versions = {"tflite-micro": version("tflite-micro", "tflite_micro") or "(version unknown)"}
+            self.how = f"tflite-micro {self.versions['tflite-micro']}: TFLite Micro's interpreter"
+        else:
+            self.interpreter, self.call = _interpreter()(model_content=data), self._litert
+            self.versions = {"ai-edge-litert": litert_version()}
+            self.how = f"ai-edge-litert {self.versions['ai-edge-litert']}: LiteRT's interpreter"
+        self.batch = 0
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        missing = [name for name in self.names if name not in feeds]
+        if missing:
+            raise BadInput(f"the streaming model takes inputs rnnconv does not write: {listing(missing)}")
+        if feeds[STREAM_INPUT].shape[1] != self.chunk:
+            raise BadInput(
+                f"the streaming model takes chunks of {self.chunk} steps, not {feeds[STREAM_INPUT].shape[1]}"
+            )
+        try:
+            return self.call([np.ascontiguousarray(feeds[name], np.float32) for name in self.names])
+        except (RuntimeError, ValueError) as exc:
+            raise BadInput(
+                f"{self.how.split(':')[1].strip()} cannot run this streaming model: {first_line(exc, 300)}"
+            ) from None
+
+    def _litert(self, given: list[np.ndarray]) -> dict[str, np.ndarray]:
+        it = self.interpreter
+        details = it.get_input_details()
+        batch = given[0].shape[0]
+        if batch != self.batch:  # the file's batch is 1: resized to the batch fed
+            for detail, value in zip(details, given):
+                it.resize_tensor_input(detail["index"], list(value.shape))
+            it.allocate_tensors()
+            self.batch = batch
+        for detail, value in zip(details, given):
+            it.set_tensor(detail["index"], value)
+        it.invoke()
+        return {name: it.get_tensor(d["index"]) for name, d in zip(self.outputs, it.get_output_details())}
+
+    def _micro(self, given: list[np.ndarray]) -> dict[str, np.ndarray]:
+        it = self.interpreter
+        items = []
+        for item in range(given[0].shape[0]):
+            for index, value in enumerate(given):
+                it.set_input(value[item : item + 1], index)
+            it.invoke()
+            items.append([np.array(it.get_output(index)) for index in range(len(self.outputs))])
+        return {name: np.concatenate([got[k] for got in items]) for k, name in enumerate(self.outputs)}
+
+
+def _micro(data: bytes) -> Any:
+    try:
+        from tflite_micro.python.tflite_micro import runtime
+    except ImportError:
+        raise BackendMissing(
+            "running a streaming .tflite in TFLite Micro needs tflite-micro, which is not installed (pip install "
+            "'rnnconv[tflite-micro]')"
+        ) from None
+    return runtime.Interpreter.from_bytes(data, arena_size=10 * len(data) + MICRO_ARENA)
