@@ -28,11 +28,10 @@ from rnnconv.options import (
     IDENTIFY_HELP,
     RAW,
     VERIFY_OPTIONS,
+    direction_options,
     identify_parameters,
     parameter,
-    source_options,
     sources_and_output,
-    target_options,
 )
 from rnnconv.streams import standalone
 from rnnconv.table.rows import ADAPTER_FORMATS, FORMATS, TABLE
@@ -115,7 +114,6 @@ def run_conversion(values: dict[str, Any], to: str | None, source_format: str | 
 
 def add_direction(source: str, target: str, on: typer.Typer = app) -> None:
     suffixes = ", ".join(FORMAT_INFO[target].write_suffixes)
-    options = ["dtype"] + [o for o in source_options(source) if o != "dtype"]
     params = [
         parameter(
             "sources",
@@ -131,7 +129,7 @@ def add_direction(source: str, target: str, on: typer.Typer = app) -> None:
         ),
         parameter("layer"),
         parameter("prefix"),
-        *map(parameter, options + target_options(target) + CONVERSION_TAIL),
+        *map(parameter, direction_options(source, target)),
     ]
     command(f"{source}-to-{target}", direction_doc(source, target), params, on)(
         lambda **values: run_conversion(values, target, source)

@@ -244,10 +244,12 @@ def source_options(fmt: str) -> list[str]:
     return names
 
 
-def target_options(target: str) -> list[str]:
-    """The options that apply to a format as a target, beyond every conversion's."""
+def direction_options(source: str, target: str) -> list[str]:
+    """The options of a SOURCE-to-TARGET command after its sources, output and --layer/--prefix: the element type,
+    the source format's, the target's (--into, --streaming), then every conversion's."""
     info = FORMAT_INFO[target]
-    return (["into"] if info.writes_into else []) + (["streaming", "chunk"] if info.streams else [])
+    targets = (["into"] if info.writes_into else []) + (["streaming", "chunk"] if info.streams else [])
+    return ["dtype", *(o for o in source_options(source) if o != "dtype"), *targets, *CONVERSION_TAIL]
 
 
 # What every conversion command ends with.

@@ -11,36 +11,37 @@ sizes, carrying the states, and compares each run with the source's on the whole
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import BackendInfo, Provenance
-from rnnconv.errors import BadInput, Unsupported
+from rnnconv.contracts import BackendInfo
+from rnnconv.errors import BadInput, Unsupported, listing
 from rnnconv.formats.plugin import FormatInfo
-from rnnconv.table.constants import LSTM
+from rnnconv.table.constants import LSTM, STATES
 
 if TYPE_CHECKING:
     from rnnconv.compare import Inputs, Outputs
-    from rnnconv.formats.registry import Format
+    from rnnconv.formats.registry import Format, Stream
     from rnnconv.settings import WriteOptions
 
 STREAM_INPUT, STREAM_OUTPUT = "x", "y"
 STATE_INPUT = "{state}_l{layer}"  # h_l0, c_l0, h_l1, ...
 STATE_OUTPUT = STATE_INPUT + "_next"
+MAX_CHUNK = 1024  # steps a fixed-chunk model unrolls: beyond that, a graph of that many copies of the cell
 CHUNKS = (1, 3, 7)  # the chunk sizes verify feeds a model that takes any: one step, and sizes that split 8 unevenly
 
 
 @dataclass(frozen=True)
 class State:
-    """One state input of a streaming model and its output: which state (h or c), of which layer, its width."""
+    """One state input of a streaming model and its output: which state (h or c), of which layer."""
 
     state: str
     layer: int
-    width: int
 
     @property
     def input(self) -> str:
@@ -52,13 +53,9 @@ class State:
 
 
 def states_of(spec: RNNSpec) -> list[State]:
-    """A streaming model's states in order: each layer's h (its output size), then an LSTM's c (its hidden size)."""
-    states = []
-    for layer in range(spec.num_layers):
-        states.append(State("h", layer, spec.output_size))
-        if spec.mode == LSTM:
-            states.append(State("c", layer, spec.hidden_size))
-    return states
+    """A streaming model's states in order: each layer's h (batch, output size), then an LSTM's c (batch, hidden)."""
+    held = STATES if spec.mode == LSTM else STATES[:1]
+    return [State(state, layer) for layer in range(spec.num_layers) for state in held]
 
 
 def check_streamable(info: FormatInfo, rnns: list[CanonicalRNN], options: WriteOptions) -> None:
@@ -81,33 +78,19 @@ def check_streamable(info: FormatInfo, rnns: list[CanonicalRNN], options: WriteO
             )
 
 
-MAX_CHUNK = 1024  # steps a fixed-chunk model unrolls: beyond that, a graph of that many copies of the cell
-
-
-class Stream(Protocol):
-    """A streaming model loaded in a runtime: fed x and the states by name, it gives y and the new states."""
-
-    chunk: int | None  # the one chunk length it takes, or None: any
-    source: Provenance | None  # the source the file records
-    how: str  # what runs it, for the report ("onnxruntime 1.20.1")
-    versions: dict[str, str]  # the runtime's packages' versions
-
-    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
-
-
 def run_in_chunks(stream: Stream, spec: RNNSpec, inputs: Inputs, chunk: int) -> Outputs:
     """The whole sequence fed `chunk` steps at a time (the last chunk shorter), each call's states fed to the next:
     y, h_n, c_n as cuDNN's."""
     x = np.asarray(inputs["x"], np.float32).transpose(1, 0, 2)  # batch-major, as a streaming model takes it
     states = states_of(spec)
-    starts = {"h": inputs["h0"], "c": inputs.get("c0")}
+    starts = dict(zip(STATES, (inputs["h0"], inputs.get("c0"))))
     carried = {s.input: np.ascontiguousarray(np.asarray(starts[s.state])[s.layer], np.float32) for s in states}
     ys = []
     for start in range(0, x.shape[1], chunk):
         got = stream({STREAM_INPUT: np.ascontiguousarray(x[:, start : start + chunk]), **carried})
         ys.append(got[STREAM_OUTPUT])
         carried = {s.input: got[s.output] for s in states}
-    finals = {kind: [carried[s.input] for s in states if s.state == kind] for kind in ("h", "c")}
+    finals = {kind: [carried[s.input] for s in states if s.state == kind] for kind in STATES}
     return {
         "y": np.concatenate(ys, axis=1).transpose(1, 0, 2),
         "h_n": np.stack(finals["h"]),
@@ -128,7 +111,8 @@ class StreamRun:
             raise BadInput(
                 f"a streaming {fmt.title} model runs in {' or '.join(streams)}, not {runtime!r} (--stream-runtime)"
             )
-        self.path, self.name, self.notes = path, runtime, []
+        self.path, self.name = path, runtime
+        self.notes: list[str] = []
         self.stream = fmt.stream(path, runtime)
         self.runs: dict[int, Outputs] = {}
 
@@ -167,3 +151,21 @@ def streaming_usage(spec: RNNSpec, runtime: str, path: str) -> str:
         f"{spec.output_size}) and {', '.join(s.output for s in states)}, the states of the next call "
         f"(docs/streaming.md runs {path})"
     )
+
+
+def check_stream_names(path: Path, inputs: list[str], outputs: list[str]) -> None:
+    """BadInput (one sentence) unless a model's inputs and outputs are a streaming model's: x and states, y and the
+    states' next values, in the same order."""
+    states = inputs[1:]
+    shaped = all(re.fullmatch(STATE_INPUT.format(state="[hc]", layer=r"\d+"), name) for name in states)
+    if (
+        inputs[:1] != [STREAM_INPUT]
+        or not states
+        or not shaped
+        or outputs != [STREAM_OUTPUT, *(f"{s}_next" for s in states)]
+    ):
+        raise BadInput(
+            f"{path.name} is no streaming model (inputs {listing(inputs)}, outputs {listing(outputs)}, where one takes "
+            f"{STREAM_INPUT} and states h_l0, ... and gives {STREAM_OUTPUT} and h_l0_next, ...): verify it without "
+            f"--streaming"
+        )

@@ -296,10 +296,11 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
             f"({', '.join(MANTISSA_BITS)})"
         )
     own = runtime.make_engine() if runtime is not None else None
+    engine: registry.Engine
     if streamed is not None:
         engine = streamed
     elif runtime is not None and own is not None and where is not None and options.backend in ("auto", own.name):
-        engine: registry.Engine = FileRun(runtime, path, where, own)  # the file itself, in its own runtime
+        engine = FileRun(runtime, path, where, own)  # the file itself, in its own runtime
     else:  # a blob; or the weights read back from a runtime's file, in the engine asked for
         engine = select_engine(options.backend)
     report.warnings += engine.notes

@@ -29,7 +29,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 import pydantic
@@ -59,9 +59,6 @@ from rnnconv.settings import Progress as Progress  # noqa: PLC0414
 from rnnconv.settings import ReadOptions as ReadOptions  # noqa: PLC0414
 from rnnconv.settings import WriteOptions as WriteOptions  # noqa: PLC0414
 from rnnconv.table.rows import ADAPTER_FORMATS
-
-if TYPE_CHECKING:
-    from rnnconv.streaming import Stream
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -197,6 +194,24 @@ class Engine(Protocol):
     def versions(self) -> dict[str, str]: ...
 
     def run(self, blob: Any, inputs: Inputs) -> Outputs: ...
+
+
+class Stream(Protocol):
+    """A streaming model loaded in a runtime: fed x and the states by name, it gives y and the new states."""
+
+    @property
+    def chunk(self) -> int | None: ...  # the one chunk length it takes, or None: any
+
+    @property
+    def source(self) -> Provenance | None: ...  # the source the file records
+
+    @property
+    def how(self) -> str: ...  # what runs it, for the report ("onnxruntime 1.20.1")
+
+    @property
+    def versions(self) -> dict[str, str]: ...  # the runtime's packages' versions
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
 
 NOT_INSTALLED = "not installed"

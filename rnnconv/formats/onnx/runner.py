@@ -15,7 +15,7 @@ from rnnconv.formats._graph import reverse_sequences
 from rnnconv.formats.onnx.nodes import OnnxNode
 from rnnconv.formats.onnx.wire import ONNX_QUANTIZED_OPS
 from rnnconv.formats.onnx.writer import Layer, build_model
-from rnnconv.streaming import STREAM_INPUT, STREAM_OUTPUT
+from rnnconv.streaming import check_stream_names
 
 
 def _onnxruntime() -> Any:
@@ -106,11 +106,7 @@ class OnnxStream:
             raise BadInput(f"onnxruntime cannot load {path.name}: {first_line(exc, 300)}") from None
         self.types = {i.name: ONNX_TYPES.get(i.type, np.float32) for i in self.session.get_inputs()}
         self.outputs = [o.name for o in self.session.get_outputs()]
-        if STREAM_INPUT not in self.types or STREAM_OUTPUT not in self.outputs:
-            raise BadInput(
-                f"{path.name} is no streaming model (it has no input {STREAM_INPUT} and output {STREAM_OUTPUT}): "
-                f"verify it without --streaming"
-            )
+        check_stream_names(path, list(self.types), self.outputs)
         record = self.session.get_modelmeta().custom_metadata_map.get(registry.SOURCE_KEY)
         self.source = None if record is None else registry.read_source_record(record, path)
         self.how = f"onnxruntime {onnxruntime.__version__}"

@@ -27,6 +27,7 @@ from rnnconv.formats.onnx.wire import (
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.streaming import STATE_INPUT, STATE_OUTPUT, STREAM_INPUT, STREAM_OUTPUT
 from rnnconv.table.apply import row_for_mode
+from rnnconv.table.constants import STATES
 
 
 @dataclass
@@ -100,7 +101,8 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     dirs = ONNX_DIRECTIONS[first.attributes.get("direction", "forward")]
     lstm = ONNX_QUANTIZED_OPS.get(first.op, ("", first.op))[1] == "LSTM"
     depth = len(layers) * dirs
-    nodes, initializers = [], []
+    nodes: list[Any] = []
+    initializers: list[Any] = []
     inputs = [helper.make_tensor_value_info("X", elem, ["seq", "batch", input_size])]
 
     constant = _constants(initializers, dtype)
@@ -211,7 +213,8 @@ def build_streaming_model(layers: list[Layer], input_size: int, dtype: str) -> A
     elem = ONNX_ELEMENT_TYPES[dtype]
     hidden = int(layers[0].attributes["hidden_size"])
     lstm = layers[0].op == "LSTM"
-    nodes, initializers = [], []
+    nodes: list[Any] = []
+    initializers: list[Any] = []
     constant = _constants(initializers, dtype)
     constant("state_axis", np.array([0], np.int64))  # a node's states are (directions, batch, size)
     constant("direction_axis", np.array([1], np.int64))  # its Y is (steps, directions, batch, size)
@@ -225,7 +228,7 @@ def build_streaming_model(layers: list[Layer], input_size: int, dtype: str) -> A
             gates = layer.weights["W"].shape[1]
             names["B"] = constant(f"B_{index}", np.zeros((1, 2 * gates), layer.weights["W"].dtype))
         states, news, news_names = [], [], []
-        for state in ("h", "c") if lstm else ("h",):
+        for state in STATES if lstm else STATES[:1]:
             name, new = STATE_INPUT.format(state=state, layer=index), STATE_OUTPUT.format(state=state, layer=index)
             inputs.append(helper.make_tensor_value_info(name, elem, ["batch", hidden]))
             outputs.append(helper.make_tensor_value_info(new, elem, ["batch", hidden]))

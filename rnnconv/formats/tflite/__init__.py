@@ -53,7 +53,15 @@ PLUGIN = Plugin(
         fixed_chunk=True,
     ),
     listed=50,
-    runtimes=(Runtime("tflite", (("ai-edge-litert", "ai_edge_litert"),), "TFLite models' own ops"),),
+    runtimes=(
+        Runtime("tflite", (("ai-edge-litert", "ai_edge_litert"),), "TFLite models' own ops"),
+        Runtime(
+            "tflite-micro",
+            (("tflite-micro", "tflite_micro"),),
+            "streaming TFLite models in TFLite Micro's interpreter (verify --streaming --stream-runtime tflite-micro)",
+            install="pip install 'rnnconv[tflite-micro]'",
+        ),
+    ),
     engine=EngineInfo(
         "tflite",
         ".tflite",
@@ -61,5 +69,5 @@ PLUGIN = Plugin(
         (("ai-edge-litert", "ai_edge_litert"),),
         60,
     ),
-    frameworks=("ai_edge_litert",),
+    frameworks=("ai_edge_litert", "tflite_micro"),
 )

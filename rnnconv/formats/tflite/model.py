@@ -36,6 +36,7 @@ from rnnconv.formats.tflite.wire import (
     UNSET,
 )
 from rnnconv.safeio.inputs import read_array, regular_file
+from rnnconv.streaming import STREAM_INPUT
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_GATES, INPUT_MATRIX, LSTM, MAX_SIZE, RECURRENT_MATRIX
 from rnnconv.table.layouts import per_gate
@@ -338,6 +339,8 @@ class TfliteFile(Graph[Layer]):
             if "WHILE" in held
             else ""
         )
+        if self.record is not None and [self.tensors[t].name for t in self.inputs[:1]] == [STREAM_INPUT]:
+            gru = " (a streaming model rnnconv wrote, its cells in plain ops: verify it with --streaming)"
         return f"{self.path} holds no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN op (its ops: {held or 'none'}){gru}"
 
     def op_listing(self) -> str:

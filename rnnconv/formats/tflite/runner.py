@@ -17,7 +17,7 @@ from rnnconv.formats.tflite.builder import Constant, Graph, build_graph, model_b
 from rnnconv.formats.tflite.model import Layer, TfliteFile, input_of, op_options
 from rnnconv.formats.tflite.wire import FORMAT, UNSET
 from rnnconv.formats.tflite.writer import graph_of, tflite_losses
-from rnnconv.streaming import STREAM_INPUT, STREAM_OUTPUT
+from rnnconv.streaming import STREAM_INPUT, check_stream_names
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_GATES, INPUT_MATRIX, RECURRENT_MATRIX
 from rnnconv.table.layouts import per_gate
@@ -135,12 +135,10 @@ class TfliteStream:
         self.source = None if file.record is None else registry.read_source_record(file.record, path)
         self.names = [file.tensors[t].name for t in file.inputs]
         self.outputs = [file.tensors[t].name for t in file.outputs]
-        x = file.tensors[file.inputs[0]] if file.inputs else None
-        if x is None or x.name != STREAM_INPUT or len(x.shape) != 3 or self.outputs[:1] != [STREAM_OUTPUT]:
-            raise BadInput(
-                f"{path.name} is no streaming model (its first input is not {STREAM_INPUT} (batch, chunk, input), its "
-                f"first output not {STREAM_OUTPUT}): verify it without --streaming"
-            )
+        check_stream_names(path, self.names, self.outputs)
+        x = file.tensors[file.inputs[0]]
+        if len(x.shape) != 3:
+            raise BadInput(f"{path.name} is no streaming model: its {STREAM_INPUT} is not (batch, chunk, input)")
         self.chunk = x.shape[1]
         self.widths = [file.tensors[t].shape[-1] for t in file.inputs]
         data = path.read_bytes()

@@ -22,6 +22,7 @@ from rnnconv.formats.tflite.wire import TIME_AXIS, UNSET
 from rnnconv.streaming import STATE_INPUT, STATE_OUTPUT, STREAM_INPUT, STREAM_OUTPUT
 from rnnconv.table.apply import row_for_mode
 from rnnconv.table.constants import (
+    CUDNN_GATES,
     GRU,
     INPUT_BIAS,
     INPUT_MATRIX,
@@ -29,6 +30,7 @@ from rnnconv.table.constants import (
     PROJECTION,
     RECURRENT_BIAS,
     RECURRENT_MATRIX,
+    STATES,
 )
 from rnnconv.table.writing import stored
 
@@ -67,7 +69,7 @@ def streaming_graph(rnn: CanonicalRNN, chunk: int) -> Graph:
         }
         cell = _Cell(tensors, row.gate_order, activation, spec.output_size)
         widths = {"h": spec.output_size, "c": spec.hidden_size}
-        names = ("h", "c") if spec.mode == LSTM else ("h",)
+        names = STATES if spec.mode == LSTM else STATES[:1]
         state = {}
         for name in names:
             state[name] = _activation(graph, STATE_INPUT.format(state=name, layer=layer), widths[name])
@@ -120,18 +122,22 @@ def _step(graph: Graph, cell: _Cell, mode: str, axis: int, x: int, state: dict[s
     def binary(op: str, a: int, b: int, name: str) -> int:
         return _op(graph, op, [a, b], f"{at}/{name}", hidden)
 
-    if mode == LSTM:  # gates i, f, c (the candidate), o, as the row orders them
+    if mode == LSTM:  # cuDNN's gates i, f, c (the candidate), o; split in the row's order
         pre = split(_op(graph, "ADD", [gx, gh], f"{at}/gates", width), "gate")
-        i, f, o = (unary("LOGISTIC", pre[g], g) for g in ("i", "f", "o"))
-        g = unary("TANH", pre["c"], "candidate")
+        input_gate, forget_gate, cell_gate, output_gate = (pre[gate] for gate in CUDNN_GATES[LSTM])
+        i = unary("LOGISTIC", input_gate, "input_gate")
+        f = unary("LOGISTIC", forget_gate, "forget_gate")
+        o = unary("LOGISTIC", output_gate, "output_gate")
+        g = unary("TANH", cell_gate, "candidate")
         c = binary("ADD", binary("MUL", f, state["c"], "kept"), binary("MUL", i, g, "added"), "c")
         h = binary("MUL", o, unary("TANH", c, "c_tanh"), "h")
         if PROJECTION in t:
             h = _op(graph, "FULLY_CONNECTED", [h, t[PROJECTION], UNSET], f"{at}/projected", cell.out)
         return {"h": h, "c": c}
-    if mode == GRU:  # gates r, z, h (the candidate): n = tanh(x_n + r * h_n), h' = n + z * (h - n)
+    if mode == GRU:  # cuDNN's gates r, z, h (the candidate): n = tanh(x_n + r * h_n), h' = n + z * (h - n)
         xs, hs = split(gx, "x"), split(gh, "h")
-        r, z = (unary("LOGISTIC", binary("ADD", xs[g], hs[g], f"{g}_pre"), g) for g in ("r", "z"))
-        n = unary("TANH", binary("ADD", xs["h"], binary("MUL", r, hs["h"], "reset"), "n_pre"), "n")
+        reset, update, new = CUDNN_GATES[GRU]
+        r, z = (unary("LOGISTIC", binary("ADD", xs[g], hs[g], f"{g}_pre"), g) for g in (reset, update))
+        n = unary("TANH", binary("ADD", xs[new], binary("MUL", r, hs[new], "reset"), "n_pre"), "n")
         return {"h": binary("ADD", n, binary("MUL", z, binary("SUB", h, n, "h_minus_n"), "kept"), "h")}
     return {"h": unary(ACTIVATION_OPS[cell.activation], binary("ADD", gx, gh, "pre"), "h")}

@@ -1,0 +1,152 @@
+"""Streaming models (`--streaming`): written from PyTorch and Keras two-layer stacks (I != H, distinct random weights),
+run a chunk at a time in each format's own runtimes (onnxruntime; LiteRT and TFLite Micro), the states carried from
+call to call by verify from non-zero initial states, against the source run on the whole sequence."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, assert_clean_failure, run_cli
+
+import rnnconv
+from rnnconv.errors import BackendMissing
+from rnnconv.streaming import STATE_INPUT
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("ai_edge_litert")
+
+STACKS = FIXTURES / "streaming"
+SOURCES = {  # (file, --layer): two layers each, input 5 and hidden 7 (PyTorch), 5 -> 6, 6 -> 4, 4 -> 3 (Keras)
+    "torch lstm": (STACKS / "stacks.pt", "lstm"),
+    "torch gru": (STACKS / "stacks.pt", "gru"),
+    "torch rnn": (STACKS / "stacks.pt", "rnn"),
+    "keras lstm": (STACKS / "stacks.keras", "lstm_a,lstm_b"),
+    "keras gru": (STACKS / "stacks.keras", "gru_a,gru_b"),
+    "keras relu rnn": (STACKS / "stacks.keras", "rnn_a,rnn_b"),
+}
+LIMIT = 1e-5  # float32 runtimes against their sources
+
+
+def _matches(report, chunks: list[int]) -> None:
+    assert report.verdict == "match", report.summary
+    assert [c.check for c in report.checks] == [f"chunks of {n} step(s)" for n in chunks]
+    assert all(c.ok for c in report.checks)
+    assert report.comparison.worst <= LIMIT, report.comparison.worst
+    assert report.inputs.state_distribution.startswith("normal(0, 0.5)")  # non-zero initial states
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_a_streaming_onnx_model_fed_in_chunks_of_1_3_and_7_steps_matches_its_source(name, tmp_path):
+    source, layer = SOURCES[name]
+    out = tmp_path / "stream.onnx"
+    rnnconv.convert(source, out, layer=layer, streaming=True)
+    _matches(rnnconv.verify(out, streaming=True), [1, 3, 7])
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_a_streaming_tflite_model_matches_its_source_in_litert_and_tflite_micro(name, tmp_path):
+    pytest.importorskip("tflite_micro")
+    source, layer = SOURCES[name]
+    for chunk in (1, 3, 7):
+        out = tmp_path / f"stream{chunk}.tflite"
+        rnnconv.convert(source, out, layer=layer, streaming=True, chunk=chunk)
+        for runtime in ("litert", "tflite-micro"):
+            report = rnnconv.verify(out, streaming=True, stream_runtime=runtime)
+            _matches(report, [chunk])
+            assert report.backend.name == runtime
+
+
+def _miswired_onnx(path):
+    """The model with layer 1 started from layer 0's h input instead of its own."""
+    import onnx
+
+    model = onnx.load(path)
+    (node,) = [n for n in model.graph.node if n.op_type == "Unsqueeze" and n.input[0] == "h_l1"]
+    node.input[0] = "h_l0"
+    onnx.save(model, path)
+
+
+def _miswired_tflite(path):
+    """The model with layer 1's first step fed layer 0's h input instead of its own (through TFLite's schema)."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
+    (graph,) = model.subgraphs
+    names = [t.name.decode() for t in graph.tensors]
+    own, other = names.index(STATE_INPUT.format(state="h", layer=1)), names.index("h_l0")
+    for op in graph.operators:
+        op.inputs = [other if t == own else t for t in op.inputs]
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    path.write_bytes(bytes(builder.Output()))
+
+
+@pytest.mark.parametrize("target", ["onnx", "tflite"])
+def test_a_streaming_model_with_a_state_input_miswired_is_a_mismatch(target, tmp_path):
+    out = tmp_path / f"stream.{target}"
+    rnnconv.convert(
+        STACKS / "stacks.pt", out, layer="gru", streaming=True, **({"chunk": 3} if target == "tflite" else {})
+    )
+    (_miswired_onnx if target == "onnx" else _miswired_tflite)(out)
+    result = run_cli("verify", out, "--streaming", "--no-diagnose")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "MISMATCH" in result.stdout
+
+
+def test_a_bidirectional_rnn_is_refused_naming_its_reverse_direction(tmp_path):
+    result = run_cli(
+        "convert", FIXTURES / "torch" / "seq2seq.pt", tmp_path / "x.onnx", "--layer", "encoder.rnn", "--streaming"
+    )
+    assert_clean_failure(result, 2, "bidirectional and cannot stream", "reverse direction")
+    assert not (tmp_path / "x.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    "args, phrase",
+    [
+        (["x.bin", "--streaming"], "cuDNN has no streaming form"),
+        (["x.onnx", "--streaming", "--chunk", "3"], "takes chunks of any length"),
+        (["x.tflite", "--chunk", "3"], "give it with --streaming"),
+        (["x.tflite", "--streaming", "--chunk", "0"], "--chunk must be between 1 and"),
+    ],
+)
+def test_streaming_options_a_target_cannot_take_are_refused(args, phrase, tmp_path):
+    result = run_cli("convert", STACKS / "stacks.pt", "--layer", "gru", "-o", tmp_path / args[0], *args[1:])
+    assert_clean_failure(result, 2, phrase)
+
+
+def test_verify_streaming_says_what_it_cannot_run(tmp_path):
+    plain = tmp_path / "plain.tflite"
+    rnnconv.convert(STACKS / "stacks.pt", plain, layer="lstm")
+    assert_clean_failure(run_cli("verify", plain, "--streaming"), 2, "is no streaming model")
+    stream = tmp_path / "stream.tflite"
+    rnnconv.convert(STACKS / "stacks.pt", stream, layer="lstm", streaming=True)
+    assert_clean_failure(run_cli("verify", stream), 2, "verify it with --streaming")
+    assert_clean_failure(run_cli("verify", stream, "--streaming", "--stream-runtime", "onnxruntime"), 2, "litert or")
+    assert_clean_failure(run_cli("verify", stream, "--stream-runtime", "litert"), 2, "give it with --streaming")
+
+
+def test_tflite_micro_missing_is_exit_3_naming_the_extra(tmp_path, monkeypatch):
+    stream = tmp_path / "stream.tflite"
+    rnnconv.convert(STACKS / "stacks.pt", stream, layer="rnn", streaming=True)
+    for module in [m for m in sys.modules if m.startswith("tflite_micro")] + ["tflite_micro"]:
+        monkeypatch.setitem(sys.modules, module, None)  # an import of it fails, as where it is not installed
+    with pytest.raises(BackendMissing, match=r"rnnconv\[tflite-micro\]"):
+        rnnconv.verify(stream, streaming=True, stream_runtime="tflite-micro")
+
+
+def test_the_written_onnx_streaming_model_takes_the_documented_names(tmp_path):
+    import onnxruntime
+
+    out = tmp_path / "stream.onnx"
+    rnnconv.convert(STACKS / "stacks.pt", out, layer="lstm", streaming=True)
+    session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["x", "h_l0", "c_l0", "h_l1", "c_l1"]
+    assert [o.name for o in session.get_outputs()] == ["y", "h_l0_next", "c_l0_next", "h_l1_next", "c_l1_next"]
+    states = {i.name: np.zeros((2, 7), np.float32) for i in session.get_inputs()[1:]}
+    for steps in (1, 4):  # any chunk length, one session
+        (y, *_) = session.run(None, {"x": np.zeros((2, steps, 5), np.float32), **states})
+        assert y.shape == (2, steps, 7)
