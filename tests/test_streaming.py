@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, assert_clean_failure, run_cli
+from conftest import FIXTURES, assert_clean_failure, doc_code, run_cli
 
 import rnnconv
 from rnnconv.errors import BackendMissing
@@ -150,3 +150,18 @@ def test_the_written_onnx_streaming_model_takes_the_documented_names(tmp_path):
     for steps in (1, 4):  # any chunk length, one session
         (y, *_) = session.run(None, {"x": np.zeros((2, steps, 5), np.float32), **states})
         assert y.shape == (2, steps, 7)
+
+
+def test_the_streaming_page_s_example_runs_and_gives_the_whole_sequence_s_outputs(tmp_path, monkeypatch, capsys):
+    import torch
+
+    rnnconv.convert(STACKS / "stacks.pt", tmp_path / "stream.onnx", layer="lstm", streaming=True)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(doc_code("docs/streaming.md"), scope)
+    assert capsys.readouterr().out.strip() == "(1, 20, 7)"
+    lstm = torch.nn.LSTM(5, 7, num_layers=2, batch_first=True)
+    lstm.load_state_dict({k[len("lstm.") :]: v for k, v in torch.load(STACKS / "stacks.pt").items() if "lstm" in k})
+    with torch.no_grad():
+        whole, _ = lstm(torch.from_numpy(scope["frames"]))
+    assert np.abs(np.concatenate(scope["ys"], axis=1) - whole.numpy()).max() <= LIMIT
