@@ -80,6 +80,7 @@ FAMILIES = (
     "mlx",
     "ncnn",
     "identify",
+    "streaming",
 )
 # The families of the readers added since the first round (what `--families new` runs).
 NEW_FAMILIES = (
@@ -93,6 +94,7 @@ NEW_FAMILIES = (
     "onnx_unrolled",
     "onnx_cells",
     "identify",
+    "streaming",
 )
 # The families whose seeds are models of several files (seeds.sets): the mutator of each, files -> must refuse.
 SET_FAMILIES = {
@@ -252,6 +254,17 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             case.commands.append(["convert", source, "{dir}/deq.bin", "--dequantize"])
         if name in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
+        return case
+    if family == "streaming":  # a streaming model damaged, run a chunk at a time in each of its runtimes
+        name = rng.choice(sorted(seeds.streaming))
+        data = mutators.mutate_file(name, seeds.streaming[name].read_bytes(), rng)
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data})
+        source = "{dir}/mut_" + name
+        runtimes = ["tflite-micro", "litert"] if name.endswith(".tflite") else ["onnxruntime"]
+        case.commands = [
+            ["verify", source, "--streaming", "--stream-runtime", runtime, "--seq-len", "6"] for runtime in runtimes
+        ]
+        case.commands += [["inspect", source], ["convert", source, "{dir}/out.safetensors"]]
         return case
     if family in SET_FAMILIES:
         models = seeds.sets[family]

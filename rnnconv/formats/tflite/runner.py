@@ -142,14 +142,24 @@ class TfliteStream:
         self.chunk = x.shape[1]
         self.widths = [file.tensors[t].shape[-1] for t in file.inputs]
         data = path.read_bytes()
-        if runtime == "tflite-micro":
-            self.interpreter, self.call = _micro(data), self._micro
+        micro = runtime == "tflite-micro"
+        if micro:
             self.versions = {"tflite-micro": version("tflite-micro", "tflite_micro") or "(version unknown)"}
-            self.how = f"tflite-micro {self.versions['tflite-micro']}: TFLite Micro's interpreter"
+            self.how, self.call = (
+                f"tflite-micro {self.versions['tflite-micro']}: TFLite Micro's interpreter",
+                self._micro,
+            )
         else:
-            self.interpreter, self.call = _interpreter()(model_content=data), self._litert
             self.versions = {"ai-edge-litert": litert_version()}
-            self.how = f"ai-edge-litert {self.versions['ai-edge-litert']}: LiteRT's interpreter"
+            self.how, self.call = (
+                f"ai-edge-litert {self.versions['ai-edge-litert']}: LiteRT's interpreter",
+                self._litert,
+            )
+        load = _micro if micro else lambda model: _interpreter()(model_content=model)
+        try:
+            self.interpreter = load(data)
+        except (RuntimeError, ValueError) as exc:
+            raise BadInput(f"{self.runs_in} cannot load {path.name}: {first_line(exc, 300)}") from None
         self.batch = 0
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -163,9 +173,11 @@ class TfliteStream:
         try:
             return self.call([np.ascontiguousarray(feeds[name], np.float32) for name in self.names])
         except (RuntimeError, ValueError) as exc:
-            raise BadInput(
-                f"{self.how.split(':')[1].strip()} cannot run this streaming model: {first_line(exc, 300)}"
-            ) from None
+            raise BadInput(f"{self.runs_in} cannot run this streaming model: {first_line(exc, 300)}") from None
+
+    @property
+    def runs_in(self) -> str:
+        return self.how.partition(": ")[2]
 
     def _litert(self, given: list[np.ndarray]) -> dict[str, np.ndarray]:
         it = self.interpreter
