@@ -165,3 +165,15 @@ def test_the_streaming_page_s_example_runs_and_gives_the_whole_sequence_s_output
     with torch.no_grad():
         whole, _ = lstm(torch.from_numpy(scope["frames"]))
     assert np.abs(np.concatenate(scope["ys"], axis=1) - whole.numpy()).max() <= LIMIT
+
+
+def test_an_lstm_with_a_projection_streams_as_tflite_and_is_refused_as_onnx(tmp_path):
+    pytest.importorskip("tflite_micro")
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    torch.save(torch.nn.LSTM(5, 8, num_layers=2, proj_size=3).state_dict(), tmp_path / "proj.pt")
+    rnnconv.convert(tmp_path / "proj.pt", tmp_path / "proj.tflite", streaming=True, chunk=3)
+    for runtime in ("litert", "tflite-micro"):
+        _matches(rnnconv.verify(tmp_path / "proj.tflite", streaming=True, stream_runtime=runtime), [3])
+    result = run_cli("convert", tmp_path / "proj.pt", tmp_path / "proj.onnx", "--streaming")
+    assert_clean_failure(result, 2, "no projection")
