@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,10 @@ from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line, li
 from rnnconv.formats import registry
 from rnnconv.formats._graph import reverse_sequences
 from rnnconv.formats.onnx.nodes import OnnxNode
+from rnnconv.formats.onnx.reader import require_onnx
 from rnnconv.formats.onnx.wire import ONNX_QUANTIZED_OPS
 from rnnconv.formats.onnx.writer import Layer, build_model
+from rnnconv.safeio.inputs import regular_file
 from rnnconv.streaming import check_stream_names
 
 
@@ -89,26 +92,51 @@ def run_nodes(
 ONNX_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16}
 
 
+# Where onnxruntime says which source line refused: "[ONNXRuntimeError] : 1 : FAIL : /.../model.cc:256
+# onnxruntime::Model::Model(onnx::ModelProto&&, ...) Unsupported model IR version: ...".
+ONNXRUNTIME_PLACE = re.compile(
+    r"^(\[ONNXRuntimeError\][^:]*:[^:]*:[^:]*: )?(\S+\.(cc|h):\d+ [\w:~<>]+\((?:[^()]|\([^()]*\))*\) )?"
+)
+
+
+def onnxruntime_reason(exc: BaseException) -> str:
+    """What onnxruntime says is wrong, without where in its source it said so."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "it refuses the model, its message not UTF-8 text"
+    said = ONNXRUNTIME_PLACE.sub("", str(exc).strip(), count=1).splitlines()
+    return said[0][:300] if said else first_line(exc, 300)
+
+
 class OnnxStream:
     """A streaming .onnx loaded in onnxruntime (CPU), called a chunk at a time (`streaming.Stream`)."""
 
     chunk = None  # its x takes any number of steps
 
     def __init__(self, path: Path):
+        onnx = require_onnx()
         onnxruntime = _onnxruntime()
+        regular_file(path)
+        try:
+            model = onnx.load(str(path), load_external_data=False)
+        except Exception as exc:  # protobuf's DecodeError and others: a damaged or foreign file
+            raise BadInput(f"{path} is not a readable ONNX model ({type(exc).__name__})") from None
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+            raise BadInput(f"{path.name} is no streaming model rnnconv writes: its weights lie in other files")
+        records = [p.value for p in model.metadata_props if p.key == registry.SOURCE_KEY]
+        self.source = registry.read_source_record(records[0], path) if records else None
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3
-        try:
-            self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime's own errors: a file it cannot load
-            if not type(exc).__module__.startswith("onnxruntime"):
+        try:  # the model as read (no file beside it is opened)
+            self.session = onnxruntime.InferenceSession(
+                model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # onnxruntime's own errors (its message undecodable where it quotes the model)
+            if not (type(exc).__module__.startswith("onnxruntime") or isinstance(exc, UnicodeDecodeError)):
                 raise
-            raise BadInput(f"onnxruntime cannot load {path.name}: {first_line(exc, 300)}") from None
+            raise BadInput(f"onnxruntime cannot load {path.name}: {onnxruntime_reason(exc)}") from None
         self.types = {i.name: ONNX_TYPES.get(i.type, np.float32) for i in self.session.get_inputs()}
         self.outputs = [o.name for o in self.session.get_outputs()]
         check_stream_names(path, list(self.types), self.outputs)
-        record = self.session.get_modelmeta().custom_metadata_map.get(registry.SOURCE_KEY)
-        self.source = None if record is None else registry.read_source_record(record, path)
         self.how = f"onnxruntime {onnxruntime.__version__}"
         self.versions = {"onnxruntime": onnxruntime.__version__}
 
@@ -121,5 +149,5 @@ class OnnxStream:
         except Exception as exc:
             if not type(exc).__module__.startswith("onnxruntime"):
                 raise
-            raise BadInput(f"onnxruntime cannot run this streaming model: {first_line(exc, 300)}") from None
+            raise BadInput(f"onnxruntime cannot run this streaming model: {onnxruntime_reason(exc)}") from None
         return {name: np.asarray(value, np.float32) for name, value in zip(self.outputs, got)}
