@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, assert_clean_failure, doc_code, run_cli
+from conftest import FIXTURES, assert_clean_failure, doc_code, fresh_cli, run_cli
 
 import rnnconv
 from rnnconv.errors import BackendMissing
@@ -70,18 +70,15 @@ def _miswired_onnx(path):
 
 def _miswired_tflite(path):
     """The model with layer 1's first step fed layer 0's h input instead of its own (through TFLite's schema)."""
-    import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
 
-    model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
-    (graph,) = model.subgraphs
-    names = [t.name.decode() for t in graph.tensors]
-    own, other = names.index(STATE_INPUT.format(state="h", layer=1)), names.index("h_l0")
-    for op in graph.operators:
-        op.inputs = [other if t == own else t for t in op.inputs]
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    path.write_bytes(bytes(builder.Output()))
+    def miswired(model):
+        (graph,) = model.subgraphs
+        names = [t.name.decode() for t in graph.tensors]
+        own, other = names.index(STATE_INPUT.format(state="h", layer=1)), names.index("h_l0")
+        for op in graph.operators:
+            op.inputs = [other if t == own else t for t in op.inputs]
+
+    _rewritten(path, miswired)
 
 
 @pytest.mark.parametrize("target", ["onnx", "tflite"])
@@ -177,3 +174,32 @@ def test_an_lstm_with_a_projection_streams_as_tflite_and_is_refused_as_onnx(tmp_
         _matches(rnnconv.verify(tmp_path / "proj.tflite", streaming=True, stream_runtime=runtime), [3])
     result = run_cli("convert", tmp_path / "proj.pt", tmp_path / "proj.onnx", "--streaming")
     assert_clean_failure(result, 2, "no projection")
+
+
+def _rewritten(path, change):
+    """The .tflite with `change` made to its model, through TFLite's schema."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
+    change(model)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    path.write_bytes(bytes(builder.Output()))
+
+
+def test_a_split_count_its_outputs_do_not_have_is_refused_not_run(tmp_path):
+    """LiteRT trusts a SPLIT's num_splits: one larger than its outputs crashed it (the fuzzer found it)."""
+    out = tmp_path / "stream.tflite"
+    rnnconv.convert(STACKS / "stacks.pt", out, layer="gru", streaming=True, chunk=3)
+
+    def more_parts(model):
+        (graph,) = model.subgraphs
+        op = next(
+            op for op in graph.operators if op.builtinOptions is not None and hasattr(op.builtinOptions, "numSplits")
+        )
+        op.builtinOptions.numSplits = 13508
+
+    _rewritten(out, more_parts)
+    result = fresh_cli("verify", out, "--streaming")  # a crash takes its own interpreter only
+    assert_clean_failure(result, 2, "says 13508 parts along axis 1, but has 3")
