@@ -149,6 +149,14 @@ def streaming_graph_of_file(file: TfliteFile) -> Graph:
     for op in file.ops:
         if op.name not in STREAMING_OPS:
             raise BadInput(f"{file.path.name} is no streaming model rnnconv writes: it holds a {op.name} op")
+        arity = STREAMING_OPS[op.name]
+        if any(n is not None and n != len(got) for n, got in zip(arity, (op.inputs, op.outputs))) or not op.outputs:
+            raise BadInput(
+                f"{file.path.name}: its {op.name} op {op.index} has {len(op.inputs)} inputs and {len(op.outputs)} "
+                f"outputs, not what that op takes"
+            )
+        if UNSET in op.outputs or (UNSET in op.inputs and op.name != "FULLY_CONNECTED"):
+            raise BadInput(f"{file.path.name}: its {op.name} op {op.index} leaves out a tensor it needs")
         slots = PLAIN_OPTION_SLOTS.get(op.name, {})
         options = {name: op.option(at, "i32", 0) for name, at in slots.items()}
         if not slots and op.name in PLAIN_OPTION_SLOTS and any(op.option(at, "u8", 0) for at in range(3)):

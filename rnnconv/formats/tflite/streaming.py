@@ -18,7 +18,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN
 from rnnconv.formats.tflite.builder import Constant, Graph, GraphTensor
-from rnnconv.formats.tflite.wire import PLAIN_OPTION_SLOTS, TIME_AXIS, UNSET
+from rnnconv.formats.tflite.wire import TIME_AXIS, UNSET
 from rnnconv.streaming import STATE_INPUT, STATE_OUTPUT, STREAM_INPUT, STREAM_OUTPUT
 from rnnconv.table.apply import row_for_mode
 from rnnconv.table.constants import (
@@ -36,7 +36,17 @@ from rnnconv.table.writing import stored
 
 ROW_FORMAT = "torch"  # the row whose stacked matrices FULLY_CONNECTED takes as they are
 ACTIVATION_OPS = {"sigmoid": "LOGISTIC", "tanh": "TANH", "relu": "RELU"}
-STREAMING_OPS = (*PLAIN_OPTION_SLOTS, *ACTIVATION_OPS.values())  # every op a streaming model is written with
+# Every op a streaming model is written with, and how many inputs and outputs it has (None: as many as its count).
+STREAMING_OPS: dict[str, tuple[int | None, int | None]] = {
+    "FULLY_CONNECTED": (3, 1),
+    "ADD": (2, 1),
+    "SUB": (2, 1),
+    "MUL": (2, 1),
+    "SPLIT": (2, None),
+    "UNPACK": (1, None),
+    "PACK": (None, 1),
+    **dict.fromkeys(ACTIVATION_OPS.values(), (1, 1)),
+}
 GATE_FEATURES = 1  # the axis of a step's (batch, gates*hidden) that SPLIT cuts into gates
 
 
