@@ -188,18 +188,34 @@ def _rewritten(path, change):
     path.write_bytes(bytes(builder.Output()))
 
 
-def test_a_split_count_its_outputs_do_not_have_is_refused_not_run(tmp_path):
-    """LiteRT trusts a SPLIT's num_splits: one larger than its outputs crashed it (the fuzzer found it)."""
+def _more_parts(model):
+    (graph,) = model.subgraphs
+    op = next(op for op in graph.operators if op.builtinOptions is not None and hasattr(op.builtinOptions, "numSplits"))
+    op.builtinOptions.numSplits = 13508
+
+
+def _more_inputs(model):
+    (graph,) = model.subgraphs
+    add = next(i for i, code in enumerate(model.operatorCodes) if code.builtinCode == 0)  # BuiltinOperator.ADD
+    op = next(op for op in graph.operators if op.opcodeIndex == add)
+    op.inputs = [1] * 5000
+
+
+@pytest.mark.parametrize(
+    "change, runtime, phrase",
+    [
+        (_more_parts, "litert", "says 13508 parts along axis 1, but has 3"),
+        (_more_inputs, "tflite-micro", "has 5000 inputs and 1 outputs, not what that op takes"),
+    ],
+    ids=["a SPLIT's count, in LiteRT", "an ADD's inputs, in TFLite Micro"],
+)
+def test_a_streaming_tflite_whose_ops_a_runtime_would_trust_is_refused_not_run(change, runtime, phrase, tmp_path):
+    """The runtimes trust an op's counts: a SPLIT into more parts than it has outputs crashed LiteRT, an ADD of 5000
+    inputs TFLite Micro (the fuzzer found them)."""
+    if runtime == "tflite-micro":
+        pytest.importorskip("tflite_micro")
     out = tmp_path / "stream.tflite"
     rnnconv.convert(STACKS / "stacks.pt", out, layer="gru", streaming=True, chunk=3)
-
-    def more_parts(model):
-        (graph,) = model.subgraphs
-        op = next(
-            op for op in graph.operators if op.builtinOptions is not None and hasattr(op.builtinOptions, "numSplits")
-        )
-        op.builtinOptions.numSplits = 13508
-
-    _rewritten(out, more_parts)
-    result = fresh_cli("verify", out, "--streaming")  # a crash takes its own interpreter only
-    assert_clean_failure(result, 2, "says 13508 parts along axis 1, but has 3")
+    _rewritten(out, change)
+    result = fresh_cli("verify", out, "--streaming", "--stream-runtime", runtime)  # a crash takes its interpreter only
+    assert_clean_failure(result, 2, phrase)
