@@ -219,3 +219,28 @@ def test_a_streaming_tflite_whose_ops_a_runtime_would_trust_is_refused_not_run(c
     _rewritten(out, change)
     result = fresh_cli("verify", out, "--streaming", "--stream-runtime", runtime)  # a crash takes its interpreter only
     assert_clean_failure(result, 2, phrase)
+
+
+@pytest.mark.parametrize(
+    "said, reason",
+    [
+        (
+            "[ONNXRuntimeError] : 1 : FAIL : /onnxruntime_src/onnxruntime/core/graph/model.cc:256 onnxruntime::Model::"
+            "Model(onnx::ModelProto&&, const onnxruntime::PathString&) Unsupported model IR version: 99, max supported",
+            "Unsupported model IR version: 99, max supported",
+        ),
+        (
+            "[ONNXRuntimeError] : 1 : FAIL : Node () Op (Squeeze) /onnxruntime_src/onnxruntime/core/graph/graph.cc:2828 "
+            "virtual const onnx::TensorProto* onnxruntime::InferenceContextImpl::getInputData(size_t) const "
+            "[ONNXRuntimeError] : 1 : FAIL : tensorprotoutils.cc:1730 ValidateEmbeddedTensorProtoDataSizeAndShape "
+            "Initializer 'direction_axis': raw_data size (21 bytes) does not match",
+            "Initializer 'direction_axis': raw_data size (21 bytes) does not match",
+        ),
+        ("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions", "Got invalid dimensions"),
+    ],
+    ids=["a place", "places nested (the fuzzer's)", "no place"],
+)
+def test_onnxruntime_s_refusal_is_said_without_where_in_its_source(said, reason):
+    from rnnconv.formats.onnx.runner import onnxruntime_reason
+
+    assert onnxruntime_reason(RuntimeError(said)) == reason

@@ -92,19 +92,23 @@ def run_nodes(
 ONNX_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16}
 
 
-# Where onnxruntime says which source line refused: "[ONNXRuntimeError] : 1 : FAIL : /.../model.cc:256
-# onnxruntime::Model::Model(onnx::ModelProto&&, ...) Unsupported model IR version: ...".
-ONNXRUNTIME_PLACE = re.compile(
-    r"^(\[ONNXRuntimeError\][^:]*:[^:]*:[^:]*: )?(\S+\.(cc|h):\d+ [\w:~<>]+\((?:[^()]|\([^()]*\))*\) )?"
+# Where onnxruntime says which of its source lines refused ("[ONNXRuntimeError] : 1 : FAIL : /.../model.cc:256
+# onnxruntime::Model::Model(onnx::ModelProto&&, ...) Unsupported model IR version: ..."), nested as its checks nest:
+# what it says is wrong is what follows the last place, less the function named there.
+ONNXRUNTIME_PLACE = re.compile(r"\S+\.(?:cc|h):\d+ ")
+ONNXRUNTIME_FUNCTION = re.compile(
+    r"^(?:(?:[\w:~<>*&]+ )*\w[\w:~<>]*::[\w~<>]+\((?:[^()]|\([^()]*\))*\)(?: const)? |[A-Z][a-z]+[A-Z]\w* )"
 )
+ONNXRUNTIME_CODE = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
 
 
 def onnxruntime_reason(exc: BaseException) -> str:
     """What onnxruntime says is wrong, without where in its source it said so."""
     if isinstance(exc, UnicodeDecodeError):
         return "it refuses the model, its message not UTF-8 text"
-    said = ONNXRUNTIME_PLACE.sub("", str(exc).strip(), count=1).splitlines()
-    return said[0][:300] if said else first_line(exc, 300)
+    text = ONNXRUNTIME_CODE.sub("", " ".join(str(exc).split()))
+    said = ONNXRUNTIME_FUNCTION.sub("", ONNXRUNTIME_PLACE.split(text)[-1], count=1).strip()
+    return said[:300] or first_line(exc, 300)
 
 
 class OnnxStream:
