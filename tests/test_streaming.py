@@ -231,7 +231,8 @@ def test_a_streaming_tflite_whose_ops_a_runtime_would_trust_is_refused_not_run(c
         ),
         (
             "[ONNXRuntimeError] : 1 : FAIL : Node () Op (Squeeze) /onnxruntime_src/onnxruntime/core/graph/"
-            "graph.cc:2828 virtual const onnx::TensorProto* onnxruntime::InferenceContextImpl::getInputData(size_t) const "
+            "graph.cc:2828 virtual const onnx::TensorProto* "
+            "onnxruntime::InferenceContextImpl::getInputData(size_t) const "
             "[ONNXRuntimeError] : 1 : FAIL : tensorprotoutils.cc:1730 ValidateEmbeddedTensorProtoDataSizeAndShape "
             "Initializer 'direction_axis': raw_data size (21 bytes) does not match",
             "Initializer 'direction_axis': raw_data size (21 bytes) does not match",
