@@ -1,42 +1,56 @@
-"""rnnconv's speed and memory next to `cp` and the frameworks' own ways, as ratios, against the targets.
+"""rnnconv's speed and memory as ratios to `cp`, one row for each job of the speed issue's table, in one run.
 
-    python bench/bench.py [--workdir /tmp/rnnconv-bench] [--repeat 3] [--skip-peers] [--small-only]
+    python bench/bench.py [--workdir /tmp/rnnconv-bench-0.6gb] [--repeat 5] [--small-only] [--peers]
 
-Makes (once) a 4-layer bidirectional LSTM, input 1024, hidden 2048, float32 (1.41 GB)
-as a Keras legacy .h5, a .keras and a PyTorch .pt (bench/make_models.py), then times
-fresh processes: each big conversion against `cp` of its source (source in the page
-cache, after `sync`), the peers' own ways (Keras' load_model + _standardize_cudnn_weights,
-torch.load + torch.cat, torch.save), a small conversion from every format, and
-the import of the libraries every rnnconv command needs, with the one a format's files need
-(h5py, onnx): the floor of a small conversion, each small task's ratio is to its floor; and an
-empty interpreter (`python -c pass`). `--small-only` times just the small tasks and their floors.
-Python writes its bytecode caches here as on any user's machine (PYTHONDONTWRITEBYTECODE is
-dropped, and every command runs once before it is timed). It prints the best and median
-wall time of --repeat runs, the peak resident memory, and each target with whether it is
-met. A benchmark, not a test: it judges nothing by exit code.
+Makes (once, with the real frameworks: bench/make_models.py) a 2-layer bidirectional LSTM, input 1024, hidden
+2048, float32 (0.60 GB) as a PyTorch `.pt`, a Keras legacy `.h5` and a `.keras`, and a 1-layer LSTM as a `.pt` and
+an `.h5`. Each job runs in a fresh process, paired with its baseline (`cp` of its source for a big conversion, an
+empty interpreter for a small job): the two run one after the other, --repeat times after an untimed pair, their
+order swapped every pair, the source read into the page cache and every output removed (and `sync`) before each
+run of either, so both see the same cache. A row prints the job's best and median wall time, its baseline's, the
+ratio of the bests and the median of the pairs' ratios, its CPU time, the peak resident memory of the job's
+process, and its goal, met or missed. The floors follow: an empty interpreter, `import numpy`, and a bare h5py
+read of the `.h5`'s datasets (then with numpy's transpose of each matrix), against `cp` of the same file.
+`--peers` adds the frameworks' own ways (minutes). Python writes its bytecode caches as on a user's machine
+(PYTHONDONTWRITEBYTECODE is dropped). A benchmark, not a test: it judges nothing by exit code.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 RNNCONV = [PYTHON, "-m", "rnnconv"]
-LAYERS = "lstm0,lstm1,lstm2,lstm3"
-FIXTURES = ROOT / "fixtures"
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-SPEED_TARGET, SMALL_TARGET = 2.0, 0.3  # x cp for big conversions; seconds for a small one (--help: help_speed.py)
-MEMORY_TARGET, MEMORY_SLACK_MB = 1.3, 150  # peak RSS <= 1.3 x the model + 150 MB
+LAYERS = "lstm0,lstm1"
+ENV = {
+    **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+}
+EMPTY = [PYTHON, "-c", "pass"]
 
+BARE_H5PY = """
+import sys, h5py, numpy as np
+def read(group):
+    for item in group.values():
+        if isinstance(item, h5py.Group):
+            read(item)
+        else:
+            values = item[...]
+            if sys.argv[2:] and values.ndim == 2:  # and each matrix transposed, as a Keras kernel must be
+                np.ascontiguousarray(values.T)
+with h5py.File(sys.argv[1], "r") as f:
+    read(f)
+"""
 NAIVE_KERAS = """
 import os, sys, numpy as np
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
@@ -58,195 +72,258 @@ import sys, torch
 state = torch.load(sys.argv[1], weights_only=True)
 torch.cat([t.reshape(-1) for t in state.values()]).numpy().tofile(sys.argv[2])
 """
-NAIVE_TORCH_SAVE = """
-import sys, torch
-torch.save(torch.load(sys.argv[1], weights_only=True, mmap=True), sys.argv[2])
-"""
-LIBRARIES = "import numpy, pydantic, typer, typer._adapters, rich.console"
-FLOORS = {  # the library a format's files need beyond LIBRARIES -> its floor's label
-    "": "the floor: python -c 'import numpy, pydantic, typer, rich'",
-    "h5py": "the floor of a Keras file: ... and h5py",
-    "onnx": "the floor of an ONNX file: ... and onnx",
-}
+
+
+@dataclass
+class Job:
+    label: str
+    command: list[str]
+    outputs: list[Path] = field(default_factory=list)
+    warm: Path | None = None  # a source read into the page cache before each run
+    prepare: Callable[[], None] | None = None  # run (untimed) before each run: an output to replace
 
 
 @dataclass
 class Row:
     label: str
-    wall: float
+    best: float
     median: float
+    baseline: str
+    baseline_best: float
+    baseline_median: float
+    ratio_median: float
+    cpu: float  # the job's best CPU seconds: what a loaded machine inflates least
     peak_mb: float
-    baseline: str | None = None  # the cp row this one is a ratio of
-    target: str = ""  # what it must meet: "x cp", "small", "memory"
+    goal: str  # "x 2" (ratio to the baseline), "s 0.3" (seconds), "" (none)
 
 
-def run(command: list[str], warm: Path | None) -> tuple[float, float, int]:
-    """Wall seconds, peak RSS (MB) and exit code of one fresh process."""
-    if warm is not None:  # the source in the page cache, as for cp
-        with open(warm, "rb", buffering=0) as f:
+def run(job: Job) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system) and peak RSS (MB) of one fresh process, after its outputs are
+    removed and its source read."""
+    for path in job.outputs:
+        if path.is_dir():
+            shutil.rmtree(path)
+        path.unlink(missing_ok=True)
+    if job.prepare is not None:
+        job.prepare()
+    if job.warm is not None:
+        with open(job.warm, "rb", buffering=0) as f:
             while f.read(1 << 24):
                 pass
     os.sync()
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=ENV)
+    process = subprocess.Popen(job.command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT, env=ENV)
     _, status, usage = os.wait4(process.pid, 0)
-    return time.perf_counter() - start, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        assert process.stderr is not None
+        raise SystemExit(f"failed ({code}): {' '.join(map(str, job.command))}\n{process.stderr.read().decode()}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def measure(
-    command: list[str], repeat: int, warm: Path | None, outputs: list[Path], warmup: bool = True
-) -> tuple[float, float, float]:
-    """Best and median wall time and the largest peak RSS of `repeat` runs (after one untimed run)."""
-    walls, peaks = [], []
-    for attempt in range(repeat + 1 if warmup else repeat):
-        for path in outputs:
-            path.unlink(missing_ok=True)
-        wall, peak, code = run(command, warm)
-        if code != 0:
-            raise SystemExit(f"failed ({code}): {' '.join(map(str, command))}")
-        if attempt or not warmup:  # the first run writes bytecode caches and warms the libraries' files
-            walls.append(wall)
-            peaks.append(peak)
-    for path in outputs:
+def paired(job: Job, baseline: Job, repeat: int, goal: str) -> Row:
+    """`job` and `baseline` in interleaved pairs (order swapped every pair), after an untimed pair."""
+    walls: list[float] = []
+    bases: list[float] = []
+    cpus: list[float] = []
+    peaks: list[float] = []
+    for attempt in range(repeat + 1):
+        order = (baseline, job) if attempt % 2 else (job, baseline)
+        timed = {id(one): run(one) for one in order}
+        if attempt:  # the first writes bytecode caches and warms the libraries' files
+            walls.append(timed[id(job)][0])
+            cpus.append(timed[id(job)][1])
+            peaks.append(timed[id(job)][2])
+            bases.append(timed[id(baseline)][0])
+    for path in job.outputs + baseline.outputs:
         path.unlink(missing_ok=True)
-    return min(walls), statistics.median(walls), max(peaks)
+    ratios = [w / b for w, b in zip(walls, bases)]
+    row = Row(
+        job.label,
+        min(walls),
+        statistics.median(walls),
+        baseline.label,
+        min(bases),
+        statistics.median(bases),
+        statistics.median(ratios),
+        min(cpus),
+        max(peaks),
+        goal,
+    )
+    print(f"  {job.label}: {row.best:.3f} s, {row.best / row.baseline_best:.2f} x {baseline.label}", flush=True)
+    return row
+
+
+def cp(source: Path, work: Path) -> Job:
+    copy = work / "copy.tmp"
+    return Job(f"cp {source.name}", ["cp", str(source), str(copy)], [copy], source)
+
+
+def big(work: Path, repeat: int) -> list[Row]:
+    """The big conversions and the runtime writers, each against cp of its source; replacing an output apart."""
+    pt, h5, archive = work / "large.pt", work / "large.h5", work / "large.keras"
+    blob, kept = work / "t.bin", work / "kept.bin"
+    blob_out = [blob, Path(f"{blob}.json")]
+    subprocess.run([*RNNCONV, "torch-to-cudnn", str(pt), "-o", str(kept), "-q", "--force"], check=True, env=ENV)
+
+    def existing() -> None:  # an output to replace, as large as the one written
+        shutil.copyfile(kept, blob)
+        shutil.copyfile(f"{kept}.json", f"{blob}.json")
+
+    t2c = [*RNNCONV, "torch-to-cudnn", str(pt), "-o", str(blob), "-q"]
+    k2c = [*RNNCONV, "keras-to-cudnn", str(h5), "--layer", LAYERS, "-o", str(work / "k.bin"), "-q"]
+    xml, tflite = work / "model.xml", work / "model.tflite"
+    keras_out = [work / "k.bin", work / "k.bin.json"]
+    rows = [
+        paired(Job(f"torch-to-cudnn {pt.name}", t2c, blob_out, pt), cp(pt, work), repeat, "x 2"),
+        paired(Job(f"torch-to-cudnn {pt.name} --no-hash", [*t2c, "--no-hash"], blob_out, pt), cp(pt, work), repeat, ""),
+        paired(
+            Job(f"torch-to-cudnn {pt.name} --force over an existing output", [*t2c, "--force"], blob_out, pt, existing),
+            cp(pt, work),
+            repeat,
+            "",
+        ),
+        paired(
+            Job(f"keras-to-cudnn {h5.name}", k2c, [work / "k.bin", work / "k.bin.json"], h5),
+            cp(h5, work),
+            repeat,
+            "x 2",
+        ),
+        paired(
+            Job(f"keras-to-cudnn {archive.name}", [*k2c[:4], str(archive), *k2c[5:]], keras_out, archive),
+            cp(archive, work),
+            repeat,
+            "",
+        ),
+        paired(
+            Job(f"the floor: a bare h5py read of {h5.name}", [PYTHON, "-c", BARE_H5PY, str(h5)], [], h5),
+            cp(h5, work),
+            repeat,
+            "",
+        ),
+        paired(
+            Job("... and numpy's transpose of its matrices", [PYTHON, "-c", BARE_H5PY, str(h5), "T"], [], h5),
+            cp(h5, work),
+            repeat,
+            "",
+        ),
+        paired(
+            Job(
+                f"convert {pt.name} model.xml (OpenVINO)",
+                [*RNNCONV, "convert", str(pt), str(xml), "-q"],
+                [xml, xml.with_suffix(".bin")],
+                pt,
+            ),
+            cp(pt, work),
+            repeat,
+            "x 2",
+        ),
+        paired(
+            Job(
+                f"convert {pt.name} model.tflite (TFLite)",
+                [*RNNCONV, "convert", str(pt), str(tflite), "-q"],
+                [tflite],
+                pt,
+            ),
+            cp(pt, work),
+            repeat,
+            "x 2",
+        ),
+    ]
+    for path in [kept, Path(f"{kept}.json")]:
+        path.unlink(missing_ok=True)
+    return rows
+
+
+def small(work: Path, repeat: int) -> list[Row]:
+    """The small conversions and --help, against an empty interpreter; the floor of `import numpy` beside them."""
+    out = work / "small.bin"
+    outputs = [out, Path(f"{out}.json")]
+    empty = Job("python -c pass", EMPTY)
+    return [
+        paired(
+            Job("small: small.pt -> .bin", [*RNNCONV, "convert", str(work / "small.pt"), str(out), "-q"], outputs),
+            empty,
+            repeat,
+            "s 0.3",
+        ),
+        paired(
+            Job("small: small.h5 -> .bin", [*RNNCONV, "convert", str(work / "small.h5"), str(out), "-q"], outputs),
+            empty,
+            repeat,
+            "s 0.3",
+        ),
+        paired(Job("rnnconv --help", [*RNNCONV, "--help"]), empty, repeat, "s 0.15"),
+        paired(Job("the floor: python -c 'import numpy'", [PYTHON, "-c", "import numpy"]), empty, repeat, ""),
+    ]
+
+
+def peers(work: Path, repeat: int) -> list[Row]:
+    """The frameworks' own ways, once each (minutes)."""
+    naive = work / "naive.out"
+    ways = (
+        ("Keras load_model + _standardize_cudnn_weights", NAIVE_KERAS, work / "large.h5"),
+        ("torch.load + torch.cat", NAIVE_TORCH, work / "large.pt"),
+    )
+    return [
+        paired(
+            Job(f"peer: {label}", [PYTHON, "-c", code, str(source), str(naive)], [naive], source),
+            cp(source, work),
+            1,
+            "",
+        )
+        for label, code, source in ways
+    ]
+
+
+def report(rows: list[Row], repeat: int) -> None:
+    print(
+        f"\n{'job':58} {'best s':>7} {'median':>7} {'base s':>7} {'ratio':>6} {'r med':>6} {'cpu s':>6} {'peak MB':>8}"
+        "  goal"
+    )
+    for r in rows:
+        ratio = r.best / r.baseline_best
+        verdict = ""
+        if r.goal.startswith("x "):
+            limit = float(r.goal[2:])
+            verdict = f"<= {limit:g} x {r.baseline.split()[0]}: {'met' if ratio <= limit else 'MISSED'}"
+        elif r.goal.startswith("s "):
+            limit = float(r.goal[2:])
+            verdict = f"<= {limit:g} s: {'met' if r.best <= limit else 'MISSED'}"
+        print(
+            f"{r.label:58} {r.best:7.3f} {r.median:7.3f} {r.baseline_best:7.3f} {ratio:6.2f} {r.ratio_median:6.2f} "
+            f"{r.cpu:6.3f} {r.peak_mb:8.0f}  {verdict}"
+        )
+    print(
+        f"\n(each job paired with its baseline, base s: cp of its source for a big job, `python -c pass` for a "
+        f"small one; best and median of {repeat} interleaved pairs after an untimed one; ratio = best / baseline's "
+        f"best, r med = median of the pairs' ratios; cpu s = the job's best user + system seconds, all its threads "
+        f"and the processes it waited for (what a loaded machine inflates least); peak = largest resident set of "
+        f"the job's process, counting the source pages it maps; {os.cpu_count()} cores, load "
+        f"{os.getloadavg()[0]:.1f} at the end; python {sys.version.split()[0]})"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/rnnconv-bench"))
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--skip-peers", action="store_true", help="leave out the frameworks' own ways (minutes)")
-    parser.add_argument("--small-only", action="store_true", help="only the small tasks and their floors")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/rnnconv-bench-0.6gb"))
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--small-only", action="store_true", help="only the small jobs and their floors")
+    parser.add_argument("--peers", action="store_true", help="add the frameworks' own ways (minutes)")
     args = parser.parse_args()
     work = args.workdir
-    work.mkdir(parents=True, exist_ok=True)
-    rows: list[Row] = []
-
-    def row(
-        label: str, command: list[str], warm: Path | None, out: list[Path], baseline=None, target="", once=False
-    ) -> None:
-        wall, median, peak = measure(command, 1 if once else args.repeat, warm, out, warmup=not once)
-        rows.append(Row(label, wall, median, peak, baseline, target))
-        print(f"  {label}: {wall:.2f} s", flush=True)
-
-    model_mb = None if args.small_only else big(work, args.skip_peers, row)
-    small_tasks(work, row)
-    report(rows, model_mb, args.repeat)
-
-
-def big(work: Path, skip_peers: bool, row: Callable[..., None]) -> float:
-    """The 1.41 GB model: each conversion against cp of its source, and the frameworks' own ways."""
     subprocess.run([PYTHON, str(ROOT / "bench" / "make_models.py"), str(work)], check=True, env=ENV)
-    h5, archive, pt = work / "large.h5", work / "large.keras", work / "large.pt"
-    blob, back, copy, naive = work / "out.bin", work / "back.pt", work / "copy.tmp", work / "naive.out"
-    model_mb = pt.stat().st_size / 1e6
-    print(f"model: 4-layer bidirectional LSTM, input 1024, hidden 2048, float32, {model_mb:.0f} MB")
-    subprocess.run(RNNCONV + ["torch-to-cudnn", str(pt), "-o", str(blob), "-q", "--force"], check=True, env=ENV)
-    blob_out = [blob, Path(f"{blob}.json")]
-    for source in (h5, archive, pt, blob):
-        row(f"cp {source.name}", ["cp", str(source), str(copy)], source, [copy])
-    row("cat large.pt > copy (a user-space copy)", ["sh", "-c", f"cat '{pt}' > '{copy}'"], pt, [copy], "cp large.pt")
-    keras_out = [work / "k.bin", work / "k.bin.json"]
-    for source in (h5, archive):
-        command = RNNCONV + ["keras-to-cudnn", str(source), "--layer", LAYERS, "-o", str(keras_out[0]), "-q"]
-        row(f"keras-to-cudnn {source.name}", command, source, keras_out, f"cp {source.name}", "speed")
-        row(f"keras-to-cudnn {source.name} --no-hash", [*command, "--no-hash"], source, keras_out, f"cp {source.name}")
-    t2c = RNNCONV + ["torch-to-cudnn", str(pt), "-o", str(work / "t.bin"), "-q"]
-    torch_out = [work / "t.bin", work / "t.bin.json"]
-    row("torch-to-cudnn large.pt", t2c, pt, torch_out, "cp large.pt", "speed")
-    row("torch-to-cudnn large.pt --no-hash", [*t2c, "--no-hash"], pt, torch_out, "cp large.pt")
-    c2t = RNNCONV + ["cudnn-to-torch", str(blob), "-o", str(back), "-q"]
-    row("cudnn-to-torch out.bin", c2t, blob, [back], "cp out.bin", "speed")
-    row(
-        "cudnn-to-cudnn out.bin -> .safetensors",
-        RNNCONV + ["convert", str(blob), str(work / "s.safetensors"), "-q"],
-        blob,
-        [work / "s.safetensors"],
-        "cp out.bin",
-    )
-    row(
-        "verify out.bin (numpy, 8 steps, batch 2, source large.pt)",
-        RNNCONV + ["verify", str(blob), "--backend", "numpy", "--seq-len", "8", "--batch", "2", "-q"],
-        blob,
-        [],
-    )
-    if not skip_peers:
-        peers = (
-            ("Keras load_model + _standardize_cudnn_weights", NAIVE_KERAS, h5),
-            ("torch.load + torch.cat", NAIVE_TORCH, pt),
-            ("torch.save of the loaded state_dict", NAIVE_TORCH_SAVE, pt),
-        )
-        for label, code, source in peers:
-            command = [PYTHON, "-c", code, str(source), str(naive)]
-            row(f"peer: {label}", command, source, [naive], f"cp {source.name}", once=True)
-    for path in [blob, *blob_out]:
-        path.unlink(missing_ok=True)
-    return model_mb
-
-
-def small_tasks(work: Path, row: Callable[..., None]) -> None:
-    """A small conversion from every format, each against the import floor of what it must import (the libraries
-    every command needs, and h5py for a Keras file, onnx for an ONNX one). `--help` is bench/help_speed.py's."""
-    row("python -c pass (an empty interpreter)", [PYTHON, "-c", "pass"], None, [])
-    for library, label in FLOORS.items():
-        row(label, [PYTHON, "-c", LIBRARIES + (f", {library}" if library else "")], None, [])
-    small = work / "small.bin"
-    smalls = {  # name: (file, the library its format needs)
-        "keras3/lstm.h5": (FIXTURES / "keras3" / "lstm.h5", "h5py"),
-        "keras3/lstm.keras": (FIXTURES / "keras3" / "lstm.keras", "h5py"),
-        "torch/rnn_tanh.pt": (FIXTURES / "torch" / "rnn_tanh.pt", ""),
-        "onnx/gru3_bi_torchscript.onnx": (FIXTURES / "onnx" / "gru3_bi_torchscript.onnx", "onnx"),
-        "tf1/rnn_tanh.ckpt": (FIXTURES / "tf1" / "rnn_tanh.ckpt", ""),
-    }
-    for name, (source, library) in smalls.items():
-        row(
-            f"small: {name} -> .bin",
-            RNNCONV + ["convert", str(source), str(small), "-q"],
-            None,
-            [small, Path(f"{small}.json")],
-            FLOORS[library],
-            "small",
-        )
-    subprocess.run(RNNCONV + ["convert", str(smalls["torch/rnn_tanh.pt"][0]), str(small), "-q"], check=True, env=ENV)
-    row(
-        "small: cuDNN .bin -> .pt",
-        RNNCONV + ["convert", str(small), str(work / "small.pt"), "-q"],
-        None,
-        [work / "small.pt"],
-        FLOORS[""],
-        "small",
-    )
-    for path in [small, Path(f"{small}.json")]:
-        path.unlink(missing_ok=True)
-
-
-def report(rows: list[Row], model_mb: float | None, repeat: int) -> None:
-    walls = {r.label: r.wall for r in rows}
-    memory_limit = MEMORY_TARGET * (model_mb or 0) + MEMORY_SLACK_MB
-    print(f"\n{'task':58} {'best s':>7} {'median':>7} {'ratio':>6} {'GB/s':>6} {'peak MB':>8} {'/model':>7}  target")
-    for r in rows:
-        ratio = r.wall / walls[r.baseline] if r.baseline else None
-        big = model_mb and (r.label.startswith("cp ") or (r.baseline or "").startswith("cp ") or r.target == "speed")
-        rate = f"{model_mb / 1000 / r.wall:.2f}" if big else ""
-        per_model = f"{r.peak_mb / model_mb:.2f}" if big else ""
-        verdicts = []
-        if r.target == "speed" and ratio is not None:
-            verdicts.append(f"<= {SPEED_TARGET:g} x cp: {'met' if ratio <= SPEED_TARGET else 'MISSED'}")
-            verdicts.append(f"RSS <= {memory_limit:.0f} MB: {'met' if r.peak_mb <= memory_limit else 'MISSED'}")
-        if r.target == "small":
-            verdicts.append(f"<= {SMALL_TARGET:g} s: {'met' if r.wall <= SMALL_TARGET else 'MISSED'}")
-            verdicts.append(f"{r.wall - walls[r.baseline or '']:+.3f} s over its floor")
-        print(
-            f"{r.label:58} {r.wall:7.2f} {r.median:7.2f} {'' if ratio is None else f'{ratio:.2f}':>6} {rate:>6} "
-            f"{r.peak_mb:8.0f} {per_model:>7}  {'; '.join(verdicts)}"
-        )
     print(
-        f"\n(best and median of {repeat} runs after an untimed one, peers run once; ratio and GB/s from the best: "
-        f"a big conversion's to cp of its source, a small task's to the floor; "
-        f"peak = largest resident set, counting the source pages a process maps; {os.cpu_count()} cores; "
-        f"python {sys.version.split()[0]})"
+        f"model: 2-layer bidirectional LSTM, input 1024, hidden 2048, float32, "
+        f"{(work / 'large.pt').stat().st_size / 1e9:.2f} GB"
     )
+    rows = small(work, args.repeat)
+    if not args.small_only:
+        rows = big(work, args.repeat) + rows
+        if args.peers:
+            rows += peers(work, args.repeat)
+    report(rows, args.repeat)
 
 
 if __name__ == "__main__":

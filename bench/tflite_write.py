@@ -2,13 +2,13 @@
 
     python bench/tflite_write.py [--gb 1.41] [--dir /tmp/rnnconv-bench] [--repeat 3]
 
-The source is a PyTorch state_dict of a bidirectional nn.LSTM, input 1024, hidden 2048, with as many layers as
-make about --gb gigabytes (4 layers: 352 M weights, 1.41 GB, bench/make_models.py's large.pt), made once with
-torch. Both are timed warm (the source in the page cache, each output removed before the next run): `cp` of the
+The source is a PyTorch state_dict of a bidirectional nn.LSTM, input 1024, hidden 2048, with as many layers as make
+about --gb gigabytes (4 layers: 352 M weights, 1.41 GB; bench/make_models.py's large.pt has 2, 0.60 GB), made once
+with torch. Both are timed warm (the source in the page cache, each output removed before the next run): `cp` of the
 source, and `rnnconv.convert(source, model.tflite)` in this process (the file's weights streamed from the source
 behind the flatbuffer's tables, the source hashed on another core meanwhile), then without the hash and, for
-comparison, to a cuDNN weight space. Prints the best of --repeat runs, the sizes and the ratios. A model over
-2 GiB is refused (flatbuffers' 32-bit offsets): --gb 2.5 shows the sentence.
+comparison, to a cuDNN weight space. Prints the best of --repeat runs, the sizes and the ratios. A model over 2 GiB
+is refused (flatbuffers' 32-bit offsets): --gb 2.5 shows the sentence.
 A benchmark, not a test: it judges nothing by exit code.
 """
 

@@ -8,6 +8,7 @@ The library mirrors the command line:
     results = rnnconv.convert_many(["a.h5", "b.h5"], "out/", jobs=2)      # BatchResults: one entry each
     report = rnnconv.verify("model.bin")                                  # Report: report.verdict
     reports = rnnconv.verify_all("models.safetensors")                    # Reports: one per RNN
+    rows = rnnconv.audit("model.onnx", against="train.pt")                # Reports: one per RNN of either
     for entry in rnnconv.inspect("model.h5").rnns: ...                    # InspectReport
     found = rnnconv.identify("w.raw", mode="lstm", input_size=8, hidden_size=16, probe="probe.npz")  # Identification
     with rnnconv.load("model.h5", layer="encoder") as (rnn,): ...        # CanonicalRNN, tensors on demand
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from rnnconv.version import __version__
 
 if TYPE_CHECKING:
-    from rnnconv.api import convert, convert_many, formats, identify, inspect, load, schema, verify, verify_all
+    from rnnconv.api import audit, convert, convert_many, formats, identify, inspect, load, schema, verify, verify_all
     from rnnconv.errors import BackendMissing, BadInput, Mismatch, RnnconvError, Unsupported
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "RnnconvError",
     "Unsupported",
     "__version__",
+    "audit",
     "convert",
     "convert_many",
     "formats",

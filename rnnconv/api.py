@@ -316,6 +316,74 @@ def verify_all(
     return _reported(path, settings, outputs, each, lambda exc: Reports([failed_report(path, exc)]))
 
 
+def audits(blob: PathLike, against: PathLike | None, layers: Sequence[str] = (), raw: bool = False) -> bool:
+    """Whether `verify BLOB --against AGAINST` (with these --layer values) is the audit of a deployed whole model
+    (`audit`): pairs asked for (DEPLOYED=CHECKPOINT), or, with no --layer, a model file (not a cuDNN blob) holding
+    several RNNs, or one RNN that records no source while the checkpoint holds several."""
+    from rnnconv.audit import wanted
+
+    return wanted(Path(blob), None if against is None else Path(against), layers, raw)
+
+
+def one_layer(layers: Sequence[str]) -> str | None:
+    """verify's --layer outside the audit: one RNN's name, given once."""
+    if len(layers) > 1:
+        raise BadInput("--layer names one RNN to verify (given several times, it pairs DEPLOYED=CHECKPOINT RNNs)")
+    return layers[0] if layers else None
+
+
+def audit(
+    blob: PathLike,
+    *,
+    against: PathLike | None,
+    pairs: Sequence[str] = (),
+    report: PathLike | None = None,
+    junit: PathLike | None = None,
+    stage: Stage | None = None,
+    **options: Any,
+) -> Reports:
+    """Audit a deployed whole model (`blob`: an .onnx, an OpenVINO IR, a .tflite, ...) against its training
+    checkpoint (`against`, any source format): one report per RNN, in the deployed file's order.
+
+    Each RNN of the deployed file is paired with one of the checkpoint's (`pairs`: "DEPLOYED=CHECKPOINT" names;
+    the rest by position and sizes), and each pair is run as `verify` runs one RNN: the deployed one in its own
+    runtime, the checkpoint's in its framework. A pair that differs is diagnosed (a GRU's reset placement, a clip
+    the checkpoint has not, swapped gates, ...); an RNN with no partner gets the verdict not-found. `options` are
+    `verify`'s that do not name one RNN (backend, seq_len, batch, seed, ragged, atol, rtol, diagnose, force, ...).
+    """
+    from rnnconv.audit import audit as _audit
+    from rnnconv.audit import pairs_named
+    from rnnconv.verification import VerifyOptions, failed_report
+
+    path = Path(blob)
+    outputs = _Outputs(report, junit, None)
+    with _reported_early(
+        path, against, outputs, bool(options.get("force")), lambda e: Reports([failed_report(path, e)])
+    ):
+        one_rnn = ("convert", "plot", "relayout", "raw_spec", "streaming", "stream_runtime")
+        one = [name for name in one_rnn if options.pop(name, None)]
+        if one:
+            raise BadInput(f"--{one[0].replace('_', '-')} is for one RNN; the audit of a whole model takes none")
+        if options.get("backend", "auto") != "auto":  # each deployed RNN runs in its own runtime, as written
+            raise BadInput("--backend picks the engine of a blob; the audit runs each deployed RNN in its own runtime")
+        if against is None:
+            raise BadInput(
+                "--layer DEPLOYED=CHECKPOINT pairs a model's RNNs with its checkpoint's: name it with --against"
+            )
+        options.pop("all", None)  # the audit checks every RNN anyway
+        checkpoint = registry.source_file(Path(against))
+        regular_file(checkpoint, "--against")
+        settings = VerifyOptions(against=checkpoint, **options)
+        named = pairs_named(pairs)
+    return _reported(
+        path,
+        settings,
+        outputs,
+        lambda: _audit(path, settings, named, stage),
+        lambda e: Reports([failed_report(path, e)]),
+    )
+
+
 def _verify_rnn(path: Path, settings: VerifyOptions, stage: Stage | None) -> Report:
     """One RNN's report; a failure the user can fix (not a bug) becomes its report, so the others still run."""
     from rnnconv.verification import failed_report
@@ -429,11 +497,19 @@ def _names_an_input(path: Path, inputs: list[Path]) -> bool:
     return path.resolve() in names
 
 
-def inspect(path: PathLike) -> InspectReport:
-    """Every RNN in a file: its spec, its class, and whether it converts (why not)."""
+def inspect(path: PathLike, profile: str | None = None) -> InspectReport:
+    """Every RNN in a file: its spec, its class, and whether it converts (why not); with `profile` (an ONNX
+    consumer: rnnconv.formats.onnx.profile), each of the consumer's limits the file's RNN nodes break."""
     path = registry.source_file(Path(path))
     with watching(path) as still_unchanged:
-        report = registry.detect(path).inspect(path)
+        fmt = registry.detect(path)
+        report = fmt.inspect(path)
+        if profile is not None:
+            from rnnconv.formats.onnx.profile import broken_in_file
+
+            if fmt.name != "onnx":
+                raise BadInput(f"--profile checks an ONNX consumer's limits, and {path.name} is {fmt.title}, not ONNX")
+            report.profile, report.broken_limits = profile, broken_in_file(path, profile)
         still_unchanged()  # a file that changed meanwhile may be described as neither it nor its new self
     return report
 

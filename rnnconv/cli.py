@@ -27,11 +27,12 @@ from rnnconv.options import (
     CONVERSION_TAIL,
     IDENTIFY_HELP,
     RAW,
-    VERIFY_OPTIONS,
+    VERIFY_HELP,
     direction_options,
     identify_parameters,
     parameter,
     sources_and_output,
+    verify_parameters,
 )
 from rnnconv.streams import standalone
 from rnnconv.table.rows import ADAPTER_FORMATS, FORMATS, TABLE
@@ -176,17 +177,7 @@ def convert(**values: Any) -> int:
 
 @command(
     "verify",
-    "Prove a converted blob computes what its source model computes: a verdict, a report and an exit code.\n\n"
-    "The source runs in its own framework on the CPU; the blob runs through cuDNN, or without a GPU through a numpy "
-    "reference of cuDNN's equations that reads every weight from the blob; a file written for a runtime (model.onnx, "
-    "...) runs as written in that runtime. Outputs, final h and c are compared overall, per time step and per layer "
-    "and direction; on a mismatch the likely mistake is named. A file written with --allow-lossy that loses what its "
-    "record says and no more is lossy-as-recorded.\n\nExit codes: 0 match (or lossy-as-recorded with "
-    "--accept-recorded-loss), 1 mismatch or lossy-as-recorded, 2 bad input or no source to compare with (unless "
-    "--allow-structure-only), 3 the requested backend (or matplotlib, for --plot) is unavailable.\n\nExamples:\n\n"
-    "  rnnconv verify model.bin\n\n"
-    "  rnnconv verify model.bin --against model.h5 --report verify-report.json --junit verify-junit.xml\n\n"
-    "  rnnconv verify model.bin --backend cudnn --seq-len 16 --batch 4 --ragged\n\n  rnnconv verify model.onnx",
+    VERIFY_HELP,
     [
         parameter(
             "blob",
@@ -194,7 +185,7 @@ def convert(**values: Any) -> int:
             help="cuDNN blob: X.bin with its sidecar, an rnnconv .safetensors, or a "
             "raw blob (with the raw-blob flags); or a file rnnconv wrote for a runtime (.onnx, ...).",
         ),
-        *map(parameter, VERIFY_OPTIONS),
+        *verify_parameters(),
         parameter("dtype", help="Raw blob: its element type."),
         *map(parameter, COMMON),
     ],
@@ -202,29 +193,32 @@ def convert(**values: Any) -> int:
 def verify(**values: Any) -> int:
     from rnnconv import api, render
 
-    layer, spec = values.pop("layer"), raw_spec(values)
+    blob, layers, spec = values.pop("blob"), values.pop("layer") or [], raw_spec(values)
     as_json, quiet, verbose = values.pop("json"), values.pop("quiet"), values.pop("verbose")
     values.pop("dtype")
     stage = render.stage_printer(enabled=not (quiet or as_json))
-    if values.pop("all"):
-        reports = api.verify_all(values.pop("blob"), layer=layer, raw_spec=spec, stage=stage, **values)
-        render.verifications(reports, as_json, quiet)
-        return max(report.exit_code for report in reports.root)
-    report = api.verify(values.pop("blob"), layer=layer, raw_spec=spec, stage=stage, **values)
-    render.verification(report, as_json, quiet, verbose)
-    return report.exit_code
+    if api.audits(blob, values["against"], layers, spec is not None):
+        reports = api.audit(blob, pairs=layers, raw_spec=spec, stage=stage, **values)
+    elif values.pop("all"):
+        reports = api.verify_all(blob, layer=api.one_layer(layers), raw_spec=spec, stage=stage, **values)
+    else:
+        report = api.verify(blob, layer=api.one_layer(layers), raw_spec=spec, stage=stage, **values)
+        render.verification(report, as_json, quiet, verbose)
+        return report.exit_code
+    render.verifications(reports, as_json, quiet)
+    return max(report.exit_code for report in reports.root)
 
 
 @command(
     "inspect",
     "List every recurrent network in a file: its class, its cuDNN spec, and whether it converts "
-    "(why not).\n\nExamples:\n\n  rnnconv inspect model.h5\n\n  rnnconv inspect model.bin --json",
-    [parameter("source", argument=True, help="Any file rnnconv reads."), *map(parameter, COMMON)],
+    "(why not).\n\nExamples:\n\n  rnnconv inspect model.h5\n\n  rnnconv inspect model.onnx --profile tensorrt",
+    [parameter("source", argument=True, help="Any file rnnconv reads."), *map(parameter, ("profile", *COMMON))],
 )
-def inspect_file(source: Path, **values: Any) -> None:
+def inspect_file(source: Path, **values: Any) -> int:
     from rnnconv import api, render
 
-    render.inspection(api.inspect(source), values["json"], values["quiet"], values["verbose"])
+    return render.inspection(api.inspect(source, values.pop("profile")), **values)
 
 
 @command("identify", IDENTIFY_HELP, identify_parameters())

@@ -24,13 +24,15 @@ SIDECAR_FORMAT: Final = "rnnconv.cudnn-weight-space"
 # Version 3: source.digest ("ALGORITHM:HEX") instead of source.sha256.
 SIDECAR_SCHEMA_VERSION = 3
 # Report version 2: per-step errors per output direction and each output's `match`. Version 3: the verdict
-# lossy-as-recorded and the report's `loss`; a source record's `loss` (what --allow-lossy dropped).
-REPORT_SCHEMA_VERSION = 3
+# lossy-as-recorded and the report's `loss`; a source record's `loss` (what --allow-lossy dropped). Version 4: the
+# verdict not-found (a row of the audit of a deployed model: an RNN with no partner on the other side).
+REPORT_SCHEMA_VERSION = 4
 
 # error / backend-missing: verify could not run (exit 2 / 3); a report asked for is still written, saying why.
 # lossy-as-recorded: a file written with --allow-lossy differs from its source by what its record says was dropped,
-# and by nothing more (exit 1 unless --accept-recorded-loss).
-Verdict = Literal["match", "mismatch", "lossy-as-recorded", "structure-only", "error", "backend-missing"]
+# and by nothing more (exit 1 unless --accept-recorded-loss). not-found: an RNN of a deployed model or of its
+# checkpoint that has no partner on the other side (exit 1).
+Verdict = Literal["match", "mismatch", "lossy-as-recorded", "structure-only", "error", "backend-missing", "not-found"]
 
 
 class Contract(BaseModel):
@@ -339,7 +341,9 @@ class Report(Contract):
     def exit_code(self) -> int:
         """0 match (or a recorded loss accepted), 1 mismatch (or a recorded loss not accepted), 2 nothing could be
         compared (unless a structure check alone was accepted) or verify could not run, 3 a backend is missing."""
-        if self.verdict == "mismatch" or (self.verdict == "lossy-as-recorded" and not self.accept_recorded_loss):
+        if self.verdict in ("mismatch", "not-found") or (
+            self.verdict == "lossy-as-recorded" and not self.accept_recorded_loss
+        ):
             return Mismatch.exit_code
         if self.verdict == "backend-missing":
             return BackendMissing.exit_code
@@ -403,6 +407,8 @@ class InspectReport(Contract):
     versions: dict[str, str] = Field(default_factory=dict)
     rnns: list[InspectEntry]
     notes: list[str] = Field(default_factory=list)
+    profile: str | None = None  # inspect --profile: the ONNX consumer checked
+    broken_limits: list[str] = Field(default_factory=list)  # each limit of the profile a node breaks, a line each
 
 
 class ConvertedRNN(Contract):

@@ -123,10 +123,10 @@ def without(losses: list[Loss], rnn: CanonicalRNN) -> CanonicalRNN:
     return rnn
 
 
-def holdable(target: Format, rnn: CanonicalRNN, allow_lossy: bool, streaming: bool = False) -> tuple[CanonicalRNN, str]:
+def holdable(target: Format, rnn: CanonicalRNN, write: WriteOptions) -> tuple[CanonicalRNN, str]:
     """`rnn` if `target` holds it exactly; else refused naming the term it cannot hold, or with `allow_lossy`, the
     nearest RNN it can hold, and a warning saying how far that one's outputs are from `rnn`'s on probe inputs."""
-    losses = target.streaming_losses(rnn) if streaming else target.losses(rnn)
+    losses, allow_lossy = target.losses_in(rnn, write.dtype, write.streaming), write.allow_lossy
     read_without = rnn.source.loss  # what the source's reader left out (a clip), recorded as it was measured
     probe = f"on probe inputs (seed {PROBE_SEED}, {PROBE_STEPS} steps, batch {PROBE_BATCH}, non-zero states)"
     if not losses:
@@ -187,6 +187,8 @@ def convert(
         place, options.layer, options.take_all = options.layer, None, True
     else:
         target = registry.get(to or "cudnn") if output is None else registry.for_output(output, to)
+    if write.profile is not None and target.name != "onnx":
+        raise BadInput(f"--profile checks an ONNX consumer's limits, and the output is {target.title}, not ONNX")
     with reading(source):  # the first look: from here on, a source that changes commits nothing
         fmt = source_format(source, options, expect, target.name)  # a wrong source is said before anything else
         output = output or default_output(source, target)
@@ -199,7 +201,7 @@ def convert(
                 raise RnnconvError(f"{source} gave no RNN to write")
             check_stated(found.rnns, options)
             check_streamable(target.info, found.rnns, write)
-            held = [holdable(target, rnn, write.allow_lossy, write.streaming) for rnn in found.rnns]  # before writing
+            held = [holdable(target, rnn, write) for rnn in found.rnns]  # before anything is written
             if into is None:
                 written = target.write([rnn for rnn, _ in held], output, write)
             else:

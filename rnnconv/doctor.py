@@ -48,7 +48,9 @@ def examine() -> dict[str, Any]:
     }
     sources: dict[str, Any] = {}
     for fmt in formats:
-        install = f"pip install 'rnnconv[{fmt.info.extra}]'"
+        # a format with no extra (TensorFlow.js: npm packages) says how its runtime is installed
+        told = [runtime.install for runtime in fmt.runtimes if runtime.install]
+        install = f"pip install 'rnnconv[{fmt.info.extra}]'" if fmt.info.extra or not told else told[0]
         engine = fmt.engine
         if engine is not None:
             backends[engine.name] = {"format": fmt.name, **_row(engine.modules, engine.detail, install)}

@@ -63,7 +63,9 @@ def _output_cases(rnn: str, comparison: Comparison, tol: Tolerance, diagnosis: s
 
 def cases_of(report: Report) -> list[Case]:
     """The test cases of one verify run."""
-    rnn = report.name or Path(report.blob).name
+    rnn = report.name or (report.source.layer if report.source else None) or Path(report.blob).name
+    if report.verdict == "not-found":
+        return [Case(rnn, "failure", report.summary, report.summary)]
     if report.verdict in ("error", "backend-missing"):
         return [Case(rnn, "error", report.summary, report.summary)]
     if report.verdict == "structure-only":

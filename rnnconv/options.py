@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from rnnconv.formats.catalog import ENGINES, FORMAT_INFO
+from rnnconv.formats.onnx.wire import ONNX_PROFILES
 from rnnconv.setting_fields import READ_FIELDS, TARGET_FIELDS, WRITE_FIELDS
 from rnnconv.table.constants import CUDNN_MODES, ELEMENT_TYPE_CODES, MAX_LAYERS, NONLINEARITIES
 from rnnconv.table.rows import ADAPTER_FORMATS, BIAS_SPLITS
@@ -29,13 +30,14 @@ DType, Mode, BiasSplit = (
     choices("Mode", CUDNN_MODES),
     choices("BiasSplit", BIAS_SPLITS),
 )
+Profile = choices("Profile", ONNX_PROFILES)
 Nonlinearity, Target, Engine = (
     choices("Nonlinearity", NONLINEARITIES),
     choices("Target", [name for name in ADAPTER_FORMATS if FORMAT_INFO[name].writes]),
     choices("Engine", ENGINES),
 )
 # A source's and a target's options are the fields of the library's settings; their choices come from the table.
-CHOICES = {"bias_split": BiasSplit, "nonlinearity": Nonlinearity, "dtype": DType, "to": Target}
+CHOICES = {"bias_split": BiasSplit, "nonlinearity": Nonlinearity, "dtype": DType, "to": Target, "profile": Profile}
 
 
 def _declared() -> dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]]:
@@ -253,7 +255,7 @@ def direction_options(source: str, target: str) -> list[str]:
 
 
 # What every conversion command ends with.
-CONVERSION_TAIL = ["jobs", "force", "allow_lossy", "no_hash", "require_stated", *COMMON]
+CONVERSION_TAIL = ["jobs", "force", "allow_lossy", "profile", "no_hash", "require_stated", *COMMON]
 VERIFY_OPTIONS = [
     "against",
     "convert",
@@ -280,6 +282,23 @@ VERIFY_OPTIONS = [
     "force",
     *RAW,
 ]
+VERIFY_HELP = (
+    "Prove a converted blob computes what its source model computes: a verdict, a report and an exit code.\n\n"
+    "The source runs in its own framework on the CPU; the blob runs through cuDNN, or without a GPU through a numpy "
+    "reference of cuDNN's equations that reads every weight from the blob; a file written for a runtime (model.onnx, "
+    "...) runs as written in that runtime. Outputs, final h and c are compared overall, per time step and per layer "
+    "and direction; on a mismatch the likely mistake is named. A file written with --allow-lossy that loses what its "
+    "record says and no more is lossy-as-recorded.\n\nExit codes: 0 match (or lossy-as-recorded with "
+    "--accept-recorded-loss), 1 mismatch, lossy-as-recorded or (auditing) an RNN not found, 2 bad input or no source "
+    "to compare with (unless "
+    "--allow-structure-only), 3 the requested backend (or matplotlib, for --plot) is unavailable.\n\nExamples:\n\n"
+    "  rnnconv verify model.bin\n\n"
+    "  rnnconv verify model.bin --against model.h5 --report verify-report.json --junit verify-junit.xml\n\n"
+    "  rnnconv verify model.bin --backend cudnn --seq-len 16 --batch 4 --ragged\n\n  rnnconv verify model.onnx\n\n"
+    "Auditing a deployed model against its checkpoint (every RNN of either, paired by position and sizes or by "
+    "--layer DEPLOYED=CHECKPOINT; one row each: match, mismatch with its likely cause, or not-found):\n\n"
+    "  rnnconv verify model.onnx --against train.pt"
+)
 IDENTIFY_HELP = (
     "Name the layout of a headerless weight blob, from its size and (--probe) from what it computes.\n\n"
     "Every layout of the layout table (gate orders of cuDNN, PyTorch, Keras, ONNX, TF1, MIOpen, TensorRT; "
@@ -294,6 +313,18 @@ IDENTIFY_HELP = (
     "  rnnconv identify weights.raw --mode lstm --input-size 80 --hidden-size 256 --num-layers 2 --bidirectional\n\n"
     "  rnnconv identify weights.raw --mode gru --input-size 40 --hidden-size 64 --probe probe.npz -o model.pt"
 )
+
+
+def verify_parameters() -> list[inspect.Parameter]:
+    """verify's options: its --layer may be given several times, as pairs DEPLOYED=CHECKPOINT (the audit)."""
+    layer = parameter(
+        "layer",
+        annotation=list[str] | None,
+        help="The RNN to verify when the file holds several (its name as inspect lists it); or, auditing a deployed "
+        "model against its checkpoint (--against), a pair DEPLOYED=CHECKPOINT of RNN names, as often as needed "
+        "(the others are paired by position and sizes).",
+    )
+    return [layer if name == "layer" else parameter(name) for name in VERIFY_OPTIONS]
 
 
 def identify_parameters() -> list[inspect.Parameter]:

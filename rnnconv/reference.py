@@ -36,11 +36,14 @@ def forward(
     c0: np.ndarray | None = None,
     lengths: np.ndarray | None = None,
     clip: tuple[float, float] = (0.0, 0.0),
+    reset_before: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Run the RNN; return y (T, B, D*out), h_n (L*D, B, out) and c_n (L*D, B, H) or None.
 
     `clip`: an LSTM's cell state and projected output clipped to within those bounds at every step (0: not), as
-    TFLite's cell_clip and proj_clip do, which cuDNN does not: what --allow-lossy measures when it drops them."""
+    TFLite's cell_clip and proj_clip do, which cuDNN does not: what --allow-lossy measures when it drops them.
+    `reset_before`: a GRU's reset gate applied before the recurrent matrix (Keras's reset_after=False, ONNX's
+    linear_before_reset=0), which cuDNN does not: what the audit of a deployed model tries on a mismatch."""
     x = np.asarray(x, dtype=np.float64)
     steps, batch, _ = x.shape
     dirs, out_size, hidden = spec.num_directions, spec.output_size, spec.hidden_size
@@ -55,7 +58,7 @@ def forward(
         for direction in range(dirs):
             pseudo = layer * dirs + direction
             y, h_n[pseudo], c_n[pseudo] = _run_direction(
-                spec, param, layer, direction, layer_input, h0[pseudo], c0[pseudo], lengths, clip
+                spec, param, layer, direction, layer_input, h0[pseudo], c0[pseudo], lengths, clip, reset_before
             )
             outputs.append(y)
         layer_input = np.concatenate(outputs, axis=-1)
@@ -81,6 +84,7 @@ def _run_direction(
     c: np.ndarray,
     lengths: np.ndarray,
     clip: tuple[float, float],
+    reset_before: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     steps, batch, _ = x.shape
     cell_clip, proj_clip = clip
@@ -110,7 +114,11 @@ def _run_direction(
             gh = dict(zip(spec.gates, np.split(pre_h, 3, axis=-1)))
             reset = sigmoid(gx["r"] + gh["r"])
             update = sigmoid(gx["z"] + gh["z"])
-            candidate = np.tanh(gx["h"] + reset * gh["h"])  # reset after the recurrent matrix and its bias
+            if reset_before:  # h' = tanh(Wh x + Rh (r*h) + bRh + bWh)
+                r_h, b_h = (dict(zip(spec.gates, np.split(v, 3)))["h"] for v in (r, br))
+                candidate = np.tanh(gx["h"] + (reset * h) @ r_h.T + b_h)
+            else:  # reset after the recurrent matrix and its bias
+                candidate = np.tanh(gx["h"] + reset * gh["h"])
             new_h = (1.0 - update) * candidate + update * h
         else:
             new_h = ACTIVATIONS[spec.mode](pre_x + pre_h)

@@ -58,7 +58,7 @@ class _Console(Console):
 out = _Console(highlight=False, soft_wrap=True)
 # Messages: on a stderr that cannot take them (full, closed early) they are given up, and the exit code stays.
 err = _Console(file=cast(IO[str], streams.Tolerant("stderr", 2)), highlight=False, soft_wrap=True)
-Shown = TypeVar("Shown", bound=Callable[..., None])
+Shown = TypeVar("Shown", bound=Callable[..., "int | None"])
 
 
 VERDICT_COLOURS = {"match": "green", "structure-only": "yellow", "lossy-as-recorded": "yellow"}  # else red
@@ -68,10 +68,11 @@ def shown(function: Shown) -> Shown:
     """A result printer for which a closed pipe (`| head -1`) is no error: what is left is not shown."""
 
     @functools.wraps(function)
-    def show(*args: Any, **kwargs: Any) -> None:
+    def show(*args: Any, **kwargs: Any) -> Any:
         try:
-            function(*args, **kwargs)
+            result = function(*args, **kwargs)
             sys.stdout.flush()  # a closed pipe shows here, not at exit
+            return result
         except BrokenPipeError:
             streams.silence(1)
         except (OSError, ValueError) as exc:  # a full device, an I/O error: the result did not reach the user
@@ -226,6 +227,15 @@ def batch(results: BatchResults, as_json: bool, quiet: bool) -> None:
     out.print(f"converted {done} of {len(results.root)}")
 
 
+def _paired(report: Report) -> str:
+    """An RNN as a row names it: its name, and the source RNN it was held against where that is named otherwise (the
+    audit of a deployed model pairs them: DEPLOYED = CHECKPOINT; a checkpoint's RNN with no partner: - = NAME)."""
+    theirs = report.source.layer if report.source else None
+    if theirs is None or theirs == report.name:
+        return cut(report.name)
+    return f"{cut(report.name) or '-'} = {cut(theirs)}"
+
+
 @shown
 def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
     """`verify --all`: one row per RNN (name, spec, verdict, summary), or the reports as JSON."""
@@ -241,11 +251,11 @@ def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
     for report in reports.root:
         colour = VERDICT_COLOURS.get(report.verdict, "red")
         verdict = f"[bold {colour}]{report.verdict.upper()}[/] (exit {report.exit_code})"
-        table.add_row(escape(cut(report.name)), spec_text(report.spec), verdict, escape(sentence(report.summary)))
+        table.add_row(escape(_paired(report)), spec_text(report.spec), verdict, escape(sentence(report.summary)))
     if quiet:  # -q keeps the verdicts: one line each
         for report in reports.root:
             out.print(
-                f"{escape(cut(report.name))}: {report.verdict.upper()} (exit {report.exit_code}): "
+                f"{escape(_paired(report))}: {report.verdict.upper()} (exit {report.exit_code}): "
                 f"{escape(sentence(report.summary))}"
             )
     else:
@@ -255,12 +265,14 @@ def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
 
 
 @shown
-def inspection(report: InspectReport, as_json: bool, quiet: bool, verbose: bool) -> None:
-    if as_json:
+def inspection(report: InspectReport, json: bool, quiet: bool, verbose: bool) -> int:
+    """Shows the report; its exit code: 1 where --profile found a limit broken."""
+    code = 1 if report.broken_limits else 0
+    if json:
         print_json(report)
-        return
+        return code
     if quiet:
-        return
+        return code
     versions = "".join(f", {k} {v}" for k, v in report.versions.items())
     title = f"{escape(report.path)} ({report.format}{escape(versions)})"
     table = Table(title=title)
@@ -291,6 +303,12 @@ def inspection(report: InspectReport, as_json: bool, quiet: bool, verbose: bool)
             out.print(f"{escape(name)} was made from {escape(cut(rnn.source.path, 300))} ({rnn.source.format})")
     for text in report.notes + [n for r in report.rnns for n in r.notes]:
         note(text)
+    if report.profile is not None:
+        kept = f"[green]keeps {report.profile}'s documented limits[/]"
+        out.print(f"{escape(report.path)} {kept}" if not report.broken_limits else f"{report.profile} would refuse:")
+        for line in report.broken_limits:
+            out.print(f"  {escape(line)}")
+    return code
 
 
 # One mark per time step, one decade of error each: the first four within the tolerance at |x| = 1, the rest beyond.

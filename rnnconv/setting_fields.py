@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from rnnconv.formats.onnx.wire import ONNX_PROFILES
 from rnnconv.table.layouts import BIAS_SPLITS, DEFAULT_BIAS_SPLIT
 
 
@@ -84,6 +85,14 @@ WRITE_FIELDS: Final[dict[str, SettingField]] = {
         "Element type of the output [default: the source's]; for a raw blob, the blob's (and the output's).",
     ),
     "force": SettingField(bool, False, ("--force",), "Replace existing output files."),
+    "profile": SettingField(
+        str | None,
+        None,
+        ("--profile",),
+        "An ONNX consumer (" + ", ".join(ONNX_PROFILES) + ") whose documented limits the ONNX must keep: inspect "
+        "lists each limit a file breaks (exit 1 if any), a conversion to ONNX is refused if its output would break "
+        "one.",
+    ),
     "allow_lossy": SettingField(
         bool,
         False,

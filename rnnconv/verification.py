@@ -80,6 +80,11 @@ class VerifyOptions:
             raise BadInput("--stream-runtime runs a streaming model: give it with --streaming")
         if self.streaming and (self.ragged or self.raw_spec is not None):
             raise BadInput("--streaming runs a streaming model on whole sequences: leave out --ragged and the raw spec")
+        if self.streaming and self.backend != "auto":
+            raise BadInput(
+                "--streaming runs a streaming model in its format's runtime (--stream-runtime names another): leave "
+                "out --backend"
+            )
 
 
 def open_blob(path: Path, options: VerifyOptions) -> Blob:
@@ -144,14 +149,14 @@ def rnn_names(path: Path, options: VerifyOptions) -> list[str]:
 class FileRun:
     """A runtime's file run as it is, by its format's `run` in that runtime: what `verify FILE` compares."""
 
-    def __init__(self, fmt: registry.Format, path: Path, where: Provenance, engine: registry.Engine):
+    def __init__(self, fmt: registry.Format, path: Path, where: Provenance, engine: registry.RuntimeEngine):
         self.fmt, self.path, self.where, self.engine = fmt, path, where, engine
         self.name = engine.name
         self.notes: list[str] = []
         self.how = ""
 
     def run(self, blob: Blob, inputs: Inputs) -> Outputs:
-        got, self.how = self.fmt.run(self.path, self.where, blob.spec, inputs)
+        got, self.how = self.engine.run_file(self.path, self.where, blob.spec, inputs)
         return got
 
     def describe(self) -> BackendInfo:
@@ -295,11 +300,11 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
             f"{path} records its source's element type as {cut(source.dtype)!r}, none rnnconv knows "
             f"({', '.join(MANTISSA_BITS)})"
         )
-    own = runtime.make_engine() if runtime is not None else None
+    own = None if runtime is None else runtime.make_engine(None if options.backend == "auto" else options.backend)
     engine: registry.Engine
     if streamed is not None:
         engine = streamed
-    elif runtime is not None and own is not None and where is not None and options.backend in ("auto", own.name):
+    elif runtime is not None and own is not None and where is not None:
         engine = FileRun(runtime, path, where, own)  # the file itself, in its own runtime
     else:  # a blob; or the weights read back from a runtime's file, in the engine asked for
         engine = select_engine(options.backend)
@@ -318,7 +323,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
             raise
         raise BackendMissing(f"{exc}; and {also}") from None
     recorded = blob.source.loss  # written with --allow-lossy: it should compute its source without what it lost
-    expected = want if recorded is None else source_without(fmt, source_path, source, runtime, inputs)
+    expected = want if recorded is None else source_without(fmt, source_path, source, runtime, blob.spec.dtype, inputs)
     report.versions.update(engine.versions())
     report.versions["source_framework"] = how.split(":")[0]
     report.source = SourceRun(path=str(source_path), format=source.format, layer=source.layer, run=how)
@@ -382,14 +387,14 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
 
 
 def source_without(
-    fmt: registry.Format, path: Path, source: Provenance, target: registry.Format | None, inputs: Inputs
+    fmt: registry.Format, path: Path, source: Provenance, target: registry.Format | None, written: str, inputs: Inputs
 ) -> Outputs:
     """What a file written with --allow-lossy should compute: the source's RNN without what the file's format
     (`target`, None: a cuDNN blob) cannot hold, the nearest RNN it holds as the conversion wrote it, in the numpy
-    reference."""
+    reference (`written`: the file's element type)."""
     with fmt.read(path, fmt.source_options(source)) as found:
         rnn = found.rnns[0]
-        nearest = without((target or registry.get("cudnn")).losses(rnn), rnn)
+        nearest = without((target or registry.get("cudnn")).losses_in(rnn, written), rnn)
         y, h_n, c_n = forward(nearest.spec, nearest.param, inputs["x"], inputs["h0"], inputs["c0"], inputs["lengths"])
     return {"y": y, "h_n": h_n, "c_n": c_n}
 

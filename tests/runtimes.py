@@ -43,6 +43,7 @@ class Runtime:
     # a bfloat16 source's file is run in 16 bits by its runtime (OpenVINO, MLX), or holds 16-bit sums of the source's
     # biases (Flax linen's GRU has one bias where PyTorch has two: b_ir + b_hr is stored in the source's bfloat16)
     rounds_to_16_bits: bool = False
+    beside: tuple[str, ...] = ()  # files written beside model{files[0]} under names of their own
 
     @property
     def ending(self) -> str:
@@ -387,6 +388,25 @@ def _keras_documented(path, spec, x_batch_major) -> np.ndarray:
     return np.asarray(keras.models.load_model(path)(x_batch_major))
 
 
+# --- TensorFlow.js under Node.js -----------------------------------------------------------------------------------
+
+
+def _tfjs(path, spec, x, h0, c0, lengths=None) -> Outputs:
+    """model.json loaded by TensorFlow.js's own tf.loadLayersModel (Node.js, CPU backend), its layers run from the
+    given states by the script rnnconv ships for verify."""
+    from rnnconv.errors import BackendMissing
+    from rnnconv.formats.tfjs.reader import TfjsFile
+    from rnnconv.formats.tfjs.runner import require_tfjs, run_layers
+
+    try:
+        require_tfjs()
+    except BackendMissing as exc:
+        pytest.skip(str(exc))
+    (chain,) = TfjsFile.load(Path(path)).chains
+    out = run_layers(Path(path), chain, {"x": x, "h0": h0, "c0": c0, "lengths": lengths})
+    return out["y"], out["h_n"], out["c_n"]
+
+
 # --- cuDNN: the blob through the reference of cuDNN's equations (held against cuDNN itself on a GPU) -------------
 
 
@@ -419,4 +439,5 @@ RUNTIMES = {
     "ncnn": Runtime((".param", ".bin", ".param.rnnconv.json"), 1e-5, (Way("ncnn's Net", _ncnn),)),
     "torch": Runtime((".pt",), 2e-5, (Way("torch.nn", _torch, True),)),
     "keras": Runtime((".keras",), 2e-5, (), _keras_documented),
+    "tfjs": Runtime((".json",), 1e-5, (Way("TensorFlow.js", _tfjs),), beside=("group1-shard1of1.bin",)),
 }

@@ -16,6 +16,7 @@ from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import catalog, registry
 from rnnconv.formats._graph import GraphFormat
 from rnnconv.formats.catalog import FORMAT_INFO
+from rnnconv.formats.plugin import NPM
 from rnnconv.table.apply import find_row, rows_for
 from rnnconv.table.rows import ADAPTER_FORMATS, TABLE
 
@@ -177,8 +178,9 @@ def test_every_extra_is_declared_installed_by_the_tests_and_pinned():
 
     for plugin in catalog.plugins():
         name, extra = plugin.info.name, plugin.info.extra
-        imported = {module.split(".")[0] for runtime in plugin.runtimes for _, module in runtime.modules}
-        imported |= {module.split(".")[0] for _, module in plugin.engine.modules} if plugin.engine else set()
+        modules = [m for runtime in plugin.runtimes for _, m in runtime.modules]
+        modules += [m for _, m in plugin.engine.modules] if plugin.engine else []
+        imported = {m.split(".")[0] for m in modules if not m.startswith(NPM)}  # npm packages: package.json's
         assert imported <= set(plugin.frameworks), (name, imported - set(plugin.frameworks))
         if extra is None:
             assert not plugin.frameworks, f"{name} names frameworks but no extra that installs them"
@@ -413,7 +415,7 @@ def test_json_is_the_result_on_stdout_everywhere(tmp_path):
     conversion = json.loads(run_cli("keras-to-cudnn", FIXTURES / "keras3" / "lstm.h5", "-o", out, "--json").stdout)
     assert conversion["outputs"][0] == str(out)
     report = json.loads(run_cli("verify", out, "--backend", "numpy", "--json").stdout)
-    assert report["verdict"] == "match" and report["schema_version"] == 3
+    assert report["verdict"] == "match" and report["schema_version"] == 4
     assert json.loads(run_cli("inspect", out, "--json").stdout)["format"] == "cudnn-bin"
     rows = json.loads(run_cli("explain", "keras", "GRU", "--json").stdout)
     assert rows[0]["gate_order"] == ["z", "r", "h"]
@@ -439,7 +441,7 @@ def test_verify_engines_come_from_the_registry():
     from rnnconv.engines import select_engine
     from rnnconv.formats.catalog import ENGINES
 
-    offered = {fmt.engine.name: fmt.name for fmt in registry.formats() if fmt.engine is not None}
+    offered = {e.name: fmt.name for fmt in registry.formats() for e in (fmt.engine, *fmt.plugin.more_engines) if e}
     assert set(offered) == set(ENGINES) - {"auto", "cudnn", "numpy"}
     for name in offered:
         assert select_engine(name).name == name

@@ -76,8 +76,10 @@ CASES += [f"keras-{layer}" for layer in KERAS_LAYERS]
 
 def refusal(target: str, spec: RNNSpec, source: Source) -> str | None:
     """The term a target's refusal names for a source it cannot hold (None: it holds it)."""
-    if spec.proj_size and target in ("onnx", "openvino", "flax", "flax-nnx", "equinox", "mlx", "keras"):
+    if spec.proj_size and target in ("onnx", "openvino", "flax", "flax-nnx", "equinox", "mlx", "keras", "tfjs"):
         return "projection"
+    if target == "tfjs" and spec.mode == "gru":
+        return "reset_after=True"
     if target == "tflite" and spec.mode == "gru":
         return "no fused GRU op"
     if target == "flax-nnx" and spec.mode == "gru" and spec.bias and not source.zero_b_hn:
@@ -89,6 +91,9 @@ def refusal(target: str, spec: RNNSpec, source: Source) -> str | None:
     if target == "ncnn" and spec.mode == "rnn_relu":
         return "ncnn's RNN layer computes tanh only"
     return None
+
+
+ROUNDED_SUMS = "has no exact value for the biases it stores summed"
 
 
 @dataclasses.dataclass
@@ -207,6 +212,10 @@ def source(tmp_path_factory):
     return make
 
 
+def written_names(runtime) -> list[str]:
+    return [f"model{ending}" for ending in runtime.files] + list(runtime.beside)
+
+
 @pytest.fixture(scope="session")
 def written(tmp_path_factory, source):
     """(format, case) -> the file rnnconv wrote, or the Unsupported it raised; written once per session."""
@@ -221,8 +230,12 @@ def written(tmp_path_factory, source):
         try:
             result = rnnconv.convert(made.path, out, layer=made.layer, to=target, **made.options)
         except Unsupported as exc:
-            return where, exc
-        assert result.outputs == [str(where / f"model{ending}") for ending in RUNTIMES[target].files]
+            if ROUNDED_SUMS not in str(exc) or refusal(target, made.spec, made) is not None:
+                return where, exc
+            # a half-precision source whose summed biases its type cannot hold (test_flax holds the refusal): the
+            # file written with them rounded, as --allow-lossy writes it, still runs within the half tolerance
+            result = rnnconv.convert(made.path, out, layer=made.layer, to=target, allow_lossy=True, **made.options)
+        assert result.outputs == [str(where / name) for name in written_names(RUNTIMES[target])]
         return where, out
 
     return write
@@ -235,6 +248,7 @@ FAST = {
     "flax-nnx": {"torch-gru-nobias-x1", "torch-rnn_tanh-x1"},
     "equinox": {"torch-lstm-x1", "torch-gru-nobias-x1"},
     "keras": {"torch-lstm-x2-bi", "keras-gru_a"},
+    "tfjs": {"torch-lstm-x2-bi", "torch-rnn_relu-x1", "keras-bidi_lstm"},  # one Node.js process each
 }
 NOT_RUN = {  # a framework's own limit, not rnnconv's: what the row cannot run, and why
     ("keras", "torch-gru_bf16.pt"): "Keras on TensorFlow cannot build a bfloat16 GRU to load the weights into (its "
@@ -261,7 +275,7 @@ def test_the_written_file_computes_what_its_source_computes(target, case, source
         assert not any(where.iterdir())  # nothing written
         return
     runtime = RUNTIMES[target]
-    assert sorted(p.name for p in where.iterdir()) == sorted(f"model{ending}" for ending in runtime.files)
+    assert sorted(p.name for p in where.iterdir()) == sorted(written_names(runtime))
     with rnnconv.load(out) as (back,):  # the source recorded, as verify finds it
         assert back.origin is not None and back.origin.path == str(made.path), back.origin
         assert back.origin.format == RECORDED_FORMATS[made.path.suffix], back.origin

@@ -31,6 +31,7 @@ SOURCES = {
     "Equinox": None,
     "MLX": FIXTURES / "mlx" / "lstm.safetensors",
     "ncnn": FIXTURES / "ncnn" / "lstm.param",
+    "TensorFlow.js": None,
     "TF1 cuDNN checkpoints": FIXTURES / "tf1" / "rnn_tanh.ckpt",
 }
 WRITTEN = {
@@ -44,6 +45,7 @@ WRITTEN = {
     "Equinox": "made.eqx",
     "MLX": "made.mlx.safetensors",
     "ncnn": "ncnn/made.param",
+    "TensorFlow.js": "tfjs/model.json",
 }
 
 
@@ -73,7 +75,9 @@ def test_each_format_needs_what_the_install_page_says(tmp_path):
     hidden = {"PYTHONPATH": f"{shadow}:{ROOT}"}
     (tmp_path / "ir").mkdir()
     (tmp_path / "ncnn").mkdir()
+    (tmp_path / "tfjs").mkdir()
     made = {"cuDNN blob": "made.bin", "Flax linen, flax.nnx": "made.msgpack", "Equinox": "made.eqx"}
+    made["TensorFlow.js"] = "model.json"
     for name, file in made.items():  # the sources no fixture holds, made with everything installed
         assert run_cli("convert", ONE_LSTM, tmp_path / f"source_{file}").returncode == 0
         SOURCES[name] = tmp_path / f"source_{file}"

@@ -18,7 +18,7 @@ nnx = pytest.importorskip("flax.nnx")
 flax_serialization = pytest.importorskip("flax.serialization")
 
 import runtimes
-from conftest import LARGEST_ERRORS, assert_clean_failure, assert_no_framework_imported, run_cli
+from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, assert_no_framework_imported, run_cli
 from test_torch import torch_run
 
 import rnnconv
@@ -276,3 +276,22 @@ def test_a_garbled_source_record_is_refused_in_a_sentence(record, tmp_path):
     rnnconv.convert(source, out)
     (tmp_path / "rnn.msgpack.rnnconv.json").write_text(record)
     assert_clean_failure(run_cli("verify", out), 2, "rnn.msgpack.rnnconv.json")
+
+
+def test_a_bfloat16_gru_whose_summed_biases_bfloat16_cannot_hold_is_refused_naming_both_ways_out(tmp_path):
+    source = FIXTURES / "torch" / "gru_bf16.pt"
+    out = tmp_path / "gru.msgpack"
+    refused = run_cli("convert", source, out)
+    assert_clean_failure(refused, 2, "bfloat16 has no exact value for the biases it stores summed", "--allow-lossy")
+    assert "--dtype float32 holds them exactly" in " ".join(refused.stderr.split())
+    assert not out.exists()
+    state = torch.load(source)
+    for flag, dtype in (("--allow-lossy", "bfloat16"), ("--dtype=float32", "float32")):
+        assert run_cli("convert", source, out, flag, "--force").returncode == 0
+        cell = flax_serialization.msgpack_restore(out.read_bytes())["params"]["forward_rnn"]["cell"]
+        summed = (state["bias_ih_l0"].float() + state["bias_hh_l0"].float())[: 2 * 4]  # r, z: Flax adds them
+        kept = summed.to(torch.bfloat16).float() if dtype == "bfloat16" else summed
+        stored = np.concatenate([np.asarray(cell[k]["bias"], np.float32) for k in ("ir", "iz")])
+        assert np.array_equal(stored, kept.numpy()), flag
+        verified = run_cli("verify", out)
+        assert verified.returncode == 0, verified.stdout + verified.stderr

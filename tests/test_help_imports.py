@@ -1,9 +1,11 @@
-"""What `rnnconv --help`, every command's `--help` and the shell's completion of a command import: typer and the
-table's data, never numpy, pydantic or a framework. Their speed is measured by bench/help_speed.py; what is held
-here is why they are fast, which does not depend on the machine.
+"""What `rnnconv --help`, `--version`, every command's `--help` and the shell's completion of a command import:
+typer and the table's data, never numpy, pydantic or a framework. Their speed is measured by bench/help_speed.py;
+what is held here is why they are fast, which does not depend on the machine. And what a conversion imports: the
+modules of its two formats, of every other format only what tells its files apart (its `format` and `wire`).
 
 Completing a command's options is the exception: typer (0.2x) coerces every option's default through pydantic
-while it finds the command, so pydantic comes with it, but still no numpy and no framework."""
+while it finds the command, so pydantic comes with it (and the package metadata it reads), but still no numpy and
+no framework."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT
+import pytest
+from conftest import FIXTURES, ROOT, run_cli
 
 # In one interpreter, as the `rnnconv` command runs them: the help of the group and of every command (the hidden
 # SOURCE-to-TARGET ones included) and the shell's completions of a command name and a hidden one; then of an option.
@@ -34,7 +37,8 @@ names = list(get_command(app).commands)
 assert "onnx-to-keras" in names and "convert" in names, names
 shown = [run(*([name] if name else []), "--help") for name in ["", *names]]
 assert all("Usage:" in text for text in shown)
-LIBRARIES = ("numpy", "pydantic", "torch", "tensorflow", "jax", "h5py", "onnx", "rich")
+assert run("--version").startswith("rnnconv ")
+LIBRARIES = ("numpy", "pydantic", "torch", "tensorflow", "jax", "h5py", "onnx", "rich", "importlib.metadata")
 for words in ("rnnconv ", "rnnconv onnx-to", "rnnconv convert --la"):
     if words.endswith("--la"):
         print(" ".join(sorted(m for m in LIBRARIES if m in sys.modules)))
@@ -52,4 +56,58 @@ def test_help_and_completion_import_neither_numpy_nor_pydantic_nor_a_framework()
     assert result.returncode == 0, result.stderr
     helps, options = result.stdout.split("\n")[:2]
     assert helps == "", f"--help or completing a command imported {helps}"
-    assert set(options.split()) <= {"pydantic"}, f"completing an option imported {options}"
+    assert set(options.split()) <= {"pydantic", "importlib.metadata"}, f"completing an option imported {options}"
+
+
+# A conversion in a fresh interpreter, as the `rnnconv` command runs it; then every module it imported.
+CONVERSION = """
+import sys
+from rnnconv.cli import main
+sys.argv = ["rnnconv", "convert", *sys.argv[1:], "-q"]
+try:
+    main()
+except SystemExit as done:
+    assert not done.code, done.code
+print(" ".join(sorted(sys.modules)))
+"""
+# The libraries one format's files need, which a conversion between two others must not import.
+FORMAT_LIBRARIES = {"keras": "h5py", "onnx": "onnx", "openvino": "xml.sax", "tf1": "google_crc32c"}
+
+
+@pytest.mark.parametrize(
+    ("source", "output", "formats"),
+    [
+        ("keras3/lstm.h5", "out.bin", {"keras", "cudnn"}),
+        ("torch/rnn_tanh.pt", "out.bin", {"torch", "cudnn"}),
+        ("blob.bin", "out.onnx", {"cudnn", "onnx"}),
+    ],
+)
+def test_a_conversion_imports_only_its_two_formats(source, output, formats, tmp_path):
+    """Every format is sniffed (detection goes by content), so each one's `format` module is imported; its reader,
+    writer and runner (and the libraries they need: the IR writer's XML quoting alone imported ssl) only when it is
+    the conversion's source or target."""
+    if source == "blob.bin":
+        assert run_cli("convert", FIXTURES / "torch" / "rnn_tanh.pt", tmp_path / source, "-q").returncode == 0
+    path = tmp_path / source if source == "blob.bin" else FIXTURES / source
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(
+        [sys.executable, "-c", CONVERSION, str(path), str(tmp_path / output)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    imported = set(result.stdout.split())
+    others = [
+        name
+        for name in imported
+        if name.startswith("rnnconv.formats.")
+        and not name.split(".")[2].startswith("_")
+        and name.split(".")[2] not in formats
+        and name.count(".") == 3
+        and name.split(".")[3] not in ("format", "wire")
+    ]
+    assert not others, f"converting {source} to {output} imported {sorted(others)}"
+    libraries = {library for fmt, library in FORMAT_LIBRARIES.items() if fmt not in formats} & imported
+    assert not libraries, f"converting {source} to {output} imported {sorted(libraries)}"

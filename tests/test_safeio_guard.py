@@ -102,6 +102,41 @@ def test_every_fork_is_made_with_one_thread(tmp_path):
     assert result.stdout.split() == ["[1]"], result.stdout
 
 
+# The command line converting one file: the forks it makes, and whether it started the guard interpreter.
+COMMAND_LINE = """
+import os, sys, threading
+from rnnconv.safeio import inputs
+real, seen = os.fork, []
+
+def fork():
+    seen.append(threading.active_count())
+    return real()
+
+os.fork = fork
+sys.argv = ["rnnconv", "convert", sys.argv[1], sys.argv[2], "-q"]
+from rnnconv.cli import main
+try:
+    main()
+except SystemExit as done:
+    assert not done.code, done.code
+print(seen, len(inputs._GUARD))
+"""
+
+
+@pytest.mark.parametrize("name", ["mixed.h5", "mixed.keras", "deflated.keras", "lstm.weights.h5"])
+def test_the_command_line_walks_a_structure_in_a_fork(name, tmp_path):
+    """One file on the command line: the structure is walked in a fork of the process, alone then (a .keras
+    archive's CRC-32 is started after it), never in a guard interpreter started for it (0.3 s or more)."""
+    source = deflated(K3 / "mixed.keras", tmp_path / name) if name == "deflated.keras" else K3 / name
+    result = subprocess.run(
+        [sys.executable, "-c", COMMAND_LINE, str(source), str(tmp_path / "out.safetensors")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[1]", "0"], result.stdout
+
+
 def test_no_fork_where_a_framework_with_thread_pools_is_loaded(tmp_path):
     """JAX, PyTorch and TensorFlow run native threads Python does not count: the guard interpreter, not a fork."""
     script = FORKS.replace("import rnnconv\n", "import rnnconv, types\nsys.modules['jax'] = types.ModuleType('jax')\n")

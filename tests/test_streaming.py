@@ -149,6 +149,37 @@ def test_the_written_onnx_streaming_model_takes_the_documented_names(tmp_path):
         assert y.shape == (2, steps, 7)
 
 
+@pytest.mark.parametrize("layer", ["lstm", "gru", "rnn"])
+def test_a_streaming_onnx_model_takes_every_consumer_s_form(layer, tmp_path):
+    """Every node input named (no '' for sequence_lens, which onnxruntime-web refuses), B given: within each
+    consumer's documented limits, as `inspect --profile` checks them and `convert --profile` writes."""
+    import onnx
+
+    out = tmp_path / "stream.onnx"
+    rnnconv.convert(STACKS / "stacks.pt", out, layer=layer, streaming=True)
+    nodes = [n for n in onnx.load(out).graph.node if n.op_type == layer.upper()]
+    assert len(nodes) == 2 and all(n.input[:4] and "" not in n.input for n in nodes)
+    assert all(n.input[3].startswith("B_") and n.input[4] == "sequence_lens" for n in nodes)
+    for profile in ("tensorrt", "mnn", "ort-web"):
+        report = rnnconv.inspect(out, profile=profile)
+        assert report.broken_limits == [], (profile, report.broken_limits)
+    result = run_cli(
+        "convert", STACKS / "stacks.pt", tmp_path / "web.onnx", "--layer", layer, "--streaming", "--profile", "ort-web"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert rnnconv.verify(tmp_path / "web.onnx", streaming=True).verdict == "match"
+
+
+def test_verify_streaming_refuses_a_backend_and_an_audit_it_would_not_run(tmp_path):
+    """A streaming model runs in its own runtime (--stream-runtime names another): --backend is refused, not ignored
+    (a report that said MATCH for a backend that never ran would be false), and so is the audit's pairing."""
+    out = tmp_path / "stream.onnx"
+    rnnconv.convert(STACKS / "stacks.pt", out, layer="gru", streaming=True)
+    assert_clean_failure(run_cli("verify", out, "--streaming", "--backend", "mnn"), 2, "leave out --backend")
+    audit = ["--against", STACKS / "stacks.pt", "--layer", "layer0,layer1=gru"]  # pairs: the audit of a whole model
+    assert_clean_failure(run_cli("verify", out, "--streaming", *audit), 2, "--streaming is for one RNN")
+
+
 def test_the_streaming_page_s_example_runs_and_gives_the_whole_sequence_s_outputs(tmp_path, monkeypatch, capsys):
     import torch
 

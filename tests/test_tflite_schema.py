@@ -61,7 +61,14 @@ SLOT_FIELDS = {
 }
 # The fields of the plain ops' options a streaming graph sets, as the schema's object API names them.
 PLAIN_FIELDS = {"num_splits": "numSplits", "values_count": "valuesCount", "axis": "axis", "num": "num"}
-TENSOR_TYPES = {"float32": "FLOAT32", "float16": "FLOAT16", "int32": "INT32", "float64": "FLOAT64", "uint8": "UINT8"}
+TENSOR_TYPES = {
+    "float32": "FLOAT32",
+    "float16": "FLOAT16",
+    "int32": "INT32",
+    "int64": "INT64",
+    "bool": "BOOL",
+    "float64": "FLOAT64",
+}
 
 
 def slot(table: str, field: str) -> int:

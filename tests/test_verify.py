@@ -14,7 +14,8 @@ from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 import rnnconv
 from rnnconv.canonical import ParamKey
 from rnnconv.contracts import dump
-from rnnconv.formats.cudnn.reader import open_bin, sidecar_path
+from rnnconv.formats.cudnn.reader import open_bin
+from rnnconv.formats.cudnn.wire import sidecar_path
 from rnnconv.verification import VerifyOptions, verify
 
 # verify runs each source in its own framework

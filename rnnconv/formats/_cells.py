@@ -5,20 +5,25 @@ to the product) and gives a way to run the cell's graph; which product multiplie
 carried state, which block of a matrix is which gate, how the matrices are stored and where a GRU applies its
 reset are not read from the graph's shape but settled here: the graph is run on probe inputs, and the one reading
 whose cuDNN cell computes the same new state (and, for an LSTM, cell state) is kept. The formats differ in how a
-graph is parsed, not in what a cell is.
+graph is parsed, not in what a cell is: each gives its ops' semantics to one walk of the graph (`run_ops`), and the
+cells recognised become one canonical RNN here (`canonical`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.contracts import Provenance
+from rnnconv.errors import BadInput, Unsupported
 from rnnconv.reference import ACTIVATIONS, sigmoid
-from rnnconv.table.constants import CUDNN_GATES, GRU, LSTM, RNN
+from rnnconv.table.constants import CUDNN_GATES, GRU, LSTM, RNN, Kind
 
 TOLERANCE = 1e-5  # float32: how far the graph's value may be from the reading's, relative to the value's size
 PROBE_BATCH = 3
@@ -112,6 +117,45 @@ def recognise(cell: CellGraph) -> Reading | str:
         f"product is the input's, gate orders, layouts, reset placements, activations; the nearest is off by "
         f"{nearest:.2g})"
     )
+
+
+K = TypeVar("K")
+Op = TypeVar("Op")
+
+
+def run_ops(
+    ops: Iterable[Op],
+    feeds: dict[K, np.ndarray],
+    ports: Callable[[Op], tuple[Sequence[K], Sequence[K]]],
+    constant: Callable[[K], np.ndarray | None],
+    compute: Callable[[Op, list[np.ndarray | None]], list[np.ndarray]],
+    absent: K,
+) -> tuple[dict[K, np.ndarray], list[K]]:
+    """A cell's graph run, for every graph format alike: every value its ops (`ports`: an op's inputs and outputs;
+    `absent`: an optional input left out) compute from `feeds` and constants, without the feeds, and the values
+    the ops reached would also need, which are neither. An op `compute` cannot compute on these values (one the
+    probe's shapes do not fit: another reader of the cell's input) leaves its outputs uncomputed."""
+    values: dict[K, np.ndarray] = dict(feeds)
+    computed: dict[K, np.ndarray] = {}
+    missing: list[K] = []
+    for op in ops:
+        inputs, outputs = ports(op)
+        if not any(i in values for i in inputs if i != absent) or any(o in feeds for o in outputs):
+            continue
+        arguments = [None if i == absent else values[i] if i in values else constant(i) for i in inputs]
+        lacking = [i for i, a in zip(inputs, arguments) if a is None and i != absent]
+        if lacking:
+            missing += lacking
+            continue
+        try:
+            results = compute(op, arguments)
+        except (ValueError, IndexError, TypeError, ArithmeticError):
+            continue
+        if len(results) != len(outputs):
+            continue
+        for name, result in zip(outputs, results):
+            values[name] = computed[name] = np.asarray(result)
+    return computed, missing
 
 
 def exchanged(reading: Reading) -> Reading | None:
@@ -241,3 +285,49 @@ def _reading(candidate: Candidate, error: float, outputs: tuple[str, ...]) -> Re
 
 def _family(mode: str) -> str:
     return RNN if mode.startswith(RNN) else mode
+
+
+def why_not_cudnn(reading: Reading) -> str | None:
+    """Why cuDNN cannot compute a recognised cell (a clause: "it ..."), or None."""
+    if reading.mode == GRU and not reading.reset_after:
+        return (
+            "applies its GRU reset gate to the state before the recurrent product (Keras reset_after=False, ONNX "
+            "linear_before_reset=0), where cuDNN's GRU applies it to the product"
+        )
+    return None
+
+
+def canonical(
+    name: str, layers: list[list[Reading]], source: Provenance, layer_class: str, notes: list[str]
+) -> CanonicalRNN:
+    """The canonical RNN of recognised cells: per layer, its directions (forward first), each layer reading the
+    one below's outputs; Unsupported where cuDNN cannot compute them, BadInput where they are no one RNN."""
+    first = layers[0][0]
+    for layer, directions in enumerate(layers):
+        for reading in directions:
+            reason = why_not_cudnn(reading)
+            if reason:
+                raise Unsupported(f"{name}: its cell {reason}")
+            alike = (reading.mode, reading.hidden, reading.reset_after) == (first.mode, first.hidden, first.reset_after)
+            expected = first.input_size if layer == 0 else len(layers[0]) * first.hidden
+            if not alike or reading.input_size != expected or len(directions) != len(layers[0]):
+                raise BadInput(f"{name}: its cells are not the layers and directions of one RNN")
+    dtypes = {str(m.dtype) for d in layers for r in d for gate in r.gates.values() for m in gate}
+    if len(dtypes) > 1:
+        raise Unsupported(f"{name}: its weights are of several types ({', '.join(sorted(dtypes))})")
+    spec = RNNSpec(
+        first.mode,
+        first.input_size,
+        first.hidden,
+        len(layers),
+        len(layers[0]) == 2,
+        0,
+        dtypes.pop(),
+        any(r.has_bias for d in layers for r in d),
+    )
+    arrays = {}
+    for key in spec.param_keys():
+        w, r, bw, br = layers[key.layer][key.direction].gates[key.gate]
+        arrays[key] = {Kind.W: w, Kind.R: r, Kind.bW: bw, Kind.bR: br}[key.kind]
+    info = source.model_copy(update={"layer": name, "layer_class": layer_class})
+    return CanonicalRNN.from_arrays(name, spec, arrays, source=info, notes=notes)

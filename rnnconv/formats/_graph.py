@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectReport, Provenance, RNNSizes
+from rnnconv.contracts import InspectEntry, InspectReport, Provenance, RNNSizes
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing, no_such_rnn, several_rnns
 from rnnconv.formats.registry import Format, ReadOptions, Source, inspect_entry, read_chosen
 from rnnconv.table.apply import find_row, mode_for
@@ -378,19 +378,26 @@ class GraphFormat(Format, Generic[G, L]):
 
     def inspect(self, path: Path) -> InspectReport:
         graph = self.load(path)
-        provenance = Provenance(path=str(path))
         several = [chain for chain in graph.chains if len(chain.layers) > 1]
         rows = several + [graph.alone(x) for x in graph.layers] if self.layers_alone else graph.chains
-        entries = [
+        entries = self.entries(path, graph, rows)
+        return InspectReport(path=str(path), format=graph.kind, rnns=entries, notes=self.notes(graph))
+
+    def listed(self, path: Path) -> list[InspectEntry]:
+        """Each chain once, in the file's order (inspect lists a chain's layers alone too)."""
+        return self.entries(path, graph := self.load(path), graph.chains)
+
+    def entries(self, path: Path, graph: G, chains: list[Chain[L]]) -> list[InspectEntry]:
+        provenance = Provenance(path=str(path))
+        return [
             inspect_entry(
                 chain.name,
                 chain.first.shown_class,
                 functools.partial(self.to_canonical, graph, chain, provenance, ReadOptions()),
                 functools.partial(self.sizes, graph, chain),
             )
-            for chain in rows
+            for chain in chains
         ]
-        return InspectReport(path=str(path), format=graph.kind, rnns=entries, notes=self.notes(graph))
 
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
         if recorded.layer and recorded.format in self.info.kinds:

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import json
 import os
+from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -335,15 +336,29 @@ def is_map(head: bytes) -> bool:
 class TreeFormat(registry.Format):
     """The verbs of a JAX library's file that holds a tree of params (Flax linen's variables, nnx's pure dict): its
     RNNs found where they are in the tree and picked by their path, read, inspected, and run in the library on
-    JAX. A library's format gives its reader's and runner's functions."""
+    JAX. A library's format gives its reader's and runner's functions, importing them when they are called."""
 
     kind: ClassVar[str]  # the file kind a source records
     cells: ClassVar[str]  # what a sentence calls the RNNs it holds: "Flax RNN cell"
     module: ClassVar[str]  # the library's module that runs an RNN, for the report: "nn.RNN(nn.{cell})"
-    load_tree: Callable[[Path], Mapping[Any, Any]]  # the file's tree, checked to be one of this library's
-    find: Callable[[Mapping[Any, Any]], list[TreeRNN]]  # every RNN in the tree
-    to_canonical: Callable[..., CanonicalRNN]  # (rnn, path, source, options) -> its canonical RNN
-    run_rnn: Callable[[TreeRNN, RNNSpec, Mapping[str, np.ndarray | None]], dict[str, np.ndarray | None]]
+
+    @abstractmethod
+    def load_tree(self, path: Path) -> Mapping[Any, Any]:
+        """The file's tree, checked to be one of this library's."""
+
+    @abstractmethod
+    def find(self, tree: Mapping[Any, Any]) -> list[TreeRNN]:
+        """Every RNN in the tree."""
+
+    @abstractmethod
+    def to_canonical(
+        self, rnn: TreeRNN, path: Path, source: Provenance, options: ReadOptions | None = None
+    ) -> CanonicalRNN: ...
+
+    @abstractmethod
+    def run_rnn(
+        self, rnn: TreeRNN, spec: RNNSpec, inputs: Mapping[str, np.ndarray | None]
+    ) -> dict[str, np.ndarray | None]: ...
 
     def chosen(self, path: Path, tree: Mapping[Any, Any], layer: str | None, take_all: bool = False) -> list[TreeRNN]:
         return choose(self.find(tree), layer, take_all, path, self.cells)

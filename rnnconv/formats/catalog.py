@@ -35,5 +35,8 @@ FORMAT_INFO: Final[dict[str, FormatInfo]] = {plugin.info.name: plugin.info for p
 # Where verify runs a blob: auto = cuDNN when it can run, else numpy; cudnn; numpy = cuDNN's equations in numpy; and
 # each format's engine, the blob written as that format and run in its runtime.
 ENGINES: Final = OWN_ENGINES + tuple(
-    engine.name for engine in sorted((p.engine for p in plugins() if p.engine is not None), key=lambda e: e.listed)
+    engine.name
+    for engine in sorted(
+        (e for p in plugins() for e in (p.engine, *p.more_engines) if e is not None), key=lambda e: e.listed
+    )
 )

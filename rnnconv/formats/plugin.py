@@ -11,7 +11,6 @@ pinned for CI). `catalog.plugins()` finds them.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -76,20 +75,33 @@ class Plugin:
     info: FormatInfo
     listed: int  # where `--help` lists the format among the others
     runtimes: tuple[Runtime, ...] = ()  # what runs its files as a source (`Format.run`), for `doctor`
-    engine: EngineInfo | None = None
+    engine: EngineInfo | None = None  # what runs its files and blobs by default (verify --backend auto)
+    more_engines: tuple[EngineInfo, ...] = ()  # other runtimes that run them when asked (verify --backend NAME)
     # Its test dependencies: the modules of the frameworks its extra installs, which its tests import and which a
     # conversion that does not run the format must never import.
     frameworks: tuple[str, ...] = ()
 
 
+NPM = "npm:"  # a runtime's module run by Node.js, not imported by Python
+
+
 @functools.cache
 def _providers() -> Mapping[str, list[str]]:
+    import importlib.metadata  # here, not above: every command reads the plugins, only doctor and verify versions
+
     return importlib.metadata.packages_distributions()
 
 
 def version(package: str, module: str) -> str | None:
     """The installed version of a package (or of the distribution that provides its module: tensorflow-cpu for
-    tensorflow), None where it is not installed: what `doctor` says of a runtime, and verify's report."""
+    tensorflow), None where it is not installed: what `doctor` says of a runtime, and verify's report. A module
+    named `npm:<name>` is Node.js (`npm:node`) or an npm package, found as `formats/_node.py` finds them."""
+    if module.startswith(NPM):
+        from rnnconv.formats import _node
+
+        return _node.version(module[len(NPM) :])
+    import importlib.metadata
+
     for name in [package, *_providers().get(module.partition(".")[0], [])]:
         try:
             return importlib.metadata.version(name)

@@ -37,6 +37,7 @@ import pydantic
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, RNNSizes, dump
+from rnnconv.dtypes import element_type
 from rnnconv.errors import (
     MESSAGE_LIMIT,
     BackendMissing,
@@ -58,7 +59,9 @@ from rnnconv.safeio.inputs import regular_file, unguarded
 from rnnconv.settings import Progress as Progress  # noqa: PLC0414
 from rnnconv.settings import ReadOptions as ReadOptions  # noqa: PLC0414
 from rnnconv.settings import WriteOptions as WriteOptions  # noqa: PLC0414
-from rnnconv.table.rows import ADAPTER_FORMATS
+from rnnconv.table.apply import row_for_mode
+from rnnconv.table.rows import ADAPTER_FORMATS, Row
+from rnnconv.table.writing import rounded_sums
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -266,8 +269,14 @@ class RuntimeEngine:
             self.fmt.write([rnn], path, WriteOptions(force=True))
             with unguarded(), self.fmt.read(path, ReadOptions(hash_source=False)) as written:  # a file of its own
                 where = written.rnns[0].source  # its only RNN, where the file has it
-            got, _ = self.fmt.run(path, where, blob.spec, inputs)
+            got, _ = self.run_file(path, where, blob.spec, inputs)
         return got
+
+    def run_file(
+        self, path: Path, where: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+    ) -> tuple[dict[str, np.ndarray | None], str]:
+        """A file of its format (`where`: its RNN in it) run in this runtime: y, h_n, c_n and how it ran."""
+        return self.fmt.run(path, where, spec, inputs)
 
     def describe(self) -> BackendInfo:
         return BackendInfo(name=self.name, detail=self.facts.detail)
@@ -338,7 +347,6 @@ class Format(ABC):
 
     plugin: ClassVar[Plugin]
     sniff_order: ClassVar[int] = 50  # lower sniffs first: a specific format before a general one
-    engine_class: ClassVar[type[RuntimeEngine]] = RuntimeEngine  # how its engine runs a blob, where it offers one
 
     @property
     def info(self) -> FormatInfo:
@@ -355,9 +363,15 @@ class Format(ABC):
         files."""
         return self.plugin.engine
 
-    def make_engine(self) -> RuntimeEngine | None:
-        """Its engine, ready to run blobs (None where it offers none)."""
-        return None if self.engine is None else self.engine_class(self, self.engine)
+    def make_engine(self, name: str | None = None) -> RuntimeEngine | None:
+        """Its engine called `name` (its default one where None), ready to run blobs and its files (None where it
+        offers no such engine; a format whose runtime runs a blob its own way makes its own, importing it then)."""
+        info = self.engine_info(name)
+        return None if info is None else RuntimeEngine(self, info)
+
+    def engine_info(self, name: str | None) -> EngineInfo | None:
+        """What it says of its engine called `name` (its default one where None), None where it offers none."""
+        return next((e for e in (self.engine, *self.plugin.more_engines) if e and name in (None, e.name)), None)
 
     @property
     def name(self) -> str:
@@ -393,6 +407,38 @@ class Format(ABC):
     def streaming_losses(self, rnn: CanonicalRNN) -> list[Loss]:
         """What of `rnn` this format's streaming model (`info.streams`) cannot hold exactly: its ops may differ."""
         return self.losses(rnn)
+
+    def losses_in(self, rnn: CanonicalRNN, requested: str | None, streaming: bool = False) -> list[Loss]:
+        """`losses` (`streaming_losses` for a streaming model), and where it writes the source's own half-precision
+        type: the summed biases that type has no exact value for (a narrower --dtype asks for rounding; the source's
+        own type promises none)."""
+        losses = self.streaming_losses(rnn) if streaming else self.losses(rnn)
+        spec, row = rnn.spec, self.written_row(rnn.spec)
+        dtype = self.written_dtype(spec, requested)
+        narrow = dtype == spec.dtype and element_type(dtype).itemsize < 4  # float32 sums round as its kernels do
+        if not narrow or not spec.bias or row is None or not row.bias.summed or any(not x.nearest for x in losses):
+            return losses  # (a term it cannot hold at all: refused for that alone)
+        nearest = functools.reduce(lambda held, loss: loss.nearest(held) if loss.nearest else held, losses, rnn)
+        worst, rounded = rounded_sums(nearest, row, dtype)  # what it holds of the RNN it can hold
+        if not worst:
+            return losses
+        term = (
+            f"{dtype} has no exact value for the biases it stores summed (bW + bR; the nearest is off by up to "
+            f"{worst:.2g}, and --dtype float32 holds them exactly)"
+        )
+        return [*losses, Loss(term, lambda _: rounded)]
+
+    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
+        """The element type its writer stores `spec`'s RNN in: --dtype, else the source's."""
+        return requested or spec.dtype
+
+    def written_row(self, spec: RNNSpec) -> Row | None:
+        """The layout-table row its writer stores `spec`'s RNN as (a layer's, else a cell's), None where it has
+        none."""
+        for cell_class in (False, True):
+            with contextlib.suppress(Unsupported):
+                return row_for_mode(self.name, spec.mode, cell_class)[0]
+        return None
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         raise Unsupported(f"no writer for format {self.name!r}")
@@ -434,6 +480,10 @@ class Format(ABC):
     @abstractmethod
     def inspect(self, path: Path) -> InspectReport:
         """Every RNN in the file, its spec, and whether it converts (why not)."""
+
+    def listed(self, path: Path) -> list[InspectEntry]:
+        """Every RNN of the file once, in the file's order, as `inspect` lists it (what the audit pairs)."""
+        return self.inspect(path).rnns
 
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
         """Which RNN of the file a blob came from: the recorded one, else the one `layer` or the file names."""
@@ -549,7 +599,7 @@ def _load() -> dict[str, Format]:
 
 def engine(name: str) -> Engine | None:
     """The engine a format offers under this name, or None."""
-    return next((f.make_engine() for f in formats() if f.engine is not None and f.engine.name == name), None)
+    return next((made for f in formats() if (made := f.make_engine(name)) is not None), None)
 
 
 def formats() -> list[Format]:

@@ -190,8 +190,8 @@ def assemble_stored(
     """The stored tensors of one cell (by role) from cuDNN's per-gate blocks: every one, or those of `keys` (and
     the others its layout fills with them).
 
-    The inverse of `gate_loaders`. A single-bias format gets bW + bR; that sum is
-    exact for LSTM and simple RNNs, and a GRU with a single bias has no cuDNN form.
+    The inverse of `gate_loaders`. A single-bias format gets bW + bR, which acts as the two in an LSTM and a simple
+    RNN (a GRU with a single bias has no cuDNN form); the written type may round it (`Format.losses_in`).
     """
     order = row.gate_order
 

@@ -397,8 +397,8 @@ BIAS_SEPARATE: Final = DeclaredBias("separate", {INPUT_BIAS: flat(Run(BW)), RECU
 BIAS_STACKED: Final = DeclaredBias("stacked", {BIAS: ((Run(BW),), (Run(BR),))})
 # bias (2*G*H): the input side, then the recurrent side.
 BIAS_CONCATENATED: Final = DeclaredBias("concatenated", {BIAS: flat(Run(BW), Run(BR))})
-# bias (G*H) = input + recurrent, which cuDNN needs split (BIAS_SPLITS). Written back, the sum is exact for an LSTM
-# and a simple RNN, where only the sum acts.
+# bias (G*H) = input + recurrent, which cuDNN needs split (BIAS_SPLITS). Written back, the sum acts as cuDNN's two
+# in an LSTM and a simple RNN (only the sum acts), where the written type holds it (Format.losses_in).
 BIAS_SINGLE: Final = DeclaredBias("single", {BIAS: flat(Run(SUMMED))})
 # bias ((G-1)*H) = input + recurrent for every gate but the last stored one, whose input_bias and recurrent_bias (H)
 # are stored apart: the GRU's new gate, where the reset gate multiplies the recurrent side.

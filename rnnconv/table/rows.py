@@ -180,6 +180,9 @@ ACTIVATION, ACTIVATIONS = ("activation",), ("activation", "recurrent_activation"
 KERAS_LSTM_DEFAULTS = {"activation": "tanh", "recurrent_activation": "sigmoid", "use_bias": True}
 KERAS_GRU_DEFAULTS = {**KERAS_LSTM_DEFAULTS, "reset_after": True}  # True since TF2 (docs/LAYOUTS.md section 7)
 KERAS_SIMPLE_DEFAULTS = {"activation": "tanh", "use_bias": True}
+# TensorFlow.js layers (tfjs-layers recurrent.ts): LSTMCell and GRUCell default recurrentActivation to hardSigmoid,
+# clip(0.2x + 0.5), which cuDNN cannot compute; its GRUCell has no reset_after=true (it throws on one).
+TFJS_GATED_DEFAULTS = {"activation": "tanh", "recurrent_activation": "hard_sigmoid", "use_bias": True}
 
 
 @dataclass(frozen=True)
@@ -235,6 +238,8 @@ RESET_BEFORE = (
     "(h' = tanh(Wh x + r*(Rh h + bRh) + bWh)), so no cuDNN weights compute the same function"
 )
 
+TFJS_RESET_BEFORE = f"TensorFlow.js's GRUCell has no reset_after=True: it {RESET_BEFORE}"
+
 # One row per line: the table is read as a table.
 # fmt: off
 TABLE: tuple[Row, ...] = (
@@ -261,6 +266,13 @@ TABLE: tuple[Row, ...] = (
         FIXED, note="tf-keras layer that holds cuDNN's buffers reshaped"),
     Row("keras", "CuDNNGRU", "gru", GRU_GATES_ZRH, MATRIX_COLUMNS_RAW, BIAS_CONCATENATED, KERAS_NAMES, GRU_MODES,
         FIXED, note="tf-keras layer that holds cuDNN's buffers reshaped, gates z, r, h"),
+    # --- TensorFlow.js layers models (tfjs-layers): Keras' variables and gate orders, Keras 2's defaults.
+    Row("tfjs", "LSTM", "lstm", LSTM_GATES, MATRIX_COLUMNS, BIAS_SINGLE, KERAS_NAMES, LSTM_MODES,
+        TFJS_GATED_DEFAULTS, requires=GATED, note="recurrentActivation defaults to hardSigmoid: always written out"),
+    Row("tfjs", "GRU", "gru", GRU_GATES_ZRH, MATRIX_COLUMNS, BIAS_SINGLE, KERAS_NAMES, {}, TFJS_GATED_DEFAULTS,
+        refusal=TFJS_RESET_BEFORE),
+    Row("tfjs", "SimpleRNN", "rnn", RNN_GATES, MATRIX_COLUMNS, BIAS_SINGLE, KERAS_NAMES, RNN_MODES,
+        KERAS_SIMPLE_DEFAULTS),
     # --- PyTorch: weights are (G*H, in), W @ x, gate order already cuDNN's.
     Row("torch", "LSTM", "lstm", LSTM_GATES, MATRIX_ROWS, BIAS_SEPARATE, TORCH_LAYER_NAMES, LSTM_MODES, FIXED,
         note="PyTorch calls the cell candidate g"),

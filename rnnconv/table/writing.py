@@ -16,6 +16,7 @@ A writer asks for one layer and direction's stored tensors as its row lays them 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -23,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, ParamKey
-from rnnconv.dtypes import ElementType, stored_words
+from rnnconv.dtypes import ElementType, decode, element_type, encode, stored_words
 from rnnconv.safeio.inputs import FileArray
-from rnnconv.table.apply import stored_shapes
-from rnnconv.table.constants import MATRIX_ROLES, PROJECTION, Kind
+from rnnconv.table.apply import gate_loaders, stored_shapes
+from rnnconv.table.constants import BIAS_KINDS, MATRIX_ROLES, PROJECTION, Kind
 from rnnconv.table.layouts import Block
 from rnnconv.table.rows import Row
 
@@ -127,3 +128,24 @@ def stored(
             blocks = row.bias.blocks(key, row.gate_order)
         out[key] = StoredTensor(rnn, row, layer, direction, key, shape, None if blocks is None else tuple(blocks), work)
     return out
+
+
+def rounded_sums(rnn: CanonicalRNN, row: Row, dtype: str) -> tuple[float, CanonicalRNN]:
+    """How far `row`'s stored biases move when written in `dtype` (their sums bW + bR have no exact value in a
+    type as narrow as a half-precision source's own), and the RNN whose biases are those written values: what a file
+    of `row` in `dtype` holds."""
+    spec = rnn.spec
+    etype = element_type(dtype)
+    roles = tuple(row.bias.shapes(row.gate_order, spec.hidden_size))
+    loaders = dict(rnn.loaders)
+    worst = 0.0
+    for layer in range(spec.num_layers):
+        for direction in range(spec.num_directions):
+            exact = rnn.stored(row, layer, direction, keys=roles, bias=True)
+            held = {role: decode(encode(exact[role], etype), etype).astype(exact[role].dtype) for role in roles}
+            worst = max(worst, *(float(np.max(np.abs(held[role] - exact[role]), initial=0.0)) for role in roles))
+            cell = gate_loaders(row, spec.hidden_size, held.__getitem__, has_bias=True)
+            for gate in spec.gates:
+                for kind in BIAS_KINDS:
+                    loaders[ParamKey(layer, direction, kind, gate)] = cell[(kind, gate)]
+    return worst, dataclasses.replace(rnn, loaders=loaders)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rnnconv.errors import MESSAGE_LIMIT
+from rnnconv.formats.onnx.wire import ONNX_PROFILES
 from tests.fuzz import changing, mutators, odd_env
 from tests.fuzz.seeds import Seeds, prepare
 
@@ -52,6 +53,7 @@ CATEGORIES = (
     "message_lost",  # an error's sentence that did not reach stderr or stops before its cause, or a lost result
     "message_long",  # a line of stderr over MESSAGE_LIMIT characters (after its label): no sentence a person reads
     "harness_error",  # the harness itself failed on a case (a mutator's bug): counted, and the run goes on
+    "wrong_conversion",  # a conversion that computes otherwise than the file's own runtime running the file
 )
 FAMILIES = (
     "keras_h5",
@@ -74,11 +76,13 @@ FAMILIES = (
     "onnx_unrolled",
     "onnx_cells",
     "tflite",
+    "tflite_loops",
     "openvino",
     "flax_msgpack",
     "equinox",
     "mlx",
     "ncnn",
+    "tfjs",
     "identify",
     "streaming",
 )
@@ -90,9 +94,11 @@ NEW_FAMILIES = (
     "equinox",
     "mlx",
     "ncnn",
+    "tfjs",
     "onnx_subgraph",
     "onnx_unrolled",
     "onnx_cells",
+    "tflite_loops",
     "identify",
     "streaming",
 )
@@ -103,6 +109,7 @@ SET_FAMILIES = {
     "equinox": mutators.mutate_equinox,
     "mlx": mutators.mutate_mlx,
     "ncnn": mutators.mutate_ncnn,
+    "tfjs": mutators.mutate_tfjs,
 }
 # What a damaged model is converted to besides a blob: every format rnnconv writes.
 TARGETS = (
@@ -186,6 +193,7 @@ class Case:
     files: dict[str, bytes]
     commands: list[list[str]] = field(default_factory=list)  # {dir} is the case's folder
     must_refuse: bool = False  # every command must fail: the input is damaged where rnnconv reads it
+    oracle: bool = False  # a conversion to out.pt is run against LiteRT running the source (`litert_disagrees`)
 
 
 def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case:
@@ -222,9 +230,16 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         targets = [".safetensors", ".pt" if "keras" in family or "payload" in family else ".keras"]
         if family == "onnx":
             targets = [".safetensors", ".onnx"]
+            profile = rng.choice(ONNX_PROFILES)  # each consumer's limits read off a damaged file, and kept in writing
+            case.commands += [
+                ["inspect", source, "--profile", profile],
+                ["convert", source, "{dir}/p.onnx", "--profile", profile],
+            ]
         if family == "tflite":
             targets = [".safetensors", ".tflite"]
-        case.commands = [["inspect", source]] + [["convert", source, f"{{dir}}/out{t}"] for t in targets]
+        case.commands = [["inspect", source], *case.commands] + [
+            ["convert", source, f"{{dir}}/out{t}"] for t in targets
+        ]
         case.commands.append(["convert", source, "{dir}/existing.bin"])  # must not replace it without --force
         if name in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
@@ -265,6 +280,20 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             ["verify", source, "--streaming", "--stream-runtime", runtime, "--seq-len", "6"] for runtime in runtimes
         ]
         case.commands += [["inspect", source], ["convert", source, "{dir}/out.safetensors"]]
+        return case
+    if family == "tflite_loops":
+        name = rng.choice([n for n in seeds.sources if n.startswith("tflite__loop_")] or sorted(seeds.sources))
+        data = mutators.mutate_tflite_loops(seeds.sources[name].read_bytes(), rng)
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data}, oracle=True)
+        source = "{dir}/mut_" + name
+        case.commands = [
+            ["inspect", source],
+            ["convert", source, "{dir}/out.safetensors"],
+            ["convert", source, "{dir}/out.pt"],
+            ["convert", source, "{dir}/existing.bin"],
+        ]
+        if name in seeds.good_blob:
+            case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
         return case
     if family in SET_FAMILIES:
         models = seeds.sets[family]
@@ -487,6 +516,11 @@ def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, t
             problems.append("partial_output")
         if case.must_refuse and code == 0:
             problems.append("malformed_accepted")
+        if case.oracle and code == 0 and command[0] == "convert" and command[-1].endswith("out.pt"):
+            judged = litert_disagrees(Path(args[1]), Path(args[2]))
+            tally.exits[f"oracle: {judged or 'agrees'}"[:40]] += 1
+            if judged and judged.startswith("off by"):
+                problems.append("wrong_conversion")
         for name in created:  # the next command starts from the case's own files
             (folder / name).unlink(missing_ok=True)
         for problem in problems:
@@ -500,6 +534,60 @@ def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, t
         (target / "failures.json").write_text(json.dumps([{"command": c, "result": r} for c, r in failed], indent=1))
         (target / "commands.json").write_text(json.dumps(case.commands))
     shutil.rmtree(folder, ignore_errors=True)
+
+
+LITERT_ORACLE = r"""
+import sys
+import numpy as np, torch, rnnconv
+from ai_edge_litert.interpreter import Interpreter
+source, converted = sys.argv[1:3]
+(entry,) = rnnconv.inspect(converted).rnns
+spec = entry.spec
+kind = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}.get(spec.mode, torch.nn.RNN)
+extra = {"nonlinearity": "relu"} if spec.mode == "rnn_relu" else {}
+module = kind(spec.input_size, spec.hidden_size, num_layers=spec.num_layers, bidirectional=spec.bidirectional,
+              batch_first=True, **extra)
+module.load_state_dict(torch.load(converted, weights_only=True))
+interpreter = Interpreter(model_path=source)
+interpreter.allocate_tensors()
+given = interpreter.get_input_details()[0]
+if given["shape"][-1] != spec.input_size:
+    sys.exit(3)
+x = np.random.default_rng(0).normal(0, 1.5, given["shape"]).astype(np.float32)
+interpreter.set_tensor(given["index"], x)
+interpreter.invoke()
+expected = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+with torch.no_grad():
+    y, state = module(torch.from_numpy(x))
+h = (state[0] if spec.mode == "lstm" else state).numpy()
+last = np.concatenate(list(h[-2:] if spec.bidirectional else h[-1:]), axis=-1)
+for got in (y.numpy(), last):
+    if got.shape == expected.shape:
+        error = float(np.abs(got - expected).max())
+        print(f"off by {error:.2g}" if not error <= 1e-5 else "")
+        sys.exit(0)
+sys.exit(3)
+"""
+
+
+def litert_disagrees(source: Path, converted: Path) -> str | None:
+    """Whether a converted loop computes otherwise than LiteRT running the mutated file (the model's output: every
+    step's, or each direction's last): "off by E"; None where it agrees; "unjudged" where LiteRT cannot run the
+    file or its output is not the RNN's (run in a process of its own: LiteRT may crash on a damaged file)."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", LITERT_ORACLE, str(source), str(converted)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return "unjudged"
+    if done.returncode != 0:
+        return "unjudged"
+    return done.stdout.strip() or None
 
 
 def merge(tallies: list[Tally]) -> Tally:

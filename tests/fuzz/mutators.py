@@ -1992,3 +1992,177 @@ def mutate_blob_size(data: bytes, rng: random.Random) -> bytes:
     if choice == 2:
         return b""
     return mutate_bytes(data, rng)
+
+
+def mutate_tflite_loops(data: bytes, rng: random.Random) -> bytes:
+    """TensorFlow's converter's RNN loops mutated inside their bodies (parsed and rebuilt with LiteRT's schema
+    module): gates swapped (the ops reading two gates read each other's), a weight replaced by a computed tensor or
+    by a loop input, an op made another (no cell), a split into other parts, an op's input rewired, the body and
+    condition exchanged, the loop's initial state or sequence replaced."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(data, 0))
+    for graph in model.subgraphs:  # the schema's arrays are read-only views of `data`
+        graph.inputs, graph.outputs = [int(t) for t in graph.inputs], [int(t) for t in graph.outputs]
+        for op in graph.operators:
+            op.inputs, op.outputs = [int(t) for t in op.inputs], [int(t) for t in op.outputs]
+    bodies = [g for g in model.subgraphs[1:] if g.operators and len(g.operators) > 6]
+    if not bodies:
+        return data
+    codes = [c.builtinCode for c in model.operatorCodes]
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        body = rng.choice(bodies)
+        ops = list(body.operators)
+        computed = [int(t) for op in ops for t in op.outputs]
+        choice = rng.randrange(8)
+        if choice == 0:  # two gates swapped where they are read
+            gates = {int(op.outputs[0]) for op in ops if names.get(codes[op.opcodeIndex]) in ("LOGISTIC", "TANH")}
+            reads = [(op, i) for op in ops for i, t in enumerate(op.inputs) if int(t) in gates]
+            if len(reads) >= 2:
+                (one, at), (other, other_at) = rng.sample(reads, 2)
+                one.inputs[at], other.inputs[other_at] = other.inputs[other_at], one.inputs[at]
+        elif choice == 1:  # a weight replaced by a computed tensor, or by one of the body's inputs
+            products = [op for op in ops if names.get(codes[op.opcodeIndex]) == "FULLY_CONNECTED"]
+            if products:
+                pool = computed if rng.random() < 0.5 else [int(t) for t in body.inputs]
+                rng.choice(products).inputs[1] = rng.choice(pool)
+        elif choice == 2:  # an op made another: no cell
+            op = rng.choice(ops)
+            op.opcodeIndex = rng.randrange(len(codes))
+        elif choice == 3:  # a split into other parts, or a slice's bounds moved
+            splits = [op for op in ops if names.get(codes[op.opcodeIndex]) in ("SPLIT", "STRIDED_SLICE")]
+            if splits:
+                op = rng.choice(splits)
+                if op.builtinOptions is not None and hasattr(op.builtinOptions, "numSplits"):
+                    op.builtinOptions.numSplits = rng.choice([0, 1, 2, 5, -1])
+                elif len(op.inputs) > 1:
+                    op.inputs[1] = rng.choice(computed + [int(t) for t in op.inputs])
+        elif choice == 4:  # an op's input rewired to another value of the body
+            op = rng.choice(ops)
+            if len(op.inputs):
+                op.inputs[rng.randrange(len(op.inputs))] = rng.choice(computed + [int(t) for t in body.inputs])
+        elif choice == 5:  # the body and the condition of a loop exchanged, or pointed elsewhere
+            loops = [op for op in model.subgraphs[0].operators if codes[op.opcodeIndex] == schema.BuiltinOperator.WHILE]
+            if loops:
+                options = rng.choice(loops).builtinOptions
+                body_index = options.bodySubgraphIndex
+                options.bodySubgraphIndex, options.condSubgraphIndex = options.condSubgraphIndex, body_index
+                if rng.random() < 0.3:
+                    options.bodySubgraphIndex = rng.choice([0, len(model.subgraphs), -1, 2**31 - 1])
+        elif choice == 6:  # a loop's input (its initial state, its sequence, a counter) replaced by another tensor
+            loops = [op for op in model.subgraphs[0].operators if codes[op.opcodeIndex] == schema.BuiltinOperator.WHILE]
+            if loops:
+                op = rng.choice(loops)
+                op.inputs[rng.randrange(len(op.inputs))] = rng.randrange(len(model.subgraphs[0].tensors))
+        else:  # a body's output (a carried value) taken from elsewhere
+            body.outputs[rng.randrange(len(body.outputs))] = rng.choice(computed + [int(t) for t in body.inputs])
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+# TensorFlow.js layers models: model.json (topology and weightsManifest) and the shards it names
+
+TFJS_BAD_PATHS = ["../x.bin", "/etc/passwd", "missing.bin", "", "a\0b", "..\\x.bin", "C:\\x.bin", "sub/../../x.bin"]
+TFJS_BAD_DTYPES = ["float64", "string", "float16", None, 3, "", "FLOAT32"]
+
+
+def mutate_tfjs(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    """A layers model damaged: its shards' paths (escaping, absolute, missing), weights' dtypes, shapes, names and
+    quantizations, the topology's layers and settings, the JSON itself (cut, nested deep, not UTF-8), the shards cut,
+    grown or flipped."""
+    doc = json.loads(files[main])
+    groups = doc.get("weightsManifest") or []
+    weights = [w for g in groups for w in g.get("weights", [])]
+    shards = [p for g in groups for p in g.get("paths", []) if p in files]
+    held = sum(len(files[p]) for p in shards)  # the seeds' shards hold their weights' bytes, no more
+    refuse = cut = resized = False
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        op = rng.choice(["paths", "dtype", "shape", "name", "quant", "topology", "layer", "shard", "shard", "json"])
+        if op == "paths" and groups:
+            group = rng.choice(groups)
+            group["paths"] = [rng.choice(TFJS_BAD_PATHS)] if rng.random() < 0.7 else rng.choice(ODD_VALUES)
+            refuse = True  # no shard outside the folder, none missing, a paths list always
+        elif op == "dtype" and weights:
+            rng.choice(weights)["dtype"] = rng.choice(TFJS_BAD_DTYPES)
+            refuse = True  # a dtype no layers model's manifest holds
+        elif op == "shape" and weights:
+            resized = True
+            rng.choice(weights)["shape"] = rng.choice(
+                [[-1], [2**31], [1.5], "x", [], [0], [1] * 40, [2**30, 2**30], [3, 16], None]
+            )
+        elif op == "name" and weights:
+            weight = rng.choice(weights)
+            parts = weight["name"].split("/")
+            weight["name"] = rng.choice(
+                ["/".join(parts[:-2] + parts[-1:]), "/".join([*parts[:-1], "cell", parts[-1]]), weights[0]["name"]]
+                + [long_name(rng), ""]
+            )
+        elif op == "quant" and weights:
+            resized = True
+            rng.choice(weights)["quantization"] = rng.choice(
+                [
+                    {"dtype": "uint8", "scale": 0.01, "min": -1},
+                    {"dtype": "float16"},
+                    {"dtype": "uint16", "scale": 1e300},
+                ]
+                + [{"dtype": "int4"}, {"dtype": "uint8", "scale": float("nan"), "min": 0}, "x", None]
+            )
+        elif op == "topology":
+            choice = rng.random()
+            if choice < 0.3:
+                doc.pop(rng.choice(["modelTopology", "weightsManifest"]), None)
+                refuse = True
+            elif choice < 0.5:
+                doc["modelTopology"] = json.loads("[" * 50 + "]" * 50) if rng.random() < 0.5 else rng.choice(ODD_VALUES)
+                refuse = True
+            else:
+                doc["format"] = rng.choice(["graph-model", "", 3, None, "layers-model"])
+                refuse = doc["format"] != "layers-model"
+        elif op == "layer":
+            topology = doc.get("modelTopology")
+            model = topology.get("config") if isinstance(topology, dict) else None
+            layers = model.get("layers") if isinstance(model, dict) else None
+            if isinstance(layers, list) and layers:
+                entry = rng.choice(layers)
+                config = entry.get("config") if isinstance(entry, dict) else None
+                wrapped = config.get("layer") if isinstance(config, dict) else None
+                inner = wrapped.get("config") if isinstance(wrapped, dict) else config
+                key = rng.choice(["units", "activation", "recurrent_activation", "use_bias", "name", "go_backwards"])
+                value = rng.choice([*ODD_VALUES, "hard_sigmoid", "relu", 0, 2**40, "", long_name(rng)])
+                if isinstance(inner, dict):
+                    inner[key] = value
+                if rng.random() < 0.2 and isinstance(entry, dict):
+                    entry["class_name"] = rng.choice(["GRU", "ConvLSTM2D", "Dense", "", 3, "Bidirectional"])
+        elif op == "shard" and shards:
+            name = rng.choice(shards)
+            data = bytearray(files[name])
+            how = rng.random()
+            if how < 0.4 and data:
+                files[name] = bytes(data[: rng.randrange(len(data))])
+                cut = True
+            elif how < 0.7:
+                files[name] = bytes(data) + os.urandom(rng.choice([1, 4, 1000]))
+            else:
+                for _ in range(rng.choice([1, 8, 64])):
+                    if data:
+                        data[rng.randrange(len(data))] = rng.randrange(256)
+                files[name] = bytes(data)
+    # shards that hold fewer bytes than the weights take (more is what TensorFlow.js reads too), where no weight's size
+    # was changed
+    refuse = refuse or (cut and not resized and sum(len(files[p]) for p in shards) < held)
+    text = json.dumps(doc)
+    if rng.random() < 0.1:
+        choice = rng.random()
+        if choice < 0.4:
+            text = text[: rng.randrange(len(text))]
+        elif choice < 0.7:
+            text = '{"modelTopology": ' + "[" * 200000 + "]" * 200000 + "}"
+        else:
+            files[main] = text.encode("utf-8")[:20] + b"\xff\xfe" + text.encode("utf-8")[20:]
+            return True
+        refuse = True
+    files[main] = text.encode("utf-8")
+    return refuse

@@ -68,6 +68,11 @@ TFLITE_SEEDS = [
     "tflite/rnn_tanh.tflite",
     "tflite/keras_lstm_converter.tflite",
     "tflite/keras_bilstm_converter.tflite",
+    "tflite/loop_k3_lstm2.tflite",
+    "tflite/loop_k3_bigru2.tflite",
+    "tflite/loop_k3_rnn.tflite",
+    "tflite/loop_tfk_gru.tflite",
+    "tflite/loop_tfk_birnn.tflite",
 ]
 
 TF1_SEEDS = ["tf1/lstm2.ckpt", "tf1/gru_bi.ckpt", "tf1/rnn_tanh.ckpt", "tf1/seq2seq.ckpt"]
@@ -90,12 +95,14 @@ WRITTEN_AS = {  # target -> (the family that damages it, the written file's suff
     "equinox": ("equinox", ".eqx"),
     "mlx": ("mlx", ".mlx.safetensors"),
     "ncnn": ("ncnn", ".param"),
+    "tfjs": ("tfjs", ".json"),
 }
 SHIPPED_SETS = {  # fixtures written by the frameworks themselves, with the files beside them
     "openvino": ["openvino/rnn_tanh.xml", "openvino/lstm_saved_f16.xml"],
     "ncnn": ["ncnn/lstm.param", "ncnn/gru_fp16.param", "ncnn/lstm_proj.param", "ncnn/rnn_bi.param", "ncnn/tagger.param"]
     + ["ncnn/conv_first.param"],
     "mlx": ["mlx/lstm.safetensors", "mlx/encoder.safetensors"],
+    "tfjs": ["tfjs/saved/model.json", "tfjs/converted/model.json"],
 }
 # identify's inputs: a headerless blob, the flags that describe it, and a probe of what its model computes
 IDENTIFY_SEEDS = {
@@ -161,12 +168,21 @@ class Seeds:
     streaming: dict[str, Path] = field(default_factory=dict)  # name -> a streaming model rnnconv wrote
 
 
-def _beside(main: Path) -> dict[str, bytes]:
-    """A model's file and the files rnnconv reads beside it (X.bin of X.xml or X.param, the source record)."""
+def _beside(main: Path, prefix: str = "") -> dict[str, bytes]:
+    """A model's file and the files rnnconv reads beside it (X.bin of X.xml or X.param, the source record, the
+    shards a model.json names), each name given `prefix` (a model.json's shard paths too)."""
+    import json
+
+    if main.suffix == ".json":
+        doc = json.loads(main.read_bytes())
+        shards = [main.parent / p for group in doc["weightsManifest"] for p in group["paths"]]
+        for group in doc["weightsManifest"]:
+            group["paths"] = [prefix + p for p in group["paths"]]
+        return {prefix + main.name: json.dumps(doc).encode(), **{prefix + p.name: p.read_bytes() for p in shards}}
     names = [main, main.with_name(main.name + ".rnnconv.json")]
     if main.suffix in (".xml", ".param"):
         names.append(main.with_suffix(".bin"))
-    return {path.name: path.read_bytes() for path in names if path.is_file()}
+    return {prefix + path.name: path.read_bytes() for path in names if path.is_file()}
 
 
 def _npz_of(safetensors: Path, target: Path) -> bool:
@@ -216,7 +232,7 @@ def prepare_sets(work: Path, seeds: Seeds) -> None:
     for family, names in SHIPPED_SETS.items():
         for name in names:
             main = FIXTURES / name
-            files = {f"{main.parent.name}__{n}": data for n, data in _beside(main).items()}
+            files = _beside(main, f"{main.parent.name}__")
             seeds.sets.setdefault(family, {})[f"{main.parent.name}__{main.name}"] = files
     for models in seeds.sets.values():
         for name, files in models.items():

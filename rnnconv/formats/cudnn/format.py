@@ -1,20 +1,22 @@
-"""The cuDNN format's verbs (`registry.Format`)."""
+"""The cuDNN format's verbs (`registry.Format`); its reader and writer are imported when a verb is used."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rnnconv.canonical import CanonicalRNN
 from rnnconv.contracts import InspectEntry, InspectReport
 from rnnconv.dtypes import element_type
 from rnnconv.errors import BadInput, listing
 from rnnconv.formats.cudnn import PLUGIN
-from rnnconv.formats.cudnn.reader import is_rnnconv_safetensors, open_blobs, pick_blob, sidecar_path
-from rnnconv.formats.cudnn.writer import write_bin, write_safetensors
+from rnnconv.formats.cudnn.wire import is_rnnconv_safetensors, sidecar_path
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.weightspace import weight_space_elements
+
+if TYPE_CHECKING:
+    from rnnconv.canonical import CanonicalRNN
 
 
 @register
@@ -27,6 +29,8 @@ class CudnnFormat(Format):
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
+        from rnnconv.formats.cudnn.reader import open_blobs, pick_blob
+
         blobs = pick_blob(open_blobs(path, options.raw_spec), options.layer, path, options.take_all)
         yield Source([b.to_canonical() for b in blobs])
 
@@ -34,6 +38,8 @@ class CudnnFormat(Format):
         return path.suffix == ".safetensors"
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
+        from rnnconv.formats.cudnn.writer import write_bin, write_safetensors
+
         dtype = options.dtype or rnns[0].spec.dtype
         total = sum(weight_space_elements(r.spec) for r in rnns) * element_type(dtype).itemsize
         progress = options.progress
@@ -50,6 +56,8 @@ class CudnnFormat(Format):
         raise BadInput(f"output {path} must end in .bin (raw weight space + JSON sidecar) or .safetensors")
 
     def inspect(self, path: Path) -> InspectReport:
+        from rnnconv.formats.cudnn.reader import open_blobs
+
         blobs = open_blobs(path)
         rnns = [
             InspectEntry(

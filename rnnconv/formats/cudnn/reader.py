@@ -16,6 +16,7 @@ from rnnconv.contracts import SIDECAR_FORMAT, LayoutInfo, Provenance, Sidecar, p
 from rnnconv.dtypes import ElementType, decode, element_type
 from rnnconv.errors import BadInput, listing, no_such_rnn
 from rnnconv.formats import _safetensors, registry
+from rnnconv.formats.cudnn.wire import is_rnnconv_safetensors, sidecar_path
 from rnnconv.formats.registry import Probe
 from rnnconv.safeio.inputs import JSON_LIMIT, FileArray, json_document, open_source, regular_file
 from rnnconv.safeio.outputs import SIDECAR_SUFFIX
@@ -34,10 +35,6 @@ from rnnconv.weightspace import (
 KIND_BIN = "cudnn-bin"
 KIND_SAFETENSORS = "cudnn-safetensors"
 RAW_SPEC_FLAGS = "--mode, --input-size, --hidden-size (and --num-layers, --bidirectional, --proj-size, --dtype)"
-
-
-def sidecar_path(blob: Path) -> Path:
-    return blob.with_name(blob.name + SIDECAR_SUFFIX)
 
 
 @dataclass
@@ -212,11 +209,6 @@ def open_safetensors(path: Path) -> list[Blob]:
         places, _ = placement(sidecar, spec, etype, where, words.size * etype.itemsize)
         blobs.append(Blob(name, spec, etype, words, sidecar, path, places, KIND_SAFETENSORS))
     return blobs
-
-
-def is_rnnconv_safetensors(probe: Probe) -> bool:
-    meta = probe.safetensors_metadata
-    return meta is not None and meta.get("format") == SIDECAR_FORMAT
 
 
 def open_blobs(path: Path, raw_spec: RNNSpec | None = None) -> list[Blob]:

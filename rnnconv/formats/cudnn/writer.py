@@ -18,7 +18,8 @@ from rnnconv.contracts import SIDECAR_FORMAT, CudnnSettings, LayoutInfo, Provena
 from rnnconv.dtypes import ElementType, count_non_finite, element_type, stored_words
 from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors, registry
-from rnnconv.formats.cudnn.reader import Blob, sidecar_path
+from rnnconv.formats.cudnn.reader import Blob
+from rnnconv.formats.cudnn.wire import sidecar_path
 from rnnconv.safeio.outputs import atomic_outputs, write_array
 from rnnconv.table.constants import BIAS_MODE, CUDNN_MODES, DIRECTION, INPUT_MODE
 from rnnconv.table.writing import in_source

@@ -1,4 +1,4 @@
-"""The Equinox format's verbs (`registry.Format`)."""
+"""The Equinox format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is used."""
 
 from __future__ import annotations
 
@@ -6,20 +6,20 @@ import contextlib
 import functools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectReport, Provenance
 from rnnconv.errors import BadInput
 from rnnconv.formats import _jax, registry
 from rnnconv.formats._npy import NPY_MAGIC
 from rnnconv.formats.equinox import PLUGIN
-from rnnconv.formats.equinox.reader import load, to_canonical
-from rnnconv.formats.equinox.runner import run_file
 from rnnconv.formats.equinox.wire import KIND
-from rnnconv.formats.equinox.writer import losses, write
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rnnconv.canonical import CanonicalRNN, RNNSpec
 
 
 @register
@@ -31,6 +31,8 @@ class EquinoxFormat(Format):
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
+        from rnnconv.formats.equinox.reader import load, to_canonical
+
         cell = load(path)
         if options.layer is not None and options.layer != cell.name:
             raise BadInput(f"{path} holds one {cell.name}, not {options.layer!r}")
@@ -45,12 +47,18 @@ class EquinoxFormat(Format):
         )
 
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        from rnnconv.formats.equinox.writer import losses
+
         return losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
+        from rnnconv.formats.equinox.writer import write
+
         return write(rnns, path, options)
 
     def inspect(self, path: Path) -> InspectReport:
+        from rnnconv.formats.equinox.reader import load, to_canonical
+
         cell = load(path)
         read = functools.partial(to_canonical, cell, path, Provenance(path=str(path)))
         return InspectReport(path=str(path), format=KIND, rnns=[registry.inspect_entry(cell.name, cell.name, read)])
@@ -58,12 +66,17 @@ class EquinoxFormat(Format):
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
         if recorded.layer and recorded.format == KIND:
             return recorded
+        from rnnconv.formats.equinox.reader import load
+
         return recorded.model_copy(update={"layer": load(path).name, "format": KIND})
 
     def run(
         self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The file loaded by eqx.tree_deserialise_leaves into its cell, stepped in JAX on the CPU."""
+        from rnnconv.formats.equinox.reader import load, to_canonical
+        from rnnconv.formats.equinox.runner import run_file
+
         cell = load(path)
         _jax.check_same(to_canonical(cell, path, source).spec, spec, cell.name, path)
         ran = registry.versions_of(self.runtimes[0].modules, self.info.extra, f"running {self.title} files")

@@ -29,7 +29,8 @@ PLUGIN = Plugin(
         "X.msgpack.rnnconv.json beside it saying where it came from",
         read_note="Read without Flax or JAX (msgpack decoded by rnnconv, every array's shape and size checked); "
         "SimpleCell's activation_fn is not stored (--nonlinearity).",
-        write_note="Written without Flax or JAX; the summed biases are exact (only their sum acts); the printed "
+        write_note="Written without Flax or JAX; biases stored summed act as cuDNN's two (a half-precision source's "
+        "sums that its type cannot hold are refused: --dtype float32); the printed "
         "line builds the module whose variables it fills.",
         read_suffixes=(".msgpack",),
         write_suffixes=(".msgpack",),

@@ -52,9 +52,3 @@ def to_canonical(rnn: _jax.TreeRNN, path: Path, source: Provenance, options: Rea
     return _jax.tree_to_canonical(
         rnn, path, source, options, ("flax", FLAX_LINEN_CELLS[rnn.cell], "a Flax file"), notes
     )
-
-
-def is_variables(head: bytes) -> bool:
-    """A msgpack map whose first key is "params" (what to_bytes writes for a linen module's variables)."""
-    key = FLAX_PARAMS.encode()
-    return _jax.is_map(head) and head[1:].startswith(bytes([0xA0 | len(key)]) + key)

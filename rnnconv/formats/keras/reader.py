@@ -189,9 +189,12 @@ class KerasFile:
         if info.compress_type == zipfile.ZIP_STORED:
             member = _StoredMember(self.path, info, self.size)
             self._closers.append(member)
-            add_guard(member.crc_guard())
             self.reader.hdf5_at = member.start
-            return self._h5(member)
+            # the structure walked first: in a fork while this is the only thread, not in an interpreter started
+            # for it (0.3 s or more) because the CRC-32's thread runs already
+            h5 = self._h5(member)
+            add_guard(member.crc_guard())
+            return h5
         return self._h5(io.BytesIO(_zip.read_member(archive, "model.weights.h5", self.path)))
 
     # --- finding the recurrent layers -------------------------------------------------------

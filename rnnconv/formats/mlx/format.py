@@ -1,28 +1,29 @@
-"""The MLX format's verbs (`registry.Format`)."""
+"""The MLX format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is used."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line
 from rnnconv.formats import registry
-from rnnconv.formats._graph import Chain, GraphFormat
-from rnnconv.formats._zip import ZIP_ERRORS
+from rnnconv.formats._graph import GraphFormat
 from rnnconv.formats.mlx import PLUGIN
-from rnnconv.formats.mlx.reader import MlxChain, MlxFile, Module, to_canonical
-from rnnconv.formats.mlx.runner import require_mlx, run_modules
-from rnnconv.formats.mlx.wire import MLX_CLASSES, NPY
-from rnnconv.formats.mlx.writer import WRITABLE, constructor, mlx_losses, write_mlx
+from rnnconv.formats.mlx.wire import MLX_CLASSES, NPY, WRITABLE
 from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
 from rnnconv.table.constants import LSTM
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rnnconv.canonical import CanonicalRNN, RNNSpec
+    from rnnconv.contracts import Provenance
+    from rnnconv.formats._graph import Chain
+    from rnnconv.formats.mlx.reader import MlxFile, Module
+
 
 @register
-class MlxFormat(GraphFormat[MlxFile, Module]):
+class MlxFormat(GraphFormat["MlxFile", "Module"]):
     plugin = PLUGIN
     sniff_order = 30  # a safetensors of MLX's parameter names: after rnnconv's own, before PyTorch's state_dicts
 
@@ -31,6 +32,8 @@ class MlxFormat(GraphFormat[MlxFile, Module]):
         npz = names is not None and bool(names) and all(n.endswith(NPY) for n in names)
         if probe.safetensors_metadata is None and not npz:
             return False
+        from rnnconv.formats.mlx.reader import MlxFile
+
         try:
             file = MlxFile.load(probe.path)
         except RnnconvError:
@@ -38,11 +41,15 @@ class MlxFormat(GraphFormat[MlxFile, Module]):
         return bool(file.layers)
 
     def load(self, path: Path, options: ReadOptions | None = None) -> MlxFile:
+        from rnnconv.formats.mlx.reader import MlxFile
+
         return MlxFile.load(path)
 
     def to_canonical(
         self, graph: MlxFile, chain: Chain[Module], source: Provenance, options: ReadOptions
     ) -> CanonicalRNN:
+        from rnnconv.formats.mlx.reader import MlxChain, to_canonical
+
         assert isinstance(chain, MlxChain)
         return to_canonical(chain, source, options.nonlinearity, graph)
 
@@ -51,13 +58,20 @@ class MlxFormat(GraphFormat[MlxFile, Module]):
             return None
         return f"modules {', '.join(m.name for m in chain.layers)} are the layers and directions of one RNN"
 
+    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
+        return requested or (spec.dtype if spec.dtype in WRITABLE else WRITABLE[0])
+
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        from rnnconv.formats.mlx.writer import mlx_losses
+
         return mlx_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
+        from rnnconv.formats.mlx.writer import constructor, write_mlx
+
         rnn = registry.only_rnn(rnns, "an MLX file")
         spec = rnn.spec
-        dtype = options.dtype or (spec.dtype if spec.dtype in WRITABLE else WRITABLE[0])
+        dtype = self.written_dtype(spec, options.dtype)
         warnings = []
         if dtype != spec.dtype and options.dtype is None:
             warnings.append(f"{rnn.name}: written as {dtype}, what MLX computes with, from the source's {spec.dtype}")
@@ -83,6 +97,10 @@ class MlxFormat(GraphFormat[MlxFile, Module]):
         inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The file's own modules in MLX (CPU)."""
+        from rnnconv.formats._zip import ZIP_ERRORS
+        from rnnconv.formats.mlx.reader import MlxChain
+        from rnnconv.formats.mlx.runner import require_mlx, run_modules
+
         assert isinstance(chain, MlxChain)
         for module in chain.layers:
             if module.refusal:

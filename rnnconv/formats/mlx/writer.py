@@ -13,7 +13,7 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import Unsupported
 from rnnconv.formats import _safetensors, registry
-from rnnconv.formats.mlx.wire import MLX_CLASSES, MLX_STACK
+from rnnconv.formats.mlx.wire import MLX_CLASSES, MLX_STACK, WRITABLE
 from rnnconv.safeio.outputs import write_array
 from rnnconv.table.apply import row_for_mode
 from rnnconv.table.constants import (
@@ -28,8 +28,6 @@ from rnnconv.table.constants import (
     RECURRENT_MATRIX,
     RNN,
 )
-
-WRITABLE = ("float32", "float16", "bfloat16")  # MLX loads float64 weights as float32
 
 
 def mlx_losses(rnn: CanonicalRNN) -> list[registry.Loss]:

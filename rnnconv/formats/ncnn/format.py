@@ -1,27 +1,29 @@
-"""The ncnn format's verbs (`registry.Format`)."""
+"""The ncnn format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is used."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput
 from rnnconv.formats import registry
-from rnnconv.formats._graph import Chain, GraphFormat, refuse
+from rnnconv.formats._graph import GraphFormat, refuse
 from rnnconv.formats.ncnn import PLUGIN
-from rnnconv.formats.ncnn.reader import Layer, NcnnFile, to_canonical, why_refused
-from rnnconv.formats.ncnn.runner import require_ncnn, run_model, source_layers
 from rnnconv.formats.ncnn.wire import IN, NARROW_OPTIONS, NCNN_MAGIC, OUT, bin_of
-from rnnconv.formats.ncnn.writer import ncnn_losses, write_ncnn
 from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
 from rnnconv.table.constants import LSTM
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rnnconv.canonical import CanonicalRNN, RNNSpec
+    from rnnconv.contracts import Provenance
+    from rnnconv.formats._graph import Chain
+    from rnnconv.formats.ncnn.reader import Layer, NcnnFile
+
 
 @register
-class NcnnFormat(GraphFormat[NcnnFile, Layer]):
+class NcnnFormat(GraphFormat["NcnnFile", "Layer"]):
     plugin = PLUGIN
     sniff_order = 20  # a text file beginning with ncnn's magic number
     layer_word = "layer"
@@ -30,20 +32,31 @@ class NcnnFormat(GraphFormat[NcnnFile, Layer]):
         return probe.head.split(b"\n", 1)[0].strip() == str(NCNN_MAGIC).encode()
 
     def load(self, path: Path, options: ReadOptions | None = None) -> NcnnFile:
+        from rnnconv.formats.ncnn.reader import NcnnFile
+
         return NcnnFile.load(path, source=options is not None)
 
     def to_canonical(
         self, graph: NcnnFile, chain: Chain[Layer], source: Provenance, options: ReadOptions
     ) -> CanonicalRNN:
+        from rnnconv.formats.ncnn.reader import to_canonical
+
         return to_canonical(chain.layers, graph, source)
 
+    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
+        return requested or ("float16" if spec.dtype == "float16" else "float32")
+
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        from rnnconv.formats.ncnn.writer import ncnn_losses
+
         return ncnn_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
+        from rnnconv.formats.ncnn.writer import write_ncnn
+
         rnn = registry.only_rnn(rnns, "an ncnn model")
         spec = rnn.spec
-        dtype = options.dtype or ("float16" if spec.dtype == "float16" else "float32")
+        dtype = self.written_dtype(spec, options.dtype)
         outputs = write_ncnn(rnn, path, dtype, options.force)
         states = f"h0_0 ({spec.num_directions}, {spec.output_size})" + (
             f", c0_0 ({spec.num_directions}, {spec.hidden_size})" if spec.cell == LSTM else ""
@@ -69,6 +82,9 @@ class NcnnFormat(GraphFormat[NcnnFile, Layer]):
         inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The file's own layers, their params and weight bytes as stored, in ncnn, one sequence at a time."""
+        from rnnconv.formats.ncnn.reader import why_refused
+        from rnnconv.formats.ncnn.runner import require_ncnn, run_model, source_layers
+
         refuse(chain.layers, why_refused)
         first = chain.first
         if (first.input_size, len(chain.layers), first.directions) != (

@@ -7,14 +7,16 @@ multi-layer RNN, as `torch.onnx.export` writes one multi-layer `nn.LSTM`. What c
 refused: a GRU resetting before the recurrent matrix, peepholes, clipping, `input_forget`, activations
 other than cuDNN's, or different activations per direction.
 
-Written models are the stack of RNN nodes; their input X is (seq, batch, input), the initial states
-`initial_h`, `initial_c` may be left out (zeros); outputs Y (seq, batch, directions*hidden), Y_h, Y_c.
+Written models are the stack of RNN nodes in the one form MNN, TensorRT and onnxruntime(-web) all take: inputs X
+(seq, batch, input) and the initial states `initial_h`, `initial_c` (plain inputs, given), every node input named
+(B, sequence_lens), layout 0; outputs Y (seq, batch, directions*hidden), Y_h, Y_c. `profile` checks any file against
+each consumer's documented limits.
 The same graph builder runs a source's own nodes (its weights and attributes untouched) in onnxruntime
 for `verify`, and a blob for `verify --backend onnxruntime`.
 
 A streaming model (`--streaming`) takes x (batch, chunk, input) with any chunk length and each layer's states h_l0,
-c_l0, ... (batch, hidden), and gives y and h_l0_next, c_l0_next, ...: each node given every input but its sequence
-lengths (B explicit, zeros where the source has no bias).
+c_l0, ... (batch, hidden), and gives y and h_l0_next, c_l0_next, ...: its nodes in the same form (every input named,
+sequence_lens the chunk's length).
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ PLUGIN = Plugin(
         {"onnx": "ONNX model"},
         read_help=".onnx with LSTM, GRU or RNN nodes at any depth (weights stored, or computed from constants), "
         "nn.RNN unrolled by the dynamo exporter, or quantized LSTMs (--dequantize)",
-        write_help="model.onnx: the stack of RNN nodes; input X (seq, batch, input), optional initial_h and "
-        "initial_c; outputs Y (seq, batch, directions*hidden), Y_h, Y_c",
+        write_help="model.onnx: the stack of RNN nodes; inputs X (seq, batch, input), initial_h and initial_c; "
+        "outputs Y (seq, batch, directions*hidden), Y_h, Y_c",
         read_note="A chain of RNN nodes joined by the exporters' Transpose/Reshape/Squeeze glue (what "
         "torch.onnx.export writes for one multi-layer nn.LSTM) is one multi-layer RNN; --layer "
         "picks a node (or a,b for a chain). What cuDNN cannot run is refused: a GRU with "
         "linear_before_reset=0, peepholes, clip, input_forget, other activations.",
-        write_note="onnxruntime runs it with only X given (the initial states default to zeros).",
+        write_note="The form MNN, TensorRT and onnxruntime-web take: the initial states are inputs (give zeros to "
+        "start fresh), every node input is named, layout 0; --profile checks a consumer's limits.",
         read_suffixes=(".onnx",),
         write_suffixes=(".onnx",),
         default_for=(".onnx",),
@@ -53,6 +56,15 @@ PLUGIN = Plugin(
         "onnxruntime (CPU) running the blob as ONNX nodes, float32",
         (("onnxruntime", "onnxruntime"),),
         10,
+    ),
+    more_engines=(
+        EngineInfo(
+            "mnn",
+            ".onnx",
+            "MNN (CPU) running the blob written as ONNX, converted by MNN's converter, float32",
+            (("mnn", "MNN"),),
+            11,
+        ),
     ),
     frameworks=("onnx", "onnxruntime"),
 )

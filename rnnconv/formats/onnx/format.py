@@ -1,73 +1,101 @@
-"""The ONNX format's verbs (`registry.Format`)."""
+"""The ONNX format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is used."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.formats import registry
-from rnnconv.formats._graph import Chain, GraphFormat, sizes_of
+from rnnconv.formats._graph import GraphFormat, sizes_of
 from rnnconv.formats.onnx import PLUGIN
-from rnnconv.formats.onnx.nodes import RNN_OPS, OnnxNode
-from rnnconv.formats.onnx.reader import OnnxFile, to_canonical
-from rnnconv.formats.onnx.runner import OnnxStream, run_nodes
-from rnnconv.formats.onnx.writer import onnx_losses, write_onnx
 from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
-from rnnconv.streaming import streaming_usage
 from rnnconv.table.constants import LSTM
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rnnconv.canonical import CanonicalRNN, RNNSpec
+    from rnnconv.contracts import Provenance, RNNSizes
+    from rnnconv.formats._graph import Chain
+    from rnnconv.formats.onnx.nodes import OnnxNode
+    from rnnconv.formats.onnx.reader import OnnxFile
+    from rnnconv.formats.onnx.runner import OnnxStream
 
 PROTOBUF_FIRST_FIELD = b"\x08"  # a ModelProto begins with ir_version: field 1, a varint
 
 
 @register
-class OnnxFormat(GraphFormat[OnnxFile, OnnxNode]):
+class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
     plugin = PLUGIN
     sniff_order = 60  # a protobuf has no magic number: after every format that has one
     layer_word = "node"
+
+    def make_engine(self, name: str | None = None) -> registry.RuntimeEngine | None:
+        if name != "mnn":
+            return super().make_engine(name)
+        from rnnconv.formats.onnx.mnn import MnnEngine  # MNN's converter and runtime: a blob run its own way
+
+        info = self.engine_info(name)
+        return None if info is None else MnnEngine(self, info)
 
     def sniff(self, probe: Probe) -> bool:
         return probe.head.startswith(PROTOBUF_FIRST_FIELD) and probe.path.suffix.lower() == ".onnx"
 
     def load(self, path: Path, options: ReadOptions | None = None) -> OnnxFile:
+        from rnnconv.formats.onnx.reader import OnnxFile
+
         return OnnxFile.load(path, options is not None and options.dequantize)
 
     def to_canonical(
         self, graph: OnnxFile, chain: Chain[OnnxNode], source: Provenance, options: ReadOptions
     ) -> CanonicalRNN:
+        from rnnconv.formats.onnx.reader import to_canonical
+
         return to_canonical(chain.layers, source)
 
     def sizes(self, graph: OnnxFile, chain: Chain[OnnxNode]) -> RNNSizes | None:
+        from rnnconv.formats.onnx.nodes import RNN_OPS
+
         return sizes_of("onnx", RNN_OPS[chain.first.op], chain) if chain.first.sized else None
 
     def notes(self, graph: OnnxFile) -> list[str]:
         return super().notes(graph) + graph.same_weights_notes()
 
+    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
+        return requested or "float32"  # onnxruntime's CPU RNN kernels compute float32
+
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        from rnnconv.formats.onnx.writer import onnx_losses
+
         return onnx_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
-        dtype = options.dtype or "float32"  # onnxruntime's CPU RNN kernels compute float32
-        write_onnx(rnns, path, dtype, options.force, options.streaming)
+        from rnnconv.formats.onnx.writer import write_onnx
+
+        dtype = self.written_dtype(rnns[0].spec, options.dtype)
+        write_onnx(rnns, path, dtype, options.force, options.profile, options.streaming)
         spec = rnns[0].spec
         if options.streaming:
+            from rnnconv.streaming import streaming_usage
+
             return Written([path], usage=streaming_usage(spec, "onnxruntime", registry.literal(path)))
         lstm = spec.mode == LSTM
-        states = "initial_h" + (", initial_c" if lstm else "")
+        states = '"initial_h": h0' + (', "initial_c": h0' if lstm else "")
         outputs = "y, h_n" + (", c_n" if lstm else "")
+        depth, dirs = spec.num_layers * spec.num_directions, spec.num_directions
         # the CPU provider, as `run_model` runs it: another (CUDA's, where installed) computes other numbers
         return Written(
             [path],
-            usage=f"import onnxruntime\nsession = onnxruntime.InferenceSession({registry.literal(path)}, "
-            'providers=["CPUExecutionProvider"])\n'
-            f'{outputs} = session.run(None, {{"X": x}})   # x (seq, batch, {spec.input_size}) {dtype}, y (seq, '
-            f"batch, {spec.num_directions * spec.output_size}); states ({spec.num_layers * spec.num_directions}, "
-            f"batch, ...); optional inputs: {states}",
+            usage=f"import numpy as np\nimport onnxruntime\nsession = onnxruntime.InferenceSession("
+            f'{registry.literal(path)}, providers=["CPUExecutionProvider"])\n'
+            f"h0 = np.zeros(({depth}, x.shape[1], {spec.hidden_size}), np.{dtype})   # initial states: every "
+            f"layer's, in cuDNN's order\n{outputs} = session.run(None, {{\"X\": x, {states}}})   # x (seq, batch, "
+            f"{spec.input_size}) {dtype}, y (seq, batch, {dirs * spec.output_size})",
         )
 
     def stream(self, path: Path, runtime: str) -> OnnxStream:
+        from rnnconv.formats.onnx.runner import OnnxStream
+
         return OnnxStream(path)
 
     def run_chain(
@@ -79,4 +107,6 @@ class OnnxFormat(GraphFormat[OnnxFile, OnnxNode]):
         inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The source's own nodes, weights and attributes as they are in the file, run in onnxruntime."""
+        from rnnconv.formats.onnx.runner import run_nodes
+
         return run_nodes(chain.layers, spec, inputs, source.layer)

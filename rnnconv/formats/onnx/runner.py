@@ -20,6 +20,21 @@ from rnnconv.formats.onnx.writer import Layer, build_model
 from rnnconv.safeio.inputs import regular_file
 from rnnconv.streaming import check_stream_names
 
+MODEL_OUTPUTS = ("Y", "Y_h", "Y_c")  # what a built model gives: y, h_n and (an LSTM's) c_n
+
+
+def model_feeds(inputs: Mapping[str, Any], lstm: bool) -> dict[str, np.ndarray]:
+    """What a built model is fed of verify's inputs: X and every layer's initial states, float32."""
+    feeds = {"X": inputs["x"].astype(np.float32), "initial_h": inputs["h0"].astype(np.float32)}
+    if lstm:
+        feeds["initial_c"] = inputs["c0"].astype(np.float32)
+    return feeds
+
+
+def cudnn_outputs(got: Mapping[str, np.ndarray]) -> dict[str, np.ndarray | None]:
+    """A built model's outputs as cuDNN names them."""
+    return {"y": got["Y"], "h_n": got["Y_h"], "c_n": got.get("Y_c")}
+
 
 def _onnxruntime() -> Any:
     try:
@@ -36,9 +51,7 @@ def run_model(model: Any, inputs: Mapping[str, Any], lstm: bool) -> dict[str, np
     onnxruntime = _onnxruntime()
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
-    feeds = {"X": inputs["x"].astype(np.float32), "initial_h": inputs["h0"].astype(np.float32)}
-    if lstm:
-        feeds["initial_c"] = inputs["c0"].astype(np.float32)
+    feeds = model_feeds(inputs, lstm)
     if inputs.get("lengths") is not None:
         feeds["sequence_lens"] = np.asarray(inputs["lengths"], np.int32)
     try:
@@ -51,7 +64,7 @@ def run_model(model: Any, inputs: Mapping[str, Any], lstm: bool) -> dict[str, np
         if not type(exc).__module__.startswith("onnxruntime"):
             raise
         raise BadInput(f"onnxruntime cannot run these nodes: {first_line(exc, 300)}") from None
-    return {"y": got["Y"], "h_n": got["Y_h"], "c_n": got.get("Y_c")}
+    return cudnn_outputs(got)
 
 
 def run_nodes(

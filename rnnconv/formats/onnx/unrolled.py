@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from rnnconv.errors import cut, listing
-from rnnconv.formats._cells import CellGraph, Product, Reading, exchanged, recognise
+from rnnconv.formats._cells import CellGraph, Product, Reading, exchanged, recognise, run_ops
 from rnnconv.formats.onnx.folding import SUBGRAPH, Folder, NotFoldable, Scope, node_name
 from rnnconv.formats.onnx.wire import ONNX_ACTIVATIONS, ONNX_INPUTS
 from rnnconv.reference import sigmoid
@@ -593,26 +593,8 @@ class CellFinder(Recogniser):
     def run(self, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
         """Every value of the graph computed from `feeds` and constants (the values computed, without the feeds),
         and the values the nodes reached would also need, which are neither."""
-        values: dict[str, np.ndarray] = dict(feeds)
-        computed: dict[str, np.ndarray] = {}
-        missing: list[str] = []
-        for node in self.scope.graph.node:
-            if node.op_type not in EVALUATED or node.domain not in ("", "ai.onnx"):
-                continue
-            if not any(i in values for i in node.input) or any(o in feeds for o in node.output):
-                continue
-            arguments = [values[i] if i in values else self.constant(i) for i in node.input]
-            lacking = [i for i, a in zip(node.input, arguments) if a is None and i]
-            if lacking:
-                missing += lacking
-                continue
-            try:
-                outputs = _evaluate(node, arguments)
-            except (ValueError, IndexError, TypeError, ArithmeticError):
-                continue  # a node the probe's values do not fit (another reader of the cell's input): not the cell's
-            values.update(zip(node.output, outputs))
-            computed.update(zip(node.output, outputs))
-        return computed, missing
+        nodes = [n for n in self.scope.graph.node if n.op_type in EVALUATED and n.domain in ("", "ai.onnx")]
+        return run_ops(nodes, feeds, lambda node: (node.input, node.output), self.constant, _evaluate, "")
 
 
 def scan_of(scope: Scope) -> Any:

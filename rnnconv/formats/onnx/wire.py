@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Final
 
-ONNX_OPSET: Final = 21  # what rnnconv writes: recent, and run by every onnxruntime since 1.18
+ONNX_OPSET: Final = 20  # what rnnconv writes: the newest TensorRT 10.0 takes, run by every onnxruntime since 1.17
 ONNX_OPS: Final[dict[str, str]] = {"lstm": "LSTM", "gru": "GRU", "rnn": "RNN"}  # the op of each cell family
 # ONNX activation names, and the default activations of each op: f (gates), g (cell input), h (cell output).
 ONNX_ACTIVATIONS: Final[dict[str, str]] = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "relu"}
@@ -39,4 +39,6 @@ ONNX_GLUE: Final = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Concat", "I
 ONNX_QUANTIZED_OPS: Final[dict[str, tuple[str, str]]] = {"DynamicQuantizeLSTM": ("com.microsoft", "LSTM")}
 ONNX_QUANTIZED_INPUTS: Final = ("W_scale", "W_zero_point", "R_scale", "R_zero_point")
 # ONNX TensorProto element types rnnconv reads and writes, by dtype name.
+# The consumers whose documented limits `--profile` checks (rnnconv.formats.onnx.profile holds the limits).
+ONNX_PROFILES: Final = ("tensorrt", "mnn", "ort-web")
 ONNX_ELEMENT_TYPES: Final[dict[str, int]] = {"float32": 1, "float16": 10, "float64": 11, "bfloat16": 16}

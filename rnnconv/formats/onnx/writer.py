@@ -14,6 +14,8 @@ from rnnconv.canonical import CanonicalRNN
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import Unsupported
 from rnnconv.formats import registry
+from rnnconv.formats.onnx import profile as profiles
+from rnnconv.formats.onnx.nodes import RNN_OPS
 from rnnconv.formats.onnx.reader import require_onnx
 from rnnconv.formats.onnx.wire import (
     ONNX_ACTIVATIONS,
@@ -27,7 +29,7 @@ from rnnconv.formats.onnx.wire import (
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.streaming import STATE_INPUT, STATE_OUTPUT, STREAM_INPUT, STREAM_OUTPUT
 from rnnconv.table.apply import row_for_mode
-from rnnconv.table.constants import STATES
+from rnnconv.table.constants import CUDNN_GATES, STATES
 
 
 @dataclass
@@ -57,7 +59,10 @@ def layers_of(rnn: CanonicalRNN, dtype: str) -> list[Layer]:
     attributes: dict[str, Any] = {
         "hidden_size": spec.hidden_size,
         "direction": "bidirectional" if spec.bidirectional else "forward",
+        "layout": 0,  # stated, not left to the default: sequence-major, the only layout TensorRT takes
     }
+    if row.source_class == "LSTM":
+        attributes["input_forget"] = 0
     if "linear_before_reset" in row.when:
         attributes["linear_before_reset"] = row.when["linear_before_reset"]
     activations = _activations_for(row.source_class, activation, spec.num_directions)
@@ -86,10 +91,13 @@ def _activations_for(op: str, activation: str, directions: int) -> list[str] | N
 
 
 def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens: bool = False) -> Any:
-    """A model of the layers, stacked: X (seq, batch, input) -> Y (seq, batch, D*H), Y_h, Y_c.
+    """A model of the layers, stacked: X (seq, batch, input), initial_h[, initial_c] (layers*dirs, batch, hidden) ->
+    Y (seq, batch, D*H), Y_h[, Y_c].
 
-    initial_h and initial_c are inputs with zero defaults (so they may be left out); with
-    `sequence_lens`, an int32 (batch,) input gives each sequence's length.
+    Every consumer's form (docs/formats/onnx.md, "What every consumer takes"): the initial states are plain graph
+    inputs (MNN and TensorRT take an initializer that is also an input as a constant), and every node names each
+    input up to its last (B zeros where the RNN has none; sequence_lens every item's full length, from X's shape,
+    or with `sequence_lens` an int32 (batch,) input): no empty names, which onnxjs refuses.
     """
     require_onnx()
     from onnx import TensorProto, helper
@@ -99,57 +107,41 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     first = layers[0]
     hidden = int(first.attributes["hidden_size"])
     dirs = ONNX_DIRECTIONS[first.attributes.get("direction", "forward")]
-    lstm = ONNX_QUANTIZED_OPS.get(first.op, ("", first.op))[1] == "LSTM"
+    op = ONNX_QUANTIZED_OPS.get(first.op, ("", first.op))[1]
+    lstm = op == "LSTM"
     depth = len(layers) * dirs
     nodes: list[Any] = []
     initializers: list[Any] = []
-    inputs = [helper.make_tensor_value_info("X", elem, ["seq", "batch", input_size])]
-
     constant = _constants(initializers, dtype)
     state_names = ["initial_h"] + (["initial_c"] if lstm else [])
-    for state in state_names:  # zeros of one batch item, expanded to the batch X has
-        inputs.append(helper.make_tensor_value_info(state, elem, [depth, None, hidden]))
-        constant(state, np.zeros((depth, 1, hidden), storage))
-    constant("batch_index", np.array([1], np.int64))
-    constant("depth_hidden", np.array([depth, hidden], np.int64))
-    nodes += [
-        helper.make_node("Shape", ["X"], ["x_shape"]),
-        helper.make_node("Gather", ["x_shape", "batch_index"], ["batch"]),
-        helper.make_node("Concat", ["depth_hidden", "batch"], ["dhb"], axis=0),
-    ]
-    constant("to_dbh", np.array([0, 2, 1], np.int64))
-    nodes.append(helper.make_node("Gather", ["dhb", "to_dbh"], ["state_shape"]))
-    for state in state_names:
-        nodes.append(helper.make_node("Expand", [state, "state_shape"], [f"{state}_full"]))
+    inputs = [helper.make_tensor_value_info("X", elem, ["seq", "batch", input_size])]
+    inputs += [helper.make_tensor_value_info(state, elem, [depth, "batch", hidden]) for state in state_names]
     if sequence_lens:
-        inputs.append(helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, [None]))
+        inputs.append(helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, ["batch"]))
+    else:
+        nodes += _full_lengths("X", constant)
     constant("merge_shape", np.array([0, 0, -1], np.int64))
+    constant("state_axis", np.array([0], np.int64))
     x, hs, cs = "X", [], []
     for index, layer in enumerate(layers):
-        names = {role: constant(f"{role}_{index}", values) for role, values in layer.weights.items()}
+        names = _weight_names(layer, index, constant, storage)
+        constant(f"layer_{index}_lo", np.array([index * dirs], np.int64))
+        constant(f"layer_{index}_hi", np.array([(index + 1) * dirs], np.int64))
         for state in state_names:
-            constant(f"{state}_{index}_lo", np.array([index * dirs], np.int64))
-            constant(f"{state}_{index}_hi", np.array([(index + 1) * dirs], np.int64))
-            constant(f"{state}_{index}_axis", np.array([0], np.int64))
-            nodes.append(
-                helper.make_node(
-                    "Slice",
-                    [f"{state}_full", f"{state}_{index}_lo", f"{state}_{index}_hi", f"{state}_{index}_axis"],
-                    [f"{state}_{index}"],
-                )
-            )
+            bounds = [f"layer_{index}_lo", f"layer_{index}_hi", "state_axis"]
+            nodes.append(helper.make_node("Slice", [state, *bounds], [f"{state}_{index}"]))
         node_inputs = [
             x,
             names["W"],
             names["R"],
-            names.get("B", ""),
-            "sequence_lens" if sequence_lens else "",
-            "initial_h_" + str(index),
+            names["B"],
+            "sequence_lens",
+            f"initial_h_{index}",
             f"initial_c_{index}" if lstm else "",
             names.get("P", ""),
             *(names.get(role, "") for role in ONNX_QUANTIZED_INPUTS),
         ]
-        while node_inputs and not node_inputs[-1]:
+        while not node_inputs[-1]:
             node_inputs.pop()
         node_outputs = [f"y_{index}", f"y_h_{index}"] + ([f"y_c_{index}"] if lstm else [])
         nodes.append(
@@ -171,6 +163,35 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
         nodes.append(helper.make_node("Concat", cs, ["Y_c"], axis=0))
         outputs.append(helper.make_tensor_value_info("Y_c", elem, [depth, "batch", hidden]))
     return _model(layers, nodes, inputs, outputs, initializers)
+
+
+def _full_lengths(x: str, constant: Callable[[str, np.ndarray], str]) -> list[Any]:
+    """The nodes that give `sequence_lens`, every item's full length: the first dimension of `x` (steps, batch,
+    ...), once per batch item."""
+    from onnx import TensorProto, helper
+
+    return [
+        helper.make_node("Shape", [x], ["x_shape"]),
+        helper.make_node("Gather", ["x_shape", constant("steps_index", np.array([0], np.int64))], ["steps"]),
+        helper.make_node("Gather", ["x_shape", constant("batch_index", np.array([1], np.int64))], ["batch"]),
+        helper.make_node("Expand", ["steps", "batch"], ["full_lengths"]),
+        helper.make_node("Cast", ["full_lengths"], ["sequence_lens"], to=TensorProto.INT32),
+    ]
+
+
+def _weight_names(
+    layer: Layer, index: int, constant: Callable[[str, np.ndarray], str], storage: np.dtype
+) -> dict[str, str]:
+    """The initializers of a layer's weights by role, B zeros where it has none (and P, before a quantized op's
+    scales: zeros, no peepholes)."""
+    dirs = ONNX_DIRECTIONS[layer.attributes.get("direction", "forward")]
+    hidden = int(layer.attributes["hidden_size"])
+    op = ONNX_QUANTIZED_OPS.get(layer.op, ("", layer.op))[1]
+    weights = dict(layer.weights)
+    weights.setdefault("B", np.zeros((dirs, 2 * len(CUDNN_GATES[RNN_OPS[op]]) * hidden), storage))
+    if layer.domain:
+        weights.setdefault("P", np.zeros((dirs, 3 * hidden), storage))
+    return {role: constant(f"{role}_{index}", values) for role, values in weights.items()}
 
 
 def _constants(initializers: list[Any], dtype: str) -> Callable[[str, np.ndarray], str]:
@@ -206,11 +227,13 @@ def _model(
 def build_streaming_model(layers: list[Layer], input_size: int, dtype: str) -> Any:
     """A streaming model of the layers (one direction each): x (batch, chunk, input) and each layer's states h_l0
     (batch, output), c_l0 (an LSTM's) to y (batch, chunk, output) and the new states h_l0_next, ...; each node given
-    its biases and states, none left to a default (layout 0: the nodes take and give sequence-major tensors)."""
+    every input by name, none left to a default or empty (every consumer's form, as `build_model`'s; layout 0: the
+    nodes take and give sequence-major tensors)."""
     require_onnx()
     from onnx import helper
 
     elem = ONNX_ELEMENT_TYPES[dtype]
+    storage = element_type(dtype).storage
     hidden = int(layers[0].attributes["hidden_size"])
     lstm = layers[0].op == "LSTM"
     nodes: list[Any] = []
@@ -221,12 +244,10 @@ def build_streaming_model(layers: list[Layer], input_size: int, dtype: str) -> A
     inputs = [helper.make_tensor_value_info(STREAM_INPUT, elem, ["batch", "chunk", input_size])]
     outputs = []
     nodes.append(helper.make_node("Transpose", [STREAM_INPUT], ["x_steps"], perm=[1, 0, 2]))
+    nodes += _full_lengths("x_steps", constant)
     x = "x_steps"
     for index, layer in enumerate(layers):
-        names = {role: constant(f"{role}_{index}", values) for role, values in layer.weights.items()}
-        if "B" not in names:  # every input present: a consumer may refuse a node without one
-            gates = layer.weights["W"].shape[1]
-            names["B"] = constant(f"B_{index}", np.zeros((1, 2 * gates), layer.weights["W"].dtype))
+        names = _weight_names(layer, index, constant, storage)
         states, news, news_names = [], [], []
         for state in STATES if lstm else STATES[:1]:
             name, new = STATE_INPUT.format(state=state, layer=index), STATE_OUTPUT.format(state=state, layer=index)
@@ -236,7 +257,7 @@ def build_streaming_model(layers: list[Layer], input_size: int, dtype: str) -> A
             states.append(f"{name}_node")
             news.append(f"{new}_node")
             news_names.append(new)
-        node_inputs = [x, names["W"], names["R"], names["B"], "", *states]
+        node_inputs = [x, names["W"], names["R"], names["B"], "sequence_lens", *states]
         node_outputs = [f"y_{index}", *news]
         nodes.append(helper.make_node(layer.op, node_inputs, node_outputs, name=f"layer{index}", **layer.attributes))
         nodes += [helper.make_node("Squeeze", [f"{new}_node", "state_axis"], [new]) for new in news_names]
@@ -247,10 +268,14 @@ def build_streaming_model(layers: list[Layer], input_size: int, dtype: str) -> A
     return _model(layers, nodes, inputs, outputs, initializers)
 
 
-def write_onnx(rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool, streaming: bool = False) -> None:
+def write_onnx(
+    rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool, profile: str | None = None, streaming: bool = False
+) -> None:
     rnn = registry.only_rnn(rnns, "an .onnx")
     build = build_streaming_model if streaming else build_model
     model = build(layers_of(rnn, dtype), rnn.spec.input_size, dtype)
+    if profile is not None and (broken := profiles.broken(model, profiles.check_profile(profile))):
+        raise Unsupported(f"{rnn.name} cannot be written within {profile}'s limits: {broken[0].line(profile)}")
     entry = model.metadata_props.add()  # where the RNN came from, for `verify model.onnx`
     entry.key, entry.value = registry.SOURCE_KEY, registry.source_record(rnn, path)
     with atomic_outputs([path], force) as (tmp,):

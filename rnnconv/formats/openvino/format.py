@@ -1,20 +1,14 @@
-"""The OpenVINO IR format's verbs (`registry.Format`)."""
+"""The OpenVINO IR format's verbs (`registry.Format`); its reader, writer and runner are imported when used."""
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.formats import registry
-from rnnconv.formats._graph import Chain, GraphFormat, sizes_of
+from rnnconv.formats._graph import GraphFormat, sizes_of
 from rnnconv.formats.openvino import PLUGIN
-from rnnconv.formats.openvino.reader import NET, SNIFF_BYTES, IRFile, SequenceOp, to_canonical
-from rnnconv.formats.openvino.runner import run_ops
 from rnnconv.formats.openvino.wire import (
     OPENVINO_C_N,
     OPENVINO_H_N,
@@ -24,15 +18,23 @@ from rnnconv.formats.openvino.wire import (
     OPENVINO_X,
     OPENVINO_Y,
     SEQUENCE_OPS,
+    WRITES,
 )
-from rnnconv.formats.openvino.writer import WRITES, openvino_losses, write_ir
 from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
 from rnnconv.safeio.inputs import reading
 from rnnconv.table.constants import INPUT_MATRIX, LSTM
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rnnconv.canonical import CanonicalRNN, RNNSpec
+    from rnnconv.contracts import Provenance, RNNSizes
+    from rnnconv.formats._graph import Chain
+    from rnnconv.formats.openvino.reader import IRFile, SequenceOp
+
 
 @register
-class OpenvinoFormat(GraphFormat[IRFile, SequenceOp]):
+class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
     plugin = PLUGIN
     sniff_order = 40
     layer_word = "op"
@@ -40,16 +42,22 @@ class OpenvinoFormat(GraphFormat[IRFile, SequenceOp]):
     def sniff(self, probe: Probe) -> bool:
         if probe.path.suffix.lower() != ".xml" or not probe.head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
             return False
+        from rnnconv.formats.openvino.reader import NET, SNIFF_BYTES
+
         with open(probe.path, "rb") as f:
             head = f.read(SNIFF_BYTES)
         return NET.search(head) is not None
 
     def load(self, path: Path, options: ReadOptions | None = None) -> IRFile:
+        from rnnconv.formats.openvino.reader import IRFile
+
         return IRFile(path)
 
     def to_canonical(
         self, graph: IRFile, chain: Chain[SequenceOp], source: Provenance, options: ReadOptions
     ) -> CanonicalRNN:
+        from rnnconv.formats.openvino.reader import to_canonical
+
         return to_canonical(chain.layers, source, options.bias_split)
 
     def sizes(self, graph: IRFile, chain: Chain[SequenceOp]) -> RNNSizes | None:
@@ -69,13 +77,20 @@ class OpenvinoFormat(GraphFormat[IRFile, SequenceOp]):
         watched like the .xml while they are read."""
         return reading(graph.weights_path)
 
+    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
+        return requested or (spec.dtype if spec.dtype in WRITES else "float32")
+
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        from rnnconv.formats.openvino.writer import openvino_losses
+
         return openvino_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
+        from rnnconv.formats.openvino.writer import write_ir
+
         spec = rnns[0].spec
         # OpenVINO computes in float32: narrower weights are stored as they are and decompressed by a Convert
-        dtype = options.dtype or (spec.dtype if spec.dtype in WRITES else "float32")
+        dtype = self.written_dtype(spec, options.dtype)
         warnings = []
         if options.dtype is None and dtype != spec.dtype:
             warnings.append(
@@ -111,4 +126,6 @@ class OpenvinoFormat(GraphFormat[IRFile, SequenceOp]):
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The file's own graph (one rnnconv wrote), or its sequence ops with their own weights and attributes,
         run in OpenVINO's CPU plugin."""
+        from rnnconv.formats.openvino.runner import run_ops
+
         return run_ops(graph, chain, spec, inputs, source.layer)

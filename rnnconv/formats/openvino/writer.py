@@ -18,14 +18,13 @@ from rnnconv.formats.openvino.wire import (
     OPENVINO_DEFAULT_ACTIVATIONS,
     OPENVINO_ELEMENT_TYPES,
     OPENVINO_FORWARD,
+    WRITES,
 )
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.apply import row_for_mode, stored_shapes
 from rnnconv.table.rows import Row
 from rnnconv.table.writing import stored
 from rnnconv.version import __version__
-
-WRITES = ("float32", "float16", "bfloat16")  # float16 and bfloat16 weights are decompressed to float32
 
 
 def openvino_losses(rnn: CanonicalRNN) -> list[registry.Loss]:

@@ -1,4 +1,5 @@
-"""The TF1 checkpoint format's verbs (`registry.Format`): read-only."""
+"""The TF1 checkpoint format's verbs (`registry.Format`): read-only; its reader and runner are imported when a verb is
+used."""
 
 from __future__ import annotations
 
@@ -7,25 +8,18 @@ import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from rnnconv.canonical import RNNSpec
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.errors import BadInput
 from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, inspect_entry, read_chosen, register
 from rnnconv.formats.tf1 import PLUGIN
-from rnnconv.formats.tf1.reader import OPAQUE_REASON, choose, find_rnns, refused_sizes, to_canonical
-from rnnconv.formats.tf1.runner import run_in_tensorflow
-from rnnconv.formats.tf1.tensor_bundle import (
-    DATA_SHARD,
-    FOOTER_BYTES,
-    INDEX_SUFFIX,
-    TABLE_MAGIC,
-    Checkpoint,
-    index_file,
-)
 from rnnconv.formats.tf1.wire import KIND
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rnnconv.canonical import RNNSpec
 
 
 @register
@@ -34,6 +28,8 @@ class TF1Format(Format):
     sniff_order = 55  # a checkpoint's index has no magic number at its start: after the formats that do
 
     def sniff(self, probe: Probe) -> bool:
+        from rnnconv.formats.tf1.tensor_bundle import DATA_SHARD, FOOTER_BYTES, INDEX_SUFFIX, TABLE_MAGIC, index_file
+
         index = index_file(probe.path)
         if not (probe.path.name.endswith(INDEX_SUFFIX) or DATA_SHARD.search(probe.path.name)):
             return False
@@ -48,15 +44,22 @@ class TF1Format(Format):
             return False
 
     def named(self, path: Path) -> int:
+        from rnnconv.formats.tf1.tensor_bundle import DATA_SHARD
+
         shard = DATA_SHARD.search(path.name)  # X.data-00000-of-00001: a checkpoint's data, named by its index
         return len(shard.group()) if shard else super().named(path)
 
     def locate(self, path: Path) -> Path | None:
+        from rnnconv.formats.tf1.tensor_bundle import INDEX_SUFFIX
+
         index = path.with_name(path.name + INDEX_SUFFIX)
         return index if os.path.lexists(index) else None
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
+        from rnnconv.formats.tf1.reader import OPAQUE_REASON, choose, find_rnns, to_canonical
+        from rnnconv.formats.tf1.tensor_bundle import Checkpoint
+
         checkpoint = Checkpoint.open(path)
         rnns, opaque_only = find_rnns(checkpoint)
         several = options.take_all and options.layer is None and len(rnns) > 1
@@ -75,6 +78,9 @@ class TF1Format(Format):
         yield source
 
     def inspect(self, path: Path) -> InspectReport:
+        from rnnconv.formats.tf1.reader import OPAQUE_REASON, find_rnns, refused_sizes, to_canonical
+        from rnnconv.formats.tf1.tensor_bundle import Checkpoint
+
         checkpoint = Checkpoint.open(path)
         rnns, opaque_only = find_rnns(checkpoint)
         provenance = Provenance(path=str(checkpoint.index))
@@ -99,6 +105,9 @@ class TF1Format(Format):
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
         if recorded.layer and recorded.format == KIND:
             return recorded
+        from rnnconv.formats.tf1.reader import choose, find_rnns
+        from rnnconv.formats.tf1.tensor_bundle import Checkpoint
+
         checkpoint = Checkpoint.open(path)
         rnns, opaque_only = find_rnns(checkpoint)
         (rnn,) = choose(rnns, opaque_only, layer, checkpoint.index)
@@ -108,6 +117,10 @@ class TF1Format(Format):
         self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The checkpoint's canonical tensors, as stored, run by TensorFlow on the CPU."""
+        from rnnconv.formats.tf1.reader import choose, find_rnns, to_canonical
+        from rnnconv.formats.tf1.runner import run_in_tensorflow
+        from rnnconv.formats.tf1.tensor_bundle import Checkpoint
+
         checkpoint = Checkpoint.open(path)
         rnns, opaque_only = find_rnns(checkpoint)
         (rnn,) = choose(rnns, opaque_only, source.layer, checkpoint.index)

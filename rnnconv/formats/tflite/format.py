@@ -1,21 +1,15 @@
-"""The TFLite format's verbs (`registry.Format`)."""
+"""The TFLite format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is used."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.errors import BadInput
 from rnnconv.formats import registry
-from rnnconv.formats._graph import Chain, GraphFormat
+from rnnconv.formats._graph import GraphFormat
 from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
 from rnnconv.formats.tflite import PLUGIN
-from rnnconv.formats.tflite.model import Layer, TfliteFile
-from rnnconv.formats.tflite.reader import chain_sizes, to_canonical
-from rnnconv.formats.tflite.runner import TfliteEngine, TfliteStream, graph_of_file, litert_version, run_graph
 from rnnconv.formats.tflite.wire import (
     TFLITE_CELL_OPS,
     TFLITE_IDENTIFIER,
@@ -23,30 +17,48 @@ from rnnconv.formats.tflite.wire import (
     TFLITE_STATE_NAME,
     TFLITE_STATES,
 )
-from rnnconv.formats.tflite.writer import tflite_losses, write_tflite
-from rnnconv.streaming import streaming_usage
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rnnconv.canonical import CanonicalRNN, RNNSpec
+    from rnnconv.contracts import Provenance, RNNSizes
+    from rnnconv.formats._graph import Chain
+    from rnnconv.formats.tflite.model import Layer, TfliteFile
+    from rnnconv.formats.tflite.runner import TfliteEngine, TfliteStream
 
 
 @register
-class TfliteFormat(GraphFormat[TfliteFile, Layer]):
+class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
     plugin = PLUGIN
     sniff_order = 20
-    engine_class = TfliteEngine
     layer_word = "layer"
     layers_alone = False  # a layer is named by the tensor it gives: inspect lists the RNNs
 
     def sniff(self, probe: Probe) -> bool:
         return probe.head[4:8] == TFLITE_IDENTIFIER
 
+    def make_engine(self, name: str | None = None) -> TfliteEngine | None:
+        from rnnconv.formats.tflite.runner import TfliteEngine
+
+        info = self.engine_info(name)
+        return None if info is None else TfliteEngine(self, info)
+
     def load(self, path: Path, options: ReadOptions | None = None) -> TfliteFile:
+        from rnnconv.formats.tflite.model import TfliteFile
+
         return TfliteFile.load(path)
 
     def to_canonical(
         self, graph: TfliteFile, chain: Chain[Layer], source: Provenance, options: ReadOptions
     ) -> CanonicalRNN:
+        from rnnconv.formats.tflite.reader import to_canonical
+
         return to_canonical(graph, chain, source, options.drop_clip)
 
     def sizes(self, graph: TfliteFile, chain: Chain[Layer]) -> RNNSizes | None:
+        from rnnconv.formats.tflite.reader import chain_sizes
+
         return chain_sizes(graph, chain)
 
     def chain_note(self, chain: Chain[Layer]) -> str | None:
@@ -58,19 +70,30 @@ class TfliteFormat(GraphFormat[TfliteFile, Layer]):
     def notes(self, graph: TfliteFile) -> list[str]:
         return [f"operators: {graph.op_listing() or 'none'}", *super().notes(graph)]
 
+    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
+        return requested or "float32"  # its LSTM and RNN ops compute with float32 weights
+
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        from rnnconv.formats.tflite.writer import tflite_losses
+
         return tflite_losses(rnn)
 
     def streaming_losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return []  # a streaming model's plain ops compute every cell rnnconv reads, a GRU and a projection among them
 
     def stream(self, path: Path, runtime: str) -> TfliteStream:
+        from rnnconv.formats.tflite.runner import TfliteStream
+
         return TfliteStream(path, runtime)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
+        from rnnconv.formats.tflite.writer import write_tflite
+
         rnn = write_tflite(rnns, path, options)
         spec = rnn.spec
         if options.streaming:
+            from rnnconv.streaming import streaming_usage
+
             where = f"LiteRT or TFLite Micro, chunks of {options.chunk or 1} step(s)"
             return Written([path], usage=streaming_usage(spec, where, registry.literal(path)))
         states = ", ".join(
@@ -93,7 +116,16 @@ class TfliteFormat(GraphFormat[TfliteFile, Layer]):
         spec: RNNSpec,
         inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
-        """The file's own ops, their weights and options as stored, in LiteRT's interpreter."""
+        """The file's own ops, their weights and options as stored, in LiteRT's interpreter; a loop's body's cell
+        ops evaluated in numpy step by step."""
+        from rnnconv.formats.tflite.reader import to_canonical
+        from rnnconv.formats.tflite.runner import graph_of_file, litert_version, run_graph
+
+        if chain.first.loops:
+            from rnnconv.formats.tflite.loops import run_loops
+
+            to_canonical(graph, chain, source)  # refuses what it cannot compare
+            return run_loops(chain, spec, inputs), "rnnconv: the file's WHILE loop bodies' cell ops, evaluated in numpy"
         rnn = to_canonical(graph, chain, source, source.loss is not None)  # refuses what it cannot compare
         if (rnn.spec.input_size, rnn.spec.num_layers) != (spec.input_size, spec.num_layers):
             raise BadInput(f"the TFLite ops {chain.name} are not the RNN the blob describes ({spec.describe()})")

@@ -5,7 +5,7 @@ BIDIRECTIONAL_SEQUENCE_LSTM ops."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Chain, Graph, chained, same_rnn
 from rnnconv.formats.tflite.flat import Flat, Table
+from rnnconv.formats.tflite.loops import Loop, find_loops, grouped, kind_of
 from rnnconv.formats.tflite.wire import (
     BIDIRECTIONAL_LSTM,
     FEATURE_AXIS,
@@ -46,7 +47,9 @@ FLOAT_TYPES: dict[str, np.dtype[Any]] = {
     "float16": np.dtype("<f2"),
     "float64": np.dtype("<f8"),
 }
+INTEGER_TYPES: dict[str, np.dtype[Any]] = {"int32": np.dtype("<i4"), "int64": np.dtype("<i8"), "bool": np.dtype("?")}
 MAX_RANK = 8
+MAX_SUBGRAPHS = 4096
 MAX_RNN_OPS = 4096  # RNN ops in one file: far beyond any model; keeps grouping a hostile file's ops cheap
 
 
@@ -95,6 +98,7 @@ class Layer:
     kind: object
     input_size: int
     width: int
+    loops: list[Loop] = field(default_factory=list)  # a loop layer's WHILE loops, per direction
 
     @property
     def op(self) -> Op:
@@ -105,16 +109,26 @@ class Layer:
         return self.op.title
 
 
+@dataclass
+class Subgraph:
+    """One of a file's graphs: the main one (0), or the body or condition of a control-flow op."""
+
+    tensors: list[Tensor]
+    ops: list[Op]
+    inputs: list[int]
+    outputs: list[int]
+
+
 class TfliteFile(Graph[Layer]):
-    """A .tflite: its tensors and ops, its RNN ops as layers, and the chains of them that are one RNN."""
+    """A .tflite: its tensors and ops, its RNN ops and loops as layers, and the chains of them that are one RNN."""
 
     what = "RNN layer"
 
-    def __init__(self, path: Path, tensors: list[Tensor], ops: list[Op], record: str | None, flat: Flat):
-        self.path, self.tensors, self.ops, self.flat = path, tensors, ops, flat
+    def __init__(self, path: Path, subgraphs: list[Subgraph], record: str | None, flat: Flat):
+        self.path, self.subgraphs, self.flat = path, subgraphs, flat
+        main = subgraphs[0]
+        self.tensors, self.ops, self.inputs, self.outputs = main.tensors, main.ops, main.inputs, main.outputs
         self.record = record  # the source rnnconv wrote in the metadata, read with an RNN (a damaged one refuses it)
-        self.inputs: list[int] = []  # the main graph's input and output tensors
-        self.outputs: list[int] = []
         layers, chains = self._chains()
         super().__init__(path, FORMAT, layers, chains, None)
 
@@ -134,27 +148,14 @@ class TfliteFile(Graph[Layer]):
         subgraphs = model.tables(2)
         if not subgraphs:
             raise BadInput(f"{path} is not a readable TFLite model: it has no subgraph")
-        graph = subgraphs[0]  # the main graph; others are the bodies of control-flow ops
-        tensors = [_tensor(i, t, buffers, flat) for i, t in enumerate(graph.tables(0))]
-        ops = []
-        for index, op in enumerate(graph.tables(3)):
-            code = op.scalar(0, "u32", 0)
-            if code >= len(codes):
-                raise BadInput(f"{path} is not a readable TFLite model: op {index} names operator code {code}")
-            inputs, outputs = op.ints(1) or [], op.ints(2) or []
-            for t in inputs + outputs:
-                if not UNSET <= t < len(tensors):
-                    raise BadInput(f"{path} is not a readable TFLite model: op {index} names tensor {t}")
-            ops.append(Op(index, codes[code], inputs, outputs, op.table(4)))
+        if len(subgraphs) > MAX_SUBGRAPHS:
+            raise BadInput(f"{path} holds {len(subgraphs)} subgraphs, more than any model rnnconv reads")
+        graphs = [_subgraph(index, graph, codes, buffers, flat) for index, graph in enumerate(subgraphs)]
         recorded = None
         for entry in model.tables(6):
             if entry.string(0) == registry.SOURCE_KEY:
                 recorded = _buffer_text(entry.scalar(1, "u32", 0), buffers, flat)
-        found = cls(path, tensors, ops, recorded, flat)
-        found.inputs, found.outputs = graph.ints(1) or [], graph.ints(2) or []
-        if not all(0 <= t < len(tensors) for t in found.inputs + found.outputs):
-            raise BadInput(f"{path} is not a readable TFLite model: its graph's inputs or outputs name no tensor")
-        return found
+        return cls(path, graphs, recorded, flat)
 
     def constant(self, index: int, what: str) -> np.ndarray:
         """A constant tensor's values (float32, float64 for float64), read from the file."""
@@ -175,6 +176,17 @@ class TfliteFile(Graph[Layer]):
             )
         values = read_array(self.path, start, dtype, tensor.shape)  # a file cut short meanwhile: SourceChanged
         return values.astype(np.float64 if tensor.dtype == "float64" else np.float32, copy=False)
+
+    def values(self, tensor: Tensor) -> np.ndarray | None:
+        """A constant tensor's values as stored (floats, integers, booleans), or None where it holds none or its
+        type or size is not one rnnconv reads."""
+        dtype = {**FLOAT_TYPES, **INTEGER_TYPES}.get(tensor.dtype)
+        if tensor.data is None or dtype is None:
+            return None
+        count = int(np.prod(tensor.shape, dtype=np.int64))
+        if count * dtype.itemsize != tensor.data[1]:
+            return None
+        return read_array(self.path, tensor.data[0], dtype, tensor.shape)
 
     def _producers(self) -> dict[int, Op]:
         return {t: op for op in self.ops for t in op.outputs}
@@ -237,6 +249,13 @@ class TfliteFile(Graph[Layer]):
         for op in self.ops:
             if op.name == BIDIRECTIONAL_LSTM and op.inputs and op.outputs:
                 layers.append(self._layer(self._directions(op), op.inputs[0], self._merged(op, readers)))
+        for group, output in grouped(find_loops(self), readers, producers, self):
+            input_size, hidden = group[0].sizes
+            name = self.tensors[output].name or group[0].name
+            ops = [loop.op for loop in group]
+            layers.append(
+                Layer(ops, group[0].sequence, output, name, kind_of(group), input_size, len(group) * hidden, group)
+            )
         layers.sort(key=lambda la: la.ops[0].index)
         below: dict[int, Layer] = {}
         produced: dict[int, Layer] = {}  # each tensor's producer among the layers so far
@@ -334,14 +353,12 @@ class TfliteFile(Graph[Layer]):
 
     def nothing_held(self) -> str:
         held = ", ".join(f"{n} {op}" for op, n in Counter(op.name for op in self.ops).most_common(5))
-        gru = (
-            " (TFLite has no fused GRU op: a GRU is written as a WHILE loop or unrolled, which rnnconv does not read)"
-            if "WHILE" in held
-            else ""
-        )
+        why = ""
         if self.record is not None and [self.tensors[t].name for t in self.inputs[:1]] == [STREAM_INPUT]:
-            gru = " (a streaming model rnnconv wrote, its cells in plain ops: verify it with --streaming)"
-        return f"{self.path} holds no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN op (its ops: {held or 'none'}){gru}"
+            why = " (a streaming model rnnconv wrote, its cells in plain ops: verify it with --streaming)"
+        elif "WHILE" in held:
+            why = " (its WHILE loops' bodies multiply by no constant weights: they step no RNN cell rnnconv reads)"
+        return f"{self.path} holds no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN op (its ops: {held or 'none'}){why}"
 
     def op_listing(self) -> str:
         return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in Counter(op.name for op in self.ops).items())
@@ -352,6 +369,28 @@ def _op_name(code: Table) -> str:
     if builtin == TFLITE_OPS["CUSTOM"]:
         return f"custom {code.string(1)}"
     return OP_NAMES.get(builtin, f"builtin {builtin}")
+
+
+def _subgraph(number: int, graph: Table, codes: list[str], buffers: list[Table], flat: Flat) -> Subgraph:
+    """A subgraph's tensors and ops, every index they name checked."""
+    where = f"subgraph {number}" if number else "its main graph"
+    tensors = [_tensor(i, t, buffers, flat) for i, t in enumerate(graph.tables(0))]
+    ops = []
+    for index, op in enumerate(graph.tables(3)):
+        code = op.scalar(0, "u32", 0)
+        if code >= len(codes):
+            raise BadInput(
+                f"{flat.path} is not a readable TFLite model: {where}'s op {index} names operator code {code}"
+            )
+        inputs, outputs = op.ints(1) or [], op.ints(2) or []
+        for t in inputs + outputs:
+            if not UNSET <= t < len(tensors):
+                raise BadInput(f"{flat.path} is not a readable TFLite model: {where}'s op {index} names tensor {t}")
+        ops.append(Op(index, codes[code], inputs, outputs, op.table(4)))
+    given, taken = graph.ints(1) or [], graph.ints(2) or []
+    if any(not 0 <= t < len(tensors) for t in given + taken):
+        raise BadInput(f"{flat.path} is not a readable TFLite model: {where} names a tensor it does not hold")
+    return Subgraph(tensors, ops, given, taken)
 
 
 def _tensor(index: int, table: Table, buffers: list[Table], flat: Flat) -> Tensor:

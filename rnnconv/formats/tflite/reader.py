@@ -12,6 +12,7 @@ from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Chain
+from rnnconv.formats.tflite.loops import loop_canonical
 from rnnconv.formats.tflite.model import FLOAT_TYPES, Layer, Op, TfliteFile, cell_of_op, input_of, op_options
 from rnnconv.formats.tflite.wire import ACTIVATION_NAMES, FORMAT, OP_INPUTS, TFLITE_CELL_OPS, TFLITE_STATE_INPUTS, UNSET
 from rnnconv.table.apply import find_row
@@ -82,6 +83,8 @@ def _weights(file: TfliteFile, op: Op, row: Row, where: str) -> dict[str, int]:
 def to_canonical(file: TfliteFile, chain: Chain[Layer], source: Provenance, drop_clip: bool = False) -> CanonicalRNN:
     """The canonical RNN of a chain of ops; `drop_clip`: an LSTM that clips read without the clip, the loss recorded
     (--allow-lossy)."""
+    if chain.first.loops:
+        return loop_canonical(chain, source)
     first = chain.first.op
     row = find_row(FORMAT, first.name)
     cells: dict[tuple[int, int], dict[str, int]] = {}
@@ -146,6 +149,8 @@ def to_canonical(file: TfliteFile, chain: Chain[Layer], source: Provenance, drop
 
 def chain_sizes(file: TfliteFile, chain: Chain[Layer]) -> RNNSizes | None:
     """The sizes of ops that do not convert, as far as their weights' shapes tell."""
+    if chain.first.loops:
+        return None
     first = chain.first.op
     row = find_row(FORMAT, first.name)
     gate = CUDNN_GATES[row.cell][-1]

@@ -24,21 +24,35 @@ TFLITE_SCHEMA_VERSION: Final = 3
 TFLITE_OPS: Final[dict[str, int]] = {
     "ADD": 0,
     "CONCATENATION": 2,
+    "DEQUANTIZE": 6,
     "FULLY_CONNECTED": 9,
     "LOGISTIC": 14,
     "MUL": 18,
     "RELU": 19,
+    "RELU_N1_TO_1": 20,
+    "RELU6": 21,
+    "RESHAPE": 22,
     "TANH": 28,
-    "SUB": 41,
-    "SPLIT": 49,
-    "PACK": 83,
-    "UNPACK": 88,
-    "DEQUANTIZE": 6,
     "CUSTOM": 32,
     "UNIDIRECTIONAL_SEQUENCE_RNN": 35,
+    "GATHER": 36,
+    "TRANSPOSE": 39,
+    "SUB": 41,
     "UNIDIRECTIONAL_SEQUENCE_LSTM": 44,
+    "STRIDED_SLICE": 45,
     "BIDIRECTIONAL_SEQUENCE_RNN": 46,
+    "SPLIT": 49,
     "BIDIRECTIONAL_SEQUENCE_LSTM": 52,
+    "LESS": 58,
+    "NEG": 59,
+    "GREATER": 61,
+    "GREATER_EQUAL": 62,
+    "LESS_EQUAL": 63,
+    "SLICE": 65,
+    "PACK": 83,
+    "LOGICAL_AND": 86,
+    "UNPACK": 88,
+    "SPLIT_V": 102,
     "REVERSE_V2": 105,
     "WHILE": 119,
 }
@@ -68,8 +82,16 @@ TFLITE_ACTIVATIONS: Final[dict[str, int]] = {
     "tanh": 4,
     "sign_bit": 5,
 }
-# TensorType codes of the element types rnnconv reads (float weights) and writes (int32 for REVERSE_V2's axis).
-TFLITE_TENSOR_TYPES: Final[dict[str, int]] = {"float32": 0, "float16": 1, "int32": 2, "float64": 10}
+# TensorType codes of the element types rnnconv reads (float weights; a loop's counters, indices and conditions)
+# and writes (int32 for REVERSE_V2's axis).
+TFLITE_TENSOR_TYPES: Final[dict[str, int]] = {
+    "float32": 0,
+    "float16": 1,
+    "int32": 2,
+    "int64": 4,
+    "bool": 6,
+    "float64": 10,
+}
 # The inputs of UNIDIRECTIONAL_SEQUENCE_LSTM, in order (lstm_shared.h): 9-11 peepholes, 16-17 the projection,
 # 18-19 the state variables (output state, cell state), 20-23 layer normalization; -1 where an optional one is absent.
 TFLITE_LSTM_INPUTS: Final = (

@@ -31,7 +31,6 @@ from rnnconv.errors import BadInput, first_line
 from rnnconv.formats import _zip
 from rnnconv.formats._zip import LOCAL_HEADER
 from rnnconv.formats.registry import SOURCE_KEY, SOURCE_RECORD_LIMIT
-from rnnconv.formats.torch import PLUGIN
 from rnnconv.formats.torch.wire import TORCH_STORAGES
 from rnnconv.safeio.digests import in_background
 from rnnconv.safeio.inputs import FileArray, byte_view, regular_file
@@ -227,19 +226,6 @@ class ZipCheckpoint:
             writeable=False,
         )
         return view.astype(words.dtype.newbyteorder("<")) if big else view
-
-
-# torch.save files (a patched copy too): every PyTorch ending but a safetensors state_dict's
-CHECKPOINT_SUFFIXES = tuple(suffix for suffix in PLUGIN.info.write_suffixes if suffix != ".safetensors")
-# torch.save's legacy (pre-1.6, non-zip) format begins with this number, pickled on its own with the protocol
-# the caller chose (2 by default); any other file, a pickle among them, is no legacy checkpoint.
-LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
-LEGACY_HEADS = tuple(pickle.dumps(LEGACY_MAGIC_NUMBER, protocol=p) for p in range(2, pickle.HIGHEST_PROTOCOL + 1))
-
-
-def is_legacy_checkpoint(head: bytes) -> bool:
-    """Whether a file's first bytes (32 are enough) are those torch.save's legacy format starts with."""
-    return head.startswith(LEGACY_HEADS)
 
 
 def is_zip_checkpoint(path: Path, head: bytes) -> bool:

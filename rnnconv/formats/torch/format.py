@@ -8,9 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.formats.registry import (
     Format,
@@ -24,9 +21,12 @@ from rnnconv.formats.registry import (
     register,
 )
 from rnnconv.formats.torch import PLUGIN
-from rnnconv.formats.torch.checkpoint import CHECKPOINT_SUFFIXES, is_legacy_checkpoint
+from rnnconv.formats.torch.wire import CHECKPOINT_SUFFIXES, is_legacy_checkpoint
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from rnnconv.canonical import CanonicalRNN, RNNSpec
     from rnnconv.formats.torch.reader import TorchRNN
 
 

@@ -31,10 +31,10 @@ from rnnconv.formats.torch.checkpoint import (
     PickledTensor,
     Refused,
     ZipCheckpoint,
-    is_legacy_checkpoint,
     is_zip_checkpoint,
     read_zip,
 )
+from rnnconv.formats.torch.wire import is_legacy_checkpoint
 from rnnconv.safeio.inputs import FileArray, json_document
 from rnnconv.table.apply import find_row, rows_for
 from rnnconv.table.constants import (

@@ -21,7 +21,6 @@ from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors
 from rnnconv.formats.registry import SOURCE_KEY, literal, recorded_source, source_records
 from rnnconv.formats.torch.checkpoint import (
-    CHECKPOINT_SUFFIXES,
     PickledTensor,
     TensorToSave,
     is_zip_checkpoint,
@@ -39,6 +38,7 @@ from rnnconv.formats.torch.reader import (
     pick,
     require_torch,
 )
+from rnnconv.formats.torch.wire import CHECKPOINT_SUFFIXES
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import atomic_outputs, write_array
 from rnnconv.table.apply import row_for_mode, rows_for

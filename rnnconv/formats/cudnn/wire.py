@@ -1,0 +1,19 @@
+"""What a cuDNN blob's files look like from outside: the sidecar beside a `.bin`, the mark of rnnconv's
+`.safetensors` (what the registry sniffs, without importing the reader)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rnnconv.contracts import SIDECAR_FORMAT
+from rnnconv.formats.registry import Probe
+from rnnconv.safeio.outputs import SIDECAR_SUFFIX
+
+
+def sidecar_path(blob: Path) -> Path:
+    return blob.with_name(blob.name + SIDECAR_SUFFIX)
+
+
+def is_rnnconv_safetensors(probe: Probe) -> bool:
+    meta = probe.safetensors_metadata
+    return meta is not None and meta.get("format") == SIDECAR_FORMAT

@@ -1,0 +1,207 @@
+"""What each ONNX consumer takes of an RNN node, as data: every limit once, the consumers it binds, and where it is
+documented (docs/formats/onnx.md, "Consumer profiles", cites each). `broken` checks a model against one consumer's.
+
+Limits are checked on the file as it is (its top-level graph), not on rnnconv's reading of it: a consumer reads the
+nodes, not the RNN they compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from rnnconv.errors import BadInput, cut, first_line
+from rnnconv.formats.onnx.wire import (
+    ONNX_DEFAULT_ACTIVATIONS,
+    ONNX_DIRECTIONS,
+    ONNX_ELEMENT_TYPES,
+    ONNX_PROFILES,
+    ONNX_QUANTIZED_OPS,
+)
+
+TENSORRT_OPSETS: Final = (9, 20)  # TensorRT 10.0's operators.md: "opset 9 to opset 20"
+MNN_ACTIVATIONS: Final = ("Sigmoid", "Tanh", "Relu")  # OnnxLSTMMerge.cpp's _turnStringToAct
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One thing a consumer does not take: what it is, who it binds, and where that is documented."""
+
+    name: str
+    rule: str  # what the file must do, as a sentence's end: "input_forget must be 0"
+    consumers: tuple[str, ...]
+    source: str
+
+
+LIMITS: Final = (
+    Limit(
+        "onnx-op",
+        "the RNN must be ONNX's own op, not onnxruntime's com.microsoft one",
+        ("tensorrt", "mnn"),
+        "onnx-tensorrt docs/operators.md lists ONNX's operators only; measured with mnn 3.6.1: \"These Op Not "
+        'Support: ONNX::DynamicQuantizeLSTM"',
+    ),
+    Limit("opset", "the default domain's opset must be 9 to 20", ("tensorrt",), "onnx-tensorrt docs/operators.md"),
+    Limit(
+        "element-type",
+        "tensors must be float32, float16 or bfloat16",
+        ("tensorrt",),
+        "onnx-tensorrt docs/operators.md (LSTM, GRU, RNN: FP32, FP16, BF16)",
+    ),
+    Limit(
+        "input-forget",
+        "input_forget must be 0",
+        ("tensorrt", "mnn"),
+        "onnx-tensorrt docs/operators.md; MNN's OnnxLSTMMerge.cpp does not read it",
+    ),
+    Limit(
+        "layout",
+        "layout must be 0",
+        ("tensorrt", "mnn"),
+        "onnx-tensorrt docs/operators.md; MNN's converter does not read it",
+    ),
+    Limit(
+        "same-activations",
+        "both directions must have the same activations",
+        ("tensorrt", "mnn"),
+        "onnx-tensorrt docs/operators.md; MNN's OnnxLSTMMerge.cpp reads the first direction's only",
+    ),
+    Limit(
+        "mnn-activations",
+        "activations must be MNN's (Sigmoid, Tanh, Relu; a GRU's its defaults)",
+        ("mnn",),
+        "MNN's OnnxLSTMMerge.cpp and OnnxSequenceGRUMerge.cpp",
+    ),
+    Limit("bias", "B must be given", ("mnn",), "MNN issue 1890 (LSTM not support optional 4th input)"),
+    Limit(
+        "state-inputs",
+        "graph inputs must have no initializer (MNN makes such an input a constant: initial states given are ignored)",
+        ("mnn",),
+        "MNN's onnxConverter.cpp (inputs with an initializer are constants); measured with mnn 3.6.1",
+    ),
+    Limit("peepholes", "P (peepholes) must not be given", ("mnn",), "MNN's OnnxLSTMMerge.cpp"),
+    Limit(
+        "sequence-lens",
+        "sequence_lens must not be a graph input (MNN runs every item the full length)",
+        ("mnn",),
+        "MNN's OnnxLSTMMerge.cpp and OnnxSequenceGRUMerge.cpp",
+    ),
+    Limit("clip", "clip must not be set (MNN ignores it)", ("mnn",), "MNN's converter does not read it"),
+    Limit(
+        "linear-before-reset",
+        "a GRU's linear_before_reset must be 1",
+        ("mnn",),
+        "measured with mnn 3.6.1: a GRU with linear_before_reset=0 computes other numbers",
+    ),
+    Limit("empty-inputs", "no input may be named '' (left out)", ("ort-web",), "onnxjs issue 167"),
+)
+LIMIT_BY_NAME: Final = {limit.name: limit for limit in LIMITS}
+
+
+def _attribute(node: Any, name: str, default: Any) -> Any:
+    from onnx import helper
+
+    for attribute in node.attribute:
+        if attribute.name == name:
+            value = helper.get_attribute_value(attribute)
+            return [v.decode() if isinstance(v, bytes) else v for v in value] if isinstance(value, list) else value
+    return default
+
+
+def _activations(node: Any) -> list[str]:
+    directions = ONNX_DIRECTIONS.get(_attribute(node, "direction", b"forward").decode(), 1)
+    default = list(ONNX_DEFAULT_ACTIVATIONS[node.op_type]) * directions
+    return [str(a) for a in _attribute(node, "activations", default)]
+
+
+def _input(node: Any, index: int) -> str:
+    return node.input[index] if len(node.input) > index else ""
+
+
+def _same_activations(node: Any, model: Any) -> bool:
+    acts = _activations(node)
+    half = len(acts) // 2
+    return _attribute(node, "direction", b"forward") != b"bidirectional" or acts[:half] == acts[half:]
+
+
+def _mnn_activations(node: Any, model: Any) -> bool:
+    acts = _activations(node)
+    if node.op_type == "GRU":
+        return acts == list(ONNX_DEFAULT_ACTIVATIONS["GRU"]) * (len(acts) // 2)
+    return all(a in MNN_ACTIVATIONS for a in acts)
+
+
+def _inputs_without_initializers(node: Any, model: Any) -> bool:
+    return not {i.name for i in model.graph.initializer} & {i.name for i in model.graph.input}
+
+
+def _element_types(node: Any, model: Any) -> bool:
+    allowed = {ONNX_ELEMENT_TYPES[name] for name in ("float32", "float16", "bfloat16")}
+    named = set(node.input[1:4])
+    return all(t.data_type in allowed for t in model.graph.initializer if t.name in named)
+
+
+def _opset(node: Any, model: Any) -> bool:
+    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    return all(TENSORRT_OPSETS[0] <= v <= TENSORRT_OPSETS[1] for v in versions)
+
+
+# Each limit's check: True where the node (in its model) keeps it.
+CHECKS: Final[dict[str, Callable[[Any, Any], bool]]] = {
+    "onnx-op": lambda node, model: node.domain in ("", "ai.onnx"),
+    "opset": _opset,
+    "element-type": _element_types,
+    "input-forget": lambda node, model: not _attribute(node, "input_forget", 0),
+    "layout": lambda node, model: not _attribute(node, "layout", 0),
+    "same-activations": _same_activations,
+    "mnn-activations": _mnn_activations,
+    "bias": lambda node, model: bool(_input(node, 3)),
+    "state-inputs": _inputs_without_initializers,
+    "peepholes": lambda node, model: not _input(node, 7),
+    "sequence-lens": lambda node, model: _input(node, 4) not in {i.name for i in model.graph.input},
+    "clip": lambda node, model: _attribute(node, "clip", None) is None,
+    "linear-before-reset": lambda node, model: node.op_type != "GRU" or _attribute(node, "linear_before_reset", 0) == 1,
+    "empty-inputs": lambda node, model: all(node.input),
+}
+
+
+@dataclass(frozen=True)
+class Broken:
+    node: str
+    limit: Limit
+
+    def line(self, profile: str) -> str:
+        return f"node {cut(self.node)!r}: {self.limit.rule} for {profile} ({self.limit.source})"
+
+
+def broken(model: Any, profile: str) -> list[Broken]:
+    """Each RNN node's limits of `profile` that the model breaks, node by node."""
+    found = []
+    for index, node in enumerate(model.graph.node):
+        own = node.op_type in ONNX_DEFAULT_ACTIVATIONS and node.domain in ("", "ai.onnx")
+        if not own and node.op_type not in ONNX_QUANTIZED_OPS:
+            continue
+        name = node.name or f"#{index} ({node.op_type})"
+        kept = (limit for limit in LIMITS if profile in limit.consumers and (own or limit.name == "onnx-op"))
+        found += [Broken(name, limit) for limit in kept if not CHECKS[limit.name](node, model)]
+    return found
+
+
+def broken_in_file(path: Path, profile: str) -> list[str]:
+    """Each limit of `profile` the RNN nodes of an ONNX file break, a line each."""
+    from rnnconv.formats.onnx.reader import require_onnx
+
+    onnx, profile = require_onnx(), check_profile(profile)
+    try:
+        model = onnx.load_model(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf's errors: the reader read it, so only a file changed meanwhile gets here
+        raise BadInput(f"{path.name} cannot be read as an ONNX model: {first_line(exc)}") from None
+    return [item.line(profile) for item in broken(model, profile)]
+
+
+def check_profile(profile: str) -> str:
+    if profile not in ONNX_PROFILES:
+        raise BadInput(f"unknown --profile {profile!r} (choose {', '.join(ONNX_PROFILES)})")
+    return profile

@@ -1,0 +1,149 @@
+"""A canonical RNN as a TensorFlow.js layers model: model.json (a Sequential of one LSTM or SimpleRNN layer per cuDNN
+layer, Bidirectional for two directions, every layer returning sequences, its activations written out) and its
+float32 weights in one shard beside it, named as TensorFlow.js's own model.save names them."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.errors import BadInput, Unsupported
+from rnnconv.formats import registry
+from rnnconv.formats.tfjs.wire import (
+    DIRECTION_PREFIXES,
+    LAYERS_MODEL,
+    MANIFEST,
+    METADATA,
+    MODEL,
+    SHARD,
+    TFJS_VERSION,
+    TOPOLOGY,
+)
+from rnnconv.safeio.outputs import atomic_outputs, write_array
+from rnnconv.table.apply import row_for_mode, settings_for_mode
+from rnnconv.table.constants import GRU, KERAS_VARIABLES
+from rnnconv.table.rows import TFJS_RESET_BEFORE
+from rnnconv.version import __version__
+
+ZEROS = {"class_name": "Zeros", "config": {}}  # initializers: the weights are loaded over them (no orthogonal QR)
+
+
+def tfjs_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
+    """What TensorFlow.js's layers cannot compute of `rnn`: cuDNN's GRU (reset after), an LSTM's projection."""
+    if rnn.spec.cell == GRU:
+        return [registry.Loss(TFJS_RESET_BEFORE)]
+    if rnn.spec.proj_size:
+        return [registry.Loss(f"TensorFlow.js's LSTM has no projection (proj_size={rnn.spec.proj_size})")]
+    return []
+
+
+def shard_of(path: Path) -> Path:
+    """model.json's shard is the converter's group1-shard1of1.bin; NAME.json's is NAME.bin (two models share a
+    folder)."""
+    return path.parent / (SHARD if path.name == MODEL else f"{path.stem}.bin")
+
+
+def layer_name(rnn: CanonicalRNN, layer: int) -> str:
+    return "rnn" if rnn.spec.num_layers == 1 else f"rnn_layer{layer}"
+
+
+def _config(spec: RNNSpec, name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "trainable": True,
+        "units": spec.hidden_size,
+        **{k: v for k, v in settings.items() if k in ("activation", "recurrent_activation")},
+        "use_bias": spec.bias,
+        "kernel_initializer": ZEROS,
+        "recurrent_initializer": ZEROS,
+        "bias_initializer": ZEROS,
+        "return_sequences": True,
+        "return_state": False,
+        "go_backwards": False,
+        "stateful": False,
+        "unroll": False,
+    }
+
+
+def model_json(rnn: CanonicalRNN, weights: list[dict[str, Any]], shard: str, source: str) -> dict[str, Any]:
+    """model.json as TensorFlow.js's model.save writes it, the source recorded in its userDefinedMetadata."""
+    spec = rnn.spec
+    cls, settings = settings_for_mode("tfjs", spec.mode)
+    layers = []
+    for layer in range(spec.num_layers):
+        name = layer_name(rnn, layer)
+        config = _config(spec, name, settings)
+        outer = config
+        if spec.bidirectional:
+            inner = {"class_name": cls, "config": {**config, "name": f"{cls.lower()}_{name}"}}
+            outer = {"name": name, "merge_mode": "concat", "layer": inner}
+        if layer == 0:
+            outer |= {"batch_input_shape": [None, None, spec.input_size], "dtype": "float32"}
+        layers.append({"class_name": "Bidirectional" if spec.bidirectional else cls, "config": outer})
+    return {
+        "format": LAYERS_MODEL,
+        "generatedBy": f"rnnconv {__version__}",
+        "convertedBy": f"rnnconv {__version__}",
+        TOPOLOGY: {
+            "class_name": "Sequential",
+            "config": {"name": "rnnconv", "layers": layers},
+            "keras_version": f"tfjs-layers {TFJS_VERSION}",
+            "backend": "tensor_flow.js",
+        },
+        MANIFEST: [{"paths": [shard], "weights": weights}],
+        METADATA: {registry.SOURCE_KEY: source},
+    }
+
+
+def tensors_of(rnn: CanonicalRNN) -> dict[str, np.ndarray]:
+    """Each weight by its name in the manifest, in the order the shard holds them, as little-endian float32."""
+    spec = rnn.spec
+    row, _ = row_for_mode("tfjs", spec.mode)
+    out: dict[str, np.ndarray] = {}
+    for layer, direction in itertools.product(range(spec.num_layers), range(spec.num_directions)):
+        scope = layer_name(rnn, layer)
+        if spec.bidirectional:
+            scope += f"/{DIRECTION_PREFIXES[direction]}{row.source_class.lower()}_{scope}"
+        stored = rnn.stored(row, layer, direction)
+        for role, variable in KERAS_VARIABLES.items():
+            if role in stored:
+                out[f"{scope}/{variable}"] = np.ascontiguousarray(stored[role], dtype="<f4")
+    return out
+
+
+def write_tfjs(rnn: CanonicalRNN, path: Path, force: bool) -> Path:
+    """model.json and its shard (group1-shard1of1.bin beside it); the shard's path."""
+    if losses := tfjs_losses(rnn):
+        raise Unsupported(f"{rnn.name}: {losses[0].term}")
+    if path.suffix.lower() != ".json":
+        raise BadInput(f"output {path} must end in .json for TensorFlow.js")
+    shard = shard_of(path)
+    tensors = tensors_of(rnn)
+    weights = [{"name": name, "shape": list(value.shape), "dtype": "float32"} for name, value in tensors.items()]
+    document = model_json(rnn, weights, shard.name, registry.source_record(rnn, path))
+    with atomic_outputs([path, shard], force) as (json_tmp, shard_tmp):
+        with open(shard_tmp, "wb") as f:
+            for value in tensors.values():
+                write_array(f, value)
+        json_tmp.write_text(json.dumps(document), encoding="utf-8")
+    return shard
+
+
+def loading_snippet(rnn: CanonicalRNN, path: Path) -> str:
+    """How to load what `write_tfjs` wrote: in a browser from its URL; in Node.js (no tfjs-node) from memory."""
+    spec = rnn.spec
+    return (
+        "// browser: const model = await tf.loadLayersModel('https://.../model.json');\n"
+        "const tf = require('@tensorflow/tfjs'), fs = require('fs');   // Node.js, the CPU backend\n"
+        f"const doc = JSON.parse(fs.readFileSync({registry.literal(path)}));\n"
+        f"const bin = fs.readFileSync({registry.literal(shard_of(path))});\n"
+        "const model = await tf.loadLayersModel(tf.io.fromMemory({modelTopology: doc.modelTopology,\n"
+        "  weightSpecs: doc.weightsManifest[0].weights, weightData: new Uint8Array(bin).buffer}));\n"
+        f"const y = model.predict(x);   // x [batch, time, {spec.input_size}], y [batch, time, "
+        f"{spec.num_directions * spec.hidden_size}]: cuDNN's y, batch first, from zero states"
+    )

@@ -1,0 +1,634 @@
+"""RNNs TensorFlow's converter writes as WHILE loops (a Keras 3 LSTM; every GRU and SimpleRNN), read by what their
+bodies compute.
+
+The converter writes each layer (and direction) as a WHILE over the time-major sequence whose body reads step t
+of it (GATHER), computes the cell from two FULLY_CONNECTED products (the step's input and the carried state), and
+writes the new state at t of an output sequence. Here a body's two products are found, its ops evaluated in numpy
+(a handful of ops, checked shapes, nothing run from the file but that), and the cell read by `_cells.recognise`;
+then the loop itself is checked by what it computes: the body run whole at its first and last steps gives the new state
+where the state was, writes it at that step of the output sequence and moves its counters (from 0) on by one, and
+the condition holds for exactly as many steps as the sequence has. A loop reading its sequence reversed
+(REVERSE_V2) is a backward direction; a forward and a backward loop over the same sequence whose outputs are joined
+are one bidirectional layer; a layer reading another's output sequence is its next layer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.contracts import Provenance
+from rnnconv.errors import BadInput, Unsupported, cut, listing
+from rnnconv.formats._cells import CellGraph, Product, Reading, canonical, exchanged, recognise, run_ops
+from rnnconv.formats.tflite.flat import Table
+from rnnconv.formats.tflite.wire import UNSET
+from rnnconv.reference import sigmoid
+from rnnconv.table.constants import CUDNN_MODES, LSTM
+
+WHILE = "WHILE"
+MAX_CARRIED = 4  # a body's inputs tried as an LSTM's cell state
+MAX_EVALUATED = 1 << 24  # elements of one value the evaluator computes (64 MiB of float32): any cell's are fewer
+MAX_LOOPS = 4096  # WHILE ops in one file: far beyond any model; keeps reading a hostile file's loops bounded
+MAX_STEPS = 4096  # steps of a loop whose condition is checked step by step
+PROBE_SEED = 20261127
+
+
+class NotEvaluated(ValueError):
+    """An op the evaluator does not compute, or computes only for other inputs."""
+
+
+@dataclass
+class Loop:
+    """One WHILE of the main graph read as one direction of an RNN layer, or why it is not one."""
+
+    op: Any  # the WHILE op
+    name: str
+    sequence: int  # the main graph's tensor it steps over (time-major), before any reversal
+    reversed: bool
+    output: int  # the main graph's tensor of its output sequence (time-major)
+    evaluator: Evaluator | None = None  # its body's ops
+    reading: Reading | None = None
+    refusal: str | None = None
+    sizes: tuple[int, int] = (0, 0)  # (input, hidden), where its matrices say them
+
+
+def _activation(code: int, value: np.ndarray) -> np.ndarray:
+    """A fused activation (ActivationFunctionType)."""
+    if code == 0:
+        return value
+    if code == 1:
+        return np.maximum(value, 0)
+    if code == 2:
+        return np.clip(value, -1, 1)
+    if code == 3:
+        return np.clip(value, 0, 6)
+    if code == 4:
+        return np.tanh(value)
+    raise NotEvaluated(f"activation code {code}")
+
+
+def _option(options: Table | None, slot: int, kind: str, default: Any) -> Any:
+    return default if options is None else options.scalar(slot, kind, default)
+
+
+def _axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise NotEvaluated(f"axis {axis} of a rank-{rank} value")
+    return axis % rank
+
+
+def _strided_slice(value: np.ndarray, begin: np.ndarray, end: np.ndarray, strides: np.ndarray, options: Any) -> Any:
+    masks = [int(_option(options, slot, "i32", 0)) for slot in range(5)]
+    begin_mask, end_mask, ellipsis, new_axis, shrink = masks
+    if ellipsis or new_axis or _option(options, 5, "u8", 0) or not begin.size == end.size == strides.size:
+        raise NotEvaluated("STRIDED_SLICE with an ellipsis, new axes or offsets")
+    if begin.size > value.ndim:
+        raise NotEvaluated("STRIDED_SLICE of more axes than its value has")
+    index: list[Any] = []
+    for axis in range(begin.size):
+        stride = int(strides[axis])
+        if stride == 0:
+            raise NotEvaluated("STRIDED_SLICE with a stride of 0")
+        if shrink >> axis & 1:
+            index.append(int(begin[axis]))
+            continue
+        start = None if begin_mask >> axis & 1 else int(begin[axis])
+        stop = None if end_mask >> axis & 1 else int(end[axis])
+        index.append(slice(start, stop, stride))
+    return value[tuple(index)]
+
+
+def _slice(value: np.ndarray, begin: np.ndarray, size: np.ndarray) -> np.ndarray:
+    if begin.size != value.ndim or size.size != value.ndim:
+        raise NotEvaluated("SLICE of another rank than its value's")
+    index = []
+    for axis, (start, count) in enumerate(zip(begin.tolist(), size.tolist())):
+        if not 0 <= start <= value.shape[axis] or count < -1:
+            raise NotEvaluated("SLICE outside its value")
+        index.append(slice(start, None if count == -1 else start + count))
+    return value[tuple(index)]
+
+
+def evaluate(op: Any, arguments: list[np.ndarray | None]) -> list[np.ndarray]:
+    """One op computed in numpy, as LiteRT computes it (float32), for the ops a converter's RNN loop holds."""
+    name, options = op.name, op.options
+    values = [a for a in arguments if a is not None]
+    if any(a.size > MAX_EVALUATED for a in values):
+        raise NotEvaluated("a value larger than a cell's")
+    if name == "FULLY_CONNECTED":
+        x, weights = arguments[0], arguments[1]
+        if x is None or weights is None or weights.ndim != 2 or _option(options, 1, "u8", 0):
+            raise NotEvaluated("FULLY_CONNECTED without float weights")
+        product = x.reshape(-1, weights.shape[1]) @ weights.T
+        if len(arguments) > 2 and arguments[2] is not None:
+            product = product + arguments[2]
+        if _option(options, 2, "u8", 0):  # keep_num_dims
+            product = product.reshape(*x.shape[:-1], weights.shape[0])
+        return [_activation(_option(options, 0, "u8", 0), product)]
+    if any(a is None for a in arguments):
+        raise NotEvaluated(f"{name} with an input left out")
+    if name in BINARY:
+        result = BINARY[name](values[0], values[1])
+        return [_activation(_option(options, 0, "u8", 0), result) if name in FUSED else result]
+    if name in UNARY:
+        return [UNARY[name](values[0])]
+    if name == "SPLIT":
+        axis, value = int(values[0].reshape(-1)[0]), values[1]
+        count = int(_option(options, 0, "i32", 0))
+        if count < 1 or value.shape[_axis(axis, value.ndim)] % count:
+            raise NotEvaluated("SPLIT into parts its value does not divide into")
+        return list(np.split(value, count, axis=_axis(axis, value.ndim)))
+    if name == "SPLIT_V":
+        value, sizes, axis = values[0], values[1].reshape(-1).tolist(), int(values[2].reshape(-1)[0])
+        if any(s < 0 for s in sizes) or sum(sizes) != value.shape[_axis(axis, value.ndim)]:
+            raise NotEvaluated("SPLIT_V of sizes its value does not have")
+        return list(np.split(value, np.cumsum(sizes)[:-1], axis=_axis(axis, value.ndim)))
+    if name == "CONCATENATION":
+        axis = int(_option(options, 0, "i32", 0))
+        joined = np.concatenate(values, axis=_axis(axis, values[0].ndim))
+        return [_activation(_option(options, 1, "u8", 0), joined)]
+    if name == "RESHAPE":
+        shape = values[1].reshape(-1).tolist() if len(values) > 1 else None
+        if shape is None or any(n < -1 for n in shape):
+            raise NotEvaluated("RESHAPE without its shape")
+        return [values[0].reshape(shape)]
+    if name == "GATHER":
+        axis = int(_option(options, 0, "i32", 0))
+        if _option(options, 1, "i32", 0) or values[1].dtype.kind not in "iu":
+            raise NotEvaluated("GATHER of batches")
+        data, indices = values
+        axis = _axis(axis, data.ndim)
+        if np.any(indices < 0) or np.any(indices >= data.shape[axis]):
+            raise NotEvaluated("GATHER outside its value")
+        return [np.take(data, indices, axis=axis)]
+    if name == "STRIDED_SLICE":
+        return [np.asarray(_strided_slice(values[0], values[1], values[2], values[3], options))]
+    if name == "SLICE":
+        return [_slice(values[0], values[1], values[2])]
+    if name == "TRANSPOSE":
+        order = values[1].reshape(-1).tolist()
+        if sorted(order) != list(range(values[0].ndim)):
+            raise NotEvaluated("TRANSPOSE by no permutation of its axes")
+        return [np.transpose(values[0], order)]
+    raise NotEvaluated(name)
+
+
+UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "LOGISTIC": sigmoid,
+    "TANH": np.tanh,
+    "RELU": lambda v: np.maximum(v, 0),
+    "RELU6": lambda v: np.clip(v, 0, 6),
+    "RELU_N1_TO_1": lambda v: np.clip(v, -1, 1),
+    "NEG": np.negative,
+}
+BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "ADD": np.add,
+    "SUB": np.subtract,
+    "MUL": np.multiply,
+    "LESS": np.less,
+    "LESS_EQUAL": np.less_equal,
+    "GREATER": np.greater,
+    "GREATER_EQUAL": np.greater_equal,
+    "LOGICAL_AND": np.logical_and,
+}
+FUSED = ("ADD", "SUB", "MUL")  # the binary ops with a fused activation
+
+
+class Evaluator:
+    """A subgraph's ops computed in numpy from values fed by tensor index and its constants."""
+
+    def __init__(self, file: Any, graph: Any):
+        self.file, self.graph = file, graph
+        self.constants: dict[int, np.ndarray | None] = {}
+        self.producer = {t: op for op in graph.ops for t in op.outputs}
+
+    def constant(self, t: int) -> np.ndarray | None:
+        if t not in self.constants:
+            found = self.file.values(self.graph.tensors[t])
+            if found is not None and found.dtype.kind == "f":
+                found = found.astype(np.float32)
+            self.constants[t] = found
+        return self.constants[t]
+
+    def run(self, feeds: dict[int, np.ndarray]) -> tuple[dict[int, np.ndarray], list[int]]:
+        """Every value computed from `feeds` and constants, and the tensors the ops reached also need."""
+        return run_ops(self.graph.ops, feeds, lambda op: (op.inputs, op.outputs), self.constant, evaluate, UNSET)
+
+
+def find_loops(file: Any) -> list[Loop]:
+    """Every WHILE of the main graph whose body holds matrix products: each read as a loop of a recognised cell,
+    or listed with why it is not one."""
+    main = file.subgraphs[0]
+    producers = {t: op for op in main.ops for t in op.outputs}
+    count = sum(1 for op in main.ops if op.name == WHILE)
+    if count > MAX_LOOPS:
+        raise BadInput(f"{file.path} holds {count} WHILE loops, more than any model rnnconv reads")
+    loops = []
+    for op in main.ops:
+        if op.name != WHILE:
+            continue
+        cond, body = (int(_option(op.options, slot, "i32", -1)) for slot in (0, 1))
+        if not (0 < cond < len(file.subgraphs) and 0 < body < len(file.subgraphs)):
+            continue
+        loop = _loop(file, op, file.subgraphs[cond], file.subgraphs[body], producers)
+        if loop is not None:
+            loops.append(loop)
+    return loops
+
+
+def _loop(file: Any, op: Any, cond: Any, body: Any, producers: dict[int, Any]) -> Loop | None:
+    main = file.subgraphs[0]
+    name = main.tensors[op.outputs[0]].name if op.outputs else f"op{op.index}"
+    name = f"{name or 'op'}#{op.index}"
+    evaluator = Evaluator(file, body)
+    products = _products(evaluator)
+    if not products:
+        return None  # no matrix products: no cell
+    loop = Loop(op, name, UNSET, False, UNSET, evaluator)
+    count = len(op.inputs)
+    if not (len(op.outputs) == len(body.inputs) == len(body.outputs) == count == len(cond.inputs)):
+        loop.refusal = f"its WHILE op {op.index} has {count} inputs, and its body and condition do not take as many"
+        return loop
+    if len(products) != 2:
+        names = listing(repr(cut(body.tensors[p.matrix_tensor].name)) for p in products)
+        held = f"{len(products)} matrix product{'s' if len(products) > 1 else ''}"
+        loop.refusal = f"its body holds {held} ({names}), not a cell's two"
+        return loop
+    first, second = (p.product for p in products)
+    shapes = sorted((p.matrix.shape for p in (first, second)), key=lambda s: max(s) // max(min(s), 1))
+    loop.sizes = (min(shapes[-1]), min(shapes[0]))
+    carried = tuple(str(t) for t in _carried(evaluator, products, body))
+    graph = CellGraph(loop.name, (first, second), carried, lambda feeds: _named(evaluator, feeds))
+    reading = recognise(graph)
+    if isinstance(reading, str):
+        loop.refusal = f"its body's cell {reading}"
+        return loop
+    # a step whose input and state are read alike (as many inputs as units) is told by the loop that carries it
+    for way in [reading] + [r for r in (exchanged(reading),) if r is not None]:
+        found = _stepped(file, op, cond, body, evaluator, way, producers)
+        if not isinstance(found, str):
+            break
+    if isinstance(found, str):
+        loop.refusal = found
+        return loop
+    loop.sequence, loop.reversed, loop.output = found
+    loop.reading = way
+    loop.sizes = (reading.input_size, reading.hidden)
+    return loop
+
+
+@dataclass(frozen=True)
+class FoundProduct:
+    product: Product
+    matrix_tensor: int
+
+
+def _products(evaluator: Evaluator) -> list[FoundProduct]:
+    """The body's FULLY_CONNECTED ops of constant float weights, each with the constant its output is added to
+    (its own bias, else an ADD of a constant to it, or to its sum with the other product)."""
+    graph = evaluator.graph
+    readers: dict[int, list[Any]] = {}
+    for op in graph.ops:
+        for t in set(op.inputs):
+            readers.setdefault(t, []).append(op)
+    found = []
+    for op in graph.ops:
+        if op.name != "FULLY_CONNECTED" or len(op.inputs) < 2 or op.inputs[0] == UNSET:
+            continue
+        weights = evaluator.constant(op.inputs[1])
+        if (
+            weights is None
+            or weights.dtype.kind != "f"
+            or weights.ndim != 2
+            or evaluator.constant(op.inputs[0]) is not None
+        ):
+            continue
+        bias = evaluator.constant(op.inputs[2]) if len(op.inputs) > 2 and op.inputs[2] != UNSET else None
+        found.append((op, weights, bias))
+    products = []
+    outputs = {op.outputs[0] for op, _, _ in found if op.outputs}
+    for index, (op, weights, own) in enumerate(found):
+        # a constant added to the two products' sum is the first one's bias (the gates sum them: either holds it)
+        bias = own if own is not None or not op.outputs else _added(evaluator, op.outputs[0], readers, outputs, index)
+        value = str(op.inputs[0])
+        products.append(FoundProduct(Product(value, weights, bias, graph.tensors[op.inputs[1]].name), op.inputs[1]))
+    return products
+
+
+def _added(evaluator: Evaluator, value: int, readers: dict[int, list[Any]], products: set[int], index: int) -> Any:
+    """The constant added to `value` (a product's output), or for the first product (`index` 0) to its sum with
+    the other; None if none."""
+    for _ in range(2 if index == 0 else 1):
+        adds = [op for op in readers.get(value, []) if op.name == "ADD" and len(op.inputs) == 2 and op.outputs]
+        if len(adds) != 1 or _option(adds[0].options, 0, "u8", 0):
+            return None
+        (other,) = [t for t in adds[0].inputs if t != value] or [value]
+        constant = evaluator.constant(other)
+        if constant is not None:
+            return constant if constant.dtype.kind == "f" else None
+        if other not in products:
+            return None
+        value = adds[0].outputs[0]
+    return None
+
+
+def _carried(evaluator: Evaluator, products: list[FoundProduct], body: Any) -> list[int]:
+    """The body's inputs its cell's ops read besides its products' inputs: an LSTM's cell state among them."""
+    feeds = {int(p.product.value): np.zeros((1, p.product.matrix.shape[1]), np.float32) for p in products}
+    _, missing = evaluator.run(feeds)
+    return [t for t in dict.fromkeys(missing) if t in body.inputs][:MAX_CARRIED]
+
+
+def _named(evaluator: Evaluator, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    computed, _ = evaluator.run({int(name): value for name, value in feeds.items()})
+    return {str(t): value for t, value in computed.items()}
+
+
+def _stepped(
+    file: Any, op: Any, cond: Any, body: Any, evaluator: Evaluator, reading: Reading, producers: dict[int, Any]
+) -> tuple[int, bool, int] | str:
+    """(the sequence it steps over, whether reversed, its output sequence), where the WHILE runs the cell once per
+    step of a sequence as Keras's loops do; else why it does not (a clause)."""
+    main = file.subgraphs[0]
+    places = {t: k for k, t in enumerate(body.inputs)}
+    h, c = int(reading.h), int(reading.c) if reading.c else None
+    states = [h] + ([c] if c is not None else [])
+    if any(s not in places or body.outputs[places[s]] != int(new) for s, new in zip(states, reading.outputs)):
+        return "its body's cell does not carry its state from one step to the next"
+    gather = evaluator.producer.get(int(reading.x))
+    if gather is None or gather.name != "GATHER" or len(gather.inputs) != 2 or _option(gather.options, 0, "i32", 0):
+        return "its body's cell does not read its input as one step of a sequence (a GATHER)"
+    sequence, counter = gather.inputs
+    if sequence not in places or counter not in places or body.outputs[places[sequence]] != sequence:
+        return "its body's cell does not read its input as one step of the sequence it loops over"
+    given = main.tensors[op.inputs[places[sequence]]]
+    if len(given.shape) != 3:
+        return f"it loops over a sequence of shape {list(given.shape)}, not (steps, batch, features)"
+    steps = given.shape[0]
+    if steps > MAX_STEPS:
+        return f"it loops over {steps} steps, more than rnnconv checks a loop's condition over ({MAX_STEPS})"
+    for state in states:
+        start = op.inputs[places[state]]
+        if start in producers:
+            return f"its initial state {cut(main.tensors[start].name)!r} is computed, not zeros or an input"
+        values = file.values(main.tensors[start])
+        if values is not None and np.any(values):
+            return f"its initial state {cut(main.tensors[start].name)!r} is a constant that is not zeros"
+    written = _written(file, op, body, evaluator, places, reading, steps)
+    if isinstance(written, str):
+        return written
+    if not _runs_steps(file, op, cond, steps):
+        return f"its condition does not hold for exactly the {steps} steps of its sequence (in ops rnnconv evaluates)"
+    start = op.inputs[places[sequence]]
+    flip = producers.get(start)
+    if flip is not None and flip.name == "REVERSE_V2" and len(flip.inputs) == 2:
+        axis = file.values(main.tensors[flip.inputs[1]])
+        if axis is not None and axis.size == 1 and int(axis.reshape(-1)[0]) == 0:
+            return flip.inputs[0], True, op.outputs[written]
+    return start, False, op.outputs[written]
+
+
+def _written(
+    file: Any,
+    op: Any,
+    body: Any,
+    evaluator: Evaluator,
+    places: dict[int, int],
+    reading: Reading,
+    steps: int,
+) -> int | str:
+    """The place of the output sequence the body writes each step's new state at, the body run whole at its first
+    and last steps with every other value it carries checked: counters (from 0) moved on by one, the rest passed on
+    unchanged."""
+    main = file.subgraphs[0]
+    sizes = [math.prod(main.tensors[t].shape) for t in op.inputs]
+    if sum(sizes) > MAX_EVALUATED:
+        return f"it carries {sum(sizes)} values from step to step, more than rnnconv evaluates"
+    written = None
+    for step in sorted({0, steps - 1}):
+        found = _written_at(file, op, body, evaluator, places, reading, (step, steps))
+        if isinstance(found, str) or (written is not None and found != written):
+            return found if isinstance(found, str) else "its body writes each step's new state in another place"
+        written = found
+    return "its body writes no output sequence" if written is None else written
+
+
+def _written_at(
+    file: Any,
+    op: Any,
+    body: Any,
+    evaluator: Evaluator,
+    places: dict[int, int],
+    reading: Reading,
+    at: tuple[int, int],
+) -> int | str:
+    """The place of the output sequence the body run at step `at[0]` of `at[1]` writes the new state in."""
+    main = file.subgraphs[0]
+    step, steps = at
+    rng = np.random.default_rng(PROBE_SEED)
+    feeds: dict[int, np.ndarray] = {}
+    for place, t in enumerate(body.inputs):
+        tensor = main.tensors[op.inputs[place]]
+        if tensor.dtype == "int32" and tensor.shape == ():
+            start = file.values(tensor)
+            if start is None or int(start) != 0:
+                return f"its integer {place} does not start from 0, as a counter of the steps does"
+            feeds[t] = np.asarray(step, np.int32)
+        elif tensor.dtype == "float32" and 0 not in tensor.shape:
+            feeds[t] = rng.standard_normal(tensor.shape).astype(np.float32)
+        else:
+            return f"it carries a value of type {tensor.dtype}, shape {list(tensor.shape)}, that a cell's loop does not"
+    computed, _ = evaluator.run(feeds)
+    values = {**feeds, **computed}
+    new_state = values.get(int(reading.outputs[0]))
+    written = None
+    for place, (given, out) in enumerate(zip(body.inputs, body.outputs)):
+        before, after = feeds[given], values.get(out)
+        if after is None or after.shape != before.shape:
+            return f"its body's output {place} is not computed from its inputs alike (or by ops rnnconv evaluates)"
+        if before.dtype.kind in "iu":
+            if int(after) != step + 1:
+                return f"its body's integer {place} is not a counter moving on by one each step"
+            continue
+        if place in (places[int(reading.h)], places.get(int(reading.c)) if reading.c else None):
+            continue
+        if np.array_equal(after, before):
+            continue
+        expected = before.copy()
+        if new_state is not None and before.shape in ((steps, *new_state.shape), (1, *new_state.shape)):
+            expected[step if len(before) == steps else 0] = new_state  # every step's, or the last one's
+        if written is not None or not np.array_equal(after, expected):
+            return f"its body changes carried value {place} otherwise than writing the step's new state in it"
+        written = place
+    return "its body writes no output sequence" if written is None else written
+
+
+def _runs_steps(file: Any, op: Any, cond: Any, steps: int) -> bool:
+    """Whether the condition holds for counters 0 to steps-1 and not at steps."""
+    evaluator = Evaluator(file, cond)
+    main = file.subgraphs[0]
+    if len(cond.outputs) != 1:
+        return False
+    for step in range(steps + 1):
+        feeds = {}
+        for place, t in enumerate(cond.inputs):
+            tensor = main.tensors[op.inputs[place]]
+            scalar = tensor.dtype == "int32" and tensor.shape == ()
+            feeds[t] = np.asarray(step, np.int32) if scalar else np.zeros(tensor.shape, np.float32)
+        computed, _ = evaluator.run(feeds)
+        holds = computed.get(cond.outputs[0])
+        if holds is None or holds.size != 1 or bool(holds.reshape(-1)[0]) != (step < steps):
+            return False
+    return True
+
+
+def grouped(
+    loops: list[Loop], readers: dict[int, list[Any]], producers: dict[int, Any], file: Any
+) -> list[tuple[list[Loop], int]]:
+    """The loops as layers, each with the sequence it gives the layer above: a forward and a backward loop over the
+    same sequence, their output sequences joined (the backward one's reversed back, CONCATENATION on the features,
+    forward first), one bidirectional layer; every other loop a layer of its own (a backward one alone refused:
+    cuDNN's RNNs have no backward-only direction)."""
+    paired: set[int] = set()
+    layers = []
+    for loop in sorted(loops, key=lambda x: x.reversed):  # forward loops first, each taking its partner
+        if id(loop) in paired:
+            continue
+        partner, joined = None, None
+        if loop.reading is not None and not loop.reversed:
+            for other in loops:
+                if (
+                    other.reading is None
+                    or not other.reversed
+                    or id(other) in paired
+                    or other.sequence != loop.sequence
+                ):
+                    continue
+                joined = _joined(loop, other, readers, producers, file)
+                if joined is not None:
+                    partner = other
+                    break
+        group = [loop] if partner is None else [loop, partner]
+        paired |= {id(x) for x in group}
+        if loop.reversed and partner is None and loop.refusal is None:
+            loop.refusal = (
+                "it runs backwards over its sequence with no forward loop beside it (go_backwards alone): cuDNN's "
+                "RNNs have no backward-only direction"
+            )
+        cell = CUDNN_MODES[loop.reading.mode][0].upper() if loop.reading is not None else "RNN"
+        for x in group:
+            x.op.shown = f"WHILE loop ({cell} cell)"
+        output = joined if joined is not None else loop.output if loop.output != UNSET else loop.op.outputs[0]
+        layers.append((group, output))
+    return layers
+
+
+def kind_of(group: list[Loop]) -> object:
+    """What the layers of one RNN have alike (None: a layer of no chain, one that does not convert)."""
+    reading = group[0].reading
+    if reading is None or any(loop.refusal is not None for loop in group):
+        return None
+    return (WHILE, len(group), reading.mode, reading.hidden, reading.reset_after)
+
+
+def _joined(forward: Loop, backward: Loop, readers: dict[int, list[Any]], producers: dict[int, Any], file: Any) -> Any:
+    """Where the two loops' output sequences are joined as one bidirectional layer's (a CONCATENATION on the
+    features of the forward one's and the backward one's reversed back in time, either time-major or, between
+    TRANSPOSEs, batch-major): the joined sequence, time-major where the file has it so; else `forward`'s own output
+    (return_sequences=False joins the last steps instead, which nothing stacks on)."""
+    main = file.subgraphs[0]
+
+    def swapped(value: int) -> int | None:
+        """The TRANSPOSE of `value` that swaps its steps and batch, where one reads it."""
+        for op in readers.get(value, []):
+            order = file.values(main.tensors[op.inputs[1]]) if op.name == "TRANSPOSE" and len(op.inputs) == 2 else None
+            if order is not None and order.reshape(-1).tolist() == [1, 0, 2] and op.outputs:
+                return int(op.outputs[0])
+        return None
+
+    for time in (0, 1):  # the joining done time-major, or batch-major
+        ours = forward.output if time == 0 else swapped(forward.output)
+        theirs = backward.output if time == 0 else swapped(backward.output)
+        if ours is None or theirs is None:
+            continue
+        for op in readers.get(ours, []):
+            if op.name != "CONCATENATION" or len(op.inputs) != 2 or op.inputs[0] != ours or not op.outputs:
+                continue
+            if int(_option(op.options, 0, "i32", 0)) not in (-1, 2):
+                continue
+            flip = producers.get(op.inputs[1])
+            if flip is None or flip.name != "REVERSE_V2" or flip.inputs[0] != theirs:
+                continue
+            axis = file.values(main.tensors[flip.inputs[1]])
+            if axis is not None and axis.size == 1 and int(axis.reshape(-1)[0]) == time:
+                joined = int(op.outputs[0])
+                return joined if time == 0 else swapped(joined) or joined
+    return forward.output
+
+
+def loop_canonical(chain: Any, source: Provenance) -> CanonicalRNN:
+    """The canonical RNN of a chain of loop layers (Unsupported: why a loop of it does not convert)."""
+    loops = [loop for layer in chain.layers for loop in layer.loops]
+    for loop in loops:
+        if loop.refusal is not None:
+            raise Unsupported(
+                f"{cut(loop.name)!r} is a WHILE loop (op {loop.op.index}) whose body looks like an RNN cell, but "
+                f"{loop.refusal}; convert the checkpoint it was exported from"
+            )
+    readings = [[loop.reading for loop in layer.loops if loop.reading is not None] for layer in chain.layers]
+    first = readings[0][0]
+    cell = CUDNN_MODES[first.mode][0].upper()
+    article = "a" if cell == "GRU" else "an"
+    error = max(r.error for layer in readings for r in layer)
+    note = (
+        f"{chain.name}: WHILE loops {listing(str(loop.op.index) for loop in loops)}, each stepping {article} {cell} "
+        f"cell over its sequence: its gates and layout read by what its body computes (run on probe inputs, within "
+        f"{error:.1g} of the reading)"
+    )
+    return canonical(chain.name, readings, source, f"WHILE loop of {article} {cell} cell", [note])
+
+
+def run_loops(chain: Any, spec: RNNSpec, inputs: dict[str, np.ndarray | None]) -> dict[str, np.ndarray | None]:
+    """The chain's loops run step by step, each step its body's own cell ops evaluated in numpy: y, h_n, c_n
+    sequence-major as cuDNN's."""
+    x = np.asarray(inputs["x"], np.float32)
+    if inputs.get("lengths") is not None and np.any(np.asarray(inputs["lengths"]) != x.shape[0]):
+        raise Unsupported("a TFLite WHILE loop runs every sequence all its steps: verify it without --ragged")
+    states = {k: inputs.get(k) for k in ("h0", "c0")}
+    lstm = spec.mode == LSTM
+    finals: dict[str, list[np.ndarray]] = {"h0": [], "c0": []}
+    for layer in chain.layers:
+        outputs = []
+        for loop in layer.loops:
+            reading, evaluator = loop.reading, loop.evaluator
+            index = len(finals["h0"])
+            h = _state(states["h0"], index, x.shape[1], reading.hidden)
+            c = _state(states["c0"], index, x.shape[1], reading.hidden) if lstm else None
+            sequence = x[::-1] if loop.reversed else x
+            steps = []
+            for t in range(x.shape[0]):
+                feeds = {int(reading.x): sequence[t], int(reading.h): h}
+                if c is not None and reading.c is not None:
+                    feeds[int(reading.c)] = c
+                computed, _ = evaluator.run(feeds)
+                h = computed[int(reading.outputs[0])]
+                if c is not None:
+                    c = computed[int(reading.outputs[1])]
+                steps.append(h)
+            y = np.stack(steps)
+            outputs.append(y[::-1] if loop.reversed else y)
+            finals["h0"].append(h)
+            finals["c0"].append(c if c is not None else h)
+        x = np.concatenate(outputs, axis=-1)
+    return {"y": x, "h_n": np.stack(finals["h0"]), "c_n": np.stack(finals["c0"]) if lstm else None}
+
+
+def _state(given: np.ndarray | None, index: int, batch: int, hidden: int) -> np.ndarray:
+    if given is None:
+        return np.zeros((batch, hidden), np.float32)
+    return np.asarray(given, np.float32)[index]

@@ -1,0 +1,144 @@
+"""ONNX that every consumer takes: rnnconv's written files run in onnxruntime and in MNN (its own converter and CPU
+runtime) as their source computes; `--profile` names what TensorRT, MNN or onnxruntime-web would refuse of a file."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, assert_clean_failure, run_cli
+
+from rnnconv.formats.onnx.mnn import run_in_mnn
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+INPUT, HIDDEN, STEPS, BATCH = 3, 5, 7, 2
+needs_mnn = pytest.mark.skipif(importlib.util.find_spec("_tools") is None, reason="mnn is not installed")
+
+
+def torch_source(tmp_path, cls, layers, bidirectional):
+    torch.manual_seed(layers * 10 + bidirectional)
+    module = cls(INPUT, HIDDEN, num_layers=layers, bidirectional=bidirectional)
+    with torch.no_grad():  # distinct values per gate and direction, biases far from zero
+        for parameter in module.parameters():
+            parameter.uniform_(-0.6, 0.6)
+    torch.save(module.state_dict(), tmp_path / "source.pt")
+    return module
+
+
+@needs_mnn
+@pytest.mark.parametrize(
+    ("cls", "layers", "bidirectional"),
+    [("LSTM", 2, True), ("GRU", 2, False), ("RNN", 1, True)],  # one MNN run each: ~0.5 s
+)
+def test_written_onnx_runs_in_onnxruntime_and_mnn_as_its_source(tmp_path, cls, layers, bidirectional):
+    from runtimes import ort_run
+
+    module = torch_source(tmp_path, getattr(torch.nn, cls), layers, bidirectional)
+    assert run_cli("convert", tmp_path / "source.pt", tmp_path / "m.onnx").returncode == 0
+    rng = np.random.default_rng(3)
+    depth = layers * (1 + bidirectional)
+    x = rng.normal(size=(STEPS, BATCH, INPUT)).astype(np.float32)
+    h0, c0 = (rng.normal(size=(depth, BATCH, HIDDEN)).astype(np.float32) for _ in range(2))
+    lstm = cls == "LSTM"
+    with torch.no_grad():
+        states = (torch.from_numpy(h0), torch.from_numpy(c0)) if lstm else torch.from_numpy(h0)
+        y, last = module(torch.from_numpy(x), states)
+    want = [y.numpy(), *(t.numpy() for t in (last if lstm else (last,)))]
+    feeds = {"X": x, "initial_h": h0} | ({"initial_c": c0} if lstm else {})
+    names = ["Y", "Y_h", "Y_c"][: len(want)]
+    by_ort = ort_run(tmp_path / "m.onnx", x, h0, c0 if lstm else None)
+    by_mnn = run_in_mnn((tmp_path / "m.onnx").read_bytes(), feeds, names)
+    for name, expected, ran in zip(names, want, by_ort):
+        assert np.abs(ran - expected).max() <= 1e-5, ("onnxruntime", name)
+        assert np.abs(by_mnn[name] - expected).max() <= 1e-5, ("MNN", name)
+
+
+@needs_mnn
+def test_mnn_refusing_a_file_is_one_sentence(tmp_path):
+    from rnnconv.errors import BadInput
+
+    feeds = {"X": np.zeros((2, 1, INPUT), np.float32)}
+    with pytest.raises(BadInput, match="MNN was not given an ONNX model"):
+        run_in_mnn(b"\x08\x07not an onnx model", feeds, ["Y"])
+    torch_source(tmp_path, torch.nn.RNN, 1, False)
+    assert run_cli("convert", tmp_path / "source.pt", tmp_path / "m.onnx").returncode == 0
+    model = onnx.load(tmp_path / "m.onnx")
+    model.graph.node[-1].op_type = "Frobnicate"  # an op MNN's converter does not know
+    with pytest.raises(BadInput, match=r"^MNN's converter refused the model: These Op Not Support: ONNX::Frobnicate$"):
+        run_in_mnn(model.SerializeToString(), feeds | {"initial_h": np.zeros((1, 1, HIDDEN), np.float32)}, ["Y"])
+
+
+@pytest.mark.parametrize(
+    ("source", "profile", "code", "phrase"),
+    [
+        (FIXTURES / "onnx" / "lstm_bi_dynamo.onnx", "tensorrt", 0, "keeps tensorrt's documented limits"),
+        (FIXTURES / "onnx" / "gru3_bi_torchscript.onnx", "mnn", 0, "keeps mnn's documented limits"),
+        (FIXTURES / "onnx" / "lstm_bi_dynamo.onnx", "ort-web", 1, "node 'node_lstm__2': no input may be named ''"),
+        (FIXTURES / "onnx" / "gru3_bi_torchscript.onnx", "ort-web", 1, "node '/GRU_2': no input may be named ''"),
+        (FIXTURES / "onnx" / "lstm_quantized.onnx", "mnn", 1, "node '/LSTM_quant': the RNN must be ONNX's own op"),
+    ],
+)
+def test_inspect_profile_names_what_each_exporters_file_breaks(source, profile, code, phrase):
+    result = run_cli("inspect", source, "--profile", profile)
+    assert result.returncode == code, result.stdout + result.stderr
+    assert phrase in " ".join(result.stdout.split())
+
+
+def test_rnnconv_s_onnx_keeps_every_profile_and_a_hand_made_node_breaks_tensorrt_s(tmp_path):
+    torch_source(tmp_path, torch.nn.LSTM, 2, True)
+    assert run_cli("convert", tmp_path / "source.pt", tmp_path / "m.onnx").returncode == 0
+    for profile in ("tensorrt", "mnn", "ort-web"):
+        result = run_cli("inspect", tmp_path / "m.onnx", "--profile", profile, "--json")
+        assert result.returncode == 0 and '"broken_limits": []' in result.stdout, (profile, result.stdout)
+    model = onnx.load(tmp_path / "m.onnx")
+    for node in model.graph.node:
+        if node.op_type == "LSTM":
+            node.attribute.append(onnx.helper.make_attribute("clip", 3.0))
+            for attribute in node.attribute:
+                if attribute.name == "input_forget":
+                    attribute.i = 1
+    onnx.save(model, tmp_path / "forgets.onnx")
+    result = run_cli("inspect", tmp_path / "forgets.onnx", "--profile", "tensorrt")
+    text = " ".join(result.stdout.split())
+    assert result.returncode == 1 and "node 'layer0': input_forget must be 0 for tensorrt" in text
+    result = run_cli("inspect", tmp_path / "forgets.onnx", "--profile", "mnn")
+    assert result.returncode == 1 and "clip must not be set" in " ".join(result.stdout.split())
+
+
+def test_convert_profile_refuses_what_the_consumer_cannot_take(tmp_path):
+    torch_source(tmp_path, torch.nn.GRU, 1, False)
+    out = tmp_path / "m.onnx"
+    result = run_cli("convert", tmp_path / "source.pt", out, "--dtype", "float64", "--profile", "tensorrt")
+    assert_clean_failure(result, 2, "cannot be written within tensorrt's limits", "float32, float16 or bfloat16")
+    assert not out.exists()
+    result = run_cli("convert", tmp_path / "source.pt", tmp_path / "m.bin", "--profile", "mnn")
+    assert_clean_failure(result, 2, "--profile checks an ONNX consumer's limits")
+    assert run_cli("convert", tmp_path / "source.pt", out, "--profile", "mnn").returncode == 0
+
+
+@needs_mnn
+def test_verify_backend_mnn_runs_the_written_file_in_mnn(tmp_path):
+    import json
+
+    torch_source(tmp_path, torch.nn.LSTM, 1, False)
+    assert run_cli("convert", tmp_path / "source.pt", tmp_path / "m.onnx").returncode == 0
+    result = run_cli("verify", tmp_path / "m.onnx", "--backend", "mnn", "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 0 and report["verdict"] == "match", result.stdout + result.stderr
+    assert report["backend"]["name"] == "mnn" and "MNN's converter" in report["backend"]["detail"]
+    assert max(report["comparison"][k]["max_abs"] for k in ("y", "h_n", "c_n")) <= 1e-5 and "mnn" in report["versions"]
+    assert_clean_failure(run_cli("verify", tmp_path / "m.onnx", "--backend", "mnn", "--ragged"), 2, "sequence_lens")
+
+
+def test_verify_backend_mnn_without_mnn_names_the_extra(tmp_path, monkeypatch):
+    import rnnconv
+    from rnnconv.errors import BackendMissing
+    from rnnconv.formats.onnx import mnn
+
+    torch_source(tmp_path, torch.nn.GRU, 1, True)
+    assert run_cli("convert", tmp_path / "source.pt", tmp_path / "m.onnx").returncode == 0
+    monkeypatch.setattr(mnn, "mnn_version", lambda: None)
+    with pytest.raises(BackendMissing, match=r"pip install 'rnnconv\[mnn\]'"):
+        rnnconv.verify(tmp_path / "m.onnx", backend="mnn")

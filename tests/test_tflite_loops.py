@@ -1,0 +1,165 @@
+"""RNNs TensorFlow's converter writes as WHILE loops (fixtures/make_tflite_fixtures.py: Keras 3 LSTM, Keras 3 and
+tf-keras GRU and SimpleRNN; one and two layers, Bidirectional, return_sequences both ways): each read by what its
+body computes, converted, and the result run in PyTorch against LiteRT running the converter's own file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+Interpreter = pytest.importorskip("ai_edge_litert.interpreter").Interpreter
+
+from conftest import FIXTURES, assert_clean_failure, run_cli
+
+import rnnconv
+
+TFLITE = FIXTURES / "tflite"
+TOLERANCE = 1e-5
+MODULES = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn_tanh": torch.nn.RNN}
+# fixture: (mode, input, hidden, layers, bidirectional, the model's output is every step's)
+LOOPS = {
+    "loop_k3_lstm2": ("lstm", 3, 4, 2, False, True),
+    "loop_k3_bigru2": ("gru", 3, 4, 2, True, False),
+    "loop_k3_rnn": ("rnn_tanh", 3, 5, 1, False, False),
+    "loop_tfk_gru": ("gru", 3, 5, 1, False, True),
+    "loop_tfk_birnn": ("rnn_tanh", 3, 4, 1, True, True),
+}
+
+
+def litert(path, x: np.ndarray) -> np.ndarray:
+    interpreter = Interpreter(model_path=str(path))
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+    interpreter.invoke()
+    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_a_converter_loop_converts_to_what_litert_computes(name, tmp_path):
+    mode, input_size, hidden, layers, bidirectional, sequences = LOOPS[name]
+    source = TFLITE / f"{name}.tflite"
+    (entry,) = rnnconv.inspect(source).rnns
+    assert entry.converts, entry.reason
+    spec = entry.spec
+    assert (spec.mode, spec.input_size, spec.hidden_size, spec.num_layers, spec.bidirectional) == LOOPS[name][:5]
+    result = run_cli("convert", source, tmp_path / "m.pt")
+    assert result.returncode == 0, result.stderr
+    module = MODULES[mode](input_size, hidden, num_layers=layers, bidirectional=bidirectional, batch_first=True)
+    module.load_state_dict(torch.load(tmp_path / "m.pt", weights_only=True))
+    x = np.random.default_rng(7).normal(0, 1.5, (2, 5, input_size)).astype(np.float32)
+    expected = litert(source, x)
+    with torch.no_grad():
+        y, state = module(torch.from_numpy(x))
+    h = (state[0] if mode == "lstm" else state).numpy()
+    got = y.numpy() if sequences else np.concatenate(list(h[-2:] if bidirectional else h[-1:]), axis=-1)
+    assert got.shape == expected.shape
+    assert float(np.abs(got - expected).max()) < TOLERANCE
+
+
+def test_a_gru_applying_its_reset_before_the_product_is_listed_with_the_reason(tmp_path):
+    """tf-keras GRU(reset_after=False): its body multiplies r*h by the candidate's recurrent block, a third product;
+    cuDNN's GRU cannot compute it: listed, refused in one sentence."""
+    source = TFLITE / "loop_tfk_gru_reset_before.tflite"
+    (entry,) = rnnconv.inspect(source).rnns
+    assert not entry.converts and "WHILE loop (op 1)" in entry.reason and "3 matrix products" in entry.reason
+    result = run_cli("convert", source, tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "WHILE loop", "not a cell's two")
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_verify_runs_the_loops_own_cell_ops_against_the_conversion(tmp_path):
+    """verify runs the source's loops step by step, each step their bodies' own cell ops (evaluated in numpy), the
+    backward loops over the sequences reversed: a 2-layer bidirectional GRU's conversion matches them."""
+    converted = tmp_path / "m.pt"
+    rnnconv.convert(TFLITE / "loop_k3_bigru2.tflite", converted)
+    result = run_cli("verify", converted)
+    assert result.returncode == 0, result.stderr
+    assert "MATCH" in result.stdout and "WHILE loop bodies' cell ops" in result.stdout
+
+
+def _rebuilt(source, change) -> bytes:
+    """The .tflite with `change(model, codes)` made to it (LiteRT's schema module: parsed, changed, rebuilt)."""
+    flatbuffers = pytest.importorskip("flatbuffers")
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(source.read_bytes(), 0))
+    for graph in model.subgraphs:
+        for op in graph.operators:
+            op.inputs = [int(t) for t in op.inputs]
+    codes = {
+        name: index
+        for index, code in enumerate(model.operatorCodes)
+        for name, number in vars(schema.BuiltinOperator).items()
+        if number == code.builtinCode
+    }
+    change(model, codes)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def test_a_loop_body_that_computes_no_cell_is_listed_with_the_reason(tmp_path):
+    """A SimpleRNN loop whose body's TANH is made a LOGISTIC (LiteRT runs it: a cell rnnconv does not read) and one
+    whose input matrix is a computed tensor: listed, each with its reason, and refused in one sentence."""
+
+    def sigmoid_for_tanh(model, codes):
+        (body,) = [g for g in model.subgraphs if any(op.opcodeIndex == codes["TANH"] for op in g.operators)]
+        for op in body.operators:
+            if op.opcodeIndex == codes["TANH"]:
+                op.opcodeIndex = codes.get("LOGISTIC", op.opcodeIndex)
+
+    def computed_weights(model, codes):
+        body = model.subgraphs[2]
+        products = [op for op in body.operators if op.opcodeIndex == codes["FULLY_CONNECTED"]]
+        products[0].inputs[1] = products[1].outputs[0]
+
+    source = TFLITE / "loop_tfk_gru.tflite"
+    for change, reason in ((sigmoid_for_tanh, "computes none of the"), (computed_weights, "1 matrix product (")):
+        mutated = tmp_path / f"{change.__name__}.tflite"
+        mutated.write_bytes(_rebuilt(source, change))
+        (entry,) = rnnconv.inspect(mutated).rnns
+        assert not entry.converts and reason in entry.reason and "WHILE loop" in entry.reason
+        result = run_cli("convert", mutated, tmp_path / "m.pt")
+        assert_clean_failure(result, 2, "WHILE loop", reason)
+
+
+def test_a_file_whose_loops_step_no_cell_says_so(tmp_path):
+    """A loop whose body multiplies by no constant weights (its FULLY_CONNECTED ops made ADDs) steps no cell: the
+    file holds no RNN, said in one sentence naming its loops (it said a GRU is a loop rnnconv does not read)."""
+
+    def no_products(model, codes):
+        for graph in model.subgraphs[1:]:
+            for op in graph.operators:
+                if op.opcodeIndex == codes["FULLY_CONNECTED"]:
+                    op.opcodeIndex, op.inputs = codes["ADD"], op.inputs[:2]
+
+    mutated = tmp_path / "no_products.tflite"
+    mutated.write_bytes(_rebuilt(TFLITE / "loop_tfk_gru.tflite", no_products))
+    assert rnnconv.inspect(mutated).rnns == []
+    result = run_cli("convert", mutated, tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "holds no UNIDIRECTIONAL_SEQUENCE_LSTM", "WHILE loops' bodies multiply by no")
+
+
+def test_a_loop_whose_counters_do_not_start_from_zero_is_refused(tmp_path):
+    """A loop whose counters start from another constant than 0 (LiteRT runs it from there, skipping steps) steps
+    no RNN over its whole sequence: refused, saying so (it converted as if it started at 0)."""
+
+    def counters_from_five(model, codes):
+        main = model.subgraphs[0]
+        stored = [
+            bytes(bytearray(model.buffers[t.buffer].data)) if model.buffers[t.buffer].data is not None else b""
+            for t in main.tensors
+        ]
+        (steps,) = [
+            i
+            for i, t in enumerate(main.tensors)
+            if t.type == 2 and t.shape is not None and len(t.shape) == 0 and stored[i] == bytes([5, 0, 0, 0])
+        ][:1]
+        (loop,) = [op for op in main.operators if op.opcodeIndex == codes["WHILE"]]
+        loop.inputs[0] = loop.inputs[1] = steps
+
+    mutated = tmp_path / "from_five.tflite"
+    mutated.write_bytes(_rebuilt(TFLITE / "loop_tfk_gru.tflite", counters_from_five))
+    (entry,) = rnnconv.inspect(mutated).rnns
+    assert not entry.converts and "does not start from 0" in entry.reason

@@ -1,0 +1,156 @@
+"""`verify DEPLOYED --against CHECKPOINT`: a deployed whole model audited against its training checkpoint, one row
+per RNN, on the files the real exporters write (fixtures/make_audit_fixtures.py): each deployed RNN runs in its own
+runtime, the checkpoint's in its framework."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import pytest
+from conftest import FIXTURES, assert_clean_failure, run_cli
+
+AUDIT = FIXTURES / "audit"
+TAGGER = AUDIT / "tagger.pt"
+
+
+def rows(*args):
+    """The audit's rows as --json gives them (deployed name, checkpoint name, verdict), and its exit code."""
+    result = run_cli("verify", *args, "--json")
+    reports = json.loads(result.stdout)
+    return (
+        [(r.get("name", ""), (r.get("source") or {}).get("layer"), r["verdict"]) for r in reports],
+        reports,
+        result.returncode,
+    )
+
+
+@pytest.mark.needs("torch", "onnxruntime")
+@pytest.mark.parametrize(
+    ("deployed", "names"),
+    [
+        ("tagger_torchscript.onnx", ("/gru/GRU", "/lstm/LSTM")),
+        ("tagger_dynamo.onnx", ("node_gru__1", "node_lstm__2")),
+    ],
+)
+def test_a_whole_model_exported_to_onnx_matches_its_checkpoint_rnn_by_rnn(deployed, names):
+    found, reports, code = rows(AUDIT / deployed, "--against", TAGGER)
+    assert code == 0, reports
+    assert found == [(names[0], "gru", "match"), (names[1], "lstm", "match")]
+    assert all(r["comparison"]["y"]["max_abs"] < 1e-5 for r in reports)
+    assert all("onnxruntime" in r["backend"]["detail"] for r in reports)
+
+
+@pytest.mark.needs("torch", "openvino")
+def test_a_whole_model_converted_by_openvino_matches_its_checkpoint():
+    found, reports, code = rows(AUDIT / "tagger_openvino.xml", "--against", TAGGER)
+    assert code == 0, reports
+    assert [(checkpoint, verdict) for _, checkpoint, verdict in found] == [("gru", "match"), ("lstm", "match")]
+    assert all(r["comparison"]["y"]["max_abs"] < 1e-5 for r in reports)
+
+
+@pytest.mark.needs("torch", "onnxruntime")
+def test_a_gru_exported_with_linear_before_reset_0_is_a_mismatch_naming_the_reset_placement(tmp_path):
+    found, reports, code = rows(AUDIT / "tagger_reset_before.onnx", "--against", TAGGER)
+    assert code == 1
+    assert found == [("/gru/GRU", "gru", "mismatch"), ("/lstm/LSTM", "lstm", "match")]
+    gru = reports[0]
+    assert gru["comparison"]["y"]["max_abs"] > 0.01  # what the broken exporters' files compute: visibly off
+    assert gru["diagnosis"]["found"] and "linear_before_reset" in gru["diagnosis"]["message"]
+    assert "reset gate before the recurrent matrix" in gru["summary"]
+    # one 3-layer GRU alone, as the dynamo exporter wrote it (a chain of nodes), each flag set to 0: the audit runs
+    # it (verify of one RNN cannot read it)
+    model = onnx.load(str(FIXTURES / "onnx" / "gru3_dynamo.onnx"))
+    for node in (n for n in model.graph.node if n.op_type == "GRU"):
+        (flag,) = [a for a in node.attribute if a.name == "linear_before_reset"]
+        flag.i = 0
+    onnx.save(model, str(tmp_path / "gru.onnx"))
+    found, reports, code = rows(tmp_path / "gru.onnx", "--against", FIXTURES / "onnx" / "gru3_dynamo.pt")
+    assert code == 1 and [verdict for *_, verdict in found] == ["mismatch"]
+    assert "linear_before_reset" in reports[0]["diagnosis"]["message"]
+
+
+@pytest.mark.needs("torch", "onnxruntime")
+def test_swapped_gates_in_a_deployed_lstm_are_named():
+    found, reports, code = rows(AUDIT / "tagger_gates_swapped.onnx", "--against", TAGGER)
+    assert code == 1 and [v for *_, v in found] == ["match", "mismatch"]
+    assert reports[1]["diagnosis"]["mistake"].startswith("gates i (input gate) and f (forget gate) look swapped")
+
+
+@pytest.mark.needs("tensorflow", "ai_edge_litert")
+def test_tensorflows_converter_clip_matches_where_inputs_never_reach_it_and_is_named_where_they_do():
+    """TF's converter writes cell_clip=10 for every Keras LSTM: on verify's inputs the tagger's cell states stay
+    small (a match, with a warning measuring what the clip moves on inputs that reach it); an LSTM whose cell state
+    grows passes 10 on longer inputs, and the mismatch is put down to the clip."""
+    found, reports, code = rows(AUDIT / "keras_tagger.tflite", "--against", AUDIT / "keras_tagger.h5")
+    assert code == 0, reports
+    assert [(c, v) for _, c, v in found] == [("lstm_a", "match"), ("lstm_b", "match")]
+    assert all("cell_clip=10" in r["warnings"][0] for r in reports)
+    clipped = AUDIT / "keras_clipped.tflite", "--against", AUDIT / "keras_clipped.h5"
+    found, reports, code = rows(*clipped)
+    assert code == 0 and found[0][2] == "match"
+    found, reports, code = rows(*clipped, "--seq-len", "32")
+    assert code == 1 and found[0][2] == "mismatch"
+    assert reports[0]["comparison"]["c_n"]["max_abs"] > 1  # the clip holds the cell state at 10
+    assert (
+        "cell_clip=10" in reports[0]["diagnosis"]["message"]
+        and "without the clip" in reports[0]["diagnosis"]["message"]
+    )
+
+
+@pytest.mark.needs("torch", "onnxruntime")
+def test_layer_pairs_override_the_pairing_by_sizes(tmp_path):
+    found, _, code = rows(
+        AUDIT / "tagger_torchscript.onnx", "--against", TAGGER, "--layer", "/gru/GRU=gru", "--layer", "/lstm/LSTM=lstm"
+    )
+    assert code == 0 and found == [("/gru/GRU", "gru", "match"), ("/lstm/LSTM", "lstm", "match")]
+    found, reports, code = rows(AUDIT / "tagger_torchscript.onnx", "--against", TAGGER, "--layer", "/gru/GRU=lstm")
+    assert code == 2  # a pair whose RNNs differ: that row cannot run, and says so
+    assert found[0] == ("/gru/GRU", "lstm", "error") and "holds another" in reports[0]["summary"]
+    assert found[1] == ("/lstm/LSTM", None, "not-found") and found[2] == ("", "gru", "not-found")
+    text = run_cli("verify", AUDIT / "tagger_torchscript.onnx", "--against", TAGGER, "--layer", "/gru/GRU=gru", "-q")
+    assert text.returncode == 0 and "/gru/GRU = gru: MATCH" in text.stdout
+
+
+@pytest.mark.needs("torch", "onnxruntime", "tf_keras")
+def test_rnns_with_no_partner_are_not_found_in_rows_and_the_exit_code(tmp_path):
+    found, reports, code = rows(AUDIT / "tagger_torchscript.onnx", "--against", AUDIT / "keras_tagger.h5")
+    assert code == 1
+    assert [v for *_, v in found] == ["not-found"] * 4
+    assert found[2:] == [("", "lstm_a", "not-found"), ("", "lstm_b", "not-found")]
+    assert "has no partner in keras_tagger.h5" in reports[0]["summary"]
+    # a deployed RNN the checkpoint lacks: a one-RNN checkpoint of the tagger's GRU
+    import torch
+
+    state = torch.load(TAGGER)
+    torch.save({k: v for k, v in state.items() if k.startswith("gru.")}, tmp_path / "gru_only.pt")
+    found, _, code = rows(AUDIT / "tagger_torchscript.onnx", "--against", tmp_path / "gru_only.pt")
+    assert code == 1 and found == [("/gru/GRU", "gru", "match"), ("/lstm/LSTM", None, "not-found")]
+    junit, report = tmp_path / "j.xml", tmp_path / "r.json"
+    deployed = AUDIT / "tagger_torchscript.onnx"
+    result = run_cli("verify", deployed, "--against", tmp_path / "gru_only.pt", "--junit", junit, "--report", report)
+    assert result.returncode == 1 and 'failures="1"' in junit.read_text()
+    assert [r["verdict"] for r in json.loads(report.read_text())] == ["match", "not-found"]
+    assert "/lstm/LSTM: NOT-FOUND" in " ".join(
+        run_cli("verify", deployed, "--against", tmp_path / "gru_only.pt", "-q").stdout.split()
+    )
+
+
+@pytest.mark.needs("torch", "onnxruntime")
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--against", AUDIT / "missing.pt"), "missing.pt"),
+        (("--against", AUDIT), "--against"),
+        (("--layer", "/gru/GRU=gru"), "--against"),
+        (("--against", TAGGER, "--layer", "/gru/GRU=nothing"), "has no RNN 'nothing'"),
+        (("--against", TAGGER, "--layer", "nothing=gru"), "has no RNN 'nothing'"),
+        (("--against", TAGGER, "--layer", "/gru/GRU=gru", "--layer", "/lstm/LSTM=gru"), "another --layer pairs"),
+        (("--against", TAGGER, "--layer", "/gru/GRU=gru", "--layer", "/lstm/LSTM"), "DEPLOYED=CHECKPOINT"),
+        (("--against", TAGGER, "--layer", "/gru/GRU=gru", "--plot", "p.svg"), "--plot is for one RNN"),
+        (("--against", AUDIT / "tagger_openvino.bin"), "tagger_openvino.bin"),
+        (("--against", TAGGER, "--backend", "numpy"), "own runtime"),
+    ],
+)
+def test_bad_against_or_pairs_get_one_sentence(args, words, tmp_path):
+    assert_clean_failure(run_cli("verify", AUDIT / "tagger_torchscript.onnx", *args, cwd=tmp_path), 2, words)
