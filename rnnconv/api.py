@@ -360,7 +360,8 @@ def audit(
     with _reported_early(
         path, against, outputs, bool(options.get("force")), lambda e: Reports([failed_report(path, e)])
     ):
-        one = [name for name in ("convert", "plot", "relayout", "raw_spec") if options.pop(name, None)]
+        one_rnn = ("convert", "plot", "relayout", "raw_spec", "streaming", "stream_runtime")
+        one = [name for name in one_rnn if options.pop(name, None)]
         if one:
             raise BadInput(f"--{one[0].replace('_', '-')} is for one RNN; the audit of a whole model takes none")
         if options.get("backend", "auto") != "auto":  # each deployed RNN runs in its own runtime, as written

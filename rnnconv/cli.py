@@ -28,9 +28,9 @@ from rnnconv.options import (
     IDENTIFY_HELP,
     RAW,
     VERIFY_HELP,
+    direction_options,
     identify_parameters,
     parameter,
-    source_options,
     sources_and_output,
     verify_parameters,
 )
@@ -115,7 +115,6 @@ def run_conversion(values: dict[str, Any], to: str | None, source_format: str | 
 
 def add_direction(source: str, target: str, on: typer.Typer = app) -> None:
     suffixes = ", ".join(FORMAT_INFO[target].write_suffixes)
-    options = ["dtype"] + [o for o in source_options(source) if o != "dtype"]
     params = [
         parameter(
             "sources",
@@ -131,7 +130,7 @@ def add_direction(source: str, target: str, on: typer.Typer = app) -> None:
         ),
         parameter("layer"),
         parameter("prefix"),
-        *map(parameter, options + (["into"] if FORMAT_INFO[target].writes_into else []) + CONVERSION_TAIL),
+        *map(parameter, direction_options(source, target)),
     ]
     command(f"{source}-to-{target}", direction_doc(source, target), params, on)(
         lambda **values: run_conversion(values, target, source)
@@ -169,7 +168,7 @@ for _target in sorted(ADAPTER_FORMATS, key=lambda name: name != "cudnn"):
             + "; a directory for several sources (DIR/ is created; the target is --to's, cuDNN by default). Given "
             "with -o, every argument is a source; without, the last one is the output.",
         ),
-        *map(parameter, ("to", "layer", "prefix", *ALL_SOURCE_OPTIONS, "into", *CONVERSION_TAIL)),
+        *map(parameter, ("to", "layer", "prefix", *ALL_SOURCE_OPTIONS, "into", "streaming", "chunk", *CONVERSION_TAIL)),
     ],
 )
 def convert(**values: Any) -> int:

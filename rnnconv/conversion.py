@@ -32,6 +32,7 @@ from rnnconv.formats.registry import (
 )
 from rnnconv.reference import forward
 from rnnconv.safeio.inputs import reading
+from rnnconv.streaming import check_streamable
 
 
 def output_name(source: Path, target: Format) -> str:
@@ -125,7 +126,7 @@ def without(losses: list[Loss], rnn: CanonicalRNN) -> CanonicalRNN:
 def holdable(target: Format, rnn: CanonicalRNN, write: WriteOptions) -> tuple[CanonicalRNN, str]:
     """`rnn` if `target` holds it exactly; else refused naming the term it cannot hold, or with `allow_lossy`, the
     nearest RNN it can hold, and a warning saying how far that one's outputs are from `rnn`'s on probe inputs."""
-    losses, allow_lossy = target.losses_in(rnn, write.dtype), write.allow_lossy
+    losses, allow_lossy = target.losses_in(rnn, write.dtype, write.streaming), write.allow_lossy
     read_without = rnn.source.loss  # what the source's reader left out (a clip), recorded as it was measured
     probe = f"on probe inputs (seed {PROBE_SEED}, {PROBE_STEPS} steps, batch {PROBE_BATCH}, non-zero states)"
     if not losses:
@@ -199,6 +200,7 @@ def convert(
             if not found.rnns:
                 raise RnnconvError(f"{source} gave no RNN to write")
             check_stated(found.rnns, options)
+            check_streamable(target.info, found.rnns, write)
             held = [holdable(target, rnn, write) for rnn in found.rnns]  # before anything is written
             if into is None:
                 written = target.write([rnn for rnn, _ in held], output, write)

@@ -106,6 +106,14 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         "Where the blob runs; auto: cuDNN when a GPU and the gpu extra are present, else the numpy reference.",
         {},
     ),
+    "stream_runtime": (
+        str | None,
+        None,
+        ("--stream-runtime",),
+        "verify --streaming: the runtime that runs the streaming model: onnxruntime (ONNX); litert or tflite-micro "
+        "(TFLite, tflite-micro from pip install 'rnnconv[tflite-micro]') [default: the format's own].",
+        {},
+    ),
     "seq_len": (int, 8, ("--seq-len",), "Time steps of the test input (at least 2).", {}),
     "batch": (int, 3, ("--batch",), "Batch size of the test input.", {}),
     "seed": (int, 0, ("--seed",), "Seed of the test input and initial states.", {"min": 0}),
@@ -238,6 +246,14 @@ def source_options(fmt: str) -> list[str]:
     return names
 
 
+def direction_options(source: str, target: str) -> list[str]:
+    """The options of a SOURCE-to-TARGET command after its sources, output and --layer/--prefix: the element type,
+    the source format's, the target's (--into, --streaming), then every conversion's."""
+    info = FORMAT_INFO[target]
+    targets = (["into"] if info.writes_into else []) + (["streaming", "chunk"] if info.streams else [])
+    return ["dtype", *(o for o in source_options(source) if o != "dtype"), *targets, *CONVERSION_TAIL]
+
+
 # What every conversion command ends with.
 CONVERSION_TAIL = ["jobs", "force", "allow_lossy", "profile", "no_hash", "require_stated", *COMMON]
 VERIFY_OPTIONS = [
@@ -250,6 +266,8 @@ VERIFY_OPTIONS = [
     "batch",
     "seed",
     "ragged",
+    "streaming",
+    "stream_runtime",
     "atol",
     "rtol",
     "report",

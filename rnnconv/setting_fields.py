@@ -100,6 +100,21 @@ WRITE_FIELDS: Final[dict[str, SettingField]] = {
         "Write a target that cannot hold a term of the source (refused otherwise, naming the term) "
         "without it, and say how much that changes the outputs on probe inputs.",
     ),
+    "streaming": SettingField(
+        bool,
+        False,
+        ("--streaming",),
+        "Write a streaming model (ONNX, TFLite), called a chunk of steps at a time: it takes x (batch, chunk, input) "
+        "and every layer's states (h_l0, c_l0, h_l1, ...) and gives y and the new states (h_l0_next, ...). verify "
+        "--streaming feeds a written one the sequence in chunks of 1, 3 and 7 steps (or of its --chunk), carrying "
+        "the states.",
+    ),
+    "chunk": SettingField(
+        int | None,
+        None,
+        ("--chunk",),
+        "The chunk length (steps a call) of a streaming TFLite model, which takes one length [default: 1].",
+    ),
 }
 TARGET_FIELDS: Final[dict[str, SettingField]] = {
     "to": SettingField(

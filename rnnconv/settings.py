@@ -80,6 +80,8 @@ class WriteOptions(Settings):
     force: bool = _offered(WRITE_FIELDS["force"])
     allow_lossy: bool = _offered(WRITE_FIELDS["allow_lossy"])
     profile: str | None = _offered(WRITE_FIELDS["profile"])
+    streaming: bool = _offered(WRITE_FIELDS["streaming"])
+    chunk: int | None = _offered(WRITE_FIELDS["chunk"])
     progress: Progress | None = Field(None, description="Told (bytes just written, total bytes) as a blob is written.")
 
 

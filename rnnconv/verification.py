@@ -38,6 +38,7 @@ from rnnconv.reference import forward
 from rnnconv.safeio.digests import digest_differs
 from rnnconv.safeio.inputs import check_guards, regular_file
 from rnnconv.safeio.outputs import atomic_outputs
+from rnnconv.streaming import StreamRun
 from rnnconv.table.constants import CUDNN_MODES, DIRECTION, LSTM, MANTISSA_BITS
 from rnnconv.version import __version__
 from rnnconv.weightspace import REPORTED_LAYOUT_NAME, regions
@@ -66,6 +67,8 @@ class VerifyOptions:
     allow_structure_only: bool = False  # accept a structure check alone when the source is nowhere (exit 0)
     require_stated: bool = False  # refuse a blob that assumed a setting its source does not store
     accept_recorded_loss: bool = False  # exit 0 for a file that loses what --allow-lossy recorded, and no more
+    streaming: bool = False  # the file is a streaming model: fed in chunks, its states carried
+    stream_runtime: str | None = None  # what runs it [default: its format's own runtime]
 
     def __post_init__(self) -> None:
         """Refuse impossible settings before any work."""
@@ -73,6 +76,15 @@ class VerifyOptions:
             raise BadInput(f"verify needs --seq-len of at least 2 and --batch of at least 1 (each at most {MAX_STEPS})")
         if self.seed < 0 or (self.atol is not None and self.atol < 0) or (self.rtol is not None and self.rtol < 0):
             raise BadInput("--seed, --atol and --rtol cannot be negative")
+        if self.stream_runtime is not None and not self.streaming:
+            raise BadInput("--stream-runtime runs a streaming model: give it with --streaming")
+        if self.streaming and (self.ragged or self.raw_spec is not None):
+            raise BadInput("--streaming runs a streaming model on whole sequences: leave out --ragged and the raw spec")
+        if self.streaming and self.backend != "auto":
+            raise BadInput(
+                "--streaming runs a streaming model in its format's runtime (--stream-runtime names another): leave "
+                "out --backend"
+            )
 
 
 def open_blob(path: Path, options: VerifyOptions) -> Blob:
@@ -101,6 +113,28 @@ def open_runtime_file(path: Path, fmt: registry.Format, options: VerifyOptions) 
     with fmt.read(path, read) as found:
         (rnn,) = pick_blob(found.rnns, options.layer, path, or_else=", or verify them all with --all")
         return in_memory_blob(rnn, path, next(iter(fmt.info.kinds))), rnn.source
+
+
+def open_streaming_file(path: Path, options: VerifyOptions) -> tuple[Blob, StreamRun]:
+    """A streaming model loaded in its runtime, and the weight space of the source it records (a streaming file is
+    checked by running it: its ops are not read back as an RNN)."""
+    streamed = StreamRun(registry.detect(path), path, options.stream_runtime)
+    source = streamed.stream.source
+    if source is None:
+        raise BadInput(
+            f"{path.name} records no source, so rnnconv did not write it: verify --streaming checks the "
+            f"streaming models rnnconv writes"
+        )
+    source_path, why = (options.against, "") if options.against is not None else find_source(path, source)
+    if source_path is None:
+        raise BadInput(f"no numerical comparison is possible: {why} (give it with --against)")
+    fmt = _source_format(source_path, source, options.against is not None)
+    if options.against is not None:
+        source = fmt.resolve(options.against, source, options.layer)
+    with fmt.read(source_path, fmt.source_options(source)) as found:
+        blob = in_memory_blob(found.rnns[0], path, next(iter(registry.detect(path).info.kinds)))
+    blob.sidecar = blob.sidecar.model_copy(update={"source": source}) if blob.sidecar is not None else None
+    return blob, streamed
 
 
 def rnn_names(path: Path, options: VerifyOptions) -> list[str]:
@@ -207,10 +241,14 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     stage = stage or (lambda text: None)
     stage("reading the blob")
     runtime = runtime_format(path, options)
-    blob, where = (open_blob(path, options), None) if runtime is None else open_runtime_file(path, runtime, options)
+    streamed = None
+    if options.streaming:
+        blob, streamed, where = *open_streaming_file(path, options), None
+    else:
+        blob, where = (open_blob(path, options), None) if runtime is None else open_runtime_file(path, runtime, options)
     checks, problems = structural_checks(blob)
     if runtime is not None:  # the weight space is rnnconv's own reading of the file: only its values say anything
-        checks = [c for c in checks if c.check == "finite values"]
+        checks = [c for c in checks if c.check == "finite values" and streamed is None]
     source = blob.source
     versions = {"rnnconv": __version__, "numpy": np.__version__, "python": platform.python_version()}
     report = Report(
@@ -263,12 +301,16 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
             f"({', '.join(MANTISSA_BITS)})"
         )
     own = None if runtime is None else runtime.make_engine(None if options.backend == "auto" else options.backend)
-    if runtime is not None and own is not None and where is not None:
-        engine: registry.Engine = FileRun(runtime, path, where, own)  # the file itself, in its own runtime
+    engine: registry.Engine
+    if streamed is not None:
+        engine = streamed
+    elif runtime is not None and own is not None and where is not None:
+        engine = FileRun(runtime, path, where, own)  # the file itself, in its own runtime
     else:  # a blob; or the weights read back from a runtime's file, in the engine asked for
         engine = select_engine(options.backend)
     report.warnings += engine.notes
-    inputs = make_inputs(blob.spec, options.seq_len, options.batch, options.seed, options.ragged)
+    steps = options.seq_len if streamed is None else streamed.steps(options.seq_len)
+    inputs = make_inputs(blob.spec, steps, options.batch, options.seed, options.ragged)
     stage(f"loading and running the source ({fmt.info.title})")
     held = fmt.source_spec(source_path, source)
     check_same_rnn(blob.spec, held, path, source_path, options.against is not None)
@@ -306,11 +348,18 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     stage("comparing")
     report.tolerance = tolerance(engine.name, blob.spec.dtype, source.dtype, options.atol, options.rtol)
     report.comparison = compare(blob.spec, got, want, report.tolerance, inputs["lengths"])
+    if streamed is not None:  # a comparison a chunk size, each a check; the worst is the verdict's
+        each = {chunk: compare(blob.spec, out, want, report.tolerance, None) for chunk, out in streamed.runs.items()}
+        report.checks += [
+            Check(check=f"chunks of {chunk} step(s)", ok=c.match, detail=f"largest difference {c.worst:.3g}")
+            for chunk, c in each.items()
+        ]
+        report.comparison = max(each.values(), key=lambda c: (not c.match, c.worst))
     lengths = None if inputs["lengths"] is None else [int(v) for v in inputs["lengths"]]
     states = "h0 and c0" if blob.spec.mode == LSTM else "h0"  # a GRU or simple RNN has no c
     report.inputs = InputsInfo(
         seed=options.seed,
-        seq_len=options.seq_len,
+        seq_len=steps,
         batch=options.batch,
         lengths=lengths,
         state_distribution=f"normal(0, {STATE_SCALE}), {states} non-zero",
@@ -329,7 +378,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
         )
         if report.verdict == "mismatch" and beyond.match and not problems:
             report.verdict = "lossy-as-recorded"
-    if report.verdict == "mismatch" and not report.comparison.match and options.diagnose:
+    if report.verdict == "mismatch" and not report.comparison.match and options.diagnose and streamed is None:
         check_guards()  # a blob or a source that changed meanwhile explains it, without minutes of trying
         stage("looking for the mistake that explains the mismatch")
         report.diagnosis = diagnose(blob, inputs, expected, report.tolerance)  # a mistake beyond a recorded loss

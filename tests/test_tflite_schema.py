@@ -19,6 +19,7 @@ from conftest import FIXTURES
 import rnnconv
 from rnnconv.formats import registry
 from rnnconv.formats.tflite import builder, wire
+from rnnconv.formats.tflite.streaming import streaming_graph
 from rnnconv.formats.tflite.writer import graph_of
 
 schema = pytest.importorskip("ai_edge_litert.schema_py_generated")
@@ -30,6 +31,13 @@ OPTIONS_TABLES = {
     "UNIDIRECTIONAL_SEQUENCE_LSTM": "UnidirectionalSequenceLSTMOptions",
     "BIDIRECTIONAL_SEQUENCE_LSTM": "BidirectionalSequenceLSTMOptions",
     "REVERSE_V2": "ReverseV2Options",
+    "FULLY_CONNECTED": "FullyConnectedOptions",
+    "ADD": "AddOptions",
+    "SUB": "SubOptions",
+    "MUL": "MulOptions",
+    "SPLIT": "SplitOptions",
+    "PACK": "PackOptions",
+    "UNPACK": "UnpackOptions",
 }
 # Each options slot rnnconv names, as the schema's table calls its field.
 SLOT_FIELDS = {
@@ -47,7 +55,12 @@ SLOT_FIELDS = {
         wire.RNN_OPTION_SLOTS,
         {"time_major": "TimeMajor", "activation": "FusedActivationFunction"},
     ),
+    "SplitOptions": (wire.PLAIN_OPTION_SLOTS["SPLIT"], {"num_splits": "NumSplits"}),
+    "PackOptions": (wire.PLAIN_OPTION_SLOTS["PACK"], {"values_count": "ValuesCount", "axis": "Axis"}),
+    "UnpackOptions": (wire.PLAIN_OPTION_SLOTS["UNPACK"], {"num": "Num", "axis": "Axis"}),
 }
+# The fields of the plain ops' options a streaming graph sets, as the schema's object API names them.
+PLAIN_FIELDS = {"num_splits": "numSplits", "values_count": "valuesCount", "axis": "axis", "num": "num"}
 TENSOR_TYPES = {
     "float32": "FLOAT32",
     "float16": "FLOAT16",
@@ -55,7 +68,6 @@ TENSOR_TYPES = {
     "int64": "INT64",
     "bool": "BOOL",
     "float64": "FLOAT64",
-    "uint8": "UINT8",
 }
 
 
@@ -116,6 +128,12 @@ def _check_graph(data: bytes, graph: builder.Graph, recorded: bool) -> None:
             assert read.builtinOptionsType == wire.TFLITE_OPTIONS[op] and read.builtinOptions.axis == options["axis"]
         if op == "REVERSE_V2":
             assert read.builtinOptionsType == 0
+        if op in wire.PLAIN_OPTION_SLOTS:
+            assert read.builtinOptionsType == wire.TFLITE_OPTIONS[op]
+            for name in wire.PLAIN_OPTION_SLOTS[op]:
+                assert getattr(read.builtinOptions, PLAIN_FIELDS[name]) == options[name], (op, name)
+            if hasattr(read.builtinOptions, "fusedActivationFunction"):
+                assert read.builtinOptions.fusedActivationFunction == 0  # NONE
     assert len(model.buffers) == len(graph.buffers) + recorded
     for index, (read, made) in enumerate(zip(model.buffers, graph.buffers)):
         if made is None:
@@ -144,6 +162,15 @@ def test_a_written_model_reads_back_through_the_schema(source, options, tmp_path
     rnnconv.convert(source, path, **options)
     with rnnconv.load(source, **options) as (rnn,):  # the graph's constants are read from the source as compared
         _check_graph(path.read_bytes(), graph_of(rnn), recorded=True)
+
+
+@pytest.mark.parametrize("layer", ["lstm", "gru", "rnn"])
+def test_a_streaming_model_reads_back_through_the_schema(layer, tmp_path):
+    source = FIXTURES / "streaming" / "stacks.pt"
+    path = tmp_path / "stream.tflite"
+    rnnconv.convert(source, path, layer=layer, streaming=True, chunk=3)
+    with rnnconv.load(source, layer=layer) as (rnn,):
+        _check_graph(path.read_bytes(), streaming_graph(rnn, 3), recorded=True)
 
 
 def test_a_bidirectional_op_reads_back_through_the_schema():

@@ -34,6 +34,9 @@ class FormatInfo:
     examples: tuple[str, ...] = ()  # source arguments worth showing when this format is the source
     extra: str | None = None  # the pip extra its framework comes in
     writes_into: bool = False  # whether --into can write a copy of a user's file with an RNN replaced
+    # The runtimes that run its streaming models (`--streaming`), its own first; none: it writes none.
+    streams: tuple[str, ...] = ()
+    fixed_chunk: bool = False  # whether a streaming model of it takes one chunk length (--chunk), not any
 
     @property
     def writes(self) -> bool:

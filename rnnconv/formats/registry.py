@@ -199,6 +199,24 @@ class Engine(Protocol):
     def run(self, blob: Any, inputs: Inputs) -> Outputs: ...
 
 
+class Stream(Protocol):
+    """A streaming model loaded in a runtime: fed x and the states by name, it gives y and the new states."""
+
+    @property
+    def chunk(self) -> int | None: ...  # the one chunk length it takes, or None: any
+
+    @property
+    def source(self) -> Provenance | None: ...  # the source the file records
+
+    @property
+    def how(self) -> str: ...  # what runs it, for the report ("onnxruntime 1.20.1")
+
+    @property
+    def versions(self) -> dict[str, str]: ...  # the runtime's packages' versions
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+
 NOT_INSTALLED = "not installed"
 
 
@@ -386,10 +404,15 @@ class Format(ABC):
         """What of `rnn` this format cannot hold exactly, found before anything is written (lossless or refused)."""
         return []
 
-    def losses_in(self, rnn: CanonicalRNN, requested: str | None) -> list[Loss]:
-        """`losses`, and where it writes the source's own half-precision type: the summed biases that type has no
-        exact value for (a narrower --dtype asks for rounding; the source's own type promises none)."""
-        losses = self.losses(rnn)
+    def streaming_losses(self, rnn: CanonicalRNN) -> list[Loss]:
+        """What of `rnn` this format's streaming model (`info.streams`) cannot hold exactly: its ops may differ."""
+        return self.losses(rnn)
+
+    def losses_in(self, rnn: CanonicalRNN, requested: str | None, streaming: bool = False) -> list[Loss]:
+        """`losses` (`streaming_losses` for a streaming model), and where it writes the source's own half-precision
+        type: the summed biases that type has no exact value for (a narrower --dtype asks for rounding; the source's
+        own type promises none)."""
+        losses = self.streaming_losses(rnn) if streaming else self.losses(rnn)
         spec, row = rnn.spec, self.written_row(rnn.spec)
         dtype = self.written_dtype(spec, requested)
         narrow = dtype == spec.dtype and element_type(dtype).itemsize < 4  # float32 sums round as its kernels do
@@ -419,6 +442,10 @@ class Format(ABC):
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         raise Unsupported(f"no writer for format {self.name!r}")
+
+    def stream(self, path: Path, runtime: str) -> Stream:
+        """A streaming model this format wrote, loaded in `runtime` (one of `info.streams`)."""
+        raise Unsupported(f"no streaming runner for format {self.name!r}")
 
     def write_into(
         self, rnns: list[CanonicalRNN], model: Path, path: Path, layer: str | None, options: WriteOptions

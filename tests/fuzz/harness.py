@@ -84,6 +84,7 @@ FAMILIES = (
     "ncnn",
     "tfjs",
     "identify",
+    "streaming",
 )
 # The families of the readers added since the first round (what `--families new` runs).
 NEW_FAMILIES = (
@@ -99,6 +100,7 @@ NEW_FAMILIES = (
     "onnx_cells",
     "tflite_loops",
     "identify",
+    "streaming",
 )
 # The families whose seeds are models of several files (seeds.sets): the mutator of each, files -> must refuse.
 SET_FAMILIES = {
@@ -267,6 +269,17 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             case.commands.append(["convert", source, "{dir}/deq.bin", "--dequantize"])
         if name in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
+        return case
+    if family == "streaming":  # a streaming model damaged, run a chunk at a time in each of its runtimes
+        name = rng.choice(sorted(seeds.streaming))
+        data = mutators.mutate_file(name, seeds.streaming[name].read_bytes(), rng)
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data})
+        source = "{dir}/mut_" + name
+        runtimes = ["tflite-micro", "litert"] if name.endswith(".tflite") else ["onnxruntime"]
+        case.commands = [
+            ["verify", source, "--streaming", "--stream-runtime", runtime, "--seq-len", "6"] for runtime in runtimes
+        ]
+        case.commands += [["inspect", source], ["convert", source, "{dir}/out.safetensors"]]
         return case
     if family == "tflite_loops":
         name = rng.choice([n for n in seeds.sources if n.startswith("tflite__loop_")] or sorted(seeds.sources))

@@ -165,6 +165,7 @@ class Seeds:
     # family -> the main file's name -> every file of the model (the main one, the files beside it), by name
     sets: dict[str, dict[str, dict[str, bytes]]] = field(default_factory=dict)
     identify: dict[str, tuple[bytes, bytes, list[str]]] = field(default_factory=dict)  # name -> blob, probe, flags
+    streaming: dict[str, Path] = field(default_factory=dict)  # name -> a streaming model rnnconv wrote
 
 
 def _beside(main: Path, prefix: str = "") -> dict[str, bytes]:
@@ -279,6 +280,12 @@ def prepare(work: Path) -> Seeds:
     with contextlib.suppress(RnnconvError, ImportError):
         rnnconv.convert(FIXTURES / "torch" / "lstm_proj.pt", written, force=True)
         seeds.sources[written.name] = written
+    for layer, suffix in (("gru", ".tflite"), ("lstm", ".tflite"), ("lstm", ".onnx"), ("rnn", ".onnx")):
+        stream = work / f"streaming__{layer}{suffix}"  # fed a chunk at a time, its states inputs and outputs
+        with contextlib.suppress(RnnconvError, ImportError):
+            chunk = {"chunk": 3} if suffix == ".tflite" else {}
+            rnnconv.convert(FIXTURES / "streaming" / "stacks.pt", stream, layer=layer, streaming=True, **chunk)
+            seeds.streaming[stream.name] = stream
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     for generation in ("keras3", "tf_keras"):
         subprocess.run(

@@ -13,6 +13,10 @@ Written models are the stack of RNN nodes in the one form MNN, TensorRT and onnx
 each consumer's documented limits.
 The same graph builder runs a source's own nodes (its weights and attributes untouched) in onnxruntime
 for `verify`, and a blob for `verify --backend onnxruntime`.
+
+A streaming model (`--streaming`) takes x (batch, chunk, input) with any chunk length and each layer's states h_l0,
+c_l0, ... (batch, hidden), and gives y and h_l0_next, c_l0_next, ...: its nodes in the same form (every input named,
+sequence_lens the chunk's length).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ PLUGIN = Plugin(
         example="model.onnx",
         examples=("model.onnx --layer /rnn/LSTM_1",),
         extra="onnx",
+        streams=("onnxruntime",),
     ),
     listed=40,
     runtimes=(Runtime("onnx", (("onnx", "onnx"), ("onnxruntime", "onnxruntime")), "ONNX models' own nodes"),),

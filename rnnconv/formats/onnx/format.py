@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rnnconv.formats._graph import Chain
     from rnnconv.formats.onnx.nodes import OnnxNode
     from rnnconv.formats.onnx.reader import OnnxFile
+    from rnnconv.formats.onnx.runner import OnnxStream
 
 PROTOBUF_FIRST_FIELD = b"\x08"  # a ModelProto begins with ir_version: field 1, a varint
 
@@ -72,8 +73,12 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
         from rnnconv.formats.onnx.writer import write_onnx
 
         dtype = self.written_dtype(rnns[0].spec, options.dtype)
-        write_onnx(rnns, path, dtype, options.force, options.profile)
+        write_onnx(rnns, path, dtype, options.force, options.profile, options.streaming)
         spec = rnns[0].spec
+        if options.streaming:
+            from rnnconv.streaming import streaming_usage
+
+            return Written([path], usage=streaming_usage(spec, "onnxruntime", registry.literal(path)))
         lstm = spec.mode == LSTM
         states = '"initial_h": h0' + (', "initial_c": h0' if lstm else "")
         outputs = "y, h_n" + (", c_n" if lstm else "")
@@ -87,6 +92,11 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
             f"layer's, in cuDNN's order\n{outputs} = session.run(None, {{\"X\": x, {states}}})   # x (seq, batch, "
             f"{spec.input_size}) {dtype}, y (seq, batch, {dirs * spec.output_size})",
         )
+
+    def stream(self, path: Path, runtime: str) -> OnnxStream:
+        from rnnconv.formats.onnx.runner import OnnxStream
+
+        return OnnxStream(path)
 
     def run_chain(
         self,

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rnnconv.canonical import RNNSpec
-from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line
+from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line, listing
+from rnnconv.formats import registry
 from rnnconv.formats._graph import reverse_sequences
 from rnnconv.formats.onnx.nodes import OnnxNode
+from rnnconv.formats.onnx.reader import require_onnx
 from rnnconv.formats.onnx.wire import ONNX_QUANTIZED_OPS
 from rnnconv.formats.onnx.writer import Layer, build_model
+from rnnconv.safeio.inputs import regular_file
+from rnnconv.streaming import check_stream_names
 
 MODEL_OUTPUTS = ("Y", "Y_h", "Y_c")  # what a built model gives: y, h_n and (an LSTM's) c_n
 
@@ -30,14 +36,19 @@ def cudnn_outputs(got: Mapping[str, np.ndarray]) -> dict[str, np.ndarray | None]
     return {"y": got["Y"], "h_n": got["Y_h"], "c_n": got.get("Y_c")}
 
 
-def run_model(model: Any, inputs: Mapping[str, Any], lstm: bool) -> dict[str, np.ndarray | None]:
-    """The model in onnxruntime (CPU): y, h_n, c_n, sequence-major as cuDNN's."""
+def _onnxruntime() -> Any:
     try:
         import onnxruntime
     except ImportError:
         raise BackendMissing(
             "running ONNX needs onnxruntime, which is not installed (pip install 'rnnconv[onnx]')"
         ) from None
+    return onnxruntime
+
+
+def run_model(model: Any, inputs: Mapping[str, Any], lstm: bool) -> dict[str, np.ndarray | None]:
+    """The model in onnxruntime (CPU): y, h_n, c_n, sequence-major as cuDNN's."""
+    onnxruntime = _onnxruntime()
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
     feeds = model_feeds(inputs, lstm)
@@ -89,3 +100,71 @@ def run_nodes(
     out = run_model(model, flipped, chain[0].op == "LSTM")
     out["y"] = reverse_sequences(np.asarray(out["y"]), inputs["lengths"])
     return out, how + ", on the sequences reversed"
+
+
+ONNX_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16}
+
+
+# Where onnxruntime says which of its source lines refused ("[ONNXRuntimeError] : 1 : FAIL : /.../model.cc:256
+# onnxruntime::Model::Model(onnx::ModelProto&&, ...) Unsupported model IR version: ..."), nested as its checks nest:
+# what it says is wrong is what follows the last place, less the function named there.
+ONNXRUNTIME_PLACE = re.compile(r"\S+\.(?:cc|h):\d+ ")
+ONNXRUNTIME_FUNCTION = re.compile(
+    r"^(?:(?:[\w:~<>*&]+ )*\w[\w:~<>]*::[\w~<>]+\((?:[^()]|\([^()]*\))*\)(?: const)? |[A-Z][a-z]+[A-Z]\w* )"
+)
+ONNXRUNTIME_CODE = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
+
+
+def onnxruntime_reason(exc: BaseException) -> str:
+    """What onnxruntime says is wrong, without where in its source it said so."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "it refuses the model, its message not UTF-8 text"
+    text = ONNXRUNTIME_CODE.sub("", " ".join(str(exc).split()))
+    said = ONNXRUNTIME_FUNCTION.sub("", ONNXRUNTIME_PLACE.split(text)[-1], count=1).strip()
+    return said[:300] or first_line(exc, 300)
+
+
+class OnnxStream:
+    """A streaming .onnx loaded in onnxruntime (CPU), called a chunk at a time (`streaming.Stream`)."""
+
+    chunk = None  # its x takes any number of steps
+
+    def __init__(self, path: Path):
+        onnx = require_onnx()
+        onnxruntime = _onnxruntime()
+        regular_file(path)
+        try:
+            model = onnx.load(str(path), load_external_data=False)
+        except Exception as exc:  # protobuf's DecodeError and others: a damaged or foreign file
+            raise BadInput(f"{path} is not a readable ONNX model ({type(exc).__name__})") from None
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+            raise BadInput(f"{path.name} is no streaming model rnnconv writes: its weights lie in other files")
+        records = [p.value for p in model.metadata_props if p.key == registry.SOURCE_KEY]
+        self.source = registry.read_source_record(records[0], path) if records else None
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        try:  # the model as read (no file beside it is opened)
+            self.session = onnxruntime.InferenceSession(
+                model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # onnxruntime's own errors (its message undecodable where it quotes the model)
+            if not (type(exc).__module__.startswith("onnxruntime") or isinstance(exc, UnicodeDecodeError)):
+                raise
+            raise BadInput(f"onnxruntime cannot load {path.name}: {onnxruntime_reason(exc)}") from None
+        self.types = {i.name: ONNX_TYPES.get(i.type, np.float32) for i in self.session.get_inputs()}
+        self.outputs = [o.name for o in self.session.get_outputs()]
+        check_stream_names(path, list(self.types), self.outputs)
+        self.how = f"onnxruntime {onnxruntime.__version__}"
+        self.versions = {"onnxruntime": onnxruntime.__version__}
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        missing = [name for name in self.types if name not in feeds]
+        if missing:
+            raise BadInput(f"the streaming model takes inputs rnnconv does not write: {listing(missing)}")
+        try:
+            got = self.session.run(self.outputs, {k: feeds[k].astype(t) for k, t in self.types.items()})
+        except Exception as exc:
+            if not type(exc).__module__.startswith("onnxruntime"):
+                raise
+            raise BadInput(f"onnxruntime cannot run this streaming model: {onnxruntime_reason(exc)}") from None
+        return {name: np.asarray(value, np.float32) for name, value in zip(self.outputs, got)}

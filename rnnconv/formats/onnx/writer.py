@@ -3,6 +3,7 @@ model, X (seq, batch, input) to Y, Y_h, Y_c; the same builder runs a source's ow
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,9 @@ from rnnconv.formats.onnx.wire import (
     ONNX_QUANTIZED_OPS,
 )
 from rnnconv.safeio.outputs import atomic_outputs
+from rnnconv.streaming import STATE_INPUT, STATE_OUTPUT, STREAM_INPUT, STREAM_OUTPUT
 from rnnconv.table.apply import row_for_mode
-from rnnconv.table.constants import CUDNN_GATES
+from rnnconv.table.constants import CUDNN_GATES, STATES
 
 
 @dataclass
@@ -97,8 +99,8 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     input up to its last (B zeros where the RNN has none; sequence_lens every item's full length, from X's shape,
     or with `sequence_lens` an int32 (batch,) input): no empty names, which onnxjs refuses.
     """
-    onnx = require_onnx()
-    from onnx import TensorProto, helper, numpy_helper
+    require_onnx()
+    from onnx import TensorProto, helper
 
     elem = ONNX_ELEMENT_TYPES[dtype]
     storage = element_type(dtype).storage
@@ -107,39 +109,22 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     dirs = ONNX_DIRECTIONS[first.attributes.get("direction", "forward")]
     op = ONNX_QUANTIZED_OPS.get(first.op, ("", first.op))[1]
     lstm = op == "LSTM"
-    rows = len(CUDNN_GATES[RNN_OPS[op]]) * hidden
     depth = len(layers) * dirs
-    nodes, initializers = [], []
+    nodes: list[Any] = []
+    initializers: list[Any] = []
+    constant = _constants(initializers, dtype)
     state_names = ["initial_h"] + (["initial_c"] if lstm else [])
     inputs = [helper.make_tensor_value_info("X", elem, ["seq", "batch", input_size])]
     inputs += [helper.make_tensor_value_info(state, elem, [depth, "batch", hidden]) for state in state_names]
-
-    def constant(name: str, values: np.ndarray) -> str:
-        tensor = numpy_helper.from_array(np.ascontiguousarray(values), name)
-        if dtype == "bfloat16" and values.dtype == np.uint16:
-            tensor.data_type = TensorProto.BFLOAT16
-        initializers.append(tensor)
-        return name
-
     if sequence_lens:
         inputs.append(helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, ["batch"]))
-    else:  # every item's full length: X's first dimension, once per batch item
-        nodes += [
-            helper.make_node("Shape", ["X"], ["x_shape"]),
-            helper.make_node("Gather", ["x_shape", constant("steps_index", np.array([0], np.int64))], ["steps"]),
-            helper.make_node("Gather", ["x_shape", constant("batch_index", np.array([1], np.int64))], ["batch"]),
-            helper.make_node("Expand", ["steps", "batch"], ["full_lengths"]),
-            helper.make_node("Cast", ["full_lengths"], ["sequence_lens"], to=TensorProto.INT32),
-        ]
+    else:
+        nodes += _full_lengths("X", constant)
     constant("merge_shape", np.array([0, 0, -1], np.int64))
     constant("state_axis", np.array([0], np.int64))
     x, hs, cs = "X", [], []
     for index, layer in enumerate(layers):
-        weights = dict(layer.weights)
-        weights.setdefault("B", np.zeros((dirs, 2 * rows), storage))
-        if layer.domain:  # a quantized op's scales follow P: P is named too (zeros: no peepholes)
-            weights.setdefault("P", np.zeros((dirs, 3 * hidden), storage))
-        names = {role: constant(f"{role}_{index}", values) for role, values in weights.items()}
+        names = _weight_names(layer, index, constant, storage)
         constant(f"layer_{index}_lo", np.array([index * dirs], np.int64))
         constant(f"layer_{index}_hi", np.array([(index + 1) * dirs], np.int64))
         for state in state_names:
@@ -177,6 +162,59 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     if lstm:
         nodes.append(helper.make_node("Concat", cs, ["Y_c"], axis=0))
         outputs.append(helper.make_tensor_value_info("Y_c", elem, [depth, "batch", hidden]))
+    return _model(layers, nodes, inputs, outputs, initializers)
+
+
+def _full_lengths(x: str, constant: Callable[[str, np.ndarray], str]) -> list[Any]:
+    """The nodes that give `sequence_lens`, every item's full length: the first dimension of `x` (steps, batch,
+    ...), once per batch item."""
+    from onnx import TensorProto, helper
+
+    return [
+        helper.make_node("Shape", [x], ["x_shape"]),
+        helper.make_node("Gather", ["x_shape", constant("steps_index", np.array([0], np.int64))], ["steps"]),
+        helper.make_node("Gather", ["x_shape", constant("batch_index", np.array([1], np.int64))], ["batch"]),
+        helper.make_node("Expand", ["steps", "batch"], ["full_lengths"]),
+        helper.make_node("Cast", ["full_lengths"], ["sequence_lens"], to=TensorProto.INT32),
+    ]
+
+
+def _weight_names(
+    layer: Layer, index: int, constant: Callable[[str, np.ndarray], str], storage: np.dtype
+) -> dict[str, str]:
+    """The initializers of a layer's weights by role, B zeros where it has none (and P, before a quantized op's
+    scales: zeros, no peepholes)."""
+    dirs = ONNX_DIRECTIONS[layer.attributes.get("direction", "forward")]
+    hidden = int(layer.attributes["hidden_size"])
+    op = ONNX_QUANTIZED_OPS.get(layer.op, ("", layer.op))[1]
+    weights = dict(layer.weights)
+    weights.setdefault("B", np.zeros((dirs, 2 * len(CUDNN_GATES[RNN_OPS[op]]) * hidden), storage))
+    if layer.domain:
+        weights.setdefault("P", np.zeros((dirs, 3 * hidden), storage))
+    return {role: constant(f"{role}_{index}", values) for role, values in weights.items()}
+
+
+def _constants(initializers: list[Any], dtype: str) -> Callable[[str, np.ndarray], str]:
+    """A function that adds an initializer of given values to `initializers` and gives its name."""
+    from onnx import TensorProto, numpy_helper
+
+    def constant(name: str, values: np.ndarray) -> str:
+        tensor = numpy_helper.from_array(np.ascontiguousarray(values), name)
+        if dtype == "bfloat16" and values.dtype == np.uint16:
+            tensor.data_type = TensorProto.BFLOAT16
+        initializers.append(tensor)
+        return name
+
+    return constant
+
+
+def _model(
+    layers: list[Layer], nodes: list[Any], inputs: list[Any], outputs: list[Any], initializers: list[Any]
+) -> Any:
+    """The checked model of a graph's nodes, the opsets its layers' ops need imported."""
+    onnx = require_onnx()
+    from onnx import helper
+
     graph = helper.make_graph(nodes, "rnnconv", inputs, outputs, initializers)
     domains = [helper.make_opsetid(d, 1) for d in sorted({layer.domain for layer in layers} - {""})]
     opsets = [helper.make_opsetid("", ONNX_OPSET), *domains]
@@ -186,9 +224,56 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     return model
 
 
-def write_onnx(rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool, profile: str | None = None) -> None:
+def build_streaming_model(layers: list[Layer], input_size: int, dtype: str) -> Any:
+    """A streaming model of the layers (one direction each): x (batch, chunk, input) and each layer's states h_l0
+    (batch, output), c_l0 (an LSTM's) to y (batch, chunk, output) and the new states h_l0_next, ...; each node given
+    every input by name, none left to a default or empty (every consumer's form, as `build_model`'s; layout 0: the
+    nodes take and give sequence-major tensors)."""
+    require_onnx()
+    from onnx import helper
+
+    elem = ONNX_ELEMENT_TYPES[dtype]
+    storage = element_type(dtype).storage
+    hidden = int(layers[0].attributes["hidden_size"])
+    lstm = layers[0].op == "LSTM"
+    nodes: list[Any] = []
+    initializers: list[Any] = []
+    constant = _constants(initializers, dtype)
+    constant("state_axis", np.array([0], np.int64))  # a node's states are (directions, batch, size)
+    constant("direction_axis", np.array([1], np.int64))  # its Y is (steps, directions, batch, size)
+    inputs = [helper.make_tensor_value_info(STREAM_INPUT, elem, ["batch", "chunk", input_size])]
+    outputs = []
+    nodes.append(helper.make_node("Transpose", [STREAM_INPUT], ["x_steps"], perm=[1, 0, 2]))
+    nodes += _full_lengths("x_steps", constant)
+    x = "x_steps"
+    for index, layer in enumerate(layers):
+        names = _weight_names(layer, index, constant, storage)
+        states, news, news_names = [], [], []
+        for state in STATES if lstm else STATES[:1]:
+            name, new = STATE_INPUT.format(state=state, layer=index), STATE_OUTPUT.format(state=state, layer=index)
+            inputs.append(helper.make_tensor_value_info(name, elem, ["batch", hidden]))
+            outputs.append(helper.make_tensor_value_info(new, elem, ["batch", hidden]))
+            nodes.append(helper.make_node("Unsqueeze", [name, "state_axis"], [f"{name}_node"]))
+            states.append(f"{name}_node")
+            news.append(f"{new}_node")
+            news_names.append(new)
+        node_inputs = [x, names["W"], names["R"], names["B"], "sequence_lens", *states]
+        node_outputs = [f"y_{index}", *news]
+        nodes.append(helper.make_node(layer.op, node_inputs, node_outputs, name=f"layer{index}", **layer.attributes))
+        nodes += [helper.make_node("Squeeze", [f"{new}_node", "state_axis"], [new]) for new in news_names]
+        x = f"x_{index + 1}"
+        nodes.append(helper.make_node("Squeeze", [f"y_{index}", "direction_axis"], [x]))
+    nodes.append(helper.make_node("Transpose", [x], [STREAM_OUTPUT], perm=[1, 0, 2]))
+    outputs.insert(0, helper.make_tensor_value_info(STREAM_OUTPUT, elem, ["batch", "chunk", hidden]))
+    return _model(layers, nodes, inputs, outputs, initializers)
+
+
+def write_onnx(
+    rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool, profile: str | None = None, streaming: bool = False
+) -> None:
     rnn = registry.only_rnn(rnns, "an .onnx")
-    model = build_model(layers_of(rnn, dtype), rnn.spec.input_size, dtype)
+    build = build_streaming_model if streaming else build_model
+    model = build(layers_of(rnn, dtype), rnn.spec.input_size, dtype)
     if profile is not None and (broken := profiles.broken(model, profiles.check_profile(profile))):
         raise Unsupported(f"{rnn.name} cannot be written within {profile}'s limits: {broken[0].line(profile)}")
     entry = model.metadata_props.add()  # where the RNN came from, for `verify model.onnx`

@@ -17,6 +17,10 @@ RNN, and so is a stack of BIDIRECTIONAL_SEQUENCE_LSTM ops; what cuDNN cannot com
 the term: peepholes, cell or projection clip,
 layer normalization, a coupled input gate (CIFG), a non-zero projection bias, activations other than the
 op's, weights computed by other ops (quantized models). TFLite has no fused GRU: a GRU is refused.
+
+A streaming model (`--streaming`, `--chunk N`) is written in plain ops that LiteRT and TFLite Micro both run (see
+`streaming.py`): x (batch, N, input) and each layer's states h_l0, c_l0, ... (batch, size) as graph inputs, y and
+h_l0_next, c_l0_next, ... as outputs, no variable tensor; a GRU streams too.
 """
 
 from __future__ import annotations
@@ -45,9 +49,19 @@ PLUGIN = Plugin(
         example="model.tflite",
         examples=("model.tflite --layer layer0",),
         extra="tflite",
+        streams=("litert", "tflite-micro"),
+        fixed_chunk=True,
     ),
     listed=50,
-    runtimes=(Runtime("tflite", (("ai-edge-litert", "ai_edge_litert"),), "TFLite models' own ops"),),
+    runtimes=(
+        Runtime("tflite", (("ai-edge-litert", "ai_edge_litert"),), "TFLite models' own ops"),
+        Runtime(
+            "tflite-micro",
+            (("tflite-micro", "tflite_micro"),),
+            "streaming TFLite models in TFLite Micro's interpreter (verify --streaming --stream-runtime tflite-micro)",
+            install="pip install 'rnnconv[tflite-micro]'",
+        ),
+    ),
     engine=EngineInfo(
         "tflite",
         ".tflite",
@@ -55,5 +69,5 @@ PLUGIN = Plugin(
         (("ai-edge-litert", "ai_edge_litert"),),
         60,
     ),
-    frameworks=("ai_edge_litert",),
+    frameworks=("ai_edge_litert", "tflite_micro"),
 )

@@ -16,6 +16,7 @@ from rnnconv.formats.tflite.wire import (
     FEATURE_AXIS,
     LSTM_OPTION_SLOTS,
     OP_INPUTS,
+    PLAIN_OPTION_SLOTS,
     RNN_OPTION_SLOTS,
     TFLITE_CELL_OPS,
     TFLITE_FLATBUFFER_LIMIT,
@@ -175,6 +176,12 @@ def _options_table(builder: Any, op_name: str, options: dict[str, Any]) -> int |
     if op_name == "CONCATENATION":
         builder.StartObject(2)
         builder.PrependInt32Slot(0, options["axis"], 0)
+        return int(builder.EndObject())
+    if op_name in PLAIN_OPTION_SLOTS:
+        slots = PLAIN_OPTION_SLOTS[op_name]
+        builder.StartObject(max(slots.values(), default=-1) + 1)
+        for name, at in slots.items():
+            builder.PrependInt32Slot(at, options[name], 0)
         return int(builder.EndObject())
     return None
 

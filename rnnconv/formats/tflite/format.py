@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from rnnconv.contracts import Provenance, RNNSizes
     from rnnconv.formats._graph import Chain
     from rnnconv.formats.tflite.model import Layer, TfliteFile
-    from rnnconv.formats.tflite.runner import TfliteEngine
+    from rnnconv.formats.tflite.runner import TfliteEngine, TfliteStream
 
 
 @register
@@ -78,11 +78,24 @@ class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
 
         return tflite_losses(rnn)
 
+    def streaming_losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+        return []  # a streaming model's plain ops compute every cell rnnconv reads, a GRU and a projection among them
+
+    def stream(self, path: Path, runtime: str) -> TfliteStream:
+        from rnnconv.formats.tflite.runner import TfliteStream
+
+        return TfliteStream(path, runtime)
+
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.tflite.writer import write_tflite
 
         rnn = write_tflite(rnns, path, options)
         spec = rnn.spec
+        if options.streaming:
+            from rnnconv.streaming import streaming_usage
+
+            where = f"LiteRT or TFLite Micro, chunks of {options.chunk or 1} step(s)"
+            return Written([path], usage=streaming_usage(spec, where, registry.literal(path)))
         states = ", ".join(
             TFLITE_STATE_NAME.format(state=state, layer=0, suffix="")
             for state in TFLITE_STATES[: len(TFLITE_STATE_INPUTS[TFLITE_CELL_OPS[spec.cell]])]

@@ -37,6 +37,7 @@ from rnnconv.formats.tflite.wire import (
     UNSET,
 )
 from rnnconv.safeio.inputs import read_array, regular_file
+from rnnconv.streaming import STREAM_INPUT
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_GATES, INPUT_MATRIX, LSTM, MAX_SIZE, RECURRENT_MATRIX
 from rnnconv.table.layouts import per_gate
@@ -125,7 +126,8 @@ class TfliteFile(Graph[Layer]):
 
     def __init__(self, path: Path, subgraphs: list[Subgraph], record: str | None, flat: Flat):
         self.path, self.subgraphs, self.flat = path, subgraphs, flat
-        self.tensors, self.ops = subgraphs[0].tensors, subgraphs[0].ops  # the main graph
+        main = subgraphs[0]
+        self.tensors, self.ops, self.inputs, self.outputs = main.tensors, main.ops, main.inputs, main.outputs
         self.record = record  # the source rnnconv wrote in the metadata, read with an RNN (a damaged one refuses it)
         layers, chains = self._chains()
         super().__init__(path, FORMAT, layers, chains, None)
@@ -351,12 +353,12 @@ class TfliteFile(Graph[Layer]):
 
     def nothing_held(self) -> str:
         held = ", ".join(f"{n} {op}" for op, n in Counter(op.name for op in self.ops).most_common(5))
-        loops = (
-            " (its WHILE loops' bodies multiply by no constant weights: they step no RNN cell rnnconv reads)"
-            if "WHILE" in held
-            else ""
-        )
-        return f"{self.path} holds no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN op (its ops: {held or 'none'}){loops}"
+        why = ""
+        if self.record is not None and [self.tensors[t].name for t in self.inputs[:1]] == [STREAM_INPUT]:
+            why = " (a streaming model rnnconv wrote, its cells in plain ops: verify it with --streaming)"
+        elif "WHILE" in held:
+            why = " (its WHILE loops' bodies multiply by no constant weights: they step no RNN cell rnnconv reads)"
+        return f"{self.path} holds no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN op (its ops: {held or 'none'}){why}"
 
     def op_listing(self) -> str:
         return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in Counter(op.name for op in self.ops).items())

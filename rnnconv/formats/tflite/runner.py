@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rnnconv.compare import Inputs, Outputs
-from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line
+from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line, listing
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Chain
-from rnnconv.formats.tflite.builder import Constant, Graph, build_graph, model_bytes
+from rnnconv.formats.plugin import version
+from rnnconv.formats.tflite.builder import Constant, Graph, GraphTensor, build_graph, model_bytes
 from rnnconv.formats.tflite.model import Layer, TfliteFile, input_of, op_options
-from rnnconv.formats.tflite.wire import FORMAT, UNSET
+from rnnconv.formats.tflite.streaming import STREAMING_OPS
+from rnnconv.formats.tflite.wire import FORMAT, PLAIN_OPTION_SLOTS, UNSET
 from rnnconv.formats.tflite.writer import graph_of, tflite_losses
+from rnnconv.streaming import STREAM_INPUT, check_stream_names
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_GATES, INPUT_MATRIX, RECURRENT_MATRIX
 from rnnconv.table.layouts import per_gate
@@ -118,3 +122,172 @@ class TfliteEngine(registry.RuntimeEngine):
         if losses := tflite_losses(rnn):
             raise Unsupported(losses[0].term)
         return run_graph(graph_of(rnn, "float32"), inputs)
+
+
+STREAMING_TYPES = {"float32": np.float32, "int32": np.int32}  # of a streaming model's tensors (int32: SPLIT's axis)
+
+
+def streaming_graph_of_file(file: TfliteFile) -> Graph:
+    """A streaming model's own tensors and ops, wiring and options as the file holds them, made again by rnnconv's
+    builder from what its parser read and checked: the runtimes are given that, never the file's bytes (whose
+    fields rnnconv does not read could crash them). What rnnconv does not write is refused in one sentence: another
+    op, a fused activation or other option, a variable or quantized tensor."""
+    graph = Graph()
+    for t in file.tensors:
+        if t.dtype not in STREAMING_TYPES or t.variable:
+            kind = "a variable tensor" if t.variable else f"a {t.dtype} tensor"
+            raise BadInput(f"{file.path.name} is no streaming model rnnconv writes: it holds {kind} ({t.name!r})")
+        buffer = 0
+        if t.data is not None:
+            start, nbytes = t.data
+            dtype = np.dtype(STREAMING_TYPES[t.dtype])
+            if nbytes != int(np.prod(t.shape, dtype=np.int64)) * dtype.itemsize:
+                raise BadInput(f"{file.path.name}: tensor {t.name!r} holds {nbytes} bytes, not its shape {t.shape}'s")
+            graph.buffers.append(Constant(t.name, t.shape, t.dtype, _read(file, start, nbytes, dtype)))
+            buffer = len(graph.buffers) - 1
+        graph.tensors.append(GraphTensor(t.name, list(t.shape), None, t.dtype, buffer))
+    for op in file.ops:
+        if op.name not in STREAMING_OPS:
+            raise BadInput(f"{file.path.name} is no streaming model rnnconv writes: it holds a {op.name} op")
+        arity = STREAMING_OPS[op.name]
+        if any(n is not None and n != len(got) for n, got in zip(arity, (op.inputs, op.outputs))) or not op.outputs:
+            raise BadInput(
+                f"{file.path.name}: its {op.name} op {op.index} has {len(op.inputs)} inputs and {len(op.outputs)} "
+                f"outputs, not what that op takes"
+            )
+        if UNSET in op.outputs or (UNSET in op.inputs and op.name != "FULLY_CONNECTED"):
+            raise BadInput(f"{file.path.name}: its {op.name} op {op.index} leaves out a tensor it needs")
+        slots = PLAIN_OPTION_SLOTS.get(op.name, {})
+        options = {name: op.option(at, "i32", 0) for name, at in slots.items()}
+        if not slots and op.name in PLAIN_OPTION_SLOTS and any(op.option(at, "u8", 0) for at in range(3)):
+            raise BadInput(
+                f"{file.path.name}: its {op.name} op {op.index} fuses an activation or sets an option "
+                f"rnnconv does not write"
+            )
+        _check_counts(file, op.name, op.index, options, op.inputs, op.outputs)
+        graph.ops.append((op.name, op.inputs, op.outputs, options))
+    graph.inputs, graph.outputs = list(file.inputs), list(file.outputs)
+    return graph
+
+
+def _check_counts(
+    file: TfliteFile, name: str, index: int, options: dict[str, int], inputs: list[int], outputs: list[int]
+) -> None:
+    """BadInput unless an op's counts and axes agree with its inputs and outputs (the runtimes trust them: a SPLIT
+    into more parts than it has outputs crashes LiteRT)."""
+    given = {
+        "SPLIT": ("num_splits", len(outputs)),
+        "UNPACK": ("num", len(outputs)),
+        "PACK": ("values_count", len(inputs)),
+    }
+    if name not in given or not inputs or not outputs or UNSET in inputs[:1]:
+        return
+    key, count = given[name]
+    if name == "SPLIT":  # its axis is its first input, a constant scalar
+        held = file.tensors[inputs[0]]
+        scalar = held.data is not None and held.data[1] == 4 and held.dtype == "int32" and len(inputs) == 2
+        axis = int(np.frombuffer(file.flat.read(held.data[0], 4), np.int32)[0]) if scalar and held.data else None
+        rank = len(file.tensors[inputs[-1]].shape)
+    else:
+        axis = options["axis"]
+        rank = len(file.tensors[inputs[0]].shape) + (name == "PACK")
+    if options[key] != count or axis is None or not -rank <= axis < rank:
+        raise BadInput(
+            f"{file.path.name}: its {name} op {index} says {options[key]} parts along axis {axis}, but has {count} "
+            f"of rank {rank}"
+        )
+
+
+def _read(file: TfliteFile, start: int, nbytes: int, dtype: np.dtype[Any]) -> Callable[[], np.ndarray]:
+    return lambda: np.frombuffer(file.flat.read(start, nbytes), dtype)
+
+
+MICRO_ARENA = 1 << 22  # bytes TFLite Micro plans a streaming model's tensors in, beyond ten times the model's size
+
+
+class TfliteStream:
+    """A streaming .tflite loaded in LiteRT's interpreter or TFLite Micro's, called a chunk at a time
+    (`streaming.Stream`). TFLite Micro runs the file's shapes as they are (batch 1): each batch item is its own call."""
+
+    def __init__(self, path: Path, runtime: str):
+        file = TfliteFile.load(path)
+        self.source = None if file.record is None else registry.read_source_record(file.record, path)
+        self.names = [file.tensors[t].name for t in file.inputs]
+        self.outputs = [file.tensors[t].name for t in file.outputs]
+        check_stream_names(path, self.names, self.outputs)
+        x = file.tensors[file.inputs[0]]
+        if len(x.shape) != 3:
+            raise BadInput(f"{path.name} is no streaming model: its {STREAM_INPUT} is not (batch, chunk, input)")
+        self.chunk = x.shape[1]
+        data = model_bytes(streaming_graph_of_file(file))
+        micro = runtime == "tflite-micro"
+        if micro:
+            self.versions = {"tflite-micro": version("tflite-micro", "tflite_micro") or "(version unknown)"}
+            self.how, self.call = (
+                f"tflite-micro {self.versions['tflite-micro']}: TFLite Micro's interpreter, the file's own ops",
+                self._micro,
+            )
+        else:
+            self.versions = {"ai-edge-litert": litert_version()}
+            self.how, self.call = (
+                f"ai-edge-litert {self.versions['ai-edge-litert']}: LiteRT's interpreter, the file's own ops",
+                self._litert,
+            )
+        load = _micro if micro else lambda model: _interpreter()(model_content=model)
+        try:
+            self.interpreter = load(data)
+        except (RuntimeError, ValueError) as exc:
+            raise BadInput(f"{self.runs_in} cannot load {path.name}: {first_line(exc, 300)}") from None
+        self.batch = 0
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        missing = [name for name in self.names if name not in feeds]
+        if missing:
+            raise BadInput(f"the streaming model takes inputs rnnconv does not write: {listing(missing)}")
+        if feeds[STREAM_INPUT].shape[1] != self.chunk:
+            raise BadInput(
+                f"the streaming model takes chunks of {self.chunk} steps, not {feeds[STREAM_INPUT].shape[1]}"
+            )
+        try:
+            return self.call([np.ascontiguousarray(feeds[name], np.float32) for name in self.names])
+        except (RuntimeError, ValueError) as exc:
+            raise BadInput(f"{self.runs_in} cannot run this streaming model: {first_line(exc, 300)}") from None
+
+    @property
+    def runs_in(self) -> str:
+        return self.how.partition(": ")[2].partition(",")[0]
+
+    def _litert(self, given: list[np.ndarray]) -> dict[str, np.ndarray]:
+        it = self.interpreter
+        details = it.get_input_details()
+        batch = given[0].shape[0]
+        if batch != self.batch:  # the file's batch is 1: resized to the batch fed
+            for detail, value in zip(details, given):
+                it.resize_tensor_input(detail["index"], list(value.shape))
+            it.allocate_tensors()
+            self.batch = batch
+        for detail, value in zip(details, given):
+            it.set_tensor(detail["index"], value)
+        it.invoke()
+        return {name: it.get_tensor(d["index"]) for name, d in zip(self.outputs, it.get_output_details())}
+
+    def _micro(self, given: list[np.ndarray]) -> dict[str, np.ndarray]:
+        it = self.interpreter
+        items = []
+        for item in range(given[0].shape[0]):
+            for index, value in enumerate(given):
+                it.set_input(value[item : item + 1], index)
+            it.invoke()
+            items.append([np.array(it.get_output(index)) for index in range(len(self.outputs))])
+        return {name: np.concatenate([got[k] for got in items]) for k, name in enumerate(self.outputs)}
+
+
+def _micro(data: bytes) -> Any:
+    try:
+        from tflite_micro.python.tflite_micro import runtime
+    except ImportError:
+        raise BackendMissing(
+            "running a streaming .tflite in TFLite Micro needs tflite-micro, which is not installed (pip install "
+            "'rnnconv[tflite-micro]')"
+        ) from None
+    return runtime.Interpreter.from_bytes(data, arena_size=10 * len(data) + MICRO_ARENA)

@@ -49,7 +49,9 @@ TFLITE_OPS: Final[dict[str, int]] = {
     "GREATER_EQUAL": 62,
     "LESS_EQUAL": 63,
     "SLICE": 65,
+    "PACK": 83,
     "LOGICAL_AND": 86,
+    "UNPACK": 88,
     "SPLIT_V": 102,
     "REVERSE_V2": 105,
     "WHILE": 119,
@@ -58,7 +60,14 @@ TFLITE_OPS: Final[dict[str, int]] = {
 TFLITE_CELL_OPS: Final[dict[str, str]] = {"lstm": "UNIDIRECTIONAL_SEQUENCE_LSTM", "rnn": "UNIDIRECTIONAL_SEQUENCE_RNN"}
 # BuiltinOptions union codes of the options rnnconv writes and reads.
 TFLITE_OPTIONS: Final[dict[str, int]] = {
+    "FULLY_CONNECTED": 8,
     "CONCATENATION": 10,
+    "ADD": 11,
+    "MUL": 21,
+    "SUB": 28,
+    "SPLIT": 35,
+    "PACK": 59,
+    "UNPACK": 64,
     "UNIDIRECTIONAL_SEQUENCE_RNN": 31,  # SequenceRNNOptions
     "UNIDIRECTIONAL_SEQUENCE_LSTM": 71,  # UnidirectionalSequenceLSTMOptions
     "BIDIRECTIONAL_SEQUENCE_LSTM": 69,  # BidirectionalSequenceLSTMOptions
@@ -131,3 +140,14 @@ TIME_AXIS, FEATURE_AXIS = 1, 2  # of the batch-major tensors rnnconv writes
 # Options' slots (schema.fbs): UnidirectionalSequenceLSTMOptions and SequenceRNNOptions.
 LSTM_OPTION_SLOTS: Final = {"activation": 0, "cell_clip": 1, "proj_clip": 2, "time_major": 3, "diagonal": 5}
 RNN_OPTION_SLOTS: Final = {"time_major": 0, "activation": 1}
+# The int32 slots of the plain ops' options a streaming model's graph sets (FULLY_CONNECTED, ADD, SUB, MUL: none, their
+# fused activation left NONE).
+PLAIN_OPTION_SLOTS: Final[dict[str, dict[str, int]]] = {
+    "FULLY_CONNECTED": {},
+    "ADD": {},
+    "SUB": {},
+    "MUL": {},
+    "SPLIT": {"num_splits": 0},
+    "PACK": {"values_count": 0, "axis": 1},
+    "UNPACK": {"num": 0, "axis": 1},
+}

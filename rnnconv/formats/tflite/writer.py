@@ -15,6 +15,7 @@ from rnnconv.formats import registry
 from rnnconv.formats.registry import WriteOptions
 from rnnconv.formats.tflite.builder import Constant, Graph, build_graph, serialize, write_graph
 from rnnconv.formats.tflite.model import slot_of
+from rnnconv.formats.tflite.streaming import streaming_graph
 from rnnconv.formats.tflite.wire import FORMAT, TFLITE_ACTIVATIONS, TFLITE_CELL_OPS
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import atomic_outputs
@@ -32,9 +33,15 @@ NO_GRU = (
 
 def _writable(rnn: CanonicalRNN, dtype: str | None) -> str:
     """The op that holds the RNN; Unsupported (one sentence) where TFLite cannot hold it exactly."""
-    spec = rnn.spec
-    if spec.cell == GRU:
+    if rnn.spec.cell == GRU:
         raise Unsupported(NO_GRU)
+    _in_float32(rnn, dtype)
+    return TFLITE_CELL_OPS[rnn.spec.cell]
+
+
+def _in_float32(rnn: CanonicalRNN, dtype: str | None) -> None:
+    """Unsupported (one sentence) where the RNN's weights would not be float32 exactly, as TFLite computes."""
+    spec = rnn.spec
     if dtype not in (None, "float32"):
         raise Unsupported(f"TFLite's LSTM and RNN ops compute with float32 weights, not {dtype}")
     if dtype is None and spec.dtype == "float64":
@@ -42,7 +49,6 @@ def _writable(rnn: CanonicalRNN, dtype: str | None) -> str:
             "TFLite's LSTM and RNN ops compute with float32 weights: the source's float64 weights would be rounded; "
             "say --dtype float32 to accept that"
         )
-    return TFLITE_CELL_OPS[spec.cell]
 
 
 def graph_of(rnn: CanonicalRNN, dtype: str | None = None) -> Graph:
@@ -90,7 +96,11 @@ def _activation_code(row: Row, mode: str) -> int:
 
 def write_tflite(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> CanonicalRNN:
     rnn = registry.only_rnn(rnns, "a .tflite")
-    graph = graph_of(rnn, options.dtype)
+    if options.streaming:
+        _in_float32(rnn, options.dtype)
+        graph = streaming_graph(rnn, options.chunk or 1)
+    else:
+        graph = graph_of(rnn, options.dtype)
 
     def recorded(wait: bool = True) -> np.ndarray:  # the source's digest is still being computed: written last
         text = registry.recorded_source(rnn, path, wait).model_dump_json(by_alias=True, exclude_none=True)
