@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import json
 import os
-from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -336,29 +336,33 @@ def is_map(head: bytes) -> bool:
 class TreeFormat(registry.Format):
     """The verbs of a JAX library's file that holds a tree of params (Flax linen's variables, nnx's pure dict): its
     RNNs found where they are in the tree and picked by their path, read, inspected, and run in the library on
-    JAX. A library's format gives its reader's and runner's functions, importing them when they are called."""
+    JAX. A library's package has a reader (load_tree, find, to_canonical) and a runner (run_rnn), imported when used."""
 
     kind: ClassVar[str]  # the file kind a source records
     cells: ClassVar[str]  # what a sentence calls the RNNs it holds: "Flax RNN cell"
     module: ClassVar[str]  # the library's module that runs an RNN, for the report: "nn.RNN(nn.{cell})"
 
-    @abstractmethod
+    def _module(self, verb: str) -> Any:
+        """The package's reader or runner, imported when a verb needs it (sniffing imports neither)."""
+        return importlib.import_module(f"{self.plugin.package}.{verb}")
+
     def load_tree(self, path: Path) -> Mapping[Any, Any]:
         """The file's tree, checked to be one of this library's."""
+        return self._module("reader").load_tree(path)
 
-    @abstractmethod
     def find(self, tree: Mapping[Any, Any]) -> list[TreeRNN]:
         """Every RNN in the tree."""
+        return self._module("reader").find(tree)
 
-    @abstractmethod
     def to_canonical(
         self, rnn: TreeRNN, path: Path, source: Provenance, options: ReadOptions | None = None
-    ) -> CanonicalRNN: ...
+    ) -> CanonicalRNN:
+        return self._module("reader").to_canonical(rnn, path, source, options)
 
-    @abstractmethod
     def run_rnn(
         self, rnn: TreeRNN, spec: RNNSpec, inputs: Mapping[str, np.ndarray | None]
-    ) -> dict[str, np.ndarray | None]: ...
+    ) -> dict[str, np.ndarray | None]:
+        return self._module("runner").run_rnn(rnn, spec, inputs)
 
     def chosen(self, path: Path, tree: Mapping[Any, Any], layer: str | None, take_all: bool = False) -> list[TreeRNN]:
         return choose(self.find(tree), layer, take_all, path, self.cells)

@@ -3,20 +3,16 @@ reader, writer and runner are imported when a verb is used."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rnnconv.formats import _jax, registry
 from rnnconv.formats.flax import PLUGIN
 from rnnconv.formats.flax.wire import FLAX_PARAMS, KIND
-from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
+from rnnconv.formats.registry import Probe, WriteOptions, Written, register
 
 if TYPE_CHECKING:
-    import numpy as np
-
-    from rnnconv.canonical import CanonicalRNN, RNNSpec
-    from rnnconv.contracts import Provenance
+    from rnnconv.canonical import CanonicalRNN
 
 
 @register
@@ -31,30 +27,6 @@ class FlaxFormat(_jax.TreeFormat):
         """A msgpack map whose first key is "params" (what to_bytes writes for a linen module's variables)."""
         key = FLAX_PARAMS.encode()
         return _jax.is_map(probe.head) and probe.head[1:].startswith(bytes([0xA0 | len(key)]) + key)
-
-    def load_tree(self, path: Path) -> Mapping[Any, Any]:
-        from rnnconv.formats.flax.reader import load_tree
-
-        return load_tree(path)
-
-    def find(self, tree: Mapping[Any, Any]) -> list[_jax.TreeRNN]:
-        from rnnconv.formats.flax.reader import find
-
-        return find(tree)
-
-    def to_canonical(
-        self, rnn: _jax.TreeRNN, path: Path, source: Provenance, options: ReadOptions | None = None
-    ) -> CanonicalRNN:
-        from rnnconv.formats.flax.reader import to_canonical
-
-        return to_canonical(rnn, path, source, options)
-
-    def run_rnn(
-        self, rnn: _jax.TreeRNN, spec: RNNSpec, inputs: Mapping[str, np.ndarray | None]
-    ) -> dict[str, np.ndarray | None]:
-        from rnnconv.formats.flax.runner import run_rnn
-
-        return run_rnn(rnn, spec, inputs)
 
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return _jax.projection_losses(rnn, self.title)

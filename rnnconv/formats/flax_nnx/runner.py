@@ -24,7 +24,7 @@ def require_nnx() -> tuple[Any, Any]:
     return jax, nnx
 
 
-def run_tree(rnn: _jax.TreeRNN, spec: RNNSpec, inputs: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray | None]:
+def run_rnn(rnn: _jax.TreeRNN, spec: RNNSpec, inputs: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray | None]:
     """y, h_n, c_n of a found RNN's cells, each layer and direction an nnx.RNN of the nnx cell class it is, its
     params replaced by the file's (nnx.replace_by_pure_dict), run in JAX (float32, CPU)."""
     jax, nnx = require_nnx()
