@@ -32,6 +32,7 @@ from rnnconv.formats._graph import (
     same_rnn,
     through_glue,
 )
+from rnnconv.formats.openvino.loops import LOOP_OPS, Loop, read_loop
 from rnnconv.formats.openvino.wire import (
     DTYPE_OF,
     OPENVINO_DECOMPRESSION,
@@ -104,6 +105,7 @@ class IRLayer:
     data: dict[str, str]
     inputs: list[str]  # port ids, in order
     outputs: list[str]
+    element: ET.Element | None = None  # a Loop's or TensorIterator's, whose body it holds
 
 
 @dataclass
@@ -117,6 +119,14 @@ class SequenceOp:
     weights: dict[str, FileArray] = field(default_factory=dict)
     dtype: str = ""
     refusal: str | None = None  # why its weights cannot be read
+    loop: Loop | None = None  # a Loop (or TensorIterator) whose body computes a cell: the layer it is
+
+    @classmethod
+    def of_loop(cls, loop: Loop) -> SequenceOp:
+        hidden = loop.reading.hidden if loop.reading is not None else loop.sizes[1]
+        return cls(
+            loop.name, loop.layer.id, loop.layer.kind, {"hidden_size": str(hidden)}, refusal=loop.refusal, loop=loop
+        )
 
     @property
     def hidden(self) -> int:
@@ -132,6 +142,8 @@ class SequenceOp:
 
     @property
     def input_size(self) -> int:
+        if self.loop is not None:
+            return self.loop.sizes[0]
         return int(self.weights[INPUT_MATRIX].shape[2]) if INPUT_MATRIX in self.weights else 0
 
     @property
@@ -140,11 +152,18 @@ class SequenceOp:
 
     @property
     def shown_class(self) -> str:
+        if self.loop is not None:
+            reading = self.loop.reading
+            return f"{self.op} ({CUDNN_MODES[reading.mode][0].upper()} cell)" if reading is not None else self.op
         return self.op
 
     @property
     def kind(self) -> object:
         """What the ops of one RNN have alike; None for an op whose weights are not read."""
+        if self.loop is not None:
+            reading = self.loop.reading
+            ok = self.refusal is None and reading is not None
+            return (self.op, reading.mode, reading.hidden, reading.reset_after) if ok and reading else None
         return None if self.refusal is not None else (self.op, self.hidden, self.direction, self.config(), self.dtype)
 
     def activations(self) -> list[str]:
@@ -205,6 +224,8 @@ class IRFile(Graph[SequenceOp]):
         self.rt_info = {child.tag: child.get("value", "") for child in root.iterfind("rt_info/*")}
         self._bin_size: int | None = None
         ops = [self._sequence(layer) for layer in self.ir.values() if layer.kind in SEQUENCE_OPS]
+        loops = (read_loop(self, layer) for layer in self.ir.values() if layer.kind in LOOP_OPS)
+        ops += [SequenceOp.of_loop(loop) for loop in loops if loop is not None]
         counts: dict[str, int] = {}
         for op in ops:
             counts[op.name] = counts.get(op.name, 0) + 1
@@ -333,7 +354,7 @@ class IRFile(Graph[SequenceOp]):
             return self._glue(found[0]), self.input_of(found[0], 0)
 
         def below(later: SequenceOp) -> SequenceOp | None:
-            if later.kind is None:
+            if later.kind is None or later.loop is not None:
                 return None
             glue, found = through_glue(self.input_of(self.ir[later.layer], 0), step, MAX_GLUE)
             earlier = readable.get(found[0].id) if found is not None else None
@@ -375,7 +396,8 @@ def _layer(element: ET.Element, path: Path) -> IRLayer:
     data = dict(data_element.attrib) if data_element is not None else {}
     inputs = [p.get("id", "") for p in element.iterfind("input/port")]
     outputs = [p.get("id", "") for p in element.iterfind("output/port")]
-    return IRLayer(ident, kind, element.get("version", ""), element.get("name", ident), data, inputs, outputs)
+    body = element if kind in LOOP_OPS else None
+    return IRLayer(ident, kind, element.get("version", ""), element.get("name", ident), data, inputs, outputs, body)
 
 
 def _shape(text: str | None, what: str) -> tuple[int, ...]:

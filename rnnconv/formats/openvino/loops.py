@@ -1,0 +1,543 @@
+"""RNNs OpenVINO's TensorFlow frontend writes as `Loop` ops (`ov.convert_model(keras_model)`), read by what their
+bodies compute.
+
+The frontend writes each Keras layer as a `Loop` over the time-major sequence whose body reads step t of it
+(`Gather` by a counter the body carries), computes the cell from two `MatMul`s of constant matrices (the step's
+input and the carried state) and writes the new state at t of an output sequence (`ScatterUpdate`), its inputs and
+outputs wired to the Loop's through `port_map`, the values it carries through `back_edges`. Here a body's two
+products are found, its ops evaluated in numpy (the ops such a body holds, checked shapes, nothing run from the file
+but that) and the cell read by `_cells.recognise`; the loop then carries the cell's new state back into its state,
+reads its input by its counter from a sequence it does not change, starts its state from zeros and writes each
+step's new state into the sequence it gives out.
+"""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.contracts import Provenance
+from rnnconv.errors import BadInput, Unsupported, cut, listing
+from rnnconv.formats._cells import CellGraph, Product, Reading, canonical, exchanged, recognise, run_ops
+from rnnconv.reference import sigmoid
+from rnnconv.table.constants import CUDNN_MODES, LSTM
+
+LOOP_OPS = ("Loop", "TensorIterator")
+MAX_BODY_LAYERS = 4096  # layers of one body: a cell's are a few dozen
+MAX_EVALUATED = 1 << 24  # elements of one value the evaluator computes (64 MiB of float32): any cell's are fewer
+MAX_CARRIED = 4  # a body's parameters tried as an LSTM's cell state
+ABSENT = ""  # an input port no edge feeds
+
+
+class NotEvaluated(ValueError):
+    """An op the evaluator does not compute, or computes only for other inputs."""
+
+
+@dataclass
+class BodyLayer:
+    id: str
+    kind: str
+    name: str
+    data: dict[str, str]
+    inputs: list[str]  # the value feeding each input port ("layer:port"), ABSENT where none does
+    outputs: list[str]  # the value of each output port
+
+
+@dataclass
+class Body:
+    """A Loop's body graph, its port map and back edges, each checked against the body's layers."""
+
+    layers: dict[str, BodyLayer]
+    order: list[BodyLayer]  # its computing layers, each after the layers it reads
+    inputs: dict[int, str]  # the Loop's input port -> the body Parameter's value
+    outputs: dict[int, str]  # the Loop's output port -> the value the body Result gives
+    condition: str | None  # the value of the Result that says whether to go on
+    back: dict[str, str]  # a body Parameter's value -> the value its Result gives the next step
+
+
+@dataclass
+class Loop:
+    """One Loop of an IR read as one direction of an RNN layer, or why it is not one."""
+
+    layer: Any  # the IR's Loop layer
+    name: str
+    body: Body
+    evaluator: Evaluator
+    reading: Reading | None = None
+    refusal: str | None = None
+    sizes: tuple[int, int] = (0, 0)  # (input, hidden), where its matrices say them
+    notes: list[str] = field(default_factory=list)
+
+    def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        computed, _ = self.evaluator.run(feeds)
+        return computed
+
+
+def parse_body(element: ET.Element, where: str) -> Body:
+    """The body of a Loop element: its layers (each input by the value that feeds it), port map and back edges."""
+    found = element.find("body")
+    if found is None:
+        raise BadInput(f"{where} has no body")
+    elements = found.findall("layers/layer")
+    if len(elements) > MAX_BODY_LAYERS:
+        raise BadInput(f"{where}: its body has {len(elements)} layers, more than a cell's loop holds")
+    feeding: dict[tuple[str, str], str] = {}
+    for edge in found.iterfind("edges/edge"):
+        ends = [edge.get(k) for k in ("from-layer", "from-port", "to-layer", "to-port")]
+        if any(e is None for e in ends):
+            raise BadInput(f"{where}: an edge of its body names no layer or port")
+        feeding[(str(ends[2]), str(ends[3]))] = f"{ends[0]}:{ends[1]}"
+    layers: dict[str, BodyLayer] = {}
+    for e in elements:
+        ident, kind = e.get("id"), e.get("type")
+        if ident is None or kind is None or ident in layers:
+            raise BadInput(f"{where}: a layer of its body has no id or type, or another's id")
+        data = e.find("data")
+        ports = [p.get("id", "") for p in e.iterfind("input/port")]
+        outputs = [f"{ident}:{p.get('id', '')}" for p in e.iterfind("output/port")]
+        inputs = [feeding.get((ident, p), ABSENT) for p in ports]
+        layers[ident] = BodyLayer(
+            ident, kind, e.get("name", ident), dict(data.attrib) if data is not None else {}, inputs, outputs
+        )
+    produced = {value: layer for layer in layers.values() for value in layer.outputs}
+    if any(v != ABSENT and v not in produced for layer in layers.values() for v in layer.inputs):
+        raise BadInput(f"{where}: an edge of its body comes from a port no layer of it has")
+    order = _ordered(layers, produced, where)
+
+    def value_of(internal: str | None, kind: str) -> str:
+        layer = layers.get(internal or "")
+        if layer is None or layer.kind != kind:
+            raise BadInput(f"{where}: its port map names {internal!r}, which is no {kind} of its body")
+        if kind == "Parameter":
+            return layer.outputs[0] if layer.outputs else ABSENT
+        return layer.inputs[0] if layer.inputs else ABSENT
+
+    given: dict[int, str] = {}
+    given_out: dict[int, str] = {}
+    condition = None
+    for entry in element.iterfind("port_map/input"):
+        given[_port(entry.get("external_port_id"), where)] = value_of(entry.get("internal_layer_id"), "Parameter")
+    for entry in element.iterfind("port_map/output"):
+        value = value_of(entry.get("internal_layer_id"), "Result")
+        if entry.get("purpose") == "execution_condition":
+            condition = value
+        else:
+            given_out[_port(entry.get("external_port_id"), where)] = value
+    back = {}
+    for edge in element.iterfind("back_edges/edge"):
+        back[value_of(edge.get("to-layer"), "Parameter")] = value_of(edge.get("from-layer"), "Result")
+    return Body(layers, order, given, given_out, condition, back)
+
+
+def _port(text: str | None, where: str) -> int:
+    if text is None or not text.lstrip("-").isdigit() or len(text) > 9:
+        raise BadInput(f"{where}: its port map names the port {text!r}, not a port number")
+    return int(text)
+
+
+def _ordered(layers: dict[str, BodyLayer], produced: dict[str, BodyLayer], where: str) -> list[BodyLayer]:
+    """The body's computing layers, each after those it reads (BadInput where they read each other round)."""
+    placed: set[str] = set()
+    order: list[BodyLayer] = []
+    pending = [layer for layer in layers.values() if layer.kind not in ("Parameter", "Const", "Result")]
+    ready = {layer.id for layer in layers.values() if layer.kind in ("Parameter", "Const")}
+    while pending:
+        later = []
+        for layer in pending:
+            if all(v == ABSENT or produced[v].id in ready or produced[v].id in placed for v in layer.inputs):
+                order.append(layer)
+                placed.add(layer.id)
+            else:
+                later.append(layer)
+        if len(later) == len(pending):
+            raise BadInput(f"{where}: the layers of its body read each other in a cycle")
+        pending = later
+    return order
+
+
+# --- the ops a cell's body holds, in numpy as OpenVINO computes them (float32)
+
+
+def _flag(data: dict[str, str], key: str) -> bool:
+    return data.get(key, "false").strip().lower() == "true"
+
+
+def _mask(data: dict[str, str], key: str, rank: int) -> list[int]:
+    text = data.get(key, "").strip()
+    bits = [int(b) for b in text.replace(" ", "").split(",") if b] if text else []
+    if any(b not in (0, 1) for b in bits):
+        raise NotEvaluated(f"{key} {text!r}")
+    return bits + [0] * (rank - len(bits))
+
+
+def _axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise NotEvaluated(f"axis {axis} of a rank-{rank} value")
+    return axis % rank
+
+
+def _integers(value: np.ndarray) -> list[int]:
+    if value.dtype.kind not in "iu" or value.size > 64:
+        raise NotEvaluated("a shape or index that is no short list of integers")
+    return [int(v) for v in value.reshape(-1)]
+
+
+def _strided_slice(
+    data: dict[str, str], value: np.ndarray, begin: list[int], end: list[int], strides: list[int]
+) -> Any:
+    count = len(begin)
+    if not count == len(end) == len(strides) or count > value.ndim or 0 in strides:
+        raise NotEvaluated("StridedSlice of other lengths than its value's")
+    begin_mask, end_mask = _mask(data, "begin_mask", count), _mask(data, "end_mask", count)
+    if any(_mask(data, "new_axis_mask", count)) or any(_mask(data, "ellipsis_mask", count)):
+        raise NotEvaluated("StridedSlice with new axes or an ellipsis")
+    shrink = _mask(data, "shrink_axis_mask", count)
+    index: list[Any] = []
+    for axis in range(count):
+        if shrink[axis]:
+            index.append(begin[axis])
+            continue
+        start = None if begin_mask[axis] else begin[axis]
+        stop = None if end_mask[axis] else end[axis]
+        index.append(slice(start, stop, strides[axis]))
+    return value[tuple(index)]
+
+
+def _slice(value: np.ndarray, start: list[int], stop: list[int], step: list[int], axes: list[int]) -> np.ndarray:
+    if not len(start) == len(stop) == len(step) == len(axes) or 0 in step:
+        raise NotEvaluated("Slice of other lengths than its axes'")
+    index: list[Any] = [slice(None)] * value.ndim
+    for a, b, s, axis in zip(start, stop, step, axes):
+        index[_axis(axis, value.ndim)] = slice(a, b, s)
+    return value[tuple(index)]
+
+
+def _reshaped(value: np.ndarray, shape: list[int], special_zero: bool) -> np.ndarray:
+    if special_zero:
+        shape = [value.shape[i] if n == 0 and i < value.ndim else n for i, n in enumerate(shape)]
+    if any(n < -1 for n in shape):
+        raise NotEvaluated("Reshape to a negative size")
+    return value.reshape(shape)
+
+
+def _gather(value: np.ndarray, indices: np.ndarray, axis: int, batch_dims: int) -> np.ndarray:
+    if batch_dims or indices.dtype.kind not in "iu":
+        raise NotEvaluated("Gather of batches")
+    axis = _axis(axis, value.ndim)
+    size = value.shape[axis]
+    if np.any(indices < -size) or np.any(indices >= size):
+        raise NotEvaluated("Gather outside its value")
+    return np.take(value, np.where(indices < 0, indices + size, indices), axis=axis)
+
+
+def _scatter_update(value: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int) -> np.ndarray:
+    axis = _axis(axis, value.ndim)
+    if indices.dtype.kind not in "iu" or np.any(indices < 0) or np.any(indices >= value.shape[axis]):
+        raise NotEvaluated("ScatterUpdate outside its value")
+    result = np.moveaxis(value.copy(), axis, 0)
+    result[indices] = np.moveaxis(updates, axis, 0) if indices.ndim == 0 and axis else updates
+    return np.moveaxis(result, 0, axis)
+
+
+UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "Sigmoid": sigmoid,
+    "Tanh": np.tanh,
+    "Relu": lambda v: np.maximum(v, 0),
+    "Negative": np.negative,
+    "ShapeOf": lambda v: np.asarray(v.shape, np.int64),
+}
+BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "Add": np.add,
+    "Subtract": np.subtract,
+    "Multiply": np.multiply,
+    "Less": np.less,
+    "LessEqual": np.less_equal,
+    "Greater": np.greater,
+    "GreaterEqual": np.greater_equal,
+    "LogicalAnd": np.logical_and,
+}
+
+
+def evaluate(layer: BodyLayer, arguments: list[np.ndarray | None]) -> list[np.ndarray]:
+    """One body layer computed in numpy, for the ops a frontend's RNN loop holds."""
+    kind, data = layer.kind, layer.data
+    values = [a for a in arguments if a is not None]
+    if any(a.size > MAX_EVALUATED for a in values):
+        raise NotEvaluated("a value larger than a cell's")
+    if kind == "Broadcast" and len(values) >= 2 and data.get("mode", "numpy") in ("numpy", "bidirectional"):
+        shape = _integers(values[1])
+        if math.prod(shape) > MAX_EVALUATED or any(n < 0 for n in shape):
+            raise NotEvaluated("Broadcast to a shape larger than a cell's")
+        if data.get("mode") == "bidirectional":
+            shape = list(np.broadcast_shapes(values[0].shape, tuple(shape)))
+        return [np.broadcast_to(values[0], shape).copy()]
+    if any(a is None for a in arguments):
+        raise NotEvaluated(f"{kind} with an input left out")
+    if kind == "MatMul" and len(values) == 2:
+        a, b = values
+        if a.ndim < 1 or b.ndim < 1:
+            raise NotEvaluated("MatMul of a scalar")
+        a = np.swapaxes(a, -1, -2) if _flag(data, "transpose_a") and a.ndim > 1 else a
+        b = np.swapaxes(b, -1, -2) if _flag(data, "transpose_b") and b.ndim > 1 else b
+        return [np.matmul(a, b)]
+    if kind in BINARY and len(values) == 2:
+        return [BINARY[kind](values[0], values[1])]
+    if kind in UNARY and len(values) == 1:
+        return [UNARY[kind](values[0])]
+    if kind == "Convert" and len(values) == 1:
+        destination = {"f32": np.float32, "i32": np.int32, "i64": np.int64, "boolean": np.bool_}
+        if data.get("destination_type") not in destination:
+            raise NotEvaluated(f"Convert to {data.get('destination_type')}")
+        return [values[0].astype(destination[data["destination_type"]])]
+    if kind == "Split" and len(values) == 2:
+        count = int(data.get("num_splits", "0")) if data.get("num_splits", "").isdigit() else 0
+        axis = _axis(_integers(values[1])[0], values[0].ndim)
+        if count < 1 or values[0].shape[axis] % count:
+            raise NotEvaluated("Split into parts its value does not divide into")
+        return list(np.split(values[0], count, axis=axis))
+    if kind == "VariadicSplit" and len(values) == 3:
+        axis, sizes = _axis(_integers(values[1])[0], values[0].ndim), _integers(values[2])
+        if any(s < 0 for s in sizes) or sum(sizes) != values[0].shape[axis]:
+            raise NotEvaluated("VariadicSplit of sizes its value does not have")
+        return list(np.split(values[0], np.cumsum(sizes)[:-1], axis=axis))
+    if kind == "Concat" and values:
+        axis = int(data.get("axis", "0")) if data.get("axis", "").lstrip("-").isdigit() else 0
+        return [np.concatenate(values, axis=_axis(axis, values[0].ndim))]
+    if kind == "Reshape" and len(values) == 2:
+        return [_reshaped(values[0], _integers(values[1]), _flag(data, "special_zero"))]
+    if kind in ("Unsqueeze", "Squeeze") and len(values) == 2:
+        axes = _integers(values[1])
+        if kind == "Unsqueeze":
+            rank = values[0].ndim + len(axes)
+            return [np.expand_dims(values[0], tuple(_axis(a, rank) for a in axes))]
+        return [np.squeeze(values[0], tuple(_axis(a, values[0].ndim) for a in axes))]
+    if kind == "Gather" and len(values) == 3:
+        return [_gather(values[0], values[1], _integers(values[2])[0], int(data.get("batch_dims", "0") or 0))]
+    if kind == "StridedSlice" and len(values) >= 3:
+        strides = _integers(values[3]) if len(values) > 3 else [1] * values[1].size
+        return [np.asarray(_strided_slice(data, values[0], _integers(values[1]), _integers(values[2]), strides))]
+    if kind == "Slice" and len(values) in (4, 5):
+        axes = _integers(values[4]) if len(values) == 5 else list(range(values[1].size))
+        return [_slice(values[0], _integers(values[1]), _integers(values[2]), _integers(values[3]), axes)]
+    if kind == "ScatterUpdate" and len(values) == 4:
+        return [_scatter_update(values[0], values[1], values[2], _integers(values[3])[0])]
+    if kind == "Transpose" and len(values) == 2:
+        order = _integers(values[1])
+        if sorted(order) != list(range(values[0].ndim)):
+            raise NotEvaluated("Transpose by no permutation of its axes")
+        return [np.transpose(values[0], order)]
+    raise NotEvaluated(kind)
+
+
+class Evaluator:
+    """A body's layers computed in numpy from values fed by name ("layer:port") and its Consts."""
+
+    def __init__(self, ir: Any, body: Body):
+        self.ir, self.body = ir, body
+        self.constants: dict[str, np.ndarray | None] = {}
+
+    def constant(self, value: str) -> np.ndarray | None:
+        if value not in self.constants:
+            layer = self.body.layers.get(value.split(":", maxsplit=1)[0])
+            found = None
+            if layer is not None and layer.kind == "Const":
+                try:
+                    stored, _ = self.ir.const(layer)
+                except Unsupported:
+                    stored = None
+                if stored is not None and stored.size <= MAX_EVALUATED:
+                    found = np.asarray(stored)
+                    found = found.astype(np.float32) if found.dtype.kind == "f" else found.copy()
+            self.constants[value] = found
+        return self.constants[value]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
+        """Every value computed from `feeds` and Consts, and the values the layers reached also need."""
+        return run_ops(self.body.order, feeds, lambda op: (op.inputs, op.outputs), self.constant, evaluate, ABSENT)
+
+
+# --- reading a Loop
+
+
+def read_loop(ir: Any, layer: Any) -> Loop | None:
+    """A Loop layer read as one direction of an RNN layer (refused with the reason where its body computes a cell
+    the loop does not step as an RNN does); None where its body multiplies by no constant matrix."""
+    where = f"{layer.kind} {cut(layer.name)!r}"
+    body = parse_body(layer.element, where)
+    evaluator = Evaluator(ir, body)
+    products = _products(evaluator)
+    if not products:
+        return None
+    loop = Loop(layer, layer.name, body, evaluator)
+    if len(products) != 2:
+        names = listing(repr(cut(p.name)) for p in products)
+        loop.refusal = f"its body holds {len(products)} matrix products ({names}), not a cell's two"
+        return loop
+    shapes = sorted((p.matrix.shape for p in products), key=lambda s: max(s) // max(min(s), 1))
+    loop.sizes = (min(shapes[-1]), min(shapes[0]))
+    carried = tuple(_carried(evaluator, products))
+    reading = recognise(CellGraph(loop.name, (products[0], products[1]), carried, loop.step))
+    if isinstance(reading, str):
+        loop.refusal = f"its body's cell {reading}"
+        return loop
+    found: str | None = None
+    for way in [reading] + [r for r in (exchanged(reading),) if r is not None]:
+        found = _stepped(ir, layer, body, way)
+        if found is None:
+            loop.reading = way
+            break
+    loop.refusal = found
+    loop.sizes = (reading.input_size, reading.hidden)
+    return loop
+
+
+def _products(evaluator: Evaluator) -> list[Product]:
+    """The body's MatMuls of a computed value by a constant float matrix, each with the constant added to it (or,
+    for the first, to its sum with the other)."""
+    body = evaluator.body
+    readers: dict[str, list[BodyLayer]] = {}
+    for layer in body.order:
+        for value in set(layer.inputs):
+            readers.setdefault(value, []).append(layer)
+    found = []
+    for layer in body.order:
+        if layer.kind != "MatMul" or len(layer.inputs) != 2 or _flag(layer.data, "transpose_a"):
+            continue
+        value, weights = layer.inputs
+        matrix = evaluator.constant(weights)
+        if matrix is None or matrix.dtype.kind != "f" or matrix.ndim != 2 or evaluator.constant(value) is not None:
+            continue
+        found.append((layer, matrix if _flag(layer.data, "transpose_b") else matrix.T))
+    outputs = {layer.outputs[0] for layer, _ in found if layer.outputs}
+    products = []
+    for index, (layer, matrix) in enumerate(found):
+        bias = _added(evaluator, layer.outputs[0], readers, outputs, index) if layer.outputs else None
+        name = body.layers[layer.inputs[1].split(":")[0]].name
+        products.append(Product(layer.inputs[0], matrix, bias, name))
+    return products
+
+
+def _added(
+    evaluator: Evaluator, value: str, readers: dict[str, list[BodyLayer]], products: set[str], index: int
+) -> np.ndarray | None:
+    for _ in range(2 if index == 0 else 1):
+        adds = [op for op in readers.get(value, []) if op.kind == "Add" and len(op.inputs) == 2 and op.outputs]
+        if len(adds) != 1:
+            return None
+        (other,) = [v for v in adds[0].inputs if v != value] or [value]
+        constant = evaluator.constant(other)
+        if constant is not None:
+            return constant if constant.dtype.kind == "f" else None
+        if other not in products:
+            return None
+        value = adds[0].outputs[0]
+    return None
+
+
+def _carried(evaluator: Evaluator, products: list[Product]) -> list[str]:
+    """The body's parameters its cell reads besides its products' inputs: an LSTM's cell state among them."""
+    feeds = {p.value: np.zeros((1, p.matrix.shape[1]), np.float32) for p in products}
+    _, missing = evaluator.run(feeds)
+    parameters = set(evaluator.body.back)
+    return [v for v in dict.fromkeys(missing) if v in parameters][:MAX_CARRIED]
+
+
+def _stepped(ir: Any, layer: Any, body: Body, reading: Reading) -> str | None:
+    """Why the Loop does not run the cell once per step of a time-major sequence as Keras's loops do, or None."""
+    states = [reading.h] + ([reading.c] if reading.c else [])
+    if any(body.back.get(s) != new for s, new in zip(states, reading.outputs)):
+        return "its body's cell does not carry its state from one step to the next"
+    gather = _producer(body, reading.x)
+    if gather is None or gather.kind != "Gather" or len(gather.inputs) != 3:
+        return "its body's cell does not read its input as one step of a sequence (a Gather)"
+    sequence, counter, axis = gather.inputs
+    if sequence in body.back or counter not in body.back or _integers_of(ir, body, axis) != [0]:
+        return "its body's cell does not read its input as one step of the sequence it loops over"
+    external = {value: port for port, value in body.inputs.items()}
+    for value in [*states, counter]:
+        start = _external(ir, layer, external.get(value))
+        if start is None or start.kind != "Const":
+            return "its state or counter does not start from a constant"
+        stored, _ = ir.const(start)
+        if np.any(np.asarray(stored)):
+            return f"its initial {'counter' if value == counter else 'state'} {cut(start.name)!r} is not zeros"
+    return None
+
+
+def _producer(body: Body, value: str) -> BodyLayer | None:
+    return body.layers.get(value.split(":", maxsplit=1)[0])
+
+
+def _integers_of(ir: Any, body: Body, value: str) -> list[int] | None:
+    """The integers of the body's Const that gives `value`, or None where no Const gives it."""
+    layer = _producer(body, value)
+    if layer is None or layer.kind != "Const" or layer.data.get("element_type") not in ("i32", "i64"):
+        return None
+    stored, _ = ir.const(layer)
+    return [int(v) for v in np.asarray(stored).reshape(-1)] if stored.size <= 64 else None
+
+
+def _external(ir: Any, layer: Any, port: int | None) -> Any:
+    if port is None or str(port) not in layer.inputs:
+        return None
+    found = ir.input_of(layer, layer.inputs.index(str(port)))
+    return found[0] if found else None
+
+
+def loop_canonical(name: str, loops: list[Loop], source: Provenance) -> CanonicalRNN:
+    """The canonical RNN of a Loop layer (Unsupported: why a loop of it does not convert)."""
+    for loop in loops:
+        if loop.refusal is not None or loop.reading is None:
+            raise Unsupported(
+                f"{cut(loop.name)!r} is a {loop.layer.kind} whose body looks like an RNN cell, but {loop.refusal}; "
+                f"convert the checkpoint it was exported from"
+            )
+    readings = [[loop.reading for loop in loops if loop.reading is not None]]
+    first = readings[0][0]
+    cell = CUDNN_MODES[first.mode][0].upper()
+    article = "a" if cell == "GRU" else "an"
+    error = max(r.error for r in readings[0])
+    note = (
+        f"{name}: {listing(loop.layer.kind + ' ' + repr(cut(loop.name)) for loop in loops)}, stepping {article} "
+        f"{cell} cell over its sequence: its gates and layout read by what its body computes (run on probe inputs, "
+        f"within {error:.1g} of the reading)"
+    )
+    return canonical(name, readings, source, f"Loop of {article} {cell} cell", [note])
+
+
+def run_loop(loop: Loop, spec: RNNSpec, inputs: dict[str, np.ndarray | None]) -> dict[str, np.ndarray | None]:
+    """The loop run step by step, each step its body's own cell ops evaluated in numpy: y, h_n, c_n sequence-major
+    as cuDNN's."""
+    reading = loop.reading
+    assert reading is not None
+    x = np.asarray(inputs["x"], np.float32)
+    if inputs.get("lengths") is not None and np.any(np.asarray(inputs["lengths"]) != x.shape[0]):
+        raise Unsupported(
+            f"an OpenVINO {loop.layer.kind} runs every sequence all its steps: verify it without --ragged"
+        )
+    batch, lstm = x.shape[1], spec.mode == LSTM
+    h = _state(inputs.get("h0"), batch, reading.hidden)
+    c = _state(inputs.get("c0"), batch, reading.hidden) if lstm else None
+    steps = []
+    for t in range(x.shape[0]):
+        feeds = {reading.x: x[t], reading.h: h}
+        if c is not None and reading.c is not None:
+            feeds[reading.c] = c
+        computed = loop.step(feeds)
+        h = computed[reading.outputs[0]]
+        if c is not None:
+            c = computed[reading.outputs[1]]
+        steps.append(h)
+    return {"y": np.stack(steps), "h_n": h[None], "c_n": c[None] if c is not None else None}
+
+
+def _state(given: np.ndarray | None, batch: int, hidden: int) -> np.ndarray:
+    if given is None:
+        return np.zeros((batch, hidden), np.float32)
+    return np.asarray(given, np.float32)[0]
