@@ -10,7 +10,7 @@ import pytest
 ov = pytest.importorskip("openvino")
 torch = pytest.importorskip("torch")
 
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, assert_clean_failure, run_cli
 
 import rnnconv
 
@@ -60,3 +60,37 @@ def test_verify_runs_a_frontend_loop_against_its_conversion(name, tmp_path):
     result = run_cli("verify", tmp_path / "m.pt", "--against", source)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "MATCH" in result.stdout
+
+
+MUTATIONS = {  # a change to the LSTM fixture's Loop: what it breaks, and the phrase its refusal says
+    "state and cell state exchanged": (
+        ('<edge from-layer="51" to-layer="3" />', '<edge from-layer="52" to-layer="3" />'),
+        ('<edge from-layer="52" to-layer="4" />', '<edge from-layer="51" to-layer="4" />'),
+        "does not carry its state",
+    ),
+    "the counter given out, not the states": (
+        (
+            '<output external_port_id="8" internal_layer_id="50" />',
+            '<output external_port_id="8" internal_layer_id="49" />',
+        ),
+        None,
+        "gives out no sequence of its new states",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_a_loop_that_does_not_step_its_cell_as_an_rnn_is_listed_with_the_reason(mutation, tmp_path):
+    first, second, phrase = MUTATIONS[mutation]
+    text = (OPENVINO / "keras_lstm_loop.xml").read_text()
+    for old, new in [first] + ([second] if second else []):
+        assert text.count(old) == 1
+        text = text.replace(old, new)
+    source = tmp_path / "loop.xml"
+    source.write_text(text)
+    source.with_suffix(".bin").write_bytes((OPENVINO / "keras_lstm_loop.bin").read_bytes())
+    (entry,) = rnnconv.inspect(source).rnns
+    assert not entry.converts and phrase in entry.reason
+    result = run_cli("convert", source, tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "is a Loop whose body looks like an RNN cell", phrase)
+    assert not (tmp_path / "m.pt").exists()

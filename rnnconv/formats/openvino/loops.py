@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,8 @@ LOOP_OPS = ("Loop", "TensorIterator")
 MAX_BODY_LAYERS = 4096  # layers of one body: a cell's are a few dozen
 MAX_EVALUATED = 1 << 24  # elements of one value the evaluator computes (64 MiB of float32): any cell's are fewer
 MAX_CARRIED = 4  # a body's parameters tried as an LSTM's cell state
+MAX_STEPS = 4096  # steps of a loop whose condition is checked step by step
+PROBE_SEED = 20261127
 ABSENT = ""  # an input port no edge feeds
 
 
@@ -72,7 +74,8 @@ class Loop:
     reading: Reading | None = None
     refusal: str | None = None
     sizes: tuple[int, int] = (0, 0)  # (input, hidden), where its matrices say them
-    notes: list[str] = field(default_factory=list)
+    sequence: str = ""  # the Loop's input port of the time-major sequence it steps over
+    output: str = ""  # its output port of the sequence of its new states
 
     def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         computed, _ = self.evaluator.run(feeds)
@@ -386,13 +389,16 @@ def read_loop(ir: Any, layer: Any) -> Loop | None:
     if isinstance(reading, str):
         loop.refusal = f"its body's cell {reading}"
         return loop
-    found: str | None = None
+    refusals = []
     for way in [reading] + [r for r in (exchanged(reading),) if r is not None]:
         found = _stepped(ir, layer, body, way)
-        if found is None:
-            loop.reading = way
-            break
-    loop.refusal = found
+        if isinstance(found, str):
+            refusals.append(found)
+            continue
+        loop.reading, (loop.sequence, loop.output) = way, found
+        break
+    else:
+        loop.refusal = refusals[0]
     loop.sizes = (reading.input_size, reading.hidden)
     return loop
 
@@ -448,8 +454,12 @@ def _carried(evaluator: Evaluator, products: list[Product]) -> list[str]:
     return [v for v in dict.fromkeys(missing) if v in parameters][:MAX_CARRIED]
 
 
-def _stepped(ir: Any, layer: Any, body: Body, reading: Reading) -> str | None:
-    """Why the Loop does not run the cell once per step of a time-major sequence as Keras's loops do, or None."""
+def _stepped(ir: Any, layer: Any, body: Body, reading: Reading) -> tuple[str, str] | str:
+    """(the Loop's input port of the time-major sequence it steps over, its output port of the sequence of new
+    states), where the Loop runs the cell once per step of the sequence as Keras's loops do; else why not (a
+    clause). The body is run whole at its first and last steps: every integer it carries is a counter from 0 moved
+    on by one, its state starts from zeros, one value it carries has the step's new state written at the step, the
+    rest are passed on unchanged, and it goes on for exactly as many steps as the sequence has."""
     states = [reading.h] + ([reading.c] if reading.c else [])
     if any(body.back.get(s) != new for s, new in zip(states, reading.outputs)):
         return "its body's cell does not carry its state from one step to the next"
@@ -459,15 +469,160 @@ def _stepped(ir: Any, layer: Any, body: Body, reading: Reading) -> str | None:
     sequence, counter, axis = gather.inputs
     if sequence in body.back or counter not in body.back or _integers_of(ir, body, axis) != [0]:
         return "its body's cell does not read its input as one step of the sequence it loops over"
-    external = {value: port for port, value in body.inputs.items()}
-    for value in [*states, counter]:
-        start = _external(ir, layer, external.get(value))
-        if start is None or start.kind != "Const":
-            return "its state or counter does not start from a constant"
-        stored, _ = ir.const(start)
-        if np.any(np.asarray(stored)):
-            return f"its initial {'counter' if value == counter else 'state'} {cut(start.name)!r} is not zeros"
-    return None
+    special = layer.data.get("special_body_ports", "")
+    if layer.kind != "Loop" or special not in ("", "-1,-1", "-1, -1"):
+        return f"it is a {layer.kind} whose iteration is fed to its body, which rnnconv does not read yet"
+    slots = _slots(ir, layer, body)
+    if isinstance(slots, str):
+        return slots
+    port = next(p for p, v in body.inputs.items() if v == sequence)
+    shape = slots[sequence][1].shape
+    if len(shape) != 3:
+        return f"it loops over a sequence of shape {list(shape)}, not (steps, batch, features)"
+    steps = shape[0]
+    if not 0 < steps <= MAX_STEPS:
+        return f"it loops over {steps} steps; rnnconv checks loops of 1 to {MAX_STEPS}"
+    for state in states:
+        if slots[state][0] != "constant" or np.any(slots[state][1]):
+            return "its initial state is not zeros"
+    evaluator = Evaluator(ir, body)
+    written, carried = None, {value: start.shape for value, (_, start) in slots.items()}
+    carried |= dict.fromkeys(states, (shape[1], reading.hidden))
+    for step in sorted({0, steps - 1}):
+        found = _written_at(evaluator, slots, carried, reading, step, steps)
+        if isinstance(found, str):
+            return found
+        if written is not None and found[0] != written:
+            return "its body writes each step's new state in another place"
+        written, carried = found
+    ran = _iterations(ir, layer, evaluator, slots, steps)
+    if ran != steps:
+        return f"it runs {ran} times over a sequence of {steps} steps (by its trip count and condition)"
+    result = body.back[str(written)]
+    outputs = [p for p, v in body.outputs.items() if v == result]
+    if not outputs:
+        return "it gives out no sequence of its new states"
+    return layer.inputs[list(layer.inputs).index(str(port))], layer.outputs[list(layer.outputs).index(str(outputs[0]))]
+
+
+Slots = dict[str, tuple[str, np.ndarray]]  # body parameter -> ("constant" or "fed", its initial value or a probe)
+
+
+def _slots(ir: Any, layer: Any, body: Body) -> Slots | str:
+    """Each body parameter's initial value (a Const's) or, for one computed, a probe of its shape."""
+    rng = np.random.default_rng(PROBE_SEED)
+    shapes = _port_shapes(layer.element)
+    slots: Slots = {}
+    for port, value in body.inputs.items():
+        source = _external(ir, layer, port)
+        if source is not None and source.kind == "Const":
+            stored, _ = ir.const(source)
+            if stored.size > MAX_EVALUATED:
+                return f"it carries a value of {stored.size} elements, more than rnnconv evaluates"
+            slots[value] = ("constant", np.asarray(stored).copy())
+            continue
+        shape = shapes.get(str(port))
+        if shape is None or math.prod(shape) > MAX_EVALUATED:
+            return f"its input {port} is computed, of no fixed shape a cell's loop has"
+        slots[value] = ("fed", rng.standard_normal(shape).astype(np.float32))
+    return slots
+
+
+def _port_shapes(element: ET.Element) -> dict[str, tuple[int, ...]]:
+    """The Loop's input ports of fixed shape, by id."""
+    shapes = {}
+    for port in element.iterfind("input/port"):
+        dims = [d.text.strip() if d.text else "" for d in port.iterfind("dim")]
+        if len(dims) <= 8 and all(d.isdigit() and len(d) < 10 for d in dims):
+            shapes[port.get("id", "")] = tuple(int(d) for d in dims)
+    return shapes
+
+
+def _feeds(slots: Slots, carried: dict[str, tuple[int, ...]], body: Body, step: int) -> dict[str, np.ndarray] | str:
+    """The body's parameters at `step`: counters at the step, at the first step the values the Loop starts them
+    from, at later ones probes of the shapes the body gave them (its states always probes)."""
+    rng = np.random.default_rng(PROBE_SEED + step)
+    feeds: dict[str, np.ndarray] = {}
+    for value, (how, start) in slots.items():
+        if start.dtype.kind in "iu" and start.shape == ():
+            if how != "constant" or int(start) != 0:
+                return "an integer it carries does not start from 0, as a counter of its steps does"
+            feeds[value] = np.asarray(step, start.dtype)
+        elif value in body.back and start.dtype.kind == "f" and (step or how == "fed"):
+            if math.prod(carried[value]) > MAX_EVALUATED:
+                return "it carries values larger than a cell's loop does"
+            feeds[value] = rng.standard_normal(carried[value]).astype(np.float32)
+        else:
+            feeds[value] = start
+    return feeds
+
+
+def _written_at(
+    evaluator: Evaluator, slots: Slots, carried: dict[str, tuple[int, ...]], reading: Reading, step: int, steps: int
+) -> tuple[str, dict[str, tuple[int, ...]]] | str:
+    """The body parameter the body run at `step` writes the step's new state into (at that step of the sequence
+    it carries), every other value it carries checked, and the shapes of the values it carries on; else why not."""
+    body = evaluator.body
+    feeds = _feeds(slots, carried, body, step)
+    if isinstance(feeds, str):
+        return feeds
+    computed, _ = evaluator.run(feeds)
+    values = {**feeds, **computed}
+    new_state = values.get(reading.outputs[0])
+    if new_state is None:
+        return "its body's cell does not run in the loop"
+    written = None
+    for value, result in body.back.items():
+        before, after = feeds[value], values.get(result)
+        if after is None:
+            return "its body's results are not computed from its inputs (by ops rnnconv evaluates)"
+        if value in (reading.h, reading.c):
+            continue
+        if before.dtype.kind in "iu":
+            if after.shape != () or int(after) != step + 1:
+                return "an integer it carries is not a counter moving on by one each step"
+            continue
+        if after.shape == before.shape and np.array_equal(after, before):
+            continue
+        expected = _broadcast(before, (steps, *new_state.shape))
+        if expected is None:
+            return "its body changes a value it carries otherwise than writing the step's new state in it"
+        expected[step] = new_state
+        if written is not None or not np.array_equal(after, expected):
+            return "its body changes a value it carries otherwise than writing the step's new state in it"
+        written = value
+    if written is None:
+        return "its body writes no output sequence"
+    return written, {value: values[result].shape for value, result in body.back.items()}
+
+
+def _broadcast(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    try:
+        return np.broadcast_to(value, shape).copy()
+    except ValueError:
+        return None
+
+
+def _iterations(ir: Any, layer: Any, evaluator: Evaluator, slots: Slots, steps: int) -> int:
+    """How many times the Loop runs its body (by its trip count, its first condition and its body's), counted up to
+    one past `steps`."""
+    trip, first = (_external(ir, layer, port) for port in (0, 1))
+    if trip is None or first is None or trip.kind != "Const" or first.kind != "Const":
+        return -1
+    count, going = int(np.asarray(ir.const(trip)[0]).reshape(-1)[0]), bool(np.asarray(ir.const(first)[0]).all())
+    body, ran = evaluator.body, 0
+    carried = {value: start.shape for value, (_, start) in slots.items()}
+    while going and (count < 0 or ran < count) and ran <= steps:
+        feeds = _feeds(slots, carried, body, 0)
+        if isinstance(feeds, str) or body.condition is None:
+            return -1 if body.condition is None and count < 0 else min(count, steps + 1)
+        feeds = {v: np.asarray(ran, f.dtype) if f.dtype.kind in "iu" and f.shape == () else f for v, f in feeds.items()}
+        computed, _ = evaluator.run(feeds)
+        verdict = {**feeds, **computed}.get(body.condition)
+        if verdict is None or verdict.size != 1:
+            return -1
+        going, ran = bool(verdict.reshape(-1)[0]), ran + 1
+    return ran
 
 
 def _producer(body: Body, value: str) -> BodyLayer | None:

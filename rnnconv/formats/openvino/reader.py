@@ -82,6 +82,7 @@ def parse_xml(text: bytes, path: Path) -> ET.Element:
     parser.EntityDeclHandler = refuse  # a DTD's only way in is a DOCTYPE; this holds should that ever change
     parser.StartElementHandler = builder.start
     parser.EndElementHandler = builder.end
+    parser.CharacterDataHandler = builder.data  # a port's dims are its elements' text
     try:
         parser.Parse(text, True)
     except _Refused:
