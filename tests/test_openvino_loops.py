@@ -17,10 +17,12 @@ import rnnconv
 OPENVINO = FIXTURES / "openvino"
 TOLERANCE = 1e-5
 MODULES = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn_tanh": torch.nn.RNN}
-LOOPS = {  # fixture: (mode, input, hidden)
-    "keras_lstm_loop": ("lstm", 3, 4),
-    "keras_gru_loop": ("gru", 3, 5),
-    "keras_rnn_loop": ("rnn_tanh", 3, 4),
+LOOPS = {  # fixture: (mode, input, hidden, layers, bidirectional)
+    "keras_lstm_loop": ("lstm", 3, 4, 1, False),
+    "keras_gru_loop": ("gru", 3, 5, 1, False),
+    "keras_rnn_loop": ("rnn_tanh", 3, 4, 1, False),
+    "keras_bilstm_loop": ("lstm", 3, 4, 1, True),
+    "keras_gru2_loop": ("gru", 3, 4, 2, False),
 }
 
 
@@ -31,19 +33,15 @@ def openvino(path, x: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("name", sorted(LOOPS))
 def test_a_frontend_loop_converts_to_what_openvino_computes(name, tmp_path):
-    mode, input_size, hidden = LOOPS[name]
+    mode, input_size, hidden, layers, bidirectional = LOOPS[name]
     source = OPENVINO / f"{name}.xml"
-    (entry,) = rnnconv.inspect(source).rnns
+    entry = rnnconv.inspect(source).rnns[0]  # the whole RNN (its layers are listed after it)
     assert entry.converts, entry.reason
     spec = entry.spec
-    assert (spec.mode, spec.input_size, spec.hidden_size, spec.num_layers, spec.bidirectional) == (
-        *LOOPS[name],
-        1,
-        False,
-    )
+    assert (spec.mode, spec.input_size, spec.hidden_size, spec.num_layers, spec.bidirectional) == LOOPS[name]
     result = run_cli("convert", source, tmp_path / "m.pt")
     assert result.returncode == 0, result.stderr
-    module = MODULES[mode](input_size, hidden, batch_first=True)
+    module = MODULES[mode](input_size, hidden, num_layers=layers, bidirectional=bidirectional, batch_first=True)
     module.load_state_dict(torch.load(tmp_path / "m.pt", weights_only=True))
     x = np.random.default_rng(7).normal(0, 1.5, (2, 5, input_size)).astype(np.float32)
     expected = openvino(source, x)
@@ -93,4 +91,15 @@ def test_a_loop_that_does_not_step_its_cell_as_an_rnn_is_listed_with_the_reason(
     assert not entry.converts and phrase in entry.reason
     result = run_cli("convert", source, tmp_path / "m.pt")
     assert_clean_failure(result, 2, "is a Loop whose body looks like an RNN cell", phrase)
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_a_loop_stepping_backwards_alone_is_listed_with_the_reason(tmp_path):
+    """Keras GRU(go_backwards=True): its Loop reads the sequence reversed (ReverseSequence), with no forward loop
+    beside it; cuDNN has no backward-only direction: listed, refused in one sentence (it converted as a forward GRU)."""
+    source = OPENVINO / "keras_gru_backwards_loop.xml"
+    (entry,) = rnnconv.inspect(source).rnns
+    assert not entry.converts and "runs backwards over its sequence" in entry.reason
+    result = run_cli("convert", source, tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "is a Loop whose body looks like an RNN cell", "no backward-only direction")
     assert not (tmp_path / "m.pt").exists()

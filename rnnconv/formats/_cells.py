@@ -15,7 +15,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -331,3 +331,57 @@ def canonical(
         arrays[key] = {Kind.W: w, Kind.R: r, Kind.bW: bw, Kind.bR: br}[key.kind]
     info = source.model_copy(update={"layer": name, "layer_class": layer_class})
     return CanonicalRNN.from_arrays(name, spec, arrays, source=info, notes=notes)
+
+
+class SteppedLoop(Protocol):
+    """A loop read as one direction of an RNN layer: its cell's reading, whether it steps its sequence backwards,
+    and its body's cell ops run on values fed by name, giving every value they compute by name."""
+
+    reading: Reading | None
+    reversed: bool
+
+    def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+
+def run_loops(
+    layers: Sequence[Sequence[SteppedLoop]], spec: RNNSpec, inputs: dict[str, np.ndarray | None], what: str
+) -> dict[str, np.ndarray | None]:
+    """Loop layers (each its directions, forward first) run step by step, each step a body's own cell ops: y, h_n,
+    c_n sequence-major as cuDNN's; `what` names the loops in a sentence ("a TFLite WHILE loop")."""
+    x = np.asarray(inputs["x"], np.float32)
+    if inputs.get("lengths") is not None and np.any(np.asarray(inputs["lengths"]) != x.shape[0]):
+        raise Unsupported(f"{what} runs every sequence all its steps: verify it without --ragged")
+    lstm = spec.mode == LSTM
+    finals: dict[str, list[np.ndarray]] = {"h0": [], "c0": []}
+    for layer in layers:
+        outputs = []
+        for loop in layer:
+            reading = loop.reading
+            if reading is None:
+                raise Unsupported(f"{what} of no cell rnnconv reads cannot be run")
+            index = len(finals["h0"])
+            h = _initial(inputs.get("h0"), index, x.shape[1], reading.hidden)
+            c = _initial(inputs.get("c0"), index, x.shape[1], reading.hidden) if lstm else None
+            sequence = x[::-1] if loop.reversed else x
+            steps = []
+            for t in range(x.shape[0]):
+                feeds = {reading.x: sequence[t], reading.h: h}
+                if c is not None and reading.c is not None:
+                    feeds[reading.c] = c
+                computed = loop.step(feeds)
+                h = computed[reading.outputs[0]]
+                if c is not None:
+                    c = computed[reading.outputs[1]]
+                steps.append(h)
+            y = np.stack(steps)
+            outputs.append(y[::-1] if loop.reversed else y)
+            finals["h0"].append(h)
+            finals["c0"].append(c if c is not None else h)
+        x = np.concatenate(outputs, axis=-1)
+    return {"y": x, "h_n": np.stack(finals["h0"]), "c_n": np.stack(finals["c0"]) if lstm else None}
+
+
+def _initial(given: np.ndarray | None, index: int, batch: int, hidden: int) -> np.ndarray:
+    if given is None:
+        return np.zeros((batch, hidden), np.float32)
+    return np.asarray(given, np.float32)[index]

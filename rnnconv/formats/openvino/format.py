@@ -11,9 +11,10 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.formats import registry
+from rnnconv.formats._cells import run_loops
 from rnnconv.formats._graph import Chain, GraphFormat, sizes_of
 from rnnconv.formats.openvino import PLUGIN
-from rnnconv.formats.openvino.loops import loop_canonical, run_loop
+from rnnconv.formats.openvino.loops import loop_canonical
 from rnnconv.formats.openvino.reader import NET, SNIFF_BYTES, IRFile, SequenceOp, to_canonical
 from rnnconv.formats.openvino.runner import run_ops
 from rnnconv.formats.openvino.wire import (
@@ -51,16 +52,19 @@ class OpenvinoFormat(GraphFormat[IRFile, SequenceOp]):
     def to_canonical(
         self, graph: IRFile, chain: Chain[SequenceOp], source: Provenance, options: ReadOptions
     ) -> CanonicalRNN:
-        if chain.first.loop is not None:
-            return loop_canonical(chain.name, [op.loop for op in chain.layers if op.loop is not None], source)
+        if chain.first.loops:
+            return loop_canonical(chain.name, [op.loops for op in chain.layers], source)
         return to_canonical(chain.layers, source, options.bias_split)
 
     def sizes(self, graph: IRFile, chain: Chain[SequenceOp]) -> RNNSizes | None:
-        reading = chain.first.loop.reading if chain.first.loop is not None else None
-        if chain.first.loop is not None:
-            sized = reading is not None and chain.first.refusal is None
-            spec = RNNSpec(reading.mode, reading.input_size, reading.hidden, 1) if sized and reading else None
-            return RNNSizes.of(spec.to_model()) if spec is not None else None
+        if chain.first.loops:
+            reading = chain.first.loops[0].reading
+            if reading is None or any(op.refusal is not None for op in chain.layers):
+                return None
+            spec = RNNSpec(
+                reading.mode, reading.input_size, reading.hidden, len(chain.layers), chain.first.directions == 2
+            )
+            return RNNSizes.of(spec.to_model())
         return (
             sizes_of("openvino", SEQUENCE_OPS[chain.first.op], chain) if INPUT_MATRIX in chain.first.weights else None
         )
@@ -119,8 +123,7 @@ class OpenvinoFormat(GraphFormat[IRFile, SequenceOp]):
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The file's own graph (one rnnconv wrote), or its sequence ops with their own weights and attributes,
         run in OpenVINO's CPU plugin; a Loop's body's cell ops, evaluated in numpy."""
-        if chain.first.loop is not None:
-            return run_loop(
-                chain.first.loop, spec, inputs
-            ), "rnnconv: the file's Loop body's cell ops, evaluated in numpy"
+        if chain.first.loops:
+            outputs = run_loops([op.loops for op in chain.layers], spec, inputs, f"an OpenVINO {chain.first.op}")
+            return outputs, f"rnnconv: the file's {chain.first.op} bodies' cell ops, evaluated in numpy"
         return run_ops(graph, chain, spec, inputs, source.layer)

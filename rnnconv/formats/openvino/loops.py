@@ -21,17 +21,18 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.canonical import CanonicalRNN
 from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats._cells import CellGraph, Product, Reading, canonical, exchanged, recognise, run_ops
 from rnnconv.reference import sigmoid
-from rnnconv.table.constants import CUDNN_MODES, LSTM
+from rnnconv.table.constants import CUDNN_MODES
 
 LOOP_OPS = ("Loop", "TensorIterator")
 MAX_BODY_LAYERS = 4096  # layers of one body: a cell's are a few dozen
 MAX_EVALUATED = 1 << 24  # elements of one value the evaluator computes (64 MiB of float32): any cell's are fewer
 MAX_CARRIED = 4  # a body's parameters tried as an LSTM's cell state
+MAX_RUN = 1 << 26  # elements one run of a graph computes, at most
 MAX_STEPS = 4096  # steps of a loop whose condition is checked step by step
 PROBE_SEED = 20261127
 ABSENT = ""  # an input port no edge feeds
@@ -49,6 +50,7 @@ class BodyLayer:
     data: dict[str, str]
     inputs: list[str]  # the value feeding each input port ("layer:port"), ABSENT where none does
     outputs: list[str]  # the value of each output port
+    ports: list[str]  # the input ports' ids
 
 
 @dataclass
@@ -75,6 +77,7 @@ class Loop:
     refusal: str | None = None
     sizes: tuple[int, int] = (0, 0)  # (input, hidden), where its matrices say them
     sequence: str = ""  # the Loop's input port of the time-major sequence it steps over
+    reversed: bool = False  # it steps over its layer's input sequence backwards
     output: str = ""  # its output port of the sequence of its new states
 
     def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -82,36 +85,42 @@ class Loop:
         return computed
 
 
-def parse_body(element: ET.Element, where: str) -> Body:
-    """The body of a Loop element: its layers (each input by the value that feeds it), port map and back edges."""
-    found = element.find("body")
-    if found is None:
-        raise BadInput(f"{where} has no body")
-    elements = found.findall("layers/layer")
-    if len(elements) > MAX_BODY_LAYERS:
-        raise BadInput(f"{where}: its body has {len(elements)} layers, more than a cell's loop holds")
+def parse_graph(container: ET.Element, where: str, most: int) -> tuple[dict[str, BodyLayer], list[BodyLayer]]:
+    """The layers of a graph (an IR's, a body's), each input by the value that feeds it, and its computing layers
+    each after those it reads."""
+    elements = container.findall("layers/layer")
+    if len(elements) > most:
+        raise BadInput(f"{where} has {len(elements)} layers, more than rnnconv reads in one graph ({most})")
     feeding: dict[tuple[str, str], str] = {}
-    for edge in found.iterfind("edges/edge"):
+    for edge in container.iterfind("edges/edge"):
         ends = [edge.get(k) for k in ("from-layer", "from-port", "to-layer", "to-port")]
         if any(e is None for e in ends):
-            raise BadInput(f"{where}: an edge of its body names no layer or port")
+            raise BadInput(f"{where}: an edge names no layer or port")
         feeding[(str(ends[2]), str(ends[3]))] = f"{ends[0]}:{ends[1]}"
     layers: dict[str, BodyLayer] = {}
     for e in elements:
         ident, kind = e.get("id"), e.get("type")
         if ident is None or kind is None or ident in layers:
-            raise BadInput(f"{where}: a layer of its body has no id or type, or another's id")
+            raise BadInput(f"{where}: a layer has no id or type, or another's id")
         data = e.find("data")
         ports = [p.get("id", "") for p in e.iterfind("input/port")]
         outputs = [f"{ident}:{p.get('id', '')}" for p in e.iterfind("output/port")]
         inputs = [feeding.get((ident, p), ABSENT) for p in ports]
         layers[ident] = BodyLayer(
-            ident, kind, e.get("name", ident), dict(data.attrib) if data is not None else {}, inputs, outputs
+            ident, kind, e.get("name", ident), dict(data.attrib) if data is not None else {}, inputs, outputs, ports
         )
     produced = {value: layer for layer in layers.values() for value in layer.outputs}
     if any(v != ABSENT and v not in produced for layer in layers.values() for v in layer.inputs):
-        raise BadInput(f"{where}: an edge of its body comes from a port no layer of it has")
-    order = _ordered(layers, produced, where)
+        raise BadInput(f"{where}: an edge comes from a port no layer has")
+    return layers, _ordered(layers, produced, where)
+
+
+def parse_body(element: ET.Element, where: str) -> Body:
+    """The body of a Loop element: its layers (each input by the value that feeds it), port map and back edges."""
+    found = element.find("body")
+    if found is None:
+        raise BadInput(f"{where} has no body")
+    layers, order = parse_graph(found, f"{where}: its body", MAX_BODY_LAYERS)
 
     def value_of(internal: str | None, kind: str) -> str:
         layer = layers.get(internal or "")
@@ -145,23 +154,24 @@ def _port(text: str | None, where: str) -> int:
 
 
 def _ordered(layers: dict[str, BodyLayer], produced: dict[str, BodyLayer], where: str) -> list[BodyLayer]:
-    """The body's computing layers, each after those it reads (BadInput where they read each other round)."""
-    placed: set[str] = set()
-    order: list[BodyLayer] = []
-    pending = [layer for layer in layers.values() if layer.kind not in ("Parameter", "Const", "Result")]
-    ready = {layer.id for layer in layers.values() if layer.kind in ("Parameter", "Const")}
-    while pending:
-        later = []
-        for layer in pending:
-            if all(v == ABSENT or produced[v].id in ready or produced[v].id in placed for v in layer.inputs):
-                order.append(layer)
-                placed.add(layer.id)
-            else:
-                later.append(layer)
-        if len(later) == len(pending):
-            raise BadInput(f"{where}: the layers of its body read each other in a cycle")
-        pending = later
-    return order
+    """The graph's computing layers, each after those it reads (BadInput where they read each other round)."""
+    waiting = {layer.id: {produced[v].id for v in layer.inputs if v != ABSENT} for layer in layers.values()}
+    readers: dict[str, list[str]] = {}
+    for ident, needs in waiting.items():
+        for need in needs:
+            readers.setdefault(need, []).append(ident)
+    ready = [ident for ident, needs in waiting.items() if not needs]
+    order = []
+    while ready:
+        ident = ready.pop()
+        order.append(ident)
+        for reader in readers.get(ident, []):
+            waiting[reader].discard(ident)
+            if not waiting[reader]:
+                ready.append(reader)
+    if len(order) != len(layers):
+        raise BadInput(f"{where}: its layers read each other in a cycle")
+    return [layers[i] for i in order if layers[i].kind not in ("Parameter", "Const", "Result")]
 
 
 # --- the ops a cell's body holds, in numpy as OpenVINO computes them (float32)
@@ -248,6 +258,23 @@ def _scatter_update(value: np.ndarray, indices: np.ndarray, updates: np.ndarray,
     return np.moveaxis(result, 0, axis)
 
 
+def _reverse_sequence(value: np.ndarray, lengths: np.ndarray, data: dict[str, str]) -> np.ndarray:
+    """Each batch entry's first `lengths` steps reversed (ReverseSequence-1)."""
+    texts = data.get("batch_axis", "0"), data.get("seq_axis", "1")
+    if not all(t.lstrip("-").isdigit() and len(t) < 4 for t in texts):
+        raise NotEvaluated("ReverseSequence of no axes")
+    batch_axis, seq_axis = (_axis(int(t), value.ndim) for t in texts)
+    counts = _integers(lengths) if lengths.size <= 64 else []
+    if batch_axis == seq_axis or len(counts) != value.shape[batch_axis]:
+        raise NotEvaluated("ReverseSequence of lengths its value does not have")
+    moved = np.moveaxis(value, (batch_axis, seq_axis), (0, 1)).copy()
+    for entry, count in enumerate(counts):
+        if not 0 <= count <= moved.shape[1]:
+            raise NotEvaluated("ReverseSequence of lengths its value does not have")
+        moved[entry, :count] = moved[entry, :count][::-1]
+    return np.moveaxis(moved, (0, 1), (batch_axis, seq_axis))
+
+
 UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "Sigmoid": sigmoid,
     "Tanh": np.tanh,
@@ -330,6 +357,8 @@ def evaluate(layer: BodyLayer, arguments: list[np.ndarray | None]) -> list[np.nd
         return [_slice(values[0], _integers(values[1]), _integers(values[2]), _integers(values[3]), axes)]
     if kind == "ScatterUpdate" and len(values) == 4:
         return [_scatter_update(values[0], values[1], values[2], _integers(values[3])[0])]
+    if kind == "ReverseSequence" and len(values) == 2:
+        return [_reverse_sequence(values[0], values[1], data)]
     if kind == "Transpose" and len(values) == 2:
         order = _integers(values[1])
         if sorted(order) != list(range(values[0].ndim)):
@@ -361,8 +390,18 @@ class Evaluator:
         return self.constants[value]
 
     def run(self, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
-        """Every value computed from `feeds` and Consts, and the values the layers reached also need."""
-        return run_ops(self.body.order, feeds, lambda op: (op.inputs, op.outputs), self.constant, evaluate, ABSENT)
+        """Every value computed from `feeds` and Consts, and the values the layers reached also need (at most
+        MAX_RUN elements computed in all: a hostile graph cannot make one run long)."""
+        budget = [MAX_RUN]
+
+        def bounded(layer: BodyLayer, arguments: list[np.ndarray | None]) -> list[np.ndarray]:
+            if budget[0] <= 0:
+                raise NotEvaluated("more than a cell's loop computes")
+            results = evaluate(layer, arguments)
+            budget[0] -= sum(np.size(r) for r in results)
+            return results
+
+        return run_ops(self.body.order, feeds, lambda op: (op.inputs, op.outputs), self.constant, bounded, ABSENT)
 
 
 # --- reading a Loop
@@ -528,10 +567,10 @@ def _slots(ir: Any, layer: Any, body: Body) -> Slots | str:
     return slots
 
 
-def _port_shapes(element: ET.Element) -> dict[str, tuple[int, ...]]:
-    """The Loop's input ports of fixed shape, by id."""
+def _port_shapes(element: ET.Element, side: str = "input") -> dict[str, tuple[int, ...]]:
+    """The Loop's input (or output) ports of fixed shape, by id."""
     shapes = {}
-    for port in element.iterfind("input/port"):
+    for port in element.iterfind(f"{side}/port"):
         dims = [d.text.strip() if d.text else "" for d in port.iterfind("dim")]
         if len(dims) <= 8 and all(d.isdigit() and len(d) < 10 for d in dims):
             shapes[port.get("id", "")] = tuple(int(d) for d in dims)
@@ -645,54 +684,138 @@ def _external(ir: Any, layer: Any, port: int | None) -> Any:
     return found[0] if found else None
 
 
-def loop_canonical(name: str, loops: list[Loop], source: Provenance) -> CanonicalRNN:
-    """The canonical RNN of a Loop layer (Unsupported: why a loop of it does not convert)."""
+def loop_canonical(name: str, layers: list[list[Loop]], source: Provenance) -> CanonicalRNN:
+    """The canonical RNN of Loop layers, each its directions (Unsupported: why a loop of them does not convert)."""
+    loops = [loop for layer in layers for loop in layer]
     for loop in loops:
         if loop.refusal is not None or loop.reading is None:
             raise Unsupported(
                 f"{cut(loop.name)!r} is a {loop.layer.kind} whose body looks like an RNN cell, but {loop.refusal}; "
                 f"convert the checkpoint it was exported from"
             )
-    readings = [[loop.reading for loop in loops if loop.reading is not None]]
+    readings = [[loop.reading for loop in layer if loop.reading is not None] for layer in layers]
     first = readings[0][0]
     cell = CUDNN_MODES[first.mode][0].upper()
     article = "a" if cell == "GRU" else "an"
-    error = max(r.error for r in readings[0])
+    error = max(r.error for layer in readings for r in layer)
     note = (
-        f"{name}: {listing(loop.layer.kind + ' ' + repr(cut(loop.name)) for loop in loops)}, stepping {article} "
-        f"{cell} cell over its sequence: its gates and layout read by what its body computes (run on probe inputs, "
-        f"within {error:.1g} of the reading)"
+        f"{name}: {listing(loop.layer.kind + ' ' + repr(cut(loop.name)) for loop in loops)}, each stepping "
+        f"{article} {cell} cell over its sequence: its gates and layout read by what its body computes (run on probe "
+        f"inputs, within {error:.1g} of the reading)"
     )
     return canonical(name, readings, source, f"Loop of {article} {cell} cell", [note])
 
 
-def run_loop(loop: Loop, spec: RNNSpec, inputs: dict[str, np.ndarray | None]) -> dict[str, np.ndarray | None]:
-    """The loop run step by step, each step its body's own cell ops evaluated in numpy: y, h_n, c_n sequence-major
-    as cuDNN's."""
-    reading = loop.reading
-    assert reading is not None
-    x = np.asarray(inputs["x"], np.float32)
-    if inputs.get("lengths") is not None and np.any(np.asarray(inputs["lengths"]) != x.shape[0]):
-        raise Unsupported(
-            f"an OpenVINO {loop.layer.kind} runs every sequence all its steps: verify it without --ragged"
+@dataclass
+class LoopLayer:
+    """The loops that are one RNN layer (forward first) and the layer whose output sequence it reads (None: the
+    model's input)."""
+
+    loops: list[Loop]
+    below: LoopLayer | None = None
+
+
+def loop_layers(ir: Any, root: ET.Element, loops: list[Loop], most: int) -> list[LoopLayer]:
+    """The loops as RNN layers, settled by what the graph around them computes on probe inputs: each loop's
+    sequence is the model's input (time- or batch-major) or a layer's output sequence, as it is or reversed in time
+    (a backward direction); a forward and a backward loop over the same sequence whose output sequences the graph
+    joins on the features (the backward one's reversed back) are one bidirectional layer."""
+    ready = [loop for loop in loops if loop.reading is not None and loop.refusal is None]
+    if not ready:
+        return [LoopLayer([loop]) for loop in loops]
+    layers, order = parse_graph(root, str(ir.path), most)
+    rng = np.random.default_rng(PROBE_SEED)
+    feeds: dict[str, np.ndarray] = {}
+    sources: list[tuple[np.ndarray, LoopLayer | None]] = []  # time-major sequences a layer may read
+    for parameter in layers.values():
+        shape = _fixed(parameter.data.get("shape"))
+        if parameter.kind == "Parameter" and parameter.data.get("element_type") == "f32" and shape is not None:
+            feeds[parameter.outputs[0]] = probe = rng.standard_normal(shape).astype(np.float32)
+            if probe.ndim == 3:
+                sources += [(probe.swapaxes(0, 1), None), (probe, None)]
+    outputs = {}
+    for loop in ready:
+        shape = _port_shapes(loop.layer.element, "output").get(loop.output)
+        if shape is None or len(shape) != 3:
+            loop.refusal = "its output sequence has no fixed shape (steps, batch, hidden)"
+            continue
+        outputs[id(loop)] = feeds[f"{loop.layer.id}:{loop.output}"] = rng.standard_normal(shape).astype(np.float32)
+    graph = Body(layers, order, {}, {}, None, {})
+    computed, _ = Evaluator(ir, graph).run(feeds)
+    values = {**feeds, **computed}
+    place = {layer.id: index for index, layer in enumerate(order)}
+    result: list[LoopLayer] = []
+    for loop in sorted(loops, key=lambda x: place.get(x.layer.id, -1)):
+        if loop.reading is None or loop.refusal is not None:
+            result.append(LoopLayer([loop]))
+            continue
+        main = layers[loop.layer.id]
+        given = values.get(main.inputs[main.ports.index(loop.sequence)])
+        found = [(s, way) for s in sources for way in (False, True) if _same(given, s[0][::-1] if way else s[0])]
+        if not found:
+            loop.refusal = (
+                "its sequence is not the model's input or another RNN layer's output sequence moved as cuDNN feeds "
+                "it (by ops rnnconv evaluates)"
+            )
+            result.append(LoopLayer([loop]))
+            continue
+        (_, below), loop.reversed = found[0]
+        partner = next(
+            (
+                layer
+                for layer in result
+                if len(layer.loops) == 1
+                and layer.below is below
+                and layer.loops[0].reversed != loop.reversed
+                and id(layer.loops[0]) in outputs
+                and layer.loops[0].refusal is None
+                and _joined(layer.loops[0], loop, outputs, values) is not None
+            ),
+            None,
         )
-    batch, lstm = x.shape[1], spec.mode == LSTM
-    h = _state(inputs.get("h0"), batch, reading.hidden)
-    c = _state(inputs.get("c0"), batch, reading.hidden) if lstm else None
-    steps = []
-    for t in range(x.shape[0]):
-        feeds = {reading.x: x[t], reading.h: h}
-        if c is not None and reading.c is not None:
-            feeds[reading.c] = c
-        computed = loop.step(feeds)
-        h = computed[reading.outputs[0]]
-        if c is not None:
-            c = computed[reading.outputs[1]]
-        steps.append(h)
-    return {"y": np.stack(steps), "h_n": h[None], "c_n": c[None] if c is not None else None}
+        if partner is not None:
+            partner.loops = sorted([partner.loops[0], loop], key=lambda x: x.reversed)
+            joined = _joined(partner.loops[0], partner.loops[1], outputs, values)
+            assert joined is not None
+            sources = [(joined, partner) if owner is partner else (s, owner) for s, owner in sources]
+            continue
+        alone = LoopLayer([loop], below)
+        result.append(alone)
+        y = outputs[id(loop)]
+        sources.append((y[::-1] if loop.reversed else y, alone))
+    for held in result:
+        loop = held.loops[0]
+        if len(held.loops) == 1 and loop.reversed and loop.refusal is None:
+            loop.refusal = (
+                "it runs backwards over its sequence with no forward loop beside it (go_backwards alone): cuDNN's "
+                "RNNs have no backward-only direction"
+            )
+    return result
 
 
-def _state(given: np.ndarray | None, batch: int, hidden: int) -> np.ndarray:
-    if given is None:
-        return np.zeros((batch, hidden), np.float32)
-    return np.asarray(given, np.float32)[0]
+def _joined(
+    forward: Loop, backward: Loop, outputs: dict[int, np.ndarray], values: dict[str, np.ndarray]
+) -> np.ndarray | None:
+    """The two loops' output sequences joined on the features (forward first, each in time order) where the graph
+    computes that, time-major; else None."""
+    if forward.reversed:
+        forward, backward = backward, forward
+    y_f, y_b = outputs[id(forward)], outputs[id(backward)]
+    joined = np.concatenate([y_f, y_b[::-1] if backward.reversed else y_b], axis=-1)
+    batch_major = joined.swapaxes(0, 1)
+    for value in values.values():
+        if _same(value, joined) or _same(value, batch_major):
+            return joined
+    return None
+
+
+def _same(value: np.ndarray | None, expected: np.ndarray) -> bool:
+    return value is not None and value.shape == expected.shape and np.array_equal(value, expected)
+
+
+def _fixed(text: str | None) -> tuple[int, ...] | None:
+    parts = [p.strip() for p in (text or "").split(",")]
+    if not text or len(parts) > 8 or not all(p.isdigit() and len(p) < 10 for p in parts):
+        return None
+    shape = tuple(int(p) for p in parts)
+    return shape if math.prod(shape) <= MAX_EVALUATED else None

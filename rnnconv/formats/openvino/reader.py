@@ -32,9 +32,10 @@ from rnnconv.formats._graph import (
     same_rnn,
     through_glue,
 )
-from rnnconv.formats.openvino.loops import LOOP_OPS, Loop, read_loop
+from rnnconv.formats.openvino.loops import LOOP_OPS, Loop, LoopLayer, loop_layers, read_loop
 from rnnconv.formats.openvino.wire import (
     DTYPE_OF,
+    OPENVINO_BIDIRECTIONAL,
     OPENVINO_DECOMPRESSION,
     OPENVINO_DEFAULT_ACTIVATIONS,
     OPENVINO_DIRECTIONS,
@@ -120,13 +121,18 @@ class SequenceOp:
     weights: dict[str, FileArray] = field(default_factory=dict)
     dtype: str = ""
     refusal: str | None = None  # why its weights cannot be read
-    loop: Loop | None = None  # a Loop (or TensorIterator) whose body computes a cell: the layer it is
+    loops: list[Loop] = field(default_factory=list)  # Loops whose bodies compute a cell: the layer's directions
+    below: LoopLayer | None = None  # the loop layer whose output sequence a loop layer reads
 
     @classmethod
-    def of_loop(cls, loop: Loop) -> SequenceOp:
+    def of_loops(cls, layer: LoopLayer) -> SequenceOp:
+        loop = layer.loops[0]
         hidden = loop.reading.hidden if loop.reading is not None else loop.sizes[1]
+        refusal = next((x.refusal for x in layer.loops if x.refusal is not None), None)
+        direction = OPENVINO_BIDIRECTIONAL if len(layer.loops) == 2 else OPENVINO_FORWARD
+        attributes = {"hidden_size": str(hidden), "direction": direction}
         return cls(
-            loop.name, loop.layer.id, loop.layer.kind, {"hidden_size": str(hidden)}, refusal=loop.refusal, loop=loop
+            loop.name, loop.layer.id, loop.layer.kind, attributes, refusal=refusal, loops=layer.loops, below=layer.below
         )
 
     @property
@@ -143,8 +149,8 @@ class SequenceOp:
 
     @property
     def input_size(self) -> int:
-        if self.loop is not None:
-            return self.loop.sizes[0]
+        if self.loops:
+            return self.loops[0].sizes[0]
         return int(self.weights[INPUT_MATRIX].shape[2]) if INPUT_MATRIX in self.weights else 0
 
     @property
@@ -153,18 +159,20 @@ class SequenceOp:
 
     @property
     def shown_class(self) -> str:
-        if self.loop is not None:
-            reading = self.loop.reading
+        if self.loops:
+            reading = self.loops[0].reading
             return f"{self.op} ({CUDNN_MODES[reading.mode][0].upper()} cell)" if reading is not None else self.op
         return self.op
 
     @property
     def kind(self) -> object:
         """What the ops of one RNN have alike; None for an op whose weights are not read."""
-        if self.loop is not None:
-            reading = self.loop.reading
+        if self.loops:
+            reading = self.loops[0].reading
             ok = self.refusal is None and reading is not None
-            return (self.op, reading.mode, reading.hidden, reading.reset_after) if ok and reading else None
+            return (
+                (self.op, reading.mode, reading.hidden, reading.reset_after, self.direction) if ok and reading else None
+            )
         return None if self.refusal is not None else (self.op, self.hidden, self.direction, self.config(), self.dtype)
 
     def activations(self) -> list[str]:
@@ -225,8 +233,10 @@ class IRFile(Graph[SequenceOp]):
         self.rt_info = {child.tag: child.get("value", "") for child in root.iterfind("rt_info/*")}
         self._bin_size: int | None = None
         ops = [self._sequence(layer) for layer in self.ir.values() if layer.kind in SEQUENCE_OPS]
-        loops = (read_loop(self, layer) for layer in self.ir.values() if layer.kind in LOOP_OPS)
-        ops += [SequenceOp.of_loop(loop) for loop in loops if loop is not None]
+        loops = [read_loop(self, layer) for layer in self.ir.values() if layer.kind in LOOP_OPS]
+        found = [loop for loop in loops if loop is not None]
+        if found:
+            ops += [SequenceOp.of_loops(layer) for layer in loop_layers(self, root, found, MAX_LAYERS_IN_GRAPH)]
         counts: dict[str, int] = {}
         for op in ops:
             counts[op.name] = counts.get(op.name, 0) + 1
@@ -355,7 +365,10 @@ class IRFile(Graph[SequenceOp]):
             return self._glue(found[0]), self.input_of(found[0], 0)
 
         def below(later: SequenceOp) -> SequenceOp | None:
-            if later.kind is None or later.loop is not None:
+            if later.loops:
+                beneath = next((op for op in ops if later.below is not None and op.loops is later.below.loops), None)
+                return beneath if beneath is not None and same_rnn(beneath, later) else None
+            if later.kind is None:
                 return None
             glue, found = through_glue(self.input_of(self.ir[later.layer], 0), step, MAX_GLUE)
             earlier = readable.get(found[0].id) if found is not None else None

@@ -10,10 +10,10 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance, RNNSizes
 from rnnconv.errors import BadInput
 from rnnconv.formats import registry
+from rnnconv.formats._cells import run_loops
 from rnnconv.formats._graph import Chain, GraphFormat
 from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
 from rnnconv.formats.tflite import PLUGIN
-from rnnconv.formats.tflite.loops import run_loops
 from rnnconv.formats.tflite.model import Layer, TfliteFile
 from rnnconv.formats.tflite.reader import chain_sizes, to_canonical
 from rnnconv.formats.tflite.runner import TfliteEngine, graph_of_file, litert_version, run_graph
@@ -88,7 +88,9 @@ class TfliteFormat(GraphFormat[TfliteFile, Layer]):
         ops evaluated in numpy step by step."""
         if chain.first.loops:
             to_canonical(graph, chain, source)  # refuses what it cannot compare
-            return run_loops(chain, spec, inputs), "rnnconv: the file's WHILE loop bodies' cell ops, evaluated in numpy"
+            return run_loops(
+                [layer.loops for layer in chain.layers], spec, inputs, "a TFLite WHILE loop"
+            ), "rnnconv: the file's WHILE loop bodies' cell ops, evaluated in numpy"
         rnn = to_canonical(graph, chain, source, source.loss is not None)  # refuses what it cannot compare
         if (rnn.spec.input_size, rnn.spec.num_layers) != (spec.input_size, spec.num_layers):
             raise BadInput(f"the TFLite ops {chain.name} are not the RNN the blob describes ({spec.describe()})")

@@ -21,14 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.canonical import CanonicalRNN
 from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats._cells import CellGraph, Product, Reading, canonical, exchanged, recognise, run_ops
 from rnnconv.formats.tflite.flat import Table
 from rnnconv.formats.tflite.wire import UNSET
 from rnnconv.reference import sigmoid
-from rnnconv.table.constants import CUDNN_MODES, LSTM
+from rnnconv.table.constants import CUDNN_MODES
 
 WHILE = "WHILE"
 MAX_CARRIED = 4  # a body's inputs tried as an LSTM's cell state
@@ -55,6 +55,11 @@ class Loop:
     reading: Reading | None = None
     refusal: str | None = None
     sizes: tuple[int, int] = (0, 0)  # (input, hidden), where its matrices say them
+
+    def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Its body's cell ops run on values fed by tensor (named by its index)."""
+        assert self.evaluator is not None
+        return _named(self.evaluator, feeds)
 
 
 def _activation(code: int, value: np.ndarray) -> np.ndarray:
@@ -591,44 +596,3 @@ def loop_canonical(chain: Any, source: Provenance) -> CanonicalRNN:
         f"{error:.1g} of the reading)"
     )
     return canonical(chain.name, readings, source, f"WHILE loop of {article} {cell} cell", [note])
-
-
-def run_loops(chain: Any, spec: RNNSpec, inputs: dict[str, np.ndarray | None]) -> dict[str, np.ndarray | None]:
-    """The chain's loops run step by step, each step its body's own cell ops evaluated in numpy: y, h_n, c_n
-    sequence-major as cuDNN's."""
-    x = np.asarray(inputs["x"], np.float32)
-    if inputs.get("lengths") is not None and np.any(np.asarray(inputs["lengths"]) != x.shape[0]):
-        raise Unsupported("a TFLite WHILE loop runs every sequence all its steps: verify it without --ragged")
-    states = {k: inputs.get(k) for k in ("h0", "c0")}
-    lstm = spec.mode == LSTM
-    finals: dict[str, list[np.ndarray]] = {"h0": [], "c0": []}
-    for layer in chain.layers:
-        outputs = []
-        for loop in layer.loops:
-            reading, evaluator = loop.reading, loop.evaluator
-            index = len(finals["h0"])
-            h = _state(states["h0"], index, x.shape[1], reading.hidden)
-            c = _state(states["c0"], index, x.shape[1], reading.hidden) if lstm else None
-            sequence = x[::-1] if loop.reversed else x
-            steps = []
-            for t in range(x.shape[0]):
-                feeds = {int(reading.x): sequence[t], int(reading.h): h}
-                if c is not None and reading.c is not None:
-                    feeds[int(reading.c)] = c
-                computed, _ = evaluator.run(feeds)
-                h = computed[int(reading.outputs[0])]
-                if c is not None:
-                    c = computed[int(reading.outputs[1])]
-                steps.append(h)
-            y = np.stack(steps)
-            outputs.append(y[::-1] if loop.reversed else y)
-            finals["h0"].append(h)
-            finals["c0"].append(c if c is not None else h)
-        x = np.concatenate(outputs, axis=-1)
-    return {"y": x, "h_n": np.stack(finals["h0"]), "c_n": np.stack(finals["c0"]) if lstm else None}
-
-
-def _state(given: np.ndarray | None, index: int, batch: int, hidden: int) -> np.ndarray:
-    if given is None:
-        return np.zeros((batch, hidden), np.float32)
-    return np.asarray(given, np.float32)[index]
