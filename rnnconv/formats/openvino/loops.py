@@ -419,7 +419,8 @@ def read_loop(ir: Any, layer: Any) -> Loop | None:
     loop = Loop(layer, layer.name, body, evaluator)
     if len(products) != 2:
         names = listing(repr(cut(p.name)) for p in products)
-        loop.refusal = f"its body holds {len(products)} matrix products ({names}), not a cell's two"
+        held = f"{len(products)} matrix product{'s' if len(products) > 1 else ''}"
+        loop.refusal = f"its body holds {held} ({names}), not a cell's two"
         return loop
     shapes = sorted((p.matrix.shape for p in products), key=lambda s: max(s) // max(min(s), 1))
     loop.sizes = (min(shapes[-1]), min(shapes[0]))
