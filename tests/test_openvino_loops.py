@@ -23,6 +23,7 @@ LOOPS = {  # fixture: (mode, input, hidden, layers, bidirectional)
     "keras_rnn_loop": ("rnn_tanh", 3, 4, 1, False),
     "keras_bilstm_loop": ("lstm", 3, 4, 1, True),
     "keras_gru2_loop": ("gru", 3, 4, 2, False),
+    "keras_lstm_dynamic_loop": ("lstm", 3, 4, 1, False),  # batch and steps left open
 }
 
 

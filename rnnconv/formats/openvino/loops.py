@@ -31,10 +31,12 @@ from rnnconv.table.constants import CUDNN_MODES
 LOOP_OPS = ("Loop", "TensorIterator")
 MAX_BODY_LAYERS = 4096  # layers of one body: a cell's are a few dozen
 MAX_EVALUATED = 1 << 24  # elements of one value the evaluator computes (64 MiB of float32): any cell's are fewer
+MAX_LOOPS = 1024  # Loops of one IR: far beyond any model; keeps reading a hostile file's loops bounded
 MAX_CARRIED = 4  # a body's parameters tried as an LSTM's cell state
 MAX_RUN = 1 << 26  # elements one run of a graph computes, at most
 MAX_STEPS = 4096  # steps of a loop whose condition is checked step by step
 PROBE_SEED = 20261127
+PROBE_SIZE = 3  # a size the model's inputs leave open (its batch), on the probes
 ABSENT = ""  # an input port no edge feeds
 
 
@@ -78,6 +80,7 @@ class Loop:
     sizes: tuple[int, int] = (0, 0)  # (input, hidden), where its matrices say them
     sequence: str = ""  # the Loop's input port of the time-major sequence it steps over
     reversed: bool = False  # it steps over its layer's input sequence backwards
+    output_shape: tuple[int, ...] = ()  # (steps, batch, hidden) on the probes
     output: str = ""  # its output port of the sequence of its new states
 
     def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -407,7 +410,61 @@ class Evaluator:
 # --- reading a Loop
 
 
-def read_loop(ir: Any, layer: Any) -> Loop | None:
+class MainGraph:
+    """An IR's own graph, run in numpy on probes of the model's inputs (a size no input fixes taken as PROBE_SIZE):
+    what each Loop is given, and what the graph makes of the Loops' output sequences."""
+
+    def __init__(self, ir: Any, root: ET.Element, most: int):
+        self.layers, order = parse_graph(root, str(ir.path), most)
+        self.evaluator = Evaluator(ir, Body(self.layers, order, {}, {}, None, {}))
+        self.order = {layer.id: index for index, layer in enumerate(order)}
+        rng = np.random.default_rng(PROBE_SEED)
+        self.feeds: dict[str, np.ndarray] = {}
+        for layer in self.layers.values():
+            shape = _probe_shape(layer.data.get("shape"))
+            if layer.kind == "Parameter" and layer.data.get("element_type") == "f32" and shape and layer.outputs:
+                self.feeds[layer.outputs[0]] = rng.standard_normal(shape).astype(np.float32)
+        self.values = self.run({})
+
+    def read(self, loop: Loop) -> np.ndarray | None:
+        """The probe fed as a read loop's output sequence (the graph run again with it), or None for a loop not read."""
+        if loop.reading is None or loop.refusal is not None:
+            return None
+        value = f"{loop.layer.id}:{loop.output}"
+        if value not in self.feeds:
+            rng = np.random.default_rng(PROBE_SEED + len(self.feeds))
+            self.feeds[value] = rng.standard_normal(loop.output_shape).astype(np.float32)
+            self.values = self.run({})
+        return self.feeds[value]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        computed, _ = self.evaluator.run({**self.feeds, **feeds})
+        return {**self.feeds, **feeds, **computed}
+
+    def place(self, layer: Any) -> int:
+        """Where a layer comes in the graph's order (each after those it reads)."""
+        return self.order.get(layer.id, -1)
+
+    def given(self, layer: Any, port: str, values: dict[str, np.ndarray] | None = None) -> np.ndarray | None:
+        """The value the graph feeds to input `port` of a layer (a Const's, or one computed from the probes)."""
+        main = self.layers.get(layer.id)
+        if main is None or port not in main.ports:
+            return None
+        value = main.inputs[main.ports.index(port)]
+        found = (self.values if values is None else values).get(value)
+        return found if found is not None else self.evaluator.constant(value)
+
+
+def _probe_shape(text: str | None) -> tuple[int, ...] | None:
+    """A Parameter's shape, each size it leaves open ("?", "-1") taken as PROBE_SIZE; None where it is no shape."""
+    parts = [p.strip() for p in (text or "").split(",")]
+    if not text or len(parts) > 8:
+        return None
+    sizes = [PROBE_SIZE if p in ("?", "-1") else int(p) if p.isdigit() and len(p) < 10 else -1 for p in parts]
+    return None if -1 in sizes or math.prod(sizes) > MAX_EVALUATED else tuple(sizes)
+
+
+def read_loop(ir: Any, layer: Any, graph: MainGraph) -> Loop | None:
     """A Loop layer read as one direction of an RNN layer (refused with the reason where its body computes a cell
     the loop does not step as an RNN does); None where its body multiplies by no constant matrix."""
     where = f"{layer.kind} {cut(layer.name)!r}"
@@ -431,11 +488,11 @@ def read_loop(ir: Any, layer: Any) -> Loop | None:
         return loop
     refusals = []
     for way in [reading] + [r for r in (exchanged(reading),) if r is not None]:
-        found = _stepped(ir, layer, body, way)
+        found = _stepped(ir, layer, body, way, graph)
         if isinstance(found, str):
             refusals.append(found)
             continue
-        loop.reading, (loop.sequence, loop.output) = way, found
+        loop.reading, (loop.sequence, loop.output, loop.output_shape) = way, found
         break
     else:
         loop.refusal = refusals[0]
@@ -494,7 +551,7 @@ def _carried(evaluator: Evaluator, products: list[Product]) -> list[str]:
     return [v for v in dict.fromkeys(missing) if v in parameters][:MAX_CARRIED]
 
 
-def _stepped(ir: Any, layer: Any, body: Body, reading: Reading) -> tuple[str, str] | str:
+def _stepped(ir: Any, layer: Any, body: Body, reading: Reading, graph: MainGraph) -> tuple[str, str, Any] | str:
     """(the Loop's input port of the time-major sequence it steps over, its output port of the sequence of new
     states), where the Loop runs the cell once per step of the sequence as Keras's loops do; else why not (a
     clause). The body is run whole at its first and last steps: every integer it carries is a counter from 0 moved
@@ -512,21 +569,21 @@ def _stepped(ir: Any, layer: Any, body: Body, reading: Reading) -> tuple[str, st
     special = layer.data.get("special_body_ports", "")
     if layer.kind != "Loop" or special not in ("", "-1,-1", "-1, -1"):
         return f"it is a {layer.kind} whose iteration is fed to its body, which rnnconv does not read yet"
-    slots = _slots(ir, layer, body)
+    slots = _slots(graph, layer, body)
     if isinstance(slots, str):
         return slots
     port = next(p for p, v in body.inputs.items() if v == sequence)
-    shape = slots[sequence][1].shape
+    shape = slots[sequence].shape
     if len(shape) != 3:
         return f"it loops over a sequence of shape {list(shape)}, not (steps, batch, features)"
     steps = shape[0]
     if not 0 < steps <= MAX_STEPS:
         return f"it loops over {steps} steps; rnnconv checks loops of 1 to {MAX_STEPS}"
     for state in states:
-        if slots[state][0] != "constant" or np.any(slots[state][1]):
+        if np.any(slots[state]):
             return "its initial state is not zeros"
     evaluator = Evaluator(ir, body)
-    written, carried = None, {value: start.shape for value, (_, start) in slots.items()}
+    written, carried = None, {value: start.shape for value, start in slots.items()}
     carried |= dict.fromkeys(states, (shape[1], reading.hidden))
     for step in sorted({0, steps - 1}):
         found = _written_at(evaluator, slots, carried, reading, step, steps)
@@ -535,47 +592,30 @@ def _stepped(ir: Any, layer: Any, body: Body, reading: Reading) -> tuple[str, st
         if written is not None and found[0] != written:
             return "its body writes each step's new state in another place"
         written, carried = found
-    ran = _iterations(ir, layer, evaluator, slots, steps)
+    ran = _iterations(graph, layer, evaluator, slots, steps)
     if ran != steps:
         return f"it runs {ran} times over a sequence of {steps} steps (by its trip count and condition)"
     result = body.back[str(written)]
     outputs = [p for p, v in body.outputs.items() if v == result]
     if not outputs:
         return "it gives out no sequence of its new states"
-    return layer.inputs[list(layer.inputs).index(str(port))], layer.outputs[list(layer.outputs).index(str(outputs[0]))]
+    return str(port), str(outputs[0]), carried[str(written)]
 
 
-Slots = dict[str, tuple[str, np.ndarray]]  # body parameter -> ("constant" or "fed", its initial value or a probe)
+Slots = dict[str, np.ndarray]  # body parameter -> the value the Loop starts it from
 
 
-def _slots(ir: Any, layer: Any, body: Body) -> Slots | str:
-    """Each body parameter's initial value (a Const's) or, for one computed, a probe of its shape."""
-    rng = np.random.default_rng(PROBE_SEED)
-    shapes = _port_shapes(layer.element)
+def _slots(graph: MainGraph, layer: Any, body: Body) -> Slots | str:
+    """Each body parameter's initial value, as the graph computes it on its probes."""
     slots: Slots = {}
     for port, value in body.inputs.items():
-        source = _external(ir, layer, port)
-        if source is not None and source.kind == "Const":
-            stored, _ = ir.const(source)
-            if stored.size > MAX_EVALUATED:
-                return f"it carries a value of {stored.size} elements, more than rnnconv evaluates"
-            slots[value] = ("constant", np.asarray(stored).copy())
-            continue
-        shape = shapes.get(str(port))
-        if shape is None or math.prod(shape) > MAX_EVALUATED:
-            return f"its input {port} is computed, of no fixed shape a cell's loop has"
-        slots[value] = ("fed", rng.standard_normal(shape).astype(np.float32))
+        start = graph.given(layer, str(port))
+        if start is None:
+            return f"its input {port} is not computed from the model's inputs (by ops rnnconv evaluates)"
+        if start.size > MAX_EVALUATED:
+            return f"it carries a value of {start.size} elements, more than rnnconv evaluates"
+        slots[value] = start
     return slots
-
-
-def _port_shapes(element: ET.Element, side: str = "input") -> dict[str, tuple[int, ...]]:
-    """The Loop's input (or output) ports of fixed shape, by id."""
-    shapes = {}
-    for port in element.iterfind(f"{side}/port"):
-        dims = [d.text.strip() if d.text else "" for d in port.iterfind("dim")]
-        if len(dims) <= 8 and all(d.isdigit() and len(d) < 10 for d in dims):
-            shapes[port.get("id", "")] = tuple(int(d) for d in dims)
-    return shapes
 
 
 def _feeds(slots: Slots, carried: dict[str, tuple[int, ...]], body: Body, step: int) -> dict[str, np.ndarray] | str:
@@ -583,12 +623,12 @@ def _feeds(slots: Slots, carried: dict[str, tuple[int, ...]], body: Body, step: 
     from, at later ones probes of the shapes the body gave them (its states always probes)."""
     rng = np.random.default_rng(PROBE_SEED + step)
     feeds: dict[str, np.ndarray] = {}
-    for value, (how, start) in slots.items():
-        if start.dtype.kind in "iu" and start.shape == ():
-            if how != "constant" or int(start) != 0:
+    for value, start in slots.items():
+        if start.dtype.kind in "iu" and start.shape == () and value in body.back:
+            if int(start) != 0:
                 return "an integer it carries does not start from 0, as a counter of its steps does"
             feeds[value] = np.asarray(step, start.dtype)
-        elif value in body.back and start.dtype.kind == "f" and (step or how == "fed"):
+        elif value in body.back and start.dtype.kind == "f" and step:
             if math.prod(carried[value]) > MAX_EVALUATED:
                 return "it carries values larger than a cell's loop does"
             feeds[value] = rng.standard_normal(carried[value]).astype(np.float32)
@@ -618,7 +658,7 @@ def _written_at(
             return "its body's results are not computed from its inputs (by ops rnnconv evaluates)"
         if value in (reading.h, reading.c):
             continue
-        if before.dtype.kind in "iu":
+        if before.dtype.kind in "iu" and before.shape == ():
             if after.shape != () or int(after) != step + 1:
                 return "an integer it carries is not a counter moving on by one each step"
             continue
@@ -643,20 +683,23 @@ def _broadcast(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
         return None
 
 
-def _iterations(ir: Any, layer: Any, evaluator: Evaluator, slots: Slots, steps: int) -> int:
+def _iterations(graph: MainGraph, layer: Any, evaluator: Evaluator, slots: Slots, steps: int) -> int:
     """How many times the Loop runs its body (by its trip count, its first condition and its body's), counted up to
     one past `steps`."""
-    trip, first = (_external(ir, layer, port) for port in (0, 1))
-    if trip is None or first is None or trip.kind != "Const" or first.kind != "Const":
+    trip, first = (graph.given(layer, port) for port in ("0", "1"))
+    if trip is None or first is None or trip.size != 1 or first.size != 1 or trip.dtype.kind not in "iu":
         return -1
-    count, going = int(np.asarray(ir.const(trip)[0]).reshape(-1)[0]), bool(np.asarray(ir.const(first)[0]).all())
+    count, going = int(trip.reshape(-1)[0]), bool(first.reshape(-1)[0])
     body, ran = evaluator.body, 0
-    carried = {value: start.shape for value, (_, start) in slots.items()}
+    carried = {value: start.shape for value, start in slots.items()}
     while going and (count < 0 or ran < count) and ran <= steps:
         feeds = _feeds(slots, carried, body, 0)
         if isinstance(feeds, str) or body.condition is None:
             return -1 if body.condition is None and count < 0 else min(count, steps + 1)
-        feeds = {v: np.asarray(ran, f.dtype) if f.dtype.kind in "iu" and f.shape == () else f for v, f in feeds.items()}
+        feeds = {
+            v: np.asarray(ran, f.dtype) if f.dtype.kind in "iu" and f.shape == () and v in body.back else f
+            for v, f in feeds.items()
+        }
         computed, _ = evaluator.run(feeds)
         verdict = {**feeds, **computed}.get(body.condition)
         if verdict is None or verdict.size != 1:
@@ -676,13 +719,6 @@ def _integers_of(ir: Any, body: Body, value: str) -> list[int] | None:
         return None
     stored, _ = ir.const(layer)
     return [int(v) for v in np.asarray(stored).reshape(-1)] if stored.size <= 64 else None
-
-
-def _external(ir: Any, layer: Any, port: int | None) -> Any:
-    if port is None or str(port) not in layer.inputs:
-        return None
-    found = ir.input_of(layer, layer.inputs.index(str(port)))
-    return found[0] if found else None
 
 
 def loop_canonical(name: str, layers: list[list[Loop]], source: Provenance) -> CanonicalRNN:
@@ -716,42 +752,24 @@ class LoopLayer:
     below: LoopLayer | None = None
 
 
-def loop_layers(ir: Any, root: ET.Element, loops: list[Loop], most: int) -> list[LoopLayer]:
+def loop_layers(graph: MainGraph, loops: list[Loop]) -> list[LoopLayer]:
     """The loops as RNN layers, settled by what the graph around them computes on probe inputs: each loop's
     sequence is the model's input (time- or batch-major) or a layer's output sequence, as it is or reversed in time
     (a backward direction); a forward and a backward loop over the same sequence whose output sequences the graph
     joins on the features (the backward one's reversed back) are one bidirectional layer."""
-    ready = [loop for loop in loops if loop.reading is not None and loop.refusal is None]
-    if not ready:
-        return [LoopLayer([loop]) for loop in loops]
-    layers, order = parse_graph(root, str(ir.path), most)
-    rng = np.random.default_rng(PROBE_SEED)
-    feeds: dict[str, np.ndarray] = {}
+    outputs = {id(loop): probe for loop in loops if (probe := graph.read(loop)) is not None}
     sources: list[tuple[np.ndarray, LoopLayer | None]] = []  # time-major sequences a layer may read
-    for parameter in layers.values():
-        shape = _fixed(parameter.data.get("shape"))
-        if parameter.kind == "Parameter" and parameter.data.get("element_type") == "f32" and shape is not None:
-            feeds[parameter.outputs[0]] = probe = rng.standard_normal(shape).astype(np.float32)
-            if probe.ndim == 3:
-                sources += [(probe.swapaxes(0, 1), None), (probe, None)]
-    outputs = {}
-    for loop in ready:
-        shape = _port_shapes(loop.layer.element, "output").get(loop.output)
-        if shape is None or len(shape) != 3:
-            loop.refusal = "its output sequence has no fixed shape (steps, batch, hidden)"
-            continue
-        outputs[id(loop)] = feeds[f"{loop.layer.id}:{loop.output}"] = rng.standard_normal(shape).astype(np.float32)
-    graph = Body(layers, order, {}, {}, None, {})
-    computed, _ = Evaluator(ir, graph).run(feeds)
-    values = {**feeds, **computed}
-    place = {layer.id: index for index, layer in enumerate(order)}
+    for value, probe in graph.feeds.items():
+        if probe.ndim == 3 and graph.layers[value.split(":")[0]].kind == "Parameter":
+            sources += [(probe.swapaxes(0, 1), None), (probe, None)]
+    values = graph.values
+    place = graph.order
     result: list[LoopLayer] = []
     for loop in sorted(loops, key=lambda x: place.get(x.layer.id, -1)):
         if loop.reading is None or loop.refusal is not None:
             result.append(LoopLayer([loop]))
             continue
-        main = layers[loop.layer.id]
-        given = values.get(main.inputs[main.ports.index(loop.sequence)])
+        given = graph.given(loop.layer, loop.sequence, values)
         found = [(s, way) for s in sources for way in (False, True) if _same(given, s[0][::-1] if way else s[0])]
         if not found:
             loop.refusal = (
@@ -812,11 +830,3 @@ def _joined(
 
 def _same(value: np.ndarray | None, expected: np.ndarray) -> bool:
     return value is not None and value.shape == expected.shape and np.array_equal(value, expected)
-
-
-def _fixed(text: str | None) -> tuple[int, ...] | None:
-    parts = [p.strip() for p in (text or "").split(",")]
-    if not text or len(parts) > 8 or not all(p.isdigit() and len(p) < 10 for p in parts):
-        return None
-    shape = tuple(int(p) for p in parts)
-    return shape if math.prod(shape) <= MAX_EVALUATED else None

@@ -32,7 +32,7 @@ from rnnconv.formats._graph import (
     same_rnn,
     through_glue,
 )
-from rnnconv.formats.openvino.loops import LOOP_OPS, Loop, LoopLayer, loop_layers, read_loop
+from rnnconv.formats.openvino.loops import LOOP_OPS, MAX_LOOPS, Loop, LoopLayer, MainGraph, loop_layers, read_loop
 from rnnconv.formats.openvino.wire import (
     DTYPE_OF,
     OPENVINO_BIDIRECTIONAL,
@@ -233,10 +233,18 @@ class IRFile(Graph[SequenceOp]):
         self.rt_info = {child.tag: child.get("value", "") for child in root.iterfind("rt_info/*")}
         self._bin_size: int | None = None
         ops = [self._sequence(layer) for layer in self.ir.values() if layer.kind in SEQUENCE_OPS]
-        loops = [read_loop(self, layer) for layer in self.ir.values() if layer.kind in LOOP_OPS]
-        found = [loop for loop in loops if loop is not None]
-        if found:
-            ops += [SequenceOp.of_loops(layer) for layer in loop_layers(self, root, found, MAX_LAYERS_IN_GRAPH)]
+        if any(layer.kind in LOOP_OPS for layer in self.ir.values()):
+            graph = MainGraph(self, root, MAX_LAYERS_IN_GRAPH)
+            held = sorted((layer for layer in self.ir.values() if layer.kind in LOOP_OPS), key=graph.place)
+            if len(held) > MAX_LOOPS:
+                raise BadInput(f"{path} holds {len(held)} Loops, more than any model rnnconv reads")
+            found = []
+            for layer in held:  # in the graph's order: a layer's loops read what the graph makes of those below
+                loop = read_loop(self, layer, graph)
+                if loop is not None:
+                    graph.read(loop)
+                    found.append(loop)
+            ops += [SequenceOp.of_loops(layer) for layer in loop_layers(graph, found)]
         counts: dict[str, int] = {}
         for op in ops:
             counts[op.name] = counts.get(op.name, 0) + 1
