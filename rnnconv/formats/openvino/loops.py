@@ -13,6 +13,7 @@ step's new state into the sequence it gives out.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -373,9 +374,10 @@ def evaluate(layer: BodyLayer, arguments: list[np.ndarray | None]) -> list[np.nd
 class Evaluator:
     """A body's layers computed in numpy from values fed by name ("layer:port") and its Consts."""
 
-    def __init__(self, ir: Any, body: Body):
+    def __init__(self, ir: Any, body: Body, budget: list[int] | None = None):
         self.ir, self.body = ir, body
         self.constants: dict[str, np.ndarray | None] = {}
+        self.budget = budget  # elements all its runs together may compute (None: MAX_RUN a run)
 
     def constant(self, value: str) -> np.ndarray | None:
         if value not in self.constants:
@@ -394,8 +396,8 @@ class Evaluator:
 
     def run(self, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
         """Every value computed from `feeds` and Consts, and the values the layers reached also need (at most
-        MAX_RUN elements computed in all: a hostile graph cannot make one run long)."""
-        budget = [MAX_RUN]
+        MAX_RUN elements computed in a run, or its budget for all its runs: a hostile graph cannot make them long)."""
+        budget = [MAX_RUN] if self.budget is None else self.budget
 
         def bounded(layer: BodyLayer, arguments: list[np.ndarray | None]) -> list[np.ndarray]:
             if budget[0] <= 0:
@@ -416,7 +418,7 @@ class MainGraph:
 
     def __init__(self, ir: Any, root: ET.Element, most: int):
         self.layers, order = parse_graph(root, str(ir.path), most)
-        self.evaluator = Evaluator(ir, Body(self.layers, order, {}, {}, None, {}))
+        self.evaluator = Evaluator(ir, Body(self.layers, order, {}, {}, None, {}), [MAX_RUN])  # all its runs
         self.order = {layer.id: index for index, layer in enumerate(order)}
         rng = np.random.default_rng(PROBE_SEED)
         self.feeds: dict[str, np.ndarray] = {}
@@ -691,21 +693,36 @@ def _iterations(graph: MainGraph, layer: Any, evaluator: Evaluator, slots: Slots
         return -1
     count, going = int(trip.reshape(-1)[0]), bool(first.reshape(-1)[0])
     body, ran = evaluator.body, 0
+    if body.condition is None:
+        return (min(count, steps + 1) if going else 0) if count >= 0 else -1
+    # the condition's own layers only, run once a step
+    condition = Evaluator(evaluator.ir, dataclasses.replace(body, order=_cone(body, body.condition)), [MAX_RUN])
     carried = {value: start.shape for value, start in slots.items()}
     while going and (count < 0 or ran < count) and ran <= steps:
         feeds = _feeds(slots, carried, body, 0)
-        if isinstance(feeds, str) or body.condition is None:
-            return -1 if body.condition is None and count < 0 else min(count, steps + 1)
+        if isinstance(feeds, str):
+            return -1
         feeds = {
             v: np.asarray(ran, f.dtype) if f.dtype.kind in "iu" and f.shape == () and v in body.back else f
             for v, f in feeds.items()
         }
-        computed, _ = evaluator.run(feeds)
+        computed, _ = condition.run(feeds)
         verdict = {**feeds, **computed}.get(body.condition)
         if verdict is None or verdict.size != 1:
             return -1
         going, ran = bool(verdict.reshape(-1)[0]), ran + 1
     return ran
+
+
+def _cone(body: Body, value: str) -> list[BodyLayer]:
+    """The body's computing layers `value` is computed from, in the body's order."""
+    needed, pending = set(), [value]
+    while pending:
+        layer = _producer(body, pending.pop())
+        if layer is not None and layer.id not in needed:
+            needed.add(layer.id)
+            pending += [v for v in layer.inputs if v != ABSENT]
+    return [layer for layer in body.order if layer.id in needed]
 
 
 def _producer(body: Body, value: str) -> BodyLayer | None:
