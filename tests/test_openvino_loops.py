@@ -104,3 +104,34 @@ def test_a_loop_stepping_backwards_alone_is_listed_with_the_reason(tmp_path):
     result = run_cli("convert", source, tmp_path / "m.pt")
     assert_clean_failure(result, 2, "is a Loop whose body looks like an RNN cell", "no backward-only direction")
     assert not (tmp_path / "m.pt").exists()
+
+
+DAMAGED = {  # a change to the LSTM fixture's Loop that leaves it no graph: the phrase its refusal says
+    "a layer of the body reads itself": (
+        (
+            '<edge from-layer="0" from-port="0" to-layer="7" to-port="0" />',
+            '<edge from-layer="7" from-port="2" to-layer="7" to-port="0" />',
+        ),
+        "read each other in a cycle",
+    ),
+    "the port map names no layer of the body": (
+        (
+            '<output external_port_id="8" internal_layer_id="50" />',
+            '<output external_port_id="8" internal_layer_id="500" />',
+        ),
+        "which is no Result of its body",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED))
+def test_a_damaged_loop_body_is_refused_in_a_sentence(damage, tmp_path):
+    (old, new), phrase = DAMAGED[damage]
+    text = (OPENVINO / "keras_lstm_loop.xml").read_text()
+    assert text.count(old) == 1
+    source = tmp_path / "loop.xml"
+    source.write_text(text.replace(old, new))
+    source.with_suffix(".bin").write_bytes((OPENVINO / "keras_lstm_loop.bin").read_bytes())
+    for command in (["inspect", source], ["convert", source, tmp_path / "m.pt"]):
+        assert_clean_failure(run_cli(*command), 2, phrase)
+    assert not (tmp_path / "m.pt").exists()

@@ -470,6 +470,8 @@ def read_loop(ir: Any, layer: Any, graph: MainGraph) -> Loop | None:
     """A Loop layer read as one direction of an RNN layer (refused with the reason where its body computes a cell
     the loop does not step as an RNN does); None where its body multiplies by no constant matrix."""
     where = f"{layer.kind} {cut(layer.name)!r}"
+    if len(layer.element.findall("body/layers/layer")) > MAX_BODY_LAYERS:
+        return None  # far more than a cell's: some other loop
     body = parse_body(layer.element, where)
     evaluator = Evaluator(ir, body)
     products = _products(evaluator)
