@@ -62,6 +62,11 @@ def test_verify_runs_a_frontend_loop_against_its_conversion(name, tmp_path):
 
 
 MUTATIONS = {  # a change to the LSTM fixture's Loop: what it breaks, and the phrase its refusal says
+    "the sequence not given to the body (the fuzz found it: StopIteration, exit 4)": (
+        ('<input external_port_id="7" internal_layer_id="5" />', ""),
+        None,
+        "does not read its input, counter and state from what the Loop is given",
+    ),
     "state and cell state exchanged": (
         ('<edge from-layer="51" to-layer="3" />', '<edge from-layer="52" to-layer="3" />'),
         ('<edge from-layer="52" to-layer="4" />', '<edge from-layer="51" to-layer="4" />'),

@@ -11,6 +11,7 @@ cells recognised become one canonical RNN here (`canonical`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -385,3 +386,89 @@ def _initial(given: np.ndarray | None, index: int, batch: int, hidden: int) -> n
     if given is None:
         return np.zeros((batch, hidden), np.float32)
     return np.asarray(given, np.float32)[index]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A value a loop carries from step to step, for every loop format alike: its body's input and output for it
+    (output None: a value passed to every step unchanged), its type, and the value the loop starts it from (None:
+    not known, probed) with its shape at the step checked."""
+
+    given: str
+    result: str | None
+    dtype: str
+    start: np.ndarray | None
+    shape: tuple[int, ...]
+
+
+def checked_steps(
+    run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+    slots: Sequence[Slot],
+    reading: Reading,
+    steps: int,
+) -> int | str:
+    """The slot a loop's body writes each step's new state into (at the step of the sequence it carries, or the one
+    step Keras keeps), the body run whole at its first and last steps with every other value it carries checked:
+    counters (from 0) moved on by one, the rest passed on unchanged; else why not (a clause)."""
+    written = None
+    for step in sorted({0, steps - 1}):
+        found = _step_written(run, slots, reading, step, steps)
+        if isinstance(found, str):
+            return found
+        if written is not None and found[0] != written:
+            return "its body writes each step's new state in another place"
+        written, shapes = found
+        slots = [dataclasses.replace(slot, shape=shape) for slot, shape in zip(slots, shapes)]
+    return "its body writes no output sequence" if written is None else written
+
+
+def _step_written(
+    run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+    slots: Sequence[Slot],
+    reading: Reading,
+    step: int,
+    steps: int,
+) -> tuple[int, list[tuple[int, ...]]] | str:
+    rng = np.random.default_rng(PROBE_SEED + step)
+    states = {reading.h, reading.c}
+    feeds: dict[str, np.ndarray] = {}
+    for place, slot in enumerate(slots):
+        kind = np.dtype(slot.dtype).kind
+        if kind in "iu" and slot.shape == () and slot.result is not None:
+            if slot.start is None or int(slot.start) != 0:
+                return f"its integer {place} does not start from 0, as a counter of the steps does"
+            feeds[slot.given] = np.asarray(step, slot.dtype)
+        elif kind == "f" and (slot.given in states or slot.start is None or (step and slot.result is not None)):
+            feeds[slot.given] = rng.standard_normal(slot.shape).astype(np.float32)
+        elif slot.start is not None:
+            feeds[slot.given] = slot.start
+        else:
+            return f"it carries a value of type {slot.dtype}, shape {list(slot.shape)}, that a cell's loop does not"
+    values = {**feeds, **run(feeds)}
+    new_state = values.get(reading.outputs[0])
+    written, shapes = None, []
+    for place, slot in enumerate(slots):
+        before = feeds[slot.given]
+        after = before if slot.result is None else values.get(slot.result)
+        if after is None:
+            return f"its body's output {place} is not computed from its inputs alike (or by ops rnnconv evaluates)"
+        shapes.append(tuple(after.shape))
+        if slot.result is None or slot.given in states:
+            continue
+        if before.dtype.kind in "iu" and before.shape == ():
+            if after.shape != () or int(after) != step + 1:
+                return f"its body's integer {place} is not a counter moving on by one each step"
+            continue
+        if after.shape == before.shape and np.array_equal(after, before):
+            continue
+        expected = None
+        if new_state is not None and after.shape in ((steps, *new_state.shape), (1, *new_state.shape)):
+            with contextlib.suppress(ValueError):
+                expected = np.broadcast_to(before, after.shape).copy()
+                expected[step if after.shape[0] == steps else 0] = new_state  # every step's, or the last one's
+        if expected is None or written is not None or not np.array_equal(after, expected):
+            return f"its body changes carried value {place} otherwise than writing the step's new state in it"
+        written = place
+    if written is None:
+        return "its body writes no output sequence"
+    return written, shapes

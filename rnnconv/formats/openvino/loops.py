@@ -25,7 +25,17 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN
 from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
-from rnnconv.formats._cells import CellGraph, Product, Reading, canonical, exchanged, recognise, run_ops
+from rnnconv.formats._cells import (
+    CellGraph,
+    Product,
+    Reading,
+    Slot,
+    canonical,
+    checked_steps,
+    exchanged,
+    recognise,
+    run_ops,
+)
 from rnnconv.reference import sigmoid
 from rnnconv.table.constants import CUDNN_MODES
 
@@ -576,6 +586,8 @@ def _stepped(ir: Any, layer: Any, body: Body, reading: Reading, graph: MainGraph
     slots = _slots(graph, layer, body)
     if isinstance(slots, str):
         return slots
+    if any(value not in slots for value in (sequence, counter, *states)):
+        return "its body's cell does not read its input, counter and state from what the Loop is given"
     port = next(p for p, v in body.inputs.items() if v == sequence)
     shape = slots[sequence].shape
     if len(shape) != 3:
@@ -587,23 +599,21 @@ def _stepped(ir: Any, layer: Any, body: Body, reading: Reading, graph: MainGraph
         if np.any(slots[state]):
             return "its initial state is not zeros"
     evaluator = Evaluator(ir, body)
-    written, carried = None, {value: start.shape for value, start in slots.items()}
-    carried |= dict.fromkeys(states, (shape[1], reading.hidden))
-    for step in sorted({0, steps - 1}):
-        found = _written_at(evaluator, slots, carried, reading, step, steps)
-        if isinstance(found, str):
-            return found
-        if written is not None and found[0] != written:
-            return "its body writes each step's new state in another place"
-        written, carried = found
+    carried = [
+        Slot(value, body.back.get(value), str(start.dtype), start, tuple(start.shape)) for value, start in slots.items()
+    ]
+    written = checked_steps(lambda feeds: evaluator.run(feeds)[0], carried, reading, steps)
+    if isinstance(written, str):
+        return written
     ran = _iterations(graph, layer, evaluator, slots, steps)
     if ran != steps:
         return f"it runs {ran} times over a sequence of {steps} steps (by its trip count and condition)"
-    result = body.back[str(written)]
-    outputs = [p for p, v in body.outputs.items() if v == result]
+    sequences = carried[written]
+    outputs = [p for p, v in body.outputs.items() if v == sequences.result]
     if not outputs:
         return "it gives out no sequence of its new states"
-    return str(port), str(outputs[0]), carried[str(written)]
+    kept = sequences.shape[0] if len(sequences.shape) == 3 else steps  # every step's, or the last one's
+    return str(port), str(outputs[0]), (kept, shape[1], reading.hidden)
 
 
 Slots = dict[str, np.ndarray]  # body parameter -> the value the Loop starts it from
@@ -622,71 +632,6 @@ def _slots(graph: MainGraph, layer: Any, body: Body) -> Slots | str:
     return slots
 
 
-def _feeds(slots: Slots, carried: dict[str, tuple[int, ...]], body: Body, step: int) -> dict[str, np.ndarray] | str:
-    """The body's parameters at `step`: counters at the step, at the first step the values the Loop starts them
-    from, at later ones probes of the shapes the body gave them (its states always probes)."""
-    rng = np.random.default_rng(PROBE_SEED + step)
-    feeds: dict[str, np.ndarray] = {}
-    for value, start in slots.items():
-        if start.dtype.kind in "iu" and start.shape == () and value in body.back:
-            if int(start) != 0:
-                return "an integer it carries does not start from 0, as a counter of its steps does"
-            feeds[value] = np.asarray(step, start.dtype)
-        elif value in body.back and start.dtype.kind == "f" and step:
-            if math.prod(carried[value]) > MAX_EVALUATED:
-                return "it carries values larger than a cell's loop does"
-            feeds[value] = rng.standard_normal(carried[value]).astype(np.float32)
-        else:
-            feeds[value] = start
-    return feeds
-
-
-def _written_at(
-    evaluator: Evaluator, slots: Slots, carried: dict[str, tuple[int, ...]], reading: Reading, step: int, steps: int
-) -> tuple[str, dict[str, tuple[int, ...]]] | str:
-    """The body parameter the body run at `step` writes the step's new state into (at that step of the sequence
-    it carries), every other value it carries checked, and the shapes of the values it carries on; else why not."""
-    body = evaluator.body
-    feeds = _feeds(slots, carried, body, step)
-    if isinstance(feeds, str):
-        return feeds
-    computed, _ = evaluator.run(feeds)
-    values = {**feeds, **computed}
-    new_state = values.get(reading.outputs[0])
-    if new_state is None:
-        return "its body's cell does not run in the loop"
-    written = None
-    for value, result in body.back.items():
-        before, after = feeds[value], values.get(result)
-        if after is None:
-            return "its body's results are not computed from its inputs (by ops rnnconv evaluates)"
-        if value in (reading.h, reading.c):
-            continue
-        if before.dtype.kind in "iu" and before.shape == ():
-            if after.shape != () or int(after) != step + 1:
-                return "an integer it carries is not a counter moving on by one each step"
-            continue
-        if after.shape == before.shape and np.array_equal(after, before):
-            continue
-        expected = _broadcast(before, (steps, *new_state.shape))
-        if expected is None:
-            return "its body changes a value it carries otherwise than writing the step's new state in it"
-        expected[step] = new_state
-        if written is not None or not np.array_equal(after, expected):
-            return "its body changes a value it carries otherwise than writing the step's new state in it"
-        written = value
-    if written is None:
-        return "its body writes no output sequence"
-    return written, {value: values[result].shape for value, result in body.back.items()}
-
-
-def _broadcast(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
-    try:
-        return np.broadcast_to(value, shape).copy()
-    except ValueError:
-        return None
-
-
 def _iterations(graph: MainGraph, layer: Any, evaluator: Evaluator, slots: Slots, steps: int) -> int:
     """How many times the Loop runs its body (by its trip count, its first condition and its body's), counted up to
     one past `steps`."""
@@ -699,14 +644,10 @@ def _iterations(graph: MainGraph, layer: Any, evaluator: Evaluator, slots: Slots
         return (min(count, steps + 1) if going else 0) if count >= 0 else -1
     # the condition's own layers only, run once a step
     condition = Evaluator(evaluator.ir, dataclasses.replace(body, order=_cone(body, body.condition)), [MAX_RUN])
-    carried = {value: start.shape for value, start in slots.items()}
     while going and (count < 0 or ran < count) and ran <= steps:
-        feeds = _feeds(slots, carried, body, 0)
-        if isinstance(feeds, str):
-            return -1
-        feeds = {
+        feeds = {  # its counters at the step, the rest as the Loop starts them
             v: np.asarray(ran, f.dtype) if f.dtype.kind in "iu" and f.shape == () and v in body.back else f
-            for v, f in feeds.items()
+            for v, f in slots.items()
         }
         computed, _ = condition.run(feeds)
         verdict = {**feeds, **computed}.get(body.condition)
