@@ -534,8 +534,10 @@ import numpy as np, torch, rnnconv
 runtime, source, converted = sys.argv[1:4]
 (entry,) = rnnconv.inspect(converted).rnns
 spec = entry.spec
+# a .pt's state_dict does not say an RNN's activation: the source's reading does
+mode = next(e.spec.mode for e in rnnconv.inspect(source).rnns if e.converts)
 kind = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}.get(spec.mode, torch.nn.RNN)
-extra = {"nonlinearity": "relu"} if spec.mode == "rnn_relu" else {}
+extra = {"nonlinearity": "relu"} if mode == "rnn_relu" else {}
 module = kind(spec.input_size, spec.hidden_size, num_layers=spec.num_layers, bidirectional=spec.bidirectional,
               batch_first=True, **extra)
 module.load_state_dict(torch.load(converted, weights_only=True))
