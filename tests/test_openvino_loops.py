@@ -62,6 +62,14 @@ def test_verify_runs_a_frontend_loop_against_its_conversion(name, tmp_path):
 
 
 MUTATIONS = {  # a change to the LSTM fixture's Loop: what it breaks, and the phrase its refusal says
+    "its output concatenated over the iterations": (
+        (
+            '<output external_port_id="8" internal_layer_id="50" />',
+            '<output external_port_id="8" internal_layer_id="50" axis="0" />',
+        ),
+        None,
+        "concatenates its outputs (port map axis)",
+    ),
     "the sequence not given to the body (the fuzz found it: StopIteration, exit 4)": (
         ('<input external_port_id="7" internal_layer_id="5" />', ""),
         None,

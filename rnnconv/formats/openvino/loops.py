@@ -76,6 +76,7 @@ class Body:
     outputs: dict[int, str]  # the Loop's output port -> the value the body Result gives
     condition: str | None  # the value of the Result that says whether to go on
     back: dict[str, str]  # a body Parameter's value -> the value its Result gives the next step
+    sliced: bool = False  # its port map slices an input or concatenates an output over the iterations (axis)
 
 
 @dataclass
@@ -155,10 +156,11 @@ def parse_body(element: ET.Element, where: str) -> Body:
             condition = value
         else:
             given_out[_port(entry.get("external_port_id"), where)] = value
+    sliced = any("axis" in entry.attrib for entry in element.iterfind("port_map/*"))
     back = {}
     for edge in element.iterfind("back_edges/edge"):
         back[value_of(edge.get("to-layer"), "Parameter")] = value_of(edge.get("from-layer"), "Result")
-    return Body(layers, order, given, given_out, condition, back)
+    return Body(layers, order, given, given_out, condition, back, sliced)
 
 
 def _port(text: str | None, where: str) -> int:
@@ -581,8 +583,11 @@ def _stepped(ir: Any, layer: Any, body: Body, reading: Reading, graph: MainGraph
     if sequence in body.back or counter not in body.back or _integers_of(ir, body, axis) != [0]:
         return "its body's cell does not read its input as one step of the sequence it loops over"
     special = layer.data.get("special_body_ports", "")
-    if layer.kind != "Loop" or special not in ("", "-1,-1", "-1, -1"):
-        return f"it is a {layer.kind} whose iteration is fed to its body, which rnnconv does not read yet"
+    if layer.kind != "Loop" or special not in ("", "-1,-1", "-1, -1") or body.sliced:
+        return (
+            f"it is a {layer.kind} that feeds its body the iteration or slices of its inputs, or concatenates its "
+            f"outputs (port map axis), which rnnconv does not read yet"
+        )
     slots = _slots(graph, layer, body)
     if isinstance(slots, str):
         return slots
