@@ -6,16 +6,19 @@ carried state, which block of a matrix is which gate, how the matrices are store
 reset are not read from the graph's shape but settled here: the graph is run on probe inputs, and the one reading
 whose cuDNN cell computes the same new state (and, for an LSTM, cell state) is kept. The formats differ in how a
 graph is parsed, not in what a cell is: each gives its ops' semantics to one walk of the graph (`run_ops`), and the
-cells recognised become one canonical RNN here (`canonical`).
+cells recognised become one canonical RNN here (`canonical`). A cell stepped by a loop (TFLite's WHILE, OpenVINO's
+Loop) is checked here as a loop too, over the values the loop carries (`Slot`, `checked_steps`), and loop layers are
+run step by step here (`run_loops`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -331,3 +334,143 @@ def canonical(
         arrays[key] = {Kind.W: w, Kind.R: r, Kind.bW: bw, Kind.bR: br}[key.kind]
     info = source.model_copy(update={"layer": name, "layer_class": layer_class})
     return CanonicalRNN.from_arrays(name, spec, arrays, source=info, notes=notes)
+
+
+class SteppedLoop(Protocol):
+    """A loop read as one direction of an RNN layer: its cell's reading, whether it steps its sequence backwards,
+    and its body's cell ops run on values fed by name, giving every value they compute by name."""
+
+    reading: Reading | None
+    reversed: bool
+
+    def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+
+def run_loops(
+    layers: Sequence[Sequence[SteppedLoop]], spec: RNNSpec, inputs: dict[str, np.ndarray | None], what: str
+) -> dict[str, np.ndarray | None]:
+    """Loop layers (each its directions, forward first) run step by step, each step a body's own cell ops: y, h_n,
+    c_n sequence-major as cuDNN's; `what` names the loops in a sentence ("a TFLite WHILE loop")."""
+    x = np.asarray(inputs["x"], np.float32)
+    if inputs.get("lengths") is not None and np.any(np.asarray(inputs["lengths"]) != x.shape[0]):
+        raise Unsupported(f"{what} runs every sequence all its steps: verify it without --ragged")
+    lstm = spec.mode == LSTM
+    finals: dict[str, list[np.ndarray]] = {"h0": [], "c0": []}
+    for layer in layers:
+        outputs = []
+        for loop in layer:
+            reading = loop.reading
+            if reading is None:
+                raise Unsupported(f"{what} of no cell rnnconv reads cannot be run")
+            index = len(finals["h0"])
+            h = _initial(inputs.get("h0"), index, x.shape[1], reading.hidden)
+            c = _initial(inputs.get("c0"), index, x.shape[1], reading.hidden) if lstm else None
+            sequence = x[::-1] if loop.reversed else x
+            steps = []
+            for t in range(x.shape[0]):
+                feeds = {reading.x: sequence[t], reading.h: h}
+                if c is not None and reading.c is not None:
+                    feeds[reading.c] = c
+                computed = loop.step(feeds)
+                h = computed[reading.outputs[0]]
+                if c is not None:
+                    c = computed[reading.outputs[1]]
+                steps.append(h)
+            y = np.stack(steps)
+            outputs.append(y[::-1] if loop.reversed else y)
+            finals["h0"].append(h)
+            finals["c0"].append(c if c is not None else h)
+        x = np.concatenate(outputs, axis=-1)
+    return {"y": x, "h_n": np.stack(finals["h0"]), "c_n": np.stack(finals["c0"]) if lstm else None}
+
+
+def _initial(given: np.ndarray | None, index: int, batch: int, hidden: int) -> np.ndarray:
+    if given is None:
+        return np.zeros((batch, hidden), np.float32)
+    return np.asarray(given, np.float32)[index]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A value a loop carries from step to step, for every loop format alike: its body's input and output for it
+    (output None: a value passed to every step unchanged), its type, and the value the loop starts it from (None:
+    not known, probed) with its shape at the step checked."""
+
+    given: str
+    result: str | None
+    dtype: str
+    start: np.ndarray | None
+    shape: tuple[int, ...]
+
+
+def checked_steps(
+    run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+    slots: Sequence[Slot],
+    reading: Reading,
+    steps: int,
+) -> int | str:
+    """The slot a loop's body writes each step's new state into (at the step of the sequence it carries, or the one
+    step Keras keeps), the body run whole at its first and last steps with every other value it carries checked:
+    counters (from 0) moved on by one, the rest passed on unchanged; else why not (a clause)."""
+    written = None
+    for step in sorted({0, steps - 1}):
+        found = _step_written(run, slots, reading, step, steps)
+        if isinstance(found, str):
+            return found
+        if written is not None and found[0] != written:
+            return "its body writes each step's new state in another place"
+        written, shapes = found
+        slots = [dataclasses.replace(slot, shape=shape) for slot, shape in zip(slots, shapes)]
+    return "its body writes no output sequence" if written is None else written
+
+
+def _step_written(
+    run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+    slots: Sequence[Slot],
+    reading: Reading,
+    step: int,
+    steps: int,
+) -> tuple[int, list[tuple[int, ...]]] | str:
+    rng = np.random.default_rng(PROBE_SEED + step)
+    states = {reading.h, reading.c}
+    feeds: dict[str, np.ndarray] = {}
+    for place, slot in enumerate(slots):
+        kind = np.dtype(slot.dtype).kind
+        if kind in "iu" and slot.shape == () and slot.result is not None:
+            if slot.start is None or int(slot.start) != 0:
+                return f"its integer {place} does not start from 0, as a counter of the steps does"
+            feeds[slot.given] = np.asarray(step, slot.dtype)
+        elif kind == "f" and (slot.given in states or slot.start is None or (step and slot.result is not None)):
+            feeds[slot.given] = rng.standard_normal(slot.shape).astype(np.float32)
+        elif slot.start is not None:
+            feeds[slot.given] = slot.start
+        else:
+            return f"it carries a value of type {slot.dtype}, shape {list(slot.shape)}, that a cell's loop does not"
+    values = {**feeds, **run(feeds)}
+    new_state = values.get(reading.outputs[0])
+    written, shapes = None, []
+    for place, slot in enumerate(slots):
+        before = feeds[slot.given]
+        after = before if slot.result is None else values.get(slot.result)
+        if after is None:
+            return f"its body's output {place} is not computed from its inputs alike (or by ops rnnconv evaluates)"
+        shapes.append(tuple(after.shape))
+        if slot.result is None or slot.given in states:
+            continue
+        if before.dtype.kind in "iu" and before.shape == ():
+            if after.shape != () or int(after) != step + 1:
+                return f"its body's integer {place} is not a counter moving on by one each step"
+            continue
+        if after.shape == before.shape and np.array_equal(after, before):
+            continue
+        expected = None
+        if new_state is not None and after.shape in ((steps, *new_state.shape), (1, *new_state.shape)):
+            with contextlib.suppress(ValueError):
+                expected = np.broadcast_to(before, after.shape).copy()
+                expected[step if after.shape[0] == steps else 0] = new_state  # every step's, or the last one's
+        if expected is None or written is not None or not np.array_equal(after, expected):
+            return f"its body changes carried value {place} otherwise than writing the step's new state in it"
+        written = place
+    if written is None:
+        return "its body writes no output sequence"
+    return written, shapes

@@ -78,6 +78,7 @@ FAMILIES = (
     "tflite",
     "tflite_loops",
     "openvino",
+    "openvino_loops",
     "flax_msgpack",
     "equinox",
     "mlx",
@@ -99,6 +100,7 @@ NEW_FAMILIES = (
     "onnx_unrolled",
     "onnx_cells",
     "tflite_loops",
+    "openvino_loops",
     "identify",
     "streaming",
 )
@@ -193,7 +195,7 @@ class Case:
     files: dict[str, bytes]
     commands: list[list[str]] = field(default_factory=list)  # {dir} is the case's folder
     must_refuse: bool = False  # every command must fail: the input is damaged where rnnconv reads it
-    oracle: bool = False  # a conversion to out.pt is run against LiteRT running the source (`litert_disagrees`)
+    oracle: str = ""  # the runtime ("litert", "openvino") a conversion to out.pt is run against (`disagrees`)
 
 
 def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case:
@@ -284,7 +286,7 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
     if family == "tflite_loops":
         name = rng.choice([n for n in seeds.sources if n.startswith("tflite__loop_")] or sorted(seeds.sources))
         data = mutators.mutate_tflite_loops(seeds.sources[name].read_bytes(), rng)
-        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data}, oracle=True)
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data}, oracle="litert")
         source = "{dir}/mut_" + name
         case.commands = [
             ["inspect", source],
@@ -294,6 +296,20 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         ]
         if name in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
+        return case
+    if family == "openvino_loops":
+        name = rng.choice([n for n in seeds.sources if n.startswith("openvino__keras_")] or sorted(seeds.sources))
+        data = mutators.mutate_openvino_loops(seeds.sources[name].read_bytes(), rng)
+        weights = seeds.sources[name].with_suffix(".bin").read_bytes()
+        files = {f"mut_{name}": data, f"mut_{name[: -len('.xml')]}.bin": weights}
+        case = Case(family, f"{index:06d}_{family}_{name}", files, oracle="openvino")
+        source = "{dir}/mut_" + name
+        case.commands = [
+            ["inspect", source],
+            ["convert", source, "{dir}/out.safetensors"],
+            ["convert", source, "{dir}/out.pt"],
+            ["convert", source, "{dir}/existing.bin"],
+        ]
         return case
     if family in SET_FAMILIES:
         models = seeds.sets[family]
@@ -517,7 +533,7 @@ def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, t
         if case.must_refuse and code == 0:
             problems.append("malformed_accepted")
         if case.oracle and code == 0 and command[0] == "convert" and command[-1].endswith("out.pt"):
-            judged = litert_disagrees(Path(args[1]), Path(args[2]))
+            judged = disagrees(case.oracle, Path(args[1]), Path(args[2]))
             tally.exits[f"oracle: {judged or 'agrees'}"[:40]] += 1
             if judged and judged.startswith("off by"):
                 problems.append("wrong_conversion")
@@ -536,27 +552,38 @@ def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, t
     shutil.rmtree(folder, ignore_errors=True)
 
 
-LITERT_ORACLE = r"""
+ORACLE = r"""
 import sys
 import numpy as np, torch, rnnconv
-from ai_edge_litert.interpreter import Interpreter
-source, converted = sys.argv[1:3]
+runtime, source, converted = sys.argv[1:4]
 (entry,) = rnnconv.inspect(converted).rnns
 spec = entry.spec
+# a .pt's state_dict does not say an RNN's activation: the source's reading does
+mode = next(e.spec.mode for e in rnnconv.inspect(source).rnns if e.converts)
 kind = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}.get(spec.mode, torch.nn.RNN)
-extra = {"nonlinearity": "relu"} if spec.mode == "rnn_relu" else {}
+extra = {"nonlinearity": "relu"} if mode == "rnn_relu" else {}
 module = kind(spec.input_size, spec.hidden_size, num_layers=spec.num_layers, bidirectional=spec.bidirectional,
               batch_first=True, **extra)
 module.load_state_dict(torch.load(converted, weights_only=True))
-interpreter = Interpreter(model_path=source)
-interpreter.allocate_tensors()
-given = interpreter.get_input_details()[0]
-if given["shape"][-1] != spec.input_size:
+if runtime == "litert":
+    from ai_edge_litert.interpreter import Interpreter
+    interpreter = Interpreter(model_path=source)
+    interpreter.allocate_tensors()
+    given = interpreter.get_input_details()[0]
+    shape = list(given["shape"])
+else:
+    import openvino as ov
+    compiled = ov.Core().compile_model(source, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    shape = list(compiled.inputs[0].get_shape())
+if shape[-1] != spec.input_size:
     sys.exit(3)
-x = np.random.default_rng(0).normal(0, 1.5, given["shape"]).astype(np.float32)
-interpreter.set_tensor(given["index"], x)
-interpreter.invoke()
-expected = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+x = np.random.default_rng(0).normal(0, 1.5, shape).astype(np.float32)
+if runtime == "litert":
+    interpreter.set_tensor(given["index"], x)
+    interpreter.invoke()
+    expected = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+else:
+    expected = compiled(x)[0]
 with torch.no_grad():
     y, state = module(torch.from_numpy(x))
 h = (state[0] if spec.mode == "lstm" else state).numpy()
@@ -570,14 +597,15 @@ sys.exit(3)
 """
 
 
-def litert_disagrees(source: Path, converted: Path) -> str | None:
-    """Whether a converted loop computes otherwise than LiteRT running the mutated file (the model's output: every
-    step's, or each direction's last): "off by E"; None where it agrees; "unjudged" where LiteRT cannot run the
-    file or its output is not the RNN's (run in a process of its own: LiteRT may crash on a damaged file)."""
+def disagrees(runtime: str, source: Path, converted: Path) -> str | None:
+    """Whether a converted loop computes otherwise than its runtime (LiteRT, OpenVINO's CPU plugin) running the
+    mutated file (the model's output: every step's, or each direction's last): "off by E"; None where it agrees;
+    "unjudged" where the runtime cannot run the file or its output is not the RNN's (run in a process of its own:
+    a runtime may crash on a damaged file)."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     try:
         done = subprocess.run(
-            [sys.executable, "-c", LITERT_ORACLE, str(source), str(converted)],
+            [sys.executable, "-c", ORACLE, runtime, str(source), str(converted)],
             capture_output=True,
             text=True,
             timeout=120,

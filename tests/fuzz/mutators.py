@@ -2166,3 +2166,84 @@ def mutate_tfjs(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
         refuse = True
     files[main] = text.encode("utf-8")
     return refuse
+
+
+def mutate_openvino_loops(data: bytes, rng: random.Random) -> bytes:
+    """OpenVINO's TensorFlow frontend's RNN Loops mutated inside their bodies and wiring: gates swapped (the layers
+    reading two gates read each other's), a matrix replaced by a computed value or a body parameter, a layer made
+    another kind (no cell), a split into other parts or a slice's masks changed, an edge rewired, a back edge or port
+    map entry pointed elsewhere, a Loop's input (its initial state, its sequence, its trip count) fed by another
+    layer."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(data)
+    loops = [layer for layer in root.findall("./layers/layer") if layer.get("type") == "Loop"]
+    if not loops:
+        return data
+    kinds = ["Sigmoid", "Tanh", "Relu", "Add", "Multiply", "Subtract", "MatMul", "Split", "Concat", "Gather"]
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        loop = rng.choice(loops)
+        body = loop.find("body")
+        if body is None:
+            return data
+        layers = body.findall("./layers/layer")
+        edges = body.findall("./edges/edge")
+        computed = [(layer.get("id"), port.get("id")) for layer in layers for port in layer.iterfind("output/port")]
+        kind_of = {layer.get("id"): layer.get("type") for layer in layers}
+        choice = rng.randrange(8)
+        if choice == 0:  # two gates swapped where they are read
+            reads = [e for e in edges if kind_of.get(e.get("from-layer")) in ("Sigmoid", "Tanh")]
+            if len(reads) >= 2:
+                one, other = rng.sample(reads, 2)
+                for key in ("from-layer", "from-port"):
+                    swapped = one.get(key, ""), other.get(key, "")
+                    one.set(key, swapped[1])
+                    other.set(key, swapped[0])
+        elif choice == 1:  # a matrix replaced by a computed value or a parameter
+            products = {layer.get("id") for layer in layers if layer.get("type") == "MatMul"}
+            weights = [e for e in edges if e.get("to-layer") in products and e.get("to-port") == "1"]
+            if weights and computed:
+                edge = rng.choice(weights)
+                source = rng.choice(computed)
+                edge.set("from-layer", str(source[0]))
+                edge.set("from-port", str(source[1]))
+        elif choice == 2:  # a layer made another kind
+            layer = rng.choice(
+                [la for la in layers if la.get("type") not in ("Parameter", "Result", "Const")] or layers
+            )
+            layer.set("type", rng.choice(kinds))
+        elif choice == 3:  # a split into other parts, or a slice's masks changed
+            data_elements = [la.find("data") for la in layers if la.get("type") in ("Split", "StridedSlice", "Gather")]
+            found = [d for d in data_elements if d is not None]
+            if found:
+                element = rng.choice(found)
+                key = rng.choice(sorted(element.attrib) or ["num_splits"])
+                element.set(key, rng.choice(["0", "1", "2", "5", "-1", "1, 1", "0, 1, 0", "x"]))
+        elif choice == 4:  # an edge rewired to another value of the body
+            if edges and computed:
+                edge = rng.choice(edges)
+                source = rng.choice(computed)
+                edge.set("from-layer", str(source[0]))
+                edge.set("from-port", str(source[1]))
+        elif choice == 5:  # a back edge or a port map entry pointed elsewhere
+            entries = loop.findall("./back_edges/edge") + loop.findall("./port_map/*")
+            if entries:
+                entry = rng.choice(entries)
+                key = rng.choice([k for k in ("from-layer", "to-layer", "internal_layer_id") if k in entry.attrib])
+                entry.set(key, str(rng.choice([la.get("id") for la in layers] + ["999", "-1"])))
+        elif choice == 6:  # a Loop's input fed by another layer of the main graph
+            main = [e for e in root.findall("./edges/edge") if e.get("to-layer") == loop.get("id")]
+            others = [la for la in root.findall("./layers/layer") if la.find("output/port") is not None]
+            if main and others:
+                edge, layer = rng.choice(main), rng.choice(others)
+                port = rng.choice(layer.findall("output/port"))
+                edge.set("from-layer", str(layer.get("id")))
+                edge.set("from-port", str(port.get("id")))
+        else:  # a Result of the body taken from elsewhere
+            results = {la.get("id") for la in layers if la.get("type") == "Result"}
+            feeding = [e for e in edges if e.get("to-layer") in results]
+            if feeding and computed:
+                edge, source = rng.choice(feeding), rng.choice(computed)
+                edge.set("from-layer", str(source[0]))
+                edge.set("from-port", str(source[1]))
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)

@@ -75,6 +75,14 @@ TFLITE_SEEDS = [
     "tflite/loop_tfk_birnn.tflite",
 ]
 
+OPENVINO_LOOP_SEEDS = [  # with the .bin beside each
+    "openvino/keras_lstm_loop.xml",
+    "openvino/keras_gru_loop.xml",
+    "openvino/keras_rnn_loop.xml",
+    "openvino/keras_bilstm_loop.xml",
+    "openvino/keras_gru2_loop.xml",
+]
+
 TF1_SEEDS = ["tf1/lstm2.ckpt", "tf1/gru_bi.ckpt", "tf1/rnn_tanh.ckpt", "tf1/seq2seq.ckpt"]
 
 # The formats read since the first round, as rnnconv writes them from PyTorch and Keras sources ((source, layer) ->
@@ -264,10 +272,12 @@ def prepare(work: Path) -> Seeds:
 
     seeds = Seeds()
     work.mkdir(parents=True, exist_ok=True)
-    for name in KERAS_SEEDS + TORCH_SEEDS + ONNX_SEEDS + TFLITE_SEEDS:
+    for name in KERAS_SEEDS + TORCH_SEEDS + ONNX_SEEDS + TFLITE_SEEDS + OPENVINO_LOOP_SEEDS:
         target = work / name.replace("/", "__")
         shutil.copy(FIXTURES / name, target)
         seeds.sources[target.name] = target
+    for name in OPENVINO_LOOP_SEEDS:  # an IR's weights, beside it
+        shutil.copy((FIXTURES / name).with_suffix(".bin"), (work / name.replace("/", "__")).with_suffix(".bin"))
     shutil.copy(FIXTURES / "onnx" / "lstm_external.onnx.data", work)  # where the renamed seed's weights are
     for name in TF1_SEEDS:
         prefix = Path(name).name

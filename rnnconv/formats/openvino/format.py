@@ -56,11 +56,23 @@ class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
     def to_canonical(
         self, graph: IRFile, chain: Chain[SequenceOp], source: Provenance, options: ReadOptions
     ) -> CanonicalRNN:
+        if chain.first.loops:
+            from rnnconv.formats.openvino.loops import loop_canonical
+
+            return loop_canonical(chain.name, [op.loops for op in chain.layers], source)
         from rnnconv.formats.openvino.reader import to_canonical
 
         return to_canonical(chain.layers, source, options.bias_split)
 
     def sizes(self, graph: IRFile, chain: Chain[SequenceOp]) -> RNNSizes | None:
+        if chain.first.loops:
+            reading = chain.first.loops[0].reading
+            if reading is None or any(op.refusal is not None for op in chain.layers):
+                return None
+            spec = RNNSpec(
+                reading.mode, reading.input_size, reading.hidden, len(chain.layers), chain.first.directions == 2
+            )
+            return RNNSizes.of(spec.to_model())
         return (
             sizes_of("openvino", SEQUENCE_OPS[chain.first.op], chain) if INPUT_MATRIX in chain.first.weights else None
         )
@@ -125,7 +137,12 @@ class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
         inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The file's own graph (one rnnconv wrote), or its sequence ops with their own weights and attributes,
-        run in OpenVINO's CPU plugin."""
+        run in OpenVINO's CPU plugin; a Loop's body's cell ops, evaluated in numpy."""
+        if chain.first.loops:
+            from rnnconv.formats._cells import run_loops
+
+            outputs = run_loops([op.loops for op in chain.layers], spec, inputs, f"an OpenVINO {chain.first.op}")
+            return outputs, f"rnnconv: the file's {chain.first.op} bodies' cell ops, evaluated in numpy"
         from rnnconv.formats.openvino.runner import run_ops
 
         return run_ops(graph, chain, spec, inputs, source.layer)

@@ -32,8 +32,10 @@ from rnnconv.formats._graph import (
     same_rnn,
     through_glue,
 )
+from rnnconv.formats.openvino.loops import LOOP_OPS, MAX_LOOPS, Loop, LoopLayer, MainGraph, loop_layers, read_loop
 from rnnconv.formats.openvino.wire import (
     DTYPE_OF,
+    OPENVINO_BIDIRECTIONAL,
     OPENVINO_DECOMPRESSION,
     OPENVINO_DEFAULT_ACTIVATIONS,
     OPENVINO_DIRECTIONS,
@@ -81,6 +83,7 @@ def parse_xml(text: bytes, path: Path) -> ET.Element:
     parser.EntityDeclHandler = refuse  # a DTD's only way in is a DOCTYPE; this holds should that ever change
     parser.StartElementHandler = builder.start
     parser.EndElementHandler = builder.end
+    parser.CharacterDataHandler = builder.data  # a port's dims are its elements' text
     try:
         parser.Parse(text, True)
     except _Refused:
@@ -104,6 +107,7 @@ class IRLayer:
     data: dict[str, str]
     inputs: list[str]  # port ids, in order
     outputs: list[str]
+    element: ET.Element | None = None  # a Loop's or TensorIterator's, whose body it holds
 
 
 @dataclass
@@ -117,6 +121,19 @@ class SequenceOp:
     weights: dict[str, FileArray] = field(default_factory=dict)
     dtype: str = ""
     refusal: str | None = None  # why its weights cannot be read
+    loops: list[Loop] = field(default_factory=list)  # Loops whose bodies compute a cell: the layer's directions
+    below: LoopLayer | None = None  # the loop layer whose output sequence a loop layer reads
+
+    @classmethod
+    def of_loops(cls, layer: LoopLayer) -> SequenceOp:
+        loop = layer.loops[0]
+        hidden = loop.reading.hidden if loop.reading is not None else loop.sizes[1]
+        refusal = next((x.refusal for x in layer.loops if x.refusal is not None), None)
+        direction = OPENVINO_BIDIRECTIONAL if len(layer.loops) == 2 else OPENVINO_FORWARD
+        attributes = {"hidden_size": str(hidden), "direction": direction}
+        return cls(
+            loop.name, loop.layer.id, loop.layer.kind, attributes, refusal=refusal, loops=layer.loops, below=layer.below
+        )
 
     @property
     def hidden(self) -> int:
@@ -132,6 +149,8 @@ class SequenceOp:
 
     @property
     def input_size(self) -> int:
+        if self.loops:
+            return self.loops[0].sizes[0]
         return int(self.weights[INPUT_MATRIX].shape[2]) if INPUT_MATRIX in self.weights else 0
 
     @property
@@ -140,11 +159,20 @@ class SequenceOp:
 
     @property
     def shown_class(self) -> str:
+        if self.loops:
+            reading = self.loops[0].reading
+            return f"{self.op} ({CUDNN_MODES[reading.mode][0].upper()} cell)" if reading is not None else self.op
         return self.op
 
     @property
     def kind(self) -> object:
         """What the ops of one RNN have alike; None for an op whose weights are not read."""
+        if self.loops:
+            reading = self.loops[0].reading
+            ok = self.refusal is None and reading is not None
+            return (
+                (self.op, reading.mode, reading.hidden, reading.reset_after, self.direction) if ok and reading else None
+            )
         return None if self.refusal is not None else (self.op, self.hidden, self.direction, self.config(), self.dtype)
 
     def activations(self) -> list[str]:
@@ -205,6 +233,18 @@ class IRFile(Graph[SequenceOp]):
         self.rt_info = {child.tag: child.get("value", "") for child in root.iterfind("rt_info/*")}
         self._bin_size: int | None = None
         ops = [self._sequence(layer) for layer in self.ir.values() if layer.kind in SEQUENCE_OPS]
+        if any(layer.kind in LOOP_OPS for layer in self.ir.values()):
+            graph = MainGraph(self, root, MAX_LAYERS_IN_GRAPH)
+            held = sorted((layer for layer in self.ir.values() if layer.kind in LOOP_OPS), key=graph.place)
+            if len(held) > MAX_LOOPS:
+                raise BadInput(f"{path} holds {len(held)} Loops, more than any model rnnconv reads")
+            found = []
+            for layer in held:  # in the graph's order: a layer's loops read what the graph makes of those below
+                loop = read_loop(self, layer, graph)
+                if loop is not None:
+                    graph.read(loop)
+                    found.append(loop)
+            ops += [SequenceOp.of_loops(layer) for layer in loop_layers(graph, found)]
         counts: dict[str, int] = {}
         for op in ops:
             counts[op.name] = counts.get(op.name, 0) + 1
@@ -333,6 +373,9 @@ class IRFile(Graph[SequenceOp]):
             return self._glue(found[0]), self.input_of(found[0], 0)
 
         def below(later: SequenceOp) -> SequenceOp | None:
+            if later.loops:
+                beneath = next((op for op in ops if later.below is not None and op.loops is later.below.loops), None)
+                return beneath if beneath is not None and same_rnn(beneath, later) else None
             if later.kind is None:
                 return None
             glue, found = through_glue(self.input_of(self.ir[later.layer], 0), step, MAX_GLUE)
@@ -375,7 +418,8 @@ def _layer(element: ET.Element, path: Path) -> IRLayer:
     data = dict(data_element.attrib) if data_element is not None else {}
     inputs = [p.get("id", "") for p in element.iterfind("input/port")]
     outputs = [p.get("id", "") for p in element.iterfind("output/port")]
-    return IRLayer(ident, kind, element.get("version", ""), element.get("name", ident), data, inputs, outputs)
+    body = element if kind in LOOP_OPS else None
+    return IRLayer(ident, kind, element.get("version", ""), element.get("name", ident), data, inputs, outputs, body)
 
 
 def _shape(text: str | None, what: str) -> tuple[int, ...]:

@@ -58,6 +58,8 @@ DTYPE_OF: Final = {etype: name for name, etype in OPENVINO_ELEMENT_TYPES.items()
 STORAGE: Final = {  # the numpy type of each element type's values in the .bin
     **{OPENVINO_ELEMENT_TYPES[name]: element_type(name).storage for name in OPENVINO_ELEMENT_TYPES},
     **{etype: np.dtype(storage) for etype, storage in OPENVINO_INTEGERS.items()},
+    "boolean": np.dtype(np.bool_),  # a loop's condition
+    "u8": np.dtype(np.uint8),  # a Broadcast's axes in a loop's body
 }
 INDEX_TYPE: Final = next(iter(OPENVINO_INTEGERS))  # i32: sequence_lens
 SHAPE_TYPE: Final = list(OPENVINO_INTEGERS)[-1]  # i64: perms, shapes, axes

@@ -122,10 +122,12 @@ class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
         from rnnconv.formats.tflite.runner import graph_of_file, litert_version, run_graph
 
         if chain.first.loops:
-            from rnnconv.formats.tflite.loops import run_loops
+            from rnnconv.formats._cells import run_loops
 
             to_canonical(graph, chain, source)  # refuses what it cannot compare
-            return run_loops(chain, spec, inputs), "rnnconv: the file's WHILE loop bodies' cell ops, evaluated in numpy"
+            return run_loops(
+                [layer.loops for layer in chain.layers], spec, inputs, "a TFLite WHILE loop"
+            ), "rnnconv: the file's WHILE loop bodies' cell ops, evaluated in numpy"
         rnn = to_canonical(graph, chain, source, source.loss is not None)  # refuses what it cannot compare
         if (rnn.spec.input_size, rnn.spec.num_layers) != (spec.input_size, spec.num_layers):
             raise BadInput(f"the TFLite ops {chain.name} are not the RNN the blob describes ({spec.describe()})")

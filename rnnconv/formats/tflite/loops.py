@@ -21,21 +21,30 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.canonical import CanonicalRNN
 from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
-from rnnconv.formats._cells import CellGraph, Product, Reading, canonical, exchanged, recognise, run_ops
+from rnnconv.formats._cells import (
+    CellGraph,
+    Product,
+    Reading,
+    Slot,
+    canonical,
+    checked_steps,
+    exchanged,
+    recognise,
+    run_ops,
+)
 from rnnconv.formats.tflite.flat import Table
 from rnnconv.formats.tflite.wire import UNSET
 from rnnconv.reference import sigmoid
-from rnnconv.table.constants import CUDNN_MODES, LSTM
+from rnnconv.table.constants import CUDNN_MODES
 
 WHILE = "WHILE"
 MAX_CARRIED = 4  # a body's inputs tried as an LSTM's cell state
 MAX_EVALUATED = 1 << 24  # elements of one value the evaluator computes (64 MiB of float32): any cell's are fewer
 MAX_LOOPS = 4096  # WHILE ops in one file: far beyond any model; keeps reading a hostile file's loops bounded
 MAX_STEPS = 4096  # steps of a loop whose condition is checked step by step
-PROBE_SEED = 20261127
 
 
 class NotEvaluated(ValueError):
@@ -55,6 +64,11 @@ class Loop:
     reading: Reading | None = None
     refusal: str | None = None
     sizes: tuple[int, int] = (0, 0)  # (input, hidden), where its matrices say them
+
+    def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Its body's cell ops run on values fed by tensor (named by its index)."""
+        assert self.evaluator is not None
+        return _named(self.evaluator, feeds)
 
 
 def _activation(code: int, value: np.ndarray) -> np.ndarray:
@@ -402,70 +416,22 @@ def _written(
     reading: Reading,
     steps: int,
 ) -> int | str:
-    """The place of the output sequence the body writes each step's new state at, the body run whole at its first
-    and last steps with every other value it carries checked: counters (from 0) moved on by one, the rest passed on
-    unchanged."""
+    """The place of the output sequence the body writes each step's new state at (`_cells.checked_steps`), each
+    value the WHILE carries an int32 counter or a float32 value."""
     main = file.subgraphs[0]
     sizes = [math.prod(main.tensors[t].shape) for t in op.inputs]
     if sum(sizes) > MAX_EVALUATED:
         return f"it carries {sum(sizes)} values from step to step, more than rnnconv evaluates"
-    written = None
-    for step in sorted({0, steps - 1}):
-        found = _written_at(file, op, body, evaluator, places, reading, (step, steps))
-        if isinstance(found, str) or (written is not None and found != written):
-            return found if isinstance(found, str) else "its body writes each step's new state in another place"
-        written = found
-    return "its body writes no output sequence" if written is None else written
-
-
-def _written_at(
-    file: Any,
-    op: Any,
-    body: Any,
-    evaluator: Evaluator,
-    places: dict[int, int],
-    reading: Reading,
-    at: tuple[int, int],
-) -> int | str:
-    """The place of the output sequence the body run at step `at[0]` of `at[1]` writes the new state in."""
-    main = file.subgraphs[0]
-    step, steps = at
-    rng = np.random.default_rng(PROBE_SEED)
-    feeds: dict[int, np.ndarray] = {}
-    for place, t in enumerate(body.inputs):
-        tensor = main.tensors[op.inputs[place]]
-        if tensor.dtype == "int32" and tensor.shape == ():
-            start = file.values(tensor)
-            if start is None or int(start) != 0:
-                return f"its integer {place} does not start from 0, as a counter of the steps does"
-            feeds[t] = np.asarray(step, np.int32)
-        elif tensor.dtype == "float32" and 0 not in tensor.shape:
-            feeds[t] = rng.standard_normal(tensor.shape).astype(np.float32)
-        else:
-            return f"it carries a value of type {tensor.dtype}, shape {list(tensor.shape)}, that a cell's loop does not"
-    computed, _ = evaluator.run(feeds)
-    values = {**feeds, **computed}
-    new_state = values.get(int(reading.outputs[0]))
-    written = None
+    slots = []
     for place, (given, out) in enumerate(zip(body.inputs, body.outputs)):
-        before, after = feeds[given], values.get(out)
-        if after is None or after.shape != before.shape:
-            return f"its body's output {place} is not computed from its inputs alike (or by ops rnnconv evaluates)"
-        if before.dtype.kind in "iu":
-            if int(after) != step + 1:
-                return f"its body's integer {place} is not a counter moving on by one each step"
-            continue
-        if place in (places[int(reading.h)], places.get(int(reading.c)) if reading.c else None):
-            continue
-        if np.array_equal(after, before):
-            continue
-        expected = before.copy()
-        if new_state is not None and before.shape in ((steps, *new_state.shape), (1, *new_state.shape)):
-            expected[step if len(before) == steps else 0] = new_state  # every step's, or the last one's
-        if written is not None or not np.array_equal(after, expected):
-            return f"its body changes carried value {place} otherwise than writing the step's new state in it"
-        written = place
-    return "its body writes no output sequence" if written is None else written
+        tensor = main.tensors[op.inputs[place]]
+        counter = tensor.dtype == "int32" and tensor.shape == ()
+        if not counter and (tensor.dtype != "float32" or 0 in tensor.shape):
+            return f"it carries a value of type {tensor.dtype}, shape {list(tensor.shape)}, that a cell's loop does not"
+        start = file.values(tensor)
+        start = None if start is None else np.asarray(start, np.int32 if counter else np.float32)
+        slots.append(Slot(str(given), str(out), tensor.dtype, start, tuple(tensor.shape)))
+    return checked_steps(lambda feeds: _named(evaluator, feeds), slots, reading, steps)
 
 
 def _runs_steps(file: Any, op: Any, cond: Any, steps: int) -> bool:
@@ -591,44 +557,3 @@ def loop_canonical(chain: Any, source: Provenance) -> CanonicalRNN:
         f"{error:.1g} of the reading)"
     )
     return canonical(chain.name, readings, source, f"WHILE loop of {article} {cell} cell", [note])
-
-
-def run_loops(chain: Any, spec: RNNSpec, inputs: dict[str, np.ndarray | None]) -> dict[str, np.ndarray | None]:
-    """The chain's loops run step by step, each step its body's own cell ops evaluated in numpy: y, h_n, c_n
-    sequence-major as cuDNN's."""
-    x = np.asarray(inputs["x"], np.float32)
-    if inputs.get("lengths") is not None and np.any(np.asarray(inputs["lengths"]) != x.shape[0]):
-        raise Unsupported("a TFLite WHILE loop runs every sequence all its steps: verify it without --ragged")
-    states = {k: inputs.get(k) for k in ("h0", "c0")}
-    lstm = spec.mode == LSTM
-    finals: dict[str, list[np.ndarray]] = {"h0": [], "c0": []}
-    for layer in chain.layers:
-        outputs = []
-        for loop in layer.loops:
-            reading, evaluator = loop.reading, loop.evaluator
-            index = len(finals["h0"])
-            h = _state(states["h0"], index, x.shape[1], reading.hidden)
-            c = _state(states["c0"], index, x.shape[1], reading.hidden) if lstm else None
-            sequence = x[::-1] if loop.reversed else x
-            steps = []
-            for t in range(x.shape[0]):
-                feeds = {int(reading.x): sequence[t], int(reading.h): h}
-                if c is not None and reading.c is not None:
-                    feeds[int(reading.c)] = c
-                computed, _ = evaluator.run(feeds)
-                h = computed[int(reading.outputs[0])]
-                if c is not None:
-                    c = computed[int(reading.outputs[1])]
-                steps.append(h)
-            y = np.stack(steps)
-            outputs.append(y[::-1] if loop.reversed else y)
-            finals["h0"].append(h)
-            finals["c0"].append(c if c is not None else h)
-        x = np.concatenate(outputs, axis=-1)
-    return {"y": x, "h_n": np.stack(finals["h0"]), "c_n": np.stack(finals["c0"]) if lstm else None}
-
-
-def _state(given: np.ndarray | None, index: int, batch: int, hidden: int) -> np.ndarray:
-    if given is None:
-        return np.zeros((batch, hidden), np.float32)
-    return np.asarray(given, np.float32)[index]

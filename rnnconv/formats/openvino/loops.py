@@ -1,0 +1,797 @@
+"""RNNs OpenVINO's TensorFlow frontend writes as `Loop` ops (`ov.convert_model(keras_model)`), read by what their
+bodies compute.
+
+The frontend writes each Keras layer as a `Loop` over the time-major sequence whose body reads step t of it
+(`Gather` by a counter the body carries), computes the cell from two `MatMul`s of constant matrices (the step's
+input and the carried state) and writes the new state at t of an output sequence (`ScatterUpdate`), its inputs and
+outputs wired to the Loop's through `port_map`, the values it carries through `back_edges`. Here a body's two
+products are found, its ops evaluated in numpy (the ops such a body holds, checked shapes, nothing run from the file
+but that) and the cell read by `_cells.recognise`; the loop then carries the cell's new state back into its state,
+reads its input by its counter from a sequence it does not change, starts its state from zeros and writes each
+step's new state into the sequence it gives out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rnnconv.canonical import CanonicalRNN
+from rnnconv.contracts import Provenance
+from rnnconv.errors import BadInput, Unsupported, cut, listing
+from rnnconv.formats._cells import (
+    CellGraph,
+    Product,
+    Reading,
+    Slot,
+    canonical,
+    checked_steps,
+    exchanged,
+    recognise,
+    run_ops,
+)
+from rnnconv.reference import sigmoid
+from rnnconv.table.constants import CUDNN_MODES
+
+LOOP_OPS = ("Loop", "TensorIterator")
+MAX_BODY_LAYERS = 4096  # layers of one body: a cell's are a few dozen
+MAX_EVALUATED = 1 << 24  # elements of one value the evaluator computes (64 MiB of float32): any cell's are fewer
+MAX_LOOPS = 1024  # Loops of one IR: far beyond any model; keeps reading a hostile file's loops bounded
+MAX_CARRIED = 4  # a body's parameters tried as an LSTM's cell state
+MAX_RUN = 1 << 26  # elements one run of a graph computes, at most
+MAX_STEPS = 4096  # steps of a loop whose condition is checked step by step
+PROBE_SEED = 20261127
+PROBE_SIZE = 3  # a size the model's inputs leave open (its batch), on the probes
+ABSENT = ""  # an input port no edge feeds
+
+
+class NotEvaluated(ValueError):
+    """An op the evaluator does not compute, or computes only for other inputs."""
+
+
+@dataclass
+class BodyLayer:
+    id: str
+    kind: str
+    name: str
+    data: dict[str, str]
+    inputs: list[str]  # the value feeding each input port ("layer:port"), ABSENT where none does
+    outputs: list[str]  # the value of each output port
+    ports: list[str]  # the input ports' ids
+
+
+@dataclass
+class Body:
+    """A Loop's body graph, its port map and back edges, each checked against the body's layers."""
+
+    layers: dict[str, BodyLayer]
+    order: list[BodyLayer]  # its computing layers, each after the layers it reads
+    inputs: dict[int, str]  # the Loop's input port -> the body Parameter's value
+    outputs: dict[int, str]  # the Loop's output port -> the value the body Result gives
+    condition: str | None  # the value of the Result that says whether to go on
+    back: dict[str, str]  # a body Parameter's value -> the value its Result gives the next step
+    sliced: bool = False  # its port map slices an input or concatenates an output over the iterations (axis)
+
+
+@dataclass
+class Loop:
+    """One Loop of an IR read as one direction of an RNN layer, or why it is not one."""
+
+    layer: Any  # the IR's Loop layer
+    name: str
+    body: Body
+    evaluator: Evaluator
+    reading: Reading | None = None
+    refusal: str | None = None
+    sizes: tuple[int, int] = (0, 0)  # (input, hidden), where its matrices say them
+    sequence: str = ""  # the Loop's input port of the time-major sequence it steps over
+    reversed: bool = False  # it steps over its layer's input sequence backwards
+    output_shape: tuple[int, ...] = ()  # (steps, batch, hidden) on the probes
+    output: str = ""  # its output port of the sequence of its new states
+
+    def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        computed, _ = self.evaluator.run(feeds)
+        return computed
+
+
+def parse_graph(container: ET.Element, where: str, most: int) -> tuple[dict[str, BodyLayer], list[BodyLayer]]:
+    """The layers of a graph (an IR's, a body's), each input by the value that feeds it, and its computing layers
+    each after those it reads."""
+    elements = container.findall("layers/layer")
+    if len(elements) > most:
+        raise BadInput(f"{where} has {len(elements)} layers, more than rnnconv reads in one graph ({most})")
+    feeding: dict[tuple[str, str], str] = {}
+    for edge in container.iterfind("edges/edge"):
+        ends = [edge.get(k) for k in ("from-layer", "from-port", "to-layer", "to-port")]
+        if any(e is None for e in ends):
+            raise BadInput(f"{where}: an edge names no layer or port")
+        feeding[(str(ends[2]), str(ends[3]))] = f"{ends[0]}:{ends[1]}"
+    layers: dict[str, BodyLayer] = {}
+    for e in elements:
+        ident, kind = e.get("id"), e.get("type")
+        if ident is None or kind is None or ident in layers:
+            raise BadInput(f"{where}: a layer has no id or type, or another's id")
+        data = e.find("data")
+        ports = [p.get("id", "") for p in e.iterfind("input/port")]
+        outputs = [f"{ident}:{p.get('id', '')}" for p in e.iterfind("output/port")]
+        inputs = [feeding.get((ident, p), ABSENT) for p in ports]
+        layers[ident] = BodyLayer(
+            ident, kind, e.get("name", ident), dict(data.attrib) if data is not None else {}, inputs, outputs, ports
+        )
+    produced = {value: layer for layer in layers.values() for value in layer.outputs}
+    if any(v != ABSENT and v not in produced for layer in layers.values() for v in layer.inputs):
+        raise BadInput(f"{where}: an edge comes from a port no layer has")
+    return layers, _ordered(layers, produced, where)
+
+
+def parse_body(element: ET.Element, where: str) -> Body:
+    """The body of a Loop element: its layers (each input by the value that feeds it), port map and back edges."""
+    found = element.find("body")
+    if found is None:
+        raise BadInput(f"{where} has no body")
+    layers, order = parse_graph(found, f"{where}: its body", MAX_BODY_LAYERS)
+
+    def value_of(internal: str | None, kind: str) -> str:
+        layer = layers.get(internal or "")
+        if layer is None or layer.kind != kind:
+            raise BadInput(f"{where}: its port map names {internal!r}, which is no {kind} of its body")
+        if kind == "Parameter":
+            return layer.outputs[0] if layer.outputs else ABSENT
+        return layer.inputs[0] if layer.inputs else ABSENT
+
+    given: dict[int, str] = {}
+    given_out: dict[int, str] = {}
+    condition = None
+    for entry in element.iterfind("port_map/input"):
+        given[_port(entry.get("external_port_id"), where)] = value_of(entry.get("internal_layer_id"), "Parameter")
+    for entry in element.iterfind("port_map/output"):
+        value = value_of(entry.get("internal_layer_id"), "Result")
+        if entry.get("purpose") == "execution_condition":
+            condition = value
+        else:
+            given_out[_port(entry.get("external_port_id"), where)] = value
+    sliced = any("axis" in entry.attrib for entry in element.iterfind("port_map/*"))
+    back = {}
+    for edge in element.iterfind("back_edges/edge"):
+        back[value_of(edge.get("to-layer"), "Parameter")] = value_of(edge.get("from-layer"), "Result")
+    return Body(layers, order, given, given_out, condition, back, sliced)
+
+
+def _port(text: str | None, where: str) -> int:
+    if text is None or not text.lstrip("-").isdigit() or len(text) > 9:
+        raise BadInput(f"{where}: its port map names the port {text!r}, not a port number")
+    return int(text)
+
+
+def _ordered(layers: dict[str, BodyLayer], produced: dict[str, BodyLayer], where: str) -> list[BodyLayer]:
+    """The graph's computing layers, each after those it reads (BadInput where they read each other round)."""
+    waiting = {layer.id: {produced[v].id for v in layer.inputs if v != ABSENT} for layer in layers.values()}
+    readers: dict[str, list[str]] = {}
+    for ident, needs in waiting.items():
+        for need in needs:
+            readers.setdefault(need, []).append(ident)
+    ready = [ident for ident, needs in waiting.items() if not needs]
+    order = []
+    while ready:
+        ident = ready.pop()
+        order.append(ident)
+        for reader in readers.get(ident, []):
+            waiting[reader].discard(ident)
+            if not waiting[reader]:
+                ready.append(reader)
+    if len(order) != len(layers):
+        raise BadInput(f"{where}: its layers read each other in a cycle")
+    return [layers[i] for i in order if layers[i].kind not in ("Parameter", "Const", "Result")]
+
+
+# --- the ops a cell's body holds, in numpy as OpenVINO computes them (float32)
+
+
+def _flag(data: dict[str, str], key: str) -> bool:
+    return data.get(key, "false").strip().lower() == "true"
+
+
+def _mask(data: dict[str, str], key: str, rank: int) -> list[int]:
+    text = data.get(key, "").strip()
+    bits = [int(b) for b in text.replace(" ", "").split(",") if b] if text else []
+    if any(b not in (0, 1) for b in bits):
+        raise NotEvaluated(f"{key} {text!r}")
+    return bits + [0] * (rank - len(bits))
+
+
+def _axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise NotEvaluated(f"axis {axis} of a rank-{rank} value")
+    return axis % rank
+
+
+def _integers(value: np.ndarray) -> list[int]:
+    if value.dtype.kind not in "iu" or value.size > 64:
+        raise NotEvaluated("a shape or index that is no short list of integers")
+    return [int(v) for v in value.reshape(-1)]
+
+
+def _strided_slice(
+    data: dict[str, str], value: np.ndarray, begin: list[int], end: list[int], strides: list[int]
+) -> Any:
+    count = len(begin)
+    if not count == len(end) == len(strides) or count > value.ndim or 0 in strides:
+        raise NotEvaluated("StridedSlice of other lengths than its value's")
+    begin_mask, end_mask = _mask(data, "begin_mask", count), _mask(data, "end_mask", count)
+    if any(_mask(data, "new_axis_mask", count)) or any(_mask(data, "ellipsis_mask", count)):
+        raise NotEvaluated("StridedSlice with new axes or an ellipsis")
+    shrink = _mask(data, "shrink_axis_mask", count)
+    index: list[Any] = []
+    for axis in range(count):
+        if shrink[axis]:
+            index.append(begin[axis])
+            continue
+        start = None if begin_mask[axis] else begin[axis]
+        stop = None if end_mask[axis] else end[axis]
+        index.append(slice(start, stop, strides[axis]))
+    return value[tuple(index)]
+
+
+def _slice(value: np.ndarray, start: list[int], stop: list[int], step: list[int], axes: list[int]) -> np.ndarray:
+    if not len(start) == len(stop) == len(step) == len(axes) or 0 in step:
+        raise NotEvaluated("Slice of other lengths than its axes'")
+    index: list[Any] = [slice(None)] * value.ndim
+    for a, b, s, axis in zip(start, stop, step, axes):
+        index[_axis(axis, value.ndim)] = slice(a, b, s)
+    return value[tuple(index)]
+
+
+def _reshaped(value: np.ndarray, shape: list[int], special_zero: bool) -> np.ndarray:
+    if special_zero:
+        shape = [value.shape[i] if n == 0 and i < value.ndim else n for i, n in enumerate(shape)]
+    if any(n < -1 for n in shape):
+        raise NotEvaluated("Reshape to a negative size")
+    return value.reshape(shape)
+
+
+def _gather(value: np.ndarray, indices: np.ndarray, axis: int, batch_dims: int) -> np.ndarray:
+    if batch_dims or indices.dtype.kind not in "iu":
+        raise NotEvaluated("Gather of batches")
+    axis = _axis(axis, value.ndim)
+    size = value.shape[axis]
+    if np.any(indices < -size) or np.any(indices >= size):
+        raise NotEvaluated("Gather outside its value")
+    return np.take(value, np.where(indices < 0, indices + size, indices), axis=axis)
+
+
+def _scatter_update(value: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int) -> np.ndarray:
+    axis = _axis(axis, value.ndim)
+    if indices.dtype.kind not in "iu" or np.any(indices < 0) or np.any(indices >= value.shape[axis]):
+        raise NotEvaluated("ScatterUpdate outside its value")
+    result = np.moveaxis(value.copy(), axis, 0)
+    result[indices] = np.moveaxis(updates, axis, 0) if indices.ndim == 0 and axis else updates
+    return np.moveaxis(result, 0, axis)
+
+
+def _reverse_sequence(value: np.ndarray, lengths: np.ndarray, data: dict[str, str]) -> np.ndarray:
+    """Each batch entry's first `lengths` steps reversed (ReverseSequence-1)."""
+    texts = data.get("batch_axis", "0"), data.get("seq_axis", "1")
+    if not all(t.lstrip("-").isdigit() and len(t) < 4 for t in texts):
+        raise NotEvaluated("ReverseSequence of no axes")
+    batch_axis, seq_axis = (_axis(int(t), value.ndim) for t in texts)
+    counts = _integers(lengths) if lengths.size <= 64 else []
+    if batch_axis == seq_axis or len(counts) != value.shape[batch_axis]:
+        raise NotEvaluated("ReverseSequence of lengths its value does not have")
+    moved = np.moveaxis(value, (batch_axis, seq_axis), (0, 1)).copy()
+    for entry, count in enumerate(counts):
+        if not 0 <= count <= moved.shape[1]:
+            raise NotEvaluated("ReverseSequence of lengths its value does not have")
+        moved[entry, :count] = moved[entry, :count][::-1]
+    return np.moveaxis(moved, (0, 1), (batch_axis, seq_axis))
+
+
+UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "Sigmoid": sigmoid,
+    "Tanh": np.tanh,
+    "Relu": lambda v: np.maximum(v, 0),
+    "Negative": np.negative,
+    "ShapeOf": lambda v: np.asarray(v.shape, np.int64),
+}
+BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "Add": np.add,
+    "Subtract": np.subtract,
+    "Multiply": np.multiply,
+    "Less": np.less,
+    "LessEqual": np.less_equal,
+    "Greater": np.greater,
+    "GreaterEqual": np.greater_equal,
+    "LogicalAnd": np.logical_and,
+}
+
+
+def evaluate(layer: BodyLayer, arguments: list[np.ndarray | None]) -> list[np.ndarray]:
+    """One body layer computed in numpy, for the ops a frontend's RNN loop holds."""
+    kind, data = layer.kind, layer.data
+    values = [a for a in arguments if a is not None]
+    if any(a.size > MAX_EVALUATED for a in values):
+        raise NotEvaluated("a value larger than a cell's")
+    if kind == "Broadcast" and len(values) >= 2 and data.get("mode", "numpy") in ("numpy", "bidirectional"):
+        shape = _integers(values[1])
+        if math.prod(shape) > MAX_EVALUATED or any(n < 0 for n in shape):
+            raise NotEvaluated("Broadcast to a shape larger than a cell's")
+        if data.get("mode") == "bidirectional":
+            shape = list(np.broadcast_shapes(values[0].shape, tuple(shape)))
+        return [np.broadcast_to(values[0], shape).copy()]
+    if any(a is None for a in arguments):
+        raise NotEvaluated(f"{kind} with an input left out")
+    if kind == "MatMul" and len(values) == 2:
+        a, b = values
+        if a.ndim < 1 or b.ndim < 1:
+            raise NotEvaluated("MatMul of a scalar")
+        a = np.swapaxes(a, -1, -2) if _flag(data, "transpose_a") and a.ndim > 1 else a
+        b = np.swapaxes(b, -1, -2) if _flag(data, "transpose_b") and b.ndim > 1 else b
+        return [np.matmul(a, b)]
+    if kind in BINARY and len(values) == 2:
+        return [BINARY[kind](values[0], values[1])]
+    if kind in UNARY and len(values) == 1:
+        return [UNARY[kind](values[0])]
+    if kind == "Convert" and len(values) == 1:
+        destination = {"f32": np.float32, "i32": np.int32, "i64": np.int64, "boolean": np.bool_}
+        if data.get("destination_type") not in destination:
+            raise NotEvaluated(f"Convert to {data.get('destination_type')}")
+        return [values[0].astype(destination[data["destination_type"]])]
+    if kind == "Split" and len(values) == 2:
+        count = int(data.get("num_splits", "0")) if data.get("num_splits", "").isdigit() else 0
+        axis = _axis(_integers(values[1])[0], values[0].ndim)
+        if count < 1 or values[0].shape[axis] % count:
+            raise NotEvaluated("Split into parts its value does not divide into")
+        return list(np.split(values[0], count, axis=axis))
+    if kind == "VariadicSplit" and len(values) == 3:
+        axis, sizes = _axis(_integers(values[1])[0], values[0].ndim), _integers(values[2])
+        if any(s < 0 for s in sizes) or sum(sizes) != values[0].shape[axis]:
+            raise NotEvaluated("VariadicSplit of sizes its value does not have")
+        return list(np.split(values[0], np.cumsum(sizes)[:-1], axis=axis))
+    if kind == "Concat" and values:
+        axis = int(data.get("axis", "0")) if data.get("axis", "").lstrip("-").isdigit() else 0
+        return [np.concatenate(values, axis=_axis(axis, values[0].ndim))]
+    if kind == "Reshape" and len(values) == 2:
+        return [_reshaped(values[0], _integers(values[1]), _flag(data, "special_zero"))]
+    if kind in ("Unsqueeze", "Squeeze") and len(values) == 2:
+        axes = _integers(values[1])
+        if kind == "Unsqueeze":
+            rank = values[0].ndim + len(axes)
+            return [np.expand_dims(values[0], tuple(_axis(a, rank) for a in axes))]
+        return [np.squeeze(values[0], tuple(_axis(a, values[0].ndim) for a in axes))]
+    if kind == "Gather" and len(values) == 3:
+        return [_gather(values[0], values[1], _integers(values[2])[0], int(data.get("batch_dims", "0") or 0))]
+    if kind == "StridedSlice" and len(values) >= 3:
+        strides = _integers(values[3]) if len(values) > 3 else [1] * values[1].size
+        return [np.asarray(_strided_slice(data, values[0], _integers(values[1]), _integers(values[2]), strides))]
+    if kind == "Slice" and len(values) in (4, 5):
+        axes = _integers(values[4]) if len(values) == 5 else list(range(values[1].size))
+        return [_slice(values[0], _integers(values[1]), _integers(values[2]), _integers(values[3]), axes)]
+    if kind == "ScatterUpdate" and len(values) == 4:
+        return [_scatter_update(values[0], values[1], values[2], _integers(values[3])[0])]
+    if kind == "ReverseSequence" and len(values) == 2:
+        return [_reverse_sequence(values[0], values[1], data)]
+    if kind == "Transpose" and len(values) == 2:
+        order = _integers(values[1])
+        if sorted(order) != list(range(values[0].ndim)):
+            raise NotEvaluated("Transpose by no permutation of its axes")
+        return [np.transpose(values[0], order)]
+    raise NotEvaluated(kind)
+
+
+class Evaluator:
+    """A body's layers computed in numpy from values fed by name ("layer:port") and its Consts."""
+
+    def __init__(self, ir: Any, body: Body, budget: list[int] | None = None):
+        self.ir, self.body = ir, body
+        self.constants: dict[str, np.ndarray | None] = {}
+        self.budget = budget  # elements all its runs together may compute (None: MAX_RUN a run)
+
+    def constant(self, value: str) -> np.ndarray | None:
+        if value not in self.constants:
+            layer = self.body.layers.get(value.split(":", maxsplit=1)[0])
+            found = None
+            if layer is not None and layer.kind == "Const":
+                try:
+                    stored, _ = self.ir.const(layer)
+                except Unsupported:
+                    stored = None
+                if stored is not None and stored.size <= MAX_EVALUATED:
+                    found = np.asarray(stored)
+                    found = found.astype(np.float32) if found.dtype.kind == "f" else found.copy()
+            self.constants[value] = found
+        return self.constants[value]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
+        """Every value computed from `feeds` and Consts, and the values the layers reached also need (at most
+        MAX_RUN elements computed in a run, or its budget for all its runs: a hostile graph cannot make them long)."""
+        budget = [MAX_RUN] if self.budget is None else self.budget
+
+        def bounded(layer: BodyLayer, arguments: list[np.ndarray | None]) -> list[np.ndarray]:
+            if budget[0] <= 0:
+                raise NotEvaluated("more than a cell's loop computes")
+            results = evaluate(layer, arguments)
+            budget[0] -= sum(np.size(r) for r in results)
+            return results
+
+        return run_ops(self.body.order, feeds, lambda op: (op.inputs, op.outputs), self.constant, bounded, ABSENT)
+
+
+# --- reading a Loop
+
+
+class MainGraph:
+    """An IR's own graph, run in numpy on probes of the model's inputs (a size no input fixes taken as PROBE_SIZE):
+    what each Loop is given, and what the graph makes of the Loops' output sequences."""
+
+    def __init__(self, ir: Any, root: ET.Element, most: int):
+        self.layers, order = parse_graph(root, str(ir.path), most)
+        self.evaluator = Evaluator(ir, Body(self.layers, order, {}, {}, None, {}), [MAX_RUN])  # all its runs
+        self.order = {layer.id: index for index, layer in enumerate(order)}
+        rng = np.random.default_rng(PROBE_SEED)
+        self.feeds: dict[str, np.ndarray] = {}
+        for layer in self.layers.values():
+            shape = _probe_shape(layer.data.get("shape"))
+            if layer.kind == "Parameter" and layer.data.get("element_type") == "f32" and shape and layer.outputs:
+                self.feeds[layer.outputs[0]] = rng.standard_normal(shape).astype(np.float32)
+        self.values = self.run({})
+
+    def read(self, loop: Loop) -> np.ndarray | None:
+        """The probe fed as a read loop's output sequence (the graph run again with it), or None for a loop not read."""
+        if loop.reading is None or loop.refusal is not None:
+            return None
+        value = f"{loop.layer.id}:{loop.output}"
+        if value not in self.feeds:
+            rng = np.random.default_rng(PROBE_SEED + len(self.feeds))
+            self.feeds[value] = rng.standard_normal(loop.output_shape).astype(np.float32)
+            self.values = self.run({})
+        return self.feeds[value]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        computed, _ = self.evaluator.run({**self.feeds, **feeds})
+        return {**self.feeds, **feeds, **computed}
+
+    def place(self, layer: Any) -> int:
+        """Where a layer comes in the graph's order (each after those it reads)."""
+        return self.order.get(layer.id, -1)
+
+    def given(self, layer: Any, port: str, values: dict[str, np.ndarray] | None = None) -> np.ndarray | None:
+        """The value the graph feeds to input `port` of a layer (a Const's, or one computed from the probes)."""
+        main = self.layers.get(layer.id)
+        if main is None or port not in main.ports:
+            return None
+        value = main.inputs[main.ports.index(port)]
+        found = (self.values if values is None else values).get(value)
+        return found if found is not None else self.evaluator.constant(value)
+
+
+def _probe_shape(text: str | None) -> tuple[int, ...] | None:
+    """A Parameter's shape, each size it leaves open ("?", "-1") taken as PROBE_SIZE; None where it is no shape."""
+    parts = [p.strip() for p in (text or "").split(",")]
+    if not text or len(parts) > 8:
+        return None
+    sizes = [PROBE_SIZE if p in ("?", "-1") else int(p) if p.isdigit() and len(p) < 10 else -1 for p in parts]
+    return None if -1 in sizes or math.prod(sizes) > MAX_EVALUATED else tuple(sizes)
+
+
+def read_loop(ir: Any, layer: Any, graph: MainGraph) -> Loop | None:
+    """A Loop layer read as one direction of an RNN layer (refused with the reason where its body computes a cell
+    the loop does not step as an RNN does); None where its body multiplies by no constant matrix."""
+    where = f"{layer.kind} {cut(layer.name)!r}"
+    if len(layer.element.findall("body/layers/layer")) > MAX_BODY_LAYERS:
+        return None  # far more than a cell's: some other loop
+    body = parse_body(layer.element, where)
+    evaluator = Evaluator(ir, body)
+    products = _products(evaluator)
+    if not products:
+        return None
+    loop = Loop(layer, layer.name, body, evaluator)
+    if len(products) != 2:
+        names = listing(repr(cut(p.name)) for p in products)
+        held = f"{len(products)} matrix product{'s' if len(products) > 1 else ''}"
+        loop.refusal = f"its body holds {held} ({names}), not a cell's two"
+        return loop
+    shapes = sorted((p.matrix.shape for p in products), key=lambda s: max(s) // max(min(s), 1))
+    loop.sizes = (min(shapes[-1]), min(shapes[0]))
+    carried = tuple(_carried(evaluator, products))
+    reading = recognise(CellGraph(loop.name, (products[0], products[1]), carried, loop.step))
+    if isinstance(reading, str):
+        loop.refusal = f"its body's cell {reading}"
+        return loop
+    refusals = []
+    for way in [reading] + [r for r in (exchanged(reading),) if r is not None]:
+        found = _stepped(ir, layer, body, way, graph)
+        if isinstance(found, str):
+            refusals.append(found)
+            continue
+        loop.reading, (loop.sequence, loop.output, loop.output_shape) = way, found
+        break
+    else:
+        loop.refusal = refusals[0]
+    loop.sizes = (reading.input_size, reading.hidden)
+    return loop
+
+
+def _products(evaluator: Evaluator) -> list[Product]:
+    """The body's MatMuls of a computed value by a constant float matrix, each with the constant added to it (or,
+    for the first, to its sum with the other)."""
+    body = evaluator.body
+    readers: dict[str, list[BodyLayer]] = {}
+    for layer in body.order:
+        for value in set(layer.inputs):
+            readers.setdefault(value, []).append(layer)
+    found = []
+    for layer in body.order:
+        if layer.kind != "MatMul" or len(layer.inputs) != 2 or _flag(layer.data, "transpose_a"):
+            continue
+        value, weights = layer.inputs
+        matrix = evaluator.constant(weights)
+        if matrix is None or matrix.dtype.kind != "f" or matrix.ndim != 2 or evaluator.constant(value) is not None:
+            continue
+        found.append((layer, matrix if _flag(layer.data, "transpose_b") else matrix.T))
+    outputs = {layer.outputs[0] for layer, _ in found if layer.outputs}
+    products = []
+    for index, (layer, matrix) in enumerate(found):
+        bias = _added(evaluator, layer.outputs[0], readers, outputs, index) if layer.outputs else None
+        name = body.layers[layer.inputs[1].split(":")[0]].name
+        products.append(Product(layer.inputs[0], matrix, bias, name))
+    return products
+
+
+def _added(
+    evaluator: Evaluator, value: str, readers: dict[str, list[BodyLayer]], products: set[str], index: int
+) -> np.ndarray | None:
+    for _ in range(2 if index == 0 else 1):
+        adds = [op for op in readers.get(value, []) if op.kind == "Add" and len(op.inputs) == 2 and op.outputs]
+        if len(adds) != 1:
+            return None
+        (other,) = [v for v in adds[0].inputs if v != value] or [value]
+        constant = evaluator.constant(other)
+        if constant is not None:
+            return constant if constant.dtype.kind == "f" else None
+        if other not in products:
+            return None
+        value = adds[0].outputs[0]
+    return None
+
+
+def _carried(evaluator: Evaluator, products: list[Product]) -> list[str]:
+    """The body's parameters its cell reads besides its products' inputs: an LSTM's cell state among them."""
+    feeds = {p.value: np.zeros((1, p.matrix.shape[1]), np.float32) for p in products}
+    _, missing = evaluator.run(feeds)
+    parameters = set(evaluator.body.back)
+    return [v for v in dict.fromkeys(missing) if v in parameters][:MAX_CARRIED]
+
+
+def _stepped(ir: Any, layer: Any, body: Body, reading: Reading, graph: MainGraph) -> tuple[str, str, Any] | str:
+    """(the Loop's input port of the time-major sequence it steps over, its output port of the sequence of new
+    states), where the Loop runs the cell once per step of the sequence as Keras's loops do; else why not (a
+    clause). The body is run whole at its first and last steps: every integer it carries is a counter from 0 moved
+    on by one, its state starts from zeros, one value it carries has the step's new state written at the step, the
+    rest are passed on unchanged, and it goes on for exactly as many steps as the sequence has."""
+    states = [reading.h] + ([reading.c] if reading.c else [])
+    if any(body.back.get(s) != new for s, new in zip(states, reading.outputs)):
+        return "its body's cell does not carry its state from one step to the next"
+    gather = _producer(body, reading.x)
+    if gather is None or gather.kind != "Gather" or len(gather.inputs) != 3:
+        return "its body's cell does not read its input as one step of a sequence (a Gather)"
+    sequence, counter, axis = gather.inputs
+    if sequence in body.back or counter not in body.back or _integers_of(ir, body, axis) != [0]:
+        return "its body's cell does not read its input as one step of the sequence it loops over"
+    special = layer.data.get("special_body_ports", "")
+    if layer.kind != "Loop" or special not in ("", "-1,-1", "-1, -1") or body.sliced:
+        return (
+            f"it is a {layer.kind} that feeds its body the iteration or slices of its inputs, or concatenates its "
+            f"outputs (port map axis), which rnnconv does not read yet"
+        )
+    slots = _slots(graph, layer, body)
+    if isinstance(slots, str):
+        return slots
+    if any(value not in slots for value in (sequence, counter, *states)):
+        return "its body's cell does not read its input, counter and state from what the Loop is given"
+    port = next(p for p, v in body.inputs.items() if v == sequence)
+    shape = slots[sequence].shape
+    if len(shape) != 3:
+        return f"it loops over a sequence of shape {list(shape)}, not (steps, batch, features)"
+    steps = shape[0]
+    if not 0 < steps <= MAX_STEPS:
+        return f"it loops over {steps} steps; rnnconv checks loops of 1 to {MAX_STEPS}"
+    for state in states:
+        if np.any(slots[state]):
+            return "its initial state is not zeros"
+    evaluator = Evaluator(ir, body)
+    carried = [
+        Slot(value, body.back.get(value), str(start.dtype), start, tuple(start.shape)) for value, start in slots.items()
+    ]
+    written = checked_steps(lambda feeds: evaluator.run(feeds)[0], carried, reading, steps)
+    if isinstance(written, str):
+        return written
+    ran = _iterations(graph, layer, evaluator, slots, steps)
+    if ran != steps:
+        return f"it runs {ran} times over a sequence of {steps} steps (by its trip count and condition)"
+    sequences = carried[written]
+    outputs = [p for p, v in body.outputs.items() if v == sequences.result]
+    if not outputs:
+        return "it gives out no sequence of its new states"
+    kept = sequences.shape[0] if len(sequences.shape) == 3 else steps  # every step's, or the last one's
+    return str(port), str(outputs[0]), (kept, shape[1], reading.hidden)
+
+
+Slots = dict[str, np.ndarray]  # body parameter -> the value the Loop starts it from
+
+
+def _slots(graph: MainGraph, layer: Any, body: Body) -> Slots | str:
+    """Each body parameter's initial value, as the graph computes it on its probes."""
+    slots: Slots = {}
+    for port, value in body.inputs.items():
+        start = graph.given(layer, str(port))
+        if start is None:
+            return f"its input {port} is not computed from the model's inputs (by ops rnnconv evaluates)"
+        if start.size > MAX_EVALUATED:
+            return f"it carries a value of {start.size} elements, more than rnnconv evaluates"
+        slots[value] = start
+    return slots
+
+
+def _iterations(graph: MainGraph, layer: Any, evaluator: Evaluator, slots: Slots, steps: int) -> int:
+    """How many times the Loop runs its body (by its trip count, its first condition and its body's), counted up to
+    one past `steps`."""
+    trip, first = (graph.given(layer, port) for port in ("0", "1"))
+    if trip is None or first is None or trip.size != 1 or first.size != 1 or trip.dtype.kind not in "iu":
+        return -1
+    count, going = int(trip.reshape(-1)[0]), bool(first.reshape(-1)[0])
+    body, ran = evaluator.body, 0
+    if body.condition is None:
+        return (min(count, steps + 1) if going else 0) if count >= 0 else -1
+    # the condition's own layers only, run once a step
+    condition = Evaluator(evaluator.ir, dataclasses.replace(body, order=_cone(body, body.condition)), [MAX_RUN])
+    while going and (count < 0 or ran < count) and ran <= steps:
+        feeds = {  # its counters at the step, the rest as the Loop starts them
+            v: np.asarray(ran, f.dtype) if f.dtype.kind in "iu" and f.shape == () and v in body.back else f
+            for v, f in slots.items()
+        }
+        computed, _ = condition.run(feeds)
+        verdict = {**feeds, **computed}.get(body.condition)
+        if verdict is None or verdict.size != 1:
+            return -1
+        going, ran = bool(verdict.reshape(-1)[0]), ran + 1
+    return ran
+
+
+def _cone(body: Body, value: str) -> list[BodyLayer]:
+    """The body's computing layers `value` is computed from, in the body's order."""
+    needed, pending = set(), [value]
+    while pending:
+        layer = _producer(body, pending.pop())
+        if layer is not None and layer.id not in needed:
+            needed.add(layer.id)
+            pending += [v for v in layer.inputs if v != ABSENT]
+    return [layer for layer in body.order if layer.id in needed]
+
+
+def _producer(body: Body, value: str) -> BodyLayer | None:
+    return body.layers.get(value.split(":", maxsplit=1)[0])
+
+
+def _integers_of(ir: Any, body: Body, value: str) -> list[int] | None:
+    """The integers of the body's Const that gives `value`, or None where no Const gives it."""
+    layer = _producer(body, value)
+    if layer is None or layer.kind != "Const" or layer.data.get("element_type") not in ("i32", "i64"):
+        return None
+    stored, _ = ir.const(layer)
+    return [int(v) for v in np.asarray(stored).reshape(-1)] if stored.size <= 64 else None
+
+
+def loop_canonical(name: str, layers: list[list[Loop]], source: Provenance) -> CanonicalRNN:
+    """The canonical RNN of Loop layers, each its directions (Unsupported: why a loop of them does not convert)."""
+    loops = [loop for layer in layers for loop in layer]
+    for loop in loops:
+        if loop.refusal is not None or loop.reading is None:
+            raise Unsupported(
+                f"{cut(loop.name)!r} is a {loop.layer.kind} whose body looks like an RNN cell, but {loop.refusal}; "
+                f"convert the checkpoint it was exported from"
+            )
+    readings = [[loop.reading for loop in layer if loop.reading is not None] for layer in layers]
+    first = readings[0][0]
+    cell = CUDNN_MODES[first.mode][0].upper()
+    article = "a" if cell == "GRU" else "an"
+    error = max(r.error for layer in readings for r in layer)
+    note = (
+        f"{name}: {listing(loop.layer.kind + ' ' + repr(cut(loop.name)) for loop in loops)}, each stepping "
+        f"{article} {cell} cell over its sequence: its gates and layout read by what its body computes (run on probe "
+        f"inputs, within {error:.1g} of the reading)"
+    )
+    return canonical(name, readings, source, f"Loop of {article} {cell} cell", [note])
+
+
+@dataclass
+class LoopLayer:
+    """The loops that are one RNN layer (forward first) and the layer whose output sequence it reads (None: the
+    model's input)."""
+
+    loops: list[Loop]
+    below: LoopLayer | None = None
+
+
+def loop_layers(graph: MainGraph, loops: list[Loop]) -> list[LoopLayer]:
+    """The loops as RNN layers, settled by what the graph around them computes on probe inputs: each loop's
+    sequence is the model's input (time- or batch-major) or a layer's output sequence, as it is or reversed in time
+    (a backward direction); a forward and a backward loop over the same sequence whose output sequences the graph
+    joins on the features (the backward one's reversed back) are one bidirectional layer."""
+    outputs = {id(loop): probe for loop in loops if (probe := graph.read(loop)) is not None}
+    sources: list[tuple[np.ndarray, LoopLayer | None]] = []  # time-major sequences a layer may read
+    for value, probe in graph.feeds.items():
+        if probe.ndim == 3 and graph.layers[value.split(":")[0]].kind == "Parameter":
+            sources += [(probe.swapaxes(0, 1), None), (probe, None)]
+    values = graph.values
+    place = graph.order
+    result: list[LoopLayer] = []
+    for loop in sorted(loops, key=lambda x: place.get(x.layer.id, -1)):
+        if loop.reading is None or loop.refusal is not None:
+            result.append(LoopLayer([loop]))
+            continue
+        given = graph.given(loop.layer, loop.sequence, values)
+        found = [(s, way) for s in sources for way in (False, True) if _same(given, s[0][::-1] if way else s[0])]
+        if not found:
+            loop.refusal = (
+                "its sequence is not the model's input or another RNN layer's output sequence moved as cuDNN feeds "
+                "it (by ops rnnconv evaluates)"
+            )
+            result.append(LoopLayer([loop]))
+            continue
+        (_, below), loop.reversed = found[0]
+        partner = next(
+            (
+                layer
+                for layer in result
+                if len(layer.loops) == 1
+                and layer.below is below
+                and layer.loops[0].reversed != loop.reversed
+                and id(layer.loops[0]) in outputs
+                and layer.loops[0].refusal is None
+                and _joined(layer.loops[0], loop, outputs, values) is not None
+            ),
+            None,
+        )
+        if partner is not None:
+            partner.loops = sorted([partner.loops[0], loop], key=lambda x: x.reversed)
+            joined = _joined(partner.loops[0], partner.loops[1], outputs, values)
+            assert joined is not None
+            sources = [(joined, partner) if owner is partner else (s, owner) for s, owner in sources]
+            continue
+        alone = LoopLayer([loop], below)
+        result.append(alone)
+        y = outputs[id(loop)]
+        sources.append((y[::-1] if loop.reversed else y, alone))
+    for held in result:
+        loop = held.loops[0]
+        if len(held.loops) == 1 and loop.reversed and loop.refusal is None:
+            loop.refusal = (
+                "it runs backwards over its sequence with no forward loop beside it (go_backwards alone): cuDNN's "
+                "RNNs have no backward-only direction"
+            )
+    return result
+
+
+def _joined(
+    forward: Loop, backward: Loop, outputs: dict[int, np.ndarray], values: dict[str, np.ndarray]
+) -> np.ndarray | None:
+    """The two loops' output sequences joined on the features (forward first, each in time order) where the graph
+    computes that, time-major; else None."""
+    if forward.reversed:
+        forward, backward = backward, forward
+    y_f, y_b = outputs[id(forward)], outputs[id(backward)]
+    joined = np.concatenate([y_f, y_b[::-1] if backward.reversed else y_b], axis=-1)
+    batch_major = joined.swapaxes(0, 1)
+    for value in values.values():
+        if _same(value, joined) or _same(value, batch_major):
+            return joined
+    return None
+
+
+def _same(value: np.ndarray | None, expected: np.ndarray) -> bool:
+    return value is not None and value.shape == expected.shape and np.array_equal(value, expected)

@@ -1,0 +1,150 @@
+"""RNNs OpenVINO's TensorFlow frontend writes as `Loop` ops (fixtures/make_openvino_fixtures.py: `ov.convert_model` of
+Keras 3 LSTM, GRU, SimpleRNN and a Bidirectional LSTM): each read by what its body computes, converted, and the result
+run in PyTorch against OpenVINO's CPU plugin running the frontend's own file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+ov = pytest.importorskip("openvino")
+torch = pytest.importorskip("torch")
+
+from conftest import FIXTURES, assert_clean_failure, run_cli
+
+import rnnconv
+
+OPENVINO = FIXTURES / "openvino"
+TOLERANCE = 1e-5
+MODULES = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn_tanh": torch.nn.RNN}
+LOOPS = {  # fixture: (mode, input, hidden, layers, bidirectional)
+    "keras_lstm_loop": ("lstm", 3, 4, 1, False),
+    "keras_gru_loop": ("gru", 3, 5, 1, False),
+    "keras_rnn_loop": ("rnn_tanh", 3, 4, 1, False),
+    "keras_bilstm_loop": ("lstm", 3, 4, 1, True),
+    "keras_gru2_loop": ("gru", 3, 4, 2, False),
+    "keras_lstm_dynamic_loop": ("lstm", 3, 4, 1, False),  # batch and steps left open
+}
+
+
+def openvino(path, x: np.ndarray) -> np.ndarray:
+    compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    return compiled(x)[0]
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_a_frontend_loop_converts_to_what_openvino_computes(name, tmp_path):
+    mode, input_size, hidden, layers, bidirectional = LOOPS[name]
+    source = OPENVINO / f"{name}.xml"
+    entry = rnnconv.inspect(source).rnns[0]  # the whole RNN (its layers are listed after it)
+    assert entry.converts, entry.reason
+    spec = entry.spec
+    assert (spec.mode, spec.input_size, spec.hidden_size, spec.num_layers, spec.bidirectional) == LOOPS[name]
+    result = run_cli("convert", source, tmp_path / "m.pt")
+    assert result.returncode == 0, result.stderr
+    module = MODULES[mode](input_size, hidden, num_layers=layers, bidirectional=bidirectional, batch_first=True)
+    module.load_state_dict(torch.load(tmp_path / "m.pt", weights_only=True))
+    x = np.random.default_rng(7).normal(0, 1.5, (2, 5, input_size)).astype(np.float32)
+    expected = openvino(source, x)
+    with torch.no_grad():
+        y, _ = module(torch.from_numpy(x))
+    assert y.shape == expected.shape
+    assert float(np.abs(y.numpy() - expected).max()) < TOLERANCE
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_verify_runs_a_frontend_loop_against_its_conversion(name, tmp_path):
+    source = OPENVINO / f"{name}.xml"
+    assert run_cli("convert", source, tmp_path / "m.pt").returncode == 0
+    result = run_cli("verify", tmp_path / "m.pt", "--against", source)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "MATCH" in result.stdout
+
+
+MUTATIONS = {  # a change to the LSTM fixture's Loop: what it breaks, and the phrase its refusal says
+    "its output concatenated over the iterations": (
+        (
+            '<output external_port_id="8" internal_layer_id="50" />',
+            '<output external_port_id="8" internal_layer_id="50" axis="0" />',
+        ),
+        None,
+        "concatenates its outputs (port map axis)",
+    ),
+    "the sequence not given to the body (the fuzz found it: StopIteration, exit 4)": (
+        ('<input external_port_id="7" internal_layer_id="5" />', ""),
+        None,
+        "does not read its input, counter and state from what the Loop is given",
+    ),
+    "state and cell state exchanged": (
+        ('<edge from-layer="51" to-layer="3" />', '<edge from-layer="52" to-layer="3" />'),
+        ('<edge from-layer="52" to-layer="4" />', '<edge from-layer="51" to-layer="4" />'),
+        "does not carry its state",
+    ),
+    "the counter given out, not the states": (
+        (
+            '<output external_port_id="8" internal_layer_id="50" />',
+            '<output external_port_id="8" internal_layer_id="49" />',
+        ),
+        None,
+        "gives out no sequence of its new states",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_a_loop_that_does_not_step_its_cell_as_an_rnn_is_listed_with_the_reason(mutation, tmp_path):
+    first, second, phrase = MUTATIONS[mutation]
+    text = (OPENVINO / "keras_lstm_loop.xml").read_text()
+    for old, new in [first] + ([second] if second else []):
+        assert text.count(old) == 1
+        text = text.replace(old, new)
+    source = tmp_path / "loop.xml"
+    source.write_text(text)
+    source.with_suffix(".bin").write_bytes((OPENVINO / "keras_lstm_loop.bin").read_bytes())
+    (entry,) = rnnconv.inspect(source).rnns
+    assert not entry.converts and phrase in entry.reason
+    result = run_cli("convert", source, tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "is a Loop whose body looks like an RNN cell", phrase)
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_a_loop_stepping_backwards_alone_is_listed_with_the_reason(tmp_path):
+    """Keras GRU(go_backwards=True): its Loop reads the sequence reversed (ReverseSequence), with no forward loop
+    beside it; cuDNN has no backward-only direction: listed, refused in one sentence (it converted as a forward GRU)."""
+    source = OPENVINO / "keras_gru_backwards_loop.xml"
+    (entry,) = rnnconv.inspect(source).rnns
+    assert not entry.converts and "runs backwards over its sequence" in entry.reason
+    result = run_cli("convert", source, tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "is a Loop whose body looks like an RNN cell", "no backward-only direction")
+    assert not (tmp_path / "m.pt").exists()
+
+
+DAMAGED = {  # a change to the LSTM fixture's Loop that leaves it no graph: the phrase its refusal says
+    "a layer of the body reads itself": (
+        (
+            '<edge from-layer="0" from-port="0" to-layer="7" to-port="0" />',
+            '<edge from-layer="7" from-port="2" to-layer="7" to-port="0" />',
+        ),
+        "read each other in a cycle",
+    ),
+    "the port map names no layer of the body": (
+        (
+            '<output external_port_id="8" internal_layer_id="50" />',
+            '<output external_port_id="8" internal_layer_id="500" />',
+        ),
+        "which is no Result of its body",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED))
+def test_a_damaged_loop_body_is_refused_in_a_sentence(damage, tmp_path):
+    (old, new), phrase = DAMAGED[damage]
+    text = (OPENVINO / "keras_lstm_loop.xml").read_text()
+    assert text.count(old) == 1
+    source = tmp_path / "loop.xml"
+    source.write_text(text.replace(old, new))
+    source.with_suffix(".bin").write_bytes((OPENVINO / "keras_lstm_loop.bin").read_bytes())
+    for command in (["inspect", source], ["convert", source, tmp_path / "m.pt"]):
+        assert_clean_failure(run_cli(*command), 2, phrase)
+    assert not (tmp_path / "m.pt").exists()
