@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -171,12 +172,22 @@ def expand(command: list[str], seed: Seed, folder: Path, outputs: Path) -> list[
 
 
 def output_digest(outputs: Path, command: list[str]) -> str | None:
-    """What a conversion wrote, as a digest of its data (a blob without its sidecar, which names the source's
-    digest and path); None for a command that writes nothing."""
+    """What a conversion wrote, as a digest of its data: a blob without its sidecar, a checkpoint without its
+    `rnnconv.source` record (both name the source's path, which differs from case to case, and its digest); None for
+    a command that writes nothing."""
     if command[0] != "convert":
         return None
     written = outputs / ("out" + Path(command[2]).suffix)
-    return hashlib.blake2b(written.read_bytes(), digest_size=16).hexdigest() if written.exists() else "missing"
+    if not written.exists():
+        return "missing"
+    digest = hashlib.blake2b(digest_size=16)
+    if zipfile.is_zipfile(written):
+        with zipfile.ZipFile(written) as archive:
+            for name in sorted(n for n in archive.namelist() if not n.endswith("rnnconv.source")):
+                digest.update(name.encode() + archive.read(name))
+    else:
+        digest.update(written.read_bytes())
+    return digest.hexdigest()
 
 
 def mutate(path: Path, how: str, rng: random.Random) -> None:
@@ -282,12 +293,15 @@ def run_case(
 
 def _converts_to_the_same(worker_box: list, command: list[str], seed: Seed, folder: Path) -> bool:
     """Whether the changed files, converted now, give what the case wrote (the change came before rnnconv's first
-    look, and it read the changed file whole)."""
-    again = folder / "again"
-    again.mkdir()
-    result = worker_box[0].run(expand(command, seed, folder, again))
+    look, and it read the changed file whole). The case's outputs move aside to `first/` and the conversion writes
+    where they were: an output records its source's path relative to itself, which another folder would change."""
+    first = folder / "first"
+    first.mkdir()
+    for written in folder.glob("out*"):
+        written.rename(first / written.name)
+    result = worker_box[0].run(expand(command, seed, folder, folder))
     return (
         isinstance(result, dict)
         and result["code"] == 0
-        and output_digest(again, command) == output_digest(folder, command)
+        and output_digest(folder, command) == output_digest(first, command)
     )
