@@ -550,3 +550,17 @@ def test_a_recorded_source_dtype_rnnconv_does_not_know_is_refused(target, lstm, 
         metadata[key] = json.dumps(record)
         save_file(tensors, str(written), metadata)
     one_sentence(cli("verify", written), 2, "records its source's element type as 'gru'")
+
+
+def test_an_onnx_node_named_in_bytes_that_are_not_utf8_is_refused(tmp_path):
+    """The streaming fuzz family found it: protobuf hands a name that is not UTF-8 over as bytes, and joining the
+    names of a chain raised a TypeError (exit 4)."""
+    data = (FIXTURES / "onnx" / "gru3_bi_torchscript.onnx").read_bytes()
+    assert data.count(b"/GRU_1") >= 1
+    damaged = tmp_path / "damaged.onnx"
+    damaged.write_bytes(data.replace(b"/GRU_1", b"/G\x80U_1", 1))
+    for command in ("inspect", "convert"):
+        args = [damaged] if command == "inspect" else [damaged, tmp_path / "out.pt"]
+        result = run_cli(command, *args)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert "not UTF-8 text" in result.stderr, result.stderr

@@ -4,6 +4,7 @@ each chain's canonical form through the table's ONNX rows."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,8 @@ class OnnxFile(Graph[OnnxNode]):
         except Exception as exc:  # protobuf's DecodeError and others: a damaged or foreign file
             raise BadInput(f"{path} is not a readable ONNX model ({type(exc).__name__})") from None
         found = scopes(model.graph)
+        if not all(isinstance(name, str) for scope in found for name in _names(scope.graph)):
+            raise BadInput(f"{path} names a node, value or attribute in bytes that are not UTF-8 text")
         folding = Folder(path.parent, size)
         nodes, chains = [], []
         for scope in found:
@@ -303,3 +306,12 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
         provenance=provenance,
     )
     return read(found, source)
+
+
+def _names(graph: Any) -> Iterator[Any]:
+    """Every name a graph's nodes, values and tensors give (protobuf hands a name that is not UTF-8 over as bytes)."""
+    for node in graph.node:
+        yield from (node.name, node.op_type, node.domain, *node.input, *node.output)
+        yield from (attribute.name for attribute in node.attribute)
+    yield from (tensor.name for tensor in graph.initializer)
+    yield from (value.name for value in (*graph.input, *graph.output, *graph.value_info))
