@@ -276,3 +276,13 @@ def test_onnxruntime_s_refusal_is_said_without_where_in_its_source(said, reason)
     from rnnconv.formats.onnx.runner import onnxruntime_reason
 
     assert onnxruntime_reason(RuntimeError(said)) == reason
+
+
+def test_a_streaming_tflite_on_which_tflite_micro_aborts_is_refused_in_a_sentence():
+    """`fixtures/tflite/streaming_gru_micro_aborts.tflite`: a streaming GRU rnnconv wrote, damaged by the streaming
+    fuzz family, that passes rnnconv's checks and on which TFLite Micro's kernels abort the process (SIGABRT in
+    invoke): one call on zeros runs in a child first, so verify says so instead of dying with the signal."""
+    pytest.importorskip("tflite_micro")
+    damaged = FIXTURES / "tflite" / "streaming_gru_micro_aborts.tflite"
+    result = fresh_cli("verify", damaged, "--streaming", "--stream-runtime", "tflite-micro", "--seq-len", "6")
+    assert_clean_failure(result, 2, "TFLite Micro's interpreter stopped its process on this model (signal 6)")
