@@ -962,3 +962,14 @@ def test_the_cell_recogniser_says_why_a_cell_it_cannot_read_does_not_convert():
     reason = recognise(cell)
     assert isinstance(reason, str) and reason.startswith("computes none of the 24 LSTM readings"), reason
     assert "the nearest is off by" in reason
+
+
+def test_bfloat16_weights_which_the_onnx_rnn_ops_of_its_opset_do_not_take_are_refused(tmp_path):
+    """ONNX's LSTM/GRU/RNN take bfloat16 from opset 22 on; rnnconv writes opset 20, where onnxruntime refused the
+    written file as an invalid model ("Type 'tensor(bfloat16)' of input parameter (X) of operator (GRU) is invalid")."""
+    out = tmp_path / "gru.onnx"
+    result = run_cli("convert", FIXTURES / "torch" / "gru_bf16.pt", out, "--dtype", "bfloat16")
+    assert_clean_failure(result, 2, "take float32, float16 or float64 weights, not bfloat16")
+    assert not out.exists()
+    assert run_cli("convert", FIXTURES / "torch" / "gru_bf16.pt", out, "--dtype", "float16").returncode == 0
+    ort_session(out)  # a model onnxruntime takes

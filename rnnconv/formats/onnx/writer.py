@@ -12,7 +12,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN
 from rnnconv.dtypes import element_type, encode
-from rnnconv.errors import Unsupported
+from rnnconv.errors import Unsupported, either
 from rnnconv.formats import registry
 from rnnconv.formats.onnx import profile as profiles
 from rnnconv.formats.onnx.nodes import RNN_OPS
@@ -25,6 +25,7 @@ from rnnconv.formats.onnx.wire import (
     ONNX_OPSET,
     ONNX_QUANTIZED_INPUTS,
     ONNX_QUANTIZED_OPS,
+    WRITES,
 )
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.streaming import STATE_INPUT, STATE_OUTPUT, STREAM_INPUT, STREAM_OUTPUT
@@ -272,6 +273,10 @@ def write_onnx(
     rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool, profile: str | None = None, streaming: bool = False
 ) -> None:
     rnn = registry.only_rnn(rnns, "an .onnx")
+    if dtype not in WRITES:
+        raise Unsupported(
+            f"ONNX's LSTM, GRU and RNN ops (opset {ONNX_OPSET}) take {either(WRITES)} weights, not {dtype} (--dtype)"
+        )
     build = build_streaming_model if streaming else build_model
     model = build(layers_of(rnn, dtype), rnn.spec.input_size, dtype)
     if profile is not None and (broken := profiles.broken(model, profiles.check_profile(profile))):
