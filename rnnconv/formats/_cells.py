@@ -474,3 +474,15 @@ def _step_written(
     if written is None:
         return "its body writes no output sequence"
     return written, shapes
+
+
+# What a loop format's evaluator of a body's ops shares.
+class NotEvaluated(ValueError):
+    """An op the evaluator does not compute, or computes only for other inputs."""
+
+
+def axis_of(axis: int, rank: int) -> int:
+    """An op's axis, counted from the end where negative, of a value of that rank."""
+    if not -rank <= axis < rank:
+        raise NotEvaluated(f"axis {axis} of a rank-{rank} value")
+    return axis % rank

@@ -27,9 +27,11 @@ from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats._cells import (
     CellGraph,
+    NotEvaluated,
     Product,
     Reading,
     Slot,
+    axis_of,
     canonical,
     checked_steps,
     exchanged,
@@ -49,10 +51,6 @@ MAX_STEPS = 4096  # steps of a loop whose condition is checked step by step
 PROBE_SEED = 20261127
 PROBE_SIZE = 3  # a size the model's inputs leave open (its batch), on the probes
 ABSENT = ""  # an input port no edge feeds
-
-
-class NotEvaluated(ValueError):
-    """An op the evaluator does not compute, or computes only for other inputs."""
 
 
 @dataclass
@@ -205,12 +203,6 @@ def _mask(data: dict[str, str], key: str, rank: int) -> list[int]:
     return bits + [0] * (rank - len(bits))
 
 
-def _axis(axis: int, rank: int) -> int:
-    if not -rank <= axis < rank:
-        raise NotEvaluated(f"axis {axis} of a rank-{rank} value")
-    return axis % rank
-
-
 def _integers(value: np.ndarray) -> list[int]:
     if value.dtype.kind not in "iu" or value.size > 64:
         raise NotEvaluated("a shape or index that is no short list of integers")
@@ -243,7 +235,7 @@ def _slice(value: np.ndarray, start: list[int], stop: list[int], step: list[int]
         raise NotEvaluated("Slice of other lengths than its axes'")
     index: list[Any] = [slice(None)] * value.ndim
     for a, b, s, axis in zip(start, stop, step, axes):
-        index[_axis(axis, value.ndim)] = slice(a, b, s)
+        index[axis_of(axis, value.ndim)] = slice(a, b, s)
     return value[tuple(index)]
 
 
@@ -258,7 +250,7 @@ def _reshaped(value: np.ndarray, shape: list[int], special_zero: bool) -> np.nda
 def _gather(value: np.ndarray, indices: np.ndarray, axis: int, batch_dims: int) -> np.ndarray:
     if batch_dims or indices.dtype.kind not in "iu":
         raise NotEvaluated("Gather of batches")
-    axis = _axis(axis, value.ndim)
+    axis = axis_of(axis, value.ndim)
     size = value.shape[axis]
     if np.any(indices < -size) or np.any(indices >= size):
         raise NotEvaluated("Gather outside its value")
@@ -266,7 +258,7 @@ def _gather(value: np.ndarray, indices: np.ndarray, axis: int, batch_dims: int) 
 
 
 def _scatter_update(value: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int) -> np.ndarray:
-    axis = _axis(axis, value.ndim)
+    axis = axis_of(axis, value.ndim)
     if indices.dtype.kind not in "iu" or np.any(indices < 0) or np.any(indices >= value.shape[axis]):
         raise NotEvaluated("ScatterUpdate outside its value")
     result = np.moveaxis(value.copy(), axis, 0)
@@ -279,7 +271,7 @@ def _reverse_sequence(value: np.ndarray, lengths: np.ndarray, data: dict[str, st
     texts = data.get("batch_axis", "0"), data.get("seq_axis", "1")
     if not all(t.lstrip("-").isdigit() and len(t) < 4 for t in texts):
         raise NotEvaluated("ReverseSequence of no axes")
-    batch_axis, seq_axis = (_axis(int(t), value.ndim) for t in texts)
+    batch_axis, seq_axis = (axis_of(int(t), value.ndim) for t in texts)
     counts = _integers(lengths) if lengths.size <= 64 else []
     if batch_axis == seq_axis or len(counts) != value.shape[batch_axis]:
         raise NotEvaluated("ReverseSequence of lengths its value does not have")
@@ -343,26 +335,26 @@ def evaluate(layer: BodyLayer, arguments: list[np.ndarray | None]) -> list[np.nd
         return [values[0].astype(destination[data["destination_type"]])]
     if kind == "Split" and len(values) == 2:
         count = int(data.get("num_splits", "0")) if data.get("num_splits", "").isdigit() else 0
-        axis = _axis(_integers(values[1])[0], values[0].ndim)
+        axis = axis_of(_integers(values[1])[0], values[0].ndim)
         if count < 1 or values[0].shape[axis] % count:
             raise NotEvaluated("Split into parts its value does not divide into")
         return list(np.split(values[0], count, axis=axis))
     if kind == "VariadicSplit" and len(values) == 3:
-        axis, sizes = _axis(_integers(values[1])[0], values[0].ndim), _integers(values[2])
+        axis, sizes = axis_of(_integers(values[1])[0], values[0].ndim), _integers(values[2])
         if any(s < 0 for s in sizes) or sum(sizes) != values[0].shape[axis]:
             raise NotEvaluated("VariadicSplit of sizes its value does not have")
         return list(np.split(values[0], np.cumsum(sizes)[:-1], axis=axis))
     if kind == "Concat" and values:
         axis = int(data.get("axis", "0")) if data.get("axis", "").lstrip("-").isdigit() else 0
-        return [np.concatenate(values, axis=_axis(axis, values[0].ndim))]
+        return [np.concatenate(values, axis=axis_of(axis, values[0].ndim))]
     if kind == "Reshape" and len(values) == 2:
         return [_reshaped(values[0], _integers(values[1]), _flag(data, "special_zero"))]
     if kind in ("Unsqueeze", "Squeeze") and len(values) == 2:
         axes = _integers(values[1])
         if kind == "Unsqueeze":
             rank = values[0].ndim + len(axes)
-            return [np.expand_dims(values[0], tuple(_axis(a, rank) for a in axes))]
-        return [np.squeeze(values[0], tuple(_axis(a, values[0].ndim) for a in axes))]
+            return [np.expand_dims(values[0], tuple(axis_of(a, rank) for a in axes))]
+        return [np.squeeze(values[0], tuple(axis_of(a, values[0].ndim) for a in axes))]
     if kind == "Gather" and len(values) == 3:
         return [_gather(values[0], values[1], _integers(values[2])[0], int(data.get("batch_dims", "0") or 0))]
     if kind == "StridedSlice" and len(values) >= 3:

@@ -26,9 +26,11 @@ from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats._cells import (
     CellGraph,
+    NotEvaluated,
     Product,
     Reading,
     Slot,
+    axis_of,
     canonical,
     checked_steps,
     exchanged,
@@ -45,10 +47,6 @@ MAX_CARRIED = 4  # a body's inputs tried as an LSTM's cell state
 MAX_EVALUATED = 1 << 24  # elements of one value the evaluator computes (64 MiB of float32): any cell's are fewer
 MAX_LOOPS = 4096  # WHILE ops in one file: far beyond any model; keeps reading a hostile file's loops bounded
 MAX_STEPS = 4096  # steps of a loop whose condition is checked step by step
-
-
-class NotEvaluated(ValueError):
-    """An op the evaluator does not compute, or computes only for other inputs."""
 
 
 @dataclass
@@ -88,12 +86,6 @@ def _activation(code: int, value: np.ndarray) -> np.ndarray:
 
 def _option(options: Table | None, slot: int, kind: str, default: Any) -> Any:
     return default if options is None else options.scalar(slot, kind, default)
-
-
-def _axis(axis: int, rank: int) -> int:
-    if not -rank <= axis < rank:
-        raise NotEvaluated(f"axis {axis} of a rank-{rank} value")
-    return axis % rank
 
 
 def _strided_slice(value: np.ndarray, begin: np.ndarray, end: np.ndarray, strides: np.ndarray, options: Any) -> Any:
@@ -154,17 +146,17 @@ def evaluate(op: Any, arguments: list[np.ndarray | None]) -> list[np.ndarray]:
     if name == "SPLIT":
         axis, value = int(values[0].reshape(-1)[0]), values[1]
         count = int(_option(options, 0, "i32", 0))
-        if count < 1 or value.shape[_axis(axis, value.ndim)] % count:
+        if count < 1 or value.shape[axis_of(axis, value.ndim)] % count:
             raise NotEvaluated("SPLIT into parts its value does not divide into")
-        return list(np.split(value, count, axis=_axis(axis, value.ndim)))
+        return list(np.split(value, count, axis=axis_of(axis, value.ndim)))
     if name == "SPLIT_V":
         value, sizes, axis = values[0], values[1].reshape(-1).tolist(), int(values[2].reshape(-1)[0])
-        if any(s < 0 for s in sizes) or sum(sizes) != value.shape[_axis(axis, value.ndim)]:
+        if any(s < 0 for s in sizes) or sum(sizes) != value.shape[axis_of(axis, value.ndim)]:
             raise NotEvaluated("SPLIT_V of sizes its value does not have")
-        return list(np.split(value, np.cumsum(sizes)[:-1], axis=_axis(axis, value.ndim)))
+        return list(np.split(value, np.cumsum(sizes)[:-1], axis=axis_of(axis, value.ndim)))
     if name == "CONCATENATION":
         axis = int(_option(options, 0, "i32", 0))
-        joined = np.concatenate(values, axis=_axis(axis, values[0].ndim))
+        joined = np.concatenate(values, axis=axis_of(axis, values[0].ndim))
         return [_activation(_option(options, 1, "u8", 0), joined)]
     if name == "RESHAPE":
         shape = values[1].reshape(-1).tolist() if len(values) > 1 else None
@@ -176,7 +168,7 @@ def evaluate(op: Any, arguments: list[np.ndarray | None]) -> list[np.ndarray]:
         if _option(options, 1, "i32", 0) or values[1].dtype.kind not in "iu":
             raise NotEvaluated("GATHER of batches")
         data, indices = values
-        axis = _axis(axis, data.ndim)
+        axis = axis_of(axis, data.ndim)
         if np.any(indices < 0) or np.any(indices >= data.shape[axis]):
             raise NotEvaluated("GATHER outside its value")
         return [np.take(data, indices, axis=axis)]
