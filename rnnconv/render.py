@@ -18,13 +18,12 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
-from rich.table import Table
 
 from rnnconv import streams
 from rnnconv.canonical import RNNSpec
@@ -47,6 +46,9 @@ from rnnconv.errors import EXIT_INTERNAL, BadInput, cut, failure, sentence
 from rnnconv.safeio.outputs import remove_live_temps
 from rnnconv.table.constants import DIRECTIONS, LSTM
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
 
 class _Console(Console):
     def on_broken_pipe(self) -> None:
@@ -55,10 +57,17 @@ class _Console(Console):
         streams.silence(1)  # nothing more is shown, and nothing fails at exit either
 
 
-out = _Console(highlight=False, soft_wrap=True)
+out = _Console(highlight=False, soft_wrap=True, emoji=False)  # a name holding ":smile:" is printed as it is
 # Messages: on a stderr that cannot take them (full, closed early) they are given up, and the exit code stays.
-err = _Console(file=cast(IO[str], streams.Tolerant("stderr", 2)), highlight=False, soft_wrap=True)
+err = _Console(file=cast(IO[str], streams.Tolerant("stderr", 2)), highlight=False, soft_wrap=True, emoji=False)
 Shown = TypeVar("Shown", bound=Callable[..., "int | None"])
+
+
+def _table(**options: Any) -> Table:
+    """A rich table; rich's table module is imported only by the commands that print one (not a conversion)."""
+    from rich.table import Table
+
+    return Table(**options)
 
 
 VERDICT_COLOURS = {"match": "green", "structure-only": "yellow", "lossy-as-recorded": "yellow"}  # else red
@@ -213,7 +222,7 @@ def batch(results: BatchResults, as_json: bool, quiet: bool) -> None:
     headers = ("file", "RNNs", "output", "result")
     widths = [max(len(word) for row in [headers, *rows] for word in row[i].split()) for i in range(len(headers))]
     if sum(widths) + 3 * len(widths) + 1 <= out.width:  # a table whose cells never break a word
-        table = Table()
+        table = _table()
         for column in headers:
             table.add_column(column)
         for row in rows:
@@ -245,7 +254,7 @@ def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
     if as_json:
         print_json(reports)
         return
-    table = Table(show_header=True)
+    table = _table(show_header=True)
     for column in ("RNN", "spec", "verdict", "summary"):
         table.add_column(column, overflow="fold")
     for report in reports.root:
@@ -275,7 +284,7 @@ def inspection(report: InspectReport, json: bool, quiet: bool, verbose: bool) ->
         return code
     versions = "".join(f", {k} {v}" for k, v in report.versions.items())
     title = f"{escape(report.path)} ({report.format}{escape(versions)})"
-    table = Table(title=title)
+    table = _table(title=title)
     # a name is what --layer takes: never wrapped (a file's name too long to type, cut); where the longest does not
     # fit, one RNN a line
     names = [cut(rnn.name) for rnn in report.rnns]
@@ -391,7 +400,7 @@ def verification(report: Report, as_json: bool, quiet: bool, verbose: bool) -> N
             + (f", lengths {inputs.lengths}" if inputs.lengths else "")
             + (", non-zero h0 and c0" if report.spec and report.spec.mode == LSTM else ", non-zero h0")
         )
-    table = Table(show_header=True)
+    table = _table(show_header=True)
     for column in ("check", "result", "ok"):
         table.add_column(column)
     for check in report.checks:
@@ -435,7 +444,7 @@ def doctor(report: dict[str, Any], as_json: bool, quiet: bool, verbose: bool) ->
     if quiet:
         return
     out.print(f"rnnconv {report['rnnconv']} on Python {report['python']}")
-    table = Table(title="what verify can use here")
+    table = _table(title="what verify can use here")
     for column in ("part", "available", "detail"):
         table.add_column(column, overflow="fold")
     for group in ("backends", "sources"):

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, run_cli
 
 SOURCE = FIXTURES / "keras3" / "lstm.h5"
 
@@ -190,3 +191,13 @@ def test_a_closed_stderr_cannot_receive_an_output_file_descriptor(tmp_path):
     written = output.read_bytes()
     assert b"library" not in written and b"stdout" not in written
     assert Path(f"{output}.json").read_text().startswith("{")
+
+
+def test_a_name_is_printed_as_it_is_never_as_an_emoji(tmp_path):
+    """rich turns `:name:` into an emoji by default; a path (or a layer) holding one must show what it is."""
+    source = tmp_path / "lstm:thumbs_up:.pt"
+    shutil.copy(FIXTURES / "torch" / "lstm_proj.pt", source)
+    result = run_cli("torch-to-cudnn", source, "-o", tmp_path / "out:smile:.bin")
+    assert result.returncode == 0, result.stderr
+    assert "out:smile:.bin" in result.stdout, result.stdout
+    assert "\N{SMILING FACE WITH OPEN MOUTH}" not in result.stdout
