@@ -9,8 +9,10 @@ empty interpreter for a small job): the two run one after the other, --repeat ti
 order swapped every pair, the source read into the page cache and every output removed (and `sync`) before each
 run of either, so both see the same cache. A row prints the job's best and median wall time, its baseline's, the
 ratio of the bests and the median of the pairs' ratios, its CPU time, the peak resident memory of the job's
-process, and its goal, met or missed. The floors follow: an empty interpreter, `import numpy`, and a bare h5py
-read of the `.h5`'s datasets (then with numpy's transpose of each matrix), against `cp` of the same file.
+process, and its goal, met or missed. The floors follow: an empty interpreter, `import numpy`, numpy and the typed
+contracts (pydantic) that every conversion imports, the same small conversion through the library (no command line),
+the contracts' start-up then `cp` in the kernel (the floor of a conversion that copies every byte unchanged), and a
+bare h5py read of the `.h5`'s datasets (then with numpy's transpose of each matrix), against `cp` of the same file.
 `--peers` adds the frameworks' own ways (minutes). Python writes its bytecode caches as on a user's machine
 (PYTHONDONTWRITEBYTECODE is dropped). A benchmark, not a test: it judges nothing by exit code.
 """
@@ -37,6 +39,9 @@ ENV = {
     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
 }
 EMPTY = [PYTHON, "-c", "pass"]
+# What every conversion imports by design: the canonical form's numpy and the typed contracts' pydantic.
+DESIGN = "import numpy, rnnconv.contracts"
+LIBRARY = "import sys, rnnconv; rnnconv.convert(sys.argv[1], sys.argv[2], to='cudnn', force=True)"
 
 BARE_H5PY = """
 import sys, h5py, numpy as np
@@ -210,6 +215,17 @@ def big(work: Path, repeat: int) -> list[Row]:
         ),
         paired(
             Job(
+                "the floor: import numpy and the contracts, then cp in the kernel",
+                [PYTHON, "-c", f"{DESIGN}; import shutil, sys; shutil.copyfile(*sys.argv[1:])", str(pt), str(blob)],
+                blob_out,
+                pt,
+            ),
+            cp(pt, work),
+            repeat,
+            "",
+        ),
+        paired(
+            Job(
                 f"convert {pt.name} model.xml (OpenVINO)",
                 [*RNNCONV, "convert", str(pt), str(xml), "-q"],
                 [xml, xml.with_suffix(".bin")],
@@ -256,6 +272,17 @@ def small(work: Path, repeat: int) -> list[Row]:
         ),
         paired(Job("rnnconv --help", [*RNNCONV, "--help"]), empty, repeat, "s 0.15"),
         paired(Job("the floor: python -c 'import numpy'", [PYTHON, "-c", "import numpy"]), empty, repeat, ""),
+        paired(Job("the floor: import numpy and the contracts (pydantic)", [PYTHON, "-c", DESIGN]), empty, repeat, ""),
+        paired(
+            Job(
+                "small.pt -> .bin by rnnconv.convert, no command line",
+                [PYTHON, "-c", LIBRARY, str(work / "small.pt"), str(out)],
+                outputs,
+            ),
+            empty,
+            repeat,
+            "",
+        ),
     ]
 
 
