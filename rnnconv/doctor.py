@@ -51,9 +51,10 @@ def examine() -> dict[str, Any]:
         # a format with no extra (TensorFlow.js: npm packages) says how its runtime is installed
         told = [runtime.install for runtime in fmt.runtimes if runtime.install]
         install = f"pip install 'rnnconv[{fmt.info.extra}]'" if fmt.info.extra or not told else told[0]
-        engine = fmt.engine
-        if engine is not None:
-            backends[engine.name] = {"format": fmt.name, **_row(engine.modules, engine.detail, install)}
+        for engine in (fmt.engine, *fmt.plugin.more_engines):  # MNN beside onnxruntime for ONNX
+            if engine is not None:
+                row = _row(engine.modules, engine.detail, engine.install or install)
+                backends[engine.name] = {"format": fmt.name, **row}
         for runtime in fmt.runtimes:
             row = _row(runtime.modules, f"runs {runtime.runs}", runtime.install or install, runtime.major)
             sources[runtime.key] = {"format": fmt.name, **row}

@@ -139,10 +139,11 @@ def test_doctor_lists_every_format_of_the_registry():
 
     report = json.loads(json.dumps(examine()))  # as --json prints it
     for fmt in registry.formats():
-        if fmt.engine is not None:
-            row = report["backends"][fmt.engine.name]
-            assert row["format"] == fmt.name
-            assert row["versions"] == {p: version(p, m) for p, m in fmt.engine.modules}, fmt.name
+        for engine in (fmt.engine, *fmt.plugin.more_engines):  # MNN, ONNX's second engine, was missing
+            if engine is not None:
+                row = report["backends"][engine.name]
+                assert row["format"] == fmt.name
+                assert row["versions"] == {p: version(p, m) for p, m in engine.modules}, engine.name
         if type(fmt).run is not registry.Format.run:  # it runs its files as sources: a framework does
             rows = [row for row in report["sources"].values() if row["format"] == fmt.name]
             assert rows, f"doctor does not list what runs {fmt.title} files"

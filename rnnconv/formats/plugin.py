@@ -65,6 +65,7 @@ class EngineInfo:
     detail: str  # what runs the blob, as the report says
     modules: tuple[tuple[str, str], ...]  # (name in the report, module) of each of the runtime's packages
     listed: int  # where `verify --backend` lists it, after auto, cudnn and numpy
+    install: str = ""  # how to install its packages, where the format's extra does not (MNN)
 
 
 @dataclass(frozen=True)

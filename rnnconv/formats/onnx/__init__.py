@@ -64,6 +64,7 @@ PLUGIN = Plugin(
             "MNN (CPU) running the blob written as ONNX, converted by MNN's converter, float32",
             (("mnn", "MNN"),),
             11,
+            install="pip install 'rnnconv[mnn]'",
         ),
     ),
     frameworks=("onnx", "onnxruntime"),
