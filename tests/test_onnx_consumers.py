@@ -142,3 +142,63 @@ def test_verify_backend_mnn_without_mnn_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setattr(mnn, "mnn_version", lambda: None)
     with pytest.raises(BackendMissing, match=r"pip install 'rnnconv\[mnn\]'"):
         rnnconv.verify(tmp_path / "m.onnx", backend="mnn")
+
+
+def nested_lstm_model():
+    """An LSTM (input_forget=1, sequence_lens the graph's input) in an If's then-branch inside a Loop's body: what a
+    top-level check does not see."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    weights = [
+        numpy_helper.from_array(rng.normal(size=shape).astype(np.float32), name)
+        for name, shape in (("W", (1, 4 * HIDDEN, INPUT)), ("R", (1, 4 * HIDDEN, HIDDEN)), ("B", (1, 8 * HIDDEN)))
+    ]
+    lstm = helper.make_node(
+        "LSTM", ["X", "W", "R", "B", "lens"], ["Y"], name="lstm", hidden_size=HIDDEN, input_forget=1
+    )
+    y_info = helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)
+    then_branch = helper.make_graph([lstm], "then", [], [y_info])
+    else_y = helper.make_node("ConstantOfShape", ["shape"], ["Y"], name="zeros")
+    else_branch = helper.make_graph([else_y], "else", [], [y_info])
+    branch = helper.make_node("If", ["cond"], ["Y_if"], name="branch", then_branch=then_branch, else_branch=else_branch)
+    keep = helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep")
+    body = helper.make_graph(
+        [branch, keep],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("Y_if", TensorProto.FLOAT, None),
+        ],
+    )
+    loop = helper.make_node("Loop", ["trips", "cond"], ["Ys"], name="outer", body=body)
+    graph = helper.make_graph(
+        [loop],
+        "nested",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, [STEPS, BATCH, INPUT]),
+            helper.make_tensor_value_info("lens", TensorProto.INT32, [BATCH]),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("Ys", TensorProto.FLOAT, None)],
+        [*weights, helper.make_tensor("trips", TensorProto.INT64, [], [1])]
+        + [helper.make_tensor("shape", TensorProto.INT64, [4], [STEPS, 1, BATCH, HIDDEN])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def test_profiles_check_rnn_nodes_inside_loop_and_if_bodies_naming_where_they_sit(tmp_path):
+    onnx.save(nested_lstm_model(), tmp_path / "nested.onnx")
+    where = "outer::body::branch::then_branch::lstm"
+    result = run_cli("inspect", tmp_path / "nested.onnx", "--profile", "tensorrt")
+    text = " ".join(result.stdout.split())
+    assert result.returncode == 1 and f"node {where!r}: input_forget must be 0 for tensorrt" in text, text
+    result = run_cli("inspect", tmp_path / "nested.onnx", "--profile", "mnn")
+    text = " ".join(result.stdout.split())
+    assert result.returncode == 1 and f"node {where!r}: sequence_lens must not be a graph input" in text, text
+    assert "input_forget must be 0 for mnn" in text
+    assert run_cli("inspect", tmp_path / "nested.onnx", "--profile", "ort-web").returncode == 0
