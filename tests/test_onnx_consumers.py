@@ -144,6 +144,77 @@ def test_verify_backend_mnn_without_mnn_names_the_extra(tmp_path, monkeypatch):
         rnnconv.verify(tmp_path / "m.onnx", backend="mnn")
 
 
+TF2ONNX = FIXTURES / "tf2onnx"  # made by fixtures/make_tf2onnx_fixtures.py (tf2onnx 1.16.1, TensorFlow 2.15.1)
+TF2ONNX_RNNS = ["lstm", "gru_reset_after", "lstm_bi", "lstm2", "lstm_states"]  # an ONNX LSTM or GRU op each
+TF2ONNX_LOOPS = {
+    "gru_reset_before": "gru_reset_before/gru_1/while_loop",
+    "simple_rnn": "simple_rnn/simple_rnn/while_loop",
+}
+
+
+def rnn_nodes(path) -> list[str]:
+    return [node.name for node in onnx.load(path).graph.node if node.op_type in ("LSTM", "GRU", "RNN")]
+
+
+@pytest.mark.parametrize("name", TF2ONNX_RNNS)
+def test_inspect_profile_on_tf2onnx_files_names_the_empty_sequence_lens_for_ort_web_only(name):
+    import json
+
+    path = TF2ONNX / f"{name}.onnx"
+    for profile in ("tensorrt", "mnn"):
+        result = run_cli("inspect", path, "--profile", profile, "--json")
+        assert result.returncode == 0 and json.loads(result.stdout)["broken_limits"] == [], (profile, result.stdout)
+    result = run_cli("inspect", path, "--profile", "ort-web", "--json")
+    broken = json.loads(result.stdout)["broken_limits"]
+    assert result.returncode == 1 and len(broken) == len(rnn_nodes(path)), broken
+    for node, line in zip(rnn_nodes(path), broken):
+        assert line.startswith(f"node {node!r}: no input may be named '' (left out) for ort-web"), line
+
+
+@pytest.mark.parametrize("name", TF2ONNX_RNNS)
+def test_tf2onnx_files_convert_to_torch_computing_what_onnxruntime_runs_of_the_whole_file(tmp_path, name):
+    import json
+
+    from runtimes import ort_session, torch_module_for, torch_outputs
+
+    import rnnconv
+
+    path, out = TF2ONNX / f"{name}.onnx", tmp_path / f"{name}.pt"
+    assert run_cli("convert", path, out).returncode == 0
+    with rnnconv.load(out) as (rnn,):
+        spec = rnn.spec
+    assert (spec.input_size, spec.hidden_size) == (INPUT, HIDDEN) and spec.num_layers == 1 + (name == "lstm2")
+    module = torch_module_for(spec)
+    module.load_state_dict(torch.load(out, weights_only=True))
+    rng = np.random.default_rng(len(name))
+    x = rng.normal(size=(BATCH, STEPS, INPUT)).astype(np.float32)  # as Keras takes it, batch-major
+    depth = spec.num_layers * spec.num_directions
+    h0, c0 = np.zeros((2, depth, BATCH, HIDDEN), np.float32)
+    feeds = {"x": x}
+    if name == "lstm_states":  # the model's own initial states, non-zero
+        h0, c0 = rng.normal(size=(2, 1, BATCH, HIDDEN)).astype(np.float32)
+        feeds |= {"h0": h0[0], "c0": c0[0]}
+    by_ort = ort_session(path).run(None, feeds)
+    y, h_n, c_n = torch_outputs(module, spec, np.ascontiguousarray(x.transpose(1, 0, 2)), h0, c0)
+    assert np.abs(y.transpose(1, 0, 2) - by_ort[0]).max() <= 1e-5
+    if name == "lstm_states":
+        assert max(np.abs(h_n[0] - by_ort[1]).max(), np.abs(c_n[0] - by_ort[2]).max()) <= 1e-5
+    result = run_cli("verify", out, "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 0 and report["verdict"] == "match", result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("name", TF2ONNX_LOOPS)
+def test_a_tf2onnx_while_loop_is_refused_in_one_sentence_naming_the_loop(tmp_path, name):
+    result = run_cli("convert", TF2ONNX / f"{name}.onnx", tmp_path / "m.pt")
+    loop = TF2ONNX_LOOPS[name]
+    assert_clean_failure(result, 2, f"holds no LSTM, GRU or RNN node: its Loop {loop!r} steps matrix products")
+    assert "reset_after=False" in result.stderr and "torch.onnx.export" not in result.stderr
+    assert not (tmp_path / "m.pt").exists()
+    result = run_cli("inspect", TF2ONNX / f"{name}.onnx")
+    assert result.returncode == 0 and f"its Loop {loop!r} steps" in " ".join((result.stdout + result.stderr).split())
+
+
 def nested_lstm_model():
     """An LSTM (input_forget=1, sequence_lens the graph's input) in an If's then-branch inside a Loop's body: what a
     top-level check does not see."""
