@@ -273,3 +273,23 @@ def test_profiles_check_rnn_nodes_inside_loop_and_if_bodies_naming_where_they_si
     assert result.returncode == 1 and f"node {where!r}: sequence_lens must not be a graph input" in text, text
     assert "input_forget must be 0 for mnn" in text
     assert run_cli("inspect", tmp_path / "nested.onnx", "--profile", "ort-web").returncode == 0
+
+
+@needs_mnn
+def test_mnn_computes_tanh_for_a_relu_rnn_so_its_profile_and_verify_refuse_one(tmp_path):
+    module = torch_source(tmp_path, lambda *a, **k: torch.nn.RNN(*a, nonlinearity="relu", **k), 1, True)
+    args = ("--nonlinearity", "relu")
+    assert run_cli("convert", tmp_path / "source.pt", tmp_path / "m.onnx", *args).returncode == 0
+    rng = np.random.default_rng(4)
+    x, h0 = rng.normal(size=(STEPS, BATCH, INPUT)), rng.normal(size=(2, BATCH, HIDDEN))
+    x, h0 = x.astype(np.float32), h0.astype(np.float32)
+    with torch.no_grad():
+        want = module(torch.from_numpy(x), torch.from_numpy(h0))[0].numpy()
+    by_mnn = run_in_mnn((tmp_path / "m.onnx").read_bytes(), {"X": x, "initial_h": h0}, ["Y"])["Y"]
+    assert np.abs(by_mnn - want).max() > 0.1  # MNN 3.6.1 drops the RNN's Relu: what its profile says
+    result = run_cli("inspect", tmp_path / "m.onnx", "--profile", "mnn")
+    assert result.returncode == 1 and "activations must be ones MNN computes" in " ".join(result.stdout.split())
+    result = run_cli("convert", tmp_path / "source.pt", tmp_path / "p.onnx", *args, "--profile", "mnn")
+    assert_clean_failure(result, 2, "cannot be written within mnn's limits", "MNN computes tanh for an RNN")
+    result = run_cli("verify", tmp_path / "m.onnx", "--backend", "mnn")
+    assert_clean_failure(result, 2, "is not in the form MNN takes", "activations must be ones MNN computes")

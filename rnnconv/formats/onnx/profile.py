@@ -71,9 +71,11 @@ LIMITS: Final = (
     ),
     Limit(
         "mnn-activations",
-        "activations must be MNN's (Sigmoid, Tanh, Relu; a GRU's its defaults)",
+        "activations must be ones MNN computes (an LSTM's Sigmoid, Tanh or Relu; a GRU's and an RNN's their defaults: "
+        "MNN computes tanh for an RNN whatever its activations say)",
         ("mnn",),
-        "MNN's OnnxLSTMMerge.cpp and OnnxSequenceGRUMerge.cpp",
+        "MNN's OnnxLSTMMerge.cpp reads activations only where there are three (an LSTM's), OnnxSequenceGRUMerge.cpp; "
+        "measured with mnn 3.6.1: an RNN with Relu computes tanh",
     ),
     Limit("bias", "B must be given", ("mnn",), "MNN issue 1890 (LSTM not support optional 4th input)"),
     Limit(
@@ -129,8 +131,9 @@ def _same_activations(node: Any, scope: Scope, model: Any) -> bool:
 
 def _mnn_activations(node: Any, scope: Scope, model: Any) -> bool:
     acts = _activations(node)
-    if node.op_type == "GRU":
-        return acts == list(ONNX_DEFAULT_ACTIVATIONS["GRU"]) * (len(acts) // 2)
+    if node.op_type in ("GRU", "RNN"):  # MNN reads no activations of theirs
+        default = ONNX_DEFAULT_ACTIVATIONS[node.op_type]
+        return acts == list(default) * (len(acts) // len(default))
     return all(a in MNN_ACTIVATIONS for a in acts)
 
 
