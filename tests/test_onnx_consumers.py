@@ -195,6 +195,10 @@ def test_tf2onnx_files_convert_to_torch_computing_what_onnxruntime_runs_of_the_w
         h0, c0 = rng.normal(size=(2, 1, BATCH, HIDDEN)).astype(np.float32)
         feeds |= {"h0": h0[0], "c0": c0[0]}
     by_ort = ort_session(path).run(None, feeds)
+    if importlib.util.find_spec("_tools") is not None:  # MNN takes tf2onnx's form, as --profile mnn says
+        names = [output.name for output in onnx.load(path).graph.output]
+        by_mnn = run_in_mnn(path.read_bytes(), feeds, names)
+        assert max(np.abs(by_mnn[n] - ran).max() for n, ran in zip(names, by_ort)) <= 1e-5
     y, h_n, c_n = torch_outputs(module, spec, np.ascontiguousarray(x.transpose(1, 0, 2)), h0, c0)
     assert np.abs(y.transpose(1, 0, 2) - by_ort[0]).max() <= 1e-5
     if name == "lstm_states":
