@@ -297,3 +297,22 @@ def test_mnn_computes_tanh_for_a_relu_rnn_so_its_profile_and_verify_refuse_one(t
     assert_clean_failure(result, 2, "cannot be written within mnn's limits", "MNN computes tanh for an RNN")
     result = run_cli("verify", tmp_path / "m.onnx", "--backend", "mnn")
     assert_clean_failure(result, 2, "is not in the form MNN takes", "activations must be ones MNN computes")
+
+
+@needs_mnn
+@pytest.mark.parametrize("cls", ["LSTM", "GRU", "RNN"])
+def test_a_streaming_onnx_runs_in_mnn_as_in_onnxruntime(tmp_path, cls):
+    from runtimes import ort_session
+
+    torch_source(tmp_path, getattr(torch.nn, cls), 2, False)
+    assert run_cli("convert", tmp_path / "source.pt", tmp_path / "s.onnx", "--streaming").returncode == 0
+    model = onnx.load(tmp_path / "s.onnx")
+    rng = np.random.default_rng(6)
+    feeds = {"x": rng.normal(size=(BATCH, 3, INPUT)).astype(np.float32)}  # a chunk of 3 steps
+    feeds |= {i.name: rng.normal(size=(BATCH, HIDDEN)).astype(np.float32) for i in model.graph.input[1:]}
+    names = [output.name for output in model.graph.output]
+    by_ort = ort_session(tmp_path / "s.onnx").run(None, feeds)
+    by_mnn = run_in_mnn((tmp_path / "s.onnx").read_bytes(), feeds, names)
+    assert len(names) == 1 + len(feeds) - 1
+    for name, ran in zip(names, by_ort):
+        assert np.abs(by_mnn[name] - ran).max() <= 1e-5, name
