@@ -29,6 +29,8 @@ class Way:
     label: str
     run: Callable[..., Outputs]
     ragged: bool = False
+    # the runtime's own limit, not rnnconv's: why it cannot run a file of this spec (None: it runs every one)
+    cannot: Callable[[RNNSpec], str | None] = lambda spec: None
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,23 @@ def ort_run(path, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None) -> list[
 def _onnx(path, spec, x, h0, c0, lengths=None) -> Outputs:
     y, h_n, *c_n = ort_run(path, x, h0, c0)
     return y, h_n, c_n[0] if c_n else None
+
+
+def _mnn(path, spec, x, h0, c0, lengths=None) -> Outputs:
+    """A written .onnx converted by MNN's own converter and run by its CPU runtime (pip `mnn`), fed as onnxruntime."""
+    from rnnconv.formats.onnx.mnn import mnn_version, run_in_mnn
+
+    if mnn_version() is None:
+        pytest.skip("mnn is not installed")
+    names = ["Y", "Y_h", "Y_c"][: 2 + (c0 is not None)]
+    feeds = {"X": x, "initial_h": h0} | ({"initial_c": c0} if c0 is not None else {})
+    got = run_in_mnn(Path(path).read_bytes(), feeds, names)
+    return got["Y"], got["Y_h"], got.get("Y_c")
+
+
+def _mnn_cannot(spec: RNNSpec) -> str | None:
+    """MNN computes tanh for ONNX's RNN op whatever its activations (--profile mnn names it; test_onnx_consumers)."""
+    return "MNN computes tanh for an RNN with Relu" if spec.mode == "rnn_relu" else None
 
 
 # --- OpenVINO IR in OpenVINO's CPU plugin -------------------------------------------------------------------------
@@ -423,7 +442,7 @@ FLAX_ENGINE, NNX_ENGINE, EQUINOX_ENGINE = (
 )
 RUNTIMES = {
     "cudnn": Runtime((".bin", ".bin.json"), 2e-5, (Way("the reference of cuDNN's equations", _cudnn),)),
-    "onnx": Runtime((".onnx",), 1e-5, (Way("onnxruntime", _onnx),)),
+    "onnx": Runtime((".onnx",), 1e-5, (Way("onnxruntime", _onnx), Way("MNN", _mnn, cannot=_mnn_cannot))),
     "openvino": Runtime((".xml", ".bin"), 1e-5, (Way("OpenVINO's CPU plugin", _openvino, True),), None, True),
     "tflite": Runtime((".tflite",), 2e-5, (Way("LiteRT", _tflite),)),
     "flax": Runtime((".msgpack", ".msgpack.rnnconv.json"), 2e-6, (FLAX_ENGINE,), _flax_documented("flax"), True),

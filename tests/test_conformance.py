@@ -284,6 +284,8 @@ def test_the_written_file_computes_what_its_source_computes(target, case, source
     tolerance = HALF_TOLERANCE if half else runtime.tolerance
     label = f"{target} from {case}"
     for way in runtime.ways:
+        if way.cannot(made.spec) is not None:
+            continue
         error = largest_difference(way.run(out, made.spec, made.x, made.h0, made.c0), made.expected)
         if way.ragged and made.ragged is not None:
             ragged = way.run(out, made.spec, made.x, made.h0, made.c0, LENGTHS)

@@ -142,3 +142,177 @@ def test_verify_backend_mnn_without_mnn_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setattr(mnn, "mnn_version", lambda: None)
     with pytest.raises(BackendMissing, match=r"pip install 'rnnconv\[mnn\]'"):
         rnnconv.verify(tmp_path / "m.onnx", backend="mnn")
+
+
+TF2ONNX = FIXTURES / "tf2onnx"  # made by fixtures/make_tf2onnx_fixtures.py (tf2onnx 1.16.1, TensorFlow 2.15.1)
+TF2ONNX_RNNS = ["lstm", "gru_reset_after", "lstm_bi", "lstm2", "lstm_states"]  # an ONNX LSTM or GRU op each
+TF2ONNX_LOOPS = {
+    "gru_reset_before": "gru_reset_before/gru_1/while_loop",
+    "simple_rnn": "simple_rnn/simple_rnn/while_loop",
+}
+
+
+def rnn_nodes(path) -> list[str]:
+    return [node.name for node in onnx.load(path).graph.node if node.op_type in ("LSTM", "GRU", "RNN")]
+
+
+@pytest.mark.parametrize("name", TF2ONNX_RNNS)
+def test_inspect_profile_on_tf2onnx_files_names_the_empty_sequence_lens_for_ort_web_only(name):
+    import json
+
+    path = TF2ONNX / f"{name}.onnx"
+    for profile in ("tensorrt", "mnn"):
+        result = run_cli("inspect", path, "--profile", profile, "--json")
+        assert result.returncode == 0 and json.loads(result.stdout)["broken_limits"] == [], (profile, result.stdout)
+    result = run_cli("inspect", path, "--profile", "ort-web", "--json")
+    broken = json.loads(result.stdout)["broken_limits"]
+    assert result.returncode == 1 and len(broken) == len(rnn_nodes(path)), broken
+    for node, line in zip(rnn_nodes(path), broken):
+        assert line.startswith(f"node {node!r}: no input may be named '' (left out) for ort-web"), line
+
+
+@pytest.mark.parametrize("name", TF2ONNX_RNNS)
+def test_tf2onnx_files_convert_to_torch_computing_what_onnxruntime_runs_of_the_whole_file(tmp_path, name):
+    import json
+
+    from runtimes import ort_session, torch_module_for, torch_outputs
+
+    import rnnconv
+
+    path, out = TF2ONNX / f"{name}.onnx", tmp_path / f"{name}.pt"
+    assert run_cli("convert", path, out).returncode == 0
+    with rnnconv.load(out) as (rnn,):
+        spec = rnn.spec
+    assert (spec.input_size, spec.hidden_size) == (INPUT, HIDDEN) and spec.num_layers == 1 + (name == "lstm2")
+    module = torch_module_for(spec)
+    module.load_state_dict(torch.load(out, weights_only=True))
+    rng = np.random.default_rng(len(name))
+    x = rng.normal(size=(BATCH, STEPS, INPUT)).astype(np.float32)  # as Keras takes it, batch-major
+    depth = spec.num_layers * spec.num_directions
+    h0, c0 = np.zeros((2, depth, BATCH, HIDDEN), np.float32)
+    feeds = {"x": x}
+    if name == "lstm_states":  # the model's own initial states, non-zero
+        h0, c0 = rng.normal(size=(2, 1, BATCH, HIDDEN)).astype(np.float32)
+        feeds |= {"h0": h0[0], "c0": c0[0]}
+    by_ort = ort_session(path).run(None, feeds)
+    if importlib.util.find_spec("_tools") is not None:  # MNN takes tf2onnx's form, as --profile mnn says
+        names = [output.name for output in onnx.load(path).graph.output]
+        by_mnn = run_in_mnn(path.read_bytes(), feeds, names)
+        assert max(np.abs(by_mnn[n] - ran).max() for n, ran in zip(names, by_ort)) <= 1e-5
+    y, h_n, c_n = torch_outputs(module, spec, np.ascontiguousarray(x.transpose(1, 0, 2)), h0, c0)
+    assert np.abs(y.transpose(1, 0, 2) - by_ort[0]).max() <= 1e-5
+    if name == "lstm_states":
+        assert max(np.abs(h_n[0] - by_ort[1]).max(), np.abs(c_n[0] - by_ort[2]).max()) <= 1e-5
+    result = run_cli("verify", out, "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 0 and report["verdict"] == "match", result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("name", TF2ONNX_LOOPS)
+def test_a_tf2onnx_while_loop_is_refused_in_one_sentence_naming_the_loop(tmp_path, name):
+    result = run_cli("convert", TF2ONNX / f"{name}.onnx", tmp_path / "m.pt")
+    loop = TF2ONNX_LOOPS[name]
+    assert_clean_failure(result, 2, f"holds no LSTM, GRU or RNN node: its Loop {loop!r} steps matrix products")
+    assert "reset_after=False" in result.stderr and "torch.onnx.export" not in result.stderr
+    assert not (tmp_path / "m.pt").exists()
+    result = run_cli("inspect", TF2ONNX / f"{name}.onnx")
+    assert result.returncode == 0 and f"its Loop {loop!r} steps" in " ".join((result.stdout + result.stderr).split())
+
+
+def nested_lstm_model():
+    """An LSTM (input_forget=1, sequence_lens the graph's input) in an If's then-branch inside a Loop's body: what a
+    top-level check does not see."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    weights = [
+        numpy_helper.from_array(rng.normal(size=shape).astype(np.float32), name)
+        for name, shape in (("W", (1, 4 * HIDDEN, INPUT)), ("R", (1, 4 * HIDDEN, HIDDEN)), ("B", (1, 8 * HIDDEN)))
+    ]
+    lstm = helper.make_node(
+        "LSTM", ["X", "W", "R", "B", "lens"], ["Y"], name="lstm", hidden_size=HIDDEN, input_forget=1
+    )
+    y_info = helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)
+    then_branch = helper.make_graph([lstm], "then", [], [y_info])
+    else_y = helper.make_node("ConstantOfShape", ["shape"], ["Y"], name="zeros")
+    else_branch = helper.make_graph([else_y], "else", [], [y_info])
+    branch = helper.make_node("If", ["cond"], ["Y_if"], name="branch", then_branch=then_branch, else_branch=else_branch)
+    keep = helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep")
+    body = helper.make_graph(
+        [branch, keep],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("Y_if", TensorProto.FLOAT, None),
+        ],
+    )
+    loop = helper.make_node("Loop", ["trips", "cond"], ["Ys"], name="outer", body=body)
+    graph = helper.make_graph(
+        [loop],
+        "nested",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, [STEPS, BATCH, INPUT]),
+            helper.make_tensor_value_info("lens", TensorProto.INT32, [BATCH]),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("Ys", TensorProto.FLOAT, None)],
+        [*weights, helper.make_tensor("trips", TensorProto.INT64, [], [1])]
+        + [helper.make_tensor("shape", TensorProto.INT64, [4], [STEPS, 1, BATCH, HIDDEN])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def test_profiles_check_rnn_nodes_inside_loop_and_if_bodies_naming_where_they_sit(tmp_path):
+    onnx.save(nested_lstm_model(), tmp_path / "nested.onnx")
+    where = "outer::body::branch::then_branch::lstm"
+    result = run_cli("inspect", tmp_path / "nested.onnx", "--profile", "tensorrt")
+    text = " ".join(result.stdout.split())
+    assert result.returncode == 1 and f"node {where!r}: input_forget must be 0 for tensorrt" in text, text
+    result = run_cli("inspect", tmp_path / "nested.onnx", "--profile", "mnn")
+    text = " ".join(result.stdout.split())
+    assert result.returncode == 1 and f"node {where!r}: sequence_lens must not be a graph input" in text, text
+    assert "input_forget must be 0 for mnn" in text
+    assert run_cli("inspect", tmp_path / "nested.onnx", "--profile", "ort-web").returncode == 0
+
+
+@needs_mnn
+def test_mnn_computes_tanh_for_a_relu_rnn_so_its_profile_and_verify_refuse_one(tmp_path):
+    module = torch_source(tmp_path, lambda *a, **k: torch.nn.RNN(*a, nonlinearity="relu", **k), 1, True)
+    args = ("--nonlinearity", "relu")
+    assert run_cli("convert", tmp_path / "source.pt", tmp_path / "m.onnx", *args).returncode == 0
+    rng = np.random.default_rng(4)
+    x, h0 = rng.normal(size=(STEPS, BATCH, INPUT)), rng.normal(size=(2, BATCH, HIDDEN))
+    x, h0 = x.astype(np.float32), h0.astype(np.float32)
+    with torch.no_grad():
+        want = module(torch.from_numpy(x), torch.from_numpy(h0))[0].numpy()
+    by_mnn = run_in_mnn((tmp_path / "m.onnx").read_bytes(), {"X": x, "initial_h": h0}, ["Y"])["Y"]
+    assert np.abs(by_mnn - want).max() > 0.1  # MNN 3.6.1 drops the RNN's Relu: what its profile says
+    result = run_cli("inspect", tmp_path / "m.onnx", "--profile", "mnn")
+    assert result.returncode == 1 and "activations must be ones MNN computes" in " ".join(result.stdout.split())
+    result = run_cli("convert", tmp_path / "source.pt", tmp_path / "p.onnx", *args, "--profile", "mnn")
+    assert_clean_failure(result, 2, "cannot be written within mnn's limits", "MNN computes tanh for an RNN")
+    result = run_cli("verify", tmp_path / "m.onnx", "--backend", "mnn")
+    assert_clean_failure(result, 2, "is not in the form MNN takes", "activations must be ones MNN computes")
+
+
+@needs_mnn
+@pytest.mark.parametrize("cls", ["LSTM", "GRU", "RNN"])
+def test_a_streaming_onnx_runs_in_mnn_as_in_onnxruntime(tmp_path, cls):
+    from runtimes import ort_session
+
+    torch_source(tmp_path, getattr(torch.nn, cls), 2, False)
+    assert run_cli("convert", tmp_path / "source.pt", tmp_path / "s.onnx", "--streaming").returncode == 0
+    model = onnx.load(tmp_path / "s.onnx")
+    rng = np.random.default_rng(6)
+    feeds = {"x": rng.normal(size=(BATCH, 3, INPUT)).astype(np.float32)}  # a chunk of 3 steps
+    feeds |= {i.name: rng.normal(size=(BATCH, HIDDEN)).astype(np.float32) for i in model.graph.input[1:]}
+    names = [output.name for output in model.graph.output]
+    by_ort = ort_session(tmp_path / "s.onnx").run(None, feeds)
+    by_mnn = run_in_mnn((tmp_path / "s.onnx").read_bytes(), feeds, names)
+    assert len(names) == 1 + len(feeds) - 1
+    for name, ran in zip(names, by_ort):
+        assert np.abs(by_mnn[name] - ran).max() <= 1e-5, name

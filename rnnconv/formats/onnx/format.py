@@ -59,7 +59,8 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
         return sizes_of("onnx", RNN_OPS[chain.first.op], chain) if chain.first.sized else None
 
     def notes(self, graph: OnnxFile) -> list[str]:
-        return super().notes(graph) + graph.same_weights_notes()
+        looped = graph.loop_note()
+        return super().notes(graph) + graph.same_weights_notes() + ([f"{graph.path.name}: {looped}"] if looped else [])
 
     def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
         return requested or "float32"  # onnxruntime's CPU RNN kernels compute float32

@@ -1,8 +1,8 @@
 """What each ONNX consumer takes of an RNN node, as data: every limit once, the consumers it binds, and where it is
 documented (docs/formats/onnx.md, "Consumer profiles", cites each). `broken` checks a model against one consumer's.
 
-Limits are checked on the file as it is (its top-level graph), not on rnnconv's reading of it: a consumer reads the
-nodes, not the RNN they compute.
+Limits are checked on the file as it is (its main graph and every If, Loop or Scan body in it, as deep as the reader
+goes), not on rnnconv's reading of it: a consumer reads the nodes, not the RNN they compute.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from rnnconv.errors import BadInput, cut, first_line
+from rnnconv.formats.onnx.folding import Scope, scopes
 from rnnconv.formats.onnx.wire import (
     ONNX_DEFAULT_ACTIVATIONS,
     ONNX_DIRECTIONS,
@@ -70,9 +71,11 @@ LIMITS: Final = (
     ),
     Limit(
         "mnn-activations",
-        "activations must be MNN's (Sigmoid, Tanh, Relu; a GRU's its defaults)",
+        "activations must be ones MNN computes (an LSTM's Sigmoid, Tanh or Relu; a GRU's and an RNN's their defaults: "
+        "MNN computes tanh for an RNN whatever its activations say)",
         ("mnn",),
-        "MNN's OnnxLSTMMerge.cpp and OnnxSequenceGRUMerge.cpp",
+        "MNN's OnnxLSTMMerge.cpp reads activations only where there are three (an LSTM's), OnnxSequenceGRUMerge.cpp; "
+        "measured with mnn 3.6.1: an RNN with Relu computes tanh",
     ),
     Limit("bias", "B must be given", ("mnn",), "MNN issue 1890 (LSTM not support optional 4th input)"),
     Limit(
@@ -120,50 +123,60 @@ def _input(node: Any, index: int) -> str:
     return node.input[index] if len(node.input) > index else ""
 
 
-def _same_activations(node: Any, model: Any) -> bool:
+def _same_activations(node: Any, scope: Scope, model: Any) -> bool:
     acts = _activations(node)
     half = len(acts) // 2
     return _attribute(node, "direction", b"forward") != b"bidirectional" or acts[:half] == acts[half:]
 
 
-def _mnn_activations(node: Any, model: Any) -> bool:
+def _mnn_activations(node: Any, scope: Scope, model: Any) -> bool:
     acts = _activations(node)
-    if node.op_type == "GRU":
-        return acts == list(ONNX_DEFAULT_ACTIVATIONS["GRU"]) * (len(acts) // 2)
+    if node.op_type in ("GRU", "RNN"):  # MNN reads no activations of theirs
+        default = ONNX_DEFAULT_ACTIVATIONS[node.op_type]
+        return acts == list(default) * (len(acts) // len(default))
     return all(a in MNN_ACTIVATIONS for a in acts)
 
 
-def _inputs_without_initializers(node: Any, model: Any) -> bool:
+def _inputs_without_initializers(node: Any, scope: Scope, model: Any) -> bool:
     return not {i.name for i in model.graph.initializer} & {i.name for i in model.graph.input}
 
 
-def _element_types(node: Any, model: Any) -> bool:
+def _element_types(node: Any, scope: Scope, model: Any) -> bool:
     allowed = {ONNX_ELEMENT_TYPES[name] for name in ("float32", "float16", "bfloat16")}
-    named = set(node.input[1:4])
-    return all(t.data_type in allowed for t in model.graph.initializer if t.name in named)
+    owners = ((name, scope.owner(name)) for name in node.input[1:4] if name)
+    return all(owner.stored[name].data_type in allowed for name, owner in owners if owner and name in owner.stored)
 
 
-def _opset(node: Any, model: Any) -> bool:
+def _lengths_given(node: Any, scope: Scope, model: Any) -> bool:
+    """Whether sequence_lens is an input of the graph that defines it (the node's, or one around it)."""
+    lengths = _input(node, 4)
+    owner = scope.owner(lengths) if lengths else None
+    return owner is not None and lengths in {i.name for i in owner.graph.input}
+
+
+def _opset(node: Any, scope: Scope, model: Any) -> bool:
     versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
     return all(TENSORRT_OPSETS[0] <= v <= TENSORRT_OPSETS[1] for v in versions)
 
 
-# Each limit's check: True where the node (in its model) keeps it.
-CHECKS: Final[dict[str, Callable[[Any, Any], bool]]] = {
-    "onnx-op": lambda node, model: node.domain in ("", "ai.onnx"),
+# Each limit's check: True where the node (in its graph, in its model) keeps it.
+CHECKS: Final[dict[str, Callable[[Any, Scope, Any], bool]]] = {
+    "onnx-op": lambda node, scope, model: node.domain in ("", "ai.onnx"),
     "opset": _opset,
     "element-type": _element_types,
-    "input-forget": lambda node, model: not _attribute(node, "input_forget", 0),
-    "layout": lambda node, model: not _attribute(node, "layout", 0),
+    "input-forget": lambda node, scope, model: not _attribute(node, "input_forget", 0),
+    "layout": lambda node, scope, model: not _attribute(node, "layout", 0),
     "same-activations": _same_activations,
     "mnn-activations": _mnn_activations,
-    "bias": lambda node, model: bool(_input(node, 3)),
+    "bias": lambda node, scope, model: bool(_input(node, 3)),
     "state-inputs": _inputs_without_initializers,
-    "peepholes": lambda node, model: not _input(node, 7),
-    "sequence-lens": lambda node, model: _input(node, 4) not in {i.name for i in model.graph.input},
-    "clip": lambda node, model: _attribute(node, "clip", None) is None,
-    "linear-before-reset": lambda node, model: node.op_type != "GRU" or _attribute(node, "linear_before_reset", 0) == 1,
-    "empty-inputs": lambda node, model: all(node.input),
+    "peepholes": lambda node, scope, model: not _input(node, 7),
+    "sequence-lens": lambda node, scope, model: not _lengths_given(node, scope, model),
+    "clip": lambda node, scope, model: _attribute(node, "clip", None) is None,
+    "linear-before-reset": lambda node, scope, model: (
+        node.op_type != "GRU" or _attribute(node, "linear_before_reset", 0) == 1
+    ),
+    "empty-inputs": lambda node, scope, model: all(node.input),
 }
 
 
@@ -177,15 +190,17 @@ class Broken:
 
 
 def broken(model: Any, profile: str) -> list[Broken]:
-    """Each RNN node's limits of `profile` that the model breaks, node by node."""
+    """Each RNN node's limits of `profile` that the model breaks, node by node, in the main graph and in every
+    subgraph (a node in one is named after its path: Loop_0::body::LSTM)."""
     found = []
-    for index, node in enumerate(model.graph.node):
-        own = node.op_type in ONNX_DEFAULT_ACTIVATIONS and node.domain in ("", "ai.onnx")
-        if not own and node.op_type not in ONNX_QUANTIZED_OPS:
-            continue
-        name = node.name or f"#{index} ({node.op_type})"
-        kept = (limit for limit in LIMITS if profile in limit.consumers and (own or limit.name == "onnx-op"))
-        found += [Broken(name, limit) for limit in kept if not CHECKS[limit.name](node, model)]
+    for scope in scopes(model.graph):
+        for index, node in enumerate(scope.graph.node):
+            own = node.op_type in ONNX_DEFAULT_ACTIVATIONS and node.domain in ("", "ai.onnx")
+            if not own and node.op_type not in ONNX_QUANTIZED_OPS:
+                continue
+            name = scope.qualified(node.name or f"#{index} ({node.op_type})")
+            kept = (limit for limit in LIMITS if profile in limit.consumers and (own or limit.name == "onnx-op"))
+            found += [Broken(name, limit) for limit in kept if not CHECKS[limit.name](node, scope, model)]
     return found
 
 

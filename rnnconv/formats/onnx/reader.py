@@ -10,7 +10,7 @@ from typing import Any
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, listing
 from rnnconv.formats import registry
 from rnnconv.formats._graph import (
     CONCAT,
@@ -28,7 +28,7 @@ from rnnconv.formats._graph import (
     same_rnn,
     through_glue,
 )
-from rnnconv.formats.onnx.folding import Folder, NotFoldable, Scope, scopes
+from rnnconv.formats.onnx.folding import Folder, NotFoldable, Scope, node_name, scopes
 from rnnconv.formats.onnx.nodes import (
     RNN_OPS,
     OnnxNode,
@@ -159,8 +159,32 @@ class OnnxFile(Graph[OnnxNode]):
     def several_notes(self) -> str:
         return "".join(f"; {note}" for note in self.same_weights_notes())
 
+    def stepping_loops(self) -> list[str]:
+        """The Loop nodes whose bodies step matrix products: a recurrence written as a while loop (tf2onnx's form of
+        a Keras RNN it does not map to an ONNX RNN op), which rnnconv does not read."""
+        return [
+            scope.qualified(node_name(node, index))
+            for scope in self.scopes
+            for index, node in enumerate(scope.graph.node)
+            if node.op_type == "Loop"
+            and any(op.op_type in ("MatMul", "Gemm") for a in node.attribute if a.HasField("g") for op in a.g.node)
+        ]
+
+    def loop_note(self) -> str | None:
+        loops = self.stepping_loops()
+        if not loops:
+            return None
+        which = f"Loop {listing(loops, show=repr)}" if len(loops) == 1 else f"Loops {listing(loops, show=repr)}"
+        return (
+            f"its {which} {'steps' if len(loops) == 1 else 'step'} matrix products over time, a recurrence written as "
+            f"a while loop (as tf2onnx writes a Keras RNN it does not map to ONNX's LSTM, GRU or RNN op: a SimpleRNN, "
+            f"or a GRU with reset_after=False), which rnnconv does not read; convert the model it was exported from"
+        )
+
     def nothing_held(self) -> str:
-        """What the graph holds instead: an exporter may have unrolled an RNN into per-step ops."""
+        """What the graph holds instead: an exporter may have unrolled an RNN into per-step ops or a loop."""
+        if (looped := self.loop_note()) is not None:
+            return f"{self.path} holds no LSTM, GRU or RNN node: {looped}"
         counts = Counter(node.op_type for scope in self.scopes for node in scope.graph.node)
         common = ", ".join(f"{n} {op}" for op, n in counts.most_common(4))
         hint = (
