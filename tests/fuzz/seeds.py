@@ -62,6 +62,9 @@ ONNX_SEEDS = [
     "onnx/cells_gates_swapped.onnx",
     "onnx/lstm_cell_loop2_dynamo.onnx",
     "onnx/gru_cell_loop1_dynamo.onnx",
+    "tf2onnx/lstm_states.onnx",  # tf2onnx's glue: Transposes, an empty sequence_lens, states from Shape/Expand
+    "tf2onnx/lstm2.onnx",
+    "tf2onnx/gru_reset_before.onnx",  # a while loop as an ONNX Loop: refused
 ]
 
 TFLITE_SEEDS = [
