@@ -18,7 +18,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -390,11 +390,15 @@ def _initial(given: np.ndarray | None, index: int, batch: int, hidden: int) -> n
     return np.asarray(given, np.float32)[index]
 
 
+GIVEN_OUT = ""  # a Slot's input for a value its body gives out each step rather than carries
+
+
 @dataclass(frozen=True)
 class Slot:
     """A value a loop carries from step to step, for every loop format alike: its body's input and output for it
-    (output None: a value passed to every step unchanged), its type, and the value the loop starts it from (None:
-    not known, probed) with its shape at the step checked."""
+    (output None: a value passed to every step unchanged; input GIVEN_OUT: a value the body gives out each step,
+    which the loop concatenates over the steps, as ONNX's scan outputs and OpenVINO's concatenating port maps),
+    its type, and the value the loop starts it from (None: not known, probed) with its shape at the step checked."""
 
     given: str
     result: str | None
@@ -410,8 +414,9 @@ def checked_steps(
     steps: int,
 ) -> int | str:
     """The slot a loop's body writes each step's new state into (at the step of the sequence it carries, or the one
-    step Keras keeps), the body run whole at its first and last steps with every other value it carries checked:
-    counters (from 0) moved on by one, the rest passed on unchanged; else why not (a clause)."""
+    step Keras keeps, or as the value it gives out each step), the body run whole at its first and last steps with
+    every other value it carries checked: counters (from 0) moved on by one, the rest passed on unchanged; else why
+    not (a clause)."""
     written = None
     for step in sorted({0, steps - 1}):
         found = _step_written(run, slots, reading, step, steps)
@@ -436,6 +441,8 @@ def _step_written(
     feeds: dict[str, np.ndarray] = {}
     for place, slot in enumerate(slots):
         kind = np.dtype(slot.dtype).kind
+        if slot.given == GIVEN_OUT:
+            continue
         if kind in "iu" and slot.shape == () and slot.result is not None:
             if slot.start is None or int(slot.start) != 0:
                 return f"its integer {place} does not start from 0, as a counter of the steps does"
@@ -450,11 +457,17 @@ def _step_written(
     new_state = values.get(reading.outputs[0])
     written, shapes = None, []
     for place, slot in enumerate(slots):
-        before = feeds[slot.given]
+        before = feeds.get(slot.given)
         after = before if slot.result is None else values.get(slot.result)
         if after is None:
             return f"its body's output {place} is not computed from its inputs alike (or by ops rnnconv evaluates)"
         shapes.append(tuple(after.shape))
+        if slot.given == GIVEN_OUT:
+            if new_state is None or written is not None or not _same(after, new_state):
+                return f"its body gives out value {place} each step, which is not the step's new state"
+            written = place
+            continue
+        assert before is not None
         if slot.result is None or slot.given in states:
             continue
         if before.dtype.kind in "iu" and before.shape == ():
@@ -486,3 +499,117 @@ def axis_of(axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
         raise NotEvaluated(f"axis {axis} of a rank-{rank} value")
     return axis % rank
+
+
+# Loops as RNN layers, settled on probes of the graph around them.
+class ProbedLoop(Protocol):
+    """A loop read as one direction of an RNN layer (`reading` None or `refusal` set: not one)."""
+
+    reading: Reading | None
+    refusal: str | None
+    reversed: bool
+
+
+L = TypeVar("L", bound=ProbedLoop)
+L_contra = TypeVar("L_contra", bound=ProbedLoop, contravariant=True)
+
+
+class ProbedGraph(Protocol[L_contra]):
+    """A loop format's graph run in numpy on probes of the model's inputs: `read` feeds a read loop's output sequence
+    (time-major) a probe of its own and runs the graph again (None: a loop not read), `values` is every value the
+    graph then computes, `sequence` the sequence a loop steps over among them."""
+
+    values: dict[str, np.ndarray]
+
+    def inputs(self) -> list[np.ndarray]: ...
+
+    def read(self, loop: L_contra) -> np.ndarray | None: ...
+
+    def sequence(self, loop: L_contra, values: dict[str, np.ndarray]) -> np.ndarray | None: ...
+
+
+@dataclass
+class LoopLayer(Generic[L]):
+    """The loops that are one RNN layer (forward first) and the layer whose output sequence it reads (None: the
+    model's input)."""
+
+    loops: list[L]
+    below: LoopLayer[L] | None = None
+
+
+def loop_layers(graph: ProbedGraph[L], loops: Sequence[L]) -> list[LoopLayer[L]]:
+    """The loops (in the graph's order) as RNN layers, settled by what the graph around them computes on probe
+    inputs: each loop's sequence is the model's input (time- or batch-major) or a layer's output sequence, as it is
+    or reversed in time (a backward direction); a forward and a backward loop over the same sequence whose output
+    sequences the graph joins on the features (the backward one's reversed back) are one bidirectional layer."""
+    outputs = {id(loop): probe for loop in loops if (probe := graph.read(loop)) is not None}
+    sources: list[tuple[np.ndarray, LoopLayer[L] | None]] = []  # time-major sequences a layer may read
+    for probe in graph.inputs():
+        sources += [(probe.swapaxes(0, 1), None), (probe, None)]
+    values = graph.values
+    result: list[LoopLayer[L]] = []
+    for loop in loops:
+        if loop.reading is None or loop.refusal is not None:
+            result.append(LoopLayer([loop]))
+            continue
+        given = graph.sequence(loop, values)
+        found = [(s, way) for s in sources for way in (False, True) if _same(given, s[0][::-1] if way else s[0])]
+        if not found:
+            loop.refusal = (
+                "its sequence is not the model's input or another RNN layer's output sequence moved as cuDNN feeds "
+                "it (by ops rnnconv evaluates)"
+            )
+            result.append(LoopLayer([loop]))
+            continue
+        (_, below), loop.reversed = found[0]
+        partner = next(
+            (
+                layer
+                for layer in result
+                if len(layer.loops) == 1
+                and layer.below is below
+                and layer.loops[0].reversed != loop.reversed
+                and id(layer.loops[0]) in outputs
+                and layer.loops[0].refusal is None
+                and _joined(layer.loops[0], loop, outputs, values) is not None
+            ),
+            None,
+        )
+        if partner is not None:
+            partner.loops = sorted([partner.loops[0], loop], key=lambda x: x.reversed)
+            joined = _joined(partner.loops[0], partner.loops[1], outputs, values)
+            assert joined is not None
+            sources = [(joined, partner) if owner is partner else (s, owner) for s, owner in sources]
+            continue
+        alone = LoopLayer([loop], below)
+        result.append(alone)
+        y = outputs[id(loop)]
+        sources.append((y[::-1] if loop.reversed else y, alone))
+    for held in result:
+        loop = held.loops[0]
+        if len(held.loops) == 1 and loop.reversed and loop.refusal is None:
+            loop.refusal = (
+                "it runs backwards over its sequence with no forward loop beside it (go_backwards alone): cuDNN's "
+                "RNNs have no backward-only direction"
+            )
+    return result
+
+
+def _joined(
+    forward: ProbedLoop, backward: ProbedLoop, outputs: dict[int, np.ndarray], values: dict[str, np.ndarray]
+) -> np.ndarray | None:
+    """The two loops' output sequences joined on the features (forward first, each in time order) where the graph
+    computes that, time-major; else None."""
+    if forward.reversed:
+        forward, backward = backward, forward
+    y_f, y_b = outputs[id(forward)], outputs[id(backward)]
+    joined = np.concatenate([y_f, y_b[::-1] if backward.reversed else y_b], axis=-1)
+    batch_major = joined.swapaxes(0, 1)
+    for value in values.values():
+        if _same(value, joined) or _same(value, batch_major):
+            return joined
+    return None
+
+
+def _same(value: np.ndarray | None, expected: np.ndarray) -> bool:
+    return value is not None and value.shape == expected.shape and np.array_equal(value, expected)

@@ -447,6 +447,18 @@ class MainGraph:
         computed, _ = self.evaluator.run({**self.feeds, **feeds})
         return {**self.feeds, **feeds, **computed}
 
+    def inputs(self) -> list[np.ndarray]:
+        """The probes fed as the model's 3-D inputs (sequences a first layer may read)."""
+        return [
+            probe
+            for value, probe in self.feeds.items()
+            if probe.ndim == 3 and self.layers[value.split(":")[0]].kind == "Parameter"
+        ]
+
+    def sequence(self, loop: Loop, values: dict[str, np.ndarray]) -> np.ndarray | None:
+        """The sequence a read loop steps over, as the graph computes it from `values`."""
+        return self.given(loop.layer, loop.sequence, values)
+
     def place(self, layer: Any) -> int:
         """Where a layer comes in the graph's order (each after those it reads)."""
         return self.order.get(layer.id, -1)
@@ -698,92 +710,3 @@ def loop_canonical(name: str, layers: list[list[Loop]], source: Provenance) -> C
         f"inputs, within {error:.1g} of the reading)"
     )
     return canonical(name, readings, source, f"Loop of {article} {cell} cell", [note])
-
-
-@dataclass
-class LoopLayer:
-    """The loops that are one RNN layer (forward first) and the layer whose output sequence it reads (None: the
-    model's input)."""
-
-    loops: list[Loop]
-    below: LoopLayer | None = None
-
-
-def loop_layers(graph: MainGraph, loops: list[Loop]) -> list[LoopLayer]:
-    """The loops as RNN layers, settled by what the graph around them computes on probe inputs: each loop's
-    sequence is the model's input (time- or batch-major) or a layer's output sequence, as it is or reversed in time
-    (a backward direction); a forward and a backward loop over the same sequence whose output sequences the graph
-    joins on the features (the backward one's reversed back) are one bidirectional layer."""
-    outputs = {id(loop): probe for loop in loops if (probe := graph.read(loop)) is not None}
-    sources: list[tuple[np.ndarray, LoopLayer | None]] = []  # time-major sequences a layer may read
-    for value, probe in graph.feeds.items():
-        if probe.ndim == 3 and graph.layers[value.split(":")[0]].kind == "Parameter":
-            sources += [(probe.swapaxes(0, 1), None), (probe, None)]
-    values = graph.values
-    place = graph.order
-    result: list[LoopLayer] = []
-    for loop in sorted(loops, key=lambda x: place.get(x.layer.id, -1)):
-        if loop.reading is None or loop.refusal is not None:
-            result.append(LoopLayer([loop]))
-            continue
-        given = graph.given(loop.layer, loop.sequence, values)
-        found = [(s, way) for s in sources for way in (False, True) if _same(given, s[0][::-1] if way else s[0])]
-        if not found:
-            loop.refusal = (
-                "its sequence is not the model's input or another RNN layer's output sequence moved as cuDNN feeds "
-                "it (by ops rnnconv evaluates)"
-            )
-            result.append(LoopLayer([loop]))
-            continue
-        (_, below), loop.reversed = found[0]
-        partner = next(
-            (
-                layer
-                for layer in result
-                if len(layer.loops) == 1
-                and layer.below is below
-                and layer.loops[0].reversed != loop.reversed
-                and id(layer.loops[0]) in outputs
-                and layer.loops[0].refusal is None
-                and _joined(layer.loops[0], loop, outputs, values) is not None
-            ),
-            None,
-        )
-        if partner is not None:
-            partner.loops = sorted([partner.loops[0], loop], key=lambda x: x.reversed)
-            joined = _joined(partner.loops[0], partner.loops[1], outputs, values)
-            assert joined is not None
-            sources = [(joined, partner) if owner is partner else (s, owner) for s, owner in sources]
-            continue
-        alone = LoopLayer([loop], below)
-        result.append(alone)
-        y = outputs[id(loop)]
-        sources.append((y[::-1] if loop.reversed else y, alone))
-    for held in result:
-        loop = held.loops[0]
-        if len(held.loops) == 1 and loop.reversed and loop.refusal is None:
-            loop.refusal = (
-                "it runs backwards over its sequence with no forward loop beside it (go_backwards alone): cuDNN's "
-                "RNNs have no backward-only direction"
-            )
-    return result
-
-
-def _joined(
-    forward: Loop, backward: Loop, outputs: dict[int, np.ndarray], values: dict[str, np.ndarray]
-) -> np.ndarray | None:
-    """The two loops' output sequences joined on the features (forward first, each in time order) where the graph
-    computes that, time-major; else None."""
-    if forward.reversed:
-        forward, backward = backward, forward
-    y_f, y_b = outputs[id(forward)], outputs[id(backward)]
-    joined = np.concatenate([y_f, y_b[::-1] if backward.reversed else y_b], axis=-1)
-    batch_major = joined.swapaxes(0, 1)
-    for value in values.values():
-        if _same(value, joined) or _same(value, batch_major):
-            return joined
-    return None
-
-
-def _same(value: np.ndarray | None, expected: np.ndarray) -> bool:
-    return value is not None and value.shape == expected.shape and np.array_equal(value, expected)

@@ -21,6 +21,7 @@ from rnnconv.contracts import Provenance
 from rnnconv.dtypes import decode, element_type
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats import registry
+from rnnconv.formats._cells import LoopLayer, loop_layers
 from rnnconv.formats._graph import (
     CONCAT,
     Glue,
@@ -32,7 +33,7 @@ from rnnconv.formats._graph import (
     same_rnn,
     through_glue,
 )
-from rnnconv.formats.openvino.loops import LOOP_OPS, MAX_LOOPS, Loop, LoopLayer, MainGraph, loop_layers, read_loop
+from rnnconv.formats.openvino.loops import LOOP_OPS, MAX_LOOPS, Loop, MainGraph, read_loop
 from rnnconv.formats.openvino.wire import (
     DTYPE_OF,
     OPENVINO_BIDIRECTIONAL,
@@ -122,10 +123,10 @@ class SequenceOp:
     dtype: str = ""
     refusal: str | None = None  # why its weights cannot be read
     loops: list[Loop] = field(default_factory=list)  # Loops whose bodies compute a cell: the layer's directions
-    below: LoopLayer | None = None  # the loop layer whose output sequence a loop layer reads
+    below: LoopLayer[Loop] | None = None  # the loop layer whose output sequence a loop layer reads
 
     @classmethod
-    def of_loops(cls, layer: LoopLayer) -> SequenceOp:
+    def of_loops(cls, layer: LoopLayer[Loop]) -> SequenceOp:
         loop = layer.loops[0]
         hidden = loop.reading.hidden if loop.reading is not None else loop.sizes[1]
         refusal = next((x.refusal for x in layer.loops if x.refusal is not None), None)
