@@ -247,6 +247,19 @@ class Folder:
             pending.pop()
         return self.values[self._key(value, scope)]
 
+    def known(self, value: str, scope: Scope, array: np.ndarray, sources: frozenset[str]) -> None:
+        """Take a graph's input, given at run time, as the constant it is known to be (a Loop's carried value its
+        body passes on unchanged, started from a constant), computed from the stored tensors `sources`."""
+        self._keep(self._key(value, scope), array, sources)
+
+    def evaluate(self, node: Any, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        """One node of a FOLDABLE op computed as folding computes it, on any values (a loop's on probes); NotFoldable
+        where it cannot be."""
+        if node.op_type not in FOLDABLE or node.domain not in ("", "ai.onnx"):
+            raise NotFoldable(f"{node.op_type} is not one of the operations rnnconv folds")
+        with np.errstate(all="ignore"):
+            return self._evaluate(node, inputs)
+
     def _key(self, name: str, scope: Scope) -> tuple[int, str]:
         owner = scope.owner(name)
         return (id(owner) if owner else 0, name)

@@ -11,8 +11,10 @@ import numpy as np
 
 from rnnconv.dtypes import element_type
 from rnnconv.errors import BadInput, Unsupported, cut, listing
-from rnnconv.formats._cells import Reading
+from rnnconv.formats._cells import LoopLayer, Reading
+from rnnconv.formats._graph import chained
 from rnnconv.formats.onnx.folding import SUBGRAPH, Folder, NotFoldable, Scope, node_name
+from rnnconv.formats.onnx.loops import Loop
 from rnnconv.formats.onnx.unrolled import Cell, Unrolled
 from rnnconv.formats.onnx.wire import (
     ONNX_ACTIVATIONS,
@@ -57,6 +59,7 @@ class OnnxNode:
     stored: dict[str, np.ndarray] = field(default_factory=dict)  # a quantized node's inputs as stored (int8 W, R...)
     probed: float | None = None  # a cell read by what it computes: how far its reading was from it on probes
     scanned: bool = False  # a cell that is a Scan's body, stepped over the Scan's sequence
+    looped: bool = False  # a cell that is a Loop's body, stepped over the sequence the Loop reads
 
     def __post_init__(self) -> None:
         self.source_class = self.source_class or self.op
@@ -75,8 +78,8 @@ class OnnxNode:
 
     @property
     def shown_class(self) -> str:
-        if self.scanned:
-            return f"{self.op} cell (Scan body)"
+        if self.scanned or self.looped:
+            return f"{self.op} cell ({'Scan' if self.scanned else 'Loop'} body)"
         if self.probed is not None and self.unrolled > 1:
             return f"{self.op} cell (unrolled, {self.unrolled} steps)"
         if self.probed is not None or self.source_class.endswith(" cell"):
@@ -339,7 +342,7 @@ def unrolled_cell(cell: Cell, steps: int = 1, scanned: bool = False) -> OnnxNode
     sequence: one layer of an RNN): read as the RNN node of one layer that computes what it computes, or listed
     with its sizes and why it does not convert."""
     if cell.reading is not None:
-        node = _cell_node(cell.name, cell.reading, steps)
+        node = _cell_node(cell.name, [cell.reading], steps)
         node.scanned = scanned
         return node
     reason = (
@@ -357,25 +360,60 @@ def unrolled_cell(cell: Cell, steps: int = 1, scanned: bool = False) -> OnnxNode
     return node
 
 
-def _cell_node(name: str, reading: Reading, steps: int) -> OnnxNode:
-    """The RNN node (one layer, forward) a recognised cell is: its gates in the ONNX row's order."""
+def _cell_node(name: str, readings: list[Reading], steps: int) -> OnnxNode:
+    """The RNN node (one layer: forward, or forward and backward) recognised cells are: each one's gates in the ONNX
+    row's order."""
+    reading = readings[0]
     op = ONNX_OPS[CUDNN_MODES[reading.mode][0]]
     order = ONNX_GATE_ORDER[op]
-    w, r, bw, br = ([reading.gates[g][k] for g in order] for k in range(4))
-    weights = {"W": np.concatenate(w)[None], "R": np.concatenate(r)[None]}
-    if reading.has_bias:
-        weights["B"] = np.concatenate(bw + br)[None]
-    attributes: dict[str, Any] = {"hidden_size": reading.hidden, "direction": "forward"}
+    w, r, bw, br = ([[one.gates[g][k] for g in order] for one in readings] for k in range(4))
+    weights = {"W": np.stack([np.concatenate(d) for d in w]), "R": np.stack([np.concatenate(d) for d in r])}
+    if any(one.has_bias for one in readings):
+        weights["B"] = np.stack([np.concatenate(f + b) for f, b in zip(bw, br)])
+    direction = "bidirectional" if len(readings) == 2 else "forward"
+    attributes: dict[str, Any] = {"hidden_size": reading.hidden, "direction": direction}
     if op == "GRU":
         attributes["linear_before_reset"] = int(reading.reset_after)
     if op == "RNN":
-        attributes["activations"] = [ONNX_MODE_ACTIVATIONS[reading.mode]]
+        attributes["activations"] = [ONNX_MODE_ACTIVATIONS[one.mode] for one in readings]
     found = {role: _float_weights(values, f"the cell {name!r}: its {role}") for role, values in weights.items()}
     dtypes = {dtype for _, dtype in found.values()}
     if len(dtypes) > 1:
         raise BadInput(f"the cell {name!r}: its weights are of different types ({', '.join(sorted(dtypes))})")
     node = OnnxNode(name, op, [reading.x], [], attributes, {role: v for role, (v, _) in found.items()}, dtypes.pop())
-    node.short, node.unrolled, node.probed = name.rsplit(SUBGRAPH, maxsplit=1)[-1], steps, reading.error
+    node.short, node.unrolled = name.rsplit(SUBGRAPH, maxsplit=1)[-1], steps
+    node.probed = max(one.error for one in readings)
+    return node
+
+
+def looped_chains(layers: list[LoopLayer[Loop]]) -> list[list[OnnxNode]]:
+    """Loop layers as nodes, in runs of the layers of one RNN (each reading the output sequence of the one below)."""
+    read = {id(layer): looped_layer(layer) for layer in layers}
+    below = {id(read[id(layer)]): read[id(layer.below)] for layer in layers if layer.below is not None}
+    return chained(list(read.values()), lambda node: below.get(id(node)))
+
+
+def looped_layer(layer: LoopLayer[Loop]) -> OnnxNode:
+    """A layer of Loops stepping a cell (forward, or forward and backward): read as the RNN node that computes what
+    they compute, or listed with its sizes and why it does not convert."""
+    first = layer.loops[0]
+    name = "+".join(loop.name for loop in layer.loops)
+    refusal = next((loop.refusal for loop in layer.loops if loop.refusal is not None), None)
+    readings = [loop.reading for loop in layer.loops if loop.reading is not None]
+    if refusal is None and len(readings) == len(layer.loops):
+        node = _cell_node(name, readings, 1)
+    else:
+        gates, input_size, hidden = first.sizes
+        op = {1: "RNN", 3: "GRU", 4: "LSTM"}.get(gates, "RNN")
+        reason = (
+            f"Loop {cut(first.name)!r} steps matrix products like {'a' if op == 'GRU' else 'an'} {op} cell, but "
+            f"{refusal}; convert the model it was exported from"
+        )
+        shapes = (1, len(CUDNN_GATES[RNN_OPS[op]]) * hidden, input_size)
+        sizes = {"W": np.broadcast_to(np.float32(0), shapes)} if hidden and input_size else {}
+        node = OnnxNode(name, op, [], [], {"hidden_size": max(hidden, 1), "direction": "forward"}, sizes, "float32")
+        node.refusal, node.short, node.source_class = reason, name.split(SUBGRAPH)[-1], f"{op} cell"
+    node.looped = True
     return node
 
 

@@ -29,12 +29,14 @@ from rnnconv.formats._graph import (
     through_glue,
 )
 from rnnconv.formats.onnx.folding import Folder, NotFoldable, Scope, node_name, scopes
+from rnnconv.formats.onnx.loops import read_loops
 from rnnconv.formats.onnx.nodes import (
     RNN_OPS,
     OnnxNode,
     attribute_value,
     fingerprint,
     is_rnn,
+    looped_chains,
     read_node,
     unrolled_cell,
     unrolled_layer,
@@ -73,9 +75,11 @@ class OnnxFile(Graph[OnnxNode]):
         chains: list[list[OnnxNode]],
         scopes: list[Scope],
         recorded: Provenance | None,
+        looped: set[str] | None = None,
     ):
         super().__init__(path, "onnx", nodes, named(chains), recorded)
         self.scopes = scopes  # the main graph and every subgraph
+        self.looped = looped or set()  # the Loops read as stepping a cell (converting or not)
 
     @classmethod
     def load(cls, path: Path, dequantize: bool = False) -> OnnxFile:
@@ -117,9 +121,15 @@ class OnnxFile(Graph[OnnxNode]):
                 layers = [unrolled_layer(layer) for layer in stack]
                 nodes += layers
                 chains += consecutive(layers)  # layers of one RNN, or RNNs of their own
+        looped: set[str] = set()
+        for held in read_loops(found, folding):  # after the cells: a Loop's weights taken as constants from here on
+            runs = looped_chains(held)
+            nodes += [node for run in runs for node in run]
+            chains += runs
+            looped |= {loop.name for layer in held for loop in layer.loops}
         records = [p.value for p in model.metadata_props if p.key == registry.SOURCE_KEY]
         recorded = registry.read_source_record(records[0], path) if records else None
-        return cls(path, nodes, chains, found, recorded)
+        return cls(path, nodes, chains, found, recorded, looped)
 
     def find(self, name: str) -> OnnxNode | None:
         """The node a name picks: its full name (after its subgraph's path), or its own name when only one
@@ -160,13 +170,14 @@ class OnnxFile(Graph[OnnxNode]):
         return "".join(f"; {note}" for note in self.same_weights_notes())
 
     def stepping_loops(self) -> list[str]:
-        """The Loop nodes whose bodies step matrix products: a recurrence written as a while loop (tf2onnx's form of
-        a Keras RNN it does not map to an ONNX RNN op), which rnnconv does not read."""
+        """The Loop nodes whose bodies step matrix products not read as a cell's (its weights computed in a way
+        rnnconv does not fold, say): a recurrence written as a while loop rnnconv does not read."""
         return [
-            scope.qualified(node_name(node, index))
+            name
             for scope in self.scopes
             for index, node in enumerate(scope.graph.node)
             if node.op_type == "Loop"
+            and (name := scope.qualified(node_name(node, index))) not in self.looped
             and any(op.op_type in ("MatMul", "Gemm") for a in node.attribute if a.HasField("g") for op in a.g.node)
         ]
 
@@ -296,11 +307,14 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
     if first.probed is not None:
         steps = "one step" if first.unrolled == 1 else f"stepped {first.unrolled} times"
         steps = "stepped over its Scan's sequence" if first.scanned else steps
+        form = "unrolled into matrix products and activations"
+        if first.looped:
+            form, steps = "written as a Loop's body (a while loop)", "stepped over the sequence the Loop reads"
         article = "a" if first.op == "GRU" else "an"
         notes.append(
-            f"{','.join(n.name for n in chain)}: {article} {first.op} cell unrolled into matrix products and "
-            f"activations, {steps}: its gates and layout read by what it computes (run on probe inputs, within "
-            f"{max(n.probed or 0.0 for n in chain):.1g} of the reading)"
+            f"{','.join(n.name for n in chain)}: {article} {first.op} cell {form}, {steps}: its gates and layout read "
+            f"by what it computes (run on probe inputs, within {max(n.probed or 0.0 for n in chain):.1g} of the "
+            f"reading)"
         )
     later = []
     if first.quantized:

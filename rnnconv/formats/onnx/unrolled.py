@@ -594,7 +594,7 @@ class CellFinder(Recogniser):
         """Every value of the graph computed from `feeds` and constants (the values computed, without the feeds),
         and the values the nodes reached would also need, which are neither."""
         nodes = [n for n in self.scope.graph.node if n.op_type in EVALUATED and n.domain in ("", "ai.onnx")]
-        return run_ops(nodes, feeds, lambda node: (node.input, node.output), self.constant, _evaluate, "")
+        return run_ops(nodes, feeds, lambda node: (node.input, node.output), self.constant, evaluate, "")
 
 
 def scan_of(scope: Scope) -> Any:
@@ -617,7 +617,7 @@ def _steps_of_one(a: Reading, b: Reading, through: Callable[[str], str]) -> bool
     return all(x.shape == y.shape and np.array_equal(x, y) for g in a.gates for x, y in zip(a.gates[g], b.gates[g]))
 
 
-def _evaluate(node: Any, arguments: list[Any]) -> list[np.ndarray]:
+def evaluate(node: Any, arguments: list[Any]) -> list[np.ndarray]:
     """One node computed in numpy, as onnxruntime computes it (float32 in, float32 out)."""
     attributes = {a.name: a for a in node.attribute}
     op = node.op_type
