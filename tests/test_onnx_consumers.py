@@ -146,10 +146,6 @@ def test_verify_backend_mnn_without_mnn_names_the_extra(tmp_path, monkeypatch):
 
 TF2ONNX = FIXTURES / "tf2onnx"  # made by fixtures/make_tf2onnx_fixtures.py (tf2onnx 1.16.1, TensorFlow 2.15.1)
 TF2ONNX_RNNS = ["lstm", "gru_reset_after", "lstm_bi", "lstm2", "lstm_states"]  # an ONNX LSTM or GRU op each
-TF2ONNX_LOOPS = {
-    "gru_reset_before": "gru_reset_before/gru_1/while_loop",
-    "simple_rnn": "simple_rnn/simple_rnn/while_loop",
-}
 
 
 def rnn_nodes(path) -> list[str]:
@@ -206,17 +202,6 @@ def test_tf2onnx_files_convert_to_torch_computing_what_onnxruntime_runs_of_the_w
     result = run_cli("verify", out, "--json")
     report = json.loads(result.stdout)
     assert result.returncode == 0 and report["verdict"] == "match", result.stdout + result.stderr
-
-
-@pytest.mark.parametrize("name", TF2ONNX_LOOPS)
-def test_a_tf2onnx_while_loop_is_refused_in_one_sentence_naming_the_loop(tmp_path, name):
-    result = run_cli("convert", TF2ONNX / f"{name}.onnx", tmp_path / "m.pt")
-    loop = TF2ONNX_LOOPS[name]
-    assert_clean_failure(result, 2, f"holds no LSTM, GRU or RNN node: its Loop {loop!r} steps matrix products")
-    assert "reset_after=False" in result.stderr and "torch.onnx.export" not in result.stderr
-    assert not (tmp_path / "m.pt").exists()
-    result = run_cli("inspect", TF2ONNX / f"{name}.onnx")
-    assert result.returncode == 0 and f"its Loop {loop!r} steps" in " ".join((result.stdout + result.stderr).split())
 
 
 def nested_lstm_model():

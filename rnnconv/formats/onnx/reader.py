@@ -187,9 +187,9 @@ class OnnxFile(Graph[OnnxNode]):
             return None
         which = f"Loop {listing(loops, show=repr)}" if len(loops) == 1 else f"Loops {listing(loops, show=repr)}"
         return (
-            f"its {which} {'steps' if len(loops) == 1 else 'step'} matrix products over time, a recurrence written as "
-            f"a while loop (as tf2onnx writes a Keras RNN it does not map to ONNX's LSTM, GRU or RNN op: a SimpleRNN, "
-            f"or a GRU with reset_after=False), which rnnconv does not read; convert the model it was exported from"
+            f"its {which} {'steps' if len(loops) == 1 else 'step'} matrix products over time by matrices that are no "
+            f"constants rnnconv folds (computed at run time), a recurrence written as a while loop rnnconv does not "
+            f"read; convert the model it was exported from"
         )
 
     def nothing_held(self) -> str:

@@ -1,0 +1,173 @@
+"""RNNs tf2onnx writes as ONNX Loops (fixtures/make_tf2onnx_fixtures.py: a Keras SimpleRNN, a 2-layer stack, a
+Bidirectional one, one returning its last step; a GRU with reset_after=False): each read by what its body computes,
+converted, and the result run in PyTorch against onnxruntime running tf2onnx's whole file; bodies that step no RNN
+listed with the reason and refused in one sentence."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, assert_clean_failure, run_cli
+
+import rnnconv
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+TF2ONNX = FIXTURES / "tf2onnx"
+TOLERANCE = 1e-5
+SIMPLE_RNN_LOOP = "simple_rnn/simple_rnn/while_loop"
+# fixture: (layers, bidirectional, the model's output is every step's)
+LOOPS = {
+    "simple_rnn": (1, False, True),
+    "simple_rnn2": (2, False, True),
+    "simple_rnn_bi": (1, True, True),
+    "simple_rnn_last": (1, False, False),
+}
+
+
+def ort(path, x: np.ndarray) -> np.ndarray:
+    from runtimes import ort_session
+
+    return ort_session(path).run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_a_tf2onnx_loop_converts_to_what_onnxruntime_computes_of_the_whole_file(name, tmp_path):
+    layers, bidirectional, sequences = LOOPS[name]
+    source = TF2ONNX / f"{name}.onnx"
+    (entry,) = [e for e in rnnconv.inspect(source).rnns if e.spec is not None and e.spec.num_layers == layers]
+    assert entry.converts, entry.reason
+    spec = entry.spec
+    assert (spec.mode, spec.input_size, spec.hidden_size, spec.bidirectional) == ("rnn_tanh", 3, 5, bidirectional)
+    out = tmp_path / "m.pt"
+    result = run_cli("convert", source, out, "--layer", entry.name)
+    assert result.returncode == 0, result.stderr
+    module = torch.nn.RNN(3, 5, num_layers=layers, bidirectional=bidirectional, batch_first=True)
+    module.load_state_dict(torch.load(out, weights_only=True))
+    x = np.random.default_rng(7).normal(0, 1.5, (2, 6, 3)).astype(np.float32)  # 6 steps: not the probes' 3
+    expected = ort(source, x)
+    with torch.no_grad():
+        y, h = module(torch.from_numpy(x))
+    got = y.numpy() if sequences else h.numpy()[-1]
+    assert got.shape == expected.shape
+    error = float(np.abs(got - expected).max())
+    print(f"{name}: torch vs onnxruntime on tf2onnx's file, max abs {error:.3g}")
+    assert error <= TOLERANCE
+    report = json.loads(run_cli("verify", out, "--json").stdout)
+    assert report["verdict"] == "match", report
+
+
+def test_a_reset_before_gru_loop_is_listed_and_refused_naming_reset_after():
+    """tf2onnx's GRU(reset_after=False): its body multiplies r*h by the candidate's block of the recurrent matrix, a
+    third product; cuDNN's GRU (and every target rnnconv writes from the canonical form) cannot compute it."""
+    source = TF2ONNX / "gru_reset_before.onnx"
+    (entry,) = rnnconv.inspect(source).rnns
+    assert not entry.converts and entry.layer_class == "GRU cell (Loop body)"
+    assert (entry.sizes.input_size, entry.sizes.hidden_size) == (3, 5)
+    assert "3 matrix products" in entry.reason and "reset_after=False" in entry.reason
+
+
+def test_a_reset_before_gru_loop_is_refused_in_one_sentence(tmp_path):
+    result = run_cli("convert", TF2ONNX / "gru_reset_before.onnx", tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "Loop 'gru_reset_before/gru_1/while_loop' steps matrix products like a GRU cell")
+    assert "reset_after=False" in result.stderr and not (tmp_path / "m.pt").exists()
+
+
+def _mutated(tmp_path, change) -> object:
+    model = onnx.load(TF2ONNX / "simple_rnn.onnx")
+    (loop,) = [n for n in model.graph.node if n.op_type == "Loop"]
+    change(model, loop, loop.attribute[0].g)
+    path = tmp_path / f"{change.__name__}.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def _body_node(body, op):
+    return next(n for n in body.node if n.op_type == op)
+
+
+def sigmoid_for_tanh(model, loop, body):
+    _body_node(body, "Tanh").op_type = "Sigmoid"
+
+
+def weight_changed_each_step(model, loop, body):
+    from onnx import helper, numpy_helper
+
+    recurrent = body.input[7].name  # the recurrent matrix, carried unchanged by tf2onnx
+    body.initializer.append(numpy_helper.from_array(np.float32(1.01), "grown"))
+    body.node.append(helper.make_node("Mul", [recurrent, "grown"], ["recurrent_next"]))
+    body.output[6].name = "recurrent_next"  # carried value 5: the body's output 6
+
+
+def counter_by_two(model, loop, body):
+    from onnx import numpy_helper
+
+    (one,) = [t for t in body.initializer if t.name.endswith("while/add/y:0")]
+    one.CopyFrom(numpy_helper.from_array(np.asarray(2, numpy_helper.to_array(one).dtype), one.name))
+
+
+def scan_output_not_the_state(model, loop, body):
+    add = next(n for n in body.node if n.op_type == "Add" and n.name.endswith("simple_rnn_cell/add"))
+    body.output[-1].name = add.output[0]
+
+
+def initial_state_not_zeros(model, loop, body):
+    from onnx import helper
+
+    model.graph.node.insert(0, helper.make_node("Constant", [], ["half"], value_float=0.5))
+    expand = next(n for n in model.graph.node if n.op_type == "Expand")
+    expand.input[0] = "half"
+
+
+def fewer_trips(model, loop, body):
+    from onnx import numpy_helper
+
+    model.graph.initializer.append(numpy_helper.from_array(np.asarray(2, np.int64), "two"))
+    loop.input[0] = "two"
+
+
+MUTATIONS = {
+    sigmoid_for_tanh: "its body's cell computes none of the",
+    weight_changed_each_step: "its body holds 1 matrix product (",
+    counter_by_two: "is not a counter moving on by one each step",
+    scan_output_not_the_state: "which is not the step's new state",
+    initial_state_not_zeros: "its initial state is not zeros",
+    fewer_trips: "it runs 2 times over a sequence of 3 steps",
+}
+
+
+@pytest.mark.parametrize("change", list(MUTATIONS), ids=lambda c: c.__name__)
+def test_a_loop_that_does_not_step_an_rnn_is_listed_with_the_reason_and_refused(change, tmp_path):
+    """Each a valid model onnxruntime runs (computing something else than the SimpleRNN): listed with the reason,
+    refused in one sentence, nothing written (before, each was only 'a Loop rnnconv does not read')."""
+    path = _mutated(tmp_path, change)
+    x = np.random.default_rng(3).normal(size=(2, 3, 3)).astype(np.float32)
+    assert np.all(np.isfinite(ort(path, x)))
+    reason = MUTATIONS[change]
+    (entry,) = rnnconv.inspect(path).rnns
+    assert not entry.converts and f"Loop {SIMPLE_RNN_LOOP!r}" in entry.reason and reason in entry.reason, entry.reason
+    result = run_cli("convert", path, tmp_path / "m.pt")
+    assert_clean_failure(result, 2, f"Loop {SIMPLE_RNN_LOOP!r} steps matrix products like an RNN cell", reason)
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_a_loop_whose_matrices_are_computed_at_run_time_is_named_as_a_loop_not_read(tmp_path):
+    """Its weights made Abs(weights) in the graph (no constant rnnconv folds): no product a cell's, the file holds no
+    RNN, said in one sentence naming the Loop."""
+
+    def weights_computed(model, loop, body):
+        from onnx import helper
+
+        for place in (5, 6, 7):  # the input matrix, the bias, the recurrent matrix
+            model.graph.node.insert(0, helper.make_node("Abs", [loop.input[place]], [f"computed{place}"]))
+            loop.input[place] = f"computed{place}"
+
+    path = _mutated(tmp_path, weights_computed)
+    assert rnnconv.inspect(path).rnns == []
+    result = run_cli("convert", path, tmp_path / "m.pt")
+    assert_clean_failure(
+        result, 2, f"holds no LSTM, GRU or RNN node: its Loop {SIMPLE_RNN_LOOP!r} steps matrix products over time"
+    )
+    assert not (tmp_path / "m.pt").exists()
