@@ -7,8 +7,9 @@ reset are not read from the graph's shape but settled here: the graph is run on 
 whose cuDNN cell computes the same new state (and, for an LSTM, cell state) is kept. The formats differ in how a
 graph is parsed, not in what a cell is: each gives its ops' semantics to one walk of the graph (`run_ops`), and the
 cells recognised become one canonical RNN here (`canonical`). A cell stepped by a loop (TFLite's WHILE, OpenVINO's
-Loop) is checked here as a loop too, over the values the loop carries (`Slot`, `checked_steps`), and loop layers are
-run step by step here (`run_loops`).
+and ONNX's Loop) is checked here as a loop too, over the values the loop carries or gives out each step (`Slot`,
+`checked_steps`), loops are settled into RNN layers on probes of the graph around them (`loop_layers`), and loop
+layers are run step by step here (`run_loops`).
 """
 
 from __future__ import annotations

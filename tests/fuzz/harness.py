@@ -75,6 +75,7 @@ FAMILIES = (
     "onnx_quantized",
     "onnx_unrolled",
     "onnx_cells",
+    "onnx_loops",
     "tflite",
     "tflite_loops",
     "openvino",
@@ -99,6 +100,7 @@ NEW_FAMILIES = (
     "onnx_subgraph",
     "onnx_unrolled",
     "onnx_cells",
+    "onnx_loops",
     "tflite_loops",
     "openvino_loops",
     "identify",
@@ -137,6 +139,10 @@ ONNX_FAMILIES = {
     "onnx_cells": (
         ("cells_dynamo.onnx", "cells_gates_swapped.onnx", "lstm_cell_loop2_dynamo.onnx", "gru_cell_loop1_dynamo.onnx"),
         "mutate_onnx_cells",
+    ),
+    "onnx_loops": (
+        ("simple_rnn.onnx", "simple_rnn2.onnx", "simple_rnn_bi.onnx", "simple_rnn_last.onnx", "gru_reset_before.onnx"),
+        "mutate_onnx_loops",
     ),
 }
 
@@ -195,7 +201,9 @@ class Case:
     files: dict[str, bytes]
     commands: list[list[str]] = field(default_factory=list)  # {dir} is the case's folder
     must_refuse: bool = False  # every command must fail: the input is damaged where rnnconv reads it
-    oracle: str = ""  # the runtime ("litert", "openvino") a conversion to out.pt is run against (`disagrees`)
+    oracle: str = (
+        ""  # the runtime ("litert", "openvino", "onnxruntime") a conversion to out.pt is run against (`disagrees`)
+    )
 
 
 def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case:
@@ -253,11 +261,13 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         ends, mutator = ONNX_FAMILIES[family]
         name = rng.choice([n for n in seeds.sources if n.endswith(ends)] or sorted(seeds.sources))
         data = getattr(mutators, mutator)(seeds.sources[name].read_bytes(), rng)
-        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data})
+        oracle = "onnxruntime" if family == "onnx_loops" else ""  # a conversion run against the file's own run
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data}, oracle=oracle)
         source = "{dir}/mut_" + name
         case.commands = [
             ["inspect", source],
             ["convert", source, "{dir}/out.safetensors"],
+            ["convert", source, "{dir}/out.pt"],
             [
                 "convert",
                 source,
@@ -571,6 +581,11 @@ if runtime == "litert":
     interpreter.allocate_tensors()
     given = interpreter.get_input_details()[0]
     shape = list(given["shape"])
+elif runtime == "onnxruntime":
+    import onnxruntime
+    session = onnxruntime.InferenceSession(source, providers=["CPUExecutionProvider"])
+    given = session.get_inputs()[0]
+    shape = [d if isinstance(d, int) and d > 0 else 4 if i else 2 for i, d in enumerate(given.shape)]
 else:
     import openvino as ov
     compiled = ov.Core().compile_model(source, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
@@ -582,6 +597,8 @@ if runtime == "litert":
     interpreter.set_tensor(given["index"], x)
     interpreter.invoke()
     expected = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+elif runtime == "onnxruntime":
+    expected = session.run(None, {given.name: x})[0]
 else:
     expected = compiled(x)[0]
 with torch.no_grad():
@@ -598,10 +615,10 @@ sys.exit(3)
 
 
 def disagrees(runtime: str, source: Path, converted: Path) -> str | None:
-    """Whether a converted loop computes otherwise than its runtime (LiteRT, OpenVINO's CPU plugin) running the
-    mutated file (the model's output: every step's, or each direction's last): "off by E"; None where it agrees;
-    "unjudged" where the runtime cannot run the file or its output is not the RNN's (run in a process of its own:
-    a runtime may crash on a damaged file)."""
+    """Whether a converted loop computes otherwise than its runtime (LiteRT, OpenVINO's CPU plugin, onnxruntime)
+    running the mutated file (the model's output: every step's, or each direction's last): "off by E"; None where it
+    agrees; "unjudged" where the runtime cannot run the file or its output is not the RNN's (run in a process of its
+    own: a runtime may crash on a damaged file)."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     try:
         done = subprocess.run(

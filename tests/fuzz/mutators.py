@@ -1186,6 +1186,60 @@ def mutate_onnx_cells(data: bytes, rng: random.Random) -> bytes:
     return model.SerializeToString()
 
 
+def mutate_onnx_loops(data: bytes, rng: random.Random) -> bytes:
+    """RNNs written as ONNX Loops mutated inside and around their bodies: ops changed (the cell, the counter, the
+    condition), a body's stored constants changed (its counter's step), values read in each other's places (gates
+    swapped, a scan output or a carried value given out otherwise), a carried weight changed each step, the Loop's
+    trip count, condition and starting values changed; now and then the plain structural damage too."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.ModelProto()
+    model.ParseFromString(data)
+    graph = model.graph
+    loops = [n for n in graph.node if n.op_type == "Loop" and n.attribute and n.attribute[0].HasField("g")]
+    if not loops:
+        _onnx_damage(model, rng)
+        return model.SerializeToString()
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        loop = rng.choice(loops)
+        body = loop.attribute[0].g
+        values = [o for n in body.node for o in n.output] + [i.name for i in body.input]
+        choice = rng.randrange(8)
+        if choice == 0 and body.node:  # the cell, counter or condition computing something else
+            node = rng.choice(body.node)
+            node.op_type = rng.choice(["Tanh", "Sigmoid", "Relu", "Add", "Sub", "Mul", "Identity", "Less", "Greater"])
+        elif choice == 1 and body.initializer:  # a stored constant changed: the counter's step, say
+            tensor = rng.choice(body.initializer)
+            stored = numpy_helper.to_array(tensor)
+            changed = (stored + rng.choice([1, -1, 2])).astype(stored.dtype) if stored.dtype.kind in "iuf" else stored
+            tensor.CopyFrom(numpy_helper.from_array(changed, tensor.name))
+        elif choice == 2:  # a node reads another value in its place (two gates swapped, the state for the input)
+            node = rng.choice(body.node)
+            if node.input:
+                node.input[rng.randrange(len(node.input))] = rng.choice(values)
+        elif choice == 3 and len(body.output) > 1:  # the body gives out another value (its scan output, a carry)
+            rng.choice(body.output[1:]).name = rng.choice(values)
+        elif choice == 4 and len(body.input) > 2:  # a carried value (a weight) changed each step
+            place = rng.randrange(2, len(body.input))
+            grown = f"grown_{place}"
+            body.initializer.append(numpy_helper.from_array(np.float32(rng.choice([1.01, 0.0, -1.0])), f"{grown}_by"))
+            body.node.append(helper.make_node("Mul", [body.input[place].name, f"{grown}_by"], [grown]))
+            if place - 1 < len(body.output):
+                body.output[place - 1].name = grown
+        elif choice == 5:  # the Loop's trip count or first condition
+            name = f"trip_{rng.randrange(1000)}"
+            value = rng.choice([np.asarray(rng.choice([0, 1, 2, 5, -1, 2**40]), np.int64), np.asarray(False)])
+            graph.initializer.append(numpy_helper.from_array(value, name))
+            loop.input[0 if value.dtype.kind == "i" else 1] = name
+        elif choice == 6 and len(loop.input) > 2:  # a carried value started from another of the graph's values
+            outputs = [o for n in graph.node for o in n.output] + [t.name for t in graph.initializer]
+            loop.input[rng.randrange(2, len(loop.input))] = rng.choice(outputs)
+        else:
+            _onnx_damage(model, rng)
+    return model.SerializeToString()
+
+
 # --- the formats read since the first round: each seed a set of files (the model, the files beside it, the source
 # record rnnconv wrote), damaged in its structure (lengths, offsets, nesting, encodings, counts, names, sizes) ------
 

@@ -64,7 +64,11 @@ ONNX_SEEDS = [
     "onnx/gru_cell_loop1_dynamo.onnx",
     "tf2onnx/lstm_states.onnx",  # tf2onnx's glue: Transposes, an empty sequence_lens, states from Shape/Expand
     "tf2onnx/lstm2.onnx",
-    "tf2onnx/gru_reset_before.onnx",  # a while loop as an ONNX Loop: refused
+    "tf2onnx/gru_reset_before.onnx",  # a while loop as an ONNX Loop of three products: listed, refused
+    "tf2onnx/simple_rnn.onnx",  # while loops as ONNX Loops: read by what their bodies compute
+    "tf2onnx/simple_rnn2.onnx",
+    "tf2onnx/simple_rnn_bi.onnx",
+    "tf2onnx/simple_rnn_last.onnx",
 ]
 
 TFLITE_SEEDS = [
