@@ -128,6 +128,19 @@ def fewer_trips(model, loop, body):
     loop.input[0] = "two"
 
 
+def input_read_at_a_fixed_step(model, loop, body):
+    """The body reads step 1 of the sequence at every step, by an integer it carries unchanged."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    model.graph.initializer.append(numpy_helper.from_array(np.asarray(1, np.int32), "one"))
+    carried = len(loop.input) - 2
+    loop.input.append("one")
+    loop.output.insert(carried, "fixed_final")
+    body.input.append(helper.make_tensor_value_info("fixed", TensorProto.INT32, []))
+    body.output.insert(1 + carried, helper.make_tensor_value_info("fixed", TensorProto.INT32, []))
+    _body_node(body, "Gather").input[1] = "fixed"
+
+
 MUTATIONS = {
     sigmoid_for_tanh: "its body's cell computes none of the",
     weight_changed_each_step: "its body holds 1 matrix product (",
@@ -135,6 +148,7 @@ MUTATIONS = {
     scan_output_not_the_state: "which is not the step's new state",
     initial_state_not_zeros: "its initial state is not zeros",
     fewer_trips: "it runs 2 times over a sequence of 3 steps",
+    input_read_at_a_fixed_step: "does not read its input at a step it counts",
 }
 
 

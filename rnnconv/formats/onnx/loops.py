@@ -312,7 +312,8 @@ def _stepped(loop: Loop, reading: Reading, graph: ProbedScope) -> tuple[str, str
         sequence = node.input[2 + given.index(sequence)]  # carried unchanged: the value that starts it
     elif body.owner(sequence) is not loop.scope:
         return "its body's cell does not read its input as one step of a sequence the Loop's graph gives it"
-    if counter not in given and counter != inputs[0]:
+    counted = counter in given and results[given.index(counter)] != counter  # checked a counter from 0 below
+    if not counted and counter != inputs[0]:
         return "its body's cell does not read its input at a step it counts"
     steps_of = graph.value(sequence)
     if steps_of is None or steps_of.ndim != 3:
