@@ -60,18 +60,24 @@ def test_a_tf2onnx_loop_converts_to_what_onnxruntime_computes_of_the_whole_file(
 
 
 def test_a_reset_before_gru_loop_is_listed_and_refused_naming_reset_after():
-    """tf2onnx's GRU(reset_after=False): its body multiplies r*h by the candidate's block of the recurrent matrix, a
-    third product; cuDNN's GRU (and every target rnnconv writes from the canonical form) cannot compute it."""
+    """tf2onnx's GRU(reset_after=False): its body multiplies r*h by the candidate's block of the recurrent matrix
+    (the matrix multiplied in parts, taken whole): read as a reset-before GRU, which cuDNN's GRU (and every target
+    rnnconv writes from the canonical form, as for Keras's own reset_after=False) cannot compute."""
     source = TF2ONNX / "gru_reset_before.onnx"
     (entry,) = rnnconv.inspect(source).rnns
     assert not entry.converts and entry.layer_class == "GRU cell (Loop body)"
     assert (entry.sizes.input_size, entry.sizes.hidden_size) == (3, 5)
-    assert "3 matrix products" in entry.reason and "reset_after=False" in entry.reason
+    assert "reset gate to the state before the recurrent product" in entry.reason, entry.reason
+    assert "reset_after=False" in entry.reason
 
 
 def test_a_reset_before_gru_loop_is_refused_in_one_sentence(tmp_path):
     result = run_cli("convert", TF2ONNX / "gru_reset_before.onnx", tmp_path / "m.pt")
-    assert_clean_failure(result, 2, "Loop 'gru_reset_before/gru_1/while_loop' steps matrix products like a GRU cell")
+    assert_clean_failure(
+        result,
+        2,
+        "Loop 'gru_reset_before/gru_1/while_loop' steps a GRU cell that applies its GRU reset gate to the state",
+    )
     assert "reset_after=False" in result.stderr and not (tmp_path / "m.pt").exists()
 
 
@@ -185,3 +191,33 @@ def test_a_loop_whose_matrices_are_computed_at_run_time_is_named_as_a_loop_not_r
         result, 2, f"holds no LSTM, GRU or RNN node: its Loop {SIMPLE_RNN_LOOP!r} steps matrix products over time"
     )
     assert not (tmp_path / "m.pt").exists()
+
+
+def test_a_reset_before_gru_loop_is_read_as_the_onnx_gru_that_computes_it(tmp_path):
+    """The GRU read off tf2onnx's reset-before loop (its recurrent matrix multiplied in parts, taken whole), as an
+    ONNX GRU node with linear_before_reset=0, computes in onnxruntime what onnxruntime computes of tf2onnx's file."""
+    from onnx import TensorProto, helper, numpy_helper
+    from runtimes import ort_session
+
+    from rnnconv.formats.onnx.reader import OnnxFile
+
+    source = TF2ONNX / "gru_reset_before.onnx"
+    (node,) = OnnxFile.load(source).layers
+    assert node.op == "GRU" and node.attributes["linear_before_reset"] == 0 and "reset_after=False" in node.refusal
+    weights = [numpy_helper.from_array(node.weights[role].astype(np.float32), role) for role in ("W", "R", "B")]
+    gru = helper.make_node("GRU", ["X", "W", "R", "B"], ["Y"], hidden_size=5, linear_before_reset=0)
+    graph = helper.make_graph(
+        [gru, helper.make_node("Squeeze", ["Y", "axis"], ["y"])],
+        "read",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, None, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [*weights, numpy_helper.from_array(np.asarray([1], np.int64), "axis")],
+    )
+    read = tmp_path / "read.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)]), read)
+    x = np.random.default_rng(5).normal(0, 1.5, (2, 6, 3)).astype(np.float32)
+    (expected,) = ort_session(source).run(None, {"x": x})
+    (got,) = ort_session(read).run(None, {"X": np.ascontiguousarray(x.transpose(1, 0, 2))})
+    error = float(np.abs(got.transpose(1, 0, 2) - expected).max())
+    print(f"gru_reset_before: the GRU read vs onnxruntime on tf2onnx's file, max abs {error:.3g}")
+    assert error <= TOLERANCE

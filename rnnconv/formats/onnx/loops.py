@@ -9,13 +9,16 @@ they are, the body's two products found, its nodes evaluated in numpy (a short l
 file is run but that) and the cell read by `_cells.recognise`; the loop is then checked by what it computes
 (`_cells.checked_steps`: its counters move on by one from 0, its state starts from zeros and is carried to the next
 step, the step's new state is given out, the rest is passed on unchanged) and by how many times its trip count and
-condition run it: as many as the sequence has steps. The graph around the loops, run on probes of the model's inputs,
-settles each loop's direction and layer (`_cells.loop_layers`).
+condition run it: as many as the sequence has steps. A matrix the body multiplies in parts (a reset-before GRU's
+recurrent matrix: its update and reset blocks by the state, its candidate's by r*h) is one product of the whole.
+The graph around the loops, run on probes of the model's inputs, settles each loop's direction and layer
+(`_cells.loop_layers`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -242,11 +245,6 @@ def read_loop(scope: Scope, body: Scope, node: Any, index: int, folding: Folder,
         names = listing(repr(cut(p.name)) for p in products)
         held = f"{len(products)} matrix product{'s' if len(products) > 1 else ''}"
         loop.refusal = f"its body holds {held} ({names}), not a cell's two"
-        if len(products) == 3 and loop.sizes[0] == 3:
-            loop.refusal += (
-                " (a GRU applying its reset gate to the state before the recurrent product, as Keras's "
-                "reset_after=False does, multiplies by three: cuDNN's GRU applies it after the product)"
-            )
         return loop
     carried_values = finder.carried(products)
     reading = recognise(CellGraph(name, (products[0], products[1]), carried_values, loop.step))
@@ -280,8 +278,62 @@ def _products(finder: CellFinder) -> list[Product]:
         adds = [c for c in finder.consumers(node.output[0]) if c.op_type == "Add" and c.output]
         product = (finder.product(adds[0].output[0]) if len(adds) == 1 else None) or finder.product(node.output[0])
         if product is not None:
-            found.append(product)
-    return found
+            found.append((node, product))
+    return _whole(finder, found)
+
+
+def _whole(finder: CellFinder, found: list[tuple[Any, Product]]) -> list[Product]:
+    """The products, those of a matrix the body multiplies in parts (column blocks of one constant, each by a value
+    of its own: a reset-before GRU's update and reset blocks by the state, its candidate's by r*h) taken as one
+    product of the whole matrix by the value the body is given (the state); `recognise` runs the body, which
+    multiplies each part as it does."""
+    parts: dict[str, list[tuple[int, int, Product]]] = {}
+    for node, product in found:
+        cut_out = finder.producer(node.input[1]) if node.op_type == "MatMul" else None
+        if cut_out is None or cut_out.op_type != "Slice" or len(cut_out.input) < 3:
+            continue
+        whole = finder.constant(cut_out.input[0])
+        columns = _columns(finder, cut_out, whole)
+        if columns is not None and product.bias is None:
+            parts.setdefault(cut_out.input[0], []).append((*columns, product))
+    given = {i.name for i in finder.scope.graph.input}
+    merged: dict[int, Product] = {}  # the first part's place -> the whole product
+    taken: set[int] = set()
+    for source, held in parts.items():
+        held.sort(key=lambda part: part[0])
+        whole = finder.constant(source)
+        assert whole is not None
+        state = [p for _, _, p in held if p.value in given]
+        ordered = all(a[1] == b[0] for a, b in itertools.pairwise(held))
+        if len(held) < 2 or held[0][0] != 0 or held[-1][1] != whole.shape[1] or not ordered or len(state) != 1:
+            continue
+        places = [next(i for i, (_, p) in enumerate(found) if p is part) for _, _, part in held]
+        merged[min(places)] = Product(state[0].value, whole.T, None, source)
+        taken |= set(places)
+    return [merged.get(i, product) for i, (_, product) in enumerate(found) if i in merged or i not in taken]
+
+
+def _columns(finder: CellFinder, cut_out: Any, whole: np.ndarray | None) -> tuple[int, int] | None:
+    """(first, last + 1) of the columns of the 2-D constant `whole` a Slice takes, each of its rows; None where it
+    takes other parts."""
+    starts, ends = finder.integers(cut_out, 1), finder.integers(cut_out, 2)
+    axes = finder.integers(cut_out, 3) if len(cut_out.input) > 3 and cut_out.input[3] else None
+    steps = finder.integers(cut_out, 4) if len(cut_out.input) > 4 and cut_out.input[4] else None
+    if whole is None or whole.ndim != 2 or starts is None or ends is None or len(starts) != len(ends):
+        return None
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    taken = [range(whole.shape[0]), range(whole.shape[1])]
+    if len(axes) != len(starts) or len(steps) != len(starts) or len({a % 2 for a in axes}) != len(axes):
+        return None
+    for axis, start, end, step in zip(axes, starts, ends, steps):
+        if not -2 <= axis < 2 or step != 1:
+            return None
+        taken[axis % 2] = taken[axis % 2][start:end]
+    rows, columns = taken
+    if rows != range(whole.shape[0]) or not columns:
+        return None
+    return columns.start, columns.stop
 
 
 def _sizes(products: list[Product]) -> tuple[int, int, int]:

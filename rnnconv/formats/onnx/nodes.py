@@ -11,7 +11,7 @@ import numpy as np
 
 from rnnconv.dtypes import element_type
 from rnnconv.errors import BadInput, Unsupported, cut, listing
-from rnnconv.formats._cells import LoopLayer, Reading
+from rnnconv.formats._cells import LoopLayer, Reading, why_not_cudnn
 from rnnconv.formats._graph import chained
 from rnnconv.formats.onnx.folding import SUBGRAPH, Folder, NotFoldable, Scope, node_name
 from rnnconv.formats.onnx.loops import Loop
@@ -402,6 +402,9 @@ def looped_layer(layer: LoopLayer[Loop]) -> OnnxNode:
     readings = [loop.reading for loop in layer.loops if loop.reading is not None]
     if refusal is None and len(readings) == len(layer.loops):
         node = _cell_node(name, readings, 1)
+        reason = why_not_cudnn(readings[0])  # a reset-before GRU: read as it is, and refused naming it
+        if reason is not None:
+            node.refusal = f"Loop {cut(first.name)!r} steps a GRU cell that {reason}"
     else:
         gates, input_size, hidden = first.sizes
         op = {1: "RNN", 3: "GRU", 4: "LSTM"}.get(gates, "RNN")
