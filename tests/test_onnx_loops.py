@@ -221,3 +221,21 @@ def test_a_reset_before_gru_loop_is_read_as_the_onnx_gru_that_computes_it(tmp_pa
     error = float(np.abs(got.transpose(1, 0, 2) - expected).max())
     print(f"gru_reset_before: the GRU read vs onnxruntime on tf2onnx's file, max abs {error:.3g}")
     assert error <= TOLERANCE
+
+
+def test_reading_loops_is_bounded(monkeypatch):
+    """More Loops than rnnconv reads in one file is one sentence; a body of more nodes than a cell's is not read as
+    one (the file then holds no RNN, naming the Loop); an evaluated value larger than a cell's is not computed."""
+    from rnnconv.formats.onnx import loops
+
+    source = TF2ONNX / "simple_rnn.onnx"
+    monkeypatch.setattr(loops, "MAX_LOOPS", 0)
+    with pytest.raises(rnnconv.BadInput, match="holds 1 Loops, more than any model rnnconv reads"):
+        rnnconv.inspect(source)
+    monkeypatch.setattr(loops, "MAX_LOOPS", 1024)
+    monkeypatch.setattr(loops, "MAX_BODY_NODES", 5)
+    assert rnnconv.inspect(source).rnns == []
+    monkeypatch.setattr(loops, "MAX_BODY_NODES", 4096)
+    monkeypatch.setattr(loops, "MAX_EVALUATED", 8)  # the probes' sequence (27 values) is not computed
+    (entry,) = rnnconv.inspect(source).rnns
+    assert not entry.converts and "not a sequence" in entry.reason, entry.reason

@@ -110,11 +110,13 @@ def _reverse_sequence(node: Any, value: np.ndarray, lengths: np.ndarray) -> np.n
 
 class Runner:
     """A graph's nodes (a body's, or the graph around a loop) run in numpy from values fed by name and the constants
-    folding computes, at most MAX_RUN elements computed in a run (a hostile graph cannot make them long)."""
+    folding computes, at most MAX_RUN elements computed in a run, or its budget for all its runs (a hostile graph
+    cannot make them long)."""
 
-    def __init__(self, scope: Scope, folding: Folder, nodes: list[Any] | None = None):
+    def __init__(self, scope: Scope, folding: Folder, nodes: list[Any] | None = None, budget: list[int] | None = None):
         self.scope, self.folding = scope, folding
         self.nodes = list(scope.graph.node) if nodes is None else nodes
+        self.budget = budget
 
     def constant(self, value: str) -> np.ndarray | None:
         try:
@@ -124,7 +126,7 @@ class Runner:
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Every value computed from `feeds` and constants, with the feeds."""
-        budget = [MAX_RUN]
+        budget = [MAX_RUN] if self.budget is None else self.budget
 
         def bounded(node: Any, arguments: list[np.ndarray | None]) -> list[np.ndarray]:
             if budget[0] <= 0:
@@ -163,7 +165,7 @@ class ProbedScope:
     each Loop is given, and what the graph makes of the Loops' output sequences (`_cells.ProbedGraph`)."""
 
     def __init__(self, scope: Scope, folding: Folder):
-        self.runner = Runner(scope, folding)
+        self.runner = Runner(scope, folding, budget=[MAX_RUN])  # all its runs: one for each loop read
         rng = np.random.default_rng(PROBE_SEED)
         self.feeds: dict[str, np.ndarray] = {}
         for given in scope.graph.input:
@@ -424,7 +426,7 @@ def _iterations(
     if going.size != 1:
         return -1
     limit = int(count.reshape(-1)[0]) if count is not None else -1
-    cone = Runner(loop.body, graph.runner.folding, _cone(loop.body, condition))
+    cone = Runner(loop.body, graph.runner.folding, _cone(loop.body, condition), [MAX_RUN])  # run once a step
     ran, on = 0, bool(going.reshape(-1)[0])
     while on and (limit < 0 or ran < limit) and ran <= steps:
         feeds = {  # its counters at the step, the rest as the Loop starts them
