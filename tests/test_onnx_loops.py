@@ -134,6 +134,14 @@ def fewer_trips(model, loop, body):
     loop.input[0] = "two"
 
 
+def negative_trips(model, loop, body):
+    """A trip count of -1: onnxruntime runs no step (it converted as if the count were no limit)."""
+    from onnx import numpy_helper
+
+    model.graph.initializer.append(numpy_helper.from_array(np.asarray(-1, np.int64), "minus_one"))
+    loop.input[0] = "minus_one"
+
+
 def input_read_at_a_fixed_step(model, loop, body):
     """The body reads step 1 of the sequence at every step, by an integer it carries unchanged."""
     from onnx import TensorProto, helper, numpy_helper
@@ -154,6 +162,7 @@ MUTATIONS = {
     scan_output_not_the_state: "which is not the step's new state",
     initial_state_not_zeros: "its initial state is not zeros",
     fewer_trips: "it runs 2 times over a sequence of 3 steps",
+    negative_trips: "it runs 0 times over a sequence of 3 steps",
     input_read_at_a_fixed_step: "does not read its input at a step it counts",
 }
 

@@ -425,10 +425,10 @@ def _iterations(
         return -1
     if going.size != 1:
         return -1
-    limit = int(count.reshape(-1)[0]) if count is not None else -1
+    limit = int(count.reshape(-1)[0]) if count is not None else None  # negative: no step at all, as onnxruntime runs
     cone = Runner(loop.body, graph.runner.folding, _cone(loop.body, condition), [MAX_RUN])  # run once a step
     ran, on = 0, bool(going.reshape(-1)[0])
-    while on and (limit < 0 or ran < limit) and ran <= steps:
+    while on and (limit is None or ran < limit) and ran <= steps:
         feeds = {  # its counters at the step, the rest as the Loop starts them
             s.given: np.asarray(ran, s.dtype)
             if np.dtype(s.dtype).kind in "iu" and s.shape == () and s.result
