@@ -248,3 +248,18 @@ def test_reading_loops_is_bounded(monkeypatch):
     monkeypatch.setattr(loops, "MAX_EVALUATED", 8)  # the probes' sequence (27 values) is not computed
     (entry,) = rnnconv.inspect(source).rnns
     assert not entry.converts and "not a sequence" in entry.reason, entry.reason
+
+
+def test_loops_named_alike_are_each_read_with_their_own_body(tmp_path):
+    """A copy of the Loop under the same name, its body's Tanh a Relu: each read by its own body (a name does not
+    tell their bodies apart), a tanh RNN and a relu RNN."""
+
+    def relu_copy(model, loop, body):
+        copy = model.graph.node.add()
+        copy.CopyFrom(loop)
+        copy.output[:] = [f"{name}_copy" for name in loop.output]
+        _body_node(copy.attribute[0].g, "Tanh").op_type = "Relu"
+
+    path = _mutated(tmp_path, relu_copy)
+    modes = sorted(entry.spec.mode for entry in rnnconv.inspect(path).rnns if entry.converts)
+    assert modes == ["rnn_relu", "rnn_tanh"], modes

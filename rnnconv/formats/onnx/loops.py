@@ -208,9 +208,13 @@ def _probe_shape(given: Any) -> tuple[int, ...] | None:
     return sizes if len(sizes) <= 8 and math.prod(sizes) <= MAX_EVALUATED else None
 
 
-def body_of(found: list[Scope], scope: Scope, node: Any, index: int) -> Scope | None:
-    path = f"{scope.qualified(node_name(node, index))}{SUBGRAPH}body"
-    return next((s for s in found if s.parent is scope and s.path == path), None)
+def _body_of(bodies: dict[str, list[Scope]], scope: Scope, node: Any, index: int) -> Scope | None:
+    """The scope of a Loop node's body (of the nodes named alike, the one whose body it is)."""
+    held = bodies.get(f"{scope.qualified(node_name(node, index))}{SUBGRAPH}body", [])
+    if len(held) == 1:
+        return held[0]
+    graphs = [a.g for a in node.attribute if a.name == "body" and a.HasField("g")]
+    return next((s for s in held if graphs and s.graph == graphs[0]), None)
 
 
 def read_loop(scope: Scope, body: Scope, node: Any, index: int, folding: Folder, graph: ProbedScope) -> Loop | None:
@@ -458,11 +462,15 @@ def _cone(body: Scope, value: str) -> list[Any]:
 def read_loops(found: list[Scope], folding: Folder) -> list[list[LoopLayer[Loop]]]:
     """Every Loop whose body multiplies by constant matrices, read (each graph's in its order: a layer's loops read
     what the graph makes of those below) and settled into RNN layers, per graph."""
+    bodies: dict[str, list[Scope]] = {}
+    for scope in found:
+        if scope.parent is not None:
+            bodies.setdefault(scope.path, []).append(scope)
     held = [
         (scope, index, node, body)
         for scope in found
         for index, node in enumerate(scope.graph.node)
-        if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and (body := body_of(found, scope, node, index))
+        if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and (body := _body_of(bodies, scope, node, index))
         if any(op.op_type in ("MatMul", "Gemm") for op in body.graph.node)
     ]
     if len(held) > MAX_LOOPS:
