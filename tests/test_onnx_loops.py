@@ -263,3 +263,19 @@ def test_loops_named_alike_are_each_read_with_their_own_body(tmp_path):
     path = _mutated(tmp_path, relu_copy)
     modes = sorted(entry.spec.mode for entry in rnnconv.inspect(path).rnns if entry.converts)
     assert modes == ["rnn_relu", "rnn_tanh"], modes
+
+
+def test_a_state_carried_in_another_shape_is_refused(tmp_path):
+    """The new state carried to the next step unsqueezed (1, batch, H): not the state an RNN carries (onnxruntime
+    cannot run it past the first step); refused, saying so (it was read past the Unsqueeze as the state)."""
+
+    def state_unsqueezed(model, loop, body):
+        from onnx import helper, numpy_helper
+
+        body.initializer.append(numpy_helper.from_array(np.asarray([0], np.int64), "axis0"))
+        body.node.append(helper.make_node("Unsqueeze", [_body_node(body, "Tanh").output[0], "axis0"], ["h_next"]))
+        body.output[2].name = "h_next"  # carried value 1, the state
+
+    path = _mutated(tmp_path, state_unsqueezed)
+    (entry,) = rnnconv.inspect(path).rnns
+    assert not entry.converts and "does not carry its state from one step to the next" in entry.reason, entry.reason

@@ -359,7 +359,7 @@ def _stepped(loop: Loop, reading: Reading, graph: ProbedScope) -> tuple[str, str
     given, results, scanned = inputs[2:], outputs[1 : carried + 1], outputs[carried + 1 :]
     states = [reading.h] + ([reading.c] if reading.c else [])
     for state, new in zip(states, reading.outputs):
-        if state not in given or finder.through(results[given.index(state)]) != finder.through(new):
+        if state not in given or _identical(body, results[given.index(state)]) != _identical(body, new):
             return "its body's cell does not carry its state from one step to the next"
     gather = finder.producer(reading.x)
     axis = [int(a.i) for a in gather.attribute if a.name == "axis"] if gather is not None else []
@@ -409,6 +409,16 @@ def _stepped(loop: Loop, reading: Reading, graph: ProbedScope) -> tuple[str, str
         return "it gives out no sequence of its new states"
     kept = steps if slot.given == GIVEN_OUT or len(slot.shape) != 3 else slot.shape[0]  # every step's, or the last
     return sequence, node.output[place], (kept, steps_of.shape[1], reading.hidden)
+
+
+def _identical(body: Scope, value: str) -> str:
+    """The value `value` is, looking past Identity nodes (a state carried as it is, in its shape)."""
+    for _ in range(8):
+        found = body.produced.get(value)
+        if found is None or found[0].op_type != "Identity" or not found[0].input:
+            break
+        value = found[0].input[0]
+    return value
 
 
 def _outer(body: Scope) -> list[str]:
