@@ -59,7 +59,7 @@ class OnnxNode:
     stored: dict[str, np.ndarray] = field(default_factory=dict)  # a quantized node's inputs as stored (int8 W, R...)
     probed: float | None = None  # a cell read by what it computes: how far its reading was from it on probes
     scanned: bool = False  # a cell that is a Scan's body, stepped over the Scan's sequence
-    looped: bool = False  # a cell that is a Loop's body, stepped over the sequence the Loop reads
+    loops: list[Loop] = field(default_factory=list)  # the Loops stepping its cell (its directions), where it is theirs
 
     def __post_init__(self) -> None:
         self.source_class = self.source_class or self.op
@@ -78,7 +78,7 @@ class OnnxNode:
 
     @property
     def shown_class(self) -> str:
-        if self.scanned or self.looped:
+        if self.scanned or self.loops:
             return f"{self.op} cell ({'Scan' if self.scanned else 'Loop'} body)"
         if self.probed is not None and self.unrolled > 1:
             return f"{self.op} cell (unrolled, {self.unrolled} steps)"
@@ -416,7 +416,7 @@ def looped_layer(layer: LoopLayer[Loop]) -> OnnxNode:
         sizes = {"W": np.broadcast_to(np.float32(0), shapes)} if hidden and input_size else {}
         node = OnnxNode(name, op, [], [], {"hidden_size": max(hidden, 1), "direction": "forward"}, sizes, "float32")
         node.refusal, node.short, node.source_class = reason, name.split(SUBGRAPH)[-1], f"{op} cell"
-    node.looped = True
+    node.loops = layer.loops
     return node
 
 

@@ -308,7 +308,7 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
         steps = "one step" if first.unrolled == 1 else f"stepped {first.unrolled} times"
         steps = "stepped over its Scan's sequence" if first.scanned else steps
         form = "unrolled into matrix products and activations"
-        if first.looped:
+        if first.loops:
             form, steps = "written as a Loop's body (a while loop)", "stepped over the sequence the Loop reads"
         article = "a" if first.op == "GRU" else "an"
         notes.append(

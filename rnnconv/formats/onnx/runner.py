@@ -92,8 +92,7 @@ def run_nodes(
     if chain[0].quantized:
         how += " (int8 weights, inputs quantized at run time: the blob is its dequantized float model)"
     if chain[0].unrolled:  # the steps' equations are the RNN op's: run them as one, on any shapes
-        stepped = "Loop bodies' cells" if chain[0].looped else "unrolled steps"
-        how = f"onnxruntime {onnxruntime.__version__}: RNN nodes holding the weights of the file's {stepped}"
+        how = f"onnxruntime {onnxruntime.__version__}: RNN nodes holding the weights of the file's unrolled steps"
     if chain[0].direction != "reverse":
         return run_model(model, inputs, chain[0].op == "LSTM"), how
     # cuDNN runs a reverse-only node as a forward one on each sequence reversed: compare it that way
