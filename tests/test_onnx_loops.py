@@ -141,6 +141,12 @@ def negative_trips(model, loop, body):
     loop.input[0] = "minus_one"
 
 
+def steps_counted_by_the_batch(model, loop, body):
+    """The loop's condition compares its counter with the batch's size, not the sequence's (a probe of as many steps
+    as entries converted it as if it ran every step)."""
+    loop.input[4] = next(n for n in model.graph.node if n.name == "simple_rnn/simple_rnn/strided_slice").output[0]
+
+
 def input_read_at_a_fixed_step(model, loop, body):
     """The body reads step 1 of the sequence at every step, by an integer it carries unchanged."""
     from onnx import TensorProto, helper, numpy_helper
@@ -160,8 +166,9 @@ MUTATIONS = {
     counter_by_two: "is not a counter moving on by one each step",
     scan_output_not_the_state: "which is not the step's new state",
     initial_state_not_zeros: "its initial state is not zeros",
-    fewer_trips: "it runs 2 times over a sequence of 3 steps",
-    negative_trips: "it runs 0 times over a sequence of 3 steps",
+    fewer_trips: "it runs 2 times over a sequence of 4 steps",
+    negative_trips: "it runs 0 times over a sequence of 4 steps",
+    steps_counted_by_the_batch: "it runs 3 times over a sequence of 4 steps",
     input_read_at_a_fixed_step: "does not read its input at a step it counts",
 }
 
@@ -244,7 +251,7 @@ def test_reading_loops_is_bounded(monkeypatch):
     monkeypatch.setattr(loops, "MAX_BODY_NODES", 5)
     assert rnnconv.inspect(source).rnns == []
     monkeypatch.setattr(loops, "MAX_BODY_NODES", 4096)
-    monkeypatch.setattr(loops, "MAX_EVALUATED", 8)  # the probes' sequence (27 values) is not computed
+    monkeypatch.setattr(loops, "MAX_EVALUATED", 8)  # the probes' sequence (36 values) is not computed
     (entry,) = rnnconv.inspect(source).rnns
     assert not entry.converts and "not a sequence" in entry.reason, entry.reason
 

@@ -50,7 +50,7 @@ MAX_LOOPS = 1024  # Loops of one model: far beyond any; keeps reading a hostile 
 MAX_RUN = 1 << 26  # elements one run of a graph computes, at most
 MAX_STEPS = 4096  # steps of a loop whose condition is checked step by step
 PROBE_SEED = 20261127
-PROBE_SIZE = 3  # a size the model's inputs leave open (its batch, its steps), on the probes
+PROBE_SIZE = 3  # a size the model's inputs leave open (its batch, its steps), on the probes: 3 at axis 0, 4 at 1, ...
 NEXT_ITERATION = "\0next iteration"  # the Loop's own count of its iterations, moved on by one each step
 COMPARISONS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "Less": np.less,
@@ -161,8 +161,8 @@ class Loop:
 
 
 class ProbedScope:
-    """A graph holding Loops, run in numpy on probes of its inputs (a size they leave open taken as PROBE_SIZE): what
-    each Loop is given, and what the graph makes of the Loops' output sequences (`_cells.ProbedGraph`)."""
+    """A graph holding Loops, run in numpy on probes of its inputs (the sizes they leave open as `_probe_shape` takes
+    them): what each Loop is given, and what the graph makes of the Loops' output sequences (`_cells.ProbedGraph`)."""
 
     def __init__(self, scope: Scope, folding: Folder):
         self.runner = Runner(scope, folding, budget=[MAX_RUN])  # all its runs: one for each loop read
@@ -199,12 +199,16 @@ class ProbedScope:
 
 
 def _probe_shape(given: Any) -> tuple[int, ...] | None:
-    """A float input's shape, each size it leaves open taken as PROBE_SIZE; None for another input."""
+    """A float input's shape, each size it leaves open taken as PROBE_SIZE plus its axis (sizes that differ: a loop
+    run as many times as the batch has entries is told from one run once a step); None for another input."""
     tensor = given.type.tensor_type
     if not given.type.HasField("tensor_type") or tensor.elem_type != 1 or not tensor.HasField("shape"):
         return None
     dims = tensor.shape.dim
-    sizes = tuple(int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else PROBE_SIZE for d in dims)
+    sizes = tuple(
+        int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else PROBE_SIZE + axis
+        for axis, d in enumerate(dims)
+    )
     return sizes if len(sizes) <= 8 and math.prod(sizes) <= MAX_EVALUATED else None
 
 
