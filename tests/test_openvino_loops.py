@@ -108,6 +108,25 @@ def test_a_loop_that_does_not_step_its_cell_as_an_rnn_is_listed_with_the_reason(
     assert not (tmp_path / "m.pt").exists()
 
 
+def test_a_loop_run_once_per_batch_entry_is_refused_not_read_as_once_a_step(tmp_path):
+    """The open-size LSTM's trip count taken from the batch (ShapeOf(x)[0]), not the steps: OpenVINO runs it as many
+    steps as the batch has entries. With every open size probed as 3, the two could not be told apart, and the file
+    converted as an LSTM over every step."""
+    text = (OPENVINO / "keras_lstm_dynamic_loop.xml").read_text()
+    steps_index = '<edge from-layer="4" from-port="0" to-layer="6" to-port="1" />'  # Gather(ShapeOf(x), 1)
+    assert text.count(steps_index) == 1
+    source = tmp_path / "loop.xml"
+    source.write_text(text.replace(steps_index, steps_index.replace('"4"', '"5"', 1)))  # Const 5 holds 0: the batch
+    source.with_suffix(".bin").write_bytes((OPENVINO / "keras_lstm_dynamic_loop.bin").read_bytes())
+    ov = pytest.importorskip("openvino")
+    x = np.random.default_rng(0).standard_normal((2, 5, 3)).astype(np.float32)
+    (y,) = ov.Core().compile_model(source, "CPU")(x).values()
+    assert y.shape == (2, 2, 4)  # OpenVINO ran 2 steps of 5: the mutation does what it says
+    result = run_cli("convert", source, tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "is a Loop whose body looks like an RNN cell")
+    assert not (tmp_path / "m.pt").exists()
+
+
 def test_a_loop_stepping_backwards_alone_is_listed_with_the_reason(tmp_path):
     """Keras GRU(go_backwards=True): its Loop reads the sequence reversed (ReverseSequence), with no forward loop
     beside it; cuDNN has no backward-only direction: listed, refused in one sentence (it converted as a forward GRU)."""

@@ -49,7 +49,7 @@ MAX_CARRIED = 4  # a body's parameters tried as an LSTM's cell state
 MAX_RUN = 1 << 26  # elements one run of a graph computes, at most
 MAX_STEPS = 4096  # steps of a loop whose condition is checked step by step
 PROBE_SEED = 20261127
-PROBE_SIZE = 3  # a size the model's inputs leave open (its batch), on the probes
+PROBE_SIZE = 3  # a size the model's inputs leave open (its batch, its steps), on the probes: 3 at axis 0, 4 at 1, ...
 ABSENT = ""  # an input port no edge feeds
 
 
@@ -417,7 +417,7 @@ class Evaluator:
 
 
 class MainGraph:
-    """An IR's own graph, run in numpy on probes of the model's inputs (a size no input fixes taken as PROBE_SIZE):
+    """An IR's own graph, run in numpy on probes of the model's inputs (a size no input fixes: `_probe_shape`):
     what each Loop is given, and what the graph makes of the Loops' output sequences."""
 
     def __init__(self, ir: Any, root: ET.Element, most: int):
@@ -474,11 +474,16 @@ class MainGraph:
 
 
 def _probe_shape(text: str | None) -> tuple[int, ...] | None:
-    """A Parameter's shape, each size it leaves open ("?", "-1") taken as PROBE_SIZE; None where it is no shape."""
+    """A Parameter's shape, each size it leaves open ("?", "-1") taken as PROBE_SIZE plus its axis (sizes that
+    differ: a loop run as many times as the batch has entries is told from one run once a step); None where it is
+    no shape."""
     parts = [p.strip() for p in (text or "").split(",")]
     if not text or len(parts) > 8:
         return None
-    sizes = [PROBE_SIZE if p in ("?", "-1") else int(p) if p.isdigit() and len(p) < 10 else -1 for p in parts]
+    sizes = [
+        PROBE_SIZE + axis if p in ("?", "-1") else int(p) if p.isdigit() and len(p) < 10 else -1
+        for axis, p in enumerate(parts)
+    ]
     return None if -1 in sizes or math.prod(sizes) > MAX_EVALUATED else tuple(sizes)
 
 
