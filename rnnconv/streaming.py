@@ -21,6 +21,7 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import BackendInfo
 from rnnconv.errors import BadInput, Unsupported, listing
+from rnnconv.formats.catalog import FORMAT_INFO
 from rnnconv.formats.plugin import FormatInfo
 from rnnconv.table.constants import LSTM, STATES
 
@@ -65,7 +66,11 @@ def check_streamable(info: FormatInfo, rnns: list[CanonicalRNN], options: WriteO
             raise BadInput("--chunk sets a streaming model's chunk length: give it with --streaming")
         return
     if not info.streams:
-        raise Unsupported(f"{info.title} has no streaming form in rnnconv; --streaming writes ONNX or TFLite")
+        streaming = [other.title for other in FORMAT_INFO.values() if other.streams]
+        raise Unsupported(
+            f"{info.title} has no streaming form in rnnconv; --streaming writes {', '.join(streaming[:-1])} or "
+            f"{streaming[-1]}"
+        )
     if options.chunk is not None and not info.fixed_chunk:
         raise BadInput(f"a streaming {info.title} model takes chunks of any length: leave out --chunk")
     if options.chunk is not None and not 1 <= options.chunk <= MAX_CHUNK:
@@ -165,7 +170,8 @@ def check_stream_names(path: Path, inputs: list[str], outputs: list[str]) -> Non
         or outputs != [STREAM_OUTPUT, *(f"{s}_next" for s in states)]
     ):
         raise BadInput(
-            f"{path.name} is no streaming model (inputs {listing(inputs)}, outputs {listing(outputs)}, where one takes "
+            f"{path.name} is no streaming model (inputs {listing(inputs) or 'none named'}, outputs "
+            f"{listing(outputs) or 'none named'}, where one takes "
             f"{STREAM_INPUT} and states h_l0, ... and gives {STREAM_OUTPUT} and h_l0_next, ...): verify it without "
             f"--streaming"
         )

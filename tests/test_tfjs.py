@@ -12,17 +12,20 @@ import os
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, assert_no_framework_imported, run_cli
+from conftest import (
+    FIXTURES,
+    LARGEST_ERRORS,
+    assert_clean_failure,
+    assert_no_framework_imported,
+    needs_tfjs,
+    run_cli,
+)
 
 import rnnconv
 from rnnconv.formats import _node
 from rnnconv.table.apply import find_row
 
 TFJS = FIXTURES / "tfjs"
-needs_tfjs = pytest.mark.skipif(
-    _node.node() is None or _node.package_version("@tensorflow/tfjs") is None,
-    reason="TensorFlow.js is not installed (npm ci --ignore-scripts)",
-)
 
 
 def _torch_source(tmp_path, module, name):

@@ -141,9 +141,17 @@ class TfjsFile(Graph[TfjsLayer]):
 
     what = "recurrent layer"
 
-    def __init__(self, path: Path, layers: list[TfjsLayer], recorded: Provenance | None, shards: list[Path]):
+    def __init__(
+        self,
+        path: Path,
+        layers: list[TfjsLayer],
+        recorded: Provenance | None,
+        shards: list[Path],
+        ends: tuple[list[str], list[str]] = ([], []),
+    ):
         super().__init__(path, KIND, layers, _chains(layers), recorded)
         self.shards = shards
+        self.inputs, self.outputs = ends  # a functional model's input and output layers' names (a Sequential: none)
 
     def nothing_held(self) -> str:
         return f"{self.path} is a TensorFlow.js layers model with no recurrent layer ({', '.join(TFJS_CLASSES)})"
@@ -177,7 +185,7 @@ class TfjsFile(Graph[TfjsLayer]):
         record = metadata.get(registry.SOURCE_KEY) if isinstance(metadata, dict) else None
         recorded = None if record is None else registry.read_source_record(_text(record, path), path)
         shards = list(dict.fromkeys(p for w in weights.values() for p in w.group.paths))
-        return cls(path, layers, recorded, shards)
+        return cls(path, layers, recorded, shards, (_ends(model, "input_layers"), _ends(model, "output_layers")))
 
 
 def _text(record: Any, path: Path) -> str:
@@ -260,30 +268,48 @@ def _weight(spec: Any, group: Group, offset: int, where: str) -> Weight:
 
 def _top_level(model: Any) -> tuple[dict[str, int], dict[str, str]]:
     """The top-level layers' positions by name, and (a functional model) the layer each one's input comes from."""
-    config = model.get("config") if isinstance(model, dict) else None
-    entries = config if isinstance(config, list) else config.get("layers") if isinstance(config, dict) else None
+    entries = _entries(model)
+    inputs = set(_ends(model, "input_layers"))
     order: dict[str, int] = {}
     fed_by: dict[str, str] = {}
-    for index, entry in enumerate(entries if isinstance(entries, list) else []):
+    for index, entry in enumerate(entries):
         if not isinstance(entry, dict):
             continue
         own = entry.get("config")
         name = entry.get("name") or (own.get("name") if isinstance(own, dict) else None)
         if isinstance(name, str):
             order[name] = index
-            source = _inbound(entry.get("inbound_nodes"))
+            source = _inbound(entry.get("inbound_nodes"), inputs)
             if source is not None:
                 fed_by[name] = source
     return order, fed_by
 
 
-def _inbound(nodes: Any) -> str | None:
-    """The one layer a functional model's layer is called on ([[[name, 0, 0, {}]]]), where it is one."""
+def _entries(model: Any) -> list[Any]:
+    config = model.get("config") if isinstance(model, dict) else None
+    entries = config if isinstance(config, list) else config.get("layers") if isinstance(config, dict) else None
+    return entries if isinstance(entries, list) else []
+
+
+def _ends(model: Any, key: str) -> list[str]:
+    """The names of the layers a functional model's config gives as its inputs or outputs (`input_layers`,
+    `output_layers`: [[name, 0, 0], ...]), in order; none for a Sequential."""
+    config = model.get("config") if isinstance(model, dict) else None
+    ends = config.get(key) if isinstance(config, dict) else None
+    listed = ends if isinstance(ends, list) else []
+    return [end[0] for end in listed if isinstance(end, list) and end and isinstance(end[0], str)]
+
+
+def _inbound(nodes: Any, inputs: set[str]) -> str | None:
+    """The one layer a functional model's layer is called on ([[[name, 0, 0, {}]]]), where it is one. A recurrent
+    layer called on [x, h, c] takes the others as its initial states (Keras 2's and TensorFlow.js's RNN call): it is
+    fed by x's where they are the model's inputs, as in a streaming model."""
     if nodes is None:
         return None
-    if isinstance(nodes, list) and len(nodes) == 1 and isinstance(nodes[0], list) and len(nodes[0]) == 1:
-        call = nodes[0][0]
-        if isinstance(call, list) and call and isinstance(call[0], str):
+    if isinstance(nodes, list) and len(nodes) == 1 and isinstance(nodes[0], list) and nodes[0]:
+        call, *states = nodes[0]
+        given = all(isinstance(s, list) and s and isinstance(s[0], str) and s[0] in inputs for s in states)
+        if isinstance(call, list) and call and isinstance(call[0], str) and given:
             return call[0]
     return ""  # called on several, or on something else: fed by no one layer
 
