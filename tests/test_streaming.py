@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -282,6 +283,18 @@ def test_the_streaming_page_s_example_runs_and_gives_the_whole_sequence_s_output
     with torch.no_grad():
         whole, _ = lstm(torch.from_numpy(scope["frames"]))
     assert np.abs(np.concatenate(scope["ys"], axis=1) - whole.numpy()).max() <= LIMIT
+
+
+@needs_tfjs
+def test_the_streaming_page_s_tensorflow_js_example_runs_in_node(tmp_path):
+    rnnconv.convert(STACKS / "stacks.pt", tmp_path / "model.json", layer="lstm", streaming=True)
+    (tmp_path / "example.cjs").write_text(doc_code("docs/streaming.md", "javascript"))
+    env = {**os.environ, "NODE_PATH": str(_node.node_modules())}  # where require finds @tensorflow/tfjs
+    done = subprocess.run(
+        [_node.node(), "example.cjs"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[ 1, 20, 7 ]"
 
 
 def test_an_lstm_with_a_projection_streams_as_tflite_and_is_refused_as_onnx(tmp_path):
