@@ -294,8 +294,8 @@ def prepare(work: Path) -> Seeds:
     for layer, suffix in streams:
         stream = work / f"streaming__{layer}{suffix}"  # fed a chunk at a time, its states inputs and outputs
         with contextlib.suppress(RnnconvError, ImportError):
-            chunk = {"chunk": 3} if suffix == ".tflite" else {}
-            rnnconv.convert(FIXTURES / "streaming" / "stacks.pt", stream, layer=layer, streaming=True, **chunk)
+            given = {".tflite": {"chunk": 3}, ".json": {"to": "tfjs"}}.get(suffix, {})
+            rnnconv.convert(FIXTURES / "streaming" / "stacks.pt", stream, layer=layer, streaming=True, **given)
             seeds.streaming[stream.name] = stream
             if suffix == ".json":  # a TensorFlow.js one is a layers model too (and its shard beside it)
                 seeds.sets.setdefault("tfjs", {})[stream.name] = files_beside(stream)

@@ -102,8 +102,9 @@ class TfjsFormat(GraphFormat["TfjsFile", "TfjsLayer"]):
         inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The file's own layers, loaded and run by TensorFlow.js under Node.js (its CPU backend)."""
-        from rnnconv.formats.tfjs.runner import require_tfjs, run_layers
+        from rnnconv.formats.tfjs.runner import refuse_never_loading, require_tfjs, run_layers
 
+        refuse_never_loading(graph)
         for layer in chain.layers:
             if layer.refusal:
                 raise Unsupported(layer.refusal)

@@ -17,7 +17,7 @@ from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Chain, Graph, consecutive, same_rnn
-from rnnconv.formats.keras.config import ConfigEntry, walk_config
+from rnnconv.formats.keras.config import MAX_NESTING, ConfigEntry, walk_config
 from rnnconv.formats.tfjs.wire import (
     DIRECTION_PREFIXES,
     DTYPE_BYTES,
@@ -152,6 +152,7 @@ class TfjsFile(Graph[TfjsLayer]):
         super().__init__(path, KIND, layers, _chains(layers), recorded)
         self.shards = shards
         self.inputs, self.outputs = ends  # a functional model's input and output layers' names (a Sequential: none)
+        self.never_loads: str | None = None  # why TensorFlow.js's loader would never finish loading it (`stuck_call`)
 
     def nothing_held(self) -> str:
         return f"{self.path} is a TensorFlow.js layers model with no recurrent layer ({', '.join(TFJS_CLASSES)})"
@@ -185,7 +186,9 @@ class TfjsFile(Graph[TfjsLayer]):
         record = metadata.get(registry.SOURCE_KEY) if isinstance(metadata, dict) else None
         recorded = None if record is None else registry.read_source_record(_text(record, path), path)
         shards = list(dict.fromkeys(p for w in weights.values() for p in w.group.paths))
-        return cls(path, layers, recorded, shards, (_ends(model, "input_layers"), _ends(model, "output_layers")))
+        file = cls(path, layers, recorded, shards, (_ends(model, "input_layers"), _ends(model, "output_layers")))
+        file.never_loads = stuck_call(model)
+        return file
 
 
 def _text(record: Any, path: Path) -> str:
@@ -275,8 +278,7 @@ def _top_level(model: Any) -> tuple[dict[str, int], dict[str, str]]:
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict):
             continue
-        own = entry.get("config")
-        name = entry.get("name") or (own.get("name") if isinstance(own, dict) else None)
+        name = _name(entry)
         if isinstance(name, str):
             order[name] = index
             source = _inbound(entry.get("inbound_nodes"), inputs)
@@ -289,6 +291,72 @@ def _entries(model: Any) -> list[Any]:
     config = model.get("config") if isinstance(model, dict) else None
     entries = config if isinstance(config, list) else config.get("layers") if isinstance(config, dict) else None
     return entries if isinstance(entries, list) else []
+
+
+def stuck_call(model: Any, depth: int = 0) -> str | None:
+    """Why TensorFlow.js's loader would never finish loading a functional model, None where it would: a layer called
+    on a layer the model does not have, on a call of it that is never made, or in a cycle. Its Container.fromConfig
+    puts back a call it cannot make yet and tries again until every call is made, so such a model hangs it (no
+    error). The calls are made here as it makes them, each as soon as what it is called on exists."""
+    entries = [e for e in _entries(model) if isinstance(e, dict)]
+    made: dict[str, int] = {}  # each layer's calls made (an InputLayer's one, on its creation)
+    calls: list[tuple[str, dict[str, int] | None]] = []  # (layer, the calls of each layer it needs made), in order
+    for entry in entries:
+        name = _name(entry)
+        if not isinstance(name, str):
+            continue
+        made[name] = 1 if entry.get("class_name") == "InputLayer" else 0
+        nodes = entry.get("inbound_nodes")
+        # (a call on nothing makes none: TensorFlow.js calls the layer on no tensors)
+        calls += [
+            (name, _needs(node))
+            for node in (nodes if isinstance(nodes, list) else [])
+            if node and isinstance(node, list)
+        ]
+        config = entry.get("config")
+        nested = depth < MAX_NESTING and isinstance(config, dict) and "layers" in config  # a model, loaded alike
+        if nested and (found := stuck_call(entry, depth + 1)):
+            return found
+    waiting: dict[tuple[str, int], list[int]] = {}  # (layer, its calls made) -> the calls that wait for that many
+    ready, left = list(range(len(calls))), len(calls)
+    while ready:
+        index = ready.pop()
+        layer, needs = calls[index]
+        unmet = [(name, count) for name, count in (needs or {"": 1}).items() if made.get(name, 0) < count]
+        if unmet:
+            waiting.setdefault(unmet[0], []).append(index)
+            continue
+        made[layer] += 1
+        left -= 1
+        ready += waiting.pop((layer, made[layer]), [])
+    if not left:
+        return None
+    # the first stuck call in the config's order: where a cycle closes, not what waits downstream of it
+    (name, count), index = min(((key, i) for key, waiters in waiting.items() for i in waiters), key=lambda x: x[1])
+    on = f"call {count - 1} of layer {cut(name)!r}" if name else "something that is no [layer, call, output]"
+    return (
+        f"layer {cut(calls[index][0])!r} is called on {on}, which the model never makes (no such layer, fewer calls, "
+        f"or a cycle): TensorFlow.js's loader would wait for it forever"
+    )
+
+
+def _needs(node: list[Any]) -> dict[str, int] | None:
+    """The calls of each layer a call ([[name, call, output, kwargs], ...]) needs made: one more than the highest of
+    its it is called on; None where an input is no [name, call, ...]."""
+    needs: dict[str, int] = {}
+    for given in node:
+        if not (isinstance(given, list) and len(given) >= 2 and isinstance(given[0], str)):
+            return None
+        call = given[1]
+        if not isinstance(call, int) or isinstance(call, bool) or call < 0:
+            return None
+        needs[given[0]] = max(needs.get(given[0], 0), call + 1)
+    return needs
+
+
+def _name(entry: dict[str, Any]) -> Any:
+    own = entry.get("config")
+    return entry.get("name") or (own.get("name") if isinstance(own, dict) else None)
 
 
 def _ends(model: Any, key: str) -> list[str]:

@@ -100,6 +100,12 @@ def run_layers(path: Path, chain: Chain[TfjsLayer], inputs: Inputs) -> Outputs:
     return {"y": y.transpose(1, 0, 2), "h_n": h_n, "c_n": c_n}
 
 
+def refuse_never_loading(model: TfjsFile) -> None:
+    """BadInput where TensorFlow.js's loader would hang on the model (node would never answer or end)."""
+    if model.never_loads:
+        raise BadInput(f"TensorFlow.js cannot load {model.path}: {model.never_loads}")
+
+
 def _failure(path: Path, status: int, stderr: str) -> Exception:
     """Why node exited with `status`: TensorFlow.js refused the model (BadInput, in its words) or node failed."""
     said = cut((stderr.strip().splitlines() or ["no message"])[-1]).rstrip(": ") or "no message"
@@ -118,6 +124,7 @@ class TfjsStream:
     def __init__(self, path: Path):
         model = TfjsFile.load(path)  # a hostile model.json is refused here, before node reads it
         check_stream_names(path, model.inputs, model.outputs)
+        refuse_never_loading(model)
         node, version = require_tfjs()
         self.path, self.source = path, model.recorded
         self.how = f"@tensorflow/tfjs {version} (Node.js, CPU backend): the model's own layers"
@@ -170,6 +177,7 @@ class TfjsStream:
             self.process.kill()
 
         watchdog = threading.Timer(RUN_TIMEOUT, expire)
+        watchdog.daemon = True  # an interpreter ending (a signal) does not wait for it
         watchdog.start()
         try:
             for line in self.process.stdout:
