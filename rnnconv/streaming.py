@@ -92,7 +92,9 @@ def run_in_chunks(stream: Stream, spec: RNNSpec, inputs: Inputs, chunk: int) -> 
     carried = {s.input: np.ascontiguousarray(np.asarray(starts[s.state])[s.layer], np.float32) for s in states}
     ys = []
     for start in range(0, x.shape[1], chunk):
-        got = stream({STREAM_INPUT: np.ascontiguousarray(x[:, start : start + chunk]), **carried})
+        given = np.ascontiguousarray(x[:, start : start + chunk])
+        got = stream({STREAM_INPUT: given, **carried})
+        _check_shapes(got, {STREAM_OUTPUT: given.shape[:2], **{s.output: carried[s.input].shape for s in states}})
         ys.append(got[STREAM_OUTPUT])
         carried = {s.input: got[s.output] for s in states}
     finals = {kind: [carried[s.input] for s in states if s.state == kind] for kind in STATES}
@@ -101,6 +103,24 @@ def run_in_chunks(stream: Stream, spec: RNNSpec, inputs: Inputs, chunk: int) -> 
         "h_n": np.stack(finals["h"]),
         "c_n": np.stack(finals["c"]) if finals["c"] else None,
     }
+
+
+def _check_shapes(got: dict[str, np.ndarray], expected: dict[str, tuple[int, ...]]) -> None:
+    """BadInput unless a call gave y (batch, steps, size) and each state of the shape it was given: a damaged model's
+    outputs are neither carried nor compared."""
+    for name, shape in expected.items():
+        given = got[name].shape
+        if given[: len(shape)] == shape and len(given) == len(shape) + (name == STREAM_OUTPUT):
+            continue
+        if name == STREAM_OUTPUT:
+            batch, steps = shape
+            raise BadInput(
+                f"the streaming model gives {name} of shape {given} for {steps} step(s) of a batch of {batch}, not "
+                f"({batch}, {steps}, size)"
+            )
+        raise BadInput(
+            f"the streaming model gives {name} of shape {given}, not {shape}, the shape of the state it took"
+        )
 
 
 class StreamRun:

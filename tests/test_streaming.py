@@ -177,6 +177,25 @@ def test_verify_streaming_says_what_it_cannot_run(tmp_path):
     assert_clean_failure(run_cli("verify", stream, "--stream-runtime", "litert"), 2, "give it with --streaming")
 
 
+@needs_tfjs
+@pytest.mark.parametrize(
+    "output, given, phrase",
+    [
+        ("y", "c_l0", "gives y of shape (3, 7) for 1 step(s) of a batch of 3, not (3, 1, size)"),
+        ("h_l1_next", "rnn_layer1", "gives h_l1_next of shape (3, 1, 7), not (3, 7), the shape of the state it took"),
+    ],
+)
+def test_a_streaming_model_whose_outputs_are_not_its_shapes_is_refused(output, given, phrase, tmp_path):
+    """An output wired to the wrong tensor (the fuzzer's): one sentence, not an internal error carrying it."""
+    out = tmp_path / "model.json"
+    rnnconv.convert(STACKS / "stacks.pt", out, layer="lstm", streaming=True)
+    document = json.loads(out.read_text())
+    (layer,) = [e for e in document["modelTopology"]["config"]["layers"] if e["name"] == output]
+    layer["inbound_nodes"] = [[[given, 0, 0, {}]]]
+    out.write_text(json.dumps(document))
+    assert_clean_failure(run_cli("verify", out, "--streaming", "--seq-len", "6"), 2, phrase)
+
+
 def test_verify_streaming_of_a_tensorflow_js_model_says_what_it_cannot_run(tmp_path):
     """A model.json that is no streaming model is refused from its topology (no Node.js started); without
     @tensorflow/tfjs, exit 3 saying how to install it."""

@@ -195,8 +195,21 @@ def _group(document):
         (lambda d, f: _group(d)["weights"][0].update(quantization={"dtype": "int4"}), "quantizes to"),
         (lambda d, f: d.update(format="graph-model"), "not a layers model"),
         (lambda d, f: d.update(modelTopology={"config": {"layers": "x" * 5}}), "damaged"),
+        (lambda d, f: d.update(modelTopology={"name": 3}), "has no model config"),  # the fuzzer's
     ],
-    ids=["escaping", "absolute", "missing", "short", "dtype", "negative", "huge", "quantization", "graph", "config"],
+    ids=[
+        "escaping",
+        "absolute",
+        "missing",
+        "short",
+        "dtype",
+        "negative",
+        "huge",
+        "quantization",
+        "graph",
+        "config",
+        "no config",
+    ],
 )
 def test_hostile_model_json_is_refused_in_one_sentence(change, phrase, tmp_path):
     path = _hostile(tmp_path, change)

@@ -174,6 +174,8 @@ class TfjsFile(Graph[TfjsLayer]):
         weights = _manifest(path, document.get(MANIFEST))
         topology = document[TOPOLOGY]
         model = topology.get("model_config", topology)  # the converter of Keras 2.1 files nests it so
+        if not isinstance(model, dict) or "config" not in model:
+            raise BadInput(f"{path} is damaged: its {TOPOLOGY} has no model config (the model's class and layers)")
         order, fed_by = _top_level(model)
         layers = []
         for entry in walk_config(model):
