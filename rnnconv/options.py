@@ -111,7 +111,8 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         None,
         ("--stream-runtime",),
         "verify --streaming: the runtime that runs the streaming model: onnxruntime (ONNX); litert or tflite-micro "
-        "(TFLite, tflite-micro from pip install 'rnnconv[tflite-micro]') [default: the format's own].",
+        "(TFLite, tflite-micro from pip install 'rnnconv[tflite-micro]'); tfjs (TensorFlow.js under Node.js) "
+        "[default: the format's own].",
         {},
     ),
     "seq_len": (int, 8, ("--seq-len",), "Time steps of the test input (at least 2).", {}),

@@ -21,6 +21,7 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import BackendInfo
 from rnnconv.errors import BadInput, Unsupported, listing
+from rnnconv.formats.catalog import FORMAT_INFO
 from rnnconv.formats.plugin import FormatInfo
 from rnnconv.table.constants import LSTM, STATES
 
@@ -65,7 +66,11 @@ def check_streamable(info: FormatInfo, rnns: list[CanonicalRNN], options: WriteO
             raise BadInput("--chunk sets a streaming model's chunk length: give it with --streaming")
         return
     if not info.streams:
-        raise Unsupported(f"{info.title} has no streaming form in rnnconv; --streaming writes ONNX or TFLite")
+        streaming = [other.title for other in FORMAT_INFO.values() if other.streams]
+        raise Unsupported(
+            f"{info.title} has no streaming form in rnnconv; --streaming writes {', '.join(streaming[:-1])} or "
+            f"{streaming[-1]}"
+        )
     if options.chunk is not None and not info.fixed_chunk:
         raise BadInput(f"a streaming {info.title} model takes chunks of any length: leave out --chunk")
     if options.chunk is not None and not 1 <= options.chunk <= MAX_CHUNK:
@@ -87,7 +92,9 @@ def run_in_chunks(stream: Stream, spec: RNNSpec, inputs: Inputs, chunk: int) -> 
     carried = {s.input: np.ascontiguousarray(np.asarray(starts[s.state])[s.layer], np.float32) for s in states}
     ys = []
     for start in range(0, x.shape[1], chunk):
-        got = stream({STREAM_INPUT: np.ascontiguousarray(x[:, start : start + chunk]), **carried})
+        given = np.ascontiguousarray(x[:, start : start + chunk])
+        got = stream({STREAM_INPUT: given, **carried})
+        _check_shapes(got, {STREAM_OUTPUT: given.shape[:2], **{s.output: carried[s.input].shape for s in states}})
         ys.append(got[STREAM_OUTPUT])
         carried = {s.input: got[s.output] for s in states}
     finals = {kind: [carried[s.input] for s in states if s.state == kind] for kind in STATES}
@@ -96,6 +103,24 @@ def run_in_chunks(stream: Stream, spec: RNNSpec, inputs: Inputs, chunk: int) -> 
         "h_n": np.stack(finals["h"]),
         "c_n": np.stack(finals["c"]) if finals["c"] else None,
     }
+
+
+def _check_shapes(got: dict[str, np.ndarray], expected: dict[str, tuple[int, ...]]) -> None:
+    """BadInput unless a call gave y (batch, steps, size) and each state of the shape it was given: a damaged model's
+    outputs are neither carried nor compared."""
+    for name, shape in expected.items():
+        given = got[name].shape
+        if given[: len(shape)] == shape and len(given) == len(shape) + (name == STREAM_OUTPUT):
+            continue
+        if name == STREAM_OUTPUT:
+            batch, steps = shape
+            raise BadInput(
+                f"the streaming model gives {name} of shape {given} for {steps} step(s) of a batch of {batch}, not "
+                f"({batch}, {steps}, size)"
+            )
+        raise BadInput(
+            f"the streaming model gives {name} of shape {given}, not {shape}, the shape of the state it took"
+        )
 
 
 class StreamRun:
@@ -165,7 +190,8 @@ def check_stream_names(path: Path, inputs: list[str], outputs: list[str]) -> Non
         or outputs != [STREAM_OUTPUT, *(f"{s}_next" for s in states)]
     ):
         raise BadInput(
-            f"{path.name} is no streaming model (inputs {listing(inputs)}, outputs {listing(outputs)}, where one takes "
+            f"{path.name} is no streaming model (inputs {listing(inputs) or 'none named'}, outputs "
+            f"{listing(outputs) or 'none named'}, where one takes "
             f"{STREAM_INPUT} and states h_l0, ... and gives {STREAM_OUTPUT} and h_l0_next, ...): verify it without "
             f"--streaming"
         )

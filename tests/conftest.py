@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rnnconv.formats import _node
 from rnnconv.formats.catalog import plugins
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -209,6 +210,12 @@ def _in_this_interpreter(args: list[str], cwd: Path | None) -> subprocess.Comple
     returncode = code if isinstance(code, int) else 0 if code is None else 1
     return subprocess.CompletedProcess(["rnnconv", *args], returncode, *captured)
 
+
+# TensorFlow.js's tests run Node.js and @tensorflow/tfjs (npm ci --ignore-scripts), and skip where either is absent.
+needs_tfjs = pytest.mark.skipif(
+    _node.node() is None or _node.package_version("@tensorflow/tfjs") is None,
+    reason="TensorFlow.js is not installed (npm ci --ignore-scripts)",
+)
 
 # Every format's test dependencies, as its plugin declares them: the frameworks a conversion must not import.
 FRAMEWORKS = tuple(dict.fromkeys(module for plugin in plugins() for module in plugin.frameworks))

@@ -1,17 +1,22 @@
 """Streaming models (`--streaming`): written from PyTorch and Keras two-layer stacks (I != H, distinct random weights),
-run a chunk at a time in each format's own runtimes (onnxruntime; LiteRT and TFLite Micro), the states carried from
-call to call by verify from non-zero initial states, against the source run on the whole sequence."""
+run a chunk at a time in each format's own runtimes (onnxruntime; LiteRT and TFLite Micro; TensorFlow.js under
+Node.js), the states carried from call to call by verify from non-zero initial states, against the source run on the
+whole sequence."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, assert_clean_failure, doc_code, fresh_cli, run_cli
+from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, doc_code, fresh_cli, needs_tfjs, run_cli
 
 import rnnconv
 from rnnconv.errors import BackendMissing
+from rnnconv.formats import _node
 from rnnconv.streaming import STATE_INPUT
 
 pytest.importorskip("onnxruntime")
@@ -27,6 +32,10 @@ SOURCES = {  # (file, --layer): two layers each, input 5 and hidden 7 (PyTorch),
     "keras relu rnn": (STACKS / "stacks.keras", "rnn_a,rnn_b"),
 }
 LIMIT = 1e-5  # float32 runtimes against their sources
+# TensorFlow.js has no reset-after GRU (cuDNN's, which every GRU rnnconv reads is): its sources are the others, and one
+# layer of a stack alone
+TFJS_SOURCES = {name: source for name, source in SOURCES.items() if "gru" not in name}
+TFJS_SOURCES["keras lstm, one layer"] = (STACKS / "stacks.keras", "lstm_a")
 
 
 def _matches(report, chunks: list[int]) -> None:
@@ -58,6 +67,19 @@ def test_a_streaming_tflite_model_matches_its_source_in_litert_and_tflite_micro(
             assert report.backend.name == runtime
 
 
+@needs_tfjs
+@pytest.mark.parametrize("name", TFJS_SOURCES)
+def test_a_streaming_tensorflow_js_model_fed_in_chunks_of_1_3_and_7_steps_matches_its_source(name, tmp_path):
+    """One Node.js process runs every call of the three chunk sizes."""
+    source, layer = TFJS_SOURCES[name]
+    out = tmp_path / "model.json"
+    rnnconv.convert(source, out, layer=layer, streaming=True)
+    report = rnnconv.verify(out, streaming=True)
+    _matches(report, [1, 3, 7])
+    assert report.backend.name == "tfjs" and report.backend.detail.startswith("@tensorflow/tfjs"), report.backend
+    LARGEST_ERRORS[f"tfjs streaming {name}"] = report.comparison.worst
+
+
 def _miswired_onnx(path):
     """The model with layer 1 started from layer 0's h input instead of its own."""
     import onnx
@@ -81,24 +103,52 @@ def _miswired_tflite(path):
     _rewritten(path, miswired)
 
 
-@pytest.mark.parametrize("target", ["onnx", "tflite"])
+def _miswired_tfjs(path):
+    """The model with layer 1 started from layer 0's h input instead of its own (its inbound tensors in model.json)."""
+    document = json.loads(path.read_text())
+    (layer,) = [e for e in document["modelTopology"]["config"]["layers"] if e["name"] == "rnn_layer1"]
+    (call,) = layer["inbound_nodes"]
+    assert call[1][0] == STATE_INPUT.format(state="h", layer=1)
+    call[1][0] = "h_l0"
+    path.write_text(json.dumps(document))
+
+
+MISWIRED = {  # target -> (output name, layer, its change); a GRU where the target holds one
+    "onnx": ("stream.onnx", "gru", _miswired_onnx),
+    "tflite": ("stream.tflite", "gru", _miswired_tflite),
+    "tfjs": ("model.json", "lstm", _miswired_tfjs),
+}
+
+
+@pytest.mark.parametrize("target", [pytest.param(t, marks=needs_tfjs) if t == "tfjs" else t for t in MISWIRED])
 def test_a_streaming_model_with_a_state_input_miswired_is_a_mismatch(target, tmp_path):
-    out = tmp_path / f"stream.{target}"
+    name, layer, miswire = MISWIRED[target]
+    out = tmp_path / name
     rnnconv.convert(
-        STACKS / "stacks.pt", out, layer="gru", streaming=True, **({"chunk": 3} if target == "tflite" else {})
+        STACKS / "stacks.pt", out, layer=layer, streaming=True, **({"chunk": 3} if target == "tflite" else {})
     )
-    (_miswired_onnx if target == "onnx" else _miswired_tflite)(out)
+    miswire(out)
     result = run_cli("verify", out, "--streaming", "--no-diagnose")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "MISMATCH" in result.stdout
 
 
-def test_a_bidirectional_rnn_is_refused_naming_its_reverse_direction(tmp_path):
+@pytest.mark.parametrize("output", ["x.onnx", "model.json"])
+def test_a_bidirectional_rnn_is_refused_naming_its_reverse_direction(output, tmp_path):
     result = run_cli(
-        "convert", FIXTURES / "torch" / "seq2seq.pt", tmp_path / "x.onnx", "--layer", "encoder.rnn", "--streaming"
+        "convert", FIXTURES / "torch" / "seq2seq.pt", tmp_path / output, "--layer", "encoder.rnn", "--streaming"
     )
     assert_clean_failure(result, 2, "bidirectional and cannot stream", "reverse direction")
-    assert not (tmp_path / "x.onnx").exists()
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("source, layer", [("stacks.pt", "gru"), ("stacks.keras", "gru_a,gru_b")])
+def test_a_gru_streams_as_onnx_but_is_refused_as_tensorflow_js(source, layer, tmp_path):
+    """cuDNN's GRU (reset after), what every GRU rnnconv reads is: TensorFlow.js's GRUCell has no reset_after."""
+    result = run_cli("convert", STACKS / source, tmp_path / "model.json", "--layer", layer, "--streaming")
+    assert_clean_failure(result, 2, "reset_after=True")
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize(
@@ -106,6 +156,7 @@ def test_a_bidirectional_rnn_is_refused_naming_its_reverse_direction(tmp_path):
     [
         (["x.bin", "--streaming"], "cuDNN has no streaming form"),
         (["x.onnx", "--streaming", "--chunk", "3"], "takes chunks of any length"),
+        (["model.json", "--streaming", "--chunk", "3"], "a streaming TensorFlow.js model takes chunks of any length"),
         (["x.tflite", "--chunk", "3"], "give it with --streaming"),
         (["x.tflite", "--streaming", "--chunk", "0"], "--chunk must be between 1 and"),
     ],
@@ -124,6 +175,64 @@ def test_verify_streaming_says_what_it_cannot_run(tmp_path):
     assert_clean_failure(run_cli("verify", stream), 2, "verify it with --streaming")
     assert_clean_failure(run_cli("verify", stream, "--streaming", "--stream-runtime", "onnxruntime"), 2, "litert or")
     assert_clean_failure(run_cli("verify", stream, "--stream-runtime", "litert"), 2, "give it with --streaming")
+
+
+@needs_tfjs
+@pytest.mark.parametrize(
+    "output, given, phrase",
+    [
+        ("y", "c_l0", "gives y of shape (3, 7) for 1 step(s) of a batch of 3, not (3, 1, size)"),
+        ("h_l1_next", "rnn_layer1", "gives h_l1_next of shape (3, 1, 7), not (3, 7), the shape of the state it took"),
+    ],
+)
+def test_a_streaming_model_whose_outputs_are_not_its_shapes_is_refused(output, given, phrase, tmp_path):
+    """An output wired to the wrong tensor (the fuzzer's): one sentence, not an internal error carrying it."""
+    out = tmp_path / "model.json"
+    rnnconv.convert(STACKS / "stacks.pt", out, layer="lstm", streaming=True)
+    document = json.loads(out.read_text())
+    (layer,) = [e for e in document["modelTopology"]["config"]["layers"] if e["name"] == output]
+    layer["inbound_nodes"] = [[[given, 0, 0, {}]]]
+    out.write_text(json.dumps(document))
+    assert_clean_failure(run_cli("verify", out, "--streaming", "--seq-len", "6"), 2, phrase)
+
+
+def test_verify_streaming_of_a_tensorflow_js_model_says_what_it_cannot_run(tmp_path):
+    """A model.json that is no streaming model is refused from its topology (no Node.js started); without
+    @tensorflow/tfjs, exit 3 saying how to install it."""
+    rnnconv.convert(STACKS / "stacks.pt", tmp_path / "plain.json", layer="lstm", to="tfjs")
+    result = run_cli("verify", tmp_path / "plain.json", "--streaming")
+    assert_clean_failure(result, 2, "is no streaming model (inputs none named, outputs none named")
+    rnnconv.convert(STACKS / "stacks.pt", tmp_path / "model.json", layer="lstm", streaming=True)
+    env = {**os.environ, _node.NODE_MODULES_VARIABLE: str(tmp_path / "nowhere")}
+    assert_clean_failure(
+        run_cli("verify", tmp_path / "model.json", "--streaming", env=env), 3, "@tensorflow/tfjs", "npm ci"
+    )
+    result = run_cli("verify", tmp_path / "model.json", "--streaming", "--stream-runtime", "litert")
+    assert_clean_failure(result, 2, "runs in tfjs, not 'litert'")
+
+
+def test_a_streaming_tensorflow_js_model_reads_back_as_its_rnn(tmp_path):
+    """Its layers take their states from the model's inputs (extra inbound tensors): still one RNN, the source's
+    weights exactly."""
+    out = tmp_path / "model.json"
+    rnnconv.convert(STACKS / "stacks.pt", out, layer="lstm", streaming=True)
+    assert rnnconv.inspect(out).rnns[0].name == "rnn_layer0,rnn_layer1"
+    rnnconv.convert(out, tmp_path / "back.pt", layer="rnn_layer0,rnn_layer1")
+    with rnnconv.load(tmp_path / "back.pt") as (back,), rnnconv.load(STACKS / "stacks.pt", layer="lstm") as (source,):
+        assert back.spec.num_layers == 2
+        got, expected = back.arrays(), source.arrays()
+        assert got.keys() == expected.keys()
+        for key in got:  # the matrices exactly; TensorFlow.js's one bias is the sum of the two
+            if key.kind in ("W", "R"):
+                assert np.array_equal(got[key], expected[key]), key.label
+            elif key.kind == "bW":
+                bias = key.layer, key.direction, "bR", key.gate
+                assert np.array_equal(got[key] + got[type(key)(*bias)], expected[key] + expected[type(key)(*bias)])
+    document = json.loads(out.read_text())  # layer 1 started from layer 0's final states: two RNNs, as it was
+    (layer,) = [e for e in document["modelTopology"]["config"]["layers"] if e["name"] == "rnn_layer1"]
+    layer["inbound_nodes"][0][1:] = [["rnn_layer0", 0, 1, {}], ["rnn_layer0", 0, 2, {}]]
+    out.write_text(json.dumps(document))
+    assert [e.name for e in rnnconv.inspect(out).rnns] == ["rnn_layer0", "rnn_layer1"]
 
 
 def test_tflite_micro_missing_is_exit_3_naming_the_extra(tmp_path, monkeypatch):
@@ -193,6 +302,18 @@ def test_the_streaming_page_s_example_runs_and_gives_the_whole_sequence_s_output
     with torch.no_grad():
         whole, _ = lstm(torch.from_numpy(scope["frames"]))
     assert np.abs(np.concatenate(scope["ys"], axis=1) - whole.numpy()).max() <= LIMIT
+
+
+@needs_tfjs
+def test_the_streaming_page_s_tensorflow_js_example_runs_in_node(tmp_path):
+    rnnconv.convert(STACKS / "stacks.pt", tmp_path / "model.json", layer="lstm", streaming=True)
+    (tmp_path / "example.cjs").write_text(doc_code("docs/streaming.md", "javascript"))
+    env = {**os.environ, "NODE_PATH": str(_node.node_modules())}  # where require finds @tensorflow/tfjs
+    done = subprocess.run(
+        [_node.node(), "example.cjs"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[ 1, 20, 7 ]"
 
 
 def test_an_lstm_with_a_projection_streams_as_tflite_and_is_refused_as_onnx(tmp_path):

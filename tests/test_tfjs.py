@@ -12,17 +12,20 @@ import os
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, assert_no_framework_imported, run_cli
+from conftest import (
+    FIXTURES,
+    LARGEST_ERRORS,
+    assert_clean_failure,
+    assert_no_framework_imported,
+    needs_tfjs,
+    run_cli,
+)
 
 import rnnconv
 from rnnconv.formats import _node
 from rnnconv.table.apply import find_row
 
 TFJS = FIXTURES / "tfjs"
-needs_tfjs = pytest.mark.skipif(
-    _node.node() is None or _node.package_version("@tensorflow/tfjs") is None,
-    reason="TensorFlow.js is not installed (npm ci --ignore-scripts)",
-)
 
 
 def _torch_source(tmp_path, module, name):
@@ -192,8 +195,21 @@ def _group(document):
         (lambda d, f: _group(d)["weights"][0].update(quantization={"dtype": "int4"}), "quantizes to"),
         (lambda d, f: d.update(format="graph-model"), "not a layers model"),
         (lambda d, f: d.update(modelTopology={"config": {"layers": "x" * 5}}), "damaged"),
+        (lambda d, f: d.update(modelTopology={"name": 3}), "has no model config"),  # the fuzzer's
     ],
-    ids=["escaping", "absolute", "missing", "short", "dtype", "negative", "huge", "quantization", "graph", "config"],
+    ids=[
+        "escaping",
+        "absolute",
+        "missing",
+        "short",
+        "dtype",
+        "negative",
+        "huge",
+        "quantization",
+        "graph",
+        "config",
+        "no config",
+    ],
 )
 def test_hostile_model_json_is_refused_in_one_sentence(change, phrase, tmp_path):
     path = _hostile(tmp_path, change)
@@ -247,3 +263,44 @@ def test_quantized_weights_read_as_tensorflow_js_dequantizes_them(tmp_path):
     report = rnnconv.verify(tmp_path / "a.pt")
     assert report.verdict == "match" and report.source.run.startswith("@tensorflow/tfjs"), report.source
     LARGEST_ERRORS["tfjs quantized source"] = report.comparison.worst
+
+
+def _called_on(layer, tensor):
+    """A change to a streaming model.json: `layer`'s first input replaced by `tensor` ([name, call, output, {}])."""
+
+    def change(document):
+        (entry,) = [e for e in document["modelTopology"]["config"]["layers"] if e["name"] == layer]
+        entry["inbound_nodes"][0][0] = tensor
+
+    return change
+
+
+@needs_tfjs
+@pytest.mark.parametrize(
+    "change, phrase",
+    [
+        (
+            _called_on("rnn_layer0", ["rnn_layer1", 0, 0, {}]),
+            "layer 'rnn_layer0' is called on call 0 of layer 'rnn_layer1'",
+        ),
+        (_called_on("rnn_layer1", ["nowhere", 0, 0, {}]), "layer 'rnn_layer1' is called on call 0 of layer 'nowhere'"),
+        (_called_on("rnn_layer1", ["rnn_layer0", 1, 0, {}]), "is called on call 1 of layer 'rnn_layer0'"),
+        (_called_on("y", ["rnn_layer1", "0", 0, {}]), "layer 'y' is called on something that is no [layer, call"),
+    ],
+    ids=["cycle", "no such layer", "a call never made", "no call"],
+)
+def test_a_model_tensorflow_js_would_wait_on_forever_is_refused_not_run(change, phrase, tmp_path):
+    """TensorFlow.js's loader puts back a layer call whose input does not exist yet and tries again, for ever where it
+    never will: verify (whole sequences, and --streaming) refuses such a model before Node.js hangs on it."""
+    torch = pytest.importorskip("torch")
+    source = _torch_source(tmp_path, torch.nn.LSTM(3, 4, num_layers=2), "stack")
+    out = tmp_path / "model.json"
+    rnnconv.convert(source, out, streaming=True)
+    document = json.loads(out.read_text())
+    change(document)
+    out.write_text(json.dumps(document))
+    result = run_cli("verify", out, "--streaming")
+    assert_clean_failure(result, 2, "TensorFlow.js cannot load", phrase, "would wait for it forever")
+    rnnconv.convert(out, tmp_path / "layer.pt", layer="rnn_layer0")  # its weights read, as they are
+    result = run_cli("verify", tmp_path / "layer.pt")  # model.json, the source, run in TensorFlow.js
+    assert_clean_failure(result, 2, "TensorFlow.js cannot load", phrase, "would wait for it forever")

@@ -31,7 +31,7 @@ from pathlib import Path
 from rnnconv.errors import MESSAGE_LIMIT
 from rnnconv.formats.onnx.wire import ONNX_PROFILES
 from tests.fuzz import changing, mutators, odd_env
-from tests.fuzz.seeds import Seeds, prepare
+from tests.fuzz.seeds import Seeds, files_beside, prepare
 
 TIME_LIMIT = 20.0  # seconds for one command on a small input
 # A command over TIME_LIMIT runs again from the same files with this limit: only one over both is a hang; one that
@@ -284,10 +284,15 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         return case
     if family == "streaming":  # a streaming model damaged, run a chunk at a time in each of its runtimes
         name = rng.choice(sorted(seeds.streaming))
-        data = mutators.mutate_file(name, seeds.streaming[name].read_bytes(), rng)
-        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data})
+        if name.endswith(".json"):  # a TensorFlow.js model.json and its shard, damaged as the tfjs family does
+            files = files_beside(seeds.streaming[name], "mut_")
+            case = Case(family, f"{index:06d}_{family}_{name}", files)
+            case.must_refuse = mutators.mutate_tfjs(files, f"mut_{name}", rng)
+        else:
+            data = mutators.mutate_file(name, seeds.streaming[name].read_bytes(), rng)
+            case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data})
         source = "{dir}/mut_" + name
-        runtimes = ["tflite-micro", "litert"] if name.endswith(".tflite") else ["onnxruntime"]
+        runtimes = {".tflite": ["tflite-micro", "litert"], ".json": ["tfjs"]}.get(Path(name).suffix, ["onnxruntime"])
         case.commands = [
             ["verify", source, "--streaming", "--stream-runtime", runtime, "--seq-len", "6"] for runtime in runtimes
         ]

@@ -2134,7 +2134,9 @@ def mutate_tfjs(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
     held = sum(len(files[p]) for p in shards)  # the seeds' shards hold their weights' bytes, no more
     refuse = cut = resized = False
     for _ in range(rng.choice([1, 1, 2, 3])):
-        op = rng.choice(["paths", "dtype", "shape", "name", "quant", "topology", "layer", "shard", "shard", "json"])
+        op = rng.choice(
+            ["paths", "dtype", "shape", "name", "quant", "topology", "layer", "shard", "shard", "json", "calls"]
+        )
         if op == "paths" and groups:
             group = rng.choice(groups)
             group["paths"] = [rng.choice(TFJS_BAD_PATHS)] if rng.random() < 0.7 else rng.choice(ODD_VALUES)
@@ -2190,6 +2192,23 @@ def mutate_tfjs(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
                     inner[key] = value
                 if rng.random() < 0.2 and isinstance(entry, dict):
                     entry["class_name"] = rng.choice(["GRU", "ConvLSTM2D", "Dense", "", 3, "Bidirectional"])
+        elif op == "calls":  # a functional model's layer calls (a streaming model's): on what, which call, cycles
+            topology = doc.get("modelTopology")
+            model = topology.get("config") if isinstance(topology, dict) else None
+            layers = model.get("layers") if isinstance(model, dict) else None
+            called = [e for e in layers if isinstance(e, dict) and e.get("inbound_nodes")] if layers else []
+            if called:
+                entry = rng.choice(called)
+                node = entry["inbound_nodes"][0]
+                names = [e.get("name") for e in layers if isinstance(e, dict)]
+                tensor = [rng.choice([*names, "nowhere", entry.get("name")]), rng.choice([0, 0, 1, 7, -1, "0"]), 0, {}]
+                how = rng.random()
+                if how < 0.6 and node:
+                    node[rng.randrange(len(node))] = tensor
+                elif how < 0.8:
+                    node.append(tensor)  # one more initial state, or a constant
+                else:
+                    entry["inbound_nodes"] = rng.choice([[], [[]], [node, node], ODD_VALUES[0], [[tensor[0]]]])
         elif op == "shard" and shards:
             name = rng.choice(shards)
             data = bytearray(files[name])

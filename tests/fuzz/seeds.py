@@ -183,7 +183,7 @@ class Seeds:
     streaming: dict[str, Path] = field(default_factory=dict)  # name -> a streaming model rnnconv wrote
 
 
-def _beside(main: Path, prefix: str = "") -> dict[str, bytes]:
+def files_beside(main: Path, prefix: str = "") -> dict[str, bytes]:
     """A model's file and the files rnnconv reads beside it (X.bin of X.xml or X.param, the source record, the
     shards a model.json names), each name given `prefix` (a model.json's shard paths too)."""
     import json
@@ -238,7 +238,7 @@ def prepare_sets(work: Path, seeds: Seeds) -> None:
             rnnconv.convert(FIXTURES / source, main, to=target, layer=layer)
         except (RnnconvError, ImportError):
             continue
-        seeds.sets.setdefault(family, {})[main.name] = _beside(main)
+        seeds.sets.setdefault(family, {})[main.name] = files_beside(main)
         if target == "tflite":  # the tflite family's seeds are files alone
             seeds.sources[main.name] = main
         if target == "mlx" and _npz_of(main, main.with_suffix("").with_suffix(".npz")):
@@ -247,7 +247,7 @@ def prepare_sets(work: Path, seeds: Seeds) -> None:
     for family, names in SHIPPED_SETS.items():
         for name in names:
             main = FIXTURES / name
-            files = _beside(main, f"{main.parent.name}__")
+            files = files_beside(main, f"{main.parent.name}__")
             seeds.sets.setdefault(family, {})[f"{main.parent.name}__{main.name}"] = files
     for models in seeds.sets.values():
         for name, files in models.items():
@@ -297,12 +297,15 @@ def prepare(work: Path) -> Seeds:
     with contextlib.suppress(RnnconvError, ImportError):
         rnnconv.convert(FIXTURES / "torch" / "lstm_proj.pt", written, force=True)
         seeds.sources[written.name] = written
-    for layer, suffix in (("gru", ".tflite"), ("lstm", ".tflite"), ("lstm", ".onnx"), ("rnn", ".onnx")):
+    streams = (("gru", ".tflite"), ("lstm", ".tflite"), ("lstm", ".onnx"), ("rnn", ".onnx"), ("lstm", ".json"))
+    for layer, suffix in streams:
         stream = work / f"streaming__{layer}{suffix}"  # fed a chunk at a time, its states inputs and outputs
         with contextlib.suppress(RnnconvError, ImportError):
-            chunk = {"chunk": 3} if suffix == ".tflite" else {}
-            rnnconv.convert(FIXTURES / "streaming" / "stacks.pt", stream, layer=layer, streaming=True, **chunk)
+            given = {".tflite": {"chunk": 3}, ".json": {"to": "tfjs"}}.get(suffix, {})
+            rnnconv.convert(FIXTURES / "streaming" / "stacks.pt", stream, layer=layer, streaming=True, **given)
             seeds.streaming[stream.name] = stream
+            if suffix == ".json":  # a TensorFlow.js one is a layers model too (and its shard beside it)
+                seeds.sets.setdefault("tfjs", {})[stream.name] = files_beside(stream)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     for generation in ("keras3", "tf_keras"):
         subprocess.run(

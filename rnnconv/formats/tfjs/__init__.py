@@ -7,8 +7,13 @@ itself) or, since the converter of TensorFlow 2.2, `layer/lstm_cell/kernel`; a B
 GRUCell has no reset_after=True (so cuDNN's GRU, and Keras' default, has no TensorFlow.js form), and its LSTM and
 GRU default recurrentActivation to hardSigmoid, clip(0.2x + 0.5).
 
+A streaming model (`--streaming`) is a functional model: inputs x (batch, chunk, input) with any chunk length and
+each layer's states h_l0, c_l0, ..., every layer called on the one below and its states and returning its own, outputs
+y and h_l0_next, c_l0_next, ... (named by linear Activation layers); it reads back as its RNN too.
+
 Reading and writing need neither Node.js nor TensorFlow.js; `run` (verify) runs the file's own layers in
-TensorFlow.js (`@tensorflow/tfjs`, its pure-JavaScript CPU backend) under Node.js.
+TensorFlow.js (`@tensorflow/tfjs`, its pure-JavaScript CPU backend) under Node.js, and `stream` (verify --streaming)
+the whole streaming model, every call in one Node.js process.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ PLUGIN = Plugin(
         source_options=(),
         example="model.json",
         examples=("model.json --layer lstm_1",),
+        streams=("tfjs",),
     ),
     listed=115,
     runtimes=(

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rnnconv.contracts import Provenance
     from rnnconv.formats._graph import Chain
     from rnnconv.formats.tfjs.reader import TfjsFile, TfjsLayer
-    from rnnconv.formats.tfjs.runner import NodeEngine
+    from rnnconv.formats.tfjs.runner import NodeEngine, TfjsStream
 
 
 @register
@@ -80,8 +80,18 @@ class TfjsFormat(GraphFormat["TfjsFile", "TfjsLayer"]):
         warnings = []
         if rnn.spec.dtype == "float64":
             warnings.append(f"{rnn.name}: written as float32, what TensorFlow.js computes with, from float64")
-        shard = write_tfjs(rnn, path, options.force)
+        shard = write_tfjs(rnn, path, options.force, options.streaming)
+        if options.streaming:
+            from rnnconv.streaming import streaming_usage
+
+            usage = streaming_usage(rnn.spec, "TensorFlow.js", registry.literal(path))
+            return Written([path, shard], warnings, usage)
         return Written([path, shard], warnings, loading_snippet(rnn, path))
+
+    def stream(self, path: Path, runtime: str) -> TfjsStream:
+        from rnnconv.formats.tfjs.runner import TfjsStream
+
+        return TfjsStream(path)
 
     def run_chain(
         self,
@@ -92,8 +102,9 @@ class TfjsFormat(GraphFormat["TfjsFile", "TfjsLayer"]):
         inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The file's own layers, loaded and run by TensorFlow.js under Node.js (its CPU backend)."""
-        from rnnconv.formats.tfjs.runner import require_tfjs, run_layers
+        from rnnconv.formats.tfjs.runner import refuse_never_loading, require_tfjs, run_layers
 
+        refuse_never_loading(graph)
         for layer in chain.layers:
             if layer.refusal:
                 raise Unsupported(layer.refusal)

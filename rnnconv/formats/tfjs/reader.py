@@ -17,7 +17,7 @@ from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Chain, Graph, consecutive, same_rnn
-from rnnconv.formats.keras.config import ConfigEntry, walk_config
+from rnnconv.formats.keras.config import MAX_NESTING, ConfigEntry, walk_config
 from rnnconv.formats.tfjs.wire import (
     DIRECTION_PREFIXES,
     DTYPE_BYTES,
@@ -141,9 +141,18 @@ class TfjsFile(Graph[TfjsLayer]):
 
     what = "recurrent layer"
 
-    def __init__(self, path: Path, layers: list[TfjsLayer], recorded: Provenance | None, shards: list[Path]):
+    def __init__(
+        self,
+        path: Path,
+        layers: list[TfjsLayer],
+        recorded: Provenance | None,
+        shards: list[Path],
+        ends: tuple[list[str], list[str]] = ([], []),
+    ):
         super().__init__(path, KIND, layers, _chains(layers), recorded)
         self.shards = shards
+        self.inputs, self.outputs = ends  # a functional model's input and output layers' names (a Sequential: none)
+        self.never_loads: str | None = None  # why TensorFlow.js's loader would never finish loading it (`stuck_call`)
 
     def nothing_held(self) -> str:
         return f"{self.path} is a TensorFlow.js layers model with no recurrent layer ({', '.join(TFJS_CLASSES)})"
@@ -165,6 +174,8 @@ class TfjsFile(Graph[TfjsLayer]):
         weights = _manifest(path, document.get(MANIFEST))
         topology = document[TOPOLOGY]
         model = topology.get("model_config", topology)  # the converter of Keras 2.1 files nests it so
+        if not isinstance(model, dict) or "config" not in model:
+            raise BadInput(f"{path} is damaged: its {TOPOLOGY} has no model config (the model's class and layers)")
         order, fed_by = _top_level(model)
         layers = []
         for entry in walk_config(model):
@@ -177,7 +188,9 @@ class TfjsFile(Graph[TfjsLayer]):
         record = metadata.get(registry.SOURCE_KEY) if isinstance(metadata, dict) else None
         recorded = None if record is None else registry.read_source_record(_text(record, path), path)
         shards = list(dict.fromkeys(p for w in weights.values() for p in w.group.paths))
-        return cls(path, layers, recorded, shards)
+        file = cls(path, layers, recorded, shards, (_ends(model, "input_layers"), _ends(model, "output_layers")))
+        file.never_loads = stuck_call(model)
+        return file
 
 
 def _text(record: Any, path: Path) -> str:
@@ -260,30 +273,113 @@ def _weight(spec: Any, group: Group, offset: int, where: str) -> Weight:
 
 def _top_level(model: Any) -> tuple[dict[str, int], dict[str, str]]:
     """The top-level layers' positions by name, and (a functional model) the layer each one's input comes from."""
-    config = model.get("config") if isinstance(model, dict) else None
-    entries = config if isinstance(config, list) else config.get("layers") if isinstance(config, dict) else None
+    entries = _entries(model)
+    inputs = set(_ends(model, "input_layers"))
     order: dict[str, int] = {}
     fed_by: dict[str, str] = {}
-    for index, entry in enumerate(entries if isinstance(entries, list) else []):
+    for index, entry in enumerate(entries):
         if not isinstance(entry, dict):
             continue
-        own = entry.get("config")
-        name = entry.get("name") or (own.get("name") if isinstance(own, dict) else None)
+        name = _name(entry)
         if isinstance(name, str):
             order[name] = index
-            source = _inbound(entry.get("inbound_nodes"))
+            source = _inbound(entry.get("inbound_nodes"), inputs)
             if source is not None:
                 fed_by[name] = source
     return order, fed_by
 
 
-def _inbound(nodes: Any) -> str | None:
-    """The one layer a functional model's layer is called on ([[[name, 0, 0, {}]]]), where it is one."""
+def _entries(model: Any) -> list[Any]:
+    config = model.get("config") if isinstance(model, dict) else None
+    entries = config if isinstance(config, list) else config.get("layers") if isinstance(config, dict) else None
+    return entries if isinstance(entries, list) else []
+
+
+def stuck_call(model: Any, depth: int = 0) -> str | None:
+    """Why TensorFlow.js's loader would never finish loading a functional model, None where it would: a layer called
+    on a layer the model does not have, on a call of it that is never made, or in a cycle. Its Container.fromConfig
+    puts back a call it cannot make yet and tries again until every call is made, so such a model hangs it (no
+    error). The calls are made here as it makes them, each as soon as what it is called on exists."""
+    entries = [e for e in _entries(model) if isinstance(e, dict)]
+    made: dict[str, int] = {}  # each layer's calls made (an InputLayer's one, on its creation)
+    calls: list[tuple[str, dict[str, int] | None]] = []  # (layer, the calls of each layer it needs made), in order
+    for entry in entries:
+        name = _name(entry)
+        if not isinstance(name, str):
+            continue
+        made[name] = 1 if entry.get("class_name") == "InputLayer" else 0
+        nodes = entry.get("inbound_nodes")
+        # (a call on nothing makes none: TensorFlow.js calls the layer on no tensors)
+        calls += [
+            (name, _needs(node))
+            for node in (nodes if isinstance(nodes, list) else [])
+            if node and isinstance(node, list)
+        ]
+        config = entry.get("config")
+        nested = depth < MAX_NESTING and isinstance(config, dict) and "layers" in config  # a model, loaded alike
+        if nested and (found := stuck_call(entry, depth + 1)):
+            return found
+    waiting: dict[tuple[str, int], list[int]] = {}  # (layer, its calls made) -> the calls that wait for that many
+    ready, left = list(range(len(calls))), len(calls)
+    while ready:
+        index = ready.pop()
+        layer, needs = calls[index]
+        unmet = [(name, count) for name, count in (needs or {"": 1}).items() if made.get(name, 0) < count]
+        if unmet:
+            waiting.setdefault(unmet[0], []).append(index)
+            continue
+        made[layer] += 1
+        left -= 1
+        ready += waiting.pop((layer, made[layer]), [])
+    if not left:
+        return None
+    # the first stuck call in the config's order: where a cycle closes, not what waits downstream of it
+    (name, count), index = min(((key, i) for key, waiters in waiting.items() for i in waiters), key=lambda x: x[1])
+    on = f"call {count - 1} of layer {cut(name)!r}" if name else "something that is no [layer, call, output]"
+    return (
+        f"layer {cut(calls[index][0])!r} is called on {on}, which the model never makes (no such layer, fewer calls, "
+        f"or a cycle): TensorFlow.js's loader would wait for it forever"
+    )
+
+
+def _needs(node: list[Any]) -> dict[str, int] | None:
+    """The calls of each layer a call ([[name, call, output, kwargs], ...]) needs made: one more than the highest of
+    its it is called on; None where an input is no [name, call, ...]."""
+    needs: dict[str, int] = {}
+    for given in node:
+        if not (isinstance(given, list) and len(given) >= 2 and isinstance(given[0], str)):
+            return None
+        call = given[1]
+        if not isinstance(call, int) or isinstance(call, bool) or call < 0:
+            return None
+        needs[given[0]] = max(needs.get(given[0], 0), call + 1)
+    return needs
+
+
+def _name(entry: dict[str, Any]) -> Any:
+    own = entry.get("config")
+    return entry.get("name") or (own.get("name") if isinstance(own, dict) else None)
+
+
+def _ends(model: Any, key: str) -> list[str]:
+    """The names of the layers a functional model's config gives as its inputs or outputs (`input_layers`,
+    `output_layers`: [[name, 0, 0], ...]), in order; none for a Sequential."""
+    config = model.get("config") if isinstance(model, dict) else None
+    ends = config.get(key) if isinstance(config, dict) else None
+    listed = ends if isinstance(ends, list) else []
+    return [end[0] for end in listed if isinstance(end, list) and end and isinstance(end[0], str)]
+
+
+def _inbound(nodes: Any, inputs: set[str]) -> str | None:
+    """The one layer a functional model's layer is called on ([[[name, 0, 0, {}]]]), where it is one. A recurrent
+    layer called on [x, h, c] takes the others as its initial states (Keras 2's and TensorFlow.js's RNN call): it is
+    fed by x's where they are the model's inputs, as in a streaming model."""
     if nodes is None:
         return None
-    if isinstance(nodes, list) and len(nodes) == 1 and isinstance(nodes[0], list) and len(nodes[0]) == 1:
-        call = nodes[0][0]
-        if isinstance(call, list) and call and isinstance(call[0], str):
+    if isinstance(nodes, list) and len(nodes) == 1 and isinstance(nodes[0], list) and nodes[0]:
+        call, *states = nodes[0]
+        given = all(isinstance(s, list) and s and isinstance(s[0], str) and s[0] in inputs for s in states)
+        if isinstance(call, list) and call and isinstance(call[0], str) and given:
             return call[0]
     return ""  # called on several, or on something else: fed by no one layer
 

@@ -7,9 +7,15 @@
 // REQUEST_JSON: {"layers": [names], "batch": B, "steps": T, "input": I, "hidden": H, "directions": D, "lstm": bool}
 // FOLDER holds x.f32 (B, T, I), h0.f32 and c0.f32 (L*D, B, H), raw little-endian float32; y.f32 (B, T, D*H),
 // h_n.f32 and c_n.f32 (L*D, B, H) are written there. Exit 2: TensorFlow.js refused the model or the request.
+//
+// REQUEST_JSON {"stream": true}: a streaming model, run whole (its inputs x and the states, its outputs y and the next
+// states) call after call by one process: it answers a line `rnnconv {"inputs": [names], "outputs": [names]}`, then
+// for each line {"shapes": [shape of each input]} on stdin runs the model on FOLDER's in0.f32, in1.f32, ... and
+// answers `rnnconv {"shapes": [...]}` once out0.f32, out1.f32, ... are written. It ends when stdin does.
 'use strict';
 const fs = require('fs');
 const path = require('path');
+const readline = require('readline');
 
 const [modules, modelPath, requestPath, folder] = process.argv.slice(2);
 
@@ -20,7 +26,10 @@ function floats(name, shape) {
 }
 
 function save(name, tensors) {
-  const parts = tensors.map((t) => Buffer.from(t.dataSync().buffer));
+  const parts = tensors.map((t) => {
+    const values = t.dataSync();
+    return Buffer.from(values.buffer, values.byteOffset, values.byteLength);
+  });
   fs.writeFileSync(path.join(folder, name), Buffer.concat(parts));
 }
 
@@ -64,6 +73,24 @@ function stateful(layer) {
   return new layer.constructor({ ...settings(layer), name: undefined });
 }
 
+function answer(said) {
+  process.stdout.write(`rnnconv ${JSON.stringify(said)}\n`);
+}
+
+async function serve(model) {
+  answer({ inputs: model.inputNames, outputs: model.outputNames });
+  for await (const line of readline.createInterface({ input: process.stdin, terminal: false })) {
+    const { shapes } = JSON.parse(line);
+    const outputs = tf.tidy(() => {
+      const got = model.predictOnBatch(shapes.map((shape, i) => floats(`in${i}.f32`, shape)));
+      return Array.isArray(got) ? got : [got];
+    });
+    outputs.forEach((t, i) => save(`out${i}.f32`, [t]));
+    answer({ shapes: outputs.map((t) => t.shape) });
+    tf.dispose(outputs);
+  }
+}
+
 let tf;
 async function main() {
   tf = require(path.join(modules, '@tensorflow/tfjs'));
@@ -71,6 +98,7 @@ async function main() {
   const request = JSON.parse(fs.readFileSync(requestPath, 'utf8'));
   const document = JSON.parse(fs.readFileSync(modelPath, 'utf8'));
   const model = await tf.loadLayersModel(tf.io.fromMemory(artifacts(document)));
+  if (request.stream) return serve(model);
   const { batch, steps, input, hidden, directions, lstm } = request;
   const depth = request.layers.length * directions;
   let x = floats('x.f32', [batch, steps, input]);

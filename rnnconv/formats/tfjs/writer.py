@@ -1,6 +1,11 @@
 """A canonical RNN as a TensorFlow.js layers model: model.json (a Sequential of one LSTM or SimpleRNN layer per cuDNN
 layer, Bidirectional for two directions, every layer returning sequences, its activations written out) and its
-float32 weights in one shard beside it, named as TensorFlow.js's own model.save names them."""
+float32 weights in one shard beside it, named as TensorFlow.js's own model.save names them.
+
+A streaming model (`--streaming`) is a functional model of the same layers: inputs `x` and each layer's states, every
+layer called on the one before and its states (`initial_state`, extra inbound tensors, as TensorFlow.js's own
+model.save writes such a call) and returning its states; outputs `y` and the next states, each through a linear
+Activation layer that gives it its documented name."""
 
 from __future__ import annotations
 
@@ -25,8 +30,9 @@ from rnnconv.formats.tfjs.wire import (
     TOPOLOGY,
 )
 from rnnconv.safeio.outputs import atomic_outputs, write_array
+from rnnconv.streaming import STREAM_INPUT, STREAM_OUTPUT, states_of
 from rnnconv.table.apply import row_for_mode, settings_for_mode
-from rnnconv.table.constants import GRU, KERAS_VARIABLES
+from rnnconv.table.constants import GRU, KERAS_VARIABLES, STATES
 from rnnconv.table.rows import TFJS_RESET_BEFORE
 from rnnconv.version import __version__
 
@@ -52,7 +58,7 @@ def layer_name(rnn: CanonicalRNN, layer: int) -> str:
     return "rnn" if rnn.spec.num_layers == 1 else f"rnn_layer{layer}"
 
 
-def _config(spec: RNNSpec, name: str, settings: dict[str, Any]) -> dict[str, Any]:
+def _config(spec: RNNSpec, name: str, settings: dict[str, Any], streaming: bool = False) -> dict[str, Any]:
     return {
         "name": name,
         "trainable": True,
@@ -63,15 +69,29 @@ def _config(spec: RNNSpec, name: str, settings: dict[str, Any]) -> dict[str, Any
         "recurrent_initializer": ZEROS,
         "bias_initializer": ZEROS,
         "return_sequences": True,
-        "return_state": False,
+        "return_state": streaming,
         "go_backwards": False,
         "stateful": False,
         "unroll": False,
     }
 
 
-def model_json(rnn: CanonicalRNN, weights: list[dict[str, Any]], shard: str, source: str) -> dict[str, Any]:
+def model_json(
+    rnn: CanonicalRNN, weights: list[dict[str, Any]], shard: str, source: str, streaming: bool = False
+) -> dict[str, Any]:
     """model.json as TensorFlow.js's model.save writes it, the source recorded in its userDefinedMetadata."""
+    topology = _streaming_model(rnn) if streaming else _sequential(rnn)
+    return {
+        "format": LAYERS_MODEL,
+        "generatedBy": f"rnnconv {__version__}",
+        "convertedBy": f"rnnconv {__version__}",
+        TOPOLOGY: {**topology, "keras_version": f"tfjs-layers {TFJS_VERSION}", "backend": "tensor_flow.js"},
+        MANIFEST: [{"paths": [shard], "weights": weights}],
+        METADATA: {registry.SOURCE_KEY: source},
+    }
+
+
+def _sequential(rnn: CanonicalRNN) -> dict[str, Any]:
     spec = rnn.spec
     cls, settings = settings_for_mode("tfjs", spec.mode)
     layers = []
@@ -85,18 +105,52 @@ def model_json(rnn: CanonicalRNN, weights: list[dict[str, Any]], shard: str, sou
         if layer == 0:
             outer |= {"batch_input_shape": [None, None, spec.input_size], "dtype": "float32"}
         layers.append({"class_name": "Bidirectional" if spec.bidirectional else cls, "config": outer})
+    return {"class_name": "Sequential", "config": {"name": "rnnconv", "layers": layers}}
+
+
+def _streaming_model(rnn: CanonicalRNN) -> dict[str, Any]:
+    """The functional model of a streaming RNN (unidirectional: `check_streamable` refuses the others)."""
+    spec = rnn.spec
+    cls, settings = settings_for_mode("tfjs", spec.mode)
+    states = states_of(spec)
+    sizes = {"h": spec.output_size, "c": spec.hidden_size}
+
+    def called_on(*tensors: tuple[str, int]) -> list[list[list[Any]]]:
+        return [[[name, 0, index, {}] for name, index in tensors]]
+
+    def layer(class_name: str, config: dict[str, Any], *inbound: tuple[str, int]) -> dict[str, Any]:
+        return {
+            "class_name": class_name,
+            "name": config["name"],
+            "config": config,
+            "inbound_nodes": called_on(*inbound) if inbound else [],
+        }
+
+    inputs = [(STREAM_INPUT, [None, None, spec.input_size]), *((s.input, [None, sizes[s.state]]) for s in states)]
+    layers = [
+        layer("InputLayer", {"batch_input_shape": shape, "dtype": "float32", "sparse": False, "name": name})
+        for name, shape in inputs
+    ]
+    below = STREAM_INPUT
+    for index in range(spec.num_layers):
+        name = layer_name(rnn, index)
+        own = [(s.input, 0) for s in states if s.layer == index]
+        layers.append(layer(cls, _config(spec, name, settings, streaming=True), (below, 0), *own))
+        below = name
+    # each layer returns [y, h, c]: an output named as the documented contract names it, through a linear Activation
+    outputs = [(STREAM_OUTPUT, (below, 0))]
+    for state in states:
+        outputs.append((state.output, (layer_name(rnn, state.layer), 1 + STATES.index(state.state))))
+    for name, tensor in outputs:
+        layers.append(layer("Activation", {"name": name, "trainable": True, "activation": "linear"}, tensor))
     return {
-        "format": LAYERS_MODEL,
-        "generatedBy": f"rnnconv {__version__}",
-        "convertedBy": f"rnnconv {__version__}",
-        TOPOLOGY: {
-            "class_name": "Sequential",
-            "config": {"name": "rnnconv", "layers": layers},
-            "keras_version": f"tfjs-layers {TFJS_VERSION}",
-            "backend": "tensor_flow.js",
+        "class_name": "Model",
+        "config": {
+            "name": "rnnconv_streaming",
+            "layers": layers,
+            "input_layers": [[name, 0, 0] for name, _ in inputs],
+            "output_layers": [[name, 0, 0] for name, _ in outputs],
         },
-        MANIFEST: [{"paths": [shard], "weights": weights}],
-        METADATA: {registry.SOURCE_KEY: source},
     }
 
 
@@ -116,8 +170,9 @@ def tensors_of(rnn: CanonicalRNN) -> dict[str, np.ndarray]:
     return out
 
 
-def write_tfjs(rnn: CanonicalRNN, path: Path, force: bool) -> Path:
-    """model.json and its shard (group1-shard1of1.bin beside it); the shard's path."""
+def write_tfjs(rnn: CanonicalRNN, path: Path, force: bool, streaming: bool = False) -> Path:
+    """model.json and its shard (group1-shard1of1.bin beside it), a streaming model's where asked; the shard's
+    path."""
     if losses := tfjs_losses(rnn):
         raise Unsupported(f"{rnn.name}: {losses[0].term}")
     if path.suffix.lower() != ".json":
@@ -125,7 +180,7 @@ def write_tfjs(rnn: CanonicalRNN, path: Path, force: bool) -> Path:
     shard = shard_of(path)
     tensors = tensors_of(rnn)
     weights = [{"name": name, "shape": list(value.shape), "dtype": "float32"} for name, value in tensors.items()]
-    document = model_json(rnn, weights, shard.name, registry.source_record(rnn, path))
+    document = model_json(rnn, weights, shard.name, registry.source_record(rnn, path), streaming)
     with atomic_outputs([path, shard], force) as (json_tmp, shard_tmp):
         with open(shard_tmp, "wb") as f:
             for value in tensors.values():
