@@ -105,6 +105,15 @@ def run_in_chunks(stream: Stream, spec: RNNSpec, inputs: Inputs, chunk: int) -> 
     }
 
 
+def run_whole(stream: Stream, spec: RNNSpec, inputs: Inputs) -> Outputs:
+    """A streaming model run as written on whole sequences (its states wired as the file wires them): each sequence
+    in one call, or in the chunks it takes, from the given states."""
+    x = np.asarray(inputs["x"])
+    if inputs.get("lengths") is not None and np.any(np.asarray(inputs["lengths"]) != x.shape[0]):
+        raise Unsupported("a streaming model runs every sequence all its steps: verify it without --ragged")
+    return run_in_chunks(stream, spec, inputs, stream.chunk or x.shape[0])
+
+
 def _check_shapes(got: dict[str, np.ndarray], expected: dict[str, tuple[int, ...]]) -> None:
     """BadInput unless a call gave y (batch, steps, size) and each state of the shape it was given: a damaged model's
     outputs are neither carried nor compared."""
@@ -178,17 +187,22 @@ def streaming_usage(spec: RNNSpec, runtime: str, path: str) -> str:
     )
 
 
-def check_stream_names(path: Path, inputs: list[str], outputs: list[str]) -> None:
-    """BadInput (one sentence) unless a model's inputs and outputs are a streaming model's: x and states, y and the
-    states' next values, in the same order."""
+def is_streaming(inputs: list[str], outputs: list[str]) -> bool:
+    """Whether a model's inputs and outputs are a streaming model's: x and states, y and the states' next values, in
+    the same order."""
     states = inputs[1:]
     shaped = all(re.fullmatch(STATE_INPUT.format(state="[hc]", layer=r"\d+"), name) for name in states)
-    if (
-        inputs[:1] != [STREAM_INPUT]
-        or not states
-        or not shaped
-        or outputs != [STREAM_OUTPUT, *(f"{s}_next" for s in states)]
-    ):
+    return (
+        inputs[:1] == [STREAM_INPUT]
+        and bool(states)
+        and shaped
+        and outputs == [STREAM_OUTPUT, *(f"{s}_next" for s in states)]
+    )
+
+
+def check_stream_names(path: Path, inputs: list[str], outputs: list[str]) -> None:
+    """BadInput (one sentence) unless a model's inputs and outputs are a streaming model's (`is_streaming`)."""
+    if not is_streaming(inputs, outputs):
         raise BadInput(
             f"{path.name} is no streaming model (inputs {listing(inputs) or 'none named'}, outputs "
             f"{listing(outputs) or 'none named'}, where one takes "

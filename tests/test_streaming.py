@@ -133,6 +133,21 @@ def test_a_streaming_model_with_a_state_input_miswired_is_a_mismatch(target, tmp
     assert "MISMATCH" in result.stdout
 
 
+@pytest.mark.parametrize("target", [pytest.param(t, marks=needs_tfjs) if t == "tfjs" else t for t in ("onnx", "tfjs")])
+def test_verify_without_streaming_runs_a_streaming_model_as_wired(target, tmp_path):
+    """Without --streaming, verify ran a streaming model's layers from the states it gave them, not as the file wires
+    them: a state input wired to the wrong layer was a MATCH. It runs the file as written, a sequence a call."""
+    name, layer, miswire = MISWIRED[target]
+    out = tmp_path / name
+    rnnconv.convert(STACKS / "stacks.pt", out, layer=layer, streaming=True)
+    result = run_cli("verify", out, "--no-diagnose")
+    assert result.returncode == 0 and "the streaming model as written" in result.stdout, result.stdout + result.stderr
+    miswire(out)
+    result = run_cli("verify", out, "--no-diagnose")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "MISMATCH" in result.stdout
+
+
 @pytest.mark.parametrize("output", ["x.onnx", "model.json"])
 def test_a_bidirectional_rnn_is_refused_naming_its_reverse_direction(output, tmp_path):
     result = run_cli(

@@ -279,6 +279,15 @@ class Graph(Generic[L]):
 
     def __init__(self, path: Path, kind: str, layers: list[L], chains: list[Chain[L]], recorded: Provenance | None):
         self.path, self.kind, self.layers, self.chains, self.recorded = path, kind, layers, chains, recorded
+        self.input_names: list[str] = []  # the model's input and output names, where the format has them
+        self.output_names: list[str] = []
+
+    @property
+    def streaming(self) -> bool:
+        """Whether it is a streaming model (x and every layer's states in, y and the next states out)."""
+        from rnnconv.streaming import is_streaming
+
+        return is_streaming(self.input_names, self.output_names)
 
     def find(self, name: str) -> L | None:
         """The layer a name picks alone."""
@@ -411,6 +420,11 @@ class GraphFormat(Format, Generic[G, L]):
     ) -> tuple[dict[str, np.ndarray | None], str]:
         graph = self.load(path)
         (chain,) = graph.choose(source.layer, take_all=False)
+        if graph.streaming and self.info.streams:  # its layers alone would not say how the file wires their states
+            from rnnconv.streaming import run_whole
+
+            stream = self.stream(path, self.info.streams[0])
+            return run_whole(stream, spec, inputs), f"{stream.how}: the streaming model as written, a sequence a call"
         return self.run_chain(graph, chain, source, spec, inputs)
 
 

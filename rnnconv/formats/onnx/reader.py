@@ -129,7 +129,11 @@ class OnnxFile(Graph[OnnxNode]):
             looped |= {loop.name for layer in held for loop in layer.loops}
         records = [p.value for p in model.metadata_props if p.key == registry.SOURCE_KEY]
         recorded = registry.read_source_record(records[0], path) if records else None
-        return cls(path, nodes, chains, found, recorded, looped)
+        file = cls(path, nodes, chains, found, recorded, looped)
+        stored = {t.name for t in model.graph.initializer}
+        file.input_names = [i.name for i in model.graph.input if i.name not in stored]
+        file.output_names = [o.name for o in model.graph.output]
+        return file
 
     def find(self, name: str) -> OnnxNode | None:
         """The node a name picks: its full name (after its subgraph's path), or its own name when only one

@@ -151,7 +151,7 @@ class TfjsFile(Graph[TfjsLayer]):
     ):
         super().__init__(path, KIND, layers, _chains(layers), recorded)
         self.shards = shards
-        self.inputs, self.outputs = ends  # a functional model's input and output layers' names (a Sequential: none)
+        self.input_names, self.output_names = ends  # a functional model's input and output layers (a Sequential: none)
         self.never_loads: str | None = None  # why TensorFlow.js's loader would never finish loading it (`stuck_call`)
 
     def nothing_held(self) -> str:

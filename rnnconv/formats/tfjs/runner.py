@@ -123,7 +123,7 @@ class TfjsStream:
 
     def __init__(self, path: Path):
         model = TfjsFile.load(path)  # a hostile model.json is refused here, before node reads it
-        check_stream_names(path, model.inputs, model.outputs)
+        check_stream_names(path, model.input_names, model.output_names)
         refuse_never_loading(model)
         node, version = require_tfjs()
         self.path, self.source = path, model.recorded
