@@ -29,6 +29,7 @@ LOOPS = {  # fixture: (mode, input, hidden, layers, bidirectional)
     "tf_keras_lstm_sliced": ("lstm", 3, 4, 1, False),
     "tf_keras_gru_sliced": ("gru", 3, 5, 1, False),
     "tf_keras_bilstm_sliced": ("lstm", 3, 4, 1, True),
+    "tf_keras_rnn_sliced": ("rnn_tanh", 3, 4, 1, False),
     "onnx_scan_lstm_ti": ("lstm", 3, 4, 1, False),
     "onnx_scan_bilstm_ti": ("lstm", 3, 4, 1, True),
 }
