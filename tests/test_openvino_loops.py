@@ -173,7 +173,13 @@ SLICED_MUTATIONS = {  # a change to a port map slicing or concatenating over the
     "the sequence sliced two steps at a time": (
         "tf_keras_lstm_sliced",
         [(SLICED_INPUT, SLICED_INPUT.replace('stride="1"', 'stride="2"'))],
-        "otherwise than a step at a time over the 5 steps (axis 0, start 0, end -1, stride 2, part_size 1)",
+        "otherwise than a step at a time over all 5 steps as OpenVINO's frontends write it (axis 0, start 0, end -1, "
+        "stride 2, part_size 1)",
+    ),
+    "the Scan's sequence ending at its length, not -1 (OpenVINO's CPU plugin refuses to run it)": (
+        "onnx_scan_lstm_ti",
+        [('internal_layer_id="2" start="0" end="-1" stride="1"', 'internal_layer_id="2" start="0" end="5" stride="1"')],
+        "(axis 0, start 0, end 5, stride 1, part_size 1)",
     ),
     "the sequence sliced in parts of two steps": (
         "tf_keras_lstm_sliced",

@@ -76,15 +76,13 @@ class Part:
     stride: int
     part_size: int
 
-    def reversed(self, size: int) -> bool | None:
-        """Whether it goes over all `size` entries of axis 0 one at a time backwards (False: forwards); None where
-        it goes otherwise (a start or end counts from the end where negative, -1 being past the last entry)."""
-        start, end = (n + size + 1 if n < 0 else n for n in (self.start, self.end))
-        if self.axis != 0 or self.part_size != 1 or abs(self.stride) != 1:
+    def reversed(self) -> bool | None:
+        """Whether it goes over all of axis 0 one entry at a time backwards (False: forwards), as OpenVINO's frontends
+        write it (start 0, end -1, stride 1; start -1, end 0, stride -1); None where it goes otherwise (other
+        bounds of the whole axis, which OpenVINO's CPU plugin counts otherwise than its port map says, among them)."""
+        if (self.axis, self.part_size) != (0, 1):
             return None
-        if (start, end) == ((0, size) if self.stride == 1 else (size, 0)):
-            return self.stride == -1
-        return None
+        return {(0, -1, 1): False, (-1, 0, -1): True}.get((self.start, self.end, self.stride))
 
     def said(self) -> str:
         return f"axis {self.axis}, start {self.start}, end {self.end}, stride {self.stride}, part_size {self.part_size}"
@@ -696,13 +694,13 @@ def _stepped(ir: Any, layer: Any, body: Body, reading: Reading, graph: MainGraph
     steps = shape[0]
     if not 0 < steps <= MAX_STEPS:
         return f"it loops over {steps} steps; rnnconv checks loops of 1 to {MAX_STEPS}"
-    backwards = [body.sliced[port].reversed(steps)] if body.sliced else [False]
-    backwards += [part.reversed(steps) for part in body.concatenated.values()]
+    backwards = [body.sliced[port].reversed()] if body.sliced else [False]
+    backwards += [part.reversed() for part in body.concatenated.values()]
     if None in backwards:
-        odd = next(p for p in (*body.sliced.values(), *body.concatenated.values()) if p.reversed(steps) is None)
+        odd = next(p for p in (*body.sliced.values(), *body.concatenated.values()) if p.reversed() is None)
         return (
-            f"its port map slices an input or concatenates an output otherwise than a step at a time over the "
-            f"{steps} steps ({odd.said()})"
+            f"its port map slices an input or concatenates an output otherwise than a step at a time over all "
+            f"{steps} steps as OpenVINO's frontends write it ({odd.said()})"
         )
     sliced_backwards, *given_backwards = (bool(b) for b in backwards)
     for state in states:
