@@ -268,3 +268,15 @@ def test_a_damaged_loop_body_is_refused_in_a_sentence(damage, tmp_path):
     for command in (["inspect", source], ["convert", source, tmp_path / "m.pt"]):
         assert_clean_failure(run_cli(*command), 2, phrase)
     assert not (tmp_path / "m.pt").exists()
+
+
+def test_a_tensor_iterator_whose_states_are_given_is_listed_with_the_reason(tmp_path):
+    """OpenVINO's ONNX frontend's TensorIterator of an ONNX Scan given h0 and c0 (fixtures/onnx/lstm_cell_in_scan.onnx):
+    its states start from the model's inputs, not zeros: listed with that reason, refused, nothing written."""
+    source = tmp_path / "scan.xml"
+    ov.save_model(ov.convert_model(str(FIXTURES / "onnx" / "lstm_cell_in_scan.onnx")), str(source), False)
+    (entry,) = rnnconv.inspect(source).rnns
+    assert not entry.converts and "its initial state is not zeros" in entry.reason
+    result = run_cli("convert", source, tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "is a TensorIterator whose body looks like an RNN cell", "not zeros")
+    assert not (tmp_path / "m.pt").exists()
