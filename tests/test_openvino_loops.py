@@ -24,7 +24,16 @@ LOOPS = {  # fixture: (mode, input, hidden, layers, bidirectional)
     "keras_bilstm_loop": ("lstm", 3, 4, 1, True),
     "keras_gru2_loop": ("gru", 3, 4, 2, False),
     "keras_lstm_dynamic_loop": ("lstm", 3, 4, 1, False),  # batch and steps left open
+    # port maps that slice the sequence into the steps and concatenate the new states (tf-keras's Loops, ONNX Scans'
+    # TensorIterators; the bidirectional Scan's backward one slicing and concatenating with stride -1)
+    "tf_keras_lstm_sliced": ("lstm", 3, 4, 1, False),
+    "tf_keras_gru_sliced": ("gru", 3, 5, 1, False),
+    "tf_keras_bilstm_sliced": ("lstm", 3, 4, 1, True),
+    "tf_keras_rnn_sliced": ("rnn_tanh", 3, 4, 1, False),
+    "onnx_scan_lstm_ti": ("lstm", 3, 4, 1, False),
+    "onnx_scan_bilstm_ti": ("lstm", 3, 4, 1, True),
 }
+TIME_MAJOR = {"onnx_scan_lstm_ti", "onnx_scan_bilstm_ti"}  # the ONNX Scans' input: (steps, batch, features)
 
 
 def openvino(path, x: np.ndarray) -> np.ndarray:
@@ -42,12 +51,13 @@ def test_a_frontend_loop_converts_to_what_openvino_computes(name, tmp_path):
     assert (spec.mode, spec.input_size, spec.hidden_size, spec.num_layers, spec.bidirectional) == LOOPS[name]
     result = run_cli("convert", source, tmp_path / "m.pt")
     assert result.returncode == 0, result.stderr
-    module = MODULES[mode](input_size, hidden, num_layers=layers, bidirectional=bidirectional, batch_first=True)
+    batch_first = name not in TIME_MAJOR
+    module = MODULES[mode](input_size, hidden, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first)
     module.load_state_dict(torch.load(tmp_path / "m.pt", weights_only=True))
-    x = np.random.default_rng(7).normal(0, 1.5, (2, 5, input_size)).astype(np.float32)
-    expected = openvino(source, x)
+    x = np.random.default_rng(7).normal(0, 1.5, (2, 5, input_size) if batch_first else (5, 2, input_size))
+    expected = openvino(source, x.astype(np.float32))
     with torch.no_grad():
-        y, _ = module(torch.from_numpy(x))
+        y, _ = module(torch.from_numpy(x.astype(np.float32)))
     assert y.shape == expected.shape
     assert float(np.abs(y.numpy() - expected).max()) < TOLERANCE
 
@@ -68,7 +78,7 @@ MUTATIONS = {  # a change to the LSTM fixture's Loop: what it breaks, and the ph
             '<output external_port_id="8" internal_layer_id="50" axis="0" />',
         ),
         None,
-        "concatenates its outputs (port map axis)",
+        "which is not the step's new state",
     ),
     "the sequence not given to the body (the fuzz found it: StopIteration, exit 4)": (
         ('<input external_port_id="7" internal_layer_id="5" />', ""),
@@ -138,6 +148,97 @@ def test_a_loop_stepping_backwards_alone_is_listed_with_the_reason(tmp_path):
     assert not (tmp_path / "m.pt").exists()
 
 
+SLICED_INPUT = 'axis="0" external_port_id="6" internal_layer_id="4" start="0" end="-1" stride="1" part_size="1"'
+SLICED_MUTATIONS = {  # a change to a port map slicing or concatenating over the iterations: fixture, edits, phrase
+    "the sequence sliced from its last step, nothing reversing it back": (
+        "tf_keras_lstm_sliced",
+        [(SLICED_INPUT, SLICED_INPUT.replace('start="0" end="-1" stride="1"', 'start="-1" end="0" stride="-1"'))],
+        "runs backwards over its sequence with no forward loop beside it",
+    ),
+    "the forward Scan's sequence sliced from its last step, its output not reversed back": (
+        "onnx_scan_bilstm_ti",
+        [
+            (
+                '<input axis="0" external_port_id="0" internal_layer_id="2" start="0" end="-1" stride="1" ',
+                '<input axis="0" external_port_id="0" internal_layer_id="2" start="-1" end="0" stride="-1" ',
+            )
+        ],
+        "runs backwards over its sequence with no forward loop beside it",
+    ),
+    "the cell state concatenated, not the state": (
+        "tf_keras_lstm_sliced",
+        [('external_port_id="7" internal_layer_id="35"', 'external_port_id="7" internal_layer_id="37"')],
+        "which is not the step's new state",
+    ),
+    "the sequence sliced two steps at a time": (
+        "tf_keras_lstm_sliced",
+        [(SLICED_INPUT, SLICED_INPUT.replace('stride="1"', 'stride="2"'))],
+        "otherwise than a step at a time over all 5 steps as OpenVINO's frontends write it (axis 0, start 0, end -1, "
+        "stride 2, part_size 1)",
+    ),
+    "the Scan's sequence ending at its length, not -1 (OpenVINO's CPU plugin refuses to run it)": (
+        "onnx_scan_lstm_ti",
+        [('internal_layer_id="2" start="0" end="-1" stride="1"', 'internal_layer_id="2" start="0" end="5" stride="1"')],
+        "(axis 0, start 0, end 5, stride 1, part_size 1)",
+    ),
+    "the sequence sliced in parts of two steps": (
+        "tf_keras_lstm_sliced",
+        [(SLICED_INPUT, SLICED_INPUT.replace('part_size="1"', 'part_size="2"'))],
+        "otherwise than a step at a time",
+    ),
+    "the sequence sliced on the batch": (
+        "tf_keras_lstm_sliced",
+        [(SLICED_INPUT, SLICED_INPUT.replace('axis="0"', 'axis="1"'))],
+        "otherwise than a step at a time",
+    ),
+    "the outputs concatenated two steps at a time": (
+        "onnx_scan_lstm_ti",
+        [
+            (
+                'internal_layer_id="29" start="0" end="-1" stride="1"',
+                'internal_layer_id="29" start="0" end="-1" stride="2"',
+            )
+        ],
+        "otherwise than a step at a time",
+    ),
+    "a body that is no cell (its LSTM's output tanh a relu)": (
+        "tf_keras_lstm_sliced",
+        [('name="while/Tanh_1" type="Tanh"', 'name="while/Tanh_1" type="Relu"')],
+        "computes none of the",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(SLICED_MUTATIONS))
+def test_a_sliced_loop_that_does_not_step_its_cell_as_an_rnn_is_listed_with_the_reason(mutation, tmp_path):
+    """Port maps slicing the sequence or concatenating the new states otherwise than an RNN's loop: each listed with
+    the reason and refused in one sentence, nothing written (OpenVINO runs them: none computes the RNN read)."""
+    name, edits, phrase = SLICED_MUTATIONS[mutation]
+    text = (OPENVINO / f"{name}.xml").read_text()
+    for old, new in edits:
+        assert text.count(old) == 1
+        text = text.replace(old, new)
+    source = tmp_path / "loop.xml"
+    source.write_text(text)
+    source.with_suffix(".bin").write_bytes((OPENVINO / f"{name}.bin").read_bytes())
+    refused = [entry for entry in rnnconv.inspect(source).rnns if not entry.converts]
+    assert refused and phrase in refused[0].reason
+    result = run_cli("convert", source, tmp_path / "m.pt", "--layer", refused[0].name)
+    assert_clean_failure(result, 2, "whose body looks like an RNN cell", phrase)
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_a_reset_before_gru_loop_is_refused_naming_reset_after(tmp_path):
+    """tf-keras GRU(reset_after=False): its body multiplies the reset state by the candidate's block of R (a third
+    product); cuDNN's GRU resets the product: listed and refused naming reset_after."""
+    source = OPENVINO / "tf_keras_gru_reset_before_sliced.xml"
+    (entry,) = rnnconv.inspect(source).rnns
+    assert not entry.converts and "reset_after=False" in entry.reason
+    result = run_cli("convert", source, tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "reset_after=False")
+    assert not (tmp_path / "m.pt").exists()
+
+
 DAMAGED = {  # a change to the LSTM fixture's Loop that leaves it no graph: the phrase its refusal says
     "a layer of the body reads itself": (
         (
@@ -166,4 +267,16 @@ def test_a_damaged_loop_body_is_refused_in_a_sentence(damage, tmp_path):
     source.with_suffix(".bin").write_bytes((OPENVINO / "keras_lstm_loop.bin").read_bytes())
     for command in (["inspect", source], ["convert", source, tmp_path / "m.pt"]):
         assert_clean_failure(run_cli(*command), 2, phrase)
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_a_tensor_iterator_whose_states_are_given_is_listed_with_the_reason(tmp_path):
+    """OpenVINO's ONNX frontend's TensorIterator of an ONNX Scan given h0 and c0 (fixtures/onnx/lstm_cell_in_scan.onnx):
+    its states start from the model's inputs, not zeros: listed with that reason, refused, nothing written."""
+    source = tmp_path / "scan.xml"
+    ov.save_model(ov.convert_model(str(FIXTURES / "onnx" / "lstm_cell_in_scan.onnx")), str(source), False)
+    (entry,) = rnnconv.inspect(source).rnns
+    assert not entry.converts and "its initial state is not zeros" in entry.reason
+    result = run_cli("convert", source, tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "is a TensorIterator whose body looks like an RNN cell", "not zeros")
     assert not (tmp_path / "m.pt").exists()

@@ -399,13 +399,17 @@ class Slot:
     """A value a loop carries from step to step, for every loop format alike: its body's input and output for it
     (output None: a value passed to every step unchanged; input GIVEN_OUT: a value the body gives out each step,
     which the loop concatenates over the steps, as ONNX's scan outputs and OpenVINO's concatenating port maps),
-    its type, and the value the loop starts it from (None: not known, probed) with its shape at the step checked."""
+    its type, and the value the loop starts it from (None: not known, probed) with its shape at the step checked.
+    `part`: the loop slices it over the steps on axis 0 a step at a time, the axis kept (OpenVINO's port maps): an
+    input the body is given start[step:step + 1] of (start in the order of the steps), an output it gives out
+    value[None] of."""
 
     given: str
     result: str | None
     dtype: str
     start: np.ndarray | None
     shape: tuple[int, ...]
+    part: bool = False
 
 
 def checked_steps(
@@ -444,6 +448,11 @@ def _step_written(
         kind = np.dtype(slot.dtype).kind
         if slot.given == GIVEN_OUT:
             continue
+        if slot.part:
+            if slot.start is None or not 0 <= step < len(slot.start):
+                return f"it slices its input {place} into fewer parts than it runs steps"
+            feeds[slot.given] = slot.start[step : step + 1]
+            continue
         if kind in "iu" and slot.shape == () and slot.result is not None:
             if slot.start is None or int(slot.start) != 0:
                 return f"its integer {place} does not start from 0, as a counter of the steps does"
@@ -464,11 +473,16 @@ def _step_written(
             return f"its body's output {place} is not computed from its inputs alike (or by ops rnnconv evaluates)"
         shapes.append(tuple(after.shape))
         if slot.given == GIVEN_OUT:
-            if new_state is None or written is not None or not _same(after, new_state):
+            state = None if new_state is None else new_state[None] if slot.part else new_state
+            if state is None or written is not None or not _same(after, state):
                 return f"its body gives out value {place} each step, which is not the step's new state"
             written = place
             continue
         assert before is not None
+        if slot.part:
+            if not _same(values.get(reading.x), before[0]):
+                return "its body's cell does not read its input as the step's part of the sequence it slices"
+            continue
         if slot.result is None or slot.given in states:
             continue
         if before.dtype.kind in "iu" and before.shape == ():

@@ -2246,11 +2246,12 @@ def mutate_openvino_loops(data: bytes, rng: random.Random) -> bytes:
     reading two gates read each other's), a matrix replaced by a computed value or a body parameter, a layer made
     another kind (no cell), a split into other parts or a slice's masks changed, an edge rewired, a back edge or port
     map entry pointed elsewhere, a Loop's input (its initial state, its sequence, its trip count) fed by another
-    layer."""
+    layer, a port map's slicing over the iterations changed (its axis, start, end, stride or part_size; added or
+    taken away)."""
     import xml.etree.ElementTree as ET
 
     root = ET.fromstring(data)
-    loops = [layer for layer in root.findall("./layers/layer") if layer.get("type") == "Loop"]
+    loops = [layer for layer in root.findall("./layers/layer") if layer.get("type") in ("Loop", "TensorIterator")]
     if not loops:
         return data
     kinds = ["Sigmoid", "Tanh", "Relu", "Add", "Multiply", "Subtract", "MatMul", "Split", "Concat", "Gather"]
@@ -2263,8 +2264,18 @@ def mutate_openvino_loops(data: bytes, rng: random.Random) -> bytes:
         edges = body.findall("./edges/edge")
         computed = [(layer.get("id"), port.get("id")) for layer in layers for port in layer.iterfind("output/port")]
         kind_of = {layer.get("id"): layer.get("type") for layer in layers}
-        choice = rng.randrange(8)
-        if choice == 0:  # two gates swapped where they are read
+        choice = rng.randrange(10)
+        if choice >= 8:  # a port map's slicing changed, added or taken away
+            entries = [e for e in loop.findall("./port_map/*") if e.get("purpose") is None]
+            if entries:
+                entry = rng.choice(entries)
+                if "axis" in entry.attrib and rng.random() < 0.2:
+                    for key in ("axis", "start", "end", "stride", "part_size"):
+                        entry.attrib.pop(key, None)
+                else:
+                    key = rng.choice(["axis", "start", "end", "stride", "part_size"])
+                    entry.set(key, rng.choice(["0", "1", "-1", "2", "-2", "5", "x"]))
+        elif choice == 0:  # two gates swapped where they are read
             reads = [e for e in edges if kind_of.get(e.get("from-layer")) in ("Sigmoid", "Tanh")]
             if len(reads) >= 2:
                 one, other = rng.sample(reads, 2)

@@ -88,6 +88,12 @@ OPENVINO_LOOP_SEEDS = [  # with the .bin beside each
     "openvino/keras_rnn_loop.xml",
     "openvino/keras_bilstm_loop.xml",
     "openvino/keras_gru2_loop.xml",
+    "openvino/tf_keras_lstm_sliced.xml",
+    "openvino/tf_keras_gru_sliced.xml",
+    "openvino/tf_keras_rnn_sliced.xml",
+    "openvino/tf_keras_bilstm_sliced.xml",
+    "openvino/onnx_scan_lstm_ti.xml",
+    "openvino/onnx_scan_bilstm_ti.xml",
 ]
 
 TF1_SEEDS = ["tf1/lstm2.ckpt", "tf1/gru_bi.ckpt", "tf1/rnn_tanh.ckpt", "tf1/seq2seq.ckpt"]

@@ -69,6 +69,9 @@ class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
             reading = chain.first.loops[0].reading
             if reading is None or any(op.refusal is not None for op in chain.layers):
                 return None
+            from rnnconv.canonical import RNNSpec
+            from rnnconv.contracts import RNNSizes
+
             spec = RNNSpec(
                 reading.mode, reading.input_size, reading.hidden, len(chain.layers), chain.first.directions == 2
             )

@@ -26,6 +26,7 @@ from rnnconv.canonical import CanonicalRNN
 from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats._cells import (
+    GIVEN_OUT,
     CellGraph,
     NotEvaluated,
     Product,
@@ -64,6 +65,29 @@ class BodyLayer:
     ports: list[str]  # the input ports' ids
 
 
+@dataclass(frozen=True)
+class Part:
+    """How a port map slices an input over the iterations, or concatenates an output (its `axis`, `start`, `end`,
+    `stride` and `part_size`)."""
+
+    axis: int
+    start: int
+    end: int
+    stride: int
+    part_size: int
+
+    def reversed(self) -> bool | None:
+        """Whether it goes over all of axis 0 one entry at a time backwards (False: forwards), as OpenVINO's frontends
+        write it (start 0, end -1, stride 1; start -1, end 0, stride -1); None where it goes otherwise (other
+        bounds of the whole axis, which OpenVINO's CPU plugin counts otherwise than its port map says, among them)."""
+        if (self.axis, self.part_size) != (0, 1):
+            return None
+        return {(0, -1, 1): False, (-1, 0, -1): True}.get((self.start, self.end, self.stride))
+
+    def said(self) -> str:
+        return f"axis {self.axis}, start {self.start}, end {self.end}, stride {self.stride}, part_size {self.part_size}"
+
+
 @dataclass
 class Body:
     """A Loop's body graph, its port map and back edges, each checked against the body's layers."""
@@ -74,7 +98,8 @@ class Body:
     outputs: dict[int, str]  # the Loop's output port -> the value the body Result gives
     condition: str | None  # the value of the Result that says whether to go on
     back: dict[str, str]  # a body Parameter's value -> the value its Result gives the next step
-    sliced: bool = False  # its port map slices an input or concatenates an output over the iterations (axis)
+    sliced: dict[int, Part] = dataclasses.field(default_factory=dict)  # input ports sliced over the iterations
+    concatenated: dict[int, Part] = dataclasses.field(default_factory=dict)  # outputs concatenated over them
 
 
 @dataclass
@@ -92,6 +117,8 @@ class Loop:
     reversed: bool = False  # it steps over its layer's input sequence backwards
     output_shape: tuple[int, ...] = ()  # (steps, batch, hidden) on the probes
     output: str = ""  # its output port of the sequence of its new states
+    sequence_reversed: bool = False  # its port map slices the sequence from its last step
+    output_reversed: bool = False  # its port map concatenates its new states from the last place
 
     def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         computed, _ = self.evaluator.run(feeds)
@@ -145,20 +172,33 @@ def parse_body(element: ET.Element, where: str) -> Body:
 
     given: dict[int, str] = {}
     given_out: dict[int, str] = {}
+    parts: dict[str, dict[int, Part]] = {"input": {}, "output": {}}
     condition = None
-    for entry in element.iterfind("port_map/input"):
-        given[_port(entry.get("external_port_id"), where)] = value_of(entry.get("internal_layer_id"), "Parameter")
-    for entry in element.iterfind("port_map/output"):
-        value = value_of(entry.get("internal_layer_id"), "Result")
-        if entry.get("purpose") == "execution_condition":
+    for entry in element.iterfind("port_map/*"):
+        if entry.tag not in parts:
+            continue
+        kind = "Parameter" if entry.tag == "input" else "Result"
+        value = value_of(entry.get("internal_layer_id"), kind)
+        if entry.get("purpose") == "execution_condition" and entry.tag == "output":
             condition = value
-        else:
-            given_out[_port(entry.get("external_port_id"), where)] = value
-    sliced = any("axis" in entry.attrib for entry in element.iterfind("port_map/*"))
+            continue
+        port = _port(entry.get("external_port_id"), where)
+        (given if entry.tag == "input" else given_out)[port] = value
+        if "axis" in entry.attrib:
+            parts[entry.tag][port] = _part(entry, where)
     back = {}
     for edge in element.iterfind("back_edges/edge"):
         back[value_of(edge.get("to-layer"), "Parameter")] = value_of(edge.get("from-layer"), "Result")
-    return Body(layers, order, given, given_out, condition, back, sliced)
+    return Body(layers, order, given, given_out, condition, back, parts["input"], parts["output"])
+
+
+def _part(entry: ET.Element, where: str) -> Part:
+    """A port map entry's slicing (each attribute an integer; start 0, end -1, stride and part_size 1 unless said)."""
+    defaults = {"axis": "0", "start": "0", "end": "-1", "stride": "1", "part_size": "1"}
+    texts = {key: entry.get(key, default).strip() for key, default in defaults.items()}
+    if not all(t.lstrip("-").isdigit() and len(t) < 10 for t in texts.values()):
+        raise BadInput(f"{where}: its port map slices a port by {texts}, not by integers")
+    return Part(**{key: int(t) for key, t in texts.items()})
 
 
 def _port(text: str | None, where: str) -> int:
@@ -341,6 +381,8 @@ def evaluate(layer: BodyLayer, arguments: list[np.ndarray | None]) -> list[np.nd
         return list(np.split(values[0], count, axis=axis))
     if kind == "VariadicSplit" and len(values) == 3:
         axis, sizes = axis_of(_integers(values[1])[0], values[0].ndim), _integers(values[2])
+        if sizes.count(-1) == 1:  # the part the others leave
+            sizes[sizes.index(-1)] = values[0].shape[axis] - sum(s for s in sizes if s != -1)
         if any(s < 0 for s in sizes) or sum(sizes) != values[0].shape[axis]:
             raise NotEvaluated("VariadicSplit of sizes its value does not have")
         return list(np.split(values[0], np.cumsum(sizes)[:-1], axis=axis))
@@ -441,7 +483,7 @@ class MainGraph:
             rng = np.random.default_rng(PROBE_SEED + len(self.feeds))
             self.feeds[value] = rng.standard_normal(loop.output_shape).astype(np.float32)
             self.values = self.run({})
-        return self.feeds[value]
+        return self.feeds[value][::-1] if loop.output_reversed else self.feeds[value]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         computed, _ = self.evaluator.run({**self.feeds, **feeds})
@@ -457,7 +499,8 @@ class MainGraph:
 
     def sequence(self, loop: Loop, values: dict[str, np.ndarray]) -> np.ndarray | None:
         """The sequence a read loop steps over, as the graph computes it from `values`."""
-        return self.given(loop.layer, loop.sequence, values)
+        given = self.given(loop.layer, loop.sequence, values)
+        return given[::-1] if given is not None and loop.sequence_reversed else given
 
     def place(self, layer: Any) -> int:
         """Where a layer comes in the graph's order (each after those it reads)."""
@@ -499,6 +542,8 @@ def read_loop(ir: Any, layer: Any, graph: MainGraph) -> Loop | None:
     if not products:
         return None
     loop = Loop(layer, layer.name, body, evaluator)
+    if len(products) == 3:  # a GRU that resets the state before the candidate's block of R: that block's own product
+        products = _reset_before(products) or products
     if len(products) != 2:
         names = listing(repr(cut(p.name)) for p in products)
         held = f"{len(products)} matrix product{'s' if len(products) > 1 else ''}"
@@ -517,7 +562,8 @@ def read_loop(ir: Any, layer: Any, graph: MainGraph) -> Loop | None:
         if isinstance(found, str):
             refusals.append(found)
             continue
-        loop.reading, (loop.sequence, loop.output, loop.output_shape) = way, found
+        loop.reading, (loop.sequence, loop.output, loop.output_shape, *reversals) = way, found
+        loop.sequence_reversed, loop.output_reversed = reversals
         break
     else:
         loop.refusal = refusals[0]
@@ -551,6 +597,32 @@ def _products(evaluator: Evaluator) -> list[Product]:
     return products
 
 
+def _reset_before(products: list[Product]) -> list[Product] | None:
+    """Three products as a GRU's two where two of them are its recurrent matrix's blocks, (2H, H) of the state and
+    (H, H) of the state its reset multiplies (Keras reset_after=False): those joined as one matrix of the state, the
+    candidate's block last; None where no two fit."""
+    for index, single in enumerate(products):
+        rest = [p for i, p in enumerate(products) if i != index]
+        for pair, block in ((rest[0], rest[1]), (rest[1], rest[0])):
+            hidden = block.matrix.shape[0]
+            if pair.matrix.shape != (2 * hidden, hidden) or block.matrix.shape != (hidden, hidden):
+                continue
+            if pair.value in (block.value, single.value):
+                continue
+            biases = [p.bias for p in (pair, block)]
+            bias = None
+            if any(b is not None for b in biases):
+                sizes = (2 * hidden, hidden)
+                if any(b is not None and b.size != n for b, n in zip(biases, sizes)):
+                    continue
+                bias = np.concatenate(
+                    [np.zeros(n, np.float32) if b is None else b.reshape(-1) for b, n in zip(biases, sizes)]
+                )
+            matrix = np.concatenate([pair.matrix, block.matrix])
+            return [single, Product(pair.value, matrix, bias, pair.name)]
+    return None
+
+
 def _added(
     evaluator: Evaluator, value: str, readers: dict[str, list[BodyLayer]], products: set[str], index: int
 ) -> np.ndarray | None:
@@ -576,58 +648,94 @@ def _carried(evaluator: Evaluator, products: list[Product]) -> list[str]:
     return [v for v in dict.fromkeys(missing) if v in parameters][:MAX_CARRIED]
 
 
-def _stepped(ir: Any, layer: Any, body: Body, reading: Reading, graph: MainGraph) -> tuple[str, str, Any] | str:
+Stepped = tuple[str, str, tuple[int, int, int], bool, bool]
+
+
+def _stepped(ir: Any, layer: Any, body: Body, reading: Reading, graph: MainGraph) -> Stepped | str:
     """(the Loop's input port of the time-major sequence it steps over, its output port of the sequence of new
-    states), where the Loop runs the cell once per step of the sequence as Keras's loops do; else why not (a
-    clause). The body is run whole at its first and last steps: every integer it carries is a counter from 0 moved
-    on by one, its state starts from zeros, one value it carries has the step's new state written at the step, the
-    rest are passed on unchanged, and it goes on for exactly as many steps as the sequence has."""
+    states, that sequence's shape on the probes, whether the port map slices the sequence and concatenates the new
+    states from the last step), where the Loop (or TensorIterator) runs the cell once per step of the sequence as
+    Keras's loops do; else why not (a clause). The body reads the step's input by a counter from the sequence
+    (`Gather`) or is given it by the port map (a sliced input); it is run whole at its first and last steps: every
+    integer it carries is a counter from 0 moved on by one, its state starts from zeros, one value it carries has
+    the step's new state written at the step (or it gives it out to be concatenated), the rest are passed on
+    unchanged, and it goes on for exactly as many steps as the sequence has."""
     states = [reading.h] + ([reading.c] if reading.c else [])
     if any(body.back.get(s) != new for s, new in zip(states, reading.outputs)):
         return "its body's cell does not carry its state from one step to the next"
-    gather = _producer(body, reading.x)
-    if gather is None or gather.kind != "Gather" or len(gather.inputs) != 3:
-        return "its body's cell does not read its input as one step of a sequence (a Gather)"
-    sequence, counter, axis = gather.inputs
-    if sequence in body.back or counter not in body.back or _integers_of(ir, body, axis) != [0]:
-        return "its body's cell does not read its input as one step of the sequence it loops over"
+    if body.sliced:
+        if len(body.sliced) != 1:
+            return f"its port map slices {len(body.sliced)} of its inputs over the iterations, a cell's loop one"
+        (port,) = body.sliced
+        sequence, counter = body.inputs[port], None
+        if sequence in body.back:
+            return "its body's cell does not read its input as one step of the sequence it loops over"
+    else:
+        gather = _producer(body, reading.x)
+        if gather is None or gather.kind != "Gather" or len(gather.inputs) != 3:
+            return "its body's cell does not read its input as one step of a sequence (a Gather)"
+        sequence, counter, axis = gather.inputs
+        if sequence in body.back or counter not in body.back or _integers_of(ir, body, axis) != [0]:
+            return "its body's cell does not read its input as one step of the sequence it loops over"
+        port = next((p for p, v in body.inputs.items() if v == sequence), -1)
     special = layer.data.get("special_body_ports", "")
-    if layer.kind != "Loop" or special not in ("", "-1,-1", "-1, -1") or body.sliced:
-        return (
-            f"it is a {layer.kind} that feeds its body the iteration or slices of its inputs, or concatenates its "
-            f"outputs (port map axis), which rnnconv does not read yet"
-        )
+    if layer.kind not in LOOP_OPS or special not in ("", "-1,-1", "-1, -1"):
+        return f"it is a {layer.kind} that feeds its body the iteration, which rnnconv does not read yet"
+    if layer.kind != "Loop" and not body.sliced:
+        return f"it is a {layer.kind} that slices none of its inputs over the iterations"
     slots = _slots(graph, layer, body)
     if isinstance(slots, str):
         return slots
-    if any(value not in slots for value in (sequence, counter, *states)):
+    if any(value not in slots for value in (sequence, *([counter] if counter else []), *states)):
         return "its body's cell does not read its input, counter and state from what the Loop is given"
-    port = next(p for p, v in body.inputs.items() if v == sequence)
     shape = slots[sequence].shape
     if len(shape) != 3:
         return f"it loops over a sequence of shape {list(shape)}, not (steps, batch, features)"
     steps = shape[0]
     if not 0 < steps <= MAX_STEPS:
         return f"it loops over {steps} steps; rnnconv checks loops of 1 to {MAX_STEPS}"
+    backwards = [body.sliced[port].reversed()] if body.sliced else [False]
+    backwards += [part.reversed() for part in body.concatenated.values()]
+    if None in backwards:
+        odd = next(p for p in (*body.sliced.values(), *body.concatenated.values()) if p.reversed() is None)
+        return (
+            f"its port map slices an input or concatenates an output otherwise than a step at a time over all "
+            f"{steps} steps as OpenVINO's frontends write it ({odd.said()})"
+        )
+    sliced_backwards, *given_backwards = (bool(b) for b in backwards)
     for state in states:
         if np.any(slots[state]):
             return "its initial state is not zeros"
     evaluator = Evaluator(ir, body)
     carried = [
-        Slot(value, body.back.get(value), str(start.dtype), start, tuple(start.shape)) for value, start in slots.items()
+        Slot(value, body.back.get(value), str(start.dtype), start, tuple(start.shape))
+        if value != sequence or not body.sliced
+        else Slot(value, None, str(start.dtype), start[::-1] if sliced_backwards else start, (1, *shape[1:]), True)
+        for value, start in slots.items()
     ]
+    given_out = list(body.concatenated)
+    carried += [Slot(GIVEN_OUT, body.outputs[p], "float32", None, (), True) for p in given_out]
     written = checked_steps(lambda feeds: evaluator.run(feeds)[0], carried, reading, steps)
     if isinstance(written, str):
         return written
-    ran = _iterations(graph, layer, evaluator, slots, steps)
+    ran = _iterations(graph, layer, evaluator, slots, steps) if layer.kind == "Loop" else steps
     if ran != steps:
         return f"it runs {ran} times over a sequence of {steps} steps (by its trip count and condition)"
     sequences = carried[written]
-    outputs = [p for p, v in body.outputs.items() if v == sequences.result]
+    if sequences.given == GIVEN_OUT:
+        index = written - len(slots)
+        return (
+            str(port),
+            str(given_out[index]),
+            (steps, shape[1], reading.hidden),
+            sliced_backwards,
+            given_backwards[index],
+        )
+    outputs = [p for p, v in body.outputs.items() if v == sequences.result and p not in body.concatenated]
     if not outputs:
         return "it gives out no sequence of its new states"
     kept = sequences.shape[0] if len(sequences.shape) == 3 else steps  # every step's, or the last one's
-    return str(port), str(outputs[0]), (kept, shape[1], reading.hidden)
+    return str(port), str(outputs[0]), (kept, shape[1], reading.hidden), sliced_backwards, False
 
 
 Slots = dict[str, np.ndarray]  # body parameter -> the value the Loop starts it from
