@@ -217,6 +217,18 @@ def test_hostile_model_json_is_refused_in_one_sentence(change, phrase, tmp_path)
     assert_clean_failure(result, 2, phrase)
 
 
+def test_a_setting_of_any_length_is_cut_in_the_message(tmp_path):
+    """The fuzz found it: a layer skipped for an activation of 14,000 characters quoted it whole."""
+
+    def long_activation(document, folder):
+        layer = next(e for e in document["modelTopology"]["config"]["layers"] if "activation" in e["config"])
+        layer["config"]["activation"] = "a b, c;" * 2000
+
+    result = run_cli("inspect", _hostile(tmp_path, long_activation))
+    assert "characters)" in result.stdout + result.stderr
+    assert max(map(len, (result.stdout + result.stderr).splitlines())) < 1000
+
+
 def test_deeply_nested_json_is_refused(tmp_path):
     path = tmp_path / "model.json"
     path.write_text('{"modelTopology": ' + "[" * 100000 + "]" * 100000 + "}")

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.errors import BadInput, Unsupported
+from rnnconv.errors import BadInput, Unsupported, cut
 from rnnconv.table.constants import (
     BIAS_KINDS,
     CUDNN_GATES,
@@ -121,8 +121,8 @@ def _show(value: Any) -> str:
     if isinstance(value, dict):
         inner = value.get("config")
         name = value.get("class_name") or (inner.get("name") if isinstance(inner, dict) else None)
-        return repr(name if isinstance(name, str) else "custom")
-    return repr(value) if _hashable(value) else f"a {type(value).__name__}"
+        return cut(repr(name if isinstance(name, str) else "custom"))
+    return cut(repr(value)) if _hashable(value) else f"a {type(value).__name__}"  # a file's value: any length
 
 
 # --- stored tensors <-> cuDNN per-gate blocks -------------------------------------------------
