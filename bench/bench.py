@@ -215,7 +215,7 @@ def big(work: Path, repeat: int) -> list[Row]:
         ),
         paired(
             Job(
-                "the floor: import numpy and the contracts, then cp in the kernel",
+                "the floor: numpy and the contracts, then cp in the kernel",
                 [PYTHON, "-c", f"{DESIGN}; import shutil, sys; shutil.copyfile(*sys.argv[1:])", str(pt), str(blob)],
                 blob_out,
                 pt,
