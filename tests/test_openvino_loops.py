@@ -30,10 +30,14 @@ LOOPS = {  # fixture: (mode, input, hidden, layers, bidirectional)
     "tf_keras_gru_sliced": ("gru", 3, 5, 1, False),
     "tf_keras_bilstm_sliced": ("lstm", 3, 4, 1, True),
     "tf_keras_rnn_sliced": ("rnn_tanh", 3, 4, 1, False),
+    # return_sequences=False: the last layer's Loop gives out its last step's new state alone
+    "tf_keras_lstm_last_state": ("lstm", 3, 4, 1, False),
+    "tf_keras_gru2_last_state": ("gru", 3, 4, 2, False),
     "onnx_scan_lstm_ti": ("lstm", 3, 4, 1, False),
     "onnx_scan_bilstm_ti": ("lstm", 3, 4, 1, True),
 }
 TIME_MAJOR = {"onnx_scan_lstm_ti", "onnx_scan_bilstm_ti"}  # the ONNX Scans' input: (steps, batch, features)
+LAST_STATE = {"tf_keras_lstm_last_state", "tf_keras_gru2_last_state"}  # the model gives out y's last step alone
 
 
 def openvino(path, x: np.ndarray) -> np.ndarray:
@@ -58,6 +62,7 @@ def test_a_frontend_loop_converts_to_what_openvino_computes(name, tmp_path):
     expected = openvino(source, x.astype(np.float32))
     with torch.no_grad():
         y, _ = module(torch.from_numpy(x.astype(np.float32)))
+    y = y[:, -1] if name in LAST_STATE else y
     assert y.shape == expected.shape
     assert float(np.abs(y.numpy() - expected).max()) < TOLERANCE
 
@@ -149,6 +154,7 @@ def test_a_loop_stepping_backwards_alone_is_listed_with_the_reason(tmp_path):
 
 
 SLICED_INPUT = 'axis="0" external_port_id="6" internal_layer_id="4" start="0" end="-1" stride="1" part_size="1"'
+LAST_STATE_GIVEN = '<edge from-layer="28" from-port="2" to-layer="30" to-port="0" />'  # Unsqueeze(new h), given out
 SLICED_MUTATIONS = {  # a change to a port map slicing or concatenating over the iterations: fixture, edits, phrase
     "the sequence sliced from its last step, nothing reversing it back": (
         "tf_keras_lstm_sliced",
@@ -200,6 +206,21 @@ SLICED_MUTATIONS = {  # a change to a port map slicing or concatenating over the
             )
         ],
         "otherwise than a step at a time",
+    ),
+    "the last step's cell state given out, not its state (return_sequences=False)": (
+        "tf_keras_lstm_last_state",
+        [(LAST_STATE_GIVEN, LAST_STATE_GIVEN.replace('from-layer="28"', 'from-layer="25"'))],
+        "which is not the step's new state",
+    ),
+    "the state the last step starts from given out, not its new state (return_sequences=False)": (
+        "tf_keras_lstm_last_state",
+        [(LAST_STATE_GIVEN, LAST_STATE_GIVEN.replace('from-layer="28" from-port="2"', 'from-layer="2" from-port="0"'))],
+        "which is not the step's new state",
+    ),
+    "the carried cell state given out after the last step (return_sequences=False)": (
+        "tf_keras_lstm_last_state",
+        [('external_port_id="7" internal_layer_id="35"', 'external_port_id="7" internal_layer_id="37"')],
+        "its body writes no output sequence",
     ),
     "a body that is no cell (its LSTM's output tanh a relu)": (
         "tf_keras_lstm_sliced",

@@ -115,8 +115,8 @@ class Loop:
     sizes: tuple[int, int] = (0, 0)  # (input, hidden), where its matrices say them
     sequence: str = ""  # the Loop's input port of the time-major sequence it steps over
     reversed: bool = False  # it steps over its layer's input sequence backwards
-    output_shape: tuple[int, ...] = ()  # (steps, batch, hidden) on the probes
-    output: str = ""  # its output port of the sequence of its new states
+    output_shape: tuple[int, ...] = ()  # (steps, batch, hidden) on the probes; steps 1: the last step's alone
+    output: str = ""  # its output port of the sequence of its new states (or of the last one)
     sequence_reversed: bool = False  # its port map slices the sequence from its last step
     output_reversed: bool = False  # its port map concatenates its new states from the last place
 
@@ -658,8 +658,9 @@ def _stepped(ir: Any, layer: Any, body: Body, reading: Reading, graph: MainGraph
     Keras's loops do; else why not (a clause). The body reads the step's input by a counter from the sequence
     (`Gather`) or is given it by the port map (a sliced input); it is run whole at its first and last steps: every
     integer it carries is a counter from 0 moved on by one, its state starts from zeros, one value it carries has
-    the step's new state written at the step (or it gives it out to be concatenated), the rest are passed on
-    unchanged, and it goes on for exactly as many steps as the sequence has."""
+    the step's new state written at the step (or it gives it out to be concatenated, or, concatenating nothing,
+    gives out the last step's alone: Keras's return_sequences=False), the rest are passed on unchanged, and it goes
+    on for exactly as many steps as the sequence has."""
     states = [reading.h] + ([reading.c] if reading.c else [])
     if any(body.back.get(s) != new for s, new in zip(states, reading.outputs)):
         return "its body's cell does not carry its state from one step to the next"
@@ -713,7 +714,10 @@ def _stepped(ir: Any, layer: Any, body: Body, reading: Reading, graph: MainGraph
         else Slot(value, None, str(start.dtype), start[::-1] if sliced_backwards else start, (1, *shape[1:]), True)
         for value, start in slots.items()
     ]
-    given_out = list(body.concatenated)
+    # the outputs given out each step: concatenated, or (none concatenated, Keras's return_sequences=False) the last
+    # step's alone, as the Loop gives out an output it does not concatenate or carry
+    carried_back = set(body.back.values())
+    given_out = list(body.concatenated) or [p for p, v in body.outputs.items() if v not in carried_back]
     carried += [Slot(GIVEN_OUT, body.outputs[p], "float32", None, (), True) for p in given_out]
     written = checked_steps(lambda feeds: evaluator.run(feeds)[0], carried, reading, steps)
     if isinstance(written, str):
@@ -724,12 +728,13 @@ def _stepped(ir: Any, layer: Any, body: Body, reading: Reading, graph: MainGraph
     sequences = carried[written]
     if sequences.given == GIVEN_OUT:
         index = written - len(slots)
+        kept = steps if body.concatenated else 1  # every step's, or the last one's
         return (
             str(port),
             str(given_out[index]),
-            (steps, shape[1], reading.hidden),
+            (kept, shape[1], reading.hidden),
             sliced_backwards,
-            given_backwards[index],
+            bool(given_backwards) and given_backwards[index],
         )
     outputs = [p for p, v in body.outputs.items() if v == sequences.result and p not in body.concatenated]
     if not outputs:
