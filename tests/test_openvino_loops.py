@@ -33,11 +33,12 @@ LOOPS = {  # fixture: (mode, input, hidden, layers, bidirectional)
     # return_sequences=False: the last layer's Loop gives out its last step's new state alone
     "tf_keras_lstm_last_state": ("lstm", 3, 4, 1, False),
     "tf_keras_gru2_last_state": ("gru", 3, 4, 2, False),
+    "tf_keras_bilstm_last_state": ("lstm", 3, 4, 1, True),  # the two directions' final states joined: h_n
     "onnx_scan_lstm_ti": ("lstm", 3, 4, 1, False),
     "onnx_scan_bilstm_ti": ("lstm", 3, 4, 1, True),
 }
 TIME_MAJOR = {"onnx_scan_lstm_ti", "onnx_scan_bilstm_ti"}  # the ONNX Scans' input: (steps, batch, features)
-LAST_STATE = {"tf_keras_lstm_last_state", "tf_keras_gru2_last_state"}  # the model gives out y's last step alone
+LAST_STATE = {"tf_keras_lstm_last_state", "tf_keras_gru2_last_state", "tf_keras_bilstm_last_state"}  # gives out h_n
 
 
 def openvino(path, x: np.ndarray) -> np.ndarray:
@@ -61,8 +62,12 @@ def test_a_frontend_loop_converts_to_what_openvino_computes(name, tmp_path):
     x = np.random.default_rng(7).normal(0, 1.5, (2, 5, input_size) if batch_first else (5, 2, input_size))
     expected = openvino(source, x.astype(np.float32))
     with torch.no_grad():
-        y, _ = module(torch.from_numpy(x.astype(np.float32)))
-    y = y[:, -1] if name in LAST_STATE else y
+        y, h_n = module(torch.from_numpy(x.astype(np.float32)))
+    if name in LAST_STATE:  # the last layer's final state of each direction, joined on the features
+        h_n = h_n[0] if mode == "lstm" else h_n
+        if not bidirectional:
+            assert float(np.abs(y[:, -1].numpy() - expected).max()) < TOLERANCE  # y's last step
+        y = torch.cat(list(h_n[-2:] if bidirectional else h_n[-1:]), dim=-1)
     assert y.shape == expected.shape
     assert float(np.abs(y.numpy() - expected).max()) < TOLERANCE
 
@@ -300,4 +305,21 @@ def test_a_tensor_iterator_whose_states_are_given_is_listed_with_the_reason(tmp_
     assert not entry.converts and "its initial state is not zeros" in entry.reason
     result = run_cli("convert", source, tmp_path / "m.pt")
     assert_clean_failure(result, 2, "is a TensorIterator whose body looks like an RNN cell", "not zeros")
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_a_direction_keeping_its_last_step_beside_one_keeping_every_step_is_refused_not_a_crash(tmp_path):
+    """The tf-keras Bidirectional LSTM's backward Loop concatenating nothing (its last step's state alone) while the
+    forward one gives out every step: the two are no bidirectional layer. Joining them to check crashed (exit 4)."""
+    text = (OPENVINO / "tf_keras_bilstm_sliced.xml").read_text()
+    old = '<output axis="0" external_port_id="7" internal_layer_id="35" start="0" end="-1" stride="1" part_size="1" />'
+    assert text.count(old) == 2
+    at = text.rindex(old)  # the backward Loop's
+    source = tmp_path / "loop.xml"
+    source.write_text(text[:at] + '<output external_port_id="7" internal_layer_id="35" />' + text[at + len(old) :])
+    source.with_suffix(".bin").write_bytes((OPENVINO / "tf_keras_bilstm_sliced.bin").read_bytes())
+    refused = [entry for entry in rnnconv.inspect(source).rnns if not entry.converts]
+    assert refused and "runs backwards over its sequence" in refused[0].reason
+    result = run_cli("convert", source, tmp_path / "m.pt", "--layer", refused[0].name)
+    assert_clean_failure(result, 2, "whose body looks like an RNN cell", "runs backwards over its sequence")
     assert not (tmp_path / "m.pt").exists()

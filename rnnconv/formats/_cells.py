@@ -614,15 +614,16 @@ def _joined(
     forward: ProbedLoop, backward: ProbedLoop, outputs: dict[int, np.ndarray], values: dict[str, np.ndarray]
 ) -> np.ndarray | None:
     """The two loops' output sequences joined on the features (forward first, each in time order) where the graph
-    computes that, time-major; else None."""
+    computes that, time-major (or, where each keeps its last step alone, its step axis dropped); else None."""
     if forward.reversed:
         forward, backward = backward, forward
     y_f, y_b = outputs[id(forward)], outputs[id(backward)]
+    if y_f.shape != y_b.shape:
+        return None
     joined = np.concatenate([y_f, y_b[::-1] if backward.reversed else y_b], axis=-1)
-    batch_major = joined.swapaxes(0, 1)
-    for value in values.values():
-        if _same(value, joined) or _same(value, batch_major):
-            return joined
+    forms = [joined, joined.swapaxes(0, 1)] + ([joined[0]] if len(joined) == 1 else [])
+    if any(_same(value, form) for value in values.values() for form in forms):
+        return joined
     return None
 
 
