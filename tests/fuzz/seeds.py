@@ -92,6 +92,9 @@ OPENVINO_LOOP_SEEDS = [  # with the .bin beside each
     "openvino/tf_keras_gru_sliced.xml",
     "openvino/tf_keras_rnn_sliced.xml",
     "openvino/tf_keras_bilstm_sliced.xml",
+    "openvino/tf_keras_lstm_last_state.xml",
+    "openvino/tf_keras_gru2_last_state.xml",
+    "openvino/tf_keras_bilstm_last_state.xml",
     "openvino/onnx_scan_lstm_ti.xml",
     "openvino/onnx_scan_bilstm_ti.xml",
 ]
