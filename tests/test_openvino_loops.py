@@ -24,6 +24,7 @@ LOOPS = {  # fixture: (mode, input, hidden, layers, bidirectional)
     "keras_bilstm_loop": ("lstm", 3, 4, 1, True),
     "keras_gru2_loop": ("gru", 3, 4, 2, False),
     "keras_lstm_dynamic_loop": ("lstm", 3, 4, 1, False),  # batch and steps left open
+    "keras_bigru_last_loop": ("gru", 3, 4, 1, True),  # return_sequences=False: each direction's last step kept
     # port maps that slice the sequence into the steps and concatenate the new states (tf-keras's Loops, ONNX Scans'
     # TensorIterators; the bidirectional Scan's backward one slicing and concatenating with stride -1)
     "tf_keras_lstm_sliced": ("lstm", 3, 4, 1, False),
@@ -38,7 +39,12 @@ LOOPS = {  # fixture: (mode, input, hidden, layers, bidirectional)
     "onnx_scan_bilstm_ti": ("lstm", 3, 4, 1, True),
 }
 TIME_MAJOR = {"onnx_scan_lstm_ti", "onnx_scan_bilstm_ti"}  # the ONNX Scans' input: (steps, batch, features)
-LAST_STATE = {"tf_keras_lstm_last_state", "tf_keras_gru2_last_state", "tf_keras_bilstm_last_state"}  # gives out h_n
+LAST_STATE = {  # the model gives out h_n
+    "tf_keras_lstm_last_state",
+    "tf_keras_gru2_last_state",
+    "tf_keras_bilstm_last_state",
+    "keras_bigru_last_loop",
+}
 
 
 def openvino(path, x: np.ndarray) -> np.ndarray:

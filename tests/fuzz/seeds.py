@@ -95,6 +95,7 @@ OPENVINO_LOOP_SEEDS = [  # with the .bin beside each
     "openvino/tf_keras_lstm_last_state.xml",
     "openvino/tf_keras_gru2_last_state.xml",
     "openvino/tf_keras_bilstm_last_state.xml",
+    "openvino/keras_bigru_last_loop.xml",
     "openvino/onnx_scan_lstm_ti.xml",
     "openvino/onnx_scan_bilstm_ti.xml",
 ]
