@@ -228,6 +228,16 @@ SLICED_MUTATIONS = {  # a change to a port map slicing or concatenating over the
         [(LAST_STATE_GIVEN, LAST_STATE_GIVEN.replace('from-layer="28" from-port="2"', 'from-layer="2" from-port="0"'))],
         "which is not the step's new state",
     ),
+    "the state of step 0 given out, the Loop run once (its trip count a Const of 1)": (
+        "tf_keras_lstm_last_state",
+        [
+            (
+                '<data element_type="i32" shape="" offset="0" size="4" />',
+                '<data element_type="i32" shape="" offset="41" size="4" />',
+            )
+        ],
+        "it runs 1 times over a sequence of 5 steps",
+    ),
     "the carried cell state given out after the last step (return_sequences=False)": (
         "tf_keras_lstm_last_state",
         [('external_port_id="7" internal_layer_id="35"', 'external_port_id="7" internal_layer_id="37"')],
