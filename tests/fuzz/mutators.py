@@ -2078,7 +2078,9 @@ def mutate_tflite_loops(data: bytes, rng: random.Random) -> bytes:
                 (one, at), (other, other_at) = rng.sample(reads, 2)
                 one.inputs[at], other.inputs[other_at] = other.inputs[other_at], one.inputs[at]
         elif choice == 1:  # a weight replaced by a computed tensor, or by one of the body's inputs
-            products = [op for op in ops if names.get(codes[op.opcodeIndex]) == "FULLY_CONNECTED"]
+            products = [  # an op an earlier change made a FULLY_CONNECTED may have fewer inputs
+                op for op in ops if names.get(codes[op.opcodeIndex]) == "FULLY_CONNECTED" and len(op.inputs) > 1
+            ]
             if products:
                 pool = computed if rng.random() < 0.5 else [int(t) for t in body.inputs]
                 rng.choice(products).inputs[1] = rng.choice(pool)
