@@ -206,6 +206,19 @@ class Case:
     )
 
 
+def _loop_case(family: str, index: int, name: str, files: dict[str, bytes], oracle: str) -> Case:
+    """A mutated loop model (`mut_NAME` among `files`) read, converted, and its conversions run against `oracle`."""
+    case = Case(family, f"{index:06d}_{family}_{name}", files, oracle=oracle)
+    source = "{dir}/mut_" + name
+    case.commands = [
+        ["inspect", source],
+        ["convert", source, "{dir}/out.safetensors"],
+        ["convert", source, "{dir}/out.pt"],
+        ["convert", source, "{dir}/existing.bin"],
+    ]
+    return case
+
+
 def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case:
     """One hostile input of a family, and the commands that read it."""
     by_kind = {
@@ -301,15 +314,9 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
     if family == "tflite_loops":
         name = rng.choice([n for n in seeds.sources if n.startswith("tflite__loop_")] or sorted(seeds.sources))
         data = mutators.mutate_tflite_loops(seeds.sources[name].read_bytes(), rng)
-        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data}, oracle="litert")
-        source = "{dir}/mut_" + name
-        case.commands = [
-            ["inspect", source],
-            ["convert", source, "{dir}/out.safetensors"],
-            ["convert", source, "{dir}/out.pt"],
-            ["convert", source, "{dir}/existing.bin"],
-        ]
+        case = _loop_case(family, index, name, {f"mut_{name}": data}, "litert")
         if name in seeds.good_blob:
+            source = "{dir}/mut_" + name
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
         return case
     if family == "openvino_loops":
@@ -318,15 +325,7 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         data = mutators.mutate_openvino_loops(seeds.sources[name].read_bytes(), rng)
         weights = seeds.sources[name].with_suffix(".bin").read_bytes()
         files = {f"mut_{name}": data, f"mut_{name[: -len('.xml')]}.bin": weights}
-        case = Case(family, f"{index:06d}_{family}_{name}", files, oracle="openvino")
-        source = "{dir}/mut_" + name
-        case.commands = [
-            ["inspect", source],
-            ["convert", source, "{dir}/out.safetensors"],
-            ["convert", source, "{dir}/out.pt"],
-            ["convert", source, "{dir}/existing.bin"],
-        ]
-        return case
+        return _loop_case(family, index, name, files, "openvino")
     if family in SET_FAMILIES:
         models = seeds.sets[family]
         main = rng.choice(sorted(models))
