@@ -32,6 +32,15 @@ from rnnconv.table.constants import CUDNN_GATES, GRU, LSTM, RNN, Kind
 TOLERANCE = 1e-5  # float32: how far the graph's value may be from the reading's, relative to the value's size
 PROBE_BATCH = 3
 PROBE_SEED = 20261127
+PROBE_SIZE = 3  # a size a model's inputs leave open (its batch, its steps), on the probes: 3 at axis 0, 4 at 1, ...
+
+
+def open_size(axis: int) -> int:
+    """The probe's size at an axis a model leaves open: sizes that differ by axis, so a loop run as many times as the
+    batch has entries is told from one run once a step."""
+    return PROBE_SIZE + axis
+
+
 MAX_READINGS = 256  # every reading of the cells recognised here is far fewer
 
 

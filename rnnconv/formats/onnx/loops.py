@@ -29,6 +29,7 @@ import numpy as np
 from rnnconv.errors import BadInput, cut, listing
 from rnnconv.formats._cells import (
     GIVEN_OUT,
+    PROBE_SEED,
     CellGraph,
     LoopLayer,
     NotEvaluated,
@@ -38,6 +39,7 @@ from rnnconv.formats._cells import (
     checked_steps,
     exchanged,
     loop_layers,
+    open_size,
     recognise,
     run_ops,
 )
@@ -49,8 +51,6 @@ MAX_EVALUATED = 1 << 24  # elements of one value the evaluator computes (64 MiB 
 MAX_LOOPS = 1024  # Loops of one model: far beyond any; keeps reading a hostile file's loops bounded
 MAX_RUN = 1 << 26  # elements one run of a graph computes, at most
 MAX_STEPS = 4096  # steps of a loop whose condition is checked step by step
-PROBE_SEED = 20261127
-PROBE_SIZE = 3  # a size the model's inputs leave open (its batch, its steps), on the probes: 3 at axis 0, 4 at 1, ...
 NEXT_ITERATION = "\0next iteration"  # the Loop's own count of its iterations, moved on by one each step
 COMPARISONS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "Less": np.less,
@@ -199,14 +199,13 @@ class ProbedScope:
 
 
 def _probe_shape(given: Any) -> tuple[int, ...] | None:
-    """A float input's shape, each size it leaves open taken as PROBE_SIZE plus its axis (sizes that differ: a loop
-    run as many times as the batch has entries is told from one run once a step); None for another input."""
+    """A float input's shape, each size it leaves open taken as `open_size` of its axis; None for another input."""
     tensor = given.type.tensor_type
     if not given.type.HasField("tensor_type") or tensor.elem_type != 1 or not tensor.HasField("shape"):
         return None
     dims = tensor.shape.dim
     sizes = tuple(
-        int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else PROBE_SIZE + axis
+        int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else open_size(axis)
         for axis, d in enumerate(dims)
     )
     return sizes if len(sizes) <= 8 and math.prod(sizes) <= MAX_EVALUATED else None

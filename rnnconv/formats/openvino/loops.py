@@ -27,6 +27,7 @@ from rnnconv.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats._cells import (
     GIVEN_OUT,
+    PROBE_SEED,
     CellGraph,
     NotEvaluated,
     Product,
@@ -36,6 +37,7 @@ from rnnconv.formats._cells import (
     canonical,
     checked_steps,
     exchanged,
+    open_size,
     recognise,
     run_ops,
 )
@@ -49,8 +51,6 @@ MAX_LOOPS = 1024  # Loops of one IR: far beyond any model; keeps reading a hosti
 MAX_CARRIED = 4  # a body's parameters tried as an LSTM's cell state
 MAX_RUN = 1 << 26  # elements one run of a graph computes, at most
 MAX_STEPS = 4096  # steps of a loop whose condition is checked step by step
-PROBE_SEED = 20261127
-PROBE_SIZE = 3  # a size the model's inputs leave open (its batch, its steps), on the probes: 3 at axis 0, 4 at 1, ...
 ABSENT = ""  # an input port no edge feeds
 
 
@@ -517,14 +517,13 @@ class MainGraph:
 
 
 def _probe_shape(text: str | None) -> tuple[int, ...] | None:
-    """A Parameter's shape, each size it leaves open ("?", "-1") taken as PROBE_SIZE plus its axis (sizes that
-    differ: a loop run as many times as the batch has entries is told from one run once a step); None where it is
+    """A Parameter's shape, each size it leaves open ("?", "-1") taken as `open_size` of its axis; None where it is
     no shape."""
     parts = [p.strip() for p in (text or "").split(",")]
     if not text or len(parts) > 8:
         return None
     sizes = [
-        PROBE_SIZE + axis if p in ("?", "-1") else int(p) if p.isdigit() and len(p) < 10 else -1
+        open_size(axis) if p in ("?", "-1") else int(p) if p.isdigit() and len(p) < 10 else -1
         for axis, p in enumerate(parts)
     ]
     return None if -1 in sizes or math.prod(sizes) > MAX_EVALUATED else tuple(sizes)
