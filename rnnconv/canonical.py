@@ -20,7 +20,7 @@ import numpy as np
 from rnnconv.contracts import Provenance, SpecModel
 from rnnconv.dtypes import DTYPES
 from rnnconv.errors import BadInput
-from rnnconv.safeio.digests import digest_placeholder
+from rnnconv.safeio.digests import SourcePass, digest_placeholder
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.table.apply import assemble_stored
 from rnnconv.table.constants import (
@@ -185,6 +185,9 @@ class CanonicalRNN:
     # (a FileArray, still in the source) or at least assemble nothing.
     stacked: Callable[[int, int, str], np.ndarray | FileArray | None] = _nothing_stacked
     digest: Future[str] | None = None
+    # The read of the source that computes `digest` and whether the values of its arrays still in the file (those
+    # `stacked` gives) are finite: a writer that copies them file to file asks it rather than reading them again.
+    source_pass: SourcePass | None = None
     # Whatever must stay open while the loaders may still read (the source file).
     keepalive: Any = None
     # A blob's own source, as its sidecar records it: where `--into` puts the RNN back.

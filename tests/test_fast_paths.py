@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from rnnconv import api
 from rnnconv.dtypes import count_non_finite
 from rnnconv.formats.cudnn import reader as cudnn
+from rnnconv.formats.cudnn import writer
 from rnnconv.formats.keras import reader
 from rnnconv.safeio import digests, inputs, outputs
 
@@ -188,6 +189,57 @@ def test_the_digest_of_any_size_is_blake3_of_the_bytes(size, tmp_path):
     assert digests.digest_of(path) == "blake3:" + blake3.blake3(path.read_bytes()).hexdigest()
     assert digests.digest_differs(path, digests.digest_of(path, "sha256")) is False
     assert digests.digest_differs(path, "md5:" + "0" * 32) is None
+
+
+def test_one_read_of_the_source_gives_its_digest_and_whether_its_arrays_are_finite(tmp_path):
+    path = tmp_path / "data"
+    values = np.random.default_rng(7).standard_normal(digests.DIGEST_RUN // 2 + 5).astype(np.float32)  # 2+ runs
+    with_nan = values.copy()
+    with_nan[-3] = np.nan
+    path.write_bytes(b"header of 13 " + values.tobytes() + with_nan.tobytes() + b"tail")
+    finite = inputs.FileArray(path, 13, np.dtype(np.float32), values.shape)
+    not_finite = inputs.FileArray(path, 13 + values.nbytes, np.dtype(np.float32), values.shape)
+    beyond = inputs.FileArray(path, path.stat().st_size - 4, np.dtype(np.float32), (2,))  # the file is shorter
+    reading = digests.SourcePass(path)
+    for array in (finite, not_finite, beyond):
+        reading.watch(array)
+    assert reading.start().digest.result() == digests.digest_of(path)
+    assert reading.finite(finite).result() is True
+    assert reading.finite(finite[100:200]).result() is True  # a block of a watched array
+    assert reading.finite(not_finite).result() is False
+    assert reading.finite(beyond).result() is False
+    assert reading.finite(inputs.FileArray(path, 1, np.dtype(np.float32), (2,))) is None  # not watched
+    overlapping = digests.SourcePass(path)  # its values split across the other's runs: not known, so counted
+    overlapping.watch(finite)
+    overlapping.watch(inputs.FileArray(path, 15, np.dtype(np.float32), (4,)))
+    overlapping.start()
+    assert overlapping.finite(finite).result() is False
+
+
+def test_blocks_copied_file_to_file_are_not_read_again_for_the_nan_scan(tmp_path, monkeypatch):
+    scanned: list[type] = []
+    count = writer.count_non_finite
+    monkeypatch.setattr(writer, "count_non_finite", lambda block: scanned.append(type(block)) or count(block))
+    api.convert(TORCH / "lstm_proj.pt", tmp_path / "a.bin")
+    assert inputs.FileArray not in scanned  # the digest's read of the source found their values finite
+    api.convert(TORCH / "lstm_proj.pt", tmp_path / "b.bin", hash_source=False)
+    assert inputs.FileArray in scanned  # without that read, the writer reads them
+    assert (tmp_path / "a.bin").read_bytes() == (tmp_path / "b.bin").read_bytes()
+
+
+@pytest.mark.parametrize("hash_source", [True, False])
+def test_nan_and_inf_in_blocks_copied_file_to_file_are_counted_and_named(hash_source, tmp_path):
+    torch.manual_seed(0)
+    state = torch.nn.LSTM(5, 7, num_layers=2, bidirectional=True).state_dict()
+    state["weight_hh_l1_reverse"][2 * 7 + 3, 1] = float("nan")  # torch's gate 2 (g), cuDNN's c
+    state["weight_hh_l1_reverse"][2 * 7 + 4, 0] = float("-inf")
+    state["bias_ih_l0"][3 * 7] = float("inf")  # gate 3 (o)
+    torch.save(state, tmp_path / "nan.pt")
+    result = api.convert(tmp_path / "nan.pt", tmp_path / "nan.bin", hash_source=hash_source)
+    assert result.warnings == [
+        "rnn: layer1.rev.R_c holds 2 NaN or Inf value(s)",
+        "rnn: layer0.fwd.bW_o holds 1 NaN or Inf value(s)",
+    ]
 
 
 @settings(max_examples=200, deadline=None)

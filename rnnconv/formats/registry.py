@@ -52,7 +52,7 @@ from rnnconv.errors import (
 from rnnconv.formats import catalog
 from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
 from rnnconv.formats.plugin import version as installed_version
-from rnnconv.safeio.digests import digest_in_background
+from rnnconv.safeio.digests import SourcePass
 from rnnconv.safeio.inputs import regular_file, unguarded
 
 # What a format's read and write are given, exported here, where the formats take their verbs from.
@@ -61,7 +61,7 @@ from rnnconv.settings import ReadOptions as ReadOptions  # noqa: PLC0414
 from rnnconv.settings import WriteOptions as WriteOptions  # noqa: PLC0414
 from rnnconv.table.apply import row_for_mode
 from rnnconv.table.rows import ADAPTER_FORMATS, Row
-from rnnconv.table.writing import rounded_sums
+from rnnconv.table.writing import arrays_in_source, rounded_sums
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -765,7 +765,25 @@ def read_chosen(
     the provenance that names the file, given the file's digest (computed meanwhile, on the other core), as
     `convert_each` converts them."""
     info = Provenance(path=str(path.resolve()), format=kind)
-    digest = digest_in_background(path) if options.hash_source else None
-    return convert_each(
-        chosen, lambda item: convert(item, info), name, digest=digest, origin=origin, describe=describe, things=things
-    )
+    if not options.hash_source:
+        return convert_each(
+            chosen, lambda item: convert(item, info), name, origin=origin, describe=describe, things=things
+        )
+    reading = SourcePass(path)
+    try:
+        source = convert_each(
+            chosen,
+            lambda item: convert(item, info),
+            name,
+            digest=reading.digest,
+            origin=origin,
+            describe=describe,
+            things=things,
+        )
+        for rnn in source.rnns:
+            rnn.source_pass = reading
+            for array in arrays_in_source(rnn):
+                reading.watch(array)
+    finally:
+        reading.start()  # after the watching: the pass reads the file once, for all of it
+    return source

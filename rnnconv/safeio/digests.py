@@ -1,16 +1,19 @@
-"""A source's digest (recorded in every file rnnconv writes) and a stored checksum's check, computed on another
-core while the conversion reads and writes."""
+"""A source's digest (recorded in every file rnnconv writes), the finiteness of the values still in it, and a stored
+checksum's check, computed on another core while the conversion reads and writes."""
 
 from __future__ import annotations
 
-import concurrent.futures
+import bisect
 import hashlib
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 from rnnconv.errors import BadInput
-from rnnconv.safeio.inputs import Guard, open_source
+from rnnconv.safeio.inputs import FileArray, Guard, open_source
 
 T = TypeVar("T")
 
@@ -58,17 +61,98 @@ def digest_differs(path: Path, recorded: str) -> bool | None:
     return digest_of(path, algorithm) != recorded
 
 
-_HASHER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rnnconv-background")
+_HASHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rnnconv-background")
 
 
-def in_background(work: Callable[[], T]) -> concurrent.futures.Future[T]:
+def in_background(work: Callable[[], T]) -> Future[T]:
     """Work (a digest, a checksum) done on another core while the conversion reads and writes."""
     return _HASHER.submit(work)
 
 
-def digest_in_background(path: Path) -> concurrent.futures.Future[str]:
+class SourcePass:
+    """One read of a source, front to back on another core, for its digest and for whether the values of the arrays
+    still in it (`watch`, asked before `start`) are all finite.
+
+    A writer's NaN and Inf scan of bytes it copies file to file then reads nothing again: on two cores the second
+    read of the source, beside the digest's, was what a big conversion waited for. A range is read in runs that
+    start at its first byte, so its values are never split; one that is not (ranges that overlap) is said not known
+    to be finite, and the writer counts its values itself.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.digest: Future[str] = Future()
+        self._ranges: dict[tuple[int, int], tuple[np.dtype, Future[bool]]] = {}
+        self._started = False
+
+    def watch(self, array: FileArray) -> None:
+        """Check `array`'s values for NaN and Inf in the pass (floats of any width, until it starts)."""
+        if not self._started and array.path == self.path and array.dtype.kind == "f" and array.nbytes:
+            self._ranges.setdefault((array.offset, array.offset + array.nbytes), (array.dtype, Future()))
+
+    def finite(self, array: FileArray) -> Future[bool] | None:
+        """Whether every value of a watched range holding `array` is finite (False: some may not be), or None
+        where no watched range holds it."""
+        end = array.offset + array.nbytes
+        for (start, stop), (dtype, known) in self._ranges.items():
+            if array.path == self.path and start <= array.offset and end <= stop and dtype == array.dtype:
+                return known
+        return None
+
+    def start(self) -> SourcePass:
+        if not self._started:
+            self._started = True
+            in_background(self._read)
+        return self
+
+    def _read(self) -> None:
+        ranges = sorted(self._ranges.items())
+        try:
+            self.digest.set_result(self._digest_and_scan(ranges))
+        except BaseException as exc:  # the digest's waiter says it; the writer counts the values itself
+            self.digest.set_exception(exc)
+        for _, (_, known) in ranges:
+            if not known.done():
+                known.set_result(False)
+
+    def _digest_and_scan(self, ranges: list[tuple[tuple[int, int], tuple[np.dtype, Future[bool]]]]) -> str:
+        digest: Any = _blake3().blake3(max_threads=1) if DIGEST_ALGORITHM == "blake3" else hashlib.sha256()
+        bounds = sorted({b for (start, stop), _ in ranges for b in (start, stop)})
+        buffer = bytearray(DIGEST_RUN)
+        view = memoryview(buffer)
+        position = 0
+        with open_source(self.path) as f:
+            while True:
+                following = bisect.bisect_right(bounds, position)  # the next range's start or end
+                stop = min([position + DIGEST_RUN, *bounds[following : following + 1]])
+                n = f.readinto(view[: stop - position])
+                if not n:
+                    break
+                digest.update(view[:n])  # blake3, hashlib and numpy's sums let the GIL go on large buffers
+                for (start, end), (dtype, known) in ranges:
+                    if start <= position < end and not known.done():
+                        _scan(view[:n], position - start, dtype, known)
+                        if position + n == end and not known.done():
+                            known.set_result(True)  # every run of it read, and each sum finite
+                position += n
+        return f"{DIGEST_ALGORITHM}:{digest.hexdigest()}"
+
+
+def _scan(run: memoryview, at: int, dtype: np.dtype, known: Future[bool]) -> None:
+    """One run of a watched range (starting `at` bytes into it): a non-finite sum, or a split value, settles it."""
+    if at % dtype.itemsize or len(run) % dtype.itemsize:
+        known.set_result(False)
+        return
+    accumulate = np.float64 if dtype.itemsize == 8 else np.float32
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.add.reduce(np.frombuffer(run, dtype), dtype=accumulate)
+    if not np.isfinite(total):  # a NaN or an Inf, or finite values whose sum overflows: counted by the writer
+        known.set_result(False)
+
+
+def digest_in_background(path: Path) -> Future[str]:
     """The file's digest, computed on another core while the conversion reads and writes."""
-    return in_background(lambda: digest_of(path))
+    return SourcePass(path).start().digest
 
 
 CHECKSUM_CHUNK = 1 << 24  # bytes read at a time: large enough for a checksum to run without the GIL

@@ -50,6 +50,12 @@ def in_source(rnn: CanonicalRNN, key: ParamKey, etype: ElementType | None = None
     return block
 
 
+def arrays_in_source(rnn: CanonicalRNN) -> list[FileArray]:
+    """The stacked tensors of `rnn` still in its source file (those `in_source` takes its blocks from)."""
+    stacks = dict.fromkeys((key.layer, key.direction, key.kind) for key in rnn.spec.param_keys())
+    return [array for where in stacks if isinstance(array := rnn.stacked(*where), FileArray)]
+
+
 def joined(runs: list[np.ndarray | FileArray]) -> list[np.ndarray | FileArray]:
     """Runs with those that follow each other in one file made one (one copy where there were several)."""
     out: list[np.ndarray | FileArray] = []

@@ -4,6 +4,7 @@ reported."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from collections.abc import Callable, Iterable
@@ -20,6 +21,7 @@ from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors, registry
 from rnnconv.formats.cudnn.reader import Blob
 from rnnconv.formats.cudnn.wire import sidecar_path
+from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import atomic_outputs, write_array
 from rnnconv.table.constants import BIAS_MODE, CUDNN_MODES, DIRECTION, INPUT_MODE
 from rnnconv.table.writing import in_source
@@ -68,23 +70,36 @@ def write_weight_space(
 ) -> list[str]:
     """Write every tensor of `rnn` at the file's position, in layout order (front to back); return warnings.
 
-    Each block is scanned for NaN and Inf on another core while the next one is written; one scan at a
-    time, so no more than two blocks are ever held.
+    Each block is scanned for NaN and Inf on another core while the next one is written; one scan at a time, so no
+    more than two blocks are ever held. A block copied file to file is not read again where the source's own read
+    (`CanonicalRNN.source_pass`, for its digest) found its values finite.
     """
-    counts: list[tuple[Region, int]] = []
-    scanning: tuple[Region, Future[int]] | None = None
+    counts: list[tuple[Region, Callable[[], int]]] = []
+    scanning: Future[int] | None = None
     for region in regions(rnn.spec):
         in_file = in_source(rnn, region.key, etype)
         block = rnn.param(region.key) if in_file is None else in_file
-        if scanning is not None:
-            counts.append((scanning[0], scanning[1].result()))
-        scanning = region, _SCANNER.submit(count_non_finite, block)
+        checked = None if in_file is None or rnn.source_pass is None else rnn.source_pass.finite(in_file)
+        if in_file is not None and checked is not None:
+            counts.append((region, functools.partial(_counted, checked, in_file)))
+        else:
+            if scanning is not None:
+                scanning.result()
+            scanning = _SCANNER.submit(count_non_finite, block)
+            counts.append((region, scanning.result))
         write_array(f, stored_words(block, etype))
         if progress:
             progress(region.size * etype.itemsize)
-    if scanning is not None:
-        counts.append((scanning[0], scanning[1].result()))
-    return [f"{rnn.name}: {region.key.label} holds {bad} NaN or Inf value(s)" for region, bad in counts if bad]
+    return [
+        f"{rnn.name}: {region.key.label} holds {bad} NaN or Inf value(s)"
+        for region, count in counts
+        if (bad := count())
+    ]
+
+
+def _counted(finite: Future[bool], block: FileArray) -> int:
+    """A block's NaN and Inf values: none where the source's read found them all finite, else counted."""
+    return 0 if finite.result() else count_non_finite(block)
 
 
 _SCANNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rnnconv-scan")  # numpy's sums release the GIL
