@@ -11,7 +11,9 @@ run of either, so both see the same cache. A row prints the job's best and media
 ratio of the bests and the median of the pairs' ratios, its CPU time, the peak resident memory of the job's
 process, and its goal, met or missed. The floors follow: an empty interpreter, `import numpy`, numpy and the typed
 contracts (pydantic) that every conversion imports, the same small conversion through the library (no command line),
-the contracts' start-up then `cp` in the kernel (the floor of a conversion that copies every byte unchanged), and a
+the contracts' start-up then `cp` in the kernel (the floor of a conversion that copies every byte unchanged), then
+the kernel copy with the tensors shifted to a weight space's places (the floor of a conversion to a weight space),
+and a
 bare h5py read of the `.h5`'s datasets (then with numpy's transpose of each matrix), against `cp` of the same file.
 `--peers` adds the frameworks' own ways (minutes). Python writes its bytecode caches as on a user's machine
 (PYTHONDONTWRITEBYTECODE is dropped). A benchmark, not a test: it judges nothing by exit code.
@@ -26,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +45,18 @@ EMPTY = [PYTHON, "-c", "pass"]
 # What every conversion imports by design: the canonical form's numpy and the typed contracts' pydantic.
 DESIGN = "import numpy, rnnconv.contracts"
 LIBRARY = "import sys, rnnconv; rnnconv.convert(sys.argv[1], sys.argv[2], to='cudnn', force=True)"
+
+# A weight space puts each tensor where cuDNN wants it, not where the source has it: the bytes from the source's first
+# tensor on, copied in the kernel to the start of the output (the shift, not a multiple of a page, is what costs).
+SHIFTED_COPY = """
+import os, sys
+source, output, start = sys.argv[1], sys.argv[2], int(sys.argv[3])
+src, dst = os.open(source, os.O_RDONLY), os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+left, at = os.fstat(src).st_size - start, start
+while left:
+    n = os.copy_file_range(src, dst, left, at, at - start)
+    left, at = left - n, at + n
+"""
 
 BARE_H5PY = """
 import sys, h5py, numpy as np
@@ -160,6 +175,16 @@ def paired(job: Job, baseline: Job, repeat: int, goal: str) -> Row:
     return row
 
 
+def first_tensor(pt: Path) -> int:
+    """Where the first tensor's bytes begin in a PyTorch zip checkpoint."""
+    with zipfile.ZipFile(pt) as archive:
+        first = min((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.header_offset)
+    with open(pt, "rb") as f:
+        f.seek(first.header_offset)
+        local = f.read(30)  # the local header: its name and extra field come before the bytes
+    return first.header_offset + 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30], "little")
+
+
 def cp(source: Path, work: Path) -> Job:
     copy = work / "copy.tmp"
     return Job(f"cp {source.name}", ["cp", str(source), str(copy)], [copy], source)
@@ -217,6 +242,17 @@ def big(work: Path, repeat: int) -> list[Row]:
             Job(
                 "the floor: numpy and the contracts, then cp in the kernel",
                 [PYTHON, "-c", f"{DESIGN}; import shutil, sys; shutil.copyfile(*sys.argv[1:])", str(pt), str(blob)],
+                blob_out,
+                pt,
+            ),
+            cp(pt, work),
+            repeat,
+            "",
+        ),
+        paired(
+            Job(
+                "... the tensors copied in the kernel to a weight space's places",
+                [PYTHON, "-c", f"{DESIGN}; {SHIFTED_COPY}", str(pt), str(blob), str(first_tensor(pt))],
                 blob_out,
                 pt,
             ),

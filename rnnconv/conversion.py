@@ -196,6 +196,7 @@ def convert(
             raise BadInput(f"the output {output} is the source itself")
         options.take_all = options.take_all or target.holds_several(output)
         options.drop_clip = options.drop_clip or write.allow_lossy
+        options.check_finite = options.check_finite or target.info.counts_non_finite
         with several_for(target), fmt.read(source, options) as found:
             if not found.rnns:
                 raise RnnconvError(f"{source} gave no RNN to write")

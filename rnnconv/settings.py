@@ -71,6 +71,11 @@ class ReadOptions(Settings):
     hash_source: bool = Field(
         True, description="Record the source's digest in the provenance (the command line's --no-hash: don't)."
     )
+    check_finite: bool = Field(
+        False,
+        description="Check, in the read that computes the source's digest, whether the values its RNNs keep in the "
+        "file are finite: what a conversion asks of its source when the target's writer counts NaN and Inf values.",
+    )
 
 
 class WriteOptions(Settings):

@@ -37,6 +37,9 @@ class FormatInfo:
     # The runtimes that run its streaming models (`--streaming`), its own first; none: it writes none.
     streams: tuple[str, ...] = ()
     fixed_chunk: bool = False  # whether a streaming model of it takes one chunk length (--chunk), not any
+    # Whether its writer counts the NaN and Inf values it writes (and warns): a source's read, for its digest, then
+    # checks the values it holds in the file, so the writer need not read them again.
+    counts_non_finite: bool = False
 
     @property
     def writes(self) -> bool:

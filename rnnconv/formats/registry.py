@@ -782,7 +782,7 @@ def read_chosen(
         )
         for rnn in source.rnns:
             rnn.source_pass = reading
-            for array in arrays_in_source(rnn):
+            for array in arrays_in_source(rnn) if options.check_finite else []:
                 reading.watch(array)
     finally:
         reading.start()  # after the watching: the pass reads the file once, for all of it

@@ -32,6 +32,7 @@ PLUGIN = Plugin(
         default_for=(".bin", ".safetensors"),
         source_options=("raw_spec",),
         example="model.bin",
+        counts_non_finite=True,
         examples=("weights.raw --mode lstm --input-size 80 --hidden-size 512 --num-layers 2 --bidirectional",),
     ),
     listed=30,
