@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -138,6 +139,12 @@ def standalone(app: Callable[[], Any]) -> Callable[[], NoReturn]:
             silence(1)
             Tolerant("stderr", 2).write(f"error: cannot write to stdout: {reason(exc)}\n")
             code = 2
-        sys.exit(finished(code))
+        code = finished(code)
+        # The command is done (its outputs committed and closed, the streams flushed): what it made is left to the
+        # process's end rather than walked by the interpreter's last collections on the way out (0.03 s of a small
+        # conversion, for the objects numpy, pydantic and typer made). Objects are still freed as their last
+        # reference goes, and atexit's and weakref's finalizers still run.
+        gc.freeze()
+        sys.exit(code)
 
     return main
