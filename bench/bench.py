@@ -44,6 +44,10 @@ ENV = {
 EMPTY = [PYTHON, "-c", "pass"]
 # What every conversion imports by design: the canonical form's numpy and the typed contracts' pydantic.
 DESIGN = "import numpy, rnnconv.contracts"
+# The floors a missed goal is shown against: what any conversion of this design takes before its own work.
+SHIFTED_FLOOR = "the floor: numpy and the contracts, then cp to new places"
+TRANSPOSE_FLOOR = "... and numpy's transpose of its matrices"
+START_FLOOR = "the floor: import numpy and the contracts (pydantic)"
 LIBRARY = "import sys, rnnconv; rnnconv.convert(sys.argv[1], sys.argv[2], to='cudnn', force=True)"
 
 # A weight space puts each tensor where cuDNN wants it, not where the source has it: the bytes from the source's first
@@ -115,6 +119,7 @@ class Row:
     cpu: float  # the job's best CPU seconds: what a loaded machine inflates least
     peak_mb: float
     goal: str  # "x 2" (ratio to the baseline), "s 0.3" (seconds), "" (none)
+    floor: str = ""  # the label of the row that is this job's floor, where a goal is missed
 
 
 def run(job: Job) -> tuple[float, float, float]:
@@ -142,7 +147,7 @@ def run(job: Job) -> tuple[float, float, float]:
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def paired(job: Job, baseline: Job, repeat: int, goal: str) -> Row:
+def paired(job: Job, baseline: Job, repeat: int, goal: str, floor: str = "") -> Row:
     """`job` and `baseline` in interleaved pairs (order swapped every pair), after an untimed pair."""
     walls: list[float] = []
     bases: list[float] = []
@@ -170,6 +175,7 @@ def paired(job: Job, baseline: Job, repeat: int, goal: str) -> Row:
         min(cpus),
         max(peaks),
         goal,
+        floor,
     )
     print(f"  {job.label}: {row.best:.3f} s, {row.best / row.baseline_best:.2f} x {baseline.label}", flush=True)
     return row
@@ -206,7 +212,7 @@ def big(work: Path, repeat: int) -> list[Row]:
     xml, tflite = work / "model.xml", work / "model.tflite"
     keras_out = [work / "k.bin", work / "k.bin.json"]
     rows = [
-        paired(Job(f"torch-to-cudnn {pt.name}", t2c, blob_out, pt), cp(pt, work), repeat, "x 2"),
+        paired(Job(f"torch-to-cudnn {pt.name}", t2c, blob_out, pt), cp(pt, work), repeat, "x 2", SHIFTED_FLOOR),
         paired(Job(f"torch-to-cudnn {pt.name} --no-hash", [*t2c, "--no-hash"], blob_out, pt), cp(pt, work), repeat, ""),
         paired(
             Job(f"torch-to-cudnn {pt.name} --force over an existing output", [*t2c, "--force"], blob_out, pt, existing),
@@ -219,6 +225,7 @@ def big(work: Path, repeat: int) -> list[Row]:
             cp(h5, work),
             repeat,
             "x 2",
+            TRANSPOSE_FLOOR,
         ),
         paired(
             Job(f"keras-to-cudnn {archive.name}", [*k2c[:4], str(archive), *k2c[5:]], keras_out, archive),
@@ -233,7 +240,7 @@ def big(work: Path, repeat: int) -> list[Row]:
             "",
         ),
         paired(
-            Job("... and numpy's transpose of its matrices", [PYTHON, "-c", BARE_H5PY, str(h5), "T"], [], h5),
+            Job(TRANSPOSE_FLOOR, [PYTHON, "-c", BARE_H5PY, str(h5), "T"], [], h5),
             cp(h5, work),
             repeat,
             "",
@@ -251,7 +258,7 @@ def big(work: Path, repeat: int) -> list[Row]:
         ),
         paired(
             Job(
-                "... the tensors copied in the kernel to a weight space's places",
+                SHIFTED_FLOOR,
                 [PYTHON, "-c", f"{DESIGN}; {SHIFTED_COPY}", str(pt), str(blob), str(first_tensor(pt))],
                 blob_out,
                 pt,
@@ -270,6 +277,7 @@ def big(work: Path, repeat: int) -> list[Row]:
             cp(pt, work),
             repeat,
             "x 2",
+            SHIFTED_FLOOR,
         ),
         paired(
             Job(
@@ -281,6 +289,7 @@ def big(work: Path, repeat: int) -> list[Row]:
             cp(pt, work),
             repeat,
             "x 2",
+            SHIFTED_FLOOR,
         ),
     ]
     for path in [kept, Path(f"{kept}.json")]:
@@ -299,16 +308,18 @@ def small(work: Path, repeat: int) -> list[Row]:
             empty,
             repeat,
             "s 0.3",
+            START_FLOOR,
         ),
         paired(
             Job("small: small.h5 -> .bin", [*RNNCONV, "convert", str(work / "small.h5"), str(out), "-q"], outputs),
             empty,
             repeat,
             "s 0.3",
+            START_FLOOR,
         ),
         paired(Job("rnnconv --help", [*RNNCONV, "--help"]), empty, repeat, "s 0.15"),
         paired(Job("the floor: python -c 'import numpy'", [PYTHON, "-c", "import numpy"]), empty, repeat, ""),
-        paired(Job("the floor: import numpy and the contracts (pydantic)", [PYTHON, "-c", DESIGN]), empty, repeat, ""),
+        paired(Job(START_FLOOR, [PYTHON, "-c", DESIGN]), empty, repeat, ""),
         paired(
             Job(
                 "small.pt -> .bin by rnnconv.convert, no command line",
@@ -354,6 +365,12 @@ def report(rows: list[Row], repeat: int) -> None:
         elif r.goal.startswith("s "):
             limit = float(r.goal[2:])
             verdict = f"<= {limit:g} s: {'met' if r.best <= limit else 'MISSED'}"
+        floor = next((f for f in rows if f.label == r.floor), None)
+        if floor is not None and "MISSED" in verdict:
+            above = r.best - floor.best
+            limit = floor.best / floor.baseline_best if r.goal.startswith("x ") else floor.best
+            unit = " x" if r.goal.startswith("x ") else " s"
+            verdict += f" (its floor {limit:.2f}{unit}; {abs(above):.3f} s {'above' if above >= 0 else 'below'} it)"
         print(
             f"{r.label:58} {r.best:7.3f} {r.median:7.3f} {r.baseline_best:7.3f} {ratio:6.2f} {r.ratio_median:6.2f} "
             f"{r.cpu:6.3f} {r.peak_mb:8.0f}  {verdict}"
