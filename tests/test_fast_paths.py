@@ -209,11 +209,14 @@ def test_one_read_of_the_source_gives_its_digest_and_whether_its_arrays_are_fini
     assert reading.finite(not_finite).result() is False
     assert reading.finite(beyond).result() is False
     assert reading.finite(inputs.FileArray(path, 1, np.dtype(np.float32), (2,))) is None  # not watched
-    overlapping = digests.SourcePass(path)  # its values split across the other's runs: not known, so counted
-    overlapping.watch(finite)
-    overlapping.watch(inputs.FileArray(path, 15, np.dtype(np.float32), (4,)))
+    overlapping = digests.SourcePass(path)  # read as part of the range it overlaps, where its values lie alike
+    inside, across = (inputs.FileArray(path, at, np.dtype(np.float32), (4,)) for at in (17, 15))
+    for array in (finite, inside, across):
+        overlapping.watch(array)
     overlapping.start()
-    assert overlapping.finite(finite).result() is False
+    assert overlapping.finite(finite).result() is True
+    assert overlapping.finite(inside).result() is True
+    assert overlapping.finite(across) is None  # its floats are not the range's: the writer counts them
 
 
 def test_blocks_copied_file_to_file_are_not_read_again_for_the_nan_scan(tmp_path, monkeypatch):

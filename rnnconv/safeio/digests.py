@@ -7,6 +7,7 @@ import bisect
 import hashlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -69,71 +70,92 @@ def in_background(work: Callable[[], T]) -> Future[T]:
     return _HASHER.submit(work)
 
 
+@dataclass
+class _Watched:
+    """A range of a source whose values the pass checks: `known` is True once every run of it summed finite."""
+
+    start: int
+    end: int
+    dtype: np.dtype
+    known: Future[bool] = field(default_factory=Future)
+
+
 class SourcePass:
     """One read of a source, front to back on another core, for its digest and for whether the values of the arrays
     still in it (`watch`, asked before `start`) are all finite.
 
     A writer's NaN and Inf scan of bytes it copies file to file then reads nothing again: on two cores the second
     read of the source, beside the digest's, was what a big conversion waited for. A range is read in runs that
-    start at its first byte, so its values are never split; one that is not (ranges that overlap) is said not known
-    to be finite, and the writer counts its values itself.
+    start at its first byte, so its values are never split; a range that overlaps an earlier one is not read as its
+    own (its values may lie across the other's runs), and the writer counts its values itself.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.digest: Future[str] = Future()
-        self._ranges: dict[tuple[int, int], tuple[np.dtype, Future[bool]]] = {}
+        self._watched: dict[tuple[int, int], _Watched] = {}
+        self._ordered: list[_Watched] = []  # from `start`: the watched ranges that overlap none before them
+        self._starts: list[int] = []
         self._started = False
 
     def watch(self, array: FileArray) -> None:
         """Check `array`'s values for NaN and Inf in the pass (floats of any width, until it starts)."""
         if not self._started and array.path == self.path and array.dtype.kind == "f" and array.nbytes:
-            self._ranges.setdefault((array.offset, array.offset + array.nbytes), (array.dtype, Future()))
+            key = (array.offset, array.offset + array.nbytes)
+            self._watched.setdefault(key, _Watched(*key, array.dtype))
 
     def finite(self, array: FileArray) -> Future[bool] | None:
-        """Whether every value of a watched range holding `array` is finite (False: some may not be), or None
-        where no watched range holds it."""
-        end = array.offset + array.nbytes
-        for (start, stop), (dtype, known) in self._ranges.items():
-            if array.path == self.path and start <= array.offset and end <= stop and dtype == array.dtype:
-                return known
-        return None
+        """Whether every value of the watched range holding `array` (its values, as they lie) is finite (False:
+        some may not be), or None where no range read holds it."""
+        at = bisect.bisect_right(self._starts, array.offset) - 1
+        if at < 0 or array.path != self.path:
+            return None
+        found = self._ordered[at]
+        inside = array.offset + array.nbytes <= found.end and (array.offset - found.start) % found.dtype.itemsize == 0
+        return found.known if inside and array.dtype == found.dtype else None
 
     def start(self) -> SourcePass:
         if not self._started:
             self._started = True
+            for watched in sorted(self._watched.values(), key=lambda w: (w.start, w.end)):
+                if self._ordered and watched.start < self._ordered[-1].end:
+                    watched.known.set_result(False)
+                else:
+                    self._ordered.append(watched)
+            self._starts = [w.start for w in self._ordered]
             in_background(self._read)
         return self
 
     def _read(self) -> None:
-        ranges = sorted(self._ranges.items())
         try:
-            self.digest.set_result(self._digest_and_scan(ranges))
+            self.digest.set_result(self._digest_and_scan())
         except BaseException as exc:  # the digest's waiter says it; the writer counts the values itself
             self.digest.set_exception(exc)
-        for _, (_, known) in ranges:
-            if not known.done():
-                known.set_result(False)
+        for watched in self._ordered:
+            if not watched.known.done():
+                watched.known.set_result(False)
 
-    def _digest_and_scan(self, ranges: list[tuple[tuple[int, int], tuple[np.dtype, Future[bool]]]]) -> str:
+    def _digest_and_scan(self) -> str:
         digest: Any = _blake3().blake3(max_threads=1) if DIGEST_ALGORITHM == "blake3" else hashlib.sha256()
-        bounds = sorted({b for (start, stop), _ in ranges for b in (start, stop)})
         buffer = bytearray(DIGEST_RUN)
         view = memoryview(buffer)
-        position = 0
+        position, index = 0, 0  # index: the first range not read past
         with open_source(self.path) as f:
             while True:
-                following = bisect.bisect_right(bounds, position)  # the next range's start or end
-                stop = min([position + DIGEST_RUN, *bounds[following : following + 1]])
+                while index < len(self._ordered) and self._ordered[index].end <= position:
+                    index += 1
+                current = self._ordered[index] if index < len(self._ordered) else None
+                stop = position + DIGEST_RUN
+                if current is not None:  # a run ends where the range begins or ends
+                    stop = min(stop, current.start if position < current.start else current.end)
                 n = f.readinto(view[: stop - position])
                 if not n:
                     break
                 digest.update(view[:n])  # blake3, hashlib and numpy's sums let the GIL go on large buffers
-                for (start, end), (dtype, known) in ranges:
-                    if start <= position < end and not known.done():
-                        _scan(view[:n], position - start, dtype, known)
-                        if position + n == end and not known.done():
-                            known.set_result(True)  # every run of it read, and each sum finite
+                if current is not None and current.start <= position and not current.known.done():
+                    _scan(view[:n], position - current.start, current.dtype, current.known)
+                    if position + n == current.end and not current.known.done():
+                        current.known.set_result(True)  # every run of it read, and each sum finite
                 position += n
         return f"{DIGEST_ALGORITHM}:{digest.hexdigest()}"
 
