@@ -89,10 +89,10 @@ SHARED_MODULES = {
     ],
 )
 def test_a_conversion_imports_only_its_two_formats(source, output, formats, tmp_path):
-    """Every format may be sniffed (detection goes by content), so its `wire` module (where its `sniff` is) may be
-    imported; its `format` module, reader, writer and runner (and the libraries they need: the IR writer's XML
-    quoting alone imported ssl) and the modules its verbs are built on only when it is the conversion's source or
-    target."""
+    """With -q nothing is drawn, so rich is not imported. Every format may be sniffed (detection goes by content),
+    so its `wire` module (where its `sniff` is) may be imported; its `format` module, reader, writer and runner (and
+    the libraries they need: the IR writer's XML quoting alone imported ssl) and the modules its verbs are built on
+    only when it is the conversion's source or target."""
     if source == "blob.bin":
         assert run_cli("convert", FIXTURES / "torch" / "rnn_tanh.pt", tmp_path / source, "-q").returncode == 0
     path = tmp_path / source if source == "blob.bin" else FIXTURES / source
@@ -122,3 +122,19 @@ def test_a_conversion_imports_only_its_two_formats(source, output, formats, tmp_
     assert not shared, f"converting {source} to {output} imported rnnconv.formats.{shared[0]}"
     libraries = {library for fmt, library in FORMAT_LIBRARIES.items() if fmt not in formats} & imported
     assert not libraries, f"converting {source} to {output} imported {sorted(libraries)}"
+    assert "rich" not in imported, f"converting {source} to {output} with -q (nothing shown) imported rich"
+
+
+def test_a_command_is_made_when_it_is_named():
+    """typer makes every registered command's click command for any one; rnnconv's group makes none until it is
+    named (a conversion makes its own), and --help makes the listed ones, in their order, and no hidden one."""
+    from typer.main import get_command
+
+    from rnnconv.cli import app
+
+    group = get_command(app)
+    assert not group.by_name.made
+    assert group.commands["torch-to-cudnn"].name == "torch-to-cudnn"
+    assert list(group.by_name.made) == ["torch-to-cudnn"]
+    listed = group.list_commands(None)
+    assert listed[:2] == ["keras-to-cudnn", "torch-to-cudnn"] and "convert" in listed and "onnx-to-keras" not in listed
