@@ -3,7 +3,8 @@
 Conversions to cuDNN and back are listed by name; every other direction is `convert --to TARGET`. Its
 SOURCE-to-TARGET command from earlier versions still works: hidden from `--help`, completed by the shell
 when no listed command starts with what was typed, and made only when it is named (making all of them took
-longer than the rest of `rnnconv --help`).
+longer than the rest of `rnnconv --help`). A listed command too is made when it is named or listed: a conversion
+makes its own command only.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def direction_doc(source: str, target: str) -> str:
 
 
 class Made(MutableMapping[str, Any]):
-    """A command group's commands by name: those made, and the hidden ones, each made when it is first looked up.
+    """A command group's commands by name: those made, and the others, each made when it is first looked up.
     Iterating gives every name (a typo's suggestions come from them) and makes nothing."""
 
     def __init__(self, made: MutableMapping[str, Any], makers: dict[str, Callable[[], Any]]):
@@ -82,12 +83,13 @@ class Commands(TyperGroup):
     """rnnconv's command group: a hidden name still completes in the shell when no listed command does, and a
     usage error (an unknown option, a value not among the choices) is a JSON error document too with --json."""
 
-    # A hidden command's name -> what makes its click command, when it is first named (the command line adds them).
-    hidden_makers: ClassVar[dict[str, Callable[[], Any]]] = {}
+    # Each command's name -> what makes its click command, when it is first named (the command line adds them, the
+    # listed ones in the order --help lists them).
+    makers: ClassVar[dict[str, Callable[[], Any]]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.commands = self.by_name = Made(self.commands, self.hidden_makers)
+        self.commands = self.by_name = Made(self.commands, self.makers)
 
     def get_params(self, ctx: Any) -> list[Any]:
         """The group's options, its flags that typer leaves at None (--help, --install-completion,
@@ -100,8 +102,9 @@ class Commands(TyperGroup):
         return params
 
     def list_commands(self, ctx: Any) -> list[str]:
-        """The commands made so far, every listed one among them: what help shows, without making a hidden one."""
-        return list(self.by_name.made)
+        """The listed commands (each made when it is shown) and the hidden ones made (to be completed): what help and
+        completion show, without making a hidden one."""
+        return [name for name in self.makers if not is_alias(name) or name in self.by_name.made]
 
     def main(
         self,

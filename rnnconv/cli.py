@@ -56,8 +56,9 @@ app = typer.Typer(
 )
 
 
-def command(name: str, doc: str, params: list[inspect.Parameter], on: typer.Typer = app) -> Callable[..., None]:
-    """Register `run(**values)` as a command with these parameters; every failure becomes one sentence."""
+def command(name: str, doc: str, params: list[inspect.Parameter]) -> Callable[..., None]:
+    """Register `run(**values)` as a command with these parameters, its click command made when it is named (typer
+    would make every command's for any one); every failure becomes one sentence."""
 
     def register(run: Callable[..., int | None]) -> None:
         @functools.wraps(run)
@@ -72,7 +73,13 @@ def command(name: str, doc: str, params: list[inspect.Parameter], on: typer.Type
         handler.__annotations__ = {p.name: p.annotation for p in params}
         handler.__doc__ = doc
         del handler.__wrapped__  # typer must read the signature above, not run's
-        on.command(name, hidden=is_alias(name))(handler)
+
+        def make() -> Any:
+            alone = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+            alone.command(name, hidden=is_alias(name))(handler)
+            return typer.main.get_command(alone)
+
+        Commands.makers[name] = make
 
     return register
 
@@ -113,7 +120,7 @@ def run_conversion(values: dict[str, Any], to: str | None, source_format: str | 
     return 0
 
 
-def add_direction(source: str, target: str, on: typer.Typer = app) -> None:
+def add_direction(source: str, target: str) -> None:
     suffixes = ", ".join(FORMAT_INFO[target].write_suffixes)
     params = [
         parameter(
@@ -132,23 +139,22 @@ def add_direction(source: str, target: str, on: typer.Typer = app) -> None:
         parameter("prefix"),
         *map(parameter, direction_options(source, target)),
     ]
-    command(f"{source}-to-{target}", direction_doc(source, target), params, on)(
+    command(f"{source}-to-{target}", direction_doc(source, target), params)(
         lambda **values: run_conversion(values, target, source)
     )
 
 
 def hidden_direction(source: str, target: str) -> Any:
-    """The click command of a hidden SOURCE-to-TARGET name, made when it is named."""
-    alone = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
-    add_direction(source, target, alone)
-    return typer.main.get_command(alone)
+    """The click command of a hidden SOURCE-to-TARGET name, made when it is named (its parameters too)."""
+    add_direction(source, target)  # in place of this maker, the command's own
+    return Commands.makers[f"{source}-to-{target}"]()
 
 
 # Conversions to cuDNN first: they are what rnnconv is for.
 for _target in sorted(ADAPTER_FORMATS, key=lambda name: name != "cudnn"):
     for _source in (name for name in ADAPTER_FORMATS if name != _target and FORMAT_INFO[_target].writes):
         if is_alias(_name := f"{_source}-to-{_target}"):
-            Commands.hidden_makers[_name] = functools.partial(hidden_direction, _source, _target)
+            Commands.makers[_name] = functools.partial(hidden_direction, _source, _target)
         else:
             add_direction(_source, _target)
 
@@ -268,7 +274,7 @@ def explain(fmt: str | None, layer_class: str | None, **values: Any) -> None:
     from rnnconv import render
     from rnnconv.explain import explain as run
 
-    render.shown(run)(render.out, [fmt, layer_class], **values)
+    render.shown(run)(render.out(), [fmt, layer_class], **values)
 
 
 @command(
@@ -320,7 +326,7 @@ def gpu_battery(output: Path, quick: bool, force: bool, **values: Any) -> int:
     from rnnconv.cudnn.battery import run_battery
 
     quiet = values["quiet"] or values["json"]
-    report = run_battery(output, force, quick, say=(lambda line: None) if quiet else render.out.print)
+    report = run_battery(output, force, quick, say=(lambda line: None) if quiet else render.out().print)
     render.battery(report, output, values["json"], values["quiet"])
     return 0 if report["all_match"] else 1
 

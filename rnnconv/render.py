@@ -3,7 +3,8 @@
 Results go to stdout, notes, warnings and errors to stderr; `--json` prints the
 result document itself; `quiet` keeps only warnings and errors; `verbose` adds
 where things came from. Messages are never wrapped (`soft_wrap`): a path in a
-log stays on one line.
+log stays on one line. rich is imported when something is printed: a command that
+prints nothing (-q, --json, no progress bar) does not import it.
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 from pydantic import BaseModel
-from rich.console import Console
-from rich.markup import escape
-from rich.measure import Measurement
 
 from rnnconv import streams
 from rnnconv.canonical import RNNSpec
@@ -47,19 +45,42 @@ from rnnconv.safeio.outputs import remove_live_temps
 from rnnconv.table.constants import DIRECTIONS, LSTM
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.table import Table
 
 
-class _Console(Console):
-    def on_broken_pipe(self) -> None:
-        """A closed pipe (`| head -1`) ends the output, not the command (rich would exit with 1)."""
-        self.quiet = True
-        streams.silence(1)  # nothing more is shown, and nothing fails at exit either
+def _console(file: IO[str] | None = None) -> Console:
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            """A closed pipe (`| head -1`) ends the output, not the command (rich would exit with 1)."""
+            self.quiet = True
+            streams.silence(1)  # nothing more is shown, and nothing fails at exit either
+
+    return _Console(file=file, highlight=False, soft_wrap=True, emoji=False)  # ":smile:" in a name is printed as it is
 
 
-out = _Console(highlight=False, soft_wrap=True, emoji=False)  # a name holding ":smile:" is printed as it is
-# Messages: on a stderr that cannot take them (full, closed early) they are given up, and the exit code stays.
-err = _Console(file=cast(IO[str], streams.Tolerant("stderr", 2)), highlight=False, soft_wrap=True, emoji=False)
+@functools.cache
+def out() -> Console:
+    """Results (stdout), made when first printed to."""
+    return _console()
+
+
+@functools.cache
+def err() -> Console:
+    """Messages (stderr): on a stderr that cannot take them (full, closed early) they are given up, and the exit
+    code stays."""
+    return _console(cast(IO[str], streams.Tolerant("stderr", 2)))
+
+
+def escape(text: str) -> str:
+    """`text` shown as it is (rich's markup in it escaped)."""
+    from rich.markup import escape as escaped
+
+    return escaped(text)
+
+
 Shown = TypeVar("Shown", bound=Callable[..., "int | None"])
 
 
@@ -98,11 +119,11 @@ def print_json(document: BaseModel | dict[str, Any]) -> None:
 
 
 def note(text: str) -> None:
-    err.print(f"[dim]note:[/] {escape(sentence(text))}")
+    err().print(f"[dim]note:[/] {escape(sentence(text))}")
 
 
 def warning(text: str) -> None:
-    err.print(f"[yellow]warning:[/] {escape(sentence(text))}")
+    err().print(f"[yellow]warning:[/] {escape(sentence(text))}")
 
 
 def spec_text(spec: SpecModel | None) -> str:
@@ -128,7 +149,7 @@ def identification(result: Identification, as_json: bool, quiet: bool, verbose: 
         return
     listed = result.candidates if verbose or result.verdict != "identified" else []
     if listed and not quiet:
-        out.print("candidates (ids for --candidate):")
+        out().print("candidates (ids for --candidate):")
     for c in listed if not quiet else []:
         error = (
             ""
@@ -139,13 +160,13 @@ def identification(result: Identification, as_json: bool, quiet: bool, verbose: 
         )
         mark = " (reproduces the probe)" if c.reproduces else ""
         bias = "no biases" if c.bias == "none" else f"{c.bias} biases"
-        out.print(
+        out().print(
             f"  {c.id}: {escape(', '.join(c.rows))}; gates {','.join(c.gate_order)}, {c.matrix} matrices, {bias}"
             f"{error}{mark}"
         )
-    out.print(f"{result.verdict}: {escape(sentence(result.summary))}")
+    out().print(f"{result.verdict}: {escape(sentence(result.summary))}")
     if result.convert and not quiet:
-        out.print(f"convert with: {escape(result.convert)}")
+        out().print(f"convert with: {escape(result.convert)}")
     for path in result.outputs:
         note(f"wrote {path}")
 
@@ -153,7 +174,7 @@ def identification(result: Identification, as_json: bool, quiet: bool, verbose: 
 @shown
 def conversion(result: ConversionResult, as_json: bool, quiet: bool, verbose: bool) -> None:
     for skipped in result.skipped:
-        err.print(f"[yellow]skipped[/] {escape(sentence(f'{cut(skipped.name)}: {skipped.reason}'))}")
+        err().print(f"[yellow]skipped[/] {escape(sentence(f'{cut(skipped.name)}: {skipped.reason}'))}")
     for text in result.warnings:
         warning(text)
     if as_json:
@@ -165,7 +186,7 @@ def conversion(result: ConversionResult, as_json: bool, quiet: bool, verbose: bo
         for text in rnn.notes:
             note(text)
         described = RNNSpec.from_model(rnn.spec.model_copy(update={"dtype": result.dtype})).describe()
-        out.print(f"{escape(cut(rnn.name))}: {escape(described)}")
+        out().print(f"{escape(cut(rnn.name))}: {escape(described)}")
         if verbose and rnn.source.path:
             source = rnn.source
             where = ", ".join(
@@ -177,23 +198,23 @@ def conversion(result: ConversionResult, as_json: bool, quiet: bool, verbose: bo
                 )
                 if v
             )
-            out.print(f"  from {escape(source.path or '')} ({escape(where)})")
-    out.print("wrote " + ", ".join(escape(p) for p in result.outputs))
+            out().print(f"  from {escape(source.path or '')} ({escape(where)})")
+    out().print("wrote " + ", ".join(escape(p) for p in result.outputs))
     if result.usage:
-        out.print(escape(result.usage))
+        out().print(escape(result.usage))
 
 
 def batch_entry(item: BatchItem, quiet: bool) -> None:
     """One source of a batch as it finishes: its failure in one line, or what its conversion had to say."""
     name = escape(item.source)
     if item.result is None:
-        err.print(
+        err().print(
             f"[bold red]{failure_label(item.exit_code)}:[/] {name} (exit {item.exit_code}): "
             f"{escape(sentence(item.error or ''))}"
         )
         return
     for skipped in item.result.skipped:
-        err.print(f"[yellow]skipped[/] {name}: {escape(sentence(f'{cut(skipped.name)}: {skipped.reason}'))}")
+        err().print(f"[yellow]skipped[/] {name}: {escape(sentence(f'{cut(skipped.name)}: {skipped.reason}'))}")
     for text in item.result.warnings:
         warning(f"{item.source}: {text}")
     if not quiet:
@@ -218,22 +239,22 @@ def batch(results: BatchResults, as_json: bool, quiet: bool) -> None:
         # the file's name is enough: a batch whose sources share a name is refused before it starts
         rows.append((Path(item.source).name, rnns, Path(item.output).name if folder else item.output, result))
     if folder:
-        out.print(f"into {escape(folder)}{os.sep}")
+        out().print(f"into {escape(folder)}{os.sep}")
     headers = ("file", "RNNs", "output", "result")
     widths = [max(len(word) for row in [headers, *rows] for word in row[i].split()) for i in range(len(headers))]
-    if sum(widths) + 3 * len(widths) + 1 <= out.width:  # a table whose cells never break a word
+    if sum(widths) + 3 * len(widths) + 1 <= out().width:  # a table whose cells never break a word
         table = _table()
         for column in headers:
             table.add_column(column)
         for row in rows:
             colour = "green" if row[3] == "done" else "red"
             table.add_row(*map(escape, row[:3]), f"[{colour}]{escape(row[3])}[/]")
-        out.print(table)
+        out().print(table)
     else:  # too narrow for one: a line each, names whole
         for file, rnns, output, result in rows:
-            out.print(f"{escape(file)}: {escape(rnns)} -> {escape(output)}: {escape(result)}")
+            out().print(f"{escape(file)}: {escape(rnns)} -> {escape(output)}: {escape(result)}")
     done = sum(item.exit_code == 0 for item in results.root)
-    out.print(f"converted {done} of {len(results.root)}")
+    out().print(f"converted {done} of {len(results.root)}")
 
 
 def _paired(report: Report) -> str:
@@ -263,14 +284,14 @@ def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
         table.add_row(escape(_paired(report)), spec_text(report.spec), verdict, escape(sentence(report.summary)))
     if quiet:  # -q keeps the verdicts: one line each
         for report in reports.root:
-            out.print(
+            out().print(
                 f"{escape(_paired(report))}: {report.verdict.upper()} (exit {report.exit_code}): "
                 f"{escape(sentence(report.summary))}"
             )
     else:
-        out.print(table)
+        out().print(table)
     matched = sum(report.exit_code == 0 for report in reports.root)
-    out.print(f"{matched} of {len(reports.root)} RNNs verified")
+    out().print(f"{matched} of {len(reports.root)} RNNs verified")
 
 
 @shown
@@ -297,26 +318,28 @@ def inspection(report: InspectReport, json: bool, quiet: bool, verbose: bool) ->
         spec = spec_text(rnn.spec) if rnn.spec else sizes_text(rnn.sizes)
         rows.append((escape(name), escape(cut(rnn.layer_class)), spec, verdict))
         table.add_row(*rows[-1])
-    if Measurement.get(out, out.options.update_width(streams.MAX_COLUMNS), table).minimum <= out.width:
-        out.print(table)
+    from rich.measure import Measurement
+
+    if Measurement.get(out(), out().options.update_width(streams.MAX_COLUMNS), table).minimum <= out().width:
+        out().print(table)
     else:
-        out.print(title)
+        out().print(title)
         for name, layer_class, spec, verdict in rows:
-            out.print(f"{name}\n  {layer_class}; {spec}; converts: {verdict}")
+            out().print(f"{name}\n  {layer_class}; {spec}; converts: {verdict}")
     if not report.rnns:
-        out.print("no recurrent layers found")
+        out().print("no recurrent layers found")
     for rnn, name in zip(report.rnns, names):
         if not rnn.converts:
-            out.print(f"[red]{escape(name)} does not convert:[/] {escape(sentence(rnn.reason or ''))}")
+            out().print(f"[red]{escape(name)} does not convert:[/] {escape(sentence(rnn.reason or ''))}")
         if verbose and rnn.source and rnn.source.path:
-            out.print(f"{escape(name)} was made from {escape(cut(rnn.source.path, 300))} ({rnn.source.format})")
+            out().print(f"{escape(name)} was made from {escape(cut(rnn.source.path, 300))} ({rnn.source.format})")
     for text in report.notes + [n for r in report.rnns for n in r.notes]:
         note(text)
     if report.profile is not None:
         kept = f"[green]keeps {report.profile}'s documented limits[/]"
-        out.print(f"{escape(report.path)} {kept}" if not report.broken_limits else f"{report.profile} would refuse:")
+        out().print(f"{escape(report.path)} {kept}" if not report.broken_limits else f"{report.profile} would refuse:")
         for line in report.broken_limits:
-            out.print(f"  {escape(line)}")
+            out().print(f"  {escape(line)}")
     return code
 
 
@@ -355,7 +378,7 @@ def _can_show(console: Console, text: str) -> bool:
 def _per_step(comparison: Comparison, tol: Tolerance, layers: int) -> tuple[list[tuple[str, str]], str]:
     """Table rows of each output direction's errors step by step (the last layer's: the only one seen step by
     step), and the line that says how to read them."""
-    unicode = _can_show(out, SPARK_MARKS[0])
+    unicode = _can_show(out(), SPARK_MARKS[0])
     rows = [
         (
             f"y, layer {layers - 1} {DIRECTIONS[d]}",
@@ -383,19 +406,19 @@ def verification(report: Report, as_json: bool, quiet: bool, verbose: bool) -> N
     colour = VERDICT_COLOURS.get(report.verdict, "red")
     verdict = f"[bold {colour}]{report.verdict.upper()}[/]: {escape(sentence(report.summary))}"
     if quiet:
-        out.print(verdict)
+        out().print(verdict)
         return
-    out.print(f"[bold]verify[/] {escape(report.blob)}: {escape(cut(report.name))}, {spec_text(report.spec)}")
+    out().print(f"[bold]verify[/] {escape(report.blob)}: {escape(cut(report.name))}, {spec_text(report.spec)}")
     if report.source and report.backend:
         source = report.source
-        out.print(
+        out().print(
             f"  source:  {escape(source.path)} ({source.format}, {escape(cut(source.layer))}), "
             f"run by {escape(source.run)}"
         )
-        out.print(f"  backend: {escape(report.backend.detail)}")
+        out().print(f"  backend: {escape(report.backend.detail)}")
     if report.inputs:
         inputs = report.inputs
-        out.print(
+        out().print(
             f"  inputs:  seed {inputs.seed}, {inputs.seq_len} steps, batch {inputs.batch}"
             + (f", lengths {inputs.lengths}" if inputs.lengths else "")
             + (", non-zero h0 and c0" if report.spec and report.spec.mode == LSTM else ", non-zero h0")
@@ -424,16 +447,16 @@ def verification(report: Report, as_json: bool, quiet: bool, verbose: bool) -> N
             f"{tol.atol:g} + {tol.rtol:g} x |source|",
             "[green]yes[/]" if comparison.match else "[red]no[/]",
         )
-    out.print(table)
+    out().print(table)
     if legend:
-        out.print(legend)
+        out().print(legend)
     for finding in (report.layout_findings or [])[: None if verbose else 5]:
-        out.print(f"  layout: {escape(json.dumps(dump(finding)))}")
+        out().print(f"  layout: {escape(json.dumps(dump(finding)))}")
     if report.relayout:
-        out.print(f"  wrote the blob in cuDNN's layout to {escape(report.relayout)}")
+        out().print(f"  wrote the blob in cuDNN's layout to {escape(report.relayout)}")
     if verbose:
-        out.print("  versions: " + ", ".join(f"{k} {v}" for k, v in report.versions.items()))
-    out.print(verdict)
+        out().print("  versions: " + ", ".join(f"{k} {v}" for k, v in report.versions.items()))
+    out().print(verdict)
 
 
 @shown
@@ -443,7 +466,7 @@ def doctor(report: dict[str, Any], as_json: bool, quiet: bool, verbose: bool) ->
         return
     if quiet:
         return
-    out.print(f"rnnconv {report['rnnconv']} on Python {report['python']}")
+    out().print(f"rnnconv {report['rnnconv']} on Python {report['python']}")
     table = _table(title="what verify can use here")
     for column in ("part", "available", "detail"):
         table.add_column(column, overflow="fold")
@@ -454,9 +477,9 @@ def doctor(report: dict[str, Any], as_json: bool, quiet: bool, verbose: bool) ->
             )
     for name, value in report["torch_cuda"].items():
         table.add_row(f"torch {name}", "", escape(str(value)))
-    out.print(table)
+    out().print(table)
     shown = report["packages"].items() if verbose else [(k, v) for k, v in report["packages"].items() if v]
-    out.print("packages: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in shown))
+    out().print("packages: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in shown))
 
 
 @shown
@@ -469,7 +492,7 @@ def battery(report: dict[str, Any], output: Any, as_json: bool, quiet: bool) -> 
             if report["all_match"]
             else "some configurations DIFFER from rnnconv's layout table (see the JSON)"
         )
-        out.print(f"{verdict}; wrote {escape(str(output))}")
+        out().print(f"{verdict}; wrote {escape(str(output))}")
 
 
 class Terminated(BaseException):
@@ -516,7 +539,7 @@ def guarded(run: Callable[..., int | None], values: dict[str, Any], command: str
 def failed(code: int, told: str, as_json: bool, command: str | None = None, plain: bool = False) -> int:
     """A failure shown: its sentence on stderr, and with --json the error document on stdout."""
     shown = escape(sentence(told))
-    err.print(shown if plain else f"[bold red]{failure_label(code)}:[/] {shown}")
+    err().print(shown if plain else f"[bold red]{failure_label(code)}:[/] {shown}")
     if as_json:
         print_json(ErrorDocument(error=sentence(told), exit_code=code, command=command))
     return code
@@ -524,15 +547,15 @@ def failed(code: int, told: str, as_json: bool, command: str | None = None, plai
 
 def stage_printer(enabled: bool) -> Callable[[str], None] | None:
     """A line on stderr for each stage of a long command, on a terminal only: a log or a pipe gets none."""
-    if not (enabled and err.is_terminal):
+    if not (enabled and err().is_terminal):
         return None
-    return lambda text: err.print(f"[dim]{escape(text)}...[/]")
+    return lambda text: err().print(f"[dim]{escape(text)}...[/]")
 
 
 @contextlib.contextmanager
 def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
     """A progress callback (bytes written, total) that shows a bar on a terminal for large weight spaces."""
-    if not (enabled and err.is_terminal):
+    if not (enabled and err().is_terminal):
         yield None
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
@@ -543,7 +566,7 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
         DownloadColumn(),
         TransferSpeedColumn(),
         TimeRemainingColumn(),
-        console=err,
+        console=err(),
         transient=True,
     )
     task = None

@@ -1,7 +1,7 @@
 """What `rnnconv --help`, `--version`, every command's `--help` and the shell's completion of a command import:
 typer and the table's data, never numpy, pydantic or a framework. Their speed is measured by bench/help_speed.py;
 what is held here is why they are fast, which does not depend on the machine. And what a conversion imports: the
-modules of its two formats, of every other format only what tells its files apart (its `format` and `wire`).
+modules of its two formats, of every other format only what tells its files apart (its `wire`).
 
 Completing a command's options is the exception: typer (0.2x) coerces every option's default through pydantic
 while it finds the command, so pydantic comes with it (and the package metadata it reads), but still no numpy and
@@ -72,6 +72,12 @@ print(" ".join(sorted(sys.modules)))
 """
 # The libraries one format's files need, which a conversion between two others must not import.
 FORMAT_LIBRARIES = {"keras": "h5py", "onnx": "onnx", "openvino": "xml.sax", "tf1": "google_crc32c"}
+# rnnconv's modules that several formats' verbs are built on, and those formats.
+SHARED_MODULES = {
+    "_graph": {"mlx", "ncnn", "onnx", "openvino", "tflite", "tfjs"},
+    "_jax": {"equinox", "flax", "flax_nnx"},
+    "_msgpack": {"equinox", "flax", "flax_nnx"},
+}
 
 
 @pytest.mark.parametrize(
@@ -83,9 +89,10 @@ FORMAT_LIBRARIES = {"keras": "h5py", "onnx": "onnx", "openvino": "xml.sax", "tf1
     ],
 )
 def test_a_conversion_imports_only_its_two_formats(source, output, formats, tmp_path):
-    """Every format is sniffed (detection goes by content), so each one's `format` module is imported; its reader,
-    writer and runner (and the libraries they need: the IR writer's XML quoting alone imported ssl) only when it is
-    the conversion's source or target."""
+    """With -q nothing is drawn, so rich is not imported. Every format may be sniffed (detection goes by content),
+    so its `wire` module (where its `sniff` is) may be imported; its `format` module, reader, writer and runner (and
+    the libraries they need: the IR writer's XML quoting alone imported ssl) and the modules its verbs are built on
+    only when it is the conversion's source or target."""
     if source == "blob.bin":
         assert run_cli("convert", FIXTURES / "torch" / "rnn_tanh.pt", tmp_path / source, "-q").returncode == 0
     path = tmp_path / source if source == "blob.bin" else FIXTURES / source
@@ -106,8 +113,28 @@ def test_a_conversion_imports_only_its_two_formats(source, output, formats, tmp_
         and not name.split(".")[2].startswith("_")
         and name.split(".")[2] not in formats
         and name.count(".") == 3
-        and name.split(".")[3] not in ("format", "wire")
+        and name.split(".")[3] != "wire"
     ]
     assert not others, f"converting {source} to {output} imported {sorted(others)}"
+    shared = [
+        name for name, users in SHARED_MODULES.items() if f"rnnconv.formats.{name}" in imported and not users & formats
+    ]
+    assert not shared, f"converting {source} to {output} imported rnnconv.formats.{shared[0]}"
     libraries = {library for fmt, library in FORMAT_LIBRARIES.items() if fmt not in formats} & imported
     assert not libraries, f"converting {source} to {output} imported {sorted(libraries)}"
+    assert "rich" not in imported, f"converting {source} to {output} with -q (nothing shown) imported rich"
+
+
+def test_a_command_is_made_when_it_is_named():
+    """typer makes every registered command's click command for any one; rnnconv's group makes none until it is
+    named (a conversion makes its own), and --help makes the listed ones, in their order, and no hidden one."""
+    from typer.main import get_command
+
+    from rnnconv.cli import app
+
+    group = get_command(app)
+    assert not group.by_name.made
+    assert group.commands["torch-to-cudnn"].name == "torch-to-cudnn"
+    assert list(group.by_name.made) == ["torch-to-cudnn"]
+    listed = group.list_commands(None)
+    assert listed[:2] == ["keras-to-cudnn", "torch-to-cudnn"] and "convert" in listed and "onnx-to-keras" not in listed

@@ -328,11 +328,6 @@ def inspect_tree(path: Path, rnns: list[TreeRNN], kind: str, convert: Callable[.
     return InspectReport(path=str(path), format=kind, rnns=entries)
 
 
-def is_map(head: bytes) -> bool:
-    """Whether bytes begin a msgpack map of 1 to 15 entries (fixmap), as a Flax tree of an RNN does."""
-    return len(head) > 2 and 0x81 <= head[0] <= 0x8F
-
-
 class TreeFormat(registry.Format):
     """The verbs of a JAX library's file that holds a tree of params (Flax linen's variables, nnx's pure dict): its
     RNNs found where they are in the tree and picked by their path, read, inspected, and run in the library on

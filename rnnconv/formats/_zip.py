@@ -11,7 +11,7 @@ import zlib
 from pathlib import Path
 
 from rnnconv.errors import BadInput, first_line
-from rnnconv.formats.registry import ZIP_MAGIC
+from rnnconv.formats.probe import ZIP_MAGIC
 from rnnconv.safeio.digests import checksum_guard
 from rnnconv.safeio.inputs import Guard
 

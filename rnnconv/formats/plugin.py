@@ -75,9 +75,10 @@ class EngineInfo:
 class Plugin:
     """One format package's facts."""
 
-    package: str  # the package's module name (its `__name__`): the registry imports its `format` module
+    package: str  # the package's module name (its `__name__`): the registry imports its `wire` (to sniff) and `format`
     info: FormatInfo
     listed: int  # where `--help` lists the format among the others
+    sniff_order: int = 50  # where its `wire.sniff` is asked (lower first): a specific format before a general one
     runtimes: tuple[Runtime, ...] = ()  # what runs its files as a source (`Format.run`), for `doctor`
     engine: EngineInfo | None = None  # what runs its files and blobs by default (verify --backend auto)
     more_engines: tuple[EngineInfo, ...] = ()  # other runtimes that run them when asked (verify --backend NAME)

@@ -7,9 +7,10 @@ inspection, verify and the CLI only ask the registry; none of them branches on
 a format. Asking for something no format offers fails with the exact key
 ("no writer for format 'onnx'"), never by falling through to another format.
 
-The verbs (see `Format`): `sniff` (is this file mine?), `read` (the RNNs in it,
-canonical and lazy), `write`, `inspect`, `resolve` + `run` (run the source in its
-own framework, for verify; only formats with a framework have them).
+Whether a file is of a format (`sniff`) is the format's `wire.sniff`, which the registry asks in each plugin's
+`sniff_order` without importing the format's `format` module: a conversion imports the modules of its two formats
+only. The verbs (see `Format`): `read` (the RNNs in it, canonical and lazy), `write`, `inspect`, `resolve` + `run`
+(run the source in its own framework, for verify; only formats with a framework have them).
 """
 
 from __future__ import annotations
@@ -20,14 +21,11 @@ import functools
 import importlib
 import json
 import os
-import struct
 import tempfile
-import zipfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -52,8 +50,10 @@ from rnnconv.errors import (
 from rnnconv.formats import catalog
 from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
 from rnnconv.formats.plugin import version as installed_version
+from rnnconv.formats.probe import Probe
+from rnnconv.formats.probe import Unrecognized as Unrecognized  # noqa: PLC0414
 from rnnconv.safeio.digests import SourcePass
-from rnnconv.safeio.inputs import regular_file, unguarded
+from rnnconv.safeio.inputs import unguarded
 
 # What a format's read and write are given, exported here, where the formats take their verbs from.
 from rnnconv.settings import Progress as Progress  # noqa: PLC0414
@@ -62,10 +62,6 @@ from rnnconv.settings import WriteOptions as WriteOptions  # noqa: PLC0414
 from rnnconv.table.apply import row_for_mode
 from rnnconv.table.rows import ADAPTER_FORMATS, Row
 from rnnconv.table.writing import arrays_in_source, rounded_sums
-
-HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-ZIP_MAGIC = b"PK\x03\x04"
-SAFETENSORS_HEADER_LIMIT = 100 * 1024 * 1024
 
 
 @dataclass
@@ -133,55 +129,6 @@ class Loss:
 
     term: str
     nearest: Callable[[CanonicalRNN], CanonicalRNN] | None = None
-
-
-class Unrecognized(BadInput):
-    """A readable file that none of the formats recognises (or too damaged to tell)."""
-
-
-class Probe:
-    """A source file, looked at once: its first bytes, and (when asked) its zip listing or safetensors header."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.size = regular_file(path)
-        try:
-            with open(path, "rb") as f:
-                self.head = f.read(32)
-        except OSError as exc:
-            raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-
-    @cached_property
-    def zip_names(self) -> list[str] | None:
-        """The member names of a zip archive, or None when the file is no zip."""
-        if not self.head.startswith(ZIP_MAGIC):
-            return None
-        try:
-            with zipfile.ZipFile(self.path) as archive:
-                return archive.namelist()
-        except (zipfile.BadZipFile, OSError, UnicodeDecodeError, ValueError, NotImplementedError, EOFError):
-            raise Unrecognized(
-                f"{self.path} looks like a zip archive but cannot be read (truncated or corrupt)"
-            ) from None
-
-    @cached_property
-    def safetensors_metadata(self) -> dict[str, Any] | None:
-        """The `__metadata__` of a safetensors file ({} when it has none), or None when the file is no safetensors."""
-        if len(self.head) < 9 or self.head[8:9] != b"{":
-            return None
-        (length,) = struct.unpack("<Q", self.head[:8])
-        if length > min(self.size - 8, SAFETENSORS_HEADER_LIMIT):
-            return None
-        with open(self.path, "rb") as f:
-            f.seek(8)
-            try:
-                header = json.loads(f.read(length))
-            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-                return None
-        if not isinstance(header, dict):
-            return None
-        meta = header.get("__metadata__", {})
-        return meta if isinstance(meta, dict) else {}
 
 
 class Engine(Protocol):
@@ -346,7 +293,6 @@ class Format(ABC):
     verbs it offers."""
 
     plugin: ClassVar[Plugin]
-    sniff_order: ClassVar[int] = 50  # lower sniffs first: a specific format before a general one
 
     @property
     def info(self) -> FormatInfo:
@@ -381,10 +327,6 @@ class Format(ABC):
     def title(self) -> str:
         return self.info.title
 
-    @abstractmethod
-    def sniff(self, probe: Probe) -> bool:
-        """Whether the file is of this format (from its content, not its name)."""
-
     def named(self, path: Path) -> int:
         """How much of a file's name says it is of this format: the length of the longest ending its files have
         (0: none). Detection goes by content; this tells what a file none recognises was meant to be."""
@@ -395,6 +337,11 @@ class Format(ABC):
     def locate(self, path: Path) -> Path | None:
         """The file of this format that a name which is no file stands for (a TF checkpoint's prefix), or None."""
         return None
+
+    def claims(self, probe: Probe) -> bool:
+        """Whether a file its `wire.sniff` says may be of it is of it: where the first bytes leave that open (MLX's
+        safetensors, told from PyTorch's by their parameter names), its reader looks."""
+        return True
 
     @abstractmethod
     def read(self, path: Path, options: ReadOptions) -> contextlib.AbstractContextManager[Source]:
@@ -589,12 +536,30 @@ def register(cls: type[Format]) -> type[Format]:
     return cls
 
 
+def _loaded(plugin: Plugin) -> Format:
+    """The format of a plugin, its package's `format` module imported (once: it registers the format)."""
+    importlib.import_module(f"{plugin.package}.format")
+    return _REGISTRY[plugin.info.name]
+
+
 @functools.cache
 def _load() -> dict[str, Format]:
     """Every format package's `format` module, imported once (each registers its format)."""
     for plugin in catalog.plugins():
-        importlib.import_module(f"{plugin.package}.format")
+        _loaded(plugin)
     return _REGISTRY
+
+
+def sniffed(probe: Probe, but: str | None = None) -> Format | None:
+    """The first format, in sniffing order, whose `wire.sniff` says the file may be of it and which `claims` it (`but`
+    that one: None where none): only that format's `format` module is imported."""
+    for plugin in sorted(catalog.plugins(), key=lambda p: (p.sniff_order, p.info.name)):
+        if plugin.info.name == but or not importlib.import_module(f"{plugin.package}.wire").sniff(probe):
+            continue
+        fmt = _loaded(plugin)
+        if fmt.claims(probe):
+            return fmt
+    return None
 
 
 def engine(name: str) -> Engine | None:
@@ -604,25 +569,25 @@ def engine(name: str) -> Engine | None:
 
 def formats() -> list[Format]:
     """Every registered format, in sniffing order."""
-    return sorted(_load().values(), key=lambda f: (f.sniff_order, f.name))
+    return sorted(_load().values(), key=lambda f: (f.plugin.sniff_order, f.name))
 
 
 def get(name: str) -> Format:
-    registry = _load()
-    if name not in registry:
+    plugin = next((p for p in catalog.plugins() if p.info.name == name), None)
+    if plugin is None:
         raise Unsupported(
-            f"no reader or writer for format {name!r} (rnnconv converts {', '.join(registry)}"
+            f"no reader or writer for format {name!r} (rnnconv converts {', '.join(catalog.FORMAT_INFO)}"
             f"; `rnnconv explain {name}` shows the table's rows for it, if any)"
         )
-    return registry[name]
+    return _loaded(plugin)
 
 
 def for_kind(kind: str) -> Format:
     """The format a file kind (as recorded in provenance) belongs to."""
-    _load()
-    if kind not in _KINDS:
+    plugin = next((p for p in catalog.plugins() if kind in p.info.kinds), None)
+    if plugin is None:
         raise Unsupported(f"no format reads files of kind {kind!r}")
-    return _KINDS[kind]
+    return _loaded(plugin)
 
 
 def source_file(path: Path) -> Path:
@@ -643,9 +608,9 @@ def detect(path: Path) -> Format:
     """The format of a file, from its content; one that none recognises is explained by the readers of the formats
     its name says (a damaged file of a known kind), else compared with a few formats."""
     probe = Probe(path)
-    for fmt in formats():
-        if fmt.sniff(probe):
-            return fmt
+    found = sniffed(probe)
+    if found is not None:
+        return found
     named = named_by(path)
     if named:
         return _read_as_named(path, named, probe.size)
@@ -697,11 +662,12 @@ def for_output(path: Path, to: str | None = None) -> Format:
         if not path.name.endswith(fmt.info.write_suffixes):
             raise BadInput(f"output {path} must end in {either(fmt.info.write_suffixes)} for {fmt.title}")
         return fmt
-    matches = [(len(suffix), fmt) for fmt in formats() for suffix in fmt.info.default_for if path.name.endswith(suffix)]
+    infos = [p.info for p in sorted(catalog.plugins(), key=lambda p: (p.sniff_order, p.info.name))]
+    matches = [(len(suffix), info) for info in infos for suffix in info.default_for if path.name.endswith(suffix)]
     if not matches:
-        names = "; ".join(f"{either(f.info.default_for)} ({f.title})" for f in formats() if f.info.default_for)
+        names = "; ".join(f"{either(info.default_for)} ({info.title})" for info in infos if info.default_for)
         raise BadInput(f"cannot tell what to write from the name {path}: use {names}, or say --to")
-    return max(matches, key=lambda m: m[0])[1]
+    return get(max(matches, key=lambda m: m[0])[1].name)
 
 
 class Named(Protocol):

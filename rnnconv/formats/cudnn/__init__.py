@@ -36,4 +36,5 @@ PLUGIN = Plugin(
         examples=("weights.raw --mode lstm --input-size 80 --hidden-size 512 --num-layers 2 --bidirectional",),
     ),
     listed=30,
+    sniff_order=10,  # a blob with a sidecar may hold any bytes; rnnconv's safetensors before PyTorch's
 )

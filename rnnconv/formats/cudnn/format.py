@@ -11,8 +11,8 @@ from rnnconv.contracts import InspectEntry, InspectReport
 from rnnconv.dtypes import element_type
 from rnnconv.errors import BadInput, listing
 from rnnconv.formats.cudnn import PLUGIN
-from rnnconv.formats.cudnn.wire import is_rnnconv_safetensors, sidecar_path
-from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
+from rnnconv.formats.cudnn.wire import sidecar_path
+from rnnconv.formats.registry import Format, ReadOptions, Source, WriteOptions, Written, register
 from rnnconv.weightspace import weight_space_elements
 
 if TYPE_CHECKING:
@@ -22,10 +22,6 @@ if TYPE_CHECKING:
 @register
 class CudnnFormat(Format):
     plugin = PLUGIN
-    sniff_order = 10  # a blob with a sidecar may hold any bytes; rnnconv's safetensors before PyTorch's
-
-    def sniff(self, probe: Probe) -> bool:
-        return sidecar_path(probe.path).exists() or is_rnnconv_safetensors(probe)
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:

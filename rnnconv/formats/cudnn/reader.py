@@ -17,7 +17,7 @@ from rnnconv.dtypes import ElementType, decode, element_type
 from rnnconv.errors import BadInput, listing, no_such_rnn
 from rnnconv.formats import _safetensors, registry
 from rnnconv.formats.cudnn.wire import is_rnnconv_safetensors, sidecar_path
-from rnnconv.formats.registry import Probe
+from rnnconv.formats.probe import Probe
 from rnnconv.safeio.inputs import JSON_LIMIT, FileArray, json_document, open_source, regular_file
 from rnnconv.safeio.outputs import SIDECAR_SUFFIX
 from rnnconv.table.constants import Kind
@@ -220,7 +220,7 @@ def open_blobs(path: Path, raw_spec: RNNSpec | None = None) -> list[Blob]:
         return open_safetensors(path)
     if sidecar_path(path).exists():
         return [open_bin(path)]
-    other = next((fmt for fmt in registry.formats() if fmt.name != "cudnn" and fmt.sniff(probe)), None)
+    other = registry.sniffed(probe, but="cudnn")
     if other is not None:  # e.g. a PyTorch checkpoint named pytorch_model.bin
         raise BadInput(
             f"{path} holds {other.title} weights, not a cuDNN blob; convert it first "

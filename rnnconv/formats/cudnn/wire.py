@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rnnconv.contracts import SIDECAR_FORMAT
-from rnnconv.formats.registry import Probe
 from rnnconv.safeio.outputs import SIDECAR_SUFFIX
+
+if TYPE_CHECKING:
+    from rnnconv.formats.probe import Probe
 
 
 def sidecar_path(blob: Path) -> Path:
@@ -17,3 +20,8 @@ def sidecar_path(blob: Path) -> Path:
 def is_rnnconv_safetensors(probe: Probe) -> bool:
     meta = probe.safetensors_metadata
     return meta is not None and meta.get("format") == SIDECAR_FORMAT
+
+
+def sniff(probe: Probe) -> bool:
+    """A blob with its sidecar beside it (any bytes), or rnnconv's own `.safetensors`."""
+    return sidecar_path(probe.path).exists() or is_rnnconv_safetensors(probe)

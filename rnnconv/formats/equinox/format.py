@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING
 from rnnconv.contracts import InspectReport, Provenance
 from rnnconv.errors import BadInput
 from rnnconv.formats import _jax, registry
-from rnnconv.formats._npy import NPY_MAGIC
 from rnnconv.formats.equinox import PLUGIN
 from rnnconv.formats.equinox.wire import KIND
-from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, WriteOptions, Written, register
+from rnnconv.formats.registry import Format, ReadOptions, Source, WriteOptions, Written, register
 
 if TYPE_CHECKING:
     import numpy as np
@@ -25,9 +24,6 @@ if TYPE_CHECKING:
 @register
 class EquinoxFormat(Format):
     plugin = PLUGIN
-
-    def sniff(self, probe: Probe) -> bool:
-        return probe.head.startswith(NPY_MAGIC)
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:

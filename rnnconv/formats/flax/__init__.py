@@ -41,6 +41,7 @@ PLUGIN = Plugin(
         extra="flax",
     ),
     listed=70,
+    sniff_order=45,  # a msgpack map with a params collection; before flax-nnx, whose trees have none
     runtimes=(Runtime("flax", (("jax", "jax"), ("flax", "flax")), "Flax linen modules on the file's variables"),),
     engine=EngineInfo(
         "flax",

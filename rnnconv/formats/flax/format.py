@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from rnnconv.formats import _jax, registry
 from rnnconv.formats.flax import PLUGIN
-from rnnconv.formats.flax.wire import FLAX_PARAMS, KIND
-from rnnconv.formats.registry import Probe, WriteOptions, Written, register
+from rnnconv.formats.flax.wire import KIND
+from rnnconv.formats.registry import WriteOptions, Written, register
 
 if TYPE_CHECKING:
     from rnnconv.canonical import CanonicalRNN
@@ -18,15 +18,9 @@ if TYPE_CHECKING:
 @register
 class FlaxFormat(_jax.TreeFormat):
     plugin = PLUGIN
-    sniff_order = 45  # a msgpack map with a params collection; before flax-nnx, whose trees have none
     kind = KIND
     cells = "Flax RNN cell"
     module = "nn.RNN(nn.{cell})"
-
-    def sniff(self, probe: Probe) -> bool:
-        """A msgpack map whose first key is "params" (what to_bytes writes for a linen module's variables)."""
-        key = FLAX_PARAMS.encode()
-        return _jax.is_map(probe.head) and probe.head[1:].startswith(bytes([0xA0 | len(key)]) + key)
 
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         return _jax.projection_losses(rnn, self.title)

@@ -37,6 +37,7 @@ PLUGIN = Plugin(
         extra="flax",
     ),
     listed=80,
+    sniff_order=46,  # any other msgpack map named .msgpack: after Flax linen's variables
     runtimes=(Runtime("flax_nnx", (("jax", "jax"), ("flax", "flax")), "flax.nnx modules on the file's params"),),
     engine=EngineInfo(
         "flax-nnx",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from rnnconv.formats import _jax, registry
 from rnnconv.formats.flax_nnx import PLUGIN
 from rnnconv.formats.flax_nnx.wire import KIND
-from rnnconv.formats.registry import Probe, WriteOptions, Written, register
+from rnnconv.formats.registry import WriteOptions, Written, register
 
 if TYPE_CHECKING:
     from rnnconv.canonical import CanonicalRNN
@@ -18,13 +18,9 @@ if TYPE_CHECKING:
 @register
 class FlaxNnxFormat(_jax.TreeFormat):
     plugin = PLUGIN
-    sniff_order = 46  # any other msgpack map named .msgpack: after Flax linen's variables
     kind = KIND
     cells = "flax.nnx RNN cell"
     module = "nnx.RNN(nnx.{cell})"
-
-    def sniff(self, probe: Probe) -> bool:
-        return _jax.is_map(probe.head) and probe.path.name.endswith(self.info.read_suffixes)
 
     def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
         from rnnconv.formats.flax_nnx.writer import losses

@@ -4,9 +4,13 @@ class of each cell family rnnconv writes.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
+from rnnconv.formats.flax_nnx import PLUGIN
 from rnnconv.table.constants import FLAX_NNX_LSTM, FLAX_NNX_OPTIMIZED_LSTM, FLAX_NNX_STACKED, GRU, LSTM, RNN
+
+if TYPE_CHECKING:
+    from rnnconv.formats.probe import Probe
 
 FLAX_NNX_LAYERS: Final = "layers"  # nnx.Sequential's layers attribute: a dict of layers by number
 FLAX_NNX_CELLS: Final[dict[str, dict[str, tuple[str, ...]]]] = {  # class -> role -> params
@@ -17,3 +21,10 @@ FLAX_NNX_CELLS: Final[dict[str, dict[str, tuple[str, ...]]]] = {  # class -> rol
 }
 FLAX_NNX_CLASSES: Final[dict[str, str]] = {LSTM: "LSTMCell", GRU: "GRUCell", RNN: "SimpleCell"}  # what is written
 KIND: Final = "flax-nnx-msgpack"  # the file kind a source records
+
+
+def sniff(probe: Probe) -> bool:
+    """Any other msgpack map named as nnx's files are (after Flax linen's variables)."""
+    from rnnconv.formats.probe import is_msgpack_map
+
+    return is_msgpack_map(probe.head) and probe.path.name.endswith(PLUGIN.info.read_suffixes)

@@ -13,10 +13,9 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec, stack
 from rnnconv.contracts import InspectReport, Provenance
 from rnnconv.formats.keras import PLUGIN
+from rnnconv.formats.probe import HDF5_MAGIC
 from rnnconv.formats.registry import (
-    HDF5_MAGIC,
     Format,
-    Probe,
     ReadOptions,
     Source,
     WriteOptions,
@@ -42,12 +41,6 @@ def _name(layer: KerasLayer) -> str:
 @register
 class KerasFormat(Format):
     plugin = PLUGIN
-
-    def sniff(self, probe: Probe) -> bool:
-        if probe.head.startswith(HDF5_MAGIC):
-            return True
-        names = probe.zip_names
-        return names is not None and "config.json" in names
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:

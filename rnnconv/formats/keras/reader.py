@@ -46,7 +46,8 @@ from rnnconv.formats.keras.hdf5 import (
     walk_structure,
 )
 from rnnconv.formats.keras.wire import KERAS_DIRECTION_GROUPS
-from rnnconv.formats.registry import HDF5_MAGIC, SOURCE_KEY, ZIP_MAGIC, read_source_records
+from rnnconv.formats.probe import HDF5_MAGIC, ZIP_MAGIC
+from rnnconv.formats.registry import SOURCE_KEY, read_source_records
 from rnnconv.safeio.inputs import Guard, add_guard, json_document, pin, regular_file, within
 from rnnconv.table.apply import find_row, keras_era, rows_for, stored_shapes
 from rnnconv.table.constants import KERAS_VARIABLES, MAX_SIZE, NONLINEARITY_KEY

@@ -4,7 +4,10 @@ wrappers, the names recurrent layers have, and Bidirectional's groups and sub-la
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from rnnconv.formats.probe import Probe
 
 # The Keras layer arguments that initialize each variable (in the same order).
 KERAS_INITIALIZERS: Final = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
@@ -17,3 +20,13 @@ KERAS_RECURRENT_NAMES: Final = r"LSTM|GRU|RNN"
 # Bidirectional's sub-layer groups in a Keras 3 weights file, forward first.
 KERAS_DIRECTION_GROUPS: Final = ("forward_layer", "backward_layer")
 KERAS_DIRECTION_PREFIXES: Final = ("forward", "backward")  # and the names of its sub-layers: forward_{name}
+
+
+def sniff(probe: Probe) -> bool:
+    """An HDF5 file (.h5), or a zip archive with a config.json (.keras)."""
+    from rnnconv.formats.probe import HDF5_MAGIC
+
+    if probe.head.startswith(HDF5_MAGIC):
+        return True
+    names = probe.zip_names
+    return names is not None and "config.json" in names

@@ -42,6 +42,7 @@ PLUGIN = Plugin(
         extra="mlx",
     ),
     listed=110,
+    sniff_order=30,  # a safetensors of MLX's parameter names: after rnnconv's own, before PyTorch's state_dicts
     runtimes=(Runtime("mlx", (("mlx", "mlx.core"),), "MLX files' own modules"),),
     engine=EngineInfo(
         "mlx", ".mlx.safetensors", "MLX (CPU) running the blob as mlx.nn modules, float32", (("mlx", "mlx.core"),), 70

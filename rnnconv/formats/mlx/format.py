@@ -9,8 +9,8 @@ from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line
 from rnnconv.formats import registry
 from rnnconv.formats._graph import GraphFormat
 from rnnconv.formats.mlx import PLUGIN
-from rnnconv.formats.mlx.wire import MLX_CLASSES, NPY, WRITABLE
-from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
+from rnnconv.formats.mlx.wire import MLX_CLASSES, WRITABLE
+from rnnconv.formats.registry import ReadOptions, WriteOptions, Written, register
 from rnnconv.table.constants import LSTM
 
 if TYPE_CHECKING:
@@ -20,22 +20,17 @@ if TYPE_CHECKING:
     from rnnconv.contracts import Provenance
     from rnnconv.formats._graph import Chain
     from rnnconv.formats.mlx.reader import MlxFile, Module
+    from rnnconv.formats.probe import Probe
 
 
 @register
 class MlxFormat(GraphFormat["MlxFile", "Module"]):
     plugin = PLUGIN
-    sniff_order = 30  # a safetensors of MLX's parameter names: after rnnconv's own, before PyTorch's state_dicts
 
-    def sniff(self, probe: Probe) -> bool:
-        names = probe.zip_names
-        npz = names is not None and bool(names) and all(n.endswith(NPY) for n in names)
-        if probe.safetensors_metadata is None and not npz:
-            return False
-        from rnnconv.formats.mlx.reader import MlxFile
-
+    def claims(self, probe: Probe) -> bool:
+        """A safetensors or .npz whose parameter names are those of MLX's RNN modules (any others: PyTorch's, ...)."""
         try:
-            file = MlxFile.load(probe.path)
+            file = self.load(probe.path)
         except RnnconvError:
             return False
         return bool(file.layers)

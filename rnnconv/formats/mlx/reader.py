@@ -22,7 +22,7 @@ from rnnconv.formats._graph import Chain, Graph
 from rnnconv.formats._npy import npy_header
 from rnnconv.formats._zip import check_member, crc_guard, open_archive, read_member, stored_start
 from rnnconv.formats.mlx.wire import KIND, MLX_CLASSES, MLX_STACK, NPY, NPZ_KIND, SINCE, STACKED
-from rnnconv.formats.registry import ZIP_MAGIC
+from rnnconv.formats.probe import ZIP_MAGIC
 from rnnconv.safeio.inputs import FileArray, add_guard, regular_file
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import (

@@ -5,9 +5,12 @@ the first MLX version that stores matrices as (G*H, in).
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from rnnconv.table.constants import GRU, LSTM, RNN
+
+if TYPE_CHECKING:
+    from rnnconv.formats.probe import Probe
 
 MLX_CLASSES: Final[dict[str, str]] = {LSTM: "LSTM", GRU: "GRU", RNN: "RNN"}  # the mlx.nn class of each cell family
 MLX_STACK: Final = "layers"  # rnnconv's multi-layer convention: a list `layers` of one-layer modules, layers.{k}.Wx
@@ -19,3 +22,10 @@ STACKED: Final = re.compile(
 )  # layers.{k}. or, two directions, layers.{k}.{d}.
 SINCE: Final = ".".join(map(str, MLX_ROWS_SINCE[:2]))
 WRITABLE = ("float32", "float16", "bfloat16")  # MLX loads float64 weights as float32
+
+
+def sniff(probe: Probe) -> bool:
+    """A safetensors or an .npz of arrays, which may hold MLX's parameters of an RNN (`Format.claims` reads which)."""
+    names = probe.zip_names
+    npz = names is not None and bool(names) and all(n.endswith(NPY) for n in names)
+    return probe.safetensors_metadata is not None or npz

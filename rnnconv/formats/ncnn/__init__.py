@@ -41,6 +41,7 @@ PLUGIN = Plugin(
         extra="ncnn",
     ),
     listed=120,
+    sniff_order=20,  # a text file beginning with ncnn's magic number
     runtimes=(Runtime("ncnn", (("ncnn", "ncnn"),), "ncnn models' own layers"),),
     engine=EngineInfo(
         "ncnn",

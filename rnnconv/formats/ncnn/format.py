@@ -9,8 +9,8 @@ from rnnconv.errors import BadInput
 from rnnconv.formats import registry
 from rnnconv.formats._graph import GraphFormat, refuse
 from rnnconv.formats.ncnn import PLUGIN
-from rnnconv.formats.ncnn.wire import IN, NARROW_OPTIONS, NCNN_MAGIC, OUT, bin_of
-from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
+from rnnconv.formats.ncnn.wire import IN, NARROW_OPTIONS, OUT, bin_of
+from rnnconv.formats.registry import ReadOptions, WriteOptions, Written, register
 from rnnconv.table.constants import LSTM
 
 if TYPE_CHECKING:
@@ -25,11 +25,7 @@ if TYPE_CHECKING:
 @register
 class NcnnFormat(GraphFormat["NcnnFile", "Layer"]):
     plugin = PLUGIN
-    sniff_order = 20  # a text file beginning with ncnn's magic number
     layer_word = "layer"
-
-    def sniff(self, probe: Probe) -> bool:
-        return probe.head.split(b"\n", 1)[0].strip() == str(NCNN_MAGIC).encode()
 
     def load(self, path: Path, options: ReadOptions | None = None) -> NcnnFile:
         from rnnconv.formats.ncnn.reader import NcnnFile

@@ -5,9 +5,12 @@ model, and the layers whose weights the reader can size (docs/LAYOUTS.md section
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from rnnconv.table.constants import GRU, LSTM, RNN
+
+if TYPE_CHECKING:
+    from rnnconv.formats.probe import Probe
 
 NCNN_MAGIC: Final = 7767517  # the first line of a .param
 NCNN_LAYERS: Final[dict[str, str]] = {LSTM: "LSTM", GRU: "GRU", RNN: "RNN"}  # the layer type of each cell family
@@ -87,3 +90,8 @@ def sidecar_of(param: Path) -> Path:
 
 def bin_of(param: Path) -> Path:
     return param.with_suffix(".bin")
+
+
+def sniff(probe: Probe) -> bool:
+    """A text file beginning with ncnn's magic number."""
+    return probe.head.split(b"\n", 1)[0].strip() == str(NCNN_MAGIC).encode()

@@ -49,6 +49,7 @@ PLUGIN = Plugin(
         streams=("onnxruntime",),
     ),
     listed=40,
+    sniff_order=60,  # a protobuf has no magic number: after every format that has one
     runtimes=(Runtime("onnx", (("onnx", "onnx"), ("onnxruntime", "onnxruntime")), "ONNX models' own nodes"),),
     engine=EngineInfo(
         "onnxruntime",

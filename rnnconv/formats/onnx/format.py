@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rnnconv.formats import registry
 from rnnconv.formats._graph import GraphFormat, sizes_of
 from rnnconv.formats.onnx import PLUGIN
-from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
+from rnnconv.formats.registry import ReadOptions, WriteOptions, Written, register
 from rnnconv.table.constants import LSTM
 
 if TYPE_CHECKING:
@@ -27,7 +27,6 @@ PROTOBUF_FIRST_FIELD = b"\x08"  # a ModelProto begins with ir_version: field 1, 
 @register
 class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
     plugin = PLUGIN
-    sniff_order = 60  # a protobuf has no magic number: after every format that has one
     layer_word = "node"
 
     def make_engine(self, name: str | None = None) -> registry.RuntimeEngine | None:
@@ -37,9 +36,6 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
 
         info = self.engine_info(name)
         return None if info is None else MnnEngine(self, info)
-
-    def sniff(self, probe: Probe) -> bool:
-        return probe.head.startswith(PROTOBUF_FIRST_FIELD) and probe.path.suffix.lower() == ".onnx"
 
     def load(self, path: Path, options: ReadOptions | None = None) -> OnnxFile:
         from rnnconv.formats.onnx.reader import OnnxFile

@@ -4,7 +4,10 @@ between layers, onnxruntime's quantized LSTM, and the TensorProto element types 
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from rnnconv.formats.probe import Probe
 
 ONNX_OPSET: Final = 20  # what rnnconv writes: the newest TensorRT 10.0 takes, run by every onnxruntime since 1.17
 # The weight types the RNN ops of that opset take (their T; bfloat16 came in opset 22).
@@ -44,3 +47,11 @@ ONNX_QUANTIZED_INPUTS: Final = ("W_scale", "W_zero_point", "R_scale", "R_zero_po
 # The consumers whose documented limits `--profile` checks (rnnconv.formats.onnx.profile holds the limits).
 ONNX_PROFILES: Final = ("tensorrt", "mnn", "ort-web")
 ONNX_ELEMENT_TYPES: Final[dict[str, int]] = {"float32": 1, "float16": 10, "float64": 11, "bfloat16": 16}
+
+
+PROTOBUF_FIRST_FIELD: Final = b"\x08"  # a ModelProto begins with ir_version: field 1, a varint
+
+
+def sniff(probe: Probe) -> bool:
+    """A protobuf (no magic number) named .onnx."""
+    return probe.head.startswith(PROTOBUF_FIRST_FIELD) and probe.path.suffix.lower() == ".onnx"

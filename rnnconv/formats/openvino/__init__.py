@@ -44,6 +44,7 @@ PLUGIN = Plugin(
         extra="openvino",
     ),
     listed=60,
+    sniff_order=40,
     runtimes=(Runtime("openvino", (("openvino", "openvino"),), "OpenVINO IRs' own graphs"),),
     engine=EngineInfo(
         "openvino", ".xml", "OpenVINO's CPU plugin running the blob as an IR, float32", (("openvino", "openvino"),), 20

@@ -20,7 +20,7 @@ from rnnconv.formats.openvino.wire import (
     SEQUENCE_OPS,
     WRITES,
 )
-from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
+from rnnconv.formats.registry import ReadOptions, WriteOptions, Written, register
 from rnnconv.safeio.inputs import reading
 from rnnconv.table.constants import INPUT_MATRIX, LSTM
 
@@ -36,17 +36,7 @@ if TYPE_CHECKING:
 @register
 class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
     plugin = PLUGIN
-    sniff_order = 40
     layer_word = "op"
-
-    def sniff(self, probe: Probe) -> bool:
-        if probe.path.suffix.lower() != ".xml" or not probe.head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
-            return False
-        from rnnconv.formats.openvino.reader import NET, SNIFF_BYTES
-
-        with open(probe.path, "rb") as f:
-            head = f.read(SNIFF_BYTES)
-        return NET.search(head) is not None
 
     def load(self, path: Path, options: ReadOptions | None = None) -> IRFile:
         from rnnconv.formats.openvino.reader import IRFile

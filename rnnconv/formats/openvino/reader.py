@@ -59,12 +59,10 @@ from rnnconv.table.constants import CUDNN_MODES, INPUT_MATRIX
 from rnnconv.table.reading import Found, StoredCell, read, settle
 
 XML_LIMIT = 64 << 20  # bytes of XML: far more than any graph of RNN layers needs
-SNIFF_BYTES = 4096
 MAX_LAYERS_IN_GRAPH = 200_000  # layers of an IR, at most (a hostile file cannot make the reader walk more)
 MAX_DIMS = 16
 MAX_HIDDEN = 1 << 20
 MAX_GLUE = 6  # ops between two layers of one RNN, at most
-NET = re.compile(rb"<net\b[^>]*\bversion\s*=\s*[\"'](\d+)[\"']")
 
 
 class _Refused(Exception):

@@ -5,11 +5,15 @@ weight ports, the names of the graph rnnconv writes, element types and precision
 
 from __future__ import annotations
 
-from typing import Final
+import re
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
 from rnnconv.dtypes import element_type
+
+if TYPE_CHECKING:
+    from rnnconv.formats.probe import Probe
 
 OPENVINO_IR_VERSION: Final = "11"  # what rnnconv writes (<net version="11">)
 OPENVINO_IR_VERSIONS: Final = ("10", "11")  # what it reads: v10 and v11 name layers, Consts and edges alike
@@ -65,3 +69,15 @@ INDEX_TYPE: Final = next(iter(OPENVINO_INTEGERS))  # i32: sequence_lens
 SHAPE_TYPE: Final = list(OPENVINO_INTEGERS)[-1]  # i64: perms, shapes, axes
 COMPUTE_TYPE: Final = OPENVINO_ELEMENT_TYPES["float32"]  # what the graph computes in
 WRITES = ("float32", "float16", "bfloat16")  # float16 and bfloat16 weights are decompressed to float32
+
+SNIFF_BYTES: Final = 4096  # how much of an .xml is looked at for an IR's <net version=...>
+NET: Final = re.compile(rb"<net\b[^>]*\bversion\s*=\s*[\"'](\d+)[\"']")
+
+
+def sniff(probe: Probe) -> bool:
+    """An XML file named .xml whose first bytes hold an IR's <net version=...>."""
+    if probe.path.suffix.lower() != ".xml" or not probe.head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
+        return False
+    with open(probe.path, "rb") as f:
+        head = f.read(SNIFF_BYTES)
+    return NET.search(head) is not None

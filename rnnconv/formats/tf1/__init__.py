@@ -44,6 +44,7 @@ PLUGIN = Plugin(
         extra="keras",
     ),
     listed=100,
+    sniff_order=55,  # a checkpoint's index has no magic number at its start: after the formats that do
     runtimes=(Runtime("tf1", (("tensorflow", "tensorflow"),), "TF1 checkpoints' weights in TensorFlow's cells"),),
     frameworks=("tensorflow",),
 )

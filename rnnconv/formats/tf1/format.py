@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.errors import BadInput
-from rnnconv.formats.registry import Format, Probe, ReadOptions, Source, inspect_entry, read_chosen, register
+from rnnconv.formats.registry import Format, ReadOptions, Source, inspect_entry, read_chosen, register
 from rnnconv.formats.tf1 import PLUGIN
 from rnnconv.formats.tf1.wire import KIND
 
@@ -25,23 +25,6 @@ if TYPE_CHECKING:
 @register
 class TF1Format(Format):
     plugin = PLUGIN
-    sniff_order = 55  # a checkpoint's index has no magic number at its start: after the formats that do
-
-    def sniff(self, probe: Probe) -> bool:
-        from rnnconv.formats.tf1.tensor_bundle import DATA_SHARD, FOOTER_BYTES, INDEX_SUFFIX, TABLE_MAGIC, index_file
-
-        index = index_file(probe.path)
-        if not (probe.path.name.endswith(INDEX_SUFFIX) or DATA_SHARD.search(probe.path.name)):
-            return False
-        try:
-            with open(index, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                if f.tell() < FOOTER_BYTES:
-                    return False
-                f.seek(-len(TABLE_MAGIC), os.SEEK_END)
-                return f.read(len(TABLE_MAGIC)) == TABLE_MAGIC
-        except OSError:
-            return False
 
     def named(self, path: Path) -> int:
         from rnnconv.formats.tf1.tensor_bundle import DATA_SHARD

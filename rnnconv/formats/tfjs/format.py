@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING, Any
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats._graph import GraphFormat
-from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
+from rnnconv.formats.registry import ReadOptions, WriteOptions, Written, register
 from rnnconv.formats.tfjs import PLUGIN
-from rnnconv.formats.tfjs.wire import MANIFEST, SNIFF_BYTES, TOPOLOGY
 from rnnconv.safeio.inputs import reading
 
 if TYPE_CHECKING:
@@ -29,14 +28,6 @@ if TYPE_CHECKING:
 class TfjsFormat(GraphFormat["TfjsFile", "TfjsLayer"]):
     plugin = PLUGIN
     layer_word = "layer"
-
-    def sniff(self, probe: Probe) -> bool:
-        """A .json whose first bytes name a layers model's keys."""
-        if not probe.head.lstrip().startswith(b"{") or probe.path.suffix.lower() != ".json":
-            return False
-        with open(probe.path, "rb") as f:
-            start = f.read(SNIFF_BYTES)
-        return f'"{TOPOLOGY}"'.encode() in start or f'"{MANIFEST}"'.encode() in start
 
     def make_engine(self, name: str | None = None) -> NodeEngine | None:
         from rnnconv.formats.tfjs.runner import NodeEngine

@@ -3,7 +3,10 @@ writes, and the name prefixes of a Bidirectional's two layers."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from rnnconv.formats.probe import Probe
 
 KIND: Final = "tfjs-layers"  # the file kind a source records
 LAYERS_MODEL: Final = "layers-model"  # model.json's `format` for a layers model ("graph-model": a frozen graph)
@@ -18,3 +21,12 @@ DTYPE_BYTES: Final[dict[str, int]] = {"float32": 4, "int32": 4, "bool": 1, "comp
 QUANTIZED_BYTES: Final[dict[str, int]] = {"uint8": 1, "uint16": 2, "float16": 2}
 DIRECTION_PREFIXES: Final = ("forward_", "backward_")  # Bidirectional's layers: forward_<inner>, backward_<inner>
 TFJS_VERSION: Final = "4.22.0"  # the @tensorflow/tfjs whose layers-model files the writer follows
+
+
+def sniff(probe: Probe) -> bool:
+    """A .json whose first bytes name a layers model's keys."""
+    if not probe.head.lstrip().startswith(b"{") or probe.path.suffix.lower() != ".json":
+        return False
+    with open(probe.path, "rb") as f:
+        start = f.read(SNIFF_BYTES)
+    return f'"{TOPOLOGY}"'.encode() in start or f'"{MANIFEST}"'.encode() in start

@@ -53,6 +53,7 @@ PLUGIN = Plugin(
         fixed_chunk=True,
     ),
     listed=50,
+    sniff_order=20,
     runtimes=(
         Runtime("tflite", (("ai-edge-litert", "ai_edge_litert"),), "TFLite models' own ops"),
         Runtime(

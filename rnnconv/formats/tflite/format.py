@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING
 from rnnconv.errors import BadInput
 from rnnconv.formats import registry
 from rnnconv.formats._graph import GraphFormat
-from rnnconv.formats.registry import Probe, ReadOptions, WriteOptions, Written, register
+from rnnconv.formats.registry import ReadOptions, WriteOptions, Written, register
 from rnnconv.formats.tflite import PLUGIN
 from rnnconv.formats.tflite.wire import (
     TFLITE_CELL_OPS,
-    TFLITE_IDENTIFIER,
     TFLITE_STATE_INPUTS,
     TFLITE_STATE_NAME,
     TFLITE_STATES,
@@ -31,12 +30,8 @@ if TYPE_CHECKING:
 @register
 class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
     plugin = PLUGIN
-    sniff_order = 20
     layer_word = "layer"
     layers_alone = False  # a layer is named by the tensor it gives: inspect lists the RNNs
-
-    def sniff(self, probe: Probe) -> bool:
-        return probe.head[4:8] == TFLITE_IDENTIFIER
 
     def make_engine(self, name: str | None = None) -> TfliteEngine | None:
         from rnnconv.formats.tflite.runner import TfliteEngine

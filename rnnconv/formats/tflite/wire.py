@@ -6,7 +6,7 @@ here and in the builder is held against the schema's generated classes that Lite
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from rnnconv.table.constants import (
     CUDNN_GATES,
@@ -17,6 +17,9 @@ from rnnconv.table.constants import (
     TFLITE_PEEPHOLE_GATES,
     TFLITE_RNN_WEIGHTS,
 )
+
+if TYPE_CHECKING:
+    from rnnconv.formats.probe import Probe
 
 TFLITE_IDENTIFIER: Final = b"TFL3"  # the flatbuffer's file identifier, bytes 4..8
 TFLITE_SCHEMA_VERSION: Final = 3
@@ -151,3 +154,8 @@ PLAIN_OPTION_SLOTS: Final[dict[str, dict[str, int]]] = {
     "PACK": {"values_count": 0, "axis": 1},
     "UNPACK": {"num": 0, "axis": 1},
 }
+
+
+def sniff(probe: Probe) -> bool:
+    """A flatbuffer with TFLite's file identifier."""
+    return probe.head[4:8] == TFLITE_IDENTIFIER

@@ -32,6 +32,7 @@ PLUGIN = Plugin(
         writes_into=True,
     ),
     listed=20,
+    sniff_order=40,
     runtimes=(Runtime("torch", (("torch", "torch"),), "PyTorch checkpoints in torch.nn modules"),),
     engine=EngineInfo(
         "torch", ".pt", "PyTorch's nn.LSTM/GRU/RNN (CPU) running the blob, float32", (("torch", "torch"),), 90

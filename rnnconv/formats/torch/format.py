@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from rnnconv.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.formats.registry import (
     Format,
-    Probe,
     ReadOptions,
     Source,
     WriteOptions,
@@ -21,16 +20,13 @@ from rnnconv.formats.registry import (
     register,
 )
 from rnnconv.formats.torch import PLUGIN
-from rnnconv.formats.torch.wire import CHECKPOINT_SUFFIXES, is_legacy_checkpoint
+from rnnconv.formats.torch.wire import CHECKPOINT_SUFFIXES
 
 if TYPE_CHECKING:
     import numpy as np
 
     from rnnconv.canonical import CanonicalRNN, RNNSpec
     from rnnconv.formats.torch.reader import TorchRNN
-
-
-TORCH_ZIP_RECORD = "data.pkl"  # the pickle inside torch.save's zip format
 
 
 def _kind(path: Path) -> str:
@@ -42,13 +38,6 @@ def _kind(path: Path) -> str:
 @register
 class TorchFormat(Format):
     plugin = PLUGIN
-    sniff_order = 40
-
-    def sniff(self, probe: Probe) -> bool:
-        names = probe.zip_names
-        if names is not None:
-            return any(n.endswith(TORCH_ZIP_RECORD) for n in names)
-        return is_legacy_checkpoint(probe.head) or probe.safetensors_metadata is not None
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:

@@ -4,9 +4,12 @@ files begin and are named (what the registry sniffs, without importing the reade
 from __future__ import annotations
 
 import pickle
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from rnnconv.formats.torch import PLUGIN
+
+if TYPE_CHECKING:
+    from rnnconv.formats.probe import Probe
 
 # torch.save's storage classes (named in its pickles) -> numpy dtype of the storage's elements, little-endian
 # ("bfloat16": 2-byte words). Non-float storages are parsed for their sizes and never converted.
@@ -36,3 +39,14 @@ LEGACY_HEADS = tuple(pickle.dumps(LEGACY_MAGIC_NUMBER, protocol=p) for p in rang
 def is_legacy_checkpoint(head: bytes) -> bool:
     """Whether a file's first bytes (32 are enough) are those torch.save's legacy format starts with."""
     return head.startswith(LEGACY_HEADS)
+
+
+TORCH_ZIP_RECORD: Final = "data.pkl"  # the pickle inside torch.save's zip format
+
+
+def sniff(probe: Probe) -> bool:
+    """A torch.save zip (its data.pkl), a legacy checkpoint, or any safetensors (after rnnconv's and MLX's)."""
+    names = probe.zip_names
+    if names is not None:
+        return any(n.endswith(TORCH_ZIP_RECORD) for n in names)
+    return is_legacy_checkpoint(probe.head) or probe.safetensors_metadata is not None
