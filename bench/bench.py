@@ -9,12 +9,12 @@ empty interpreter for a small job): the two run one after the other, --repeat ti
 order swapped every pair, the source read into the page cache and every output removed (and `sync`) before each
 run of either, so both see the same cache. A row prints the job's best and median wall time, its baseline's, the
 ratio of the bests and the median of the pairs' ratios, its CPU time, the peak resident memory of the job's
-process, and its goal, met or missed. The floors follow: an empty interpreter, `import numpy`, numpy and the typed
-contracts (pydantic) that every conversion imports, the same small conversion through the library (no command line),
-the contracts' start-up then `cp` in the kernel (the floor of a conversion that copies every byte unchanged), then
-the kernel copy with the tensors shifted to a weight space's places (the floor of a conversion to a weight space),
-and a
-bare h5py read of the `.h5`'s datasets (then with numpy's transpose of each matrix), against `cp` of the same file.
+process, and its goal, met or missed (a missed one against its floor row). The floors follow: an empty
+interpreter, `import numpy`, numpy and the typed contracts (pydantic) that every conversion imports (and h5py, that a
+Keras file's needs), the same small conversion through the library (no command line), the contracts' start-up then
+`cp` in the kernel (the floor of a conversion that copies every byte unchanged), then the kernel copy with the
+tensors shifted to new places (the floor of a conversion to a weight space or a runtime's file), and a bare h5py
+read of the `.h5`'s datasets (then with numpy's transpose of each matrix), against `cp` of the same file.
 `--peers` adds the frameworks' own ways (minutes). Python writes its bytecode caches as on a user's machine
 (PYTHONDONTWRITEBYTECODE is dropped). A benchmark, not a test: it judges nothing by exit code.
 """
@@ -48,6 +48,7 @@ DESIGN = "import numpy, rnnconv.contracts"
 SHIFTED_FLOOR = "the floor: numpy and the contracts, then cp to new places"
 TRANSPOSE_FLOOR = "... and numpy's transpose of its matrices"
 START_FLOOR = "the floor: import numpy and the contracts (pydantic)"
+H5_START_FLOOR = "... and h5py"
 LIBRARY = "import sys, rnnconv; rnnconv.convert(sys.argv[1], sys.argv[2], to='cudnn', force=True)"
 
 # A weight space puts each tensor where cuDNN wants it, not where the source has it: the bytes from the source's first
@@ -315,11 +316,23 @@ def small(work: Path, repeat: int) -> list[Row]:
             empty,
             repeat,
             "s 0.3",
+            H5_START_FLOOR,
+        ),
+        paired(
+            Job(
+                "small: small.pt -> .bin, its result printed",
+                [*RNNCONV, "convert", str(work / "small.pt"), str(out)],
+                outputs,
+            ),
+            empty,
+            repeat,
+            "s 0.3",
             START_FLOOR,
         ),
         paired(Job("rnnconv --help", [*RNNCONV, "--help"]), empty, repeat, "s 0.15"),
         paired(Job("the floor: python -c 'import numpy'", [PYTHON, "-c", "import numpy"]), empty, repeat, ""),
         paired(Job(START_FLOOR, [PYTHON, "-c", DESIGN]), empty, repeat, ""),
+        paired(Job(H5_START_FLOOR, [PYTHON, "-c", f"{DESIGN}, h5py"]), empty, repeat, ""),
         paired(
             Job(
                 "small.pt -> .bin by rnnconv.convert, no command line",
