@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 
 import blake3
@@ -24,6 +25,8 @@ from hypothesis import strategies as st
 
 from rnnconv import api
 from rnnconv.dtypes import count_non_finite
+from rnnconv.errors import BadInput
+from rnnconv.formats import _zip
 from rnnconv.formats.cudnn import reader as cudnn
 from rnnconv.formats.cudnn import writer
 from rnnconv.formats.keras import reader
@@ -203,7 +206,19 @@ def test_one_read_of_the_source_gives_its_digest_and_whether_its_arrays_are_fini
     reading = digests.SourcePass(path)
     for array in (finite, not_finite, beyond):
         reading.watch(array)
+    data = path.read_bytes()
+    crc = _zip._crc32
+    claimed = data + bytes(5)  # what a checksum stored for bytes past the end was made of
+    whole, cut, wrong = (
+        reading.checksum(5, size, crc, zlib.crc32(claimed[5 : 5 + size]) ^ flip, f"damaged {size} {flip}")
+        for size, flip in ((len(data) - 9, 0), (len(data), 0), (len(data) - 9, 1))  # across runs; past the end
+    )
     assert reading.start().digest.result() == digests.digest_of(path)
+    assert reading.checksum(0, 1, crc, 0, "too late") is None  # begun: the caller reads it alone
+    whole()
+    for guard in (cut, wrong):
+        with pytest.raises(BadInput, match="damaged"):
+            guard()
     assert reading.finite(finite).result() is True
     assert reading.finite(finite[100:200]).result() is True  # a block of a watched array
     assert reading.finite(not_finite).result() is False
@@ -292,6 +307,16 @@ def test_keras_weights_mapped_in_place_are_those_h5py_reads(path, tmp_path, monk
     assert [np.asarray(b.words).tobytes() for b in cudnn.open_safetensors(tmp_path / "fast.safetensors")] == [
         np.asarray(b.words).tobytes() for b in cudnn.open_safetensors(tmp_path / "plain.safetensors")
     ]
+
+
+@pytest.mark.parametrize("hash_source", [True, False])
+def test_a_keras_archive_is_read_once_for_its_digest_and_its_member_crc(hash_source, tmp_path, monkeypatch):
+    own_reads: list[Path] = []
+    checksum_guard = _zip.checksum_guard
+    monkeypatch.setattr(_zip, "checksum_guard", lambda *args: own_reads.append(args[0]) or checksum_guard(*args))
+    source = FIXTURES / "keras3" / "lstm.keras"
+    api.convert(source, tmp_path / "a.bin", hash_source=hash_source)
+    assert own_reads == ([] if hash_source else [source])  # the digest's read computed the CRC-32 too
 
 
 def test_a_file_loaded_outside_a_conversion_leaves_no_guard_behind(tmp_path):

@@ -429,9 +429,10 @@ def _keras_zip(tmp_path: Path, method: int | None = None, bomb: bool = False, cr
     "case,phrase",
     [("method", "compression method 99"), ("bomb", "compression bomb"), ("crc", "does not match its CRC-32")],
 )
-def test_keras_archives_are_checked(case, phrase, tmp_path):
+@pytest.mark.parametrize("hashed", [[], ["--no-hash"]])  # the CRC-32 computed by the digest's read, or alone
+def test_keras_archives_are_checked(case, phrase, hashed, tmp_path):
     source = _keras_zip(tmp_path, method=99 if case == "method" else None, bomb=case == "bomb", crc=case == "crc")
-    result = run_cli("keras-to-cudnn", source, "-o", tmp_path / "x.bin")
+    result = run_cli("keras-to-cudnn", source, "-o", tmp_path / "x.bin", *hashed)
     assert_clean_failure(result, 2, phrase)
     assert files_in(tmp_path) == {"model.keras"}
 

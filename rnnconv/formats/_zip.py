@@ -9,10 +9,11 @@ from __future__ import annotations
 import zipfile
 import zlib
 from pathlib import Path
+from typing import Any
 
 from rnnconv.errors import BadInput, first_line
 from rnnconv.formats.probe import ZIP_MAGIC
-from rnnconv.safeio.digests import checksum_guard
+from rnnconv.safeio.digests import SourcePass, checksum_guard
 from rnnconv.safeio.inputs import Guard
 
 COMPRESSIONS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
@@ -65,17 +66,17 @@ def read_member(archive: zipfile.ZipFile, name: str, path: Path) -> bytes:
         raise BadInput(f"{path}: member {name!r} cannot be read ({first_line(exc)})") from None
 
 
-def crc_guard(path: Path, info: zipfile.ZipInfo, start: int) -> Guard:
+def crc_guard(path: Path, info: zipfile.ZipInfo, start: int, reading: SourcePass | None = None) -> Guard:
     """A check, computed in the background, that a stored member read in place (`stored_start`) holds the bytes its
-    CRC-32 was made of: zipfile checks that only for what it reads itself."""
-    return checksum_guard(
-        path,
-        start,
-        info.file_size,
-        lambda value, chunk: zlib.crc32(chunk, value),
-        info.CRC,
-        f"{path}: the zip entry {info.filename} does not match its CRC-32 (damaged); nothing was written",
-    )
+    CRC-32 was made of: zipfile checks that only for what it reads itself. Computed by the source's own read
+    (`reading`, for its digest) where that has not begun, else by a read of its own."""
+    damaged = f"{path}: the zip entry {info.filename} does not match its CRC-32 (damaged); nothing was written"
+    in_pass = None if reading is None else reading.checksum(start, info.file_size, _crc32, info.CRC, damaged)
+    return in_pass or checksum_guard(path, start, info.file_size, _crc32, info.CRC, damaged)
+
+
+def _crc32(value: int, chunk: Any) -> int:
+    return zlib.crc32(chunk, value)
 
 
 def stored_start(path: Path, info: zipfile.ZipInfo, archive_size: int) -> int:

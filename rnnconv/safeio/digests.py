@@ -80,9 +80,21 @@ class _Watched:
     known: Future[bool] = field(default_factory=Future)
 
 
+@dataclass
+class _Checked:
+    """A run of a source's bytes a stored checksum was made of, computed as the pass reads past it."""
+
+    start: int
+    end: int
+    extend: Callable[[int, memoryview], int]
+    value: int = 0
+    known: Future[int] = field(default_factory=Future)
+
+
 class SourcePass:
-    """One read of a source, front to back on another core, for its digest and for whether the values of the arrays
-    still in it (`watch`, asked before `start`) are all finite.
+    """One read of a source, front to back on another core, for its digest, for whether the values of the arrays
+    still in it are all finite (`watch`) and for the checksums stored of its parts (`checksum`), all asked before
+    `start`.
 
     A writer's NaN and Inf scan of bytes it copies file to file then reads nothing again: on two cores the second
     read of the source, beside the digest's, was what a big conversion waited for. A range is read in runs that
@@ -96,6 +108,7 @@ class SourcePass:
         self._watched: dict[tuple[int, int], _Watched] = {}
         self._ordered: list[_Watched] = []  # from `start`: the watched ranges that overlap none before them
         self._starts: list[int] = []
+        self._checked: list[_Checked] = []
         self._started = False
 
     def watch(self, array: FileArray) -> None:
@@ -114,6 +127,22 @@ class SourcePass:
         inside = array.offset + array.nbytes <= found.end and (array.offset - found.start) % found.dtype.itemsize == 0
         return found.known if inside and array.dtype == found.dtype else None
 
+    def checksum(
+        self, start: int, size: int, extend: Callable[[int, memoryview], int], expected: int, damaged: str
+    ) -> Guard | None:
+        """A guard that objects (BadInput `damaged`) unless `size` bytes from `start` are those a stored checksum
+        was made of (`extend(checksum, chunk)` over them, as the pass reads them); None once the pass has started."""
+        if self._started:
+            return None
+        checked = _Checked(start, start + size, extend)
+        self._checked.append(checked)
+
+        def check() -> None:
+            if checked.known.result() != expected:
+                raise BadInput(damaged)
+
+        return check
+
     def start(self) -> SourcePass:
         if not self._started:
             self._started = True
@@ -123,23 +152,32 @@ class SourcePass:
                 else:
                     self._ordered.append(watched)
             self._starts = [w.start for w in self._ordered]
+            self._checked.sort(key=lambda c: c.start)
             in_background(self._read)
         return self
 
     def _read(self) -> None:
         try:
             self.digest.set_result(self._digest_and_scan())
-        except BaseException as exc:  # the digest's waiter says it; the writer counts the values itself
+        except BaseException as exc:  # the digest's and the checksums' waiters say it; the writer counts the values
             self.digest.set_exception(exc)
+            for checked in self._checked:
+                if not checked.known.done():
+                    checked.known.set_exception(exc)
         for watched in self._ordered:
             if not watched.known.done():
                 watched.known.set_result(False)
+        for checked in self._checked:  # a file cut short gives the checksum of fewer bytes, which does not match
+            if not checked.known.done():
+                checked.known.set_result(checked.value)
 
     def _digest_and_scan(self) -> str:
         digest: Any = _blake3().blake3(max_threads=1) if DIGEST_ALGORITHM == "blake3" else hashlib.sha256()
         buffer = bytearray(DIGEST_RUN)
         view = memoryview(buffer)
         position, index = 0, 0  # index: the first range not read past
+        checking: list[_Checked] = []
+        following = 0  # the first checksum not yet begun
         with open_source(self.path) as f:
             while True:
                 while index < len(self._ordered) and self._ordered[index].end <= position:
@@ -152,12 +190,27 @@ class SourcePass:
                 if not n:
                     break
                 digest.update(view[:n])  # blake3, hashlib and numpy's sums let the GIL go on large buffers
+                while following < len(self._checked) and self._checked[following].start < position + n:
+                    checking.append(self._checked[following])
+                    following += 1
+                checking = [c for c in checking if _extended(c, view[:n], position)]
                 if current is not None and current.start <= position and not current.known.done():
                     _scan(view[:n], position - current.start, current.dtype, current.known)
                     if position + n == current.end and not current.known.done():
                         current.known.set_result(True)  # every run of it read, and each sum finite
                 position += n
         return f"{DIGEST_ALGORITHM}:{digest.hexdigest()}"
+
+
+def _extended(checked: _Checked, run: memoryview, position: int) -> bool:
+    """A checksum extended by the part of a run (from `position`) it covers; whether it goes on past the run."""
+    first, last = max(checked.start, position), min(checked.end, position + len(run))
+    if first < last:
+        checked.value = checked.extend(checked.value, run[first - position : last - position])
+    if checked.end > position + len(run):
+        return True
+    checked.known.set_result(checked.value)
+    return False
 
 
 def _scan(run: memoryview, at: int, dtype: np.dtype, known: Future[bool]) -> None:
@@ -170,11 +223,6 @@ def _scan(run: memoryview, at: int, dtype: np.dtype, known: Future[bool]) -> Non
         total = np.add.reduce(np.frombuffer(run, dtype), dtype=accumulate)
     if not np.isfinite(total):  # a NaN or an Inf, or finite values whose sum overflows: counted by the writer
         known.set_result(False)
-
-
-def digest_in_background(path: Path) -> Future[str]:
-    """The file's digest, computed on another core while the conversion reads and writes."""
-    return SourcePass(path).start().digest
 
 
 CHECKSUM_CHUNK = 1 << 24  # bytes read at a time: large enough for a checksum to run without the GIL

@@ -24,7 +24,7 @@ from rnnconv.formats.registry import (
     inspect_entry,
     register,
 )
-from rnnconv.safeio.digests import digest_in_background
+from rnnconv.safeio.digests import SourcePass
 
 if TYPE_CHECKING:
     from rnnconv.formats.keras.config import KerasLayer
@@ -46,7 +46,8 @@ class KerasFormat(Format):
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
         from rnnconv.formats.keras.reader import KerasFile, to_canonical
 
-        with KerasFile(path) as keras_file:
+        reading = SourcePass(path) if options.hash_source else None  # begun once the file is open: see KerasFile
+        with KerasFile(path, reading) as keras_file:
             versions = keras_file.versions
             info = Provenance(
                 path=str(path.resolve()),
@@ -54,7 +55,7 @@ class KerasFormat(Format):
                 keras_version=versions.get("keras_version"),
                 backend=versions.get("backend"),
             )
-            digest = digest_in_background(path) if options.hash_source else None
+            digest = None if reading is None else reading.start().digest
 
             stated = {key: getattr(options, key) for key in STATED}
 

@@ -48,6 +48,7 @@ from rnnconv.formats.keras.hdf5 import (
 from rnnconv.formats.keras.wire import KERAS_DIRECTION_GROUPS
 from rnnconv.formats.probe import HDF5_MAGIC, ZIP_MAGIC
 from rnnconv.formats.registry import SOURCE_KEY, read_source_records
+from rnnconv.safeio.digests import SourcePass
 from rnnconv.safeio.inputs import Guard, add_guard, json_document, pin, regular_file, within
 from rnnconv.table.apply import find_row, keras_era, rows_for, stored_shapes
 from rnnconv.table.constants import KERAS_VARIABLES, MAX_SIZE, NONLINEARITY_KEY
@@ -60,8 +61,10 @@ ROLE_OF_NAME = {name: role for role, name in KERAS_VARIABLES.items()}
 class KerasFile:
     """An open Keras file: its kind, versions, model config and recurrent layers."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, reading: SourcePass | None = None):
+        """`reading`, the source's read for its digest (not begun), checks a stored member's CRC-32 too."""
         self.path = path
+        self._reading = reading
         self.size = regular_file(path)
         self.reader = TensorReader(path)  # shared by every layer: one tensor in memory at a time
         self._closers: list[Any] = []
@@ -194,7 +197,7 @@ class KerasFile:
             # the structure walked first: in a fork while this is the only thread, not in an interpreter started
             # for it (0.3 s or more) because the CRC-32's thread runs already
             h5 = self._h5(member)
-            add_guard(member.crc_guard())
+            add_guard(member.crc_guard(self._reading))
             return h5
         return self._h5(io.BytesIO(_zip.read_member(archive, "model.weights.h5", self.path)))
 
@@ -314,9 +317,9 @@ class _StoredMember(Window):
         self.file = open(path, "rb")  # noqa: SIM115 -- held open as the member's stream; closed by close()
         super().__init__(self.file, _zip.stored_start(path, info, archive_size), info.file_size)
 
-    def crc_guard(self) -> Guard:
+    def crc_guard(self, reading: SourcePass | None) -> Guard:
         """A check, computed in the background, that the member's bytes are those its CRC-32 was made of."""
-        return _zip.crc_guard(self._path, self._info, self.start)
+        return _zip.crc_guard(self._path, self._info, self.start, reading)
 
     def close(self) -> None:
         self.file.close()
