@@ -1497,6 +1497,7 @@ def _array_ext(shape: Any, dtype: Any, data: bytes, code: int = 1) -> Any:
     return msgpack.ExtType(code, msgpack.packb([shape, dtype, data], use_bin_type=True))
 
 
+COUNT_BYTES = 16 << 20  # what the `count` op's repeats of one value may add to a case, at most
 ODD_SHAPES: list[Any] = [[], [-1], [0, 7], [2**62, 2**62], [1] * 40, [3.5], ["7"], [[1]], None, [2**64 - 1], [28, 5, 1]]
 ODD_DTYPES: list[Any] = ["float128", "object", "O", "<f4", "int32", "bfloat16", "float16", "", "x" * 5000, 7, None]
 
@@ -1565,8 +1566,14 @@ def mutate_msgpack_tree(data: bytes, rng: random.Random) -> bytes:
         elif op == "count" and places:
             holder = rng.choice(places)[0]
             kind = rng.randrange(3)
-            for number in range(rng.choice([2, 100, 10_000])):
-                value = holder[0][1] if kind == 0 else number if kind == 1 else Pairs()
+            times = rng.choice([2, 100, 10_000])
+            # a copy of the first entry's value, packed now: shared, a later op inside it would be repeated as often,
+            # and ops on ops multiplied a tree past the machine's memory (seed 95's case 1109: 9 GB and more)
+            repeated = RawTree(_pack_tree(holder[0][1], False)) if kind == 0 else None
+            if repeated is not None:
+                times = min(times, max(2, COUNT_BYTES // max(1, len(repeated))))
+            for number in range(times):
+                value = repeated if kind == 0 else number if kind == 1 else Pairs()
                 holder.append((f"layers_{number + 7}" if kind else f"extra{number}", value))
         elif op == "kind" and places:
             holder, index = rng.choice(places)
