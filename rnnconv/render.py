@@ -513,6 +513,7 @@ def failure_label(code: int) -> str:
 
 def guarded(run: Callable[..., int | None], values: dict[str, Any], command: str | None = None) -> int | None:
     """Run a command; every failure becomes one sentence on stderr and its exit code."""
+    streams.collecting()
     for stream in (sys.stdout, sys.stderr):  # a layer named in Unicode must print in an ASCII locale too
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
