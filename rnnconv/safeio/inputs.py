@@ -14,6 +14,7 @@ import json
 import math
 import operator
 import os
+import select
 import signal
 import stat
 import sys
@@ -433,16 +434,30 @@ def _fork_alone() -> int | None:
 
 
 def _wait(pid: int, seconds: float, stuck: str) -> None:
+    """The forked child waited for until it ends (woken by its end where the kernel offers a descriptor for the
+    process, else looking every millisecond), or killed at `seconds`."""
     deadline = time.monotonic() + seconds
-    while True:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise BadInput(stuck)
-        time.sleep(0.001)  # a child done in 7 ms is not waited for 10: a small conversion takes 0.3 s
+    try:
+        ended: int | None = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux 5.3 or later
+        ended = None
+    try:
+        while True:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise BadInput(stuck)
+            if ended is None:
+                time.sleep(0.001)  # a child done in 7 ms is not waited for 10: a small conversion takes 0.3 s
+            else:
+                select.select([ended], [], [], left)
+    finally:
+        if ended is not None:
+            os.close(ended)
 
 
 def _in_guard(seconds: float, work: Callable[..., Any], args: tuple[Any, ...], stuck: str) -> None:
