@@ -5,6 +5,7 @@ locks held, and a deadlock in the child would read as a damaged file. The guard 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -145,3 +146,26 @@ def test_no_fork_where_a_framework_with_thread_pools_is_loaded(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["[]"], result.stdout
+
+
+MANY_FILES_OPEN = """
+import os, resource, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # the next descriptor is numbered past 1023
+from rnnconv.formats.keras.hdf5 import Structure, identity, walk_structure
+from rnnconv.safeio.inputs import within
+within(60, walk_structure, (Structure(sys.argv[1], identity(sys.argv[1])),), "stuck")
+print("walked")
+"""
+
+
+@pytest.mark.skipif(resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 2048, reason="needs 2048 open files")
+def test_the_structure_walk_is_waited_for_in_a_process_with_many_files_open():
+    """The walk's child is waited for through a descriptor for the process: numbered past 1023, select() would fail
+    on it (ValueError, an internal error); poll takes any."""
+    result = subprocess.run(
+        [sys.executable, "-c", MANY_FILES_OPEN, str(K3 / "lstm.h5")], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["walked"]

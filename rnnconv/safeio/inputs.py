@@ -438,9 +438,12 @@ def _wait(pid: int, seconds: float, stuck: str) -> None:
     process, else looking every millisecond), or killed at `seconds`."""
     deadline = time.monotonic() + seconds
     try:
-        ended: int | None = os.pidfd_open(pid)
+        pidfd: int | None = os.pidfd_open(pid)
     except (AttributeError, OSError):  # not Linux 5.3 or later
-        ended = None
+        pidfd = None
+    ended = select.poll()  # poll, not select: a descriptor numbered past 1023 is no error
+    if pidfd is not None:
+        ended.register(pidfd, select.POLLIN)
     try:
         while True:
             done, _ = os.waitpid(pid, os.WNOHANG)
@@ -451,13 +454,13 @@ def _wait(pid: int, seconds: float, stuck: str) -> None:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 raise BadInput(stuck)
-            if ended is None:
+            if pidfd is None:
                 time.sleep(0.001)  # a child done in 7 ms is not waited for 10: a small conversion takes 0.3 s
             else:
-                select.select([ended], [], [], left)
+                ended.poll(left * 1000)
     finally:
-        if ended is not None:
-            os.close(ended)
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _in_guard(seconds: float, work: Callable[..., Any], args: tuple[Any, ...], stuck: str) -> None:
