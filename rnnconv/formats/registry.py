@@ -731,25 +731,15 @@ def read_chosen(
     the provenance that names the file, given the file's digest (computed meanwhile, on the other core), as
     `convert_each` converts them."""
     info = Provenance(path=str(path.resolve()), format=kind)
-    if not options.hash_source:
-        return convert_each(
-            chosen, lambda item: convert(item, info), name, origin=origin, describe=describe, things=things
-        )
-    reading = SourcePass(path)
-    try:
-        source = convert_each(
-            chosen,
-            lambda item: convert(item, info),
-            name,
-            digest=reading.digest,
-            origin=origin,
-            describe=describe,
-            things=things,
-        )
+    reading = SourcePass(path) if options.hash_source else None
+    digest = None if reading is None else reading.digest
+    source = convert_each(
+        chosen, lambda item: convert(item, info), name, digest=digest, origin=origin, describe=describe, things=things
+    )
+    if reading is not None:
         for rnn in source.rnns:
             rnn.source_pass = reading
             for array in arrays_in_source(rnn) if options.check_finite else []:
                 reading.watch(array)
-    finally:
-        reading.start()  # after the watching: the pass reads the file once, for all of it
+        reading.start()  # after the watching: one read of the file for all of it (none for a file refused)
     return source
