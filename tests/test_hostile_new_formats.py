@@ -564,3 +564,17 @@ def test_an_onnx_node_named_in_bytes_that_are_not_utf8_is_refused(tmp_path):
         result = run_cli(command, *args)
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         assert "not UTF-8 text" in result.stderr, result.stderr
+
+
+def test_an_onnx_value_given_out_by_several_nodes_is_refused_at_once(tmp_path):
+    """ONNX assigns each value once. A node copied with its outputs (the fuzz's `onnx` family put 3,000 copies of an
+    unrolled LSTM cell's Split in a 0.6 MB file) was read as that many cells, each run on probe inputs: minutes."""
+    onnx = pytest.importorskip("onnx")
+    model = onnx.load(FIXTURES / "onnx" / "lstm_cell_loop2_dynamo.onnx")
+    split = next(node for node in model.graph.node if node.op_type == "Split")
+    model.graph.node.extend([split] * 3)
+    path = tmp_path / "copied.onnx"
+    onnx.save(model, path)
+    for args in (["inspect", path], ["convert", path, tmp_path / "out.pt"]):
+        one_sentence(cli(*args), 2, f"value {split.output[0]!r} is the output of more than one node", "assigns each")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copied.onnx"]

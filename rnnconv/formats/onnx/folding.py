@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.errors import BadInput
+from rnnconv.errors import BadInput, cut
 from rnnconv.safeio.inputs import add_guard, read_array, regular_file, unchanged
 
 MAX_DEPTH = 16  # subgraphs inside subgraphs: real models nest 3 or 4 deep
@@ -70,8 +70,13 @@ class Scope:
     def __post_init__(self) -> None:
         self.stored = {t.name: t for t in self.graph.initializer}
         self.given = {i.name for i in self.graph.input} - set(self.stored)
-        for node in self.graph.node:
+        for position, node in enumerate(self.graph.node):
             for index, output in enumerate(node.output):
+                if output in self.produced:  # onnxruntime refuses it too; read, every copy would be looked at again
+                    raise BadInput(
+                        f"value {cut(output)!r} is the output of more than one node (one is "
+                        f"{self.qualified(node_name(node, position))!r}), where ONNX assigns each value once"
+                    )
                 if output:
                     self.produced[output] = (node, index)
 
