@@ -18,13 +18,13 @@ from rnnconv.canonical import CanonicalRNN
 from rnnconv.compare import make_inputs
 from rnnconv.contracts import ConversionResult, ConvertedRNN, RecordedLoss, Skipped
 from rnnconv.errors import BadInput, RnnconvError, SeveralRnns, Unsupported, either, listing
-from rnnconv.formats import registry
+from rnnconv.formats import holding, registry
+from rnnconv.formats.holding import Loss
 from rnnconv.formats.registry import (
     PROBE_BATCH,
     PROBE_SEED,
     PROBE_STEPS,
     Format,
-    Loss,
     ReadOptions,
     Source,
     WriteOptions,
@@ -32,7 +32,7 @@ from rnnconv.formats.registry import (
 )
 from rnnconv.reference import forward
 from rnnconv.safeio.inputs import reading
-from rnnconv.streaming import check_streamable
+from rnnconv.streaming import check_streamable, streams
 
 
 def output_name(source: Path, target: Format) -> str:
@@ -140,6 +140,8 @@ def holdable(target: Format, rnn: CanonicalRNN, write: WriteOptions) -> tuple[Ca
     if not allow_lossy:
         nearest_exists = all(loss.nearest is not None for loss in losses)
         advice = " (--allow-lossy writes it without that, and says how much it changes)" if nearest_exists else ""
+        if not write.streaming and target.info.streams and streams(rnn) and not target.streaming_losses(rnn):
+            advice = f" (--streaming writes it exactly, as a {target.title} streaming model of plain ops)"
         raise Unsupported(f"{target.title} cannot hold {rnn.name} exactly: {terms}{advice}")
     cannot = [loss.term for loss in losses if loss.nearest is None]
     if cannot:
@@ -204,8 +206,12 @@ def convert(
             check_streamable(target.info, found.rnns, write)
             held = [holdable(target, rnn, write) for rnn in found.rnns]  # before anything is written
             if into is None:
+                dtype = target.written_dtype(found.rnns[0].spec, write.dtype)  # what the file holds, said once
+                changed = [holding.dtype_warning(target.info, rnn, write.dtype) for rnn in found.rnns]
                 written = target.write([rnn for rnn, _ in held], output, write)
+                written.warnings += [warning for warning in changed if warning]
             else:
+                dtype = found.rnns[0].spec.dtype  # each replaced tensor keeps its own type
                 with reading(into):
                     written = target.write_into([rnn for rnn, _ in held], into, output, place, write)
                 written.usage = (
@@ -213,7 +219,6 @@ def convert(
                     f"load {into}"
                 )
             written.warnings += [warning for _, warning in held if warning]
-            dtype = write.dtype or found.rnns[0].spec.dtype
             return ConversionResult(
                 outputs=[str(p) for p in written.outputs],
                 target=target.name,

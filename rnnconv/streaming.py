@@ -59,6 +59,12 @@ def states_of(spec: RNNSpec) -> list[State]:
     return [State(state, layer) for layer in range(spec.num_layers) for state in held]
 
 
+def streams(rnn: CanonicalRNN) -> bool:
+    """Whether a streaming model can hold the RNN: not a bidirectional one, whose reverse direction reads the
+    sequence from its end."""
+    return not rnn.spec.bidirectional
+
+
 def check_streamable(info: FormatInfo, rnns: list[CanonicalRNN], options: WriteOptions) -> None:
     """Refuse, in one sentence, a streaming model a target cannot write, or a --chunk where it takes none."""
     if not options.streaming:
@@ -76,7 +82,7 @@ def check_streamable(info: FormatInfo, rnns: list[CanonicalRNN], options: WriteO
     if options.chunk is not None and not 1 <= options.chunk <= MAX_CHUNK:
         raise BadInput(f"--chunk must be between 1 and {MAX_CHUNK} steps")
     for rnn in rnns:
-        if rnn.spec.bidirectional:
+        if not streams(rnn):
             raise Unsupported(
                 f"{rnn.name} is bidirectional and cannot stream: its reverse direction reads the sequence from its "
                 f"end, which a chunk does not hold"

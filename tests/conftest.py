@@ -275,3 +275,19 @@ def per_direction_weight_space(blob, direction: int) -> np.ndarray:
 @pytest.fixture
 def tmp(tmp_path: Path) -> Path:
     return tmp_path
+
+
+def declared_refusal(target: str, rnn) -> str | None:
+    """What a target's refusal of an RNN it cannot hold names (None: it holds it), as the target's declarations say
+    (its plugin's `Holds` and its table rows, read by `formats/holding.py`): the element type it would round, else
+    the first term it has no place for. The grids hold every file a target does write against its runtime."""
+    from rnnconv.errors import Unsupported
+    from rnnconv.formats import registry
+
+    fmt = registry.get(target)
+    try:
+        fmt.written_dtype(rnn.spec, None)
+    except Unsupported as exc:
+        return str(exc)
+    lost = fmt.losses(rnn)
+    return lost[0].term if lost else None

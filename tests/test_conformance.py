@@ -7,8 +7,8 @@ weights, distinct biases, one to three layers, one and two directions, with and 
 the PyTorch checkpoints of fixtures/torch in each container, and every layer of fixtures/keras3/mixed.keras (Keras
 itself run on them: tests/keras_oracle.py). Each source is saved, and run in its framework, once per session from
 distinct non-zero initial states (and, where a way of running takes lengths, on ragged packed sequences); each
-file is written once per session. Adding a format: its entry in tests/runtimes.py and, where it refuses something,
-a line in `refusal` below.
+file is written once per session. Adding a format: its entry in tests/runtimes.py; what it refuses is what its
+declarations say it cannot hold.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, LARGEST_ERRORS, largest_difference
+from conftest import FIXTURES, LARGEST_ERRORS, declared_refusal, largest_difference
 from runtimes import RUNTIMES, torch_module_for, torch_outputs
 
 import rnnconv
@@ -74,23 +74,9 @@ CASES = [f"torch-{name}" for name in MADE] + [f"torch-{name}" for name in CHECKP
 CASES += [f"keras-{layer}" for layer in KERAS_LAYERS]
 
 
-def refusal(target: str, spec: RNNSpec, source: Source) -> str | None:
-    """The term a target's refusal names for a source it cannot hold (None: it holds it)."""
-    if spec.proj_size and target in ("onnx", "openvino", "flax", "flax-nnx", "equinox", "mlx", "keras", "tfjs"):
-        return "projection"
-    if target == "tfjs" and spec.mode == "gru":
-        return "reset_after=True"
-    if target == "tflite" and spec.mode == "gru":
-        return "no fused GRU op"
-    if target == "flax-nnx" and spec.mode == "gru" and spec.bias and not source.zero_b_hn:
-        return "no b_hn"
-    if target == "equinox" and spec.mode.startswith("rnn"):
-        return "no simple RNN cell"
-    if target == "equinox" and (spec.num_layers > 1 or spec.bidirectional):
-        return "no multi-layer or bidirectional RNN"
-    if target == "ncnn" and spec.mode == "rnn_relu":
-        return "ncnn's RNN layer computes tanh only"
-    return None
+def refusal(target: str, source: Source) -> str | None:
+    with rnnconv.load(source.path, layer=source.layer, **source.options) as (rnn,):
+        return declared_refusal(target, rnn)
 
 
 ROUNDED_SUMS = "has no exact value for the biases it stores summed"
@@ -230,7 +216,7 @@ def written(tmp_path_factory, source):
         try:
             result = rnnconv.convert(made.path, out, layer=made.layer, to=target, **made.options)
         except Unsupported as exc:
-            if ROUNDED_SUMS not in str(exc) or refusal(target, made.spec, made) is not None:
+            if ROUNDED_SUMS not in str(exc) or refusal(target, made) is not None:
                 return where, exc
             # a half-precision source whose summed biases its type cannot hold (test_flax holds the refusal): the
             # file written with them rounded, as --allow-lossy writes it, still runs within the half tolerance
@@ -267,7 +253,7 @@ def _case_param(target: str, case: str):
 def test_the_written_file_computes_what_its_source_computes(target, case, source, written):
     made = source(case)
     where, out = written(target, case)
-    refused = refusal(target, made.spec, made)
+    refused = refusal(target, made)
     if refused is not None or isinstance(out, Unsupported):
         assert isinstance(out, Unsupported), f"{target} wrote {case}, which it should refuse ({refused})"
         message = str(out)

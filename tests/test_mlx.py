@@ -124,7 +124,7 @@ def test_verify_runs_the_written_file_and_catches_two_gates_swapped(tmp_path):
 @pytest.mark.parametrize(
     "module, phrase",
     [
-        (lambda: torch.nn.LSTM(4, 5, proj_size=3), "mlx.nn.LSTM has no projection"),
+        (lambda: torch.nn.LSTM(4, 5, proj_size=3), "MLX's LSTM has no projection"),
     ],
 )
 def test_what_mlx_cannot_hold_is_refused(module, phrase, tmp_path):
@@ -140,7 +140,7 @@ def test_reset_before_gru_and_float64_are_refused(tmp_path):
     assert_clean_failure(result, 2, "reset_after=False")
     torch.save(torch.nn.GRU(3, 4).state_dict(), tmp_path / "c.pt")
     result = run_cli("convert", tmp_path / "c.pt", tmp_path / "o.mlx.safetensors", "--dtype", "float64")
-    assert_clean_failure(result, 2, "MLX loads float64 weights as float32")
+    assert_clean_failure(result, 2, "MLX stores float32, float16 or bfloat16 weights, not float64")
 
 
 def test_files_of_mlx_before_0_18_are_refused(tmp_path):

@@ -81,7 +81,7 @@ def test_ncnn_files_rnnconv_cannot_read_are_refused(source, phrase, tmp_path):
 def test_what_ncnn_cannot_hold_is_refused(tmp_path):
     torch.save(torch.nn.RNN(3, 4, nonlinearity="relu").state_dict(), tmp_path / "relu.pt")
     result = run_cli("convert", tmp_path / "relu.pt", tmp_path / "o.param", "--nonlinearity", "relu")
-    assert_clean_failure(result, 2, "ncnn's RNN layer computes tanh only")
+    assert_clean_failure(result, 2, "ncnn's RNN computes tanh only, not the source's relu")
     result = run_cli("convert", FIXTURES / "keras3" / "gru_reset_before.keras", tmp_path / "o.param")
     assert_clean_failure(result, 2, "reset_after=False")
     torch.save(torch.nn.GRU(3, 4).state_dict(), tmp_path / "g.pt")

@@ -969,7 +969,7 @@ def test_bfloat16_weights_which_the_onnx_rnn_ops_of_its_opset_do_not_take_are_re
     written file as an invalid model ("Type 'tensor(bfloat16)' of input parameter (X) of operator (GRU) is invalid")."""
     out = tmp_path / "gru.onnx"
     result = run_cli("convert", FIXTURES / "torch" / "gru_bf16.pt", out, "--dtype", "bfloat16")
-    assert_clean_failure(result, 2, "take float32, float16 or float64 weights, not bfloat16")
+    assert_clean_failure(result, 2, "ONNX stores float32, float16 or float64 weights, not bfloat16")
     assert not out.exists()
     assert run_cli("convert", FIXTURES / "torch" / "gru_bf16.pt", out, "--dtype", "float16").returncode == 0
     ort_session(out)  # a model onnxruntime takes

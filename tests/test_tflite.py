@@ -315,7 +315,13 @@ def test_the_clip_allow_lossy_measures_is_the_one_litert_computes():
 def test_a_gru_is_refused_naming_the_alternative(tmp_path):
     torch.save(torch.nn.GRU(5, 7).state_dict(), tmp_path / "gru.pt")
     result = run_cli("convert", tmp_path / "gru.pt", tmp_path / "gru.tflite")
-    assert_clean_failure(result, 2, "TFLite has no fused GRU op", "convert it to ONNX (--to onnx)")
+    assert_clean_failure(
+        result,
+        2,
+        "TFLite / LiteRT has no GRU (it has UNIDIRECTIONAL_SEQUENCE_LSTM",
+        "hold one",
+        "--streaming writes it",
+    )
     assert not (tmp_path / "gru.tflite").exists()
 
 
@@ -494,7 +500,7 @@ def test_verify_backend_tflite_runs_a_blob_in_litert(written, tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["backend"]["name"] == "tflite"
     torch.save(torch.nn.GRU(5, 7).state_dict(), tmp_path / "gru.pt")
     rnnconv.convert(tmp_path / "gru.pt", gru)
-    assert_clean_failure(run_cli("verify", gru, "--backend", "tflite"), 2, "TFLite has no fused GRU op")
+    assert_clean_failure(run_cli("verify", gru, "--backend", "tflite"), 2, "TFLite / LiteRT has no GRU")
 
 
 # --- what a conversion imports ------------------------------------------------------------------------------------

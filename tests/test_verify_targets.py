@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
+from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, declared_refusal, run_cli
 
 import rnnconv
-from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
+from rnnconv.canonical import CanonicalRNN, ParamKey
 from rnnconv.contracts import dump
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import registry
-from rnnconv.table.constants import GRU, RNN
+from rnnconv.table.constants import RNN
 from rnnconv.verification import VerifyOptions, verify
 
 TARGETS = {  # format: the output's ending
@@ -40,19 +40,6 @@ TARGETS = {  # format: the output's ending
     "keras": ".keras",
 }
 INPUT, HIDDEN = 5, 7
-
-
-def refusal(target: str, spec: RNNSpec) -> str | None:
-    """The term a target's refusal names for an RNN it cannot hold (None: it holds it)."""
-    if target == "tflite" and spec.cell == GRU:
-        return "no fused GRU op"
-    if target == "flax-nnx" and spec.cell == GRU and spec.bias:
-        return "no b_hn"
-    if target == "equinox" and spec.cell == RNN:
-        return "no simple RNN cell"
-    if target == "equinox" and (spec.num_layers > 1 or spec.bidirectional):
-        return "no multi-layer or bidirectional RNN"
-    return None
 
 
 # PyTorch sources: every LSTM kind, and GRUs and simple RNNs of one layer one way and two layers both ways.
@@ -121,7 +108,7 @@ def swapped(rnn: CanonicalRNN) -> tuple[CanonicalRNN, list[str]]:
 def write_and_verify(source: Path, layer: str | None, target: str, folder: Path) -> None:
     out = folder / f"model{TARGETS[target]}"
     with rnnconv.load(source, layer=layer) as (rnn,):
-        refused = refusal(target, rnn.spec)
+        refused = declared_refusal(target, rnn)
         if refused is not None:  # refused at convert time, in one sentence, nothing written
             with pytest.raises(Unsupported) as caught:
                 rnnconv.convert(source, out, layer=layer)

@@ -26,7 +26,7 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import InspectReport, Provenance
 from rnnconv.dtypes import decode, element_type, encode
-from rnnconv.errors import BackendMissing, BadInput, Unsupported, no_such_rnn, several_rnns
+from rnnconv.errors import BackendMissing, BadInput, no_such_rnn, several_rnns
 from rnnconv.formats import registry
 from rnnconv.formats._msgpack import Bfloat16Words
 from rnnconv.formats.registry import ReadOptions
@@ -283,25 +283,6 @@ def sizes_of(rnn: TreeRNN, params: Params, row: Row, where: str) -> tuple[int, i
     if rows < 1 or columns != row.gates * rows:
         raise BadInput(f"{where}: its recurrent kernel has shape {[rows, columns]}, not (H, {row.gates}H)")
     return shapes["input_matrix"][0], rows
-
-
-def projection_losses(rnn: CanonicalRNN, title: str) -> list[registry.Loss]:
-    """A projection, which no JAX library's LSTM cell has."""
-    if not rnn.spec.proj_size:
-        return []
-    return [registry.Loss(f"{title}'s LSTM cells have no projection (h = W_hr h', proj_size={rnn.spec.proj_size})")]
-
-
-def one_rnn(rnns: list[CanonicalRNN], title: str) -> CanonicalRNN:
-    rnn = registry.only_rnn(rnns, f"a {title} file")
-    if refused := projection_losses(rnn, title):
-        raise Unsupported(f"{rnn.name}: {refused[0].term}")
-    return rnn
-
-
-def written_dtype(rnn: CanonicalRNN, dtype: str | None) -> str:
-    """The element type to write: --dtype, else the source's (JAX computes in the params' type)."""
-    return dtype or rnn.spec.dtype
 
 
 def activation_of(spec: RNNSpec) -> str:

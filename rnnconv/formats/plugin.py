@@ -14,6 +14,29 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+# Every element type rnnconv reads and writes (table.constants.ELEMENT_TYPE_CODES), float32 first.
+EVERY_DTYPE: tuple[str, ...] = ("float32", "float64", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Holds:
+    """What a format's files can hold beyond what its table rows say, as data. Its rows say which cells it writes
+    (a row per layer class), with which activations, whether an LSTM's projection has a tensor and which biases its
+    layouts store; this says the rest. `formats/holding.py` derives from the two every refusal of a source the format
+    cannot hold exactly, the element type it writes and the warning when that is not the source's."""
+
+    # The element types its writer stores (what --dtype may ask), the one its runtime computes with first.
+    dtypes: tuple[str, ...] = EVERY_DTYPE
+    # The source types written as they are when --dtype is not given (None: each of `dtypes`); a source of another is
+    # written as dtypes[0] where that holds its values exactly (and said), else refused naming --dtype.
+    keeps: tuple[str, ...] | None = None
+    layers: bool = True  # several layers in one file
+    directions: bool = True  # a bidirectional RNN
+
+    @property
+    def kept(self) -> tuple[str, ...]:
+        return self.dtypes if self.keeps is None else self.keeps
+
 
 @dataclass(frozen=True)
 class FormatInfo:
@@ -40,6 +63,7 @@ class FormatInfo:
     # Whether its writer counts the NaN and Inf values it writes (and warns): a source's read, for its digest, then
     # checks the values it holds in the file, so the writer need not read them again.
     counts_non_finite: bool = False
+    holds: Holds = Holds()  # what its written files can hold (a format that only reads: unused)
 
     @property
     def writes(self) -> bool:

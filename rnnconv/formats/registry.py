@@ -47,7 +47,8 @@ from rnnconv.errors import (
     first_line,
     listing,
 )
-from rnnconv.formats import catalog
+from rnnconv.formats import catalog, holding
+from rnnconv.formats.holding import Loss
 from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
 from rnnconv.formats.plugin import version as installed_version
 from rnnconv.formats.probe import Probe
@@ -59,8 +60,7 @@ from rnnconv.safeio.inputs import unguarded
 from rnnconv.settings import Progress as Progress  # noqa: PLC0414
 from rnnconv.settings import ReadOptions as ReadOptions  # noqa: PLC0414
 from rnnconv.settings import WriteOptions as WriteOptions  # noqa: PLC0414
-from rnnconv.table.apply import row_for_mode
-from rnnconv.table.rows import ADAPTER_FORMATS, Row
+from rnnconv.table.rows import ADAPTER_FORMATS
 from rnnconv.table.writing import arrays_in_source, rounded_sums
 
 
@@ -120,15 +120,6 @@ def clip_dropped(rnn: CanonicalRNN, clip: tuple[float, float]) -> CanonicalRNN:
         batch=PROBE_BATCH,
     )
     return dataclasses.replace(rnn, source=rnn.source.model_copy(update={"loss": loss}))
-
-
-@dataclass
-class Loss:
-    """A term of an RNN that a target cannot hold: `term` is the sentence that names it (in the refusal);
-    `nearest` gives the RNN the target can hold without it (what --allow-lossy writes), None where there is none."""
-
-    term: str
-    nearest: Callable[[CanonicalRNN], CanonicalRNN] | None = None
 
 
 class Engine(Protocol):
@@ -211,6 +202,7 @@ class RuntimeEngine:
 
     def run(self, blob: Any, inputs: Inputs) -> Outputs:
         rnn = blob.to_canonical()
+        holding.check_held(self.fmt.info, rnn, None)
         with tempfile.TemporaryDirectory(prefix="rnnconv-engine-") as folder:
             path = Path(folder) / f"{blob.name or 'rnn'}{self.facts.suffix}".replace(os.sep, "_")
             self.fmt.write([rnn], path, WriteOptions(force=True))
@@ -348,8 +340,9 @@ class Format(ABC):
         """The RNNs of the file in canonical form, read lazily while the context lasts."""
 
     def losses(self, rnn: CanonicalRNN) -> list[Loss]:
-        """What of `rnn` this format cannot hold exactly, found before anything is written (lossless or refused)."""
-        return []
+        """What of `rnn` this format cannot hold exactly, found before anything is written (lossless or refused): what
+        its declarations say (`holding.losses`)."""
+        return holding.losses(self.info, rnn)
 
     def streaming_losses(self, rnn: CanonicalRNN) -> list[Loss]:
         """What of `rnn` this format's streaming model (`info.streams`) cannot hold exactly: its ops may differ."""
@@ -360,7 +353,7 @@ class Format(ABC):
         type: the summed biases that type has no exact value for (a narrower --dtype asks for rounding; the source's
         own type promises none)."""
         losses = self.streaming_losses(rnn) if streaming else self.losses(rnn)
-        spec, row = rnn.spec, self.written_row(rnn.spec)
+        spec, row = rnn.spec, holding.written_row(self.name, rnn.spec)
         dtype = self.written_dtype(spec, requested)
         narrow = dtype == spec.dtype and element_type(dtype).itemsize < 4  # float32 sums round as its kernels do
         if not narrow or not spec.bias or row is None or not row.bias.summed or any(not x.nearest for x in losses):
@@ -376,16 +369,8 @@ class Format(ABC):
         return [*losses, Loss(term, lambda _: rounded)]
 
     def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
-        """The element type its writer stores `spec`'s RNN in: --dtype, else the source's."""
-        return requested or spec.dtype
-
-    def written_row(self, spec: RNNSpec) -> Row | None:
-        """The layout-table row its writer stores `spec`'s RNN as (a layer's, else a cell's), None where it has
-        none."""
-        for cell_class in (False, True):
-            with contextlib.suppress(Unsupported):
-                return row_for_mode(self.name, spec.mode, cell_class)[0]
-        return None
+        """The element type its writer stores `spec`'s RNN in, as its declaration says (`holding.written_dtype`)."""
+        return holding.written_dtype(self.info, spec, requested)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         raise Unsupported(f"no writer for format {self.name!r}")

@@ -23,6 +23,7 @@ CUDNN_GATES: Final[dict[str, tuple[str, ...]]] = {
     GRU: ("r", "z", "h"),
     RNN: ("h",),
 }
+CELL_NAMES: Final[dict[str, str]] = {LSTM: "LSTM", GRU: "GRU", RNN: "simple RNN"}  # each family, as people say it
 GATE_NAMES: Final[dict[str, dict[str, str]]] = {
     LSTM: {"i": "input gate", "f": "forget gate", "c": "cell candidate", "o": "output gate"},
     GRU: {"r": "reset gate", "z": "update gate", "h": "new (candidate) state"},
@@ -75,6 +76,8 @@ MANTISSA_BITS: Final[dict[str, int]] = {
     "int8": 7,
     "uint8": 8,
 }
+# Exponent bits of each float type: with MANTISSA_BITS, whether one holds every value of another exactly.
+EXPONENT_BITS: Final[dict[str, int]] = {"float64": 11, "float32": 8, "float16": 5, "bfloat16": 8}
 # Item sizes of every safetensors dtype code, to check a header whatever the tensor's type.
 SAFETENSORS_ITEMSIZE: Final[dict[str, int]] = {
     "BOOL": 1,

@@ -230,6 +230,12 @@ class BiasLayout(_Named):
         """cuDNN's biases the stored tensor `key` holds one after the other as they are, or None: it must be made."""
         return None
 
+    @abstractmethod
+    def holds_recurrent(self, order: Sequence[str], gate: str) -> bool:
+        """Whether it stores cuDNN's recurrent bias of `gate` (apart, or in a sum): a GRU's new gate's one (b_hn)
+        acts inside the reset product, so a layout without it holds only a GRU whose b_hn is zero."""
+        raise NotImplementedError
+
 
 SUMMED = "bW+bR"  # one gate's two biases in one (cuDNN needs them split: BIAS_SPLITS)
 EACH, BUT_LAST, LAST = "each", "but-last", "last"  # the gates of the row's order a run holds
@@ -361,6 +367,9 @@ class DeclaredBias(BiasLayout):
         input_place, recurrent_place = self._place(order, Kind.bW, gate), self._place(order, Kind.bR, gate)
         assert input_place is not None, (self.name, gate)
         return input_place.expression(names), "0" if recurrent_place is None else recurrent_place.expression(names)
+
+    def holds_recurrent(self, order: Sequence[str], gate: str) -> bool:
+        return self._place(order, Kind.bR, gate) is not None or self._place(order, SUMMED, gate) is not None
 
     def blocks(self, key: str, order: Sequence[str]) -> list[Block] | None:
         rows = self._declared(order)[key]

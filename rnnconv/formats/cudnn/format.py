@@ -36,7 +36,7 @@ class CudnnFormat(Format):
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.cudnn.writer import write_bin, write_safetensors
 
-        dtype = options.dtype or rnns[0].spec.dtype
+        dtype = self.written_dtype(rnns[0].spec, options.dtype)
         total = sum(weight_space_elements(r.spec) for r in rnns) * element_type(dtype).itemsize
         progress = options.progress
         advance = (lambda n: progress(n, total)) if progress else None

@@ -12,7 +12,7 @@ Reading and writing need neither Equinox nor JAX (headers parsed, never unpickle
 
 from __future__ import annotations
 
-from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
+from rnnconv.formats.plugin import EngineInfo, FormatInfo, Holds, Plugin, Runtime
 
 PLUGIN = Plugin(
     package=__name__,
@@ -32,6 +32,8 @@ PLUGIN = Plugin(
         source_options=("bias_split",),
         example="cell.eqx",
         extra="equinox",
+        # an .eqx holds one cell, its leaves each a .npy (which has no bfloat16)
+        holds=Holds(dtypes=("float32", "float64", "float16"), layers=False, directions=False),
     ),
     listed=90,
     runtimes=(Runtime("equinox", (("jax", "jax"), ("equinox", "equinox")), "Equinox cells, one step at a time"),),

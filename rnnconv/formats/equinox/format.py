@@ -42,15 +42,11 @@ class EquinoxFormat(Format):
             describe=lambda held: f"the {held.name} in {path}",
         )
 
-    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
-        from rnnconv.formats.equinox.writer import losses
-
-        return losses(rnn)
-
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.equinox.writer import write
 
-        return write(rnns, path, options)
+        rnn = registry.only_rnn(rnns, "an Equinox file")
+        return write(rnn, path, self.written_dtype(rnn.spec, options.dtype), options.force)
 
     def inspect(self, path: Path) -> InspectReport:
         from rnnconv.formats.equinox.reader import load, to_canonical

@@ -9,39 +9,17 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.dtypes import element_type, encode
-from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import _jax, registry
-from rnnconv.formats.equinox.reader import LEAF_TYPES, ROLE_OF_FIELD
+from rnnconv.formats.equinox.reader import ROLE_OF_FIELD
 from rnnconv.formats.equinox.wire import EQUINOX_CLASSES
-from rnnconv.formats.registry import WriteOptions, Written
+from rnnconv.formats.registry import Written
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import EQUINOX_FIELDS, LSTM
 
 
-def losses(rnn: CanonicalRNN) -> list[registry.Loss]:
-    """What one Equinox cell cannot hold: several layers, two directions, a simple RNN, a projection."""
-    spec = rnn.spec
-    found = _jax.projection_losses(rnn, "Equinox")
-    if spec.num_layers > 1 or spec.bidirectional:
-        found.append(registry.Loss(
-            f"Equinox has no multi-layer or bidirectional RNN (an .eqx holds one cell), and this RNN has "
-            f"{spec.num_layers} layer{'s' * (spec.num_layers > 1)} and {spec.num_directions} "
-            f"direction{'s' * spec.bidirectional}"
-        ))  # fmt: skip
-    if _jax.family(spec) not in EQUINOX_CLASSES:
-        found.append(registry.Loss("Equinox has no simple RNN cell (eqx.nn has LSTMCell and GRUCell)"))
-    return found
-
-
 def leaves_of(rnn: CanonicalRNN, dtype: str) -> list[np.ndarray]:
     spec = rnn.spec
-    if refused := losses(rnn):
-        raise Unsupported(f"{rnn.name}: {refused[0].term}")
     family = _jax.family(spec)
-    if dtype not in LEAF_TYPES.values():
-        raise BadInput(
-            f"an .eqx leaf is a .npy, which has no {dtype}: choose --dtype {' or '.join(LEAF_TYPES.values())}"
-        )
     row = find_row("equinox", EQUINOX_CLASSES[family])
     stored = rnn.stored(row, 0, 0)
     fields = EQUINOX_FIELDS[family] if spec.bias else EQUINOX_FIELDS[family][:2]
@@ -62,11 +40,9 @@ def module_code(spec: RNNSpec) -> str:
     return f"eqx.nn.{cls}({spec.input_size}, {spec.hidden_size}{bias}, key=jax.random.key(0))"
 
 
-def write(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
-    rnn = _jax.one_rnn(rnns, "Equinox")
-    dtype = _jax.written_dtype(rnn, options.dtype)
+def write(rnn: CanonicalRNN, path: Path, dtype: str, force: bool) -> Written:
     data = b"".join(npy_bytes(leaf) for leaf in leaves_of(rnn, dtype))
-    outputs = _jax.write_recorded(rnn, path, data, options.force)
+    outputs = _jax.write_recorded(rnn, path, data, force)
     return Written(
         outputs,
         usage=f"{_jax.ON_THE_CPU}import equinox as eqx, jax\n"

@@ -22,10 +22,8 @@ class FlaxFormat(_jax.TreeFormat):
     cells = "Flax RNN cell"
     module = "nn.RNN(nn.{cell})"
 
-    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
-        return _jax.projection_losses(rnn, self.title)
-
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.flax.writer import write
 
-        return write(rnns, path, options)
+        rnn = registry.only_rnn(rnns, "a Flax file")
+        return write(rnn, path, self.written_dtype(rnn.spec, options.dtype), options.force)

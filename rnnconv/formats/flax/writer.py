@@ -9,7 +9,7 @@ from typing import Any
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.formats import _jax, _msgpack, registry
 from rnnconv.formats.flax.wire import FLAX_LINEN_CLASSES, FLAX_LINEN_LAYERS, FLAX_PARAMS
-from rnnconv.formats.registry import WriteOptions, Written
+from rnnconv.formats.registry import Written
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import FLAX_CELL, FLAX_DIRECTIONS, FLAX_LINEN_CELLS, RNN
 
@@ -38,11 +38,9 @@ def module_code(spec: RNNSpec) -> str:
     return layer if spec.num_layers == 1 else f"nn.Sequential([{', '.join([layer] * spec.num_layers)}])"
 
 
-def write(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
-    rnn = _jax.one_rnn(rnns, "Flax")
-    dtype = _jax.written_dtype(rnn, options.dtype)
+def write(rnn: CanonicalRNN, path: Path, dtype: str, force: bool) -> Written:
     data = _msgpack.dumps(variables(rnn, dtype))
-    outputs = _jax.write_recorded(rnn, path, data, options.force)
+    outputs = _jax.write_recorded(rnn, path, data, force)
     spec = rnn.spec
     return Written(
         outputs,

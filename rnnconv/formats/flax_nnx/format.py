@@ -22,12 +22,8 @@ class FlaxNnxFormat(_jax.TreeFormat):
     cells = "flax.nnx RNN cell"
     module = "nnx.RNN(nnx.{cell})"
 
-    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
-        from rnnconv.formats.flax_nnx.writer import losses
-
-        return losses(rnn)
-
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.flax_nnx.writer import write
 
-        return write(rnns, path, options)
+        rnn = registry.only_rnn(rnns, "a flax.nnx file")
+        return write(rnn, path, self.written_dtype(rnn.spec, options.dtype), options.force)

@@ -1,71 +1,22 @@
 """The pure dict of a canonical RNN, as nnx.state(module, nnx.Param) of the module `module_code` builds holds it,
-written as flax.serialization's msgpack; what nnx cannot hold (a GRU's non-zero b_hn) refused."""
+written as flax.serialization's msgpack."""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
-from rnnconv.errors import Unsupported
+from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.formats import _jax, _msgpack, registry
 from rnnconv.formats.flax_nnx.wire import FLAX_NNX_CELLS, FLAX_NNX_CLASSES, FLAX_NNX_LAYERS
-from rnnconv.formats.registry import WriteOptions, Written
+from rnnconv.formats.registry import Written
 from rnnconv.table.apply import find_row
-from rnnconv.table.constants import CUDNN_GATES, DIRECTION_WORDS, FLAX_CELL, FLAX_DIRECTIONS, GRU, RNN, Kind
-
-
-def b_hn_keys(spec: RNNSpec) -> list[ParamKey]:
-    """Every b_hn of a GRU (the new gate's recurrent bias, inside the reset product), which nnx's GRUCell lacks."""
-    if spec.mode != GRU or not spec.bias:
-        return []
-    new_gate = CUDNN_GATES[GRU][-1]
-    return [
-        ParamKey(layer, direction, Kind.bR, new_gate)
-        for layer in range(spec.num_layers)
-        for direction in range(spec.num_directions)
-    ]
-
-
-def losses(rnn: CanonicalRNN) -> list[registry.Loss]:
-    """What nnx cannot hold: a projection; a GRU's non-zero b_hn (nearest: the same GRU with b_hn = 0)."""
-    found = _jax.projection_losses(rnn, "flax.nnx")
-    nonzero = [key for key in b_hn_keys(rnn.spec) if np.any(rnn.param(key) != 0)]
-    if nonzero:
-        where = ", ".join(f"layer {k.layer}" + (f" {DIRECTION_WORDS[k.direction]}" if rnn.spec.bidirectional else "")
-                          for k in nonzero[:2])  # fmt: skip
-        found.append(registry.Loss(
-            f"flax.nnx's GRUCell has no b_hn (the hidden bias inside the reset product: its dense_h has no bias); "
-            f"the source's b_hn is non-zero ({where})",
-            nearest=without_b_hn,
-        ))  # fmt: skip
-    return found
-
-
-def without_b_hn(rnn: CanonicalRNN) -> CanonicalRNN:
-    """The GRU with every b_hn zero: the nearest RNN an nnx GRUCell holds."""
-    loaders = dict(rnn.loaders)
-    for key in b_hn_keys(rnn.spec):
-        shape, dtype = rnn.spec.param_shape(key), np.float64 if rnn.spec.dtype == "float64" else np.float32
-        loaders[key] = functools.partial(np.zeros, shape, dtype)
-    return dataclasses.replace(rnn, loaders=loaders)
-
-
-def check_holds(rnn: CanonicalRNN) -> None:
-    """Refuse what nnx cannot hold (the conversion asks `losses` first: this guards the writer called alone)."""
-    found = losses(rnn)
-    if found:
-        raise Unsupported(found[0].term)
+from rnnconv.table.constants import FLAX_CELL, FLAX_DIRECTIONS, RNN
 
 
 def pure_dict(rnn: CanonicalRNN, dtype: str) -> dict[Any, Any]:
     """The pure dict of nnx.state(module, nnx.Param) for the module `module_code` builds, holding the RNN."""
     spec = rnn.spec
-    check_holds(rnn)
     layer_class = FLAX_NNX_CLASSES[_jax.family(spec)]
     row = find_row("flax-nnx", layer_class)
     params = FLAX_NNX_CELLS[layer_class]
@@ -89,11 +40,9 @@ def module_code(spec: RNNSpec) -> str:
     return modules[0] if len(modules) == 1 else f"nnx.Sequential({', '.join(modules)})"
 
 
-def write(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
-    rnn = _jax.one_rnn(rnns, "flax.nnx")
-    dtype = _jax.written_dtype(rnn, options.dtype)
+def write(rnn: CanonicalRNN, path: Path, dtype: str, force: bool) -> Written:
     data = _msgpack.dumps(pure_dict(rnn, dtype))
-    outputs = _jax.write_recorded(rnn, path, data, options.force)
+    outputs = _jax.write_recorded(rnn, path, data, force)
     return Written(
         outputs,
         usage=f"{_jax.ON_THE_CPU}import flax, flax.nnx as nnx\nrngs = nnx.Rngs(0); model = {module_code(rnn.spec)}\n"

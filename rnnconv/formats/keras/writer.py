@@ -26,7 +26,7 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
 from rnnconv.dtypes import element_type, encode
-from rnnconv.errors import BadInput, Unsupported
+from rnnconv.errors import BadInput
 from rnnconv.formats import _zip
 from rnnconv.formats.keras.config import KerasLayer, snake_case
 from rnnconv.formats.keras.hdf5 import is_bfloat16
@@ -38,14 +38,6 @@ from rnnconv.table.apply import find_row, row_for_mode, settings_for_mode
 from rnnconv.table.constants import KERAS_VARIABLES, NONLINEARITY_KEY, RNN
 
 KERAS_VERSION = "3.15.1"  # the version whose file layout this writer follows
-
-
-def check_representable(rnn: CanonicalRNN) -> None:
-    if rnn.spec.proj_size:
-        raise Unsupported(
-            f"{rnn.name}: Keras has no LSTM projection (proj_size={rnn.spec.proj_size}), so this "
-            f"RNN cannot become a Keras model"
-        )
 
 
 def _keras_name(text: str) -> str:
@@ -193,8 +185,6 @@ def write_keras(rnns: list[CanonicalRNN], path: Path, dtype: str | None = None, 
     """A `.keras` archive that keras.models.load_model opens, or the `.weights.h5` inside one."""
     if not rnns:
         raise BadInput("nothing to write")
-    for rnn in rnns:
-        check_representable(rnn)
     for before, after in itertools.pairwise(rnns):
         if after.spec.input_size != before.spec.num_directions * before.spec.output_size:
             raise BadInput(

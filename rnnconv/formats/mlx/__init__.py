@@ -12,7 +12,7 @@ Reading and writing need no MLX; `run` (verify) and the `mlx` engine run the mod
 
 from __future__ import annotations
 
-from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
+from rnnconv.formats.plugin import EngineInfo, FormatInfo, Holds, Plugin, Runtime
 
 PLUGIN = Plugin(
     package=__name__,
@@ -40,6 +40,7 @@ PLUGIN = Plugin(
         example="model.safetensors",
         examples=("mlx.safetensors --layer encoder.layers",),
         extra="mlx",
+        holds=Holds(dtypes=("float32", "float16", "bfloat16")),  # MLX loads float64 weights as float32
     ),
     listed=110,
     sniff_order=30,  # a safetensors of MLX's parameter names: after rnnconv's own, before PyTorch's state_dicts

@@ -9,7 +9,7 @@ from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line
 from rnnconv.formats import registry
 from rnnconv.formats._graph import GraphFormat
 from rnnconv.formats.mlx import PLUGIN
-from rnnconv.formats.mlx.wire import MLX_CLASSES, WRITABLE
+from rnnconv.formats.mlx.wire import MLX_CLASSES
 from rnnconv.formats.registry import ReadOptions, WriteOptions, Written, register
 from rnnconv.table.constants import LSTM
 
@@ -53,24 +53,12 @@ class MlxFormat(GraphFormat["MlxFile", "Module"]):
             return None
         return f"modules {', '.join(m.name for m in chain.layers)} are the layers and directions of one RNN"
 
-    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
-        return requested or (spec.dtype if spec.dtype in WRITABLE else WRITABLE[0])
-
-    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
-        from rnnconv.formats.mlx.writer import mlx_losses
-
-        return mlx_losses(rnn)
-
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.mlx.writer import constructor, write_mlx
 
         rnn = registry.only_rnn(rnns, "an MLX file")
         spec = rnn.spec
-        dtype = self.written_dtype(spec, options.dtype)
-        warnings = []
-        if dtype != spec.dtype and options.dtype is None:
-            warnings.append(f"{rnn.name}: written as {dtype}, what MLX computes with, from the source's {spec.dtype}")
-        write_mlx(rnn, path, dtype, options.force)
+        write_mlx(rnn, path, self.written_dtype(spec, options.dtype), options.force)
         usage = "import mlx.core as mx, mlx.nn as nn\nmx.set_default_device(mx.cpu)   # as verify runs it\n"
         usage += f"model = {constructor(spec)}; model.load_weights({registry.literal(path)})"
         if spec.num_layers == 1 and not spec.bidirectional:
@@ -81,7 +69,7 @@ class MlxFormat(GraphFormat["MlxFile", "Module"]):
             usage += "   # Stack: the README's module, a list `layers` each feeding the next"
         elif spec.bidirectional:
             usage += "   # Stack: the README's module, [forward, backward] modules"
-        return Written([path], warnings, usage)
+        return Written([path], usage=usage)
 
     def run_chain(
         self,

@@ -21,7 +21,6 @@ STACKED: Final = re.compile(
     rf"^(.*?){MLX_STACK}\.(\d+)\.(?:(\d+)\.)?$"
 )  # layers.{k}. or, two directions, layers.{k}.{d}.
 SINCE: Final = ".".join(map(str, MLX_ROWS_SINCE[:2]))
-WRITABLE = ("float32", "float16", "bfloat16")  # MLX loads float64 weights as float32
 
 
 def sniff(probe: Probe) -> bool:

@@ -11,9 +11,8 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.dtypes import element_type, encode
-from rnnconv.errors import Unsupported
 from rnnconv.formats import _safetensors, registry
-from rnnconv.formats.mlx.wire import MLX_CLASSES, MLX_STACK, WRITABLE
+from rnnconv.formats.mlx.wire import MLX_CLASSES, MLX_STACK
 from rnnconv.safeio.outputs import write_array
 from rnnconv.table.apply import row_for_mode
 from rnnconv.table.constants import (
@@ -28,20 +27,6 @@ from rnnconv.table.constants import (
     RECURRENT_MATRIX,
     RNN,
 )
-
-
-def mlx_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
-    """What mlx.nn's modules cannot compute of `rnn`: an LSTM's projection."""
-    if not rnn.spec.proj_size:
-        return []
-    return [registry.Loss(f"mlx.nn.LSTM has no projection (h = W_hr h', proj_size={rnn.spec.proj_size})")]
-
-
-def check_writable(rnn: CanonicalRNN, dtype: str) -> None:
-    if losses := mlx_losses(rnn):
-        raise Unsupported(f"{rnn.name}: {losses[0].term}")
-    if dtype not in WRITABLE:
-        raise Unsupported(f"MLX loads {dtype} weights as float32; write {', '.join(WRITABLE)}")
 
 
 def tensors_of(rnn: CanonicalRNN, dtype: str) -> dict[str, np.ndarray]:
@@ -72,7 +57,6 @@ def nonlinearity_of(spec: RNNSpec) -> str:
 
 
 def write_mlx(rnn: CanonicalRNN, path: Path, dtype: str, force: bool) -> None:
-    check_writable(rnn, dtype)
     etype = element_type(dtype)
     entries = [
         _safetensors.Entry(key, etype, value.shape, functools.partial(write_array, array=value))

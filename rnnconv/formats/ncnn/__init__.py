@@ -16,7 +16,7 @@ written model came from is recorded in `model.param.rnnconv.json`, beside it.
 
 from __future__ import annotations
 
-from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
+from rnnconv.formats.plugin import EngineInfo, FormatInfo, Holds, Plugin, Runtime
 
 PLUGIN = Plugin(
     package=__name__,
@@ -39,6 +39,7 @@ PLUGIN = Plugin(
         example="model.param",
         examples=("model.param --layer lstm_1",),
         extra="ncnn",
+        holds=Holds(dtypes=("float32", "float16")),  # the weight tags of ncnn's .bin
     ),
     listed=120,
     sniff_order=20,  # a text file beginning with ncnn's magic number

@@ -39,14 +39,6 @@ class NcnnFormat(GraphFormat["NcnnFile", "Layer"]):
 
         return to_canonical(chain.layers, graph, source)
 
-    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
-        return requested or ("float16" if spec.dtype == "float16" else "float32")
-
-    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
-        from rnnconv.formats.ncnn.writer import ncnn_losses
-
-        return ncnn_losses(rnn)
-
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.ncnn.writer import write_ncnn
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN
-from rnnconv.errors import Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats.ncnn.wire import (
     IN,
@@ -37,8 +36,6 @@ from rnnconv.table.constants import (
     RECURRENT_MATRIX,
 )
 
-WRITABLE = ("float32", "float16")
-
 
 @dataclass
 class LayerBlobs:
@@ -58,21 +55,8 @@ def _tagged(values: np.ndarray, dtype: str) -> bytes:
     return struct.pack("<I", NCNN_FLAGS[dtype]) + data + b"\0" * (align(len(data)) - len(data))
 
 
-def ncnn_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
-    """What ncnn's layers cannot compute of `rnn`: a simple RNN's relu."""
-    try:
-        row_for_mode("ncnn", rnn.spec.mode)
-    except Unsupported:
-        return [registry.Loss(f"ncnn's RNN layer computes tanh only, not the source's {rnn.spec.mode}")]
-    return []
-
-
 def layers_of(rnn: CanonicalRNN, dtype: str) -> list[LayerBlobs]:
     spec = rnn.spec
-    if dtype not in WRITABLE:
-        raise Unsupported(f"ncnn stores {' or '.join(WRITABLE)} weights, not {dtype}")
-    if losses := ncnn_losses(rnn):
-        raise Unsupported(f"{rnn.name}: {losses[0].term}")
     row, _ = row_for_mode("ncnn", spec.mode)
     out = []
     for layer in range(spec.num_layers):

@@ -21,7 +21,7 @@ sequence_lens the chunk's length).
 
 from __future__ import annotations
 
-from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
+from rnnconv.formats.plugin import EngineInfo, FormatInfo, Holds, Plugin, Runtime
 
 PLUGIN = Plugin(
     package=__name__,
@@ -47,6 +47,9 @@ PLUGIN = Plugin(
         examples=("model.onnx --layer /rnn/LSTM_1",),
         extra="onnx",
         streams=("onnxruntime",),
+        # The weight types the RNN ops of opset 20 take (their T; bfloat16 came in opset 22); a half-precision
+        # source is written as float32 unless asked: onnxruntime's CPU RNN kernels compute float32 alone.
+        holds=Holds(dtypes=("float32", "float16", "float64"), keeps=("float32",)),
     ),
     listed=40,
     sniff_order=60,  # a protobuf has no magic number: after every format that has one

@@ -58,14 +58,6 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
         looped = graph.loop_note()
         return super().notes(graph) + graph.same_weights_notes() + ([f"{graph.path.name}: {looped}"] if looped else [])
 
-    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
-        return requested or "float32"  # onnxruntime's CPU RNN kernels compute float32
-
-    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
-        from rnnconv.formats.onnx.writer import onnx_losses
-
-        return onnx_losses(rnn)
-
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.onnx.writer import write_onnx
 

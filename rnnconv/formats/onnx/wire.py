@@ -10,8 +10,6 @@ if TYPE_CHECKING:
     from rnnconv.formats.probe import Probe
 
 ONNX_OPSET: Final = 20  # what rnnconv writes: the newest TensorRT 10.0 takes, run by every onnxruntime since 1.17
-# The weight types the RNN ops of that opset take (their T; bfloat16 came in opset 22).
-WRITES: Final = ("float32", "float16", "float64")
 ONNX_OPS: Final[dict[str, str]] = {"lstm": "LSTM", "gru": "GRU", "rnn": "RNN"}  # the op of each cell family
 # ONNX activation names, and the default activations of each op: f (gates), g (cell input), h (cell output).
 ONNX_ACTIVATIONS: Final[dict[str, str]] = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "relu"}

@@ -12,7 +12,7 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN
 from rnnconv.dtypes import element_type, encode
-from rnnconv.errors import Unsupported, either
+from rnnconv.errors import Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats.onnx import profile as profiles
 from rnnconv.formats.onnx.nodes import RNN_OPS
@@ -25,7 +25,6 @@ from rnnconv.formats.onnx.wire import (
     ONNX_OPSET,
     ONNX_QUANTIZED_INPUTS,
     ONNX_QUANTIZED_OPS,
-    WRITES,
 )
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.streaming import STATE_INPUT, STATE_OUTPUT, STREAM_INPUT, STREAM_OUTPUT
@@ -44,18 +43,9 @@ class Layer:
     domain: str = ""
 
 
-def onnx_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
-    """What ONNX's RNN ops cannot compute of `rnn`: an LSTM's projection."""
-    if not rnn.spec.proj_size:
-        return []
-    return [registry.Loss(f"ONNX's LSTM has no projection (h = W_hr h', proj_size={rnn.spec.proj_size})")]
-
-
 def layers_of(rnn: CanonicalRNN, dtype: str) -> list[Layer]:
     """The ONNX nodes of a canonical RNN, its tensors stored as the table's ONNX row says."""
     spec = rnn.spec
-    if losses := onnx_losses(rnn):
-        raise Unsupported(f"{rnn.name}: {losses[0].term}")
     row, activation = row_for_mode("onnx", spec.mode)
     attributes: dict[str, Any] = {
         "hidden_size": spec.hidden_size,
@@ -273,10 +263,6 @@ def write_onnx(
     rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool, profile: str | None = None, streaming: bool = False
 ) -> None:
     rnn = registry.only_rnn(rnns, "an .onnx")
-    if dtype not in WRITES:
-        raise Unsupported(
-            f"ONNX's LSTM, GRU and RNN ops (opset {ONNX_OPSET}) take {either(WRITES)} weights, not {dtype} (--dtype)"
-        )
     build = build_streaming_model if streaming else build_model
     model = build(layers_of(rnn, dtype), rnn.spec.input_size, dtype)
     if profile is not None and (broken := profiles.broken(model, profiles.check_profile(profile))):

@@ -16,7 +16,7 @@ linear_before_reset=false, clip, activation alpha/beta, activations other than c
 
 from __future__ import annotations
 
-from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
+from rnnconv.formats.plugin import EngineInfo, FormatInfo, Holds, Plugin, Runtime
 
 PLUGIN = Plugin(
     package=__name__,
@@ -42,6 +42,8 @@ PLUGIN = Plugin(
         example="model.xml",
         examples=("model.xml --layer /encoder/LSTMSequence",),
         extra="openvino",
+        # float16 and bfloat16 weights are stored as they are and decompressed to float32, in which OpenVINO computes
+        holds=Holds(dtypes=("float32", "float16", "bfloat16")),
     ),
     listed=60,
     sniff_order=40,

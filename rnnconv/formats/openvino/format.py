@@ -18,7 +18,6 @@ from rnnconv.formats.openvino.wire import (
     OPENVINO_X,
     OPENVINO_Y,
     SEQUENCE_OPS,
-    WRITES,
 )
 from rnnconv.formats.registry import ReadOptions, WriteOptions, Written, register
 from rnnconv.safeio.inputs import reading
@@ -82,32 +81,17 @@ class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
         watched like the .xml while they are read."""
         return reading(graph.weights_path)
 
-    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
-        return requested or (spec.dtype if spec.dtype in WRITES else "float32")
-
-    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
-        from rnnconv.formats.openvino.writer import openvino_losses
-
-        return openvino_losses(rnn)
-
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.openvino.writer import write_ir
 
         spec = rnns[0].spec
         # OpenVINO computes in float32: narrower weights are stored as they are and decompressed by a Convert
-        dtype = self.written_dtype(spec, options.dtype)
-        warnings = []
-        if options.dtype is None and dtype != spec.dtype:
-            warnings.append(
-                f"{rnns[0].name}: {spec.dtype} weights written as {dtype}, in which OpenVINO computes (say --dtype)"
-            )
-        weights = write_ir(rnns, path, dtype, options.force, options.progress)
+        weights = write_ir(rnns, path, self.written_dtype(spec, options.dtype), options.force, options.progress)
         lstm = spec.mode == LSTM
         feeds = f'"{OPENVINO_X}": x, "{OPENVINO_INITIAL_H}": h0, ' + (f'"{OPENVINO_INITIAL_C}": c0, ' if lstm else "")
         states = "h0 and c0" if lstm else "h0"
         return Written(
             [path, weights],
-            warnings=warnings,
             # as `run_ir` runs it: static shapes (with dynamic ones the CPU plugin ignores sequence_lens) and f32
             # (its default is bf16 on CPUs with bfloat16 units: 1e-3 off)
             usage=f"import openvino\ncore = openvino.Core(); model = core.read_model({registry.literal(path)})\n"

@@ -68,7 +68,6 @@ STORAGE: Final = {  # the numpy type of each element type's values in the .bin
 INDEX_TYPE: Final = next(iter(OPENVINO_INTEGERS))  # i32: sequence_lens
 SHAPE_TYPE: Final = list(OPENVINO_INTEGERS)[-1]  # i64: perms, shapes, axes
 COMPUTE_TYPE: Final = OPENVINO_ELEMENT_TYPES["float32"]  # what the graph computes in
-WRITES = ("float32", "float16", "bfloat16")  # float16 and bfloat16 weights are decompressed to float32
 
 SNIFF_BYTES: Final = 4096  # how much of an .xml is looked at for an IR's <net version=...>
 NET: Final = re.compile(rb"<net\b[^>]*\bversion\s*=\s*[\"'](\d+)[\"']")

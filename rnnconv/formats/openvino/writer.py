@@ -10,7 +10,6 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN
 from rnnconv.dtypes import element_type
-from rnnconv.errors import Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats.openvino.builder import Layer, Parts, Tensor, build
 from rnnconv.formats.openvino.wire import (
@@ -18,7 +17,6 @@ from rnnconv.formats.openvino.wire import (
     OPENVINO_DEFAULT_ACTIVATIONS,
     OPENVINO_ELEMENT_TYPES,
     OPENVINO_FORWARD,
-    WRITES,
 )
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.apply import row_for_mode, stored_shapes
@@ -27,23 +25,9 @@ from rnnconv.table.writing import stored
 from rnnconv.version import __version__
 
 
-def openvino_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
-    """What OpenVINO's sequence ops cannot compute of `rnn`: an LSTM's projection."""
-    if not rnn.spec.proj_size:
-        return []
-    return [
-        registry.Loss(
-            f"OpenVINO's LSTMSequence has no projection (h = W_hr h', proj_size={rnn.spec.proj_size}): no OpenVINO "
-            f"op holds the LSTM's projection matrix"
-        )
-    ]
-
-
 def layers_of(rnn: CanonicalRNN, dtype: str) -> list[Layer]:
     """The sequence ops of a canonical RNN, its tensors stored as the table's OpenVINO row says."""
     spec = rnn.spec
-    if losses := openvino_losses(rnn):
-        raise Unsupported(f"{rnn.name}: {losses[0].term}")
     row, activation = row_for_mode("openvino", spec.mode)
     attributes = {
         "direction": OPENVINO_BIDIRECTIONAL if spec.bidirectional else OPENVINO_FORWARD,
@@ -84,11 +68,6 @@ def write_ir(
     rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool, progress: Callable[[int, int], None] | None
 ) -> Path:
     rnn = registry.only_rnn(rnns, "an .xml")
-    if dtype not in WRITES:
-        raise Unsupported(
-            f"rnnconv writes OpenVINO IRs of {', '.join(WRITES)} weights (computed in float32 by OpenVINO), "
-            f"not {dtype}: {dtype} values would be rounded; say --dtype float32"
-        )
     weights = path.with_suffix(".bin")
     registry.weights_free(path, weights, force)
     graph = build(layers_of(rnn, dtype), rnn.spec.input_size, rnn.name)

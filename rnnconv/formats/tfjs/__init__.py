@@ -18,7 +18,7 @@ the whole streaming model, every call in one Node.js process.
 
 from __future__ import annotations
 
-from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
+from rnnconv.formats.plugin import EngineInfo, FormatInfo, Holds, Plugin, Runtime
 
 NODE_MODULES = (("node", "npm:node"), ("@tensorflow/tfjs", "npm:@tensorflow/tfjs"))  # run by Node.js, not imported
 
@@ -45,6 +45,7 @@ PLUGIN = Plugin(
         example="model.json",
         examples=("model.json --layer lstm_1",),
         streams=("tfjs",),
+        holds=Holds(dtypes=("float32",)),  # what TensorFlow.js layers models hold and compute with
     ),
     listed=115,
     runtimes=(

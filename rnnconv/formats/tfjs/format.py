@@ -54,30 +54,17 @@ class TfjsFormat(GraphFormat["TfjsFile", "TfjsLayer"]):
 
         return to_canonical(chain, source, graph)
 
-    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
-        return requested or "float32"  # what TensorFlow.js layers models hold and compute with
-
-    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
-        from rnnconv.formats.tfjs.writer import tfjs_losses
-
-        return tfjs_losses(rnn)
-
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.tfjs.writer import loading_snippet, write_tfjs
 
         rnn = registry.only_rnn(rnns, "a TensorFlow.js model")
-        if options.dtype not in (None, "float32"):
-            raise Unsupported(f"TensorFlow.js layers models hold float32 weights, not {options.dtype}")
-        warnings = []
-        if rnn.spec.dtype == "float64":
-            warnings.append(f"{rnn.name}: written as float32, what TensorFlow.js computes with, from float64")
         shard = write_tfjs(rnn, path, options.force, options.streaming)
         if options.streaming:
             from rnnconv.streaming import streaming_usage
 
             usage = streaming_usage(rnn.spec, "TensorFlow.js", registry.literal(path))
-            return Written([path, shard], warnings, usage)
-        return Written([path, shard], warnings, loading_snippet(rnn, path))
+            return Written([path, shard], usage=usage)
+        return Written([path, shard], usage=loading_snippet(rnn, path))
 
     def stream(self, path: Path, runtime: str) -> TfjsStream:
         from rnnconv.formats.tfjs.runner import TfjsStream

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.errors import BadInput, Unsupported
+from rnnconv.errors import BadInput
 from rnnconv.formats import registry
 from rnnconv.formats.tfjs.wire import (
     DIRECTION_PREFIXES,
@@ -32,20 +32,10 @@ from rnnconv.formats.tfjs.wire import (
 from rnnconv.safeio.outputs import atomic_outputs, write_array
 from rnnconv.streaming import STREAM_INPUT, STREAM_OUTPUT, states_of
 from rnnconv.table.apply import row_for_mode, settings_for_mode
-from rnnconv.table.constants import GRU, KERAS_VARIABLES, STATES
-from rnnconv.table.rows import TFJS_RESET_BEFORE
+from rnnconv.table.constants import KERAS_VARIABLES, STATES
 from rnnconv.version import __version__
 
 ZEROS = {"class_name": "Zeros", "config": {}}  # initializers: the weights are loaded over them (no orthogonal QR)
-
-
-def tfjs_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
-    """What TensorFlow.js's layers cannot compute of `rnn`: cuDNN's GRU (reset after), an LSTM's projection."""
-    if rnn.spec.cell == GRU:
-        return [registry.Loss(TFJS_RESET_BEFORE)]
-    if rnn.spec.proj_size:
-        return [registry.Loss(f"TensorFlow.js's LSTM has no projection (proj_size={rnn.spec.proj_size})")]
-    return []
 
 
 def shard_of(path: Path) -> Path:
@@ -173,8 +163,6 @@ def tensors_of(rnn: CanonicalRNN) -> dict[str, np.ndarray]:
 def write_tfjs(rnn: CanonicalRNN, path: Path, force: bool, streaming: bool = False) -> Path:
     """model.json and its shard (group1-shard1of1.bin beside it), a streaming model's where asked; the shard's
     path."""
-    if losses := tfjs_losses(rnn):
-        raise Unsupported(f"{rnn.name}: {losses[0].term}")
     if path.suffix.lower() != ".json":
         raise BadInput(f"output {path} must end in .json for TensorFlow.js")
     shard = shard_of(path)

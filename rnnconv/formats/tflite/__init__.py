@@ -25,7 +25,7 @@ h_l0_next, c_l0_next, ... as outputs, no variable tensor; a GRU streams too.
 
 from __future__ import annotations
 
-from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
+from rnnconv.formats.plugin import EngineInfo, FormatInfo, Holds, Plugin, Runtime
 
 PLUGIN = Plugin(
     package=__name__,
@@ -51,6 +51,7 @@ PLUGIN = Plugin(
         extra="tflite",
         streams=("litert", "tflite-micro"),
         fixed_chunk=True,
+        holds=Holds(dtypes=("float32",)),  # its LSTM and RNN ops compute with float32 weights
     ),
     listed=50,
     sniff_order=20,

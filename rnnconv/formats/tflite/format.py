@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from rnnconv.canonical import CanonicalRNN, RNNSpec
     from rnnconv.contracts import Provenance, RNNSizes
     from rnnconv.formats._graph import Chain
+    from rnnconv.formats.holding import Loss
     from rnnconv.formats.tflite.model import Layer, TfliteFile
     from rnnconv.formats.tflite.runner import TfliteEngine, TfliteStream
 
@@ -65,15 +66,7 @@ class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
     def notes(self, graph: TfliteFile) -> list[str]:
         return [f"operators: {graph.op_listing() or 'none'}", *super().notes(graph)]
 
-    def written_dtype(self, spec: RNNSpec, requested: str | None) -> str:
-        return requested or "float32"  # its LSTM and RNN ops compute with float32 weights
-
-    def losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
-        from rnnconv.formats.tflite.writer import tflite_losses
-
-        return tflite_losses(rnn)
-
-    def streaming_losses(self, rnn: CanonicalRNN) -> list[registry.Loss]:
+    def streaming_losses(self, rnn: CanonicalRNN) -> list[Loss]:
         return []  # a streaming model's plain ops compute every cell rnnconv reads, a GRU and a projection among them
 
     def stream(self, path: Path, runtime: str) -> TfliteStream:

@@ -12,14 +12,14 @@ import numpy as np
 
 from rnnconv.compare import Inputs, Outputs
 from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line, listing
-from rnnconv.formats import registry
+from rnnconv.formats import holding, registry
 from rnnconv.formats._graph import Chain
 from rnnconv.formats.plugin import version
 from rnnconv.formats.tflite.builder import Constant, Graph, GraphTensor, build_graph, model_bytes
 from rnnconv.formats.tflite.model import Layer, TfliteFile, input_of, op_options
 from rnnconv.formats.tflite.streaming import STREAMING_OPS
 from rnnconv.formats.tflite.wire import FORMAT, PLAIN_OPTION_SLOTS, UNSET
-from rnnconv.formats.tflite.writer import graph_of, tflite_losses
+from rnnconv.formats.tflite.writer import graph_of
 from rnnconv.streaming import STREAM_INPUT, check_stream_names
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_GATES, INPUT_MATRIX, RECURRENT_MATRIX
@@ -121,9 +121,8 @@ class TfliteEngine(registry.RuntimeEngine):
 
     def run(self, blob: Any, inputs: Inputs) -> Outputs:
         rnn = blob.to_canonical()
-        if losses := tflite_losses(rnn):
-            raise Unsupported(losses[0].term)
-        return run_graph(graph_of(rnn, "float32"), inputs)
+        holding.check_held(self.fmt.info, rnn, "float32")  # computed in float32, whatever the blob holds
+        return run_graph(graph_of(rnn), inputs)
 
 
 STREAMING_TYPES = {"float32": np.float32, "int32": np.int32}  # of a streaming model's tensors (int32: SPLIT's axis)

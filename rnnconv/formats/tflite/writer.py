@@ -10,7 +10,6 @@ import numpy as np
 
 from rnnconv.canonical import CanonicalRNN
 from rnnconv.dtypes import element_type
-from rnnconv.errors import Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats.registry import WriteOptions
 from rnnconv.formats.tflite.builder import Constant, Graph, build_graph, serialize, write_graph
@@ -20,42 +19,18 @@ from rnnconv.formats.tflite.wire import FORMAT, TFLITE_ACTIVATIONS, TFLITE_CELL_
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.apply import find_row
-from rnnconv.table.constants import GRU, TORCH_REVERSE_SUFFIX
+from rnnconv.table.constants import TORCH_REVERSE_SUFFIX
 from rnnconv.table.rows import Row
 from rnnconv.table.writing import StoredTensor, stored
 
 FLOAT32 = element_type("float32")  # what TFLite's LSTM and RNN ops compute with
-NO_GRU = (
-    "TFLite has no fused GRU op (only UNIDIRECTIONAL_SEQUENCE_LSTM and _RNN): a GRU would have to be written as a "
-    "WHILE loop or unrolled ops, which rnnconv does not write; convert it to ONNX (--to onnx)"
-)
 
 
-def _writable(rnn: CanonicalRNN, dtype: str | None) -> str:
-    """The op that holds the RNN; Unsupported (one sentence) where TFLite cannot hold it exactly."""
-    if rnn.spec.cell == GRU:
-        raise Unsupported(NO_GRU)
-    _in_float32(rnn, dtype)
-    return TFLITE_CELL_OPS[rnn.spec.cell]
-
-
-def _in_float32(rnn: CanonicalRNN, dtype: str | None) -> None:
-    """Unsupported (one sentence) where the RNN's weights would not be float32 exactly, as TFLite computes."""
-    spec = rnn.spec
-    if dtype not in (None, "float32"):
-        raise Unsupported(f"TFLite's LSTM and RNN ops compute with float32 weights, not {dtype}")
-    if dtype is None and spec.dtype == "float64":
-        raise Unsupported(
-            "TFLite's LSTM and RNN ops compute with float32 weights: the source's float64 weights would be rounded; "
-            "say --dtype float32 to accept that"
-        )
-
-
-def graph_of(rnn: CanonicalRNN, dtype: str | None = None) -> Graph:
+def graph_of(rnn: CanonicalRNN) -> Graph:
     """The graph of a canonical RNN, each weight made by the table's writing as the file is written (a matrix still
     in a float32 source file copied from it), one layer and direction at a time; biases always (zeros where the RNN
     has none)."""
-    op_name = _writable(rnn, dtype)
+    op_name = TFLITE_CELL_OPS[rnn.spec.cell]
     spec = rnn.spec
     row = find_row(FORMAT, op_name)
     layers = []
@@ -96,11 +71,7 @@ def _activation_code(row: Row, mode: str) -> int:
 
 def write_tflite(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> CanonicalRNN:
     rnn = registry.only_rnn(rnns, "a .tflite")
-    if options.streaming:
-        _in_float32(rnn, options.dtype)
-        graph = streaming_graph(rnn, options.chunk or 1)
-    else:
-        graph = graph_of(rnn, options.dtype)
+    graph = streaming_graph(rnn, options.chunk or 1) if options.streaming else graph_of(rnn)
 
     def recorded(wait: bool = True) -> np.ndarray:  # the source's digest is still being computed: written last
         text = registry.recorded_source(rnn, path, wait).model_dump_json(by_alias=True, exclude_none=True)
@@ -112,10 +83,3 @@ def write_tflite(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) ->
     with atomic_outputs([path], options.force) as (tmp,), open(tmp, "wb") as f:
         write_graph(graph, f, options.progress)
     return rnn
-
-
-def tflite_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
-    """What TFLite's fused ops cannot hold of `rnn`: a GRU (there is no fused GRU op)."""
-    if rnn.spec.cell != GRU:
-        return []
-    return [registry.Loss(NO_GRU)]
