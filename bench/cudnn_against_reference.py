@@ -16,10 +16,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rnnconv.cudnn.backend import CudnnBackend, probe
-from rnnconv.cudnn.battery import check_forward
 from rnnconv.errors import BackendMissing, RnnconvError
 from rnnconv.formats.cudnn.reader import open_blobs
+from rnnconv.gpu.backend import CudnnBackend, probe
+from rnnconv.gpu.battery import check_forward
 
 
 def main(paths: list[str]) -> int:

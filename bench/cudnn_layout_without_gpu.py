@@ -20,12 +20,12 @@ import itertools
 
 import numpy as np
 
-from rnnconv.canonical import RNNSpec
-from rnnconv.cudnn.api import Cudnn
-from rnnconv.cudnn.backend import LayoutMismatch, check_layout
-from rnnconv.cudnn.descriptors import Descriptors
-from rnnconv.dtypes import element_type
-from rnnconv.weightspace import region_map, weight_space_elements
+from rnnconv.core.canonical import RNNSpec
+from rnnconv.core.dtypes import element_type
+from rnnconv.core.weightspace import region_map, weight_space_elements
+from rnnconv.gpu.api import Cudnn
+from rnnconv.gpu.backend import LayoutMismatch, check_layout
+from rnnconv.gpu.descriptors import Descriptors
 
 
 def main() -> None:

@@ -166,7 +166,7 @@ if [[ -n ${WANTED[install]:-} ]]; then
             --target "$SITE" "${fallback[@]}"
     fi
     run imports 60 "$PYTHON" -c "import numpy, h5py, msgpack, rich, typer, pydantic, blake3, google_crc32c
-import rnnconv.cli, rnnconv.cudnn.battery
+import rnnconv.cli.commands, rnnconv.gpu.battery
 print('rnnconv imports from', rnnconv.__file__)"
     if [[ $RC -ne 0 ]]; then
         say "stopped at 'install' (exit 3): rnnconv does not import here: $LAST_LINE"
@@ -278,7 +278,7 @@ if [[ -n ${WANTED[tests]:-} ]]; then
         exit 3
     fi
     run gpu_probe 60 "$PYTHON" -c "import sys
-from rnnconv.cudnn.backend import probe
+from rnnconv.gpu.backend import probe
 status = probe()
 print(f'error: {status.reason}' if not status.ok else 'cuDNN runs here: ' + repr(status.found))
 sys.exit(0 if status.ok else 3)"

@@ -6,7 +6,7 @@ Each runs in a fresh process as the installed `rnnconv` command runs (this check
 best and median of --repeat runs after an untimed one), beside its floors: an empty interpreter and one that
 imports typer (what any typer command line pays). The SOURCE-to-TARGET commands --help hides are summed up in two
 rows (the median and the slowest of them), or each in its own with --each. `python -X importtime -c "import
-rnnconv.cli"` shows where an import comes from. A benchmark, not a test: it judges nothing by exit code.
+rnnconv.cli.commands"` shows where an import comes from. A benchmark, not a test: it judges nothing by exit code.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 # What the `rnnconv` script pip installs runs: its name is what completion's variable is made of.
-RNNCONV = [PYTHON, "-c", "import sys; sys.argv[0] = 'rnnconv'; from rnnconv.cli import main; main()"]
+RNNCONV = [PYTHON, "-c", "import sys; sys.argv[0] = 'rnnconv'; from rnnconv.cli.commands import main; main()"]
 TARGET = 0.15  # seconds
 ENV = {
     **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
@@ -52,7 +52,7 @@ def timed(command: list[str], env: dict[str, str], repeat: int) -> tuple[float, 
 
 def commands() -> tuple[list[str], list[str]]:
     """The commands --help lists, and the hidden ones."""
-    listing = "from typer.main import get_command; from rnnconv.cli import app; g = get_command(app); " + (
+    listing = "from typer.main import get_command; from rnnconv.cli.commands import app; g = get_command(app); " + (
         "print(' '.join(g.list_commands(None))); print(' '.join(n for n in g.commands if n not in g.by_name.made))"
     )
     listed, hidden = subprocess.run(

@@ -13,7 +13,7 @@ import gc
 
 def main() -> None:
     gc.disable()
-    from rnnconv.cli import main as command
+    from rnnconv.cli.commands import main as command
 
     try:
         command()

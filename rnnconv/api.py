@@ -17,19 +17,27 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import BatchItem, BatchResults, ConversionResult, Identification, InspectReport, Report, Reports
 from rnnconv.conversion import convert as _convert
 from rnnconv.conversion import open_source, output_name
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.contracts import (
+    BatchItem,
+    BatchResults,
+    ConversionResult,
+    Identification,
+    InspectReport,
+    Report,
+    Reports,
+)
+from rnnconv.core.settings import split
 from rnnconv.errors import EXIT_INTERNAL, BadInput, RnnconvError, failure
 from rnnconv.formats import registry
 from rnnconv.formats.registry import ReadOptions, WriteOptions
 from rnnconv.safeio.inputs import check_guards, explained, reading, regular_file, unguarded, watching
 from rnnconv.safeio.outputs import SIDECAR_SUFFIX, check_writable
-from rnnconv.settings import split
 
 if TYPE_CHECKING:
-    from rnnconv.verification import Stage, VerifyOptions
+    from rnnconv.verification.run import Stage, VerifyOptions
 
 PathLike = str | os.PathLike[str]
 
@@ -58,7 +66,7 @@ class RNNs(list[CanonicalRNN]):
 def load(path: PathLike, **options: Any) -> RNNs:
     """The RNNs of a Keras, PyTorch, ONNX or cuDNN file, in cuDNN's convention (`CanonicalRNN`).
 
-    `options` are the fields of `ReadOptions` (rnnconv.settings), the command line's source options:
+    `options` are the fields of `ReadOptions` (rnnconv.core.settings), the command line's source options:
     `layer` picks one RNN by name (a Keras layer, `a,b,c` to stack consecutive Keras
     layers, a PyTorch module prefix, an ONNX node or `a,b` chain, a key of an
     rnnconv `.safetensors`); with several in
@@ -106,7 +114,7 @@ def raw_spec(
 def convert(source: PathLike, output: PathLike | None = None, **options: Any) -> ConversionResult:
     """Convert `source` to `output` (a cuDNN `.bin` beside the source by default) and say what was written.
 
-    `options` are the fields of `ReadOptions`, `WriteOptions` and `TargetOptions` (rnnconv.settings), the
+    `options` are the fields of `ReadOptions`, `WriteOptions` and `TargetOptions` (rnnconv.core.settings), the
     command line's options by the same names. The source's format comes from its content (`source_format`
     insists on one); the target from `to` ("cudnn", "torch", "keras", "onnx") or the output's name. An
     existing output is replaced only with `force`. `dtype` converts the elements (default: the source's);
@@ -241,8 +249,8 @@ def verify(
     With `convert`, the blob is first made from `against` (its RNN `layer`), as `convert` would: one
     call for a CI step, whose report and JUnit file also say so when the conversion fails.
     """
-    from rnnconv.verification import VerifyOptions, failed_report
-    from rnnconv.verification import verify as _verify  # its engines and writers: not on a conversion's path
+    from rnnconv.verification.run import VerifyOptions, failed_report
+    from rnnconv.verification.run import verify as _verify  # its engines and writers: not on a conversion's path
 
     path = Path(blob)
     outputs = _Outputs(report, junit, plot)
@@ -295,7 +303,7 @@ def verify_all(
     `layer` and `relayout`, which name one RNN. With `report`, the list is written there as JSON;
     with `junit`, one JUnit test suite per RNN. `plot` draws one RNN's errors: refused here.
     """
-    from rnnconv.verification import VerifyOptions, failed_report, rnn_names
+    from rnnconv.verification.run import VerifyOptions, failed_report, rnn_names
 
     if plot is not None:
         raise BadInput("--plot draws one RNN's errors: with --all, leave it out (or verify one with --layer)")
@@ -320,7 +328,7 @@ def audits(blob: PathLike, against: PathLike | None, layers: Sequence[str] = (),
     """Whether `verify BLOB --against AGAINST` (with these --layer values) is the audit of a deployed whole model
     (`audit`): pairs asked for (DEPLOYED=CHECKPOINT), or, with no --layer, a model file (not a cuDNN blob) holding
     several RNNs, or one RNN that records no source while the checkpoint holds several."""
-    from rnnconv.audit import wanted
+    from rnnconv.verification.audit import wanted
 
     return wanted(Path(blob), None if against is None else Path(against), layers, raw)
 
@@ -351,9 +359,9 @@ def audit(
     the checkpoint has not, swapped gates, ...); an RNN with no partner gets the verdict not-found. `options` are
     `verify`'s that do not name one RNN (backend, seq_len, batch, seed, ragged, atol, rtol, diagnose, force, ...).
     """
-    from rnnconv.audit import audit as _audit
-    from rnnconv.audit import pairs_named
-    from rnnconv.verification import VerifyOptions, failed_report
+    from rnnconv.verification.audit import audit as _audit
+    from rnnconv.verification.audit import pairs_named
+    from rnnconv.verification.run import VerifyOptions, failed_report
 
     path = Path(blob)
     outputs = _Outputs(report, junit, None)
@@ -386,8 +394,8 @@ def audit(
 
 def _verify_rnn(path: Path, settings: VerifyOptions, stage: Stage | None) -> Report:
     """One RNN's report; a failure the user can fix (not a bug) becomes its report, so the others still run."""
-    from rnnconv.verification import failed_report
-    from rnnconv.verification import verify as _verify
+    from rnnconv.verification.run import failed_report
+    from rnnconv.verification.run import verify as _verify
 
     try:
         return _verify(path, settings, stage)
@@ -420,7 +428,7 @@ def _reported(
 ) -> Verified:
     """`run`, its result also written where `outputs` ask; a verify that fails still writes `failed(exc)`.
     `make_blob` (verify --convert) writes the blob first, once the outputs are known to be writable."""
-    from rnnconv.verification import write_outputs, writers
+    from rnnconv.verification.run import write_outputs, writers
 
     inputs_read = [blob, *([settings.against] if settings.against else [])]
     report_path, junit_path, picture = outputs.paths()
@@ -436,7 +444,7 @@ def _reported(
                 inputs.enter_context(reading(read))
             check_writable(asked, settings.force)
             if picture is not None:
-                from rnnconv.plot import check_plot
+                from rnnconv.verification.plot import check_plot
 
                 check_plot(picture)
             if make_blob is not None:
@@ -479,7 +487,7 @@ def _reported_early(
 
 def _write_failure(document: Report | Reports, outputs: _Outputs, inputs_read: list[Path], force: bool) -> None:
     """The report and JUnit file of a verify that could not run, where asked (never over one of its inputs)."""
-    from rnnconv.verification import write_outputs, writers
+    from rnnconv.verification.run import write_outputs, writers
 
     report_path, junit_path, _ = outputs.paths()
     report_left, junit_left = (
@@ -531,7 +539,7 @@ def identify(
     force: bool = False,
 ) -> Identification:
     """Which known layouts a headerless flat blob can be in, for the stated sizes; with `probe` (an `.npz` of one
-    input and its expected outputs: `rnnconv.identification.PROBE_KEYS`), the one that reproduces them.
+    input and its expected outputs: `rnnconv.verification.identify.PROBE_KEYS`), the one that reproduces them.
 
     Every row of the layout table for the mode (gate order, matrix storage, bias layout), with and without
     biases, under every packing (`rnnconv.table.packings`), in `dtype` or every element type, is sized; those
@@ -539,7 +547,7 @@ def identify(
     `candidates`) or "unidentified". `candidate` keeps only the layout with that id. With `output`, the layout
     identified is written as `convert` writes (`to`, or the output's name; an existing file only with `force`).
     """
-    from rnnconv.identification import identify as search
+    from rnnconv.verification.identify import identify as search
 
     spec = raw_spec(mode, input_size, hidden_size, num_layers, bidirectional, proj_size, dtype)
     if spec is None:
@@ -559,7 +567,7 @@ def identify(
 def schema(name: str) -> dict[str, Any]:
     """The JSON schema of a document rnnconv writes (`sidecar`, `report`, `reports`, `inspect`, `conversion`,
     `batch`, `error`, `identify`)."""
-    from rnnconv.contracts import SCHEMAS
+    from rnnconv.core.contracts import SCHEMAS
 
     if name not in SCHEMAS:
         close = difflib.get_close_matches(name, SCHEMAS, n=1)

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN
-from rnnconv.compare import make_inputs
-from rnnconv.contracts import ConversionResult, ConvertedRNN, RecordedLoss, Skipped
+from rnnconv.core.canonical import CanonicalRNN
+from rnnconv.core.compare import make_inputs
+from rnnconv.core.contracts import ConversionResult, ConvertedRNN, RecordedLoss, Skipped
+from rnnconv.core.reference import forward
 from rnnconv.errors import BadInput, RnnconvError, SeveralRnns, Unsupported, either, listing
 from rnnconv.formats import holding, registry
 from rnnconv.formats.holding import Loss
@@ -30,9 +31,8 @@ from rnnconv.formats.registry import (
     WriteOptions,
     check_stated,
 )
-from rnnconv.reference import forward
+from rnnconv.formats.streaming import check_streamable, streams
 from rnnconv.safeio.inputs import reading
-from rnnconv.streaming import check_streamable, streams
 
 
 def output_name(source: Path, target: Format) -> str:

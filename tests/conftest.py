@@ -65,10 +65,10 @@ def pytest_runtest_setup(item) -> None:
 
 
 def cudnn_or_skip():
-    """The cuDNN library (rnnconv.cudnn.api.Cudnn), or a skip saying it is not installed; a failure where
+    """The cuDNN library (rnnconv.gpu.api.Cudnn), or a skip saying it is not installed; a failure where
     RNNCONV_REQUIRE_CUDNN is set (CI installs it: its tests must run there, not skip)."""
-    from rnnconv.cudnn import api
     from rnnconv.errors import BackendMissing
+    from rnnconv.gpu import api
 
     try:
         return api.Cudnn()
@@ -96,7 +96,7 @@ _NO_GPU: list[str] = []
 def _no_gpu_reason() -> str:
     """Why cuDNN cannot run here ('' when it can), asked once per session."""
     if not _NO_GPU:
-        from rnnconv.cudnn.backend import probe
+        from rnnconv.gpu.backend import probe
 
         status = probe()
         _NO_GPU.append("" if status.ok else status.reason)
@@ -130,10 +130,10 @@ class _TimedOut(BaseException):
 
 
 def _in_this_interpreter(args: list[str], cwd: Path | None) -> subprocess.CompletedProcess:
-    """`python -m rnnconv ARGS` run by `rnnconv.cli.main` here, as the interpreter would run it: sys.argv and the
-    `__main__` module it reads its program name from, descriptors 1 and 2 on files (so what a native library writes
-    is caught too), the interpreter's default warning filters (a warning is printed on stderr, as it would be), an
-    uncaught exception printed as a traceback with exit status 1; the environment, working folder, signal handlers
+    """`python -m rnnconv ARGS` run by `rnnconv.cli.commands.main` here, as the interpreter would run it: sys.argv and
+    the `__main__` module it reads its program name from, descriptors 1 and 2 on files (so what a native library
+    writes is caught too), the interpreter's default warning filters (a warning is printed on stderr, as it would be),
+    an uncaught exception printed as a traceback with exit status 1; the environment, working folder, signal handlers
     and streams put back after. Timed out after 300 seconds, as `fresh_cli`."""
     import io
     import locale
@@ -144,7 +144,7 @@ def _in_this_interpreter(args: list[str], cwd: Path | None) -> subprocess.Comple
     import warnings
 
     import rnnconv
-    from rnnconv.cli import main
+    from rnnconv.cli.commands import main
 
     encoding = locale.getpreferredencoding(False)
     saved_streams, saved_argv, saved_main = (sys.stdout, sys.stderr), sys.argv, sys.modules["__main__"]
@@ -266,7 +266,7 @@ def doc_code(page: str, language: str = "python", after: str = "") -> str:
 
 def per_direction_weight_space(blob, direction: int) -> np.ndarray:
     """The unidirectional weight space of one direction, cut out of a blob through its layout."""
-    from rnnconv.weightspace import regions
+    from rnnconv.core.weightspace import regions
 
     parts = [blob.param(r.key).reshape(-1) for r in regions(blob.spec) if r.key.direction == direction]
     return np.concatenate(parts)

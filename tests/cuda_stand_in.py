@@ -1,7 +1,7 @@
 """A stand-in for libcuda.so.1 on a machine without a GPU: the driver API that rnnconv's ctypes session calls.
 
 Each function is a Python function behind the same C function type as the real symbol
-(rnnconv.cudnn.cuda.CUDA_PROTOTYPES), so every argument crosses ctypes exactly as it would
+(rnnconv.gpu.cuda.CUDA_PROTOTYPES), so every argument crosses ctypes exactly as it would
 into libcuda. "Device" memory is host memory: its addresses are real, so cuDNN stand-ins
 can read what was uploaded. It records every call and counts context pushes and retains, and
 can be told to fail a call with a CUresult. An exception inside a ctypes callback cannot reach
@@ -39,7 +39,7 @@ class StandInCuda:
         self.problems: list[str] = []
 
     def functions(self) -> dict[str, Any]:
-        """Symbol -> function, what rnnconv.cudnn.cuda.CudaDriver takes in place of the library."""
+        """Symbol -> function, what rnnconv.gpu.cuda.CudaDriver takes in place of the library."""
         return {name: self._recorded(name) for name in dir(self) if name.startswith("cu")}
 
     def _recorded(self, name: str):

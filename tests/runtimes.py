@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rnnconv.canonical import RNNSpec
+from rnnconv.core.canonical import RNNSpec
 
 Outputs = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]
 
@@ -236,7 +236,7 @@ def _engine(target: str) -> Callable[..., Outputs]:
 
     def run(path, spec, x, h0, c0, lengths=None) -> Outputs:
         pytest.importorskip("jax")
-        from rnnconv.contracts import Provenance
+        from rnnconv.core.contracts import Provenance
         from rnnconv.formats import registry
 
         inputs = {"x": x, "h0": h0, "c0": c0, "lengths": lengths}
@@ -430,7 +430,7 @@ def _tfjs(path, spec, x, h0, c0, lengths=None) -> Outputs:
 
 
 def _cudnn(path, spec, x, h0, c0, lengths=None) -> Outputs:
-    from rnnconv import reference
+    from rnnconv.core import reference
     from rnnconv.formats.cudnn.reader import open_bin
 
     blob = open_bin(path)

@@ -141,7 +141,7 @@ def test_the_not_yet_clean_modules_exist():
 
 
 def test_cli_is_thin():
-    assert len((PACKAGE / "cli.py").read_text().splitlines()) <= 350
+    assert len((PACKAGE / "cli" / "commands.py").read_text().splitlines()) <= 350
 
 
 def test_registry_holds_one_module_per_table_format():
@@ -280,7 +280,7 @@ def test_public_api_with_str_paths(tmp_path):
     import numpy as np
 
     import rnnconv
-    from rnnconv.canonical import ParamKey
+    from rnnconv.core.canonical import ParamKey
 
     source = str(FIXTURES / "keras3" / "mixed.h5")
     report = rnnconv.inspect(source)
@@ -310,7 +310,7 @@ def test_public_api_with_str_paths(tmp_path):
 def commands() -> list[str]:
     from typer.main import get_command
 
-    from rnnconv.cli import app
+    from rnnconv.cli.commands import app
 
     return sorted(get_command(app).commands)  # type: ignore[attr-defined]
 
@@ -318,7 +318,7 @@ def commands() -> list[str]:
 def options_of(name: str) -> dict[str, object]:
     from typer.main import get_command
 
-    from rnnconv.cli import app
+    from rnnconv.cli.commands import app
 
     command = get_command(app).commands[name]  # type: ignore[attr-defined]
     return {opt: param for param in command.params for opt in param.opts + param.secondary_opts}
@@ -438,14 +438,14 @@ def test_schema_names_a_wrong_name():
 
 def test_verify_engines_come_from_the_registry():
     """Besides rnnconv's own (cuDNN, its numpy reference, auto), every engine is a format's, found by name."""
-    from rnnconv.engines import select_engine
     from rnnconv.formats.catalog import ENGINES
+    from rnnconv.verification.engines import select_engine
 
     offered = {e.name: fmt.name for fmt in registry.formats() for e in (fmt.engine, *fmt.plugin.more_engines) if e}
     assert set(offered) == set(ENGINES) - {"auto", "cudnn", "numpy"}
     for name in offered:
         assert select_engine(name).name == name
-    reached = {m for m in imports_of(PACKAGE / "engines.py") if m.startswith("rnnconv.formats.")}
+    reached = {m for m in imports_of(PACKAGE / "verification" / "engines.py") if m.startswith("rnnconv.formats.")}
     assert reached <= {"rnnconv.formats.registry", "rnnconv.formats.registry.Engine", "rnnconv.formats.catalog",
                        "rnnconv.formats.catalog.ENGINES", "rnnconv.formats.cudnn.reader",
                        "rnnconv.formats.cudnn.reader.Blob"}, reached  # fmt: skip

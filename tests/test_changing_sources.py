@@ -104,7 +104,7 @@ if when == "h5open":  # as libhdf5 opens the file (in rnnconv, and in its struct
         return real_file(name, *args, **kwargs)
 
     h5py.File = File
-from rnnconv.cli import main
+from rnnconv.cli.commands import main
 sys.argv = ["rnnconv", *args]
 main()
 """

@@ -233,7 +233,7 @@ def test_converter_imports_no_framework(tmp_path):
     sources = [K3 / "mixed.h5", K3 / "mixed.keras", K3 / "mixed.weights.h5", FIXTURES / "tf_keras" / "cudnn.h5"]
     code = f"""
 import sys
-from rnnconv.cli import app
+from rnnconv.cli.commands import app
 for i, source in enumerate({[str(s) for s in sources]!r}):
     try:
         app(["keras-to-cudnn", source, "-o", {str(tmp_path)!r} + f"/{{i}}.safetensors", "-q"])
@@ -329,7 +329,7 @@ def test_a_name_that_picks_nothing_suggests_the_closest(source, asked, closest, 
 def test_a_failure_with_json_prints_an_error_document(args, code, phrase, tmp_path):
     """A CI step that parses stdout gets a JSON document for a failure too (schema `error`), and the sentence on
     stderr as always."""
-    from rnnconv.contracts import ErrorDocument
+    from rnnconv.core.contracts import ErrorDocument
 
     result = run_cli(*args, "--json", cwd=tmp_path)
     assert result.returncode == code, result.stderr

@@ -23,7 +23,7 @@ from conftest import FIXTURES, LARGEST_ERRORS, declared_refusal, largest_differe
 from runtimes import RUNTIMES, torch_module_for, torch_outputs
 
 import rnnconv
-from rnnconv.canonical import RNNSpec
+from rnnconv.core.canonical import RNNSpec
 from rnnconv.errors import Unsupported
 
 STEPS, BATCH = 6, 3

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from cuda_stand_in import CUDA_ERROR_NO_DEVICE, CUDA_ERROR_OUT_OF_MEMORY, StandInCuda
 
-from rnnconv.cudnn import backend as cudnn_backend
-from rnnconv.cudnn import cuda
 from rnnconv.errors import EXIT_BACKEND_MISSING, BackendMissing
+from rnnconv.gpu import backend as cudnn_backend
+from rnnconv.gpu import cuda
 
 REAL_LOAD = cuda.CudaDriver.__dict__["load"]
 
@@ -100,7 +100,7 @@ def test_probe_and_doctor_say_which_session_runs(libcuda, monkeypatch):
     status = cudnn_backend.probe()
     assert status.found["gpus"] == 1 and status.found["cuda_driver"] == "12.9"
     assert status.found["cuda_session"] == "ctypes on libcuda.so.1 (pycuda is not installed)"
-    from rnnconv.doctor import examine
+    from rnnconv.cli.doctor import examine
 
     report = examine()
     assert "ctypes on libcuda.so.1" in report["backends"]["cudnn"]["found"]["cuda_session"]

@@ -19,9 +19,9 @@ import pytest
 from conftest import assert_clean_failure, cudnn_or_skip, run_cli
 
 import rnnconv
-from rnnconv.canonical import RNNSpec
-from rnnconv.cudnn import api
-from rnnconv.cudnn.descriptors import Descriptors, rnn_settings
+from rnnconv.core.canonical import RNNSpec
+from rnnconv.gpu import api
+from rnnconv.gpu.descriptors import Descriptors, rnn_settings
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +191,7 @@ def test_cudnn_rejects_what_it_cannot_do_and_the_error_names_the_call(cudnn):
 
 
 def test_no_gpu_handle_fails_with_a_sentence(cudnn):
-    from rnnconv.cudnn.backend import probe
+    from rnnconv.gpu.backend import probe
 
     if probe().ok:
         pytest.skip("this machine has a GPU")
@@ -202,7 +202,7 @@ def test_no_gpu_handle_fails_with_a_sentence(cudnn):
 
 
 def test_probe_says_what_is_missing_and_what_was_found(cudnn):
-    from rnnconv.cudnn.backend import probe
+    from rnnconv.gpu.backend import probe
 
     status = probe()
     if status.ok:
@@ -220,7 +220,7 @@ def test_doctor_and_gpu_battery_without_a_gpu(cudnn, tmp_path):
     report = json.loads(result.stdout)
     assert report["backends"]["numpy"]["available"]
     assert report["backends"]["cudnn"]["found"]["cudnn_version"] == cudnn.version_text
-    from rnnconv.cudnn.backend import probe
+    from rnnconv.gpu.backend import probe
 
     if probe().ok:
         pytest.skip("this machine has a GPU")
@@ -248,7 +248,7 @@ def test_libcudnn_is_found_in_either_wheels_layout(cudnn, tmp_path):
         site = tmp_path / layout.replace("/", "_")
         (site / layout).parent.mkdir(parents=True)
         (site / layout).symlink_to(Path(cudnn.path).resolve().parent)  # its sub-libraries beside it, as installed
-        code = "from rnnconv.cudnn import api; print(*api.library_candidates()); print(api.Cudnn().version_text)"
+        code = "from rnnconv.gpu import api; print(*api.library_candidates()); print(api.Cudnn().version_text)"
         env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         env.pop("RNNCONV_CUDNN_LIBRARY", None)
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)

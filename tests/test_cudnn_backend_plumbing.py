@@ -19,16 +19,16 @@ from conftest import FIXTURES, cudnn_or_skip
 from cuda_stand_in import StandInCuda
 
 import rnnconv
-from rnnconv.canonical import ParamKey, RNNSpec
-from rnnconv.contracts import dump
-from rnnconv.cudnn import api, cuda
-from rnnconv.cudnn import backend as cudnn_backend
-from rnnconv.cudnn.descriptors import Descriptors
+from rnnconv.core.canonical import ParamKey, RNNSpec
+from rnnconv.core.contracts import dump
+from rnnconv.core.weightspace import region_map, weight_space_elements
 from rnnconv.errors import Unsupported, failure
 from rnnconv.formats.cudnn.reader import open_bin
+from rnnconv.gpu import api, cuda
+from rnnconv.gpu import backend as cudnn_backend
+from rnnconv.gpu.descriptors import Descriptors
 from rnnconv.table.constants import PROJECTION_LIN_LAYER_ID
-from rnnconv.verification import VerifyOptions, verify
-from rnnconv.weightspace import region_map, weight_space_elements
+from rnnconv.verification.run import VerifyOptions, verify
 
 
 def fake_pycuda() -> types.ModuleType:
@@ -131,7 +131,7 @@ class StandInGPU:
         else:
             side, gate = ("W" if lin < gates else "R"), spec.gates[lin % gates]
             matrix, bias = (side, gate), ("b" + side, gate)
-        from rnnconv.canonical import ParamKey
+        from rnnconv.core.canonical import ParamKey
 
         for (kind, gate), addr, desc in ((matrix, m_addr, m_desc), (bias or (None, None), b_addr, b_desc)):
             if kind is None:
@@ -210,7 +210,7 @@ def test_layout_mismatch_and_relayout(gpu, tmp_path, monkeypatch):
     rnnconv.convert(FIXTURES / "torch" / "seq2seq.pt", tmp_path / "x.bin", to="cudnn", layer="decoder.rnn")
     blob = open_bin(tmp_path / "x.bin")
     backend, _ = install(blob.spec, shift_bytes=64)  # this "cuDNN" puts everything 64 bytes later
-    monkeypatch.setattr("rnnconv.verification.select_engine", lambda name: backend)
+    monkeypatch.setattr("rnnconv.verification.run.select_engine", lambda name: backend)
     relayout = tmp_path / "relayout.bin"
     report = verify(tmp_path / "x.bin", VerifyOptions(backend="cudnn", relayout=relayout))
     assert dump(report)["verdict"] == "mismatch" and report.exit_code == 1
@@ -233,7 +233,7 @@ def test_cudnn_that_cannot_run_here_is_exit_3_with_the_status_name(status, gpu, 
     backend, _ = install(open_bin(tmp_path / "x.bin").spec)
     monkeypatch.setattr(backend.cudnn, "call", api.Cudnn.call.__get__(backend.cudnn))  # the real status check
     monkeypatch.setattr(backend.cudnn.lib, "cudnnCreate", lambda handle: status)
-    monkeypatch.setattr("rnnconv.verification.select_engine", lambda name: backend)
+    monkeypatch.setattr("rnnconv.verification.run.select_engine", lambda name: backend)
     with pytest.raises(api.CudnnError) as failed:
         verify(tmp_path / "x.bin", VerifyOptions(backend="cudnn"))
     code, sentence = failure(failed.value)
@@ -298,7 +298,7 @@ def test_relayout_refuses_when_more_than_offsets_differ(gpu, tmp_path, monkeypat
         stand_in.spec_bytes,
     )
     monkeypatch.setattr(backend.cudnn, "call", transposing)
-    monkeypatch.setattr("rnnconv.verification.select_engine", lambda name: backend)
+    monkeypatch.setattr("rnnconv.verification.run.select_engine", lambda name: backend)
     relayout = tmp_path / "relayout.bin"
     with pytest.raises(Unsupported, match=r"--relayout refused: it can only move tensors.*layer0\.fwd\.W_i") as refused:
         verify(tmp_path / "x.bin", VerifyOptions(backend="cudnn", relayout=relayout))
@@ -310,7 +310,7 @@ def test_relayout_refuses_when_more_than_offsets_differ(gpu, tmp_path, monkeypat
 
 
 def test_relayout_refusal_names_what_moving_cannot_fix():
-    from rnnconv.contracts import LayoutFinding
+    from rnnconv.core.contracts import LayoutFinding
 
     key = ParamKey(0, 0, "W", "h")
     placed = [cudnn_backend.Placement(key, 0, 0, 64, [1, 4, 3], [12, 3, 1])]

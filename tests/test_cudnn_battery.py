@@ -12,12 +12,12 @@ import pytest
 from cuda_stand_in import StandInCuda
 from test_cudnn_backend_plumbing import StandInGPU
 
-from rnnconv.canonical import RNNSpec
-from rnnconv.cudnn import api, battery, cuda
-from rnnconv.cudnn import backend as cudnn_backend
-from rnnconv.cudnn.descriptors import Descriptors
-from rnnconv.dtypes import element_type
-from rnnconv.weightspace import regions, weight_space_elements
+from rnnconv.core.canonical import RNNSpec
+from rnnconv.core.dtypes import element_type
+from rnnconv.core.weightspace import regions, weight_space_elements
+from rnnconv.gpu import api, battery, cuda
+from rnnconv.gpu import backend as cudnn_backend
+from rnnconv.gpu.descriptors import Descriptors
 
 FULL, QUICK = battery.configurations(), battery.configurations(quick=True)
 
@@ -178,7 +178,7 @@ class ReferenceBackend:
         self.error, self.seen = error, []
 
     def run(self, blob, inputs):
-        from rnnconv.reference import forward
+        from rnnconv.core.reference import forward
 
         self.seen.append(inputs)
         y, h_n, c_n = forward(blob.spec, blob.param, inputs["x"], inputs["h0"], inputs["c0"], inputs["lengths"])
@@ -187,9 +187,9 @@ class ReferenceBackend:
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_the_forward_check_is_verifys_with_inputs_rounded_to_the_blobs_type(dtype, tmp_path):
-    from rnnconv.canonical import CanonicalRNN
-    from rnnconv.compare import tolerance
-    from rnnconv.dtypes import decode, encode
+    from rnnconv.core.canonical import CanonicalRNN
+    from rnnconv.core.compare import tolerance
+    from rnnconv.core.dtypes import decode, encode
     from rnnconv.formats.cudnn.reader import open_bin
     from rnnconv.formats.cudnn.writer import write_bin
 

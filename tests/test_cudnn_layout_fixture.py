@@ -14,11 +14,11 @@ import json
 import pytest
 from conftest import FIXTURES
 
-from rnnconv.canonical import RNNSpec
-from rnnconv.cudnn.backend import Placement
-from rnnconv.cudnn.battery import FORMAT, _placement_record, fixture_problems
-from rnnconv.dtypes import element_type
-from rnnconv.weightspace import region_map, regions, weight_space_elements
+from rnnconv.core.canonical import RNNSpec
+from rnnconv.core.dtypes import element_type
+from rnnconv.core.weightspace import region_map, regions, weight_space_elements
+from rnnconv.gpu.backend import Placement
+from rnnconv.gpu.battery import FORMAT, _placement_record, fixture_problems
 
 FIXTURE = FIXTURES / "cudnn_layout.json"
 

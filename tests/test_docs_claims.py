@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from conftest import FIXTURES, ROOT, doc_code, run_cli
 
-from rnnconv.compare import NARROWED, TOLERANCES
+from rnnconv.core.compare import NARROWED, TOLERANCES
 
 DOCS = ROOT / "docs"
 HIDDEN = (

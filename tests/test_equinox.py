@@ -17,7 +17,7 @@ from test_flax import IN, H, inputs, torch_module, worst
 from test_torch import torch_run
 
 import rnnconv
-from rnnconv.canonical import RNNSpec
+from rnnconv.core.canonical import RNNSpec
 
 CELLS = {"lstm": eqx.nn.LSTMCell, "gru": eqx.nn.GRUCell}
 

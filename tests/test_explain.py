@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import FIXTURES, assert_clean_failure, run_cli
 
-from rnnconv.explain import row_title
+from rnnconv.cli.explain import row_title
 from rnnconv.table.apply import gate_loaders, recipe, stored_shapes
 from rnnconv.table.rows import BIAS_SPLITS, TABLE
 
@@ -124,7 +124,7 @@ def test_every_pair_and_mode_draws():
 @pytest.mark.slow
 def test_the_picture_imports_no_framework():
     code = (
-        "import sys; from typer.testing import CliRunner; from rnnconv.cli import app; "
+        "import sys; from typer.testing import CliRunner; from rnnconv.cli.commands import app; "
         "r = CliRunner().invoke(app, ['explain', '--from', 'onnx', '--to', 'torch', '--mode', 'gru']); "
         "print(r.exit_code, sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'tensorflow', 'onnx', 'keras'}))"
     )

@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rnnconv import api
-from rnnconv.dtypes import count_non_finite
+from rnnconv.core.dtypes import count_non_finite
 from rnnconv.errors import BadInput
 from rnnconv.formats import _zip
 from rnnconv.formats.cudnn import reader as cudnn
@@ -339,7 +339,7 @@ def test_a_small_conversion_builds_no_document_it_does_not_write(tmp_path):
     (bench/bench.py --small-only times it)."""
     code = (
         "import sys\n"
-        "from rnnconv.cli import main\n"
+        "from rnnconv.cli.commands import main\n"
         "sys.argv = ['rnnconv', 'convert', sys.argv[1], sys.argv[2], '-q']\n"
         "try:\n"
         "    main()\n"

@@ -135,7 +135,7 @@ def test_the_issue_s_two_files_on_the_command_line(tmp_path):
 
 def test_doctor_lists_every_format_of_the_registry():
     """Flax, flax.nnx and Equinox were missing: no backends, no jax/flax/equinox versions."""
-    from rnnconv.doctor import examine, version
+    from rnnconv.cli.doctor import examine, version
 
     report = json.loads(json.dumps(examine()))  # as --json prints it
     for fmt in registry.formats():

@@ -18,11 +18,11 @@ import pytest
 from conftest import FIXTURES, run_cli
 
 import rnnconv
-from rnnconv.cudnn.backend import CudnnBackend, gpu_session, probe
-from rnnconv.cudnn.battery import Configuration, check_forward, configurations, random_rnn, reported_layout
-from rnnconv.cudnn.cuda import SESSION_ENV
 from rnnconv.formats.cudnn.reader import open_bin
 from rnnconv.formats.cudnn.writer import write_bin
+from rnnconv.gpu.backend import CudnnBackend, gpu_session, probe
+from rnnconv.gpu.battery import Configuration, check_forward, configurations, random_rnn, reported_layout
+from rnnconv.gpu.cuda import SESSION_ENV
 
 pytestmark = pytest.mark.gpu
 QUICK = configurations(quick=True)

@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from rnnconv.cudnn.backend import probe
+from rnnconv.gpu.backend import probe
 
 SCRIPT = ROOT / "bench" / "gpu_day.sh"
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="no bash")

@@ -21,7 +21,7 @@ from conftest import FIXTURES, ROOT, run_cli
 HELP_AND_COMPLETION = """
 import contextlib, io, os, sys
 from typer.main import get_command
-from rnnconv.cli import app, main
+from rnnconv.cli.commands import app, main
 
 def run(*words, **env):
     os.environ.update(env)
@@ -62,7 +62,7 @@ def test_help_and_completion_import_neither_numpy_nor_pydantic_nor_a_framework()
 # A conversion in a fresh interpreter, as the `rnnconv` command runs it; then every module it imported.
 CONVERSION = """
 import sys
-from rnnconv.cli import main
+from rnnconv.cli.commands import main
 sys.argv = ["rnnconv", "convert", *sys.argv[1:], "-q"]
 try:
     main()
@@ -130,7 +130,7 @@ def test_a_command_is_made_when_it_is_named():
     named (a conversion makes its own), and --help makes the listed ones, in their order, and no hidden one."""
     from typer.main import get_command
 
-    from rnnconv.cli import app
+    from rnnconv.cli.commands import app
 
     group = get_command(app)
     assert not group.by_name.made

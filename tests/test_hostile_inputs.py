@@ -556,7 +556,7 @@ def test_a_terminated_conversion_leaves_nothing(tmp_path):
     out = tmp_path / "out.bin"
     code = f"""
 import sys, time, signal
-from rnnconv.cli import app
+from rnnconv.cli.commands import app
 from rnnconv.formats.cudnn import writer as cudnn
 original = cudnn.write_weight_space
 def slow(*args, **kwargs):
@@ -586,7 +586,7 @@ def test_a_full_disk_is_one_sentence(tmp_path):
 import resource, signal
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
-from rnnconv.cli import app
+from rnnconv.cli.commands import app
 app(["convert", {str(TORCH / "seq2seq.pt")!r}, {str(tmp_path / "out.bin")!r}, "--layer", "encoder.rnn"])
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

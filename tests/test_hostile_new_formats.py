@@ -40,7 +40,7 @@ PIP_NAMES = {"ai_edge_litert": "ai-edge-litert", "mlx": "mlx"}
 
 def cli(*args: object) -> tuple[int, str, str]:
     """rnnconv's command line in this process: its exit code, stdout and stderr."""
-    from rnnconv.cli import app
+    from rnnconv.cli.commands import app
 
     out, err = io.StringIO(), io.StringIO()
     code: object = 0

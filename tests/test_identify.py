@@ -18,10 +18,10 @@ torch = pytest.importorskip("torch")
 from conftest import FIXTURES, assert_clean_failure, run_cli
 
 import rnnconv
-from rnnconv.canonical import RNNSpec
-from rnnconv.identification import layouts
+from rnnconv.core.canonical import RNNSpec
 from rnnconv.table.packings import PACKINGS
 from rnnconv.table.rows import TABLE
+from rnnconv.verification.identify import layouts
 
 I, H, P, L, T, B = 5, 7, 3, 2, 6, 3  # noqa: E741 (the sizes' names in every paper)
 IDENTIFY = FIXTURES / "identify"

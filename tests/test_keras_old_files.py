@@ -17,7 +17,7 @@ from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, per_directi
 from keras_oracle import cudnn_params, inputs_for, recurrent_layers, units_of
 
 import rnnconv
-from rnnconv import reference
+from rnnconv.core import reference
 from rnnconv.formats.cudnn.reader import open_bin
 from rnnconv.formats.keras.runner import cell_input_size, directions, is_lstm, run_layer
 from rnnconv.table.apply import keras_era

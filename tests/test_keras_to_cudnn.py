@@ -15,10 +15,10 @@ from conftest import FIXTURES, LARGEST_ERRORS, per_direction_weight_space
 from keras_oracle import oracle
 
 import rnnconv
-from rnnconv import reference
+from rnnconv.core import reference
+from rnnconv.core.weightspace import weight_space_elements
 from rnnconv.errors import Unsupported
 from rnnconv.formats.cudnn.reader import open_bin
-from rnnconv.weightspace import weight_space_elements
 
 MIXED = ["gru_a", "bidi_lstm", "srnn_relu", "srnn_tanh", "gru_nobias", "bidi_gru", "lstm_nobias", "rnn_lstmcell"]
 CUDNN_LAYERS = ["cudnn_lstm", "cudnn_gru", "bidi_cudnn_lstm"]

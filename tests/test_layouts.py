@@ -9,15 +9,15 @@ import re
 import numpy as np
 import pytest
 
-from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
-from rnnconv.dtypes import decode, element_type, encode
+from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
+from rnnconv.core.dtypes import decode, element_type, encode
+from rnnconv.core.weightspace import lin_layer_tensors, regions, size_formula, weight_space_elements
 from rnnconv.errors import BadInput
 from rnnconv.formats.cudnn.reader import open_bin
 from rnnconv.formats.cudnn.writer import write_bin, write_relayout
 from rnnconv.table.apply import assemble_stored, find_row, gate_loaders, recipe, stored_shapes
 from rnnconv.table.layouts import BIAS_SINGLE, MatrixLayout
 from rnnconv.table.rows import TABLE, Row
-from rnnconv.weightspace import lin_layer_tensors, regions, size_formula, weight_space_elements
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from runtimes import ncnn_run
 from test_torch import module_for, states, torch_run
 
 import rnnconv
-from rnnconv.canonical import RNNSpec
+from rnnconv.core.canonical import RNNSpec
 from rnnconv.errors import BadInput
 
 NCNN = FIXTURES / "ncnn"

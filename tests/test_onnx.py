@@ -25,10 +25,10 @@ from onnx.reference import ReferenceEvaluator
 from runtimes import ort_run, ort_session, torch_outputs
 
 import rnnconv
-from rnnconv import reference
-from rnnconv.canonical import ParamKey
+from rnnconv.core import reference
+from rnnconv.core.canonical import ParamKey
+from rnnconv.core.weightspace import regions
 from rnnconv.formats.cudnn.reader import open_bin
-from rnnconv.weightspace import regions
 
 ONNX = FIXTURES / "onnx"
 # exported file -> the module prefix of the RNN in the checkpoint saved beside it
@@ -94,7 +94,7 @@ def test_verify_runs_the_onnx_nodes_with_states_and_ragged_lengths(name, layer, 
         result = run_cli("verify", blob, "--backend", "numpy", "--report", tmp_path / "r.json", "--force", *extra)
         assert result.returncode == 0, result.stderr
         assert "MATCH" in result.stdout
-        report = rnnconv.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
+        report = rnnconv.core.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
         assert report.source.run.startswith("onnxruntime")
 
 
@@ -122,7 +122,7 @@ def test_what_cudnn_cannot_compute_is_refused(layer, tmp_path):
 def test_inspect_lists_nodes_chains_and_reasons():
     result = run_cli("inspect", ONNX / "hand_made.onnx", "--json")
     assert result.returncode == 0, result.stderr
-    report = rnnconv.contracts.InspectReport.model_validate_json(result.stdout)
+    report = rnnconv.core.contracts.InspectReport.model_validate_json(result.stdout)
     converts = {entry.name: entry.converts for entry in report.rnns}
     assert converts == {"gru_reverse": True, "lstm_batch_major": True} | dict.fromkeys(REFUSED, False)
     chained = rnnconv.inspect(ONNX / "tagger_lstm_torchscript.onnx")
@@ -361,7 +361,7 @@ def test_lstm_in_an_if_branch_computes_what_onnxruntime_computes_running_the_fil
 def test_lstms_in_branches_are_listed_by_path_and_said_to_share_their_weights(tmp_path):
     result = run_cli("inspect", BRANCHED, "--json")
     assert result.returncode == 0, result.stderr
-    report = rnnconv.contracts.InspectReport.model_validate_json(result.stdout)
+    report = rnnconv.core.contracts.InspectReport.model_validate_json(result.stdout)
     assert [(e.name, e.converts, e.spec.hidden_size) for e in report.rnns] == [
         (name, True, 5) for name, _ in BRANCHES.values()
     ]
@@ -461,7 +461,7 @@ def test_weights_that_cannot_be_folded_are_listed_and_refused_in_a_sentence(case
     lstm_with_computed_weights(path, nodes, initializers, inputs=inputs)
     result = run_cli("inspect", path, "--json")
     assert result.returncode == 0, result.stderr
-    (entry,) = rnnconv.contracts.InspectReport.model_validate_json(result.stdout).rnns
+    (entry,) = rnnconv.core.contracts.InspectReport.model_validate_json(result.stdout).rnns
     assert (entry.name, entry.layer_class, entry.converts) == ("choose::then_branch::lstm", "LSTM", False)
     assert phrase in entry.reason and "its W is computed in the graph" in entry.reason
     refused = run_cli("onnx-to-cudnn", path, "-o", tmp_path / "out.bin")
@@ -554,7 +554,7 @@ QUANTIZED_CHAIN = "/LSTM_quant,/LSTM_1_quant"
 def test_quantized_lstms_are_listed_with_sizes_and_refused_without_dequantize(name, tmp_path):
     result = run_cli("inspect", ONNX / f"{name}.onnx", "--json")
     assert result.returncode == 0, result.stderr
-    report = rnnconv.contracts.InspectReport.model_validate_json(result.stdout)
+    report = rnnconv.core.contracts.InspectReport.model_validate_json(result.stdout)
     listed = {e.name: (e.layer_class, e.converts, e.sizes.input_size, e.sizes.num_layers) for e in report.rnns}
     assert listed == {
         "/LSTM_quant": ("DynamicQuantizeLSTM", False, 4, 1),
@@ -591,7 +591,7 @@ def test_verify_compares_the_dequantized_blob_with_onnxruntime_running_the_quant
     rnnconv.convert(ONNX / f"{name}.onnx", blob, dequantize=True)
     result = run_cli("verify", blob, "--backend", "numpy", "--report", tmp_path / "r.json", "--ragged", "--batch", "4")
     assert result.returncode == 0, result.stdout + result.stderr
-    report = rnnconv.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
+    report = rnnconv.core.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
     assert report.verdict == "match" and "DynamicQuantizeLSTM" in report.source.run
     assert "dequantized float model" in report.source.run
     assert 1e-4 < report.comparison.y.max_abs < 1e-2  # the quantized node's own rounding, and no more
@@ -806,7 +806,7 @@ def test_verify_runs_a_written_onnx_file_against_the_source_it_records(checkpoin
     result = run_cli("verify", out, "--ragged", "--report", tmp_path / "r.json")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "MATCH: model.onnx computes what" in " ".join(result.stdout.split())
-    report = rnnconv.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
+    report = rnnconv.core.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
     assert report.backend.name == "onnxruntime" and "model.onnx run as written" in report.backend.detail
     assert report.source.path == str((FIXTURES / "torch" / checkpoint).resolve())
     assert [c.check for c in report.checks] == ["finite values"]
@@ -818,7 +818,7 @@ def test_verify_catches_a_written_onnx_with_two_gates_swapped(tmp_path):
     _swap_first_two_gates(out, 0, 4)  # ONNX's first two gates, i and o
     result = run_cli("verify", out, "--json")
     assert result.returncode == 1, result.stdout + result.stderr
-    report = rnnconv.contracts.Report.model_validate_json(result.stdout)
+    report = rnnconv.core.contracts.Report.model_validate_json(result.stdout)
     assert report.verdict == "mismatch" and report.diagnosis is not None and report.diagnosis.found
     assert "i (input gate) and o (output gate) of layer 0 forward look swapped" in report.diagnosis.message
 
@@ -848,9 +848,9 @@ def test_a_garbled_source_record_is_refused_in_a_sentence(record, tmp_path):
 def test_allow_lossy_writes_the_nearest_rnn_and_measures_what_it_changes(tmp_path, monkeypatch):
     """The lossless-or-refused mechanism, with a target made to drop a GRU's b_hn (as flax.nnx's GRUCell must): the
     warning's number is what onnxruntime, running the written file, differs from torch by on the probe inputs."""
-    from rnnconv.canonical import CanonicalRNN
-    from rnnconv.compare import make_inputs
     from rnnconv.conversion import PROBE_BATCH, PROBE_SEED, PROBE_STEPS
+    from rnnconv.core.canonical import CanonicalRNN
+    from rnnconv.core.compare import make_inputs
     from rnnconv.formats.onnx.format import OnnxFormat
     from rnnconv.formats.registry import Loss
 

@@ -162,7 +162,7 @@ def test_ir_saved_by_openvino_reads_and_verifies(kind, tmp_path):
 def test_ir_compressed_to_float16_by_openvino_reads_as_float16(tmp_path):
     path, (w, r, _) = saved_by_openvino(tmp_path, "lstm", compress=True)
     assert 'element_type="f16"' in path.read_text()
-    from rnnconv.canonical import ParamKey
+    from rnnconv.core.canonical import ParamKey
 
     with rnnconv.load(path) as (rnn,):  # OpenVINO's gates f, i, c, o: the forget gate is its first block
         assert np.array_equal(rnn.param(ParamKey(0, 0, "W", "f")), w[0, :HIDDEN].astype(np.float16))
@@ -321,7 +321,7 @@ def test_verify_catches_a_written_ir_with_two_gates_swapped(tmp_path):
     _swap_first_two_gates(tmp_path / "model.xml", HIDDEN)
     result = run_cli("verify", tmp_path / "model.xml", "--json")
     assert result.returncode == 1, result.stdout + result.stderr
-    report = rnnconv.contracts.Report.model_validate_json(result.stdout)
+    report = rnnconv.core.contracts.Report.model_validate_json(result.stdout)
     assert report.verdict == "mismatch" and report.diagnosis is not None and report.diagnosis.found
     assert "look swapped" in report.diagnosis.message
 

@@ -9,15 +9,15 @@ from conftest import FIXTURES
 from test_layouts import OneTensorPerGate
 
 import rnnconv
-from rnnconv.canonical import ParamKey, RNNSpec
-from rnnconv.cli import app
-from rnnconv.contracts import Provenance
+from rnnconv.cli.commands import app
+from rnnconv.core.canonical import ParamKey, RNNSpec
+from rnnconv.core.contracts import Provenance
+from rnnconv.core.setting_fields import READ_FIELDS, TARGET_FIELDS, WRITE_FIELDS
+from rnnconv.core.settings import ReadOptions, TargetOptions, WriteOptions, conversion_names
 from rnnconv.errors import BadInput, Unsupported
-from rnnconv.setting_fields import READ_FIELDS, TARGET_FIELDS, WRITE_FIELDS
-from rnnconv.settings import ReadOptions, TargetOptions, WriteOptions, conversion_names
+from rnnconv.formats.reading import ASSUMED, STATED, Found, StoredCell, read, settle, settle_nonlinearity
 from rnnconv.table.apply import find_row
 from rnnconv.table.layouts import BIAS_SINGLE
-from rnnconv.table.reading import ASSUMED, STATED, Found, StoredCell, read, settle, settle_nonlinearity
 from rnnconv.table.rows import Row
 
 NAMES = {"input_matrix": "Wx_{gate}", "recurrent_matrix": "Wh_{gate}", "bias": "b"}

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from test_torch import module_for, torch_run
 
 import rnnconv
-from rnnconv import reference
-from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core import reference
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.formats.cudnn.reader import open_bin
 from rnnconv.formats.cudnn.writer import write_bin
 from rnnconv.formats.keras.reader import KerasFile

@@ -115,7 +115,7 @@ def fork():
 
 os.fork = fork
 sys.argv = ["rnnconv", "convert", sys.argv[1], sys.argv[2], "-q"]
-from rnnconv.cli import main
+from rnnconv.cli.commands import main
 try:
     main()
 except SystemExit as done:

@@ -17,7 +17,7 @@ from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, doc_code, f
 import rnnconv
 from rnnconv.errors import BackendMissing
 from rnnconv.formats import _node
-from rnnconv.streaming import STATE_INPUT
+from rnnconv.formats.streaming import STATE_INPUT
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("ai_edge_litert")

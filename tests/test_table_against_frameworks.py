@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from conftest import LARGEST_ERRORS
 
-from rnnconv import reference
-from rnnconv.canonical import CanonicalRNN, RNNSpec, stack
+from rnnconv.core import reference
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec, stack
 from rnnconv.table.apply import find_row, gate_loaders, row_for_mode, rows_for
 from rnnconv.table.constants import CUDNN_GATES, CUDNN_MODES, KERAS_VARIABLES, TORCH_REVERSE_SUFFIX
 from rnnconv.table.rows import BIAS_SINGLE, BIAS_SPLITS, TABLE
@@ -185,7 +185,7 @@ def test_torch_rows(row, activation):
 def test_weight_space_size_is_pytorchs_parameter_count():
     """cuDNN's weight space holds exactly the parameters of the PyTorch module it runs for."""
     torch = pytest.importorskip("torch")
-    from rnnconv.weightspace import weight_space_elements
+    from rnnconv.core.weightspace import weight_space_elements
 
     for mode, layers, bidirectional, proj in [
         ("lstm", 3, True, 4),

@@ -14,8 +14,8 @@ tf = pytest.importorskip("tensorflow")
 from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, assert_no_framework_imported, run_cli
 
 import rnnconv
-from rnnconv import reference
-from rnnconv.canonical import ParamKey
+from rnnconv.core import reference
+from rnnconv.core.canonical import ParamKey
 from rnnconv.errors import BadInput
 from rnnconv.formats import registry
 from rnnconv.formats.cudnn.reader import open_bin
@@ -219,7 +219,7 @@ def test_an_opaque_buffer_alone_is_refused(tmp_path):
 def test_no_writer_and_no_commands_to_tf1(tmp_path):
     from typer.main import get_command
 
-    from rnnconv.cli import app
+    from rnnconv.cli.commands import app
 
     commands = set(get_command(app).commands)  # type: ignore[attr-defined]  # those --help lists, and the hidden
     assert "tf1-to-cudnn" in commands and "tf1-to-torch" in commands

@@ -28,7 +28,8 @@ from conftest import (
 from runtimes import litert_run
 
 import rnnconv
-from rnnconv.contracts import Provenance, Report
+from rnnconv.core.contracts import Provenance, Report
+from rnnconv.core.reference import forward
 from rnnconv.errors import BadInput, RnnconvError, Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats.tflite.builder import Constant, write_graph
@@ -36,7 +37,6 @@ from rnnconv.formats.tflite.flat import Flat
 from rnnconv.formats.tflite.model import TfliteFile
 from rnnconv.formats.tflite.wire import TFLITE_ACTIVATIONS, TFLITE_LSTM_INPUTS
 from rnnconv.formats.tflite.writer import graph_of
-from rnnconv.reference import forward
 
 TFLITE = FIXTURES / "tflite"
 CONVERTER = TFLITE / "keras_lstm_converter.tflite"

@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rnnconv
-from rnnconv import reference
-from rnnconv.canonical import RNNSpec
+from rnnconv.core import reference
+from rnnconv.core.canonical import RNNSpec
+from rnnconv.core.weightspace import weight_space_elements
 from rnnconv.formats.cudnn.reader import open_bin
-from rnnconv.weightspace import weight_space_elements
 
 TORCH = FIXTURES / "torch"
 STEPS, BATCH = 6, 3
@@ -389,7 +389,7 @@ def test_bad_checkpoints_get_one_sentence_and_exit_2(case, tmp_path):
 def test_torch_safetensors_needs_no_torch(tmp_path):
     code = f"""
 import sys
-from rnnconv.cli import app
+from rnnconv.cli.commands import app
 try:
     app(["torch-to-cudnn", {str(TORCH / "rnn_relu.safetensors")!r}, "-o", {str(tmp_path / "x.bin")!r}, "-q"])
 except SystemExit as exc:

@@ -12,11 +12,11 @@ import pytest
 from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 
 import rnnconv
-from rnnconv.canonical import ParamKey
-from rnnconv.contracts import dump
+from rnnconv.core.canonical import ParamKey
+from rnnconv.core.contracts import dump
 from rnnconv.formats.cudnn.reader import open_bin
 from rnnconv.formats.cudnn.wire import sidecar_path
-from rnnconv.verification import VerifyOptions, verify
+from rnnconv.verification.run import VerifyOptions, verify
 
 # verify runs each source in its own framework
 pytestmark = pytest.mark.needs("torch", "keras", "tf_keras")
@@ -321,7 +321,7 @@ def test_raw_blob_against_its_source(tmp_path):
 def test_cudnn_backend_without_a_gpu_exits_3(tmp_path):
     blob = to_blob(TORCH / "rnn_tanh.pt", None, tmp_path / "x.bin")
     result = run_cli("verify", blob, "--backend", "cudnn")
-    from rnnconv.cudnn.backend import probe
+    from rnnconv.gpu.backend import probe
 
     if probe().ok:
         pytest.skip("this machine has a GPU")
@@ -347,8 +347,8 @@ def test_bad_verify_inputs(tmp_path):
 @pytest.mark.slow
 def test_a_report_asked_for_is_written_when_verify_cannot_run(tmp_path):
     """A CI step always gets its report: verdict error (exit 2) or backend-missing (exit 3), with the reason."""
-    from rnnconv.contracts import Report
-    from rnnconv.cudnn.backend import probe
+    from rnnconv.core.contracts import Report
+    from rnnconv.gpu.backend import probe
 
     report = tmp_path / "r.json"
     missing = run_cli("verify", tmp_path / "nothing.bin", "--report", report)

@@ -16,10 +16,10 @@ from conftest import ROOT, assert_clean_failure, run_cli
 from rich.text import Text
 from test_verify import CORRUPTIONS, TORCH, corrupted, every_cell, swap_gates, to_blob
 
-from rnnconv.contracts import Report
-from rnnconv.junit import cases_of, junit_xml
-from rnnconv.render import sparkline
-from rnnconv.verification import VerifyOptions, verify
+from rnnconv.cli.render import sparkline
+from rnnconv.core.contracts import Report
+from rnnconv.verification.junit import cases_of, junit_xml
+from rnnconv.verification.run import VerifyOptions, verify
 
 # fresh interpreters, many: CI runs them, `pytest -m "not slow"` leaves them out; the sources run in their frameworks
 pytestmark = [pytest.mark.slow, pytest.mark.needs("torch", "keras", "tf_keras")]

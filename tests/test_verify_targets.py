@@ -19,12 +19,12 @@ torch = pytest.importorskip("torch")
 from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, declared_refusal, run_cli
 
 import rnnconv
-from rnnconv.canonical import CanonicalRNN, ParamKey
-from rnnconv.contracts import dump
+from rnnconv.core.canonical import CanonicalRNN, ParamKey
+from rnnconv.core.contracts import dump
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import registry
 from rnnconv.table.constants import RNN
-from rnnconv.verification import VerifyOptions, verify
+from rnnconv.verification.run import VerifyOptions, verify
 
 TARGETS = {  # format: the output's ending
     "cudnn": ".bin",

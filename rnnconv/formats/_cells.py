@@ -23,10 +23,10 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.contracts import Provenance
+from rnnconv.core.reference import ACTIVATIONS, sigmoid
 from rnnconv.errors import BadInput, Unsupported
-from rnnconv.reference import ACTIVATIONS, sigmoid
 from rnnconv.table.constants import CUDNN_GATES, GRU, LSTM, RNN, Kind
 
 TOLERANCE = 1e-5  # float32: how far the graph's value may be from the reading's, relative to the value's size

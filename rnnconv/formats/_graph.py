@@ -22,8 +22,8 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance, RNNSizes
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.contracts import InspectEntry, InspectReport, Provenance, RNNSizes
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing, no_such_rnn, several_rnns
 from rnnconv.formats.registry import Format, ReadOptions, Source, inspect_entry, read_chosen
 from rnnconv.table.apply import find_row, mode_for
@@ -285,7 +285,7 @@ class Graph(Generic[L]):
     @property
     def streaming(self) -> bool:
         """Whether it is a streaming model (x and every layer's states in, y and the next states out)."""
-        from rnnconv.streaming import is_streaming
+        from rnnconv.formats.streaming import is_streaming
 
         return is_streaming(self.input_names, self.output_names)
 
@@ -421,7 +421,7 @@ class GraphFormat(Format, Generic[G, L]):
         graph = self.load(path)
         (chain,) = graph.choose(source.layer, take_all=False)
         if graph.streaming and self.info.streams:  # its layers alone would not say how the file wires their states
-            from rnnconv.streaming import run_whole
+            from rnnconv.formats.streaming import run_whole
 
             stream = self.stream(path, self.info.streams[0])
             return run_whole(stream, spec, inputs), f"{stream.how}: the streaming model as written, a sequence a call"

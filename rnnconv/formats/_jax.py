@@ -23,12 +23,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import InspectReport, Provenance
-from rnnconv.dtypes import decode, element_type, encode
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.contracts import InspectReport, Provenance
+from rnnconv.core.dtypes import decode, element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, no_such_rnn, several_rnns
 from rnnconv.formats import registry
 from rnnconv.formats._msgpack import Bfloat16Words
+from rnnconv.formats.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
 from rnnconv.formats.registry import ReadOptions
 from rnnconv.safeio.inputs import regular_file
 from rnnconv.safeio.outputs import atomic_outputs
@@ -43,7 +44,6 @@ from rnnconv.table.constants import (
     MAX_LAYERS,
     NONLINEARITIES,
 )
-from rnnconv.table.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
 from rnnconv.table.rows import Row
 
 SIDECAR_SUFFIX = ".rnnconv.json"

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from rnnconv.dtypes import BY_SAFETENSORS, ElementType
+from rnnconv.core.dtypes import BY_SAFETENSORS, ElementType
 from rnnconv.errors import BadInput
 from rnnconv.safeio.inputs import FileArray, json_document, regular_file
 from rnnconv.safeio.outputs import atomic_outputs

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
+from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.errors import Unsupported, either, listing
 from rnnconv.formats.catalog import FORMAT_INFO
 from rnnconv.formats.plugin import FormatInfo

@@ -32,10 +32,15 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import numpy as np
 import pydantic
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.compare import Inputs, Outputs
-from rnnconv.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, RNNSizes, dump
-from rnnconv.dtypes import element_type
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.compare import Inputs, Outputs
+from rnnconv.core.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, RNNSizes, dump
+from rnnconv.core.dtypes import element_type
+
+# What a format's read and write are given, exported here, where the formats take their verbs from.
+from rnnconv.core.settings import Progress as Progress  # noqa: PLC0414
+from rnnconv.core.settings import ReadOptions as ReadOptions  # noqa: PLC0414
+from rnnconv.core.settings import WriteOptions as WriteOptions  # noqa: PLC0414
 from rnnconv.errors import (
     MESSAGE_LIMIT,
     BackendMissing,
@@ -53,15 +58,10 @@ from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
 from rnnconv.formats.plugin import version as installed_version
 from rnnconv.formats.probe import Probe
 from rnnconv.formats.probe import Unrecognized as Unrecognized  # noqa: PLC0414
+from rnnconv.formats.writing import arrays_in_source, rounded_sums
 from rnnconv.safeio.digests import SourcePass
 from rnnconv.safeio.inputs import unguarded
-
-# What a format's read and write are given, exported here, where the formats take their verbs from.
-from rnnconv.settings import Progress as Progress  # noqa: PLC0414
-from rnnconv.settings import ReadOptions as ReadOptions  # noqa: PLC0414
-from rnnconv.settings import WriteOptions as WriteOptions  # noqa: PLC0414
 from rnnconv.table.rows import ADAPTER_FORMATS
-from rnnconv.table.writing import arrays_in_source, rounded_sums
 
 
 @dataclass
@@ -93,9 +93,9 @@ def clip_dropped(rnn: CanonicalRNN, clip: tuple[float, float]) -> CanonicalRNN:
     --allow-lossy asks: the loss recorded in its source's provenance as a target's is (verify holds the written file
     to it), measured on probe inputs in the numpy reference: the ordinary ones, whose difference is recorded, and
     ones large enough to reach the clip, whose difference the dropped term names."""
-    from rnnconv.compare import STATE_SCALE, make_inputs
-    from rnnconv.contracts import RecordedLoss
-    from rnnconv.reference import forward
+    from rnnconv.core.compare import STATE_SCALE, make_inputs
+    from rnnconv.core.contracts import RecordedLoss
+    from rnnconv.core.reference import forward
 
     def moved(x: np.ndarray, h0: np.ndarray | None, c0: np.ndarray | None) -> float:
         exact, unclipped = (forward(rnn.spec, rnn.param, x, h0, c0, clip=bounds) for bounds in (clip, (0.0, 0.0)))

@@ -20,7 +20,7 @@ LABEL = re.compile(r"^[a-z][a-z ]{0,30}: ")  # what a message's line starts with
 
 
 def run(args: list[str]) -> dict[str, object]:
-    from rnnconv.cli import app
+    from rnnconv.cli.commands import app
 
     out, err = io.StringIO(), io.StringIO()
     start = time.monotonic()
@@ -46,7 +46,7 @@ def run(args: list[str]) -> dict[str, object]:
 
 
 def main() -> None:
-    import rnnconv.cli  # noqa: F401 -- warm up before the first timed request
+    import rnnconv.cli.commands  # noqa: F401 -- warm up before the first timed request
 
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:

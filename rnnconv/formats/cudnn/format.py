@@ -7,16 +7,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnnconv.contracts import InspectEntry, InspectReport
-from rnnconv.dtypes import element_type
+from rnnconv.core.contracts import InspectEntry, InspectReport
+from rnnconv.core.dtypes import element_type
+from rnnconv.core.weightspace import weight_space_elements
 from rnnconv.errors import BadInput, listing
 from rnnconv.formats.cudnn import PLUGIN
 from rnnconv.formats.cudnn.wire import sidecar_path
 from rnnconv.formats.registry import Format, ReadOptions, Source, WriteOptions, Written, register
-from rnnconv.weightspace import weight_space_elements
 
 if TYPE_CHECKING:
-    from rnnconv.canonical import CanonicalRNN
+    from rnnconv.core.canonical import CanonicalRNN
 
 
 @register

@@ -11,17 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
-from rnnconv.contracts import SIDECAR_FORMAT, LayoutInfo, Provenance, Sidecar, parse
-from rnnconv.dtypes import ElementType, decode, element_type
-from rnnconv.errors import BadInput, listing, no_such_rnn
-from rnnconv.formats import _safetensors, registry
-from rnnconv.formats.cudnn.wire import is_rnnconv_safetensors, sidecar_path
-from rnnconv.formats.probe import Probe
-from rnnconv.safeio.inputs import JSON_LIMIT, FileArray, json_document, open_source, regular_file
-from rnnconv.safeio.outputs import SIDECAR_SUFFIX
-from rnnconv.table.constants import Kind
-from rnnconv.weightspace import (
+from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
+from rnnconv.core.contracts import SIDECAR_FORMAT, LayoutInfo, Provenance, Sidecar, parse
+from rnnconv.core.dtypes import ElementType, decode, element_type
+from rnnconv.core.weightspace import (
     LAYOUT_NAME,
     LAYOUT_VERSION,
     REPORTED_LAYOUT_NAME,
@@ -31,6 +24,13 @@ from rnnconv.weightspace import (
     size_formula,
     weight_space_elements,
 )
+from rnnconv.errors import BadInput, listing, no_such_rnn
+from rnnconv.formats import _safetensors, registry
+from rnnconv.formats.cudnn.wire import is_rnnconv_safetensors, sidecar_path
+from rnnconv.formats.probe import Probe
+from rnnconv.safeio.inputs import JSON_LIMIT, FileArray, json_document, open_source, regular_file
+from rnnconv.safeio.outputs import SIDECAR_SUFFIX
+from rnnconv.table.constants import Kind
 
 KIND_BIN = "cudnn-bin"
 KIND_SAFETENSORS = "cudnn-safetensors"

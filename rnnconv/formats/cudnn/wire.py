@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnnconv.contracts import SIDECAR_FORMAT
+from rnnconv.core.contracts import SIDECAR_FORMAT
 from rnnconv.safeio.outputs import SIDECAR_SUFFIX
 
 if TYPE_CHECKING:

@@ -14,19 +14,19 @@ from typing import BinaryIO
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
-from rnnconv.contracts import SIDECAR_FORMAT, CudnnSettings, LayoutInfo, Provenance, Sidecar, WeightSpaceInfo, dump
-from rnnconv.dtypes import ElementType, count_non_finite, element_type, stored_words
+from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
+from rnnconv.core.contracts import SIDECAR_FORMAT, CudnnSettings, LayoutInfo, Provenance, Sidecar, WeightSpaceInfo, dump
+from rnnconv.core.dtypes import ElementType, count_non_finite, element_type, stored_words
+from rnnconv.core.weightspace import LAYOUT, REPORTED_LAYOUT_NAME, Region, regions, weight_space_elements
 from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors, registry
 from rnnconv.formats.cudnn.reader import Blob
 from rnnconv.formats.cudnn.wire import sidecar_path
+from rnnconv.formats.writing import in_source
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import atomic_outputs, write_array
 from rnnconv.table.constants import BIAS_MODE, CUDNN_MODES, DIRECTION, INPUT_MODE
-from rnnconv.table.writing import in_source
 from rnnconv.version import __version__
-from rnnconv.weightspace import LAYOUT, REPORTED_LAYOUT_NAME, Region, regions, weight_space_elements
 
 ByteProgress = Callable[[int], None]  # called with a number of bytes written
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnnconv.contracts import InspectReport, Provenance
+from rnnconv.core.contracts import InspectReport, Provenance
 from rnnconv.errors import BadInput
 from rnnconv.formats import _jax, registry
 from rnnconv.formats.equinox import PLUGIN
@@ -18,7 +18,7 @@ from rnnconv.formats.registry import Format, ReadOptions, Source, WriteOptions, 
 if TYPE_CHECKING:
     import numpy as np
 
-    from rnnconv.canonical import CanonicalRNN, RNNSpec
+    from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 
 
 @register

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.dtypes import element_type, encode
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.dtypes import element_type, encode
 from rnnconv.formats import _jax, registry
 from rnnconv.formats.equinox.reader import ROLE_OF_FIELD
 from rnnconv.formats.equinox.wire import EQUINOX_CLASSES

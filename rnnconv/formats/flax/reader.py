@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rnnconv.canonical import CanonicalRNN
-from rnnconv.contracts import Provenance
+from rnnconv.core.canonical import CanonicalRNN
+from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BadInput
 from rnnconv.formats import _jax, _msgpack
 from rnnconv.formats.flax.wire import FLAX_LINEN_CLASSES, FLAX_LINEN_LAYERS, FLAX_PARAMS

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.formats import _jax, _msgpack, registry
 from rnnconv.formats.flax.wire import FLAX_LINEN_CLASSES, FLAX_LINEN_LAYERS, FLAX_PARAMS
 from rnnconv.formats.registry import Written

@@ -12,7 +12,7 @@ from rnnconv.formats.flax_nnx.wire import KIND
 from rnnconv.formats.registry import WriteOptions, Written, register
 
 if TYPE_CHECKING:
-    from rnnconv.canonical import CanonicalRNN
+    from rnnconv.core.canonical import CanonicalRNN
 
 
 @register

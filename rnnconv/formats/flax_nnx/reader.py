@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rnnconv.canonical import CanonicalRNN
-from rnnconv.contracts import Provenance
+from rnnconv.core.canonical import CanonicalRNN
+from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BadInput
 from rnnconv.formats import _jax, _msgpack
 from rnnconv.formats.flax_nnx.wire import FLAX_NNX_CELLS, FLAX_NNX_LAYERS

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import RNNSpec
+from rnnconv.core.canonical import RNNSpec
 from rnnconv.errors import BackendMissing
 from rnnconv.formats import _jax
 from rnnconv.table.constants import FLAX_CELL, RNN

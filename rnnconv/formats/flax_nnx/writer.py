@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.formats import _jax, _msgpack, registry
 from rnnconv.formats.flax_nnx.wire import FLAX_NNX_CELLS, FLAX_NNX_CLASSES, FLAX_NNX_LAYERS
 from rnnconv.formats.registry import Written

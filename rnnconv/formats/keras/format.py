@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec, stack
-from rnnconv.contracts import InspectReport, Provenance
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec, stack
+from rnnconv.core.contracts import InspectReport, Provenance
 from rnnconv.formats.keras import PLUGIN
 from rnnconv.formats.probe import HDF5_MAGIC
 from rnnconv.formats.registry import (

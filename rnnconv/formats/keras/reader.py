@@ -21,8 +21,8 @@ from typing import Any
 
 import h5py
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance, RNNSizes
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.contracts import Provenance, RNNSizes
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line, listing, no_such_rnn, several_rnns
 from rnnconv.formats import _zip
 from rnnconv.formats.keras.config import MAX_NESTING, ConfigEntry, KerasLayer, old_defaults, walk_config
@@ -47,12 +47,12 @@ from rnnconv.formats.keras.hdf5 import (
 )
 from rnnconv.formats.keras.wire import KERAS_DIRECTION_GROUPS
 from rnnconv.formats.probe import HDF5_MAGIC, ZIP_MAGIC
+from rnnconv.formats.reading import Found, Settled, StoredCell, read, settle
 from rnnconv.formats.registry import SOURCE_KEY, read_source_records
 from rnnconv.safeio.digests import SourcePass
 from rnnconv.safeio.inputs import Guard, add_guard, json_document, pin, regular_file, within
 from rnnconv.table.apply import find_row, keras_era, rows_for, stored_shapes
 from rnnconv.table.constants import KERAS_VARIABLES, MAX_SIZE, NONLINEARITY_KEY
-from rnnconv.table.reading import Found, Settled, StoredCell, read, settle
 from rnnconv.table.rows import DEFAULT_BIAS_SPLIT, VERSIONED_DEFAULTS, Row
 
 ROLE_OF_NAME = {name: role for role, name in KERAS_VARIABLES.items()}

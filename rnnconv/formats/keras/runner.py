@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rnnconv.canonical import RNNSpec
+from rnnconv.core.canonical import RNNSpec
 from rnnconv.errors import BackendMissing, BadInput
 from rnnconv.formats.keras.wire import KERAS_INITIALIZERS
 from rnnconv.table.apply import classes_of, find_row, settings_for_mode
@@ -203,7 +203,7 @@ def load_source_layers(
     Each layer is first read as a conversion would read it (every check applies), and must compute what
     the blob's spec says: a file changed, or not the blob's source, is refused before Keras sees it.
     """
-    from rnnconv.contracts import Provenance
+    from rnnconv.core.contracts import Provenance
     from rnnconv.formats.keras.reader import KerasFile, to_canonical
 
     with KerasFile(path) as keras_file:

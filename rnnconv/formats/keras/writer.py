@@ -23,9 +23,9 @@ from typing import Any
 import h5py
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance
-from rnnconv.dtypes import element_type, encode
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.contracts import Provenance
+from rnnconv.core.dtypes import element_type, encode
 from rnnconv.errors import BadInput
 from rnnconv.formats import _zip
 from rnnconv.formats.keras.config import KerasLayer, snake_case

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance
-from rnnconv.dtypes import BY_SAFETENSORS, ElementType, decode, element_type, source_dtype_name
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.contracts import Provenance
+from rnnconv.core.dtypes import BY_SAFETENSORS, ElementType, decode, element_type, source_dtype_name
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats import _safetensors, registry
 from rnnconv.formats._graph import Chain, Graph
@@ -23,6 +23,7 @@ from rnnconv.formats._npy import npy_header
 from rnnconv.formats._zip import check_member, crc_guard, open_archive, read_member, stored_start
 from rnnconv.formats.mlx.wire import KIND, MLX_CLASSES, MLX_STACK, NPY, NPZ_KIND, SINCE, STACKED
 from rnnconv.formats.probe import ZIP_MAGIC
+from rnnconv.formats.reading import Found, Settled, StoredCell, nonlinearity_note, read, settle, settle_nonlinearity
 from rnnconv.safeio.inputs import FileArray, add_guard, regular_file
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import (
@@ -36,7 +37,6 @@ from rnnconv.table.constants import (
     RECURRENT_MATRIX,
     RNN,
 )
-from rnnconv.table.reading import Found, Settled, StoredCell, nonlinearity_note, read, settle, settle_nonlinearity
 
 
 def _gates(cell: str) -> int:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.compare import Inputs, Outputs
+from rnnconv.core.compare import Inputs, Outputs
 from rnnconv.errors import BackendMissing, Unsupported
 from rnnconv.formats.mlx.reader import MlxChain
 from rnnconv.formats.mlx.wire import MLX_CLASSES

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.dtypes import element_type, encode
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.dtypes import element_type, encode
 from rnnconv.formats import _safetensors, registry
 from rnnconv.formats.mlx.wire import MLX_CLASSES, MLX_STACK
 from rnnconv.safeio.outputs import write_array

@@ -16,8 +16,8 @@ from rnnconv.table.constants import LSTM
 if TYPE_CHECKING:
     import numpy as np
 
-    from rnnconv.canonical import CanonicalRNN, RNNSpec
-    from rnnconv.contracts import Provenance
+    from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+    from rnnconv.core.contracts import Provenance
     from rnnconv.formats._graph import Chain
     from rnnconv.formats.ncnn.reader import Layer, NcnnFile
 

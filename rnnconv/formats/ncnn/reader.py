@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Graph, consecutive, named, refuse, same_rnn
@@ -41,6 +41,7 @@ from rnnconv.formats.ncnn.wire import (
     bin_of,
     sidecar_of,
 )
+from rnnconv.formats.reading import Found, StoredCell, read, settle
 from rnnconv.safeio.inputs import FileArray, add_guard, regular_file, unchanged
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import (
@@ -54,7 +55,6 @@ from rnnconv.table.constants import (
     RECURRENT_BIAS,
     RECURRENT_MATRIX,
 )
-from rnnconv.table.reading import Found, StoredCell, read, settle
 
 MAX_PARAM = 16 << 20  # bytes of a .param: far beyond any real model's
 MAX_COUNT = 1 << 20  # layers or blobs

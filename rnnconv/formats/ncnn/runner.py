@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.compare import Inputs, Outputs
+from rnnconv.core.compare import Inputs, Outputs
 from rnnconv.errors import BackendMissing, BadInput
 from rnnconv.formats.ncnn.reader import Layer, NcnnFile
 from rnnconv.formats.ncnn.wire import IN, NARROW_OPTIONS, NCNN_PARAMS, OUT

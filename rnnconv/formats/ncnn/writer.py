@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN
+from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.formats import registry
 from rnnconv.formats.ncnn.wire import (
     IN,

@@ -14,8 +14,8 @@ from rnnconv.table.constants import LSTM
 if TYPE_CHECKING:
     import numpy as np
 
-    from rnnconv.canonical import CanonicalRNN, RNNSpec
-    from rnnconv.contracts import Provenance, RNNSizes
+    from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+    from rnnconv.core.contracts import Provenance, RNNSizes
     from rnnconv.formats._graph import Chain
     from rnnconv.formats.onnx.nodes import OnnxNode
     from rnnconv.formats.onnx.reader import OnnxFile
@@ -65,7 +65,7 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
         write_onnx(rnns, path, dtype, options.force, options.profile, options.streaming)
         spec = rnns[0].spec
         if options.streaming:
-            from rnnconv.streaming import streaming_usage
+            from rnnconv.formats.streaming import streaming_usage
 
             return Written([path], usage=streaming_usage(spec, "onnxruntime", registry.literal(path)))
         lstm = spec.mode == LSTM

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnconv.canonical import RNNSpec
-from rnnconv.contracts import Provenance
+from rnnconv.core.canonical import RNNSpec
+from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BackendMissing, BadInput, Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats.onnx.runner import MODEL_OUTPUTS, cudnn_outputs, model_feeds

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.dtypes import element_type
+from rnnconv.core.dtypes import element_type
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats._cells import LoopLayer, Reading, why_not_cudnn
 from rnnconv.formats._graph import chained

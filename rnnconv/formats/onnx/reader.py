@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, listing
 from rnnconv.formats import registry
 from rnnconv.formats._graph import (
@@ -45,10 +45,10 @@ from rnnconv.formats.onnx.nodes import (
 )
 from rnnconv.formats.onnx.unrolled import CellFinder, Recogniser
 from rnnconv.formats.onnx.wire import ONNX_GLUE
+from rnnconv.formats.reading import Found, StoredCell, read, settle
 from rnnconv.safeio.inputs import regular_file
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_MODES
-from rnnconv.table.reading import Found, StoredCell, read, settle
 
 MAX_GLUE = 6  # ops between two layers of one RNN, at most
 

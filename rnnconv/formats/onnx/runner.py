@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import RNNSpec
+from rnnconv.core.canonical import RNNSpec
 from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line, listing
 from rnnconv.formats import registry
 from rnnconv.formats._graph import reverse_sequences
@@ -17,8 +17,8 @@ from rnnconv.formats.onnx.nodes import OnnxNode
 from rnnconv.formats.onnx.reader import require_onnx
 from rnnconv.formats.onnx.wire import ONNX_QUANTIZED_OPS
 from rnnconv.formats.onnx.writer import Layer, build_model
+from rnnconv.formats.streaming import check_stream_names
 from rnnconv.safeio.inputs import regular_file
-from rnnconv.streaming import check_stream_names
 
 MODEL_OUTPUTS = ("Y", "Y_h", "Y_c")  # what a built model gives: y, h_n and (an LSTM's) c_n
 

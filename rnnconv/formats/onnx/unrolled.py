@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from rnnconv.core.reference import sigmoid
 from rnnconv.errors import cut, listing
 from rnnconv.formats._cells import CellGraph, Product, Reading, exchanged, recognise, run_ops
 from rnnconv.formats.onnx.folding import SUBGRAPH, Folder, NotFoldable, Scope, node_name
 from rnnconv.formats.onnx.wire import ONNX_ACTIVATIONS, ONNX_INPUTS
-from rnnconv.reference import sigmoid
 from rnnconv.table.constants import NONLINEARITIES
 
 ONNX_W, ONNX_R, ONNX_B = ONNX_INPUTS[1:4]  # the weights an RNN node would take, as the unrolled steps give them

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN
-from rnnconv.dtypes import element_type, encode
+from rnnconv.core.canonical import CanonicalRNN
+from rnnconv.core.dtypes import element_type, encode
 from rnnconv.errors import Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats.onnx import profile as profiles
@@ -26,8 +26,8 @@ from rnnconv.formats.onnx.wire import (
     ONNX_QUANTIZED_INPUTS,
     ONNX_QUANTIZED_OPS,
 )
+from rnnconv.formats.streaming import STATE_INPUT, STATE_OUTPUT, STREAM_INPUT, STREAM_OUTPUT
 from rnnconv.safeio.outputs import atomic_outputs
-from rnnconv.streaming import STATE_INPUT, STATE_OUTPUT, STREAM_INPUT, STREAM_OUTPUT
 from rnnconv.table.apply import row_for_mode
 from rnnconv.table.constants import CUDNN_GATES, STATES
 

@@ -26,8 +26,8 @@ from rnnconv.table.constants import INPUT_MATRIX, LSTM
 if TYPE_CHECKING:
     import numpy as np
 
-    from rnnconv.canonical import CanonicalRNN, RNNSpec
-    from rnnconv.contracts import Provenance, RNNSizes
+    from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+    from rnnconv.core.contracts import Provenance, RNNSizes
     from rnnconv.formats._graph import Chain
     from rnnconv.formats.openvino.reader import IRFile, SequenceOp
 
@@ -58,8 +58,8 @@ class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
             reading = chain.first.loops[0].reading
             if reading is None or any(op.refusal is not None for op in chain.layers):
                 return None
-            from rnnconv.canonical import RNNSpec
-            from rnnconv.contracts import RNNSizes
+            from rnnconv.core.canonical import RNNSpec
+            from rnnconv.core.contracts import RNNSizes
 
             spec = RNNSpec(
                 reading.mode, reading.input_size, reading.hidden, len(chain.layers), chain.first.directions == 2

@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN
-from rnnconv.contracts import Provenance
+from rnnconv.core.canonical import CanonicalRNN
+from rnnconv.core.contracts import Provenance
+from rnnconv.core.reference import sigmoid
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats._cells import (
     GIVEN_OUT,
@@ -41,7 +42,6 @@ from rnnconv.formats._cells import (
     recognise,
     run_ops,
 )
-from rnnconv.reference import sigmoid
 from rnnconv.table.constants import CUDNN_MODES
 
 LOOP_OPS = ("Loop", "TensorIterator")

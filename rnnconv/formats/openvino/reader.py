@@ -16,9 +16,9 @@ from xml.parsers import expat
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance
-from rnnconv.dtypes import decode, element_type
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.contracts import Provenance
+from rnnconv.core.dtypes import decode, element_type
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats import registry
 from rnnconv.formats._cells import LoopLayer, loop_layers
@@ -53,10 +53,10 @@ from rnnconv.formats.openvino.wire import (
     SEQUENCE_OPS,
     STORAGE,
 )
+from rnnconv.formats.reading import Found, StoredCell, read, settle
 from rnnconv.safeio.inputs import FileArray, regular_file
 from rnnconv.table.apply import find_row, stored_shapes
 from rnnconv.table.constants import CUDNN_MODES, INPUT_MATRIX
-from rnnconv.table.reading import Found, StoredCell, read, settle
 
 XML_LIMIT = 64 << 20  # bytes of XML: far more than any graph of RNN layers needs
 MAX_LAYERS_IN_GRAPH = 200_000  # layers of an IR, at most (a hostile file cannot make the reader walk more)

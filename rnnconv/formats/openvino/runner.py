@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import RNNSpec
-from rnnconv.compare import Inputs
+from rnnconv.core.canonical import RNNSpec
+from rnnconv.core.compare import Inputs
 from rnnconv.errors import BackendMissing, BadInput, Unsupported
 from rnnconv.formats._graph import Chain, reverse_sequences
 from rnnconv.formats.openvino.builder import Graph, Layer, Parts, Tensor, build

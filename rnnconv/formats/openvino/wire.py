@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from rnnconv.dtypes import element_type
+from rnnconv.core.dtypes import element_type
 
 if TYPE_CHECKING:
     from rnnconv.formats.probe import Probe

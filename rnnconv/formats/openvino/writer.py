@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN
-from rnnconv.dtypes import element_type
+from rnnconv.core.canonical import CanonicalRNN
+from rnnconv.core.dtypes import element_type
 from rnnconv.formats import registry
 from rnnconv.formats.openvino.builder import Layer, Parts, Tensor, build
 from rnnconv.formats.openvino.wire import (
@@ -18,10 +18,10 @@ from rnnconv.formats.openvino.wire import (
     OPENVINO_ELEMENT_TYPES,
     OPENVINO_FORWARD,
 )
+from rnnconv.formats.writing import stored
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.apply import row_for_mode, stored_shapes
 from rnnconv.table.rows import Row
-from rnnconv.table.writing import stored
 from rnnconv.version import __version__
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance
+from rnnconv.core.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.errors import BadInput
 from rnnconv.formats.registry import Format, ReadOptions, Source, inspect_entry, read_chosen, register
 from rnnconv.formats.tf1 import PLUGIN
@@ -19,7 +19,7 @@ from rnnconv.formats.tf1.wire import KIND
 if TYPE_CHECKING:
     import numpy as np
 
-    from rnnconv.canonical import RNNSpec
+    from rnnconv.core.canonical import RNNSpec
 
 
 @register

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance, RNNSizes
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.contracts import Provenance, RNNSizes
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing, several_rnns
+from rnnconv.formats.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
 from rnnconv.formats.registry import ReadOptions
 from rnnconv.formats.tf1.tensor_bundle import Checkpoint
 from rnnconv.formats.tf1.wire import TF1_BIDIRECTIONAL, TF1_CELLS, TF1_DIRECTIONS, TF1_OPAQUE, TF1_UNIDIRECTIONAL
@@ -29,7 +30,6 @@ from rnnconv.table.constants import (
     TF1_KERNEL,
     TF1_VARIABLES,
 )
-from rnnconv.table.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
 from rnnconv.table.rows import Row
 
 

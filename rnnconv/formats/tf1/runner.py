@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import RNNSpec
+from rnnconv.core.canonical import RNNSpec
 from rnnconv.errors import BackendMissing
 from rnnconv.formats.tf1.reader import TF1RNN
 from rnnconv.formats.tf1.tensor_bundle import Checkpoint

@@ -23,7 +23,7 @@ from pathlib import Path
 import google_crc32c
 import numpy as np
 
-from rnnconv.dtypes import decode, element_type
+from rnnconv.core.dtypes import decode, element_type
 from rnnconv.errors import BadInput
 from rnnconv.safeio.digests import checksum_guard
 from rnnconv.safeio.inputs import Guard, add_guard, read_array, regular_file, unchanged

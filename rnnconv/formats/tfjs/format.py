@@ -17,8 +17,8 @@ from rnnconv.safeio.inputs import reading
 if TYPE_CHECKING:
     import numpy as np
 
-    from rnnconv.canonical import CanonicalRNN, RNNSpec
-    from rnnconv.contracts import Provenance
+    from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+    from rnnconv.core.contracts import Provenance
     from rnnconv.formats._graph import Chain
     from rnnconv.formats.tfjs.reader import TfjsFile, TfjsLayer
     from rnnconv.formats.tfjs.runner import NodeEngine, TfjsStream
@@ -60,7 +60,7 @@ class TfjsFormat(GraphFormat["TfjsFile", "TfjsLayer"]):
         rnn = registry.only_rnn(rnns, "a TensorFlow.js model")
         shard = write_tfjs(rnn, path, options.force, options.streaming)
         if options.streaming:
-            from rnnconv.streaming import streaming_usage
+            from rnnconv.formats.streaming import streaming_usage
 
             usage = streaming_usage(rnn.spec, "TensorFlow.js", registry.literal(path))
             return Written([path, shard], usage=usage)

@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Chain, Graph, consecutive, same_rnn
 from rnnconv.formats.keras.config import MAX_NESTING, ConfigEntry, walk_config
+from rnnconv.formats.reading import Found, StoredCell, read, settle
 from rnnconv.formats.tfjs.wire import (
     DIRECTION_PREFIXES,
     DTYPE_BYTES,
@@ -31,7 +32,6 @@ from rnnconv.formats.tfjs.wire import (
 from rnnconv.safeio.inputs import JSON_LIMIT, json_document, read_array, regular_file
 from rnnconv.table.apply import classes_of, find_row
 from rnnconv.table.constants import KERAS_VARIABLES, MAX_SIZE
-from rnnconv.table.reading import Found, StoredCell, read, settle
 
 MAX_RANK = 8  # dimensions of a weight's shape: far beyond any layer's
 TFJS_CLASSES = classes_of("tfjs")

@@ -17,12 +17,12 @@ from typing import IO, Any, Final
 
 import numpy as np
 
-from rnnconv.compare import Inputs, Outputs
+from rnnconv.core.compare import Inputs, Outputs
 from rnnconv.errors import BackendMissing, BadInput, Unsupported, cut, listing
 from rnnconv.formats import _node, registry
 from rnnconv.formats._graph import Chain
+from rnnconv.formats.streaming import check_stream_names
 from rnnconv.formats.tfjs.reader import TfjsFile, TfjsLayer
-from rnnconv.streaming import check_stream_names
 
 SCRIPT: Final = Path(__file__).with_name("run_layers.cjs")
 PACKAGE: Final = "@tensorflow/tfjs"

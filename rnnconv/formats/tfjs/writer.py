@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.errors import BadInput
 from rnnconv.formats import registry
+from rnnconv.formats.streaming import STREAM_INPUT, STREAM_OUTPUT, states_of
 from rnnconv.formats.tfjs.wire import (
     DIRECTION_PREFIXES,
     LAYERS_MODEL,
@@ -30,7 +31,6 @@ from rnnconv.formats.tfjs.wire import (
     TOPOLOGY,
 )
 from rnnconv.safeio.outputs import atomic_outputs, write_array
-from rnnconv.streaming import STREAM_INPUT, STREAM_OUTPUT, states_of
 from rnnconv.table.apply import row_for_mode, settings_for_mode
 from rnnconv.table.constants import KERAS_VARIABLES, STATES
 from rnnconv.version import __version__

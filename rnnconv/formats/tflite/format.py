@@ -20,8 +20,8 @@ from rnnconv.formats.tflite.wire import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from rnnconv.canonical import CanonicalRNN, RNNSpec
-    from rnnconv.contracts import Provenance, RNNSizes
+    from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+    from rnnconv.core.contracts import Provenance, RNNSizes
     from rnnconv.formats._graph import Chain
     from rnnconv.formats.holding import Loss
     from rnnconv.formats.tflite.model import Layer, TfliteFile
@@ -80,7 +80,7 @@ class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
         rnn = write_tflite(rnns, path, options)
         spec = rnn.spec
         if options.streaming:
-            from rnnconv.streaming import streaming_usage
+            from rnnconv.formats.streaming import streaming_usage
 
             where = f"LiteRT or TFLite Micro, chunks of {options.chunk or 1} step(s)"
             return Written([path], usage=streaming_usage(spec, where, registry.literal(path)))

@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN
-from rnnconv.contracts import Provenance
+from rnnconv.core.canonical import CanonicalRNN
+from rnnconv.core.contracts import Provenance
+from rnnconv.core.reference import sigmoid
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats._cells import (
     CellGraph,
@@ -39,7 +40,6 @@ from rnnconv.formats._cells import (
 )
 from rnnconv.formats.tflite.flat import Table
 from rnnconv.formats.tflite.wire import UNSET
-from rnnconv.reference import sigmoid
 from rnnconv.table.constants import CUDNN_MODES
 
 WHILE = "WHILE"

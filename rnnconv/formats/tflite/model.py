@@ -14,6 +14,7 @@ import numpy as np
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Chain, Graph, chained, same_rnn
+from rnnconv.formats.streaming import STREAM_INPUT
 from rnnconv.formats.tflite.flat import Flat, Table
 from rnnconv.formats.tflite.loops import Loop, find_loops, grouped, kind_of
 from rnnconv.formats.tflite.wire import (
@@ -37,7 +38,6 @@ from rnnconv.formats.tflite.wire import (
     UNSET,
 )
 from rnnconv.safeio.inputs import read_array, regular_file
-from rnnconv.streaming import STREAM_INPUT
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_GATES, INPUT_MATRIX, LSTM, MAX_SIZE, RECURRENT_MATRIX
 from rnnconv.table.layouts import per_gate

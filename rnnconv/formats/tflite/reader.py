@@ -7,18 +7,18 @@ import contextlib
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance, RNNSizes
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.contracts import Provenance, RNNSizes
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing
 from rnnconv.formats import registry
 from rnnconv.formats._graph import Chain
+from rnnconv.formats.reading import Found, StoredCell, read, settle
 from rnnconv.formats.tflite.loops import loop_canonical
 from rnnconv.formats.tflite.model import FLOAT_TYPES, Layer, Op, TfliteFile, cell_of_op, input_of, op_options
 from rnnconv.formats.tflite.wire import ACTIVATION_NAMES, FORMAT, OP_INPUTS, TFLITE_CELL_OPS, TFLITE_STATE_INPUTS, UNSET
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_GATES, CUDNN_MODES, INPUT_MATRIX, LSTM, PROJECTION
 from rnnconv.table.layouts import per_gate
-from rnnconv.table.reading import Found, StoredCell, read, settle
 from rnnconv.table.rows import Row
 
 CLIPS = ("cell_clip", "proj_clip")  # the op options that clip (what cuDNN does not)

@@ -10,17 +10,17 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.compare import Inputs, Outputs
+from rnnconv.core.compare import Inputs, Outputs
 from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line, listing
 from rnnconv.formats import holding, registry
 from rnnconv.formats._graph import Chain
 from rnnconv.formats.plugin import version
+from rnnconv.formats.streaming import STREAM_INPUT, check_stream_names
 from rnnconv.formats.tflite.builder import Constant, Graph, GraphTensor, build_graph, model_bytes
 from rnnconv.formats.tflite.model import Layer, TfliteFile, input_of, op_options
 from rnnconv.formats.tflite.streaming import STREAMING_OPS
 from rnnconv.formats.tflite.wire import FORMAT, PLAIN_OPTION_SLOTS, UNSET
 from rnnconv.formats.tflite.writer import graph_of
-from rnnconv.streaming import STREAM_INPUT, check_stream_names
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_GATES, INPUT_MATRIX, RECURRENT_MATRIX
 from rnnconv.table.layouts import per_gate

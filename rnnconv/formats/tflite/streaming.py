@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN
+from rnnconv.core.canonical import CanonicalRNN
+from rnnconv.formats.streaming import STATE_INPUT, STATE_OUTPUT, STREAM_INPUT, STREAM_OUTPUT
 from rnnconv.formats.tflite.builder import Constant, Graph, GraphTensor
 from rnnconv.formats.tflite.wire import TIME_AXIS, UNSET
-from rnnconv.streaming import STATE_INPUT, STATE_OUTPUT, STREAM_INPUT, STREAM_OUTPUT
+from rnnconv.formats.writing import stored
 from rnnconv.table.apply import row_for_mode
 from rnnconv.table.constants import (
     CUDNN_GATES,
@@ -32,7 +33,6 @@ from rnnconv.table.constants import (
     RECURRENT_MATRIX,
     STATES,
 )
-from rnnconv.table.writing import stored
 
 ROW_FORMAT = "torch"  # the row whose stacked matrices FULLY_CONNECTED takes as they are
 ACTIVATION_OPS = {"sigmoid": "LOGISTIC", "tanh": "TANH", "relu": "RELU"}

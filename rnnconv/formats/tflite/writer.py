@@ -8,20 +8,20 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN
-from rnnconv.dtypes import element_type
+from rnnconv.core.canonical import CanonicalRNN
+from rnnconv.core.dtypes import element_type
 from rnnconv.formats import registry
 from rnnconv.formats.registry import WriteOptions
 from rnnconv.formats.tflite.builder import Constant, Graph, build_graph, serialize, write_graph
 from rnnconv.formats.tflite.model import slot_of
 from rnnconv.formats.tflite.streaming import streaming_graph
 from rnnconv.formats.tflite.wire import FORMAT, TFLITE_ACTIVATIONS, TFLITE_CELL_OPS
+from rnnconv.formats.writing import StoredTensor, stored
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import TORCH_REVERSE_SUFFIX
 from rnnconv.table.rows import Row
-from rnnconv.table.writing import StoredTensor, stored
 
 FLOAT32 = element_type("float32")  # what TFLite's LSTM and RNN ops compute with
 

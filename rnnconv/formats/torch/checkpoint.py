@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from rnnconv.dtypes import ELEMENT_TYPES, encode
+from rnnconv.core.dtypes import ELEMENT_TYPES, encode
 from rnnconv.errors import BadInput, first_line
 from rnnconv.formats import _zip
 from rnnconv.formats._zip import LOCAL_HEADER

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnnconv.contracts import InspectEntry, InspectReport, Provenance
+from rnnconv.core.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.formats.registry import (
     Format,
     ReadOptions,
@@ -25,7 +25,7 @@ from rnnconv.formats.torch.wire import CHECKPOINT_SUFFIXES
 if TYPE_CHECKING:
     import numpy as np
 
-    from rnnconv.canonical import CanonicalRNN, RNNSpec
+    from rnnconv.core.canonical import CanonicalRNN, RNNSpec
     from rnnconv.formats.torch.reader import TorchRNN
 
 

@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance, RNNSizes
-from rnnconv.dtypes import ELEMENT_TYPES, decode
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.contracts import Provenance, RNNSizes
+from rnnconv.core.dtypes import ELEMENT_TYPES, decode
 from rnnconv.errors import BackendMissing, BadInput, no_such_rnn, several_rnns
 from rnnconv.formats import _safetensors
+from rnnconv.formats.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
 from rnnconv.formats.registry import SOURCE_KEY, read_source_records
 from rnnconv.formats.torch.checkpoint import (
     PickledTensor,
@@ -47,7 +48,6 @@ from rnnconv.table.constants import (
     TORCH_PARAMETERS,
     TORCH_REVERSE_SUFFIX,
 )
-from rnnconv.table.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
 from rnnconv.table.rows import Row
 
 ROLE_OF = {name: role for role, name in TORCH_PARAMETERS.items()}

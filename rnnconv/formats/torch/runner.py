@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.canonical import RNNSpec
+from rnnconv.core.canonical import RNNSpec
 from rnnconv.errors import BadInput
 from rnnconv.formats.torch.reader import load_state_dict, require_torch
 from rnnconv.formats.torch.writer import torch_class

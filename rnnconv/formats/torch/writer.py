@@ -14,9 +14,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, RNNSpec
-from rnnconv.contracts import Provenance
-from rnnconv.dtypes import element_type, stored_words
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.contracts import Provenance
+from rnnconv.core.dtypes import element_type, stored_words
 from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors
 from rnnconv.formats.registry import SOURCE_KEY, literal, recorded_source, source_records
@@ -39,11 +39,11 @@ from rnnconv.formats.torch.reader import (
     require_torch,
 )
 from rnnconv.formats.torch.wire import CHECKPOINT_SUFFIXES
+from rnnconv.formats.writing import stored
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import atomic_outputs, write_array
 from rnnconv.table.apply import row_for_mode, rows_for
 from rnnconv.table.constants import NONLINEARITY_KEY, RNN, TORCH_REVERSE_SUFFIX
-from rnnconv.table.writing import stored
 
 
 def torch_class(spec: RNNSpec) -> str:

@@ -1,0 +1,153 @@
+"""The commands `rnnconv --help` lists, and the SOURCE-to-TARGET names it does not.
+
+Conversions to cuDNN and back are listed by name; every other direction is `convert --to TARGET`. Its
+SOURCE-to-TARGET command from earlier versions still works: hidden from `--help`, completed by the shell
+when no listed command starts with what was typed, and made only when it is named (making all of them took
+longer than the rest of `rnnconv --help`). A listed command too is made when it is named or listed: a conversion
+makes its own command only.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import typer
+from typer.core import TyperGroup
+
+from rnnconv.formats.catalog import FORMAT_INFO
+
+LISTED_DIRECTIONS = {("keras", "cudnn"), ("torch", "cudnn"), ("cudnn", "keras"), ("cudnn", "torch")}
+ALIASES_HELP = (
+    "Between any two formats: rnnconv convert SOURCE OUTPUT [--to FORMAT]. The SOURCE-to-TARGET commands of "
+    "earlier versions (onnx-to-cudnn, tf1-to-torch, keras-to-onnx, ...) still work, as convert --to TARGET.\n\n"
+)
+
+
+def is_alias(command: str) -> bool:
+    """A SOURCE-to-TARGET command that --help does not list."""
+    source, to, target = command.partition("-to-")
+    return bool(to) and (source, target) not in LISTED_DIRECTIONS
+
+
+def direction_summary(source: str, target: str) -> str:
+    """The first sentence of a SOURCE-to-TARGET command's help; a hidden one says what it is the same as."""
+    summary = f"Convert {FORMAT_INFO[source].title} to {FORMAT_INFO[target].title}."
+    return summary + (
+        f" The same as: rnnconv convert SOURCE OUTPUT --to {target}." if is_alias(f"{source}-to-{target}") else ""
+    )
+
+
+def direction_doc(source: str, target: str) -> str:
+    """The help of a SOURCE-to-TARGET command: what it reads and writes, and examples."""
+    src, dst = FORMAT_INFO[source], FORMAT_INFO[target]
+    name, out = f"{source}-to-{target}", f"out{dst.default_for[0]}"
+    examples = [f"rnnconv {name} {src.example} -o {out}"] + [f"rnnconv {name} {ex} -o {out}" for ex in src.examples]
+    examples.append(f"rnnconv {name} runs/*{Path(src.example).suffix} -o out/ -j 4   # several: out/<stem>{out[3:]}")
+    return (
+        f"{direction_summary(source, target)}\n\nReads {src.read_help}. {src.read_note}\n\nWrites "
+        f"{dst.write_help}. {dst.write_note}\n\nExamples:\n\n" + "\n\n".join(f"  {e}" for e in examples)
+    )
+
+
+class Made(MutableMapping[str, Any]):
+    """A command group's commands by name: those made, and the others, each made when it is first looked up.
+    Iterating gives every name (a typo's suggestions come from them) and makes nothing."""
+
+    def __init__(self, made: MutableMapping[str, Any], makers: dict[str, Callable[[], Any]]):
+        self.made, self.makers = dict(made), makers
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.made:
+            self.made[name] = self.makers[name]()  # KeyError for a name that is not a command
+        return self.made[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self.made[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self.made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.made
+        yield from (name for name in self.makers if name not in self.made)
+
+    def __len__(self) -> int:
+        return len(self.made) + sum(name not in self.made for name in self.makers)
+
+
+class Commands(TyperGroup):
+    """rnnconv's command group: a hidden name still completes in the shell when no listed command does, and a
+    usage error (an unknown option, a value not among the choices) is a JSON error document too with --json."""
+
+    # Each command's name -> what makes its click command, when it is first named (the command line adds them, the
+    # listed ones in the order --help lists them).
+    makers: ClassVar[dict[str, Callable[[], Any]]] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = self.by_name = Made(self.commands, self.makers)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        """The group's options, its flags that typer leaves at None (--help, --install-completion,
+        --show-completion) at False: typer coerces a value that is not a bool through pydantic, which made
+        `rnnconv COMMAND --help` import it (0.08 s); unset, each of them is the same either way."""
+        params: list[Any] = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.default is None:
+                param.default = False
+        return params
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """The listed commands (each made when it is shown) and the hidden ones made (to be completed): what help and
+        completion show, without making a hidden one."""
+        return [name for name in self.makers if not is_alias(name) or name in self.by_name.made]
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        words = sys.argv[1:] if args is None else list(args)
+        run = functools.partial(super().main, words, prog_name, complete_var, False, windows_expand_args, **extra)
+        if not standalone_mode:
+            return run()
+        code: Any
+        try:
+            code = run()
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            code = 1
+        except Exception as exc:
+            if not (hasattr(exc, "show") and hasattr(exc, "format_message")):  # only click's usage errors
+                raise
+            exc.show()  # what typer prints for it in standalone mode, then the document
+            code = getattr(exc, "exit_code", 2)
+            if "--json" in words:
+                from rnnconv.cli.render import print_json
+                from rnnconv.core.contracts import ErrorDocument
+
+                failed_in = getattr(exc, "ctx", None)  # the command's context, once one was found
+                command = failed_in.info_name if failed_in is not None and failed_in.parent is not None else None
+                print_json(ErrorDocument(error=exc.format_message(), exit_code=code, command=command))
+        sys.exit(code if isinstance(code, int) else 0)
+
+    def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
+        names = [name for name in self.commands if name.startswith(incomplete)]
+        if not (incomplete and names and all(is_alias(name) for name in names)):
+            return super().shell_complete(ctx, incomplete)
+        hidden = [self.commands[name] for name in names]  # made now: completion lists the commands made
+        for found in hidden:  # shown for this one answer: completion lists only commands that are not hidden
+            found.hidden = False
+        try:
+            return super().shell_complete(ctx, incomplete)
+        finally:
+            for found in hidden:
+                found.hidden = True

@@ -1,0 +1,342 @@
+"""The command line's one option set: every option's name, type, default and help, declared once.
+
+Commands take their parameters from here (`parameter(name)`), so the same thing has
+the same name and help everywhere; the choices come from the layout table and the formats' plugins.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from rnnconv.core.setting_fields import READ_FIELDS, TARGET_FIELDS, WRITE_FIELDS
+from rnnconv.formats.catalog import ENGINES, FORMAT_INFO
+from rnnconv.formats.onnx.wire import ONNX_PROFILES
+from rnnconv.table.constants import CUDNN_MODES, ELEMENT_TYPE_CODES, MAX_LAYERS, NONLINEARITIES
+from rnnconv.table.rows import ADAPTER_FORMATS, BIAS_SPLITS
+
+
+def choices(name: str, values: Any) -> Any:
+    return Enum(name, {value: value for value in values}, type=str)
+
+
+DType, Mode, BiasSplit = (
+    choices("DType", ELEMENT_TYPE_CODES),
+    choices("Mode", CUDNN_MODES),
+    choices("BiasSplit", BIAS_SPLITS),
+)
+Profile = choices("Profile", ONNX_PROFILES)
+Nonlinearity, Target, Engine = (
+    choices("Nonlinearity", NONLINEARITIES),
+    choices("Target", [name for name in ADAPTER_FORMATS if FORMAT_INFO[name].writes]),
+    choices("Engine", ENGINES),
+)
+# A source's and a target's options are the fields of the library's settings; their choices come from the table.
+CHOICES = {"bias_split": BiasSplit, "nonlinearity": Nonlinearity, "dtype": DType, "to": Target, "profile": Profile}
+
+
+def _declared() -> dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]]:
+    options: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {}
+    for name, setting in {**READ_FIELDS, **WRITE_FIELDS, **TARGET_FIELDS}.items():
+        choice: Any = CHOICES.get(name)
+        annotation = setting.annotation if choice is None else choice
+        if choice is not None and setting.default is None:
+            annotation = choice | None
+        options[name] = (annotation, setting.default, setting.flags, setting.help, {})
+    return options
+
+
+RAW = ("mode", "input_size", "hidden_size", "num_layers", "bidirectional", "proj_size")
+COMMON = ("json", "quiet", "verbose")
+# Every option, once: name -> (type, default, flags, help, extra typer settings).
+OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
+    "output": (str | None, None, ("-o", "--output"), "Output file; its name says what to write.", {}),
+    "jobs": (
+        int,
+        1,
+        ("-j", "--jobs"),
+        "With several sources: convert this many at once, each in a process of its own.",
+        {"min": 1},
+    ),
+    "all": (bool, False, ("--all",), "Verify every RNN of an rnnconv .safetensors, one row each.", {}),
+    "prefix": (str | None, None, ("--prefix",), "Old name of --layer.", {"hidden": True}),
+    "mode": (Mode | None, None, ("--mode",), "Raw blob without sidecar: the RNN mode.", {}),
+    "input_size": (int | None, None, ("--input-size",), "Raw blob: input size.", {"min": 1}),
+    "hidden_size": (int | None, None, ("--hidden-size",), "Raw blob: hidden size.", {"min": 1}),
+    "num_layers": (int, 1, ("--num-layers",), "Raw blob: number of layers.", {"min": 1, "max": MAX_LAYERS}),
+    "bidirectional": (bool, False, ("--bidirectional",), "Raw blob: two directions.", {}),
+    "proj_size": (int, 0, ("--proj-size",), "Raw blob: LSTM projection size (0: none).", {"min": 0}),
+    "quick": (
+        bool,
+        False,
+        ("--quick",),
+        "gpu-battery: run the marked subset (a configuration of each kind; under a minute) instead of all.",
+        {},
+    ),
+    "no_hash": (
+        bool,
+        False,
+        ("--no-hash",),
+        "Do not record the source's digest (blake3) in the output's description; verify then cannot tell "
+        "whether the source changed since.",
+        {},
+    ),
+    "from_format": (str | None, None, ("--from",), "Picture: the source format (or give FORMAT first).", {}),
+    "svg": (Path | None, None, ("--svg",), "Picture: write it as SVG to this file (not to the terminal).", {}),
+    "html": (Path | None, None, ("--html",), "Picture: write it as HTML to this file (not to the terminal).", {}),
+    "json": (bool, False, ("--json",), "Print the result as JSON on stdout.", {}),
+    "quiet": (bool, False, ("-q", "--quiet"), "Print only warnings and errors (and verify's verdict).", {}),
+    "verbose": (bool, False, ("-v", "--verbose"), "Say more: where things came from, every step's error.", {}),
+    "against": (
+        Path | None,
+        None,
+        ("--against",),
+        "The source model (Keras file, PyTorch checkpoint, .onnx or TF1 checkpoint) [default: the one the blob names].",
+        {},
+    ),
+    "backend": (
+        Engine,
+        "auto",
+        ("--backend",),
+        "Where the blob runs; auto: cuDNN when a GPU and the gpu extra are present, else the numpy reference.",
+        {},
+    ),
+    "stream_runtime": (
+        str | None,
+        None,
+        ("--stream-runtime",),
+        "verify --streaming: the runtime that runs the streaming model: onnxruntime (ONNX); litert or tflite-micro "
+        "(TFLite, tflite-micro from pip install 'rnnconv[tflite-micro]'); tfjs (TensorFlow.js under Node.js) "
+        "[default: the format's own].",
+        {},
+    ),
+    "seq_len": (int, 8, ("--seq-len",), "Time steps of the test input (at least 2).", {}),
+    "batch": (int, 3, ("--batch",), "Batch size of the test input.", {}),
+    "seed": (int, 0, ("--seed",), "Seed of the test input and initial states.", {"min": 0}),
+    "ragged": (bool, False, ("--ragged",), "Give the batch items different lengths (right padding).", {}),
+    "atol": (float | None, None, ("--atol",), "Absolute tolerance [default: by dtype and backend].", {"min": 0}),
+    "rtol": (float | None, None, ("--rtol",), "Relative tolerance [default: by dtype and backend].", {"min": 0}),
+    "report": (Path | None, None, ("--report",), "Also write the report as JSON to this file.", {}),
+    "junit": (
+        Path | None,
+        None,
+        ("--junit",),
+        "Also write the result as JUnit XML to this file, for a CI's test report (written like --report, also "
+        "when verify cannot run).",
+        {},
+    ),
+    "plot": (
+        Path | None,
+        None,
+        ("--plot",),
+        "Draw the largest error at each time step (.svg or .png); needs pip install 'rnnconv[plot]'.",
+        {},
+    ),
+    "allow_structure_only": (
+        bool,
+        False,
+        ("--allow-structure-only",),
+        "Accept a structure check alone (exit 0) when the blob's source is nowhere to be found; by default that "
+        "fails (exit 2): a verdict without numbers proves nothing.",
+        {},
+    ),
+    "accept_recorded_loss": (
+        bool,
+        False,
+        ("--accept-recorded-loss",),
+        "Accept (exit 0) a file written with --allow-lossy that differs from its source by what its record says was "
+        "dropped, and by nothing more (verdict lossy-as-recorded); by default that fails (exit 1). A difference "
+        "beyond the recorded loss is a mismatch either way.",
+        {},
+    ),
+    "convert": (
+        bool,
+        False,
+        ("--convert",),
+        "First make the blob from the --against model (its RNN --layer), as convert would; a conversion that fails "
+        "is reported like a verify that cannot run (--report, --junit): one call for a CI step.",
+        {},
+    ),
+    "probe": (
+        Path | None,
+        None,
+        ("--probe",),
+        "identify: an .npz of one input and the outputs the blob's model gives for it (x, optional h0, c0, lengths; "
+        "y, h_n and/or c_n; batch_first); the layout that reproduces them is named.",
+        {},
+    ),
+    "candidate": (
+        str | None,
+        None,
+        ("--candidate",),
+        "identify: keep only the layout with this id (as identify lists them), e.g. to write it with -o.",
+        {},
+    ),
+    "require_source": (bool, False, ("--require-source",), "Old name of the default.", {"hidden": True}),
+    "diagnose": (bool, True, ("--diagnose/--no-diagnose",), "On a mismatch, look for the mistake.", {}),
+    "relayout": (
+        Path | None,
+        None,
+        ("--relayout",),
+        "With --backend cudnn: when cuDNN places tensors elsewhere, write the blob in cuDNN's layout to this file.",
+        {},
+    ),
+    **_declared(),
+}
+
+
+def parameter(name: str, **override: Any) -> inspect.Parameter:
+    """A command parameter from OPTIONS (an Argument when `argument=True`), with per-command overrides."""
+    annotation, default, flags, text, extra = OPTIONS.get(name, (Path, ..., (), "", {}))
+    annotation = override.pop("annotation", annotation)
+    if override.pop("argument", False):
+        info = typer.Argument(
+            override.pop("default", default),
+            metavar=override.pop("metavar", name.upper()),
+            show_default=False,
+            help=override.pop("help", text),
+            **override,
+        )
+    else:
+        default = override.pop("default", default)
+        info = typer.Option(
+            default,
+            *flags,
+            help=override.pop("help", text),
+            show_default=default is not None and default is not False,
+            **{**extra, **override},
+        )
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
+
+
+def sources_and_output(
+    named: list[Any], output: str | None, source_format: str | None, target: str
+) -> tuple[list[Path], str | None]:
+    """A conversion's sources and output as its command line gives them. `convert`'s last argument is its output
+    unless -o gives it. A SOURCE-to-TARGET command takes its output with -o only: a source that does not exist,
+    named as the target's outputs are and not as the source format's, is refused as that output without -o."""
+    from rnnconv.errors import BadInput
+    from rnnconv.formats import registry
+
+    sources = [Path(name) for name in named]
+    if source_format is None:  # convert
+        if output is None and len(named) < 2:
+            raise BadInput(f"convert needs an output: rnnconv convert {named[0]} OUTPUT, or -o OUTPUT")
+        return (sources, output) if output is not None else (sources[:-1], str(named[-1]))  # DIR/ keeps its /
+    for source in sources:
+        like_output = source.name.endswith(FORMAT_INFO[target].default_for)
+        own = source.name.endswith(FORMAT_INFO[source_format].default_for)
+        if like_output and not own and not os.path.lexists(source) and registry.source_file(source) == source:
+            raise BadInput(
+                f"{source} does not exist, and its name is an output's: did you mean -o {source}? (the output "
+                f"is given with -o/--output; the other arguments are sources)"
+            )
+    return sources, output
+
+
+def source_options(fmt: str) -> list[str]:
+    """The options that apply to a format's files as sources (the table's row names them)."""
+    names: list[str] = []
+    for option in FORMAT_INFO[fmt].source_options:
+        names += [*RAW, "dtype"] if option == "raw_spec" else [option]
+    return names
+
+
+def direction_options(source: str, target: str) -> list[str]:
+    """The options of a SOURCE-to-TARGET command after its sources, output and --layer/--prefix: the element type,
+    the source format's, the target's (--into, --streaming), then every conversion's."""
+    info = FORMAT_INFO[target]
+    targets = (["into"] if info.writes_into else []) + (["streaming", "chunk"] if info.streams else [])
+    return ["dtype", *(o for o in source_options(source) if o != "dtype"), *targets, *CONVERSION_TAIL]
+
+
+# What every conversion command ends with.
+CONVERSION_TAIL = ["jobs", "force", "allow_lossy", "profile", "no_hash", "require_stated", *COMMON]
+VERIFY_OPTIONS = [
+    "against",
+    "convert",
+    "layer",
+    "all",
+    "backend",
+    "seq_len",
+    "batch",
+    "seed",
+    "ragged",
+    "streaming",
+    "stream_runtime",
+    "atol",
+    "rtol",
+    "report",
+    "junit",
+    "plot",
+    "allow_structure_only",
+    "accept_recorded_loss",
+    "require_stated",
+    "require_source",
+    "diagnose",
+    "relayout",
+    "force",
+    *RAW,
+]
+VERIFY_HELP = (
+    "Prove a converted blob computes what its source model computes: a verdict, a report and an exit code.\n\n"
+    "The source runs in its own framework on the CPU; the blob runs through cuDNN, or without a GPU through a numpy "
+    "reference of cuDNN's equations that reads every weight from the blob; a file written for a runtime (model.onnx, "
+    "...) runs as written in that runtime. Outputs, final h and c are compared overall, per time step and per layer "
+    "and direction; on a mismatch the likely mistake is named. A file written with --allow-lossy that loses what its "
+    "record says and no more is lossy-as-recorded.\n\nExit codes: 0 match (or lossy-as-recorded with "
+    "--accept-recorded-loss), 1 mismatch, lossy-as-recorded or (auditing) an RNN not found, 2 bad input or no source "
+    "to compare with (unless "
+    "--allow-structure-only), 3 the requested backend (or matplotlib, for --plot) is unavailable.\n\nExamples:\n\n"
+    "  rnnconv verify model.bin\n\n"
+    "  rnnconv verify model.bin --against model.h5 --report verify-report.json --junit verify-junit.xml\n\n"
+    "  rnnconv verify model.bin --backend cudnn --seq-len 16 --batch 4 --ragged\n\n  rnnconv verify model.onnx\n\n"
+    "Auditing a deployed model against its checkpoint (every RNN of either, paired by position and sizes or by "
+    "--layer DEPLOYED=CHECKPOINT; one row each: match, mismatch with its likely cause, or not-found):\n\n"
+    "  rnnconv verify model.onnx --against train.pt"
+)
+IDENTIFY_HELP = (
+    "Name the layout of a headerless weight blob, from its size and (--probe) from what it computes.\n\n"
+    "Every layout of the layout table (gate orders of cuDNN, PyTorch, Keras, ONNX, TF1, MIOpen, TensorRT; "
+    "matrices as rows or transposed; separate, concatenated, folded or no biases), packed every known way (cuDNN's "
+    "all matrices then all biases, cell by cell, ...), is sized for the stated spec, and those that fit the blob's "
+    "size are listed. With --probe (one input and the outputs the "
+    "blob's model gives for it) each runs through the numpy reference of cuDNN's equations and the one that "
+    "reproduces the outputs is named. The result says how to convert from it; -o writes it (as convert does).\n\n"
+    "The probe .npz holds x (T, B, I), optional h0 (L*D, B, H or P), c0 (L*D, B, H) and lengths (B,), and the "
+    "expected y (T, B, D*H or D*P), h_n and/or c_n; batch_first=True when x and y are (B, T, ...).\n\n"
+    "Exit codes: 0 one layout identified, 1 several fit (ambiguous) or none does, 2 bad input.\n\nExamples:\n\n"
+    "  rnnconv identify weights.raw --mode lstm --input-size 80 --hidden-size 256 --num-layers 2 --bidirectional\n\n"
+    "  rnnconv identify weights.raw --mode gru --input-size 40 --hidden-size 64 --probe probe.npz -o model.pt"
+)
+
+
+def verify_parameters() -> list[inspect.Parameter]:
+    """verify's options: its --layer may be given several times, as pairs DEPLOYED=CHECKPOINT (the audit)."""
+    layer = parameter(
+        "layer",
+        annotation=list[str] | None,
+        help="The RNN to verify when the file holds several (its name as inspect lists it); or, auditing a deployed "
+        "model against its checkpoint (--against), a pair DEPLOYED=CHECKPOINT of RNN names, as often as needed "
+        "(the others are paired by position and sizes).",
+    )
+    return [layer if name == "layer" else parameter(name) for name in VERIFY_OPTIONS]
+
+
+def identify_parameters() -> list[inspect.Parameter]:
+    blob = parameter("blob", argument=True, help="A flat blob of weights with no header (any name).")
+    dtype = parameter("dtype", help="The blob's element type [default: every one is tried].")
+    return [
+        blob,
+        *map(parameter, ["probe", "candidate", *RAW]),
+        dtype,
+        *map(parameter, ["output", "to", "force", *COMMON]),
+    ]
+
+
+ALL_SOURCE_OPTIONS = list(dict.fromkeys(o for f in ADAPTER_FORMATS for o in source_options(f)))

@@ -1,0 +1,518 @@
+"""The typed, versioned documents rnnconv writes and reads: sidecars, provenance, reports.
+
+One pydantic model per document; the writer builds it and the reader validates
+with the same model, so neither can drift from the other. `rnnconv schema NAME`
+prints each model's JSON schema (`docs/schema/` holds them). Every field name is
+an identifier; `class` is kept as it was written by rnnconv 0.1 sidecars.
+
+A document that does not validate is bad input: `parse` turns pydantic's
+errors into one sentence naming the first offending field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, field_validator, model_validator
+
+from rnnconv.core.dtypes import DTYPES
+from rnnconv.errors import BackendMissing, BadInput, Mismatch
+from rnnconv.table.constants import CUDNN_MODES, DIRECTIONS, KINDS, MAX_LAYERS, MAX_SIZE
+
+SIDECAR_FORMAT: Final = "rnnconv.cudnn-weight-space"
+# Version 1: rnnconv 0.1 (no schema_version field). Version 2: the typed model, source.format names the file kind.
+# Version 3: source.digest ("ALGORITHM:HEX") instead of source.sha256.
+SIDECAR_SCHEMA_VERSION = 3
+# Report version 2: per-step errors per output direction and each output's `match`. Version 3: the verdict
+# lossy-as-recorded and the report's `loss`; a source record's `loss` (what --allow-lossy dropped). Version 4: the
+# verdict not-found (a row of the audit of a deployed model: an RNN with no partner on the other side).
+REPORT_SCHEMA_VERSION = 4
+
+# error / backend-missing: verify could not run (exit 2 / 3); a report asked for is still written, saying why.
+# lossy-as-recorded: a file written with --allow-lossy differs from its source by what its record says was dropped,
+# and by nothing more (exit 1 unless --accept-recorded-loss). not-found: an RNN of a deployed model or of its
+# checkpoint that has no partner on the other side (exit 1).
+Verdict = Literal["match", "mismatch", "lossy-as-recorded", "structure-only", "error", "backend-missing", "not-found"]
+
+
+class Contract(BaseModel):
+    # defer_build: a model is built when first used, so a conversion does not pay for the report models
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True, defer_build=True)
+
+
+M = TypeVar("M", bound=Contract)
+T = TypeVar("T")
+
+
+def parse(model: type[M], data: Any, where: str) -> M:
+    """`data` validated as `model`, or BadInput naming the first field that is wrong."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "the document"
+        # a validator's own sentence, not pydantic's wording around it ("Value error, ...")
+        message = str(first.get("ctx", {}).get("error", "")) if first["type"] == "value_error" else first["msg"]
+        raise BadInput(f"{where}: {field}: {(message or first['msg'])[:200]}") from None
+
+
+def dump(document: BaseModel) -> Any:
+    """The JSON form, with the names the documents use (`class`); fields without a value are left out."""
+    return document.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class SpecModel(Contract):
+    """An RNN's spec as documents carry it; `RNNSpec.from_model` checks what types alone cannot."""
+
+    mode: str
+    input_size: int = Field(ge=1, le=MAX_SIZE)
+    hidden_size: int = Field(ge=1, le=MAX_SIZE)
+    num_layers: int = Field(1, ge=1, le=MAX_LAYERS)
+    bidirectional: bool = False
+    proj_size: int = Field(0, ge=0, le=MAX_SIZE)
+    dtype: str = "float32"
+    bias: bool = True
+    bias_mode: Literal["double"] | None = None  # what cuDNN gets: two biases, zero when the source had none
+
+    @field_validator("mode")
+    @classmethod
+    def _known_mode(cls, value: str) -> str:
+        if value not in CUDNN_MODES:
+            raise ValueError(f"unknown RNN mode {value!r} (choose {', '.join(CUDNN_MODES)})")
+        return value
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, value: str) -> str:
+        if value not in DTYPES:
+            raise ValueError(f"unknown dtype {value!r} (choose {', '.join(DTYPES)})")
+        return value
+
+
+ConfigValue = str | int | float | bool | None
+
+
+class RecordedLoss(Contract):
+    """What `--allow-lossy` left out of an RNN to write a target that cannot hold it (each term as the refusal names
+    it), and how far that moved the outputs: the largest difference the conversion measured on its probe inputs."""
+
+    dropped: list[str] = Field(min_length=1)
+    difference: float = Field(ge=0)
+    seed: int = Field(ge=0)
+    steps: int = Field(ge=1)
+    batch: int = Field(ge=1)
+
+
+class Provenance(Contract):
+    """Where an RNN came from: the file, its kind, its hash, and what in it."""
+
+    path: str | None = None
+    format: str | None = None  # the file's kind: keras-h5, keras-archive, torch, cudnn-bin, ...
+    digest: str | None = None  # "blake3:HEX" (or "sha256:HEX") of the source file; None: --no-hash
+    sha256: str | None = None  # what schema 2 recorded instead of `digest`
+    name: str | None = None  # an RNN's name inside a blob source
+    layer: str | None = None
+    layer_class: str | None = Field(None, alias="class")
+    prefix: str | None = None  # a PyTorch RNN's key prefix, wrapper keys included
+    stacked: list[str] | None = None  # Keras layers stacked into one multi-layer RNN
+    bias_split: str | None = None
+    dtype: str | None = None  # the source's element type
+    keras_version: str | None = None
+    backend: str | None = None  # the Keras backend that wrote the file
+    keras_config: dict[str, ConfigValue] | None = None
+    relative_path: str | None = None  # the source seen from the output's folder, to find it again if moved
+    assumptions: list[str] | None = None  # settings the file does not store, taken as the format's default
+    loss: RecordedLoss | None = None  # what --allow-lossy left out writing the file that records this source
+
+
+class LayoutInfo(Contract):
+    name: str
+    version: int | str
+    order: str
+    bias_mode: Literal["double"] = "double"
+    projection: str | None = None
+    verified_on_gpu: bool = False
+    unverified: str | None = None
+
+
+class CudnnSettings(Contract):
+    """The values to hand cudnnSetRNNDescriptor_v8 (named as its parameters' types)."""
+
+    cudnnRNNMode_t: int
+    cudnnRNNBiasMode_t: int
+    cudnnDirectionMode_t: int
+    cudnnRNNInputMode_t: int
+    cudnnDataType_t: int
+    inputSize: int
+    hiddenSize: int
+    projSize: int
+    numLayers: int
+
+
+class WeightSpaceInfo(Contract):
+    elements: int = Field(ge=1)
+    bytes: int = Field(ge=1)
+    byte_order: Literal["little"] = "little"
+
+
+class TensorEntry(Contract):
+    """One matrix or bias: where it is in the weight space."""
+
+    name: str
+    layer: int = Field(ge=0)
+    direction: int = Field(ge=0, le=1)
+    tensor: str
+    gate: str
+    pseudo_layer: int = Field(ge=0)
+    lin_layer_id: int = Field(ge=0)
+    offset_bytes: int = Field(ge=0)
+    shape: list[int]
+
+    @field_validator("tensor")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        if value not in KINDS:
+            raise ValueError(f"unknown tensor kind {value!r} (one of {', '.join(KINDS)})")
+        return value
+
+
+class Sidecar(Contract):
+    """`X.bin.json`, and each RNN's entry in an rnnconv `.safetensors`' metadata."""
+
+    format: Literal["rnnconv.cudnn-weight-space"]
+    schema_version: int = Field(SIDECAR_SCHEMA_VERSION, ge=1, le=SIDECAR_SCHEMA_VERSION)
+    rnnconv_version: str
+    name: str
+    spec: SpecModel
+    layout: LayoutInfo
+    cudnn: CudnnSettings | None = None
+    weight_space: WeightSpaceInfo
+    source: Provenance = Field(default_factory=Provenance)
+    notes: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    tensors: list[TensorEntry] = Field(default_factory=list)
+
+
+# --- verify's report ----------------------------------------------------------------------------
+
+
+class Check(Contract):
+    check: str
+    ok: bool
+    detail: str
+
+
+class SourceRun(Contract):
+    path: str
+    format: str | None = None
+    layer: str | None = None
+    run: str  # how the source ran: framework, version and call
+
+
+class BackendInfo(Contract):
+    """Where the blob ran; the cuDNN backend adds what it ran on."""
+
+    name: str
+    detail: str
+    gpu: str | None = None
+    compute_capability: str | None = None
+    math_type: str | None = None
+    algo: str | None = None
+    torch_cudnn_rnn: dict[str, Any] | None = None  # the second opinion of torch._cudnn_rnn, when it ran
+    cuda_session: str | None = None  # which CUDA session ran cuDNN: PyCUDA's, or rnnconv's ctypes one on libcuda
+    math_type_refused: list[str] | None = None  # math types cuDNN refused (NOT_SUPPORTED) before math_type ran
+    cudnn_unavailable: str | None = None  # why --backend auto ran the numpy reference instead of cuDNN
+
+
+class Tolerance(Contract):
+    atol: float
+    rtol: float
+
+    @property
+    def at_unit(self) -> float:
+        """The tolerance for a value of magnitude 1: what the per-step sparkline and the plot mark."""
+        return self.atol + self.rtol
+
+
+class InputsInfo(Contract):
+    seed: int
+    seq_len: int
+    batch: int
+    lengths: list[int] | None = None
+    x_distribution: str = "normal(0, 0.8)"
+    state_distribution: str = "normal(0, 0.5), h0 and c0 non-zero"
+
+
+class OutputError(Contract):
+    max_abs: float
+    max_rel: float
+    match: bool  # every element within the tolerance
+
+
+class LayerDirectionError(Contract):
+    layer: int
+    direction: str
+    max_abs: float
+
+    @field_validator("direction")
+    @classmethod
+    def _known_direction(cls, value: str) -> str:
+        if value not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {', '.join(DIRECTIONS)}")
+        return value
+
+
+class Comparison(Contract):
+    match: bool
+    y: OutputError
+    h_n: OutputError
+    c_n: OutputError | None = None
+    y_per_step: list[float]
+    y_per_direction: list[float]
+    y_per_direction_per_step: list[list[float]]  # [direction][step], of the last layer (the output sequence)
+    h_n_per_layer_direction: list[LayerDirectionError]
+    c_n_per_layer_direction: list[LayerDirectionError] | None = None
+
+    @property
+    def worst(self) -> float:
+        return max(e.max_abs for e in (self.y, self.h_n, self.c_n) if e is not None)
+
+
+class Diagnosis(Contract):
+    found: bool
+    tried: int
+    mistake: str | None = None
+    message: str
+
+
+class LossCheck(Contract):
+    """A file written with `--allow-lossy`, held against what its record says was dropped: how far it is from its
+    source (the conversion's measure, and verify's), and how far from its source without what was dropped."""
+
+    dropped: list[str]
+    recorded: float  # the largest difference the conversion measured, on its probe inputs
+    same_inputs: bool  # whether verify's inputs are the conversion's probe inputs (then `measured` repeats it)
+    measured: float  # the largest difference from the source, on verify's inputs
+    beyond: float  # the largest difference from the source without what was dropped
+    explained: bool  # `beyond` is within the tolerance: the file loses what its record says, and nothing more
+
+
+class LayoutFinding(Contract):
+    """A tensor (or the whole weight space) that cuDNN places elsewhere than the blob says."""
+
+    tensor: str
+    expected: dict[str, Any] | None = None
+    cudnn: dict[str, Any] | None = None
+    expected_bytes: int | None = None
+    cudnn_bytes: int | None = None
+    # what differs: "size" (the weight space's), "offset", "dims and strides", "missing" (cuDNN holds no such
+    # tensor); --relayout can move tensors (offset, size), nothing else
+    differs: list[str] = []
+
+
+class Report(Contract):
+    """What `verify` found: the verdict, why, and everything needed to repeat it."""
+
+    schema_version: int = REPORT_SCHEMA_VERSION
+    verdict: Verdict
+    summary: str
+    blob: str
+    name: str = ""
+    spec: SpecModel | None = None  # None only when verify could not read the blob
+    layout: LayoutInfo | None = None
+    checks: list[Check] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+    versions: dict[str, str] = Field(default_factory=dict)
+    source: SourceRun | None = None
+    backend: BackendInfo | None = None
+    tolerance: Tolerance | None = None
+    inputs: InputsInfo | None = None
+    comparison: Comparison | None = None
+    diagnosis: Diagnosis | None = None
+    layout_findings: list[LayoutFinding] | None = None
+    relayout: str | None = None
+    assumptions: list[str] | None = None  # settings the source file does not store, which the blob assumed
+    allow_structure_only: bool = False  # whether a structure check alone was accepted
+    loss: LossCheck | None = None  # a file written with --allow-lossy: what it loses, measured
+    accept_recorded_loss: bool = False  # whether a lossy-as-recorded file was accepted
+    warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """0 match (or a recorded loss accepted), 1 mismatch (or a recorded loss not accepted), 2 nothing could be
+        compared (unless a structure check alone was accepted) or verify could not run, 3 a backend is missing."""
+        if self.verdict in ("mismatch", "not-found") or (
+            self.verdict == "lossy-as-recorded" and not self.accept_recorded_loss
+        ):
+            return Mismatch.exit_code
+        if self.verdict == "backend-missing":
+            return BackendMissing.exit_code
+        if self.verdict == "error":
+            return BadInput.exit_code
+        if self.verdict == "structure-only" and not self.allow_structure_only:
+            return BadInput.exit_code
+        return 0
+
+
+# --- inspect and convert results --------------------------------------------------------------
+
+
+class RNNSizes(Contract):
+    """An RNN's sizes as its file stores them, known whether or not it converts (a refused RNN has no cuDNN spec,
+    and its sizes are what a user needs to decide what to state or retrain)."""
+
+    input_size: int = Field(ge=0, le=MAX_SIZE)
+    hidden_size: int = Field(ge=0, le=MAX_SIZE)
+    num_layers: int = Field(1, ge=1, le=MAX_LAYERS)
+    bidirectional: bool = False
+    proj_size: int = Field(0, ge=0, le=MAX_SIZE)
+    dtype: str | None = None  # the stored element type, when it is one rnnconv names
+    bias: bool | None = None  # whether the file stores biases, when that is known
+
+    @classmethod
+    def of(cls, spec: SpecModel) -> RNNSizes:
+        return cls(
+            input_size=spec.input_size,
+            hidden_size=spec.hidden_size,
+            num_layers=spec.num_layers,
+            bidirectional=spec.bidirectional,
+            proj_size=spec.proj_size,
+            dtype=spec.dtype,
+            bias=spec.bias,
+        )
+
+
+class InspectEntry(Contract):
+    name: str
+    layer_class: str = Field(alias="class")
+    spec: SpecModel | None = None
+    sizes: RNNSizes | None = None  # always given with a spec; for a refused RNN, where the file tells them
+    converts: bool
+    reason: str | None = None
+    notes: list[str] = Field(default_factory=list)
+    source: Provenance | None = None
+    layout: LayoutInfo | None = None
+
+    @model_validator(mode="after")
+    def _sizes_of_spec(self) -> InspectEntry:
+        if self.spec is not None and self.sizes is None:
+            self.sizes = RNNSizes.of(self.spec)
+        return self
+
+
+class InspectReport(Contract):
+    schema_version: int = REPORT_SCHEMA_VERSION
+    path: str
+    format: str  # the file's kind
+    versions: dict[str, str] = Field(default_factory=dict)
+    rnns: list[InspectEntry]
+    notes: list[str] = Field(default_factory=list)
+    profile: str | None = None  # inspect --profile: the ONNX consumer checked
+    broken_limits: list[str] = Field(default_factory=list)  # each limit of the profile a node breaks, a line each
+
+
+class ConvertedRNN(Contract):
+    name: str
+    spec: SpecModel
+    notes: list[str]
+    source: Provenance
+
+
+class Skipped(Contract):
+    name: str
+    reason: str
+
+
+class ConversionResult(Contract):
+    schema_version: int = REPORT_SCHEMA_VERSION
+    outputs: list[str]
+    target: str
+    dtype: str
+    rnns: list[ConvertedRNN]
+    warnings: list[str] = Field(default_factory=list)
+    skipped: list[Skipped] = Field(default_factory=list)
+    usage: str = ""  # how to load what was written
+
+
+class Documents(RootModel[T], Generic[T]):
+    """A list of documents; built when first used (a conversion does not pay for verify's)."""
+
+    model_config = ConfigDict(strict=True, defer_build=True)
+
+
+class Reports(Documents[list[Report]]):
+    """`verify --all`: one report per RNN of an rnnconv `.safetensors` (its --report file and --json)."""
+
+
+class BatchItem(Contract):
+    """One source of a conversion of several: where it went, and its exit code and sentence when it failed."""
+
+    source: str
+    output: str  # the main output it was to be written to
+    exit_code: int = Field(ge=0)
+    error: str | None = None  # the sentence the command printed for it
+    result: ConversionResult | None = None  # None when it failed
+
+
+class BatchResults(Documents[list[BatchItem]]):
+    """A conversion of several sources (`-o DIR`): one entry per source, in the order given (its --json)."""
+
+
+class ErrorDocument(Contract):
+    """What a command that fails prints on stdout with --json (its sentence goes to stderr as always), so that a
+    CI step parsing stdout always gets a document: the exit code and the sentence."""
+
+    schema_version: int = 1
+    error: str  # the sentence printed after `error:` (or `internal error:`)
+    exit_code: int = Field(ge=1, le=255)  # 2 bad input, 3 a backend is missing, 4 a bug, 128+N a signal
+    command: str | None = None  # the command that failed, when it got that far
+
+
+class LayoutCandidate(Contract):
+    """One way to read a flat blob: a storage layout of the table's rows, a packing, an element type."""
+
+    id: str  # what --candidate takes
+    rows: list[str]  # the table's rows (format and class) that store a cell this way
+    gate_order: list[str]
+    matrix: str
+    bias: str  # the rows' bias layout, or "none"
+    packing: str
+    packing_order: str  # the packing in words
+    dtype: str
+    spec: SpecModel
+    max_abs_error: float | None = None  # against the probe's outputs, when one was given
+    reproduces: bool | None = None  # the probe's outputs within the tolerance
+
+
+class Identification(Contract):
+    """What `identify` found: the layouts a headerless blob's size allows, and the one a probe picks."""
+
+    schema_version: int = 1
+    verdict: Literal["identified", "ambiguous", "unidentified"]
+    summary: str
+    blob: str
+    bytes: int = Field(ge=0)
+    searched: int = Field(ge=0)  # candidate layouts checked against the size
+    probe: str | None = None
+    tolerance: Tolerance | None = None
+    identified: LayoutCandidate | None = None
+    candidates: list[LayoutCandidate] = Field(default_factory=list)  # consistent with the size, best first
+    convert: str | None = None  # the command that reads the blob, when one layout is identified
+    outputs: list[str] = Field(default_factory=list)  # what -o wrote
+
+    @property
+    def exit_code(self) -> int:
+        """0 one layout identified, 1 several fit or none does."""
+        return 0 if self.verdict == "identified" else Mismatch.exit_code
+
+
+SCHEMAS: dict[str, type[BaseModel]] = {
+    "sidecar": Sidecar,
+    "report": Report,
+    "inspect": InspectReport,
+    "conversion": ConversionResult,
+    "reports": Reports,
+    "batch": BatchResults,
+    "error": ErrorDocument,
+    "identify": Identification,
+}

@@ -1,0 +1,342 @@
+"""`rnnconv verify DEPLOYED --against CHECKPOINT`: audit a deployed whole model against its training checkpoint.
+
+Every RNN of the deployed file (as its format's reader lists them) is paired with one of the checkpoint's: by
+`--layer DEPLOYED=CHECKPOINT`, else by position and sizes (the first of the checkpoint's RNNs not yet paired that
+has the same sizes, and the same cell where both files tell it). Each pair runs on verify's seeded inputs: the
+deployed RNN in its own runtime as written (its ops, weights and attributes: a clip, a reset placement), the
+checkpoint's in its own framework, compared as verify compares. A pair that differs is diagnosed by trying the
+exporters' known mistakes until one explains it: the checkpoint's GRU computed with the reset gate before the
+recurrent matrix (ONNX's linear_before_reset=0), the deployed reading without its clip (TensorFlow's converter
+writes cell_clip=10 for every Keras LSTM), then verify's usual mistakes on the deployed reading (gates swapped, ...).
+One row per RNN: match, mismatch with its diagnosis, or not-found (an RNN with no partner on the other side).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.compare import STATE_SCALE, Inputs, Outputs, compare, make_inputs, tolerance
+from rnnconv.core.contracts import (
+    BackendInfo,
+    Diagnosis,
+    InputsInfo,
+    InspectEntry,
+    Provenance,
+    Report,
+    Reports,
+    SourceRun,
+    Tolerance,
+)
+from rnnconv.core.reference import forward
+from rnnconv.errors import BadInput, RnnconvError, Unsupported, cut, listing, no_such_rnn
+from rnnconv.formats import registry
+from rnnconv.formats.cudnn.writer import in_memory_blob
+from rnnconv.table.constants import CUDNN_MODES, GRU, LSTM
+from rnnconv.verification.diagnose import diagnose
+from rnnconv.verification.run import SAME_RNN, Stage, VerifyOptions, check_same_rnn, failed_report
+from rnnconv.version import __version__
+
+RESET_PLACEMENT = (
+    "the deployed GRU applies its reset gate before the recurrent matrix (ONNX's linear_before_reset=0, Keras's "
+    "reset_after=False), where the checkpoint's applies it after (PyTorch's and cuDNN's GRU): the checkpoint's GRU "
+    "computed with the reset before gives what the file computes, so the exporter wrote the wrong reset placement "
+    "(linear_before_reset must be 1)"
+)
+
+
+@dataclass
+class Side:
+    """A file of the audit, its format and its RNNs in the file's order."""
+
+    fmt: registry.Format
+    path: Path
+    rnns: list[InspectEntry]
+
+    @classmethod
+    def of(cls, path: Path) -> Side:
+        fmt = registry.detect(path)
+        return cls(fmt, path, fmt.listed(path))
+
+
+def pairs_named(layers: Sequence[str]) -> dict[str, str]:
+    """--layer DEPLOYED=CHECKPOINT, each given once: the deployed RNN's name for each checkpoint RNN's."""
+    named: dict[str, str] = {}
+    for text in layers:
+        deployed, equals, checkpoint = text.partition("=")
+        if not equals or not deployed or not checkpoint:
+            raise BadInput(f"--layer {cut(text)!r} pairs no RNNs: the audit takes --layer DEPLOYED=CHECKPOINT")
+        if deployed in named or checkpoint in named.values():
+            raise BadInput(f"--layer {cut(text)!r} pairs an RNN that another --layer pairs already")
+        named[deployed] = checkpoint
+    return named
+
+
+def wanted(path: Path, against: Path | None, layers: Sequence[str], raw: bool) -> bool:
+    """Whether `verify FILE --against SOURCE` is the audit: pairs asked for (--layer a=b), or, with no --layer, a
+    file that its own runtime or framework runs (not a cuDNN blob) holding several RNNs, or one RNN that does not
+    read into rnnconv's form (a clip, a reset placement cuDNN has not: the audit runs it as written), or one that
+    records no source (rnnconv did not write it) while the checkpoint holds several. Anything else is verify's one
+    RNN."""
+    if any("=" in layer for layer in layers):
+        return True
+    if against is None or layers or raw:
+        return False
+    try:
+        fmt = registry.detect(path)
+        if fmt.name == "cudnn":
+            return False
+        deployed = fmt.listed(path)
+        if len(deployed) != 1:
+            return len(deployed) > 1
+        if not deployed[0].converts:  # verify's one RNN reads it; the audit runs it as written
+            return True
+        return deployed[0].source is None and len(registry.detect(against).listed(against)) > 1
+    except RnnconvError:  # verify's one RNN then says what is wrong with the file, in its words
+        return False
+
+
+def _sizes(entry: InspectEntry) -> tuple[object, ...] | None:
+    return None if entry.sizes is None else tuple(getattr(entry.sizes, name) for name in SAME_RNN)
+
+
+def _cell(entry: InspectEntry) -> str | None:
+    return None if entry.spec is None else CUDNN_MODES[entry.spec.mode][0]
+
+
+def _fits(deployed: InspectEntry, checkpoint: InspectEntry) -> bool:
+    cells = {_cell(deployed), _cell(checkpoint)} - {None}
+    return _sizes(deployed) is not None and _sizes(deployed) == _sizes(checkpoint) and len(cells) <= 1
+
+
+def pair(
+    deployed: Side, checkpoint: Side, named: dict[str, str]
+) -> list[tuple[InspectEntry | None, InspectEntry | None]]:
+    """The rows: each deployed RNN with its partner (None: none), in the deployed file's order, then the
+    checkpoint's RNNs left without one."""
+    held = {e.name: e for e in checkpoint.rnns}
+    for side, names in ((deployed, list(named)), (checkpoint, list(named.values()))):
+        known = [e.name for e in side.rnns]
+        for name in names:
+            if name not in known:
+                raise no_such_rnn(f"--layer: {side.path} has no RNN", name, known)
+    free = [e for e in checkpoint.rnns if e.name not in named.values()]
+    rows: list[tuple[InspectEntry | None, InspectEntry | None]] = []
+    for entry in deployed.rnns:
+        partner = held[named[entry.name]] if entry.name in named else next((e for e in free if _fits(entry, e)), None)
+        if partner in free:
+            free.remove(partner)
+        rows.append((entry, partner))
+    return rows + [(None, entry) for entry in free]
+
+
+def _described(entry: InspectEntry) -> str:
+    sizes = entry.sizes
+    if sizes is None:
+        return "sizes unknown"
+    text = f"{entry.layer_class}, in {sizes.input_size} hidden {sizes.hidden_size}"
+    return (
+        text
+        + (f", {sizes.num_layers} layers" if sizes.num_layers > 1 else "")
+        + (", bidirectional" if sizes.bidirectional else "")
+    )
+
+
+def audit(path: Path, options: VerifyOptions, named: dict[str, str], stage: Stage | None = None) -> Reports:
+    """One report per RNN of the deployed file and of the checkpoint (`options.against`): a pair's verify, or a
+    not-found row for an RNN without a partner."""
+    assert options.against is not None
+    deployed = Side.of(path)
+    if deployed.fmt.name == "cudnn":
+        raise BadInput(
+            f"{path} is a cuDNN blob, not a deployed model: verify its RNNs against their sources with --all (the "
+            f"audit pairs the RNNs of a model file, such as an .onnx, with a checkpoint's)"
+        )
+    checkpoint = Side.of(options.against)
+    rows = []
+    for ours, theirs in pair(deployed, checkpoint, named):
+        if ours is None or theirs is None:
+            rows.append(_not_found(deployed, checkpoint, ours, theirs))
+            continue
+        if stage:
+            stage(f"checking {cut(ours.name)} against {cut(theirs.name)}")
+        try:
+            rows.append(_row(deployed, ours.name, checkpoint, theirs.name, options))
+        except RnnconvError as exc:  # a pair that cannot run says why; the others go on
+            report = failed_report(path, exc)
+            report.name, report.source = ours.name, _source_run(checkpoint, theirs.name, "not run")
+            rows.append(report)
+    return Reports(rows)
+
+
+def _source_run(checkpoint: Side, name: str, how: str) -> SourceRun:
+    return SourceRun(path=str(checkpoint.path), format=checkpoint.fmt.name, layer=name, run=how)
+
+
+def _not_found(deployed: Side, checkpoint: Side, ours: InspectEntry | None, theirs: InspectEntry | None) -> Report:
+    pairing = "pair them with --layer DEPLOYED=CHECKPOINT"
+    if ours is not None:
+        summary = (
+            f"{ours.name} ({_described(ours)}) has no partner in {checkpoint.path.name}: none of its RNNs left "
+            f"unpaired has these sizes (it holds {listing(e.name for e in checkpoint.rnns) or 'none'}); {pairing}"
+        )
+        return Report(verdict="not-found", summary=summary, blob=str(deployed.path), name=ours.name, spec=ours.spec)
+    assert theirs is not None
+    summary = (
+        f"{checkpoint.path.name}'s {theirs.name} ({_described(theirs)}) is not found in {deployed.path.name}: none of "
+        f"its RNNs left unpaired has these sizes; {pairing} where the exporter changed them"
+    )
+    return Report(
+        verdict="not-found",
+        summary=summary,
+        blob=str(deployed.path),
+        spec=theirs.spec,
+        source=_source_run(checkpoint, theirs.name, "not run: no partner"),
+    )
+
+
+def _reading(deployed: Side, name: str, stack: ExitStack) -> CanonicalRNN | None:
+    """The deployed RNN read into the canonical form (a clip dropped, and recorded), or None where it does not read
+    (a reset placement cuDNN has not): the file still runs as written; only the diagnosis misses the reading."""
+    options = registry.ReadOptions(layer=name, hash_source=False, drop_clip=True, dequantize=True)
+    try:
+        (rnn,) = stack.enter_context(deployed.fmt.read(deployed.path, options)).rnns
+    except Unsupported:
+        return None
+    return rnn
+
+
+def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: VerifyOptions) -> Report:
+    """A pair run on the same inputs, each side as its own runtime runs it, compared; diagnosed when it differs."""
+    source = checkpoint.fmt.resolve(checkpoint.path, Provenance(), theirs)
+    held = checkpoint.fmt.source_spec(checkpoint.path, source)
+    with ExitStack() as stack:
+        reading = _reading(deployed, ours, stack)
+        spec = held if reading is None else reading.spec
+        check_same_rnn(spec, held, deployed.path, checkpoint.path, against=True)
+        where = (
+            deployed.fmt.resolve(deployed.path, Provenance(path=str(deployed.path)), ours)
+            if reading is None
+            else reading.source
+        )
+        inputs = make_inputs(spec, options.seq_len, options.batch, options.seed, options.ragged)
+        want, how = checkpoint.fmt.run(checkpoint.path, source, dataclasses.replace(spec, bias=held.bias), inputs)
+        got, ran = deployed.fmt.run(deployed.path, where, spec, inputs)
+        engine = deployed.fmt.make_engine()
+        name = deployed.fmt.name if engine is None else engine.name
+        tol = tolerance(name, spec.dtype, source.dtype, options.atol, options.rtol)
+        comparison = compare(spec, got, want, tol, inputs["lengths"])
+        lengths = None if inputs["lengths"] is None else [int(v) for v in inputs["lengths"]]
+        report = Report(
+            verdict="match" if comparison.match else "mismatch",
+            summary="",
+            blob=str(deployed.path),
+            name=ours,
+            spec=spec.to_model(),
+            versions={
+                "rnnconv": __version__,
+                "numpy": np.__version__,
+                "python": platform.python_version(),
+                **({} if engine is None else engine.versions()),
+                "source_framework": how.split(":")[0],
+            },
+            source=_source_run(checkpoint, theirs, how),
+            backend=BackendInfo(name=name, detail=f"{ran}, {deployed.path.name} run as written"),
+            tolerance=tol,
+            inputs=InputsInfo(
+                seed=options.seed,
+                seq_len=options.seq_len,
+                batch=options.batch,
+                lengths=lengths,
+                state_distribution=f"normal(0, {STATE_SCALE}), {'h0 and c0' if spec.mode == LSTM else 'h0'} non-zero",
+            ),
+            comparison=comparison,
+        )
+        loss = None if reading is None else reading.source.loss
+        if loss is not None and comparison.match:  # honest about what these inputs never reached
+            report.warnings.append(
+                f"it clips where {theirs} of {checkpoint.path.name} does not ({'; '.join(loss.dropped)}); verify's "
+                f"inputs never reach the clip, so it matches here"
+            )
+        if not comparison.match and options.diagnose:
+            report.diagnosis = _diagnosis(reading, deployed, checkpoint, source, spec, inputs, got, want, tol)
+    what = f"{theirs} of {checkpoint.path.name}"
+    report.summary = (
+        f"{ours} computes what {what} computes: largest difference {comparison.worst:.3g} (tolerance {tol.atol:g} + "
+        f"{tol.rtol:g}*|x|)"
+        if comparison.match
+        else f"{ours} differs from {what} by up to {comparison.worst:.3g} (tolerance {tol.atol:g} + "
+        f"{tol.rtol:g}*|x|)" + (f". {report.diagnosis.message}" if report.diagnosis else "")
+    )
+    return report
+
+
+def _outputs(spec: RNNSpec, rnn: CanonicalRNN, inputs: Inputs, reset_before: bool = False) -> Outputs:
+    y, h_n, c_n = forward(
+        spec, rnn.param, inputs["x"], inputs["h0"], inputs["c0"], inputs["lengths"], reset_before=reset_before
+    )
+    return {"y": y, "h_n": h_n, "c_n": c_n}
+
+
+def _diagnosis(
+    reading: CanonicalRNN | None,
+    deployed: Side,
+    checkpoint: Side,
+    source: Provenance,
+    spec: RNNSpec,
+    inputs: Inputs,
+    got: Outputs,
+    want: Outputs,
+    tol: Tolerance,
+) -> Diagnosis:
+    """The exporter's known mistake that explains the difference: the first whose reading agrees."""
+    tried = 0
+    for description, agrees in _known_mistakes(reading, checkpoint, source, spec, inputs, got, want, tol):
+        tried += 1
+        if agrees:
+            message = description[0].upper() + description[1:]
+            return Diagnosis(found=True, tried=tried, mistake=description, message=message)
+    if reading is None:
+        return Diagnosis(
+            found=False,
+            tried=tried,
+            message=f"none of the {tried} known exporter mistakes tried explains it (the deployed RNN does not read "
+            f"into rnnconv's form, so verify's usual mistakes were not tried)",
+        )
+    kind = next(iter(deployed.fmt.info.kinds))
+    found = diagnose(in_memory_blob(reading, deployed.path, kind), inputs, want, tol)
+    return found.model_copy(update={"tried": found.tried + tried})
+
+
+def _known_mistakes(
+    reading: CanonicalRNN | None,
+    checkpoint: Side,
+    source: Provenance,
+    spec: RNNSpec,
+    inputs: Inputs,
+    got: Outputs,
+    want: Outputs,
+    tol: Tolerance,
+) -> Iterator[tuple[str, bool]]:
+    """Each known exporter mistake, and whether it explains the difference."""
+    lengths = inputs["lengths"]
+    if spec.mode == GRU:  # the checkpoint's GRU with the other reset placement: does it give what the file gives?
+        with checkpoint.fmt.read(checkpoint.path, checkpoint.fmt.source_options(source)) as found:
+            moved = _outputs(found.rnns[0].spec, found.rnns[0], inputs, reset_before=True)
+        yield RESET_PLACEMENT, compare(spec, got, moved, tol, lengths).match
+    loss = None if reading is None else reading.source.loss
+    if reading is not None and loss is not None:  # the deployed reading without its clip: the checkpoint's outputs?
+        unclipped = compare(spec, _outputs(reading.spec, reading, inputs), want, tol, lengths)
+        yield (
+            f"the deployed file clips where the checkpoint does not ({'; '.join(loss.dropped)}): read without the "
+            f"clip, its weights compute what the checkpoint computes (TensorFlow's converter writes cell_clip=10 for "
+            f"every Keras LSTM)",
+            unclipped.match,
+        )
