@@ -29,10 +29,9 @@ from rnnconv.core.contracts import (
     Report,
     Reports,
 )
-from rnnconv.core.settings import split
+from rnnconv.core.settings import ReadOptions, WriteOptions, split
 from rnnconv.errors import EXIT_INTERNAL, BadInput, RnnconvError, failure
 from rnnconv.formats import registry
-from rnnconv.formats.registry import ReadOptions, WriteOptions
 from rnnconv.safeio.inputs import check_guards, explained, reading, regular_file, unguarded, watching
 from rnnconv.safeio.outputs import SIDECAR_SUFFIX, check_writable
 

@@ -18,19 +18,12 @@ from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.compare import make_inputs
 from rnnconv.core.contracts import ConversionResult, ConvertedRNN, RecordedLoss, Skipped
 from rnnconv.core.reference import forward
+from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.errors import BadInput, RnnconvError, SeveralRnns, Unsupported, either, listing
 from rnnconv.formats import holding, registry
-from rnnconv.formats.holding import Loss
-from rnnconv.formats.registry import (
-    PROBE_BATCH,
-    PROBE_SEED,
-    PROBE_STEPS,
-    Format,
-    ReadOptions,
-    Source,
-    WriteOptions,
-    check_stated,
-)
+from rnnconv.formats.base import Format
+from rnnconv.formats.holding import PROBE_BATCH, PROBE_SEED, PROBE_STEPS, Loss
+from rnnconv.formats.sources import Source, check_stated
 from rnnconv.formats.streaming import check_streamable, streams
 from rnnconv.safeio.inputs import reading
 

@@ -446,6 +446,7 @@ def test_verify_engines_come_from_the_registry():
     for name in offered:
         assert select_engine(name).name == name
     reached = {m for m in imports_of(PACKAGE / "verification" / "engines.py") if m.startswith("rnnconv.formats.")}
-    assert reached <= {"rnnconv.formats.registry", "rnnconv.formats.registry.Engine", "rnnconv.formats.catalog",
+    assert reached <= {"rnnconv.formats.registry", "rnnconv.formats.runtimes", "rnnconv.formats.runtimes.Engine",
+                       "rnnconv.formats.catalog",
                        "rnnconv.formats.catalog.ENGINES", "rnnconv.formats.cudnn.reader",
                        "rnnconv.formats.cudnn.reader.Blob"}, reached  # fmt: skip

@@ -13,7 +13,7 @@ from conftest import FIXTURES, assert_clean_failure, run_cli
 
 import rnnconv
 from rnnconv.errors import RnnconvError
-from rnnconv.formats import registry
+from rnnconv.formats import base, registry
 from rnnconv.formats.catalog import FORMAT_INFO
 
 
@@ -144,7 +144,7 @@ def test_doctor_lists_every_format_of_the_registry():
                 row = report["backends"][engine.name]
                 assert row["format"] == fmt.name
                 assert row["versions"] == {p: version(p, m) for p, m in engine.modules}, engine.name
-        if type(fmt).run is not registry.Format.run:  # it runs its files as sources: a framework does
+        if type(fmt).run is not base.Format.run:  # it runs its files as sources: a framework does
             rows = [row for row in report["sources"].values() if row["format"] == fmt.name]
             assert rows, f"doctor does not list what runs {fmt.title} files"
     for engine, package in (("flax", "flax"), ("flax-nnx", "flax"), ("equinox", "equinox")):

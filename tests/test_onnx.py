@@ -851,8 +851,8 @@ def test_allow_lossy_writes_the_nearest_rnn_and_measures_what_it_changes(tmp_pat
     from rnnconv.conversion import PROBE_BATCH, PROBE_SEED, PROBE_STEPS
     from rnnconv.core.canonical import CanonicalRNN
     from rnnconv.core.compare import make_inputs
+    from rnnconv.formats.holding import Loss
     from rnnconv.formats.onnx.format import OnnxFormat
-    from rnnconv.formats.registry import Loss
 
     torch.manual_seed(3)
     module = torch.nn.GRU(5, 7, num_layers=2)

@@ -17,7 +17,7 @@ import pytest
 from conftest import FIXTURES
 
 import rnnconv
-from rnnconv.formats import registry
+from rnnconv.formats import sources
 from rnnconv.formats.tflite import builder, wire
 from rnnconv.formats.tflite.streaming import streaming_graph
 from rnnconv.formats.tflite.writer import graph_of
@@ -142,7 +142,7 @@ def _check_graph(data: bytes, graph: builder.Graph, recorded: bool) -> None:
             expected = np.ascontiguousarray(made.values(), builder.STORAGE[made.dtype]).tobytes()
             assert bytes(np.asarray(read.data, np.uint8)) == expected, made.name
     metadata = {m.name.decode(): m.buffer for m in model.metadata or []}
-    assert metadata == ({registry.SOURCE_KEY: len(graph.buffers)} if recorded else {})
+    assert metadata == ({sources.SOURCE_KEY: len(graph.buffers)} if recorded else {})
     if recorded:
         record = json.loads(bytes(np.asarray(model.buffers[-1].data, np.uint8)))
         assert record["path"] and record["format"]

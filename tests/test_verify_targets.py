@@ -21,6 +21,7 @@ from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, declared_re
 import rnnconv
 from rnnconv.core.canonical import CanonicalRNN, ParamKey
 from rnnconv.core.contracts import dump
+from rnnconv.core.settings import WriteOptions
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import registry
 from rnnconv.table.constants import RNN
@@ -127,7 +128,7 @@ def write_and_verify(source: Path, layer: str | None, target: str, folder: Path)
         broken, mistake = swapped(rnn)  # what the diagnosis must say
         bad = folder / "swapped" / out.name
         bad.parent.mkdir()
-        registry.get(target).write([broken], bad, registry.WriteOptions())
+        registry.get(target).write([broken], bad, WriteOptions())
     report = verify(bad, VerifyOptions())
     assert report.verdict == "mismatch" and report.exit_code == 1, dump(report)["summary"]
     assert report.diagnosis is not None and report.diagnosis.found, report.summary
@@ -298,7 +299,7 @@ def test_a_lossy_file_that_loses_more_than_it_recorded_is_a_mismatch(lossy, tmp_
     with rnnconv.load(lossy) as (rnn,):
         assert rnn.origin is not None
         broken, mistake = swapped(rnn)
-        registry.get("flax-nnx").write([dataclasses.replace(broken, source=rnn.origin)], bad, registry.WriteOptions())
+        registry.get("flax-nnx").write([dataclasses.replace(broken, source=rnn.origin)], bad, WriteOptions())
     report = verify(bad, VerifyOptions(accept_recorded_loss=True))
     assert report.verdict == "mismatch" and report.exit_code == 1, report.summary
     assert report.loss is not None and not report.loss.explained

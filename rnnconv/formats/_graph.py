@@ -24,8 +24,10 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import InspectEntry, InspectReport, Provenance, RNNSizes
+from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing, no_such_rnn, several_rnns
-from rnnconv.formats.registry import Format, ReadOptions, Source, inspect_entry, read_chosen
+from rnnconv.formats.base import Format
+from rnnconv.formats.sources import Source, inspect_entry, read_chosen
 from rnnconv.table.apply import find_row, mode_for
 from rnnconv.table.constants import CUDNN_MODES
 

@@ -26,11 +26,11 @@ import numpy as np
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import InspectReport, Provenance
 from rnnconv.core.dtypes import decode, element_type, encode
+from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import BackendMissing, BadInput, no_such_rnn, several_rnns
-from rnnconv.formats import registry
+from rnnconv.formats import base, runtimes, sources
 from rnnconv.formats._msgpack import Bfloat16Words
 from rnnconv.formats.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
-from rnnconv.formats.registry import ReadOptions
 from rnnconv.safeio.inputs import regular_file
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.apply import find_row
@@ -303,13 +303,13 @@ def check_same(found: RNNSpec, spec: RNNSpec, name: str, path: Path) -> None:
 def inspect_tree(path: Path, rnns: list[TreeRNN], kind: str, convert: Callable[..., CanonicalRNN]) -> InspectReport:
     provenance = Provenance(path=str(path))
     entries = [
-        registry.inspect_entry(rnn.name, rnn.layer_class, functools.partial(convert, rnn, path, provenance))
+        sources.inspect_entry(rnn.name, rnn.layer_class, functools.partial(convert, rnn, path, provenance))
         for rnn in rnns
     ]
     return InspectReport(path=str(path), format=kind, rnns=entries)
 
 
-class TreeFormat(registry.Format):
+class TreeFormat(base.Format):
     """The verbs of a JAX library's file that holds a tree of params (Flax linen's variables, nnx's pure dict): its
     RNNs found where they are in the tree and picked by their path, read, inspected, and run in the library on
     JAX. A library's package has a reader (load_tree, find, to_canonical) and a runner (run_rnn), imported when used."""
@@ -344,9 +344,9 @@ class TreeFormat(registry.Format):
         return choose(self.find(tree), layer, take_all, path, self.cells)
 
     @contextlib.contextmanager
-    def read(self, path: Path, options: ReadOptions) -> Iterator[registry.Source]:
+    def read(self, path: Path, options: ReadOptions) -> Iterator[sources.Source]:
         chosen = self.chosen(path, self.load_tree(path), options.layer, options.take_all)
-        yield registry.read_chosen(
+        yield sources.read_chosen(
             path,
             self.kind,
             chosen,
@@ -373,7 +373,7 @@ class TreeFormat(registry.Format):
         tree = self.load_tree(path)
         (rnn,) = self.chosen(path, tree, source.layer)
         check_same(self.to_canonical(rnn, path, source).spec, spec, rnn.name, path)
-        ran = registry.versions_of(self.runtimes[0].modules, self.info.extra, f"running {self.title} files")
+        ran = runtimes.versions_of(self.runtimes[0].modules, self.info.extra, f"running {self.title} files")
         how = f"jax {ran['jax']}, flax {ran['flax']}: {self.module.format(cell=rnn.layer_class)} on the file's params"
         return self.run_rnn(rnn, spec, inputs), how
 
@@ -386,8 +386,8 @@ def sidecar(path: Path) -> Path:
 
 
 def sidecar_text(rnn: CanonicalRNN, output: Path) -> str:
-    """The JSON beside a written file: `{"rnnconv.source": <the source record>}` (registry.source_record)."""
-    return json.dumps({registry.SOURCE_KEY: json.loads(registry.source_record(rnn, output))}, indent=2) + "\n"
+    """The JSON beside a written file: `{"rnnconv.source": <the source record>}` (sources.source_record)."""
+    return json.dumps({sources.SOURCE_KEY: json.loads(sources.source_record(rnn, output))}, indent=2) + "\n"
 
 
 def recorded_source(path: Path) -> Provenance | None:
@@ -395,15 +395,15 @@ def recorded_source(path: Path) -> Provenance | None:
     beside = sidecar(path)
     if not os.path.lexists(beside):
         return None
-    if regular_file(beside) > registry.SOURCE_RECORD_LIMIT:
+    if regular_file(beside) > sources.SOURCE_RECORD_LIMIT:
         raise BadInput(f"{beside} is larger than any source record rnnconv writes")
     try:
         document = json.loads(beside.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise BadInput(f"{beside} is not JSON") from None
-    if not isinstance(document, dict) or registry.SOURCE_KEY not in document:
-        raise BadInput(f"{beside} has no {registry.SOURCE_KEY!r} entry")
-    return registry.read_source_record(json.dumps(document[registry.SOURCE_KEY]), beside)
+    if not isinstance(document, dict) or sources.SOURCE_KEY not in document:
+        raise BadInput(f"{beside} has no {sources.SOURCE_KEY!r} entry")
+    return sources.read_source_record(json.dumps(document[sources.SOURCE_KEY]), beside)
 
 
 def write_recorded(rnn: CanonicalRNN, path: Path, data: bytes, force: bool) -> list[Path]:

@@ -36,6 +36,9 @@ from rnnconv.table.constants import (
 )
 from rnnconv.table.rows import TABLE, Row
 
+PROBE_STEPS, PROBE_BATCH, PROBE_SEED = 8, 3, 0  # the inputs on which --allow-lossy measures what it changes
+CLIP_PROBE_STEPS, CLIP_PROBE_SCALE = 64, 10.0  # inputs large enough to reach a clip: longer, x and c0 scaled up
+
 
 @dataclass
 class Loss:

@@ -12,19 +12,26 @@ A writer asks for one layer and direction's stored tensors as its row lays them 
   one run; any other is assembled, then encoded;
 - `values()`: the run of the source file that holds it whole, whatever its element type (the writer encodes it),
   else its values assembled.
+
+And what writers share besides: a path in a usage line (`literal`), the one RNN a file holds (`only_rnn`), a model's
+weights file beside it that must not be written over (`weights_free`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from collections.abc import Collection
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, ParamKey
 from rnnconv.core.dtypes import ElementType, decode, element_type, encode, stored_words
+from rnnconv.errors import BadInput, listing
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.table.apply import gate_loaders, stored_shapes
 from rnnconv.table.constants import BIAS_KINDS, MATRIX_ROLES, PROJECTION, Kind
@@ -155,3 +162,43 @@ def rounded_sums(rnn: CanonicalRNN, row: Row, dtype: str) -> tuple[float, Canoni
                 for kind in BIAS_KINDS:
                     loaders[ParamKey(layer, direction, kind, gate)] = cell[(kind, gate)]
     return worst, dataclasses.replace(rnn, loaders=loaders)
+
+
+def literal(path: Path) -> str:
+    """A path as a Python string literal, for a usage line (which a user pastes as code)."""
+    return json.dumps(str(path), ensure_ascii=False)
+
+
+def only_rnn(rnns: list[CanonicalRNN], what: str) -> CanonicalRNN:
+    """The RNN to write to a file that holds one (`what`: "an .onnx"), or why there is none."""
+    if len(rnns) != 1:
+        raise BadInput(
+            f"{what} written by rnnconv holds one RNN, but {len(rnns)} were selected "
+            f"({listing(r.name for r in rnns)}); pick one with --layer"
+        )
+    return rnns[0]
+
+
+# Whose a model's weights beside it (X.bin) may be, told by the file beside them: an IR, an ncnn model, a sidecar.
+WEIGHTS_OWNERS = (
+    (".xml", "the weights of {}"),
+    (".param", "the weights of {}"),
+    (".bin.json", "a cuDNN blob with its sidecar {}"),
+)
+
+
+def weights_free(model: Path, weights: Path, force: bool) -> None:
+    """Refuse, before anything is written, the weights file a model keeps beside it under its own name (an IR's or
+    an ncnn model's X.bin) where that file exists: which file wants it, whose it is, and how to choose another."""
+    if force or not os.path.lexists(weights):
+        return
+    owners = [
+        what.format(owner) for suffix, what in WEIGHTS_OWNERS
+        if (owner := weights.with_name(weights.stem + suffix)) != model and os.path.lexists(owner)
+    ]  # fmt: skip
+    whose = f" ({owners[0]})" if owners else ""
+    other = model.with_name(f"{model.stem}_{model.suffix[1:]}{model.suffix}")
+    raise BadInput(
+        f"{model} keeps its weights in {weights}, which already exists{whose}: pass --force to replace it, or give "
+        f"the {model.suffix} another name (-o {other} writes {other.with_suffix(weights.suffix)})"
+    )

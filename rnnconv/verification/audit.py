@@ -36,8 +36,9 @@ from rnnconv.core.contracts import (
     Tolerance,
 )
 from rnnconv.core.reference import forward
+from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, cut, listing, no_such_rnn
-from rnnconv.formats import registry
+from rnnconv.formats import base, registry
 from rnnconv.formats.cudnn.writer import in_memory_blob
 from rnnconv.table.constants import CUDNN_MODES, GRU, LSTM
 from rnnconv.verification.diagnose import diagnose
@@ -56,7 +57,7 @@ RESET_PLACEMENT = (
 class Side:
     """A file of the audit, its format and its RNNs in the file's order."""
 
-    fmt: registry.Format
+    fmt: base.Format
     path: Path
     rnns: list[InspectEntry]
 
@@ -205,7 +206,7 @@ def _not_found(deployed: Side, checkpoint: Side, ours: InspectEntry | None, thei
 def _reading(deployed: Side, name: str, stack: ExitStack) -> CanonicalRNN | None:
     """The deployed RNN read into the canonical form (a clip dropped, and recorded), or None where it does not read
     (a reset placement cuDNN has not): the file still runs as written; only the diagnosis misses the reading."""
-    options = registry.ReadOptions(layer=name, hash_source=False, drop_clip=True, dequantize=True)
+    options = ReadOptions(layer=name, hash_source=False, drop_clip=True, dequantize=True)
     try:
         (rnn,) = stack.enter_context(deployed.fmt.read(deployed.path, options)).rnns
     except Unsupported:

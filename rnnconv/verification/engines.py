@@ -1,7 +1,7 @@
 """Where a blob runs for `verify`: NVIDIA cuDNN on a GPU, the numpy reference of its equations, or the
 runtime of a format that offers an engine (its plugin's `engine`: onnxruntime for ONNX).
 
-Every engine has the same face (`registry.Engine`): a name, notes about how it was
+Every engine has the same face (`runtimes.Engine`): a name, notes about how it was
 chosen, what it is (`describe`), the versions it ran with, and `run`.
 """
 
@@ -16,7 +16,7 @@ from rnnconv.errors import BackendMissing, BadInput
 from rnnconv.formats import registry
 from rnnconv.formats.catalog import ENGINES
 from rnnconv.formats.cudnn.reader import Blob
-from rnnconv.formats.registry import Engine
+from rnnconv.formats.runtimes import Engine
 
 
 class NumpyEngine:

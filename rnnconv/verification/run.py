@@ -37,9 +37,10 @@ from rnnconv.core.contracts import (
 )
 from rnnconv.core.dtypes import count_non_finite
 from rnnconv.core.reference import forward
+from rnnconv.core.settings import ReadOptions
 from rnnconv.core.weightspace import REPORTED_LAYOUT_NAME, regions
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, cut
-from rnnconv.formats import registry
+from rnnconv.formats import base, registry, runtimes
 from rnnconv.formats.cudnn.reader import Blob, open_blobs, pick_blob
 from rnnconv.formats.cudnn.writer import in_memory_blob, write_relayout
 from rnnconv.formats.streaming import StreamRun
@@ -104,7 +105,7 @@ def open_blob(path: Path, options: VerifyOptions) -> Blob:
     return blob
 
 
-def runtime_format(path: Path, options: VerifyOptions) -> registry.Format | None:
+def runtime_format(path: Path, options: VerifyOptions) -> base.Format | None:
     """The format of a file its own runtime runs (an .onnx rnnconv wrote, ...), or None: a cuDNN blob, or a file
     verify cannot run (open_blob then says what it is)."""
     if options.raw_spec is not None:
@@ -116,10 +117,10 @@ def runtime_format(path: Path, options: VerifyOptions) -> registry.Format | None
     return fmt if fmt.engine is not None else None
 
 
-def open_runtime_file(path: Path, fmt: registry.Format, options: VerifyOptions) -> tuple[Blob, Provenance]:
+def open_runtime_file(path: Path, fmt: base.Format, options: VerifyOptions) -> tuple[Blob, Provenance]:
     """The RNN of a runtime's file, read back as a weight space (for the checks and the diagnosis; its source is
     the one the file records), and where it is in the file (what the format's `run` is given)."""
-    read = registry.ReadOptions(layer=options.layer, hash_source=False, take_all=True)
+    read = ReadOptions(layer=options.layer, hash_source=False, take_all=True)
     with fmt.read(path, read) as found:
         (rnn,) = pick_blob(found.rnns, options.layer, path, or_else=", or verify them all with --all")
         return in_memory_blob(rnn, path, next(iter(fmt.info.kinds))), rnn.source
@@ -152,14 +153,14 @@ def rnn_names(path: Path, options: VerifyOptions) -> list[str]:
     runtime = runtime_format(path, options)
     if runtime is None:
         return [b.name for b in open_blobs(path, options.raw_spec)]
-    with runtime.read(path, registry.ReadOptions(hash_source=False, take_all=True)) as found:
+    with runtime.read(path, ReadOptions(hash_source=False, take_all=True)) as found:
         return [rnn.name for rnn in found.rnns]
 
 
 class FileRun:
     """A runtime's file run as it is, by its format's `run` in that runtime: what `verify FILE` compares."""
 
-    def __init__(self, fmt: registry.Format, path: Path, where: Provenance, engine: registry.RuntimeEngine):
+    def __init__(self, fmt: base.Format, path: Path, where: Provenance, engine: base.RuntimeEngine):
         self.fmt, self.path, self.where, self.engine = fmt, path, where, engine
         self.name = engine.name
         self.notes: list[str] = []
@@ -232,7 +233,7 @@ def structural_checks(blob: Blob) -> tuple[list[Check], list[str]]:
     return checks, problems
 
 
-def _source_format(path: Path, source: Provenance, against: bool) -> registry.Format:
+def _source_format(path: Path, source: Provenance, against: bool) -> base.Format:
     fmt = registry.detect(path) if against or not source.format else registry.for_kind(source.format)
     if fmt.name == "cudnn":
         raise BadInput(
@@ -311,7 +312,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
             f"({', '.join(MANTISSA_BITS)})"
         )
     own = None if runtime is None else runtime.make_engine(None if options.backend == "auto" else options.backend)
-    engine: registry.Engine
+    engine: runtimes.Engine
     if streamed is not None:
         engine = streamed
     elif runtime is not None and own is not None and where is not None:
@@ -328,7 +329,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
         want, how = fmt.run(source_path, source, dataclasses.replace(blob.spec, bias=held.bias), inputs)
     except BackendMissing as exc:  # the blob's side may miss its framework too: both are named
         runtime_engine = engine.engine if isinstance(engine, FileRun) else engine
-        also = runtime_engine.missing(path.name) if isinstance(runtime_engine, registry.RuntimeEngine) else None
+        also = runtime_engine.missing(path.name) if isinstance(runtime_engine, base.RuntimeEngine) else None
         if also is None:
             raise
         raise BackendMissing(f"{exc}; and {also}") from None
@@ -397,7 +398,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
 
 
 def source_without(
-    fmt: registry.Format, path: Path, source: Provenance, target: registry.Format | None, written: str, inputs: Inputs
+    fmt: base.Format, path: Path, source: Provenance, target: base.Format | None, written: str, inputs: Inputs
 ) -> Outputs:
     """What a file written with --allow-lossy should compute: the source's RNN without what the file's format
     (`target`, None: a cuDNN blob) cannot hold, the nearest RNN it holds as the conversion wrote it, in the numpy

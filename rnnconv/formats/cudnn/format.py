@@ -1,4 +1,4 @@
-"""The cuDNN format's verbs (`registry.Format`); its reader and writer are imported when a verb is used."""
+"""The cuDNN format's verbs (`base.Format`); its reader and writer are imported when a verb is used."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ from typing import TYPE_CHECKING
 
 from rnnconv.core.contracts import InspectEntry, InspectReport
 from rnnconv.core.dtypes import element_type
+from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.core.weightspace import weight_space_elements
 from rnnconv.errors import BadInput, listing
+from rnnconv.formats.base import Format, Written
 from rnnconv.formats.cudnn import PLUGIN
 from rnnconv.formats.cudnn.wire import sidecar_path
-from rnnconv.formats.registry import Format, ReadOptions, Source, WriteOptions, Written, register
+from rnnconv.formats.registry import register
+from rnnconv.formats.sources import Source
 
 if TYPE_CHECKING:
     from rnnconv.core.canonical import CanonicalRNN

@@ -25,7 +25,7 @@ from rnnconv.core.weightspace import (
     weight_space_elements,
 )
 from rnnconv.errors import BadInput, listing, no_such_rnn
-from rnnconv.formats import _safetensors, registry
+from rnnconv.formats import _safetensors, registry, sources
 from rnnconv.formats.cudnn.wire import is_rnnconv_safetensors, sidecar_path
 from rnnconv.formats.probe import Probe
 from rnnconv.safeio.inputs import JSON_LIMIT, FileArray, json_document, open_source, regular_file
@@ -235,8 +235,8 @@ def open_blobs(path: Path, raw_spec: RNNSpec | None = None) -> list[Blob]:
 
 
 def pick_blob(
-    blobs: list[registry.Item], layer: str | None, path: Path, take_all: bool = False, or_else: str = ""
-) -> list[registry.Item]:
+    blobs: list[sources.Item], layer: str | None, path: Path, take_all: bool = False, or_else: str = ""
+) -> list[sources.Item]:
     """The blob `layer` names, or the only one (every one with `take_all`); `or_else` ends the advice when the
     file holds several and none was named (verify: its --all)."""
     if layer is not None:

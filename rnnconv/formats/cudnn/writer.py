@@ -19,7 +19,7 @@ from rnnconv.core.contracts import SIDECAR_FORMAT, CudnnSettings, LayoutInfo, Pr
 from rnnconv.core.dtypes import ElementType, count_non_finite, element_type, stored_words
 from rnnconv.core.weightspace import LAYOUT, REPORTED_LAYOUT_NAME, Region, regions, weight_space_elements
 from rnnconv.errors import BadInput
-from rnnconv.formats import _safetensors, registry
+from rnnconv.formats import _safetensors, sources
 from rnnconv.formats.cudnn.reader import Blob
 from rnnconv.formats.cudnn.wire import sidecar_path
 from rnnconv.formats.writing import in_source
@@ -49,7 +49,7 @@ def describe(rnn: CanonicalRNN, etype: ElementType, warnings: list[str], output:
     """The sidecar document: everything a C/C++ user needs to hand this blob to cuDNN (written as `output`)."""
     spec = rnn.spec
     elements = weight_space_elements(spec)
-    source = registry.recorded_source(rnn, output, wait)
+    source = sources.recorded_source(rnn, output, wait)
     return Sidecar(
         format=SIDECAR_FORMAT,
         rnnconv_version=__version__,

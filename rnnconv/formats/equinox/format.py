@@ -1,4 +1,4 @@
-"""The Equinox format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is used."""
+"""The Equinox format's verbs (`base.Format`); its reader, writer and runner are imported when a verb is used."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rnnconv.core.contracts import InspectReport, Provenance
+from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.errors import BadInput
-from rnnconv.formats import _jax, registry
+from rnnconv.formats import _jax, runtimes, sources, writing
+from rnnconv.formats.base import Format, Written
 from rnnconv.formats.equinox import PLUGIN
 from rnnconv.formats.equinox.wire import KIND
-from rnnconv.formats.registry import Format, ReadOptions, Source, WriteOptions, Written, register
+from rnnconv.formats.registry import register
+from rnnconv.formats.sources import Source
 
 if TYPE_CHECKING:
     import numpy as np
@@ -32,7 +35,7 @@ class EquinoxFormat(Format):
         cell = load(path)
         if options.layer is not None and options.layer != cell.name:
             raise BadInput(f"{path} holds one {cell.name}, not {options.layer!r}")
-        yield registry.read_chosen(
+        yield sources.read_chosen(
             path,
             KIND,
             [cell],
@@ -45,7 +48,7 @@ class EquinoxFormat(Format):
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.equinox.writer import write
 
-        rnn = registry.only_rnn(rnns, "an Equinox file")
+        rnn = writing.only_rnn(rnns, "an Equinox file")
         return write(rnn, path, self.written_dtype(rnn.spec, options.dtype), options.force)
 
     def inspect(self, path: Path) -> InspectReport:
@@ -53,7 +56,7 @@ class EquinoxFormat(Format):
 
         cell = load(path)
         read = functools.partial(to_canonical, cell, path, Provenance(path=str(path)))
-        return InspectReport(path=str(path), format=KIND, rnns=[registry.inspect_entry(cell.name, cell.name, read)])
+        return InspectReport(path=str(path), format=KIND, rnns=[sources.inspect_entry(cell.name, cell.name, read)])
 
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
         if recorded.layer and recorded.format == KIND:
@@ -71,6 +74,6 @@ class EquinoxFormat(Format):
 
         cell = load(path)
         _jax.check_same(to_canonical(cell, path, source).spec, spec, cell.name, path)
-        ran = registry.versions_of(self.runtimes[0].modules, self.info.extra, f"running {self.title} files")
+        ran = runtimes.versions_of(self.runtimes[0].modules, self.info.extra, f"running {self.title} files")
         how = f"jax {ran['jax']}, equinox {ran['equinox']}: eqx.nn.{cell.name} loaded from the file"
         return run_file(path, cell, spec, inputs), how

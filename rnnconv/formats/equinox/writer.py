@@ -9,10 +9,10 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.dtypes import element_type, encode
-from rnnconv.formats import _jax, registry
+from rnnconv.formats import _jax, writing
+from rnnconv.formats.base import Written
 from rnnconv.formats.equinox.reader import ROLE_OF_FIELD
 from rnnconv.formats.equinox.wire import EQUINOX_CLASSES
-from rnnconv.formats.registry import Written
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import EQUINOX_FIELDS, LSTM
 
@@ -46,7 +46,7 @@ def write(rnn: CanonicalRNN, path: Path, dtype: str, force: bool) -> Written:
     return Written(
         outputs,
         usage=f"{_jax.ON_THE_CPU}import equinox as eqx, jax\n"
-        f"cell = eqx.tree_deserialise_leaves({registry.literal(path)}, "
+        f"cell = eqx.tree_deserialise_leaves({writing.literal(path)}, "
         f"{module_code(rnn.spec)})   # {dtype}; one step: "
         + ("h, c = cell(x_t, (h, c))" if rnn.spec.cell == LSTM else "h = cell(x_t, h)")
         + f", x_t ({rnn.spec.input_size},)",

@@ -1,4 +1,4 @@
-"""The Flax linen format's verbs (`registry.Format`), as every JAX tree of params has them (`_jax.TreeFormat`); its
+"""The Flax linen format's verbs (`base.Format`), as every JAX tree of params has them (`_jax.TreeFormat`); its
 reader, writer and runner are imported when a verb is used."""
 
 from __future__ import annotations
@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnnconv.formats import _jax, registry
+from rnnconv.core.settings import WriteOptions
+from rnnconv.formats import _jax, writing
+from rnnconv.formats.base import Written
 from rnnconv.formats.flax import PLUGIN
 from rnnconv.formats.flax.wire import KIND
-from rnnconv.formats.registry import WriteOptions, Written, register
+from rnnconv.formats.registry import register
 
 if TYPE_CHECKING:
     from rnnconv.core.canonical import CanonicalRNN
@@ -25,5 +27,5 @@ class FlaxFormat(_jax.TreeFormat):
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.flax.writer import write
 
-        rnn = registry.only_rnn(rnns, "a Flax file")
+        rnn = writing.only_rnn(rnns, "a Flax file")
         return write(rnn, path, self.written_dtype(rnn.spec, options.dtype), options.force)

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
-from rnnconv.formats import _jax, _msgpack, registry
+from rnnconv.formats import _jax, _msgpack, writing
+from rnnconv.formats.base import Written
 from rnnconv.formats.flax.wire import FLAX_LINEN_CLASSES, FLAX_LINEN_LAYERS, FLAX_PARAMS
-from rnnconv.formats.registry import Written
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import FLAX_CELL, FLAX_DIRECTIONS, FLAX_LINEN_CELLS, RNN
 
@@ -46,7 +46,7 @@ def write(rnn: CanonicalRNN, path: Path, dtype: str, force: bool) -> Written:
         outputs,
         usage=f"{_jax.ON_THE_CPU}import flax, flax.linen as nn, jax, jax.numpy as jnp\nmodel = {module_code(spec)}\n"
         f"variables = model.init(jax.random.key(0), jnp.zeros((1, 1, {spec.input_size})))\n"
-        f'variables = flax.serialization.from_bytes(variables, open({registry.literal(path)}, "rb").read())   '
+        f'variables = flax.serialization.from_bytes(variables, open({writing.literal(path)}, "rb").read())   '
         f"# {dtype}\n"
         f"y = model.apply(variables, x)   # x (batch, time, {spec.input_size}), y (batch, time, "
         f"{spec.num_directions * spec.hidden_size})",

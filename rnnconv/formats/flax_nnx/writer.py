@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
-from rnnconv.formats import _jax, _msgpack, registry
+from rnnconv.formats import _jax, _msgpack, writing
+from rnnconv.formats.base import Written
 from rnnconv.formats.flax_nnx.wire import FLAX_NNX_CELLS, FLAX_NNX_CLASSES, FLAX_NNX_LAYERS
-from rnnconv.formats.registry import Written
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import FLAX_CELL, FLAX_DIRECTIONS, RNN
 
@@ -47,7 +47,7 @@ def write(rnn: CanonicalRNN, path: Path, dtype: str, force: bool) -> Written:
         outputs,
         usage=f"{_jax.ON_THE_CPU}import flax, flax.nnx as nnx\nrngs = nnx.Rngs(0); model = {module_code(rnn.spec)}\n"
         f"params = nnx.state(model, nnx.Param)\n"
-        f"nnx.replace_by_pure_dict(params, flax.serialization.msgpack_restore(open({registry.literal(path)}, "
+        f"nnx.replace_by_pure_dict(params, flax.serialization.msgpack_restore(open({writing.literal(path)}, "
         f'"rb").read()))\n'
         f"nnx.update(model, params)   # {dtype}\n"
         f"y = model(x)   # x (batch, time, {rnn.spec.input_size}), y (batch, time, "

@@ -1,4 +1,4 @@
-"""The Keras format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is used."""
+"""The Keras format's verbs (`base.Format`); its reader, writer and runner are imported when a verb is used."""
 
 from __future__ import annotations
 
@@ -12,18 +12,12 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec, stack
 from rnnconv.core.contracts import InspectReport, Provenance
+from rnnconv.core.settings import ReadOptions, WriteOptions
+from rnnconv.formats.base import Format, Written
 from rnnconv.formats.keras import PLUGIN
 from rnnconv.formats.probe import HDF5_MAGIC
-from rnnconv.formats.registry import (
-    Format,
-    ReadOptions,
-    Source,
-    WriteOptions,
-    Written,
-    convert_each,
-    inspect_entry,
-    register,
-)
+from rnnconv.formats.registry import register
+from rnnconv.formats.sources import Source, convert_each, inspect_entry
 from rnnconv.safeio.digests import SourcePass
 
 if TYPE_CHECKING:

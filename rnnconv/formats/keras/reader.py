@@ -48,7 +48,7 @@ from rnnconv.formats.keras.hdf5 import (
 from rnnconv.formats.keras.wire import KERAS_DIRECTION_GROUPS
 from rnnconv.formats.probe import HDF5_MAGIC, ZIP_MAGIC
 from rnnconv.formats.reading import Found, Settled, StoredCell, read, settle
-from rnnconv.formats.registry import SOURCE_KEY, read_source_records
+from rnnconv.formats.sources import SOURCE_KEY, read_source_records
 from rnnconv.safeio.digests import SourcePass
 from rnnconv.safeio.inputs import Guard, add_guard, json_document, pin, regular_file, within
 from rnnconv.table.apply import find_row, keras_era, rows_for, stored_shapes

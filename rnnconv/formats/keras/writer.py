@@ -32,7 +32,8 @@ from rnnconv.formats.keras.config import KerasLayer, snake_case
 from rnnconv.formats.keras.hdf5 import is_bfloat16
 from rnnconv.formats.keras.reader import KerasFile, to_canonical
 from rnnconv.formats.keras.wire import KERAS_DIRECTION_GROUPS, KERAS_DIRECTION_PREFIXES
-from rnnconv.formats.registry import SOURCE_KEY, literal, recorded_source, source_records
+from rnnconv.formats.sources import SOURCE_KEY, recorded_source, source_records
+from rnnconv.formats.writing import literal
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.apply import find_row, row_for_mode, settings_for_mode
 from rnnconv.table.constants import KERAS_VARIABLES, NONLINEARITY_KEY, RNN

@@ -1,16 +1,18 @@
-"""The MLX format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is used."""
+"""The MLX format's verbs (`base.Format`); its reader, writer and runner are imported when a verb is used."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line
-from rnnconv.formats import registry
+from rnnconv.formats import writing
 from rnnconv.formats._graph import GraphFormat
+from rnnconv.formats.base import Written
 from rnnconv.formats.mlx import PLUGIN
 from rnnconv.formats.mlx.wire import MLX_CLASSES
-from rnnconv.formats.registry import ReadOptions, WriteOptions, Written, register
+from rnnconv.formats.registry import register
 from rnnconv.table.constants import LSTM
 
 if TYPE_CHECKING:
@@ -56,11 +58,11 @@ class MlxFormat(GraphFormat["MlxFile", "Module"]):
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.mlx.writer import constructor, write_mlx
 
-        rnn = registry.only_rnn(rnns, "an MLX file")
+        rnn = writing.only_rnn(rnns, "an MLX file")
         spec = rnn.spec
         write_mlx(rnn, path, self.written_dtype(spec, options.dtype), options.force)
         usage = "import mlx.core as mx, mlx.nn as nn\nmx.set_default_device(mx.cpu)   # as verify runs it\n"
-        usage += f"model = {constructor(spec)}; model.load_weights({registry.literal(path)})"
+        usage += f"model = {constructor(spec)}; model.load_weights({writing.literal(path)})"
         if spec.num_layers == 1 and not spec.bidirectional:
             outputs = "y, c" if spec.cell == LSTM else "y"
             usage += f"\n{outputs} = model(x)   # x (batch, time, {spec.input_size}), y (batch, time, "

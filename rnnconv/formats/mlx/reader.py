@@ -17,7 +17,7 @@ from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance
 from rnnconv.core.dtypes import BY_SAFETENSORS, ElementType, decode, element_type, source_dtype_name
 from rnnconv.errors import BadInput, Unsupported, cut, listing
-from rnnconv.formats import _safetensors, registry
+from rnnconv.formats import _safetensors, sources
 from rnnconv.formats._graph import Chain, Graph
 from rnnconv.formats._npy import npy_header
 from rnnconv.formats._zip import check_member, crc_guard, open_archive, read_member, stored_start
@@ -292,8 +292,8 @@ def _chains(modules: list[Module]) -> list[Chain[Module]]:
 
 def recorded_source(metadata: dict[str, str], path: Path) -> Provenance | None:
     """The source a file rnnconv wrote records, or None."""
-    text = metadata.get(registry.SOURCE_KEY)
-    return None if text is None else registry.read_source_record(text, path)
+    text = metadata.get(sources.SOURCE_KEY)
+    return None if text is None else sources.read_source_record(text, path)
 
 
 def to_canonical(chain: MlxChain, source: Provenance, nonlinearity: str | None, file: MlxFile) -> CanonicalRNN:

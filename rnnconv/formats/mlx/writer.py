@@ -11,7 +11,7 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.dtypes import element_type, encode
-from rnnconv.formats import _safetensors, registry
+from rnnconv.formats import _safetensors, sources
 from rnnconv.formats.mlx.wire import MLX_CLASSES, MLX_STACK
 from rnnconv.safeio.outputs import write_array
 from rnnconv.table.apply import row_for_mode
@@ -62,7 +62,7 @@ def write_mlx(rnn: CanonicalRNN, path: Path, dtype: str, force: bool) -> None:
         _safetensors.Entry(key, etype, value.shape, functools.partial(write_array, array=value))
         for key, value in tensors_of(rnn, dtype).items()
     ]
-    meta = {registry.SOURCE_KEY: registry.source_record(rnn, path)}  # where the RNN came from, for `verify FILE`
+    meta = {sources.SOURCE_KEY: sources.source_record(rnn, path)}  # where the RNN came from, for `verify FILE`
     if rnn.spec.cell == RNN:
         meta[NONLINEARITY_KEY] = nonlinearity_of(rnn.spec)
     _safetensors.write(path, entries, lambda _: meta, force)

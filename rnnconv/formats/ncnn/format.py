@@ -1,16 +1,18 @@
-"""The ncnn format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is used."""
+"""The ncnn format's verbs (`base.Format`); its reader, writer and runner are imported when a verb is used."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.errors import BadInput
-from rnnconv.formats import registry
+from rnnconv.formats import writing
 from rnnconv.formats._graph import GraphFormat, refuse
+from rnnconv.formats.base import Written
 from rnnconv.formats.ncnn import PLUGIN
 from rnnconv.formats.ncnn.wire import IN, NARROW_OPTIONS, OUT, bin_of
-from rnnconv.formats.registry import ReadOptions, WriteOptions, Written, register
+from rnnconv.formats.registry import register
 from rnnconv.table.constants import LSTM
 
 if TYPE_CHECKING:
@@ -42,7 +44,7 @@ class NcnnFormat(GraphFormat["NcnnFile", "Layer"]):
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.ncnn.writer import write_ncnn
 
-        rnn = registry.only_rnn(rnns, "an ncnn model")
+        rnn = writing.only_rnn(rnns, "an ncnn model")
         spec = rnn.spec
         dtype = self.written_dtype(spec, options.dtype)
         outputs = write_ncnn(rnn, path, dtype, options.force)
@@ -54,7 +56,7 @@ class NcnnFormat(GraphFormat["NcnnFile", "Layer"]):
             "import ncnn\nnet = ncnn.Net()\n"
             + " = ".join(f"net.opt.{option}" for option in NARROW_OPTIONS)
             + " = False\n"
-            f"net.load_param({registry.literal(path)}); net.load_model({registry.literal(bin_of(path))})\n"
+            f"net.load_param({writing.literal(path)}); net.load_model({writing.literal(bin_of(path))})\n"
             f'ex = net.create_extractor(); ex.input("{IN}", ncnn.Mat(x)); code, y = ex.extract("{OUT}")'
             f"   # x (T, {spec.input_size}) float32, one sequence; y (T, {spec.num_directions * spec.output_size}); "
             f"optional inputs {states}, h0_1, ... for each layer"

@@ -15,7 +15,7 @@ import numpy as np
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported
-from rnnconv.formats import registry
+from rnnconv.formats import sources
 from rnnconv.formats._graph import Graph, consecutive, named, refuse, same_rnn
 from rnnconv.formats.ncnn.wire import (
     ARRAY_KEY,
@@ -340,9 +340,9 @@ def _recorded(path: Path) -> Provenance | None:
     sidecar = sidecar_of(path)
     if not sidecar.is_file():
         return None
-    if regular_file(sidecar) > registry.SOURCE_RECORD_LIMIT:
+    if regular_file(sidecar) > sources.SOURCE_RECORD_LIMIT:
         raise BadInput(f"{sidecar} is too large to be the source rnnconv recorded")
-    return registry.read_source_record(sidecar.read_bytes(), sidecar)
+    return sources.read_source_record(sidecar.read_bytes(), sidecar)
 
 
 def _feeds(below: Layer, above: Layer) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN
-from rnnconv.formats import registry
+from rnnconv.formats import sources, writing
 from rnnconv.formats.ncnn.wire import (
     IN,
     NCNN_FLAGS,
@@ -120,11 +120,11 @@ def compose(layers: list[LayerBlobs]) -> tuple[str, bytes]:
 
 def write_ncnn(rnn: CanonicalRNN, path: Path, dtype: str, force: bool) -> list[Path]:
     """model.param, model.bin and, beside them, the source they came from (for `verify model.param`)."""
-    registry.weights_free(path, bin_of(path), force)
+    writing.weights_free(path, bin_of(path), force)
     text, data = compose(layers_of(rnn, dtype))
     outputs = [path, bin_of(path), sidecar_of(path)]
     with atomic_outputs(outputs, force) as tmps:
         tmps[0].write_text(text)
         tmps[1].write_bytes(data)
-        tmps[2].write_text(registry.source_record(rnn, path) + "\n")
+        tmps[2].write_text(sources.source_record(rnn, path) + "\n")
     return outputs

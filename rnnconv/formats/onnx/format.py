@@ -1,14 +1,16 @@
-"""The ONNX format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is used."""
+"""The ONNX format's verbs (`base.Format`); its reader, writer and runner are imported when a verb is used."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnnconv.formats import registry
+from rnnconv.core.settings import ReadOptions, WriteOptions
+from rnnconv.formats import base, writing
 from rnnconv.formats._graph import GraphFormat, sizes_of
+from rnnconv.formats.base import Written
 from rnnconv.formats.onnx import PLUGIN
-from rnnconv.formats.registry import ReadOptions, WriteOptions, Written, register
+from rnnconv.formats.registry import register
 from rnnconv.table.constants import LSTM
 
 if TYPE_CHECKING:
@@ -29,7 +31,7 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
     plugin = PLUGIN
     layer_word = "node"
 
-    def make_engine(self, name: str | None = None) -> registry.RuntimeEngine | None:
+    def make_engine(self, name: str | None = None) -> base.RuntimeEngine | None:
         if name != "mnn":
             return super().make_engine(name)
         from rnnconv.formats.onnx.mnn import MnnEngine  # MNN's converter and runtime: a blob run its own way
@@ -67,7 +69,7 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
         if options.streaming:
             from rnnconv.formats.streaming import streaming_usage
 
-            return Written([path], usage=streaming_usage(spec, "onnxruntime", registry.literal(path)))
+            return Written([path], usage=streaming_usage(spec, "onnxruntime", writing.literal(path)))
         lstm = spec.mode == LSTM
         states = '"initial_h": h0' + (', "initial_c": h0' if lstm else "")
         outputs = "y, h_n" + (", c_n" if lstm else "")
@@ -76,7 +78,7 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
         return Written(
             [path],
             usage=f"import numpy as np\nimport onnxruntime\nsession = onnxruntime.InferenceSession("
-            f'{registry.literal(path)}, providers=["CPUExecutionProvider"])\n'
+            f'{writing.literal(path)}, providers=["CPUExecutionProvider"])\n'
             f"h0 = np.zeros(({depth}, x.shape[1], {spec.hidden_size}), np.{dtype})   # initial states: every "
             f"layer's, in cuDNN's order\n{outputs} = session.run(None, {{\"X\": x, {states}}})   # x (seq, batch, "
             f"{spec.input_size}) {dtype}, y (seq, batch, {dirs * spec.output_size})",

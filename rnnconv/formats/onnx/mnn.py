@@ -21,7 +21,7 @@ import numpy as np
 from rnnconv.core.canonical import RNNSpec
 from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BackendMissing, BadInput, Unsupported
-from rnnconv.formats import registry
+from rnnconv.formats import base
 from rnnconv.formats.onnx.runner import MODEL_OUTPUTS, cudnn_outputs, model_feeds
 from rnnconv.table.constants import LSTM
 
@@ -127,7 +127,7 @@ def run_in_mnn(model: bytes, feeds: Mapping[str, np.ndarray], outputs: list[str]
             return {name: np.array(got[name]) for name in outputs}
 
 
-class MnnEngine(registry.RuntimeEngine):
+class MnnEngine(base.RuntimeEngine):
     """`verify --backend mnn`: an .onnx rnnconv wrote (or a blob written as one) converted by MNN's converter and run
     by its CPU runtime, fed X and every layer's initial states as the file's inputs."""
 

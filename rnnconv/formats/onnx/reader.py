@@ -11,7 +11,7 @@ from typing import Any
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, listing
-from rnnconv.formats import registry
+from rnnconv.formats import sources
 from rnnconv.formats._graph import (
     CONCAT,
     RESHAPE,
@@ -127,8 +127,8 @@ class OnnxFile(Graph[OnnxNode]):
             nodes += [node for run in runs for node in run]
             chains += runs
             looped |= {loop.name for layer in held for loop in layer.loops}
-        records = [p.value for p in model.metadata_props if p.key == registry.SOURCE_KEY]
-        recorded = registry.read_source_record(records[0], path) if records else None
+        records = [p.value for p in model.metadata_props if p.key == sources.SOURCE_KEY]
+        recorded = sources.read_source_record(records[0], path) if records else None
         file = cls(path, nodes, chains, found, recorded, looped)
         stored = {t.name for t in model.graph.initializer}
         file.input_names = [i.name for i in model.graph.input if i.name not in stored]

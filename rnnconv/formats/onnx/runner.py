@@ -11,7 +11,7 @@ import numpy as np
 
 from rnnconv.core.canonical import RNNSpec
 from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line, listing
-from rnnconv.formats import registry
+from rnnconv.formats import sources
 from rnnconv.formats._graph import reverse_sequences
 from rnnconv.formats.onnx.nodes import OnnxNode
 from rnnconv.formats.onnx.reader import require_onnx
@@ -139,8 +139,8 @@ class OnnxStream:
             raise BadInput(f"{path} is not a readable ONNX model ({type(exc).__name__})") from None
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
             raise BadInput(f"{path.name} is no streaming model rnnconv writes: its weights lie in other files")
-        records = [p.value for p in model.metadata_props if p.key == registry.SOURCE_KEY]
-        self.source = registry.read_source_record(records[0], path) if records else None
+        records = [p.value for p in model.metadata_props if p.key == sources.SOURCE_KEY]
+        self.source = sources.read_source_record(records[0], path) if records else None
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3
         try:  # the model as read (no file beside it is opened)

@@ -13,7 +13,7 @@ import numpy as np
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.dtypes import element_type, encode
 from rnnconv.errors import Unsupported
-from rnnconv.formats import registry
+from rnnconv.formats import sources, writing
 from rnnconv.formats.onnx import profile as profiles
 from rnnconv.formats.onnx.nodes import RNN_OPS
 from rnnconv.formats.onnx.reader import require_onnx
@@ -262,12 +262,12 @@ def build_streaming_model(layers: list[Layer], input_size: int, dtype: str) -> A
 def write_onnx(
     rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool, profile: str | None = None, streaming: bool = False
 ) -> None:
-    rnn = registry.only_rnn(rnns, "an .onnx")
+    rnn = writing.only_rnn(rnns, "an .onnx")
     build = build_streaming_model if streaming else build_model
     model = build(layers_of(rnn, dtype), rnn.spec.input_size, dtype)
     if profile is not None and (broken := profiles.broken(model, profiles.check_profile(profile))):
         raise Unsupported(f"{rnn.name} cannot be written within {profile}'s limits: {broken[0].line(profile)}")
     entry = model.metadata_props.add()  # where the RNN came from, for `verify model.onnx`
-    entry.key, entry.value = registry.SOURCE_KEY, registry.source_record(rnn, path)
+    entry.key, entry.value = sources.SOURCE_KEY, sources.source_record(rnn, path)
     with atomic_outputs([path], force) as (tmp,):
         tmp.write_bytes(model.SerializeToString())

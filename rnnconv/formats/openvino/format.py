@@ -1,4 +1,4 @@
-"""The OpenVINO IR format's verbs (`registry.Format`); its reader, writer and runner are imported when used."""
+"""The OpenVINO IR format's verbs (`base.Format`); its reader, writer and runner are imported when used."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rnnconv.formats import registry
+from rnnconv.core.settings import ReadOptions, WriteOptions
+from rnnconv.formats import writing
 from rnnconv.formats._graph import GraphFormat, sizes_of
+from rnnconv.formats.base import Written
 from rnnconv.formats.openvino import PLUGIN
 from rnnconv.formats.openvino.wire import (
     OPENVINO_C_N,
@@ -19,7 +21,7 @@ from rnnconv.formats.openvino.wire import (
     OPENVINO_Y,
     SEQUENCE_OPS,
 )
-from rnnconv.formats.registry import ReadOptions, WriteOptions, Written, register
+from rnnconv.formats.registry import register
 from rnnconv.safeio.inputs import reading
 from rnnconv.table.constants import INPUT_MATRIX, LSTM
 
@@ -94,7 +96,7 @@ class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
             [path, weights],
             # as `run_ir` runs it: static shapes (with dynamic ones the CPU plugin ignores sequence_lens) and f32
             # (its default is bf16 on CPUs with bfloat16 units: 1e-3 off)
-            usage=f"import openvino\ncore = openvino.Core(); model = core.read_model({registry.literal(path)})\n"
+            usage=f"import openvino\ncore = openvino.Core(); model = core.read_model({writing.literal(path)})\n"
             f'feeds = {{{feeds}"{OPENVINO_LENGTHS}": lengths}}   # x (batch, seq, {spec.input_size}), {states} '
             f"({spec.num_layers * spec.num_directions}, batch, {spec.hidden_size}), lengths (batch,) int32\n"
             "model.reshape({name: list(value.shape) for name, value in feeds.items()})   # static shapes: "

@@ -20,7 +20,7 @@ from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance
 from rnnconv.core.dtypes import decode, element_type
 from rnnconv.errors import BadInput, Unsupported, cut, listing
-from rnnconv.formats import registry
+from rnnconv.formats import sources
 from rnnconv.formats._cells import LoopLayer, loop_layers
 from rnnconv.formats._graph import (
     CONCAT,
@@ -250,8 +250,8 @@ class IRFile(Graph[SequenceOp]):
         for op in ops:  # names are not unique in an IR: the layer id makes them so
             if counts[op.name] > 1:
                 op.name = f"{op.name}#{op.layer}"
-        record = self.rt_info.get(registry.SOURCE_KEY)
-        recorded = None if record is None else registry.read_source_record(record, path)
+        record = self.rt_info.get(sources.SOURCE_KEY)
+        recorded = None if record is None else sources.read_source_record(record, path)
         super().__init__(path, "openvino", ops, named(self._chains(ops)), recorded)
 
     # --- tensors

@@ -10,7 +10,7 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.dtypes import element_type
-from rnnconv.formats import registry
+from rnnconv.formats import sources, writing
 from rnnconv.formats.openvino.builder import Layer, Parts, Tensor, build
 from rnnconv.formats.openvino.wire import (
     OPENVINO_BIDIRECTIONAL,
@@ -67,15 +67,15 @@ def _parts(rnn: CanonicalRNN, row: Row, layer: int, role: str, dtype: str) -> Pa
 def write_ir(
     rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool, progress: Callable[[int, int], None] | None
 ) -> Path:
-    rnn = registry.only_rnn(rnns, "an .xml")
+    rnn = writing.only_rnn(rnns, "an .xml")
     weights = path.with_suffix(".bin")
-    registry.weights_free(path, weights, force)
+    writing.weights_free(path, weights, force)
     graph = build(layers_of(rnn, dtype), rnn.spec.input_size, rnn.name)
     with atomic_outputs([path, weights], force) as (xml_tmp, bin_tmp):
         with open(bin_tmp, "wb") as f:
             graph.write_bin(f, progress)
         # where the RNN came from, for `verify model.xml` (its digest was computed meanwhile, on another core)
-        graph.rt_info[registry.SOURCE_KEY] = registry.source_record(rnn, path)
+        graph.rt_info[sources.SOURCE_KEY] = sources.source_record(rnn, path)
         graph.rt_info["rnnconv.version"] = __version__
         xml_tmp.write_text(graph.xml(), encoding="utf-8")
     return weights

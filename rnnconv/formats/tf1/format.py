@@ -1,4 +1,4 @@
-"""The TF1 checkpoint format's verbs (`registry.Format`): read-only; its reader and runner are imported when a verb is
+"""The TF1 checkpoint format's verbs (`base.Format`): read-only; its reader and runner are imported when a verb is
 used."""
 
 from __future__ import annotations
@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rnnconv.core.contracts import InspectEntry, InspectReport, Provenance
+from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import BadInput
-from rnnconv.formats.registry import Format, ReadOptions, Source, inspect_entry, read_chosen, register
+from rnnconv.formats.base import Format
+from rnnconv.formats.registry import register
+from rnnconv.formats.sources import Source, inspect_entry, read_chosen
 from rnnconv.formats.tf1 import PLUGIN
 from rnnconv.formats.tf1.wire import KIND
 

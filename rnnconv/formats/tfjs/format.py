@@ -1,4 +1,4 @@
-"""The TensorFlow.js format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is
+"""The TensorFlow.js format's verbs (`base.Format`); its reader, writer and runner are imported when a verb is
 used."""
 
 from __future__ import annotations
@@ -7,10 +7,12 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.errors import BadInput, Unsupported
-from rnnconv.formats import registry
+from rnnconv.formats import writing
 from rnnconv.formats._graph import GraphFormat
-from rnnconv.formats.registry import ReadOptions, WriteOptions, Written, register
+from rnnconv.formats.base import Written
+from rnnconv.formats.registry import register
 from rnnconv.formats.tfjs import PLUGIN
 from rnnconv.safeio.inputs import reading
 
@@ -57,12 +59,12 @@ class TfjsFormat(GraphFormat["TfjsFile", "TfjsLayer"]):
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.tfjs.writer import loading_snippet, write_tfjs
 
-        rnn = registry.only_rnn(rnns, "a TensorFlow.js model")
+        rnn = writing.only_rnn(rnns, "a TensorFlow.js model")
         shard = write_tfjs(rnn, path, options.force, options.streaming)
         if options.streaming:
             from rnnconv.formats.streaming import streaming_usage
 
-            usage = streaming_usage(rnn.spec, "TensorFlow.js", registry.literal(path))
+            usage = streaming_usage(rnn.spec, "TensorFlow.js", writing.literal(path))
             return Written([path, shard], usage=usage)
         return Written([path, shard], usage=loading_snippet(rnn, path))
 

@@ -15,7 +15,7 @@ import numpy as np
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
-from rnnconv.formats import registry
+from rnnconv.formats import sources
 from rnnconv.formats._graph import Chain, Graph, consecutive, same_rnn
 from rnnconv.formats.keras.config import MAX_NESTING, ConfigEntry, walk_config
 from rnnconv.formats.reading import Found, StoredCell, read, settle
@@ -185,8 +185,8 @@ class TfjsFile(Graph[TfjsLayer]):
                 layer.fed_by = fed_by.get(entry.name)
             layers.append(layer)
         metadata = document.get(METADATA)
-        record = metadata.get(registry.SOURCE_KEY) if isinstance(metadata, dict) else None
-        recorded = None if record is None else registry.read_source_record(_text(record, path), path)
+        record = metadata.get(sources.SOURCE_KEY) if isinstance(metadata, dict) else None
+        recorded = None if record is None else sources.read_source_record(_text(record, path), path)
         shards = list(dict.fromkeys(p for w in weights.values() for p in w.group.paths))
         file = cls(path, layers, recorded, shards, (_ends(model, "input_layers"), _ends(model, "output_layers")))
         file.never_loads = stuck_call(model)
@@ -195,7 +195,7 @@ class TfjsFile(Graph[TfjsLayer]):
 
 def _text(record: Any, path: Path) -> str:
     if not isinstance(record, str):
-        raise BadInput(f"{path}: its {METADATA}.{registry.SOURCE_KEY} is no string")
+        raise BadInput(f"{path}: its {METADATA}.{sources.SOURCE_KEY} is no string")
     return record
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from rnnconv.core.compare import Inputs, Outputs
 from rnnconv.errors import BackendMissing, BadInput, Unsupported, cut, listing
-from rnnconv.formats import _node, registry
+from rnnconv.formats import _node, base
 from rnnconv.formats._graph import Chain
 from rnnconv.formats.streaming import check_stream_names
 from rnnconv.formats.tfjs.reader import TfjsFile, TfjsLayer
@@ -209,7 +209,7 @@ def _stop(process: subprocess.Popen[str], log: IO[str], folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-class NodeEngine(registry.RuntimeEngine):
+class NodeEngine(base.RuntimeEngine):
     """The tfjs engine: its runtime is Node.js and an npm package, found as the runner finds them, not imported."""
 
     def versions(self) -> dict[str, str]:

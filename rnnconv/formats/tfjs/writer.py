@@ -18,7 +18,7 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.errors import BadInput
-from rnnconv.formats import registry
+from rnnconv.formats import sources, writing
 from rnnconv.formats.streaming import STREAM_INPUT, STREAM_OUTPUT, states_of
 from rnnconv.formats.tfjs.wire import (
     DIRECTION_PREFIXES,
@@ -77,7 +77,7 @@ def model_json(
         "convertedBy": f"rnnconv {__version__}",
         TOPOLOGY: {**topology, "keras_version": f"tfjs-layers {TFJS_VERSION}", "backend": "tensor_flow.js"},
         MANIFEST: [{"paths": [shard], "weights": weights}],
-        METADATA: {registry.SOURCE_KEY: source},
+        METADATA: {sources.SOURCE_KEY: source},
     }
 
 
@@ -168,7 +168,7 @@ def write_tfjs(rnn: CanonicalRNN, path: Path, force: bool, streaming: bool = Fal
     shard = shard_of(path)
     tensors = tensors_of(rnn)
     weights = [{"name": name, "shape": list(value.shape), "dtype": "float32"} for name, value in tensors.items()]
-    document = model_json(rnn, weights, shard.name, registry.source_record(rnn, path), streaming)
+    document = model_json(rnn, weights, shard.name, sources.source_record(rnn, path), streaming)
     with atomic_outputs([path, shard], force) as (json_tmp, shard_tmp):
         with open(shard_tmp, "wb") as f:
             for value in tensors.values():
@@ -183,8 +183,8 @@ def loading_snippet(rnn: CanonicalRNN, path: Path) -> str:
     return (
         "// browser: const model = await tf.loadLayersModel('https://.../model.json');\n"
         "const tf = require('@tensorflow/tfjs'), fs = require('fs');   // Node.js, the CPU backend\n"
-        f"const doc = JSON.parse(fs.readFileSync({registry.literal(path)}));\n"
-        f"const bin = fs.readFileSync({registry.literal(shard_of(path))});\n"
+        f"const doc = JSON.parse(fs.readFileSync({writing.literal(path)}));\n"
+        f"const bin = fs.readFileSync({writing.literal(shard_of(path))});\n"
         "const model = await tf.loadLayersModel(tf.io.fromMemory({modelTopology: doc.modelTopology,\n"
         "  weightSpecs: doc.weightsManifest[0].weights, weightData: new Uint8Array(bin).buffer}));\n"
         f"const y = model.predict(x);   // x [batch, time, {spec.input_size}], y [batch, time, "

@@ -1,14 +1,16 @@
-"""The TFLite format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is used."""
+"""The TFLite format's verbs (`base.Format`); its reader, writer and runner are imported when a verb is used."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.errors import BadInput
-from rnnconv.formats import registry
+from rnnconv.formats import writing
 from rnnconv.formats._graph import GraphFormat
-from rnnconv.formats.registry import ReadOptions, WriteOptions, Written, register
+from rnnconv.formats.base import Written
+from rnnconv.formats.registry import register
 from rnnconv.formats.tflite import PLUGIN
 from rnnconv.formats.tflite.wire import (
     TFLITE_CELL_OPS,
@@ -83,7 +85,7 @@ class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
             from rnnconv.formats.streaming import streaming_usage
 
             where = f"LiteRT or TFLite Micro, chunks of {options.chunk or 1} step(s)"
-            return Written([path], usage=streaming_usage(spec, where, registry.literal(path)))
+            return Written([path], usage=streaming_usage(spec, where, writing.literal(path)))
         states = ", ".join(
             TFLITE_STATE_NAME.format(state=state, layer=0, suffix="")
             for state in TFLITE_STATES[: len(TFLITE_STATE_INPUTS[TFLITE_CELL_OPS[spec.cell]])]
@@ -91,7 +93,7 @@ class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
         return Written(
             [path],
             usage="from ai_edge_litert.interpreter import Interpreter\n"
-            f"interpreter = Interpreter({registry.literal(path)})   # resize x to (batch, steps, {spec.input_size}) "
+            f"interpreter = Interpreter({writing.literal(path)})   # resize x to (batch, steps, {spec.input_size}) "
             f"and the states ({states}, ...) to (batch, size), allocate_tensors, set x, invoke, read y "
             f"(batch, steps, {spec.num_directions * spec.output_size})",
         )

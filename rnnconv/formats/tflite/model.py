@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from rnnconv.errors import BadInput, Unsupported
-from rnnconv.formats import registry
+from rnnconv.formats import sources
 from rnnconv.formats._graph import Chain, Graph, chained, same_rnn
 from rnnconv.formats.streaming import STREAM_INPUT
 from rnnconv.formats.tflite.flat import Flat, Table
@@ -153,7 +153,7 @@ class TfliteFile(Graph[Layer]):
         graphs = [_subgraph(index, graph, codes, buffers, flat) for index, graph in enumerate(subgraphs)]
         recorded = None
         for entry in model.tables(6):
-            if entry.string(0) == registry.SOURCE_KEY:
+            if entry.string(0) == sources.SOURCE_KEY:
                 recorded = _buffer_text(entry.scalar(1, "u32", 0), buffers, flat)
         return cls(path, graphs, recorded, flat)
 
@@ -423,9 +423,9 @@ def _buffer(buffer: Table, flat: Flat) -> tuple[int, int] | None:
 def _buffer_text(index: int, buffers: list[Table], flat: Flat) -> str:
     found = _buffer(buffers[index], flat) if index < len(buffers) else None
     if found is None:
-        raise BadInput(f"{flat.path}: its {registry.SOURCE_KEY} metadata names no buffer")
+        raise BadInput(f"{flat.path}: its {sources.SOURCE_KEY} metadata names no buffer")
     start, length = found
-    return flat.read(start, min(length, registry.SOURCE_RECORD_LIMIT + 1)).decode("utf-8", "replace")
+    return flat.read(start, min(length, sources.SOURCE_RECORD_LIMIT + 1)).decode("utf-8", "replace")
 
 
 def _time_major(op: Op) -> bool:

@@ -4,14 +4,18 @@ through the table's TFLite rows."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
-from rnnconv.core.contracts import Provenance, RNNSizes
+from rnnconv.core.compare import STATE_SCALE, make_inputs
+from rnnconv.core.contracts import Provenance, RecordedLoss, RNNSizes
+from rnnconv.core.reference import forward
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing
-from rnnconv.formats import registry
+from rnnconv.formats import sources
 from rnnconv.formats._graph import Chain
+from rnnconv.formats.holding import CLIP_PROBE_SCALE, CLIP_PROBE_STEPS, PROBE_BATCH, PROBE_SEED, PROBE_STEPS
 from rnnconv.formats.reading import Found, StoredCell, read, settle
 from rnnconv.formats.tflite.loops import loop_canonical
 from rnnconv.formats.tflite.model import FLOAT_TYPES, Layer, Op, TfliteFile, cell_of_op, input_of, op_options
@@ -22,6 +26,37 @@ from rnnconv.table.layouts import per_gate
 from rnnconv.table.rows import Row
 
 CLIPS = ("cell_clip", "proj_clip")  # the op options that clip (what cuDNN does not)
+
+
+def clip_dropped(rnn: CanonicalRNN, clip: tuple[float, float]) -> CanonicalRNN:
+    """An LSTM its file clips (cell state and projected output, within `clip`; 0: not), read without the clip, as
+    --allow-lossy asks: the loss recorded in its source's provenance as a target's is (verify holds the written file
+    to it), measured on probe inputs in the numpy reference: the ordinary ones, whose difference is recorded, and
+    ones large enough to reach the clip, whose difference the dropped term names."""
+
+    def moved(x: np.ndarray, h0: np.ndarray | None, c0: np.ndarray | None) -> float:
+        exact, unclipped = (forward(rnn.spec, rnn.param, x, h0, c0, clip=bounds) for bounds in (clip, (0.0, 0.0)))
+        return max(float(np.max(np.abs(a - b))) for a, b in zip(exact, unclipped, strict=True) if a is not None)
+
+    ordinary = make_inputs(rnn.spec, PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
+    large = make_inputs(rnn.spec, CLIP_PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
+    c0 = large["c0"]
+    if c0 is not None and clip[0]:  # initial cells of about twice the clip: it is reached from the first step
+        c0 = c0 * (2 * clip[0] / STATE_SCALE)
+    reaching = moved(large["x"] * CLIP_PROBE_SCALE, large["h0"], c0)
+    named = zip(("cell_clip", "proj_clip"), clip, strict=True)
+    terms = ", ".join(f"{name}={value:g}" for name, value in named if value)
+    loss = RecordedLoss(
+        dropped=[
+            f"{terms}: on inputs large enough to reach it ({CLIP_PROBE_STEPS} steps, x scaled by {CLIP_PROBE_SCALE:g}, "
+            f"initial cells of about twice the clip) the outputs move by up to {reaching:.3g}"
+        ],
+        difference=moved(ordinary["x"], ordinary["h0"], ordinary["c0"]),
+        seed=PROBE_SEED,
+        steps=PROBE_STEPS,
+        batch=PROBE_BATCH,
+    )
+    return dataclasses.replace(rnn, source=rnn.source.model_copy(update={"loss": loss}))
 
 
 def why_refused(file: TfliteFile, op: Op, where: str, drop_clip: bool = False) -> str | None:
@@ -141,9 +176,9 @@ def to_canonical(file: TfliteFile, chain: Chain[Layer], source: Provenance, drop
     rnn = read(found, source)
     (clip,) = clips
     if any(clip):
-        rnn = registry.clip_dropped(rnn, (clip[0], clip[1]))
+        rnn = clip_dropped(rnn, (clip[0], clip[1]))
     if file.record is not None:
-        rnn.origin = registry.read_source_record(file.record, file.path)
+        rnn.origin = sources.read_source_record(file.record, file.path)
     return rnn
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from rnnconv.core.compare import Inputs, Outputs
 from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line, listing
-from rnnconv.formats import holding, registry
+from rnnconv.formats import base, holding, sources
 from rnnconv.formats._graph import Chain
 from rnnconv.formats.plugin import version
 from rnnconv.formats.streaming import STREAM_INPUT, check_stream_names
@@ -115,7 +115,7 @@ def graph_of_file(file: TfliteFile, chain: Chain[Layer]) -> Graph:
     return build_graph(first.name, input_size, (hidden, out), layers, op_options(first))
 
 
-class TfliteEngine(registry.RuntimeEngine):
+class TfliteEngine(base.RuntimeEngine):
     """The blob as the .tflite rnnconv writes, in LiteRT's interpreter: kernels nobody here wrote. Its graph is run
     as built, never written: the interpreter computes float32 whatever the blob holds."""
 
@@ -212,7 +212,7 @@ class TfliteStream:
 
     def __init__(self, path: Path, runtime: str):
         file = TfliteFile.load(path)
-        self.source = None if file.record is None else registry.read_source_record(file.record, path)
+        self.source = None if file.record is None else sources.read_source_record(file.record, path)
         self.names = [file.tensors[t].name for t in file.inputs]
         self.outputs = [file.tensors[t].name for t in file.outputs]
         check_stream_names(path, self.names, self.outputs)

@@ -10,8 +10,8 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.dtypes import element_type
-from rnnconv.formats import registry
-from rnnconv.formats.registry import WriteOptions
+from rnnconv.core.settings import WriteOptions
+from rnnconv.formats import sources, writing
 from rnnconv.formats.tflite.builder import Constant, Graph, build_graph, serialize, write_graph
 from rnnconv.formats.tflite.model import slot_of
 from rnnconv.formats.tflite.streaming import streaming_graph
@@ -70,15 +70,15 @@ def _activation_code(row: Row, mode: str) -> int:
 
 
 def write_tflite(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> CanonicalRNN:
-    rnn = registry.only_rnn(rnns, "a .tflite")
+    rnn = writing.only_rnn(rnns, "a .tflite")
     graph = streaming_graph(rnn, options.chunk or 1) if options.streaming else graph_of(rnn)
 
     def recorded(wait: bool = True) -> np.ndarray:  # the source's digest is still being computed: written last
-        text = registry.recorded_source(rnn, path, wait).model_dump_json(by_alias=True, exclude_none=True)
+        text = sources.recorded_source(rnn, path, wait).model_dump_json(by_alias=True, exclude_none=True)
         return np.frombuffer(text.encode(), np.uint8)
 
-    graph.buffers.append(Constant(registry.SOURCE_KEY, (len(recorded(wait=False)),), "uint8", recorded))
-    graph.metadata[registry.SOURCE_KEY] = len(graph.buffers) - 1
+    graph.buffers.append(Constant(sources.SOURCE_KEY, (len(recorded(wait=False)),), "uint8", recorded))
+    graph.metadata[sources.SOURCE_KEY] = len(graph.buffers) - 1
     serialize(graph)  # refuses a model over the flatbuffer's limit before any file is made
     with atomic_outputs([path], options.force) as (tmp,), open(tmp, "wb") as f:
         write_graph(graph, f, options.progress)

@@ -30,7 +30,7 @@ from rnnconv.core.dtypes import ELEMENT_TYPES, encode
 from rnnconv.errors import BadInput, first_line
 from rnnconv.formats import _zip
 from rnnconv.formats._zip import LOCAL_HEADER
-from rnnconv.formats.registry import SOURCE_KEY, SOURCE_RECORD_LIMIT
+from rnnconv.formats.sources import SOURCE_KEY, SOURCE_RECORD_LIMIT
 from rnnconv.formats.torch.wire import TORCH_STORAGES
 from rnnconv.safeio.digests import in_background
 from rnnconv.safeio.inputs import FileArray, byte_view, regular_file

@@ -1,4 +1,4 @@
-"""The PyTorch format's verbs (`registry.Format`); its reader, writer and runner are imported when a verb is used."""
+"""The PyTorch format's verbs (`base.Format`); its reader, writer and runner are imported when a verb is used."""
 
 from __future__ import annotations
 
@@ -9,16 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rnnconv.core.contracts import InspectEntry, InspectReport, Provenance
-from rnnconv.formats.registry import (
-    Format,
-    ReadOptions,
-    Source,
-    WriteOptions,
-    Written,
-    inspect_entry,
-    read_chosen,
-    register,
-)
+from rnnconv.core.settings import ReadOptions, WriteOptions
+from rnnconv.formats.base import Format, Written
+from rnnconv.formats.registry import register
+from rnnconv.formats.sources import Source, inspect_entry, read_chosen
 from rnnconv.formats.torch import PLUGIN
 from rnnconv.formats.torch.wire import CHECKPOINT_SUFFIXES
 

@@ -27,7 +27,7 @@ from rnnconv.core.dtypes import ELEMENT_TYPES, decode
 from rnnconv.errors import BackendMissing, BadInput, no_such_rnn, several_rnns
 from rnnconv.formats import _safetensors
 from rnnconv.formats.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
-from rnnconv.formats.registry import SOURCE_KEY, read_source_records
+from rnnconv.formats.sources import SOURCE_KEY, read_source_records
 from rnnconv.formats.torch.checkpoint import (
     PickledTensor,
     Refused,

@@ -19,7 +19,7 @@ from rnnconv.core.contracts import Provenance
 from rnnconv.core.dtypes import element_type, stored_words
 from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors
-from rnnconv.formats.registry import SOURCE_KEY, literal, recorded_source, source_records
+from rnnconv.formats.sources import SOURCE_KEY, recorded_source, source_records
 from rnnconv.formats.torch.checkpoint import (
     PickledTensor,
     TensorToSave,
@@ -39,7 +39,7 @@ from rnnconv.formats.torch.reader import (
     require_torch,
 )
 from rnnconv.formats.torch.wire import CHECKPOINT_SUFFIXES
-from rnnconv.formats.writing import stored
+from rnnconv.formats.writing import literal, stored
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import atomic_outputs, write_array
 from rnnconv.table.apply import row_for_mode, rows_for
