@@ -19,7 +19,8 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.blob import Blob
+from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.core.compare import Inputs, Outputs
 from rnnconv.core.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
 from rnnconv.core.dtypes import element_type
@@ -221,6 +222,27 @@ class Format(ABC):
         """The source RNN's own y, h_n, c_n (sequence-major, cuDNN's shapes) and how it ran: `spec` is the file's,
         with the source's own biases (or none)."""
         raise Unsupported(f"no runner for format {self.name!r}")
+
+
+class WeightSpaceFormat(Format):
+    """The format of cuDNN's weight-space files (`Plugin.weight_space`), which verify and the GPU layer reach through
+    the registry (`registry.weight_spaces()`) for what only blobs have: their files opened as blobs, an RNN of
+    another format's file as one in memory, a blob written again in the layout a GPU reported."""
+
+    @abstractmethod
+    def blobs(self, path: Path, raw_spec: RNNSpec | None = None) -> list[Blob]:
+        """The weight spaces of a file of this format (a raw one described by `raw_spec`)."""
+
+    @abstractmethod
+    def in_memory(self, rnn: CanonicalRNN, path: Path, kind: str) -> Blob:
+        """The weight space of an RNN read from a file of another format (`path`, of file kind `kind`), in memory:
+        what verify checks and diagnoses when it runs that file itself."""
+
+    @abstractmethod
+    def write_relayout(
+        self, blob: Blob, placed: dict[ParamKey, int], total_bytes: int, path: Path, version: str, force: bool
+    ) -> None:
+        """The blob written again with every tensor at the byte offset (`placed`) cuDNN `version` reported."""
 
 
 class RuntimeEngine:

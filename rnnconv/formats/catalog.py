@@ -32,6 +32,8 @@ def plugins() -> tuple[Plugin, ...]:
 
 
 FORMAT_INFO: Final[dict[str, FormatInfo]] = {plugin.info.name: plugin.info for plugin in plugins()}
+# The format whose files are cuDNN's weight space (verify's blobs, the default target), as its plugin says.
+(WEIGHT_SPACE,) = (plugin.info.name for plugin in plugins() if plugin.weight_space)
 # Where verify runs a blob: auto = cuDNN when it can run, else numpy; cudnn; numpy = cuDNN's equations in numpy; and
 # each format's engine, the blob written as that format and run in its runtime.
 ENGINES: Final = OWN_ENGINES + tuple(

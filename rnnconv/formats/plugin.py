@@ -109,6 +109,9 @@ class Plugin:
     # Its test dependencies: the modules of the frameworks its extra installs, which its tests import and which a
     # conversion that does not run the format must never import.
     frameworks: tuple[str, ...] = ()
+    # Whether its files are cuDNN's weight space itself: the blobs verify runs and the GPU layer feeds cuDNN, the
+    # default target (one format says so: `registry.weight_spaces()`).
+    weight_space: bool = False
 
 
 NPM = "npm:"  # a runtime's module run by Node.js, not imported by Python

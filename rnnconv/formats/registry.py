@@ -22,7 +22,7 @@ from pathlib import Path
 from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, either
 from rnnconv.formats import catalog
-from rnnconv.formats.base import Format
+from rnnconv.formats.base import Format, WeightSpaceFormat
 from rnnconv.formats.plugin import Plugin
 from rnnconv.formats.probe import Probe
 from rnnconv.formats.probe import Unrecognized as Unrecognized  # noqa: PLC0414
@@ -82,6 +82,13 @@ def engine(name: str) -> Engine | None:
 def formats() -> list[Format]:
     """Every registered format, in sniffing order."""
     return sorted(_load().values(), key=lambda f: (f.plugin.sniff_order, f.name))
+
+
+def weight_spaces() -> WeightSpaceFormat:
+    """The format whose files are cuDNN's weight space, as its plugin says (`Plugin.weight_space`)."""
+    fmt = get(catalog.WEIGHT_SPACE)
+    assert isinstance(fmt, WeightSpaceFormat), fmt
+    return fmt
 
 
 def get(name: str) -> Format:

@@ -17,7 +17,7 @@ import pydantic
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.contracts import InspectEntry, Provenance, RNNSizes, dump
 from rnnconv.core.settings import ReadOptions
-from rnnconv.errors import MESSAGE_LIMIT, BadInput, RnnconvError, Unsupported, cut, listing
+from rnnconv.errors import MESSAGE_LIMIT, BadInput, RnnconvError, Unsupported, cut, listing, no_such_rnn
 from rnnconv.formats.writing import arrays_in_source
 from rnnconv.safeio.digests import SourcePass
 
@@ -173,3 +173,20 @@ def read_chosen(
                 reading.watch(array)
         reading.start()  # after the watching: one read of the file for all of it (none for a file refused)
     return source
+
+
+def pick_named(
+    items: list[Item], layer: str | None, path: Path, take_all: bool = False, or_else: str = ""
+) -> list[Item]:
+    """The RNN (or blob) of a file that `layer` names, or the only one (every one with `take_all`); `or_else` ends the
+    advice when the file holds several and none was named (verify: its --all)."""
+    if layer is not None:
+        chosen = [i for i in items if i.name == layer]
+        if not chosen:
+            raise no_such_rnn(f"{path} has no RNN named", layer, [i.name for i in items])
+        return chosen
+    if len(items) > 1 and not take_all:
+        raise BadInput(
+            f"{path} holds {len(items)} RNNs ({listing(i.name for i in items)}); pick one with --layer{or_else}"
+        )
+    return items

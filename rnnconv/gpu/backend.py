@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from rnnconv.core.blob import Blob
 from rnnconv.core.canonical import ParamKey, RNNSpec
 from rnnconv.core.compare import Inputs, Outputs
 from rnnconv.core.contracts import BackendInfo, LayoutFinding
 from rnnconv.core.dtypes import decode, element_type, encode
 from rnnconv.core.weightspace import Region, lin_layer_ids, lin_layer_tensors
 from rnnconv.errors import BackendMissing, Mismatch
-from rnnconv.formats.cudnn.reader import Blob
 from rnnconv.gpu.api import FWD_MODE_INFERENCE, MATH, Cudnn, CudnnError
 from rnnconv.gpu.cuda import (
     SESSION_ENV,

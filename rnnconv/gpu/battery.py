@@ -28,15 +28,16 @@ from typing import Any
 
 import numpy as np
 
+from rnnconv.core.blob import Blob
 from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.core.compare import compare, tolerance
 from rnnconv.core.contracts import dump
 from rnnconv.core.dtypes import decode, element_type, encode
 from rnnconv.core.reference import forward
+from rnnconv.core.settings import WriteOptions
 from rnnconv.core.weightspace import LAYOUT_NAME, LAYOUT_VERSION, region_map, weight_space_elements
 from rnnconv.errors import BackendMissing, RnnconvError
-from rnnconv.formats.cudnn.reader import Blob, open_bin
-from rnnconv.formats.cudnn.writer import write_bin
+from rnnconv.formats import registry
 from rnnconv.gpu.api import CudnnError
 from rnnconv.gpu.backend import (
     CudnnBackend,
@@ -217,8 +218,9 @@ def run_configuration(backend: CudnnBackend, configuration: Configuration, index
     try:
         entry.update(reported_layout(backend, spec))
         path = tmp / "battery.bin"
-        write_bin(random_rnn(spec, index), path, spec.dtype, force=True)
-        blob = open_bin(path)
+        weight_spaces = registry.weight_spaces()
+        weight_spaces.write([random_rnn(spec, index)], path, WriteOptions(dtype=spec.dtype, force=True))
+        (blob,) = weight_spaces.blobs(path)
         entry["forward_runs"] = {}
         for batch in ("ragged", "full"):
             try:

@@ -39,7 +39,6 @@ from rnnconv.core.reference import forward
 from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, cut, listing, no_such_rnn
 from rnnconv.formats import base, registry
-from rnnconv.formats.cudnn.writer import in_memory_blob
 from rnnconv.table.constants import CUDNN_MODES, GRU, LSTM
 from rnnconv.verification.diagnose import diagnose
 from rnnconv.verification.run import SAME_RNN, Stage, VerifyOptions, check_same_rnn, failed_report
@@ -312,7 +311,7 @@ def _diagnosis(
             f"into rnnconv's form, so verify's usual mistakes were not tried)",
         )
     kind = next(iter(deployed.fmt.info.kinds))
-    found = diagnose(in_memory_blob(reading, deployed.path, kind), inputs, want, tol)
+    found = diagnose(registry.weight_spaces().in_memory(reading, deployed.path, kind), inputs, want, tol)
     return found.model_copy(update={"tried": found.tried + tried})
 
 

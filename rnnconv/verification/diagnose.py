@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rnnconv.core.blob import Blob
 from rnnconv.core.canonical import ParamKey, RNNSpec
 from rnnconv.core.compare import Inputs, Outputs, compare
 from rnnconv.core.contracts import Diagnosis, Tolerance
 from rnnconv.core.reference import forward
-from rnnconv.formats.cudnn.reader import Blob
 from rnnconv.table.constants import BIAS_KINDS, DIRECTION_WORDS, GATE_NAMES, MATRIX_KINDS
 
 Param = Callable[[ParamKey], np.ndarray]

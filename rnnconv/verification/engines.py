@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from rnnconv.core.blob import Blob
 from rnnconv.core.compare import Inputs, Outputs
 from rnnconv.core.contracts import BackendInfo
 from rnnconv.core.reference import forward
 from rnnconv.errors import BackendMissing, BadInput
 from rnnconv.formats import registry
 from rnnconv.formats.catalog import ENGINES
-from rnnconv.formats.cudnn.reader import Blob
 from rnnconv.formats.runtimes import Engine
 
 

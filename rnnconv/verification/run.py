@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from rnnconv.conversion import without
+from rnnconv.core.blob import Blob
 from rnnconv.core.canonical import RNNSpec
 from rnnconv.core.compare import STATE_SCALE, Inputs, Outputs, compare, make_inputs, tolerance
 from rnnconv.core.contracts import (
@@ -41,8 +42,7 @@ from rnnconv.core.settings import ReadOptions
 from rnnconv.core.weightspace import REPORTED_LAYOUT_NAME, regions
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, cut
 from rnnconv.formats import base, registry, runtimes
-from rnnconv.formats.cudnn.reader import Blob, open_blobs, pick_blob
-from rnnconv.formats.cudnn.writer import in_memory_blob, write_relayout
+from rnnconv.formats.sources import pick_named
 from rnnconv.formats.streaming import StreamRun
 from rnnconv.gpu.backend import LayoutMismatch
 from rnnconv.safeio.digests import digest_differs
@@ -99,8 +99,11 @@ class VerifyOptions:
 
 
 def open_blob(path: Path, options: VerifyOptions) -> Blob:
-    (blob,) = pick_blob(
-        open_blobs(path, options.raw_spec), options.layer, path, or_else=", or verify them all with --all"
+    (blob,) = pick_named(
+        registry.weight_spaces().blobs(path, options.raw_spec),
+        options.layer,
+        path,
+        or_else=", or verify them all with --all",
     )
     return blob
 
@@ -122,8 +125,8 @@ def open_runtime_file(path: Path, fmt: base.Format, options: VerifyOptions) -> t
     the one the file records), and where it is in the file (what the format's `run` is given)."""
     read = ReadOptions(layer=options.layer, hash_source=False, take_all=True)
     with fmt.read(path, read) as found:
-        (rnn,) = pick_blob(found.rnns, options.layer, path, or_else=", or verify them all with --all")
-        return in_memory_blob(rnn, path, next(iter(fmt.info.kinds))), rnn.source
+        (rnn,) = pick_named(found.rnns, options.layer, path, or_else=", or verify them all with --all")
+        return registry.weight_spaces().in_memory(rnn, path, next(iter(fmt.info.kinds))), rnn.source
 
 
 def open_streaming_file(path: Path, options: VerifyOptions) -> tuple[Blob, StreamRun]:
@@ -143,7 +146,7 @@ def open_streaming_file(path: Path, options: VerifyOptions) -> tuple[Blob, Strea
     if options.against is not None:
         source = fmt.resolve(options.against, source, options.layer)
     with fmt.read(source_path, fmt.source_options(source)) as found:
-        blob = in_memory_blob(found.rnns[0], path, next(iter(registry.detect(path).info.kinds)))
+        blob = registry.weight_spaces().in_memory(found.rnns[0], path, next(iter(registry.detect(path).info.kinds)))
     blob.sidecar = blob.sidecar.model_copy(update={"source": source}) if blob.sidecar is not None else None
     return blob, streamed
 
@@ -152,7 +155,7 @@ def rnn_names(path: Path, options: VerifyOptions) -> list[str]:
     """The names of the RNNs a blob or a runtime's file holds (verify --all)."""
     runtime = runtime_format(path, options)
     if runtime is None:
-        return [b.name for b in open_blobs(path, options.raw_spec)]
+        return [b.name for b in registry.weight_spaces().blobs(path, options.raw_spec)]
     with runtime.read(path, ReadOptions(hash_source=False, take_all=True)) as found:
         return [rnn.name for rnn in found.rnns]
 
@@ -350,7 +353,9 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
                     f"--relayout refused: it can only move tensors, and cuDNN differs in more ({refusal})"
                 ) from None
             placed = {p.key: p.offset_bytes for p in exc.placements}
-            write_relayout(blob, placed, exc.weight_space_bytes, options.relayout, exc.cudnn_version, options.force)
+            registry.weight_spaces().write_relayout(
+                blob, placed, exc.weight_space_bytes, options.relayout, exc.cudnn_version, options.force
+            )
             report.relayout = str(options.relayout)
         report.verdict, report.summary, report.layout_findings = "mismatch", str(exc), exc.findings
         report.backend = engine.describe()
@@ -405,7 +410,7 @@ def source_without(
     reference (`written`: the file's element type)."""
     with fmt.read(path, fmt.source_options(source)) as found:
         rnn = found.rnns[0]
-        nearest = without((target or registry.get("cudnn")).losses_in(rnn, written), rnn)
+        nearest = without((target or registry.weight_spaces()).losses_in(rnn, written), rnn)
         y, h_n, c_n = forward(nearest.spec, nearest.param, inputs["x"], inputs["h0"], inputs["c0"], inputs["lengths"])
     return {"y": y, "h_n": h_n, "c_n": c_n}
 

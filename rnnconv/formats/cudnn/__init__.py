@@ -37,4 +37,5 @@ PLUGIN = Plugin(
     ),
     listed=30,
     sniff_order=10,  # a blob with a sidecar may hold any bytes; rnnconv's safetensors before PyTorch's
+    weight_space=True,
 )

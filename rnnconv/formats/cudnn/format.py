@@ -12,26 +12,42 @@ from rnnconv.core.dtypes import element_type
 from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.core.weightspace import weight_space_elements
 from rnnconv.errors import BadInput, listing
-from rnnconv.formats.base import Format, Written
+from rnnconv.formats.base import WeightSpaceFormat, Written
 from rnnconv.formats.cudnn import PLUGIN
 from rnnconv.formats.cudnn.wire import sidecar_path
 from rnnconv.formats.registry import register
-from rnnconv.formats.sources import Source
+from rnnconv.formats.sources import Source, pick_named
 
 if TYPE_CHECKING:
-    from rnnconv.core.canonical import CanonicalRNN
+    from rnnconv.core.blob import Blob
+    from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 
 
 @register
-class CudnnFormat(Format):
+class CudnnFormat(WeightSpaceFormat):
     plugin = PLUGIN
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
-        from rnnconv.formats.cudnn.reader import open_blobs, pick_blob
-
-        blobs = pick_blob(open_blobs(path, options.raw_spec), options.layer, path, options.take_all)
+        blobs = pick_named(self.blobs(path, options.raw_spec), options.layer, path, options.take_all)
         yield Source([b.to_canonical() for b in blobs])
+
+    def blobs(self, path: Path, raw_spec: RNNSpec | None = None) -> list[Blob]:
+        from rnnconv.formats.cudnn.reader import open_blobs
+
+        return open_blobs(path, raw_spec)
+
+    def in_memory(self, rnn: CanonicalRNN, path: Path, kind: str) -> Blob:
+        from rnnconv.formats.cudnn.writer import in_memory_blob
+
+        return in_memory_blob(rnn, path, kind)
+
+    def write_relayout(
+        self, blob: Blob, placed: dict[ParamKey, int], total_bytes: int, path: Path, version: str, force: bool
+    ) -> None:
+        from rnnconv.formats.cudnn.writer import write_relayout
+
+        write_relayout(blob, placed, total_bytes, path, version, force)
 
     def holds_several(self, path: Path) -> bool:
         return path.suffix == ".safetensors"
@@ -55,9 +71,7 @@ class CudnnFormat(Format):
         raise BadInput(f"output {path} must end in .bin (raw weight space + JSON sidecar) or .safetensors")
 
     def inspect(self, path: Path) -> InspectReport:
-        from rnnconv.formats.cudnn.reader import open_blobs
-
-        blobs = open_blobs(path)
+        blobs = self.blobs(path)
         rnns = [
             InspectEntry(
                 name=b.name,

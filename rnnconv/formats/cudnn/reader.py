@@ -3,17 +3,14 @@ each tensor placed by the layout the description names (a GPU's reported layout 
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
-from rnnconv.core.contracts import SIDECAR_FORMAT, LayoutInfo, Provenance, Sidecar, parse
-from rnnconv.core.dtypes import ElementType, decode, element_type
+from rnnconv.core.blob import KIND_SAFETENSORS, Blob
+from rnnconv.core.canonical import ParamKey, RNNSpec
+from rnnconv.core.contracts import SIDECAR_FORMAT, Sidecar, parse
+from rnnconv.core.dtypes import ElementType, element_type
 from rnnconv.core.weightspace import (
     LAYOUT_NAME,
     LAYOUT_VERSION,
@@ -24,88 +21,14 @@ from rnnconv.core.weightspace import (
     size_formula,
     weight_space_elements,
 )
-from rnnconv.errors import BadInput, listing, no_such_rnn
-from rnnconv.formats import _safetensors, registry, sources
+from rnnconv.errors import BadInput
+from rnnconv.formats import _safetensors, registry
 from rnnconv.formats.cudnn.wire import is_rnnconv_safetensors, sidecar_path
 from rnnconv.formats.probe import Probe
 from rnnconv.safeio.inputs import JSON_LIMIT, FileArray, json_document, open_source, regular_file
 from rnnconv.safeio.outputs import SIDECAR_SUFFIX
-from rnnconv.table.constants import Kind
 
-KIND_BIN = "cudnn-bin"
-KIND_SAFETENSORS = "cudnn-safetensors"
 RAW_SPEC_FLAGS = "--mode, --input-size, --hidden-size (and --num-layers, --bidirectional, --proj-size, --dtype)"
-
-
-@dataclass
-class Blob:
-    """A weight space on disk, read where it lies, with its description."""
-
-    name: str
-    spec: RNNSpec
-    etype: ElementType
-    words: FileArray | np.ndarray  # storage words, 1-D, still in the file (in memory: a file verify runs itself)
-    sidecar: Sidecar | None = None  # None: a raw blob described by flags
-    path: Path | None = None
-    places: dict[ParamKey, Region] = field(default_factory=dict)  # where each tensor is; the layout's by default
-    kind: str = KIND_BIN
-
-    def __post_init__(self) -> None:
-        self.places = self.places or region_map(self.spec)
-
-    @property
-    def layout(self) -> LayoutInfo | None:
-        return self.sidecar.layout if self.sidecar else None
-
-    @property
-    def source(self) -> Provenance:
-        return self.sidecar.source if self.sidecar else Provenance()
-
-    @property
-    def notes(self) -> list[str]:
-        return list(self.sidecar.notes) if self.sidecar else []
-
-    def decoded(self, start: int, stop: int) -> np.ndarray:
-        """A run of the weight space's elements as numbers (for scans that must not load it whole)."""
-        return decode(np.asarray(self.words[start:stop]), self.etype)
-
-    def param(self, key: ParamKey) -> np.ndarray:
-        region = self.places[key]
-        words = self.words[region.offset : region.offset + region.size]
-        return decode(np.asarray(words), self.etype).reshape(region.shape)
-
-    def to_canonical(self) -> CanonicalRNN:
-        if not self.spec.bias:
-            nonzero = [r.key.label for r in self.places.values() if r.is_bias and self.param(r.key).any()]
-            if nonzero:
-                raise BadInput(
-                    f"{self.path}: its spec says the RNN has no biases, but {nonzero[0]} holds non-zero values"
-                )
-        source = Provenance(path=str(self.path), format=self.kind, name=self.name)
-        return CanonicalRNN(
-            self.name,
-            self.spec,
-            {key: functools.partial(self.param, key) for key in self.spec.param_keys()},
-            source=source,
-            notes=self.notes,
-            stacked=self.stacked,
-            keepalive=self,
-            origin=self.sidecar.source if self.sidecar else None,
-        )
-
-    def stacked(self, layer: int, direction: int, kind: str) -> np.ndarray | FileArray | None:
-        """The gates of one kind, in cuDNN order, when they lie back to back: still in the file (bfloat16 words
-        read and widened)."""
-        gates = [""] if kind == Kind.P else list(self.spec.gates)
-        parts = [self.places[ParamKey(layer, direction, kind, g)] for g in gates]
-        if any(b.offset != a.offset + a.size for a, b in itertools.pairwise(parts)):
-            return None
-        words = self.words[parts[0].offset : parts[-1].offset + parts[-1].size]
-        shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
-        if self.etype.name == "bfloat16":
-            return decode(np.asarray(words), self.etype).reshape(shape)
-        stacked: FileArray | np.ndarray = words.reshape(shape)
-        return stacked
 
 
 def read_sidecar(blob: Path) -> Sidecar:
@@ -232,20 +155,3 @@ def open_blobs(path: Path, raw_spec: RNNSpec | None = None) -> list[Blob]:
         f"{path} is not a cuDNN blob: no sidecar {sidecar_path(path).name} beside it and not an rnnconv "
         f".safetensors; a raw blob needs {RAW_SPEC_FLAGS}"
     )
-
-
-def pick_blob(
-    blobs: list[sources.Item], layer: str | None, path: Path, take_all: bool = False, or_else: str = ""
-) -> list[sources.Item]:
-    """The blob `layer` names, or the only one (every one with `take_all`); `or_else` ends the advice when the
-    file holds several and none was named (verify: its --all)."""
-    if layer is not None:
-        chosen = [b for b in blobs if b.name == layer]
-        if not chosen:
-            raise no_such_rnn(f"{path} has no RNN named", layer, [b.name for b in blobs])
-        return chosen
-    if len(blobs) > 1 and not take_all:
-        raise BadInput(
-            f"{path} holds {len(blobs)} RNNs ({listing(b.name for b in blobs)}); pick one with --layer{or_else}"
-        )
-    return blobs

@@ -14,13 +14,13 @@ from typing import BinaryIO
 
 import numpy as np
 
+from rnnconv.core.blob import Blob
 from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.core.contracts import SIDECAR_FORMAT, CudnnSettings, LayoutInfo, Provenance, Sidecar, WeightSpaceInfo, dump
 from rnnconv.core.dtypes import ElementType, count_non_finite, element_type, stored_words
 from rnnconv.core.weightspace import LAYOUT, REPORTED_LAYOUT_NAME, Region, regions, weight_space_elements
 from rnnconv.errors import BadInput
 from rnnconv.formats import _safetensors, sources
-from rnnconv.formats.cudnn.reader import Blob
 from rnnconv.formats.cudnn.wire import sidecar_path
 from rnnconv.formats.writing import in_source
 from rnnconv.safeio.inputs import FileArray
