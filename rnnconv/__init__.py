@@ -1,4 +1,5 @@
-"""rnnconv: convert recurrent-network weights between Keras, PyTorch, ONNX and cuDNN, and prove them right.
+"""rnnconv: convert recurrent-network weights between the files of the frameworks and runtimes that run them and
+NVIDIA cuDNN's weight space, and prove them right (`rnnconv.formats()` lists the formats).
 
 The library mirrors the command line:
 

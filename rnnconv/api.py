@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rnnconv.conversion import convert as _convert
-from rnnconv.conversion import open_source, output_name
+from rnnconv.conversion import holdable, open_source, output_name
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import (
     BatchItem,
@@ -29,9 +29,10 @@ from rnnconv.core.contracts import (
     Report,
     Reports,
 )
-from rnnconv.core.settings import ReadOptions, WriteOptions, split
-from rnnconv.errors import EXIT_INTERNAL, BadInput, RnnconvError, failure
+from rnnconv.errors import EXIT_INTERNAL, BadInput, RnnconvError, Unsupported, failure
 from rnnconv.formats import registry
+from rnnconv.formats.base import Format
+from rnnconv.formats.settings import ReadOptions, WriteOptions, split
 from rnnconv.safeio.inputs import check_guards, explained, reading, regular_file, unguarded, watching
 from rnnconv.safeio.outputs import SIDECAR_SUFFIX, check_writable
 
@@ -63,15 +64,13 @@ class RNNs(list[CanonicalRNN]):
 
 
 def load(path: PathLike, **options: Any) -> RNNs:
-    """The RNNs of a Keras, PyTorch, ONNX or cuDNN file, in cuDNN's convention (`CanonicalRNN`).
+    """The RNNs of a file of any format rnnconv reads (`formats()`), in cuDNN's convention (`CanonicalRNN`).
 
-    `options` are the fields of `ReadOptions` (rnnconv.core.settings), the command line's source options:
-    `layer` picks one RNN by name (a Keras layer, `a,b,c` to stack consecutive Keras
-    layers, a PyTorch module prefix, an ONNX node or `a,b` chain, a key of an
-    rnnconv `.safetensors`); with several in
-    the file and no `layer`, `all_rnns=True` returns every one that converts. `spec`
-    describes a raw cuDNN weight space that has no sidecar; `bias_split`, `nonlinearity`,
-    `activation`, `recurrent_activation` and `dequantize` as for `convert`.
+    `options` are the fields of `ReadOptions` (rnnconv.formats.settings), the command line's source options:
+    `layer` picks one RNN by the name `inspect` gives it (what that is in each format: `rnnconv convert --help`);
+    with several in the file and no `layer`, `all_rnns=True` returns every one that converts. `spec` describes a
+    raw cuDNN weight space that has no sidecar; the other fields (what a file does not store, a format's own) as
+    for `convert`.
 
         >>> with rnnconv.load("model.h5", layer="encoder") as (rnn,):
         ...     w_input_gate = rnn.param(ParamKey(0, 0, "W", "i"))
@@ -113,19 +112,19 @@ def raw_spec(
 def convert(source: PathLike, output: PathLike | None = None, **options: Any) -> ConversionResult:
     """Convert `source` to `output` (a cuDNN `.bin` beside the source by default) and say what was written.
 
-    `options` are the fields of `ReadOptions`, `WriteOptions` and `TargetOptions` (rnnconv.core.settings), the
+    `options` are the fields of `ReadOptions`, `WriteOptions` and `TargetOptions` (rnnconv.formats.settings), the
     command line's options by the same names. The source's format comes from its content (`source_format`
-    insists on one); the target from `to` ("cudnn", "torch", "keras", "onnx") or the output's name. An
-    existing output is replaced only with `force`. `dtype` converts the elements (default: the source's);
-    `spec` describes a raw weight space without a sidecar. What a file does not store (an
-    nn.RNN's `nonlinearity`, a bare Keras file's `activation` and `recurrent_activation`) is
-    taken from these arguments, or assumed and recorded (`require_stated` refuses to assume).
-    `hash_source=False` leaves the source's digest out of the output's description. `dequantize` reads a
-    quantized ONNX LSTM with its weights dequantized (the result is the float model, not the quantized one).
-    `progress` is told (bytes just written, total bytes) as a blob is written. A target that cannot hold a term
-    of the source is refused naming it; `allow_lossy` writes it without the term and warns how much that changes.
+    insists on one); the target from `to` (a format's name, as `formats()` lists them) or the output's name. An
+    existing output is replaced only with `force`. `dtype` converts the elements (default: the source's, where the
+    target stores it); `spec` describes a raw weight space without a sidecar. What a file does not store (a simple
+    RNN's `nonlinearity`, a bare Keras file's `activation` and `recurrent_activation`) is taken from these
+    arguments, or assumed and recorded (`require_stated` refuses to assume). `hash_source=False` leaves the source's
+    digest out of the output's description. A format's own settings (`rnnconv convert --help` says each one's) apply
+    to its files alone. `progress` is told (bytes just written, total bytes) as a blob is written. A target that
+    cannot hold a term of the source is refused naming it; `allow_lossy` writes it without the term and warns how much
+    that changes.
 
-    With `into` (a PyTorch checkpoint or Keras file of the user's), `output` is a copy of it with
+    With `into` (a model file of the user's, of a format that `writes_into`), `output` is a copy of it with
     the RNNs' tensors replaced and nothing else changed: each goes where its blob came from (its
     sidecar's source), or where `layer` names in `into` (`layer` then picks nothing in `source`).
     """
@@ -504,21 +503,42 @@ def _names_an_input(path: Path, inputs: list[Path]) -> bool:
     return path.resolve() in names
 
 
-def inspect(path: PathLike, profile: str | None = None) -> InspectReport:
-    """Every RNN in a file: its spec, its class, and whether it converts (why not); with `profile` (an ONNX
-    consumer: rnnconv.formats.onnx.profile), each of the consumer's limits the file's RNN nodes break."""
+def inspect(path: PathLike, profile: str | None = None, to: str | None = None) -> InspectReport:
+    """Every RNN in a file: its spec, its class, and whether it converts (why not); with `to` (a format's name),
+    whether it converts to that format's files, as a conversion would refuse it; with `profile` (a consumer of the
+    file's format, where it has them: ONNX's), each of the consumer's documented limits the file breaks."""
     path = registry.source_file(Path(path))
+    target = None if to is None else registry.get(to)
+    if target is not None and not target.info.writes:
+        raise BadInput(f"--to {to}: rnnconv reads {target.title} files but does not write them")
     with watching(path) as still_unchanged:
         fmt = registry.detect(path)
         report = fmt.inspect(path)
         if profile is not None:
-            from rnnconv.formats.onnx.profile import broken_in_file
-
-            if fmt.name != "onnx":
-                raise BadInput(f"--profile checks an ONNX consumer's limits, and {path.name} is {fmt.title}, not ONNX")
-            report.profile, report.broken_limits = profile, broken_in_file(path, profile)
+            report.profile, report.broken_limits = profile, fmt.broken_limits(path, profile)
+        if target is not None:
+            report.target = target.name
+            held_by(target, fmt, path, report)
         still_unchanged()  # a file that changed meanwhile may be described as neither it nor its new self
     return report
+
+
+def held_by(target: Format, fmt: Format, path: Path, report: InspectReport) -> None:
+    """Each RNN of the report that converts, checked against what `target` can hold, as a conversion to it would
+    refuse it (the refusal its reason)."""
+    converting = {entry.name: entry for entry in report.rnns if entry.converts}
+    if not converting:
+        return
+    with fmt.read(path, ReadOptions(take_all=True, hash_source=False, drop_clip=False)) as found:
+        for rnn in found.rnns:
+            entry = converting.get(rnn.name)
+            if entry is None:
+                continue
+            try:
+                target.written_dtype(rnn.spec, None)
+                holdable(target, rnn, WriteOptions())
+            except Unsupported as exc:
+                entry.converts, entry.reason = False, str(exc)
 
 
 def identify(

@@ -18,11 +18,12 @@ from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.compare import make_inputs
 from rnnconv.core.contracts import ConversionResult, ConvertedRNN, RecordedLoss, Skipped
 from rnnconv.core.reference import forward
-from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.errors import BadInput, RnnconvError, SeveralRnns, Unsupported, either, listing
 from rnnconv.formats import holding, registry
 from rnnconv.formats.base import Format
 from rnnconv.formats.holding import PROBE_BATCH, PROBE_SEED, PROBE_STEPS, Loss
+from rnnconv.formats.setting_fields import WRITE_FIELDS, not_its_own
+from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source, check_stated
 from rnnconv.formats.streaming import check_streamable, streams
 from rnnconv.safeio.inputs import reading
@@ -107,6 +108,13 @@ def into_target(into: Path, output: Path | None, to: str | None, write: WriteOpt
     return found
 
 
+def check_own_settings(target: Format, write: WriteOptions) -> None:
+    """Refuse a setting of another format's own (ONNX's --profile) given for this target."""
+    for name, setting in WRITE_FIELDS.items():
+        if getattr(write, name) != setting.default and (why := not_its_own(name, target.title, "the output")):
+            raise BadInput(why)
+
+
 def without(losses: list[Loss], rnn: CanonicalRNN) -> CanonicalRNN:
     """The nearest RNN to `rnn` that holds none of `losses` (each has a nearest)."""
     for loss in losses:
@@ -182,8 +190,6 @@ def convert(
         place, options.layer, options.take_all = options.layer, None, True
     else:
         target = registry.get(to or "cudnn") if output is None else registry.for_output(output, to)
-    if write.profile is not None and target.name != "onnx":
-        raise BadInput(f"--profile checks an ONNX consumer's limits, and the output is {target.title}, not ONNX")
     with reading(source):  # the first look: from here on, a source that changes commits nothing
         fmt = source_format(source, options, expect, target.name)  # a wrong source is said before anything else
         output = output or default_output(source, target)
@@ -197,6 +203,7 @@ def convert(
                 raise RnnconvError(f"{source} gave no RNN to write")
             check_stated(found.rnns, options)
             check_streamable(target.info, found.rnns, write)
+            check_own_settings(target, write)
             held = [holdable(target, rnn, write) for rnn in found.rnns]  # before anything is written
             if into is None:
                 dtype = target.written_dtype(found.rnns[0].spec, write.dtype)  # what the file holds, said once

@@ -140,6 +140,72 @@ def test_the_not_yet_clean_modules_exist():
     assert {p.relative_to(PACKAGE).as_posix() for p in MODULES} >= set(NOT_YET_CLEAN)
 
 
+# Each format by the first word of its title (the weight space aside: every sentence may name cuDNN).
+FORMAT_WORDS = sorted({info.title.split()[0] for name, info in FORMAT_INFO.items() if name != catalog.WEIGHT_SPACE})
+NAMES_A_FORMAT = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, FORMAT_WORDS)) + r")(?!\w)")
+PUBLIC = ("__init__.py", "api.py")  # whose docstrings are the library's documentation
+
+
+def prose_of(path: Path) -> list[tuple[int, str]]:
+    """The text a user reads of a module: its strings (help, messages), and the docstrings of the public API's."""
+    tree = ast.parse(path.read_text())
+    docstrings = set()
+    if path.name not in PUBLIC:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+                first = node.body[0]
+                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                    docstrings.add(id(first.value))
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]
+
+
+def test_no_prose_outside_the_format_packages_lists_formats_by_hand():
+    """Help texts, messages and the public API's docs that name formats take them from the plugins: a text that
+    names two formats by hand drifts as formats are added (the --streaming help said ONNX and TFLite after TF.js
+    streamed too). Within a format's package, and in the table's rows, a format speaks of itself."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).parts
+        if parts[0] == "table" or (parts[0] == "formats" and len(parts) > 2):
+            continue
+        for line, text in prose_of(path):
+            named = sorted(set(NAMES_A_FORMAT.findall(text)))
+            if len(named) > 1:
+                found.append(f"{path.relative_to(PACKAGE)}:{line} names {', '.join(named)}")
+    assert not found, found
+
+
+def test_no_module_outside_the_formats_imports_one_format():
+    """Verify, the GPU layer, the command line and the core reach a format through the registry and the plugins'
+    data, never by importing its package."""
+    packages = tuple(plugin.package for plugin in catalog.plugins())
+    found = [
+        f"{path.relative_to(PACKAGE)} imports {module}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).parts[0] != "formats"
+        for module in sorted(imports_of(path))
+        if module.startswith(packages)
+    ]
+    assert not found, found
+
+
+def test_the_house_keeps_its_shape():
+    """At most 16 modules and packages at the top level, no file over 800 lines, the registry under 400, one
+    package named cudnn (the format's: the GPU layer is gpu/)."""
+    top = [p.name for p in PACKAGE.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()]
+    assert len(top) <= 16, sorted(top)
+    long = {
+        str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 800
+    }
+    assert not long, long
+    assert len((PACKAGE / "formats" / "registry.py").read_text().splitlines()) <= 400
+    assert [p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("cudnn") if p.is_dir()] == ["formats/cudnn"]
+
+
 def test_cli_is_thin():
     assert len((PACKAGE / "cli" / "commands.py").read_text().splitlines()) <= 350
 

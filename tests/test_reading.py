@@ -12,10 +12,10 @@ import rnnconv
 from rnnconv.cli.commands import app
 from rnnconv.core.canonical import ParamKey, RNNSpec
 from rnnconv.core.contracts import Provenance
-from rnnconv.core.setting_fields import READ_FIELDS, TARGET_FIELDS, WRITE_FIELDS
-from rnnconv.core.settings import ReadOptions, TargetOptions, WriteOptions, conversion_names
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats.reading import ASSUMED, STATED, Found, StoredCell, read, settle, settle_nonlinearity
+from rnnconv.formats.setting_fields import READ_FIELDS, TARGET_FIELDS, WRITE_FIELDS
+from rnnconv.formats.settings import ReadOptions, TargetOptions, WriteOptions, conversion_names
 from rnnconv.table.apply import find_row
 from rnnconv.table.layouts import BIAS_SINGLE
 from rnnconv.table.rows import Row

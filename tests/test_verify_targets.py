@@ -21,9 +21,9 @@ from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, declared_re
 import rnnconv
 from rnnconv.core.canonical import CanonicalRNN, ParamKey
 from rnnconv.core.contracts import dump
-from rnnconv.core.settings import WriteOptions
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import registry
+from rnnconv.formats.settings import WriteOptions
 from rnnconv.table.constants import RNN
 from rnnconv.verification.run import VerifyOptions, verify
 

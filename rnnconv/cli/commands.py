@@ -28,12 +28,13 @@ from rnnconv.cli.options import (
     VERIFY_HELP,
     direction_options,
     identify_parameters,
+    inspect_parameters,
     parameter,
+    pick,
     sources_and_output,
     verify_parameters,
 )
 from rnnconv.cli.streams import standalone
-from rnnconv.errors import BadInput
 from rnnconv.formats.catalog import FORMAT_INFO
 from rnnconv.table.rows import ADAPTER_FORMATS, FORMATS, TABLE
 from rnnconv.version import __version__
@@ -84,14 +85,6 @@ def command(name: str, doc: str, params: list[inspect.Parameter]) -> Callable[..
     return register
 
 
-def pick(values: dict[str, Any]) -> str | None:
-    """--layer, or its old name --prefix."""
-    layer, prefix = values.pop("layer", None), values.pop("prefix", None)
-    if layer is not None and prefix is not None and layer != prefix:
-        raise BadInput("--layer and its old name --prefix name different RNNs; give one")
-    return layer if layer is not None else prefix
-
-
 def raw_spec(values: dict[str, Any]) -> Any:
     from rnnconv.api import raw_spec as spec_of
 
@@ -101,7 +94,7 @@ def raw_spec(values: dict[str, Any]) -> Any:
 def run_conversion(values: dict[str, Any], to: str | None, source_format: str | None) -> int:
     from rnnconv import api
     from rnnconv.cli import render
-    from rnnconv.core.settings import conversion_names
+    from rnnconv.formats.settings import conversion_names
 
     sources, output = sources_and_output(values.pop("sources"), values.pop("output"), source_format, to or "cudnn")
     quiet, as_json, verbose, spec = values["quiet"], values["json"], values["verbose"], raw_spec(values)
@@ -220,14 +213,15 @@ def verify(**values: Any) -> int:
 @command(
     "inspect",
     "List every recurrent network in a file: its class, its cuDNN spec, and whether it converts "
-    "(why not).\n\nExamples:\n\n  rnnconv inspect model.h5\n\n  rnnconv inspect model.onnx --profile tensorrt",
-    [parameter("source", argument=True, help="Any file rnnconv reads."), *map(parameter, ("profile", *COMMON))],
+    "(why not).\n\nExamples:\n\n  rnnconv inspect model.h5\n\n  rnnconv inspect model.h5 --to tflite\n\n  "
+    "rnnconv inspect model.onnx --profile tensorrt",
+    inspect_parameters(),
 )
 def inspect_file(source: Path, **values: Any) -> int:
     from rnnconv import api
     from rnnconv.cli import render
 
-    return render.inspection(api.inspect(source, values.pop("profile")), **values)
+    return render.inspection(api.inspect(source, values.pop("profile"), values.pop("to")), **values)
 
 
 @command("identify", IDENTIFY_HELP, identify_parameters())
@@ -320,9 +314,7 @@ def doctor(**values: Any) -> None:
             annotation=Path,
             help="Where to write the offsets cuDNN reported (JSON).",
         ),
-        parameter("quick"),
-        parameter("force"),
-        *map(parameter, COMMON),
+        *map(parameter, ("quick", "force", *COMMON)),
     ],
 )
 def gpu_battery(output: Path, quick: bool, force: bool, **values: Any) -> int:

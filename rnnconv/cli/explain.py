@@ -237,8 +237,8 @@ def _file_mappings(source: Path, layer: str | None, target: str, split: str) -> 
     """The mapping of each direction of a file's first layer and its numbers, read through the registry."""
     from rnnconv.cli.picture import layout_for, map_cell
     from rnnconv.conversion import open_source, source_format
-    from rnnconv.core.settings import ReadOptions
     from rnnconv.formats.registry import source_file
+    from rnnconv.formats.settings import ReadOptions
 
     fmt = source_format(source_file(source), ReadOptions()).name
     options = ReadOptions(layer=layer, bias_split=split, take_all=layer is None)

@@ -14,36 +14,32 @@ from typing import Any
 
 import typer
 
-from rnnconv.core.setting_fields import READ_FIELDS, TARGET_FIELDS, WRITE_FIELDS
 from rnnconv.formats.catalog import ENGINES, FORMAT_INFO
-from rnnconv.formats.onnx.wire import ONNX_PROFILES
+from rnnconv.formats.setting_fields import READ_FIELDS, TARGET_FIELDS, WRITE_FIELDS
 from rnnconv.table.constants import CUDNN_MODES, ELEMENT_TYPE_CODES, MAX_LAYERS, NONLINEARITIES
-from rnnconv.table.rows import ADAPTER_FORMATS, BIAS_SPLITS
+from rnnconv.table.rows import ADAPTER_FORMATS
 
 
 def choices(name: str, values: Any) -> Any:
     return Enum(name, {value: value for value in values}, type=str)
 
 
-DType, Mode, BiasSplit = (
-    choices("DType", ELEMENT_TYPE_CODES),
-    choices("Mode", CUDNN_MODES),
-    choices("BiasSplit", BIAS_SPLITS),
-)
-Profile = choices("Profile", ONNX_PROFILES)
+DType, Mode = choices("DType", ELEMENT_TYPE_CODES), choices("Mode", CUDNN_MODES)
 Nonlinearity, Target, Engine = (
     choices("Nonlinearity", NONLINEARITIES),
     choices("Target", [name for name in ADAPTER_FORMATS if FORMAT_INFO[name].writes]),
     choices("Engine", ENGINES),
 )
-# A source's and a target's options are the fields of the library's settings; their choices come from the table.
-CHOICES = {"bias_split": BiasSplit, "nonlinearity": Nonlinearity, "dtype": DType, "to": Target, "profile": Profile}
+# A source's and a target's options are the fields of the library's settings; their choices come from the table (or
+# from the setting's own declaration: a bias split, an ONNX consumer).
+CHOICES = {"nonlinearity": Nonlinearity, "dtype": DType, "to": Target}
 
 
 def _declared() -> dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]]:
     options: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {}
     for name, setting in {**READ_FIELDS, **WRITE_FIELDS, **TARGET_FIELDS}.items():
-        choice: Any = CHOICES.get(name)
+        declared = choices(name.title().replace("_", ""), setting.choices) if setting.choices else None
+        choice: Any = CHOICES.get(name, declared)
         annotation = setting.annotation if choice is None else choice
         if choice is not None and setting.default is None:
             annotation = choice | None
@@ -96,7 +92,7 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         Path | None,
         None,
         ("--against",),
-        "The source model (Keras file, PyTorch checkpoint, .onnx or TF1 checkpoint) [default: the one the blob names].",
+        "The source model (a file of any format whose framework verify runs) [default: the one the blob names].",
         {},
     ),
     "backend": (
@@ -110,9 +106,9 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         str | None,
         None,
         ("--stream-runtime",),
-        "verify --streaming: the runtime that runs the streaming model: onnxruntime (ONNX); litert or tflite-micro "
-        "(TFLite, tflite-micro from pip install 'rnnconv[tflite-micro]'); tfjs (TensorFlow.js under Node.js) "
-        "[default: the format's own].",
+        "verify --streaming: the runtime that runs the streaming model: "
+        + "; ".join(f"{' or '.join(info.streams)} ({info.title})" for info in FORMAT_INFO.values() if info.streams)
+        + " [default: the format's own; rnnconv doctor says which are installed].",
         {},
     ),
     "seq_len": (int, 8, ("--seq-len",), "Time steps of the test input (at least 2).", {}),
@@ -302,10 +298,10 @@ VERIFY_HELP = (
 )
 IDENTIFY_HELP = (
     "Name the layout of a headerless weight blob, from its size and (--probe) from what it computes.\n\n"
-    "Every layout of the layout table (gate orders of cuDNN, PyTorch, Keras, ONNX, TF1, MIOpen, TensorRT; "
-    "matrices as rows or transposed; separate, concatenated, folded or no biases), packed every known way (cuDNN's "
-    "all matrices then all biases, cell by cell, ...), is sized for the stated spec, and those that fit the blob's "
-    "size are listed. With --probe (one input and the outputs the "
+    "Every layout of the layout table (every format's gate orders, MIOpen's and TensorRT's among them: rnnconv "
+    "explain; matrices as rows or transposed; separate, concatenated, folded or no biases), packed every known way "
+    "(cuDNN's all matrices then all biases, cell by cell, ...), is sized for the stated spec, and those that fit the "
+    "blob's size are listed. With --probe (one input and the outputs the "
     "blob's model gives for it) each runs through the numpy reference of cuDNN's equations and the one that "
     "reproduces the outputs is named. The result says how to convert from it; -o writes it (as convert does).\n\n"
     "The probe .npz holds x (T, B, I), optional h0 (L*D, B, H or P), c0 (L*D, B, H) and lengths (B,), and the "
@@ -326,6 +322,22 @@ def verify_parameters() -> list[inspect.Parameter]:
         "(the others are paired by position and sizes).",
     )
     return [layer if name == "layer" else parameter(name) for name in VERIFY_OPTIONS]
+
+
+def inspect_parameters() -> list[inspect.Parameter]:
+    source = parameter("source", argument=True, help="Any file rnnconv reads.")
+    to = parameter("to", help="Say whether each RNN converts to this format, as a conversion to it would refuse it.")
+    return [source, to, *map(parameter, ("profile", *COMMON))]
+
+
+def pick(values: dict[str, Any]) -> str | None:
+    """--layer, or its old name --prefix."""
+    from rnnconv.errors import BadInput
+
+    layer, prefix = values.pop("layer", None), values.pop("prefix", None)
+    if layer is not None and prefix is not None and layer != prefix:
+        raise BadInput("--layer and its old name --prefix name different RNNs; give one")
+    return layer if layer is not None else prefix
 
 
 def identify_parameters() -> list[inspect.Parameter]:

@@ -310,7 +310,8 @@ def inspection(report: InspectReport, json: bool, quiet: bool, verbose: bool) ->
     # fit, one RNN a line
     names = [cut(rnn.name) for rnn in report.rnns]
     table.add_column("name", no_wrap=True, min_width=max(map(len, names), default=4))
-    for column in ("class", "cuDNN spec", "converts"):
+    converts = "converts" if report.target is None else f"converts to {report.target}"
+    for column in ("class", "cuDNN spec", converts):
         table.add_column(column, overflow="fold")
     rows = []
     for rnn, name in zip(report.rnns, names):
@@ -325,12 +326,13 @@ def inspection(report: InspectReport, json: bool, quiet: bool, verbose: bool) ->
     else:
         out().print(title)
         for name, layer_class, spec, verdict in rows:
-            out().print(f"{name}\n  {layer_class}; {spec}; converts: {verdict}")
+            out().print(f"{name}\n  {layer_class}; {spec}; {converts}: {verdict}")
     if not report.rnns:
         out().print("no recurrent layers found")
     for rnn, name in zip(report.rnns, names):
         if not rnn.converts:
-            out().print(f"[red]{escape(name)} does not convert:[/] {escape(sentence(rnn.reason or ''))}")
+            does_not = "does not convert" if report.target is None else f"does not convert to {report.target}"
+            out().print(f"[red]{escape(name)} {does_not}:[/] {escape(sentence(rnn.reason or ''))}")
         if verbose and rnn.source and rnn.source.path:
             out().print(f"{escape(name)} was made from {escape(cut(rnn.source.path, 300))} ({rnn.source.format})")
     for text in report.notes + [n for r in report.rnns for n in r.notes]:

@@ -407,7 +407,8 @@ class InspectReport(Contract):
     versions: dict[str, str] = Field(default_factory=dict)
     rnns: list[InspectEntry]
     notes: list[str] = Field(default_factory=list)
-    profile: str | None = None  # inspect --profile: the ONNX consumer checked
+    profile: str | None = None  # inspect --profile: the consumer whose documented limits were checked
+    target: str | None = None  # inspect --to: the format whose files each RNN's `converts` says it can be written in
     broken_limits: list[str] = Field(default_factory=list)  # each limit of the profile a node breaks, a line each
 
 

@@ -27,6 +27,7 @@ from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance
 from rnnconv.core.reference import ACTIVATIONS, sigmoid
 from rnnconv.errors import BadInput, Unsupported
+from rnnconv.formats.holding import reset_before_settings
 from rnnconv.table.constants import CUDNN_GATES, GRU, LSTM, RNN, Kind
 
 TOLERANCE = 1e-5  # float32: how far the graph's value may be from the reading's, relative to the value's size
@@ -304,8 +305,8 @@ def why_not_cudnn(reading: Reading) -> str | None:
     """Why cuDNN cannot compute a recognised cell (a clause: "it ..."), or None."""
     if reading.mode == GRU and not reading.reset_after:
         return (
-            "applies its GRU reset gate to the state before the recurrent product (Keras reset_after=False, ONNX "
-            "linear_before_reset=0), where cuDNN's GRU applies it to the product"
+            f"applies its GRU reset gate to the state before the recurrent product ({reset_before_settings()}), "
+            f"where cuDNN's GRU applies it to the product"
         )
     return None
 

@@ -24,9 +24,9 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import InspectEntry, InspectReport, Provenance, RNNSizes
-from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing, no_such_rnn, several_rnns
 from rnnconv.formats.base import Format
+from rnnconv.formats.settings import ReadOptions
 from rnnconv.formats.sources import Source, inspect_entry, read_chosen
 from rnnconv.table.apply import find_row, mode_for
 from rnnconv.table.constants import CUDNN_MODES

@@ -26,11 +26,11 @@ import numpy as np
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import InspectReport, Provenance
 from rnnconv.core.dtypes import decode, element_type, encode
-from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import BackendMissing, BadInput, no_such_rnn, several_rnns
 from rnnconv.formats import base, runtimes, sources
 from rnnconv.formats._msgpack import Bfloat16Words
 from rnnconv.formats.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
+from rnnconv.formats.settings import ReadOptions
 from rnnconv.safeio.inputs import regular_file
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.apply import find_row

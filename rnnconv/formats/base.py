@@ -24,17 +24,21 @@ from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.core.compare import Inputs, Outputs
 from rnnconv.core.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
 from rnnconv.core.dtypes import element_type
-from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.errors import BadInput, Unsupported, listing
 from rnnconv.formats import holding
-from rnnconv.formats.catalog import FORMAT_INFO
+from rnnconv.formats.catalog import FORMAT_INFO, plugins
 from rnnconv.formats.holding import Loss
 from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
 from rnnconv.formats.probe import Probe
 from rnnconv.formats.runtimes import absent, versions_of
+from rnnconv.formats.setting_fields import not_its_own
+from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source
 from rnnconv.formats.writing import rounded_sums
 from rnnconv.safeio.inputs import unguarded
+
+# The formats whose files verify runs as sources, in their own frameworks (those that say what runs them).
+RUN_SOURCES = tuple(plugin.info.name for plugin in plugins() if plugin.runtimes)
 
 
 @dataclass
@@ -121,6 +125,11 @@ class Format(ABC):
     def read(self, path: Path, options: ReadOptions) -> contextlib.AbstractContextManager[Source]:
         """The RNNs of the file in canonical form, read lazily while the context lasts."""
 
+    def broken_limits(self, path: Path, consumer: str) -> list[str]:
+        """Each documented limit of a consumer of its files (`--profile`, a setting of its own) that the file breaks,
+        a line each; refused in one sentence for a format that has no such setting."""
+        raise BadInput(not_its_own("profile", self.title, path.name) or f"--profile is not for {self.title} files")
+
     def losses(self, rnn: CanonicalRNN) -> list[Loss]:
         """What of `rnn` this format cannot hold exactly, found before anything is written (lossless or refused): what
         its declarations say (`holding.losses`)."""
@@ -201,9 +210,10 @@ class Format(ABC):
 
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
         """Which RNN of the file a blob came from: the recorded one, else the one `layer` or the file names."""
+        running = listing(info.title for info in FORMAT_INFO.values() if info.name in RUN_SOURCES)
         raise Unsupported(
-            f"no runner for format {self.name!r}: verify runs Keras and PyTorch sources; give the "
-            f"model the blob came from with --against"
+            f"no runner for format {self.name!r}: verify runs the sources of {running}; give the model the blob came "
+            f"from with --against"
         )
 
     def source_options(self, source: Provenance) -> ReadOptions:

@@ -126,6 +126,17 @@ def _no_cell(info: FormatInfo, spec: RNNSpec) -> str:
     return f"{info.title} has no {CELL_NAMES[spec.cell]} (it has {has})"
 
 
+def reset_before_settings() -> str:
+    """The settings by which formats' GRUs apply their reset gate before the recurrent matrix, as their table rows
+    say (the rows refused for it): what a sentence about that mistake names."""
+    named = [
+        f"{FORMAT_INFO[row.format].title}'s " + ", ".join(f"{key}={value}" for key, value in row.when.items())
+        for row in TABLE
+        if row.cell == GRU and row.refusal and row.when and row.format in FORMAT_INFO
+    ]
+    return listing(dict.fromkeys(named), few=2)
+
+
 def b_hn_keys(spec: RNNSpec) -> list[ParamKey]:
     """Every b_hn of a GRU: the new gate's recurrent bias, which acts inside the reset product."""
     if spec.mode != GRU or not spec.bias:

@@ -12,7 +12,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SettingField:
+    """A setting the command line offers as an option and the library takes as a keyword, in plain data: its type,
+    default, flags and help, and the values it takes where they are a fixed set (the command line's choice)."""
+
+    annotation: Any  # the library's type
+    default: Any
+    flags: tuple[str, ...]
+    help: str
+    choices: tuple[str, ...] = ()
+
 
 # Every element type rnnconv reads and writes (table.constants.ELEMENT_TYPE_CODES), float32 first.
 EVERY_DTYPE: tuple[str, ...] = ("float32", "float64", "float16", "bfloat16")
@@ -54,6 +68,7 @@ class FormatInfo:
     default_for: tuple[str, ...]  # output names that mean this format when no --to is given
     source_options: tuple[str, ...]  # the read options that apply to its files (beyond --layer)
     example: str  # a file name of this format, for examples
+    layer: str = ""  # what --layer names in its files, as its help says (none: a file holds one RNN)
     examples: tuple[str, ...] = ()  # source arguments worth showing when this format is the source
     extra: str | None = None  # the pip extra its framework comes in
     writes_into: bool = False  # whether --into can write a copy of a user's file with an RNN replaced
@@ -109,6 +124,10 @@ class Plugin:
     # Its test dependencies: the modules of the frameworks its extra installs, which its tests import and which a
     # conversion that does not run the format must never import.
     frameworks: tuple[str, ...] = ()
+    # The settings that are its own: a source's (ONNX's --dequantize) and a target's (ONNX's --profile, TFLite's
+    # --chunk), offered by the command line and taken by the library beside every format's.
+    read_settings: Mapping[str, SettingField] = field(default_factory=dict)
+    write_settings: Mapping[str, SettingField] = field(default_factory=dict)
     # Whether its files are cuDNN's weight space itself: the blobs verify runs and the GPU layer feeds cuDNN, the
     # default target (one format says so: `registry.weight_spaces()`).
     weight_space: bool = False

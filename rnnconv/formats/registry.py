@@ -19,7 +19,6 @@ import importlib
 import os
 from pathlib import Path
 
-from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, either
 from rnnconv.formats import catalog
 from rnnconv.formats.base import Format, WeightSpaceFormat
@@ -27,6 +26,7 @@ from rnnconv.formats.plugin import Plugin
 from rnnconv.formats.probe import Probe
 from rnnconv.formats.probe import Unrecognized as Unrecognized  # noqa: PLC0414
 from rnnconv.formats.runtimes import Engine
+from rnnconv.formats.settings import ReadOptions
 from rnnconv.table.rows import ADAPTER_FORMATS
 
 _REGISTRY: dict[str, Format] = {}

@@ -16,8 +16,8 @@ import pydantic
 
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.contracts import InspectEntry, Provenance, RNNSizes, dump
-from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import MESSAGE_LIMIT, BadInput, RnnconvError, Unsupported, cut, listing, no_such_rnn
+from rnnconv.formats.settings import ReadOptions
 from rnnconv.formats.writing import arrays_in_source
 from rnnconv.safeio.digests import SourcePass
 

@@ -27,8 +27,8 @@ from rnnconv.table.constants import LSTM, STATES
 
 if TYPE_CHECKING:
     from rnnconv.core.compare import Inputs, Outputs
-    from rnnconv.core.settings import WriteOptions
     from rnnconv.formats.base import Format, Stream
+    from rnnconv.formats.settings import WriteOptions
 
 STREAM_INPUT, STREAM_OUTPUT = "x", "y"
 STATE_INPUT = "{state}_l{layer}"  # h_l0, c_l0, h_l1, ...

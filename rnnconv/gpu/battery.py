@@ -34,10 +34,10 @@ from rnnconv.core.compare import compare, tolerance
 from rnnconv.core.contracts import dump
 from rnnconv.core.dtypes import decode, element_type, encode
 from rnnconv.core.reference import forward
-from rnnconv.core.settings import WriteOptions
 from rnnconv.core.weightspace import LAYOUT_NAME, LAYOUT_VERSION, region_map, weight_space_elements
 from rnnconv.errors import BackendMissing, RnnconvError
 from rnnconv.formats import registry
+from rnnconv.formats.settings import WriteOptions
 from rnnconv.gpu.api import CudnnError
 from rnnconv.gpu.backend import (
     CudnnBackend,

@@ -36,19 +36,19 @@ from rnnconv.core.contracts import (
     Tolerance,
 )
 from rnnconv.core.reference import forward
-from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, cut, listing, no_such_rnn
 from rnnconv.formats import base, registry
+from rnnconv.formats.holding import reset_before_settings
+from rnnconv.formats.settings import ReadOptions
 from rnnconv.table.constants import CUDNN_MODES, GRU, LSTM
 from rnnconv.verification.diagnose import diagnose
 from rnnconv.verification.run import SAME_RNN, Stage, VerifyOptions, check_same_rnn, failed_report
 from rnnconv.version import __version__
 
 RESET_PLACEMENT = (
-    "the deployed GRU applies its reset gate before the recurrent matrix (ONNX's linear_before_reset=0, Keras's "
-    "reset_after=False), where the checkpoint's applies it after (PyTorch's and cuDNN's GRU): the checkpoint's GRU "
-    "computed with the reset before gives what the file computes, so the exporter wrote the wrong reset placement "
-    "(linear_before_reset must be 1)"
+    f"the deployed GRU applies its reset gate before the recurrent matrix ({reset_before_settings()}), where the "
+    f"checkpoint's applies it after (as cuDNN's GRU does): the checkpoint's GRU computed with the reset before gives "
+    f"what the file computes, so the exporter wrote the wrong reset placement"
 )
 
 

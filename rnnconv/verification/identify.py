@@ -30,10 +30,10 @@ from rnnconv.core.compare import tolerance
 from rnnconv.core.contracts import Identification, LayoutCandidate, Provenance, Tolerance
 from rnnconv.core.dtypes import DTYPES, ElementType, decode, element_type, source_dtype_name
 from rnnconv.core.reference import forward
-from rnnconv.core.settings import WriteOptions
 from rnnconv.errors import BadInput, Unsupported, either
 from rnnconv.formats import registry
 from rnnconv.formats._zip import ZIP_ERRORS
+from rnnconv.formats.settings import WriteOptions
 from rnnconv.safeio.inputs import FileArray, reading, regular_file, watching
 from rnnconv.table.apply import assemble_stored, gate_loaders, stored_shapes
 from rnnconv.table.constants import CUDNN_GATES, KINDS, LSTM, PROJECTION, Kind

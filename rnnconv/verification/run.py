@@ -38,10 +38,10 @@ from rnnconv.core.contracts import (
 )
 from rnnconv.core.dtypes import count_non_finite
 from rnnconv.core.reference import forward
-from rnnconv.core.settings import ReadOptions
 from rnnconv.core.weightspace import REPORTED_LAYOUT_NAME, regions
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, cut
 from rnnconv.formats import base, registry, runtimes
+from rnnconv.formats.settings import ReadOptions
 from rnnconv.formats.sources import pick_named
 from rnnconv.formats.streaming import StreamRun
 from rnnconv.gpu.backend import LayoutMismatch
@@ -240,8 +240,7 @@ def _source_format(path: Path, source: Provenance, against: bool) -> base.Format
     fmt = registry.detect(path) if against or not source.format else registry.for_kind(source.format)
     if fmt.name == "cudnn":
         raise BadInput(
-            f"{'--against ' if against else 'the recorded source '}{path} is a cuDNN blob; give the "
-            f"Keras or PyTorch model it came from"
+            f"{'--against ' if against else 'the recorded source '}{path} is a cuDNN blob; give the model it came from"
         )
     return fmt
 

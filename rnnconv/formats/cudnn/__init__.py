@@ -31,6 +31,7 @@ PLUGIN = Plugin(
         write_suffixes=(".bin", ".safetensors"),
         default_for=(".bin", ".safetensors"),
         source_options=("raw_spec",),
+        layer="a key of an rnnconv .safetensors",
         example="model.bin",
         counts_non_finite=True,
         examples=("weights.raw --mode lstm --input-size 80 --hidden-size 512 --num-layers 2 --bidirectional",),

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 from rnnconv.core.contracts import InspectEntry, InspectReport
 from rnnconv.core.dtypes import element_type
-from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.core.weightspace import weight_space_elements
 from rnnconv.errors import BadInput, listing
 from rnnconv.formats.base import WeightSpaceFormat, Written
 from rnnconv.formats.cudnn import PLUGIN
 from rnnconv.formats.cudnn.wire import sidecar_path
 from rnnconv.formats.registry import register
+from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source, pick_named
 
 if TYPE_CHECKING:

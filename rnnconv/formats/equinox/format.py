@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rnnconv.core.contracts import InspectReport, Provenance
-from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.errors import BadInput
 from rnnconv.formats import _jax, runtimes, sources, writing
 from rnnconv.formats.base import Format, Written
 from rnnconv.formats.equinox import PLUGIN
 from rnnconv.formats.equinox.wire import KIND
 from rnnconv.formats.registry import register
+from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source
 
 if TYPE_CHECKING:

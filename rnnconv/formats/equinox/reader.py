@@ -12,12 +12,12 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance
-from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import BadInput, cut
 from rnnconv.formats import _jax
 from rnnconv.formats._npy import NPY_MAGIC, npy_header
 from rnnconv.formats.equinox.wire import EQUINOX_CLASSES
 from rnnconv.formats.reading import Found, StoredCell, read, settle
+from rnnconv.formats.settings import ReadOptions
 from rnnconv.safeio.inputs import regular_file
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import EQUINOX_FIELDS, EQUINOX_NAMES

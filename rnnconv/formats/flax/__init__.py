@@ -36,6 +36,7 @@ PLUGIN = Plugin(
         write_suffixes=(".msgpack",),
         default_for=(".msgpack",),
         source_options=("bias_split", "nonlinearity"),
+        layer="a path in the tree of params (encoder/layers_1)",
         example="params.msgpack",
         examples=("params.msgpack --nonlinearity relu",),
         extra="flax",

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnnconv.core.settings import WriteOptions
 from rnnconv.formats import _jax, writing
 from rnnconv.formats.base import Written
 from rnnconv.formats.flax import PLUGIN
 from rnnconv.formats.flax.wire import KIND
 from rnnconv.formats.registry import register
+from rnnconv.formats.settings import WriteOptions
 
 if TYPE_CHECKING:
     from rnnconv.core.canonical import CanonicalRNN

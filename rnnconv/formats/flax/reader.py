@@ -9,10 +9,10 @@ from typing import Any
 
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.contracts import Provenance
-from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import BadInput
 from rnnconv.formats import _jax, _msgpack
 from rnnconv.formats.flax.wire import FLAX_LINEN_CLASSES, FLAX_LINEN_LAYERS, FLAX_PARAMS
+from rnnconv.formats.settings import ReadOptions
 from rnnconv.safeio.inputs import regular_file
 from rnnconv.table.constants import FLAX_LINEN_CELLS, LSTM
 

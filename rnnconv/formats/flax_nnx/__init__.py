@@ -33,6 +33,7 @@ PLUGIN = Plugin(
         write_suffixes=(".msgpack",),
         default_for=(".nnx.msgpack",),
         source_options=("bias_split", "nonlinearity"),
+        layer="a path in the tree of params (encoder/layers/0)",
         example="params.nnx.msgpack",
         extra="flax",
     ),

@@ -10,10 +10,10 @@ from typing import Any
 
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.contracts import Provenance
-from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import BadInput
 from rnnconv.formats import _jax, _msgpack
 from rnnconv.formats.flax_nnx.wire import FLAX_NNX_CELLS, FLAX_NNX_LAYERS
+from rnnconv.formats.settings import ReadOptions
 from rnnconv.safeio.inputs import regular_file
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import GRU

@@ -7,7 +7,7 @@ Each is imported only when its verb is used.
 
 from __future__ import annotations
 
-from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime
+from rnnconv.formats.plugin import EngineInfo, FormatInfo, Plugin, Runtime, SettingField
 
 PLUGIN = Plugin(
     package=__name__,
@@ -29,6 +29,7 @@ PLUGIN = Plugin(
         write_suffixes=(".keras", ".weights.h5"),
         default_for=(".keras", ".weights.h5"),
         source_options=("bias_split", "activation", "recurrent_activation"),
+        layer="a layer name (a,b,c stacks consecutive layers into one RNN)",
         example="model.h5",
         examples=("model.keras --layer encoder --dtype float16", "model.h5 --layer lstm_1,lstm_2,lstm_3"),
         extra="keras",
@@ -41,4 +42,21 @@ PLUGIN = Plugin(
     ),
     engine=EngineInfo("keras", ".keras", "Keras layers (CPU) running the blob, float32", (("keras", "keras"),), 100),
     frameworks=("tensorflow", "keras", "tf_keras"),
+    # What a weights file without a model config does not store, stated by the user (None: assumed and said so).
+    read_settings={
+        "activation": SettingField(
+            str | None,
+            None,
+            ("--activation",),
+            "A Keras layer's activation, for a weights file without a model config [default: tanh, recorded as an "
+            "assumption].",
+        ),
+        "recurrent_activation": SettingField(
+            str | None,
+            None,
+            ("--recurrent-activation",),
+            "A Keras LSTM/GRU's recurrent_activation, for a weights file without a model config [default: sigmoid, "
+            "recorded as an assumption; refused for Keras versions whose default was hard_sigmoid].",
+        ),
+    },
 )

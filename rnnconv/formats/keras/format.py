@@ -12,11 +12,11 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec, stack
 from rnnconv.core.contracts import InspectReport, Provenance
-from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.formats.base import Format, Written
 from rnnconv.formats.keras import PLUGIN
 from rnnconv.formats.probe import HDF5_MAGIC
 from rnnconv.formats.registry import register
+from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source, convert_each, inspect_entry
 from rnnconv.safeio.digests import SourcePass
 

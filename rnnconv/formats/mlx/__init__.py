@@ -37,6 +37,7 @@ PLUGIN = Plugin(
         write_suffixes=(".safetensors",),
         default_for=(".mlx.safetensors",),
         source_options=("nonlinearity",),
+        layer="a module prefix (encoder.layers)",
         example="model.safetensors",
         examples=("mlx.safetensors --layer encoder.layers",),
         extra="mlx",

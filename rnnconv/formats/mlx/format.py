@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line
 from rnnconv.formats import writing
 from rnnconv.formats._graph import GraphFormat
@@ -13,6 +12,7 @@ from rnnconv.formats.base import Written
 from rnnconv.formats.mlx import PLUGIN
 from rnnconv.formats.mlx.wire import MLX_CLASSES
 from rnnconv.formats.registry import register
+from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.table.constants import LSTM
 
 if TYPE_CHECKING:

@@ -36,6 +36,7 @@ PLUGIN = Plugin(
         write_suffixes=(".param",),
         default_for=(".param",),
         source_options=(),
+        layer="a layer's name",
         example="model.param",
         examples=("model.param --layer lstm_1",),
         extra="ncnn",

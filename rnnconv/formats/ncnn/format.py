@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.errors import BadInput
 from rnnconv.formats import writing
 from rnnconv.formats._graph import GraphFormat, refuse
@@ -13,6 +12,7 @@ from rnnconv.formats.base import Written
 from rnnconv.formats.ncnn import PLUGIN
 from rnnconv.formats.ncnn.wire import IN, NARROW_OPTIONS, OUT, bin_of
 from rnnconv.formats.registry import register
+from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.table.constants import LSTM
 
 if TYPE_CHECKING:

@@ -21,7 +21,8 @@ sequence_lens the chunk's length).
 
 from __future__ import annotations
 
-from rnnconv.formats.plugin import EngineInfo, FormatInfo, Holds, Plugin, Runtime
+from rnnconv.formats.onnx.wire import ONNX_PROFILES
+from rnnconv.formats.plugin import EngineInfo, FormatInfo, Holds, Plugin, Runtime, SettingField
 
 PLUGIN = Plugin(
     package=__name__,
@@ -43,6 +44,7 @@ PLUGIN = Plugin(
         write_suffixes=(".onnx",),
         default_for=(".onnx",),
         source_options=("dequantize",),
+        layer="a node name (a,b for a chain of nodes)",
         example="model.onnx",
         examples=("model.onnx --layer /rnn/LSTM_1",),
         extra="onnx",
@@ -72,4 +74,24 @@ PLUGIN = Plugin(
         ),
     ),
     frameworks=("onnx", "onnxruntime"),
+    read_settings={
+        "dequantize": SettingField(
+            bool,
+            False,
+            ("--dequantize",),
+            "Convert an ONNX quantized LSTM (com.microsoft DynamicQuantizeLSTM) with its int8 weights "
+            "dequantized, (q - zero_point) * scale: the result is the float model the quantized one approximates.",
+        ),
+    },
+    write_settings={
+        "profile": SettingField(
+            str | None,
+            None,
+            ("--profile",),
+            "An ONNX consumer (" + ", ".join(ONNX_PROFILES) + ") whose documented limits the ONNX must keep: "
+            "inspect lists each limit a file breaks (exit 1 if any), a conversion to ONNX is refused if its output "
+            "would break one.",
+            ONNX_PROFILES,
+        ),
+    },
 )

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.formats import base, writing
 from rnnconv.formats._graph import GraphFormat, sizes_of
 from rnnconv.formats.base import Written
 from rnnconv.formats.onnx import PLUGIN
 from rnnconv.formats.registry import register
+from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.table.constants import LSTM
 
 if TYPE_CHECKING:
@@ -59,6 +59,11 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
     def notes(self, graph: OnnxFile) -> list[str]:
         looped = graph.loop_note()
         return super().notes(graph) + graph.same_weights_notes() + ([f"{graph.path.name}: {looped}"] if looped else [])
+
+    def broken_limits(self, path: Path, consumer: str) -> list[str]:
+        from rnnconv.formats.onnx.profile import broken_in_file
+
+        return broken_in_file(path, consumer)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.onnx.writer import write_onnx

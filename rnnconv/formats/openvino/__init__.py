@@ -39,6 +39,7 @@ PLUGIN = Plugin(
         write_suffixes=(".xml",),
         default_for=(".xml",),
         source_options=("bias_split",),
+        layer="an op's name (a,b for a chain of ops)",
         example="model.xml",
         examples=("model.xml --layer /encoder/LSTMSequence",),
         extra="openvino",

@@ -6,7 +6,6 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.formats import writing
 from rnnconv.formats._graph import GraphFormat, sizes_of
 from rnnconv.formats.base import Written
@@ -22,6 +21,7 @@ from rnnconv.formats.openvino.wire import (
     SEQUENCE_OPS,
 )
 from rnnconv.formats.registry import register
+from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.safeio.inputs import reading
 from rnnconv.table.constants import INPUT_MATRIX, LSTM
 

@@ -39,6 +39,7 @@ PLUGIN = Plugin(
         write_suffixes=(),
         default_for=(),
         source_options=("bias_split", "nonlinearity"),
+        layer="a layer's variable scope (encoder/cudnn_lstm)",
         example="model.ckpt.index",
         examples=("model.ckpt --layer encoder/cudnn_gru", "rnn.ckpt.index --nonlinearity relu"),
         extra="keras",

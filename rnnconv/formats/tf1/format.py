@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rnnconv.core.contracts import InspectEntry, InspectReport, Provenance
-from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import BadInput
 from rnnconv.formats.base import Format
 from rnnconv.formats.registry import register
+from rnnconv.formats.settings import ReadOptions
 from rnnconv.formats.sources import Source, inspect_entry, read_chosen
 from rnnconv.formats.tf1 import PLUGIN
 from rnnconv.formats.tf1.wire import KIND

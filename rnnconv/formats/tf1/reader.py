@@ -14,9 +14,9 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance, RNNSizes
-from rnnconv.core.settings import ReadOptions
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing, several_rnns
 from rnnconv.formats.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
+from rnnconv.formats.settings import ReadOptions
 from rnnconv.formats.tf1.tensor_bundle import Checkpoint
 from rnnconv.formats.tf1.wire import TF1_BIDIRECTIONAL, TF1_CELLS, TF1_DIRECTIONS, TF1_OPAQUE, TF1_UNIDIRECTIONAL
 from rnnconv.table.apply import rows_for

@@ -42,6 +42,7 @@ PLUGIN = Plugin(
         write_suffixes=(".json",),
         default_for=("model.json",),
         source_options=(),
+        layer="a layer's name",
         example="model.json",
         examples=("model.json --layer lstm_1",),
         streams=("tfjs",),

@@ -7,12 +7,12 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import writing
 from rnnconv.formats._graph import GraphFormat
 from rnnconv.formats.base import Written
 from rnnconv.formats.registry import register
+from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.tfjs import PLUGIN
 from rnnconv.safeio.inputs import reading
 

@@ -25,7 +25,7 @@ h_l0_next, c_l0_next, ... as outputs, no variable tensor; a GRU streams too.
 
 from __future__ import annotations
 
-from rnnconv.formats.plugin import EngineInfo, FormatInfo, Holds, Plugin, Runtime
+from rnnconv.formats.plugin import EngineInfo, FormatInfo, Holds, Plugin, Runtime, SettingField
 
 PLUGIN = Plugin(
     package=__name__,
@@ -46,6 +46,7 @@ PLUGIN = Plugin(
         write_suffixes=(".tflite",),
         default_for=(".tflite",),
         source_options=(),
+        layer="an op's name as inspect gives it (layer0)",
         example="model.tflite",
         examples=("model.tflite --layer layer0",),
         extra="tflite",
@@ -72,4 +73,12 @@ PLUGIN = Plugin(
         60,
     ),
     frameworks=("ai_edge_litert", "tflite_micro"),
+    write_settings={
+        "chunk": SettingField(
+            int | None,
+            None,
+            ("--chunk",),
+            "The chunk length (steps a call) of a streaming TFLite model, which takes one length [default: 1].",
+        ),
+    },
 )

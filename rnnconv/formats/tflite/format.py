@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.errors import BadInput
 from rnnconv.formats import writing
 from rnnconv.formats._graph import GraphFormat
 from rnnconv.formats.base import Written
 from rnnconv.formats.registry import register
+from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.tflite import PLUGIN
 from rnnconv.formats.tflite.wire import (
     TFLITE_CELL_OPS,

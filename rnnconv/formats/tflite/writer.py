@@ -10,8 +10,8 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.dtypes import element_type
-from rnnconv.core.settings import WriteOptions
 from rnnconv.formats import sources, writing
+from rnnconv.formats.settings import WriteOptions
 from rnnconv.formats.tflite.builder import Constant, Graph, build_graph, serialize, write_graph
 from rnnconv.formats.tflite.model import slot_of
 from rnnconv.formats.tflite.streaming import streaming_graph

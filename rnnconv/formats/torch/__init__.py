@@ -26,6 +26,7 @@ PLUGIN = Plugin(
         write_suffixes=(".pt", ".pth", ".bin", ".safetensors"),
         default_for=(".pt", ".pth"),
         source_options=("nonlinearity",),
+        layer="a module prefix (encoder.rnn)",
         example="ckpt.pt",
         examples=("seq2seq.pt --layer encoder.rnn", "rnn.pt --nonlinearity relu"),
         extra="torch",

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rnnconv.core.contracts import InspectEntry, InspectReport, Provenance
-from rnnconv.core.settings import ReadOptions, WriteOptions
 from rnnconv.formats.base import Format, Written
 from rnnconv.formats.registry import register
+from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source, inspect_entry, read_chosen
 from rnnconv.formats.torch import PLUGIN
 from rnnconv.formats.torch.wire import CHECKPOINT_SUFFIXES

@@ -1,5 +1,5 @@
 """How to read a source and how to write a target, declared once: the library takes these fields, the
-command line makes its options of the ones `rnnconv.core.setting_fields` declares (in plain data, so that the command
+command line makes its options of the ones `rnnconv.formats.setting_fields` declares (in plain data, so that the command
 line's help needs no pydantic).
 
 `ReadOptions` is what every format's `read` is given, `WriteOptions` what its `write` is given; `api.load`,
@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field
 
 from rnnconv.core.canonical import RNNSpec
 from rnnconv.core.contracts import Contract, parse
-from rnnconv.core.setting_fields import READ_FIELDS, TARGET_FIELDS, WRITE_FIELDS, SettingField
+from rnnconv.formats.setting_fields import READ_FIELDS, TARGET_FIELDS, WRITE_FIELDS, SettingField
 
 Progress = Callable[[int, int], None]  # (bytes just written, total bytes of the weight spaces)
 
