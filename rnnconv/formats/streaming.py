@@ -6,7 +6,8 @@ A streaming model's inputs are `x` (batch, chunk, input), then each layer's stat
 `h_l1`, ..., each (batch, size); its outputs are `y` (batch, chunk, output), then the new states `h_l0_next`,
 `c_l0_next`, ... in the same order. A format says in its plugin facts which runtimes run its streaming models
 (`FormatInfo.streams`, the first its own); `verify --streaming` feeds a sequence through one in chunks of several
-sizes, carrying the states, and compares each run with the source's on the whole sequence.
+sizes, carrying the states (`verification/streaming.py`), and compares each run with the source's on the whole
+sequence.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
-from rnnconv.core.contracts import BackendInfo
 from rnnconv.errors import BadInput, Unsupported, listing
 from rnnconv.formats.catalog import FORMAT_INFO
 from rnnconv.formats.plugin import FormatInfo
@@ -27,14 +27,13 @@ from rnnconv.table.constants import LSTM, STATES
 
 if TYPE_CHECKING:
     from rnnconv.core.compare import Inputs, Outputs
-    from rnnconv.formats.base import Format, Stream
+    from rnnconv.formats.base import Stream
     from rnnconv.formats.settings import WriteOptions
 
 STREAM_INPUT, STREAM_OUTPUT = "x", "y"
 STATE_INPUT = "{state}_l{layer}"  # h_l0, c_l0, h_l1, ...
 STATE_OUTPUT = STATE_INPUT + "_next"
 MAX_CHUNK = 1024  # steps a fixed-chunk model unrolls: beyond that, a graph of that many copies of the cell
-CHUNKS = (1, 3, 7)  # the chunk sizes verify feeds a model that takes any: one step, and sizes that split 8 unevenly
 
 
 @dataclass(frozen=True)
@@ -136,50 +135,6 @@ def _check_shapes(got: dict[str, np.ndarray], expected: dict[str, tuple[int, ...
         raise BadInput(
             f"the streaming model gives {name} of shape {given}, not {shape}, the shape of the state it took"
         )
-
-
-class StreamRun:
-    """A streaming file run as it is in a runtime (verify --streaming's engine): fed the sequence in chunks of each
-    size it takes, its states carried from call to call; `runs` holds each size's outputs."""
-
-    def __init__(self, fmt: Format, path: Path, runtime: str | None):
-        streams = fmt.info.streams
-        if not streams:
-            raise BadInput(f"{path} is a {fmt.title} file, which has no streaming form: verify it without --streaming")
-        runtime = runtime or streams[0]
-        if runtime not in streams:
-            raise BadInput(
-                f"a streaming {fmt.title} model runs in {' or '.join(streams)}, not {runtime!r} (--stream-runtime)"
-            )
-        self.path, self.name = path, runtime
-        self.notes: list[str] = []
-        self.stream = fmt.stream(path, runtime)
-        self.runs: dict[int, Outputs] = {}
-
-    @property
-    def chunks(self) -> tuple[int, ...]:
-        return CHUNKS if self.stream.chunk is None else (self.stream.chunk,)
-
-    def steps(self, seq_len: int) -> int:
-        """The test sequence's length: `seq_len`, or for a model of one chunk length, whole chunks (at least 2)."""
-        chunk = self.stream.chunk
-        return seq_len if chunk is None else chunk * max(2, -(-seq_len // chunk))
-
-    def run(self, blob: object, inputs: Inputs) -> Outputs:
-        spec: RNNSpec = blob.spec  # type: ignore[attr-defined]
-        self.runs = {chunk: run_in_chunks(self.stream, spec, inputs, chunk) for chunk in self.chunks}
-        return self.runs[self.chunks[0]]
-
-    def describe(self) -> BackendInfo:
-        sizes = ", ".join(map(str, self.chunks))
-        return BackendInfo(
-            name=self.name,
-            detail=f"{self.stream.how}, {self.path.name} fed the sequence in chunks of {sizes} step(s), its states "
-            f"carried from call to call",
-        )
-
-    def versions(self) -> dict[str, str]:
-        return self.stream.versions
 
 
 def streaming_usage(spec: RNNSpec, runtime: str, path: str) -> str:

@@ -43,7 +43,6 @@ from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, 
 from rnnconv.formats import base, registry, runtimes
 from rnnconv.formats.settings import ReadOptions
 from rnnconv.formats.sources import pick_named
-from rnnconv.formats.streaming import StreamRun
 from rnnconv.gpu.backend import LayoutMismatch
 from rnnconv.safeio.digests import digest_differs
 from rnnconv.safeio.inputs import check_guards, regular_file
@@ -52,6 +51,7 @@ from rnnconv.table.constants import CUDNN_MODES, DIRECTION, LSTM, MANTISSA_BITS
 from rnnconv.verification.diagnose import diagnose
 from rnnconv.verification.engines import select_engine
 from rnnconv.verification.junit import junit_xml
+from rnnconv.verification.streaming import StreamRun
 from rnnconv.version import __version__
 
 MAX_STEPS = 1 << 16  # test inputs stay small: enough steps and items to show any layout mistake
