@@ -516,3 +516,34 @@ def test_verify_engines_come_from_the_registry():
                        "rnnconv.formats.catalog",
                        "rnnconv.formats.catalog.ENGINES", "rnnconv.formats.cudnn.reader",
                        "rnnconv.formats.cudnn.reader.Blob"}, reached  # fmt: skip
+
+
+TESTS = ROOT / "tests"
+
+
+def test_no_test_module_imports_a_framework_at_its_top():
+    """The core tier (`pip install -e . pytest`, no framework) collects every test module: one that imports a
+    framework at its top (what runs on import: its statements outside functions and classes) fails its collection
+    there, unless an earlier statement skips the module without it (pytest.importorskip)."""
+    from conftest import FRAMEWORKS
+
+    found = []
+    for path in sorted([*TESTS.rglob("test_*.py"), *TESTS.rglob("conftest.py"), TESTS / "runtimes.py"]):
+        skipped: set[str] = set()
+        for node in ast.parse(path.read_text()).body:
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "importorskip" and call.args:
+                    first = call.args[0]
+                    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                        skipped.add(first.value.split(".")[0])
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            found += [
+                f"{path.relative_to(ROOT)}:{node.lineno} imports {name}"
+                for name in names
+                if name.split(".")[0] in FRAMEWORKS and name.split(".")[0] not in skipped
+            ]
+    assert not found, found

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import onnx
 import pytest
 from conftest import FIXTURES, assert_clean_failure, run_cli
 
@@ -60,6 +59,7 @@ def test_a_gru_exported_with_linear_before_reset_0_is_a_mismatch_naming_the_rese
     assert "reset gate before the recurrent matrix" in gru["summary"]
     # one 3-layer GRU alone, as the dynamo exporter wrote it (a chain of nodes), each flag set to 0: the audit runs
     # it (verify of one RNN cannot read it)
+    onnx = pytest.importorskip("onnx")
     model = onnx.load(str(FIXTURES / "onnx" / "gru3_dynamo.onnx"))
     for node in (n for n in model.graph.node if n.op_type == "GRU"):
         (flag,) = [a for a in node.attribute if a.name == "linear_before_reset"]
