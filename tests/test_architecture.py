@@ -261,6 +261,7 @@ def test_every_extra_is_declared_installed_by_the_tests_and_pinned():
                 assert not apart, f"{name}'s runtime {runtime.key}: .ci/constraints.txt pins no version of {apart}"
 
 
+@pytest.mark.needs("onnx")
 def test_one_layer_rule_for_every_graph_format(tmp_path):
     """--layer in a file of layers (ONNX, OpenVINO, TFLite, ncnn, MLX), one rule: an RNN by its name, a chain by its
     layers' names as a,b, one layer alone by its name."""

@@ -345,7 +345,7 @@ def test_a_small_conversion_builds_no_document_it_does_not_write(tmp_path):
         "    main()\n"
         "except SystemExit as done:\n"
         "    assert not done.code, done.code\n"
-        "from rnnconv import contracts\n"
+        "from rnnconv.core import contracts\n"
         "built = {name for name, model in vars(contracts).items() if getattr(model, '__pydantic_complete__', False)}\n"
         "print(sorted(built & {'Report', 'Reports', 'BatchItem', 'BatchResults', 'InspectReport', 'Comparison'}))\n"
     )

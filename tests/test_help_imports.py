@@ -85,7 +85,7 @@ SHARED_MODULES = {
     [
         ("keras3/lstm.h5", "out.bin", {"keras", "cudnn"}),
         ("torch/rnn_tanh.pt", "out.bin", {"torch", "cudnn"}),
-        ("blob.bin", "out.onnx", {"cudnn", "onnx"}),
+        pytest.param("blob.bin", "out.onnx", {"cudnn", "onnx"}, marks=pytest.mark.needs("onnx")),
     ],
 )
 def test_a_conversion_imports_only_its_two_formats(source, output, formats, tmp_path):

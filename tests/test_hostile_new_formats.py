@@ -427,6 +427,7 @@ def test_an_eqx_header_that_does_not_tokenize_is_refused(lstm, tmp_path):
     one_sentence(cli("inspect", bad), 2, "leaf 0 is not a .npy numpy reads")
 
 
+@pytest.mark.needs("mlx.core")
 def test_a_stored_npz_member_that_does_not_match_its_crc_is_refused(tmp_path):
     """MLX's .npz members are read in place, and no one checked their CRC-32: damaged weights converted (exit 0), and
     MLX's own load, meeting the CRC in verify --against, raised BadZipFile (exit 4)."""
@@ -509,6 +510,7 @@ def test_a_probe_of_a_zip_version_zipfile_does_not_read_is_refused(tmp_path):
 REGRESSIONS = Path(__file__).parent / "fuzz" / "regressions"
 
 
+@pytest.mark.needs("onnx")
 def test_an_onnx_constant_whose_value_attribute_is_no_tensor_is_not_folded():
     """A Constant whose attribute named value is of another type (a list of floats) was taken for a tensor:
     AttributeError (exit 4). Now that chain is not folded, and the file is listed with what does not convert."""
@@ -552,6 +554,7 @@ def test_a_recorded_source_dtype_rnnconv_does_not_know_is_refused(target, lstm, 
     one_sentence(cli("verify", written), 2, "records its source's element type as 'gru'")
 
 
+@pytest.mark.needs("onnx")
 def test_an_onnx_node_named_in_bytes_that_are_not_utf8_is_refused(tmp_path):
     """The streaming fuzz family found it: protobuf hands a name that is not UTF-8 over as bytes, and joining the
     names of a chain raised a TypeError (exit 4)."""

@@ -167,7 +167,7 @@ def test_a_closed_stderr_cannot_receive_an_output_file_descriptor(tmp_path):
     output = tmp_path / "out.bin"
     code = (
         "import os, sys\n"
-        "from rnnconv import cli\n"
+        "from rnnconv.cli import commands as cli\n"
         "sys.argv = ['rnnconv', 'convert', sys.argv[1], sys.argv[2], '-q']\n"
         "real = cli.app\n"
         "def app():\n"

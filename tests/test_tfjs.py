@@ -140,6 +140,7 @@ def test_files_tensorflow_js_saved_read_back_exactly():
 
 
 @needs_tfjs
+@pytest.mark.needs("torch")
 def test_a_tensorflow_js_source_runs_in_tensorflow_js(tmp_path):
     """The converter-named, two-shard file converted to PyTorch: verify runs the source in TensorFlow.js (its 2-layer
     Bidirectional stack, from non-zero states) and PyTorch on the result."""
@@ -253,6 +254,7 @@ def test_what_tensorflow_js_refuses_is_said_in_its_words(tmp_path):
 
 
 @needs_tfjs
+@pytest.mark.needs("torch")
 def test_quantized_weights_read_as_tensorflow_js_dequantizes_them(tmp_path):
     """The saved fixture's weights quantized as the converter quantizes them (float16, and uint8 with scale and
     min): rnnconv reads the values TensorFlow.js loads, and a conversion of it matches TensorFlow.js running it."""
