@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
@@ -91,7 +92,12 @@ def _table(**options: Any) -> Table:
     return Table(**options)
 
 
-VERDICT_COLOURS = {"match": "green", "structure-only": "yellow", "lossy-as-recorded": "yellow"}  # else red
+VERDICT_COLOURS = {
+    "match": "green",
+    "structure-only": "yellow",
+    "lossy-as-recorded": "yellow",
+    "not-deployed": "yellow",
+}  # else red
 
 
 def shown(function: Shown) -> Shown:
@@ -268,30 +274,54 @@ def _paired(report: Report) -> str:
 
 @shown
 def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
-    """`verify --all`: one row per RNN (name, spec, verdict, summary), or the reports as JSON."""
+    """`verify --all` and the audit: one row per RNN (name, spec, verdict, summary), or the reports as JSON; then
+    the verdict of them all."""
     for report in reports.root:
         for text in report.warnings:
             warning(f"{report.name}: {text}")
     if as_json:
         print_json(reports)
         return
-    table = _table(show_header=True)
-    for column in ("RNN", "spec", "verdict", "summary"):
-        table.add_column(column, overflow="fold")
+    rows = []
     for report in reports.root:
         colour = VERDICT_COLOURS.get(report.verdict, "red")
         verdict = f"[bold {colour}]{report.verdict.upper()}[/] (exit {report.exit_code})"
-        table.add_row(escape(_paired(report)), spec_text(report.spec), verdict, escape(sentence(report.summary)))
+        rows.append((escape(_paired(report)), spec_text(report.spec), verdict, escape(sentence(report.summary))))
+    table = _table(show_header=True)
+    for column in ("RNN", "spec", "verdict", "summary"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    from rich.measure import Measurement
+
     if quiet:  # -q keeps the verdicts: one line each
-        for report in reports.root:
-            out().print(
-                f"{escape(_paired(report))}: {report.verdict.upper()} (exit {report.exit_code}): "
-                f"{escape(sentence(report.summary))}"
-            )
-    else:
+        for name, _, verdict, summary in rows:
+            out().print(f"{name}: {verdict}: {summary}")
+    elif Measurement.get(out(), out().options.update_width(streams.MAX_COLUMNS), table).maximum <= out().width:
         out().print(table)
-    matched = sum(report.exit_code == 0 for report in reports.root)
-    out().print(f"{matched} of {len(reports.root)} RNNs verified")
+    else:  # a table too narrow for its summaries (a CI log's 80 columns) would wrap each to a dozen lines
+        for name, spec, verdict, summary in rows:
+            out().print(f"{name}: {verdict}, {spec}\n  {summary}")
+    out().print(overall(reports))
+
+
+def overall(reports: Reports) -> str:
+    """The verdict of several reports, as the last line says it: the worst (the highest exit code; MATCH where every
+    RNN matches), how many of the RNNs held against something match, and what the others are."""
+    held = [r for r in reports.root if r.verdict != "not-deployed"]
+    worst = max(held, key=lambda r: (r.exit_code, r.verdict != "match"), default=None)
+    word = "MATCH" if worst is None or worst.verdict == "match" else worst.verdict.upper()
+    colour = VERDICT_COLOURS.get(worst.verdict if worst else "match", "red")
+    matched = sum(r.verdict == "match" for r in held)
+    others = Counter(r.verdict for r in held if r.verdict != "match")
+    one = len(held) == 1
+    text = f"[bold {colour}]{word}[/]: {matched} of {len(held)} RNN{'' if one else 's'} match{'es' if one else ''}"
+    if others:
+        text += "; " + ", ".join(f"{count} {verdict}" for verdict, count in others.items())
+    absent = len(reports.root) - len(held)
+    if absent:
+        text += f"; {absent} of the checkpoint's RNNs not deployed"
+    return text
 
 
 @shown

@@ -107,7 +107,8 @@ def test_layer_pairs_override_the_pairing_by_sizes(tmp_path):
     found, reports, code = rows(AUDIT / "tagger_torchscript.onnx", "--against", TAGGER, "--layer", "/gru/GRU=lstm")
     assert code == 2  # a pair whose RNNs differ: that row cannot run, and says so
     assert found[0] == ("/gru/GRU", "lstm", "error") and "holds another" in reports[0]["summary"]
-    assert found[1] == ("/lstm/LSTM", None, "not-found") and found[2] == ("", "gru", "not-found")
+    assert found[1] == ("/lstm/LSTM", None, "not-found")  # a deployed RNN must find its partner, --layer or not
+    assert found[2] == ("", "gru", "not-deployed")  # the pairs say what is deployed: a checkpoint's RNN left out is not
     text = run_cli("verify", AUDIT / "tagger_torchscript.onnx", "--against", TAGGER, "--layer", "/gru/GRU=gru", "-q")
     assert text.returncode == 0 and "/gru/GRU = gru: MATCH" in text.stdout
 
@@ -154,3 +155,32 @@ def test_rnns_with_no_partner_are_not_found_in_rows_and_the_exit_code(tmp_path):
 )
 def test_bad_against_or_pairs_get_one_sentence(args, words, tmp_path):
     assert_clean_failure(run_cli("verify", AUDIT / "tagger_torchscript.onnx", *args, cwd=tmp_path), 2, words)
+
+
+@pytest.mark.needs("torch", "onnxruntime")
+def test_an_encoder_deployed_alone_passes_when_layer_pairs_say_what_is_deployed(tmp_path):
+    """tagger_encoder.onnx holds the tagger's GRU alone: --layer pairs it, and the checkpoint's LSTM is listed as not
+    deployed (exit 0); without --layer the audit of the whole model still wants every RNN of both files."""
+    encoder = AUDIT / "tagger_encoder.onnx"
+    found, reports, code = rows(encoder, "--against", TAGGER, "--layer", "/gru/GRU=gru")
+    assert code == 0, reports
+    assert found == [("/gru/GRU", "gru", "match"), ("", "lstm", "not-deployed")]
+    assert "is not deployed" in reports[1]["summary"] and "comparison" not in reports[1]
+    junit = tmp_path / "j.xml"
+    result = run_cli("verify", encoder, "--against", TAGGER, "--layer", "/gru/GRU=gru", "--junit", junit)
+    assert result.returncode == 0 and 'failures="0"' in junit.read_text() and "<skipped" in junit.read_text()
+    found, reports, code = rows(encoder, "--against", TAGGER)
+    assert code == 1 and found == [("/gru/GRU", "gru", "match"), ("", "lstm", "not-found")]
+    assert "--layer DEPLOYED=CHECKPOINT" in reports[1]["summary"] and "not deployed" in reports[1]["summary"]
+
+
+@pytest.mark.needs("torch")
+def test_a_checkpoint_rnn_converted_alone_and_back_passes_its_audit_with_its_pair(tmp_path):
+    """The tagger's GRU to a cuDNN blob and back to PyTorch: back.pt holds the GRU alone, and the audit against the
+    whole checkpoint passes with the pair named (the LSTM was never converted: not deployed)."""
+    blob, back = tmp_path / "t.bin", tmp_path / "back.pt"
+    assert run_cli("convert", TAGGER, blob, "--layer", "gru").returncode == 0
+    assert run_cli("cudnn-to-torch", blob, "-o", back).returncode == 0
+    found, reports, code = rows(back, "--against", TAGGER, "--layer", "rnn=gru")
+    assert code == 0, reports
+    assert found == [("rnn", "gru", "match"), ("", "lstm", "not-deployed")]
