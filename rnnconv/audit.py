@@ -332,7 +332,8 @@ def _diagnosis(
             f"into rnnconv's form, so verify's usual mistakes were not tried)",
         )
     kind = next(iter(deployed.fmt.info.kinds))
-    found = diagnose(in_memory_blob(reading, deployed.path, kind), inputs, want, tol)
+    blob = in_memory_blob(reading, deployed.path, kind)
+    found = diagnose(blob, inputs, want, tol, subject=deployed.path.name, source=checkpoint.path.name)
     return found.model_copy(update={"tried": found.tried + tried})
 
 

@@ -381,7 +381,9 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     if report.verdict == "mismatch" and not report.comparison.match and options.diagnose and streamed is None:
         check_guards()  # a blob or a source that changed meanwhile explains it, without minutes of trying
         stage("looking for the mistake that explains the mismatch")
-        report.diagnosis = diagnose(blob, inputs, expected, report.tolerance)  # a mistake beyond a recorded loss
+        subject = "the blob" if runtime is None else path.name
+        # a mistake beyond a recorded loss
+        report.diagnosis = diagnose(blob, inputs, expected, report.tolerance, subject=subject, source=source_path.name)
     report.summary = _summary(report, "the blob" if runtime is None else path.name)
     return report
 

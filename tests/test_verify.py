@@ -139,6 +139,18 @@ def swap_gates(a: str, b: str, cells):
     return change
 
 
+def swap_gates_in(kind: str, a: str, b: str, cell: tuple[int, int]):
+    """Gates a and b exchanged in one kind of tensor (W, R, bW or bR) of one cell only: one tensor edited."""
+
+    def change(read, write, spec):
+        ka, kb = ParamKey(*cell, kind, a), ParamKey(*cell, kind, b)
+        va, vb = read(ka), read(kb)
+        write(ka, vb)
+        write(kb, va)
+
+    return change
+
+
 def swap_directions(read, write, spec):
     for key in spec.param_keys():
         if key.direction == 0:
@@ -179,6 +191,12 @@ CORRUPTIONS = {
         "encoder.rnn",
         swap_gates("c", "o", lambda s: [(1, 1)]),
         "gates c (cell candidate) and o (output gate) of layer 1 reverse look swapped",
+    ),
+    "two gates swapped in one tensor of one cell": (
+        TORCH / "seq2seq.pt",
+        "encoder.rnn",
+        swap_gates_in("W", "i", "f", (1, 1)),
+        "gates i (input gate) and f (forget gate) look swapped in W of layer 1 (reverse) alone",
     ),
     "GRU reset and update swapped": (
         K3 / "mixed.keras",

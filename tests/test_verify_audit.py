@@ -184,3 +184,38 @@ def test_a_checkpoint_rnn_converted_alone_and_back_passes_its_audit_with_its_pai
     found, reports, code = rows(back, "--against", TAGGER, "--layer", "rnn=gru")
     assert code == 0, reports
     assert found == [("rnn", "gru", "match"), ("", "lstm", "not-deployed")]
+
+
+@pytest.mark.needs("torch", "onnxruntime")
+def test_a_gate_swap_in_one_stored_tensor_is_named(tmp_path):
+    """i and f exchanged in one tensor alone (the others right), as a person breaks a file: the diagnosis names the
+    tensor, by the file's own name where it has one (a state_dict's lstm.weight_ih_l0) and by the format's and the
+    node's in an ONNX file, and names the files, not "the blob"."""
+    import torch
+
+    lstm = {k: v.clone() for k, v in torch.load(TAGGER).items() if k.startswith("lstm.")}
+    torch.save(lstm, tmp_path / "lstm.pt")
+    weights, hidden = lstm["lstm.weight_ih_l0"], 4  # PyTorch's gate blocks i, f, g, o
+    weights[:hidden], weights[hidden : 2 * hidden] = weights[hidden : 2 * hidden].clone(), weights[:hidden].clone()
+    torch.save(lstm, tmp_path / "broken.pt")
+    result = run_cli("verify", tmp_path / "broken.pt", "--against", tmp_path / "lstm.pt", "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 1 and report["diagnosis"]["found"], report
+    assert report["diagnosis"]["mistake"] == (
+        "gates i (input gate) and f (forget gate) look swapped in lstm.weight_ih_l0 alone"
+    )
+    assert report["diagnosis"]["message"].endswith("broken.pt matches lstm.pt when read that way")
+
+    model = onnx.load(str(AUDIT / "tagger_torchscript.onnx"))
+    (node,) = [n for n in model.graph.node if n.op_type == "LSTM"]
+    initializers = {t.name: t for t in model.graph.initializer}
+    w = onnx.numpy_helper.to_array(initializers[node.input[1]]).copy()  # (1, 4H, in): ONNX's gates i, o, f, c
+    w[:, :hidden], w[:, 2 * hidden : 3 * hidden] = w[:, 2 * hidden : 3 * hidden].copy(), w[:, :hidden].copy()
+    initializers[node.input[1]].CopyFrom(onnx.numpy_helper.from_array(w, node.input[1]))
+    onnx.save(model, str(tmp_path / "w_swapped.onnx"))
+    found, reports, code = rows(tmp_path / "w_swapped.onnx", "--against", TAGGER)
+    assert code == 1 and [v for *_, v in found] == ["match", "mismatch"]
+    assert reports[1]["diagnosis"]["mistake"] == (
+        "gates i (input gate) and f (forget gate) look swapped in W[0] of node '/lstm/LSTM' alone"
+    )
+    assert "w_swapped.onnx matches tagger.pt when read that way" in reports[1]["summary"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
+from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec, StoredAs
 from rnnconv.contracts import SIDECAR_FORMAT, LayoutInfo, Provenance, Sidecar, parse
 from rnnconv.dtypes import ElementType, decode, element_type
 from rnnconv.errors import BadInput, listing, no_such_rnn
@@ -49,6 +49,7 @@ class Blob:
     path: Path | None = None
     places: dict[ParamKey, Region] = field(default_factory=dict)  # where each tensor is; the layout's by default
     kind: str = KIND_BIN
+    stored_as: StoredAs | None = None  # a file of another format read as a weight space: how that file stores it
 
     def __post_init__(self) -> None:
         self.places = self.places or region_map(self.spec)
