@@ -219,3 +219,19 @@ def test_a_gate_swap_in_one_stored_tensor_is_named(tmp_path):
         "gates i (input gate) and f (forget gate) look swapped in W[0] of node '/lstm/LSTM' alone"
     )
     assert "w_swapped.onnx matches tagger.pt when read that way" in reports[1]["summary"]
+
+
+@pytest.mark.needs("torch", "onnxruntime")
+def test_the_audit_reads_at_80_columns_and_its_last_line_gives_the_verdict():
+    """A CI log's 80 columns: each RNN two lines (name, verdict and spec; the summary), not a table wrapping each
+    summary to a dozen lines; the last line says the verdict of them all, not "1 of 2 RNNs verified"."""
+    result = run_cli(
+        "verify", AUDIT / "tagger_gates_swapped.onnx", "--against", TAGGER, env={"COLUMNS": "80", "NO_COLOR": "1"}
+    )
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "/gru/GRU = gru: MATCH (exit 0), gru in 5 hidden 7 float32"
+    assert lines[2] == "/lstm/LSTM = lstm: MISMATCH (exit 1), lstm in 7 hidden 4 float32"
+    assert lines[3].startswith("  /lstm/LSTM differs from lstm of tagger.pt by up to")
+    assert lines[4:] == ["MISMATCH: 1 of 2 RNNs match; 1 mismatch"]
+    assert "the blob" not in result.stdout
