@@ -31,8 +31,10 @@ from rnnconv.dtypes import count_non_finite
 from rnnconv.engines import select_engine
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, cut
 from rnnconv.formats import registry
+from rnnconv.formats.cudnn.format import CudnnFormat
 from rnnconv.formats.cudnn.reader import Blob, open_blobs, pick_blob
 from rnnconv.formats.cudnn.writer import in_memory_blob, write_relayout
+from rnnconv.formats.probe import Probe
 from rnnconv.junit import junit_xml
 from rnnconv.reference import forward
 from rnnconv.safeio.digests import digest_differs
@@ -96,14 +98,13 @@ def open_blob(path: Path, options: VerifyOptions) -> Blob:
 
 def runtime_format(path: Path, options: VerifyOptions) -> registry.Format | None:
     """The format of a file its own runtime runs (an .onnx rnnconv wrote, ...), or None: a cuDNN blob, or a file
-    verify cannot run (open_blob then says what it is)."""
-    if options.raw_spec is not None:
-        return None
+    verify cannot run (open_blob then says what it is). With the raw-blob flags, only a file its content says is of
+    such a format is (the flags then describe its source, a raw blob); anything else is the raw blob they describe."""
     try:
-        fmt = registry.detect(path)
+        fmt = registry.detect(path) if options.raw_spec is None else registry.sniffed(Probe(path))
     except BadInput:
         return None
-    return fmt if fmt.engine is not None else None
+    return fmt if fmt is not None and fmt.engine is not None else None
 
 
 def open_runtime_file(path: Path, fmt: registry.Format, options: VerifyOptions) -> tuple[Blob, Provenance]:
@@ -222,14 +223,14 @@ def structural_checks(blob: Blob) -> tuple[list[Check], list[str]]:
     return checks, problems
 
 
-def _source_format(path: Path, source: Provenance, against: bool) -> registry.Format:
-    fmt = registry.detect(path) if against or not source.format else registry.for_kind(source.format)
-    if fmt.name == "cudnn":
-        raise BadInput(
-            f"{'--against ' if against else 'the recorded source '}{path} is a cuDNN blob; give the "
-            f"Keras or PyTorch model it came from"
-        )
-    return fmt
+def _source_format(path: Path, source: Provenance, against: bool, raw_spec: RNNSpec | None = None) -> registry.Format:
+    """The format of the source: a raw cuDNN blob (no format's file, nor a blob with a sidecar) where the raw-blob
+    flags describe it (`raw_spec`), else what its content says (--against) or what the file records of it."""
+    if raw_spec is not None and registry.sniffed(Probe(path)) is None:
+        blobs = registry.get("cudnn")
+        assert isinstance(blobs, CudnnFormat)
+        return blobs.described(raw_spec)
+    return registry.detect(path) if against or not source.format else registry.for_kind(source.format)
 
 
 def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None = None) -> Report:
@@ -292,9 +293,14 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     if why:
         report.warnings.append(why)
     report.warnings += source_changed(source, source_path) if options.against is None else []
-    fmt = _source_format(source_path, source, options.against is not None)
-    if options.against is not None:
-        source = fmt.resolve(options.against, source, options.layer)
+    fmt = _source_format(source_path, source, options.against is not None, options.raw_spec)
+    if runtime is not None and options.raw_spec is not None and fmt.name != "cudnn":  # the flags would describe nothing
+        raise BadInput(
+            f"the raw-blob flags describe a cuDNN blob without a sidecar, and neither {path.name} nor its source "
+            f"{source_path.name} is one: leave them out"
+        )
+    if options.against is not None or isinstance(fmt, CudnnFormat):  # a blob's record names its RNN, not the layer
+        source = fmt.resolve(source_path, source, options.layer)
     if source.dtype is not None and source.dtype not in MANTISSA_BITS:  # the record is the file's: untrusted
         raise BadInput(
             f"{path} records its source's element type as {cut(source.dtype)!r}, none rnnconv knows "
@@ -455,6 +461,8 @@ def write_outputs(chosen: dict[Path, Writer], force: bool = False) -> None:
 def source_changed(source: Provenance, path: Path) -> list[str]:
     """Warnings when the source named by the blob changed since it was converted, or when that cannot be told."""
     recorded = source.digest or (f"sha256:{source.sha256}" if source.sha256 else None)
+    if recorded is None and source.format in registry.get("cudnn").info.kinds:
+        return [f"a conversion from a cuDNN blob records no digest of it, so a change to {path} since cannot be told"]
     if recorded is None:
         return [f"the blob records no digest of {path} (converted with --no-hash), so a change since cannot be told"]
     differs = digest_differs(path, recorded)
