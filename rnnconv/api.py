@@ -29,7 +29,7 @@ from rnnconv.safeio.outputs import SIDECAR_SUFFIX, check_writable
 from rnnconv.settings import split
 
 if TYPE_CHECKING:
-    from rnnconv.verification import Stage, VerifyOptions
+    from rnnconv.verification import Stage, VerifyOptions, Writer
 
 PathLike = str | os.PathLike[str]
 
@@ -226,6 +226,7 @@ def verify(
     report: PathLike | None = None,
     junit: PathLike | None = None,
     plot: PathLike | None = None,
+    summary: PathLike | None = None,
     stage: Stage | None = None,
     convert: bool = False,
     **options: Any,
@@ -234,9 +235,9 @@ def verify(
 
     `options` are those of `VerifyOptions` (backend, seq_len, batch, seed, ragged, atol, rtol,
     layer, raw_spec, require_source, diagnose, relayout, force, accept_recorded_loss). With `report`, the report is
-    also written there as JSON, with `junit` as JUnit XML (both also when verify cannot run), and
-    with `plot` its per-step errors are drawn (.svg or .png; needs matplotlib). No file is replaced
-    without `force`. `stage` is told what verify starts doing next.
+    also written there as JSON, with `junit` as JUnit XML and with `summary` as a markdown table (a CI job's summary:
+    `rnnconv.summary`), each also when verify cannot run; with `plot` its per-step errors are drawn (.svg or .png;
+    needs matplotlib). No file is replaced without `force`. `stage` is told what verify starts doing next.
 
     With `convert`, the blob is first made from `against` (its RNN `layer`), as `convert` would: one
     call for a CI step, whose report and JUnit file also say so when the conversion fails.
@@ -245,7 +246,7 @@ def verify(
     from rnnconv.verification import verify as _verify  # its engines and writers: not on a conversion's path
 
     path = Path(blob)
-    outputs = _Outputs(report, junit, plot)
+    outputs = _Outputs(report, junit, plot, summary)
     converting = f"converting {against} to {path} failed, so nothing was verified: "
     with _reported_early(path, against, outputs, bool(options.get("force")), lambda e: failed_report(path, e)):
         if convert and (against is None or options.get("raw_spec") is not None):
@@ -284,6 +285,7 @@ def verify_all(
     report: PathLike | None = None,
     junit: PathLike | None = None,
     plot: PathLike | None = None,
+    summary: PathLike | None = None,
     stage: Stage | None = None,
     convert: bool = False,
     **options: Any,
@@ -300,7 +302,7 @@ def verify_all(
     if plot is not None:
         raise BadInput("--plot draws one RNN's errors: with --all, leave it out (or verify one with --layer)")
     path = Path(blob)
-    outputs = _Outputs(report, junit, None)
+    outputs = _Outputs(report, junit, None, summary)
     force = bool(options.get("force"))
     with _reported_early(path, against, outputs, force, lambda e: Reports([failed_report(path, e)])):
         if convert:
@@ -339,6 +341,7 @@ def audit(
     pairs: Sequence[str] = (),
     report: PathLike | None = None,
     junit: PathLike | None = None,
+    summary: PathLike | None = None,
     stage: Stage | None = None,
     **options: Any,
 ) -> Reports:
@@ -356,7 +359,7 @@ def audit(
     from rnnconv.verification import VerifyOptions, failed_report
 
     path = Path(blob)
-    outputs = _Outputs(report, junit, None)
+    outputs = _Outputs(report, junit, None, summary)
     with _reported_early(
         path, against, outputs, bool(options.get("force")), lambda e: Reports([failed_report(path, e)])
     ):
@@ -405,9 +408,18 @@ class _Outputs:
     report: PathLike | None
     junit: PathLike | None
     plot: PathLike | None
+    summary: PathLike | None = None
 
     def paths(self) -> tuple[Path | None, ...]:
-        return tuple(None if p is None else Path(p) for p in (self.report, self.junit, self.plot))
+        return tuple(None if p is None else Path(p) for p in (self.report, self.junit, self.plot, self.summary))
+
+
+def _summary_writer(document: Report | Reports) -> Writer:
+    """`--summary`: the reports as the markdown table a CI job shows."""
+    from rnnconv.summary import markdown
+
+    each = document.root if isinstance(document, Reports) else [document]
+    return lambda tmp: tmp.write_text(markdown(each), encoding="utf-8")
 
 
 def _reported(
@@ -423,15 +435,17 @@ def _reported(
     from rnnconv.verification import write_outputs, writers
 
     inputs_read = [blob, *([settings.against] if settings.against else [])]
-    report_path, junit_path, picture = outputs.paths()
+    report_path, junit_path, picture, summary_path = outputs.paths()
     written = False
     with ExitStack() as inputs:  # no output (report, relayout) may be written over the blob or the source
         try:
-            asked = [p for p in (report_path, junit_path, picture) if p is not None]
+            asked = [p for p in (report_path, junit_path, picture, summary_path) if p is not None]
             for read in inputs_read:
                 if read is blob and make_blob is not None:
                     if any(_names_an_input(p, [blob]) for p in asked):
-                        raise BadInput(f"--report, --junit and --plot must not name the blob {blob} or its sidecar")
+                        raise BadInput(
+                            f"--report, --junit, --summary and --plot must not name the blob {blob} or its sidecar"
+                        )
                     continue
                 inputs.enter_context(reading(read))
             check_writable(asked, settings.force)
@@ -449,6 +463,8 @@ def _reported(
                 reports[0].warnings.append(f"nothing was compared step by step, so {picture} was not drawn")
                 picture = None
             chosen = writers(result, report_path, junit_path, picture)
+            if summary_path is not None:
+                chosen[summary_path] = _summary_writer(result)
             if chosen:
                 for each in reports:
                     if each.source and os.path.lexists(each.source.path):
@@ -481,13 +497,16 @@ def _write_failure(document: Report | Reports, outputs: _Outputs, inputs_read: l
     """The report and JUnit file of a verify that could not run, where asked (never over one of its inputs)."""
     from rnnconv.verification import write_outputs, writers
 
-    report_path, junit_path, _ = outputs.paths()
-    report_left, junit_left = (
-        None if p is None or _names_an_input(p, inputs_read) else p for p in (report_path, junit_path)
+    report_path, junit_path, _, summary_path = outputs.paths()
+    report_left, junit_left, summary_left = (
+        None if p is None or _names_an_input(p, inputs_read) else p for p in (report_path, junit_path, summary_path)
     )
-    if report_left or junit_left:
+    if report_left or junit_left or summary_left:
+        chosen = writers(document, report_left, junit_left, None)
+        if summary_left is not None:
+            chosen[summary_left] = _summary_writer(document)
         with contextlib.suppress(RnnconvError), unguarded():  # e.g. a report that exists: left as is
-            write_outputs(writers(document, report_left, junit_left, None), force)
+            write_outputs(chosen, force)
 
 
 def _names_an_input(path: Path, inputs: list[Path]) -> bool:

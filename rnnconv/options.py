@@ -130,6 +130,14 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         "when verify cannot run).",
         {},
     ),
+    "summary": (
+        Path | None,
+        None,
+        ("--summary",),
+        "Also write the result as a markdown table to this file, one row per RNN (verdict, largest difference, "
+        "diagnosis): a CI job's summary (written like --report, also when verify cannot run).",
+        {},
+    ),
     "plot": (
         Path | None,
         None,
@@ -273,6 +281,7 @@ VERIFY_OPTIONS = [
     "rtol",
     "report",
     "junit",
+    "summary",
     "plot",
     "allow_structure_only",
     "accept_recorded_loss",

@@ -17,7 +17,6 @@ import os
 import signal
 import sys
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
@@ -306,22 +305,11 @@ def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
 
 
 def overall(reports: Reports) -> str:
-    """The verdict of several reports, as the last line says it: the worst (the highest exit code; MATCH where every
-    RNN matches), how many of the RNNs held against something match, and what the others are."""
-    held = [r for r in reports.root if r.verdict != "not-deployed"]
-    worst = max(held, key=lambda r: (r.exit_code, r.verdict != "match"), default=None)
-    word = "MATCH" if worst is None or worst.verdict == "match" else worst.verdict.upper()
-    colour = VERDICT_COLOURS.get(worst.verdict if worst else "match", "red")
-    matched = sum(r.verdict == "match" for r in held)
-    others = Counter(r.verdict for r in held if r.verdict != "match")
-    one = len(held) == 1
-    text = f"[bold {colour}]{word}[/]: {matched} of {len(held)} RNN{'' if one else 's'} match{'es' if one else ''}"
-    if others:
-        text += "; " + ", ".join(f"{count} {verdict}" for verdict, count in others.items())
-    absent = len(reports.root) - len(held)
-    if absent:
-        text += f"; {absent} of the checkpoint's RNNs not deployed"
-    return text
+    """The verdict of several reports, as the last line says it: the worst, and the count (`summary.overall`)."""
+    from rnnconv.summary import overall as verdict_of
+
+    verdict, counted = verdict_of(reports.root)
+    return f"[bold {VERDICT_COLOURS.get(verdict, 'red')}]{verdict.upper()}[/]: {escape(counted)}"
 
 
 @shown

@@ -5,6 +5,7 @@ runtime, the checkpoint's in its framework."""
 from __future__ import annotations
 
 import json
+import re
 
 import onnx
 import pytest
@@ -235,3 +236,35 @@ def test_the_audit_reads_at_80_columns_and_its_last_line_gives_the_verdict():
     assert lines[3].startswith("  /lstm/LSTM differs from lstm of tagger.pt by up to")
     assert lines[4:] == ["MISMATCH: 1 of 2 RNNs match; 1 mismatch"]
     assert "the blob" not in result.stdout
+
+
+@pytest.mark.needs("torch", "onnxruntime")
+def test_the_summary_is_a_markdown_table_of_the_rows(tmp_path):
+    """--summary: the markdown a CI job shows (GitHub's step summary), one row per RNN with its verdict, largest
+    difference against the tolerance and diagnosis; written also when verify cannot run."""
+    summary = tmp_path / "summary.md"
+    result = run_cli("verify", AUDIT / "tagger_gates_swapped.onnx", "--against", TAGGER, "--summary", summary)
+    assert result.returncode == 1, result.stderr
+    heading, _, counted, _, header, rule, *table = summary.read_text().splitlines()
+    assert heading == "### ❌ rnnconv verify: MISMATCH \\(exit 1\\)"
+    assert counted.endswith("1 of 2 RNNs match\\; 1 mismatch")
+    assert header == "| RNN | verdict | largest difference | diagnosis |" and rule.count("---") == 4
+    assert [row.split(" | ")[1] for row in table] == ["✅ MATCH", "❌ MISMATCH"]
+    assert "0.491 \\(tolerance 0.0001 \\+ 0.001·\\|x\\|\\)" in table[1] and "look swapped" in table[1]
+    assert_clean_failure(run_cli("verify", AUDIT / "tagger_gates_swapped.onnx", "--summary", summary), 2, "exists")
+    missing = run_cli("verify", tmp_path / "gone.bin", "--summary", summary, "--force")
+    assert missing.returncode == 2 and "ERROR \\(exit 2\\)" in summary.read_text()
+    assert "gone\\.bin does not exist" in summary.read_text()
+
+
+def test_the_summary_shows_what_a_file_names_as_text():
+    """Names and sentences come from the files verified: none makes a link, an image, HTML or a cell of its own."""
+    from rnnconv.contracts import Report
+    from rnnconv.summary import markdown
+
+    hostile = "![x](https://example.invalid/x.png) <img src=x> | `code` **b**\n| row |"
+    (row,) = markdown([Report(verdict="error", summary=hostile, blob="m.onnx", name=hostile)]).splitlines()[6:]
+    name, verdict, _, why = row.removeprefix("| ").removesuffix(" |").split(" | ")  # four cells, one line
+    assert verdict == "❌ ERROR"
+    for cell in (name, why):
+        assert "example" in cell and not re.search(r"[!-/:-@\[-`{-~]", re.sub(r"\\.", "", cell))  # each one escaped
