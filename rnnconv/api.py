@@ -318,6 +318,50 @@ def verify_all(
     return _reported(path, settings, outputs, each, lambda exc: Reports([failed_report(path, exc)]))
 
 
+def verify_changed(
+    files: Sequence[PathLike],
+    *,
+    report: PathLike | None = None,
+    junit: PathLike | None = None,
+    summary: PathLike | None = None,
+    stage: Stage | None = None,
+    **options: Any,
+) -> Reports:
+    """`verify` for every file rnnconv wrote that a change to `files` touches (`rnnconv.changed.to_verify`): those
+    among them (or whose sidecar, weights or record changed), and those git tracks that were made from one of them;
+    each against the source it records, every RNN of it (as `verify_all`). No file to verify gives no report.
+
+    `options` are `verify`'s that name no RNN nor source (backend, seq_len, batch, seed, ragged, atol, rtol, diagnose,
+    allow_structure_only, accept_recorded_loss, require_stated, force). `report`, `junit` and `summary` are written
+    as for `verify_all`, never over a file verified.
+    """
+    from rnnconv.changed import to_verify
+    from rnnconv.verification import VerifyOptions, failed_report, rnn_names, write_outputs, writers
+
+    settings = VerifyOptions(**options)
+    outputs = _Outputs(report, junit, None, summary)
+    report_path, junit_path, _, summary_path = outputs.paths()
+    asked = [p for p in (report_path, junit_path, summary_path) if p is not None]
+    check_writable(asked, settings.force)
+    written = to_verify([Path(f) for f in files])
+    if any(_names_an_input(p, written) for p in asked):
+        raise BadInput("--report, --junit and --summary must not name a file verified or its sidecar")
+    rows = []
+    for path in written:
+        try:
+            names = rnn_names(path, settings)
+        except RnnconvError as exc:  # the others are still verified
+            rows.append(failed_report(path, exc))
+            continue
+        rows += [_verify_rnn(path, dataclasses.replace(settings, layer=name), stage) for name in names]
+    result = Reports(rows)
+    chosen = writers(result, report_path, junit_path, None)
+    if summary_path is not None:
+        chosen[summary_path] = _summary_writer(result)
+    write_outputs(chosen, settings.force)
+    return result
+
+
 def audits(blob: PathLike, against: PathLike | None, layers: Sequence[str] = (), raw: bool = False) -> bool:
     """Whether `verify BLOB --against AGAINST` (with these --layer values) is the audit of a deployed whole model
     (`audit`): pairs asked for (DEPLOYED=CHECKPOINT), or, with no --layer, a model file (not a cuDNN blob) holding

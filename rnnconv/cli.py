@@ -27,11 +27,13 @@ from rnnconv.options import (
     CONVERSION_TAIL,
     IDENTIFY_HELP,
     RAW,
+    VERIFY_CHANGED_HELP,
     VERIFY_HELP,
     direction_options,
     identify_parameters,
     parameter,
     sources_and_output,
+    verify_changed_parameters,
     verify_parameters,
 )
 from rnnconv.streams import standalone
@@ -213,6 +215,14 @@ def verify(**values: Any) -> int:
         return report.exit_code
     render.verifications(reports, as_json, quiet)
     return max(report.exit_code for report in reports.root)
+
+
+@command("verify-changed", VERIFY_CHANGED_HELP, verify_changed_parameters())
+def verify_changed(files: list[Path], json: bool, quiet: bool, verbose: bool, **values: Any) -> int:
+    from rnnconv import api, render
+
+    reports = api.verify_changed(files, stage=render.stage_printer(enabled=not (quiet or json)), **values)
+    return render.changed(reports, len(files), json, quiet)
 
 
 @command(

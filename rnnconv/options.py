@@ -292,6 +292,31 @@ VERIFY_OPTIONS = [
     "force",
     *RAW,
 ]
+# verify-changed: verify's options that name no RNN and no source (each file verified names its own).
+VERIFY_CHANGED_OPTIONS = [
+    "backend",
+    "seq_len",
+    "batch",
+    "seed",
+    "ragged",
+    "atol",
+    "rtol",
+    "report",
+    "junit",
+    "summary",
+    "allow_structure_only",
+    "accept_recorded_loss",
+    "require_stated",
+    "diagnose",
+    "force",
+]
+VERIFY_CHANGED_HELP = (
+    "Verify every file rnnconv wrote that a change to FILES touches, against the source it records: each of FILES "
+    "rnnconv wrote (a blob, an .onnx, ...; or whose sidecar, weights or record beside it changed), and each file git "
+    "tracks that was made from one of FILES. What the pre-commit hook runs; the exit code is the worst of the "
+    "verdicts, 0 when nothing is to verify.\n\nExamples:\n\n  rnnconv verify-changed models/encoder.bin\n\n"
+    "  rnnconv verify-changed train.pt --seq-len 16 --summary verify-summary.md"
+)
 VERIFY_HELP = (
     "Prove a converted blob computes what its source model computes: a verdict, a report and an exit code.\n\n"
     "The source runs in its own framework on the CPU; the blob runs through cuDNN, or without a GPU through a numpy "
@@ -335,6 +360,17 @@ def verify_parameters() -> list[inspect.Parameter]:
         "(the others are paired by position and sizes).",
     )
     return [layer if name == "layer" else parameter(name) for name in VERIFY_OPTIONS]
+
+
+def verify_changed_parameters() -> list[inspect.Parameter]:
+    files = parameter(
+        "files",
+        argument=True,
+        annotation=list[Path],
+        metavar="FILE",
+        help="Files a change touched (what pre-commit passes): written files, their parts, or their sources.",
+    )
+    return [files, *map(parameter, (*VERIFY_CHANGED_OPTIONS, *COMMON))]
 
 
 def identify_parameters() -> list[inspect.Parameter]:

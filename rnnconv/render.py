@@ -282,10 +282,12 @@ def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
         print_json(reports)
         return
     rows = []
+    several_files = len({report.blob for report in reports.root}) > 1  # verify-changed: each RNN named with its file
     for report in reports.root:
         colour = VERDICT_COLOURS.get(report.verdict, "red")
         verdict = f"[bold {colour}]{report.verdict.upper()}[/] (exit {report.exit_code})"
-        rows.append((escape(_paired(report)), spec_text(report.spec), verdict, escape(sentence(report.summary))))
+        name = f"{cut(report.blob)} {_paired(report)}" if several_files else _paired(report)
+        rows.append((escape(name), spec_text(report.spec), verdict, escape(sentence(report.summary))))
     table = _table(show_header=True)
     for column in ("RNN", "spec", "verdict", "summary"):
         table.add_column(column, overflow="fold")
@@ -302,6 +304,16 @@ def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
         for name, spec, verdict, summary in rows:
             out().print(f"{name}: {verdict}, {spec}\n  {summary}")
     out().print(overall(reports))
+
+
+def changed(reports: Reports, given: int, as_json: bool, quiet: bool) -> int:
+    """`verify-changed`: the rows of what was verified, or that nothing was; the exit code, the worst (0: none)."""
+    if not reports.root and not as_json:
+        files = f"none of the {given} files given is" if given > 1 else "the file given is not"
+        out().print(f"nothing to verify: {files} one rnnconv wrote, and git tracks none made from one")
+        return 0
+    verifications(reports, as_json, quiet)
+    return max((report.exit_code for report in reports.root), default=0)
 
 
 def overall(reports: Reports) -> str:

@@ -9,12 +9,13 @@ its own.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from rnnconv.contracts import Report
+from rnnconv.contracts import Report, Reports
 from rnnconv.errors import cut
 
 _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
@@ -88,3 +89,12 @@ def markdown(reports: Sequence[Report], title: str = "rnnconv verify") -> str:
         verdict_cell = f"{mark} {report.verdict.upper()}"
         lines.append(f"| {_rnn(report, several_files)} | {verdict_cell} | {_difference(report)} | {_why(report)} |")
     return "\n".join(lines) + "\n"
+
+
+def verdict_in(report: str | Path) -> str:
+    """The verdict of a report file verify wrote (`--report`: one report, or a list of them): what a CI step gives
+    as its output."""
+    document = json.loads(Path(report).read_text(encoding="utf-8"))
+    if isinstance(document, list):
+        return overall(Reports.model_validate(document).root)[0]
+    return Report.model_validate(document).verdict

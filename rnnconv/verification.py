@@ -299,8 +299,10 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
             f"the raw-blob flags describe a cuDNN blob without a sidecar, and neither {path.name} nor its source "
             f"{source_path.name} is one: leave them out"
         )
-    if options.against is not None or isinstance(fmt, CudnnFormat):  # a blob's record names its RNN, not the layer
+    if options.against is not None:
         source = fmt.resolve(source_path, source, options.layer)
+    elif isinstance(fmt, CudnnFormat):  # a blob's record names its RNN by its name in the blob, not as a layer
+        source = fmt.resolve(source_path, source, None)
     if source.dtype is not None and source.dtype not in MANTISSA_BITS:  # the record is the file's: untrusted
         raise BadInput(
             f"{path} records its source's element type as {cut(source.dtype)!r}, none rnnconv knows "
