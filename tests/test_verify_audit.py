@@ -268,3 +268,16 @@ def test_the_summary_shows_what_a_file_names_as_text():
     assert verdict == "❌ ERROR"
     for cell in (name, why):
         assert "example" in cell and not re.search(r"[!-/:-@\[-`{-~]", re.sub(r"\\.", "", cell))  # each one escaped
+
+
+@pytest.mark.needs("torch", "onnxruntime")
+def test_a_cudnn_blob_is_a_checkpoint_to_audit_against(tmp_path):
+    """The tagger's RNNs in one rnnconv .safetensors: the deployed ONNX is audited against the blobs, run in the numpy
+    reference; the exporter's reset placement is still named."""
+    blobs = tmp_path / "tagger.safetensors"
+    assert run_cli("convert", TAGGER, blobs).returncode == 0
+    found, reports, code = rows(AUDIT / "tagger_torchscript.onnx", "--against", blobs)
+    assert code == 0 and found == [("/gru/GRU", "gru", "match"), ("/lstm/LSTM", "lstm", "match")], reports
+    assert all(r["source"]["run"].startswith("numpy") for r in reports)
+    found, reports, code = rows(AUDIT / "tagger_reset_before.onnx", "--against", blobs)
+    assert code == 1 and "linear_before_reset" in reports[0]["diagnosis"]["message"]
