@@ -343,7 +343,10 @@ def verify_changed(
     report_path, junit_path, _, summary_path = outputs.paths()
     asked = [p for p in (report_path, junit_path, summary_path) if p is not None]
     check_writable(asked, settings.force)
-    written = to_verify([Path(f) for f in files])
+    changed = [Path(f) for f in files]
+    for path in changed:  # a name that is no file is a mistake (pre-commit passes the files a commit keeps)
+        regular_file(path)
+    written = to_verify(changed)
     if any(_names_an_input(p, written) for p in asked):
         raise BadInput("--report, --junit and --summary must not name a file verified or its sidecar")
     rows = []

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import FIXTURES, ROOT, run_cli
+from conftest import FIXTURES, ROOT, assert_clean_failure, run_cli
 from test_verify import corrupted, every_cell, swap_gates
 
 import rnnconv
@@ -288,3 +288,4 @@ def test_verify_changed_verifies_what_a_change_touches(tmp_path):
     (repo / "notes.txt").write_text("no model")
     nothing = run_cli("verify-changed", "notes.txt", cwd=repo)
     assert nothing.returncode == 0 and nothing.stdout.startswith("nothing to verify")
+    assert_clean_failure(run_cli("verify-changed", "gone.bin", cwd=repo), 2, "gone.bin does not exist")
