@@ -20,6 +20,7 @@ import numpy as np
 from rnnconv.canonical import ParamKey, RNNSpec, StoredAs
 from rnnconv.compare import Inputs, Outputs, compare
 from rnnconv.contracts import Diagnosis, Tolerance
+from rnnconv.errors import listing
 from rnnconv.formats.cudnn.reader import Blob
 from rnnconv.reference import forward
 from rnnconv.table.apply import held_blocks, row_for_mode
@@ -128,9 +129,9 @@ def swaps_in_one_tensor(spec: RNNSpec, base: Param, stored_as: StoredAs | None) 
                 continue
             swapped = f"gates {_gate(spec, a)} and {_gate(spec, b)} look swapped in"
             if len(cells) > 1:
-                every = "every layer" + (" and direction" if spec.bidirectional else "") if spec.num_layers > 1 else ""
+                each = listing(_tensor(spec, stored_as, role, cell) for cell in cells)
                 yield Candidate(
-                    f"{swapped} {stored_as.row.tensors.get(role, role)} alone, in {every or 'both directions'}",
+                    f"{swapped} every cell's {role.replace('_', ' ')} alone ({each})",
                     _permuted(base, {a: b, b: a}, set(cells), kinds),
                 )
             for cell in cells:

@@ -294,7 +294,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
         report.warnings.append(why)
     report.warnings += source_changed(source, source_path) if options.against is None else []
     fmt = _source_format(source_path, source, options.against is not None, options.raw_spec)
-    if runtime is not None and options.raw_spec is not None and fmt.name != "cudnn":  # the flags would describe nothing
+    if runtime is not None and options.raw_spec is not None and not isinstance(fmt, CudnnFormat):  # they describe none
         raise BadInput(
             f"the raw-blob flags describe a cuDNN blob without a sidecar, and neither {path.name} nor its source "
             f"{source_path.name} is one: leave them out"

@@ -139,14 +139,15 @@ def swap_gates(a: str, b: str, cells):
     return change
 
 
-def swap_gates_in(kind: str, a: str, b: str, cell: tuple[int, int]):
-    """Gates a and b exchanged in one kind of tensor (W, R, bW or bR) of one cell only: one tensor edited."""
+def swap_gates_in(kind: str, a: str, b: str, cells):
+    """Gates a and b exchanged in one kind of tensor (W, R, bW or bR) only, of the cells `cells(spec)` gives."""
 
     def change(read, write, spec):
-        ka, kb = ParamKey(*cell, kind, a), ParamKey(*cell, kind, b)
-        va, vb = read(ka), read(kb)
-        write(ka, vb)
-        write(kb, va)
+        for cell in cells(spec):
+            ka, kb = ParamKey(*cell, kind, a), ParamKey(*cell, kind, b)
+            va, vb = read(ka), read(kb)
+            write(ka, vb)
+            write(kb, va)
 
     return change
 
@@ -195,8 +196,15 @@ CORRUPTIONS = {
     "two gates swapped in one tensor of one cell": (
         TORCH / "seq2seq.pt",
         "encoder.rnn",
-        swap_gates_in("W", "i", "f", (1, 1)),
+        swap_gates_in("W", "i", "f", lambda s: [(1, 1)]),
         "gates i (input gate) and f (forget gate) look swapped in W of layer 1 (reverse) alone",
+    ),
+    "two gates swapped in one tensor of every cell": (
+        TORCH / "seq2seq.pt",
+        "encoder.rnn",
+        swap_gates_in("R", "c", "o", every_cell),
+        "gates c (cell candidate) and o (output gate) look swapped in every cell's recurrent matrix alone (R of layer "
+        "0 (forward), R of layer 0 (reverse), R of layer 1 (forward), R of layer 1 (reverse))",
     ),
     "GRU reset and update swapped": (
         K3 / "mixed.keras",
