@@ -19,12 +19,12 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import FIXTURES, ROOT, assert_clean_failure, run_cli
 from test_verify import corrupted, every_cell, swap_gates
 
 import rnnconv
 
+yaml = pytest.importorskip("yaml")  # PyYAML: the test extra's (mkdocs, pre-commit); the templates are YAML
 TAGGER = FIXTURES / "audit" / "tagger.pt"  # a GRU and an LSTM
 ENCODER = FIXTURES / "torch" / "lstm_proj.pt"  # one LSTM
 OFFLINE = {"PIP_NO_INDEX": "1", "PIP_NO_DEPS": "1", "PIP_NO_BUILD_ISOLATION": "0", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
@@ -111,7 +111,7 @@ def run_action(
 
 
 @pytest.mark.slow
-@pytest.mark.needs("torch")
+@pytest.mark.needs("torch", "setuptools")  # rnnconv built from its checkout without an index: its build backend here
 def test_the_action_installs_rnnconv_from_its_checkout_verifies_and_writes_the_summary_and_outputs(tmp_path):
     action, workspace = checkout(tmp_path / "action"), tmp_path / "workspace"
     workspace.mkdir()
@@ -148,7 +148,7 @@ def test_the_action_installs_rnnconv_from_its_checkout_verifies_and_writes_the_s
 
 
 @pytest.mark.slow
-@pytest.mark.needs("torch")
+@pytest.mark.needs("torch", "setuptools")
 def test_the_github_workflow_runs_the_action_as_written(tmp_path):
     """docs/ci/github-actions.yml's own rnnconv step, with its inputs (SOURCE and BLOB set, as its comment asks; the
     service's actions, checkout, setup-python and the uploads, are the service's): the files it keeps are there."""
@@ -178,7 +178,7 @@ def test_the_github_workflow_runs_the_action_as_written(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.needs("torch", "matplotlib")
+@pytest.mark.needs("torch", "matplotlib", "setuptools")
 def test_the_gitlab_job_installs_rnnconv_from_where_it_is_and_runs_the_recipe(tmp_path):
     """docs/ci/gitlab-ci.yml's script and after_script as the runner runs them (variables as the environment; the
     script's lines in one shell, stopping at the first that fails), rnnconv installed from a wheel built of this
@@ -231,7 +231,7 @@ def repository(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.needs("torch")
+@pytest.mark.needs("torch", "pre_commit")
 def test_the_pre_commit_hook_passes_a_good_file_and_fails_a_gate_swap(tmp_path):
     repo = repository(tmp_path)
     env = {
