@@ -10,6 +10,7 @@ The library mirrors the command line:
     report = rnnconv.verify("model.bin")                                  # Report: report.verdict
     reports = rnnconv.verify_all("models.safetensors")                    # Reports: one per RNN
     rows = rnnconv.audit("model.onnx", against="train.pt")                # Reports: one per RNN of either
+    changed = rnnconv.verify_changed(["train.pt"])                        # Reports: what was made from it
     for entry in rnnconv.inspect("model.h5").rnns: ...                    # InspectReport
     found = rnnconv.identify("w.raw", mode="lstm", input_size=8, hidden_size=16, probe="probe.npz")  # Identification
     with rnnconv.load("model.h5", layer="encoder") as (rnn,): ...        # CanonicalRNN, tensors on demand
@@ -25,7 +26,19 @@ from typing import TYPE_CHECKING, Any
 from rnnconv.version import __version__
 
 if TYPE_CHECKING:
-    from rnnconv.api import audit, convert, convert_many, formats, identify, inspect, load, schema, verify, verify_all
+    from rnnconv.api import (
+        audit,
+        convert,
+        convert_many,
+        formats,
+        identify,
+        inspect,
+        load,
+        schema,
+        verify,
+        verify_all,
+        verify_changed,
+    )
     from rnnconv.errors import BackendMissing, BadInput, Mismatch, RnnconvError, Unsupported
 
 __all__ = [
@@ -45,6 +58,7 @@ __all__ = [
     "schema",
     "verify",
     "verify_all",
+    "verify_changed",
 ]
 ERRORS = ("BackendMissing", "BadInput", "Mismatch", "RnnconvError", "Unsupported")
 

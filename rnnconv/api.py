@@ -37,7 +37,7 @@ from rnnconv.safeio.inputs import check_guards, explained, reading, regular_file
 from rnnconv.safeio.outputs import SIDECAR_SUFFIX, check_writable
 
 if TYPE_CHECKING:
-    from rnnconv.verification.run import Stage, VerifyOptions
+    from rnnconv.verification.run import Stage, VerifyOptions, Writer
 
 PathLike = str | os.PathLike[str]
 
@@ -232,6 +232,7 @@ def verify(
     report: PathLike | None = None,
     junit: PathLike | None = None,
     plot: PathLike | None = None,
+    summary: PathLike | None = None,
     stage: Stage | None = None,
     convert: bool = False,
     **options: Any,
@@ -240,9 +241,10 @@ def verify(
 
     `options` are those of `VerifyOptions` (backend, seq_len, batch, seed, ragged, atol, rtol,
     layer, raw_spec, require_source, diagnose, relayout, force, accept_recorded_loss). With `report`, the report is
-    also written there as JSON, with `junit` as JUnit XML (both also when verify cannot run), and
-    with `plot` its per-step errors are drawn (.svg or .png; needs matplotlib). No file is replaced
-    without `force`. `stage` is told what verify starts doing next.
+    also written there as JSON, with `junit` as JUnit XML and with `summary` as a markdown table (a CI job's summary:
+    `rnnconv.verification.summary`), each also when verify cannot run; with `plot` its per-step errors are drawn
+    (.svg or .png; needs matplotlib). No file is replaced without `force`. `stage` is told what verify starts doing
+    next.
 
     With `convert`, the blob is first made from `against` (its RNN `layer`), as `convert` would: one
     call for a CI step, whose report and JUnit file also say so when the conversion fails.
@@ -251,7 +253,7 @@ def verify(
     from rnnconv.verification.run import verify as _verify  # its engines and writers: not on a conversion's path
 
     path = Path(blob)
-    outputs = _Outputs(report, junit, plot)
+    outputs = _Outputs(report, junit, plot, summary)
     converting = f"converting {against} to {path} failed, so nothing was verified: "
     with _reported_early(path, against, outputs, bool(options.get("force")), lambda e: failed_report(path, e)):
         if convert and (against is None or options.get("raw_spec") is not None):
@@ -290,6 +292,7 @@ def verify_all(
     report: PathLike | None = None,
     junit: PathLike | None = None,
     plot: PathLike | None = None,
+    summary: PathLike | None = None,
     stage: Stage | None = None,
     convert: bool = False,
     **options: Any,
@@ -306,7 +309,7 @@ def verify_all(
     if plot is not None:
         raise BadInput("--plot draws one RNN's errors: with --all, leave it out (or verify one with --layer)")
     path = Path(blob)
-    outputs = _Outputs(report, junit, None)
+    outputs = _Outputs(report, junit, None, summary)
     force = bool(options.get("force"))
     with _reported_early(path, against, outputs, force, lambda e: Reports([failed_report(path, e)])):
         if convert:
@@ -320,6 +323,54 @@ def verify_all(
         return Reports([_verify_rnn(path, dataclasses.replace(settings, layer=name), stage) for name in names])
 
     return _reported(path, settings, outputs, each, lambda exc: Reports([failed_report(path, exc)]))
+
+
+def verify_changed(
+    files: Sequence[PathLike],
+    *,
+    report: PathLike | None = None,
+    junit: PathLike | None = None,
+    summary: PathLike | None = None,
+    stage: Stage | None = None,
+    **options: Any,
+) -> Reports:
+    """`verify` for every file rnnconv wrote that a change to `files` touches
+    (`rnnconv.verification.changed.to_verify`): those among them (or whose sidecar, weights or record changed), and
+    those git tracks that were made from one of them; each against the source it records, every RNN of it (as
+    `verify_all`). No file to verify gives no report.
+
+    `options` are `verify`'s that name no RNN nor source (backend, seq_len, batch, seed, ragged, atol, rtol, diagnose,
+    allow_structure_only, accept_recorded_loss, require_stated, force). `report`, `junit` and `summary` are written
+    as for `verify_all`, never over a file verified.
+    """
+    from rnnconv.verification.changed import to_verify
+    from rnnconv.verification.run import VerifyOptions, failed_report, rnn_names, write_outputs, writers
+
+    settings = VerifyOptions(**options)
+    outputs = _Outputs(report, junit, None, summary)
+    report_path, junit_path, _, summary_path = outputs.paths()
+    asked = [p for p in (report_path, junit_path, summary_path) if p is not None]
+    check_writable(asked, settings.force)
+    changed = [Path(f) for f in files]
+    for path in changed:  # a name that is no file is a mistake (pre-commit passes the files a commit keeps)
+        regular_file(path)
+    written = to_verify(changed)
+    if any(_names_an_input(p, written) for p in asked):
+        raise BadInput("--report, --junit and --summary must not name a file verified or its sidecar")
+    rows = []
+    for path in written:
+        try:
+            names = rnn_names(path, settings)
+        except RnnconvError as exc:  # the others are still verified
+            rows.append(failed_report(path, exc))
+            continue
+        rows += [_verify_rnn(path, dataclasses.replace(settings, layer=name), stage) for name in names]
+    result = Reports(rows)
+    chosen = writers(result, report_path, junit_path, None)
+    if summary_path is not None:
+        chosen[summary_path] = _summary_writer(result)
+    write_outputs(chosen, settings.force)
+    return result
 
 
 def audits(blob: PathLike, against: PathLike | None, layers: Sequence[str] = (), raw: bool = False) -> bool:
@@ -345,6 +396,7 @@ def audit(
     pairs: Sequence[str] = (),
     report: PathLike | None = None,
     junit: PathLike | None = None,
+    summary: PathLike | None = None,
     stage: Stage | None = None,
     **options: Any,
 ) -> Reports:
@@ -362,7 +414,7 @@ def audit(
     from rnnconv.verification.run import VerifyOptions, failed_report
 
     path = Path(blob)
-    outputs = _Outputs(report, junit, None)
+    outputs = _Outputs(report, junit, None, summary)
     with _reported_early(
         path, against, outputs, bool(options.get("force")), lambda e: Reports([failed_report(path, e)])
     ):
@@ -411,9 +463,18 @@ class _Outputs:
     report: PathLike | None
     junit: PathLike | None
     plot: PathLike | None
+    summary: PathLike | None = None
 
     def paths(self) -> tuple[Path | None, ...]:
-        return tuple(None if p is None else Path(p) for p in (self.report, self.junit, self.plot))
+        return tuple(None if p is None else Path(p) for p in (self.report, self.junit, self.plot, self.summary))
+
+
+def _summary_writer(document: Report | Reports) -> Writer:
+    """`--summary`: the reports as the markdown table a CI job shows."""
+    from rnnconv.verification.summary import markdown
+
+    each = document.root if isinstance(document, Reports) else [document]
+    return lambda tmp: tmp.write_text(markdown(each), encoding="utf-8")
 
 
 def _reported(
@@ -429,15 +490,17 @@ def _reported(
     from rnnconv.verification.run import write_outputs, writers
 
     inputs_read = [blob, *([settings.against] if settings.against else [])]
-    report_path, junit_path, picture = outputs.paths()
+    report_path, junit_path, picture, summary_path = outputs.paths()
     written = False
     with ExitStack() as inputs:  # no output (report, relayout) may be written over the blob or the source
         try:
-            asked = [p for p in (report_path, junit_path, picture) if p is not None]
+            asked = [p for p in (report_path, junit_path, picture, summary_path) if p is not None]
             for read in inputs_read:
                 if read is blob and make_blob is not None:
                     if any(_names_an_input(p, [blob]) for p in asked):
-                        raise BadInput(f"--report, --junit and --plot must not name the blob {blob} or its sidecar")
+                        raise BadInput(
+                            f"--report, --junit, --summary and --plot must not name the blob {blob} or its sidecar"
+                        )
                     continue
                 inputs.enter_context(reading(read))
             check_writable(asked, settings.force)
@@ -455,6 +518,8 @@ def _reported(
                 reports[0].warnings.append(f"nothing was compared step by step, so {picture} was not drawn")
                 picture = None
             chosen = writers(result, report_path, junit_path, picture)
+            if summary_path is not None:
+                chosen[summary_path] = _summary_writer(result)
             if chosen:
                 for each in reports:
                     if each.source and os.path.lexists(each.source.path):
@@ -487,13 +552,16 @@ def _write_failure(document: Report | Reports, outputs: _Outputs, inputs_read: l
     """The report and JUnit file of a verify that could not run, where asked (never over one of its inputs)."""
     from rnnconv.verification.run import write_outputs, writers
 
-    report_path, junit_path, _ = outputs.paths()
-    report_left, junit_left = (
-        None if p is None or _names_an_input(p, inputs_read) else p for p in (report_path, junit_path)
+    report_path, junit_path, _, summary_path = outputs.paths()
+    report_left, junit_left, summary_left = (
+        None if p is None or _names_an_input(p, inputs_read) else p for p in (report_path, junit_path, summary_path)
     )
-    if report_left or junit_left:
+    if report_left or junit_left or summary_left:
+        chosen = writers(document, report_left, junit_left, None)
+        if summary_left is not None:
+            chosen[summary_left] = _summary_writer(document)
         with contextlib.suppress(RnnconvError), unguarded():  # e.g. a report that exists: left as is
-            write_outputs(writers(document, report_left, junit_left, None), force)
+            write_outputs(chosen, force)
 
 
 def _names_an_input(path: Path, inputs: list[Path]) -> bool:
@@ -596,5 +664,7 @@ def schema(name: str) -> dict[str, Any]:
 
 
 def formats() -> Iterator[str]:
-    """The names of the formats rnnconv reads and writes."""
-    return (fmt.name for fmt in registry.formats())
+    """The names of the formats rnnconv reads and writes (from their plugins: no format's code is imported)."""
+    from rnnconv.formats.catalog import in_sniffing_order
+
+    return (plugin.info.name for plugin in in_sniffing_order())

@@ -139,6 +139,19 @@ def swap_gates(a: str, b: str, cells):
     return change
 
 
+def swap_gates_in(kind: str, a: str, b: str, cells):
+    """Gates a and b exchanged in one kind of tensor (W, R, bW or bR) only, of the cells `cells(spec)` gives."""
+
+    def change(read, write, spec):
+        for cell in cells(spec):
+            ka, kb = ParamKey(*cell, kind, a), ParamKey(*cell, kind, b)
+            va, vb = read(ka), read(kb)
+            write(ka, vb)
+            write(kb, va)
+
+    return change
+
+
 def swap_directions(read, write, spec):
     for key in spec.param_keys():
         if key.direction == 0:
@@ -179,6 +192,19 @@ CORRUPTIONS = {
         "encoder.rnn",
         swap_gates("c", "o", lambda s: [(1, 1)]),
         "gates c (cell candidate) and o (output gate) of layer 1 reverse look swapped",
+    ),
+    "two gates swapped in one tensor of one cell": (
+        TORCH / "seq2seq.pt",
+        "encoder.rnn",
+        swap_gates_in("W", "i", "f", lambda s: [(1, 1)]),
+        "gates i (input gate) and f (forget gate) look swapped in W of layer 1 (reverse) alone",
+    ),
+    "two gates swapped in one tensor of every cell": (
+        TORCH / "seq2seq.pt",
+        "encoder.rnn",
+        swap_gates_in("R", "c", "o", every_cell),
+        "gates c (cell candidate) and o (output gate) look swapped in every cell's recurrent matrix alone (R of layer "
+        "0 (forward), R of layer 0 (reverse), R of layer 1 (forward), R of layer 1 (reverse))",
     ),
     "GRU reset and update swapped": (
         K3 / "mixed.keras",
@@ -376,3 +402,36 @@ def test_a_checkpoint_named_like_a_blob_is_named_for_what_it_is(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stdout + result.stderr
     assert "pytorch_model.bin is a PyTorch file that records no source" in text
     assert f"`rnnconv convert {named} OUT`" in text
+
+
+def test_a_cudnn_blob_is_the_source_of_what_is_converted_from_it(tmp_path):
+    """cudnn-to-torch writes back.pt recording the blob as its source: verify runs the blob (its sidecar's, or a raw
+    one described by the raw-blob flags) in the numpy reference of cuDNN's equations as the source, recorded or
+    --against; a blob that is not what the file was made from is a mismatch, diagnosed."""
+    tagger = FIXTURES / "audit" / "tagger.pt"
+    blob, back = to_blob(tagger, "gru", tmp_path / "t.bin"), tmp_path / "back.pt"
+    assert run_cli("cudnn-to-torch", blob, "-o", back).returncode == 0
+    for against in ((), ("--against", blob)):
+        result = run_cli("verify", back, *against, "--json")
+        report = json.loads(result.stdout)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert report["verdict"] == "match" and report["source"]["format"] == "cudnn-bin"
+        assert report["source"]["layer"] == "gru" and report["source"]["run"].startswith("numpy")
+        assert 0 < report["comparison"]["y"]["max_abs"] < 1e-5
+
+    swapped = corrupted(blob, tmp_path / "swapped.bin", swap_gates("r", "z", every_cell))
+    report = json.loads(run_cli("verify", back, "--against", swapped, "--json").stdout)
+    assert report["verdict"] == "mismatch" and "r (reset gate) and z (update gate)" in report["diagnosis"]["mistake"]
+
+    raw, flags = tmp_path / "weights.raw", ("--mode", "gru", "--input-size", "5", "--hidden-size", "7")
+    raw.write_bytes(blob.read_bytes())
+    assert run_cli("cudnn-to-torch", raw, *flags, "-o", tmp_path / "raw_back.pt").returncode == 0
+    assert_clean_failure(run_cli("verify", tmp_path / "raw_back.pt"), 2, "a raw blob needs --mode")
+    assert run_cli("verify", tmp_path / "raw_back.pt", *flags).returncode == 0
+    assert run_cli("verify", back, "--against", raw, *flags).returncode == 0
+    assert_clean_failure(run_cli("verify", back, "--against", tagger, *flags), 2, "leave them out")
+    assert_clean_failure(
+        run_cli("verify", back, "--against", raw, "--mode", "gru", "--input-size", "5", "--hidden-size", "8"),
+        2,
+        "weights.raw holds 1176 bytes",
+    )

@@ -5,6 +5,7 @@ runtime, the checkpoint's in its framework."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import FIXTURES, assert_clean_failure, run_cli
@@ -107,7 +108,8 @@ def test_layer_pairs_override_the_pairing_by_sizes(tmp_path):
     found, reports, code = rows(AUDIT / "tagger_torchscript.onnx", "--against", TAGGER, "--layer", "/gru/GRU=lstm")
     assert code == 2  # a pair whose RNNs differ: that row cannot run, and says so
     assert found[0] == ("/gru/GRU", "lstm", "error") and "holds another" in reports[0]["summary"]
-    assert found[1] == ("/lstm/LSTM", None, "not-found") and found[2] == ("", "gru", "not-found")
+    assert found[1] == ("/lstm/LSTM", None, "not-found")  # a deployed RNN must find its partner, --layer or not
+    assert found[2] == ("", "gru", "not-deployed")  # the pairs say what is deployed: a checkpoint's RNN left out is not
     text = run_cli("verify", AUDIT / "tagger_torchscript.onnx", "--against", TAGGER, "--layer", "/gru/GRU=gru", "-q")
     assert text.returncode == 0 and "/gru/GRU = gru: MATCH" in text.stdout
 
@@ -154,3 +156,129 @@ def test_rnns_with_no_partner_are_not_found_in_rows_and_the_exit_code(tmp_path):
 )
 def test_bad_against_or_pairs_get_one_sentence(args, words, tmp_path):
     assert_clean_failure(run_cli("verify", AUDIT / "tagger_torchscript.onnx", *args, cwd=tmp_path), 2, words)
+
+
+@pytest.mark.needs("torch", "onnxruntime")
+def test_an_encoder_deployed_alone_passes_when_layer_pairs_say_what_is_deployed(tmp_path):
+    """tagger_encoder.onnx holds the tagger's GRU alone: --layer pairs it, and the checkpoint's LSTM is listed as not
+    deployed (exit 0); without --layer the audit of the whole model still wants every RNN of both files."""
+    encoder = AUDIT / "tagger_encoder.onnx"
+    found, reports, code = rows(encoder, "--against", TAGGER, "--layer", "/gru/GRU=gru")
+    assert code == 0, reports
+    assert found == [("/gru/GRU", "gru", "match"), ("", "lstm", "not-deployed")]
+    assert "is not deployed" in reports[1]["summary"] and "comparison" not in reports[1]
+    junit = tmp_path / "j.xml"
+    result = run_cli("verify", encoder, "--against", TAGGER, "--layer", "/gru/GRU=gru", "--junit", junit)
+    assert result.returncode == 0 and 'failures="0"' in junit.read_text() and "<skipped" in junit.read_text()
+    found, reports, code = rows(encoder, "--against", TAGGER)
+    assert code == 1 and found == [("/gru/GRU", "gru", "match"), ("", "lstm", "not-found")]
+    assert "--layer DEPLOYED=CHECKPOINT" in reports[1]["summary"] and "not deployed" in reports[1]["summary"]
+
+
+@pytest.mark.needs("torch")
+def test_a_checkpoint_rnn_converted_alone_and_back_passes_its_audit_with_its_pair(tmp_path):
+    """The tagger's GRU to a cuDNN blob and back to PyTorch: back.pt holds the GRU alone, and the audit against the
+    whole checkpoint passes with the pair named (the LSTM was never converted: not deployed)."""
+    blob, back = tmp_path / "t.bin", tmp_path / "back.pt"
+    assert run_cli("convert", TAGGER, blob, "--layer", "gru").returncode == 0
+    assert run_cli("cudnn-to-torch", blob, "-o", back).returncode == 0
+    found, reports, code = rows(back, "--against", TAGGER, "--layer", "rnn=gru")
+    assert code == 0, reports
+    assert found == [("rnn", "gru", "match"), ("", "lstm", "not-deployed")]
+
+
+@pytest.mark.needs("torch", "onnxruntime")
+def test_a_gate_swap_in_one_stored_tensor_is_named(tmp_path):
+    """i and f exchanged in one tensor alone (the others right), as a person breaks a file: the diagnosis names the
+    tensor, by the file's own name where it has one (a state_dict's lstm.weight_ih_l0) and by the format's and the
+    node's in an ONNX file, and names the files, not "the blob"."""
+    import torch
+
+    lstm = {k: v.clone() for k, v in torch.load(TAGGER).items() if k.startswith("lstm.")}
+    torch.save(lstm, tmp_path / "lstm.pt")
+    weights, hidden = lstm["lstm.weight_ih_l0"], 4  # PyTorch's gate blocks i, f, g, o
+    weights[:hidden], weights[hidden : 2 * hidden] = weights[hidden : 2 * hidden].clone(), weights[:hidden].clone()
+    torch.save(lstm, tmp_path / "broken.pt")
+    result = run_cli("verify", tmp_path / "broken.pt", "--against", tmp_path / "lstm.pt", "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 1 and report["diagnosis"]["found"], report
+    assert report["diagnosis"]["mistake"] == (
+        "gates i (input gate) and f (forget gate) look swapped in lstm.weight_ih_l0 alone"
+    )
+    assert report["diagnosis"]["message"].endswith("broken.pt matches lstm.pt when read that way")
+
+    onnx = pytest.importorskip("onnx")
+    model = onnx.load(str(AUDIT / "tagger_torchscript.onnx"))
+    (node,) = [n for n in model.graph.node if n.op_type == "LSTM"]
+    initializers = {t.name: t for t in model.graph.initializer}
+    w = onnx.numpy_helper.to_array(initializers[node.input[1]]).copy()  # (1, 4H, in): ONNX's gates i, o, f, c
+    w[:, :hidden], w[:, 2 * hidden : 3 * hidden] = w[:, 2 * hidden : 3 * hidden].copy(), w[:, :hidden].copy()
+    initializers[node.input[1]].CopyFrom(onnx.numpy_helper.from_array(w, node.input[1]))
+    onnx.save(model, str(tmp_path / "w_swapped.onnx"))
+    found, reports, code = rows(tmp_path / "w_swapped.onnx", "--against", TAGGER)
+    assert code == 1 and [v for *_, v in found] == ["match", "mismatch"]
+    assert reports[1]["diagnosis"]["mistake"] == (
+        "gates i (input gate) and f (forget gate) look swapped in W[0] of node '/lstm/LSTM' alone"
+    )
+    assert "w_swapped.onnx matches tagger.pt when read that way" in reports[1]["summary"]
+
+
+@pytest.mark.needs("torch", "onnxruntime")
+def test_the_audit_reads_at_80_columns_and_its_last_line_gives_the_verdict():
+    """A CI log's 80 columns: each RNN two lines (name, verdict and spec; the summary), not a table wrapping each
+    summary to a dozen lines; the last line says the verdict of them all, not "1 of 2 RNNs verified"."""
+    result = run_cli(
+        "verify", AUDIT / "tagger_gates_swapped.onnx", "--against", TAGGER, env={"COLUMNS": "80", "NO_COLOR": "1"}
+    )
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "/gru/GRU = gru: MATCH (exit 0), gru in 5 hidden 7 float32"
+    assert lines[2] == "/lstm/LSTM = lstm: MISMATCH (exit 1), lstm in 7 hidden 4 float32"
+    assert lines[3].startswith("  /lstm/LSTM differs from lstm of tagger.pt by up to")
+    assert lines[4:] == ["MISMATCH: 1 of 2 RNNs match; 1 mismatch"]
+    assert "the blob" not in result.stdout
+
+
+@pytest.mark.needs("torch", "onnxruntime")
+def test_the_summary_is_a_markdown_table_of_the_rows(tmp_path):
+    """--summary: the markdown a CI job shows (GitHub's step summary), one row per RNN with its verdict, largest
+    difference against the tolerance and diagnosis; written also when verify cannot run."""
+    summary = tmp_path / "summary.md"
+    result = run_cli("verify", AUDIT / "tagger_gates_swapped.onnx", "--against", TAGGER, "--summary", summary)
+    assert result.returncode == 1, result.stderr
+    heading, _, counted, _, header, rule, *table = summary.read_text().splitlines()
+    assert heading == "### ❌ rnnconv verify: MISMATCH \\(exit 1\\)"
+    assert counted.endswith("1 of 2 RNNs match\\; 1 mismatch")
+    assert header == "| RNN | verdict | largest difference | diagnosis |" and rule.count("---") == 4
+    assert [row.split(" | ")[1] for row in table] == ["✅ MATCH", "❌ MISMATCH"]
+    assert "0.491 \\(tolerance 0.0001 \\+ 0.001·\\|x\\|\\)" in table[1] and "look swapped" in table[1]
+    assert_clean_failure(run_cli("verify", AUDIT / "tagger_gates_swapped.onnx", "--summary", summary), 2, "exists")
+    missing = run_cli("verify", tmp_path / "gone.bin", "--summary", summary, "--force")
+    assert missing.returncode == 2 and "ERROR \\(exit 2\\)" in summary.read_text()
+    assert "gone\\.bin does not exist" in summary.read_text()
+
+
+def test_the_summary_shows_what_a_file_names_as_text():
+    """Names and sentences come from the files verified: none makes a link, an image, HTML or a cell of its own."""
+    from rnnconv.core.contracts import Report
+    from rnnconv.verification.summary import markdown
+
+    hostile = "![x](https://example.invalid/x.png) <img src=x> | `code` **b**\n| row |"
+    (row,) = markdown([Report(verdict="error", summary=hostile, blob="m.onnx", name=hostile)]).splitlines()[6:]
+    name, verdict, _, why = row.removeprefix("| ").removesuffix(" |").split(" | ")  # four cells, one line
+    assert verdict == "❌ ERROR"
+    for cell in (name, why):
+        assert "example" in cell and not re.search(r"[!-/:-@\[-`{-~]", re.sub(r"\\.", "", cell))  # each one escaped
+
+
+@pytest.mark.needs("torch", "onnxruntime")
+def test_a_cudnn_blob_is_a_checkpoint_to_audit_against(tmp_path):
+    """The tagger's RNNs in one rnnconv .safetensors: the deployed ONNX is audited against the blobs, run in the numpy
+    reference; the exporter's reset placement is still named."""
+    blobs = tmp_path / "tagger.safetensors"
+    assert run_cli("convert", TAGGER, blobs).returncode == 0
+    found, reports, code = rows(AUDIT / "tagger_torchscript.onnx", "--against", blobs)
+    assert code == 0 and found == [("/gru/GRU", "gru", "match"), ("/lstm/LSTM", "lstm", "match")], reports
+    assert all(r["source"]["run"].startswith("numpy") for r in reports)
+    found, reports, code = rows(AUDIT / "tagger_reset_before.onnx", "--against", blobs)
+    assert code == 1 and "linear_before_reset" in reports[0]["diagnosis"]["message"]

@@ -5,8 +5,8 @@
 #   verify-model.sh SOURCE BLOB [OUT_DIR]
 #
 # Converts SOURCE (a Keras, PyTorch, ONNX or TF1 file) to BLOB (.bin or .safetensors), then verifies BLOB
-# against SOURCE and writes OUT_DIR/verify-report.json and OUT_DIR/verify-junit.xml (OUT_DIR: verify-out),
-# also when verify fails or cannot run, for the CI to keep. The exit code is verify's:
+# against SOURCE and writes OUT_DIR/verify-report.json, OUT_DIR/verify-junit.xml and OUT_DIR/verify-summary.md (a
+# markdown table of the verdicts; OUT_DIR: verify-out), also when verify fails or cannot run, for the CI to keep. The exit code is verify's:
 #   0 match, 1 mismatch, 2 bad input or nothing to compare with, 3 a needed backend is missing,
 #   4 a bug in rnnconv.
 # A conversion that fails exits with its own code (2, 3 or 4), verifies nothing, and says so in the report
@@ -41,7 +41,8 @@ if [ "${RNNCONV_CONVERT:-yes}" != no ]; then
     convert=(--convert)
 fi
 "${rnnconv[@]}" verify "$blob" --against "$source_file" ${convert[@]+"${convert[@]}"} ${layer[@]+"${layer[@]}"} \
-    --report "$out/verify-report.json" --junit "$out/verify-junit.xml" --force ${verify_args[@]+"${verify_args[@]}"}
+    --report "$out/verify-report.json" --junit "$out/verify-junit.xml" --summary "$out/verify-summary.md" --force \
+    ${verify_args[@]+"${verify_args[@]}"}
 status=$?
 case $status in
     0) verdict="the blob computes what its source computes" ;;
@@ -50,5 +51,5 @@ case $status in
     3) verdict="a backend verify needs is missing here" ;;
     *) verdict="rnnconv failed" ;;
 esac
-echo "verify-model.sh: exit $status, $verdict; report and JUnit XML in $out/" >&2
+echo "verify-model.sh: exit $status, $verdict; report, JUnit XML and summary in $out/" >&2
 exit "$status"

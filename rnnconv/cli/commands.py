@@ -24,7 +24,9 @@ from rnnconv.cli.options import (
     COMMON,
     CONVERSION_TAIL,
     IDENTIFY_HELP,
+    INSPECT_HELP,
     RAW,
+    VERIFY_CHANGED_HELP,
     VERIFY_HELP,
     direction_options,
     identify_parameters,
@@ -32,6 +34,7 @@ from rnnconv.cli.options import (
     parameter,
     pick,
     sources_and_output,
+    verify_changed_parameters,
     verify_parameters,
 )
 from rnnconv.cli.streams import standalone
@@ -210,13 +213,16 @@ def verify(**values: Any) -> int:
     return max(report.exit_code for report in reports.root)
 
 
-@command(
-    "inspect",
-    "List every recurrent network in a file: its class, its cuDNN spec, and whether it converts "
-    "(why not).\n\nExamples:\n\n  rnnconv inspect model.h5\n\n  rnnconv inspect model.h5 --to tflite\n\n  "
-    "rnnconv inspect model.onnx --profile tensorrt",
-    inspect_parameters(),
-)
+@command("verify-changed", VERIFY_CHANGED_HELP, verify_changed_parameters())
+def verify_changed(files: list[Path], json: bool, quiet: bool, verbose: bool, **values: Any) -> int:
+    from rnnconv import api
+    from rnnconv.cli import render
+
+    reports = api.verify_changed(files, stage=render.stage_printer(enabled=not (quiet or json)), **values)
+    return render.changed(reports, len(files), json, quiet)
+
+
+@command("inspect", INSPECT_HELP, inspect_parameters())
 def inspect_file(source: Path, **values: Any) -> int:
     from rnnconv import api
     from rnnconv.cli import render
@@ -308,12 +314,7 @@ def doctor(**values: Any) -> None:
     "On a GPU: check rnnconv's layout against cuDNN for 215 configurations (--quick: 16), writing every offset, dims "
     "and strides cuDNN reported as it goes.\n\nExample (needs a GPU):\n\n  rnnconv gpu-battery -o cudnn_layout.json",
     [
-        parameter(
-            "output",
-            default=Path("cudnn_layout.json"),
-            annotation=Path,
-            help="Where to write the offsets cuDNN reported (JSON).",
-        ),
+        parameter("output", default=Path("cudnn_layout.json"), annotation=Path, help="Where to write them (JSON)."),
         *map(parameter, ("quick", "force", *COMMON)),
     ],
 )

@@ -126,6 +126,14 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         "when verify cannot run).",
         {},
     ),
+    "summary": (
+        Path | None,
+        None,
+        ("--summary",),
+        "Also write the result as a markdown table to this file, one row per RNN (verdict, largest difference, "
+        "diagnosis): a CI job's summary (written like --report, also when verify cannot run).",
+        {},
+    ),
     "plot": (
         Path | None,
         None,
@@ -269,6 +277,7 @@ VERIFY_OPTIONS = [
     "rtol",
     "report",
     "junit",
+    "summary",
     "plot",
     "allow_structure_only",
     "accept_recorded_loss",
@@ -279,6 +288,31 @@ VERIFY_OPTIONS = [
     "force",
     *RAW,
 ]
+# verify-changed: verify's options that name no RNN and no source (each file verified names its own).
+VERIFY_CHANGED_OPTIONS = [
+    "backend",
+    "seq_len",
+    "batch",
+    "seed",
+    "ragged",
+    "atol",
+    "rtol",
+    "report",
+    "junit",
+    "summary",
+    "allow_structure_only",
+    "accept_recorded_loss",
+    "require_stated",
+    "diagnose",
+    "force",
+]
+VERIFY_CHANGED_HELP = (
+    "Verify every file rnnconv wrote that a change to FILES touches, against the source it records: each of FILES "
+    "rnnconv wrote (a blob, an .onnx, ...; or whose sidecar, weights or record beside it changed), and each file git "
+    "tracks that was made from one of FILES. What the pre-commit hook runs; the exit code is the worst of the "
+    "verdicts, 0 when nothing is to verify.\n\nExamples:\n\n  rnnconv verify-changed models/encoder.bin\n\n"
+    "  rnnconv verify-changed train.pt --seq-len 16 --summary verify-summary.md"
+)
 VERIFY_HELP = (
     "Prove a converted blob computes what its source model computes: a verdict, a report and an exit code.\n\n"
     "The source runs in its own framework on the CPU; the blob runs through cuDNN, or without a GPU through a numpy "
@@ -324,6 +358,13 @@ def verify_parameters() -> list[inspect.Parameter]:
     return [layer if name == "layer" else parameter(name) for name in VERIFY_OPTIONS]
 
 
+INSPECT_HELP = (
+    "List every recurrent network in a file: its class, its cuDNN spec, and whether it converts (why not; with --to, "
+    "to that format's files).\n\nExamples:\n\n  rnnconv inspect model.h5\n\n  rnnconv inspect model.h5 --to tflite"
+    "\n\n  rnnconv inspect model.onnx --profile tensorrt"
+)
+
+
 def inspect_parameters() -> list[inspect.Parameter]:
     source = parameter("source", argument=True, help="Any file rnnconv reads.")
     to = parameter("to", help="Say whether each RNN converts to this format, as a conversion to it would refuse it.")
@@ -338,6 +379,17 @@ def pick(values: dict[str, Any]) -> str | None:
     if layer is not None and prefix is not None and layer != prefix:
         raise BadInput("--layer and its old name --prefix name different RNNs; give one")
     return layer if layer is not None else prefix
+
+
+def verify_changed_parameters() -> list[inspect.Parameter]:
+    files = parameter(
+        "files",
+        argument=True,
+        annotation=list[Path],
+        metavar="FILE",
+        help="Files a change touched (what pre-commit passes): written files, their parts, or their sources.",
+    )
+    return [files, *map(parameter, (*VERIFY_CHANGED_OPTIONS, *COMMON))]
 
 
 def identify_parameters() -> list[inspect.Parameter]:

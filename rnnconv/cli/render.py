@@ -91,7 +91,12 @@ def _table(**options: Any) -> Table:
     return Table(**options)
 
 
-VERDICT_COLOURS = {"match": "green", "structure-only": "yellow", "lossy-as-recorded": "yellow"}  # else red
+VERDICT_COLOURS = {
+    "match": "green",
+    "structure-only": "yellow",
+    "lossy-as-recorded": "yellow",
+    "not-deployed": "yellow",
+}  # else red
 
 
 def shown(function: Shown) -> Shown:
@@ -268,30 +273,55 @@ def _paired(report: Report) -> str:
 
 @shown
 def verifications(reports: Reports, as_json: bool, quiet: bool) -> None:
-    """`verify --all`: one row per RNN (name, spec, verdict, summary), or the reports as JSON."""
+    """`verify --all` and the audit: one row per RNN (name, spec, verdict, summary), or the reports as JSON; then
+    the verdict of them all."""
     for report in reports.root:
         for text in report.warnings:
             warning(f"{report.name}: {text}")
     if as_json:
         print_json(reports)
         return
-    table = _table(show_header=True)
-    for column in ("RNN", "spec", "verdict", "summary"):
-        table.add_column(column, overflow="fold")
+    rows = []
+    several_files = len({report.blob for report in reports.root}) > 1  # verify-changed: each RNN named with its file
     for report in reports.root:
         colour = VERDICT_COLOURS.get(report.verdict, "red")
         verdict = f"[bold {colour}]{report.verdict.upper()}[/] (exit {report.exit_code})"
-        table.add_row(escape(_paired(report)), spec_text(report.spec), verdict, escape(sentence(report.summary)))
+        name = f"{cut(report.blob)} {_paired(report)}" if several_files else _paired(report)
+        rows.append((escape(name), spec_text(report.spec), verdict, escape(sentence(report.summary))))
+    table = _table(show_header=True)
+    for column in ("RNN", "spec", "verdict", "summary"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    from rich.measure import Measurement
+
     if quiet:  # -q keeps the verdicts: one line each
-        for report in reports.root:
-            out().print(
-                f"{escape(_paired(report))}: {report.verdict.upper()} (exit {report.exit_code}): "
-                f"{escape(sentence(report.summary))}"
-            )
-    else:
+        for name, _, verdict, summary in rows:
+            out().print(f"{name}: {verdict}: {summary}")
+    elif Measurement.get(out(), out().options.update_width(streams.MAX_COLUMNS), table).maximum <= out().width:
         out().print(table)
-    matched = sum(report.exit_code == 0 for report in reports.root)
-    out().print(f"{matched} of {len(reports.root)} RNNs verified")
+    else:  # a table too narrow for its summaries (a CI log's 80 columns) would wrap each to a dozen lines
+        for name, spec, verdict, summary in rows:
+            out().print(f"{name}: {verdict}, {spec}\n  {summary}")
+    out().print(overall(reports))
+
+
+def changed(reports: Reports, given: int, as_json: bool, quiet: bool) -> int:
+    """`verify-changed`: the rows of what was verified, or that nothing was; the exit code, the worst (0: none)."""
+    if not reports.root and not as_json:
+        files = f"none of the {given} files given is" if given > 1 else "the file given is not"
+        out().print(f"nothing to verify: {files} one rnnconv wrote, and git tracks none made from one")
+        return 0
+    verifications(reports, as_json, quiet)
+    return max((report.exit_code for report in reports.root), default=0)
+
+
+def overall(reports: Reports) -> str:
+    """The verdict of several reports, as the last line says it: the worst, and the count (`summary.overall`)."""
+    from rnnconv.verification.summary import overall as verdict_of
+
+    verdict, counted = verdict_of(reports.root)
+    return f"[bold {VERDICT_COLOURS.get(verdict, 'red')}]{verdict.upper()}[/]: {escape(counted)}"
 
 
 @shown

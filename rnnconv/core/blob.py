@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
+from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec, StoredAs
 from rnnconv.core.contracts import LayoutInfo, Provenance, Sidecar
 from rnnconv.core.dtypes import ElementType, decode
 from rnnconv.core.weightspace import Region, region_map
@@ -35,6 +35,7 @@ class Blob:
     path: Path | None = None
     places: dict[ParamKey, Region] = field(default_factory=dict)  # where each tensor is; the layout's by default
     kind: str = KIND_BIN
+    stored_as: StoredAs | None = None  # a file of another format read as a weight space: how that file stores it
 
     def __post_init__(self) -> None:
         self.places = self.places or region_map(self.spec)

@@ -162,6 +162,15 @@ class ParamKey:
 Loader = Callable[[], np.ndarray]
 
 
+@dataclass(frozen=True)
+class StoredAs:
+    """How a file stores an RNN: its row of the layout table, and each cell's (layer, direction) stored tensors'
+    names by role and the cell in words, as its reader found them: what a mistake in one stored tensor is named by."""
+
+    row: Row
+    cells: Mapping[tuple[int, int], tuple[Mapping[str, str], str]]
+
+
 def _nothing_stacked(layer: int, direction: int, kind: str) -> np.ndarray | FileArray | None:
     return None
 
@@ -192,6 +201,8 @@ class CanonicalRNN:
     keepalive: Any = None
     # A blob's own source, as its sidecar records it: where `--into` puts the RNN back.
     origin: Provenance | None = None
+    # How the file it was read from stores it (None: a cuDNN weight space, or a reading of no row's).
+    stored_as: StoredAs | None = None
 
     def param(self, key: ParamKey) -> np.ndarray:
         """One tensor, checked against the spec's shape for it."""
@@ -289,9 +300,17 @@ def stack(name: str, rnns: list[CanonicalRNN]) -> CanonicalRNN:
         for key, load in rnn.loaders.items():
             loaders[ParamKey(layer, key.direction, key.kind, key.gate)] = load
     source = rnns[0].source.model_copy(update={"layer": name, "stacked": [r.name for r in rnns]})
+    stored = [r.stored_as for r in rnns]
+    first_stored = stored[0]
+    stored_as = None
+    if first_stored is not None and all(s is not None and s.row == first_stored.row for s in stored):
+        cells = {(layer, d): cell for layer, s in enumerate(stored) if s for (_, d), cell in s.cells.items()}
+        stored_as = StoredAs(first_stored.row, cells)  # each one-layer RNN's cells, as the stack's layers
     notes = [n for r in rnns for n in r.notes]
     notes.append(
         f"{name}: layers {', '.join(r.name for r in rnns)} stacked into one {len(rnns)}-layer RNN "
         f"(nothing may sit between them in the model)"
     )
-    return CanonicalRNN(name, spec, loaders, source, notes, digest=rnns[0].digest, keepalive=rnns[0].keepalive)
+    return CanonicalRNN(
+        name, spec, loaders, source, notes, digest=rnns[0].digest, keepalive=rnns[0].keepalive, stored_as=stored_as
+    )

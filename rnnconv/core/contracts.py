@@ -25,14 +25,18 @@ SIDECAR_FORMAT: Final = "rnnconv.cudnn-weight-space"
 SIDECAR_SCHEMA_VERSION = 3
 # Report version 2: per-step errors per output direction and each output's `match`. Version 3: the verdict
 # lossy-as-recorded and the report's `loss`; a source record's `loss` (what --allow-lossy dropped). Version 4: the
-# verdict not-found (a row of the audit of a deployed model: an RNN with no partner on the other side).
-REPORT_SCHEMA_VERSION = 4
+# verdict not-found (a row of the audit of a deployed model: an RNN with no partner on the other side). Version 5: the
+# verdict not-deployed (a checkpoint's RNN that the audit's --layer pairs leave out).
+REPORT_SCHEMA_VERSION = 5
 
 # error / backend-missing: verify could not run (exit 2 / 3); a report asked for is still written, saying why.
 # lossy-as-recorded: a file written with --allow-lossy differs from its source by what its record says was dropped,
 # and by nothing more (exit 1 unless --accept-recorded-loss). not-found: an RNN of a deployed model or of its
-# checkpoint that has no partner on the other side (exit 1).
-Verdict = Literal["match", "mismatch", "lossy-as-recorded", "structure-only", "error", "backend-missing", "not-found"]
+# checkpoint that has no partner on the other side (exit 1). not-deployed: a checkpoint's RNN that the audit's --layer
+# pairs leave out, as they say the deployed file holds only the others (exit 0: nothing of the file is wrong).
+Verdict = Literal[
+    "match", "mismatch", "lossy-as-recorded", "structure-only", "error", "backend-missing", "not-found", "not-deployed"
+]
 
 
 class Contract(BaseModel):
@@ -339,8 +343,9 @@ class Report(Contract):
 
     @property
     def exit_code(self) -> int:
-        """0 match (or a recorded loss accepted), 1 mismatch (or a recorded loss not accepted), 2 nothing could be
-        compared (unless a structure check alone was accepted) or verify could not run, 3 a backend is missing."""
+        """0 match (or a recorded loss accepted, or an RNN not deployed), 1 mismatch (or a recorded loss not
+        accepted, or no partner found), 2 nothing could be compared (unless a structure check alone was accepted) or
+        verify could not run, 3 a backend is missing."""
         if self.verdict in ("mismatch", "not-found") or (
             self.verdict == "lossy-as-recorded" and not self.accept_recorded_loss
         ):

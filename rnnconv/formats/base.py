@@ -240,6 +240,10 @@ class WeightSpaceFormat(Format):
     another format's file as one in memory, a blob written again in the layout a GPU reported."""
 
     @abstractmethod
+    def described(self, spec: RNNSpec) -> WeightSpaceFormat:
+        """The format reading its files as raw blobs of `spec` (a blob without a sidecar, as verify's source)."""
+
+    @abstractmethod
     def blobs(self, path: Path, raw_spec: RNNSpec | None = None) -> list[Blob]:
         """The weight spaces of a file of this format (a raw one described by `raw_spec`)."""
 

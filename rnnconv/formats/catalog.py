@@ -31,6 +31,11 @@ def plugins() -> tuple[Plugin, ...]:
     return tuple(sorted(found, key=lambda p: p.listed))
 
 
+def in_sniffing_order() -> list[Plugin]:
+    """Every plugin in the order their `wire.sniff` is asked (a specific format before a general one)."""
+    return sorted(plugins(), key=lambda p: (p.sniff_order, p.info.name))
+
+
 FORMAT_INFO: Final[dict[str, FormatInfo]] = {plugin.info.name: plugin.info for plugin in plugins()}
 # The format whose files are cuDNN's weight space (verify's blobs, the default target), as its plugin says.
 (WEIGHT_SPACE,) = (plugin.info.name for plugin in plugins() if plugin.weight_space)

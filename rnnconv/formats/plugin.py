@@ -148,9 +148,9 @@ def version(package: str, module: str) -> str | None:
     tensorflow), None where it is not installed: what `doctor` says of a runtime, and verify's report. A module
     named `npm:<name>` is Node.js (`npm:node`) or an npm package, found as `formats/_node.py` finds them."""
     if module.startswith(NPM):
-        from rnnconv.formats import _node
+        from rnnconv.formats._node import version as npm_version
 
-        return _node.version(module[len(NPM) :])
+        return npm_version(module[len(NPM) :])
     import importlib.metadata
 
     for name in [package, *_providers().get(module.partition(".")[0], [])]:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec, StoredAs
 from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.table.apply import check_shapes, gate_loaders, mode_for, stored_shapes
@@ -147,9 +147,11 @@ def read(found: Found, source: Provenance) -> CanonicalRNN:
         found.has_bias,
     )
     loaders = {}
+    names = {}
     for layer in range(spec.num_layers):
         for direction in range(spec.num_directions):
             cell = found.cell(layer, direction, spec)
+            names[(layer, direction)] = (cell.names, cell.where)
             expected = stored_shapes(
                 row, spec.hidden_size, spec.layer_input_size(layer), spec.output_size, spec.proj_size, spec.bias
             )
@@ -172,4 +174,6 @@ def read(found: Found, source: Provenance) -> CanonicalRNN:
             **found.provenance,
         }
     )
-    return CanonicalRNN.from_cell_loaders(found.name, spec, loaders, source=info, notes=notes, **found.handover)
+    return CanonicalRNN.from_cell_loaders(
+        found.name, spec, loaders, source=info, notes=notes, stored_as=StoredAs(row, names), **found.handover
+    )

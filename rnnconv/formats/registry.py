@@ -65,7 +65,7 @@ def _load() -> dict[str, Format]:
 def sniffed(probe: Probe, but: str | None = None) -> Format | None:
     """The first format, in sniffing order, whose `wire.sniff` says the file may be of it and which `claims` it (`but`
     that one: None where none): only that format's `format` module is imported."""
-    for plugin in sorted(catalog.plugins(), key=lambda p: (p.sniff_order, p.info.name)):
+    for plugin in catalog.in_sniffing_order():
         if plugin.info.name == but or not importlib.import_module(f"{plugin.package}.wire").sniff(probe):
             continue
         fmt = _loaded(plugin)
@@ -81,7 +81,7 @@ def engine(name: str) -> Engine | None:
 
 def formats() -> list[Format]:
     """Every registered format, in sniffing order."""
-    return sorted(_load().values(), key=lambda f: (f.plugin.sniff_order, f.name))
+    return [_load()[plugin.info.name] for plugin in catalog.in_sniffing_order()]
 
 
 def weight_spaces() -> WeightSpaceFormat:
@@ -181,7 +181,7 @@ def for_output(path: Path, to: str | None = None) -> Format:
         if not path.name.endswith(fmt.info.write_suffixes):
             raise BadInput(f"output {path} must end in {either(fmt.info.write_suffixes)} for {fmt.title}")
         return fmt
-    infos = [p.info for p in sorted(catalog.plugins(), key=lambda p: (p.sniff_order, p.info.name))]
+    infos = [p.info for p in catalog.in_sniffing_order()]
     matches = [(len(suffix), info) for info in infos for suffix in info.default_for if path.name.endswith(suffix)]
     if not matches:
         names = "; ".join(f"{either(info.default_for)} ({info.title})" for info in infos if info.default_for)

@@ -219,6 +219,27 @@ def assemble_stored(
     return out
 
 
+def held_blocks(row: Row) -> dict[str, set[tuple[str, str]]]:
+    """The cuDNN blocks (kind, gate) each of a row's stored tensors (by role) holds, found by storing each block alone
+    through the row's layout: which blocks a mistake made in one stored tensor moves (a summed bias holds both kinds).
+    The projection holds no gate's block, and is left out."""
+    held: dict[str, set[tuple[str, str]]] = {}
+    for kind in (*(KIND_OF_ROLE[role] for role in MATRIX_ROLES), *BIAS_KINDS):
+        for gate in CUDNN_GATES[row.cell]:
+
+            def alone(k: str, g: str, block: tuple[str, str] = (kind, gate)) -> np.ndarray:
+                return np.full((1, 1) if k in (Kind.W, Kind.R) else (1,), float((k, g) == block))
+
+            try:
+                stored = assemble_stored(row, 1, 1, 1, alone)
+            except Unsupported:  # a recurrent bias the layout has no place for
+                continue
+            for role, tensor in stored.items():
+                if tensor.any():
+                    held.setdefault(role, set()).add((kind, gate))
+    return held
+
+
 def check_shapes(
     row: Row,
     actual: Mapping[str, tuple[int, ...]],

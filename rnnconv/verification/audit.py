@@ -8,7 +8,9 @@ checkpoint's in its own framework, compared as verify compares. A pair that diff
 exporters' known mistakes until one explains it: the checkpoint's GRU computed with the reset gate before the
 recurrent matrix (ONNX's linear_before_reset=0), the deployed reading without its clip (TensorFlow's converter
 writes cell_clip=10 for every Keras LSTM), then verify's usual mistakes on the deployed reading (gates swapped, ...).
-One row per RNN: match, mismatch with its diagnosis, or not-found (an RNN with no partner on the other side).
+One row per RNN: match, mismatch with its diagnosis, or not-found (an RNN with no partner on the other side); where
+--layer pairs say what is deployed, a checkpoint's RNN they leave out is not-deployed (the deployed file holds only
+some of the checkpoint's RNNs: an encoder deployed alone), which fails nothing.
 """
 
 from __future__ import annotations
@@ -162,6 +164,9 @@ def audit(path: Path, options: VerifyOptions, named: dict[str, str], stage: Stag
     checkpoint = Side.of(options.against)
     rows = []
     for ours, theirs in pair(deployed, checkpoint, named):
+        if ours is None and theirs is not None and named:  # --layer said what is deployed: the rest is not
+            rows.append(_not_deployed(deployed, checkpoint, theirs))
+            continue
         if ours is None or theirs is None:
             rows.append(_not_found(deployed, checkpoint, ours, theirs))
             continue
@@ -191,7 +196,8 @@ def _not_found(deployed: Side, checkpoint: Side, ours: InspectEntry | None, thei
     assert theirs is not None
     summary = (
         f"{checkpoint.path.name}'s {theirs.name} ({_described(theirs)}) is not found in {deployed.path.name}: none of "
-        f"its RNNs left unpaired has these sizes; {pairing} where the exporter changed them"
+        f"its RNNs left unpaired has these sizes; {pairing} where the exporter changed them, or where "
+        f"{deployed.path.name} holds only some of {checkpoint.path.name}'s RNNs (the others are then not deployed)"
     )
     return Report(
         verdict="not-found",
@@ -199,6 +205,21 @@ def _not_found(deployed: Side, checkpoint: Side, ours: InspectEntry | None, thei
         blob=str(deployed.path),
         spec=theirs.spec,
         source=_source_run(checkpoint, theirs.name, "not run: no partner"),
+    )
+
+
+def _not_deployed(deployed: Side, checkpoint: Side, theirs: InspectEntry) -> Report:
+    """A checkpoint's RNN that --layer's pairs leave out: not in the deployed file, which is no failure of it."""
+    summary = (
+        f"{checkpoint.path.name}'s {theirs.name} ({_described(theirs)}) is not deployed: --layer pairs the RNNs of "
+        f"{deployed.path.name} with others of {checkpoint.path.name}, so nothing was held against it"
+    )
+    return Report(
+        verdict="not-deployed",
+        summary=summary,
+        blob=str(deployed.path),
+        spec=theirs.spec,
+        source=_source_run(checkpoint, theirs.name, "not run: not deployed"),
     )
 
 
@@ -311,7 +332,8 @@ def _diagnosis(
             f"into rnnconv's form, so verify's usual mistakes were not tried)",
         )
     kind = next(iter(deployed.fmt.info.kinds))
-    found = diagnose(registry.weight_spaces().in_memory(reading, deployed.path, kind), inputs, want, tol)
+    blob = registry.weight_spaces().in_memory(reading, deployed.path, kind)
+    found = diagnose(blob, inputs, want, tol, subject=deployed.path.name, source=checkpoint.path.name)
     return found.model_copy(update={"tried": found.tried + tried})
 
 

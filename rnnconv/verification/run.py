@@ -41,6 +41,7 @@ from rnnconv.core.reference import forward
 from rnnconv.core.weightspace import REPORTED_LAYOUT_NAME, regions
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, cut
 from rnnconv.formats import base, registry, runtimes
+from rnnconv.formats.probe import Probe
 from rnnconv.formats.settings import ReadOptions
 from rnnconv.formats.sources import pick_named
 from rnnconv.gpu.backend import LayoutMismatch
@@ -110,14 +111,13 @@ def open_blob(path: Path, options: VerifyOptions) -> Blob:
 
 def runtime_format(path: Path, options: VerifyOptions) -> base.Format | None:
     """The format of a file its own runtime runs (an .onnx rnnconv wrote, ...), or None: a cuDNN blob, or a file
-    verify cannot run (open_blob then says what it is)."""
-    if options.raw_spec is not None:
-        return None
+    verify cannot run (open_blob then says what it is). With the raw-blob flags, only a file its content says is of
+    such a format is (the flags then describe its source, a raw blob); anything else is the raw blob they describe."""
     try:
-        fmt = registry.detect(path)
+        fmt = registry.detect(path) if options.raw_spec is None else registry.sniffed(Probe(path))
     except BadInput:
         return None
-    return fmt if fmt.engine is not None else None
+    return fmt if fmt is not None and fmt.engine is not None else None
 
 
 def open_runtime_file(path: Path, fmt: base.Format, options: VerifyOptions) -> tuple[Blob, Provenance]:
@@ -236,13 +236,12 @@ def structural_checks(blob: Blob) -> tuple[list[Check], list[str]]:
     return checks, problems
 
 
-def _source_format(path: Path, source: Provenance, against: bool) -> base.Format:
-    fmt = registry.detect(path) if against or not source.format else registry.for_kind(source.format)
-    if fmt.name == "cudnn":
-        raise BadInput(
-            f"{'--against ' if against else 'the recorded source '}{path} is a cuDNN blob; give the model it came from"
-        )
-    return fmt
+def _source_format(path: Path, source: Provenance, against: bool, raw_spec: RNNSpec | None = None) -> base.Format:
+    """The format of the source: a raw cuDNN blob (no format's file, nor a blob with a sidecar) where the raw-blob
+    flags describe it (`raw_spec`), else what its content says (--against) or what the file records of it."""
+    if raw_spec is not None and registry.sniffed(Probe(path)) is None:
+        return registry.weight_spaces().described(raw_spec)
+    return registry.detect(path) if against or not source.format else registry.for_kind(source.format)
 
 
 def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None = None) -> Report:
@@ -305,9 +304,20 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     if why:
         report.warnings.append(why)
     report.warnings += source_changed(source, source_path) if options.against is None else []
-    fmt = _source_format(source_path, source, options.against is not None)
+    fmt = _source_format(source_path, source, options.against is not None, options.raw_spec)
+    if (
+        runtime is not None and options.raw_spec is not None and not isinstance(fmt, base.WeightSpaceFormat)
+    ):  # they describe none
+        raise BadInput(
+            f"the raw-blob flags describe a cuDNN blob without a sidecar, and neither {path.name} nor its source "
+            f"{source_path.name} is one: leave them out"
+        )
     if options.against is not None:
-        source = fmt.resolve(options.against, source, options.layer)
+        source = fmt.resolve(source_path, source, options.layer)
+    elif isinstance(
+        fmt, base.WeightSpaceFormat
+    ):  # a blob's record names its RNN by its name in the blob, not as a layer
+        source = fmt.resolve(source_path, source, None)
     if source.dtype is not None and source.dtype not in MANTISSA_BITS:  # the record is the file's: untrusted
         raise BadInput(
             f"{path} records its source's element type as {cut(source.dtype)!r}, none rnnconv knows "
@@ -396,7 +406,9 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     if report.verdict == "mismatch" and not report.comparison.match and options.diagnose and streamed is None:
         check_guards()  # a blob or a source that changed meanwhile explains it, without minutes of trying
         stage("looking for the mistake that explains the mismatch")
-        report.diagnosis = diagnose(blob, inputs, expected, report.tolerance)  # a mistake beyond a recorded loss
+        subject = "the blob" if runtime is None else path.name
+        # a mistake beyond a recorded loss
+        report.diagnosis = diagnose(blob, inputs, expected, report.tolerance, subject=subject, source=source_path.name)
     report.summary = _summary(report, "the blob" if runtime is None else path.name)
     return report
 
@@ -468,6 +480,8 @@ def write_outputs(chosen: dict[Path, Writer], force: bool = False) -> None:
 def source_changed(source: Provenance, path: Path) -> list[str]:
     """Warnings when the source named by the blob changed since it was converted, or when that cannot be told."""
     recorded = source.digest or (f"sha256:{source.sha256}" if source.sha256 else None)
+    if recorded is None and source.format in registry.get("cudnn").info.kinds:
+        return [f"a conversion from a cuDNN blob records no digest of it, so a change to {path} since cannot be told"]
     if recorded is None:
         return [f"the blob records no digest of {path} (converted with --no-hash), so a change since cannot be told"]
     differs = digest_differs(path, recorded)

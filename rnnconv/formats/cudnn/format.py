@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnnconv.core.contracts import InspectEntry, InspectReport
+from rnnconv.core.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.core.dtypes import element_type
 from rnnconv.core.weightspace import weight_space_elements
 from rnnconv.errors import BadInput, listing
@@ -19,6 +20,8 @@ from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source, pick_named
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from rnnconv.core.blob import Blob
     from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 
@@ -26,6 +29,14 @@ if TYPE_CHECKING:
 @register
 class CudnnFormat(WeightSpaceFormat):
     plugin = PLUGIN
+    # A raw blob's spec (the raw-blob flags) where the blob is verify's source: how its verbs read it (`described`).
+    raw_spec: RNNSpec | None = None
+
+    def described(self, spec: RNNSpec) -> CudnnFormat:
+        """The format reading its source files as raw blobs of `spec` (a blob without a sidecar, as the source)."""
+        described = copy.copy(self)
+        described.raw_spec = spec
+        return described
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
@@ -48,6 +59,33 @@ class CudnnFormat(WeightSpaceFormat):
         from rnnconv.formats.cudnn.writer import write_relayout
 
         write_relayout(blob, placed, total_bytes, path, version, force)
+
+    def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
+        """The blob a file was made from: `layer`, else the file's only one, else the one the file records (by its name
+        in the blob: a .safetensors holds several)."""
+        blobs = self.blobs(path, self.raw_spec)
+        named = layer or (recorded.name if recorded.format in self.info.kinds and len(blobs) > 1 else None)
+        (blob,) = pick_named(blobs, named, path)
+        return recorded.model_copy(
+            update={"format": blob.kind, "name": blob.name, "layer": blob.name, "dtype": blob.spec.dtype}
+        )
+
+    def source_options(self, source: Provenance) -> ReadOptions:
+        return ReadOptions(layer=source.name, hash_source=False, raw_spec=self.raw_spec)
+
+    def run(
+        self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+    ) -> tuple[dict[str, np.ndarray | None], str]:
+        """The blob as a source: its weight space run through the numpy reference of cuDNN's equations (float64),
+        every weight read from the file through the layout, as verify runs a blob."""
+        import numpy as np
+
+        from rnnconv.core.reference import forward
+
+        (blob,) = pick_named(self.blobs(path, self.raw_spec), source.name, path)
+        x = np.asarray(inputs["x"])
+        y, h_n, c_n = forward(blob.spec, blob.param, x, inputs["h0"], inputs["c0"], inputs["lengths"])
+        return {"y": y, "h_n": h_n, "c_n": c_n}, f"numpy {np.__version__}: cuDNN's equations in float64 on the blob"
 
     def holds_several(self, path: Path) -> bool:
         return path.suffix == ".safetensors"

@@ -153,7 +153,7 @@ def in_memory_blob(rnn: CanonicalRNN, path: Path, kind: str) -> Blob:
     write_weight_space(rnn, buffer, etype)
     words = np.frombuffer(buffer.getbuffer(), dtype=etype.storage)
     sidecar = describe(rnn, etype, [], path).model_copy(update={"source": rnn.origin or Provenance()})
-    return Blob(rnn.name, rnn.spec, etype, words, sidecar, path, kind=kind)
+    return Blob(rnn.name, rnn.spec, etype, words, sidecar, path, kind=kind, stored_as=rnn.stored_as)
 
 
 def write_relayout(
