@@ -61,6 +61,16 @@ class Layer(Protocol):
 L = TypeVar("L", bound=Layer)
 
 
+class SequenceOp(Layer, Protocol):
+    """A sequence op as a layer: its Y holds its directions apart, which the glue to the next layer merges."""
+
+    @property
+    def directions(self) -> int: ...
+
+
+S = TypeVar("S", bound=SequenceOp)
+
+
 def same_rnn(below: Layer, above: Layer) -> bool:
     """Whether `above` can be the layer after `below` in one RNN: alike, and fed all that `below` gives."""
     return below.kind is not None and below.kind == above.kind and above.input_size == below.width
@@ -100,6 +110,42 @@ def consecutive(layers: Sequence[L], link: Callable[[L, L], bool] = same_rnn) ->
     (`link`: whether it is)."""
     below = {id(above): lower for lower, above in itertools.pairwise(layers) if link(lower, above)}
     return chained(layers, lambda layer: below.get(id(layer)))
+
+
+def stacked(
+    layers: Sequence[L],
+    placed: Callable[[L], tuple[str, int, int | None] | None],
+    first: Callable[[list[L]], bool],
+    follows: Callable[[list[L], list[L]], bool],
+) -> list[tuple[str, list[list[L]]]]:
+    """The runs of layers that a file names by their place in a stack, where it has no graph to join them (rnnconv's
+    own stacks: `placed(layer)` is the stack's name, the layer's index and its direction, None for a layer of one
+    direction): each stack's layers from its first on (`first` says a layer can start an RNN), each one's directions
+    together, while `follows(below, above)`; a stack of one layer of one direction is no run."""
+    stacks: dict[str, dict[int, dict[int, L]]] = {}
+    for layer in layers:
+        place = placed(layer)
+        if place is not None:
+            stack, index, direction = place
+            stacks.setdefault(stack, {}).setdefault(index, {})[-1 if direction is None else direction] = layer
+
+    def at(by_index: dict[int, dict[int, L]], index: int) -> list[L] | None:
+        found = by_index.get(index, {})
+        if set(found) == {-1}:
+            return [found[-1]]
+        return [found[0], found[1]] if set(found) == {0, 1} else None
+
+    runs = []
+    for stack, by_index in stacks.items():
+        start = at(by_index, 0)
+        if start is None or not first(start):
+            continue
+        run = [start]
+        while (after := at(by_index, len(run))) is not None and follows(run[-1], after):
+            run.append(after)
+        if len(run) > 1 or len(start) > 1:
+            runs.append((stack, run))
+    return runs
 
 
 # --- the glue between two layers ---------------------------------------------------------------------------------
@@ -143,6 +189,29 @@ def through_glue(value: Any, step: Callable[[Any], tuple[Glue, Any] | None], mos
 # H): "outer" and "inner", the batch and the steps in the op's order (their sizes unknown), "directions", "hidden".
 Axes = tuple[tuple[str, ...], ...]
 UNSIZED = ("outer", "inner")
+
+
+MAX_GLUE = 6  # ops between two layers of one RNN, at most
+
+
+def glued(
+    start: Callable[[S], Any], step: Callable[[Any], tuple[Glue, Any] | None], giver: Callable[[Any], S | None]
+) -> Callable[[S], S | None]:
+    """What `chained` asks of a graph whose layers are joined by the exporters' glue: the layer below a layer in one
+    RNN, from the layer's input (`start`) back one glue op at a time (`step`: the op that makes a value and what
+    feeds it) to the layer whose output that is (`giver`), alike and its directions merged as cuDNN feeds its next
+    layer; None where there is none."""
+
+    def below(later: S) -> S | None:
+        if later.kind is None:
+            return None
+        glue, value = through_glue(start(later), step, MAX_GLUE)
+        earlier = giver(value)
+        if earlier is None or not same_rnn(earlier, later):
+            return None
+        return earlier if merges_directions(glue, earlier.directions, earlier.width) else None
+
+    return below
 
 
 def merges_directions(glue: list[Glue], directions: int, width: int) -> bool:
@@ -430,7 +499,7 @@ class GraphFormat(Format, Generic[G, L]):
         return self.run_chain(graph, chain, source, spec, inputs)
 
 
-class Sized(Layer, Protocol):
+class Sized(SequenceOp, Protocol):
     """A layer whose op, settings, hidden size, directions and element type say its sizes."""
 
     @property
@@ -438,9 +507,6 @@ class Sized(Layer, Protocol):
 
     @property
     def hidden(self) -> int: ...
-
-    @property
-    def directions(self) -> int: ...
 
     @property
     def dtype(self) -> str: ...

@@ -18,7 +18,7 @@ from rnnconv.core.contracts import Provenance
 from rnnconv.core.dtypes import BY_SAFETENSORS, ElementType, decode, element_type, source_dtype_name
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats import _safetensors, sources
-from rnnconv.formats._graph import Chain, Graph
+from rnnconv.formats._graph import Chain, Graph, stacked
 from rnnconv.formats._npy import npy_header
 from rnnconv.formats._zip import check_member, crc_guard, open_archive, read_member, stored_start
 from rnnconv.formats.mlx.wire import KIND, MLX_CLASSES, MLX_STACK, NPY, NPZ_KIND, SINCE, STACKED
@@ -262,31 +262,20 @@ def _same_stack(below: list[Module], above: list[Module]) -> bool:
 def _chains(modules: list[Module]) -> list[Chain[Module]]:
     """Each module alone, except rnnconv's stacks: `layers.{k}.` modules (or `layers.{k}.0.` and `layers.{k}.1.`,
     two directions) of one class, from layers.0 on, each fed the previous one's outputs."""
-    stacks: dict[str, dict[int, dict[int, Module]]] = {}
-    for module in modules:
+
+    def placed(module: Module) -> tuple[str, int, int | None] | None:
         found = STACKED.match(module.prefix)
-        if found:
-            direction = int(found.group(3)) if found.group(3) is not None else -1
-            stacks.setdefault(found.group(1), {}).setdefault(int(found.group(2)), {})[direction] = module
-    taken: set[str] = set()
+        if found is None:
+            return None
+        return found.group(1), int(found.group(2)), None if found.group(3) is None else int(found.group(3))
+
+    def first(layer: list[Module]) -> bool:
+        return _same_stack(layer, layer) and layer[-1].input_size == layer[0].input_size
+
     chains: list[Chain[Module]] = []
-    for base, by_layer in stacks.items():
-
-        def layer(k: int, by_layer: dict[int, dict[int, Module]] = by_layer) -> list[Module] | None:
-            found = by_layer.get(k, {})
-            if set(found) == {-1}:
-                return [found[-1]]
-            return [found[0], found[1]] if set(found) == {0, 1} else None
-
-        first = layer(0)
-        if first is None or not _same_stack(first, first) or first[-1].input_size != first[0].input_size:
-            continue
-        layers = [first]
-        while (after := layer(len(layers))) is not None and _same_stack(layers[-1], after):
-            layers.append(after)
-        if len(layers) > 1 or len(first) > 1:
-            chains.append(MlxChain(f"{base}{MLX_STACK}", [m for pair in layers for m in pair], len(first)))
-            taken |= {m.prefix for pair in layers for m in pair}
+    for base, layers in stacked(modules, placed, first, _same_stack):
+        chains.append(MlxChain(f"{base}{MLX_STACK}", [m for layer in layers for m in layer], len(layers[0])))
+    taken = {m.prefix for chain in chains for m in chain.layers}
     return chains + [MlxChain(m.name, [m]) for m in modules if m.prefix not in taken]
 
 

@@ -22,11 +22,10 @@ from rnnconv.formats._graph import (
     Graph,
     chained,
     consecutive,
-    merges_directions,
+    glued,
     named,
     refuse,
     same_rnn,
-    through_glue,
 )
 from rnnconv.formats.onnx.folding import Folder, NotFoldable, Scope, node_name, scopes
 from rnnconv.formats.onnx.loops import read_loops
@@ -49,8 +48,6 @@ from rnnconv.formats.reading import Found, StoredCell, read, settle
 from rnnconv.safeio.inputs import regular_file
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_MODES
-
-MAX_GLUE = 6  # ops between two layers of one RNN, at most
 
 
 def require_onnx() -> Any:
@@ -249,16 +246,7 @@ def _chains(nodes: list[OnnxNode], scope: Scope, folding: Folder) -> list[list[O
             return None
         return _glue(op, scope, folding), op.input[0]
 
-    def below(later: OnnxNode) -> OnnxNode | None:
-        if later.kind is None:
-            return None
-        glue, name = through_glue(later.inputs[0], step, MAX_GLUE)
-        earlier = by_output.get(name)
-        if earlier is None or not same_rnn(earlier, later):
-            return None
-        return earlier if merges_directions(glue, earlier.directions, earlier.width) else None
-
-    return chained(nodes, below)
+    return chained(nodes, glued(lambda node: node.inputs[0], step, by_output.get))
 
 
 def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:

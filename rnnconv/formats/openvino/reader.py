@@ -27,11 +27,10 @@ from rnnconv.formats._graph import (
     Glue,
     Graph,
     chained,
-    merges_directions,
+    glued,
     named,
     refuse,
     same_rnn,
-    through_glue,
 )
 from rnnconv.formats.openvino.loops import LOOP_OPS, MAX_LOOPS, Loop, MainGraph, read_loop
 from rnnconv.formats.openvino.wire import (
@@ -62,7 +61,6 @@ XML_LIMIT = 64 << 20  # bytes of XML: far more than any graph of RNN layers need
 MAX_LAYERS_IN_GRAPH = 200_000  # layers of an IR, at most (a hostile file cannot make the reader walk more)
 MAX_DIMS = 16
 MAX_HIDDEN = 1 << 20
-MAX_GLUE = 6  # ops between two layers of one RNN, at most
 
 
 class _Refused(Exception):
@@ -371,19 +369,19 @@ class IRFile(Graph[SequenceOp]):
                 return None
             return self._glue(found[0]), self.input_of(found[0], 0)
 
+        def giver(found: tuple[IRLayer, str] | None) -> SequenceOp | None:
+            """The op whose Y (its first output) the value is."""
+            op = readable.get(found[0].id) if found is not None else None
+            outputs = self.ir[op.layer].outputs if op is not None else []
+            return op if found is not None and outputs and found[1] == outputs[0] else None
+
+        through = glued(lambda op: self.input_of(self.ir[op.layer], 0), step, giver)
+
         def below(later: SequenceOp) -> SequenceOp | None:
-            if later.loops:
-                beneath = next((op for op in ops if later.below is not None and op.loops is later.below.loops), None)
-                return beneath if beneath is not None and same_rnn(beneath, later) else None
-            if later.kind is None:
-                return None
-            glue, found = through_glue(self.input_of(self.ir[later.layer], 0), step, MAX_GLUE)
-            earlier = readable.get(found[0].id) if found is not None else None
-            if earlier is None or found is None or not same_rnn(earlier, later):
-                return None
-            y_port = self.ir[earlier.layer].outputs[0] if self.ir[earlier.layer].outputs else None
-            moved = found[1] == y_port and merges_directions(glue, earlier.directions, earlier.width)
-            return earlier if moved else None
+            if not later.loops:
+                return through(later)
+            beneath = next((op for op in ops if later.below is not None and op.loops is later.below.loops), None)
+            return beneath if beneath is not None and same_rnn(beneath, later) else None
 
         return chained(ops, below)
 

@@ -16,7 +16,7 @@ from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats import sources
-from rnnconv.formats._graph import Chain, Graph, consecutive, same_rnn
+from rnnconv.formats._graph import Chain, Graph, consecutive, named, same_rnn
 from rnnconv.formats.keras.config import MAX_NESTING, ConfigEntry, walk_config
 from rnnconv.formats.reading import Found, StoredCell, read, settle
 from rnnconv.formats.tfjs.wire import (
@@ -449,8 +449,7 @@ def _chains(layers: list[TfjsLayer]) -> list[Chain[TfjsLayer]]:
         follows = below.position >= 0 and above.position == below.position + 1
         return follows and above.fed_by in (None, below.name) and same_rnn(below, above)
 
-    runs = consecutive(layers, link)
-    return [Chain(",".join(x.name for x in run), run) for run in runs]
+    return named(consecutive(layers, link))
 
 
 def to_canonical(chain: Chain[TfjsLayer], source: Provenance, file: TfjsFile) -> CanonicalRNN:
