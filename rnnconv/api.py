@@ -37,7 +37,8 @@ from rnnconv.safeio.inputs import check_guards, explained, reading, regular_file
 from rnnconv.safeio.outputs import SIDECAR_SUFFIX, check_writable
 
 if TYPE_CHECKING:
-    from rnnconv.verification.run import Stage, VerifyOptions, Writer
+    from rnnconv.verification.run import Stage, Writer
+    from rnnconv.verification.subject import VerifyOptions
 
 PathLike = str | os.PathLike[str]
 
@@ -249,8 +250,9 @@ def verify(
     With `convert`, the blob is first made from `against` (its RNN `layer`), as `convert` would: one
     call for a CI step, whose report and JUnit file also say so when the conversion fails.
     """
-    from rnnconv.verification.run import VerifyOptions, failed_report
+    from rnnconv.verification.run import failed_report
     from rnnconv.verification.run import verify as _verify  # its engines and writers: not on a conversion's path
+    from rnnconv.verification.subject import VerifyOptions
 
     path = Path(blob)
     outputs = _Outputs(report, junit, plot, summary)
@@ -304,7 +306,8 @@ def verify_all(
     `layer` and `relayout`, which name one RNN. With `report`, the list is written there as JSON;
     with `junit`, one JUnit test suite per RNN. `plot` draws one RNN's errors: refused here.
     """
-    from rnnconv.verification.run import VerifyOptions, failed_report, rnn_names
+    from rnnconv.verification.run import failed_report
+    from rnnconv.verification.subject import VerifyOptions, rnn_names
 
     if plot is not None:
         raise BadInput("--plot draws one RNN's errors: with --all, leave it out (or verify one with --layer)")
@@ -344,7 +347,8 @@ def verify_changed(
     as for `verify_all`, never over a file verified.
     """
     from rnnconv.verification.changed import to_verify
-    from rnnconv.verification.run import VerifyOptions, failed_report, rnn_names, write_outputs, writers
+    from rnnconv.verification.run import failed_report, write_outputs, writers
+    from rnnconv.verification.subject import VerifyOptions, rnn_names
 
     settings = VerifyOptions(**options)
     outputs = _Outputs(report, junit, None, summary)
@@ -411,7 +415,8 @@ def audit(
     """
     from rnnconv.verification.audit import audit as _audit
     from rnnconv.verification.audit import pairs_named
-    from rnnconv.verification.run import VerifyOptions, failed_report
+    from rnnconv.verification.run import failed_report
+    from rnnconv.verification.subject import VerifyOptions
 
     path = Path(blob)
     outputs = _Outputs(report, junit, None, summary)

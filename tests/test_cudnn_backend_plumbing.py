@@ -28,7 +28,8 @@ from rnnconv.gpu import api, cuda
 from rnnconv.gpu import backend as cudnn_backend
 from rnnconv.gpu.descriptors import Descriptors
 from rnnconv.table.constants import PROJECTION_LIN_LAYER_ID
-from rnnconv.verification.run import VerifyOptions, verify
+from rnnconv.verification.run import verify
+from rnnconv.verification.subject import VerifyOptions
 
 
 def fake_pycuda() -> types.ModuleType:
@@ -210,7 +211,7 @@ def test_layout_mismatch_and_relayout(gpu, tmp_path, monkeypatch):
     rnnconv.convert(FIXTURES / "torch" / "seq2seq.pt", tmp_path / "x.bin", to="cudnn", layer="decoder.rnn")
     blob = open_bin(tmp_path / "x.bin")
     backend, _ = install(blob.spec, shift_bytes=64)  # this "cuDNN" puts everything 64 bytes later
-    monkeypatch.setattr("rnnconv.verification.run.select_engine", lambda name: backend)
+    monkeypatch.setattr("rnnconv.verification.subject.select_engine", lambda name: backend)
     relayout = tmp_path / "relayout.bin"
     report = verify(tmp_path / "x.bin", VerifyOptions(backend="cudnn", relayout=relayout))
     assert dump(report)["verdict"] == "mismatch" and report.exit_code == 1
@@ -233,7 +234,7 @@ def test_cudnn_that_cannot_run_here_is_exit_3_with_the_status_name(status, gpu, 
     backend, _ = install(open_bin(tmp_path / "x.bin").spec)
     monkeypatch.setattr(backend.cudnn, "call", api.Cudnn.call.__get__(backend.cudnn))  # the real status check
     monkeypatch.setattr(backend.cudnn.lib, "cudnnCreate", lambda handle: status)
-    monkeypatch.setattr("rnnconv.verification.run.select_engine", lambda name: backend)
+    monkeypatch.setattr("rnnconv.verification.subject.select_engine", lambda name: backend)
     with pytest.raises(api.CudnnError) as failed:
         verify(tmp_path / "x.bin", VerifyOptions(backend="cudnn"))
     code, sentence = failure(failed.value)
@@ -298,7 +299,7 @@ def test_relayout_refuses_when_more_than_offsets_differ(gpu, tmp_path, monkeypat
         stand_in.spec_bytes,
     )
     monkeypatch.setattr(backend.cudnn, "call", transposing)
-    monkeypatch.setattr("rnnconv.verification.run.select_engine", lambda name: backend)
+    monkeypatch.setattr("rnnconv.verification.subject.select_engine", lambda name: backend)
     relayout = tmp_path / "relayout.bin"
     with pytest.raises(Unsupported, match=r"--relayout refused: it can only move tensors.*layer0\.fwd\.W_i") as refused:
         verify(tmp_path / "x.bin", VerifyOptions(backend="cudnn", relayout=relayout))

@@ -16,7 +16,8 @@ from rnnconv.core.canonical import ParamKey
 from rnnconv.core.contracts import dump
 from rnnconv.formats.cudnn.reader import open_bin
 from rnnconv.formats.cudnn.wire import sidecar_path
-from rnnconv.verification.run import VerifyOptions, verify
+from rnnconv.verification.run import verify
+from rnnconv.verification.subject import VerifyOptions
 
 # verify runs each source in its own framework
 pytestmark = pytest.mark.needs("torch", "keras", "tf_keras")

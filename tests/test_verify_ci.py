@@ -19,7 +19,8 @@ from test_verify import CORRUPTIONS, TORCH, corrupted, every_cell, swap_gates, t
 from rnnconv.cli.render import sparkline
 from rnnconv.core.contracts import Report
 from rnnconv.verification.junit import cases_of, junit_xml
-from rnnconv.verification.run import VerifyOptions, verify
+from rnnconv.verification.run import verify
+from rnnconv.verification.subject import VerifyOptions
 
 # fresh interpreters, many: CI runs them, `pytest -m "not slow"` leaves them out; the sources run in their frameworks
 pytestmark = [pytest.mark.slow, pytest.mark.needs("torch", "keras", "tf_keras")]

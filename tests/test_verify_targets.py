@@ -25,7 +25,8 @@ from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats.settings import WriteOptions
 from rnnconv.table.constants import RNN
-from rnnconv.verification.run import VerifyOptions, verify
+from rnnconv.verification.run import verify
+from rnnconv.verification.subject import VerifyOptions
 
 TARGETS = {  # format: the output's ending
     "cudnn": ".bin",

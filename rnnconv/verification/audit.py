@@ -44,7 +44,8 @@ from rnnconv.formats.holding import reset_before_settings
 from rnnconv.formats.settings import ReadOptions
 from rnnconv.table.constants import CUDNN_MODES, GRU, LSTM
 from rnnconv.verification.diagnose import diagnose
-from rnnconv.verification.run import SAME_RNN, Stage, VerifyOptions, check_same_rnn, failed_report
+from rnnconv.verification.run import Stage, failed_report
+from rnnconv.verification.subject import SAME_RNN, VerifyOptions, check_same_rnn
 from rnnconv.version import __version__
 
 RESET_PLACEMENT = (

@@ -18,7 +18,7 @@ from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BackendMissing, RnnconvError
 from rnnconv.formats import registry
 from rnnconv.formats.settings import ReadOptions
-from rnnconv.verification.run import find_source
+from rnnconv.verification.subject import find_source
 
 # What a written file keeps beside it under a name of its own: a blob's sidecar (X.bin.json), the record of a format
 # with no room for one (X.rnnconv.json), an IR's or an ncnn model's weights (X.xml, X.param: X.bin).

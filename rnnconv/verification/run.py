@@ -1,4 +1,5 @@
-"""`rnnconv verify`: does the blob compute what its source model computes?
+"""`rnnconv verify`: does the blob compute what its source model computes? (What is verified, against what and run
+by what is set up in `subject`; here it is judged.)
 
 The source runs in its own framework (its format's runner, on the CPU); the blob
 runs through an engine: cuDNN or, without a GPU, the numpy reference of cuDNN's
@@ -13,20 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import platform
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from rnnconv.conversion import without
-from rnnconv.core.blob import Blob
-from rnnconv.core.canonical import RNNSpec
 from rnnconv.core.compare import STATE_SCALE, Inputs, Outputs, compare, make_inputs, tolerance
 from rnnconv.core.contracts import (
-    BackendInfo,
     Check,
     InputsInfo,
     LossCheck,
@@ -36,212 +32,30 @@ from rnnconv.core.contracts import (
     SourceRun,
     dump,
 )
-from rnnconv.core.dtypes import count_non_finite
 from rnnconv.core.reference import forward
-from rnnconv.core.weightspace import REPORTED_LAYOUT_NAME, regions
-from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, cut
+from rnnconv.errors import BackendMissing, RnnconvError, Unsupported
 from rnnconv.formats import base, registry, runtimes
-from rnnconv.formats.probe import Probe
-from rnnconv.formats.settings import ReadOptions
-from rnnconv.formats.sources import pick_named
 from rnnconv.gpu.backend import LayoutMismatch
-from rnnconv.safeio.digests import digest_differs
-from rnnconv.safeio.inputs import check_guards, regular_file
+from rnnconv.safeio.inputs import check_guards
 from rnnconv.safeio.outputs import atomic_outputs
-from rnnconv.table.constants import CUDNN_MODES, DIRECTION, LSTM, MANTISSA_BITS
+from rnnconv.table.constants import LSTM
 from rnnconv.verification.diagnose import diagnose
-from rnnconv.verification.engines import select_engine
 from rnnconv.verification.junit import junit_xml
-from rnnconv.verification.streaming import StreamRun
+from rnnconv.verification.subject import (
+    Against,
+    FileRun,
+    Subject,
+    VerifyOptions,
+    check_same_rnn,
+    choose_engine,
+    find_against,
+    open_subject,
+    structural_checks,
+)
 from rnnconv.version import __version__
 
-MAX_STEPS = 1 << 16  # test inputs stay small: enough steps and items to show any layout mistake
 Stage = Callable[[str], None]  # told what verify starts doing next ("running the source (Keras)")
 Writer = Callable[[Path], object]  # writes one output file to the (temporary) path it is given
-
-
-@dataclass
-class VerifyOptions:
-    against: Path | None = None  # the source model, when not the one the blob names
-    backend: str = "auto"  # auto, cudnn or numpy
-    seq_len: int = 8
-    batch: int = 3
-    seed: int = 0
-    ragged: bool = False
-    atol: float | None = None
-    rtol: float | None = None
-    layer: str | None = None  # the RNN to check in an rnnconv .safetensors (and in --against)
-    raw_spec: RNNSpec | None = None
-    require_source: bool = False  # no source: exit 2 without a report (the default gives a structure-only report)
-    diagnose: bool = True
-    relayout: Path | None = None  # where to write the blob in cuDNN's layout when they differ
-    force: bool = False
-    allow_structure_only: bool = False  # accept a structure check alone when the source is nowhere (exit 0)
-    require_stated: bool = False  # refuse a blob that assumed a setting its source does not store
-    accept_recorded_loss: bool = False  # exit 0 for a file that loses what --allow-lossy recorded, and no more
-    streaming: bool = False  # the file is a streaming model: fed in chunks, its states carried
-    stream_runtime: str | None = None  # what runs it [default: its format's own runtime]
-
-    def __post_init__(self) -> None:
-        """Refuse impossible settings before any work."""
-        if not 2 <= self.seq_len <= MAX_STEPS or not 1 <= self.batch <= MAX_STEPS:
-            raise BadInput(f"verify needs --seq-len of at least 2 and --batch of at least 1 (each at most {MAX_STEPS})")
-        if self.seed < 0 or (self.atol is not None and self.atol < 0) or (self.rtol is not None and self.rtol < 0):
-            raise BadInput("--seed, --atol and --rtol cannot be negative")
-        if self.stream_runtime is not None and not self.streaming:
-            raise BadInput("--stream-runtime runs a streaming model: give it with --streaming")
-        if self.streaming and (self.ragged or self.raw_spec is not None):
-            raise BadInput("--streaming runs a streaming model on whole sequences: leave out --ragged and the raw spec")
-        if self.streaming and self.backend != "auto":
-            raise BadInput(
-                "--streaming runs a streaming model in its format's runtime (--stream-runtime names another): leave "
-                "out --backend"
-            )
-
-
-def open_blob(path: Path, options: VerifyOptions) -> Blob:
-    (blob,) = pick_named(
-        registry.weight_spaces().blobs(path, options.raw_spec),
-        options.layer,
-        path,
-        or_else=", or verify them all with --all",
-    )
-    return blob
-
-
-def runtime_format(path: Path, options: VerifyOptions) -> base.Format | None:
-    """The format of a file its own runtime runs (an .onnx rnnconv wrote, ...), or None: a cuDNN blob, or a file
-    verify cannot run (open_blob then says what it is). With the raw-blob flags, only a file its content says is of
-    such a format is (the flags then describe its source, a raw blob); anything else is the raw blob they describe."""
-    try:
-        fmt = registry.detect(path) if options.raw_spec is None else registry.sniffed(Probe(path))
-    except BadInput:
-        return None
-    return fmt if fmt is not None and fmt.engine is not None else None
-
-
-def open_runtime_file(path: Path, fmt: base.Format, options: VerifyOptions) -> tuple[Blob, Provenance]:
-    """The RNN of a runtime's file, read back as a weight space (for the checks and the diagnosis; its source is
-    the one the file records), and where it is in the file (what the format's `run` is given)."""
-    read = ReadOptions(layer=options.layer, hash_source=False, take_all=True)
-    with fmt.read(path, read) as found:
-        (rnn,) = pick_named(found.rnns, options.layer, path, or_else=", or verify them all with --all")
-        return registry.weight_spaces().in_memory(rnn, path, next(iter(fmt.info.kinds))), rnn.source
-
-
-def open_streaming_file(path: Path, options: VerifyOptions) -> tuple[Blob, StreamRun]:
-    """A streaming model loaded in its runtime, and the weight space of the source it records (a streaming file is
-    checked by running it: its ops are not read back as an RNN)."""
-    streamed = StreamRun(registry.detect(path), path, options.stream_runtime)
-    source = streamed.stream.source
-    if source is None:
-        raise BadInput(
-            f"{path.name} records no source, so rnnconv did not write it: verify --streaming checks the "
-            f"streaming models rnnconv writes"
-        )
-    source_path, why = (options.against, "") if options.against is not None else find_source(path, source)
-    if source_path is None:
-        raise BadInput(f"no numerical comparison is possible: {why} (give it with --against)")
-    fmt = _source_format(source_path, source, options.against is not None)
-    if options.against is not None:
-        source = fmt.resolve(options.against, source, options.layer)
-    with fmt.read(source_path, fmt.source_options(source)) as found:
-        blob = registry.weight_spaces().in_memory(found.rnns[0], path, next(iter(registry.detect(path).info.kinds)))
-    blob.sidecar = blob.sidecar.model_copy(update={"source": source}) if blob.sidecar is not None else None
-    return blob, streamed
-
-
-def rnn_names(path: Path, options: VerifyOptions) -> list[str]:
-    """The names of the RNNs a blob or a runtime's file holds (verify --all)."""
-    runtime = runtime_format(path, options)
-    if runtime is None:
-        return [b.name for b in registry.weight_spaces().blobs(path, options.raw_spec)]
-    with runtime.read(path, ReadOptions(hash_source=False, take_all=True)) as found:
-        return [rnn.name for rnn in found.rnns]
-
-
-class FileRun:
-    """A runtime's file run as it is, by its format's `run` in that runtime: what `verify FILE` compares."""
-
-    def __init__(self, fmt: base.Format, path: Path, where: Provenance, engine: base.RuntimeEngine):
-        self.fmt, self.path, self.where, self.engine = fmt, path, where, engine
-        self.name = engine.name
-        self.notes: list[str] = []
-        self.how = ""
-
-    def run(self, blob: Blob, inputs: Inputs) -> Outputs:
-        got, self.how = self.engine.run_file(self.path, self.where, blob.spec, inputs)
-        return got
-
-    def describe(self) -> BackendInfo:
-        ran = f"{self.how}, " if self.how else ""
-        return BackendInfo(name=self.name, detail=f"{ran}{self.path.name} run as written")
-
-    def versions(self) -> dict[str, str]:
-        return self.engine.versions()
-
-
-def structural_checks(blob: Blob) -> tuple[list[Check], list[str]]:
-    """What can be checked without a source: size (checked on opening), values, description."""
-    checks = [
-        Check(check="size", ok=True, detail=f"{blob.words.size * blob.etype.itemsize} bytes = the spec's weight space")
-    ]
-    problems = []
-    nonfinite = 0
-    chunk = 1 << 22
-    for start in range(0, blob.words.size, chunk):
-        values = blob.decoded(start, start + chunk)
-        nonfinite += count_non_finite(values)
-    checks.append(
-        Check(
-            check="finite values",
-            ok=nonfinite == 0,
-            detail=f"{nonfinite} NaN or Inf values" if nonfinite else "all finite",
-        )
-    )
-    if nonfinite:
-        problems.append(f"the blob holds {nonfinite} NaN or Inf values")
-    sidecar = blob.sidecar
-    if sidecar is None:
-        return checks, problems
-    if sidecar.layout.name == REPORTED_LAYOUT_NAME:
-        checks.append(Check(check="tensor table", ok=True, detail="offsets a GPU's cuDNN reported"))
-    else:
-        ok = sidecar.tensors == [r.entry(blob.etype.itemsize) for r in regions(blob.spec)]
-        checks.append(
-            Check(
-                check="tensor table",
-                ok=ok,
-                detail="matches the layout" if ok else "differs from the layout this rnnconv computes",
-            )
-        )
-        if not ok:
-            problems.append("the sidecar's tensor offsets differ from the layout rnnconv computes for its spec")
-    cudnn = sidecar.cudnn
-    if cudnn is not None:
-        spec = blob.spec
-        ok = (
-            cudnn.cudnnRNNMode_t == CUDNN_MODES[spec.mode][1]
-            and cudnn.hiddenSize == spec.hidden_size
-            and cudnn.inputSize == spec.input_size
-            and cudnn.numLayers == spec.num_layers
-            and cudnn.cudnnDirectionMode_t == DIRECTION[spec.bidirectional]
-            and cudnn.cudnnDataType_t == blob.etype.cudnn
-        )
-        checks.append(
-            Check(check="cuDNN settings", ok=ok, detail="agree with the spec" if ok else "contradict the spec")
-        )
-        if not ok:
-            problems.append("the sidecar's cuDNN settings contradict its spec")
-    return checks, problems
-
-
-def _source_format(path: Path, source: Provenance, against: bool, raw_spec: RNNSpec | None = None) -> base.Format:
-    """The format of the source: a raw cuDNN blob (no format's file, nor a blob with a sidecar) where the raw-blob
-    flags describe it (`raw_spec`), else what its content says (--against) or what the file records of it."""
-    if raw_spec is not None and registry.sniffed(Probe(path)) is None:
-        return registry.weight_spaces().described(raw_spec)
-    return registry.detect(path) if against or not source.format else registry.for_kind(source.format)
 
 
 def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None = None) -> Report:
@@ -252,85 +66,49 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
     options = options or VerifyOptions()
     stage = stage or (lambda text: None)
     stage("reading the blob")
-    runtime = runtime_format(path, options)
-    streamed = None
-    if options.streaming:
-        blob, streamed, where = *open_streaming_file(path, options), None
-    else:
-        blob, where = (open_blob(path, options), None) if runtime is None else open_runtime_file(path, runtime, options)
+    subject = open_subject(path, options)
+    report = first_report(subject, options)
+    against, why, warnings = find_against(subject, options)
+    report.warnings += warnings
+    if against is None:
+        report.verdict = "mismatch" if report.problems else "structure-only"
+        allowed = "" if options.allow_structure_only else " (--allow-structure-only accepts that)"
+        report.summary = f"no numerical comparison was possible: {why}; give the source with --against{allowed}. " + (
+            "Structure: " + "; ".join(report.problems) if report.problems else "The structure checks passed."
+        )
+        return report
+    return judge(subject, against, choose_engine(subject, options), report, options, stage)
+
+
+def first_report(subject: Subject, options: VerifyOptions) -> Report:
+    """The report before anything runs: what the file holds and its structure's checks."""
+    blob, runtime = subject.blob, subject.runtime
     checks, problems = structural_checks(blob)
     if runtime is not None:  # the weight space is rnnconv's own reading of the file: only its values say anything
-        checks = [c for c in checks if c.check == "finite values" and streamed is None]
-    source = blob.source
-    versions = {"rnnconv": __version__, "numpy": np.__version__, "python": platform.python_version()}
-    report = Report(
+        checks = [c for c in checks if c.check == "finite values" and subject.streamed is None]
+    return Report(
         verdict="structure-only",
         summary="",
-        blob=str(path),
+        blob=str(subject.path),
         name=blob.name,
         spec=blob.spec.to_model(),
         layout=blob.layout if runtime is None else None,
         checks=checks,
         problems=problems,
-        versions=versions,
-        assumptions=source.assumptions,
+        versions={"rnnconv": __version__, "numpy": np.__version__, "python": platform.python_version()},
+        assumptions=blob.source.assumptions,
         allow_structure_only=options.allow_structure_only,
         accept_recorded_loss=options.accept_recorded_loss,
     )
-    if options.require_stated and source.assumptions:
-        raise BadInput(
-            f"--require-stated: the blob was made assuming {source.assumptions[0]}, which its source does not store"
-        )
-    source_path: Path | None
-    if options.against is not None:
-        regular_file(options.against, "--against")
-        source_path, why = options.against, ""
-    else:
-        source_path, why = find_source(path, source)
-        if runtime is not None and not source.path:
-            why = (
-                f"{path.name} is a {runtime.title} file that records no source, so rnnconv did not write it (to "
-                f"check a conversion from it, verify what `rnnconv convert {path} OUT` writes)"
-            )
-    if source_path is None:
-        if options.require_source:
-            raise BadInput(f"no numerical comparison is possible: {why} (give it with --against)")
-        report.verdict = "mismatch" if problems else "structure-only"
-        allowed = "" if options.allow_structure_only else " (--allow-structure-only accepts that)"
-        report.summary = f"no numerical comparison was possible: {why}; give the source with --against{allowed}. " + (
-            "Structure: " + "; ".join(problems) if problems else "The structure checks passed."
-        )
-        return report
-    if why:
-        report.warnings.append(why)
-    report.warnings += source_changed(source, source_path) if options.against is None else []
-    fmt = _source_format(source_path, source, options.against is not None, options.raw_spec)
-    if (
-        runtime is not None and options.raw_spec is not None and not isinstance(fmt, base.WeightSpaceFormat)
-    ):  # they describe none
-        raise BadInput(
-            f"the raw-blob flags describe a cuDNN blob without a sidecar, and neither {path.name} nor its source "
-            f"{source_path.name} is one: leave them out"
-        )
-    if options.against is not None:
-        source = fmt.resolve(source_path, source, options.layer)
-    elif isinstance(
-        fmt, base.WeightSpaceFormat
-    ):  # a blob's record names its RNN by its name in the blob, not as a layer
-        source = fmt.resolve(source_path, source, None)
-    if source.dtype is not None and source.dtype not in MANTISSA_BITS:  # the record is the file's: untrusted
-        raise BadInput(
-            f"{path} records its source's element type as {cut(source.dtype)!r}, none rnnconv knows "
-            f"({', '.join(MANTISSA_BITS)})"
-        )
-    own = None if runtime is None else runtime.make_engine(None if options.backend == "auto" else options.backend)
-    engine: runtimes.Engine
-    if streamed is not None:
-        engine = streamed
-    elif runtime is not None and own is not None and where is not None:
-        engine = FileRun(runtime, path, where, own)  # the file itself, in its own runtime
-    else:  # a blob; or the weights read back from a runtime's file, in the engine asked for
-        engine = select_engine(options.backend)
+
+
+def judge(
+    subject: Subject, against: Against, engine: runtimes.Engine, report: Report, options: VerifyOptions, stage: Stage
+) -> Report:
+    """Run the source in its framework and the file in `engine` on the same inputs, compare them, and give the
+    verdict: a match, a mismatch with its likely mistake, or a loss the file records and no more."""
+    path, blob, runtime, streamed = subject.path, subject.blob, subject.runtime, subject.streamed
+    fmt, source_path, source = against.fmt, against.path, against.source
     report.warnings += engine.notes
     steps = options.seq_len if streamed is None else streamed.steps(options.seq_len)
     inputs = make_inputs(blob.spec, steps, options.batch, options.seed, options.ragged)
@@ -389,7 +167,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
         lengths=lengths,
         state_distribution=f"normal(0, {STATE_SCALE}), {states} non-zero",
     )
-    report.verdict = "match" if report.comparison.match and not problems else "mismatch"
+    report.verdict = "match" if report.comparison.match and not report.problems else "mismatch"
     if recorded is not None:
         beyond = compare(blob.spec, got, expected, report.tolerance, inputs["lengths"])
         probe = (recorded.seed, recorded.steps, recorded.batch, False)
@@ -401,15 +179,16 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
             beyond=beyond.worst,
             explained=beyond.match,
         )
-        if report.verdict == "mismatch" and beyond.match and not problems:
+        if report.verdict == "mismatch" and beyond.match and not report.problems:
             report.verdict = "lossy-as-recorded"
     if report.verdict == "mismatch" and not report.comparison.match and options.diagnose and streamed is None:
         check_guards()  # a blob or a source that changed meanwhile explains it, without minutes of trying
         stage("looking for the mistake that explains the mismatch")
-        subject = "the blob" if runtime is None else path.name
         # a mistake beyond a recorded loss
-        report.diagnosis = diagnose(blob, inputs, expected, report.tolerance, subject=subject, source=source_path.name)
-    report.summary = _summary(report, "the blob" if runtime is None else path.name)
+        report.diagnosis = diagnose(
+            blob, inputs, expected, report.tolerance, subject=subject.called, source=source_path.name
+        )
+    report.summary = _summary(report, subject.called)
     return report
 
 
@@ -424,20 +203,6 @@ def source_without(
         nearest = without((target or registry.weight_spaces()).losses_in(rnn, written), rnn)
         y, h_n, c_n = forward(nearest.spec, nearest.param, inputs["x"], inputs["h0"], inputs["c0"], inputs["lengths"])
     return {"y": y, "h_n": h_n, "c_n": c_n}
-
-
-SAME_RNN = ("input_size", "hidden_size", "num_layers", "bidirectional", "proj_size")
-
-
-def check_same_rnn(spec: RNNSpec, held: RNNSpec, path: Path, source: Path, against: bool) -> None:
-    """Refuse a source whose RNN is not the one the file holds, in one sentence saying what each holds. Biases
-    and the element type may differ: a target may hold zero biases, or another type, where its source does not."""
-    if held.cell == spec.cell and all(getattr(held, f) == getattr(spec, f) for f in SAME_RNN):
-        return
-    ending = f"it is not the source of {path.name}" if against else f"{path.name} was not made from it as it is now"
-    raise BadInput(
-        f"{path.name} holds an RNN ({spec.describe()}), but {source.name} holds another ({held.describe()}): {ending}"
-    )
 
 
 def failed_report(blob: Path, exc: BaseException) -> Report:
@@ -475,48 +240,6 @@ def write_outputs(chosen: dict[Path, Writer], force: bool = False) -> None:
     with atomic_outputs(list(chosen), force) as temps:
         for write, temp in zip(chosen.values(), temps):
             write(temp)
-
-
-def source_changed(source: Provenance, path: Path) -> list[str]:
-    """Warnings when the source named by the blob changed since it was converted, or when that cannot be told."""
-    recorded = source.digest or (f"sha256:{source.sha256}" if source.sha256 else None)
-    if recorded is None and source.format in registry.get("cudnn").info.kinds:
-        return [f"a conversion from a cuDNN blob records no digest of it, so a change to {path} since cannot be told"]
-    if recorded is None:
-        return [f"the blob records no digest of {path} (converted with --no-hash), so a change since cannot be told"]
-    differs = digest_differs(path, recorded)
-    algorithm = recorded.partition(":")[0]
-    if differs is None:
-        return [
-            f"the blob records a {algorithm} digest of {path}, which this installation cannot compute "
-            "(pip install blake3)"
-        ]
-    if differs:
-        return [f"{path} changed since the blob was made ({algorithm} differs); comparing with the file as it is now"]
-    return []
-
-
-def find_source(blob: Path, source: Provenance) -> tuple[Path | None, str]:
-    """The source a blob names: where it was, else beside the blob (as it was then, or by name).
-
-    Returns the path and a sentence saying how it was found (empty when where it was), or None and
-    why not. A path that names something other than a regular file is refused.
-    """
-    if not source.path:
-        return None, "the blob names no source"
-    recorded = Path(source.path)
-    candidates = [(recorded, "")]
-    for relative in (source.relative_path, recorded.name):
-        if relative:
-            beside = blob.parent / relative
-            candidates.append(
-                (beside, f"the source {recorded} is not there any more; using {beside}, found beside the blob")
-            )
-    for candidate, how in candidates:
-        if os.path.lexists(candidate):
-            regular_file(candidate, "the blob's source")
-            return candidate, how
-    return None, f"its source {recorded} is not here, nor beside the blob"
 
 
 def _summary(report: Report, subject: str) -> str:
