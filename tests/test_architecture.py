@@ -529,7 +529,7 @@ def test_no_test_module_imports_a_framework_at_its_top():
     from conftest import FRAMEWORKS
 
     found = []
-    for path in sorted([*TESTS.rglob("test_*.py"), *TESTS.rglob("conftest.py"), TESTS / "runtimes.py"]):
+    for path in sorted([*TESTS.rglob("test_*.py"), *TESTS.rglob("conftest.py"), *(TESTS / "facts").glob("*.py")]):
         skipped: set[str] = set()
         for node in ast.parse(path.read_text()).body:
             for call in ast.walk(node):
@@ -566,3 +566,14 @@ def test_the_public_functions_stay_callable_once_every_module_is_imported():
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_every_format_that_writes_has_its_test_facts():
+    """Each format's test facts are one module named as its package (tests/facts): every format rnnconv writes runs
+    its files in the conformance grid through its RUNTIME, and no facts module is a format's that does not exist."""
+    from facts import RUNTIMES
+
+    packages = {plugin.package.rpartition(".")[2] for plugin in catalog.plugins()}
+    modules = {path.stem for path in (TESTS / "facts").glob("*.py") if path.stem != "__init__"}
+    assert modules <= packages, modules - packages
+    assert set(RUNTIMES) == {name for name, info in FORMAT_INFO.items() if info.writes}

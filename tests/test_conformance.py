@@ -1,13 +1,13 @@
 """Every format rnnconv writes, from every kind of source: the written file, run as a user runs it in its own
-framework or runtime (tests/runtimes.py), computes what the source computes in its own framework; or the target
-refuses the source at convert time, in one sentence naming what it cannot hold, and writes nothing.
+framework or runtime (its facts' RUNTIME, tests/facts), computes what the source computes in its own framework; or
+the target refuses the source at convert time, in one sentence naming what it cannot hold, and writes nothing.
 
 One grid of (format x source case). The sources are PyTorch modules of every structure (PyTorch's own random
 weights, distinct biases, one to three layers, one and two directions, with and without biases, with projections),
 the PyTorch checkpoints of fixtures/torch in each container, and every layer of fixtures/keras3/mixed.keras (Keras
 itself run on them: tests/keras_oracle.py). Each source is saved, and run in its framework, once per session from
 distinct non-zero initial states (and, where a way of running takes lengths, on ragged packed sequences); each
-file is written once per session. Adding a format: its entry in tests/runtimes.py; what it refuses is what its
+file is written once per session. Adding a format: its facts module's RUNTIME; what it refuses is what its
 declarations say it cannot hold.
 """
 
@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import FIXTURES, LARGEST_ERRORS, declared_refusal, largest_difference
-from runtimes import RUNTIMES, torch_module_for, torch_outputs
+from facts import RUNTIMES
+from facts.torch import torch_module_for, torch_outputs
 
 import rnnconv
 from rnnconv.core.canonical import RNNSpec

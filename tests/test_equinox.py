@@ -12,7 +12,7 @@ jax = pytest.importorskip("jax")
 torch = pytest.importorskip("torch")
 
 from conftest import LARGEST_ERRORS, assert_clean_failure, run_cli
-from runtimes import step_through
+from facts.equinox import step_through
 from test_flax import IN, H, inputs, torch_module, worst
 from test_torch import torch_run
 

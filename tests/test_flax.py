@@ -17,8 +17,8 @@ nn = pytest.importorskip("flax.linen")
 nnx = pytest.importorskip("flax.nnx")
 flax_serialization = pytest.importorskip("flax.serialization")
 
-import runtimes
 from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, assert_no_framework_imported, run_cli
+from facts import flax as flax_facts
 from test_torch import torch_run
 
 import rnnconv
@@ -72,11 +72,11 @@ def spec_of(mode: str, layers: int, bidirectional: bool) -> RNNSpec:
 
 
 def linen_module(mode: str, layers: int, bidirectional: bool):
-    return runtimes.linen_module(mode, H, layers, bidirectional)
+    return flax_facts.linen_module(mode, H, layers, bidirectional)
 
 
 def nnx_module(mode: str, layers: int, bidirectional: bool):
-    return runtimes.nnx_module(mode, IN, H, layers, bidirectional)
+    return flax_facts.nnx_module(mode, IN, H, layers, bidirectional)
 
 
 def worst(got: dict, expected) -> float:

@@ -20,7 +20,7 @@ from conftest import (
     largest_difference,
     run_cli,
 )
-from runtimes import ncnn_run
+from facts.ncnn import ncnn_run
 from test_torch import module_for, states, torch_run
 
 import rnnconv

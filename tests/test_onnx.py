@@ -20,9 +20,10 @@ from conftest import (
     largest_difference,
     run_cli,
 )
+from facts.onnx import ort_run, ort_session
+from facts.torch import torch_outputs
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from runtimes import ort_run, ort_session, torch_outputs
 
 import rnnconv
 from rnnconv.core import reference

@@ -33,7 +33,7 @@ def torch_source(tmp_path, cls, layers, bidirectional):
     [("LSTM", 2, True), ("GRU", 2, False), ("RNN", 1, True)],  # one MNN run each: ~0.5 s
 )
 def test_written_onnx_runs_in_onnxruntime_and_mnn_as_its_source(tmp_path, cls, layers, bidirectional):
-    from runtimes import ort_run
+    from facts.onnx import ort_run
 
     module = torch_source(tmp_path, getattr(torch.nn, cls), layers, bidirectional)
     assert run_cli("convert", tmp_path / "source.pt", tmp_path / "m.onnx").returncode == 0
@@ -171,7 +171,8 @@ def test_inspect_profile_on_tf2onnx_files_names_the_empty_sequence_lens_for_ort_
 def test_tf2onnx_files_convert_to_torch_computing_what_onnxruntime_runs_of_the_whole_file(tmp_path, name):
     import json
 
-    from runtimes import ort_session, torch_module_for, torch_outputs
+    from facts.onnx import ort_session
+    from facts.torch import torch_module_for, torch_outputs
 
     import rnnconv
 
@@ -287,7 +288,7 @@ def test_mnn_computes_tanh_for_a_relu_rnn_so_its_profile_and_verify_refuse_one(t
 @needs_mnn
 @pytest.mark.parametrize("cls", ["LSTM", "GRU", "RNN"])
 def test_a_streaming_onnx_runs_in_mnn_as_in_onnxruntime(tmp_path, cls):
-    from runtimes import ort_session
+    from facts.onnx import ort_session
 
     torch_source(tmp_path, getattr(torch.nn, cls), 2, False)
     assert run_cli("convert", tmp_path / "source.pt", tmp_path / "s.onnx", "--streaming").returncode == 0

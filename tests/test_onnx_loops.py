@@ -26,7 +26,7 @@ LOOPS = {
 
 
 def ort(path, x: np.ndarray) -> np.ndarray:
-    from runtimes import ort_session
+    from facts.onnx import ort_session
 
     return ort_session(path).run(None, {"x": x})[0]
 
@@ -211,8 +211,8 @@ def test_a_loop_whose_matrices_are_computed_at_run_time_is_named_as_a_loop_not_r
 def test_a_reset_before_gru_loop_is_read_as_the_onnx_gru_that_computes_it(tmp_path):
     """The GRU read off tf2onnx's reset-before loop (its recurrent matrix multiplied in parts, taken whole), as an
     ONNX GRU node with linear_before_reset=0, computes in onnxruntime what onnxruntime computes of tf2onnx's file."""
+    from facts.onnx import ort_session
     from onnx import TensorProto, helper, numpy_helper
-    from runtimes import ort_session
 
     from rnnconv.formats.onnx.reader import OnnxFile
 

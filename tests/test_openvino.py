@@ -13,7 +13,7 @@ ov = pytest.importorskip("openvino")
 torch = pytest.importorskip("torch")
 
 from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, assert_no_framework_imported, run_cli
-from runtimes import ov_run
+from facts.openvino import ov_run
 
 import rnnconv
 

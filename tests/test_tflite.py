@@ -25,7 +25,7 @@ from conftest import (
     largest_difference,
     run_cli,
 )
-from runtimes import litert_run
+from facts.tflite import litert_run
 
 import rnnconv
 from rnnconv.core.contracts import Provenance, Report

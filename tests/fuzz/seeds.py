@@ -16,91 +16,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.facts import SEEDS, openvino
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
 
-KERAS_SEEDS = [
-    "keras3/mixed.h5",
-    "keras3/mixed.keras",
-    "keras3/mixed.weights.h5",
-    "keras3/lstm.keras",
-    "keras3/bf16_gru.keras",
-    "tf_keras/mixed.h5",
-    "tf_keras/cudnn.h5",
-    "tf_keras/mixed_weights.h5",
-    "tf_keras/cudnn_weights.h5",
-    "tf_keras/mixed.weights.h5",
-    "keras2/mixed.h5",
-    "keras2/lstm_weights.h5",
-    "keras2_early/bidi_lstm_2_1_6.h5",
-    "keras2_early/nested_gru_2_1_6.h5",
-    "keras2_early/gru_2_0_8.h5",
-    "keras2_early/bidi_lstm_2_1_6_weights.h5",
-]
-TORCH_SEEDS = [
-    "torch/seq2seq.pt",
-    "torch/lstm_proj.pt",
-    "torch/cells.pt",
-    "torch/lstm_legacy.pt",
-    "torch/rnn_relu.safetensors",
-    "torch/dataparallel_gru.pth",
-    "torch/gru_bf16.pt",
-]
-ONNX_SEEDS = [
-    "onnx/tagger_lstm_torchscript.onnx",
-    "onnx/gru3_dynamo.onnx",
-    "onnx/lstm_bi_dynamo.onnx",
-    "onnx/rnn_relu_torchscript.onnx",
-    "onnx/lstm_external.onnx",
-    "onnx/hand_made.onnx",
-    "onnx/lstm_cell_in_if_torchscript.onnx",
-    "onnx/lstm_quantized.onnx",
-    "onnx/lstm_quantized_per_channel.onnx",
-    "onnx/rnn_unrolled_dynamo.onnx",
-    "onnx/rnn_stack_dynamo.onnx",
-    "onnx/cells_dynamo.onnx",
-    "onnx/cells_gates_swapped.onnx",
-    "onnx/lstm_cell_loop2_dynamo.onnx",
-    "onnx/gru_cell_loop1_dynamo.onnx",
-    "tf2onnx/lstm_states.onnx",  # tf2onnx's glue: Transposes, an empty sequence_lens, states from Shape/Expand
-    "tf2onnx/lstm2.onnx",
-    "tf2onnx/gru_reset_before.onnx",  # a while loop as an ONNX Loop of three products: listed, refused
-    "tf2onnx/simple_rnn.onnx",  # while loops as ONNX Loops: read by what their bodies compute
-    "tf2onnx/simple_rnn2.onnx",
-    "tf2onnx/simple_rnn_bi.onnx",
-    "tf2onnx/simple_rnn_last.onnx",
-]
+# Each format's seeds are its facts' (tests/facts).
+KERAS_SEEDS, TORCH_SEEDS, ONNX_SEEDS, TFLITE_SEEDS, TF1_SEEDS = (
+    SEEDS[name] for name in ("keras", "torch", "onnx", "tflite", "tf1")
+)
+OPENVINO_LOOP_SEEDS = openvino.LOOP_SEEDS
 
-TFLITE_SEEDS = [
-    "tflite/rnn_tanh.tflite",
-    "tflite/keras_lstm_converter.tflite",
-    "tflite/keras_bilstm_converter.tflite",
-    "tflite/loop_k3_lstm2.tflite",
-    "tflite/loop_k3_bigru2.tflite",
-    "tflite/loop_k3_rnn.tflite",
-    "tflite/loop_tfk_gru.tflite",
-    "tflite/loop_tfk_birnn.tflite",
-]
-
-OPENVINO_LOOP_SEEDS = [  # with the .bin beside each
-    "openvino/keras_lstm_loop.xml",
-    "openvino/keras_gru_loop.xml",
-    "openvino/keras_rnn_loop.xml",
-    "openvino/keras_bilstm_loop.xml",
-    "openvino/keras_gru2_loop.xml",
-    "openvino/tf_keras_lstm_sliced.xml",
-    "openvino/tf_keras_gru_sliced.xml",
-    "openvino/tf_keras_rnn_sliced.xml",
-    "openvino/tf_keras_bilstm_sliced.xml",
-    "openvino/tf_keras_lstm_last_state.xml",
-    "openvino/tf_keras_gru2_last_state.xml",
-    "openvino/tf_keras_bilstm_last_state.xml",
-    "openvino/keras_bigru_last_loop.xml",
-    "openvino/onnx_scan_lstm_ti.xml",
-    "openvino/onnx_scan_bilstm_ti.xml",
-]
-
-TF1_SEEDS = ["tf1/lstm2.ckpt", "tf1/gru_bi.ckpt", "tf1/rnn_tanh.ckpt", "tf1/seq2seq.ckpt"]
 
 # The formats read since the first round, as rnnconv writes them from PyTorch and Keras sources ((source, layer) ->
 # every target that holds it), each with the files beside it (an IR's and an ncnn model's .bin, the source record).

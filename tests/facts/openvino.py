@@ -1,0 +1,59 @@
+"""OpenVINO IR's test facts: a written IR in OpenVINO's CPU plugin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from . import Outputs, Runtime, Way
+
+
+def ov_run(xml, x, h0, c0=None, lengths=None) -> dict[str, np.ndarray]:
+    """The IR in OpenVINO's CPU plugin, as a user runs it: x batch-first, float32 inference, static shapes (the CPU
+    plugin ignores sequence_lens when the shapes are dynamic)."""
+    ov = pytest.importorskip("openvino")
+    core = ov.Core()
+    model = core.read_model(str(xml))
+    feeds = {"x": x, "initial_h": h0, "sequence_lens": np.full(x.shape[0], x.shape[1], np.int32)}
+    if lengths is not None:
+        feeds["sequence_lens"] = lengths.astype(np.int32)
+    if c0 is not None:
+        feeds["initial_c"] = c0
+    model.reshape({name: list(value.shape) for name, value in feeds.items()})
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    results = compiled(feeds)
+    return {out.get_any_name(): results[out] for out in compiled.outputs}
+
+
+def _openvino(path, spec, x, h0, c0, lengths=None) -> Outputs:
+    ov = pytest.importorskip("openvino")
+    model = ov.Core().read_model(str(path))  # the inputs and outputs the docs name, and the source recorded
+    names = [i.get_any_name() for i in model.inputs], [o.get_any_name() for o in model.outputs]
+    lstm = spec.mode == "lstm"
+    states = ["initial_h", "initial_c"] if lstm else ["initial_h"]
+    assert names == (["x", *states, "sequence_lens"], ["y", "h_n", "c_n"][: 2 + lstm])
+    assert '"format":' in model.get_rt_info(["rnnconv.source"]).astype(str)
+    got = ov_run(path, np.ascontiguousarray(x.transpose(1, 0, 2)), h0, c0, lengths)
+    return got["y"].transpose(1, 0, 2), got["h_n"], got.get("c_n")
+
+
+RUNTIME = Runtime((".xml", ".bin"), 1e-5, (Way("OpenVINO's CPU plugin", _openvino, True),), None, True)
+
+# The IRs of Loops the fuzz harness damages (its openvino_loops family), each with the .bin beside it.
+LOOP_SEEDS = [
+    "openvino/keras_lstm_loop.xml",
+    "openvino/keras_gru_loop.xml",
+    "openvino/keras_rnn_loop.xml",
+    "openvino/keras_bilstm_loop.xml",
+    "openvino/keras_gru2_loop.xml",
+    "openvino/tf_keras_lstm_sliced.xml",
+    "openvino/tf_keras_gru_sliced.xml",
+    "openvino/tf_keras_rnn_sliced.xml",
+    "openvino/tf_keras_bilstm_sliced.xml",
+    "openvino/tf_keras_lstm_last_state.xml",
+    "openvino/tf_keras_gru2_last_state.xml",
+    "openvino/tf_keras_bilstm_last_state.xml",
+    "openvino/keras_bigru_last_loop.xml",
+    "openvino/onnx_scan_lstm_ti.xml",
+    "openvino/onnx_scan_bilstm_ti.xml",
+]
