@@ -67,13 +67,14 @@ def several_for(target: Format) -> Iterator[None]:
 
 
 def source_format(path: Path, options: ReadOptions, expect: str | None = None, target: str = "cudnn") -> Format:
-    """The source's format; a file no format recognises is explained by the expected format's reader."""
+    """The source's format; a file no format recognises is explained by the expected format's reader (where its name
+    does not say that format: else that reader has explained it, in the words every command uses)."""
     if options.raw_spec is not None:
         return registry.get("cudnn")
     try:
         found = registry.detect(path)
     except registry.Unrecognized:
-        if expect is None:
+        if expect is None or registry.get(expect) in registry.named_by(path):
             raise
         return registry.get(expect)
     if expect and found.name != expect:

@@ -32,6 +32,7 @@ from rnnconv.dtypes import DTYPES, ElementType, decode, element_type, source_dty
 from rnnconv.errors import BadInput, Unsupported, either
 from rnnconv.formats import registry
 from rnnconv.formats._zip import ZIP_ERRORS
+from rnnconv.formats.probe import Probe
 from rnnconv.formats.registry import WriteOptions
 from rnnconv.reference import forward
 from rnnconv.safeio.inputs import FileArray, reading, regular_file, watching
@@ -310,7 +311,7 @@ def identify(
 ) -> Identification:
     """Name the known layouts a headerless blob can be in (see the module's docstring); with `output`, write the
     one identified (or the `candidate` chosen) as any format `convert` writes."""
-    size = regular_file(blob, "blob")
+    size = Probe(blob).size  # an empty blob is told as every command tells it
     if output is not None and any(output.resolve() == p.resolve() for p in (blob, probe) if p is not None):
         raise BadInput(f"the output {output} is an input of identify (the blob or the probe)")
     dtypes = dtypes or DTYPES

@@ -21,6 +21,7 @@ import numpy as np
 
 from rnnconv.dtypes import BY_SAFETENSORS, ElementType
 from rnnconv.errors import BadInput
+from rnnconv.formats.probe import Damaged
 from rnnconv.safeio.inputs import FileArray, json_document, regular_file
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.constants import SAFETENSORS_ITEMSIZE
@@ -124,7 +125,7 @@ def read_header(path: Path) -> tuple[dict[str, Any], int]:
     spans.sort()
     for (_, end, first), (begin, _, second) in itertools.pairwise(spans):
         if begin < end:
-            raise BadInput(f"{path}: tensors {first!r} and {second!r} overlap (corrupt)")
+            raise Damaged(f"{path}: tensors {first!r} and {second!r} overlap (corrupt)")
     return header, start
 
 
@@ -143,7 +144,7 @@ def _span(path: Path, key: str, info: Any, data_size: int) -> tuple[int, int]:
         raise BadInput(f"{path}: tensor {key!r} has a malformed dtype, shape or byte range")
     lo, hi = offsets
     if not lo <= hi <= data_size or hi - lo != math.prod(shape) * SAFETENSORS_ITEMSIZE[dtype]:
-        raise BadInput(f"{path}: tensor {key!r} does not fit the file (truncated or corrupt)")
+        raise Damaged(f"{path}: tensor {key!r} does not fit the file (truncated or corrupt)")
     return lo, hi
 
 

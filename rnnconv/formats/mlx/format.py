@@ -10,6 +10,7 @@ from rnnconv.formats import registry
 from rnnconv.formats._graph import GraphFormat
 from rnnconv.formats.mlx import PLUGIN
 from rnnconv.formats.mlx.wire import MLX_CLASSES, WRITABLE
+from rnnconv.formats.probe import Damaged
 from rnnconv.formats.registry import ReadOptions, WriteOptions, Written, register
 from rnnconv.table.constants import LSTM
 
@@ -31,6 +32,8 @@ class MlxFormat(GraphFormat["MlxFile", "Module"]):
         """A safetensors or .npz whose parameter names are those of MLX's RNN modules (any others: PyTorch's, ...)."""
         try:
             file = self.load(probe.path)
+        except Damaged:  # told as every reader of a safetensors tells it, not as some other format's file
+            raise
         except RnnconvError:
             return False
         return bool(file.layers)
