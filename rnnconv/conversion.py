@@ -124,6 +124,22 @@ def without(losses: list[Loss], rnn: CanonicalRNN) -> CanonicalRNN:
     return rnn
 
 
+NAMED_WAYS = 4  # the formats a refusal names that hold the RNN; the rest are counted
+
+
+def ways_out(target: Format, rnn: CanonicalRNN, write: WriteOptions) -> str:
+    """What a refusal adds: what writes `rnn` exactly where `target` cannot, its own streaming model (`--streaming`)
+    and the other formats that hold it as it is (a few named, the rest counted)."""
+    ways = []
+    if target.info.streams and not write.streaming and not target.streaming_losses(rnn):
+        ways.append("--streaming writes it exactly, as a streaming model (its states inputs and outputs)")
+    holding = [f for f in registry.formats() if f.info.writes and f is not target and not f.losses(rnn)]
+    if holding:
+        named = listing((f"{f.title} ({f.info.default_for[0]})" for f in holding), few=NAMED_WAYS)
+        ways.append(f"it is held exactly by {named}")
+    return "".join(f"; {way}" for way in ways)
+
+
 def holdable(target: Format, rnn: CanonicalRNN, write: WriteOptions) -> tuple[CanonicalRNN, str]:
     """`rnn` if `target` holds it exactly; else refused naming the term it cannot hold, or with `allow_lossy`, the
     nearest RNN it can hold, and a warning saying how far that one's outputs are from `rnn`'s on probe inputs."""
@@ -141,10 +157,15 @@ def holdable(target: Format, rnn: CanonicalRNN, write: WriteOptions) -> tuple[Ca
     if not allow_lossy:
         nearest_exists = all(loss.nearest is not None for loss in losses)
         advice = " (--allow-lossy writes it without that, and says how much it changes)" if nearest_exists else ""
-        raise Unsupported(f"{target.title} cannot hold {rnn.name} exactly: {terms}{advice}")
+        raise Unsupported(
+            f"{target.title} cannot hold {rnn.name} exactly: {terms}{advice}{ways_out(target, rnn, write)}"
+        )
     cannot = [loss.term for loss in losses if loss.nearest is None]
     if cannot:
-        raise Unsupported(f"{target.title} cannot hold {rnn.name}, even with --allow-lossy: {'; '.join(cannot)}")
+        raise Unsupported(
+            f"{target.title} cannot hold {rnn.name}, even with --allow-lossy: {'; '.join(cannot)}"
+            f"{ways_out(target, rnn, write)}"
+        )
     nearest = without(losses, rnn)
     inputs = make_inputs(rnn.spec, PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
     exact, written = (forward(r.spec, r.param, inputs["x"], inputs["h0"], inputs["c0"]) for r in (rnn, nearest))

@@ -16,6 +16,7 @@ from rnnconv.formats.keras import PLUGIN
 from rnnconv.formats.probe import HDF5_MAGIC
 from rnnconv.formats.registry import (
     Format,
+    Loss,
     ReadOptions,
     Source,
     WriteOptions,
@@ -87,6 +88,11 @@ class KerasFormat(Format):
             several = options.take_all and options.layer is None and len(keras_file.layers) > 1
             chosen = keras_file.layers if several else [keras_file.layer(options.layer)]
             yield convert_each(chosen, canonical, _name, describe=describe, things=THINGS)
+
+    def losses(self, rnn: CanonicalRNN) -> list[Loss]:
+        from rnnconv.formats.keras.writer import keras_losses
+
+        return keras_losses(rnn)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.keras.writer import loading_snippet, write_keras

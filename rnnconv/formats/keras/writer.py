@@ -27,7 +27,7 @@ from rnnconv.canonical import CanonicalRNN, RNNSpec
 from rnnconv.contracts import Provenance
 from rnnconv.dtypes import element_type, encode
 from rnnconv.errors import BadInput, Unsupported
-from rnnconv.formats import _zip
+from rnnconv.formats import _zip, registry
 from rnnconv.formats.keras.config import KerasLayer, snake_case
 from rnnconv.formats.keras.hdf5 import is_bfloat16
 from rnnconv.formats.keras.reader import KerasFile, to_canonical
@@ -40,12 +40,17 @@ from rnnconv.table.constants import KERAS_VARIABLES, NONLINEARITY_KEY, RNN
 KERAS_VERSION = "3.15.1"  # the version whose file layout this writer follows
 
 
+def keras_losses(rnn: CanonicalRNN) -> list[registry.Loss]:
+    """What Keras's layers cannot compute of `rnn`: an LSTM's projection."""
+    if not rnn.spec.proj_size:
+        return []
+    return [registry.Loss(f"Keras's LSTM has no projection (h = W_hr h', proj_size={rnn.spec.proj_size})")]
+
+
 def check_representable(rnn: CanonicalRNN) -> None:
-    if rnn.spec.proj_size:
-        raise Unsupported(
-            f"{rnn.name}: Keras has no LSTM projection (proj_size={rnn.spec.proj_size}), so this "
-            f"RNN cannot become a Keras model"
-        )
+    """Refuse what Keras cannot hold (the conversion asks `losses` first: this guards the writer called alone)."""
+    if losses := keras_losses(rnn):
+        raise Unsupported(f"{rnn.name}: {losses[0].term}")
 
 
 def _keras_name(text: str) -> str:

@@ -25,10 +25,7 @@ from rnnconv.table.rows import Row
 from rnnconv.table.writing import StoredTensor, stored
 
 FLOAT32 = element_type("float32")  # what TFLite's LSTM and RNN ops compute with
-NO_GRU = (
-    "TFLite has no fused GRU op (only UNIDIRECTIONAL_SEQUENCE_LSTM and _RNN): a GRU would have to be written as a "
-    "WHILE loop or unrolled ops, which rnnconv does not write; convert it to ONNX (--to onnx)"
-)
+NO_GRU = "TFLite has no fused GRU op (only UNIDIRECTIONAL_SEQUENCE_LSTM and _RNN)"
 
 
 def _writable(rnn: CanonicalRNN, dtype: str | None) -> str:
