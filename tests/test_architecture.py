@@ -343,6 +343,24 @@ LISTED_COMMANDS = {
     *("convert", "verify", "inspect", "explain", "doctor", "schema", "gpu-battery"),
     "identify",
 }
+
+
+@pytest.mark.parametrize("name", sorted(LISTED_COMMANDS | {"onnx-to-tflite", "tf1-to-torch"}))
+def test_help_says_each_value_in_words(name):
+    """The usage line showed `{BLOB}` in braces and the options' values Python's types (`<list[str]>`, `<int
+    range>`, `<str>`)."""
+    text = run_cli(name, "--help").stdout
+    usage = text.splitlines()[0]
+    assert f" {name} [OPTIONS]" in usage and "{" not in usage, usage
+    assert not re.search(r"<(list\[|int\b|float\b|str\b|Path\b)|\brange>", text), text
+
+
+def test_verify_help_describes_verify():
+    """verify's --streaming was convert's text ("Write a streaming model"), its exit codes left out 4."""
+    text = " ".join(run_cli("verify", "--help").stdout.split())
+    assert "Write a streaming model" not in text and "--streaming The file is a streaming model" in text
+    assert "4 internal error" in text
+    assert re.search(r" verify \[OPTIONS\] BLOB\b", text)
 OLD_NAME_SOURCES = {  # one small file per source format; a cuDNN blob is made from the PyTorch one
     "keras": FIXTURES / "keras3" / "lstm.h5",
     "torch": FIXTURES / "torch" / "rnn_tanh.pt",
