@@ -14,7 +14,7 @@ import errno
 import gc
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 # A narrower table would hide its cells (rich gives a column no room below one character); no terminal is wider
@@ -71,6 +71,27 @@ def silence(fd: int) -> None:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, fd)
         os.close(null)
+
+
+@contextlib.contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """What a framework's C++ code logs to file descriptor 2 while this lasts, which no setting of theirs stops
+    (TensorFlow's start-up lines, LiteRT's "Created TensorFlow Lite XNNPACK delegate"), kept off the user's
+    terminal: their errors reach rnnconv as exceptions, which it says in its own sentence."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()  # what Python wrote before still reaches the terminal
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def reason(exc: OSError | ValueError) -> str:

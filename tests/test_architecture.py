@@ -361,6 +361,8 @@ def test_verify_help_describes_verify():
     assert "Write a streaming model" not in text and "--streaming The file is a streaming model" in text
     assert "4 internal error" in text
     assert re.search(r" verify \[OPTIONS\] BLOB\b", text)
+
+
 OLD_NAME_SOURCES = {  # one small file per source format; a cuDNN blob is made from the PyTorch one
     "keras": FIXTURES / "keras3" / "lstm.h5",
     "torch": FIXTURES / "torch" / "rnn_tanh.pt",

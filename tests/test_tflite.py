@@ -22,6 +22,7 @@ from conftest import (
     assert_clean_failure,
     assert_no_framework_imported,
     doc_code,
+    fresh_cli,
     largest_difference,
     run_cli,
 )
@@ -307,6 +308,18 @@ def test_the_clip_allow_lossy_measures_is_the_one_litert_computes():
     error = float(np.abs(clipped - own).max())
     LARGEST_ERRORS["LiteRT's clipped LSTM vs the numpy reference's clip"] = error
     assert error < 1e-5 and float(np.abs(unclipped - own).max()) > 1e-3
+
+
+@pytest.mark.parametrize("streaming", [[], ["--streaming"]], ids=["whole", "streaming"])
+def test_verify_says_nothing_of_litert_s_own(streaming, tmp_path):
+    """LiteRT's XNNPACK delegate wrote "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." to stderr on every
+    verify of a .tflite, -q too (once a process: a fresh one shows it)."""
+    torch.save(torch.nn.LSTM(3, 4).state_dict(), tmp_path / "lstm.pt")
+    out = tmp_path / "lstm.tflite"
+    rnnconv.convert(tmp_path / "lstm.pt", out, streaming=bool(streaming))
+    result = fresh_cli("verify", out, *streaming, "-q")
+    assert result.returncode == 0 and result.stdout.startswith("MATCH"), (result.stdout, result.stderr)
+    assert result.stderr == ""
 
 
 # --- refusals ----------------------------------------------------------------------------------------------------
