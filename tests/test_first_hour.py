@@ -211,7 +211,17 @@ def test_doctor_lists_every_format_of_the_registry():
     for engine, package in (("flax", "flax"), ("flax-nnx", "flax"), ("equinox", "equinox")):
         assert report["backends"][engine]["available"], engine
         assert report["packages"][package] and report["packages"]["jax"]
-    assert {"flax", "flax_nnx", "equinox"} <= set(report["sources"])
+    assert {"flax", "flax-nnx", "equinox"} <= set(report["sources"])
+
+
+def test_doctor_names_its_rows_as_the_command_line_does():
+    """The backend row said flax-nnx and the source row flax_nnx (and tf_keras): one spelling, the command line's."""
+    from rnnconv.doctor import examine
+
+    report = examine()
+    rows = [*report["backends"], *report["sources"]]
+    assert not [name for name in rows if "_" in name], rows
+    assert "flax-nnx" in report["backends"] and "flax-nnx" in report["sources"] and "tf-keras" in report["sources"]
 
 
 # --- 10. identify --candidate: the other layouts of the blob's size counted, and a next step that is one -------
