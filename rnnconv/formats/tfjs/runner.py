@@ -21,6 +21,7 @@ from rnnconv.compare import Inputs, Outputs
 from rnnconv.errors import BackendMissing, BadInput, Unsupported, cut, listing
 from rnnconv.formats import _node, registry
 from rnnconv.formats._graph import Chain
+from rnnconv.formats.tfjs import INSTALL_TFJS
 from rnnconv.formats.tfjs.reader import TfjsFile, TfjsLayer
 from rnnconv.streaming import check_stream_names
 
@@ -42,8 +43,7 @@ def require_tfjs() -> tuple[str, str]:
     if version is None:
         raise BackendMissing(
             f"running a TensorFlow.js model needs {PACKAGE} in {_node.node_modules()}, which does not hold it "
-            f"(npm ci --ignore-scripts in rnnconv's source tree, or set {_node.NODE_MODULES_VARIABLE} to a "
-            f"node_modules that holds it)"
+            f"({INSTALL_TFJS})"
         )
     return node, version
 
