@@ -17,7 +17,7 @@ import numpy as np
 from rnnconv.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.contracts import SIDECAR_FORMAT, CudnnSettings, LayoutInfo, Provenance, Sidecar, WeightSpaceInfo, dump
 from rnnconv.dtypes import ElementType, count_non_finite, element_type, stored_words
-from rnnconv.errors import BadInput
+from rnnconv.errors import BadInput, listing
 from rnnconv.formats import _safetensors, registry
 from rnnconv.formats.cudnn.reader import Blob
 from rnnconv.formats.cudnn.wire import sidecar_path
@@ -103,6 +103,37 @@ def _counted(finite: Future[bool], block: FileArray) -> int:
 
 
 _SCANNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rnnconv-scan")  # numpy's sums release the GIL
+
+
+DESCRIPTOR = (
+    "cudnnSetRNNDescriptor_v8's settings: cudnnRNNMode_t, cudnnRNNBiasMode_t, cudnnDirectionMode_t, "
+    "cudnnRNNInputMode_t, cudnnDataType_t, inputSize, hiddenSize, projSize, numLayers"
+)
+
+
+def loading_snippet(rnns: list[CanonicalRNN], path: Path, dtype: str) -> str:
+    """How to load what was written: the weight space cudnnRNNForward takes, and its RNN descriptor's settings (a
+    bfloat16 weight space as its 16-bit words from a .bin, as torch's bfloat16 from a .safetensors)."""
+    etype, rnn = element_type(dtype), rnns[0]
+    words = " (16-bit words)" if etype.name == "bfloat16" and path.suffix == ".bin" else ""
+    what = (
+        f"cuDNN's weight space as cudnnRNNForward takes it: {weight_space_elements(rnn.spec)} {dtype} values{words}, "
+        "copied to the GPU as they are"
+    )
+    if path.suffix == ".bin":
+        return (
+            f"import json, numpy as np\nweight_space = np.fromfile({registry.literal(path)}, "
+            f'"{etype.storage.str}")   # {what}\n'
+            f'descriptor = json.load(open({registry.literal(sidecar_path(path))}))["cudnn"]   # {DESCRIPTOR}'
+        )
+    others = f" ({len(rnns) - 1} more: {listing(r.name for r in rnns[1:])})" if len(rnns) > 1 else ""
+    framework = "pt" if etype.name == "bfloat16" else "np"  # numpy has no bfloat16
+    return (
+        f"import json\nfrom safetensors import safe_open\nwith safe_open({registry.literal(path)}, "
+        f'"{framework}") as f:   # a weight space per RNN, by name{others}\n'
+        f"    weight_space = f.get_tensor({json.dumps(rnn.name)})   # {what}\n"
+        f'    descriptor = json.loads(f.metadata()[{json.dumps(rnn.name)}])["cudnn"]   # {DESCRIPTOR}'
+    )
 
 
 def write_bin(

@@ -72,12 +72,7 @@ class TfjsFormat(GraphFormat["TfjsFile", "TfjsLayer"]):
         if rnn.spec.dtype == "float64":
             warnings.append(f"{rnn.name}: written as float32, what TensorFlow.js computes with, from float64")
         shard = write_tfjs(rnn, path, options.force, options.streaming)
-        if options.streaming:
-            from rnnconv.streaming import streaming_usage
-
-            usage = streaming_usage(rnn.spec, "TensorFlow.js", registry.literal(path))
-            return Written([path, shard], warnings, usage)
-        return Written([path, shard], warnings, loading_snippet(rnn, path))
+        return Written([path, shard], warnings, loading_snippet(rnn, path, options.streaming))
 
     def stream(self, path: Path, runtime: str) -> TfjsStream:
         from rnnconv.formats.tfjs.runner import TfjsStream
