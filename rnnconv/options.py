@@ -168,7 +168,8 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         None,
         ("--probe",),
         "identify: an .npz of one input and the outputs the blob's model gives for it (x, optional h0, c0, lengths; "
-        "y, h_n and/or c_n; batch_first); the layout that reproduces them is named.",
+        "y, h_n and/or c_n; x and y sequence-major or batch-major, as Keras gives them: the shapes tell, else both "
+        "are tried; a batch_first key says which); the layout that reproduces them is named, and -o records it.",
         {},
     ),
     "candidate": (
@@ -333,7 +334,9 @@ IDENTIFY_HELP = (
     "blob's model gives for it) each runs through the numpy reference of cuDNN's equations and the one that "
     "reproduces the outputs is named. The result says how to convert from it; -o writes it (as convert does).\n\n"
     "The probe .npz holds x (T, B, I), optional h0 (L*D, B, H or P), c0 (L*D, B, H) and lengths (B,), and the "
-    "expected y (T, B, D*H or D*P), h_n and/or c_n; batch_first=True when x and y are (B, T, ...).\n\n"
+    "expected y (T, B, D*H or D*P), h_n and/or c_n. x and y may be batch-major, (B, T, ...), as Keras and JAX give "
+    "them: the shapes tell which way (both are tried where they fit either), or a key batch_first=True or False "
+    "says it. A file -o writes records the probe: rnnconv verify compares it with the probe's outputs.\n\n"
     "Exit codes: 0 one layout identified, 1 several fit (ambiguous) or none does, 2 bad input, 3 a backend that -o "
     "needs is missing, 4 internal error (a bug: rerun with RNNCONV_DEBUG=1 and report it).\n\nExamples:\n\n"
     "  rnnconv identify weights.raw --mode lstm --input-size 80 --hidden-size 256 --num-layers 2 --bidirectional\n\n"
