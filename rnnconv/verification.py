@@ -23,7 +23,18 @@ import numpy as np
 
 from rnnconv.canonical import RNNSpec
 from rnnconv.compare import STATE_SCALE, Inputs, Outputs, compare, make_inputs, tolerance
-from rnnconv.contracts import BackendInfo, Check, InputsInfo, LossCheck, Provenance, Report, Reports, SourceRun, dump
+from rnnconv.contracts import (
+    BackendInfo,
+    Check,
+    InputsInfo,
+    LossCheck,
+    Provenance,
+    Report,
+    Reports,
+    Sidecar,
+    SourceRun,
+    dump,
+)
 from rnnconv.conversion import without
 from rnnconv.cudnn.backend import LayoutMismatch
 from rnnconv.diagnose import diagnose
@@ -37,7 +48,7 @@ from rnnconv.identification import PROBE_KIND, probe_comparison
 from rnnconv.junit import junit_xml
 from rnnconv.reference import forward
 from rnnconv.safeio.digests import digest_differs
-from rnnconv.safeio.inputs import check_guards, regular_file
+from rnnconv.safeio.inputs import FileArray, check_guards, regular_file
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.streaming import StreamRun
 from rnnconv.table.constants import CUDNN_MODES, DIRECTION, LSTM, MANTISSA_BITS
@@ -220,7 +231,36 @@ def structural_checks(blob: Blob) -> tuple[list[Check], list[str]]:
         )
         if not ok:
             problems.append("the sidecar's cuDNN settings contradict its spec")
+    if isinstance(blob.words, FileArray):  # a blob on disk: are its bytes those it was written with?
+        checks.append(written_digest(blob.words, sidecar))
     return checks, problems
+
+
+WRITTEN_DIGEST = "written digest"
+
+
+def written_digest(words: FileArray, sidecar: Sidecar) -> Check:
+    """The weight space's bytes against the digest its sidecar recorded when it was written: a blob changed since
+    (a flipped bit that still computes within the tolerance) is said, whatever the verdict."""
+    recorded = sidecar.weight_space.digest
+    if recorded is None:
+        return Check(
+            check=WRITTEN_DIGEST,
+            ok=True,
+            detail=f"none recorded (a schema {sidecar.schema_version} sidecar, from an rnnconv before 0.4): a change "
+            "since it was written cannot be told",
+        )
+    algorithm = recorded.partition(":")[0]
+    differs = digest_differs(words.path, recorded, words.offset, words.nbytes)
+    if differs is None:
+        return Check(check=WRITTEN_DIGEST, ok=True, detail=f"{cut(algorithm)}, which this installation cannot compute")
+    if differs:
+        return Check(
+            check=WRITTEN_DIGEST,
+            ok=False,
+            detail=f"the blob changed since it was written: its {algorithm} differs from the one its sidecar recorded",
+        )
+    return Check(check=WRITTEN_DIGEST, ok=True, detail=f"the bytes it was written with ({algorithm})")
 
 
 def _source_format(path: Path, source: Provenance, against: bool) -> registry.Format:
@@ -266,6 +306,7 @@ def verify(path: Path, options: VerifyOptions | None = None, stage: Stage | None
         allow_structure_only=options.allow_structure_only,
         accept_recorded_loss=options.accept_recorded_loss,
     )
+    report.warnings += [c.detail for c in checks if c.check == WRITTEN_DIGEST and not c.ok]  # said with -q too
     if options.require_stated and source.assumptions:
         raise BadInput(
             f"--require-stated: the blob was made assuming {source.assumptions[0]}, which its source does not store"
