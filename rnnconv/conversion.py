@@ -31,7 +31,7 @@ from rnnconv.formats.registry import (
     check_stated,
 )
 from rnnconv.reference import forward
-from rnnconv.safeio.inputs import reading
+from rnnconv.safeio.inputs import reading, resolved
 from rnnconv.streaming import check_streamable
 
 
@@ -214,7 +214,7 @@ def convert(
     with reading(source):  # the first look: from here on, a source that changes commits nothing
         fmt = source_format(source, options, expect, target.name)  # a wrong source is said before anything else
         output = output or default_output(source, target)
-        if output.resolve() == source.resolve():
+        if resolved(output) == resolved(source):
             raise BadInput(f"the output {output} is the source itself")
         options.take_all = options.take_all or target.holds_several(output)
         options.drop_clip = options.drop_clip or write.allow_lossy

@@ -36,7 +36,7 @@ from rnnconv.formats.probe import Probe
 from rnnconv.formats.registry import WriteOptions
 from rnnconv.reference import forward
 from rnnconv.safeio.digests import digest_of
-from rnnconv.safeio.inputs import FileArray, reading, regular_file, watching
+from rnnconv.safeio.inputs import FileArray, reading, regular_file, resolved, watching
 from rnnconv.table.apply import assemble_stored, gate_loaders, stored_shapes
 from rnnconv.table.constants import CUDNN_GATES, KINDS, LSTM, PROJECTION, Kind
 from rnnconv.table.packings import MATRICES_THEN_BIASES, Packing, is_matrix, packings_for
@@ -367,7 +367,7 @@ def identify(
     """Name the known layouts a headerless blob can be in (see the module's docstring); with `output`, write the
     one identified (or the `candidate` chosen) as any format `convert` writes."""
     size = Probe(blob).size  # an empty blob is told as every command tells it
-    if output is not None and any(output.resolve() == p.resolve() for p in (blob, probe) if p is not None):
+    if output is not None and any(resolved(output) == resolved(p) for p in (blob, probe) if p is not None):
         raise BadInput(f"the output {output} is an input of identify (the blob or the probe)")
     dtypes = dtypes or DTYPES
     target = None if output is None else registry.for_output(output, to)  # a wrong output name is said first
@@ -532,7 +532,7 @@ def _write(
     # model file anything runs); without a probe there is nothing to compare with.
     rnn.source = Provenance(format=None, name=blob.name)
     if probe is not None and chosen.reproduces:
-        rnn.source = Provenance(path=str(probe.resolve()), format=PROBE_KIND, digest=digest_of(probe), name=blob.name)
+        rnn.source = Provenance(path=str(resolved(probe)), format=PROBE_KIND, digest=digest_of(probe), name=blob.name)
     rnn.notes.append(f"read from the raw blob {blob} as {describe(chosen.document())}, which {how}")
     with reading(blob):
         written = target.write([rnn], output, WriteOptions(force=force))

@@ -304,6 +304,18 @@ def test_public_api_with_str_paths(tmp_path):
         rnnconv.load(source, layer="nope")
 
 
+def test_paths_are_resolved_by_the_helper_that_survives_a_symlink_loop():
+    """Path.resolve raises RuntimeError on a symlink loop (a TF.js shard linked to itself was exit 4): a path from a
+    user or a file is resolved by safeio.inputs.resolved, which leaves the loop for the read to refuse."""
+    resolving = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "rnnconv").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if ".resolve()" in line and "Path(__file__).resolve()" not in line
+    ]
+    assert not resolving, resolving
+
+
 # --- one vocabulary on the command line -----------------------------------------------------------
 
 

@@ -516,6 +516,26 @@ def test_symlinks_at_the_output_need_force(tmp_path):
     assert target.read_text() == "keep me"
 
 
+def test_a_symlink_loop_anywhere_is_one_sentence(tmp_path):
+    """A TF.js manifest naming a shard that is a symlink to itself was exit 4 ("RuntimeError: Symlink loop"), through
+    every command; so was an output that is one."""
+    folder = tmp_path / "web"
+    folder.mkdir()
+    document = json.loads((FIXTURES / "tfjs" / "saved" / "model.json").read_text())
+    document["weightsManifest"][0]["paths"] = ["loop.bin"]
+    (folder / "model.json").write_text(json.dumps(document))
+    (folder / "loop.bin").symlink_to("loop.bin")
+    for command in (["inspect"], ["convert", "--layer", "srnn", "-o", tmp_path / "out.pt"], ["verify"]):
+        result = run_cli(*command[:1], folder / "model.json", *command[1:])
+        assert_clean_failure(result, 2, "loop.bin", "Too many levels of symbolic links")
+    assert not (tmp_path / "out.pt").exists()
+    looped = tmp_path / "looped.bin"
+    looped.symlink_to("looped.bin")
+    assert_clean_failure(run_cli("convert", TORCH / "rnn_tanh.pt", looped), 2, "already exists", "--force")
+    for command in (["inspect", looped], ["verify", looped], ["convert", looped, tmp_path / "x.pt"]):
+        assert_clean_failure(run_cli(*command), 2, "Too many levels of symbolic links")
+
+
 def test_the_source_or_its_sidecar_is_never_an_output(tmp_path):
     blob = tmp_path / "x.bin"
     assert run_cli("convert", TORCH / "rnn_tanh.pt", blob).returncode == 0

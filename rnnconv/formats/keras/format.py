@@ -26,6 +26,7 @@ from rnnconv.formats.registry import (
     register,
 )
 from rnnconv.safeio.digests import SourcePass
+from rnnconv.safeio.inputs import resolved
 
 if TYPE_CHECKING:
     from rnnconv.formats.keras.config import KerasLayer
@@ -51,7 +52,7 @@ class KerasFormat(Format):
         with KerasFile(path, reading) as keras_file:
             versions = keras_file.versions
             info = Provenance(
-                path=str(path.resolve()),
+                path=str(resolved(path)),
                 format=keras_file.kind,
                 keras_version=versions.get("keras_version"),
                 backend=versions.get("backend"),

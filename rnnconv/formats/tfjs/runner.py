@@ -23,6 +23,7 @@ from rnnconv.formats import _node, registry
 from rnnconv.formats._graph import Chain
 from rnnconv.formats.tfjs import INSTALL_TFJS
 from rnnconv.formats.tfjs.reader import TfjsFile, TfjsLayer
+from rnnconv.safeio.inputs import resolved
 from rnnconv.streaming import check_stream_names
 
 SCRIPT: Final = Path(__file__).with_name("run_layers.cjs")
@@ -80,7 +81,7 @@ def run_layers(path: Path, chain: Chain[TfjsLayer], inputs: Inputs) -> Outputs:
             node,
             str(SCRIPT),
             str(_node.node_modules()),
-            str(path.resolve()),
+            str(resolved(path)),
             str(where / "request.json"),
             folder,
         ]
@@ -134,7 +135,7 @@ class TfjsStream:
         request.write_text(json.dumps({"stream": True}), encoding="utf-8")
         # node's stderr to a file: a pipe left unread would fill up and stop it
         self.log = open(self.folder / "stderr.txt", "w+", encoding="utf-8")  # noqa: SIM115 (closed by _stop)
-        command = [node, str(SCRIPT), str(_node.node_modules()), str(path.resolve()), str(request), str(self.folder)]
+        command = [node, str(SCRIPT), str(_node.node_modules()), str(resolved(path)), str(request), str(self.folder)]
         try:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True
