@@ -33,7 +33,7 @@ from rnnconv.errors import EXIT_INTERNAL, BadInput, RnnconvError, Unsupported, f
 from rnnconv.formats import registry
 from rnnconv.formats.base import Format
 from rnnconv.formats.settings import ReadOptions, WriteOptions, split
-from rnnconv.safeio.inputs import check_guards, explained, reading, regular_file, unguarded, watching
+from rnnconv.safeio.inputs import check_guards, explained, reading, regular_file, resolved, unguarded, watching
 from rnnconv.safeio.outputs import SIDECAR_SUFFIX, check_writable
 
 if TYPE_CHECKING:
@@ -199,18 +199,17 @@ def _plan_outputs(sources: list[Path], output_dir: PathLike | None, to: str | No
         state = "is no directory" if os.path.lexists(folder) else "does not exist (end it with / to create it)"
         raise BadInput(f"several sources are written to a directory, and {folder} {state}")
     outputs = [(source.parent if folder is None else folder) / output_name(source, target) for source in sources]
-    protected = {p.resolve(): s for s in sources for p in (s, s.with_name(s.name + SIDECAR_SUFFIX))}
+    protected = {resolved(p): s for s in sources for p in (s, s.with_name(s.name + SIDECAR_SUFFIX))}
     claimed: dict[Path, Path] = {}
     for source, output in zip(sources, outputs):
-        resolved = output.resolve()
-        if resolved in claimed:
+        real = resolved(output)
+        if real in claimed:
             raise BadInput(
-                f"{claimed[resolved]} and {source} would both be written to {output}; convert them to different "
-                f"directories"
+                f"{claimed[real]} and {source} would both be written to {output}; convert them to different directories"
             )
-        if resolved in protected:
-            raise BadInput(f"{source} would be written to {output}, which is a source: {protected[resolved]}")
-        claimed[resolved] = source
+        if real in protected:
+            raise BadInput(f"{source} would be written to {output}, which is a source: {protected[real]}")
+        claimed[real] = source
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
     return outputs
@@ -572,8 +571,8 @@ def _write_failure(document: Report | Reports, outputs: _Outputs, inputs_read: l
 def _names_an_input(path: Path, inputs: list[Path]) -> bool:
     """Whether `path` is an input or its sidecar (whether they exist or not: a failed read may not have
     registered them as sources)."""
-    names = {p.resolve() for read in inputs for p in (read, read.with_name(read.name + SIDECAR_SUFFIX))}
-    return path.resolve() in names
+    names = {resolved(p) for read in inputs for p in (read, read.with_name(read.name + SIDECAR_SUFFIX))}
+    return resolved(path) in names
 
 
 def inspect(path: PathLike, profile: str | None = None, to: str | None = None) -> InspectReport:

@@ -26,7 +26,7 @@ from rnnconv.formats.setting_fields import WRITE_FIELDS, not_its_own
 from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source, check_stated
 from rnnconv.formats.streaming import check_streamable, streams
-from rnnconv.safeio.inputs import reading
+from rnnconv.safeio.inputs import reading, resolved
 
 
 def output_name(source: Path, target: Format) -> str:
@@ -61,13 +61,14 @@ def several_for(target: Format) -> Iterator[None]:
 
 
 def source_format(path: Path, options: ReadOptions, expect: str | None = None, target: str = "cudnn") -> Format:
-    """The source's format; a file no format recognises is explained by the expected format's reader."""
+    """The source's format; a file no format recognises is explained by the expected format's reader (where its name
+    does not say that format: else that reader has explained it, in the words every command uses)."""
     if options.raw_spec is not None:
         return registry.get("cudnn")
     try:
         found = registry.detect(path)
     except registry.Unrecognized:
-        if expect is None:
+        if expect is None or registry.get(expect) in registry.named_by(path):
             raise
         return registry.get(expect)
     if expect and found.name != expect:
@@ -124,6 +125,22 @@ def without(losses: list[Loss], rnn: CanonicalRNN) -> CanonicalRNN:
     return rnn
 
 
+NAMED_WAYS = 4  # the formats a refusal names that hold the RNN; the rest are counted
+
+
+def ways_out(target: Format, rnn: CanonicalRNN, write: WriteOptions) -> str:
+    """What a refusal adds: what writes `rnn` exactly where `target` cannot, its own streaming model (`--streaming`)
+    and the other formats that hold it as it is (a few named, the rest counted)."""
+    ways = []
+    if target.info.streams and not write.streaming and streams(rnn) and not target.streaming_losses(rnn):
+        ways.append("--streaming writes it exactly, as a streaming model (its states inputs and outputs)")
+    holders = [f for f in registry.formats() if f.info.writes and f is not target and not f.losses(rnn)]
+    if holders:
+        named = listing((f"{f.title} ({f.info.default_for[0]})" for f in holders), few=NAMED_WAYS)
+        ways.append(f"it is held exactly by {named}")
+    return "".join(f"; {way}" for way in ways)
+
+
 def holdable(target: Format, rnn: CanonicalRNN, write: WriteOptions) -> tuple[CanonicalRNN, str]:
     """`rnn` if `target` holds it exactly; else refused naming the term it cannot hold, or with `allow_lossy`, the
     nearest RNN it can hold, and a warning saying how far that one's outputs are from `rnn`'s on probe inputs."""
@@ -141,12 +158,15 @@ def holdable(target: Format, rnn: CanonicalRNN, write: WriteOptions) -> tuple[Ca
     if not allow_lossy:
         nearest_exists = all(loss.nearest is not None for loss in losses)
         advice = " (--allow-lossy writes it without that, and says how much it changes)" if nearest_exists else ""
-        if not write.streaming and target.info.streams and streams(rnn) and not target.streaming_losses(rnn):
-            advice = f" (--streaming writes it exactly, as a {target.title} streaming model of plain ops)"
-        raise Unsupported(f"{target.title} cannot hold {rnn.name} exactly: {terms}{advice}")
+        raise Unsupported(
+            f"{target.title} cannot hold {rnn.name} exactly: {terms}{advice}{ways_out(target, rnn, write)}"
+        )
     cannot = [loss.term for loss in losses if loss.nearest is None]
     if cannot:
-        raise Unsupported(f"{target.title} cannot hold {rnn.name}, even with --allow-lossy: {'; '.join(cannot)}")
+        raise Unsupported(
+            f"{target.title} cannot hold {rnn.name}, even with --allow-lossy: {'; '.join(cannot)}"
+            f"{ways_out(target, rnn, write)}"
+        )
     nearest = without(losses, rnn)
     inputs = make_inputs(rnn.spec, PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
     exact, written = (forward(r.spec, r.param, inputs["x"], inputs["h0"], inputs["c0"]) for r in (rnn, nearest))
@@ -193,7 +213,7 @@ def convert(
     with reading(source):  # the first look: from here on, a source that changes commits nothing
         fmt = source_format(source, options, expect, target.name)  # a wrong source is said before anything else
         output = output or default_output(source, target)
-        if output.resolve() == source.resolve():
+        if resolved(output) == resolved(source):
             raise BadInput(f"the output {output} is the source itself")
         options.take_all = options.take_all or target.holds_several(output)
         options.drop_clip = options.drop_clip or write.allow_lossy

@@ -1,3 +1,3 @@
 """rnnconv's version: bumped whenever the sidecar schema or the weight-space layout version changes."""
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"

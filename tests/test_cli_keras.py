@@ -166,7 +166,7 @@ def _bad_config_json(tmp_path: Path) -> Path:
 BAD_INPUTS = {
     "missing file": (lambda t: t / "nope.h5", "does not exist"),
     "directory": (lambda t: t, "is a directory"),
-    "empty file": (lambda t: (t / "empty.h5", (t / "empty.h5").write_bytes(b""))[0], "is not a Keras file"),
+    "empty file": (lambda t: (t / "empty.h5", (t / "empty.h5").write_bytes(b""))[0], "is empty (0 bytes)"),
     "random bytes": (
         lambda t: (t / "r.h5", (t / "r.h5").write_bytes(np.random.default_rng(1).bytes(4096)))[0],
         "is not a Keras file",
@@ -174,7 +174,7 @@ BAD_INPUTS = {
     "truncated HDF5": (_truncated, "truncated or corrupt"),
     "truncated .keras": (
         lambda t: (t / "t.keras", (t / "t.keras").write_bytes((K3 / "lstm.keras").read_bytes()[:5000]))[0],
-        "not a readable .keras archive",
+        "looks like a zip archive but cannot be read (truncated or corrupt)",
     ),
     "zip without config.json": (_zip_without_config, "without config.json"),
     "HDF5 that is not Keras": (_plain_hdf5, "not a Keras model or weights file"),

@@ -96,6 +96,17 @@ def test_no_gpu_and_no_driver_are_exit_3_in_one_sentence(libcuda, monkeypatch):
         cuda.CudaDriver.load()
 
 
+def test_without_a_driver_doctor_names_no_session_on_it(monkeypatch):
+    """doctor's cuDNN row said "no CUDA driver (no libcuda.so.1 ...) (found: ..., cuda_session ctypes on libcuda.so.1
+    ...)": what a session would run on, said found where the driver is not."""
+    monkeypatch.setenv("RNNCONV_CUDA_LIBRARY", "/nonexistent/libcuda.so.1")
+    monkeypatch.delenv(cuda.SESSION_ENV, raising=False)
+    status = cudnn_backend.probe()
+    assert not status.ok and "no CUDA driver" in status.reason, status.reason
+    assert "cuda_session" not in status.found and "ctypes on" not in status.reason, status.reason
+    assert "libcuda.so.1" not in status.reason.partition("(found:")[2], status.reason
+
+
 def test_probe_and_doctor_say_which_session_runs(libcuda, monkeypatch):
     status = cudnn_backend.probe()
     assert status.found["gpus"] == 1 and status.found["cuda_driver"] == "12.9"

@@ -154,7 +154,7 @@ def test_the_digest_is_blake3_of_the_source_and_no_hash_leaves_it_out(tmp_path):
     source = TORCH / "rnn_tanh.pt"
     api.convert(source, tmp_path / "a.bin")
     doc = json.loads((tmp_path / "a.bin.json").read_text())
-    assert doc["schema_version"] == 3
+    assert doc["schema_version"] == 4
     assert doc["source"]["digest"] == "blake3:" + blake3.blake3(source.read_bytes()).hexdigest()
     assert "sha256" not in doc["source"]
     result = run_cli("torch-to-cudnn", source, "-o", tmp_path / "b.bin", "--no-hash")

@@ -81,9 +81,12 @@ def test_a_damaged_file_is_told_by_what_its_name_says(ending, content, tmp_path)
     named = {fmt.title for fmt in registry.named_by(path)}
     # the length without the path, which grows with pytest's temporary folder (and its workers' names)
     assert named and "\n" not in sentence and len(sentence.replace(str(path), "")) < 440, sentence
+    if content == "empty":  # no format's file is empty: what its name says does not matter
+        assert sentence == f"{path} is empty (0 bytes)"
+        return
     assert "cannot tell" not in sentence and all(title in sentence for title in named), sentence
     assert not other_titles_in(sentence, named), sentence
-    assert ("is empty" in sentence) == (content == "empty"), sentence
+    assert "is empty" not in sentence, sentence
     assert "safetensors" in ending or "not a safetensors file" not in sentence, sentence  # an .npz is a zip
 
 
@@ -127,7 +130,65 @@ def test_the_issue_s_two_files_on_the_command_line(tmp_path):
     assert len(result.stderr) < 200
     empty = tmp_path / "empty.pt"
     empty.write_bytes(b"")
-    assert_clean_failure(run_cli("inspect", empty), 2, f"{empty} (PyTorch by its name) is empty (0 bytes)")
+    assert_clean_failure(run_cli("inspect", empty), 2, f"{empty} is empty (0 bytes)")
+
+
+def _blob_of(path):
+    rnnconv.convert(FIXTURES / "torch" / "rnn_tanh.pt", path)
+    return path
+
+
+DAMAGED = {  # a damaged file, and the format its name says (the X of X-to-Y)
+    "empty.pt": (lambda path: path.write_bytes(b""), "torch", "is empty (0 bytes)"),
+    "trunc.pt": (
+        lambda path: path.write_bytes((FIXTURES / "torch" / "lstm_proj.pt").read_bytes()[:3000]),
+        "torch",
+        "looks like a zip archive but cannot be read (truncated or corrupt)",
+    ),
+    "trunc.keras": (
+        lambda path: path.write_bytes((FIXTURES / "keras3" / "lstm.keras").read_bytes()[:5000]),
+        "keras",
+        "looks like a zip archive but cannot be read (truncated or corrupt)",
+    ),
+    "empty.bin": (lambda path: path.write_bytes(b""), "cudnn", "is empty (0 bytes)"),
+    "empty_with_sidecar.bin": (lambda path: _blob_of(path).write_bytes(b""), "cudnn", "is empty (0 bytes)"),
+    "trunc.safetensors": (  # MLX's: its reader's check told it as a PyTorch file
+        lambda path: path.write_bytes((FIXTURES / "mlx" / "lstm.safetensors").read_bytes()[:-40]),
+        "mlx",
+        "does not fit the file (truncated or corrupt)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(DAMAGED))
+def test_a_damaged_file_is_told_in_one_sentence_by_every_command(name, tmp_path):
+    """inspect said "truncated or corrupt" and torch-to-cudnn "(File is not a zip file)" of one file; inspect
+    "empty (0 bytes)" and torch-to-cudnn "neither torch.save's zip format nor ..." of another; verify of an empty
+    .bin never said empty."""
+    damage, kind, phrase = DAMAGED[name]
+    path = tmp_path / name
+    damage(path)
+    out = tmp_path / "out"
+    out.mkdir()
+    alias = f"{kind}-to-torch" if kind == "cudnn" else f"{kind}-to-cudnn"
+    commands = [
+        ("inspect", path),
+        ("convert", path, out / "m.onnx"),
+        (alias, path, "-o", out / ("m.pt" if kind == "cudnn" else "m.bin")),
+        ("verify", path),
+    ]
+    if kind == "cudnn":
+        commands += [
+            ("verify", path, "--mode", "lstm", "--input-size", "3", "--hidden-size", "4"),
+            ("identify", path, "--mode", "lstm", "--input-size", "3", "--hidden-size", "4"),
+        ]
+    said = {}
+    for command in commands:
+        result = run_cli(*command)
+        assert_clean_failure(result, 2, phrase)
+        said[" ".join(map(str, command))] = result.stderr
+    assert len(set(said.values())) == 1, said
+    assert list(out.iterdir()) == []
 
 
 # --- 8. doctor comes from the registry: every format's engine and the frameworks that run its files ----------
@@ -151,7 +212,17 @@ def test_doctor_lists_every_format_of_the_registry():
     for engine, package in (("flax", "flax"), ("flax-nnx", "flax"), ("equinox", "equinox")):
         assert report["backends"][engine]["available"], engine
         assert report["packages"][package] and report["packages"]["jax"]
-    assert {"flax", "flax_nnx", "equinox"} <= set(report["sources"])
+    assert {"flax", "flax-nnx", "equinox"} <= set(report["sources"])
+
+
+def test_doctor_names_its_rows_as_the_command_line_does():
+    """The backend row said flax-nnx and the source row flax_nnx (and tf_keras): one spelling, the command line's."""
+    from rnnconv.cli.doctor import examine
+
+    report = examine()
+    rows = [*report["backends"], *report["sources"]]
+    assert not [name for name in rows if "_" in name], rows
+    assert "flax-nnx" in report["backends"] and "flax-nnx" in report["sources"] and "tf-keras" in report["sources"]
 
 
 # --- 10. identify --candidate: the other layouts of the blob's size counted, and a next step that is one -------
@@ -174,7 +245,7 @@ def test_a_chosen_candidate_is_not_the_only_layout_of_its_size(tmp_path):
 def test_identify_o_says_what_to_do_with_what_it_wrote_not_the_same_command(tmp_path):
     out = tmp_path / "j.pt"
     found = rnnconv.identify(JAX_LSTM, **JAX_SPEC, candidate="onnx-lstm/per-layer/float32", output=out)
-    assert found.outputs == [str(out)] and found.convert == f"rnnconv convert {out} OUTPUT"
+    assert found.outputs == [str(out)] and found.convert is None  # what it wrote is the next step, not a command
 
 
 # --- 12. the smaller ones ----------------------------------------------------------------------------------
@@ -201,7 +272,7 @@ def test_verify_of_a_gru_says_h0_not_c0(tmp_path):
 
 def test_one_direction_is_singular(tmp_path):
     source = save(tmp_path, torch.nn.LSTM(5, 7, num_layers=2))
-    with pytest.raises(RnnconvError, match=r"this RNN has 2 layers and 1 direction$"):
+    with pytest.raises(RnnconvError, match=r"this RNN has 2 layers and 1 direction(;|$)"):
         rnnconv.convert(source, tmp_path / "x.eqx")
 
 

@@ -452,6 +452,31 @@ def test_cli_numbers_are_checked_before_any_work(args, phrase, tmp_path):
     assert_clean_failure(run_cli("verify", blob, *args), 2, phrase)
 
 
+@pytest.mark.needs("onnx")
+@pytest.mark.parametrize("profile", ["tensorrt", "mnn"])
+def test_many_nodes_sharing_one_set_of_weights_are_profiled_and_told_in_a_sentence(profile, tmp_path):
+    """inspect --profile of an ONNX file of 100,000 LSTM nodes sharing one set of weights took 80-120 s (each node's
+    checks read every graph input again), and its note named every node sharing the weights."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    count = 5_000  # the reads a node holds in linear time (test_onnx_consumers counts them); the note, bounded
+    weights = [numpy_helper.from_array(np.zeros(shape, np.float32), name) for name, shape in
+               (("W", (1, 16, 3)), ("R", (1, 16, 4)), ("B", (1, 32)))]  # fmt: skip
+    nodes = [helper.make_node("LSTM", [f"x{k}", "W", "R", "B"], [f"y{k}"], hidden_size=4) for k in range(count)]
+    given = [helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, [5, 1, 3]) for k in range(count)]
+    graph = helper.make_graph(
+        nodes, "g", given, [helper.make_tensor_value_info("y0", TensorProto.FLOAT, None)], weights
+    )
+    path = tmp_path / "shared.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), path)
+    result = run_cli("inspect", path, "--profile", profile)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"keeps {profile}'s documented limits" in result.stdout
+    note = next(line for line in result.stderr.splitlines() if "compute with the same weights" in line)
+    assert f"and {count - 5:,} more compute with the same weights" in note and len(note) < 400, note[:500]
+
+
 def test_a_million_layers_is_refused_at_once(tmp_path):
     raw = tmp_path / "w.raw"
     raw.write_bytes(bytes(64))
@@ -514,6 +539,26 @@ def test_symlinks_at_the_output_need_force(tmp_path):
         assert_clean_failure(run_cli("convert", TORCH / "rnn_tanh.pt", link), 2, "already exists", "--force")
         assert link.is_symlink()
     assert target.read_text() == "keep me"
+
+
+def test_a_symlink_loop_anywhere_is_one_sentence(tmp_path):
+    """A TF.js manifest naming a shard that is a symlink to itself was exit 4 ("RuntimeError: Symlink loop"), through
+    every command; so was an output that is one."""
+    folder = tmp_path / "web"
+    folder.mkdir()
+    document = json.loads((FIXTURES / "tfjs" / "saved" / "model.json").read_text())
+    document["weightsManifest"][0]["paths"] = ["loop.bin"]
+    (folder / "model.json").write_text(json.dumps(document))
+    (folder / "loop.bin").symlink_to("loop.bin")
+    for command in (["inspect"], ["convert", "--layer", "srnn", "-o", tmp_path / "out.pt"], ["verify"]):
+        result = run_cli(*command[:1], folder / "model.json", *command[1:])
+        assert_clean_failure(result, 2, "loop.bin", "Too many levels of symbolic links")
+    assert not (tmp_path / "out.pt").exists()
+    looped = tmp_path / "looped.bin"
+    looped.symlink_to("looped.bin")
+    assert_clean_failure(run_cli("convert", TORCH / "rnn_tanh.pt", looped), 2, "already exists", "--force")
+    for command in (["inspect", looped], ["verify", looped], ["convert", looped, tmp_path / "x.pt"]):
+        assert_clean_failure(run_cli(*command), 2, "Too many levels of symbolic links")
 
 
 def test_the_source_or_its_sidecar_is_never_an_output(tmp_path):

@@ -297,6 +297,54 @@ def test_bad_input_is_one_sentence(tmp_path):
     assert_clean_failure(run_cli("identify", blob, *gru, "--probe", gru_probe), 2, "has no cell state")
 
 
+def batch_major_probe(path: Path, model: torch.nn.Module, states: bool) -> Path:
+    """What a Keras or JAX user has: x and y (B, T, ...), no batch_first key; zero initial states or given ones."""
+    generator = torch.Generator().manual_seed(8)
+    x = torch.randn(B, T, I, generator=generator)
+    h0 = torch.randn(L * 2, B, H, generator=generator) * 0.5
+    with torch.no_grad():
+        y, h_n = model(x.transpose(0, 1), h0 if states else None)
+    arrays = {"x": x.numpy(), "y": y.transpose(0, 1).numpy()}
+    np.savez(path, **arrays, **({"h0": h0.numpy(), "h_n": h_n.numpy()} if states else {}))
+    return path
+
+
+@pytest.mark.parametrize("states", [False, True], ids=["x-and-y", "with-states"])
+def test_a_batch_major_probe_is_read_by_its_shapes(states, tmp_path):
+    """A batch-major probe (what Keras gives) was "unidentified ... probe wrong" (x and y alone) or refused for its
+    h0's shape; it worked only with a batch_first=True key inside the .npz."""
+    model = torch_model("gru")
+    torch.save(model.state_dict(), tmp_path / "source.pt")
+    blob = tmp_path / "w.bin"
+    rnnconv.convert(tmp_path / "source.pt", blob)
+    probe = batch_major_probe(tmp_path / "probe.npz", model, states)
+    flags = {"mode": "gru", "input_size": I, "hidden_size": H, "num_layers": L, "bidirectional": True}
+    found = rnnconv.identify(blob, probe=probe, **flags)
+    assert found.verdict == "identified", found.summary
+    assert found.identified is not None and found.identified.id == "cudnn-gru/matrices-then-biases/float32"
+    assert "read batch-major" in found.summary
+
+
+def test_what_identify_o_writes_verifies_against_its_probe(tmp_path):
+    """identify -o printed a stray "convert with" line, and what it wrote verified as structure only: the probe that
+    identified it was not recorded."""
+    out = tmp_path / "identified.pt"
+    flags = ["--mode", "lstm", "--input-size", "5", "--hidden-size", "7", "--num-layers", "2", "--bidirectional"]
+    probe = tmp_path / "probe.npz"
+    probe.write_bytes((IDENTIFY / "jax_lstm_probe.npz").read_bytes())
+    result = run_cli("identify", IDENTIFY / "jax_lstm.bin", *flags, "--probe", probe, "-o", out)
+    assert result.returncode == 0 and "convert with" not in result.stdout, result.stdout
+    report = json.loads(run_cli("verify", out, "--json").stdout)
+    assert report["verdict"] == "match" and report["source"]["path"] == str(probe), report["summary"]
+    assert report["inputs"]["seq_len"] == T and report["inputs"]["batch"] == B  # the probe's own input
+    held = dict(np.load(probe))
+    np.savez(probe, **{**held, "y": held["y"] + 0.5})  # the probe changed since: the comparison says so
+    result = run_cli("verify", out, "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 1 and report["verdict"] == "mismatch"
+    assert any("changed since the blob was made" in w for w in report["warnings"]), report["warnings"]
+
+
 def test_a_big_endian_probe_reads_alike(tmp_path):
     probe = np.load(IDENTIFY / "tf1_lstm2_probe.npz")
     swapped = bad_probe(tmp_path, **{k: v.astype(v.dtype.newbyteorder(">")) for k, v in probe.items()})

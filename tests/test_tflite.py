@@ -22,6 +22,7 @@ from conftest import (
     assert_clean_failure,
     assert_no_framework_imported,
     doc_code,
+    fresh_cli,
     largest_difference,
     run_cli,
 )
@@ -309,20 +310,49 @@ def test_the_clip_allow_lossy_measures_is_the_one_litert_computes():
     assert error < 1e-5 and float(np.abs(unclipped - own).max()) > 1e-3
 
 
+@pytest.mark.parametrize("streaming", [[], ["--streaming"]], ids=["whole", "streaming"])
+def test_verify_says_nothing_of_litert_s_own(streaming, tmp_path):
+    """LiteRT's XNNPACK delegate wrote "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." to stderr on every
+    verify of a .tflite, -q too (once a process: a fresh one shows it)."""
+    torch.save(torch.nn.LSTM(3, 4).state_dict(), tmp_path / "lstm.pt")
+    out = tmp_path / "lstm.tflite"
+    rnnconv.convert(tmp_path / "lstm.pt", out, streaming=bool(streaming))
+    result = fresh_cli("verify", out, *streaming, "-q")
+    assert result.returncode == 0 and result.stdout.startswith("MATCH"), (result.stdout, result.stderr)
+    assert result.stderr == ""
+
+
 # --- refusals ----------------------------------------------------------------------------------------------------
 
 
-def test_a_gru_is_refused_naming_the_alternative(tmp_path):
+def test_a_gru_is_refused_naming_the_ways_out_and_they_verify(tmp_path):
+    """The refusal said a GRU would need unrolled ops "which rnnconv does not write", when --streaming writes just
+    that, and it verifies."""
     torch.save(torch.nn.GRU(5, 7).state_dict(), tmp_path / "gru.pt")
     result = run_cli("convert", tmp_path / "gru.pt", tmp_path / "gru.tflite")
     assert_clean_failure(
-        result,
-        2,
-        "TFLite / LiteRT has no GRU (it has UNIDIRECTIONAL_SEQUENCE_LSTM",
-        "hold one",
-        "--streaming writes it",
+        result, 2, "TFLite / LiteRT has no GRU", "--streaming writes it exactly", "it is held exactly by cuDNN (.bin)"
     )
+    assert "does not write" not in result.stderr
     assert not (tmp_path / "gru.tflite").exists()
+    assert run_cli("convert", tmp_path / "gru.pt", tmp_path / "gru.tflite", "--streaming", "-q").returncode == 0
+    result = run_cli("verify", tmp_path / "gru.tflite", "--streaming", "-q")
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("target", ["m.onnx", "m.xml"])
+def test_a_projection_refused_names_the_formats_that_hold_it_and_they_verify(target, tmp_path):
+    """ONNX's and OpenVINO's projection refusals named no target that holds a projection: TFLite's does, exactly."""
+    result = run_cli("convert", FIXTURES / "torch" / "lstm_proj.pt", tmp_path / target)
+    assert_clean_failure(result, 2, "has no projection", "it is held exactly by", "TFLite / LiteRT (.tflite)")
+    named = re.findall(r"\((\.[\w.]+)\)", result.stderr.split("held exactly by")[1])
+    assert ".tflite" in named and ".keras" not in named, result.stderr  # Keras's LSTM has no projection either
+    for index, ending in enumerate(named):  # each in its folder: an ncnn model's .bin beside its .param
+        (tmp_path / str(index)).mkdir()
+        out = tmp_path / str(index) / f"held{ending}"
+        assert run_cli("convert", FIXTURES / "torch" / "lstm_proj.pt", out, "-q").returncode == 0, ending
+        result = run_cli("verify", out, "-q")
+        assert result.returncode == 0, (ending, result.stdout, result.stderr)
 
 
 def test_element_types_tflite_cannot_hold_are_refused(tmp_path):

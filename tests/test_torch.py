@@ -348,7 +348,7 @@ BAD = {
     "truncated checkpoint": (
         lambda t: (t / "t.pt", (t / "t.pt").write_bytes((TORCH / "lstm_proj.pt").read_bytes()[:3000]))[0],
         [],
-        "not a readable PyTorch checkpoint",
+        "looks like a zip archive but cannot be read (truncated or corrupt)",
     ),
     "random bytes": (
         lambda t: (t / "r.pt", (t / "r.pt").write_bytes(b"\x07" * 300))[0],

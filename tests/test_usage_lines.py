@@ -7,8 +7,6 @@ never checked."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 
@@ -91,20 +89,69 @@ def test_onnx_s_line(case, tmp_path):
 
 @pytest.mark.parametrize("case", ["lstm", "lstm projection"])
 def test_tflite_s_line(case, tmp_path):
+    """It was prose ("resize x ..., allocate_tensors, set x, invoke, read y"), the states not inputs: only the docs
+    page's snippet ran. Run as written, from x."""
     rnn = CASES[case]()
     usage = written(tmp_path, rnn, "m.tflite")
-    interpreter = run(usage)["interpreter"]
     x = x_sequence_major()
-    # what its comment says: resize x and the states, allocate, set x, invoke, read y
-    interpreter.resize_tensor_input(interpreter.get_input_details()[0]["index"], [BATCH, STEPS, INPUT])
-    for tensor in interpreter.get_tensor_details():
-        if re.fullmatch(r"[hc]_l\d+(_reverse)?", tensor["name"]):
-            interpreter.resize_tensor_input(tensor["index"], [BATCH, int(tensor["shape"][-1])])
-    interpreter.allocate_tensors()
-    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], batch_first(x))
-    interpreter.invoke()
-    y = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    y = run(usage, x=batch_first(x))["y"]
     assert np.abs(batch_first(y) - source_outputs(rnn, x)).max() < EXACT
+
+
+CHUNK = 3
+
+
+@pytest.mark.parametrize("name", ["s.onnx", "s.tflite"])
+def test_streaming_lines_run_a_chunk(name, tmp_path):
+    """They were prose pointing at docs/streaming.md, which an installed rnnconv does not have."""
+    rnn = module("lstm", bidirectional=False)
+    torch.save(rnn.state_dict(), tmp_path / "source.pt")
+    usage = rnnconv.convert(tmp_path / "source.pt", tmp_path / name, streaming=True, chunk=None if
+                            name.endswith(".onnx") else CHUNK).usage  # fmt: skip
+    assert usage.startswith(("import ", "from ")) and "docs/" not in usage, usage
+    x = x_sequence_major()
+    got = run(usage, x=batch_first(x[:CHUNK]))
+    assert np.abs(batch_first(got["y"]) - source_outputs(rnn, x[:CHUNK])).max() < EXACT
+    with torch.no_grad():
+        _, (h_n, c_n) = rnn(torch.from_numpy(x[:CHUNK]))
+    given = got["next_states"] if "next_states" in got else got["states"]  # h_l0, c_l0, h_l1, c_l1
+    assert np.abs(np.stack(given[0::2]) - h_n.numpy()).max() < EXACT
+    assert np.abs(np.stack(given[1::2]) - c_n.numpy()).max() < EXACT
+
+
+@pytest.mark.parametrize("name", ["m.bin", "m.safetensors"])
+@pytest.mark.parametrize("case", CASES)
+def test_cudnn_s_lines(case, name, tmp_path):
+    """A conversion to cuDNN printed no loading line at all. The weight space and the descriptor settings it loads,
+    run through cuDNN's equations, compute what the source computes."""
+    from rnnconv.core.canonical import RNNSpec
+    from rnnconv.core.reference import forward
+    from rnnconv.core.weightspace import region_map
+    from rnnconv.table.constants import CUDNN_MODES
+
+    rnn = CASES[case]()
+    usage = written(tmp_path, rnn, name)
+    got = run(usage)
+    settings = got["descriptor"]
+    mode = next(m for m, codes in CUDNN_MODES.items() if codes[1] == settings["cudnnRNNMode_t"])
+    spec = RNNSpec(
+        mode,
+        settings["inputSize"],
+        settings["hiddenSize"],
+        settings["numLayers"],
+        settings["cudnnDirectionMode_t"] == 1,
+        settings["projSize"] if settings["projSize"] != settings["hiddenSize"] else 0,
+    )
+    words = np.asarray(got["weight_space"])
+    places = region_map(spec)
+
+    def param(key):
+        region = places[key]
+        return words[region.offset : region.offset + region.size].reshape(region.shape)
+
+    x = x_sequence_major()
+    y = forward(spec, param, x, None, None)[0]
+    assert np.abs(y - source_outputs(rnn, x)).max() < EXACT
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -14,6 +14,7 @@ from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 import rnnconv
 from rnnconv.core.canonical import ParamKey
 from rnnconv.core.contracts import dump
+from rnnconv.formats import _safetensors
 from rnnconv.formats.cudnn.reader import open_bin
 from rnnconv.formats.cudnn.wire import sidecar_path
 from rnnconv.verification.run import verify
@@ -302,6 +303,47 @@ def test_changed_source_is_warned_about(tmp_path):
     report = verify(blob, VerifyOptions(backend="numpy"))
     assert any("changed since the blob was made" in w for w in report.warnings)
     assert dump(report)["verdict"] == "mismatch"  # and the changed weight is caught by the numbers
+
+
+def _digest_check(report) -> dict:
+    (check,) = [c for c in dump(report)["checks"] if c["check"] == "written digest"]
+    return check
+
+
+@pytest.mark.parametrize("name", ["x.bin", "x.safetensors"])
+def test_a_blob_changed_since_it_was_written_is_said_whatever_the_verdict(name, tmp_path):
+    """A flipped low mantissa bit still verifies MATCH (within the tolerance, rightly), and nothing said the blob had
+    changed: the sidecar recorded its source's digest, not the blob's own."""
+    blob = to_blob(TORCH / "rnn_tanh.pt", None, tmp_path / name)
+    report = verify(blob, VerifyOptions(backend="numpy"))
+    assert dump(report)["verdict"] == "match" and _digest_check(report)["ok"], _digest_check(report)
+    start = 0  # the weight space's first byte
+    if name.endswith(".safetensors"):
+        header, data = _safetensors.read_header(blob)
+        start = data + next(v["data_offsets"][0] for k, v in header.items() if k != "__metadata__")
+    with open(blob, "r+b") as f:
+        f.seek(start)
+        first = f.read(1)
+        f.seek(start)
+        f.write(bytes([first[0] ^ 1]))  # the lowest mantissa bit of a little-endian float32
+    report = verify(blob, VerifyOptions(backend="numpy"))
+    assert dump(report)["verdict"] == "match"  # the numbers still agree within the tolerance
+    check = _digest_check(report)
+    assert not check["ok"] and "changed since it was written" in check["detail"], check
+    assert any("changed since it was written" in w for w in report.warnings), report.warnings
+
+
+def test_a_sidecar_an_older_rnnconv_wrote_verifies_as_before_saying_it_has_no_digest(tmp_path):
+    blob = to_blob(TORCH / "rnn_tanh.pt", None, tmp_path / "x.bin")
+    side = sidecar_path(blob)
+    doc = json.loads(side.read_text())
+    del doc["weight_space"]["digest"]
+    doc["schema_version"] = 3
+    side.write_text(json.dumps(doc))
+    report = verify(blob, VerifyOptions(backend="numpy"))
+    assert dump(report)["verdict"] == "match" and not report.warnings, report.warnings
+    check = _digest_check(report)
+    assert check["ok"] and "none recorded" in check["detail"], check
 
 
 def test_structure_problems_fail(tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from rnnconv.formats.catalog import FORMAT_INFO
 
@@ -77,6 +77,38 @@ class Made(MutableMapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.made) + sum(name not in self.made for name in self.makers)
+
+
+class Command(TyperCommand):
+    """A command whose help names its arguments as click's usage lines do, `BLOB`, `SOURCE...`, `[NAME]` (typer
+    writes `{BLOB}`, and a Python type after each argument's name: `SOURCE <list[Path]>`)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        words = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                word = argument_word(param)
+                words.append(word if param.required else f"[{word}]")
+        return words
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        arguments, options = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None and param.param_type_name == "argument":
+                arguments.append((argument_word(param), record[1]))
+            elif record is not None:
+                options.append(record)
+        for title, records in (("Arguments", arguments), ("Options", options)):
+            if records:
+                with formatter.section(title):
+                    formatter.write_dl(records)
+
+
+def argument_word(argument: Any) -> str:
+    """An argument as help names it: its name, with `...` when it may be repeated (a usage line brackets it too when
+    it may be left out)."""
+    return (argument.metavar or argument.name.upper()) + ("..." if argument.nargs != 1 else "")
 
 
 class Commands(TyperGroup):

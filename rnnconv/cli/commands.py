@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from rnnconv.cli.aliases import ALIASES_HELP, Commands, direction_doc, is_alias
+from rnnconv.cli.aliases import ALIASES_HELP, Command, Commands, direction_doc, is_alias
 from rnnconv.cli.options import (
     ALL_SOURCE_OPTIONS,
     COMMON,
@@ -80,7 +80,7 @@ def command(name: str, doc: str, params: list[inspect.Parameter]) -> Callable[..
 
         def make() -> Any:
             alone = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
-            alone.command(name, hidden=is_alias(name))(handler)
+            alone.command(name, hidden=is_alias(name), cls=Command)(handler)
             return typer.main.get_command(alone)
 
         Commands.makers[name] = make

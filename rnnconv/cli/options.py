@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import typing
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -171,7 +172,8 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         None,
         ("--probe",),
         "identify: an .npz of one input and the outputs the blob's model gives for it (x, optional h0, c0, lengths; "
-        "y, h_n and/or c_n; batch_first); the layout that reproduces them is named.",
+        "y, h_n and/or c_n; x and y sequence-major or batch-major, as Keras gives them: the shapes tell, else both "
+        "are tried; a batch_first key says which); the layout that reproduces them is named, and -o records it.",
         {},
     ),
     "candidate": (
@@ -194,6 +196,28 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
 }
 
 
+# How --help shows an option's value where typer would show a Python type (<str>, <int range>, <list[str]>): what it
+# is, by its name, else by its type. Choices and paths are typer's own (<lstm|gru|...>, <path>).
+VALUE_WORDS = {
+    "output": "<path>",
+    "layer": "<name>",
+    "prefix": "<name>",
+    "activation": "<name>",
+    "recurrent_activation": "<name>",
+    "to": "<format>",
+    "from_format": "<format>",
+    "stream_runtime": "<runtime>",
+    "candidate": "<id>",
+}
+TYPE_WORDS = {int: "<n>", float: "<number>", str: "<text>"}
+
+
+def value_word(name: str, annotation: Any) -> str | None:
+    """The word --help shows for an option's value (None: typer's own, for a choice, a path or a flag)."""
+    bare = next((a for a in typing.get_args(annotation) if a is not type(None)), annotation)  # X | None, list[X]
+    return VALUE_WORDS.get(name) or TYPE_WORDS.get(bare)
+
+
 def parameter(name: str, **override: Any) -> inspect.Parameter:
     """A command parameter from OPTIONS (an Argument when `argument=True`), with per-command overrides."""
     annotation, default, flags, text, extra = OPTIONS.get(name, (Path, ..., (), "", {}))
@@ -213,6 +237,7 @@ def parameter(name: str, **override: Any) -> inspect.Parameter:
             *flags,
             help=override.pop("help", text),
             show_default=default is not None and default is not False,
+            metavar=override.pop("metavar", value_word(name, annotation)),
             **{**extra, **override},
         )
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
@@ -321,8 +346,8 @@ VERIFY_HELP = (
     "and direction; on a mismatch the likely mistake is named. A file written with --allow-lossy that loses what its "
     "record says and no more is lossy-as-recorded.\n\nExit codes: 0 match (or lossy-as-recorded with "
     "--accept-recorded-loss), 1 mismatch, lossy-as-recorded or (auditing) an RNN not found, 2 bad input or no source "
-    "to compare with (unless "
-    "--allow-structure-only), 3 the requested backend (or matplotlib, for --plot) is unavailable.\n\nExamples:\n\n"
+    "to compare with (unless --allow-structure-only), 3 the requested backend (or matplotlib, for --plot) is "
+    "unavailable, 4 internal error (a bug: rerun with RNNCONV_DEBUG=1 and report it).\n\nExamples:\n\n"
     "  rnnconv verify model.bin\n\n"
     "  rnnconv verify model.bin --against model.h5 --report verify-report.json --junit verify-junit.xml\n\n"
     "  rnnconv verify model.bin --backend cudnn --seq-len 16 --batch 4 --ragged\n\n  rnnconv verify model.onnx\n\n"
@@ -339,8 +364,11 @@ IDENTIFY_HELP = (
     "blob's model gives for it) each runs through the numpy reference of cuDNN's equations and the one that "
     "reproduces the outputs is named. The result says how to convert from it; -o writes it (as convert does).\n\n"
     "The probe .npz holds x (T, B, I), optional h0 (L*D, B, H or P), c0 (L*D, B, H) and lengths (B,), and the "
-    "expected y (T, B, D*H or D*P), h_n and/or c_n; batch_first=True when x and y are (B, T, ...).\n\n"
-    "Exit codes: 0 one layout identified, 1 several fit (ambiguous) or none does, 2 bad input.\n\nExamples:\n\n"
+    "expected y (T, B, D*H or D*P), h_n and/or c_n. x and y may be batch-major, (B, T, ...), as Keras and JAX give "
+    "them: the shapes tell which way (both are tried where they fit either), or a key batch_first=True or False "
+    "says it. A file -o writes records the probe: rnnconv verify compares it with the probe's outputs.\n\n"
+    "Exit codes: 0 one layout identified, 1 several fit (ambiguous) or none does, 2 bad input, 3 a backend that -o "
+    "needs is missing, 4 internal error (a bug: rerun with RNNCONV_DEBUG=1 and report it).\n\nExamples:\n\n"
     "  rnnconv identify weights.raw --mode lstm --input-size 80 --hidden-size 256 --num-layers 2 --bidirectional\n\n"
     "  rnnconv identify weights.raw --mode gru --input-size 40 --hidden-size 64 --probe probe.npz -o model.pt"
 )
@@ -355,7 +383,14 @@ def verify_parameters() -> list[inspect.Parameter]:
         "model against its checkpoint (--against), a pair DEPLOYED=CHECKPOINT of RNN names, as often as needed "
         "(the others are paired by position and sizes).",
     )
-    return [layer if name == "layer" else parameter(name) for name in VERIFY_OPTIONS]
+    streaming = parameter(
+        "streaming",
+        help="The file is a streaming model rnnconv wrote (convert --streaming): feed it the sequence in chunks of 1, "
+        "3 and 7 steps (or of its --chunk), its states carried from call to call, and compare with the source run on "
+        "the whole sequence.",
+    )
+    given = {"layer": layer, "streaming": streaming}
+    return [given.get(name) or parameter(name) for name in VERIFY_OPTIONS]
 
 
 INSPECT_HELP = (

@@ -32,6 +32,7 @@ from rnnconv.core.contracts import (
     ConversionResult,
     ErrorDocument,
     Identification,
+    InputsInfo,
     InspectReport,
     Report,
     Reports,
@@ -444,16 +445,19 @@ def verification(report: Report, as_json: bool, quiet: bool, verbose: bool) -> N
     if report.source and report.backend:
         source = report.source
         out().print(
-            f"  source:  {escape(source.path)} ({source.format}, {escape(cut(source.layer))}), "
-            f"run by {escape(source.run)}"
+            f"  source:  {escape(source.path)} ({source.format}"
+            f"{'' if source.layer is None else ', ' + escape(cut(source.layer))}), run by {escape(source.run)}"
         )
         out().print(f"  backend: {escape(report.backend.detail)}")
     if report.inputs:
         inputs = report.inputs
+        seeded = inputs.x_distribution == InputsInfo.model_fields["x_distribution"].default  # else a probe's own
+        states = "non-zero h0 and c0" if report.spec and report.spec.mode == LSTM else "non-zero h0"
         out().print(
-            f"  inputs:  seed {inputs.seed}, {inputs.seq_len} steps, batch {inputs.batch}"
+            f"  inputs:  {f'seed {inputs.seed}' if seeded else inputs.x_distribution}, {inputs.seq_len} steps, "
+            f"batch {inputs.batch}"
             + (f", lengths {inputs.lengths}" if inputs.lengths else "")
-            + (", non-zero h0 and c0" if report.spec and report.spec.mode == LSTM else ", non-zero h0")
+            + f", {states if seeded else inputs.state_distribution}"
         )
     table = _table(show_header=True)
     for column in ("check", "result", "ok"):

@@ -73,7 +73,7 @@ def tolerance(
 
 def compare(spec: RNNSpec, got: Outputs, want: Outputs, tol: Tolerance, lengths: np.ndarray | None) -> Comparison:
     """Errors overall, per time step, per output direction and per layer and direction."""
-    steps, batch = want["y"].shape[:2]
+    steps, batch = np.shape(got["y"])[:2]  # every run gives y; a probe's expected outputs may leave it out
     valid = np.ones((steps, batch), bool) if lengths is None else np.arange(steps)[:, None] < lengths[None, :]
     errors: dict[str, Any] = {}
     ok = True

@@ -21,8 +21,9 @@ from rnnconv.table.constants import CUDNN_MODES, DIRECTIONS, KINDS, MAX_LAYERS, 
 
 SIDECAR_FORMAT: Final = "rnnconv.cudnn-weight-space"
 # Version 1: rnnconv 0.1 (no schema_version field). Version 2: the typed model, source.format names the file kind.
-# Version 3: source.digest ("ALGORITHM:HEX") instead of source.sha256.
-SIDECAR_SCHEMA_VERSION = 3
+# Version 3: source.digest ("ALGORITHM:HEX") instead of source.sha256. Version 4: weight_space.digest, the written
+# blob's own digest.
+SIDECAR_SCHEMA_VERSION = 4
 # Report version 2: per-step errors per output direction and each output's `match`. Version 3: the verdict
 # lossy-as-recorded and the report's `loss`; a source record's `loss` (what --allow-lossy dropped). Version 4: the
 # verdict not-found (a row of the audit of a deployed model: an RNN with no partner on the other side). Version 5: the
@@ -157,6 +158,8 @@ class WeightSpaceInfo(Contract):
     elements: int = Field(ge=1)
     bytes: int = Field(ge=1)
     byte_order: Literal["little"] = "little"
+    # "ALGORITHM:HEX" of the weight space's bytes as they were written (schema 4; None: an older rnnconv wrote it)
+    digest: str | None = None
 
 
 class TensorEntry(Contract):

@@ -1,6 +1,6 @@
 """Node.js and the npm packages rnnconv runs in it (TensorFlow.js), found without running anything from a model:
-the `node` on PATH, and a `node_modules` folder named by RNNCONV_NODE_MODULES or else installed by `npm ci` in
-rnnconv's source tree (its package.json and package-lock.json)."""
+the `node` on PATH, and a `node_modules` folder named by RNNCONV_NODE_MODULES or else installed by `npm ci` in a
+checkout of rnnconv (its package.json and package-lock.json)."""
 
 from __future__ import annotations
 

@@ -21,6 +21,8 @@ import numpy as np
 
 from rnnconv.core.dtypes import BY_SAFETENSORS, ElementType
 from rnnconv.errors import BadInput
+from rnnconv.formats.probe import Damaged
+from rnnconv.safeio.digests import digest_of
 from rnnconv.safeio.inputs import FileArray, json_document, regular_file
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.constants import SAFETENSORS_ITEMSIZE
@@ -44,10 +46,15 @@ class Entry:
         return int(np.prod(self.shape, dtype=np.int64)) * self.etype.itemsize
 
 
+Metadata = Callable[[dict[str, list[str]], dict[str, str]], dict[str, str]]
+
+
 def write(
-    path: Path, entries: list[Entry], metadata: Callable[[dict[str, list[str]]], dict[str, str]], force: bool = False
+    path: Path, entries: list[Entry], metadata: Metadata, force: bool = False, digests: bool = False
 ) -> dict[str, list[str]]:
-    """Write `entries` to a safetensors file; `metadata(warnings by entry)` gives `__metadata__`."""
+    """Write `entries` to a safetensors file; `metadata(warnings by entry, digests by entry)` gives `__metadata__`,
+    once to size the header and again once the data is written, then with each entry's digest as written where
+    `digests` asks for them."""
     names = [e.name for e in entries]
     if len(set(names)) != len(names):
         raise BadInput(f"two tensors share a name in {names}; safetensors keys must differ")
@@ -62,7 +69,7 @@ def write(
         begin += entry.nbytes
     warnings: dict[str, list[str]] = {e.name: [] for e in entries}
     with atomic_outputs([path], force) as (tmp,):
-        reserved = _header_bytes(metadata(warnings), header, HEADER_SLACK)
+        reserved = _header_bytes(metadata(warnings, {}), header, HEADER_SLACK)
         with open(tmp, "wb") as f:
             f.seek(8 + len(reserved))
             for entry in entries:  # in offset order: the data is written front to back, once
@@ -72,7 +79,13 @@ def write(
                     raise RuntimeError(
                         f"{entry.name}: wrote {f.tell() - 8 - len(reserved) - lo} bytes, expected {hi - lo}"
                     )
-            final = _header_bytes(metadata(warnings), header, 0, pad_to=len(reserved))
+            f.flush()
+            start = 8 + len(reserved)
+            written = {
+                entry.name: digest_of(tmp, start=start + header[entry.name]["data_offsets"][0], length=entry.nbytes)
+                for entry in (entries if digests else [])
+            }
+            final = _header_bytes(metadata(warnings, written), header, 0, pad_to=len(reserved))
             f.seek(0)
             f.write(struct.pack("<Q", len(final)))
             f.write(final)
@@ -124,7 +137,7 @@ def read_header(path: Path) -> tuple[dict[str, Any], int]:
     spans.sort()
     for (_, end, first), (begin, _, second) in itertools.pairwise(spans):
         if begin < end:
-            raise BadInput(f"{path}: tensors {first!r} and {second!r} overlap (corrupt)")
+            raise Damaged(f"{path}: tensors {first!r} and {second!r} overlap (corrupt)")
     return header, start
 
 
@@ -143,7 +156,7 @@ def _span(path: Path, key: str, info: Any, data_size: int) -> tuple[int, int]:
         raise BadInput(f"{path}: tensor {key!r} has a malformed dtype, shape or byte range")
     lo, hi = offsets
     if not lo <= hi <= data_size or hi - lo != math.prod(shape) * SAFETENSORS_ITEMSIZE[dtype]:
-        raise BadInput(f"{path}: tensor {key!r} does not fit the file (truncated or corrupt)")
+        raise Damaged(f"{path}: tensor {key!r} does not fit the file (truncated or corrupt)")
     return lo, hi
 
 

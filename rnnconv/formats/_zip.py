@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rnnconv.errors import BadInput, first_line
-from rnnconv.formats.probe import ZIP_MAGIC
+from rnnconv.formats.probe import ZIP_MAGIC, unreadable_zip
 from rnnconv.safeio.digests import SourcePass, checksum_guard
 from rnnconv.safeio.inputs import Guard
 
@@ -33,11 +33,12 @@ ZIP_ERRORS = (
 )
 
 
-def open_archive(path: Path, what: str) -> zipfile.ZipFile:
+def open_archive(path: Path) -> zipfile.ZipFile:
+    """The archive, or the sentence every command says of a zip that cannot be read (not zipfile's own words)."""
     try:
         return zipfile.ZipFile(path)
-    except ZIP_ERRORS as exc:
-        raise BadInput(f"{path} is not a readable {what} ({first_line(exc)})") from None
+    except ZIP_ERRORS:
+        raise unreadable_zip(path) from None
 
 
 def check_member(path: Path, info: zipfile.ZipInfo, archive_size: int, writer: str) -> None:

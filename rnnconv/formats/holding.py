@@ -2,10 +2,11 @@
 their activations, whether an LSTM's projection has a tensor, the biases its layouts store) and its `Holds` (element
 types, layers, directions).
 
-Every refusal of a term a target cannot hold (`losses`), the element type it writes (`written_dtype`), the warning
-when that is not the source's (`dtype_warning`) and the targets a refusal names as the way out (`holders`) come from
-here; no format says them in code. A format overrides a verb of its `Format` only where it truly differs (TFLite's
-streaming model, whose plain ops compute every cell), with one line saying why.
+Every refusal of a term a target cannot hold (`losses`), the element type it writes (`written_dtype`) and the warning
+when that is not the source's (`dtype_warning`) come from here; no format says them in code (a refusal's ways out,
+the formats whose declarations hold the RNN, are asked of each: `conversion.ways_out`). A format overrides a verb of
+its `Format` only where it truly differs (TFLite's streaming model, whose plain ops compute every cell), with one
+line saying why.
 """
 
 from __future__ import annotations
@@ -95,21 +96,6 @@ def _family_rows(fmt: str, cell: str) -> list[Row]:
     return [row for row in TABLE if row.format == fmt and row.adapter and row.cell == cell]
 
 
-def holders(held: Callable[[FormatInfo], bool], but: str) -> str:
-    """The other formats that write a term (`held` says, of each format's declarations), as a refusal names them."""
-    names = [info.title for info in FORMAT_INFO.values() if info.writes and info.name != but and held(info)]
-    return f"; {listing(names, few=3)} {'holds' if len(names) == 1 else 'hold'} one" if names else ""
-
-
-def _holds_cell(info: FormatInfo, spec: RNNSpec) -> bool:
-    return written_row(info.name, spec) is not None and (spec.num_layers == 1 or info.holds.layers)
-
-
-def _holds_projection(info: FormatInfo, spec: RNNSpec) -> bool:
-    row = written_row(info.name, spec)
-    return row is not None and PROJECTION in row.tensors
-
-
 def _no_cell(info: FormatInfo, spec: RNNSpec) -> str:
     """Why a format writes no cell of `spec`'s mode: its row's refusal, the activations its class computes, or the
     classes it has."""
@@ -171,7 +157,7 @@ def losses(info: FormatInfo, rnn: CanonicalRNN) -> list[Loss]:
     found = []
     row = written_row(info.name, spec)
     if row is None:
-        found.append(Loss(_no_cell(info, spec) + holders(lambda other: _holds_cell(other, spec), info.name)))
+        found.append(Loss(_no_cell(info, spec)))
     if (spec.num_layers > 1 and not holds.layers) or (spec.bidirectional and not holds.directions):
         lacks = " or ".join(["multi-layer"] * (not holds.layers) + ["bidirectional"] * (not holds.directions))
         layers = f"{spec.num_layers} layer{'s' * (spec.num_layers > 1)}"
@@ -183,10 +169,7 @@ def losses(info: FormatInfo, rnn: CanonicalRNN) -> list[Loss]:
         )
     if spec.proj_size and row is not None and PROJECTION not in row.tensors:
         found.append(
-            Loss(
-                f"{info.title}'s {row.source_class} has no projection (h = W_hr h', proj_size={spec.proj_size})"
-                + holders(lambda other: _holds_projection(other, spec), info.name)
-            )
+            Loss(f"{info.title}'s {row.source_class} has no projection (h = W_hr h', proj_size={spec.proj_size})")
         )
     if row is not None and not row.bias.holds_recurrent(row.gate_order, row.gate_order[-1]):
         nonzero = [key for key in b_hn_keys(spec) if np.any(rnn.param(key) != 0)]

@@ -19,7 +19,16 @@ SAFETENSORS_HEADER_LIMIT = 100 * 1024 * 1024
 
 
 class Unrecognized(BadInput):
-    """A readable file that none of the formats recognises (or too damaged to tell)."""
+    """A readable file that none of the formats recognises."""
+
+
+class Damaged(BadInput):
+    """A file too damaged for any format to be of it, whatever its name says: every command tells it in these
+    words (a reader that a command expects is not asked to explain it in its own)."""
+
+
+def unreadable_zip(path: Path) -> Damaged:
+    return Damaged(f"{path} looks like a zip archive but cannot be read (truncated or corrupt)")
 
 
 class Probe:
@@ -28,6 +37,8 @@ class Probe:
     def __init__(self, path: Path):
         self.path = path
         self.size = regular_file(path)
+        if self.size == 0:
+            raise Damaged(f"{path} is empty (0 bytes)")
         try:
             with open(path, "rb") as f:
                 self.head = f.read(32)
@@ -43,9 +54,7 @@ class Probe:
             with zipfile.ZipFile(self.path) as archive:
                 return archive.namelist()
         except (zipfile.BadZipFile, OSError, UnicodeDecodeError, ValueError, NotImplementedError, EOFError):
-            raise Unrecognized(
-                f"{self.path} looks like a zip archive but cannot be read (truncated or corrupt)"
-            ) from None
+            raise unreadable_zip(self.path) from None
 
     @cached_property
     def safetensors_metadata(self) -> dict[str, Any] | None:

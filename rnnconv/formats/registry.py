@@ -132,7 +132,7 @@ def detect(path: Path) -> Format:
         return found
     named = named_by(path)
     if named:
-        return _read_as_named(path, named, probe.size)
+        return _read_as_named(path, named)
     known = formats()
     few = ", ".join(f"{f.title} ({'/'.join(f.info.read_suffixes)})" for f in known[:NAMED_IN_FULL])
     raise Unrecognized(
@@ -148,14 +148,11 @@ def named_by(path: Path) -> list[Format]:
     return [fmt for length, fmt in told if length == longest > 0]
 
 
-def _read_as_named(path: Path, named: list[Format], size: int) -> Format:
+def _read_as_named(path: Path, named: list[Format]) -> Format:
     """The format its name says, where its reader reads a file that none recognised; else what those readers find
     wrong with it, in one sentence (a reader's sentence names the file first; the same reason is said once)."""
     by_reason: dict[str, list[str]] = {}
     for fmt in named:
-        if size == 0:
-            by_reason.setdefault(" is empty (0 bytes)", []).append(fmt.title)
-            continue
         try:
             with fmt.read(path, ReadOptions(hash_source=False, take_all=True)):
                 return fmt

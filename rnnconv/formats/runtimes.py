@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import sys
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from rnnconv.core.compare import Inputs, Outputs
@@ -60,3 +64,24 @@ def versions_of(modules: tuple[tuple[str, str], ...], extra: str | None, what: s
         told = getattr(importlib.import_module(module), "__version__", None)  # else its package's metadata
         versions[name] = str(told or installed_version(name, module) or "(version unknown)")
     return versions
+
+
+@contextlib.contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """What a framework's C++ code logs to file descriptor 2 while this lasts, which no setting of theirs stops
+    (TensorFlow's start-up lines, LiteRT's "Created TensorFlow Lite XNNPACK delegate"), kept off the user's
+    terminal: their errors reach rnnconv as exceptions, which it says in its own sentence."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()  # what Python wrote before still reaches the terminal
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

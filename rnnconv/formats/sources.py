@@ -20,6 +20,7 @@ from rnnconv.errors import MESSAGE_LIMIT, BadInput, RnnconvError, Unsupported, c
 from rnnconv.formats.settings import ReadOptions
 from rnnconv.formats.writing import arrays_in_source
 from rnnconv.safeio.digests import SourcePass
+from rnnconv.safeio.inputs import resolved
 
 
 @dataclass
@@ -39,7 +40,7 @@ def recorded_source(rnn: CanonicalRNN, output: Path, wait: bool = True) -> Prove
     """What a written file records of its RNN's source: where it was (also seen from the output's folder, to find it
     again when both move), its digest and element type."""
     source = rnn.provenance(wait)
-    relative = os.path.relpath(source.path, output.resolve().parent) if source.path else None
+    relative = os.path.relpath(source.path, resolved(output).parent) if source.path else None
     return source.model_copy(update={"dtype": source.dtype or rnn.spec.dtype, "relative_path": relative})
 
 
@@ -160,7 +161,7 @@ def read_chosen(
     """What every format's read does with the RNNs chosen from its file (of file kind `kind`): each converted with
     the provenance that names the file, given the file's digest (computed meanwhile, on the other core), as
     `convert_each` converts them."""
-    info = Provenance(path=str(path.resolve()), format=kind)
+    info = Provenance(path=str(resolved(path)), format=kind)
     reading = SourcePass(path) if options.hash_source else None
     digest = None if reading is None else reading.digest
     source = convert_each(

@@ -137,14 +137,13 @@ def _check_shapes(got: dict[str, np.ndarray], expected: dict[str, tuple[int, ...
         )
 
 
-def streaming_usage(spec: RNNSpec, runtime: str, path: str) -> str:
-    """What a written streaming model takes and gives, for the usage line."""
+def stream_contract(spec: RNNSpec, chunk: int | str = "chunk") -> str:
+    """What a written streaming model takes and gives, for its usage line's comment."""
     states = states_of(spec)
     return (
-        f"a streaming model for {runtime}: call it a chunk at a time with x (batch, chunk, {spec.input_size}) and the "
-        f"states {', '.join(s.input for s in states)} (batch, size; zeros to start); it gives y (batch, chunk, "
-        f"{spec.output_size}) and {', '.join(s.output for s in states)}, the states of the next call "
-        f"(docs/streaming.md runs {path})"
+        f"a streaming model: x (batch, {chunk}, {spec.input_size}) and the states "
+        f"{', '.join(s.input for s in states)} in, y (batch, {chunk}, {spec.output_size}) and "
+        f"{', '.join(s.output for s in states)}, the next call's states, out"
     )
 
 

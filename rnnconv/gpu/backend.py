@@ -89,10 +89,11 @@ def probe() -> Status:
             f"the CUDA driver ({driver.get('cuda_driver')}) is older than the CUDA "
             f"{cudnn.cudart_version // 1000} this cuDNN was built for"
         )
-    try:
-        found["cuda_session"] = session_kind()
-    except BackendMissing as exc:
-        missing.append(str(exc))
+    if "libcuda" in found:  # a session runs on the driver: without one there is none to name
+        try:
+            found["cuda_session"] = session_kind()
+        except BackendMissing as exc:
+            missing.append(str(exc))
     found.pop("cuda_driver_number", None)
     if missing:
         have = ", ".join(f"{k} {v}" for k, v in found.items()) or "nothing"

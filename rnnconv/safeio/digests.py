@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import math
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,8 +35,9 @@ DIGEST_ALGORITHMS = ("blake3", "sha256")
 DIGEST_RUN = 2 << 20  # bytes read at a time: in the core's cache, and large enough for the GIL to be let go
 
 
-def digest_of(path: Path, algorithm: str = DIGEST_ALGORITHM) -> str:
-    """`algorithm:hex` of the file's bytes (one thread: the conversion has the other core).
+def digest_of(path: Path, algorithm: str = DIGEST_ALGORITHM, start: int = 0, length: int | None = None) -> str:
+    """`algorithm:hex` of the file's bytes, or of `length` of them from byte `start` (one thread: the conversion has
+    the other core).
 
     Read a cache-sized run at a time, never mapped: a file cut short meanwhile gives the digest of fewer bytes
     (its guard then says the source changed), never SIGBUS.
@@ -43,9 +45,12 @@ def digest_of(path: Path, algorithm: str = DIGEST_ALGORITHM) -> str:
     digest: Any = _blake3().blake3(max_threads=1) if algorithm == "blake3" else hashlib.sha256()
     buffer = bytearray(DIGEST_RUN)
     view = memoryview(buffer)
+    left: float = math.inf if length is None else length
     with open_source(path) as f:
-        while n := f.readinto(buffer):
+        f.seek(start)
+        while left > 0 and (n := f.readinto(view[: int(min(DIGEST_RUN, left))])):
             digest.update(view[:n])  # blake3 and hashlib release the GIL on large buffers
+            left -= n
     return f"{algorithm}:{digest.hexdigest()}"
 
 
@@ -54,12 +59,13 @@ def digest_placeholder() -> str:
     return f"{DIGEST_ALGORITHM}:{'0' * 64}"
 
 
-def digest_differs(path: Path, recorded: str) -> bool | None:
-    """Whether the file's digest differs from `recorded` ("ALGORITHM:HEX"); None when it cannot be computed here."""
+def digest_differs(path: Path, recorded: str, start: int = 0, length: int | None = None) -> bool | None:
+    """Whether the file's digest (or that of `length` bytes from `start`) differs from `recorded` ("ALGORITHM:HEX");
+    None when it cannot be computed here."""
     algorithm, _, _ = recorded.partition(":")
     if algorithm not in DIGEST_ALGORITHMS or (algorithm == "blake3" and _blake3() is None):
         return None
-    return digest_of(path, algorithm) != recorded
+    return digest_of(path, algorithm, start, length) != recorded
 
 
 _HASHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rnnconv-background")

@@ -35,6 +35,13 @@ _SOURCES: contextvars.ContextVar[tuple[Path, ...]] = contextvars.ContextVar("rnn
 _WATCHED: contextvars.ContextVar[tuple[Guard, ...]] = contextvars.ContextVar("rnnconv_watched", default=())
 
 
+def resolved(path: Path) -> Path:
+    """The path with its symlinks followed, as far as they lead: a symlink loop (a shard, an output or a source that
+    is a link to itself) stays as it is, for the open or stat that follows to refuse in a sentence (Path.resolve
+    raised RuntimeError there, an internal error)."""
+    return Path(os.path.realpath(path))
+
+
 def regular_file(path: Path, what: str = "") -> int:
     """The size of a file that may be read: it exists and is a regular file; BadInput otherwise."""
     label = f"{what} {path}".strip()

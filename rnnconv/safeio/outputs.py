@@ -21,7 +21,15 @@ from typing import BinaryIO
 import numpy as np
 
 from rnnconv.errors import BadInput
-from rnnconv.safeio.inputs import FileArray, SourceChanged, byte_view, check_guards, open_source, sources_read
+from rnnconv.safeio.inputs import (
+    FileArray,
+    SourceChanged,
+    byte_view,
+    check_guards,
+    open_source,
+    resolved,
+    sources_read,
+)
 
 TEMP_TAG = ".rnnconv-"
 TEMP_SUFFIX = ".part"
@@ -32,10 +40,10 @@ LIVE_TEMPS: set[Path] = set()  # temporary folders, for a signal handler that mu
 def check_writable(paths: list[Path], force: bool) -> None:
     """Refuse before any work when an output exists (without --force), cannot be written, or is a source."""
     protected = {
-        p.resolve() for source in sources_read() for p in (source, source.with_name(source.name + SIDECAR_SUFFIX))
+        resolved(p) for source in sources_read() for p in (source, source.with_name(source.name + SIDECAR_SUFFIX))
     }
     for path in paths:
-        if path.resolve() in protected:
+        if resolved(path) in protected:
             raise BadInput(f"{path} is the source being read (or its sidecar); rnnconv never writes over it")
         if os.path.lexists(path) and not force:  # a symlink, even a dangling one, is an existing file too
             raise BadInput(f"{path} already exists; pass --force to replace it")

@@ -26,15 +26,17 @@ from typing import Any, Final
 import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
-from rnnconv.core.compare import tolerance
+from rnnconv.core.compare import Inputs, Outputs, tolerance
 from rnnconv.core.contracts import Identification, LayoutCandidate, Provenance, Tolerance
 from rnnconv.core.dtypes import DTYPES, ElementType, decode, element_type, source_dtype_name
 from rnnconv.core.reference import forward
 from rnnconv.errors import BadInput, Unsupported, either
 from rnnconv.formats import registry
 from rnnconv.formats._zip import ZIP_ERRORS
+from rnnconv.formats.probe import Probe
 from rnnconv.formats.settings import WriteOptions
-from rnnconv.safeio.inputs import FileArray, reading, regular_file, watching
+from rnnconv.safeio.digests import digest_of
+from rnnconv.safeio.inputs import FileArray, reading, regular_file, resolved, watching
 from rnnconv.table.apply import assemble_stored, gate_loaders, stored_shapes
 from rnnconv.table.constants import CUDNN_GATES, KINDS, LSTM, PROJECTION, Kind
 from rnnconv.table.packings import MATRICES_THEN_BIASES, Packing, is_matrix, packings_for
@@ -49,8 +51,9 @@ PROBE_KEYS: Final[dict[str, str]] = {
     "y": "expected output (T, B, D*(P or H))",
     "h_n": "expected final hidden state (L*D, B, P or H)",
     "c_n": "LSTM: expected final cell state (L*D, B, H)",
-    "batch_first": "true when x and y are (B, T, ...) [default: false]",
+    "batch_first": "true when x and y are (B, T, ...) [default: told by the shapes, else tried both ways]",
 }
+PROBE_KIND: Final = "identify-probe"  # the source a file identify -o wrote records: the probe that identified it
 OUTPUT_KEYS: Final = ("y", "h_n", "c_n")
 MAX_PROBE_BYTES: Final = 1 << 28  # a probe is one small input: anything bigger is a mistake or a bomb
 OWN_FORMAT: Final = "cudnn"  # the row whose layout `convert` reads from a raw blob with the raw-blob flags
@@ -176,8 +179,9 @@ def layouts(spec: RNNSpec) -> list[Layout]:
 # --- the probe ---------------------------------------------------------------------------------------------
 
 
-def read_probe(path: Path, spec: RNNSpec) -> dict[str, Any]:
-    """The probe's arrays, checked against the stated sizes, sequence-major."""
+def read_probe(path: Path, spec: RNNSpec) -> list[Oriented]:
+    """The probe's arrays, checked against the stated sizes, sequence-major: read as it says (batch_first), else
+    each way its shapes allow (Keras and JAX give batch-major arrays)."""
     regular_file(path, "probe")
     try:
         with zipfile.ZipFile(path) as archive:
@@ -199,13 +203,23 @@ def read_probe(path: Path, spec: RNNSpec) -> dict[str, Any]:
     return _checked_probe(arrays, spec, f"probe {path}")
 
 
-def _checked_probe(arrays: dict[str, np.ndarray], spec: RNNSpec, where: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Oriented:
+    """A probe's arrays read one way: sequence-major as cuDNN's, `batch_first` when the file's x and y were (B, T,
+    ...)."""
+
+    arrays: dict[str, Any]
+    batch_first: bool
+    by_shapes: bool  # the probe has no batch_first key: its shapes told the way
+
+
+def _checked_probe(arrays: dict[str, np.ndarray], spec: RNNSpec, where: str) -> list[Oriented]:
     if "x" not in arrays:
         raise BadInput(f"{where} has no x: it needs the input, and y, h_n or c_n for it")
     if not any(k in arrays for k in OUTPUT_KEYS):
         raise BadInput(f"{where} has no expected output: give y, h_n or c_n")
-    flag = arrays.pop("batch_first", np.asarray(False))
-    if flag.shape != () or flag.dtype.kind not in "bi":
+    flag = arrays.pop("batch_first", None)
+    if flag is not None and (flag.shape != () or flag.dtype.kind not in "bi"):
         raise BadInput(f"{where}: batch_first must be one boolean")
     for name, value in arrays.items():
         kind = "iu" if name == "lengths" else "f"
@@ -216,12 +230,25 @@ def _checked_probe(arrays: dict[str, np.ndarray], spec: RNNSpec, where: str) -> 
         if kind == "f" and not np.all(np.isfinite(value)):
             raise BadInput(f"{where}: {name} holds NaN or infinite values")
         arrays[name] = value.astype(value.dtype.newbyteorder("="), copy=False)  # a big-endian array reads alike
-    if bool(flag):
-        arrays.update({k: np.swapaxes(arrays[k], 0, 1) for k in ("x", "y") if k in arrays and arrays[k].ndim == 3})
     x = arrays["x"]
     if x.ndim != 3 or 0 in x.shape:
         raise BadInput(f"{where}: x has shape {x.shape}; it must be (T, B, I) with no empty axis")
-    steps, batch, _ = x.shape
+    ways = [bool(flag)] if flag is not None else [False, True]
+    swapped = ("x", "y")
+    read = [
+        {k: np.swapaxes(v, 0, 1) if first and k in swapped and v.ndim == 3 else v for k, v in arrays.items()}
+        for first in ways
+    ]
+    problems = [_shape_problem(one, spec, where) for one in read]
+    fitting = [Oriented(one, first, flag is None) for one, first, problem in zip(read, ways, problems) if not problem]
+    if not fitting:
+        raise BadInput(problems[0])  # as the probe says it is, else as sequence-major (cuDNN's) reads it
+    return fitting
+
+
+def _shape_problem(arrays: dict[str, np.ndarray], spec: RNNSpec, where: str) -> str | None:
+    """What is wrong with a probe's arrays read sequence-major, or None."""
+    steps, batch, _ = arrays["x"].shape
     pseudo, out, hidden = spec.num_layers * spec.num_directions, spec.output_size, spec.hidden_size
     expected = {
         "x": (steps, batch, spec.input_size),
@@ -234,13 +261,41 @@ def _checked_probe(arrays: dict[str, np.ndarray], spec: RNNSpec, where: str) -> 
     }
     for name, value in arrays.items():
         if name in ("c0", "c_n") and spec.mode != LSTM:
-            raise BadInput(f"{where} holds {name}, but a {spec.mode} has no cell state")
+            return f"{where} holds {name}, but a {spec.mode} has no cell state"
         if value.shape != expected[name]:
-            raise BadInput(f"{where}: {name} has shape {value.shape}, the stated sizes need {expected[name]}")
+            return f"{where}: {name} has shape {value.shape}, the stated sizes need {expected[name]}"
     lengths = arrays.get("lengths")
     if lengths is not None and (lengths.min() < 1 or lengths.max() > steps):
-        raise BadInput(f"{where}: lengths must lie between 1 and T = {steps}")
-    return arrays
+        return f"{where}: lengths must lie between 1 and T = {steps}"
+    return None
+
+
+def probe_comparison(path: Path, spec: RNNSpec) -> list[tuple[Inputs, Outputs]]:
+    """What `verify` compares a file identify -o wrote with: the probe's input (zero states where it gives none) and
+    the outputs it holds, each way its shapes allow."""
+    pseudo = spec.num_layers * spec.num_directions
+    runs = []
+    for one in read_probe(path, spec):
+        held, batch = one.arrays, one.arrays["x"].shape[1]
+        zeros = {"h0": (pseudo, batch, spec.output_size), "c0": (pseudo, batch, spec.hidden_size)}
+        states = {k: np.asarray(held[k] if k in held else np.zeros(shape), np.float32) for k, shape in zeros.items()}
+        inputs = {
+            "x": np.asarray(held["x"], np.float32),
+            "h0": states["h0"],
+            "c0": states["c0"] if spec.mode == LSTM else None,
+            "lengths": held.get("lengths"),
+        }
+        runs.append((inputs, {k: held.get(k) for k in OUTPUT_KEYS}))
+    return runs
+
+
+def _error_either_way(rnn: CanonicalRNN, probes: list[Oriented], tol: Tolerance) -> tuple[float, bool, bool]:
+    """`_error` of the probe read each way its shapes allow, the closer one; and whether that one is batch-major by
+    its shapes alone."""
+    return min(
+        ((*_error(rnn, one.arrays, tol), one.batch_first and one.by_shapes) for one in probes),
+        key=lambda e: (not e[1], e[0]),
+    )
 
 
 def _error(rnn: CanonicalRNN, probe: Mapping[str, Any], tol: Tolerance) -> tuple[float, bool]:
@@ -281,6 +336,7 @@ class _Fit:
     error: float | None = None
     reproduces: bool | None = None
     rnn: CanonicalRNN | None = None
+    read_batch_major: bool = False  # the probe, with no batch_first key, read (B, T, ...): the way that reproduces it
 
     def document(self) -> LayoutCandidate:
         finite = self.error is not None and math.isfinite(self.error)
@@ -310,8 +366,8 @@ def identify(
 ) -> Identification:
     """Name the known layouts a headerless blob can be in (see the module's docstring); with `output`, write the
     one identified (or the `candidate` chosen) as any format `convert` writes."""
-    size = regular_file(blob, "blob")
-    if output is not None and any(output.resolve() == p.resolve() for p in (blob, probe) if p is not None):
+    size = Probe(blob).size  # an empty blob is told as every command tells it
+    if output is not None and any(resolved(output) == resolved(p) for p in (blob, probe) if p is not None):
         raise BadInput(f"the output {output} is an input of identify (the blob or the probe)")
     dtypes = dtypes or DTYPES
     target = None if output is None else registry.for_output(output, to)  # a wrong output name is said first
@@ -336,11 +392,12 @@ def identify(
     with watching(blob) as unchanged:
         if probed is not None:
             result.probe = str(probe)
-            source_dtype = source_dtype_name(next(probed[k] for k in OUTPUT_KEYS if k in probed).dtype)
+            outputs = probed[0].arrays
+            source_dtype = source_dtype_name(next(outputs[k] for k in OUTPUT_KEYS if k in outputs).dtype)
             for fit in fits:
                 fit.rnn = fit.layout.read(fit.spec, blob, fit.etype, blob.stem)
                 tol = tolerance("numpy", fit.spec.dtype, source_dtype)
-                fit.error, fit.reproduces = _error(fit.rnn, probed, tol)
+                fit.error, fit.reproduces, fit.read_batch_major = _error_either_way(fit.rnn, probed, tol)
                 if not fit.reproduces:
                     fit.rnn = None  # its numbers are not kept: a large blob is read once per candidate, not held
             fits.sort(key=lambda f: (not f.reproduces, f.error))
@@ -352,9 +409,9 @@ def identify(
         result.summary = _chosen_summary(result, fits[0], alike, probed is not None)
     if chosen is not None:
         result.identified = chosen.document()
-        result.convert = _command(blob, chosen, output)
+        result.convert = None if output is not None else _command(blob, chosen)  # -o: what it wrote is the step
     if output is not None:
-        result.outputs = _write(blob, chosen, result, output, target, force)
+        result.outputs = _write(blob, chosen, result, output, target, force, probe)
     return result
 
 
@@ -402,8 +459,9 @@ def _verdict(
             rest = f"; the next layout is off by {others[0].error:.3g}" if others else ""
             alike = f" ({len(same)} layouts read the same numbers here)" if len(same) > 1 else ""
             result.verdict = "identified"
+            read = " read batch-major (x and y (B, T, ...), as its shapes allow)" if fits[0].read_batch_major else ""
             result.summary = (
-                f"{blob} is {describe(fits[0].document())}: it reproduces the probe within the tolerance "
+                f"{blob} is {describe(fits[0].document())}: it reproduces the probe{read} within the tolerance "
                 f"(largest error {fits[0].error:.3g}){alike}, {len(fits) - len(good)} of the {len(fits)} layouts of "
                 f"its size do not{rest}"
             )
@@ -445,12 +503,10 @@ def _flags(spec: RNNSpec) -> str:
     return flags + f" --dtype {spec.dtype}"
 
 
-def _command(blob: Path, fit: _Fit, output: Path | None) -> str:
-    """How to go on from the layout identified: convert what -o wrote, `convert` itself for rnnconv's own layout,
-    else identify -o (never the command just run)."""
+def _command(blob: Path, fit: _Fit) -> str:
+    """How to go on from the layout identified: `convert` itself for rnnconv's own layout, else identify -o (never
+    the command just run)."""
     quoted = shlex.quote(str(blob))
-    if output is not None:
-        return f"rnnconv convert {shlex.quote(str(output))} OUTPUT"
     if fit.layout.is_own():
         return f"rnnconv convert {quoted} OUTPUT {_flags(fit.spec)}"
     return (
@@ -460,14 +516,23 @@ def _command(blob: Path, fit: _Fit, output: Path | None) -> str:
 
 
 def _write(
-    blob: Path, chosen: _Fit | None, result: Identification, output: Path, target: Any, force: bool
+    blob: Path,
+    chosen: _Fit | None,
+    result: Identification,
+    output: Path,
+    target: Any,
+    force: bool,
+    probe: Path | None,
 ) -> list[str]:
     if chosen is None:
         raise BadInput(f"nothing written to {output}: {result.summary}; pick a layout with --candidate ID")
     rnn = chosen.rnn or chosen.layout.read(chosen.spec, blob, chosen.etype, blob.stem)
     how = "reproduced the probe" if result.probe else "is the only layout of its size"
-    # No source path: the blob is no model file `verify` could run; the probe was the comparison.
+    # The source recorded is the probe that identified it, which verify compares the file with (the blob is no
+    # model file anything runs); without a probe there is nothing to compare with.
     rnn.source = Provenance(format=None, name=blob.name)
+    if probe is not None and chosen.reproduces:
+        rnn.source = Provenance(path=str(resolved(probe)), format=PROBE_KIND, digest=digest_of(probe), name=blob.name)
     rnn.notes.append(f"read from the raw blob {blob} as {describe(chosen.document())}, which {how}")
     with reading(blob):
         written = target.write([rnn], output, WriteOptions(force=force))

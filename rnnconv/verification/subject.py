@@ -12,7 +12,7 @@ from pathlib import Path
 from rnnconv.core.blob import Blob
 from rnnconv.core.canonical import RNNSpec
 from rnnconv.core.compare import Inputs, Outputs
-from rnnconv.core.contracts import BackendInfo, Check, Provenance
+from rnnconv.core.contracts import BackendInfo, Check, Provenance, Sidecar
 from rnnconv.core.dtypes import count_non_finite
 from rnnconv.core.weightspace import REPORTED_LAYOUT_NAME, regions
 from rnnconv.errors import BadInput, cut
@@ -21,9 +21,10 @@ from rnnconv.formats.probe import Probe
 from rnnconv.formats.settings import ReadOptions
 from rnnconv.formats.sources import pick_named
 from rnnconv.safeio.digests import digest_differs
-from rnnconv.safeio.inputs import regular_file
+from rnnconv.safeio.inputs import FileArray, regular_file
 from rnnconv.table.constants import CUDNN_MODES, DIRECTION, MANTISSA_BITS
 from rnnconv.verification.engines import select_engine
+from rnnconv.verification.identify import PROBE_KIND
 from rnnconv.verification.streaming import StreamRun
 
 MAX_STEPS = 1 << 16  # test inputs stay small: enough steps and items to show any layout mistake
@@ -99,10 +100,11 @@ def open_subject(path: Path, options: VerifyOptions) -> Subject:
 
 @dataclass
 class Against:
-    """The source verify compares with: its file, its format, and what is recorded of its RNN in it."""
+    """The source verify compares with: its file, its format (None: the probe identify found the file's layout
+    with, whose outputs the file must give for its input), and what is recorded of its RNN in it."""
 
     path: Path
-    fmt: base.Format
+    fmt: base.Format | None
     source: Provenance
 
 
@@ -130,6 +132,8 @@ def find_against(subject: Subject, options: VerifyOptions) -> tuple[Against | No
             raise BadInput(f"no numerical comparison is possible: {why} (give it with --against)")
         return None, why, []
     warnings = ([why] if why else []) + (source_changed(source, source_path) if options.against is None else [])
+    if source.format == PROBE_KIND and options.against is None:  # identify -o wrote it: the probe is its source
+        return Against(source_path, None, source), why, warnings
     fmt = _source_format(source_path, source, options.against is not None, options.raw_spec)
     blob_source = isinstance(fmt, base.WeightSpaceFormat)
     if runtime is not None and options.raw_spec is not None and not blob_source:  # they describe none
@@ -295,7 +299,36 @@ def structural_checks(blob: Blob) -> tuple[list[Check], list[str]]:
         )
         if not ok:
             problems.append("the sidecar's cuDNN settings contradict its spec")
+    if isinstance(blob.words, FileArray):  # a blob on disk: are its bytes those it was written with?
+        checks.append(written_digest(blob.words, sidecar))
     return checks, problems
+
+
+WRITTEN_DIGEST = "written digest"
+
+
+def written_digest(words: FileArray, sidecar: Sidecar) -> Check:
+    """The weight space's bytes against the digest its sidecar recorded when it was written: a blob changed since
+    (a flipped bit that still computes within the tolerance) is said, whatever the verdict."""
+    recorded = sidecar.weight_space.digest
+    if recorded is None:
+        return Check(
+            check=WRITTEN_DIGEST,
+            ok=True,
+            detail=f"none recorded (a schema {sidecar.schema_version} sidecar, from an rnnconv before 0.4): a change "
+            "since it was written cannot be told",
+        )
+    algorithm = recorded.partition(":")[0]
+    differs = digest_differs(words.path, recorded, words.offset, words.nbytes)
+    if differs is None:
+        return Check(check=WRITTEN_DIGEST, ok=True, detail=f"{cut(algorithm)}, which this installation cannot compute")
+    if differs:
+        return Check(
+            check=WRITTEN_DIGEST,
+            ok=False,
+            detail=f"the blob changed since it was written: its {algorithm} differs from the one its sidecar recorded",
+        )
+    return Check(check=WRITTEN_DIGEST, ok=True, detail=f"the bytes it was written with ({algorithm})")
 
 
 def _source_format(path: Path, source: Provenance, against: bool, raw_spec: RNNSpec | None = None) -> base.Format:

@@ -91,7 +91,7 @@ class CudnnFormat(WeightSpaceFormat):
         return path.suffix == ".safetensors"
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
-        from rnnconv.formats.cudnn.writer import write_bin, write_safetensors
+        from rnnconv.formats.cudnn.writer import loading_snippet, write_bin, write_safetensors
 
         dtype = self.written_dtype(rnns[0].spec, options.dtype)
         total = sum(weight_space_elements(r.spec) for r in rnns) * element_type(dtype).itemsize
@@ -103,9 +103,11 @@ class CudnnFormat(WeightSpaceFormat):
                     f"a .bin holds one RNN but {len(rnns)} were selected "
                     f"({listing(r.name for r in rnns)}); pick one, or write a .safetensors"
                 )
-            return Written([path, sidecar_path(path)], write_bin(rnns[0], path, dtype, options.force, advance))
+            warnings = write_bin(rnns[0], path, dtype, options.force, advance)
+            return Written([path, sidecar_path(path)], warnings, loading_snippet(rnns, path, dtype))
         if path.suffix == ".safetensors":
-            return Written([path], write_safetensors(rnns, path, dtype, options.force, advance))
+            warnings = write_safetensors(rnns, path, dtype, options.force, advance)
+            return Written([path], warnings, loading_snippet(rnns, path, dtype))
         raise BadInput(f"output {path} must end in .bin (raw weight space + JSON sidecar) or .safetensors")
 
     def inspect(self, path: Path) -> InspectReport:

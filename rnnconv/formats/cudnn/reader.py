@@ -136,9 +136,9 @@ def open_safetensors(path: Path) -> list[Blob]:
 
 def open_blobs(path: Path, raw_spec: RNNSpec | None = None) -> list[Blob]:
     """The weight spaces of a `.bin` (sidecar or `raw_spec`) or an rnnconv `.safetensors`."""
+    probe = Probe(path)  # an empty or damaged file is told as every command tells it, a raw blob's too
     if raw_spec is not None:
         return [open_bin(path, raw_spec)]
-    probe = Probe(path)
     if is_rnnconv_safetensors(probe):
         return open_safetensors(path)
     if sidecar_path(path).exists():

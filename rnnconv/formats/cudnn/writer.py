@@ -19,10 +19,11 @@ from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.core.contracts import SIDECAR_FORMAT, CudnnSettings, LayoutInfo, Provenance, Sidecar, WeightSpaceInfo, dump
 from rnnconv.core.dtypes import ElementType, count_non_finite, element_type, stored_words
 from rnnconv.core.weightspace import LAYOUT, REPORTED_LAYOUT_NAME, Region, regions, weight_space_elements
-from rnnconv.errors import BadInput
-from rnnconv.formats import _safetensors, sources
+from rnnconv.errors import BadInput, listing
+from rnnconv.formats import _safetensors, sources, writing
 from rnnconv.formats.cudnn.wire import sidecar_path
 from rnnconv.formats.writing import in_source
+from rnnconv.safeio.digests import digest_of, digest_placeholder
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import atomic_outputs, write_array
 from rnnconv.table.constants import BIAS_MODE, CUDNN_MODES, DIRECTION, INPUT_MODE
@@ -45,8 +46,16 @@ def cudnn_settings(spec: RNNSpec, etype: ElementType) -> CudnnSettings:
     )
 
 
-def describe(rnn: CanonicalRNN, etype: ElementType, warnings: list[str], output: Path, wait: bool = True) -> Sidecar:
-    """The sidecar document: everything a C/C++ user needs to hand this blob to cuDNN (written as `output`)."""
+def describe(
+    rnn: CanonicalRNN,
+    etype: ElementType,
+    warnings: list[str],
+    output: Path,
+    wait: bool = True,
+    digest: str | None = None,
+) -> Sidecar:
+    """The sidecar document: everything a C/C++ user needs to hand this blob to cuDNN (written as `output`), with
+    `digest`, the weight space's own as written."""
     spec = rnn.spec
     elements = weight_space_elements(spec)
     source = sources.recorded_source(rnn, output, wait)
@@ -57,7 +66,7 @@ def describe(rnn: CanonicalRNN, etype: ElementType, warnings: list[str], output:
         spec=spec.to_model(dtype=etype.name, bias_mode="double"),
         layout=LAYOUT,
         cudnn=cudnn_settings(spec, etype),
-        weight_space=WeightSpaceInfo(elements=elements, bytes=elements * etype.itemsize),
+        weight_space=WeightSpaceInfo(elements=elements, bytes=elements * etype.itemsize, digest=digest),
         source=source,
         notes=list(rnn.notes),
         warnings=warnings,
@@ -105,6 +114,37 @@ def _counted(finite: Future[bool], block: FileArray) -> int:
 _SCANNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rnnconv-scan")  # numpy's sums release the GIL
 
 
+DESCRIPTOR = (
+    "cudnnSetRNNDescriptor_v8's settings: cudnnRNNMode_t, cudnnRNNBiasMode_t, cudnnDirectionMode_t, "
+    "cudnnRNNInputMode_t, cudnnDataType_t, inputSize, hiddenSize, projSize, numLayers"
+)
+
+
+def loading_snippet(rnns: list[CanonicalRNN], path: Path, dtype: str) -> str:
+    """How to load what was written: the weight space cudnnRNNForward takes, and its RNN descriptor's settings (a
+    bfloat16 weight space as its 16-bit words from a .bin, as torch's bfloat16 from a .safetensors)."""
+    etype, rnn = element_type(dtype), rnns[0]
+    words = " (16-bit words)" if etype.name == "bfloat16" and path.suffix == ".bin" else ""
+    what = (
+        f"cuDNN's weight space as cudnnRNNForward takes it: {weight_space_elements(rnn.spec)} {dtype} values{words}, "
+        "copied to the GPU as they are"
+    )
+    if path.suffix == ".bin":
+        return (
+            f"import json, numpy as np\nweight_space = np.fromfile({writing.literal(path)}, "
+            f'"{etype.storage.str}")   # {what}\n'
+            f'descriptor = json.load(open({writing.literal(sidecar_path(path))}))["cudnn"]   # {DESCRIPTOR}'
+        )
+    others = f" ({len(rnns) - 1} more: {listing(r.name for r in rnns[1:])})" if len(rnns) > 1 else ""
+    framework = "pt" if etype.name == "bfloat16" else "np"  # numpy has no bfloat16
+    return (
+        f"import json\nfrom safetensors import safe_open\nwith safe_open({writing.literal(path)}, "
+        f'"{framework}") as f:   # a weight space per RNN, by name{others}\n'
+        f"    weight_space = f.get_tensor({json.dumps(rnn.name)})   # {what}\n"
+        f'    descriptor = json.loads(f.metadata()[{json.dumps(rnn.name)}])["cudnn"]   # {DESCRIPTOR}'
+    )
+
+
 def write_bin(
     rnn: CanonicalRNN, path: Path, dtype: str, force: bool = False, progress: ByteProgress | None = None
 ) -> list[str]:
@@ -112,7 +152,8 @@ def write_bin(
     with atomic_outputs([path, sidecar_path(path)], force) as (blob_tmp, side_tmp):
         with open(blob_tmp, "wb") as f:
             warnings = write_weight_space(rnn, f, etype, progress)
-        doc = describe(rnn, etype, warnings, path)
+        written = digest_of(blob_tmp)  # what verify knows it by later: its bytes read back from the page cache
+        doc = describe(rnn, etype, warnings, path, digest=written)
         if blob_tmp.stat().st_size != doc.weight_space.bytes:
             raise RuntimeError(f"wrote {blob_tmp.stat().st_size} bytes, the layout has {doc.weight_space.bytes}")
         side_tmp.write_text(json.dumps(dump(doc), indent=1) + "\n")
@@ -130,14 +171,16 @@ def write_safetensors(
     ]
     calls: list[bool] = []
 
-    def metadata(warnings: dict[str, list[str]]) -> dict[str, str]:
-        final = bool(calls)  # the first call sizes the header before the data exists
+    def metadata(warnings: dict[str, list[str]], digests: dict[str, str]) -> dict[str, str]:
+        final = bool(calls)  # the first call sizes the header (a digest's length) before the data exists
         calls.append(final)
         meta = {"format": SIDECAR_FORMAT, "rnnconv_version": __version__}
-        meta.update({r.name: json.dumps(dump(describe(r, etype, warnings[r.name], path, wait=final))) for r in rnns})
+        for r in rnns:
+            digest = digests.get(r.name, digest_placeholder())
+            meta[r.name] = json.dumps(dump(describe(r, etype, warnings[r.name], path, final, digest)))
         return meta
 
-    warnings = _safetensors.write(path, entries, metadata, force)
+    warnings = _safetensors.write(path, entries, metadata, force, digests=True)
     return [w for r in rnns for w in warnings[r.name]]
 
 
@@ -189,4 +232,5 @@ def write_relayout(
             for region in blob.places.values():
                 f.seek(placed[region.key] // itemsize * itemsize)
                 write_array(f, blob.words[region.offset : region.offset + region.size])
+        doc.weight_space.digest = digest_of(blob_tmp)
         side_tmp.write_text(json.dumps(dump(doc), indent=1) + "\n")

@@ -39,7 +39,7 @@ PLUGIN = Plugin(
     ),
     listed=80,
     sniff_order=46,  # any other msgpack map named .msgpack: after Flax linen's variables
-    runtimes=(Runtime("flax_nnx", (("jax", "jax"), ("flax", "flax")), "flax.nnx modules on the file's params"),),
+    runtimes=(Runtime("flax-nnx", (("jax", "jax"), ("flax", "flax")), "flax.nnx modules on the file's params"),),
     engine=EngineInfo(
         "flax-nnx",
         ".nnx.msgpack",

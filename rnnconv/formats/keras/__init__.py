@@ -38,7 +38,7 @@ PLUGIN = Plugin(
     listed=10,
     runtimes=(
         Runtime("keras3", (("keras", "keras"),), "Keras 3 files in Keras' own layers", major="3"),
-        Runtime("tf_keras", (("tf-keras", "tf_keras"),), "Keras 2 files in tf-keras", "pip install --no-deps tf-keras"),
+        Runtime("tf-keras", (("tf-keras", "tf_keras"),), "Keras 2 files in tf-keras", "pip install --no-deps tf-keras"),
     ),
     engine=EngineInfo("keras", ".keras", "Keras layers (CPU) running the blob, float32", (("keras", "keras"),), 100),
     frameworks=("tensorflow", "keras", "tf_keras"),

@@ -19,6 +19,7 @@ from rnnconv.formats.registry import register
 from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source, convert_each, inspect_entry
 from rnnconv.safeio.digests import SourcePass
+from rnnconv.safeio.inputs import resolved
 
 if TYPE_CHECKING:
     from rnnconv.formats.keras.config import KerasLayer
@@ -44,7 +45,7 @@ class KerasFormat(Format):
         with KerasFile(path, reading) as keras_file:
             versions = keras_file.versions
             info = Provenance(
-                path=str(path.resolve()),
+                path=str(resolved(path)),
                 format=keras_file.kind,
                 keras_version=versions.get("keras_version"),
                 backend=versions.get("backend"),

@@ -167,7 +167,7 @@ class KerasFile:
         return h5
 
     def _open_archive(self) -> h5py.Group:
-        archive = _zip.open_archive(self.path, ".keras archive")
+        archive = _zip.open_archive(self.path)
         self._closers.append(archive)
         names = set(archive.namelist())
         if "config.json" not in names:

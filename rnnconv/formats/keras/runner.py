@@ -25,6 +25,7 @@ import numpy as np
 from rnnconv.core.canonical import RNNSpec
 from rnnconv.errors import BackendMissing, BadInput
 from rnnconv.formats.keras.wire import KERAS_INITIALIZERS
+from rnnconv.formats.runtimes import native_stderr_silenced
 from rnnconv.table.apply import classes_of, find_row, settings_for_mode
 from rnnconv.table.constants import KERAS_VARIABLES
 
@@ -39,29 +40,12 @@ KERNEL = KERAS_VARIABLES["input_matrix"]  # the attribute a built Keras layer (o
 DTYPE_POLICIES = ("float32", "float64", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16")
 
 
-@contextlib.contextmanager
-def _native_stderr_silenced():
-    """TensorFlow's C++ start-up logs to file descriptor 2 before any setting can stop it."""
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
 def import_keras(generation: str) -> Any:
     """Keras 3 (`keras`) or Keras 2 (`tf_keras`), quietly; BackendMissing when absent."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     name = "keras" if generation == "3" else "tf_keras"
     try:
-        with _native_stderr_silenced():
+        with native_stderr_silenced():  # TensorFlow's C++ start-up, before any setting can stop it
             module = importlib.import_module(name)
     except ImportError:
         hint = (

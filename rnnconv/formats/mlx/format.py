@@ -11,6 +11,7 @@ from rnnconv.formats._graph import GraphFormat
 from rnnconv.formats.base import Written
 from rnnconv.formats.mlx import PLUGIN
 from rnnconv.formats.mlx.wire import MLX_CLASSES
+from rnnconv.formats.probe import Damaged
 from rnnconv.formats.registry import register
 from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.table.constants import LSTM
@@ -33,6 +34,8 @@ class MlxFormat(GraphFormat["MlxFile", "Module"]):
         """A safetensors or .npz whose parameter names are those of MLX's RNN modules (any others: PyTorch's, ...)."""
         try:
             file = self.load(probe.path)
+        except Damaged:  # told as every reader of a safetensors tells it, not as some other format's file
+            raise
         except RnnconvError:
             return False
         return bool(file.layers)

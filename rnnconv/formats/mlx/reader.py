@@ -163,7 +163,7 @@ def _npz_tensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
     members stay in the file. An .npz has no metadata."""
     size = regular_file(path)
     tensors = {}
-    with open_archive(path, "NumPy .npz archive") as archive:
+    with open_archive(path) as archive:
         for info in archive.infolist():
             if not info.filename.endswith(NPY):
                 continue

@@ -65,7 +65,7 @@ def write_mlx(rnn: CanonicalRNN, path: Path, dtype: str, force: bool) -> None:
     meta = {sources.SOURCE_KEY: sources.source_record(rnn, path)}  # where the RNN came from, for `verify FILE`
     if rnn.spec.cell == RNN:
         meta[NONLINEARITY_KEY] = nonlinearity_of(rnn.spec)
-    _safetensors.write(path, entries, lambda _: meta, force)
+    _safetensors.write(path, entries, lambda *_: meta, force)
 
 
 def constructor(spec: RNNSpec) -> str:

@@ -71,22 +71,31 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
         dtype = self.written_dtype(rnns[0].spec, options.dtype)
         write_onnx(rnns, path, dtype, options.force, options.profile, options.streaming)
         spec = rnns[0].spec
+        # the CPU provider, as `run_model` runs it: another (CUDA's, where installed) computes other numbers
+        session = (
+            f"import numpy as np\nimport onnxruntime\nsession = onnxruntime.InferenceSession("
+            f'{writing.literal(path)}, providers=["CPUExecutionProvider"])'
+        )
         if options.streaming:
-            from rnnconv.formats.streaming import streaming_usage
+            from rnnconv.formats.streaming import stream_contract
 
-            return Written([path], usage=streaming_usage(spec, "onnxruntime", writing.literal(path)))
+            return Written(
+                [path],
+                usage=f"{session}   # {stream_contract(spec)}\n"
+                f"states = {{given.name: np.zeros((len(x), given.shape[-1]), np.{dtype}) for given in "
+                "session.get_inputs()[1:]}   # zeros to start\n"
+                'y, *next_states = session.run(None, {"x": x, **states})   # the next call: states = '
+                "dict(zip(states, next_states))",
+            )
         lstm = spec.mode == LSTM
         states = '"initial_h": h0' + (', "initial_c": h0' if lstm else "")
         outputs = "y, h_n" + (", c_n" if lstm else "")
         depth, dirs = spec.num_layers * spec.num_directions, spec.num_directions
-        # the CPU provider, as `run_model` runs it: another (CUDA's, where installed) computes other numbers
         return Written(
             [path],
-            usage=f"import numpy as np\nimport onnxruntime\nsession = onnxruntime.InferenceSession("
-            f'{writing.literal(path)}, providers=["CPUExecutionProvider"])\n'
-            f"h0 = np.zeros(({depth}, x.shape[1], {spec.hidden_size}), np.{dtype})   # initial states: every "
-            f"layer's, in cuDNN's order\n{outputs} = session.run(None, {{\"X\": x, {states}}})   # x (seq, batch, "
-            f"{spec.input_size}) {dtype}, y (seq, batch, {dirs * spec.output_size})",
+            usage=f"{session}\nh0 = np.zeros(({depth}, x.shape[1], {spec.hidden_size}), np.{dtype})   # initial "
+            f"states: every layer's, in cuDNN's order\n{outputs} = session.run(None, {{\"X\": x, {states}}})   # x "
+            f"(seq, batch, {spec.input_size}) {dtype}, y (seq, batch, {dirs * spec.output_size})",
         )
 
     def stream(self, path: Path, runtime: str) -> OnnxStream:

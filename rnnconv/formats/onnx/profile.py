@@ -103,80 +103,106 @@ LIMITS: Final = (
 LIMIT_BY_NAME: Final = {limit.name: limit for limit in LIMITS}
 
 
-def _attribute(node: Any, name: str, default: Any) -> Any:
+@dataclass(frozen=True)
+class Facts:
+    """What the checks read of the model beyond a node, found once (per node it made the checks quadratic on a graph
+    of many nodes and many inputs or initializers)."""
+
+    opsets: tuple[int, ...]  # the default domain's opset versions
+    initialized_inputs: bool  # a main-graph input has an initializer
+    inputs: dict[int, set[str]]  # each graph's input names, by the graph's id
+
+
+def facts_of(model: Any, found: list[Scope]) -> Facts:
+    main = model.graph
+    return Facts(
+        opsets=tuple(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+        initialized_inputs=bool({i.name for i in main.initializer} & {i.name for i in main.input}),
+        inputs={id(scope.graph): {i.name for i in scope.graph.input} for scope in found},
+    )
+
+
+def _attributes(node: Any) -> dict[str, Any]:
+    """A node's attributes by name, as values (bytes decoded in lists), read once for every check."""
     from onnx import helper
 
+    found = {}
     for attribute in node.attribute:
-        if attribute.name == name:
-            value = helper.get_attribute_value(attribute)
-            return [v.decode() if isinstance(v, bytes) else v for v in value] if isinstance(value, list) else value
-    return default
+        value = helper.get_attribute_value(attribute)
+        found[attribute.name] = (
+            [v.decode() if isinstance(v, bytes) else v for v in value] if isinstance(value, list) else value
+        )
+    return found
 
 
-def _activations(node: Any) -> list[str]:
-    directions = ONNX_DIRECTIONS.get(_attribute(node, "direction", b"forward").decode(), 1)
-    default = list(ONNX_DEFAULT_ACTIVATIONS[node.op_type]) * directions
-    return [str(a) for a in _attribute(node, "activations", default)]
+@dataclass(frozen=True)
+class Node:
+    """One RNN node as the checks see it: the node, its attributes, its graph and what is known of the model."""
+
+    node: Any
+    attributes: dict[str, Any]
+    scope: Scope
+    facts: Facts
+
+    def attribute(self, name: str, default: Any) -> Any:
+        return self.attributes.get(name, default)
+
+    def input(self, index: int) -> str:
+        return self.node.input[index] if len(self.node.input) > index else ""
+
+    def activations(self) -> list[str]:
+        directions = ONNX_DIRECTIONS.get(self.attribute("direction", b"forward").decode(), 1)
+        default = list(ONNX_DEFAULT_ACTIVATIONS[self.node.op_type]) * directions
+        return [str(a) for a in self.attribute("activations", default)]
 
 
-def _input(node: Any, index: int) -> str:
-    return node.input[index] if len(node.input) > index else ""
-
-
-def _same_activations(node: Any, scope: Scope, model: Any) -> bool:
-    acts = _activations(node)
+def _same_activations(node: Node) -> bool:
+    acts = node.activations()
     half = len(acts) // 2
-    return _attribute(node, "direction", b"forward") != b"bidirectional" or acts[:half] == acts[half:]
+    return node.attribute("direction", b"forward") != b"bidirectional" or acts[:half] == acts[half:]
 
 
-def _mnn_activations(node: Any, scope: Scope, model: Any) -> bool:
-    acts = _activations(node)
-    if node.op_type in ("GRU", "RNN"):  # MNN reads no activations of theirs
-        default = ONNX_DEFAULT_ACTIVATIONS[node.op_type]
+def _mnn_activations(node: Node) -> bool:
+    acts = node.activations()
+    if node.node.op_type in ("GRU", "RNN"):  # MNN reads no activations of theirs
+        default = ONNX_DEFAULT_ACTIVATIONS[node.node.op_type]
         return acts == list(default) * (len(acts) // len(default))
     return all(a in MNN_ACTIVATIONS for a in acts)
 
 
-def _inputs_without_initializers(node: Any, scope: Scope, model: Any) -> bool:
-    return not {i.name for i in model.graph.initializer} & {i.name for i in model.graph.input}
-
-
-def _element_types(node: Any, scope: Scope, model: Any) -> bool:
+def _element_types(node: Node) -> bool:
     allowed = {ONNX_ELEMENT_TYPES[name] for name in ("float32", "float16", "bfloat16")}
-    owners = ((name, scope.owner(name)) for name in node.input[1:4] if name)
+    owners = ((name, node.scope.owner(name)) for name in node.node.input[1:4] if name)
     return all(owner.stored[name].data_type in allowed for name, owner in owners if owner and name in owner.stored)
 
 
-def _lengths_given(node: Any, scope: Scope, model: Any) -> bool:
+def _lengths_given(node: Node) -> bool:
     """Whether sequence_lens is an input of the graph that defines it (the node's, or one around it)."""
-    lengths = _input(node, 4)
-    owner = scope.owner(lengths) if lengths else None
-    return owner is not None and lengths in {i.name for i in owner.graph.input}
+    lengths = node.input(4)
+    owner = node.scope.owner(lengths) if lengths else None
+    return owner is not None and lengths in node.facts.inputs[id(owner.graph)]
 
 
-def _opset(node: Any, scope: Scope, model: Any) -> bool:
-    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
-    return all(TENSORRT_OPSETS[0] <= v <= TENSORRT_OPSETS[1] for v in versions)
+def _opset(node: Node) -> bool:
+    return all(TENSORRT_OPSETS[0] <= v <= TENSORRT_OPSETS[1] for v in node.facts.opsets)
 
 
 # Each limit's check: True where the node (in its graph, in its model) keeps it.
-CHECKS: Final[dict[str, Callable[[Any, Scope, Any], bool]]] = {
-    "onnx-op": lambda node, scope, model: node.domain in ("", "ai.onnx"),
+CHECKS: Final[dict[str, Callable[[Node], bool]]] = {
+    "onnx-op": lambda node: node.node.domain in ("", "ai.onnx"),
     "opset": _opset,
     "element-type": _element_types,
-    "input-forget": lambda node, scope, model: not _attribute(node, "input_forget", 0),
-    "layout": lambda node, scope, model: not _attribute(node, "layout", 0),
+    "input-forget": lambda node: not node.attribute("input_forget", 0),
+    "layout": lambda node: not node.attribute("layout", 0),
     "same-activations": _same_activations,
     "mnn-activations": _mnn_activations,
-    "bias": lambda node, scope, model: bool(_input(node, 3)),
-    "state-inputs": _inputs_without_initializers,
-    "peepholes": lambda node, scope, model: not _input(node, 7),
-    "sequence-lens": lambda node, scope, model: not _lengths_given(node, scope, model),
-    "clip": lambda node, scope, model: _attribute(node, "clip", None) is None,
-    "linear-before-reset": lambda node, scope, model: (
-        node.op_type != "GRU" or _attribute(node, "linear_before_reset", 0) == 1
-    ),
-    "empty-inputs": lambda node, scope, model: all(node.input),
+    "bias": lambda node: bool(node.input(3)),
+    "state-inputs": lambda node: not node.facts.initialized_inputs,
+    "peepholes": lambda node: not node.input(7),
+    "sequence-lens": lambda node: not _lengths_given(node),
+    "clip": lambda node: node.attribute("clip", None) is None,
+    "linear-before-reset": lambda node: node.node.op_type != "GRU" or node.attribute("linear_before_reset", 0) == 1,
+    "empty-inputs": lambda node: all(node.node.input),
 }
 
 
@@ -192,15 +218,17 @@ class Broken:
 def broken(model: Any, profile: str) -> list[Broken]:
     """Each RNN node's limits of `profile` that the model breaks, node by node, in the main graph and in every
     subgraph (a node in one is named after its path: Loop_0::body::LSTM)."""
-    found = []
-    for scope in scopes(model.graph):
+    found, graphs = [], scopes(model.graph)
+    facts = facts_of(model, graphs)
+    for scope in graphs:
         for index, node in enumerate(scope.graph.node):
             own = node.op_type in ONNX_DEFAULT_ACTIVATIONS and node.domain in ("", "ai.onnx")
             if not own and node.op_type not in ONNX_QUANTIZED_OPS:
                 continue
             name = scope.qualified(node.name or f"#{index} ({node.op_type})")
+            seen = Node(node, _attributes(node), scope, facts)
             kept = (limit for limit in LIMITS if profile in limit.consumers and (own or limit.name == "onnx-op"))
-            found += [Broken(name, limit) for limit in kept if not CHECKS[limit.name](node, scope, model)]
+            found += [Broken(name, limit) for limit in kept if not CHECKS[limit.name](seen)]
     return found
 
 

@@ -160,10 +160,12 @@ class OnnxFile(Graph[OnnxNode]):
             stored = sorted(set().union(*(s for n in group for s in n.sources.values())))
             more = ", ..." if len(stored) > 6 else ""
             origin = f" (all computed from {', '.join(stored[:6])}{more})" if stored else ""
-            names = " and ".join(repr(n.name) for n in group)
+            names = (
+                " and ".join(repr(n.name) for n in group) if len(group) == 2 else listing(repr(n.name) for n in group)
+            )
             notes.append(
                 f"nodes {names} compute with the same weights{origin}: one RNN reached by different branches; "
-                f"either name converts to the same weights"
+                f"{'either' if len(group) == 2 else 'any'} name converts to the same weights"
             )
         return notes
 

@@ -21,6 +21,12 @@ from __future__ import annotations
 from rnnconv.formats.plugin import EngineInfo, FormatInfo, Holds, Plugin, Runtime
 
 NODE_MODULES = (("node", "npm:node"), ("@tensorflow/tfjs", "npm:@tensorflow/tfjs"))  # run by Node.js, not imported
+TFJS_VERSION = "4.22.0"  # what the repository's package.json pins (the tests hold them alike)
+# How TensorFlow.js is installed for rnnconv, in a checkout or not: a pip install has no package.json to `npm ci`.
+INSTALL_TFJS = (
+    f"npm install --ignore-scripts --prefix DIR @tensorflow/tfjs@{TFJS_VERSION}, then set RNNCONV_NODE_MODULES to "
+    "DIR/node_modules (in a checkout of rnnconv, npm ci --ignore-scripts there instead)"
+)
 
 PLUGIN = Plugin(
     package=__name__,
@@ -54,8 +60,7 @@ PLUGIN = Plugin(
             "tfjs",
             NODE_MODULES,
             "TensorFlow.js layers models in TensorFlow.js under Node.js",
-            "Node.js 18 or later, then npm ci in rnnconv's source tree, or RNNCONV_NODE_MODULES naming a node_modules "
-            "that holds @tensorflow/tfjs",
+            f"Node.js 18 or later, and {INSTALL_TFJS}",
         ),
     ),
     engine=EngineInfo(

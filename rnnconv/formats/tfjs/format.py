@@ -61,12 +61,7 @@ class TfjsFormat(GraphFormat["TfjsFile", "TfjsLayer"]):
 
         rnn = writing.only_rnn(rnns, "a TensorFlow.js model")
         shard = write_tfjs(rnn, path, options.force, options.streaming)
-        if options.streaming:
-            from rnnconv.formats.streaming import streaming_usage
-
-            usage = streaming_usage(rnn.spec, "TensorFlow.js", writing.literal(path))
-            return Written([path, shard], usage=usage)
-        return Written([path, shard], usage=loading_snippet(rnn, path))
+        return Written([path, shard], usage=loading_snippet(rnn, path, options.streaming))
 
     def stream(self, path: Path, runtime: str) -> TfjsStream:
         from rnnconv.formats.tfjs.runner import TfjsStream

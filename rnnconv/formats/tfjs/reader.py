@@ -29,7 +29,7 @@ from rnnconv.formats.tfjs.wire import (
     QUANTIZED_BYTES,
     TOPOLOGY,
 )
-from rnnconv.safeio.inputs import JSON_LIMIT, json_document, read_array, regular_file
+from rnnconv.safeio.inputs import JSON_LIMIT, json_document, read_array, regular_file, resolved
 from rnnconv.table.apply import classes_of, find_row
 from rnnconv.table.constants import KERAS_VARIABLES, MAX_SIZE
 
@@ -235,8 +235,8 @@ def _shard(model: Path, name: Any, where: str) -> Path:
         raise BadInput(f"{where} names a shard that is no file name")
     if PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() or PureWindowsPath(name).drive:
         raise BadInput(f"{where} names shard {cut(name)!r} by an absolute path: shards lie beside model.json")
-    folder = model.resolve().parent
-    shard = (folder / name).resolve()
+    folder = resolved(model).parent
+    shard = resolved(folder / name)
     if ".." in PurePosixPath(name.replace("\\", "/")).parts or not shard.is_relative_to(folder):
         raise BadInput(f"{where} names shard {cut(name)!r} outside the model's folder: shards lie beside model.json")
     return shard

@@ -22,7 +22,9 @@ from rnnconv.errors import BackendMissing, BadInput, Unsupported, cut, listing
 from rnnconv.formats import _node, base
 from rnnconv.formats._graph import Chain
 from rnnconv.formats.streaming import check_stream_names
+from rnnconv.formats.tfjs import INSTALL_TFJS
 from rnnconv.formats.tfjs.reader import TfjsFile, TfjsLayer
+from rnnconv.safeio.inputs import resolved
 
 SCRIPT: Final = Path(__file__).with_name("run_layers.cjs")
 PACKAGE: Final = "@tensorflow/tfjs"
@@ -42,8 +44,7 @@ def require_tfjs() -> tuple[str, str]:
     if version is None:
         raise BackendMissing(
             f"running a TensorFlow.js model needs {PACKAGE} in {_node.node_modules()}, which does not hold it "
-            f"(npm ci --ignore-scripts in rnnconv's source tree, or set {_node.NODE_MODULES_VARIABLE} to a "
-            f"node_modules that holds it)"
+            f"({INSTALL_TFJS})"
         )
     return node, version
 
@@ -80,7 +81,7 @@ def run_layers(path: Path, chain: Chain[TfjsLayer], inputs: Inputs) -> Outputs:
             node,
             str(SCRIPT),
             str(_node.node_modules()),
-            str(path.resolve()),
+            str(resolved(path)),
             str(where / "request.json"),
             folder,
         ]
@@ -134,7 +135,7 @@ class TfjsStream:
         request.write_text(json.dumps({"stream": True}), encoding="utf-8")
         # node's stderr to a file: a pipe left unread would fill up and stop it
         self.log = open(self.folder / "stderr.txt", "w+", encoding="utf-8")  # noqa: SIM115 (closed by _stop)
-        command = [node, str(SCRIPT), str(_node.node_modules()), str(path.resolve()), str(request), str(self.folder)]
+        command = [node, str(SCRIPT), str(_node.node_modules()), str(resolved(path)), str(request), str(self.folder)]
         try:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True

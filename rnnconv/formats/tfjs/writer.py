@@ -177,16 +177,27 @@ def write_tfjs(rnn: CanonicalRNN, path: Path, force: bool, streaming: bool = Fal
     return shard
 
 
-def loading_snippet(rnn: CanonicalRNN, path: Path) -> str:
-    """How to load what `write_tfjs` wrote: in a browser from its URL; in Node.js (no tfjs-node) from memory."""
+def loading_snippet(rnn: CanonicalRNN, path: Path, streaming: bool = False) -> str:
+    """How to load what `write_tfjs` wrote and call it: in a browser from its URL; in Node.js (no tfjs-node) from
+    memory; a streaming model one chunk at a time, its states carried."""
     spec = rnn.spec
-    return (
+    loading = (
         "// browser: const model = await tf.loadLayersModel('https://.../model.json');\n"
         "const tf = require('@tensorflow/tfjs'), fs = require('fs');   // Node.js, the CPU backend\n"
         f"const doc = JSON.parse(fs.readFileSync({writing.literal(path)}));\n"
         f"const bin = fs.readFileSync({writing.literal(shard_of(path))});\n"
         "const model = await tf.loadLayersModel(tf.io.fromMemory({modelTopology: doc.modelTopology,\n"
         "  weightSpecs: doc.weightsManifest[0].weights, weightData: new Uint8Array(bin).buffer}));\n"
-        f"const y = model.predict(x);   // x [batch, time, {spec.input_size}], y [batch, time, "
+    )
+    if streaming:
+        from rnnconv.formats.streaming import stream_contract
+
+        return (
+            f"{loading}let states = model.inputs.slice(1).map((i) => tf.zeros([x.shape[0], i.shape[1]]));   // "
+            f"{stream_contract(spec)}; zeros to start\n"
+            "const [y, ...next] = model.predict([x, ...states]);   // the next call: states = next"
+        )
+    return (
+        f"{loading}const y = model.predict(x);   // x [batch, time, {spec.input_size}], y [batch, time, "
         f"{spec.num_directions * spec.hidden_size}]: cuDNN's y, batch first, from zero states"
     )

@@ -41,7 +41,7 @@ PLUGIN = Plugin(
         "cannot compute is refused: peepholes, cell or projection clip, layer normalization, a projection bias, "
         "activations other than TANH (LSTM) or TANH/RELU (RNN), quantized weights.",
         write_note="Written with flatbuffers alone; LiteRT's Interpreter runs it (resize x and the state tensors "
-        "to your batch and steps). TFLite has no fused GRU: a GRU is refused.",
+        "to your batch and steps). TFLite has no fused GRU: a GRU is refused, but as a streaming model (--streaming).",
         read_suffixes=(".tflite",),
         write_suffixes=(".tflite",),
         default_for=(".tflite",),

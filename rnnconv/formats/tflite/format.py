@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,8 @@ from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.tflite import PLUGIN
 from rnnconv.formats.tflite.wire import (
     TFLITE_CELL_OPS,
+    TFLITE_INPUT,
+    TFLITE_OUTPUT,
     TFLITE_STATE_INPUTS,
     TFLITE_STATE_NAME,
     TFLITE_STATES,
@@ -81,22 +84,43 @@ class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
 
         rnn = write_tflite(rnns, path, options)
         spec = rnn.spec
+        interpreter = (
+            f"from ai_edge_litert.interpreter import Interpreter\ninterpreter = Interpreter({writing.literal(path)})"
+        )
         if options.streaming:
-            from rnnconv.formats.streaming import streaming_usage
+            from rnnconv.formats.streaming import stream_contract
 
-            where = f"LiteRT or TFLite Micro, chunks of {options.chunk or 1} step(s)"
-            return Written([path], usage=streaming_usage(spec, where, writing.literal(path)))
-        states = ", ".join(
-            TFLITE_STATE_NAME.format(state=state, layer=0, suffix="")
+            usage = (
+                f"import numpy as np\n{interpreter}   # {stream_contract(spec, options.chunk or 1)}, for LiteRT or "
+                "TFLite Micro\ninputs, outputs = interpreter.get_input_details(), interpreter.get_output_details()\n"
+                "for given in inputs:   # the file's batch is 1: resized to x's\n"
+                '    interpreter.resize_tensor_input(given["index"], [len(x), *given["shape"][1:]])\n'
+                "interpreter.allocate_tensors()\n"
+                'states = [np.zeros((len(x), given["shape"][-1]), np.float32) for given in inputs[1:]]   # zeros to '
+                "start\nfor given, value in zip(inputs, [x, *states]):\n"
+                '    interpreter.set_tensor(given["index"], value)\n'
+                "interpreter.invoke()\n"
+                'y, *states = [interpreter.get_tensor(given["index"]) for given in outputs]   # and the next call\'s '
+                "states"
+            )
+            return Written([path], usage=usage)
+        prefixes = [  # h_l, c_l: every layer's and direction's states begin so
+            TFLITE_STATE_NAME.format(state=state, layer="", suffix="")
             for state in TFLITE_STATES[: len(TFLITE_STATE_INPUTS[TFLITE_CELL_OPS[spec.cell]])]
+        ]
+        states = "(" + ", ".join(json.dumps(prefix) for prefix in prefixes) + ",)"
+        usage = (
+            f'{interpreter}\ntensors = {{t["name"]: t for t in interpreter.get_tensor_details()}}\n'
+            f"states = [t for name, t in tensors.items() if name.startswith({states})]   # the ops' variable "
+            "tensors h_l0, ..., not inputs: zeros after allocate_tensors, set_tensor them to start elsewhere\n"
+            f'interpreter.resize_tensor_input(tensors["{TFLITE_INPUT}"]["index"], x.shape)   # x (batch, steps, '
+            f"{spec.input_size}) float32\nfor state in states:\n"
+            '    interpreter.resize_tensor_input(state["index"], [len(x), state["shape"][-1]])\n'
+            f'interpreter.allocate_tensors(); interpreter.set_tensor(tensors["{TFLITE_INPUT}"]["index"], x); '
+            f'interpreter.invoke()\ny = interpreter.get_tensor(tensors["{TFLITE_OUTPUT}"]["index"])   # (batch, '
+            f"steps, {spec.num_directions * spec.output_size}); the final states: get_tensor each of states"
         )
-        return Written(
-            [path],
-            usage="from ai_edge_litert.interpreter import Interpreter\n"
-            f"interpreter = Interpreter({writing.literal(path)})   # resize x to (batch, steps, {spec.input_size}) "
-            f"and the states ({states}, ...) to (batch, size), allocate_tensors, set x, invoke, read y "
-            f"(batch, steps, {spec.num_directions * spec.output_size})",
-        )
+        return Written([path], usage=usage)
 
     def run_chain(
         self,

@@ -15,6 +15,7 @@ from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line, li
 from rnnconv.formats import base, holding, sources
 from rnnconv.formats._graph import Chain
 from rnnconv.formats.plugin import version
+from rnnconv.formats.runtimes import native_stderr_silenced
 from rnnconv.formats.streaming import STREAM_INPUT, check_stream_names
 from rnnconv.formats.tflite.builder import Constant, Graph, GraphTensor, build_graph, model_bytes
 from rnnconv.formats.tflite.model import Layer, TfliteFile, input_of, op_options
@@ -34,6 +35,13 @@ def _interpreter() -> Any:
             "running TFLite needs LiteRT's interpreter, which is not installed (pip install 'rnnconv[tflite]')"
         ) from None
     return Interpreter
+
+
+def allocate(interpreter: Any) -> None:
+    """LiteRT's allocate_tensors, without the line its XNNPACK delegate logs to stderr, "INFO: Created TensorFlow Lite
+    XNNPACK delegate for CPU.", on every verify (-q too); a failure is its exception, with LiteRT's own words."""
+    with native_stderr_silenced():
+        interpreter.allocate_tensors()
 
 
 def litert_version() -> str:
@@ -63,7 +71,7 @@ def run_graph(graph: Graph, inputs: Inputs | dict[str, np.ndarray | None]) -> di
         for states in graph.states:
             for t in states:
                 interpreter.resize_tensor_input(t, [batch, graph.tensors[t].shape[-1]])
-        interpreter.allocate_tensors()
+        allocate(interpreter)
         interpreter.set_tensor(graph.inputs[0], np.ascontiguousarray(x.transpose(1, 0, 2), np.float32))
         given = [inputs.get("h0"), inputs.get("c0")]
         for index, states in enumerate(graph.states):
@@ -268,7 +276,7 @@ class TfliteStream:
         if batch != self.batch:  # the file's batch is 1: resized to the batch fed
             for detail, value in zip(details, given):
                 it.resize_tensor_input(detail["index"], list(value.shape))
-            it.allocate_tensors()
+            allocate(it)
             self.batch = batch
         for detail, value in zip(details, given):
             it.set_tensor(detail["index"], value)

@@ -235,7 +235,7 @@ def is_zip_checkpoint(path: Path, head: bytes) -> bool:
 def read_zip(path: Path) -> ZipCheckpoint:
     """The checkpoint's object tree, tensors as PickledTensor, storages mapped; nothing run from it."""
     size = regular_file(path)
-    archive = _zip.open_archive(path, "PyTorch checkpoint")
+    archive = _zip.open_archive(path)
     with archive:
         infos = {info.filename: info for info in archive.infolist()}
         pickles = [name for name in infos if name.endswith("/data.pkl") and name.count("/") == 1]
@@ -356,7 +356,7 @@ def patch_zip(
             words[tensor.offset :], tensor.shape, tuple(s * words.itemsize for s in tensor.stride)
         )[...] = encode(np.asarray(values), etype)
     _refuse_ties(checkpoint.path, [tensor for tensor, _ in replacements], tensors)
-    archive = _zip.open_archive(checkpoint.path, "PyTorch checkpoint")
+    archive = _zip.open_archive(checkpoint.path)
     members: list[tuple[str, np.ndarray | FileArray | memoryview]] = []
     size = regular_file(checkpoint.path)
     with archive:

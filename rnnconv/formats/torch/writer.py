@@ -127,7 +127,7 @@ def write_state_dict(rnns: list[CanonicalRNN], path: Path, dtype: str | None, fo
             for key, (value, d) in arrays.items()
         ]
         meta = {"format": "pt", **records({}, {}, prefixes, path)}
-        _safetensors.write(path, entries, lambda _: meta, force)
+        _safetensors.write(path, entries, lambda *_: meta, force)
         return
     tensors = {
         key: TensorToSave(stored_words(value, element_type(d)), storage_class(d)) for key, (value, d) in arrays.items()
