@@ -162,7 +162,7 @@ class DeclaredMatrix(MatrixLayout):
             import numpy as np
 
             if self.block == TRANSPOSED:
-                from rnnconv.core.transpose import transposed
+                from rnnconv.table.transpose import transposed
 
                 return transposed(np.asarray(fetch(key)[index]))
             if self.block == RESHAPED:

@@ -16,10 +16,10 @@ import h5py
 import numpy as np
 
 from rnnconv.core.dtypes import source_dtype_name
-from rnnconv.core.transpose import transposed
 from rnnconv.errors import BadInput, first_line
 from rnnconv.safeio.inputs import FileArray, json_document, open_source
 from rnnconv.table.constants import KERAS_VARIABLES
+from rnnconv.table.transpose import transposed
 
 
 def stored_arrays(tensors: dict[str, Any]) -> list[np.ndarray]:

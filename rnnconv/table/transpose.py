@@ -28,7 +28,8 @@ def transposed(block: np.ndarray | FileArray) -> np.ndarray:
     if isinstance(block, FileArray) and (block.ndim != 2 or block.size < SMALL or 1 in block.shape):
         block = block.read()
     if isinstance(block, np.ndarray) and block.T.flags.c_contiguous:
-        return block.T
+        view: np.ndarray = block.T
+        return view
     rows, cols = block.shape
     out = np.empty((cols, rows), dtype=block.dtype)
     if isinstance(block, np.ndarray) and block.size < SMALL:

@@ -1,4 +1,6 @@
-"""The element type a conversion reports is the one the written file holds, read back from it, for every target from
+"""What a target can hold, as its declarations say (formats/holding.py), held against the files it writes.
+
+The element type a conversion reports is the one the written file holds, read back from it, for every target from
 every source whose type is not float32 (the shipped half-precision fixtures, and a float64 weight space made from
 one); a conversion says so wherever that is not the source's type, and a target that would round the source's values
 refuses it in one sentence naming --dtype."""
@@ -11,7 +13,7 @@ import pytest
 from conftest import FIXTURES
 
 import rnnconv
-from rnnconv.errors import BackendMissing, Unsupported
+from rnnconv.errors import BackendMissing, BadInput, Unsupported
 from rnnconv.formats.catalog import FORMAT_INFO
 
 HALF_SOURCES = (
@@ -68,3 +70,25 @@ def test_a_dtype_the_target_does_not_store_is_refused_naming_what_it_stores(tmp_
     with pytest.raises(Unsupported, match=r"ncnn stores float32 or float16 weights, not bfloat16 \(--dtype\)"):
         rnnconv.convert(FIXTURES / "torch" / "rnn_tanh.pt", tmp_path / "m.param", dtype="bfloat16")
     assert not any(tmp_path.iterdir())
+
+
+def test_inspect_to_says_which_rnns_convert_to_a_target_as_a_conversion_would():
+    """inspect --to FORMAT: each RNN's `converts` is whether a conversion to FORMAT writes it; where not, its reason
+    is the refusal that conversion gives (mixed.keras to TFLite: its LSTMs and simple RNNs convert, its GRUs not)."""
+    path = FIXTURES / "keras3" / "mixed.keras"
+    report = rnnconv.inspect(path, to="tflite")
+    assert report.target == "tflite"
+    by_name = {entry.name: entry for entry in report.rnns}
+    assert by_name["bidi_lstm"].converts and by_name["srnn_tanh"].converts
+    gru = by_name["gru_a"]
+    assert not gru.converts and "has no GRU" in (gru.reason or "")
+    with pytest.raises(Unsupported) as refused:
+        rnnconv.convert(path, FIXTURES.parent / "never-written.tflite", layer="gru_a")
+    assert str(refused.value) == gru.reason
+    plain = {entry.name: entry.converts for entry in rnnconv.inspect(path).rnns}
+    assert plain["gru_a"]  # without --to, it converts to the canonical form
+
+
+def test_inspect_to_a_format_rnnconv_only_reads_is_refused():
+    with pytest.raises(BadInput, match="reads TF1 cuDNN checkpoint files but does not write them"):
+        rnnconv.inspect(FIXTURES / "keras3" / "mixed.keras", to="tf1")
