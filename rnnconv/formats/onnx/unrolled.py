@@ -413,6 +413,14 @@ class CellFinder(Recogniser):
     def consumers(self, value: str) -> list[Any]:
         return self.readers.get(value, [])
 
+    def joined(self, value: str) -> tuple[str, str] | None:
+        """The two values a Concat on the last axis joins into `value` (TF1's [x, h]), or None."""
+        node = self.producer(value)
+        if node is None or node.op_type != "Concat" or len(node.input) != 2:
+            return None
+        axes = [int(a.i) for a in node.attribute if a.name == "axis"]
+        return (node.input[0], node.input[1]) if axes in ([-1], [1]) else None
+
     def cells(self, taken: set[str]) -> list[Cell]:
         found: list[Cell] = []
         splits: list[tuple[Any, Product]] = []
@@ -576,7 +584,7 @@ class CellFinder(Recogniser):
         found = Cell(name, kind, hidden, int(inputs[1]), [p.name for p in products])
         if hidden:
             carried = self.carried(products) if kind == "LSTM" else ()
-            graph = CellGraph(name, (products[0], products[1]), carried, lambda feeds: self.run(feeds)[0])
+            graph = CellGraph(name, tuple(products), carried, lambda feeds: self.run(feeds)[0], self.joined)
             reading = recognise(graph)
             found.reading, found.refusal = (reading, None) if isinstance(reading, Reading) else (None, reading)
         return found
