@@ -204,6 +204,14 @@ def run_ops(
     return computed, missing
 
 
+def stepped(reading: Reading, x: np.ndarray, h: np.ndarray, c: np.ndarray | None) -> list[np.ndarray]:
+    """A recognised cell's new state (and cell state) from x, h (and c), in float64: cuDNN's equations."""
+    order = CUDNN_GATES[_family(reading.mode)]
+    w, r, bw, br = (np.concatenate([reading.gates[g][k] for g in order]) for k in range(4))
+    candidate = Candidate(reading.mode, order, reading.reset_after, w, r, bw, br, reading.x, reading.h, reading.c)
+    return _step(candidate, x, h, c)
+
+
 def exchanged(reading: Reading) -> Reading | None:
     """The same step read with its input and state exchanged, where that computes the same (an LSTM's or RNN's
     gates sum the two products, so with as many inputs as hidden units either may be the state; a GRU's reset acts

@@ -117,7 +117,7 @@ class OnnxFile(Graph[OnnxNode]):
             nodes += cells
             chains += [[node] for node in cells]
             for steps in stepped:
-                stacked = [unrolled_cell(layer[0], len(layer)) for layer in steps]
+                stacked = [unrolled_cell(layer[0], len(layer) + layer[0].after_zeros) for layer in steps]
                 nodes += stacked
                 chains += consecutive(stacked)
             for stack in recogniser.layers(recurrences):
