@@ -69,6 +69,9 @@ ONNX_SEEDS = [
     "tf2onnx/simple_rnn2.onnx",
     "tf2onnx/simple_rnn_bi.onnx",
     "tf2onnx/simple_rnn_last.onnx",
+    "tf2onnx/simple_rnn_states.onnx",  # a Loop started from the model's input h0
+    "tf2onnx/basic_lstm.onnx",  # TF1's BasicLSTMCell: one product of [x, h], forget_bias added
+    "onnx/lstm_cell_loop_zeros_dynamo.onnx",  # the dynamo exporter's cell steps from zero states (step 0 folded)
 ]
 
 TFLITE_SEEDS = [
@@ -80,6 +83,9 @@ TFLITE_SEEDS = [
     "tflite/loop_k3_rnn.tflite",
     "tflite/loop_tfk_gru.tflite",
     "tflite/loop_tfk_birnn.tflite",
+    "tflite/loop_k3_lstm_batch1.tflite",  # a body computing its fixed batch of 1 only
+    "tflite/loop_k3_lstm_per_gate.tflite",  # Keras' implementation=1: a product per gate of x and of h
+    "tf2onnx/basic_lstm.tflite",  # TF1's BasicLSTMCell: one product of [x, h], forget_bias added
 ]
 
 OPENVINO_LOOP_SEEDS = [  # with the .bin beside each
