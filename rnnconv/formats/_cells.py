@@ -111,11 +111,11 @@ def recognise(cell: CellGraph) -> Reading | str:
     if not candidates:
         shapes = " and ".join(str(tuple(p.matrix.shape)) for p in (pairs[0] if pairs else cell.products))
         return f"has matrices {shapes}, which are not an LSTM's, GRU's or RNN's input and recurrent matrices"
-    probes: dict[tuple[str, ...], tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | str] = {}
+    probes: dict[tuple[object, ...], tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | str] = {}  # by value, width
     nearest = np.inf
     for offsets in (False, True):
         for candidate in candidates:
-            key = (candidate.x, candidate.h, candidate.c or "")
+            key = (candidate.x, candidate.h, candidate.c or "", *candidate.w.shape, *candidate.r.shape)
             if key not in probes:
                 probes[key] = _probe(cell, candidate, rng, rows)
             probe = probes[key]
@@ -236,7 +236,10 @@ def _candidates(cell: CellGraph, pairs: list[tuple[Product, Product]]) -> Iterat
                     continue
                 for mode in modes:
                     placements = (True, False) if mode == GRU else (True,)
-                    states: tuple[str | None, ...] = cell.carried if mode == LSTM else (None,)
+                    values = (inputs.value, recurrent.value)
+                    states: tuple[str | None, ...] = (
+                        tuple(c for c in cell.carried if c not in values) if mode == LSTM else (None,)
+                    )
                     for order, reset_after, c in itertools.product(
                         itertools.permutations(CUDNN_GATES[_family(mode)]), placements, states
                     ):
