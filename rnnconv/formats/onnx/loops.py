@@ -1,19 +1,18 @@
 """RNNs written as ONNX `Loop`s (tf2onnx's form of a Keras RNN it does not map to an ONNX RNN op: a SimpleRNN, a GRU
 with reset_after=False), read by what their bodies compute.
 
-tf2onnx writes TensorFlow's while loop as a Loop over the time-major sequence: its body reads step t of it (`Gather`
-by a counter it carries), computes the cell from two `MatMul`s (the step's input and the carried state) and gives the
-new state out at each step (a scan output, which the Loop concatenates over the steps); the weights enter the body as
-values it carries and passes on unchanged, started from the graph's constants. Here those are taken as the constants
-they are, the body's two products found, its nodes evaluated in numpy (a short list of ops, bounded; nothing of the
-file is run but that) and the cell read by `_cells.recognise`; the loop is then checked by what it computes
-(`_cells.checked_steps`: its counters move on by one from 0, its state starts from zeros and is carried to the next
-step, the step's new state is given out, the rest is passed on unchanged) and by how many times its trip count and
+tf2onnx writes TensorFlow's while loop as a Loop over the time-major sequence: its body reads step t of it (`Gather` by
+a counter it carries), computes the cell from two `MatMul`s (the step's input and the carried state) and gives the new
+state out at each step (a scan output, which the Loop concatenates over the steps); the weights enter the body as values
+it carries and passes on unchanged, started from the graph's constants. Here those are taken as the constants they are,
+the body's two products found, its nodes evaluated in numpy (a short list of ops, bounded; nothing of the file is run
+but that) and the cell read by `_cells.recognise`; the loop is then checked by what it computes (`_cells.checked_steps`:
+its counters move on by one from 0, its state starts from zeros or the model's inputs (h0, c0) and is carried to the
+next step, the step's new state is given out, the rest is passed on unchanged) and by how many times its trip count and
 condition run it: as many as the sequence has steps. A matrix the body multiplies in parts (a reset-before GRU's
-recurrent matrix: its update and reset blocks by the state, its candidate's by r*h) is one product of the whole.
-The graph around the loops, run on probes of the model's inputs, settles each loop's direction and layer
-(`_cells.loop_layers`).
-"""
+recurrent matrix: its update and reset blocks by the state, its candidate's by r*h) is one product of the whole. The
+graph around the loops, run on probes of the model's inputs, settles each loop's direction and layer
+(`_cells.loop_layers`)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,15 @@
 """RNNs TensorFlow's converter writes as WHILE loops (a Keras 3 LSTM; every GRU and SimpleRNN), read by what their
 bodies compute.
 
-The converter writes each layer (and direction) as a WHILE over the time-major sequence whose body reads step t
-of it (GATHER), computes the cell from two FULLY_CONNECTED products (the step's input and the carried state), and
-writes the new state at t of an output sequence. Here a body's two products are found, its ops evaluated in numpy
-(a handful of ops, checked shapes, nothing run from the file but that), and the cell read by `_cells.recognise`;
-then the loop itself is checked by what it computes: the body run whole at its first and last steps gives the new state
-where the state was, writes it at that step of the output sequence and moves its counters (from 0) on by one, and
-the condition holds for exactly as many steps as the sequence has. A loop reading its sequence reversed
-(REVERSE_V2) is a backward direction; a forward and a backward loop over the same sequence whose outputs are joined
-are one bidirectional layer; a layer reading another's output sequence is its next layer.
-"""
+The converter writes each layer (and direction) as a WHILE over the time-major sequence whose body reads step t of it
+(GATHER), computes the cell from FULLY_CONNECTED products (of the step's input and the carried state, in any of
+`_cell_forms`' forms), and writes the new state at t of an output sequence. Here a body's products are found, its ops
+evaluated in numpy (a handful of ops, checked shapes, nothing run from the file but that), and the cell read by
+`_cells.recognise`; then the loop itself is checked by what it computes: the body run whole at its first and last steps
+gives the new state where the state was, writes it at that step of the output sequence and moves its counters (from 0)
+on by one, and the condition holds for exactly as many steps as the sequence has. A loop reading its sequence reversed
+(REVERSE_V2) is a backward direction; a forward and a backward loop over the same sequence whose outputs are joined are
+one bidirectional layer; a layer reading another's output sequence is its next layer."""
 
 from __future__ import annotations
 
