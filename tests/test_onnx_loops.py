@@ -162,10 +162,10 @@ def input_read_at_a_fixed_step(model, loop, body):
 
 MUTATIONS = {
     sigmoid_for_tanh: "its body's cell computes none of the",
-    weight_changed_each_step: "its body holds 1 matrix product (",
+    weight_changed_each_step: "its body's cell holds 1 matrix product (",
     counter_by_two: "is not a counter moving on by one each step",
     scan_output_not_the_state: "which is not the step's new state",
-    initial_state_not_zeros: "its initial state is not zeros",
+    initial_state_not_zeros: "is neither zeros nor one of the model's inputs",
     fewer_trips: "it runs 2 times over a sequence of 4 steps",
     negative_trips: "it runs 0 times over a sequence of 4 steps",
     steps_counted_by_the_batch: "it runs 3 times over a sequence of 4 steps",

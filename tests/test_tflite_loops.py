@@ -64,7 +64,7 @@ def test_a_gru_applying_its_reset_before_the_product_is_listed_with_the_reason(t
     (entry,) = rnnconv.inspect(source).rnns
     assert not entry.converts and "WHILE loop (op 1)" in entry.reason and "3 matrix products" in entry.reason
     result = run_cli("convert", source, tmp_path / "m.pt")
-    assert_clean_failure(result, 2, "WHILE loop", "not a cell's two")
+    assert_clean_failure(result, 2, "WHILE loop", "its body's cell holds 3 matrix products", "one per gate of each")
     assert not (tmp_path / "m.pt").exists()
 
 

@@ -27,6 +27,7 @@ from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance
 from rnnconv.core.reference import ACTIVATIONS, sigmoid
 from rnnconv.errors import BadInput, Unsupported
+from rnnconv.formats._cell_forms import Product, added_offset, as_two
 from rnnconv.formats.holding import reset_before_settings
 from rnnconv.table.constants import CUDNN_GATES, GRU, LSTM, RNN, Kind
 
@@ -45,26 +46,24 @@ def open_size(axis: int) -> int:
 MAX_READINGS = 256  # every reading of the cells recognised here is far fewer
 
 
-@dataclass(frozen=True)
-class Product:
-    """A constant matrix the graph multiplies a value by, and the constant it adds to the product (if any)."""
-
-    value: str  # what the matrix multiplies
-    matrix: np.ndarray  # as stored, either way round
-    bias: np.ndarray | None
-    name: str  # the stored tensor, for messages
+def _none_joined(value: str) -> Sequence[str] | None:
+    return None
 
 
 @dataclass(frozen=True)
 class CellGraph:
-    """A cell as a graph format found it: its two matrix products, the other values it carries from step to step
-    (an LSTM's cell state: candidates, the one that makes it a cell is kept), and its graph, run on values fed by
-    name, giving every value it computes by name."""
+    """A cell as a graph format found it: its matrix products (in any of `_cell_forms`' forms), the other values it
+    carries from step to step (an LSTM's cell state: candidates, the one that makes it a cell is kept), and its
+    graph, run on values fed by name, giving every value it computes by name; `joined` gives the two values a value
+    concatenates on its features (None where it is no concatenation), `batch` the one batch size the graph
+    computes (a file's fixed batch: the probes then fed in parts of that size; None: any)."""
 
     name: str
-    products: tuple[Product, Product]
+    products: tuple[Product, ...]
     carried: tuple[str, ...]
     run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+    joined: Callable[[str], Sequence[str] | None] = _none_joined
+    batch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,37 +99,70 @@ class Candidate:
 
 
 def recognise(cell: CellGraph) -> Reading | str:
-    """The reading of a cell that computes what its graph computes, or why none does (a clause: "it ...")."""
-    candidates = list(itertools.islice(_candidates(cell), MAX_READINGS))
-    if not candidates:
-        shapes = " and ".join(str(tuple(p.matrix.shape)) for p in cell.products)
-        return f"has matrices {shapes}, which are not an LSTM's, GRU's or RNN's input and recurrent matrices"
+    """The reading of a cell that computes what its graph computes, or why none does (a clause: "it ..."): its
+    products as cuDNN's two (`_cell_forms.as_two`), each reading of them tried on probes, then each again with the
+    constants the graph adds to a gate's sum after its products (TF1's forget_bias) read from its values."""
     rng = np.random.default_rng(PROBE_SEED)
-    probes: dict[tuple[str, ...], tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | str] = {}
+    rows = probe_rows(cell.batch)
+    pairs = as_two(cell.products, cell.joined, lambda feeds: run_in_batches(cell.run, feeds, cell.batch), rng, rows)
+    if isinstance(pairs, str):
+        return pairs
+    candidates = list(itertools.islice(_candidates(cell, pairs), MAX_READINGS))
+    if not candidates:
+        shapes = " and ".join(str(tuple(p.matrix.shape)) for p in (pairs[0] if pairs else cell.products))
+        return f"has matrices {shapes}, which are not an LSTM's, GRU's or RNN's input and recurrent matrices"
+    probes: dict[tuple[object, ...], tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | str] = {}  # by value, width
     nearest = np.inf
-    for candidate in candidates:
-        key = (candidate.x, candidate.h, candidate.c or "")
-        if key not in probes:
-            probes[key] = _probe(cell, candidate, rng)
-        probe = probes[key]
-        if isinstance(probe, str):
-            continue
-        feeds, values = probe
-        expected = _step(candidate, feeds[candidate.x], feeds[candidate.h], feeds.get(candidate.c or ""))
-        found = [_nearest(values, e) for e in expected]
-        error = max(e for e, _ in found)
-        nearest = min(nearest, error)
-        if error <= TOLERANCE:
-            return _reading(candidate, error, tuple(name for _, name in found))
+    for offsets in (False, True):
+        for candidate in candidates:
+            key = (candidate.x, candidate.h, candidate.c or "", *candidate.w.shape, *candidate.r.shape)
+            if key not in probes:
+                probes[key] = _probe(cell, candidate, rng, rows)
+            probe = probes[key]
+            if isinstance(probe, str):
+                continue
+            feeds, values = probe
+            tried = _offset(candidate, feeds, values) if offsets else candidate
+            if tried is None:
+                continue
+            expected = _step(tried, feeds[tried.x], feeds[tried.h], feeds.get(tried.c or ""))
+            found = [_nearest(values, e) for e in expected]
+            error = max(e for e, _ in found)
+            nearest = min(nearest, error)
+            if error <= TOLERANCE:
+                return _reading(tried, error, tuple(name for _, name in found))
     modes = sorted({c.mode.split("_")[0].upper() for c in candidates})
     failed = [p for p in probes.values() if isinstance(p, str)]
     if not np.isfinite(nearest):
         return failed[0] if failed else "cannot be run on probe inputs"
     return (
         f"computes none of the {len(candidates)} {' or '.join(modes)} readings of its weights rnnconv tried (which "
-        f"product is the input's, gate orders, layouts, reset placements, activations; the nearest is off by "
-        f"{nearest:.2g})"
+        f"product is the input's, gate orders, layouts, reset placements, activations, constants added to its gates; "
+        f"the nearest is off by {nearest:.2g})"
     )
+
+
+def probe_rows(batch: int | None) -> int:
+    """The probes' batch: PROBE_BATCH, or the multiple of a graph's one batch size nearest above it."""
+    return PROBE_BATCH if batch is None else -(-PROBE_BATCH // batch) * batch
+
+
+def run_in_batches(
+    run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], feeds: dict[str, np.ndarray], batch: int | None
+) -> dict[str, np.ndarray]:
+    """A graph run on feeds of any batch: where it computes one batch size only, run on each part of that size, the
+    values every part computes with that batch joined again (the others dropped)."""
+    rows = {len(v) for v in feeds.values() if v.ndim}
+    if batch is None or rows <= {batch} or len(rows) != 1 or rows.pop() % batch:
+        return run(feeds)
+    total = len(next(iter(feeds.values())))
+    parts = [run({k: v[i : i + batch] for k, v in feeds.items()}) for i in range(0, total, batch)]
+    shapes = {name: value.shape for name, value in parts[0].items() if value.ndim and len(value) == batch}
+    return {
+        name: np.concatenate([part[name] for part in parts])
+        for name, shape in shapes.items()
+        if all(name in part and part[name].shape == shape for part in parts)
+    }
 
 
 K = TypeVar("K")
@@ -172,6 +204,14 @@ def run_ops(
     return computed, missing
 
 
+def stepped(reading: Reading, x: np.ndarray, h: np.ndarray, c: np.ndarray | None) -> list[np.ndarray]:
+    """A recognised cell's new state (and cell state) from x, h (and c), in float64: cuDNN's equations."""
+    order = CUDNN_GATES[_family(reading.mode)]
+    w, r, bw, br = (np.concatenate([reading.gates[g][k] for g in order]) for k in range(4))
+    candidate = Candidate(reading.mode, order, reading.reset_after, w, r, bw, br, reading.x, reading.h, reading.c)
+    return _step(candidate, x, h, c)
+
+
 def exchanged(reading: Reading) -> Reading | None:
     """The same step read with its input and state exchanged, where that computes the same (an LSTM's or RNN's
     gates sum the two products, so with as many inputs as hidden units either may be the state; a GRU's reset acts
@@ -182,8 +222,8 @@ def exchanged(reading: Reading) -> Reading | None:
     return dataclasses.replace(reading, gates=gates, x=reading.h, h=reading.x)
 
 
-def _candidates(cell: CellGraph) -> Iterator[Candidate]:
-    for inputs, recurrent in (cell.products, cell.products[::-1]):
+def _candidates(cell: CellGraph, pairs: list[tuple[Product, Product]]) -> Iterator[Candidate]:
+    for inputs, recurrent in (way for pair in pairs for way in (pair, pair[::-1])):
         if inputs.value == recurrent.value:
             continue
         for r, hidden, gates in _oriented(recurrent.matrix, None):
@@ -196,7 +236,10 @@ def _candidates(cell: CellGraph) -> Iterator[Candidate]:
                     continue
                 for mode in modes:
                     placements = (True, False) if mode == GRU else (True,)
-                    states: tuple[str | None, ...] = cell.carried if mode == LSTM else (None,)
+                    values = (inputs.value, recurrent.value)
+                    states: tuple[str | None, ...] = (
+                        tuple(c for c in cell.carried if c not in values) if mode == LSTM else (None,)
+                    )
                     for order, reset_after, c in itertools.product(
                         itertools.permutations(CUDNN_GATES[_family(mode)]), placements, states
                     ):
@@ -224,17 +267,17 @@ def _bias(bias: np.ndarray | None, size: int) -> np.ndarray | None:
 
 
 def _probe(
-    cell: CellGraph, candidate: Candidate, rng: np.random.Generator
+    cell: CellGraph, candidate: Candidate, rng: np.random.Generator, rows: int
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | str:
     hidden = candidate.r.shape[1]
     feeds = {
-        candidate.x: rng.standard_normal((PROBE_BATCH, candidate.w.shape[1])).astype(np.float32),
-        candidate.h: rng.standard_normal((PROBE_BATCH, hidden)).astype(np.float32),
+        candidate.x: rng.standard_normal((rows, candidate.w.shape[1])).astype(np.float32),
+        candidate.h: rng.standard_normal((rows, hidden)).astype(np.float32),
     }
     if candidate.c is not None:
-        feeds[candidate.c] = rng.standard_normal((PROBE_BATCH, hidden)).astype(np.float32)
+        feeds[candidate.c] = rng.standard_normal((rows, hidden)).astype(np.float32)
     try:
-        values = cell.run(feeds)
+        values = run_in_batches(cell.run, feeds, cell.batch)
     except (ValueError, IndexError, TypeError, ArithmeticError) as exc:
         return f"does not run on probe inputs ({type(exc).__name__})"
     return feeds, {name: np.asarray(v) for name, v in values.items()}
@@ -265,6 +308,33 @@ def _step(candidate: Candidate, x: np.ndarray, h: np.ndarray, c: np.ndarray | No
         new = np.tanh(xs["h"] + recurrent)
         return [(1.0 - update) * new + update * h64]
     return [ACTIVATIONS[candidate.mode](gx + gh)]
+
+
+GATE_ACTIVATIONS = {  # the gates whose activation reads the sum of their two products (as `_step`), and that activation
+    LSTM: {gate: "tanh" if gate == "c" else "sigmoid" for gate in CUDNN_GATES[LSTM]},
+    GRU: {gate: "sigmoid" for gate in CUDNN_GATES[GRU] if gate != "h"},
+    "rnn_tanh": dict.fromkeys(CUDNN_GATES[RNN], "tanh"),
+}
+
+
+def _offset(candidate: Candidate, feeds: dict[str, np.ndarray], values: dict[str, np.ndarray]) -> Candidate | None:
+    """The candidate with the constants the graph adds to its gates' sums before their activations (read from the
+    values the activations give) added to its input biases; None where the graph adds none."""
+    gates = GATE_ACTIVATIONS.get(candidate.mode, {})
+    gx = feeds[candidate.x].astype(np.float64) @ candidate.w.T.astype(np.float64) + candidate.bw
+    gh = feeds[candidate.h].astype(np.float64) @ candidate.r.T.astype(np.float64) + candidate.br
+    count = len(candidate.order)
+    bw = candidate.bw.astype(np.float64)
+    hidden = bw.size // count
+    for block, gate in enumerate(candidate.order):
+        if gate in gates:
+            rows = slice(block * hidden, (block + 1) * hidden)
+            offset = added_offset(gx[:, rows] + gh[:, rows], gates[gate], values)
+            if offset is not None:
+                bw[rows] += offset
+    if np.array_equal(bw, candidate.bw):
+        return None
+    return dataclasses.replace(candidate, bw=bw.astype(candidate.bw.dtype))
 
 
 def _nearest(values: dict[str, np.ndarray], expected: np.ndarray) -> tuple[float, str]:
@@ -349,10 +419,12 @@ def canonical(
 
 class SteppedLoop(Protocol):
     """A loop read as one direction of an RNN layer: its cell's reading, whether it steps its sequence backwards,
-    and its body's cell ops run on values fed by name, giving every value they compute by name."""
+    the one batch size its body computes (None: any), and its body's cell ops run on values fed by name, giving
+    every value they compute by name."""
 
     reading: Reading | None
     reversed: bool
+    batch: int | None
 
     def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
@@ -382,7 +454,7 @@ def run_loops(
                 feeds = {reading.x: sequence[t], reading.h: h}
                 if c is not None and reading.c is not None:
                     feeds[reading.c] = c
-                computed = loop.step(feeds)
+                computed = run_in_batches(loop.step, feeds, loop.batch)
                 h = computed[reading.outputs[0]]
                 if c is not None:
                     c = computed[reading.outputs[1]]

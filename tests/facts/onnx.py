@@ -73,4 +73,7 @@ SEEDS = [
     "tf2onnx/simple_rnn2.onnx",
     "tf2onnx/simple_rnn_bi.onnx",
     "tf2onnx/simple_rnn_last.onnx",
+    "tf2onnx/simple_rnn_states.onnx",  # a Loop started from the model's input h0
+    "tf2onnx/basic_lstm.onnx",  # TF1's BasicLSTMCell: one product of [x, h], forget_bias added
+    "onnx/lstm_cell_loop_zeros_dynamo.onnx",  # the dynamo exporter's cell steps from zero states (step 0 folded)
 ]

@@ -64,4 +64,7 @@ SEEDS = [
     "tflite/loop_k3_rnn.tflite",
     "tflite/loop_tfk_gru.tflite",
     "tflite/loop_tfk_birnn.tflite",
+    "tflite/loop_k3_lstm_batch1.tflite",  # a body computing its fixed batch of 1 only
+    "tflite/loop_k3_lstm_per_gate.tflite",  # Keras' implementation=1: a product per gate of x and of h
+    "tf2onnx/basic_lstm.tflite",  # TF1's BasicLSTMCell: one product of [x, h], forget_bias added
 ]

@@ -76,8 +76,10 @@ FAMILIES = (
     "onnx_unrolled",
     "onnx_cells",
     "onnx_loops",
+    "onnx_loop_forms",
     "tflite",
     "tflite_loops",
+    "tflite_loop_forms",
     "openvino",
     "openvino_loops",
     "flax_msgpack",
@@ -101,7 +103,9 @@ NEW_FAMILIES = (
     "onnx_unrolled",
     "onnx_cells",
     "onnx_loops",
+    "onnx_loop_forms",
     "tflite_loops",
+    "tflite_loop_forms",
     "openvino_loops",
     "identify",
     "streaming",
@@ -144,7 +148,17 @@ ONNX_FAMILIES = {
         ("simple_rnn.onnx", "simple_rnn2.onnx", "simple_rnn_bi.onnx", "simple_rnn_last.onnx", "gru_reset_before.onnx"),
         "mutate_onnx_loops",
     ),
+    "onnx_loop_forms": (
+        ("simple_rnn_states.onnx", "basic_lstm.onnx", "lstm_cell_loop_zeros_dynamo.onnx"),
+        "mutate_onnx_loops",  # a file of no Loop (the dynamo exporter's steps) damaged as the onnx family does
+    ),
 }
+ORACLE_FAMILIES = ("onnx_loops", "onnx_loop_forms")  # the ONNX families whose conversions are run against the file
+TFLITE_LOOP_FORMS = (
+    "tflite__loop_k3_lstm_batch1.tflite",
+    "tflite__loop_k3_lstm_per_gate.tflite",
+    "tf2onnx__basic_lstm.tflite",
+)
 
 
 class Worker:
@@ -274,7 +288,7 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         ends, mutator = ONNX_FAMILIES[family]
         name = rng.choice([n for n in seeds.sources if n.endswith(ends)] or sorted(seeds.sources))
         data = getattr(mutators, mutator)(seeds.sources[name].read_bytes(), rng)
-        oracle = "onnxruntime" if family == "onnx_loops" else ""  # a conversion run against the file's own run
+        oracle = "onnxruntime" if family in ORACLE_FAMILIES else ""  # a conversion run against the file's own run
         case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data}, oracle=oracle)
         source = "{dir}/mut_" + name
         case.commands = [
@@ -311,8 +325,11 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         ]
         case.commands += [["inspect", source], ["convert", source, "{dir}/out.safetensors"]]
         return case
-    if family == "tflite_loops":
-        name = rng.choice([n for n in seeds.sources if n.startswith("tflite__loop_")] or sorted(seeds.sources))
+    if family in ("tflite_loops", "tflite_loop_forms"):
+        forms = family == "tflite_loop_forms"
+        held = [n for n in seeds.sources if (n in TFLITE_LOOP_FORMS) == forms and n.startswith("tflite__loop_")]
+        held += [n for n in TFLITE_LOOP_FORMS if forms and n in seeds.sources and n not in held]
+        name = rng.choice(held or sorted(seeds.sources))
         data = mutators.mutate_tflite_loops(seeds.sources[name].read_bytes(), rng)
         case = _loop_case(family, index, name, {f"mut_{name}": data}, "litert")
         if name in seeds.good_blob:
@@ -571,6 +588,7 @@ ORACLE = r"""
 import sys
 import numpy as np, torch, rnnconv
 runtime, source, converted = sys.argv[1:4]
+initial = []  # the initial states the model takes as inputs, fed to both
 (entry,) = rnnconv.inspect(converted).rnns
 spec = entry.spec
 # a .pt's state_dict does not say an RNN's activation: the source's reading does
@@ -589,8 +607,13 @@ if runtime == "litert":
 elif runtime == "onnxruntime":
     import onnxruntime
     session = onnxruntime.InferenceSession(source, providers=["CPUExecutionProvider"])
-    given = session.get_inputs()[0]
+    given, *states = session.get_inputs()  # the states a model takes as its further inputs (h0, c0): batch-major x
     shape = [d if isinstance(d, int) and d > 0 else 4 if i else 2 for i, d in enumerate(given.shape)]
+    initial = [
+        np.random.default_rng(1).normal(0, 0.5, [d if isinstance(d, int) and d > 0 else 2 for d in s.shape])
+        .astype(np.float32)
+        for s in states
+    ]
 else:
     import openvino as ov
     compiled = ov.Core().compile_model(source, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
@@ -603,14 +626,17 @@ if runtime == "litert":
     interpreter.invoke()
     expected = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
 elif runtime == "onnxruntime":
-    expected = session.run(None, {given.name: x})[0]
+    expected = session.run(None, {given.name: x, **{s.name: v for s, v in zip(states, initial)}})[0]
 else:
     expected = compiled(x)[0]
 errors = []
-for batch_first in (True, False):  # Keras's models are batch-major, ONNX Scans' time-major: either way round
+starts = tuple(torch.from_numpy(v)[None] for v in initial)
+if starts and len(starts) != (2 if spec.mode == "lstm" else 1):
+    sys.exit(3)
+for batch_first in (True, False) if not starts else (True,):  # Keras's batch-major, ONNX Scans' time-major
     module.batch_first = batch_first
     with torch.no_grad():
-        y, state = module(torch.from_numpy(x))
+        y, state = module(torch.from_numpy(x), (starts if spec.mode == "lstm" else starts[0]) if starts else None)
     h = (state[0] if spec.mode == "lstm" else state).numpy()
     last = np.concatenate(list(h[-2:] if spec.bidirectional else h[-1:]), axis=-1)
     errors += [float(np.abs(got - expected).max()) for got in (y.numpy(), last) if got.shape == expected.shape]

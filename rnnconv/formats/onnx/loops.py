@@ -1,19 +1,18 @@
 """RNNs written as ONNX `Loop`s (tf2onnx's form of a Keras RNN it does not map to an ONNX RNN op: a SimpleRNN, a GRU
 with reset_after=False), read by what their bodies compute.
 
-tf2onnx writes TensorFlow's while loop as a Loop over the time-major sequence: its body reads step t of it (`Gather`
-by a counter it carries), computes the cell from two `MatMul`s (the step's input and the carried state) and gives the
-new state out at each step (a scan output, which the Loop concatenates over the steps); the weights enter the body as
-values it carries and passes on unchanged, started from the graph's constants. Here those are taken as the constants
-they are, the body's two products found, its nodes evaluated in numpy (a short list of ops, bounded; nothing of the
-file is run but that) and the cell read by `_cells.recognise`; the loop is then checked by what it computes
-(`_cells.checked_steps`: its counters move on by one from 0, its state starts from zeros and is carried to the next
-step, the step's new state is given out, the rest is passed on unchanged) and by how many times its trip count and
+tf2onnx writes TensorFlow's while loop as a Loop over the time-major sequence: its body reads step t of it (`Gather` by
+a counter it carries), computes the cell from two `MatMul`s (the step's input and the carried state) and gives the new
+state out at each step (a scan output, which the Loop concatenates over the steps); the weights enter the body as values
+it carries and passes on unchanged, started from the graph's constants. Here those are taken as the constants they are,
+the body's two products found, its nodes evaluated in numpy (a short list of ops, bounded; nothing of the file is run
+but that) and the cell read by `_cells.recognise`; the loop is then checked by what it computes (`_cells.checked_steps`:
+its counters move on by one from 0, its state starts from zeros or the model's inputs (h0, c0) and is carried to the
+next step, the step's new state is given out, the rest is passed on unchanged) and by how many times its trip count and
 condition run it: as many as the sequence has steps. A matrix the body multiplies in parts (a reset-before GRU's
-recurrent matrix: its update and reset blocks by the state, its candidate's by r*h) is one product of the whole.
-The graph around the loops, run on probes of the model's inputs, settles each loop's direction and layer
-(`_cells.loop_layers`).
-"""
+recurrent matrix: its update and reset blocks by the state, its candidate's by r*h) is one product of the whole. The
+graph around the loops, run on probes of the model's inputs, settles each loop's direction and layer
+(`_cells.loop_layers`)."""
 
 from __future__ import annotations
 
@@ -26,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.errors import BadInput, cut, listing
+from rnnconv.errors import BadInput, cut
+from rnnconv.formats._cell_forms import sizes_of
 from rnnconv.formats._cells import (
     GIVEN_OUT,
     PROBE_SEED,
@@ -155,6 +155,8 @@ class Loop:
     sequence: str = ""  # the value of its graph it steps over (time-major)
     output: str = ""  # its output of the sequence of its new states (time-major)
     output_shape: tuple[int, ...] = ()  # on the probes
+    initial: tuple[str, ...] = ()  # the model's inputs its states start from (h0, c0), where not zeros
+    batch: int | None = None  # its body computes any batch
 
     def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.finder.run(feeds)[0]
@@ -243,20 +245,15 @@ def read_loop(scope: Scope, body: Scope, node: Any, index: int, folding: Folder,
     if not products:
         return None
     loop = Loop(node, name, scope, body, finder)
-    loop.sizes = _sizes(products)
+    loop.sizes = sizes_of(products)
     if not fits:
         loop.refusal = (
             f"its body takes {len(inputs)} inputs and gives {len(outputs)} outputs for the {max(carried, 0)} values "
             f"it carries, which do not fit a Loop's"
         )
         return loop
-    if len(products) != 2:
-        names = listing(repr(cut(p.name)) for p in products)
-        held = f"{len(products)} matrix product{'s' if len(products) > 1 else ''}"
-        loop.refusal = f"its body holds {held} ({names}), not a cell's two"
-        return loop
     carried_values = finder.carried(products)
-    reading = recognise(CellGraph(name, (products[0], products[1]), carried_values, loop.step))
+    reading = recognise(CellGraph(name, tuple(products), carried_values, loop.step, finder.joined))
     if isinstance(reading, str):
         loop.refusal = f"its body's cell {reading}"
         return loop
@@ -267,7 +264,7 @@ def read_loop(scope: Scope, body: Scope, node: Any, index: int, folding: Folder,
         if isinstance(found, str):
             refusals.append(found)
             continue
-        loop.reading, (loop.sequence, loop.output, loop.output_shape) = way, found
+        loop.reading, (loop.sequence, loop.output, loop.output_shape, loop.initial) = way, found
         break
     else:
         loop.refusal = refusals[0]
@@ -345,17 +342,13 @@ def _columns(finder: CellFinder, cut_out: Any, whole: np.ndarray | None) -> tupl
     return columns.start, columns.stop
 
 
-def _sizes(products: list[Product]) -> tuple[int, int, int]:
-    """(gates, input, hidden) as the products' matrices suggest: the squarest one's H, the other's input."""
-    shapes = sorted((p.matrix.shape for p in products), key=lambda s: max(s) // max(min(s), 1))
-    hidden, inputs = min(shapes[0]), min(shapes[-1])
-    return max(shapes[-1]) // max(hidden, 1), inputs, hidden
+Stepped = tuple[str, str, tuple[int, ...], tuple[str, ...]]
 
 
-def _stepped(loop: Loop, reading: Reading, graph: ProbedScope) -> tuple[str, str, tuple[int, ...]] | str:
+def _stepped(loop: Loop, reading: Reading, graph: ProbedScope) -> Stepped | str:
     """(the value of the Loop's graph it steps over, time-major; its output of the sequence of new states; that
-    output's shape on the probes), where the Loop runs the cell once per step of the sequence as Keras's loops do;
-    else why not (a clause)."""
+    output's shape on the probes; the model's inputs its states start from, where not zeros), where the Loop runs
+    the cell once per step of the sequence as Keras's loops do; else why not (a clause)."""
     node, body, finder = loop.node, loop.body, loop.finder
     inputs, outputs = [i.name for i in body.graph.input], [o.name for o in body.graph.output]
     carried = len(node.input) - 2
@@ -390,8 +383,13 @@ def _stepped(loop: Loop, reading: Reading, graph: ProbedScope) -> tuple[str, str
             return f"its carried value {place} does not start from a value rnnconv computes from the model's inputs"
         slots.append(Slot(value, None if result == value else result, str(start.dtype), start, tuple(start.shape)))
     slots += [Slot(GIVEN_OUT, value, "float32", None, ()) for value in scanned]
-    if any(np.any(slots[1 + given.index(state)].start) for state in states):
-        return "its initial state is not zeros"
+    initial = []
+    for state in states:
+        origin = _identical(loop.scope, node.input[2 + given.index(state)])
+        if origin in graph.given:
+            initial.append(origin)  # the RNN's initial state, the model's input
+        elif np.any(slots[1 + given.index(state)].start):
+            return f"its initial state {cut(origin)!r} is neither zeros nor one of the model's inputs"
     outer = {v: graph.values[v] for v in _outer(body) if v in graph.values}
     outer[inputs[1]] = np.asarray(True)  # the condition it runs on
     runner = Runner(body, loop.finder.folding)
@@ -411,7 +409,7 @@ def _stepped(loop: Loop, reading: Reading, graph: ProbedScope) -> tuple[str, str
     if place >= len(node.output) or not node.output[place]:
         return "it gives out no sequence of its new states"
     kept = steps if slot.given == GIVEN_OUT or len(slot.shape) != 3 else slot.shape[0]  # every step's, or the last
-    return sequence, node.output[place], (kept, steps_of.shape[1], reading.hidden)
+    return sequence, node.output[place], (kept, steps_of.shape[1], reading.hidden), tuple(initial)
 
 
 def _identical(body: Scope, value: str) -> str:
@@ -472,20 +470,24 @@ def _cone(body: Scope, value: str) -> list[Any]:
     return [node for node in body.graph.node if id(node) in needed]
 
 
-def read_loops(found: list[Scope], folding: Folder) -> list[list[LoopLayer[Loop]]]:
-    """Every Loop whose body multiplies by constant matrices, read (each graph's in its order: a layer's loops read
-    what the graph makes of those below) and settled into RNN layers, per graph."""
+def loops_of(found: list[Scope]) -> list[tuple[Scope, int, Any, Scope]]:
+    """Every Loop node of the graphs found: its graph, its place there, the node and its body."""
     bodies: dict[str, list[Scope]] = {}
     for scope in found:
         if scope.parent is not None:
             bodies.setdefault(scope.path, []).append(scope)
-    held = [
+    return [
         (scope, index, node, body)
         for scope in found
         for index, node in enumerate(scope.graph.node)
         if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and (body := _body_of(bodies, scope, node, index))
-        if any(op.op_type in ("MatMul", "Gemm") for op in body.graph.node)
     ]
+
+
+def read_loops(found: list[Scope], folding: Folder) -> list[list[LoopLayer[Loop]]]:
+    """Every Loop whose body multiplies by constant matrices, read (each graph's in its order: a layer's loops read
+    what the graph makes of those below) and settled into RNN layers, per graph."""
+    held = [loop for loop in loops_of(found) if any(op.op_type in ("MatMul", "Gemm") for op in loop[3].graph.node)]
     if len(held) > MAX_LOOPS:
         raise BadInput(f"the model holds {len(held)} Loops, more than any model rnnconv reads")
     layers = []

@@ -28,7 +28,7 @@ from rnnconv.formats._graph import (
     same_rnn,
 )
 from rnnconv.formats.onnx.folding import Folder, NotFoldable, Scope, node_name, scopes
-from rnnconv.formats.onnx.loops import read_loops
+from rnnconv.formats.onnx.loops import loops_of, read_loops
 from rnnconv.formats.onnx.nodes import (
     RNN_OPS,
     OnnxNode,
@@ -91,6 +91,7 @@ class OnnxFile(Graph[OnnxNode]):
             raise BadInput(f"{path} names a node, value or attribute in bytes that are not UTF-8 text")
         folding = Folder(path.parent, size)
         nodes, chains = [], []
+        bodies = {id(body) for _, _, _, body in loops_of(found)}  # read as their Loops' cells, never on their own
         for scope in found:
             here = [
                 read_node(node, index, scope, folding, dequantize)
@@ -99,6 +100,8 @@ class OnnxFile(Graph[OnnxNode]):
             ]
             nodes += here
             chains += _chains(here, scope, folding)
+            if id(scope) in bodies:
+                continue
             recogniser = Recogniser(scope, folding)
             recurrences = recogniser.recurrences()
             refused = [unrolled_refused(u) for u in recurrences if u.refusal is not None]
@@ -111,7 +114,7 @@ class OnnxFile(Graph[OnnxNode]):
             nodes += cells
             chains += [[node] for node in cells]
             for steps in stepped:
-                stacked = [unrolled_cell(layer[0], len(layer)) for layer in steps]
+                stacked = [unrolled_cell(layer[0], len(layer) + layer[0].after_zeros) for layer in steps]
                 nodes += stacked
                 chains += consecutive(stacked)
             for stack in recogniser.layers(recurrences):

@@ -25,7 +25,19 @@ import numpy as np
 
 from rnnconv.core.reference import sigmoid
 from rnnconv.errors import cut, listing
-from rnnconv.formats._cells import CellGraph, Product, Reading, exchanged, recognise, run_ops
+from rnnconv.formats._cells import (
+    PROBE_SEED,
+    TOLERANCE,
+    CellGraph,
+    Product,
+    Reading,
+    exchanged,
+    probe_rows,
+    recognise,
+    run_in_batches,
+    run_ops,
+    stepped,
+)
 from rnnconv.formats.onnx.folding import SUBGRAPH, Folder, NotFoldable, Scope, node_name
 from rnnconv.formats.onnx.wire import ONNX_ACTIVATIONS, ONNX_INPUTS
 from rnnconv.table.constants import NONLINEARITIES
@@ -360,6 +372,7 @@ EVALUATED = (
     "Concat",
 )
 MAX_CARRIED = 4  # values a cell's graph reads besides its input and state, tried as an LSTM's cell state
+MAX_FOLDED_BATCH = 1024  # the batch a step folded from zero states is probed at, at most
 
 
 @dataclass
@@ -375,6 +388,7 @@ class Cell:
     weights: list[str]  # the stored tensors its matrix products read
     reading: Reading | None = None
     refusal: str | None = None
+    after_zeros: bool = False  # the step at time 1 of a layer whose step 0 the exporter folded from zero states
 
 
 class CellFinder(Recogniser):
@@ -412,6 +426,14 @@ class CellFinder(Recogniser):
 
     def consumers(self, value: str) -> list[Any]:
         return self.readers.get(value, [])
+
+    def joined(self, value: str) -> tuple[str, str] | None:
+        """The two values a Concat on the last axis joins into `value` (TF1's [x, h]), or None."""
+        node = self.producer(value)
+        if node is None or node.op_type != "Concat" or len(node.input) != 2:
+            return None
+        axes = [int(a.i) for a in node.attribute if a.name == "axis"]
+        return (node.input[0], node.input[1]) if axes in ([-1], [1]) else None
 
     def cells(self, taken: set[str]) -> list[Cell]:
         found: list[Cell] = []
@@ -467,7 +489,7 @@ class CellFinder(Recogniser):
                 while id(layer[-1]) in after and len(layer) <= len(read):
                     layer.append(after[id(layer[-1])])
                 layers.append(layer)
-        stacks: list[list[list[Cell]]] = [[layer] for layer in layers if len(layer) > 1 and self.over_time(layer)]
+        stacks: list[list[list[Cell]]] = [[layer] for layer in layers if self.over_time(layer)]
         rest = [layer for layer in layers if len(layer) > 1 and not self.over_time(layer)]
         grown = True
         while grown and rest:
@@ -541,10 +563,51 @@ class CellFinder(Recogniser):
         return False
 
     def over_time(self, layer: list[Cell]) -> bool:
-        """Whether step t reads the input sequence at t, for every t from 0."""
+        """Whether step t reads the input sequence at t, for every t from 0 (two steps at least), or from 1 where
+        the exporter folded step 0 from zero states (`from_zeros`)."""
         slices = [self.time_slice(c.reading.x) if c.reading else None for c in layer]
         sources = {s[0] for s in slices if s is not None}
-        return len(sources) == 1 and all(s is not None and s[1:] == (t, False) for t, s in enumerate(slices))
+        if len(sources) != 1 or any(s is None for s in slices):
+            return False
+        first = 1 if slices[0] is not None and slices[0][1] == 1 and self.from_zeros(layer[0], slices[0][0]) else 0
+        steps = [s[1:] for s in slices if s is not None]
+        return len(layer) + first > 1 and steps == [(t, False) for t in range(first, first + len(layer))]
+
+    def static_batch(self, sequence: str) -> int | None:
+        """The batch (axis 1) of a time-major sequence the graph is given, where its shape fixes it."""
+        given = [i for i in self.scope.graph.input if i.name == sequence and i.type.HasField("tensor_type")]
+        dims = given[0].type.tensor_type.shape.dim if given else []
+        batch = int(dims[1].dim_value) if len(dims) == 3 and dims[1].HasField("dim_value") else 0
+        return batch if 0 < batch <= MAX_FOLDED_BATCH else None
+
+    def from_zeros(self, cell: Cell, sequence: str) -> bool:
+        """Whether the states `cell` (the step at time 1) reads are what its cell computes from the sequence at time
+        0 and zero states (a step the exporter folded, its recurrent products of zeros constants); the cell is then
+        marked as a layer's first step from zeros."""
+        reading = cell.reading
+        starts = [
+            name
+            for node in self.scope.graph.node
+            for name in node.output
+            if self.time_slice(name) == (sequence, 0, False)
+        ]
+        if reading is None or len(starts) != 1:
+            return False
+        batch = self.static_batch(sequence)  # the export's: the zero states folded into constants of its batch
+        rows = probe_rows(batch)
+        x = np.random.default_rng(PROBE_SEED).standard_normal((rows, reading.input_size)).astype(np.float32)
+        zeros = np.zeros((rows, reading.hidden), np.float32)
+        try:
+            values = run_in_batches(lambda feeds: self.run(feeds)[0], {starts[0]: x}, batch)
+        except (ValueError, IndexError, TypeError, ArithmeticError):
+            return False
+        expected = stepped(reading, x, zeros, zeros if reading.c is not None else None)
+        for state, value in zip((reading.h, reading.c), expected):
+            got = values.get(state or "")
+            if got is None or got.shape != value.shape or not np.allclose(got, value, rtol=0, atol=TOLERANCE):
+                return False
+        cell.after_zeros = True
+        return True
 
     def reads_outputs(self, layer: list[Cell], below: list[Cell]) -> bool:
         """Whether each step of `layer` reads the new state of the same step of `below`."""
@@ -576,7 +639,7 @@ class CellFinder(Recogniser):
         found = Cell(name, kind, hidden, int(inputs[1]), [p.name for p in products])
         if hidden:
             carried = self.carried(products) if kind == "LSTM" else ()
-            graph = CellGraph(name, (products[0], products[1]), carried, lambda feeds: self.run(feeds)[0])
+            graph = CellGraph(name, tuple(products), carried, lambda feeds: self.run(feeds)[0], self.joined)
             reading = recognise(graph)
             found.reading, found.refusal = (reading, None) if isinstance(reading, Reading) else (None, reading)
         return found

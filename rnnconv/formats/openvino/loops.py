@@ -24,6 +24,7 @@ import numpy as np
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
+from rnnconv.formats._cell_forms import sizes_of
 from rnnconv.formats._cells import (
     GIVEN_OUT,
     PROBE_SEED,
@@ -64,6 +65,7 @@ class Loop:
     output: str = ""  # its output port of the sequence of its new states (or of the last one)
     sequence_reversed: bool = False  # its port map slices the sequence from its last step
     output_reversed: bool = False  # its port map concatenates its new states from the last place
+    batch: int | None = None  # its body computes any batch
 
     def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         computed, _ = self.evaluator.run(feeds)
@@ -261,15 +263,12 @@ def read_loop(ir: Any, layer: Any, graph: MainGraph) -> Loop | None:
     loop = Loop(layer, layer.name, body, evaluator)
     if len(products) == 3:  # a GRU that resets the state before the candidate's block of R: that block's own product
         products = _reset_before(products) or products
-    if len(products) != 2:
-        names = listing(repr(cut(p.name)) for p in products)
-        held = f"{len(products)} matrix product{'s' if len(products) > 1 else ''}"
-        loop.refusal = f"its body holds {held} ({names}), not a cell's two"
-        return loop
-    shapes = sorted((p.matrix.shape for p in products), key=lambda s: max(s) // max(min(s), 1))
-    loop.sizes = (min(shapes[-1]), min(shapes[0]))
+    _, inputs, hidden = sizes_of(products)
+    loop.sizes = (inputs, hidden)
     carried = tuple(_carried(evaluator, products))
-    reading = recognise(CellGraph(loop.name, (products[0], products[1]), carried, loop.step))
+    reading = recognise(
+        CellGraph(loop.name, tuple(products), carried, loop.step, lambda value: _joined_values(body, value))
+    )
     if isinstance(reading, str):
         loop.refusal = f"its body's cell {reading}"
         return loop
@@ -355,6 +354,15 @@ def _added(
             return None
         value = adds[0].outputs[0]
     return None
+
+
+def _joined_values(body: Body, value: str) -> tuple[str, str] | None:
+    """The two values a Concat on the last axis joins into `value` (TF1's [x, h]), or None."""
+    layer = _producer(body, value)
+    if layer is None or layer.kind != "Concat" or len(layer.inputs) != 2:
+        return None
+    axis = layer.data.get("axis", "").strip()
+    return (layer.inputs[0], layer.inputs[1]) if axis in ("-1", "1") else None
 
 
 def _carried(evaluator: Evaluator, products: list[Product]) -> list[str]:

@@ -1,16 +1,15 @@
 """RNNs TensorFlow's converter writes as WHILE loops (a Keras 3 LSTM; every GRU and SimpleRNN), read by what their
 bodies compute.
 
-The converter writes each layer (and direction) as a WHILE over the time-major sequence whose body reads step t
-of it (GATHER), computes the cell from two FULLY_CONNECTED products (the step's input and the carried state), and
-writes the new state at t of an output sequence. Here a body's two products are found, its ops evaluated in numpy
-(a handful of ops, checked shapes, nothing run from the file but that), and the cell read by `_cells.recognise`;
-then the loop itself is checked by what it computes: the body run whole at its first and last steps gives the new state
-where the state was, writes it at that step of the output sequence and moves its counters (from 0) on by one, and
-the condition holds for exactly as many steps as the sequence has. A loop reading its sequence reversed
-(REVERSE_V2) is a backward direction; a forward and a backward loop over the same sequence whose outputs are joined
-are one bidirectional layer; a layer reading another's output sequence is its next layer.
-"""
+The converter writes each layer (and direction) as a WHILE over the time-major sequence whose body reads step t of it
+(GATHER), computes the cell from FULLY_CONNECTED products (of the step's input and the carried state, in any of
+`_cell_forms`' forms), and writes the new state at t of an output sequence. Here a body's products are found, its ops
+evaluated in numpy (a handful of ops, checked shapes, nothing run from the file but that), and the cell read by
+`_cells.recognise`; then the loop itself is checked by what it computes: the body run whole at its first and last steps
+gives the new state where the state was, writes it at that step of the output sequence and moves its counters (from 0)
+on by one, and the condition holds for exactly as many steps as the sequence has. A loop reading its sequence reversed
+(REVERSE_V2) is a backward direction; a forward and a backward loop over the same sequence whose outputs are joined are
+one bidirectional layer; a layer reading another's output sequence is its next layer."""
 
 from __future__ import annotations
 
@@ -25,6 +24,7 @@ from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.contracts import Provenance
 from rnnconv.core.reference import sigmoid
 from rnnconv.errors import BadInput, Unsupported, cut, listing
+from rnnconv.formats._cell_forms import sizes_of
 from rnnconv.formats._cells import (
     CellGraph,
     NotEvaluated,
@@ -47,6 +47,7 @@ MAX_CARRIED = 4  # a body's inputs tried as an LSTM's cell state
 MAX_EVALUATED = 1 << 24  # elements of one value the evaluator computes (64 MiB of float32): any cell's are fewer
 MAX_LOOPS = 4096  # WHILE ops in one file: far beyond any model; keeps reading a hostile file's loops bounded
 MAX_STEPS = 4096  # steps of a loop whose condition is checked step by step
+MAX_BATCH = 1024  # a fixed batch its body is probed at, at most
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Loop:
     reading: Reading | None = None
     refusal: str | None = None
     sizes: tuple[int, int] = (0, 0)  # (input, hidden), where its matrices say them
+    batch: int | None = None  # the one batch size its body computes (the file's), None where it does not say
 
     def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Its body's cell ops run on values fed by tensor (named by its index)."""
@@ -260,16 +262,20 @@ def _loop(file: Any, op: Any, cond: Any, body: Any, producers: dict[int, Any]) -
     if not (len(op.outputs) == len(body.inputs) == len(body.outputs) == count == len(cond.inputs)):
         loop.refusal = f"its WHILE op {op.index} has {count} inputs, and its body and condition do not take as many"
         return loop
-    if len(products) != 2:
-        names = listing(repr(cut(body.tensors[p.matrix_tensor].name)) for p in products)
-        held = f"{len(products)} matrix product{'s' if len(products) > 1 else ''}"
-        loop.refusal = f"its body holds {held} ({names}), not a cell's two"
-        return loop
-    first, second = (p.product for p in products)
-    shapes = sorted((p.matrix.shape for p in (first, second)), key=lambda s: max(s) // max(min(s), 1))
-    loop.sizes = (min(shapes[-1]), min(shapes[0]))
+    _, inputs, hidden = sizes_of([p.product for p in products])
+    loop.sizes = (inputs, hidden)
     carried = tuple(str(t) for t in _carried(evaluator, products, body))
-    graph = CellGraph(loop.name, (first, second), carried, lambda feeds: _named(evaluator, feeds))
+    batches = {main.tensors[t].shape[0] for t in op.inputs if t != UNSET and len(main.tensors[t].shape) == 2}
+    if len(batches) == 1 and 0 < (batch := batches.pop()) <= MAX_BATCH:
+        loop.batch = batch  # the fixed batch its states have: the one its body may compute
+    graph = CellGraph(
+        loop.name,
+        tuple(p.product for p in products),
+        carried,
+        lambda feeds: _named(evaluator, feeds),
+        lambda value: _joined_values(evaluator, value),
+        loop.batch,
+    )
     reading = recognise(graph)
     if isinstance(reading, str):
         loop.refusal = f"its body's cell {reading}"
@@ -348,6 +354,17 @@ def _carried(evaluator: Evaluator, products: list[FoundProduct], body: Any) -> l
     feeds = {int(p.product.value): np.zeros((1, p.product.matrix.shape[1]), np.float32) for p in products}
     _, missing = evaluator.run(feeds)
     return [t for t in dict.fromkeys(missing) if t in body.inputs][:MAX_CARRIED]
+
+
+def _joined_values(evaluator: Evaluator, value: str) -> tuple[str, str] | None:
+    """The two values a CONCATENATION on the last axis joins into `value` (TF1's [x, h]), or None."""
+    op = evaluator.producer.get(int(value))
+    if op is None or op.name != "CONCATENATION" or len(op.inputs) != 2 or _option(op.options, 1, "u8", 0):
+        return None
+    rank = len(evaluator.graph.tensors[op.outputs[0]].shape)
+    if int(_option(op.options, 0, "i32", 0)) not in (-1, rank - 1):
+        return None
+    return str(op.inputs[0]), str(op.inputs[1])
 
 
 def _named(evaluator: Evaluator, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
