@@ -23,7 +23,16 @@ from rnnconv.formats._npy import npy_header
 from rnnconv.formats._zip import check_member, crc_guard, open_archive, read_member, stored_start
 from rnnconv.formats.mlx.wire import KIND, MLX_CLASSES, MLX_STACK, NPY, NPZ_KIND, SINCE, STACKED
 from rnnconv.formats.probe import ZIP_MAGIC
-from rnnconv.formats.reading import Found, Settled, StoredCell, nonlinearity_note, read, settle, settle_nonlinearity
+from rnnconv.formats.reading import (
+    Found,
+    Settled,
+    StoredCell,
+    held_grid,
+    nonlinearity_note,
+    read,
+    settle,
+    settle_nonlinearity,
+)
 from rnnconv.safeio.inputs import FileArray, add_guard, regular_file
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import (
@@ -271,6 +280,14 @@ def _chains(modules: list[Module]) -> list[Chain[Module]]:
     taken: set[str] = set()
     chains: list[Chain[Module]] = []
     for base, by_layer in stacks.items():
+        sided = {(k, d) for k, found in by_layer.items() for d in found if d >= 0}
+        if any(d for _, d in sided):  # layers.{k}.1. somewhere: a bidirectional stack, whose every layer has both
+            try:
+                held_grid(f"the MLX stack {base}{MLX_STACK}", sided, 2)
+            except BadInput as exc:
+                for module in (m for found in by_layer.values() for m in found.values()):
+                    module.refusal = module.refusal or str(exc)
+                continue
 
         def layer(k: int, by_layer: dict[int, dict[int, Module]] = by_layer) -> list[Module] | None:
             found = by_layer.get(k, {})
