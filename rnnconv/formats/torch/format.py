@@ -25,13 +25,21 @@ if TYPE_CHECKING:
 
 def _kind(path: Path) -> str:
     from rnnconv.formats.torch.reader import is_safetensors
+    from rnnconv.formats.torch.sharded import is_index
 
+    if is_index(path):
+        return "torch-sharded"
     return "torch-safetensors" if is_safetensors(path) else "torch"
 
 
 @register
 class TorchFormat(Format):
     plugin = PLUGIN
+
+    def locate(self, path: Path) -> Path | None:
+        from rnnconv.formats.torch.sharded import in_folder
+
+        return in_folder(path)
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:

@@ -28,6 +28,7 @@ from rnnconv.errors import BackendMissing, BadInput, listing, no_such_rnn, sever
 from rnnconv.formats import _safetensors
 from rnnconv.formats.reading import Found, StoredCell, held_grid, nonlinearity_note, read, settle_nonlinearity
 from rnnconv.formats.sources import SOURCE_KEY, read_source_records
+from rnnconv.formats.torch import sharded
 from rnnconv.formats.torch.checkpoint import (
     PickledTensor,
     Refused,
@@ -113,17 +114,15 @@ def _torch_tensor(value: Any) -> Tensor | None:
 
 
 def load_state_dict(path: Path) -> StateDict:
-    """Every floating point tensor of a checkpoint, keyed by its dotted path through wrappers."""
+    """Every floating point tensor of a checkpoint (a sharded one's, through its index), keyed by its dotted path
+    through wrappers."""
+    if sharded.is_index(path):
+        return StateDict(sharded.read_shards(path, _safetensors_floats))
     if is_safetensors(path):
-        header, start = _safetensors.read_header(path)
-        out = StateDict()
-        floats = {etype.safetensors for etype in ELEMENT_TYPES.values()}
-        for key in header:
-            if key == "__metadata__" or header[key]["dtype"] not in floats:
-                continue
-            words, etype = _safetensors.tensor_words(path, header, start, key)
-            out[key] = Tensor(words.shape, etype.name, words, etype.name == "bfloat16")
-        out.records = header.get("__metadata__", {})
+        sharded.check_alone(path)
+        header = _safetensors.read_header(path)
+        out = StateDict(_safetensors_floats(path, header))
+        out.records = header[0].get("__metadata__", {})
         return out
     with open(path, "rb") as f:
         head = f.read(32)
@@ -143,6 +142,20 @@ def load_state_dict(path: Path) -> StateDict:
             tensors[key] = tensor
     tensors.wrapped = _wraps(loaded)
     return tensors
+
+
+FLOATS = {etype.safetensors for etype in ELEMENT_TYPES.values()}
+
+
+def _safetensors_floats(path: Path, header: sharded.Header) -> dict[str, Tensor]:
+    """The floating point tensors of a safetensors file (its header checked), still in the file."""
+    found, start = header
+    out = {}
+    for key in found:
+        if key != "__metadata__" and found[key]["dtype"] in FLOATS:
+            words, etype = _safetensors.tensor_words(path, found, start, key)
+            out[key] = Tensor(words.shape, etype.name, words, etype.name == "bfloat16")
+    return out
 
 
 FLOAT_STORAGES = {etype.storage.str if name != "bfloat16" else name: name for name, etype in ELEMENT_TYPES.items()}
