@@ -85,6 +85,7 @@ FAMILIES = (
     "mlx",
     "ncnn",
     "tfjs",
+    "hf_sharded",
     "identify",
     "streaming",
 )
@@ -97,6 +98,7 @@ NEW_FAMILIES = (
     "mlx",
     "ncnn",
     "tfjs",
+    "hf_sharded",
     "onnx_subgraph",
     "onnx_unrolled",
     "onnx_cells",
@@ -114,6 +116,7 @@ SET_FAMILIES = {
     "mlx": mutators.mutate_mlx,
     "ncnn": mutators.mutate_ncnn,
     "tfjs": mutators.mutate_tfjs,
+    "hf_sharded": mutators.mutate_hf_index,
 }
 # What a damaged model is converted to besides a blob: every format rnnconv writes.
 TARGETS = (

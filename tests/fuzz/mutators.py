@@ -2340,3 +2340,57 @@ def mutate_openvino_loops(data: bytes, rng: random.Random) -> bytes:
                 edge.set("from-layer", str(source[0]))
                 edge.set("from-port", str(source[1]))
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+# Hugging Face sharded checkpoints: model.safetensors.index.json (its weight_map) and the shards it names
+
+HF_BAD_SHARDS = [*TFJS_BAD_PATHS, ".", "sub/model.safetensors", "model.safetensors:x", "C:model.safetensors"]
+
+
+def mutate_hf_index(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    """A sharded checkpoint damaged: its weight_map's shards (escaping, absolute, missing, another shard's), tensors
+    left out or added, the index's JSON (cut, nested deep, not UTF-8, not a map), its metadata; a shard's structure
+    damaged, a shard removed or renamed."""
+    doc = json.loads(files[main])
+    mapping = doc["weight_map"]
+    given = dict(mapping)
+    shards = sorted(set(mapping.values()))
+    refuse = False  # a shard gone, the JSON no index: the weight_map changed in any way refuses too
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        op = rng.choice(["path", "moved", "dropped", "added", "metadata", "shard", "shard", "gone", "json"])
+        key = rng.choice(sorted(mapping))
+        if op == "path":
+            mapping[key] = rng.choice(HF_BAD_SHARDS)
+        elif op == "moved" and len(shards) > 1:  # the index gives a shard a tensor it does not hold
+            mapping[key] = rng.choice([s for s in shards if s != mapping[key]])
+        elif op == "dropped":  # its shard holds a tensor the index does not name
+            del mapping[key]
+            if not mapping:
+                break
+        elif op == "added":
+            mapping[rng.choice([long_name(rng), key + ".x", "rnn.weight_ih_l7"])] = rng.choice(shards)
+        elif op == "metadata":
+            doc["metadata"] = rng.choice([*ODD_VALUES, {"total_size": -1}, {"total_size": 2**70}])
+        elif op == "shard" and (present := [s for s in shards if s in files]):
+            name = rng.choice(present)
+            files[name] = mutate_safetensors_structure(files[name], rng)
+        elif op == "gone" and (present := [s for s in shards if s in files]):
+            name = rng.choice(present)
+            data = files.pop(name)
+            if rng.random() < 0.3:
+                files[name.replace("-0000", "-1000")] = data
+            refuse = True
+        elif op == "json":
+            choice = rng.random()
+            if choice < 0.4:
+                doc = {"weight_map": rng.choice(ODD_VALUES)} if rng.random() < 0.5 else rng.choice(ODD_VALUES)
+            elif choice < 0.7:
+                files[main] = json.dumps(doc).encode()[: rng.randrange(8, 200)]
+                return True
+            else:
+                files[main] = b'{"weight_map": ' + b"[" * 200000 + b"]" * 200000 + b"}"
+                return True
+            refuse = True
+            break
+    files[main] = json.dumps(doc, indent=2).encode("utf-8")
+    return refuse or mapping != given

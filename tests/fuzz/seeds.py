@@ -128,6 +128,7 @@ SHIPPED_SETS = {  # fixtures written by the frameworks themselves, with the file
     + ["ncnn/conv_first.param"],
     "mlx": ["mlx/lstm.safetensors", "mlx/encoder.safetensors"],
     "tfjs": ["tfjs/saved/model.json", "tfjs/converted/model.json"],
+    "hf_sharded": ["hf_sharded/lstm/model.safetensors.index.json", "hf_sharded/gru/model.safetensors.index.json"],
 }
 # identify's inputs: a headerless blob, the flags that describe it, and a probe of what its model computes
 IDENTIFY_SEEDS = {
@@ -198,6 +199,12 @@ def files_beside(main: Path, prefix: str = "") -> dict[str, bytes]:
     shards a model.json names), each name given `prefix` (a model.json's shard paths too)."""
     import json
 
+    if main.name.endswith(".index.json"):  # a sharded checkpoint's index: its weight_map names its shards
+        doc = json.loads(main.read_bytes())
+        shards = sorted(set(doc["weight_map"].values()))
+        doc["weight_map"] = {key: prefix + shard for key, shard in doc["weight_map"].items()}
+        beside = {prefix + shard: (main.parent / shard).read_bytes() for shard in shards}
+        return {prefix + main.name: json.dumps(doc).encode(), **beside}
     if main.suffix == ".json":
         doc = json.loads(main.read_bytes())
         shards = [main.parent / p for group in doc["weightsManifest"] for p in group["paths"]]
