@@ -284,9 +284,12 @@ def _chains(modules: list[Module]) -> list[Chain[Module]]:
         if any(d for _, d in sided):  # layers.{k}.1. somewhere: a bidirectional stack, whose every layer has both
             try:
                 held_grid(f"the MLX stack {base}{MLX_STACK}", sided, 2)
-            except BadInput as exc:
-                for module in (m for found in by_layer.values() for m in found.values()):
+            except BadInput as exc:  # one RNN, refused whole: never its layers or directions read apart
+                stack = [by_layer[k][d] for k, d in sorted(sided)]
+                for module in stack:
                     module.refusal = module.refusal or str(exc)
+                chains.append(MlxChain(f"{base}{MLX_STACK}", stack, 2))
+                taken |= {m.prefix for m in stack}
                 continue
 
         def layer(k: int, by_layer: dict[int, dict[int, Module]] = by_layer) -> list[Module] | None:
