@@ -684,7 +684,7 @@ def _tflite_fields(data: bytes) -> list[tuple[int, int]]:
     from pathlib import Path as _Path
 
     from rnnconv.errors import RnnconvError
-    from rnnconv.formats.tflite.flat import Flat
+    from rnnconv.formats._flatbuffer import Flat
 
     found: list[tuple[int, int]] = []
     try:
