@@ -86,6 +86,7 @@ FAMILIES = (
     "ncnn",
     "tfjs",
     "hf_sharded",
+    "executorch",
     "identify",
     "streaming",
 )
@@ -99,6 +100,7 @@ NEW_FAMILIES = (
     "ncnn",
     "tfjs",
     "hf_sharded",
+    "executorch",
     "onnx_subgraph",
     "onnx_unrolled",
     "onnx_cells",
@@ -234,6 +236,7 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         "odd_torch": [n for n in seeds.sources if n.startswith("odd")],
         "onnx": [n for n in seeds.sources if n.endswith(".onnx")],
         "tflite": [n for n in seeds.sources if n.endswith(".tflite")],
+        "executorch": [n for n in seeds.sources if n.endswith(".pte")],
         "keras_config": [
             n for n in seeds.sources if n.endswith((".h5", ".keras")) and "weights" not in n and "payload" not in n
         ],

@@ -718,8 +718,54 @@ def mutate_tflite(data: bytes, rng: random.Random) -> bytes:
     an offset pointed at a string, vector or table of its own (`graft_tflite`)."""
     if rng.random() < 0.3:
         return graft_tflite(data, rng)
+    return mutate_flatbuffer(data, _tflite_fields(data), rng)
+
+
+def _pte_fields(data: bytes) -> list[tuple[int, int]]:
+    """(position, width) of the fields of an ExecuTorch program that its reader acts on: the extended header's, and
+    every slot present in the program, plan, value, tensor, operator, delegate and segment tables, and their vectors'
+    lengths."""
+    from pathlib import Path as _Path
+
+    from rnnconv.errors import RnnconvError
+    from rnnconv.formats._flatbuffer import Flat
+
+    found: list[tuple[int, int]] = [(12, 4), (16, 8), (24, 8), (32, 8)]  # the extended header: length, sizes
+    try:
+        flat = Flat(_Path("seed"), len(data), data)
+        program = flat.root()
+        tables = [program, *program.tables(2), *program.tables(4)]
+        if program.table(5) is not None:
+            tables.append(program.table(5))
+        for plan in program.tables(1):
+            tables += [plan, *plan.tables(6), *plan.tables(7)]
+            for value in plan.tables(2):
+                tables.append(value)
+                tensor = value.table(1) if value.scalar(0, "u8", 0) == 5 else None
+                if tensor is not None:
+                    tables += [tensor, *[t for t in (tensor.table(6), tensor.table(9)) if t is not None]]
+        for table in tables:
+            for slot in range(12):
+                pos = table._field(slot)
+                if pos is not None:
+                    found.append((pos, 4 if pos + 4 <= len(data) else 1))
+                    target = pos + int.from_bytes(data[pos : pos + 4], "little")
+                    if target + 4 <= len(data):
+                        found.append((target, 4))  # a vector's length, when the field is an offset
+    except (RnnconvError, IndexError, ValueError):
+        pass
+    return found
+
+
+def mutate_pte(data: bytes, rng: random.Random) -> bytes:
+    """An ExecuTorch program damaged where its reader looks, as `mutate_tflite` damages a .tflite: its extended
+    header, a table's field or a vector's length set to an odd value, the file cut, a region copied over."""
+    return mutate_flatbuffer(data, _pte_fields(data), rng)
+
+
+def mutate_flatbuffer(data: bytes, fields: list[tuple[int, int]], rng: random.Random) -> bytes:
+    """A flatbuffer's `fields` (position, width) set to odd values, the file cut, or a region copied over."""
     out = bytearray(data)
-    fields = _tflite_fields(data)
     for _ in range(rng.choice([1, 1, 2, 3])):
         choice = rng.random()
         if fields and choice < 0.75:
@@ -763,6 +809,8 @@ def mutate_file(name: str, data: bytes, rng: random.Random) -> bytes:
         return mutate_onnx(data, rng)
     if name.endswith(".tflite"):
         return mutate_tflite(data, rng)
+    if name.endswith(".pte"):
+        return mutate_pte(data, rng)
     if data.startswith(b"PK\x03\x04"):
         return mutate_torch_zip(data, rng)
     return mutate_pickle(data, rng)

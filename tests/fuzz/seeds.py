@@ -81,6 +81,12 @@ TFLITE_SEEDS = [
     "tflite/loop_tfk_gru.tflite",
     "tflite/loop_tfk_birnn.tflite",
 ]
+EXECUTORCH_SEEDS = [
+    "executorch/lstm_portable.pte",
+    "executorch/lstm_xnnpack.pte",
+    "executorch/gru_portable.pte",
+    "executorch/tagger_portable.pte",
+]
 
 OPENVINO_LOOP_SEEDS = [  # with the .bin beside each
     "openvino/keras_lstm_loop.xml",
@@ -296,7 +302,7 @@ def prepare(work: Path) -> Seeds:
 
     seeds = Seeds()
     work.mkdir(parents=True, exist_ok=True)
-    for name in KERAS_SEEDS + TORCH_SEEDS + ONNX_SEEDS + TFLITE_SEEDS + OPENVINO_LOOP_SEEDS:
+    for name in KERAS_SEEDS + TORCH_SEEDS + ONNX_SEEDS + TFLITE_SEEDS + EXECUTORCH_SEEDS + OPENVINO_LOOP_SEEDS:
         target = work / name.replace("/", "__")
         shutil.copy(FIXTURES / name, target)
         seeds.sources[target.name] = target
