@@ -69,17 +69,21 @@ def load(path: Path) -> Program:
     flat = Flat(path, size, what=WHAT)
     if size < HEADER_AT or flat.read(4, 4) != IDENTIFIER:
         raise flat.damaged(f"it has no {IDENTIFIER.decode()} identifier")
-    program_size, segment_base = size, 0
+    program_size, segment_base, segment_data = size, 0, 0
     if size >= HEADER_AT + HEADER_LEAST and flat.read(HEADER_AT, 4) == HEADER_MAGIC:
         length, program_size, segment_base = struct.unpack("<IQQ", flat.read(HEADER_AT + 4, 20))
-        if length < HEADER_LEAST or not 0 < program_size <= size or segment_base > size:
-            raise flat.damaged("its extended header points outside the file")
+        if length >= HEADER_LEAST + 8:  # the segment data's size, where the header has it
+            (segment_data,) = struct.unpack("<Q", flat.read(HEADER_AT + HEADER_LEAST, 8))
+        if length < HEADER_LEAST or not 0 < program_size <= size or segment_base + segment_data > size:
+            raise flat.damaged("its extended header points outside the file (truncated or corrupt)")
     body = Flat(path, program_size, what=WHAT)
     root = body.root()
     segments = [
         (s.scalar(SEGMENT["offset"], "u64", 0), s.scalar(SEGMENT["size"], "u64", 0))
         for s in root.tables(PROGRAM["segments"])
     ]
+    if any(segment_base + start + length > size for start, length in segments):
+        raise flat.damaged("a segment lies outside the file (truncated or corrupt)")
     buffers = root.tables(PROGRAM["constant_buffer"])
     constant_segment = root.table(PROGRAM["constant_segment"])
     offsets = (constant_segment.u64s(SUBSEGMENTS["offsets"]) or []) if constant_segment else []
@@ -94,9 +98,8 @@ def load(path: Path) -> Program:
             return
         if segment_index >= len(segments) or index >= len(offsets):
             raise flat.damaged(f"{where} names constant {index}, which its constant segment does not hold")
-        start, length = segments[segment_index]
-        if offsets[index] + nbytes > length or segment_base + start + length > size:
-            raise flat.damaged(f"{where}'s bytes lie outside the file (truncated or corrupt)")
+        if offsets[index] + nbytes > segments[segment_index][1]:
+            raise flat.damaged(f"{where}'s bytes lie outside its segment (corrupt)")
 
     methods = []
     for plan in root.tables(PROGRAM["execution_plan"]):
