@@ -70,7 +70,7 @@ def test_a_damaged_program_gives_one_sentence(name, tmp_path):
     for kind, damaged in _damaged(data):
         path = tmp_path / f"damaged{len(damaged)}.pte"
         path.write_bytes(damaged)
-        with pytest.raises(BadInput, match="is not a readable ExecuTorch program|is an ExecuTorch program with no"):
+        with pytest.raises(BadInput, match="is not a readable ExecuTorch program"):
             rnnconv.inspect(path)
         result = run_cli("inspect", path)
         assert result.returncode == 2 and "Traceback" not in result.stderr, (kind, result.stderr)
