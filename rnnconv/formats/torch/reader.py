@@ -371,8 +371,8 @@ def to_canonical(rnn: TorchRNN, source: Provenance, nonlinearity: str | None = N
         cell_names = sorted(rnn.keys[slot] for slot in t if slot[1] is None)
         if cell_names:
             raise BadInput(f"{what}: {listing(cell_names)} are a cell's names, beside a layer's")
-        held = {(layer, direction) for (_, layer, direction) in t if layer is not None}  # all of them, as said
-        num_layers, bidirectional = held_grid(what, held)
+        cells = {(layer, direction) for (_, layer, direction) in t if layer is not None}  # all of them, as said
+        num_layers, bidirectional = held_grid(what, cells)
         layers = list(range(num_layers))
     for role in ("input_matrix", "recurrent_matrix"):
         if (role, first, 0) not in t:
