@@ -203,3 +203,11 @@ def test_a_folder_of_two_checkpoints_asks_which(tmp_path):
     shutil.copy(folder / "a.safetensors.index.json", folder / "b.safetensors.index.json")
     assert_clean_failure(run_cli("inspect", folder), 2, "holds the indexes of 2 sharded checkpoints", "give the one")
     assert_clean_failure(run_cli("inspect", tmp_path), 2, "is a directory, not a model file")
+
+
+def test_into_a_sharded_checkpoint_is_refused(tmp_path):
+    blob = tmp_path / "gru.bin"
+    assert run_cli("convert", SHARDED / "gru", blob).returncode == 0
+    result = run_cli("convert", blob, tmp_path / "patched.pt", "--into", SHARDED / "gru")
+    assert_clean_failure(result, 2, "is a sharded checkpoint's index", "a state_dict of its own")
+    assert not (tmp_path / "patched.pt").exists()
