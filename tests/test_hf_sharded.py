@@ -180,6 +180,10 @@ DAMAGED = {
         lambda f: _edit_index(f, lambda m: m.update({"head.bias": "../model-00002-of-00002.safetensors"})),
         "which is no plain file name",
     ),
+    "a torch.save shard": (
+        lambda f: torch.save({"head.bias": torch.zeros(7)}, f / "model-00002-of-00002.safetensors"),
+        "which is no safetensors file",
+    ),
     "no weight_map": (lambda f: (f / INDEX).write_text('{"weight_map": [1, 2]}'), "does not map names to shards"),
     "not JSON": (lambda f: (f / INDEX).write_text('{"weight_map": {'), "it is not valid JSON"),
 }

@@ -62,6 +62,12 @@ def read_shards(index: Path, read: Callable[[Path, Header], dict[str, Any]]) -> 
     for shard in sorted(given):
         if not os.path.lexists(shard):
             raise BadInput(f"{index} names shard {shard.name}, which is not beside it (the checkpoint is incomplete)")
+        if Probe(shard).safetensors_metadata is None:
+            raise BadInput(
+                f"{index} names shard {shard.name}, which is no safetensors file: rnnconv reads sharded safetensors "
+                f"checkpoints (shards torch.save wrote, older transformers' pytorch_model-*.bin, it does not: load "
+                f"the model and save_pretrained it again)"
+            )
         header, start = _safetensors.read_header(shard)
         add_guard(unchanged(shard))  # part of the source: one that changes while it is read commits nothing
         held = set(header) - {"__metadata__"}

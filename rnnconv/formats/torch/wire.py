@@ -52,7 +52,7 @@ WEIGHT_MAP: Final = "weight_map"
 INDEX_ENDING: Final = ".index.json"
 SHARD_NAME: Final = re.compile(r"^(?P<stem>.+)-(?P<number>\d{5})-of-(?P<count>\d{5})(?P<ending>\.\w+)$")
 # The checkpoint a save_pretrained folder holds, as the folder names it (sharded first): what the folder stands for.
-FOLDER_CHECKPOINTS: Final = ("model.safetensors.index.json", "model.safetensors")
+FOLDER_CHECKPOINTS: Final = ("model.safetensors.index.json", "model.safetensors", "pytorch_model.bin")
 INDEX_SNIFF_BYTES = 1 << 16  # how much of a .json is looked at for an index's weight_map
 
 
