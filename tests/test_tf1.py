@@ -312,8 +312,8 @@ DAMAGED = {
     "integer kernel": "its tensors are of types float32, int32",
     "wrong shape": "has shape [7, 16], but an input of 4 and hidden size 4 need [8, n]",
     "bias missing": "bias is missing",
-    "layer missing": "lacks the tensors of layer 1",
-    "layer numbered absurdly": "lacks the tensors of layer 1",
+    "layer missing": "less layer 1 (its parameters stop short",
+    "layer numbered absurdly": "more than the 1024 layers an RNN may have",
     "unknown tensor": "which no tf.contrib.cudnn_rnn layer saves",
 }
 

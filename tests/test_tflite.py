@@ -33,8 +33,8 @@ from rnnconv.core.contracts import Provenance, Report
 from rnnconv.core.reference import forward
 from rnnconv.errors import BadInput, RnnconvError, Unsupported
 from rnnconv.formats import registry
+from rnnconv.formats._flatbuffer import Flat
 from rnnconv.formats.tflite.builder import Constant, write_graph
-from rnnconv.formats.tflite.flat import Flat
 from rnnconv.formats.tflite.model import TfliteFile
 from rnnconv.formats.tflite.wire import TFLITE_ACTIVATIONS, TFLITE_LSTM_INPUTS
 from rnnconv.formats.tflite.writer import graph_of

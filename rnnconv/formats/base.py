@@ -113,7 +113,8 @@ class Format(ABC):
         return max((len(e) for e in endings if name.endswith(e) and len(name) > len(e)), default=0)
 
     def locate(self, path: Path) -> Path | None:
-        """The file of this format that a name which is no file stands for (a TF checkpoint's prefix), or None."""
+        """The file of this format that a name which is no file stands for (a TF checkpoint's prefix, a folder), or
+        None."""
         return None
 
     def claims(self, probe: Probe) -> bool:

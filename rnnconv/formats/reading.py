@@ -20,9 +20,9 @@ from typing import Any
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec, StoredAs
 from rnnconv.core.contracts import Provenance
-from rnnconv.errors import BadInput, Unsupported
+from rnnconv.errors import BadInput, Unsupported, listing
 from rnnconv.table.apply import check_shapes, gate_loaders, mode_for, stored_shapes
-from rnnconv.table.constants import NONLINEARITIES
+from rnnconv.table.constants import DIRECTION_WORDS, MAX_LAYERS, NONLINEARITIES
 from rnnconv.table.layouts import DEFAULT_BIAS_SPLIT, Fetch
 from rnnconv.table.rows import Row
 
@@ -94,6 +94,31 @@ def nonlinearity_note(name: str, settled: Settled, row: Row, holder: str) -> lis
     stated = settled.how["activation"] == STATED
     how = "stated with --nonlinearity" if stated else "assumed (state it with --nonlinearity)"
     return [f"{name}: nonlinearity {settled.setting(row, 'activation')}, {how}: {holder} does not store it"]
+
+
+def held_grid(name: str, held: Iterable[tuple[int, int]], directions: int | None = None) -> tuple[int, bool]:
+    """The layers and directions of an RNN that its file's keys give (not a config): `held`, the (layer, direction)
+    cells it holds tensors of, must be every layer from 0 with the same directions each (`directions` where the file
+    states them), else the RNN is refused: parameters that stop short (a shard of a checkpoint, a state_dict cut
+    down) are never read as a smaller RNN. Its layer count and whether it is bidirectional."""
+    cells = set(held)
+    num_layers = 1 + max(layer for layer, _ in cells)
+    if num_layers > MAX_LAYERS:
+        raise BadInput(f"{name} names layer {num_layers - 1}: more than the {MAX_LAYERS} layers an RNN may have")
+    sides = directions or (2 if any(direction for _, direction in cells) else 1)
+    missing = [(k, d) for k in range(num_layers) for d in range(sides) if (k, d) not in cells]
+    if missing:
+        said = []
+        for k in sorted({k for k, _ in missing}):
+            gone = [d for m, d in missing if m == k]
+            said.append(f"layer {k}" if len(gone) == sides else f"layer {k}'s {DIRECTION_WORDS[gone[0]]} direction")
+        shape = f"{num_layers}-layer{' bidirectional' if sides == 2 else ''}"
+        raise BadInput(
+            f"{name} is incomplete: its tensors are those of a {shape} RNN less {listing(said)} (its parameters "
+            f"stop short: a shard of a sharded checkpoint, or a state_dict cut down), and rnnconv never reads the "
+            f"rest as a smaller RNN; give the whole checkpoint"
+        )
+    return num_layers, sides == 2
 
 
 @dataclass(frozen=True)

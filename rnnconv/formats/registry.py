@@ -110,8 +110,8 @@ def for_kind(kind: str) -> Format:
 
 
 def source_file(path: Path) -> Path:
-    """The file a source argument names: itself, or the file a format finds for a name that is no file."""
-    if os.path.lexists(path):
+    """The file a source argument names: itself, or the file a format finds for a name that is no file (a folder)."""
+    if os.path.lexists(path) and not os.path.isdir(path):
         return path
     for fmt in formats():
         found = fmt.locate(path)

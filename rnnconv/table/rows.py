@@ -240,6 +240,11 @@ RESET_BEFORE = (
 
 TFJS_RESET_BEFORE = f"TensorFlow.js's GRUCell has no reset_after=True: it {RESET_BEFORE}"
 
+EXECUTORCH_UNNAMED = (
+    "an ExecuTorch program keeps its constants without names, so nothing in it says which is an input or a recurrent "
+    "matrix, of which layer and direction: convert the checkpoint it was exported from instead"
+)
+
 # One row per line: the table is read as a table.
 # fmt: off
 TABLE: tuple[Row, ...] = (
@@ -284,6 +289,14 @@ TABLE: tuple[Row, ...] = (
     Row("torch", "GRUCell", "gru", GRU_GATES, MATRIX_ROWS, BIAS_SEPARATE, TORCH_CELL_NAMES, GRU_MODES, FIXED),
     Row("torch", "RNNCell", "rnn", RNN_GATES, MATRIX_ROWS, BIAS_SEPARATE, TORCH_CELL_NAMES, RNN_MODES,
         TORCH_RNN_DEFAULTS, unstored=ACTIVATION),
+    # --- ExecuTorch: torch.export lifts nn.LSTM/GRU/RNN's parameters as they are, PyTorch's layout, into a program's
+    # constants, which keep no names (a delegated program's weights lie in its delegate's payloads): listed, refused.
+    Row("executorch", "LSTM", "lstm", LSTM_GATES, MATRIX_ROWS, BIAS_SEPARATE, TORCH_LAYER_NAMES, LSTM_MODES, FIXED,
+        refusal=EXECUTORCH_UNNAMED),
+    Row("executorch", "GRU", "gru", GRU_GATES, MATRIX_ROWS, BIAS_SEPARATE, TORCH_LAYER_NAMES, GRU_MODES, FIXED,
+        refusal=EXECUTORCH_UNNAMED),
+    Row("executorch", "RNN", "rnn", RNN_GATES, MATRIX_ROWS, BIAS_SEPARATE, TORCH_LAYER_NAMES, RNN_MODES,
+        TORCH_RNN_DEFAULTS, refusal=EXECUTORCH_UNNAMED, unstored=ACTIVATION),
     # --- ONNX (opset 7+): W [D, G*H, in], R [D, G*H, H], B [D, 2*G*H] = [Wb, Rb]; one direction's slice d.
     Row("onnx", "LSTM", "lstm", ONNX_LSTM_GATES, MATRIX_ROWS, BIAS_CONCATENATED, ONNX_NAMES, LSTM_MODES,
         ONNX_GATED_DEFAULTS, requires=GATED),

@@ -87,6 +87,8 @@ FAMILIES = (
     "mlx",
     "ncnn",
     "tfjs",
+    "hf_sharded",
+    "executorch",
     "identify",
     "streaming",
 )
@@ -99,6 +101,8 @@ NEW_FAMILIES = (
     "mlx",
     "ncnn",
     "tfjs",
+    "hf_sharded",
+    "executorch",
     "onnx_subgraph",
     "onnx_unrolled",
     "onnx_cells",
@@ -118,6 +122,7 @@ SET_FAMILIES = {
     "mlx": mutators.mutate_mlx,
     "ncnn": mutators.mutate_ncnn,
     "tfjs": mutators.mutate_tfjs,
+    "hf_sharded": mutators.mutate_hf_index,
 }
 # What a damaged model is converted to besides a blob: every format rnnconv writes.
 TARGETS = (
@@ -245,6 +250,7 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         "odd_torch": [n for n in seeds.sources if n.startswith("odd")],
         "onnx": [n for n in seeds.sources if n.endswith(".onnx")],
         "tflite": [n for n in seeds.sources if n.endswith(".tflite")],
+        "executorch": [n for n in seeds.sources if n.endswith(".pte")],
         "keras_config": [
             n for n in seeds.sources if n.endswith((".h5", ".keras")) and "weights" not in n and "payload" not in n
         ],

@@ -684,7 +684,7 @@ def _tflite_fields(data: bytes) -> list[tuple[int, int]]:
     from pathlib import Path as _Path
 
     from rnnconv.errors import RnnconvError
-    from rnnconv.formats.tflite.flat import Flat
+    from rnnconv.formats._flatbuffer import Flat
 
     found: list[tuple[int, int]] = []
     try:
@@ -718,8 +718,54 @@ def mutate_tflite(data: bytes, rng: random.Random) -> bytes:
     an offset pointed at a string, vector or table of its own (`graft_tflite`)."""
     if rng.random() < 0.3:
         return graft_tflite(data, rng)
+    return mutate_flatbuffer(data, _tflite_fields(data), rng)
+
+
+def _pte_fields(data: bytes) -> list[tuple[int, int]]:
+    """(position, width) of the fields of an ExecuTorch program that its reader acts on: the extended header's, and
+    every slot present in the program, plan, value, tensor, operator, delegate and segment tables, and their vectors'
+    lengths."""
+    from pathlib import Path as _Path
+
+    from rnnconv.errors import RnnconvError
+    from rnnconv.formats._flatbuffer import Flat
+
+    found: list[tuple[int, int]] = [(12, 4), (16, 8), (24, 8), (32, 8)]  # the extended header: length, sizes
+    try:
+        flat = Flat(_Path("seed"), len(data), data)
+        program = flat.root()
+        tables = [program, *program.tables(2), *program.tables(4)]
+        if program.table(5) is not None:
+            tables.append(program.table(5))
+        for plan in program.tables(1):
+            tables += [plan, *plan.tables(6), *plan.tables(7)]
+            for value in plan.tables(2):
+                tables.append(value)
+                tensor = value.table(1) if value.scalar(0, "u8", 0) == 5 else None
+                if tensor is not None:
+                    tables += [tensor, *[t for t in (tensor.table(6), tensor.table(9)) if t is not None]]
+        for table in tables:
+            for slot in range(12):
+                pos = table._field(slot)
+                if pos is not None:
+                    found.append((pos, 4 if pos + 4 <= len(data) else 1))
+                    target = pos + int.from_bytes(data[pos : pos + 4], "little")
+                    if target + 4 <= len(data):
+                        found.append((target, 4))  # a vector's length, when the field is an offset
+    except (RnnconvError, IndexError, ValueError):
+        pass
+    return found
+
+
+def mutate_pte(data: bytes, rng: random.Random) -> bytes:
+    """An ExecuTorch program damaged where its reader looks, as `mutate_tflite` damages a .tflite: its extended
+    header, a table's field or a vector's length set to an odd value, the file cut, a region copied over."""
+    return mutate_flatbuffer(data, _pte_fields(data), rng)
+
+
+def mutate_flatbuffer(data: bytes, fields: list[tuple[int, int]], rng: random.Random) -> bytes:
+    """A flatbuffer's `fields` (position, width) set to odd values, the file cut, or a region copied over."""
     out = bytearray(data)
-    fields = _tflite_fields(data)
     for _ in range(rng.choice([1, 1, 2, 3])):
         choice = rng.random()
         if fields and choice < 0.75:
@@ -763,6 +809,8 @@ def mutate_file(name: str, data: bytes, rng: random.Random) -> bytes:
         return mutate_onnx(data, rng)
     if name.endswith(".tflite"):
         return mutate_tflite(data, rng)
+    if name.endswith(".pte"):
+        return mutate_pte(data, rng)
     if data.startswith(b"PK\x03\x04"):
         return mutate_torch_zip(data, rng)
     return mutate_pickle(data, rng)
@@ -2340,3 +2388,70 @@ def mutate_openvino_loops(data: bytes, rng: random.Random) -> bytes:
                 edge.set("from-layer", str(source[0]))
                 edge.set("from-port", str(source[1]))
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+# Hugging Face sharded checkpoints: model.safetensors.index.json (its weight_map) and the shards it names
+
+HF_BAD_SHARDS = [*TFJS_BAD_PATHS, ".", "sub/model.safetensors", "model.safetensors:x", "C:model.safetensors"]
+
+
+def mutate_hf_index(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    """A sharded checkpoint damaged: its weight_map's shards (escaping, absolute, missing, another shard's), tensors
+    left out or added, the index's JSON (cut, nested deep, not UTF-8, not a map), its metadata; a shard's structure
+    damaged, a shard removed or renamed."""
+    doc = json.loads(files[main])
+    mapping = doc["weight_map"]
+    shards = sorted(set(mapping.values()))
+    # the JSON no index, or an index and shards that disagree (unless a shard's structure was changed, which may
+    # agree again: a tensor it lost that the index no longer names, the RNN it was part of listed as incomplete)
+    refuse = shard_changed = False
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        op = rng.choice(["path", "moved", "dropped", "added", "metadata", "shard", "shard", "gone", "json"])
+        key = rng.choice(sorted(mapping))
+        if op == "path":
+            mapping[key] = rng.choice(HF_BAD_SHARDS)
+        elif op == "moved" and len(shards) > 1:  # the index gives a shard a tensor it does not hold
+            mapping[key] = rng.choice([s for s in shards if s != mapping[key]])
+        elif op == "dropped":  # its shard holds a tensor the index does not name
+            del mapping[key]
+            if not mapping:
+                break
+        elif op == "added":
+            mapping[rng.choice([long_name(rng), key + ".x", "rnn.weight_ih_l7"])] = rng.choice(shards)
+        elif op == "metadata":
+            doc["metadata"] = rng.choice([*ODD_VALUES, {"total_size": -1}, {"total_size": 2**70}])
+        elif op == "shard" and not shard_changed and (present := [s for s in shards if s in files]):
+            name = rng.choice(present)  # once: its header may no longer be one the mutator can parse
+            files[name] = mutate_safetensors_structure(files[name], rng)
+            shard_changed = True
+        elif op == "gone" and (present := [s for s in shards if s in files]):
+            name = rng.choice(present)
+            data = files.pop(name)
+            if rng.random() < 0.3:
+                files[name.replace("-0000", "-1000")] = data
+        elif op == "json":
+            choice = rng.random()
+            if choice < 0.4:
+                doc = {"weight_map": rng.choice(ODD_VALUES)} if rng.random() < 0.5 else rng.choice(ODD_VALUES)
+            elif choice < 0.7:
+                files[main] = json.dumps(doc).encode()[: rng.randrange(8, 200)]
+                return True
+            else:
+                files[main] = b'{"weight_map": ' + b"[" * 200000 + b"]" * 200000 + b"}"
+                return True
+            refuse = True
+            break
+    files[main] = json.dumps(doc, indent=2).encode("utf-8")
+    return refuse or (not shard_changed and not _shards_agree(files, mapping))
+
+
+def _shards_agree(files: dict[str, bytes], mapping: dict[str, str]) -> bool:
+    """Whether every shard a weight_map names is there and holds exactly the tensors it gives that shard."""
+    for shard in set(mapping.values()):
+        if shard not in files:
+            return False
+        (length,) = struct.unpack("<Q", files[shard][:8])
+        held = set(json.loads(files[shard][8 : 8 + length])) - {"__metadata__"}
+        if held != {key for key, named in mapping.items() if named == shard}:
+            return False
+    return bool(mapping)

@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
 
 # Each format's seeds are its facts' (tests/facts).
-KERAS_SEEDS, TORCH_SEEDS, ONNX_SEEDS, TFLITE_SEEDS, TF1_SEEDS = (
-    SEEDS[name] for name in ("keras", "torch", "onnx", "tflite", "tf1")
+KERAS_SEEDS, TORCH_SEEDS, ONNX_SEEDS, TFLITE_SEEDS, TF1_SEEDS, EXECUTORCH_SEEDS = (
+    SEEDS[name] for name in ("keras", "torch", "onnx", "tflite", "tf1", "executorch")
 )
 OPENVINO_LOOP_SEEDS = openvino.LOOP_SEEDS
 
@@ -54,6 +54,7 @@ SHIPPED_SETS = {  # fixtures written by the frameworks themselves, with the file
     + ["ncnn/conv_first.param"],
     "mlx": ["mlx/lstm.safetensors", "mlx/encoder.safetensors"],
     "tfjs": ["tfjs/saved/model.json", "tfjs/converted/model.json"],
+    "hf_sharded": ["hf_sharded/lstm/model.safetensors.index.json", "hf_sharded/gru/model.safetensors.index.json"],
 }
 # identify's inputs: a headerless blob, the flags that describe it, and a probe of what its model computes
 IDENTIFY_SEEDS = {
@@ -124,6 +125,12 @@ def files_beside(main: Path, prefix: str = "") -> dict[str, bytes]:
     shards a model.json names), each name given `prefix` (a model.json's shard paths too)."""
     import json
 
+    if main.name.endswith(".index.json"):  # a sharded checkpoint's index: its weight_map names its shards
+        doc = json.loads(main.read_bytes())
+        shards = sorted(set(doc["weight_map"].values()))
+        doc["weight_map"] = {key: prefix + shard for key, shard in doc["weight_map"].items()}
+        beside = {prefix + shard: (main.parent / shard).read_bytes() for shard in shards}
+        return {prefix + main.name: json.dumps(doc).encode(), **beside}
     if main.suffix == ".json":
         doc = json.loads(main.read_bytes())
         shards = [main.parent / p for group in doc["weightsManifest"] for p in group["paths"]]
@@ -215,7 +222,7 @@ def prepare(work: Path) -> Seeds:
 
     seeds = Seeds()
     work.mkdir(parents=True, exist_ok=True)
-    for name in KERAS_SEEDS + TORCH_SEEDS + ONNX_SEEDS + TFLITE_SEEDS + OPENVINO_LOOP_SEEDS:
+    for name in KERAS_SEEDS + TORCH_SEEDS + ONNX_SEEDS + TFLITE_SEEDS + EXECUTORCH_SEEDS + OPENVINO_LOOP_SEEDS:
         target = work / name.replace("/", "__")
         shutil.copy(FIXTURES / name, target)
         seeds.sources[target.name] = target

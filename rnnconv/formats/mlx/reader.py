@@ -23,7 +23,16 @@ from rnnconv.formats._npy import npy_header
 from rnnconv.formats._zip import check_member, crc_guard, open_archive, read_member, stored_start
 from rnnconv.formats.mlx.wire import KIND, MLX_CLASSES, MLX_STACK, NPY, NPZ_KIND, SINCE, STACKED
 from rnnconv.formats.probe import ZIP_MAGIC
-from rnnconv.formats.reading import Found, Settled, StoredCell, nonlinearity_note, read, settle, settle_nonlinearity
+from rnnconv.formats.reading import (
+    Found,
+    Settled,
+    StoredCell,
+    held_grid,
+    nonlinearity_note,
+    read,
+    settle,
+    settle_nonlinearity,
+)
 from rnnconv.safeio.inputs import FileArray, add_guard, regular_file
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import (
@@ -273,7 +282,26 @@ def _chains(modules: list[Module]) -> list[Chain[Module]]:
         return _same_stack(layer, layer) and layer[-1].input_size == layer[0].input_size
 
     chains: list[Chain[Module]] = []
-    for base, layers in stacked(modules, placed, first, _same_stack):
+    refused = set()
+    sides: dict[str, dict[tuple[int, int], Module]] = {}
+    for module in modules:
+        place = placed(module)
+        if place is not None and place[2] is not None:
+            sides.setdefault(place[0], {})[place[1], place[2]] = module
+    for base, by_place in sides.items():
+        if not any(
+            d for _, d in by_place
+        ):  # layers.{k}.1. somewhere: a bidirectional stack, whose every layer has both
+            continue
+        try:
+            held_grid(f"the MLX stack {base}{MLX_STACK}", set(by_place), 2)
+        except BadInput as exc:  # one RNN, refused whole: never its layers or directions read apart
+            stack = [by_place[p] for p in sorted(by_place)]
+            for module in stack:
+                module.refusal = module.refusal or str(exc)
+            chains.append(MlxChain(f"{base}{MLX_STACK}", stack, 2))
+            refused |= {m.prefix for m in stack}
+    for base, layers in stacked([m for m in modules if m.prefix not in refused], placed, first, _same_stack):
         chains.append(MlxChain(f"{base}{MLX_STACK}", [m for layer in layers for m in layer], len(layers[0])))
     taken = {m.prefix for chain in chains for m in chain.layers}
     return chains + [MlxChain(m.name, [m]) for m in modules if m.prefix not in taken]

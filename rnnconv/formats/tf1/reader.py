@@ -15,7 +15,7 @@ import numpy as np
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance, RNNSizes
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing, several_rnns
-from rnnconv.formats.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
+from rnnconv.formats.reading import Found, StoredCell, held_grid, nonlinearity_note, read, settle_nonlinearity
 from rnnconv.formats.settings import ReadOptions
 from rnnconv.formats.tf1.tensor_bundle import Checkpoint
 from rnnconv.formats.tf1.wire import TF1_BIDIRECTIONAL, TF1_CELLS, TF1_DIRECTIONS, TF1_OPAQUE, TF1_UNIDIRECTIONAL
@@ -192,13 +192,7 @@ def to_canonical(
             f"it holds {rnn.unknown[0]}, which no tf.contrib.cudnn_rnn layer saves (a projection, or another cell)"
         )
     row = rnn.row
-    cells = sorted(rnn.tensors)
-    num_layers = 1 + max(layer for layer, _ in cells)
-    directions = 2 if rnn.bidirectional else 1
-    if len(cells) != num_layers * directions:  # a layer's cell numbers are 0..L-1, each with every direction
-        missing = next((k, d) for k in range(num_layers) for d in range(directions) if (k, d) not in rnn.tensors)
-        side = f" ({TF1_DIRECTIONS[missing[1]]})" if directions == 2 else ""
-        raise BadInput(f"{what} lacks the tensors of layer {missing[0]}{side}")
+    num_layers, _ = held_grid(what, rnn.tensors, 2 if rnn.bidirectional else 1)
     settled = settle_nonlinearity(
         row,
         options.nonlinearity,

@@ -38,7 +38,7 @@ from rnnconv.formats._cells import (
     recognise,
     run_ops,
 )
-from rnnconv.formats.tflite.flat import Table
+from rnnconv.formats._flatbuffer import Table
 from rnnconv.formats.tflite.wire import UNSET
 from rnnconv.table.constants import CUDNN_MODES
 

@@ -13,9 +13,9 @@ import numpy as np
 
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import sources
+from rnnconv.formats._flatbuffer import Flat, Table
 from rnnconv.formats._graph import Chain, Graph, chained, same_rnn
 from rnnconv.formats.streaming import STREAM_INPUT
-from rnnconv.formats.tflite.flat import Flat, Table
 from rnnconv.formats.tflite.loops import Loop, find_loops, grouped, kind_of
 from rnnconv.formats.tflite.wire import (
     BIDIRECTIONAL_LSTM,
@@ -139,7 +139,7 @@ class TfliteFile(Graph[Layer]):
             raise BadInput(f"{path} is not a readable TFLite model: it has {size} bytes")
         if size > TFLITE_FLATBUFFER_LIMIT:
             raise Unsupported(f"{path} has {size} bytes: rnnconv reads TFLite models of at most 2 GiB")
-        flat = Flat(path, size)
+        flat = Flat(path, size, what="TFLite model")
         if flat.read(4, 4) != TFLITE_IDENTIFIER:
             raise BadInput(f"{path} is not a TFLite model (no {TFLITE_IDENTIFIER.decode()} identifier)")
         model = flat.root()

@@ -1,4 +1,5 @@
-"""PyTorch: `torch.save` checkpoints (`.pt`, `.pth`, `.bin`) and `.safetensors` state_dicts.
+"""PyTorch: `torch.save` checkpoints (`.pt`, `.pth`, `.bin`), `.safetensors` state_dicts, and Hugging Face's sharded
+safetensors (`model.safetensors.index.json` and its shards, or the folder holding them).
 
 Reading (`reader`) needs torch only for `torch.save` files (always `weights_only`);
 safetensors need no torch. Writing (`writer`) and running a source for verify
@@ -14,15 +15,20 @@ PLUGIN = Plugin(
     info=FormatInfo(
         "torch",
         "PyTorch",
-        {"torch": "torch.save checkpoint", "torch-safetensors": "safetensors state_dict"},
-        read_help=".pt/.pth/.bin from torch.save, or a .safetensors state_dict",
+        {
+            "torch": "torch.save checkpoint",
+            "torch-safetensors": "safetensors state_dict",
+            "torch-sharded": "sharded safetensors checkpoint (its index)",
+        },
+        read_help=".pt/.pth/.bin from torch.save, a .safetensors state_dict, or a sharded checkpoint's "
+        "model.safetensors.index.json (or the save_pretrained folder holding it)",
         write_help="ckpt.pt or ckpt.pth (torch.save), or a .safetensors state_dict (with --to torch)",
         read_note="Checkpoints load with torch.load(weights_only=True): nothing but tensors is ever unpickled. "
         "RNNs are found by their parameter names; mode, sizes, layers, directions and projection "
         "come from names and shapes.",
         write_note="The state_dict of nn.LSTM / nn.GRU / nn.RNN; the module call whose load_state_dict "
         "takes it is printed.",
-        read_suffixes=(".pt", ".pth", ".bin", ".safetensors"),
+        read_suffixes=(".pt", ".pth", ".bin", ".safetensors", ".safetensors.index.json"),
         write_suffixes=(".pt", ".pth", ".bin", ".safetensors"),
         default_for=(".pt", ".pth"),
         source_options=("nonlinearity",),

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rnnconv.core.contracts import InspectEntry, InspectReport, Provenance
+from rnnconv.errors import Unsupported
 from rnnconv.formats.base import Format, Written
 from rnnconv.formats.registry import register
 from rnnconv.formats.settings import ReadOptions, WriteOptions
@@ -25,13 +26,21 @@ if TYPE_CHECKING:
 
 def _kind(path: Path) -> str:
     from rnnconv.formats.torch.reader import is_safetensors
+    from rnnconv.formats.torch.sharded import is_index
 
+    if is_index(path):
+        return "torch-sharded"
     return "torch-safetensors" if is_safetensors(path) else "torch"
 
 
 @register
 class TorchFormat(Format):
     plugin = PLUGIN
+
+    def locate(self, path: Path) -> Path | None:
+        from rnnconv.formats.torch.sharded import in_folder
+
+        return in_folder(path)
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
@@ -74,8 +83,14 @@ class TorchFormat(Format):
     def write_into(
         self, rnns: list[CanonicalRNN], model: Path, path: Path, layer: str | None, options: WriteOptions
     ) -> Written:
+        from rnnconv.formats.torch.sharded import is_index
         from rnnconv.formats.torch.writer import bin_warning, patch_checkpoint
 
+        if is_index(model):
+            raise Unsupported(
+                f"--into writes a copy of one checkpoint file, and {model} is a sharded checkpoint's index: write the "
+                f"RNN as a state_dict of its own (OUT.safetensors) and load it into the model beside the shards"
+            )
         patch_checkpoint(rnns, self.places(rnns, layer), model, path, options.force)
         return Written([path], bin_warning(path))
 

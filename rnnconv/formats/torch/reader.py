@@ -24,10 +24,11 @@ import numpy as np
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance, RNNSizes
 from rnnconv.core.dtypes import ELEMENT_TYPES, decode
-from rnnconv.errors import BackendMissing, BadInput, no_such_rnn, several_rnns
+from rnnconv.errors import BackendMissing, BadInput, listing, no_such_rnn, several_rnns
 from rnnconv.formats import _safetensors
-from rnnconv.formats.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
+from rnnconv.formats.reading import Found, StoredCell, held_grid, nonlinearity_note, read, settle_nonlinearity
 from rnnconv.formats.sources import SOURCE_KEY, read_source_records
+from rnnconv.formats.torch import sharded
 from rnnconv.formats.torch.checkpoint import (
     PickledTensor,
     Refused,
@@ -113,17 +114,15 @@ def _torch_tensor(value: Any) -> Tensor | None:
 
 
 def load_state_dict(path: Path) -> StateDict:
-    """Every floating point tensor of a checkpoint, keyed by its dotted path through wrappers."""
+    """Every floating point tensor of a checkpoint (a sharded one's, through its index), keyed by its dotted path
+    through wrappers."""
+    if sharded.is_index(path):
+        return StateDict(sharded.read_shards(path, _safetensors_floats))
     if is_safetensors(path):
-        header, start = _safetensors.read_header(path)
-        out = StateDict()
-        floats = {etype.safetensors for etype in ELEMENT_TYPES.values()}
-        for key in header:
-            if key == "__metadata__" or header[key]["dtype"] not in floats:
-                continue
-            words, etype = _safetensors.tensor_words(path, header, start, key)
-            out[key] = Tensor(words.shape, etype.name, words, etype.name == "bfloat16")
-        out.records = header.get("__metadata__", {})
+        sharded.check_alone(path)
+        header = _safetensors.read_header(path)
+        out = StateDict(_safetensors_floats(path, header))
+        out.records = header[0].get("__metadata__", {})
         return out
     with open(path, "rb") as f:
         head = f.read(32)
@@ -143,6 +142,20 @@ def load_state_dict(path: Path) -> StateDict:
             tensors[key] = tensor
     tensors.wrapped = _wraps(loaded)
     return tensors
+
+
+FLOATS = {etype.safetensors for etype in ELEMENT_TYPES.values()}
+
+
+def _safetensors_floats(path: Path, header: sharded.Header) -> dict[str, Tensor]:
+    """The floating point tensors of a safetensors file (its header checked), still in the file."""
+    found, start = header
+    out = {}
+    for key in found:
+        if key != "__metadata__" and found[key]["dtype"] in FLOATS:
+            words, etype = _safetensors.tensor_words(path, found, start, key)
+            out[key] = Tensor(words.shape, etype.name, words, etype.name == "bfloat16")
+    return out
 
 
 FLOAT_STORAGES = {etype.storage.str if name != "bfloat16" else name: name for name, etype in ELEMENT_TYPES.items()}
@@ -306,7 +319,8 @@ def find_rnns(tensors: Mapping[str, Tensor]) -> list[TorchRNN]:
         rnn = found.setdefault(match["prefix"], TorchRNN(match["prefix"], {}, {}))
         rnn.tensors[slot] = tensor
         rnn.keys[slot] = key
-    rnns = [r for r in found.values() if ("input_matrix", first_layer(r), 0) in r.tensors]
+    # a layer's names (weight_ih_l1, ...) are nn.RNN modules' own: kept whatever they lack, to be refused as incomplete
+    rnns = [r for r in found.values() if not r.is_cell or ("input_matrix", None, 0) in r.tensors]
     wrappers = {r.prefix.split(".")[0] for r in rnns}
     if len(wrappers) == 1 and getattr(tensors, "wrapped", False) and all("." in r.prefix for r in rnns):
         for rnn in rnns:
@@ -351,10 +365,20 @@ def to_canonical(rnn: TorchRNN, source: Provenance, nonlinearity: str | None = N
     what = f"RNN {rnn.name!r}"
     t = rnn.tensors
     first = first_layer(rnn)
-    hh = t.get(("recurrent_matrix", first, 0))
-    if hh is None:
-        recurrent = TORCH_PARAMETERS["recurrent_matrix"]
-        raise BadInput(f"{what}: {rnn.keys[('input_matrix', first, 0)]} has no matching {recurrent}")
+    layers: list[int | None] = [None]
+    num_layers, bidirectional = 1, False
+    if not rnn.is_cell:
+        cell_names = sorted(rnn.keys[slot] for slot in t if slot[1] is None)
+        if cell_names:
+            raise BadInput(f"{what}: {listing(cell_names)} are a cell's names, beside a layer's")
+        cells = {(layer, direction) for (_, layer, direction) in t if layer is not None}  # all of them, as said
+        num_layers, bidirectional = held_grid(what, cells)
+        layers = list(range(num_layers))
+    for role in ("input_matrix", "recurrent_matrix"):
+        if (role, first, 0) not in t:
+            held = listing(sorted(rnn.keys[slot] for slot in t if slot[1:] == (first, 0)))
+            raise BadInput(f"{what} is incomplete: its first cell has no {TORCH_PARAMETERS[role]} beside {held}")
+    hh = t[("recurrent_matrix", first, 0)]
     for slot, tensor in t.items():
         if tensor.problem:
             raise BadInput(f"{what}: {rnn.keys[slot]} {tensor.problem}")
@@ -376,10 +400,6 @@ def to_canonical(rnn: TorchRNN, source: Provenance, nonlinearity: str | None = N
     settled = settle_nonlinearity(
         row, nonlinearity, rnn.name, f"{what} is an {cls}: --nonlinearity applies to nn.RNN only"
     )
-    layers = sorted({layer for (_, layer, _) in t}, key=lambda index: -1 if index is None else index)
-    num_layers = len(layers)
-    if not rnn.is_cell and layers != list(range(num_layers)):
-        raise BadInput(f"{what}: its layers are {layers}, not 0..{num_layers - 1} (a layer's weights are missing)")
     proj = hr.shape[0] if hr is not None else 0
     has_bias = ("input_bias", first, 0) in t
 
@@ -420,7 +440,7 @@ def to_canonical(rnn: TorchRNN, source: Provenance, nonlinearity: str | None = N
         cell=cell,
         layer_class=f"nn.{cls}",
         num_layers=num_layers,
-        bidirectional=any(d for (_, _, d) in t),
+        bidirectional=bidirectional,
         proj=proj,
         has_bias=has_bias,
         without_bias="bias=False",

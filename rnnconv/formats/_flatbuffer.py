@@ -1,5 +1,6 @@
 """A flatbuffer file read without the flatbuffers package: every offset, vector and buffer checked to lie inside the
-file (the generated readers follow offsets unchecked, so a hostile file would read anywhere), a block at a time."""
+file (the generated readers follow offsets unchecked, so a hostile file would read anywhere), a block at a time. What
+TFLite models and ExecuTorch programs are read with, each naming itself in the sentence that refuses a damaged file."""
 
 from __future__ import annotations
 
@@ -23,9 +24,13 @@ class Flat:
 
     BLOCK = 1 << 16
 
-    def __init__(self, path: Path, size: int, data: bytes | None = None):
+    def __init__(self, path: Path, size: int, data: bytes | None = None, what: str = "flatbuffer"):
         self.path, self.size, self.data = path, size, data  # data: the whole file, given (tests, small files)
+        self.what = what  # what the file is, as a refusal names it ("TFLite model")
         self._blocks: OrderedDict[int, bytes] = OrderedDict()
+
+    def damaged(self, why: str) -> BadInput:
+        return BadInput(f"{self.path} is not a readable {self.what}: {why}")
 
     def _block(self, index: int) -> bytes:
         if index in self._blocks:
@@ -40,7 +45,7 @@ class Flat:
 
     def read(self, pos: int, length: int) -> bytes:
         if pos < 0 or length < 0 or pos + length > self.size:
-            raise BadInput(f"{self.path} is not a readable TFLite model: an offset points outside the file")
+            raise self.damaged("an offset points outside the file")
         if self.data is not None:
             return self.data[pos : pos + length]
         first, last = pos // self.BLOCK, (pos + length - 1) // self.BLOCK
@@ -76,7 +81,7 @@ class Flat:
         vtable = pos - self.i32(pos)
         length = self.u16(vtable)
         if length < 4 or length % 2:
-            raise BadInput(f"{self.path} is not a readable TFLite model: a table's vtable is damaged")
+            raise self.damaged("a table's vtable is damaged")
         return Table(self, pos, vtable, length)
 
     def root(self) -> Table:
@@ -86,7 +91,7 @@ class Flat:
         """(first element's position, count) of the vector at pos, every element inside the file."""
         count = self.u32(pos)
         if pos + 4 + count * width > self.size:
-            raise BadInput(f"{self.path} is not a readable TFLite model: a vector runs past the end of the file")
+            raise self.damaged("a vector runs past the end of the file")
         return pos + 4, count
 
 
@@ -122,7 +127,7 @@ class Table:
             return []
         start, count = self.flat.vector(target, 4)
         if count > MAX_COUNT:
-            raise BadInput(f"{self.flat.path} is not a readable TFLite model: it claims {count} entries in a table")
+            raise self.flat.damaged(f"it claims {count} entries in a table")
         return [self.flat.table(start + 4 * i + self.flat.u32(start + 4 * i)) for i in range(count)]
 
     def ints(self, slot: int) -> list[int] | None:
@@ -131,8 +136,17 @@ class Table:
             return None
         start, count = self.flat.vector(target, 4)
         if count > MAX_COUNT:
-            raise BadInput(f"{self.flat.path} is not a readable TFLite model: it claims {count} entries in a list")
+            raise self.flat.damaged(f"it claims {count} entries in a list")
         return [self.flat.i32(start + 4 * i) for i in range(count)]
+
+    def u64s(self, slot: int) -> list[int] | None:
+        target = self._target(slot)
+        if target is None:
+            return None
+        start, count = self.flat.vector(target, 8)
+        if count > MAX_COUNT:
+            raise self.flat.damaged(f"it claims {count} entries in a list")
+        return [self.flat.u64(start + 8 * i) for i in range(count)]
 
     def bytes_at(self, slot: int) -> tuple[int, int] | None:
         """(position, length) of a [ubyte] vector."""
