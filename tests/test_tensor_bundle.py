@@ -170,7 +170,7 @@ def test_a_flipped_byte_in_a_tensor_is_its_crc32c_also_when_verifying(tmp_path):
 def test_a_damaged_index_is_one_sentence(damage, message, tmp_path):
     index = lstm_checkpoint(tmp_path)
     index.write_bytes(damage(index.read_bytes()))
-    refused(index, tmp_path, f"{index} is not a readable TensorFlow checkpoint", message)
+    refused(index, tmp_path, str(index), "is not a readable TensorFlow checkpoint", message)
 
 
 @pytest.mark.slow

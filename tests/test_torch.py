@@ -356,7 +356,7 @@ BAD = {
         "not a readable PyTorch checkpoint",
     ),
     "contradicting shapes": (_contradicting, [], "'weight_hh_l1' has shape (16, 5)", "needs (16, 4)"),
-    "a layer missing": (_missing_layer, [], "its layers are [0, 2]"),
+    "a layer missing": (_missing_layer, [], "a 3-layer RNN less layer 1", "never reads the rest as a smaller RNN"),
     "one bias of two": (_half_biased, [], "'bias_hh_l0' is missing"),
     "truncated safetensors": (_truncated_safetensors, [], "truncated or corrupt"),
     "no RNN in it": (_no_rnn, [], "holds no PyTorch RNN weights"),
