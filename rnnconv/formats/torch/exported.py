@@ -178,6 +178,7 @@ def read_program(path: Path) -> Program:
                 payloads.update(doc.get(_json(archive, infos, folder + name, path, size), "config", dict, "document"))
         reading = _Reading(path, archive, infos, folder, size, big, payloads)
         rnns, tensors, unloadable = reading.rnns(program)
+        unloadable = unloadable or reading.misfit()
     return Program(ZipCheckpoint(path, tensors, reading.storages, folder), rnns, unloadable, infos, folder, payloads)
 
 
@@ -376,6 +377,18 @@ class _Reading:
         kind = StorageClass(storage_class)
         words = self._storage(file, kind.dtype)
         return PickledTensor(Storage(kind, file, len(words)), offset, shape, stride, kind.dtype)
+
+    def misfit(self) -> str | None:
+        """Why a stored tensor, of the RNNs or not, does not fit in its file (torch's loader checks that by raising
+        what it likes), if one does not."""
+        for qualified in self.payloads:
+            try:
+                tensor = self._tensor(qualified, {qualified: qualified}, {})
+                if tensor.storage is not None:
+                    ZipCheckpoint(self.path, None, self.storages).values(tensor)
+            except BadInput as exc:
+                return str(exc)
+        return None
 
     def _shape(self, meta: Any) -> tuple[int, ...]:
         if not isinstance(meta, dict) or not isinstance(meta.get("sizes"), list):

@@ -9,6 +9,7 @@ spec cannot load. Cells run step by step, as their users run them.
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 import warnings
 import zipfile
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from rnnconv.core.canonical import RNNSpec
-from rnnconv.errors import BadInput, first_line
+from rnnconv.errors import BadInput, cut
 from rnnconv.formats.torch.reader import load_state_dict, require_torch
 from rnnconv.formats.torch.writer import torch_class
 from rnnconv.table.apply import rows_for
@@ -142,13 +143,20 @@ def run_program(
     with tempfile.TemporaryDirectory(prefix="rnnconv-pt2-") as folder:
         copy = Path(folder) / "program.pt2"
         _loadable_copy(program, copy)
+        quiet = logging.getLogger("torch.export")  # its loader logs a traceback before it raises
+        level, quiet.level = quiet.level, logging.CRITICAL
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 module = torch.export.load(copy).module()
         except Exception as exc:  # torch's loader raises what it likes of a program it cannot take
-            raise BadInput(f"torch.export.load cannot load {path}: {first_line(exc)[:300]}") from None
-    node = next(n for n in module.graph.nodes if n.name == rnn.node)
+            said = cut(" ".join(str(exc).split()), 200).rstrip(":")
+            raise BadInput(f"torch.export.load cannot load {path} (it says: {said})") from None
+        finally:
+            quiet.level = level
+    node = next((n for n in module.graph.nodes if n.name == rnn.node and n.op == "call_function"), None)
+    if node is None or len(node.args) < 3:
+        raise BadInput(f"{path}: torch.export.load's module has no call {rnn.node!r} of {rnn.op}")
     lstm = spec.mode == LSTM
     states = [inputs["h0"], inputs["c0"]] if lstm else [inputs["h0"]]
     feed = torch.from_numpy(np.ascontiguousarray(x.transpose(1, 0, 2) if rnn.batch_first else x, np.float32))
