@@ -16,6 +16,7 @@ from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 import rnnconv
 from rnnconv.core import reference
 from rnnconv.formats.cudnn.reader import open_bin
+from rnnconv.formats.torch.wire import is_export_archive
 
 PROGRAMS = FIXTURES / "torch_export"
 # program -> (module path, spec, call form and states as inspect's note tells them)
@@ -46,6 +47,10 @@ def test_inspect_names_each_rnn_by_its_module_path_with_what_the_graph_says():
         assert any(call in note for note in entry.notes), entry.notes
         assert not any("assumed" in note for note in entry.notes)  # relu is the program's word, not a default
     assert rnnconv.inspect(FIXTURES / "torch" / "rnn_tanh.pt").format == "torch"  # a torch.save zip stays a checkpoint
+    with zipfile.ZipFile(FIXTURES / "torch" / "rnn_tanh.pt") as saved:
+        assert not is_export_archive(saved.namelist())
+    torchscript = ["m/data.pkl", "m/code/__torch__.py", "m/constants.pkl", "m/version", "m/.data/version"]
+    assert not is_export_archive(torchscript)  # torch.jit.save's members: no archive_format
 
 
 def _states(spec, batch: int, rng) -> tuple[np.ndarray, np.ndarray]:
