@@ -217,4 +217,9 @@ def test_damaged_programs_are_one_sentence(tmp_path):
     for index, (phrase, change) in enumerate(cases.items()):
         damaged = _rewritten(source, tmp_path / f"damaged{index}.pt2", change)
         assert_clean_failure(run_cli("convert", damaged, tmp_path / f"out{index}.bin"), 2, phrase)
+    old = tmp_path / "old.pt2"  # the layout of PyTorch 2.1 to 2.5: its weights a pickled state_dict
+    with zipfile.ZipFile(old, "w") as archive:
+        for member in ("serialized_exported_program.json", "serialized_state_dict.pt", "version"):
+            archive.writestr(f"old/{member}", b"{}")
+    assert_clean_failure(run_cli("inspect", old), 2, "the layout PyTorch 2.1 to 2.5 wrote")
     assert not list(tmp_path.glob("out*"))

@@ -3,7 +3,8 @@
 Zip `.pt`/`.pth`/`.bin` checkpoints (torch.save's format since 1.6) are read without torch,
 by rnnconv's restricted unpickler (`checkpoint.py`): a file that needs more than tensors and plain
 containers is refused, never unpickled. Legacy (pre-zip) files are read by
-`torch.load(weights_only=True)`. `.safetensors` state_dicts are read without torch at all.
+`torch.load(weights_only=True)`. `.safetensors` state_dicts are read without torch at all, and so are
+`torch.export` programs (`exported`), whose RNN ops' tensors come as a state_dict under each module's path.
 RNNs are found by their parameter names (the torch rows' tensor names: `weight_ih_l0`,
 `weight_hh_l0_reverse`, a cell's bare names); their mode, sizes, layers, directions and
 projection come from names and shapes, through the torch rows of the layout table.

@@ -3,7 +3,8 @@
 The checkpoint is loaded again with `torch.load(weights_only=True)` (or safetensors),
 the RNN's tensors taken by the prefix recorded at conversion, and loaded with
 `load_state_dict(strict=True)` into the nn module the spec describes: a wrong
-spec cannot load. Cells run step by step, as their users run them.
+spec cannot load. Cells run step by step, as their users run them. A torch.export program runs
+its own call of the RNN op in `torch.export.load(...).module()` (`run_program`).
 """
 
 from __future__ import annotations
