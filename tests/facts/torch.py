@@ -57,4 +57,7 @@ SEEDS = [
     "torch/rnn_relu.safetensors",
     "torch/dataparallel_gru.pth",
     "torch/gru_bf16.pt",
+    "torch_export/lstm_states.pt2",
+    "torch_export/gru_head.pt2",
+    "torch_export/rnn_relu.pt2",
 ]

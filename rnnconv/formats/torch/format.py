@@ -15,7 +15,7 @@ from rnnconv.formats.registry import register
 from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source, inspect_entry, read_chosen
 from rnnconv.formats.torch import PLUGIN
-from rnnconv.formats.torch.wire import CHECKPOINT_SUFFIXES
+from rnnconv.formats.torch.wire import CHECKPOINT_SUFFIXES, EXPORT_KIND
 
 if TYPE_CHECKING:
     import numpy as np
@@ -25,11 +25,14 @@ if TYPE_CHECKING:
 
 
 def _kind(path: Path) -> str:
+    from rnnconv.formats.torch.exported import is_program
     from rnnconv.formats.torch.reader import is_safetensors
     from rnnconv.formats.torch.sharded import is_index
 
     if is_index(path):
         return "torch-sharded"
+    if is_program(path):
+        return EXPORT_KIND
     return "torch-safetensors" if is_safetensors(path) else "torch"
 
 
@@ -117,6 +120,10 @@ class TorchFormat(Format):
     def run(
         self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
     ) -> tuple[dict[str, np.ndarray | None], str]:
+        if _kind(path) == EXPORT_KIND:
+            from rnnconv.formats.torch.runner import run_program
+
+            return run_program(path, source.prefix or "", spec, inputs)
         from rnnconv.formats.torch.runner import run_source
 
         return run_source(path, source.prefix or "", spec, inputs)

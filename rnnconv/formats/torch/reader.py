@@ -3,7 +3,8 @@
 Zip `.pt`/`.pth`/`.bin` checkpoints (torch.save's format since 1.6) are read without torch,
 by rnnconv's restricted unpickler (`checkpoint.py`): a file that needs more than tensors and plain
 containers is refused, never unpickled. Legacy (pre-zip) files are read by
-`torch.load(weights_only=True)`. `.safetensors` state_dicts are read without torch at all.
+`torch.load(weights_only=True)`. `.safetensors` state_dicts are read without torch at all, and so are
+`torch.export` programs (`exported`), whose RNN ops' tensors come as a state_dict under each module's path.
 RNNs are found by their parameter names (the torch rows' tensor names: `weight_ih_l0`,
 `weight_hh_l0_reverse`, a cell's bare names); their mode, sizes, layers, directions and
 projection come from names and shapes, through the torch rows of the layout table.
@@ -26,9 +27,18 @@ from rnnconv.core.contracts import Provenance, RNNSizes
 from rnnconv.core.dtypes import ELEMENT_TYPES, decode
 from rnnconv.errors import BackendMissing, BadInput, listing, no_such_rnn, several_rnns
 from rnnconv.formats import _safetensors
-from rnnconv.formats.reading import Found, StoredCell, held_grid, nonlinearity_note, read, settle_nonlinearity
+from rnnconv.formats.reading import (
+    Found,
+    Settled,
+    StoredCell,
+    held_grid,
+    nonlinearity_note,
+    read,
+    settle,
+    settle_nonlinearity,
+)
 from rnnconv.formats.sources import SOURCE_KEY, read_source_records
-from rnnconv.formats.torch import sharded
+from rnnconv.formats.torch import exported, sharded
 from rnnconv.formats.torch.checkpoint import (
     PickledTensor,
     Refused,
@@ -126,6 +136,11 @@ def load_state_dict(path: Path) -> StateDict:
         return out
     with open(path, "rb") as f:
         head = f.read(32)
+    if is_zip_checkpoint(path, head[:4]) and exported.is_program(path):
+        program = exported.read_program(path)
+        tensors = _pickled_tensors(program.found)
+        tensors.programs = program.rnns
+        return tensors
     if is_zip_checkpoint(path, head[:4]):
         return _zip_state_dict(path)
     if not is_legacy_checkpoint(head):
@@ -170,6 +185,11 @@ def _zip_state_dict(path: Path) -> StateDict:
             f"{path} was refused: it needs more than weights to load (it holds a {exc}), and "
             f"rnnconv never unpickles code; save model.state_dict() instead of the model object"
         ) from None
+    return _pickled_tensors(found)
+
+
+def _pickled_tensors(found: ZipCheckpoint) -> StateDict:
+    """The float tensors of a checkpoint's object tree, each read from its storage when first indexed."""
     tensors = StateDict()
     for key, value in flatten_checkpoint(found.root, ""):
         if not isinstance(value, PickledTensor):
@@ -208,6 +228,7 @@ class StateDict(dict):
 
     wrapped = False
     records: Mapping[str, str | bytes] = {}
+    programs: Mapping[str, exported.ExportedRNN] = {}  # a torch.export program's: what its graph says, by prefix
 
     def recorded(self, path: Path) -> tuple[dict[str, Provenance], dict[str, str]]:
         """The source of each RNN and each nn.RNN's nonlinearity that the file records, by key prefix."""
@@ -297,6 +318,7 @@ class TorchRNN:
     tensors: dict[tuple[str, int | None, int], Tensor]  # (role, layer or None for cells, direction)
     keys: dict[tuple[str, int | None, int], str]
     wrapper: str = ""  # "state_dict." when the checkpoint wraps its state_dict in a dict
+    program: exported.ExportedRNN | None = None  # what a torch.export program's graph says of it
 
     @property
     def name(self) -> str:
@@ -321,6 +343,8 @@ def find_rnns(tensors: Mapping[str, Tensor]) -> list[TorchRNN]:
         rnn.keys[slot] = key
     # a layer's names (weight_ih_l1, ...) are nn.RNN modules' own: kept whatever they lack, to be refused as incomplete
     rnns = [r for r in found.values() if not r.is_cell or ("input_matrix", None, 0) in r.tensors]
+    for rnn in rnns:
+        rnn.program = getattr(tensors, "programs", {}).get(rnn.prefix)
     wrappers = {r.prefix.split(".")[0] for r in rnns}
     if len(wrappers) == 1 and getattr(tensors, "wrapped", False) and all("." in r.prefix for r in rnns):
         for rnn in rnns:
@@ -397,9 +421,14 @@ def to_canonical(rnn: TorchRNN, source: Provenance, nonlinearity: str | None = N
         )
     cls = CLASS_BY_GATES[hh.shape[0] // hidden] + ("Cell" if rnn.is_cell else "")
     row = find_row("torch", cls)
-    settled = settle_nonlinearity(
-        row, nonlinearity, rnn.name, f"{what} is an {cls}: --nonlinearity applies to nn.RNN only"
-    )
+    program = rnn.program
+    if program is not None:
+        settled, notes = _settle_program(row, program, nonlinearity, what, rnn.name)
+    else:
+        settled = settle_nonlinearity(
+            row, nonlinearity, rnn.name, f"{what} is an {cls}: --nonlinearity applies to nn.RNN only"
+        )
+        notes = nonlinearity_note(rnn.name, settled, row, "a state_dict")
     proj = hr.shape[0] if hr is not None else 0
     has_bias = ("input_bias", first, 0) in t
 
@@ -445,12 +474,31 @@ def to_canonical(rnn: TorchRNN, source: Provenance, nonlinearity: str | None = N
         has_bias=has_bias,
         without_bias="bias=False",
         without_bias_aside=" (as PyTorch gives cuDNN)",
-        notes=nonlinearity_note(rnn.name, settled, row, "a state_dict"),
+        notes=notes,
         later_notes=[f"{rnn.name}: an {cls} is a one-layer RNN run one step at a time"] if rnn.is_cell else [],
         provenance={"prefix": rnn.prefix},
         handover={"stacked": stacked},
     )
     return read(found, source)
+
+
+def _settle_program(
+    row: Row, program: exported.ExportedRNN, nonlinearity: str | None, what: str, name: str
+) -> tuple[Settled, list[str]]:
+    """A program's RNN settled by its graph: the op says the class and an nn.RNN's nonlinearity (stored, never
+    assumed); a --nonlinearity that contradicts it is refused."""
+    if program.layer_class != row.source_class:
+        raise BadInput(
+            f"{what}: the program calls {program.op.removeprefix('torch.ops.')} on tensors shaped as an "
+            f"nn.{row.source_class}'s"
+        )
+    if nonlinearity is not None and nonlinearity != program.nonlinearity:
+        raise BadInput(
+            f"{what}: --nonlinearity {nonlinearity} contradicts the program, which calls "
+            f"{program.op.removeprefix('torch.ops.')}"
+        )
+    stored = {"activation": program.nonlinearity} if program.nonlinearity else {}
+    return settle(row, stored, name, unstored=()), exported.explain_states(program, name)
 
 
 def rnn_sizes(rnn: TorchRNN) -> tuple[str, RNNSizes | None]:
