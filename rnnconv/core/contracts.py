@@ -247,6 +247,13 @@ class BackendInfo(Contract):
 class Tolerance(Contract):
     atol: float
     rtol: float
+    # A quantized RNN's: the part of atol that is the quantization's own error bound, computed from its scales for
+    # each step of the run (verification/quantized.py), float32's rounding the rest.
+    bound: float | None = None
+
+    def described(self) -> str:
+        text = f"{self.atol:g} + {self.rtol:g}*|x|"
+        return text if self.bound is None else f"{text}, of which {self.bound:.3g} the quantization's bound per step"
 
     @property
     def at_unit(self) -> float:
