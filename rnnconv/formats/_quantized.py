@@ -46,7 +46,7 @@ def quantization(
         raise BadInput(f"{where} has {len(scales)} scales but {len(zeros)} zero points")
     bad = [float(s) for s in scales if not (np.isfinite(s) and 0.0 < s < MAX_SCALE)]
     if bad:
-        raise BadInput(f"{where} has a scale of {bad[0]!r}: a quantization step is a positive finite number")
+        raise BadInput(f"{where} has a scale of {bad[0]:.3g}: a quantization step is a positive finite number")
     low, high = QUANTIZED_RANGES[dtype]
     outside = [z for z in zeros if not low <= z <= high]
     if outside:

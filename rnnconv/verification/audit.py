@@ -19,7 +19,7 @@ import dataclasses
 import platform
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -264,9 +264,9 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
             with checkpoint.fmt.read(checkpoint.path, checkpoint.fmt.source_options(source)) as found:
                 float_model = found.rnns[0]
                 weights = weights_off(reading, float_model, step_size)
-                runs = (
+                runs = (  # the checkpoint's steps in the numpy reference: its framework ran the whole sequence above
                     lambda step: deployed.fmt.run(deployed.path, where, spec, step)[0],
-                    lambda step: checkpoint.fmt.run(checkpoint.path, source, replace(spec, bias=held.bias), step)[0],
+                    lambda step: _outputs(float_model.spec, float_model, step),
                 )
                 got, want, tol = stepwise(spec, float_model.param, inputs, runs, step_size / 2)
             whole, comparison = comparison.worst, compare(spec, got, want, tol, None)
