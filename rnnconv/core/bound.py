@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from rnnconv.core.canonical import ParamKey, RNNSpec
-from rnnconv.core.reference import sigmoid
+from rnnconv.core.reference import ACTIVATIONS, sigmoid
 from rnnconv.table.constants import GRU, LSTM, Kind
 
 ACTIVATION_STEPS = 127  # a step of the kernel's 8-bit inputs is at most max|value| / 127
@@ -101,7 +101,7 @@ def _direction(
             a = dict(zip(spec.gates, np.split(pre_x + pre_h, gates, axis=-1)))
             e = dict(zip(spec.gates, np.split(e_x + e_h, gates, axis=-1)))
             f, i, g, o = sigmoid(a["f"]), sigmoid(a["i"]), np.tanh(a["c"]), sigmoid(a["o"])
-            df, di, do = (np.minimum(e[k] / 4, 1.0) for k in ("f", "i", "o"))
+            df, di, do = np.minimum(e["f"] / 4, 1.0), np.minimum(e["i"] / 4, 1.0), np.minimum(e["o"] / 4, 1.0)
             dg = np.minimum(e["c"], 2.0)
             new_c = f * c + i * g
             dc = f * dc + df * (np.abs(c) + dc) + i * dg + di * (np.abs(g) + dg)
@@ -116,7 +116,8 @@ def _direction(
             ax, ah = (dict(zip(spec.gates, np.split(v, 3, axis=-1))) for v in (pre_x, pre_h))
             ex, eh = (dict(zip(spec.gates, np.split(v, 3, axis=-1))) for v in (e_x, e_h))
             reset, update = sigmoid(ax["r"] + ah["r"]), sigmoid(ax["z"] + ah["z"])
-            d_reset, d_update = (np.minimum((ex[k] + eh[k]) / 4, 1.0) for k in ("r", "z"))
+            d_reset = np.minimum((ex["r"] + eh["r"]) / 4, 1.0)
+            d_update = np.minimum((ex["z"] + eh["z"]) / 4, 1.0)
             candidate = np.tanh(ax["h"] + reset * ah["h"])
             d_candidate = np.minimum(ex["h"] + reset * eh["h"] + d_reset * (np.abs(ah["h"]) + eh["h"]), 2.0)
             new_h = (1.0 - update) * candidate + update * h
@@ -126,7 +127,7 @@ def _direction(
                 + d_update * (np.abs(candidate) + np.abs(h) + d_candidate + dh)
             )
         else:  # tanh and ReLU: slope at most 1
-            new_h = np.tanh(pre_x + pre_h) if spec.mode == "rnn_tanh" else np.maximum(pre_x + pre_h, 0.0)
+            new_h = ACTIVATIONS[spec.mode](pre_x + pre_h)
             dh = e_x + e_h
         h = new_h
         y[t], dy[t] = new_h, dh
