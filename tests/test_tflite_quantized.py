@@ -123,6 +123,7 @@ def test_the_audit_holds_the_quantized_file_to_its_float_checkpoint_and_catches_
         ("negative_scale", [-0.01], [0], 0, "a scale of -0.01"),
         ("zero_point_outside", [0.01], [300], 0, "zero point of 300, outside int8's range"),
         ("channels_that_lie", [0.01, 0.02, 0.03], [0, 0, 0], 0, "3 scales, one per channel along axis 0"),
+        ("per_channel", [0.01] * 33, [0] * 33, 0, "per-channel scales on its quantized weight"),
     ],
 )
 def test_damaged_quantization_is_refused_in_one_sentence(tmp_path, name, scales, zeros, axis, phrase):

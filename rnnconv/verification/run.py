@@ -161,6 +161,7 @@ def judge(
     tol = report.tolerance
     compared = [(run, compare(blob.spec, run[2], run[1], tol, run[0]["lengths"])) for run in outcomes]
     (inputs, want, got), report.comparison = min(compared, key=lambda c: (not c[1].match, c[1].worst))
+    quantized_steps: Outputs | None = None
     if fmt is not None and streamed is None and blob.source.dequantized is not None and steppable(blob.spec):
         stage("comparing step by step, within the quantization's bound")
         rnn, spec = blob.to_canonical(), dataclasses.replace(blob.spec, bias=held.bias)
@@ -169,6 +170,7 @@ def judge(
         want, got, report.tolerance = stepwise(blob.spec, rnn.param, inputs, (quantized_run, float_run), 0.0)
         whole = report.comparison.worst
         report.comparison = compare(blob.spec, got, want, report.tolerance, None)
+        quantized_steps = want  # what the file computes, a step at a time: a recorded loss explains nothing beyond
         report.warnings.append(
             f"{Path(source_path).name} computes with quantized weights (its record: {blob.source.dequantized.scheme}, "
             f"int{blob.source.dequantized.bits}): each step was run from the float model's states and held to the "
@@ -181,6 +183,8 @@ def judge(
         if recorded is None or fmt is None
         else source_without(fmt, source_path, source, runtime, blob.spec.dtype, inputs)
     )
+    if quantized_steps is not None:  # its numpy reading without the loss is no quantized run: held to the file's own
+        expected = quantized_steps
     if streamed is not None:  # a comparison a chunk size, each a check; the worst is the verdict's
         each = {chunk: compare(blob.spec, out, want, report.tolerance, None) for chunk, out in streamed.runs.items()}
         report.checks += [

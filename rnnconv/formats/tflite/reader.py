@@ -79,6 +79,13 @@ def why_refused(file: TfliteFile, op: Op, where: str, drop_clip: bool = False) -
     quantized = [file.tensors[t] for n in names if (t := input_of(op, n)) != UNSET and file.tensors[t].quantized]
     if quantized and not file.dequantize:  # named first: a converter's quantized LSTM also clips (--allow-lossy)
         return refused_quantized(where, quantized)
+    channels = [t for t in quantized if file.quantization_of(t, where).axis is not None]
+    if channels:  # LiteRT's hybrid kernel, run on such a file, computes far from what the scales say (0.6 off)
+        return (
+            f"{where} has per-channel scales on its quantized weight {channels[0].name!r}, which LiteRT's "
+            f"{op.name} kernel does not compute with as they say: its dequantized weights would not compute what "
+            f"LiteRT computes of the file"
+        )
     if op.name == TFLITE_CELL_OPS[LSTM]:
         if len(op.inputs) not in (20, 24):
             return f"{where} has {len(op.inputs)} inputs, not the 20 or 24 of an UNIDIRECTIONAL_SEQUENCE_LSTM"
