@@ -42,10 +42,14 @@ def _quantization(model, op, slot):
 
 
 def test_refused_without_dequantize_in_one_sentence_naming_it(tmp_path):
+    """The fused op names --dequantize; a Keras 3 GRU's WHILE loop with int8 weights (which rnnconv does not
+    dequantize) is named as such, not passed over as a file without RNNs."""
     (entry,) = rnnconv.inspect(SOURCE).rnns
     assert not entry.converts and "int8 quantized weights" in entry.reason and "--dequantize" in entry.reason
     result = run_cli("convert", SOURCE, tmp_path / "m.pt", "--allow-lossy")
     assert_clean_failure(result, 2, "int8 quantized weights", "--dequantize")
+    result = run_cli("convert", FIXTURES / "tflite" / "loop_k3_gru_dynamic_range.tflite", tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "WHILE loops' bodies multiply by quantized weights", "convert the float model")
     assert not (tmp_path / "m.pt").exists()
 
 
