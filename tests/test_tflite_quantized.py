@@ -139,3 +139,16 @@ def test_damaged_quantization_is_refused_in_one_sentence(tmp_path, name, scales,
     result = run_cli("convert", path, tmp_path / "m.pt", "--dequantize", "--allow-lossy")
     assert_clean_failure(result, 2, phrase)
     assert not (tmp_path / "m.pt").exists()
+
+
+def test_a_fully_integer_ops_quantized_bias_is_refused(tmp_path):
+    """A bias quantized (as full-integer quantization stores it) is no dynamic-range op's: refused, naming it."""
+
+    def quantized_bias(model, op):
+        bias = model.subgraphs[0].tensors[op.inputs[12]]
+        bias.type, bias.quantization = schema.TensorType.INT16, schema.QuantizationParametersT()
+        bias.quantization.scale, bias.quantization.zeroPoint = [1e-5], [0]
+
+    path = _copy(tmp_path, "quantized_bias", quantized_bias)
+    result = run_cli("convert", path, tmp_path / "m.pt", "--dequantize", "--allow-lossy")
+    assert_clean_failure(result, 2, "a quantized input_gate_bias", "not a fully integer one's")

@@ -79,6 +79,13 @@ def why_refused(file: TfliteFile, op: Op, where: str, drop_clip: bool = False) -
     quantized = [file.tensors[t] for n in names if (t := input_of(op, n)) != UNSET and file.tensors[t].quantized]
     if quantized and not file.dequantize:  # named first: a converter's quantized LSTM also clips (--allow-lossy)
         return refused_quantized(where, quantized)
+    others = [n for n in names if (t := input_of(op, n)) != UNSET and file.tensors[t].quantized]
+    others = [n for n in others if not n.endswith("_weights")]
+    if others:  # full-integer quantization: int8 activations, int32 biases, an int16 cell state
+        return (
+            f"{where} has a quantized {others[0]}: rnnconv dequantizes the weight matrices of a dynamic-range "
+            f"quantized op (float biases, states and activations), not a fully integer one's"
+        )
     channels = [t for t in quantized if file.quantization_of(t, where).axis is not None]
     if channels:  # LiteRT's hybrid kernel, run on such a file, computes far from what the scales say (0.6 off)
         return (
@@ -170,7 +177,7 @@ def to_canonical(file: TfliteFile, chain: Chain[Layer], source: Provenance, drop
     dtypes = {file.tensors[t].dtype for _, t in weights_held if not file.tensors[t].quantized}
     if len(dtypes) > 1:
         raise Unsupported(f"{chain.name}: its weights are of several types ({', '.join(sorted(dtypes))})")
-    dtype, provenance, notes = dtypes.pop(), dict[str, object](), list[str]()
+    dtype, provenance, notes = dtypes.pop() if dtypes else "float32", dict[str, object](), list[str]()
     quantized = [(key, t) for key, t in weights_held if file.tensors[t].quantized]
     if quantized:  # the type that holds every dequantized product exactly (float32 where it can)
         dtype, provenance, notes = _dequantized(file, chain.name, quantized, row, dtype)
