@@ -2468,11 +2468,12 @@ def mutate_tflite_quantized(data: bytes, rng: random.Random) -> bytes:
 
     model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(data, 0))
     graph = model.subgraphs[0]
-    quantized = [t for t in graph.tensors if t.quantization is not None and t.quantization.scale is not None]
-    if not quantized:
-        return data
     specials = [0.0, -0.01, float("nan"), float("inf"), 1e38, 1e-45, 3.4e38]
     for _ in range(rng.choice([1, 1, 2, 3])):
+        # the tensors that still have scales (an earlier change may have taken a tensor's away)
+        quantized = [t for t in graph.tensors if t.quantization is not None and t.quantization.scale is not None]
+        if not quantized:
+            break
         tensor = rng.choice(quantized)
         quant = tensor.quantization
         shape = [int(d) for d in tensor.shape]
