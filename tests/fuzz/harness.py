@@ -80,6 +80,7 @@ FAMILIES = (
     "tflite",
     "tflite_loops",
     "tflite_loop_forms",
+    "tflite_quantized",
     "openvino",
     "openvino_loops",
     "flax_msgpack",
@@ -112,6 +113,7 @@ NEW_FAMILIES = (
     "onnx_loop_forms",
     "tflite_loops",
     "tflite_loop_forms",
+    "tflite_quantized",
     "openvino_loops",
     "identify",
     "streaming",
@@ -161,6 +163,7 @@ ONNX_FAMILIES = {
     ),
 }
 ORACLE_FAMILIES = ("onnx_loops", "onnx_loop_forms")  # the ONNX families whose conversions are run against the file
+TFLITE_QUANTIZED = "tflite__keras_lstm_dynamic_range"  # the seeds of the tflite_quantized family
 TFLITE_LOOP_FORMS = (
     "tflite__loop_k3_lstm_batch1.tflite",
     "tflite__loop_k3_lstm_per_gate.tflite",
@@ -333,6 +336,21 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             ["verify", source, "--streaming", "--stream-runtime", runtime, "--seq-len", "6"] for runtime in runtimes
         ]
         case.commands += [["inspect", source], ["convert", source, "{dir}/out.safetensors"]]
+        return case
+    if family == "tflite_quantized":  # quantization parameters damaged, read with and without --dequantize
+        held = [n for n in seeds.sources if n.startswith(TFLITE_QUANTIZED)] or sorted(seeds.sources)
+        name = rng.choice(held)
+        data = mutators.mutate_tflite_quantized(seeds.sources[name].read_bytes(), rng)
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data})
+        source = "{dir}/mut_" + name
+        case.commands = [
+            ["inspect", source],
+            ["convert", source, "{dir}/out.pt", "--allow-lossy"],
+            ["convert", source, "{dir}/deq.pt", "--dequantize", "--allow-lossy"],
+            ["convert", source, "{dir}/deq.tflite", "--dequantize", "--allow-lossy", "--dtype", "float32"],
+            ["verify", source, "--against", str(seeds.sources[name]), "--seq-len", "3"],
+            ["convert", source, "{dir}/existing.bin", "--dequantize", "--allow-lossy"],
+        ]
         return case
     if family in ("tflite_loops", "tflite_loop_forms"):
         forms = family == "tflite_loop_forms"

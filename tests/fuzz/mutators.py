@@ -2494,3 +2494,54 @@ def _shards_agree(files: dict[str, bytes], mapping: dict[str, str]) -> bool:
         if held != {key for key, named in mapping.items() if named == shard}:
             return False
     return bool(mapping)
+
+
+def mutate_tflite_quantized(data: bytes, rng: random.Random) -> bytes:
+    """A quantized .tflite's int8 weights given other quantization parameters (parsed and rebuilt with LiteRT's
+    schema module): scales 0, negative, NaN, infinite or huge; as many scales as the tensor has channels along
+    another axis, or a count that fits none; zero points out of the type's range, or fewer than the scales; the
+    axis out of the tensor's rank; no quantization at all; the tensor of another type (int16, uint8) or its buffer
+    cut short; a weight's scales moved to another tensor."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(data, 0))
+    graph = model.subgraphs[0]
+    specials = [0.0, -0.01, float("nan"), float("inf"), 1e38, 1e-45, 3.4e38]
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        # the tensors that still have scales (an earlier change may have taken a tensor's away)
+        quantized = [t for t in graph.tensors if t.quantization is not None and t.quantization.scale is not None]
+        if not quantized:
+            break
+        tensor = rng.choice(quantized)
+        quant = tensor.quantization
+        shape = [int(d) for d in tensor.shape]
+        choice = rng.randrange(9)
+        if choice == 0:  # a special scale
+            quant.scale = [rng.choice(specials)] * max(1, len(quant.scale))
+        elif choice == 1:  # per channel along an axis (its count right, or off by one), with matching zero points
+            axis = rng.randrange(len(shape) + 1)
+            count = (shape[axis] if axis < len(shape) else 2) + rng.choice([0, 0, 1, -1])
+            quant.scale = [rng.uniform(1e-4, 1e-2) for _ in range(max(0, count))]
+            quant.zeroPoint = [0] * max(0, count)
+            quant.quantizedDimension = axis
+        elif choice == 2:  # zero points out of range, or of another count
+            quant.zeroPoint = [rng.choice([-129, 128, 255, 300, -(2**40), 2**62])] * rng.choice([1, 2, 0])
+        elif choice == 3:  # the axis beyond the rank
+            quant.quantizedDimension = rng.choice([-1, len(shape), 2**31 - 1])
+        elif choice == 4:  # no quantization parameters, or empty ones
+            tensor.quantization = None if rng.random() < 0.5 else schema.QuantizationParametersT()
+        elif choice == 5:  # another integer type
+            tensor.type = rng.choice([schema.TensorType.INT16, schema.TensorType.UINT8, schema.TensorType.INT32])
+        elif choice == 6:  # the buffer cut short or emptied
+            buffer = model.buffers[tensor.buffer]
+            if buffer.data is not None:
+                buffer.data = bytes(buffer.data)[: rng.randrange(len(buffer.data))]
+        elif choice == 7:  # one tensor's parameters on another
+            other = rng.choice(quantized)
+            tensor.quantization, other.quantization = other.quantization, tensor.quantization
+        else:  # a shape that the scales no longer fit
+            tensor.shape = [d + rng.choice([1, -1]) if d > 1 else d for d in shape]
+    builder = flatbuffers.Builder(0)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
