@@ -377,6 +377,34 @@ class Checkpoint:
         words = read_array(shard, entry.offset, etype.storage, entry.shape)  # a shorter file: SourceChanged
         return decode(words, etype)
 
+    def string(self, name: str, limit: int) -> bytes | None:
+        """A scalar string tensor's bytes (a TF2 checkpoint's object graph), its crc32c checked at once; None where
+        the checkpoint has no such tensor. The bundle stores it as its length (a varint), that length's masked
+        crc32c, then the bytes; the entry's crc32c covers all of them."""
+        entry = self.entries.get(name)
+        if entry is None:
+            return None
+        what = f"{self.index}: tensor {name!r}"
+        if entry.dtype != "string" or entry.shape or entry.sliced:
+            raise BadInput(f"{what} is {entry.dtype} of shape {list(entry.shape)}, not the string TensorFlow writes")
+        if entry.size > limit:
+            raise BadInput(f"{what} claims {entry.size} bytes, more than {limit}, more than any object graph needs")
+        data = read_array(self.shards[entry.shard], entry.offset, np.uint8, (entry.size,)).tobytes()
+        try:
+            length, pos = _varint(data, 0, len(data))
+        except Corrupt as exc:
+            raise BadInput(f"{what} is damaged ({exc})") from None
+        if pos + 4 + length != len(data):
+            raise BadInput(f"{what} holds {len(data)} bytes, not the {length} its length says and their checksum")
+        # WriteStringTensor's checksum: the length as a 4-byte word (8 past 4 GiB), its masked crc32c, the bytes
+        size = length.to_bytes(4 if length < 1 << 32 else 8, "little")
+        sized = google_crc32c.value(size)
+        crc = google_crc32c.extend(sized, data[pos : pos + 4])
+        stored_sized = int.from_bytes(data[pos : pos + 4], "little")
+        if stored_sized != masked_crc32c(size) or google_crc32c.extend(crc, data[pos + 4 :]) != unmasked(entry.crc32c):
+            raise BadInput(f"{what} does not match its crc32c (damaged)")
+        return data[pos + 4 :]
+
     def check_read(self) -> None:
         """Wait for the crc32c checks of every tensor read so far: BadInput if one does not match."""
         for check in self.checks.values():
