@@ -18,8 +18,11 @@ PLUGIN = Plugin(
             "keras-h5": "Keras legacy HDF5",
             "keras-weights-h5": "Keras 3 .weights.h5",
             "keras-archive": "Keras 3 .keras archive",
+            "keras-savedmodel": "SavedModel directory (tf-keras model.save, Keras 3 export)",
+            "tf2-checkpoint": "TensorFlow 2 object-based checkpoint",
         },
-        read_help="legacy .h5 (Keras 2, tf-keras, Keras 3), .weights.h5 or .keras",
+        read_help="legacy .h5 (Keras 2, tf-keras, Keras 3), .weights.h5, .keras, a SavedModel directory or a TF2 "
+        "checkpoint (its prefix or X.index)",
         write_help="model.keras (keras.models.load_model opens it) or model.weights.h5",
         read_note="Read with h5py alone: TensorFlow and Keras need not be installed.",
         write_note="A Keras 3 Sequential, one LSTM / GRU(reset_after=True) / SimpleRNN layer per cuDNN layer "

@@ -28,6 +28,9 @@ class KerasLayer:
     inferred: bool = False  # class and activations guessed from a bare weights file
     refusal: str | None = None  # why this recurrent layer does not convert (its tensors are then best effort)
     keras_version: str | None = None  # the file's: the defaults of that version fill what its config leaves out
+    # Why nothing can say a setting its tensors do not show (a TF2 checkpoint keeps no config): each such setting is
+    # then refused unless stated, never assumed.
+    unrecorded: str | None = None
 
     @property
     def bidirectional(self) -> bool:

@@ -25,6 +25,7 @@ from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance, RNNSizes
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line, listing, no_such_rnn, several_rnns
 from rnnconv.formats import _zip
+from rnnconv.formats.keras import PLUGIN
 from rnnconv.formats.keras.config import MAX_NESTING, ConfigEntry, KerasLayer, old_defaults, walk_config
 from rnnconv.formats.keras.hdf5 import (
     DAMAGED,
@@ -473,6 +474,16 @@ def to_canonical(
     row = find_row("keras", layer.source_class, config)
     old = old_defaults(layer.keras_version) if layer.inferred else None
     refusals: dict[str, str] = {}
+    unsaid = [key for key in row.unstored if layer.unrecorded and not (stated or {}).get(key)]
+    if unsaid:
+        flags = " ".join(f"{PLUGIN.read_settings[key].flags[0]} X" for key in unsaid)
+        defaults = ", ".join(f"{key}={row.setting(config, key)}" for key in unsaid)
+        refusal = (
+            f"{layer.unrecorded}, so nothing says the {' or '.join(unsaid)} of layer {layer.name!r} "
+            f"({layer.display_class}), and rnnconv assumes none: state the model's own with {flags} (Keras' "
+            f"defaults are {defaults})"
+        )
+        refusals.update(dict.fromkeys(unsaid, refusal))
     if old:
         refusals["recurrent_activation"] = (
             f"the file has no model config, and {old}; converting it as if "
