@@ -35,3 +35,11 @@ SEEDS = [
     "keras2_early/gru_2_0_8.h5",
     "keras2_early/bidi_lstm_2_1_6_weights.h5",
 ]
+# SavedModel directories and TF2 checkpoints' prefixes, damaged by the fuzz harness's savedmodel family.
+SAVED_SEEDS = [
+    "savedmodel/tfk_lstm_state",
+    "savedmodel/tfk_bigru",
+    "savedmodel/k3_export",
+    "savedmodel/tfk_ckpt/ckpt-1",
+    "savedmodel/k3_ckpt/ckpt",
+]

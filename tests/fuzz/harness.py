@@ -89,6 +89,7 @@ FAMILIES = (
     "tfjs",
     "hf_sharded",
     "executorch",
+    "savedmodel",
     "identify",
     "streaming",
 )
@@ -103,6 +104,7 @@ NEW_FAMILIES = (
     "tfjs",
     "hf_sharded",
     "executorch",
+    "savedmodel",
     "onnx_subgraph",
     "onnx_unrolled",
     "onnx_cells",
@@ -369,6 +371,24 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         if main in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[main]), "--against", source, "--backend", "numpy"])
         return case
+    if family == "savedmodel":  # a SavedModel directory or a TF2 checkpoint's prefix, its files damaged
+        models = seeds.sets[family]
+        main = rng.choice(sorted(models))
+        files = dict(models[main])
+        case = Case(family, f"{index:06d}_{family}_{main.replace('/', '_')}", files)
+        case.must_refuse = mutators.mutate_saved(files, main, rng)
+        source = "{dir}/" + main
+        stated = ["--activation", "tanh", "--recurrent-activation", "sigmoid"] if rng.random() < 0.6 else []
+        layer = ["--layer", rng.choice(["encoder", "bidi", "gru", "bidi_lstm", "relu_rnn", "x"])]
+        case.commands = [
+            ["inspect", source + rng.choice(["", ".index"] if "/" in main else ["", "/"]), "--json"],
+            ["convert", source, "{dir}/out.safetensors", *stated],
+            ["convert", source, "{dir}/out" + rng.choice(TARGETS), *stated, *layer],
+            ["convert", source, "{dir}/existing.bin", *stated],
+        ]
+        if main in seeds.good_blob:
+            case.commands.append(["verify", str(seeds.good_blob[main]), "--against", source, "--backend", "numpy"])
+        return case
     if family == "identify":
         name = rng.choice(sorted(seeds.identify))
         blob, probe, flags = seeds.identify[name]
@@ -519,6 +539,7 @@ class Tally:
 def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, tally: Tally, keep: Path | None) -> None:
     folder.mkdir(parents=True)
     for name, data in case.files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)  # a SavedModel's variables/
         (folder / name).write_bytes(data)
     tally.cases[case.family] += 1
     failed = []

@@ -2614,7 +2614,7 @@ def mutate_saved(files: dict[str, bytes], main: str, rng: random.Random) -> bool
     elif op == "bundle":
         files.update(mutate_tensor_bundle(bundle, rng))
     else:
-        name = rng.choice(sorted(n for n in files if n != main))
+        name = rng.choice(sorted(files))
         del files[name]
-        return not name.endswith("keras_metadata.pb")
+        return not name.endswith(("keras_metadata.pb", "/checkpoint"))  # the rest is read
     return False
