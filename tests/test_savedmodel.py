@@ -12,49 +12,37 @@ import sys
 import numpy as np
 import pytest
 from conftest import FIXTURES, FRAMEWORKS, LARGEST_ERRORS, assert_clean_failure, run_cli
+from facts.keras import SAVED_ACTIVATIONS, SAVED_RUNS, saved_run
 
 import rnnconv
-from rnnconv.core import reference
 from rnnconv.formats.cudnn.reader import open_bin
 
 SAVED = FIXTURES / "savedmodel"
 STATED = {"activation": "tanh", "recurrent_activation": "sigmoid"}
-# (source, layer, what the checkpoint needs stated, the layer's input, its initial states, its outputs in the oracle,
-#  how its outputs are merged or ordered)
-CASES = {
-    "tfk_lstm_state-encoder": ("tfk_lstm_state", "encoder", {}, "in/x", ("in/h0", "in/c0"), (0, 1, 2), None),
-    "tfk_lstm_state-relu_rnn": ("tfk_lstm_state", "relu_rnn", {}, "out/0", (), (3, 4), None),
-    "tfk_ckpt-encoder": ("tfk_ckpt/ckpt-1", "encoder", STATED, "in/x", ("in/h0", "in/c0"), (0, 1, 2), None),
-    "tfk_ckpt-relu_rnn": ("tfk_ckpt/ckpt-1.index", "relu_rnn", {"activation": "relu"}, "out/0", (), (3, 4), None),
-    "tfk_bigru-bidi": ("tfk_bigru", "bidi", {}, "in/x", (), (0,), "sum"),
-    "tfk_bigru-backwards": ("tfk_bigru/saved_model.pb", "backwards", {}, "out/0", (), (1,), "reversed"),
-    "k3_export-gru": ("k3_export/", "gru", STATED, "in/x", (), (0,), None),
-    "k3_export-lstm": ("k3_export", "lstm", STATED, "out/0", (), (1,), None),
-    "k3_ckpt-bidi_lstm": ("k3_ckpt/ckpt", None, STATED, "in/x", (), (0,), None),
+# Every name a source is given by: its directory (with or without /), its saved_model.pb, a checkpoint's prefix or index.
+NAMES = {
+    "tfk_lstm_state": "tfk_lstm_state",
+    "tfk_bigru": "tfk_bigru/saved_model.pb",
+    "k3_export": "k3_export/",
+    "tfk_ckpt": "tfk_ckpt/ckpt-1.index",
+    "k3_ckpt": "k3_ckpt/ckpt",
 }
 
 
 def test_every_rnn_computes_what_tensorflow_computed(tmp_path):
     oracle = np.load(SAVED / "oracle.npz")
-    for case, (source, layer, stated, given, states, outputs, merge) in CASES.items():
-        key = source.split("/")[0]
-        out = tmp_path / f"{case}.bin"
-        rnnconv.convert(SAVED / source, out, layer=layer, **stated)
-        blob = open_bin(out)
-        x = oracle[f"{key}/{given}"].transpose(1, 0, 2)  # batch-major in Keras, sequence-major in cuDNN
-        if merge == "reversed":  # go_backwards: Keras runs the sequence reversed
-            x = x[::-1]
-        h0, c0 = ([oracle[f"{key}/{name}"][None] for name in states] + [None, None])[:2]
-        y, h_n, c_n = reference.forward(blob.spec, blob.param, x, h0, c0)
-        if merge == "sum":
-            y = y[..., : blob.spec.hidden_size] + y[..., blob.spec.hidden_size :]
-        got = [y.transpose(1, 0, 2), h_n[0], c_n[0] if c_n is not None else None][: len(outputs)]
-        worst = max(float(np.abs(g - oracle[f"{key}/out/{k}"]).max()) for g, k in zip(got, outputs))
-        LARGEST_ERRORS[f"tensorflow savedmodel {case}"] = worst
-        assert worst < 1e-5, case
-        assert bool(states) == (
-            blob.spec.mode == "lstm" and key in ("tfk_lstm_state", "tfk_ckpt") and layer == "encoder"
-        )
+    for seed, runs in SAVED_RUNS.items():
+        values = {key.split("/", 1)[1]: oracle[key] for key in oracle if key.startswith(seed + "/")}
+        for layer in runs:
+            stated = SAVED_ACTIVATIONS.get(layer, STATED) if "ckpt" in seed or "k3" in seed else {}
+            out = tmp_path / f"{seed}-{layer}.bin"
+            rnnconv.convert(SAVED / NAMES[seed], out, layer=layer if len(runs) > 1 else None, **stated)
+            blob = open_bin(out)
+            pairs = saved_run(layer, blob.spec, blob.param, values, seed)
+            worst = max(float(np.abs(got - expected).max()) for got, expected in pairs)
+            LARGEST_ERRORS[f"tensorflow savedmodel {seed} {layer}"] = worst
+            assert worst < 1e-5, (seed, layer)
+            assert (len(pairs) == 3) == (layer == "encoder")  # the LSTM fed non-zero h0 and c0 by the model
 
 
 def test_inspect_lists_each_rnn_with_its_sizes():
