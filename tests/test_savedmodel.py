@@ -19,7 +19,7 @@ from rnnconv.formats.cudnn.reader import open_bin
 
 SAVED = FIXTURES / "savedmodel"
 STATED = {"activation": "tanh", "recurrent_activation": "sigmoid"}
-# Every name a source is given by: its directory (with or without /), its saved_model.pb, a checkpoint's prefix or index.
+# Each source by another of its names: its directory (with or without /), its saved_model.pb, a prefix, an index.
 NAMES = {
     "tfk_lstm_state": "tfk_lstm_state",
     "tfk_bigru": "tfk_bigru/saved_model.pb",

@@ -61,8 +61,8 @@ SAVED_ACTIVATIONS = {"relu_rnn": {"activation": "relu"}}
 
 
 def saved_run(name: str, spec, param, values: dict[str, np.ndarray], seed: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(what the converted RNN `name` (its spec, its param(key)) computes, what TensorFlow computed) for each output of one of those RNNs, given the
-    oracle's values (or TensorFlow's run of a damaged copy, keyed alike)."""
+    """(what the converted RNN `name` (its spec, its param(key)) computes, what TensorFlow computed) for each of its
+    outputs, given the oracle's values (or TensorFlow's run of a damaged copy, keyed alike)."""
     from rnnconv.core import reference
 
     given, states, outputs, merge = SAVED_RUNS[seed][name]

@@ -23,8 +23,6 @@ from rnnconv.safeio.inputs import resolved
 
 if TYPE_CHECKING:
     from rnnconv.formats.keras.config import KerasLayer
-    from rnnconv.formats.keras.reader import KerasFile
-    from rnnconv.formats.keras.savedmodel import ObjectFile
 
 
 STATED = ("activation", "recurrent_activation")  # what a user states for a weights file without a model config
@@ -33,18 +31,6 @@ THINGS = "recurrent layers"  # what a refusal of every layer names
 
 def _name(layer: KerasLayer) -> str:
     return layer.name
-
-
-def opened(path: Path, reading: SourcePass | None = None) -> KerasFile | ObjectFile:
-    """A Keras file, or a SavedModel's saved_model.pb or a TF2 checkpoint's index, open."""
-    from rnnconv.formats.keras.reader import KerasFile
-    from rnnconv.formats.keras.savedmodel import ObjectFile
-    from rnnconv.formats.keras.wire import SAVED_MODEL
-    from rnnconv.formats.tf1.tensor_bundle import DATA_SHARD, INDEX_SUFFIX
-
-    if path.name == SAVED_MODEL or path.name.endswith(INDEX_SUFFIX) or DATA_SHARD.search(path.name):
-        return ObjectFile(path)
-    return KerasFile(path, reading)
 
 
 @register
@@ -57,14 +43,17 @@ class KerasFormat(Format):
         return saved_model_in(path)
 
     def claims(self, probe: Probe) -> bool:
-        from rnnconv.formats.keras.savedmodel import is_object_checkpoint
-        from rnnconv.formats.tf1.tensor_bundle import INDEX_SUFFIX
+        from rnnconv.formats.tf1.wire import INDEX_SUFFIX
 
-        return not probe.path.name.endswith(INDEX_SUFFIX) or is_object_checkpoint(probe.path)
+        if not probe.path.name.endswith(INDEX_SUFFIX):
+            return True
+        from rnnconv.formats.keras.savedmodel import is_object_checkpoint
+
+        return is_object_checkpoint(probe.path)
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
-        from rnnconv.formats.keras.reader import to_canonical
+        from rnnconv.formats.keras.reader import opened, to_canonical
 
         reading = SourcePass(path) if options.hash_source else None  # begun once the file is open: see KerasFile
         with opened(path, reading) as keras_file:
@@ -127,7 +116,7 @@ class KerasFormat(Format):
         return Written([path])
 
     def inspect(self, path: Path) -> InspectReport:
-        from rnnconv.formats.keras.reader import layer_sizes, to_canonical
+        from rnnconv.formats.keras.reader import layer_sizes, opened, to_canonical
 
         provenance = Provenance(path=str(path))
         with opened(path) as keras_file:
@@ -145,6 +134,8 @@ class KerasFormat(Format):
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
         if recorded.layer or recorded.stacked:
             return recorded
+        from rnnconv.formats.keras.reader import opened
+
         with opened(path) as keras_file:
             return recorded.model_copy(update={"layer": keras_file.layer(layer).name, "format": keras_file.kind})
 

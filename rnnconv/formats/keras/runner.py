@@ -188,8 +188,7 @@ def load_source_layers(
     the blob's spec says: a file changed, or not the blob's source, is refused before Keras sees it.
     """
     from rnnconv.core.contracts import Provenance
-    from rnnconv.formats.keras.format import opened
-    from rnnconv.formats.keras.reader import to_canonical
+    from rnnconv.formats.keras.reader import opened, to_canonical
 
     with opened(path) as keras_file:
         found = [keras_file.layer(n) for n in names]

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.errors import BadInput, listing, no_such_rnn, several_rnns
-from rnnconv.formats.keras.config import ConfigEntry, KerasLayer, walk_config
+from rnnconv.errors import BadInput, RnnconvError, listing, no_such_rnn, several_rnns
+from rnnconv.formats.keras.config import ROLE_OF_NAME, ConfigEntry, KerasLayer, inferred_layer, walk_config
 from rnnconv.formats.keras.hdf5 import TensorReader, check_tensor
-from rnnconv.formats.keras.reader import ROLE_OF_NAME, _best_effort, _inferred_layer
 from rnnconv.formats.keras.wire import (
+    KERAS_DIRECTION_PREFIXES,
     KERAS_METADATA,
     OBJECT_GRAPH_KEY,
     SAVED_MODEL,
@@ -42,13 +42,13 @@ from rnnconv.formats.tf1.tensor_bundle import (
     _message,
     read_table,
 )
-from rnnconv.safeio.inputs import json_document, read_array, regular_file
-from rnnconv.table.constants import MAX_LAYERS
+from rnnconv.safeio.inputs import add_guard, json_document, read_array, regular_file, unchanged
+from rnnconv.table.constants import DIRECTION_WORDS, MAX_LAYERS
 
 GRAPH_LIMIT = 64 << 20  # bytes of an object graph or of keras_metadata.pb: names and JSON, no values
 NODE_LIMIT = 1 << 20  # objects in a graph
 UNRECORDED = "{what} keeps no layer configs (only variables and the object graph naming them)"
-DIRECTION_PREFIXES = ("forward_", "backward_")  # a Bidirectional's sub-layers: forward_gru, backward_gru
+DIRECTION_PREFIXES = tuple(f"{side}_" for side in KERAS_DIRECTION_PREFIXES)  # Bidirectional's forward_gru, ...
 
 
 def saved_model_in(folder: Path) -> Path | None:
@@ -135,7 +135,7 @@ def _layer_cells(checkpoint: Checkpoint, variables: list[tuple[str, str]]) -> di
         sides = layers.setdefault("/".join(parts), {})
         if side in sides:
             raise BadInput(
-                f"{checkpoint.index}: layer {'/'.join(parts)[:200]!r} holds two {('forward', 'backward')[side]} "
+                f"{checkpoint.index}: layer {'/'.join(parts)[:200]!r} holds two {DIRECTION_WORDS[side]} "
                 f"cells' variables, so it is no one recurrent layer"
             )
         sides[side] = roles
@@ -191,12 +191,18 @@ class ObjectFile:
         self.records: dict[str, Any] = {}
         self.versions: dict[str, str] = {}
         self.config: dict[str, Any] | None = None
-        if path.name == SAVED_MODEL:
-            self.kind, folder = "keras-savedmodel", path.parent
-            regular_file(path, "the SavedModel's saved_model.pb")
+        folder = path.parent.parent  # a SavedModel's variables/variables.index is read as its SavedModel
+        if path.name == SAVED_MODEL or (
+            path.parent.name + "/" + path.name == SAVED_MODEL_VARIABLES + ".index" and saved_model_in(folder)
+        ):
+            self.kind, folder = "keras-savedmodel", folder if path.name != SAVED_MODEL else path.parent
+            regular_file(folder / SAVED_MODEL, "the SavedModel's saved_model.pb")
             index = folder / (SAVED_MODEL_VARIABLES + ".index")
             if not os.path.lexists(index):
                 raise BadInput(f"{folder} is a SavedModel without variables ({SAVED_MODEL_VARIABLES}.index)")
+            add_guard(unchanged(index))  # the files read beside the source: one that changes commits nothing
+            if os.path.lexists(folder / KERAS_METADATA):
+                add_guard(unchanged(folder / KERAS_METADATA))
             self.config, self.versions = _keras_metadata(folder / KERAS_METADATA)
             what = f"the SavedModel {folder} (a Keras 3 export or another TensorFlow program's)"
         else:
@@ -228,9 +234,12 @@ class ObjectFile:
                 )
             return cells, [{role: f"{t.name} ({t.key})" for role, t in cell.items()} for cell in cells]
 
-        if entry.refusal:
-            return _best_effort(entry, tensors)
-        return entry.layer(*tensors())
+        if not entry.refusal:
+            return entry.layer(*tensors())
+        try:  # a layer that does not convert, with its tensors where they are found (for its sizes)
+            return entry.layer(*tensors())
+        except RnnconvError:
+            return entry.layer([], [])
 
     def __enter__(self) -> ObjectFile:
         return self
@@ -258,7 +267,7 @@ def _inferred(groups: dict[str, list[dict[str, BundleTensor]]], unrecorded: str)
     not tell is refused unless stated."""
     for path, cells in groups.items():
         names = [{role: f"{t.name} ({t.key})" for role, t in cell.items()} for cell in cells]
-        layer = _inferred_layer(path, list(cells), names, named=True)
+        layer = inferred_layer(path, list(cells), names, named=True)
         if layer is None:
             continue
         layer.unrecorded = unrecorded

@@ -33,7 +33,7 @@ def sniff(probe: Probe) -> bool:
     """An HDF5 file (.h5), a zip archive with a config.json (.keras), a SavedModel's saved_model.pb, or a
     checkpoint's index (whether it holds a TF2 object graph is the format's `claims`)."""
     from rnnconv.formats.probe import HDF5_MAGIC
-    from rnnconv.formats.tf1.tensor_bundle import INDEX_SUFFIX
+    from rnnconv.formats.tf1.wire import INDEX_SUFFIX
 
     if probe.head.startswith(HDF5_MAGIC):
         return True

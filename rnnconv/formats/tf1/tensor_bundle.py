@@ -15,7 +15,6 @@ file, and their crc32c is computed on the other core: outputs are committed only
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,14 +24,11 @@ import numpy as np
 
 from rnnconv.core.dtypes import decode, element_type
 from rnnconv.errors import BadInput
+from rnnconv.formats.tf1.wire import FOOTER_BYTES, TABLE_MAGIC, checkpoint_prefix, index_file
 from rnnconv.safeio.digests import checksum_guard
 from rnnconv.safeio.inputs import Guard, add_guard, read_array, regular_file, unchanged
 from rnnconv.table.constants import ELEMENT_TYPE_CODES
 
-INDEX_SUFFIX = ".index"
-DATA_SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
-TABLE_MAGIC = (0xDB4775248B80FB57).to_bytes(8, "little")  # kTableMagicNumber, the footer's last 8 bytes
-FOOTER_BYTES = 48  # two block handles padded to 40 bytes, then the magic number
 BLOCK_TRAILER_BYTES = 5  # after each block: its compression type, then the masked crc32c of block and type
 NO_COMPRESSION, SNAPPY = 0, 1
 BUNDLE_VERSION = 1  # kTensorBundleVersion: the consumer version this reader is
@@ -53,20 +49,6 @@ PACKED = -1  # in a schema: a repeated varint field, packed or not
 
 class Corrupt(ValueError):
     """What in an index does not fit its format: the reason, which the caller turns into one sentence."""
-
-
-def checkpoint_prefix(path: Path) -> Path:
-    """X for X.index, X.data-00000-of-00001 or X itself."""
-    name = path.name
-    if name.endswith(INDEX_SUFFIX):
-        return path.with_name(name[: -len(INDEX_SUFFIX)])
-    shard = DATA_SHARD.search(name)
-    return path.with_name(name[: shard.start()]) if shard else path
-
-
-def index_file(path: Path) -> Path:
-    prefix = checkpoint_prefix(path)
-    return prefix.with_name(prefix.name + INDEX_SUFFIX)
 
 
 def masked_crc32c(data: bytes) -> int:
