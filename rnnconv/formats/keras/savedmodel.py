@@ -75,9 +75,17 @@ class BundleTensor:
         dtype = checkpoint.dtypes[key]
         self.dtype = np.dtype("float32" if dtype == "bfloat16" else dtype if dtype.startswith("float") else "V1")
         self.attrs: dict[str, Any] = {}  # what the Keras reader asks of an HDF5 dataset
+        self.copies: list[str] = []  # other keys the graph gives the same variable (a Keras 3 export lists each twice)
 
     def __getitem__(self, index: Any) -> np.ndarray:
-        return self.checkpoint.tensor(self.key)[index]
+        values = self.checkpoint.tensor(self.key)
+        for key in self.copies:  # which one TensorFlow's functions use is theirs to say: they must agree
+            if not np.array_equal(self.checkpoint.tensor(key), values, equal_nan=True):
+                raise BadInput(
+                    f"{self.checkpoint.index}: the object graph gives variable {self.name[:200]!r} two values "
+                    f"({self.key[:100]} and {key[:100]}) that differ"
+                )
+        return values[index]
 
 
 def _graph_variables(checkpoint: Checkpoint) -> list[tuple[str, str]]:
@@ -121,8 +129,18 @@ def _layer_cells(checkpoint: Checkpoint, variables: list[tuple[str, str]]) -> di
     for full_name, key in variables:
         parent, _, leaf = full_name.rpartition("/")
         role = ROLE_OF_NAME.get(leaf)
-        if role and parent and role not in cells.get(parent, {}):  # a Keras 3 export lists each variable twice
-            cells.setdefault(parent, {})[role] = BundleTensor(checkpoint, key, full_name)
+        if not role or not parent:
+            continue
+        held = cells.setdefault(parent, {}).get(role)
+        if held is None:
+            cells[parent][role] = BundleTensor(checkpoint, key, full_name)
+        elif key != held.key and key not in held.copies:
+            if checkpoint.shapes[key] != held.shape:
+                raise BadInput(
+                    f"{checkpoint.index}: the object graph gives variable {full_name[:200]!r} values of two shapes "
+                    f"({list(held.shape)} under {held.key[:100]}, {list(checkpoint.shapes[key])} under {key[:100]})"
+                )
+            held.copies.append(key)
     layers: dict[str, dict[int, dict[str, BundleTensor]]] = {}
     for parent, roles in cells.items():
         parts = parent.split("/")
