@@ -74,6 +74,7 @@ class BundleTensor:
         self.ndim, self.size = len(self.shape), int(np.prod(self.shape, dtype=np.int64))
         dtype = checkpoint.dtypes[key]
         self.dtype = np.dtype("float32" if dtype == "bfloat16" else dtype if dtype.startswith("float") else "V1")
+        # (bfloat16 is read widened to float32, exactly; any other type is refused by its name, before use)
         self.attrs: dict[str, Any] = {}  # what the Keras reader asks of an HDF5 dataset
         self.copies: list[str] = []  # other keys the graph gives the same variable (a Keras 3 export lists each twice)
 
@@ -237,7 +238,11 @@ class ObjectFile:
             layer.keras_version = self.versions.get("keras_version")
             for tensors in [] if layer.refusal else layer.tensors:
                 for role, tensor in tensors.items():
-                    check_tensor(tensor, f"{self.path}: {layer.name} {role}", limit)
+                    what = f"{self.path}: {layer.name} {role} ({tensor.name[:200]})"
+                    if tensor.dtype.kind != "f":  # TensorFlow's name of its type, which numpy may have none for
+                        stored = self.checkpoint.dtypes[tensor.key]
+                        raise BadInput(f"{what} holds {stored} values, not floating point numbers")
+                    check_tensor(tensor, what, limit)
 
     def _configured(self, entry: ConfigEntry, groups: dict[str, list[dict[str, BundleTensor]]]) -> KerasLayer:
         def tensors() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
