@@ -2545,3 +2545,166 @@ def mutate_tflite_quantized(data: bytes, rng: random.Random) -> bytes:
     builder = flatbuffers.Builder(0)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
+
+
+# --- SavedModels and TF2 checkpoints: the object graph, keras_metadata.pb ------------------------------------
+
+OBJECT_GRAPH_KEY = b"_CHECKPOINTABLE_OBJECT_GRAPH"
+
+
+def _pb_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        value, pos, shift = value | (byte & 0x7F) << shift, pos + 1, shift + 7
+        if byte < 0x80:
+            return value, pos
+
+
+def _pb_varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def _pb_fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
+    """A well-formed message's fields (number, wire type, value) in order: varints and length-delimited only."""
+    fields: list[tuple[int, int, int | bytes]] = []
+    pos = 0
+    while pos < len(data):
+        key, pos = _pb_varint(data, pos)
+        if key & 7 == 0:
+            value, pos = _pb_varint(data, pos)
+            fields.append((key >> 3, 0, value))
+        elif key & 7 == 2:
+            length, pos = _pb_varint(data, pos)
+            fields.append((key >> 3, 2, data[pos : pos + length]))
+            pos += length
+        elif key & 7 == 5:
+            fields.append((key >> 3, 5, data[pos : pos + 4]))
+            pos += 4
+        else:
+            raise ValueError(f"wire type {key & 7}")
+    return fields
+
+
+def _pb_encode(fields: list[tuple[int, int, int | bytes]]) -> bytes:
+    out = bytearray()
+    for number, wire, value in fields:
+        out += _pb_varint_bytes(number << 3 | wire)
+        if wire == 0:
+            assert isinstance(value, int)
+            out += _pb_varint_bytes(value)
+        elif wire == 2:
+            assert isinstance(value, bytes)
+            out += _pb_varint_bytes(len(value)) + value
+        else:
+            assert isinstance(value, bytes)
+            out += value
+    return bytes(out)
+
+
+def _masked(crc: int) -> int:
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def reseal_object_graph(files: dict[str, bytes], change: Any) -> bool:
+    """A TF2 checkpoint's object graph (a string tensor in its data file) given `change(graph) -> graph` of the same
+    length, its crc32c in the index and the index block's made right again, so the damage reaches the graph's
+    reader. False where the index does not show the graph's entry plainly (then nothing is changed)."""
+    import google_crc32c
+
+    index_name = next(n for n in files if n.endswith(".index"))
+    data_name = next(n for n in files if n.startswith(index_name[: -len(".index")]) and ".data-" in n)
+    index = bytearray(files[index_name])
+    at = index.find(OBJECT_GRAPH_KEY)
+    if at < 0:
+        return False
+    pos, where = at + len(OBJECT_GRAPH_KEY), {}
+    while 6 not in where and pos < len(index):  # the BundleEntryProto: dtype, shape, shard, offset, size, crc32c
+        key, pos = _pb_varint(index, pos)
+        if key & 7 == 0:
+            where[key >> 3], pos = _pb_varint(index, pos)
+        elif key & 7 == 2:
+            length, pos = _pb_varint(index, pos)
+            pos += length
+        elif key & 7 == 5:
+            where[key >> 3], pos = pos, pos + 4
+        else:
+            return False
+    if not {4, 5, 6} <= set(where) and not {5, 6} <= set(where):
+        return False
+    offset, size, crc_at = where.get(4, 0), where[5], where[6]
+    data = bytearray(files[data_name])
+    length, start = _pb_varint(data, offset)
+    graph = bytes(data[offset + (start - offset) + 4 : offset + size])
+    new = change(graph)
+    assert len(new) == len(graph)
+    data[offset + (start - offset) + 4 : offset + size] = new
+    sized = length.to_bytes(4, "little")
+    crc = google_crc32c.extend(google_crc32c.value(sized), bytes(data[start : start + 4]))
+    index[crc_at : crc_at + 4] = _masked(google_crc32c.extend(crc, new)).to_bytes(4, "little")
+    for block, block_size in _sstable_blocks(bytes(index)):
+        if block <= crc_at < block + block_size:
+            crc = google_crc32c.value(bytes(index[block : block + block_size + 1]))
+            index[block + block_size + 1 : block + block_size + 5] = _masked(crc).to_bytes(4, "little")
+    files[index_name], files[data_name] = bytes(index), bytes(data)
+    return True
+
+
+def _damage_graph(graph: bytes, rng: random.Random) -> bytes:
+    """The object graph's bytes damaged in place: a node's field numbers, lengths or names changed."""
+    out = bytearray(graph)
+    for _ in range(rng.randint(1, 8)):
+        where = rng.randrange(len(out))
+        out[where] = rng.choice([0, 0x7F, 0x80, 0xFF, 0x0A, 0x12, 0x1A, 0x2F, rng.randrange(256)])
+    return bytes(out)
+
+
+def mutate_keras_metadata(data: bytes, rng: random.Random) -> bytes:
+    """keras_metadata.pb damaged: its bytes, or one object's JSON metadata (the root's model config among them)
+    through the Keras config mutator, the proto encoded again."""
+    if rng.random() < 0.3:
+        return mutate_bytes(data, rng)
+    nodes = [value for number, _, value in _pb_fields(data) if number == 1]
+    index = rng.randrange(len(nodes))
+    node = _pb_fields(nodes[index])  # type: ignore[arg-type]
+    changed = []
+    for number, wire, value in node:
+        if number == 5 and isinstance(value, bytes):
+            config = json.loads(value)
+            if isinstance(config, dict) and "config" in config and rng.random() < 0.7:
+                mutate_keras_config(config, rng)
+                value = json.dumps(config).encode()
+            else:
+                value = mutate_json_text(value.decode(), rng).encode()
+        elif number == 3 and rng.random() < 0.2:
+            value = rng.choice([b"root", b"root.layer-0", b"", long_name(rng).encode()[:300]])
+        changed.append((number, wire, value))
+    nodes[index] = _pb_encode(changed)
+    if rng.random() < 0.1:
+        nodes = nodes[: rng.randrange(len(nodes) + 1)]
+    return _pb_encode([(1, 2, node) for node in nodes])
+
+
+def mutate_saved(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    """A SavedModel directory or a TF2 checkpoint damaged: its object graph (resealed, so its reader is reached), its
+    keras_metadata.pb, its tensor bundle, a file removed. True where every reader must refuse the result."""
+    metadata = next((n for n in files if n.endswith("keras_metadata.pb")), None)
+    op = rng.choice(["graph", "graph", "metadata", "metadata", "bundle", "gone"] if metadata else ["graph", "bundle"])
+    bundle = {n: d for n, d in files.items() if n.endswith(".index") or ".data-" in n}
+    if op == "graph":
+        if not reseal_object_graph(files, lambda graph: _damage_graph(graph, rng)):
+            files.update(mutate_tensor_bundle(bundle, rng))
+    elif op == "metadata" and metadata:
+        files[metadata] = mutate_keras_metadata(files[metadata], rng)
+    elif op == "bundle":
+        files.update(mutate_tensor_bundle(bundle, rng))
+    else:
+        name = rng.choice(sorted(files))
+        del files[name]
+        return not name.endswith(("keras_metadata.pb", "/checkpoint"))  # the rest is read
+    return False
