@@ -25,13 +25,12 @@ from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance, RNNSizes
 from rnnconv.core.dtypes import ELEMENT_TYPES, decode
 from rnnconv.errors import BackendMissing, BadInput, listing, no_such_rnn, several_rnns
-from rnnconv.formats import _safetensors
+from rnnconv.formats import _pickled, _safetensors
 from rnnconv.formats.reading import Found, StoredCell, held_grid, nonlinearity_note, read, settle_nonlinearity
 from rnnconv.formats.sources import SOURCE_KEY, read_source_records
 from rnnconv.formats.torch import sharded
 from rnnconv.formats.torch.checkpoint import (
     PickledTensor,
-    Refused,
     ZipCheckpoint,
     is_zip_checkpoint,
     read_zip,
@@ -162,14 +161,14 @@ FLOAT_STORAGES = {etype.storage.str if name != "bfloat16" else name: name for na
 
 
 def _zip_state_dict(path: Path) -> StateDict:
-    """A zip checkpoint's float tensors, through rnnconv's own restricted unpickler (no torch)."""
-    try:
-        found = read_zip(path)
-    except Refused as exc:
+    """A zip checkpoint's float tensors, through rnnconv's own inert unpickler (no torch)."""
+    found = read_zip(path)
+    named = _pickled.globals_named(found.root)
+    if named:
         raise BadInput(
-            f"{path} was refused: it needs more than weights to load (it holds a {exc}), and "
+            f"{path} was refused: it needs more than weights to load (it holds a {named[0]}), and "
             f"rnnconv never unpickles code; save model.state_dict() instead of the model object"
-        ) from None
+        )
     tensors = StateDict()
     for key, value in flatten_checkpoint(found.root, ""):
         if not isinstance(value, PickledTensor):
