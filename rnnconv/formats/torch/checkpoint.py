@@ -182,6 +182,11 @@ class ZipCheckpoint:
     _storages: dict[str, np.ndarray | FileArray]
     folder: str = "archive/"  # the members' common folder, as the writer named it
     records: dict[str, bytes] = field(default_factory=dict)  # rnnconv's records beside the pickle (RECORDS), by name
+    script: dict[str, str] | None = None  # a TorchScript archive's code of torch.nn's RNN classes, by module; else None
+
+    def code(self, module: str) -> str | None:
+        """The TorchScript source of a module (`__torch__.torch.nn.modules.rnn`), where the archive holds it."""
+        return (self.script or {}).get(module)
 
     def values(self, tensor: PickledTensor) -> np.ndarray | FileArray:
         """The tensor's values, every index checked inside its storage: still in the file when they lie there in
@@ -262,7 +267,28 @@ def read_zip(path: Path) -> ZipCheckpoint:
             if record.file_size > SOURCE_RECORD_LIMIT:
                 raise BadInput(f"{path}: its {name} member is larger than any record rnnconv writes")
             records[name] = _zip.read_member(archive, record.filename, path)
-    return ZipCheckpoint(path, root, storages, folder, records)
+        script = _script_code(path, archive, infos, folder, size) if folder + SCRIPT_CONSTANTS in infos else None
+    return ZipCheckpoint(path, root, storages, folder, records, script)
+
+
+SCRIPT_CONSTANTS = "constants.pkl"  # what a TorchScript archive holds beside its data.pkl, and torch.save's do not
+SCRIPT_RNN_CODE = "code/__torch__/torch/nn/modules/rnn"  # where torch.jit.save writes the code of torch.nn's RNNs
+MAX_CODE = 16 << 20  # bytes of that code read, at most: a few KB per RNN class
+
+
+def _script_code(path: Path, archive: zipfile.ZipFile, infos: dict, folder: str, size: int) -> dict[str, str]:
+    """The TorchScript source of torch.nn's RNN classes in an archive, by module (never run: read for what it says)."""
+    code, total = {}, 0
+    for name, info in infos.items():
+        if not (name.startswith(folder + SCRIPT_RNN_CODE) and name.endswith(".py")):
+            continue
+        _zip.check_member(path, info, size, "torch.jit.save")
+        total += info.file_size
+        if total > MAX_CODE:
+            raise BadInput(f"{path}: its TorchScript code of torch.nn's RNNs is larger than any archive's")
+        module = name[len(folder) + len("code/") : -len(".py")].replace("/", ".")
+        code[module] = _zip.read_member(archive, name, path).decode("utf-8", "replace")
+    return code
 
 
 # --- writing ----------------------------------------------------------------------------------------
