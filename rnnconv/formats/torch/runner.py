@@ -15,7 +15,7 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.reference import forward
-from rnnconv.errors import BadInput
+from rnnconv.errors import BadInput, first_line
 from rnnconv.formats.torch.modules import KeptRNN
 from rnnconv.formats.torch.reader import load_state_dict, require_torch
 from rnnconv.formats.torch.writer import torch_class
@@ -96,7 +96,7 @@ def run_script(
         for part in filter(None, prefix.rstrip(".").split(".")):
             module = getattr(module, part)
     except Exception as exc:  # torch.jit raises its own errors on an archive it cannot load
-        raise BadInput(f"torch.jit.load cannot load {path}: {' '.join(str(exc).split())[:300]}") from None
+        raise BadInput(f"torch.jit.load cannot load {path} (it says: {_said(exc)})") from None
     x, h0 = np.asarray(inputs["x"]), np.asarray(inputs["h0"])
     c0 = None if inputs["c0"] is None else np.asarray(inputs["c0"])
     steps, batch, _ = x.shape
@@ -115,7 +115,7 @@ def run_script(
                 out, h_last, c_last = _script_run(torch, module, spec, kept, xs, h, c)
         except Exception as exc:  # a module TorchScript cannot run as an RNN of this spec
             raise BadInput(
-                f"TorchScript cannot run {name} of {path} as an {spec.describe()}: {' '.join(str(exc).split())[:300]}"
+                f"TorchScript cannot run {name} of {path} as an {spec.describe()} (it says: {_said(exc)})"
             ) from None
         y[:length, group], h_n[:, group] = out, h_last
         if c_n is not None and c_last is not None:
@@ -160,6 +160,11 @@ def _script_run(
         out, h_n, c_n = ran if lstm else (*ran, None)
     y = (out.transpose(0, 1) if batch_first else out).numpy()
     return y, h_n.numpy(), None if c_n is None else c_n.numpy()
+
+
+def _said(exc: BaseException) -> str:
+    """What torch.jit says of an error, as a clause: its first line, without the colon that leads to its detail."""
+    return first_line(exc, 200).rstrip(" :") or type(exc).__name__
 
 
 def run_module(
