@@ -8,6 +8,7 @@ spec cannot load. Cells run step by step, as their users run them.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,9 @@ def run_script(
     torch = require_torch("running a TorchScript archive")
     name = prefix.rstrip(".") or "the root module"
     try:
-        module = torch.jit.load(str(path), map_location="cpu")
+        with warnings.catch_warnings():  # torch's own (torch.jit.load is deprecated): rnnconv speaks for itself
+            warnings.simplefilter("ignore")
+            module = torch.jit.load(str(path), map_location="cpu")
         for part in filter(None, prefix.rstrip(".").split(".")):
             module = getattr(module, part)
     except Exception as exc:  # torch.jit raises its own errors on an archive it cannot load
@@ -111,7 +114,8 @@ def run_script(
         xs, h = torch.as_tensor(x[:length, group], dtype=dtype), torch.as_tensor(h0[:, group], dtype=dtype)
         c = None if c0 is None else torch.as_tensor(c0[:, group], dtype=dtype)
         try:
-            with torch.no_grad():
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 out, h_last, c_last = _script_run(torch, module, spec, kept, xs, h, c)
         except Exception as exc:  # a module TorchScript cannot run as an RNN of this spec
             raise BadInput(
