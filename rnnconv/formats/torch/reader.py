@@ -1,8 +1,9 @@
 """Reading PyTorch state_dicts: find the RNNs in a checkpoint and read them.
 
 Zip `.pt`/`.pth`/`.bin` checkpoints (torch.save's format since 1.6) are read without torch,
-by rnnconv's restricted unpickler (`checkpoint.py`): a file that needs more than tensors and plain
-containers is refused, never unpickled. Legacy (pre-zip) files are read by
+by rnnconv's inert unpickler (`checkpoint.py`, `_pickled`): whole models (torch.save(model), TorchScript
+archives) give their modules' tensors by module path and their RNN modules' settings (`modules.py`); nothing of a
+file is imported or run. Legacy (pre-zip) files are read by
 `torch.load(weights_only=True)`. `.safetensors` state_dicts are read without torch at all.
 RNNs are found by their parameter names (the torch rows' tensor names: `weight_ih_l0`,
 `weight_hh_l0_reverse`, a cell's bare names); their mode, sizes, layers, directions and

@@ -1,9 +1,10 @@
 """Run a PyTorch source RNN in PyTorch itself (CPU), for `verify` to compare a blob with.
 
-The checkpoint is loaded again with `torch.load(weights_only=True)` (or safetensors),
-the RNN's tensors taken by the prefix recorded at conversion, and loaded with
-`load_state_dict(strict=True)` into the nn module the spec describes: a wrong
-spec cannot load. Cells run step by step, as their users run them.
+A state_dict is read again by rnnconv's checked reader, the RNN's tensors taken by the prefix recorded at
+conversion, and loaded with `load_state_dict(strict=True)` into the nn module the spec describes: a wrong
+spec cannot load. Cells run step by step, as their users run them. A TorchScript archive runs in
+`torch.jit.load` (`run_script`); a whole pickled model never reaches torch, whose unpickling would run its
+classes' code: its RNN runs in the numpy reference on the weights rnnconv read (`run_read`).
 """
 
 from __future__ import annotations
