@@ -52,6 +52,7 @@ def test_arrays_read_and_other_globals_are_only_recorded(tmp_path):
         (b"(" * 30 + b".", "truncated or corrupt"),
         (b"\x80\x02" + b"]" * 1001 + b".", "more than 1,000 objects"),  # MAX_OPCODES made 1,000,
         (b"\x80\x02" + b"]" * 300 + b"a" * 299 + b".", "nests objects more than 200 deep"),
+        (b"\x80\x02]r\xff\xff\xff\x7f.", "memo slot 2147483647"),  # a 16 GiB memo, were it put
     ],
 )
 def test_damaged_or_excessive_pickles_are_refused(data, phrase, monkeypatch):
