@@ -91,6 +91,7 @@ FAMILIES = (
     "tfjs",
     "hf_sharded",
     "executorch",
+    "torch_export",
     "identify",
     "streaming",
 )
@@ -107,6 +108,7 @@ NEW_FAMILIES = (
     "executorch",
     "torchscript",
     "torch_module",
+    "torch_export",
     "onnx_subgraph",
     "onnx_unrolled",
     "onnx_cells",
@@ -261,6 +263,7 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         "onnx": [n for n in seeds.sources if n.endswith(".onnx")],
         "tflite": [n for n in seeds.sources if n.endswith(".tflite")],
         "executorch": [n for n in seeds.sources if n.endswith(".pte")],
+        "torch_export": [n for n in seeds.sources if n.endswith(".pt2")],
         "keras_config": [
             n for n in seeds.sources if n.endswith((".h5", ".keras")) and "weights" not in n and "payload" not in n
         ],

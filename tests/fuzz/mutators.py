@@ -623,6 +623,43 @@ def mutate_torchscript(data: bytes, rng: random.Random) -> bytes:
     return mutate_torch_zip(data, rng)
 
 
+def mutate_pt2(data: bytes, rng: random.Random) -> bytes:
+    """A torch.export archive damaged: its graph's or a config's JSON (values replaced, removed, nested deep), a weight
+    file cut or grown, a tensor marked pickled, its sample inputs or a weight made a code payload, headers, bytes."""
+    members = _members(data)
+    op = rng.choice(["graph", "graph", "config", "weight", "pickled", "payload", "headers", "bytes"])
+    pick = {
+        "graph": lambda n: n.endswith("/models/model.json"),
+        "config": lambda n: n.endswith("_config.json"),
+        "weight": lambda n: "/data/weights/weight_" in n,
+        "pickled": lambda n: n.endswith("/model_weights_config.json"),
+        "payload": lambda n: n.endswith("/data/sample_inputs/model.pt") or "/data/weights/weight_" in n,
+    }
+    if op == "headers":
+        return _patch_headers(data, rng)
+    if op == "bytes" or op not in pick:
+        return mutate_bytes(data, rng)
+    chosen = [k for k, (info, _) in enumerate(members) if pick[op](info.filename)]
+    if not chosen:
+        return mutate_bytes(data, rng)
+    k = rng.choice(chosen)
+    info, payload = members[k]
+    if op in ("graph", "config"):
+        payload = mutate_json_text(payload.decode("utf-8", "replace"), rng).encode("utf-8", "surrogatepass")
+    elif op == "weight":
+        cut = payload[: rng.randrange(max(len(payload), 1))]
+        payload = cut if rng.random() < 0.7 else payload + bytes(rng.randint(1, 99))
+    elif op == "pickled":
+        config = json.loads(payload)
+        for entry in config.get("config", {}).values():
+            entry["use_pickle"] = entry["use_pickle"] or rng.random() < 0.5
+        payload = json.dumps(config).encode()
+    else:
+        payload = code_pickle(rng)
+    members[k] = (info, payload)
+    return _rezip(members)
+
+
 # --- safetensors, sidecars, blobs ---------------------------------------------------------------------
 
 
@@ -910,6 +947,8 @@ def mutate_file(name: str, data: bytes, rng: random.Random) -> bytes:
         return mutate_tflite(data, rng)
     if name.endswith(".pte"):
         return mutate_pte(data, rng)
+    if name.endswith(".pt2"):
+        return mutate_pt2(data, rng)
     if data.startswith(b"PK\x03\x04") and "torch_kept" in name:  # a whole model: TorchScript, torch.save(model)
         return mutate_torchscript(data, rng) if "seq2seq" in name else mutate_torch_module(data, rng)
     if data.startswith(b"PK\x03\x04"):
