@@ -140,3 +140,17 @@ def test_steps_whose_last_new_state_nothing_reads_are_refused_not_an_rnn(tmp_pat
     onnx.save(model, path)
     (entry,) = rnnconv.inspect(path).rnns
     assert not entry.converts and "gives at step 4 of 4 a new state that nothing in the graph reads" in entry.reason
+
+
+def test_a_step_after_a_broken_step_is_refused_not_read_as_a_cell_alone(tmp_path):
+    """The dynamo exporter's four LSTMCell steps with the third one's g gate given another gate's block: the fourth
+    step, still a cell, starts from the broken step's state (a value the graph computes), so it is refused rather
+    than read as an LSTMCell exported alone (the fuzzer's case: converted, it was off by 1.x from onnxruntime)."""
+    model = onnx.load(str(FIXTURES / "onnx/lstm_cell_loop_zeros_dynamo.onnx"))
+    (gate,) = [n for n in model.graph.node if n.op_type == "Tanh" and n.output[0] == "tanh_4"]
+    gate.input[0] = "unsafe_split_1_split_1"
+    path = tmp_path / "broken_step.onnx"
+    onnx.save(model, path)
+    entries = rnnconv.inspect(path).rnns
+    assert entries and not any(e.converts for e in entries), entries
+    assert any("a state the graph computes" in (e.reason or "") for e in entries)

@@ -549,6 +549,13 @@ class CellFinder(Recogniser):
         is refused rather than read one way at random."""
         if self.scanned(cell):
             return True
+        if cell.reading is not None and (computed := self.computed_state(cell.reading)) is not None:
+            cell.refusal = (
+                f"starts from {cut(computed)!r}, a state the graph computes (neither one of its inputs nor a "
+                "constant): a step of a recurrence whose other steps are no cells rnnconv reads, not a cell alone"
+            )
+            cell.reading = None
+            return False
         if cell.reading is not None and exchanged(cell.reading) is not None:
             reading = cell.reading
             cell.refusal = (
@@ -557,6 +564,16 @@ class CellFinder(Recogniser):
             )
             cell.reading = None
         return False
+
+    def computed_state(self, reading: Reading) -> str | None:
+        """The state a step reads that its graph computes, neither given (one of the graph's inputs: a cell exported
+        alone takes its states so) nor a constant (zeros folded in), or None."""
+        given = {value.name for value in self.scope.graph.input}
+        for state in (reading.h, reading.c):
+            value = self.through(state) if state else None
+            if value is not None and value not in given and self.constant(value) is None:
+                return state
+        return None
 
     def scanned(self, cell: Cell) -> bool:
         """Whether `cell` is the recurrence of the Scan whose body this graph is: its states the Scan's carried
