@@ -181,7 +181,7 @@ TF1_PEEPHOLES: Final = ("w_i_diag", "w_f_diag", "w_o_diag")
 TF1_TRANSPOSED: Final = "transposed"  # the tensor whole, transposed: a projection [H, P] that h @ kernel applies
 # Each role's tensor (table/rows.py) as the columns of these variables of the cell scope, joined in order, by the class
 # that saves them.
-_TF1_LSTM_KERNEL: Final = {
+_TF1_LSTM_KERNEL: Final[dict[str, tuple[tuple[str, str], ...]]] = {
     "input_matrix": ((TF1_KERNEL, TF1_INPUT_ROWS),),
     "recurrent_matrix": ((TF1_KERNEL, TF1_RECURRENT_ROWS),),
     "bias": ((TF1_BIAS, TF1_ALL_ROWS),),

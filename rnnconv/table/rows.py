@@ -229,8 +229,6 @@ KERAS_ERAS: Final = (
 VERSIONED_DEFAULTS: Final = tuple(dict.fromkeys(key for era in KERAS_ERAS for key in era.defaults or {}))
 
 FIXED = {"activation": "tanh"}  # classes whose activation is not a setting
-# tf.compat.v1's LSTM cells: forget_bias is their argument (TensorFlow's default 1.0), never stored and never assumed.
-TF1_CELL_DEFAULTS = {**FIXED, "forget_bias": 1.0}
 TORCH_RNN_DEFAULTS = {"activation": "tanh"}  # nn.RNN's nonlinearity (not stored in a state_dict)
 ONNX_GATED_DEFAULTS = {"activation": "tanh", "recurrent_activation": "sigmoid"}
 ONNX_GRU_DEFAULTS = {**ONNX_GATED_DEFAULTS, "linear_before_reset": 0}  # ONNX's default is reset *before*
@@ -327,11 +325,9 @@ TABLE: tuple[Row, ...] = (
     # tf.compat.v1.nn.rnn_cell's own cells: gates i, j, f, o; forget_bias is added to f when the cell runs, and
     # is not in the checkpoint (the .meta graph's constant, or --forget-bias): read, it joins the f gate's bias.
     Row("tf1", "BasicLSTMCell", "lstm", TF1_LSTM_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("BasicLSTMCell"),
-        LSTM_MODES, TF1_CELL_DEFAULTS, unstored=("forget_bias",),
-        note="f = sigmoid(x @ K_f + h @ K'_f + b_f + forget_bias), forget_bias not stored"),
+        LSTM_MODES, FIXED, note="f = sigmoid(x @ K_f + h @ K'_f + b_f + forget_bias), forget_bias not stored"),
     Row("tf1", "LSTMCell", "lstm", TF1_LSTM_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("LSTMCell"), LSTM_MODES,
-        TF1_CELL_DEFAULTS, unstored=("forget_bias",),
-        note="num_proj=P: projection/kernel [H, P], h @ kernel, and the kernel [in + P, 4H]; forget_bias not stored"),
+        FIXED, note="num_proj=P: projection/kernel [H, P] (h @ it), the kernel [in + P, 4H]; forget_bias not stored"),
     Row("tf1", "GRUCell", "gru", GRU_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("GRUCell"), {}, FIXED,
         refusal=f"this tf.compat.v1 GRUCell {RESET_BEFORE} (GRUCell: c = tanh([x, r*h] @ candidate/kernel + b))"),
     # --- TFLite / LiteRT: the fused sequence ops, one (H, in) tensor per gate, one bias per gate (bW + bR).

@@ -151,7 +151,9 @@ def _variables(
         node = scope.nodes.get(name)
         if node is None and name in scope.arguments:  # a body function's argument: the loop's input of that place
             index = scope.arguments.index(name)
-            queue.extend((outer, loop.inputs[index]) for outer, loop in callers.get(scope_name, ()) if index < len(loop.inputs))
+            queue.extend(
+                (outer, loop.inputs[index]) for outer, loop in callers.get(scope_name, ()) if index < len(loop.inputs)
+            )
         elif node is not None and node.op in META_PASS_THROUGH:
             queue.extend((scope_name, i) for i in node.inputs if not i.startswith("^"))
     return found
@@ -184,5 +186,7 @@ def forget_biases(meta: Path, names: set[str]) -> dict[str, float]:
                     for variable in _variables(scopes, callers, scope_name, split.inputs[1], names):
                         biases.setdefault(variable, set()).add(value)
     except (Corrupt, UnicodeDecodeError, ValueError) as exc:
-        raise BadInput(f"{meta} is not a readable MetaGraphDef ({exc}); state the forget bias with --forget-bias") from None
+        raise BadInput(
+            f"{meta} is not a readable MetaGraphDef ({exc}); state the forget bias with --forget-bias"
+        ) from None
     return {variable: next(iter(values)) for variable, values in biases.items() if len(values) == 1}

@@ -23,7 +23,11 @@ TF1_CUDNN_CELLS: Final[dict[str, str]] = {
     "CudnnGRU": "cudnn_compatible_gru_cell",
     "CudnnRNN": "basic_rnn_cell",
 }
-TF1_OWN_CELLS: Final[dict[str, str]] = {"BasicLSTMCell": "basic_lstm_cell", "LSTMCell": "lstm_cell", "GRUCell": "gru_cell"}
+TF1_OWN_CELLS: Final[dict[str, str]] = {
+    "BasicLSTMCell": "basic_lstm_cell",
+    "LSTMCell": "lstm_cell",
+    "GRUCell": "gru_cell",
+}
 TF1_CELLS: Final[dict[str, str]] = TF1_CUDNN_CELLS | TF1_OWN_CELLS
 # Where a MultiRNNCell puts each layer's cell scope, below the RNN's scope.
 TF1_MULTI: Final = "multi_rnn_cell/cell_{layer}"
