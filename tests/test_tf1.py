@@ -334,7 +334,7 @@ def test_a_missing_checkpoint_and_a_foreign_index_are_refused(tmp_path):
     assert_clean_failure(run_cli("tf1-to-cudnn", tmp_path / "nothing.ckpt"), 2, "does not exist")
     foreign = tmp_path / "table.index"
     foreign.write_bytes(bytes(range(256)))
-    assert_clean_failure(run_cli("inspect", foreign), 2, "(TF1 cuDNN checkpoint by its name) is not a readable")
+    assert_clean_failure(run_cli("inspect", foreign), 2, "(TF1 checkpoint by its name) is not a readable")
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ PLUGIN = Plugin(
     package=__name__,
     info=FormatInfo(
         "tf1",
-        "TF1 cuDNN checkpoint",
+        "TF1 checkpoint",
         {"tf1-checkpoint": "TensorFlow 1 checkpoint of tf.contrib.cudnn_rnn layers"},
         read_help="a TensorFlow 1 checkpoint of tf.contrib.cudnn_rnn CudnnLSTM/CudnnGRU/CudnnRNNTanh/CudnnRNNRelu "
         "layers or tf.compat.v1 BasicLSTMCell/LSTMCell cells: X.index (with X.data-00000-of-00001 beside it) or the "

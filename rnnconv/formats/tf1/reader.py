@@ -267,6 +267,9 @@ def forget_biases(
         found = in_graph(meta, set(checkpoint.shapes))
         kernels = {cell: names.get(TF1_KERNEL, "") for cell, names in rnn.tensors.items()}
         missing = sorted(kernel for kernel in kernels.values() if kernel not in found)
+        odd = sorted(kernel for kernel in kernels.values() if kernel in found and not math.isfinite(found[kernel]))
+        if odd:
+            raise BadInput(f"{meta} adds a forget bias of {found[odd[0]]} to {odd[0]}'s f gate: a damaged graph")
         if not missing:
             return {cell: found[kernel] for cell, kernel in kernels.items()}, f"from {meta.name}"
         unsaid = f"its .meta graph {meta.name} does not say the one of {listing(missing, show=repr)}"
