@@ -413,7 +413,7 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
     if family == "tf1_meta":  # a cell checkpoint's .meta graph damaged, its conversions held against TF's reading
         name = rng.choice(sorted(n for n, files in seeds.tf1.items() if any(f.endswith(".meta") for f in files)))
         case = Case(family, f"{index:06d}_{family}_{name}", mutators.mutate_meta_graph(seeds.tf1[name], rng))
-        case.oracle = "tf1-meta" if rng.random() < 0.1 else ""  # a TensorFlow process each: a sample of the cases
+        case.oracle = "tf1-meta" if rng.random() < 0.03 else ""  # a TensorFlow process each: a sample of the cases
         source = f"{{dir}}/{name}"
         case.commands = [
             ["inspect", source],
