@@ -103,3 +103,31 @@ def test_verify_runs_the_cells_in_tensorflow_and_the_gru_cell_is_refused(tmp_pat
     result = run_cli("convert", TF1 / "gru.ckpt", tmp_path / "gru.bin")
     assert_clean_failure(result, 2, "GRUCell", "reset gate before")
     assert not (tmp_path / "gru.bin").exists()
+
+
+@pytest.mark.parametrize(
+    "damage, said",
+    [
+        ("nan", "adds a forget bias of nan"),
+        ("renamed", "does not say the one of 'rnn/basic_lstm_cell/kernel'"),
+        ("cut", "is not a readable MetaGraphDef"),
+    ],
+)
+def test_a_damaged_meta_graph_is_one_sentence(damage, said, tmp_path):
+    """What the tf1_meta fuzz family does to a .meta graph: the f gate's constant made NaN, the Add renamed (same
+    length, so the protobuf stays well formed), the graph cut short; nothing is written."""
+    for suffix in (".index", ".data-00000-of-00001"):
+        shutil.copy(TF1 / f"basic_lstm.ckpt{suffix}", tmp_path / f"basic_lstm.ckpt{suffix}")
+    meta = bytearray((TF1 / "basic_lstm.ckpt.meta").read_bytes())
+    if damage == "nan":
+        one = b"\x2a\x04" + np.float32(1.0).tobytes()  # the forget bias's float_val
+        assert meta.count(one) == 1
+        meta = meta.replace(one, b"\x2a\x04" + np.float32("nan").tobytes())
+    elif damage == "renamed":
+        meta = meta.replace(b"AddV2", b"MulV2")
+    else:
+        meta = meta[: len(meta) // 2]
+    (tmp_path / "basic_lstm.ckpt.meta").write_bytes(bytes(meta))
+    result = run_cli("convert", tmp_path / "basic_lstm.ckpt", tmp_path / "out.bin")
+    assert_clean_failure(result, 2, said)
+    assert not (tmp_path / "out.bin").exists()

@@ -616,13 +616,13 @@ if runtime == "tf1-meta":  # the f gate's bias shift against the forget biases T
     try:
         graph.ParseFromString(open(source + ".meta", "rb").read())
     except Exception:
-        print("off by: converted from a .meta TensorFlow cannot parse")
-        sys.exit(0)
-    nodes = [n for f in graph.graph_def.library.function for n in f.node_def] + list(graph.graph_def.node)
-    by_name = {n.name: n for n in nodes}
+        sys.exit(3)  # a graph TensorFlow itself cannot read: nothing to judge the conversion by
     added = set()
-    for n in nodes:
-        if n.op in ("Add", "AddV2") and len(n.input) == 2:
+    for nodes in [graph.graph_def.node] + [f.node_def for f in graph.graph_def.library.function]:
+        by_name = {n.name: n for n in nodes}  # names are the graph's or one function's own
+        for n in nodes:
+            if n.op not in ("Add", "AddV2") or len(n.input) != 2:
+                continue
             for gate, const in (n.input, n.input[::-1]):
                 split, c = by_name.get(gate.split(":")[0]), by_name.get(const.split(":")[0])
                 if split is not None and split.op == "Split" and gate.split(":")[-1] == "2" and c is not None \

@@ -57,9 +57,9 @@ def _node(data: bytes) -> tuple[str, _Node]:
     for entry in fields.get(5, []):
         assert isinstance(entry, bytes)
         pair = _message(entry, {1: LENGTH, 2: LENGTH})
-        attrs[_embedded(pair, 1).decode("utf-8", "replace")] = _embedded(pair, 2)
-    inputs = [value.decode("utf-8", "replace") for value in fields.get(3, []) if isinstance(value, bytes)]
-    name, op = (_embedded(fields, n).decode("utf-8", "replace") for n in (1, 2))
+        attrs[_embedded(pair, 1).decode()] = _embedded(pair, 2)
+    inputs = [value.decode() for value in fields.get(3, []) if isinstance(value, bytes)]
+    name, op = (_embedded(fields, n).decode() for n in (1, 2))
     return name, _Node(op, inputs, attrs)
 
 
@@ -76,10 +76,10 @@ def _scopes(data: bytes) -> dict[str, _Scope]:
         assert isinstance(function, bytes)
         fields = _message(function, {1: LENGTH, 3: LENGTH})
         signature = _message(_embedded(fields, 1), {1: LENGTH, 2: LENGTH})
-        scope = scopes.setdefault(_embedded(signature, 1).decode("utf-8", "replace"), _Scope())
+        scope = scopes.setdefault(_embedded(signature, 1).decode(), _Scope())
         for argument in signature.get(2, []):
             assert isinstance(argument, bytes)
-            scope.arguments.append(_embedded(_message(argument, {1: LENGTH}), 1).decode("utf-8", "replace"))
+            scope.arguments.append(_embedded(_message(argument, {1: LENGTH}), 1).decode())
         for encoded in fields.get(3, []):
             assert isinstance(encoded, bytes)
             name, node = _node(encoded)
@@ -128,7 +128,7 @@ def _callers(scopes: dict[str, _Scope]) -> dict[str, list[tuple[str, _Node]]]:
         for node in scope.nodes.values():
             if node.op in META_WHILES and META_WHILE_BODY in node.attrs:
                 func = _embedded(_message(node.attrs[META_WHILE_BODY], {10: LENGTH}), 10)
-                body = _embedded(_message(func, {1: LENGTH}), 1).decode("utf-8", "replace")
+                body = _embedded(_message(func, {1: LENGTH}), 1).decode()
                 callers.setdefault(body, []).append((scope_name, node))
     return callers
 
