@@ -87,7 +87,6 @@ def test_the_forget_bias_is_folded_into_the_f_gate_and_stated_without_a_meta_gra
     np.testing.assert_allclose(shift, 1.0, atol=1e-6)  # --bias-split recurrent: the whole bias on the bR side
 
 
-@pytest.mark.slow
 def test_verify_runs_the_cells_in_tensorflow_and_the_gru_cell_is_refused(tmp_path):
     pytest.importorskip("tensorflow")
     for name in ("lstm_proj", "multi2", "bidi"):
