@@ -274,9 +274,8 @@ def forget_biases(
             return {cell: found[kernel] for cell, kernel in kernels.items()}, f"from {meta.name}"
         unsaid = f"its .meta graph {meta.name} does not say the one of {listing(missing, show=repr)}"
     raise Unsupported(
-        f"RNN {rnn.name!r} in {checkpoint.index} is a {rnn.cell}, which adds its forget_bias to the f gate when it "
-        f"runs: the checkpoint does not store it and {unsaid}; state it with --forget-bias (TensorFlow's default is "
-        f"1.0, never assumed)"
+        f"it is a {rnn.cell}, which adds its forget_bias to the f gate when it runs: the checkpoint does not store it "
+        f"and {unsaid}; state it with --forget-bias (TensorFlow's default is 1.0, never assumed)"
     )
 
 
