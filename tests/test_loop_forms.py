@@ -127,3 +127,16 @@ def test_a_loop_started_from_a_computed_state_is_refused_naming_it(tmp_path):
     onnx.save(model, path)
     (entry,) = rnnconv.inspect(path).rnns
     assert not entry.converts and "'h0_doubled' is neither zeros nor one of the model's inputs" in entry.reason
+
+
+def test_steps_whose_last_new_state_nothing_reads_are_refused_not_an_rnn(tmp_path):
+    """The dynamo exporter's four LSTMCell steps with the model's last output taken from inside the fourth step
+    (its tanh(c), where h was): the graph no longer gives that RNN's outputs, so the steps are refused as one, saying
+    why (the fuzzer's case: converted, the RNN was off by 1.1 from onnxruntime's run of the file)."""
+    model = onnx.load(str(FIXTURES / "onnx/lstm_cell_loop_zeros_dynamo.onnx"))
+    (last,) = [n for n in model.graph.node if n.op_type == "Unsqueeze" and n.input[0] == "mul_11"]
+    last.input[0] = "tanh"
+    path = tmp_path / "unread_step.onnx"
+    onnx.save(model, path)
+    (entry,) = rnnconv.inspect(path).rnns
+    assert not entry.converts and "gives at step 4 of 4 a new state that nothing in the graph reads" in entry.reason

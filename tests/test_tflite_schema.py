@@ -58,6 +58,11 @@ SLOT_FIELDS = {
     "SplitOptions": (wire.PLAIN_OPTION_SLOTS["SPLIT"], {"num_splits": "NumSplits"}),
     "PackOptions": (wire.PLAIN_OPTION_SLOTS["PACK"], {"values_count": "ValuesCount", "axis": "Axis"}),
     "UnpackOptions": (wire.PLAIN_OPTION_SLOTS["UNPACK"], {"num": "Num", "axis": "Axis"}),
+    "QuantizationParameters": (
+        wire.QUANTIZATION_SLOTS,
+        {"scale": "Scale", "zero_point": "ZeroPoint", "quantized_dimension": "QuantizedDimension"},
+    ),
+    "Tensor": ({"quantization": wire.TENSOR_QUANTIZATION_SLOT}, {"quantization": "Quantization"}),
 }
 # The fields of the plain ops' options a streaming graph sets, as the schema's object API names them.
 PLAIN_FIELDS = {"num_splits": "numSplits", "values_count": "valuesCount", "axis": "axis", "num": "num"}
@@ -65,8 +70,11 @@ TENSOR_TYPES = {
     "float32": "FLOAT32",
     "float16": "FLOAT16",
     "int32": "INT32",
+    "uint8": "UINT8",
     "int64": "INT64",
     "bool": "BOOL",
+    "int16": "INT16",
+    "int8": "INT8",
     "float64": "FLOAT64",
 }
 

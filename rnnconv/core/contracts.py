@@ -108,6 +108,18 @@ class RecordedLoss(Contract):
     batch: int = Field(ge=1)
 
 
+class Dequantized(Contract):
+    """What `--dequantize` read of a quantized RNN: the scheme of its integer weights (per tensor, or per channel
+    along an axis of the stored tensor), their bits, whether every zero point is 0, the tensors, and the largest
+    quantization step (each dequantized weight is within half a step of the float weight it was rounded from)."""
+
+    scheme: str
+    bits: int = Field(ge=1, le=32)
+    symmetric: bool
+    tensors: list[str] = Field(min_length=1)
+    largest_step: float = Field(gt=0)
+
+
 class Provenance(Contract):
     """Where an RNN came from: the file, its kind, its hash, and what in it."""
 
@@ -128,6 +140,7 @@ class Provenance(Contract):
     relative_path: str | None = None  # the source seen from the output's folder, to find it again if moved
     assumptions: list[str] | None = None  # settings the file does not store, taken as the format's default
     loss: RecordedLoss | None = None  # what --allow-lossy left out writing the file that records this source
+    dequantized: Dequantized | None = None  # what --dequantize read of its quantized weights
 
 
 class LayoutInfo(Contract):
@@ -234,6 +247,13 @@ class BackendInfo(Contract):
 class Tolerance(Contract):
     atol: float
     rtol: float
+    # A quantized RNN's: the part of atol that is the quantization's own error bound, computed from its scales for
+    # each step of the run (verification/quantized.py), float32's rounding the rest.
+    bound: float | None = None
+
+    def described(self) -> str:
+        text = f"{self.atol:g} + {self.rtol:g}*|x|"
+        return text if self.bound is None else f"{text}, of which {self.bound:.3g} the quantization's bound per step"
 
     @property
     def at_unit(self) -> float:

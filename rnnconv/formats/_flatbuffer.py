@@ -148,6 +148,17 @@ class Table:
             raise self.flat.damaged(f"it claims {count} entries in a list")
         return [self.flat.u64(start + 8 * i) for i in range(count)]
 
+    def numbers(self, slot: int, dtype: str) -> np.ndarray | None:
+        """A vector of scalars of numpy type `dtype` ("<f4", "<i8", ...), read at once."""
+        target = self._target(slot)
+        if target is None:
+            return None
+        width = np.dtype(dtype).itemsize
+        start, count = self.flat.vector(target, width)
+        if count > MAX_COUNT:
+            raise self.flat.damaged(f"it claims {count} entries in a list")
+        return np.frombuffer(self.flat.read(start, width * count), dtype)
+
     def bytes_at(self, slot: int) -> tuple[int, int] | None:
         """(position, length) of a [ubyte] vector."""
         target = self._target(slot)

@@ -78,6 +78,15 @@ READ_FIELDS: Final[dict[str, SettingField]] = {
         "Fail (exit 2) rather than assume a setting the file does not store (a simple RNN's nonlinearity, a bare "
         "Keras file's activations).",
     ),
+    # One setting for every format that stores quantized RNNs (which the formats' source_options name).
+    "dequantize": SettingField(
+        bool,
+        False,
+        ("--dequantize",),
+        f"Convert a quantized RNN ({_those_with('dequantize')}: int8 weights with their scales and zero points) "
+        "with its weights dequantized, (q - zero_point) * scale: the result is the float model the quantized one "
+        "approximates, and the written file's record says what was dequantized.",
+    ),
     **_own("read"),
 }
 WRITE_FIELDS: Final[dict[str, SettingField]] = {

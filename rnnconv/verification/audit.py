@@ -44,6 +44,7 @@ from rnnconv.formats.holding import reset_before_settings
 from rnnconv.formats.settings import ReadOptions
 from rnnconv.table.constants import CUDNN_MODES, GRU, LSTM
 from rnnconv.verification.diagnose import diagnose
+from rnnconv.verification.quantized import steppable, stepwise, weights_off
 from rnnconv.verification.run import Stage, failed_report
 from rnnconv.verification.subject import SAME_RNN, VerifyOptions, check_same_rnn
 from rnnconv.version import __version__
@@ -255,9 +256,30 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
         name = deployed.fmt.name if engine is None else engine.name
         tol = tolerance(name, spec.dtype, source.dtype, options.atol, options.rtol)
         comparison = compare(spec, got, want, tol, inputs["lengths"])
+        quantized = reading is not None and reading.source.dequantized is not None and steppable(spec)
+        notes, weights = [], None
+        if quantized and not options.ragged:
+            assert reading is not None and reading.source.dequantized is not None
+            step_size = reading.source.dequantized.largest_step
+            with checkpoint.fmt.read(checkpoint.path, checkpoint.fmt.source_options(source)) as found:
+                float_model = found.rnns[0]
+                weights = weights_off(reading, float_model, step_size)
+                runs = (  # the checkpoint's steps in the numpy reference: its framework ran the whole sequence above
+                    lambda step: deployed.fmt.run(deployed.path, where, spec, step)[0],
+                    lambda step: _outputs(float_model.spec, float_model, step),
+                )
+                got, want, tol = stepwise(spec, float_model.param, inputs, runs, step_size / 2)
+            whole, comparison = comparison.worst, compare(spec, got, want, tol, None)
+            notes.append(
+                f"it computes with quantized weights ({reading.source.dequantized.scheme}, "
+                f"int{reading.source.dequantized.bits}): every weight is within half a step of the checkpoint's"
+                * (weights is None)
+                + f"; each step was run from the checkpoint's states and held to the bound its scales give; over "
+                f"the whole sequence the outputs differ by up to {whole:.3g}, each step's rounding carried to the next"
+            )
         lengths = None if inputs["lengths"] is None else [int(v) for v in inputs["lengths"]]
         report = Report(
-            verdict="match" if comparison.match else "mismatch",
+            verdict="match" if comparison.match and weights is None else "mismatch",
             summary="",
             blob=str(deployed.path),
             name=ours,
@@ -281,21 +303,24 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
             ),
             comparison=comparison,
         )
+        report.warnings += notes
+        if weights is not None:
+            report.problems.append(weights)
         loss = None if reading is None else reading.source.loss
         if loss is not None and comparison.match:  # honest about what these inputs never reached
             report.warnings.append(
                 f"it clips where {theirs} of {checkpoint.path.name} does not ({'; '.join(loss.dropped)}); verify's "
                 f"inputs never reach the clip, so it matches here"
             )
-        if not comparison.match and options.diagnose:
+        if not comparison.match and weights is None and options.diagnose:
             report.diagnosis = _diagnosis(reading, deployed, checkpoint, source, spec, inputs, got, want, tol)
     what = f"{theirs} of {checkpoint.path.name}"
     report.summary = (
-        f"{ours} computes what {what} computes: largest difference {comparison.worst:.3g} (tolerance {tol.atol:g} + "
-        f"{tol.rtol:g}*|x|)"
-        if comparison.match
-        else f"{ours} differs from {what} by up to {comparison.worst:.3g} (tolerance {tol.atol:g} + "
-        f"{tol.rtol:g}*|x|)" + (f". {report.diagnosis.message}" if report.diagnosis else "")
+        f"{ours} computes what {what} computes: largest difference {comparison.worst:.3g} (tolerance {tol.described()})"
+        if report.verdict == "match"
+        else f"{ours} differs from {what} by up to {comparison.worst:.3g} (tolerance {tol.described()})"
+        + "".join(f"; {problem}" for problem in report.problems)
+        + (f". {report.diagnosis.message}" if report.diagnosis else "")
     )
     return report
 

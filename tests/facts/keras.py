@@ -35,3 +35,43 @@ SEEDS = [
     "keras2_early/gru_2_0_8.h5",
     "keras2_early/bidi_lstm_2_1_6_weights.h5",
 ]
+# SavedModel directories and TF2 checkpoints' prefixes, damaged by the fuzz harness's savedmodel family.
+SAVED_SEEDS = [
+    "savedmodel/tfk_lstm_state",
+    "savedmodel/tfk_bigru",
+    "savedmodel/k3_export",
+    "savedmodel/tfk_ckpt/ckpt-1",
+    "savedmodel/k3_ckpt/ckpt",
+]
+# What each of those computes in fixtures/savedmodel/oracle.npz (TensorFlow's outputs): per RNN, the oracle entry it
+# takes as input, its initial states' entries, the indices of its outputs (y, h[, c]), and how its output is merged
+# ("sum": a Bidirectional's merge_mode) or ordered ("reversed": go_backwards).
+SAVED_RUNS: dict[str, dict[str, tuple[str, tuple[str, ...], tuple[int, ...], str | None]]] = {
+    "tfk_lstm_state": {
+        "encoder": ("in/x", ("in/h0", "in/c0"), (0, 1, 2), None),
+        "relu_rnn": ("out/0", (), (3, 4), None),
+    },
+    "tfk_bigru": {"bidi": ("in/x", (), (0,), "sum"), "backwards": ("out/0", (), (1,), "reversed")},
+    "k3_export": {"gru": ("in/x", (), (0,), None), "lstm": ("out/0", (), (1,), None)},
+    "k3_ckpt": {"bidi_lstm": ("in/x", (), (0,), None)},
+}
+SAVED_RUNS["tfk_ckpt"] = SAVED_RUNS["tfk_lstm_state"]
+# The activations of the RNNs whose file keeps no config (what the fixture script built them with).
+SAVED_ACTIVATIONS = {"relu_rnn": {"activation": "relu"}}
+
+
+def saved_run(name: str, spec, param, values: dict[str, np.ndarray], seed: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(what the converted RNN `name` (its spec, its param(key)) computes, what TensorFlow computed) for each of its
+    outputs, given the oracle's values (or TensorFlow's run of a damaged copy, keyed alike)."""
+    from rnnconv.core import reference
+
+    given, states, outputs, merge = SAVED_RUNS[seed][name]
+    x = values[given].transpose(1, 0, 2)  # batch-major in Keras, sequence-major in cuDNN
+    if merge == "reversed":  # go_backwards: Keras runs the sequence reversed
+        x = x[::-1]
+    h0, c0 = ([values[name][None] for name in states] + [None, None])[:2]
+    y, h_n, c_n = reference.forward(spec, param, x, h0, c0)
+    if merge == "sum":
+        y = y[..., : spec.hidden_size] + y[..., spec.hidden_size :]
+    got = [y.transpose(1, 0, 2), h_n[0], None if c_n is None else c_n[0]]
+    return [(g, values[f"out/{k}"]) for g, k in zip(got, outputs)]

@@ -58,6 +58,7 @@ RUNTIME = Runtime((".tflite",), 2e-5, (Way("LiteRT", _tflite),))
 SEEDS = [
     "tflite/rnn_tanh.tflite",
     "tflite/keras_lstm_converter.tflite",
+    "tflite/keras_lstm_dynamic_range.tflite",
     "tflite/keras_bilstm_converter.tflite",
     "tflite/loop_k3_lstm2.tflite",
     "tflite/loop_k3_bigru2.tflite",

@@ -60,6 +60,8 @@ FAMILIES = (
     "keras_archive",
     "keras_weights",
     "torch_zip",
+    "torchscript",
+    "torch_module",
     "torch_other",
     "payload",
     "odd_torch",
@@ -81,6 +83,7 @@ FAMILIES = (
     "tflite",
     "tflite_loops",
     "tflite_loop_forms",
+    "tflite_quantized",
     "openvino",
     "openvino_loops",
     "flax_msgpack",
@@ -90,6 +93,8 @@ FAMILIES = (
     "tfjs",
     "hf_sharded",
     "executorch",
+    "torch_export",
+    "savedmodel",
     "identify",
     "streaming",
 )
@@ -105,6 +110,10 @@ NEW_FAMILIES = (
     "tfjs",
     "hf_sharded",
     "executorch",
+    "torchscript",
+    "torch_module",
+    "torch_export",
+    "savedmodel",
     "onnx_subgraph",
     "onnx_unrolled",
     "onnx_cells",
@@ -112,6 +121,7 @@ NEW_FAMILIES = (
     "onnx_loop_forms",
     "tflite_loops",
     "tflite_loop_forms",
+    "tflite_quantized",
     "openvino_loops",
     "identify",
     "streaming",
@@ -160,7 +170,9 @@ ONNX_FAMILIES = {
         "mutate_onnx_loops",  # a file of no Loop (the dynamo exporter's steps) damaged as the onnx family does
     ),
 }
+ORACLE_SHARE = 0.04  # the savedmodel cases whose conversions TensorFlow judges (its imports: 10 s apiece)
 ORACLE_FAMILIES = ("onnx_loops", "onnx_loop_forms")  # the ONNX families whose conversions are run against the file
+TFLITE_QUANTIZED = "tflite__keras_lstm_dynamic_range"  # the seeds of the tflite_quantized family
 TFLITE_LOOP_FORMS = (
     "tflite__loop_k3_lstm_batch1.tflite",
     "tflite__loop_k3_lstm_per_gate.tflite",
@@ -246,13 +258,20 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         "keras_h5": [n for n in seeds.sources if n.endswith(".h5") and "weights" not in n and "payload" not in n],
         "keras_archive": [n for n in seeds.sources if n.endswith(".keras") and "payload" not in n],
         "keras_weights": [n for n in seeds.sources if "weights" in n],
-        "torch_zip": [n for n in seeds.sources if n.endswith((".pt", ".pth")) and "legacy" not in n and "odd" not in n],
+        "torch_zip": [
+            n
+            for n in seeds.sources
+            if n.endswith((".pt", ".pth")) and "legacy" not in n and "odd" not in n and "torch_kept" not in n
+        ],
+        "torchscript": [n for n in seeds.sources if n.startswith("torch_kept__seq2seq_")],
+        "torch_module": [n for n in seeds.sources if n.startswith("torch_kept__kept_module")],
         "torch_other": [n for n in seeds.sources if n.endswith(".safetensors") or "legacy" in n],
         "payload": [n for n in seeds.sources if n.startswith("payload")],
         "odd_torch": [n for n in seeds.sources if n.startswith("odd")],
         "onnx": [n for n in seeds.sources if n.endswith(".onnx")],
         "tflite": [n for n in seeds.sources if n.endswith(".tflite")],
         "executorch": [n for n in seeds.sources if n.endswith(".pte")],
+        "torch_export": [n for n in seeds.sources if n.endswith(".pt2")],
         "keras_config": [
             n for n in seeds.sources if n.endswith((".h5", ".keras")) and "weights" not in n and "payload" not in n
         ],
@@ -333,6 +352,21 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         ]
         case.commands += [["inspect", source], ["convert", source, "{dir}/out.safetensors"]]
         return case
+    if family == "tflite_quantized":  # quantization parameters damaged, read with and without --dequantize
+        held = [n for n in seeds.sources if n.startswith(TFLITE_QUANTIZED)] or sorted(seeds.sources)
+        name = rng.choice(held)
+        data = mutators.mutate_tflite_quantized(seeds.sources[name].read_bytes(), rng)
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data})
+        source = "{dir}/mut_" + name
+        case.commands = [
+            ["inspect", source],
+            ["convert", source, "{dir}/out.pt", "--allow-lossy"],
+            ["convert", source, "{dir}/deq.pt", "--dequantize", "--allow-lossy"],
+            ["convert", source, "{dir}/deq.tflite", "--dequantize", "--allow-lossy", "--dtype", "float32"],
+            ["verify", source, "--against", str(seeds.sources[name]), "--seq-len", "3"],
+            ["convert", source, "{dir}/existing.bin", "--dequantize", "--allow-lossy"],
+        ]
+        return case
     if family in ("tflite_loops", "tflite_loop_forms"):
         forms = family == "tflite_loop_forms"
         held = [n for n in seeds.sources if (n in TFLITE_LOOP_FORMS) == forms and n.startswith("tflite__loop_")]
@@ -368,6 +402,25 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         ]
         if rng.random() < 0.4:  # run in its own runtime against the source its record names
             case.commands.append(["verify", source])
+        if main in seeds.good_blob:
+            case.commands.append(["verify", str(seeds.good_blob[main]), "--against", source, "--backend", "numpy"])
+        return case
+    if family == "savedmodel":  # a SavedModel directory or a TF2 checkpoint's prefix, its files damaged
+        models = seeds.sets[family]
+        main = rng.choice(sorted(models))
+        files = dict(models[main])
+        case = Case(family, f"{index:06d}_{family}_{main.replace('/', '_')}", files)
+        case.must_refuse = mutators.mutate_saved(files, main, rng)
+        case.oracle = "tensorflow" if rng.random() < ORACLE_SHARE else ""
+        source = "{dir}/" + main
+        stated = ["--activation", "tanh", "--recurrent-activation", "sigmoid"] if rng.random() < 0.6 else []
+        layer = ["--layer", rng.choice(["encoder", "bidi", "gru", "bidi_lstm", "relu_rnn", "x"])]
+        case.commands = [
+            ["inspect", source + rng.choice(["", ".index"] if "/" in main else ["", "/"]), "--json"],
+            ["convert", source, "{dir}/out.safetensors", *stated],
+            ["convert", source, "{dir}/out" + rng.choice(TARGETS), *stated, *layer],
+            ["convert", source, "{dir}/existing.bin", *stated],
+        ]
         if main in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[main]), "--against", source, "--backend", "numpy"])
         return case
@@ -534,6 +587,7 @@ class Tally:
 def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, tally: Tally, keep: Path | None) -> None:
     folder.mkdir(parents=True)
     for name, data in case.files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)  # a SavedModel's variables/
         (folder / name).write_bytes(data)
     tally.cases[case.family] += 1
     failed = []
@@ -585,8 +639,10 @@ def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, t
             problems.append("partial_output")
         if case.must_refuse and code == 0:
             problems.append("malformed_accepted")
-        if case.oracle and code == 0 and command[0] == "convert" and command[-1].endswith("out.pt"):
-            judged = disagrees(case.oracle, Path(args[1]), Path(args[2]))
+        saved = case.oracle == "tensorflow" and args[2].endswith("out.safetensors")  # every RNN, as stated
+        if case.oracle and code == 0 and command[0] == "convert" and (command[-1].endswith("out.pt") or saved):
+            stated = ["stated"] if "--activation" in args else []
+            judged = disagrees(case.oracle, Path(args[1]), Path(args[2]), *stated)
             tally.exits[f"oracle: {judged or 'agrees'}"[:40]] += 1
             if judged and judged.startswith("off by"):
                 problems.append("wrong_conversion")
@@ -695,7 +751,54 @@ print(f"off by {min(errors):.2g}" if not min(errors) <= 1e-5 else "")
 """
 
 
-def disagrees(runtime: str, source: Path, converted: Path) -> str | None:
+SAVED_ORACLE = r"""
+import sys
+from pathlib import Path
+import numpy as np
+sys.path[:0] = ["fixtures", "tests"]
+import tensorflow as tf, tf_keras, rnnconv
+import make_savedmodel_fixtures as made
+from facts.keras import SAVED_ACTIVATIONS, SAVED_RUNS, saved_run
+_, source, converted, *stated = sys.argv[1:]
+source = Path(source)
+seed = next(part for part in source.parts if part in SAVED_RUNS)
+oracle = np.load("fixtures/savedmodel/oracle.npz")
+values = {key.split("/", 1)[1]: oracle[key] for key in oracle if key.startswith(seed + "/in/")}
+feeds = [values[key] for key in ("in/x", "in/h0", "in/c0") if key in values]
+try:  # TensorFlow itself on the damaged file: tf-keras' loader (the config its metadata keeps), the export's serve,
+    # a checkpoint restored into the model it was saved from
+    if seed.startswith("tfk_") and "ckpt" not in seed:
+        outputs = tf_keras.models.load_model(str(source), compile=False)(
+            feeds if len(feeds) > 1 else feeds[0])
+    elif seed == "k3_export":
+        loaded = tf.saved_model.load(str(source))
+        outputs = loaded.serve(tf.constant(feeds[0]))
+    else:
+        fresh = made.lstm_state_model(tf_keras) if seed == "tfk_ckpt" else made.k3_bidi_model()
+        tf.train.Checkpoint(model=fresh).read(str(source)).assert_existing_objects_matched()
+        outputs = fresh(feeds if len(feeds) > 1 else feeds[0])
+except Exception:
+    sys.exit(3)
+outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+values.update({f"out/{k}": np.asarray(t) for k, t in enumerate(outputs)})
+errors = []
+with rnnconv.load(converted, all_rnns=True) as rnns:
+    for rnn in rnns:
+        # a layer without a config is judged where the activations it was converted with are the model's own
+        if rnn.name not in SAVED_RUNS[seed] or (stated and rnn.name in SAVED_ACTIVATIONS):
+            continue
+        try:
+            pairs = saved_run(rnn.name, rnn.spec, rnn.param, values, seed)
+            errors.append(max(float(np.abs(g - e).max()) for g, e in pairs))
+        except (ValueError, KeyError, IndexError):
+            continue  # a conversion of other sizes than TensorFlow's model: not judged here
+if not errors:
+    sys.exit(3)
+print(f"off by {max(errors):.2g}" if not max(errors) <= 1e-5 else "")
+"""
+
+
+def disagrees(runtime: str, source: Path, converted: Path, *more: str) -> str | None:
     """Whether a converted loop computes otherwise than its runtime (LiteRT, OpenVINO's CPU plugin, onnxruntime)
     running the mutated file (the model's output: every step's, or each direction's last): "off by E"; None where it
     agrees; "unjudged" where the runtime cannot run the file or its output is not the RNN's (run in a process of its
@@ -703,7 +806,8 @@ def disagrees(runtime: str, source: Path, converted: Path) -> str | None:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     try:
         done = subprocess.run(
-            [sys.executable, "-c", ORACLE, runtime, str(source), str(converted)],
+            [sys.executable, "-c", SAVED_ORACLE if runtime == "tensorflow" else ORACLE, runtime, str(source)]
+            + [str(converted), *more],
             capture_output=True,
             text=True,
             timeout=120,

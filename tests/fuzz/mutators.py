@@ -525,6 +525,141 @@ def mutate_torch_zip(data: bytes, rng: random.Random) -> bytes:
     return _rezip(members)
 
 
+# --- whole models: torch.save(model), TorchScript archives ----------------------------------------------------
+
+_RNN_CLASSES = [b"LSTM", b"GRU", b"RNN", b"LSTMCell", b"GRUCell", b"RNNCell", b"Module", b"Linear"]
+_SETTINGS = [b"hidden_size", b"input_size", b"num_layers", b"proj_size", b"bidirectional", b"bias", b"batch_first"]
+_SETTINGS += [b"mode", b"nonlinearity", b"_parameters", b"_modules", b"weight_hh_l0", b"weight_ih_l1_reverse"]
+
+
+def _mutate_module_pickle(payload: bytes, rng: random.Random) -> bytes:
+    """A module tree's pickle changed where it says what a module is: a class renamed, a setting's value or key
+    changed (kept the same length, so the pickle still reads), or the opcodes damaged."""
+    op = rng.random()
+    if op < 0.3:  # a class named by a GLOBAL opcode (protocol 2) or in TorchScript's __torch__ names
+        old = rng.choice([c for c in _RNN_CLASSES if b"\n" + c + b"\n" in payload] or [b"LSTM"])
+        return payload.replace(b"\n" + old + b"\n", b"\n" + rng.choice(_RNN_CLASSES) + b"\n", 1)
+    if op < 0.7:
+        key = rng.choice([k for k in _SETTINGS if k in payload] or _SETTINGS)
+        at = payload.find(key)
+        if at < 0:
+            return mutate_pickle(payload, rng)
+        end = at + len(key)
+        if rng.random() < 0.3:  # the key itself: one letter changed
+            spot = rng.randrange(at, end)
+            return payload[:spot] + bytes([rng.randrange(97, 123)]) + payload[spot + 1 :]
+        while end < len(payload) and payload[end : end + 1] in (b"q", b"\x94"):  # BINPUT x, MEMOIZE
+            end += 2 if payload[end : end + 1] == b"q" else 1
+        code = payload[end : end + 1]
+        if code == b"K":  # BININT1: another small integer
+            return payload[: end + 1] + bytes([rng.choice([0, 1, 2, 3, 7, 255])]) + payload[end + 2 :]
+        if code in (b"\x88", b"\x89"):  # NEWTRUE / NEWFALSE: flipped
+            return payload[:end] + (b"\x89" if code == b"\x88" else b"\x88") + payload[end + 1 :]
+        if code == b"X":  # BINUNICODE: another text of the same length
+            (length,) = struct.unpack("<I", payload[end + 1 : end + 5])
+            text = bytes(rng.choice(b"LSTMGRUNtanhrelu_") for _ in range(min(length, 16)))
+            return payload[: end + 5] + text + payload[end + 5 + len(text) :]
+        return payload[:end] + rng.choice([b"N", b"K\x00", b"J\xff\xff\xff\x7f", b"\x88"]) + payload[end:]
+    return mutate_pickle(payload, rng)
+
+
+def mutate_torch_module(data: bytes, rng: random.Random) -> bytes:
+    """torch.save(model) damaged: its module tree's pickle (_mutate_module_pickle), or as any torch zip."""
+    if rng.random() < 0.3:
+        return mutate_torch_zip(data, rng)
+    members = _members(data)
+    return _rezip([(i, _mutate_module_pickle(p, rng) if i.filename.endswith("/data.pkl") else p) for i, p in members])
+
+
+_CODE_EDITS = [
+    (rb"Final\[int\] = (\d+)", [b"Final[int] = 0", b"Final[int] = 7", b"Final[int] = -1", b"Final[int] = 99999999"]),
+    (rb"Final\[bool\] = (True|False)", [b"Final[bool] = True", b"Final[bool] = False", b"Final[bool] = 2"]),
+    (rb"Final\[str\] = \"\w+\"", [b'Final[str] = "GRU"', b'Final[str] = "RNN_TANH"', b"Final[str] = x"]),
+    (
+        rb"torch\.(lstm|gru|rnn_tanh|rnn_relu)\(",
+        [b"torch.lstm(", b"torch.gru(", b"torch.rnn_tanh(", b"torch.rnn_relu("],
+    ),
+    (rb", (True|False|\d+)(, |\))", [b", 7, ", b", False, ", b", x, ", b")"]),
+    (rb"^class \w+", [b"class Other", b"klass LSTM"]),
+]
+
+
+def _mutate_code(code: bytes, rng: random.Random) -> bytes:
+    """TorchScript source changed where it says what an RNN is, or cut, or made no text."""
+    op = rng.random()
+    if op < 0.7:
+        pattern, choices = rng.choice(_CODE_EDITS)
+        spans = [m.span() for m in re.finditer(pattern, code, re.M)]
+        if spans:
+            start, end = rng.choice(spans)
+            return code[:start] + rng.choice(choices) + code[end:]
+    if op < 0.8:
+        return code[: rng.randrange(len(code) + 1)]
+    if op < 0.9:
+        return code + b"\xff\xfe" * rng.randint(1, 50)
+    return mutate_bytes(code, rng)
+
+
+def mutate_torchscript(data: bytes, rng: random.Random) -> bytes:
+    """A TorchScript archive damaged: its code (_mutate_code), its module tree's pickle, its constants, a member
+    gone, or as any torch zip."""
+    members = _members(data)
+    op = rng.random()
+    if op < 0.4:
+        code = [k for k, (i, _) in enumerate(members) if i.filename.endswith(".py") and "/code/" in i.filename]
+        if code:
+            k = rng.choice(code)
+            members[k] = (members[k][0], _mutate_code(members[k][1], rng))
+            return _rezip(members)
+    if op < 0.65:
+        return _rezip(
+            [(i, _mutate_module_pickle(p, rng) if i.filename.endswith("/data.pkl") else p) for i, p in members]
+        )
+    if op < 0.75:
+        return _rezip([(i, mutate_pickle(p, rng) if i.filename.endswith("constants.pkl") else p) for i, p in members])
+    if op < 0.85:
+        del members[rng.randrange(len(members))]
+        return _rezip(members)
+    return mutate_torch_zip(data, rng)
+
+
+def mutate_pt2(data: bytes, rng: random.Random) -> bytes:
+    """A torch.export archive damaged: its graph's or a config's JSON (values replaced, removed, nested deep), a weight
+    file cut or grown, a tensor marked pickled, its sample inputs or a weight made a code payload, headers, bytes."""
+    members = _members(data)
+    op = rng.choice(["graph", "graph", "config", "weight", "pickled", "payload", "headers", "bytes"])
+    pick = {
+        "graph": lambda n: n.endswith("/models/model.json"),
+        "config": lambda n: n.endswith("_config.json"),
+        "weight": lambda n: "/data/weights/weight_" in n,
+        "pickled": lambda n: n.endswith("/model_weights_config.json"),
+        "payload": lambda n: n.endswith("/data/sample_inputs/model.pt") or "/data/weights/weight_" in n,
+    }
+    if op == "headers":
+        return _patch_headers(data, rng)
+    if op == "bytes" or op not in pick:
+        return mutate_bytes(data, rng)
+    chosen = [k for k, (info, _) in enumerate(members) if pick[op](info.filename)]
+    if not chosen:
+        return mutate_bytes(data, rng)
+    k = rng.choice(chosen)
+    info, payload = members[k]
+    if op in ("graph", "config"):
+        payload = mutate_json_text(payload.decode("utf-8", "replace"), rng).encode("utf-8", "surrogatepass")
+    elif op == "weight":
+        cut = payload[: rng.randrange(max(len(payload), 1))]
+        payload = cut if rng.random() < 0.7 else payload + bytes(rng.randint(1, 99))
+    elif op == "pickled":
+        config = json.loads(payload)
+        for entry in config.get("config", {}).values():
+            entry["use_pickle"] = entry["use_pickle"] or rng.random() < 0.5
+        payload = json.dumps(config).encode()
+    else:
+        payload = code_pickle(rng)
+    members[k] = (info, payload)
+    return _rezip(members)
+
+
 # --- safetensors, sidecars, blobs ---------------------------------------------------------------------
 
 
@@ -812,6 +947,10 @@ def mutate_file(name: str, data: bytes, rng: random.Random) -> bytes:
         return mutate_tflite(data, rng)
     if name.endswith(".pte"):
         return mutate_pte(data, rng)
+    if name.endswith(".pt2"):
+        return mutate_pt2(data, rng)
+    if data.startswith(b"PK\x03\x04") and "torch_kept" in name:  # a whole model: TorchScript, torch.save(model)
+        return mutate_torchscript(data, rng) if "seq2seq" in name else mutate_torch_module(data, rng)
     if data.startswith(b"PK\x03\x04"):
         return mutate_torch_zip(data, rng)
     return mutate_pickle(data, rng)
@@ -2488,3 +2627,217 @@ def _shards_agree(files: dict[str, bytes], mapping: dict[str, str]) -> bool:
         if held != {key for key, named in mapping.items() if named == shard}:
             return False
     return bool(mapping)
+
+
+def mutate_tflite_quantized(data: bytes, rng: random.Random) -> bytes:
+    """A quantized .tflite's int8 weights given other quantization parameters (parsed and rebuilt with LiteRT's
+    schema module): scales 0, negative, NaN, infinite or huge; as many scales as the tensor has channels along
+    another axis, or a count that fits none; zero points out of the type's range, or fewer than the scales; the
+    axis out of the tensor's rank; no quantization at all; the tensor of another type (int16, uint8) or its buffer
+    cut short; a weight's scales moved to another tensor."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(data, 0))
+    graph = model.subgraphs[0]
+    specials = [0.0, -0.01, float("nan"), float("inf"), 1e38, 1e-45, 3.4e38]
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        # the tensors that still have scales (an earlier change may have taken a tensor's away)
+        quantized = [t for t in graph.tensors if t.quantization is not None and t.quantization.scale is not None]
+        if not quantized:
+            break
+        tensor = rng.choice(quantized)
+        quant = tensor.quantization
+        shape = [int(d) for d in tensor.shape]
+        choice = rng.randrange(9)
+        if choice == 0:  # a special scale
+            quant.scale = [rng.choice(specials)] * max(1, len(quant.scale))
+        elif choice == 1:  # per channel along an axis (its count right, or off by one), with matching zero points
+            axis = rng.randrange(len(shape) + 1)
+            count = (shape[axis] if axis < len(shape) else 2) + rng.choice([0, 0, 1, -1])
+            quant.scale = [rng.uniform(1e-4, 1e-2) for _ in range(max(0, count))]
+            quant.zeroPoint = [0] * max(0, count)
+            quant.quantizedDimension = axis
+        elif choice == 2:  # zero points out of range, or of another count
+            quant.zeroPoint = [rng.choice([-129, 128, 255, 300, -(2**40), 2**62])] * rng.choice([1, 2, 0])
+        elif choice == 3:  # the axis beyond the rank
+            quant.quantizedDimension = rng.choice([-1, len(shape), 2**31 - 1])
+        elif choice == 4:  # no quantization parameters, or empty ones
+            tensor.quantization = None if rng.random() < 0.5 else schema.QuantizationParametersT()
+        elif choice == 5:  # another integer type
+            tensor.type = rng.choice([schema.TensorType.INT16, schema.TensorType.UINT8, schema.TensorType.INT32])
+        elif choice == 6:  # the buffer cut short or emptied
+            buffer = model.buffers[tensor.buffer]
+            if buffer.data is not None:
+                buffer.data = bytes(buffer.data)[: rng.randrange(len(buffer.data))]
+        elif choice == 7:  # one tensor's parameters on another
+            other = rng.choice(quantized)
+            tensor.quantization, other.quantization = other.quantization, tensor.quantization
+        else:  # a shape that the scales no longer fit
+            tensor.shape = [d + rng.choice([1, -1]) if d > 1 else d for d in shape]
+    builder = flatbuffers.Builder(0)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+# --- SavedModels and TF2 checkpoints: the object graph, keras_metadata.pb ------------------------------------
+
+OBJECT_GRAPH_KEY = b"_CHECKPOINTABLE_OBJECT_GRAPH"
+
+
+def _pb_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        value, pos, shift = value | (byte & 0x7F) << shift, pos + 1, shift + 7
+        if byte < 0x80:
+            return value, pos
+
+
+def _pb_varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def _pb_fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
+    """A well-formed message's fields (number, wire type, value) in order: varints and length-delimited only."""
+    fields: list[tuple[int, int, int | bytes]] = []
+    pos = 0
+    while pos < len(data):
+        key, pos = _pb_varint(data, pos)
+        if key & 7 == 0:
+            value, pos = _pb_varint(data, pos)
+            fields.append((key >> 3, 0, value))
+        elif key & 7 == 2:
+            length, pos = _pb_varint(data, pos)
+            fields.append((key >> 3, 2, data[pos : pos + length]))
+            pos += length
+        elif key & 7 == 5:
+            fields.append((key >> 3, 5, data[pos : pos + 4]))
+            pos += 4
+        else:
+            raise ValueError(f"wire type {key & 7}")
+    return fields
+
+
+def _pb_encode(fields: list[tuple[int, int, int | bytes]]) -> bytes:
+    out = bytearray()
+    for number, wire, value in fields:
+        out += _pb_varint_bytes(number << 3 | wire)
+        if wire == 0:
+            assert isinstance(value, int)
+            out += _pb_varint_bytes(value)
+        elif wire == 2:
+            assert isinstance(value, bytes)
+            out += _pb_varint_bytes(len(value)) + value
+        else:
+            assert isinstance(value, bytes)
+            out += value
+    return bytes(out)
+
+
+def _masked(crc: int) -> int:
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def reseal_object_graph(files: dict[str, bytes], change: Any) -> bool:
+    """A TF2 checkpoint's object graph (a string tensor in its data file) given `change(graph) -> graph` of the same
+    length, its crc32c in the index and the index block's made right again, so the damage reaches the graph's
+    reader. False where the index does not show the graph's entry plainly (then nothing is changed)."""
+    import google_crc32c
+
+    index_name = next(n for n in files if n.endswith(".index"))
+    data_name = next(n for n in files if n.startswith(index_name[: -len(".index")]) and ".data-" in n)
+    index = bytearray(files[index_name])
+    at = index.find(OBJECT_GRAPH_KEY)
+    if at < 0:
+        return False
+    pos, where = at + len(OBJECT_GRAPH_KEY), {}
+    while 6 not in where and pos < len(index):  # the BundleEntryProto: dtype, shape, shard, offset, size, crc32c
+        key, pos = _pb_varint(index, pos)
+        if key & 7 == 0:
+            where[key >> 3], pos = _pb_varint(index, pos)
+        elif key & 7 == 2:
+            length, pos = _pb_varint(index, pos)
+            pos += length
+        elif key & 7 == 5:
+            where[key >> 3], pos = pos, pos + 4
+        else:
+            return False
+    if not {4, 5, 6} <= set(where) and not {5, 6} <= set(where):
+        return False
+    offset, size, crc_at = where.get(4, 0), where[5], where[6]
+    data = bytearray(files[data_name])
+    length, start = _pb_varint(data, offset)
+    graph = bytes(data[offset + (start - offset) + 4 : offset + size])
+    new = change(graph)
+    assert len(new) == len(graph)
+    data[offset + (start - offset) + 4 : offset + size] = new
+    sized = length.to_bytes(4, "little")
+    crc = google_crc32c.extend(google_crc32c.value(sized), bytes(data[start : start + 4]))
+    index[crc_at : crc_at + 4] = _masked(google_crc32c.extend(crc, new)).to_bytes(4, "little")
+    for block, block_size in _sstable_blocks(bytes(index)):
+        if block <= crc_at < block + block_size:
+            crc = google_crc32c.value(bytes(index[block : block + block_size + 1]))
+            index[block + block_size + 1 : block + block_size + 5] = _masked(crc).to_bytes(4, "little")
+    files[index_name], files[data_name] = bytes(index), bytes(data)
+    return True
+
+
+def _damage_graph(graph: bytes, rng: random.Random) -> bytes:
+    """The object graph's bytes damaged in place: a node's field numbers, lengths or names changed."""
+    out = bytearray(graph)
+    for _ in range(rng.randint(1, 8)):
+        where = rng.randrange(len(out))
+        out[where] = rng.choice([0, 0x7F, 0x80, 0xFF, 0x0A, 0x12, 0x1A, 0x2F, rng.randrange(256)])
+    return bytes(out)
+
+
+def mutate_keras_metadata(data: bytes, rng: random.Random) -> bytes:
+    """keras_metadata.pb damaged: its bytes, or one object's JSON metadata (the root's model config among them)
+    through the Keras config mutator, the proto encoded again."""
+    if rng.random() < 0.3:
+        return mutate_bytes(data, rng)
+    nodes = [value for number, _, value in _pb_fields(data) if number == 1]
+    index = rng.randrange(len(nodes))
+    node = _pb_fields(nodes[index])  # type: ignore[arg-type]
+    changed = []
+    for number, wire, value in node:
+        if number == 5 and isinstance(value, bytes):
+            config = json.loads(value)
+            if isinstance(config, dict) and "config" in config and rng.random() < 0.7:
+                mutate_keras_config(config, rng)
+                value = json.dumps(config).encode()
+            else:
+                value = mutate_json_text(value.decode(), rng).encode()
+        elif number == 3 and rng.random() < 0.2:
+            value = rng.choice([b"root", b"root.layer-0", b"", long_name(rng).encode()[:300]])
+        changed.append((number, wire, value))
+    nodes[index] = _pb_encode(changed)
+    if rng.random() < 0.1:
+        nodes = nodes[: rng.randrange(len(nodes) + 1)]
+    return _pb_encode([(1, 2, node) for node in nodes])
+
+
+def mutate_saved(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    """A SavedModel directory or a TF2 checkpoint damaged: its object graph (resealed, so its reader is reached), its
+    keras_metadata.pb, its tensor bundle, a file removed. True where every reader must refuse the result."""
+    metadata = next((n for n in files if n.endswith("keras_metadata.pb")), None)
+    op = rng.choice(["graph", "graph", "metadata", "metadata", "bundle", "gone"] if metadata else ["graph", "bundle"])
+    bundle = {n: d for n, d in files.items() if n.endswith(".index") or ".data-" in n}
+    if op == "graph":
+        if not reseal_object_graph(files, lambda graph: _damage_graph(graph, rng)):
+            files.update(mutate_tensor_bundle(bundle, rng))
+    elif op == "metadata" and metadata:
+        files[metadata] = mutate_keras_metadata(files[metadata], rng)
+    elif op == "bundle":
+        files.update(mutate_tensor_bundle(bundle, rng))
+    else:
+        name = rng.choice(sorted(files))
+        del files[name]
+        return not name.endswith(("keras_metadata.pb", "/checkpoint"))  # the rest is read
+    return False

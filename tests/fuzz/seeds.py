@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.facts import SEEDS, openvino
+from tests.facts import SEEDS, keras, openvino
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
@@ -56,6 +56,8 @@ SHIPPED_SETS = {  # fixtures written by the frameworks themselves, with the file
     "tfjs": ["tfjs/saved/model.json", "tfjs/converted/model.json"],
     "hf_sharded": ["hf_sharded/lstm/model.safetensors.index.json", "hf_sharded/gru/model.safetensors.index.json"],
 }
+# SavedModel directories and TF2 checkpoints' prefixes (fixtures/savedmodel): each model's files under its own name
+SAVED_SEEDS = keras.SAVED_SEEDS
 # identify's inputs: a headerless blob, the flags that describe it, and a probe of what its model computes
 IDENTIFY_SEEDS = {
     "jax_lstm": ["--mode", "lstm", "--input-size", "5", "--hidden-size", "7", "--num-layers", "2", "--bidirectional"],
@@ -192,11 +194,17 @@ def prepare_sets(work: Path, seeds: Seeds) -> None:
             main = FIXTURES / name
             files = files_beside(main, f"{main.parent.name}__")
             seeds.sets.setdefault(family, {})[f"{main.parent.name}__{main.name}"] = files
+    for name in SAVED_SEEDS:
+        main = FIXTURES / name
+        under = main if main.is_dir() else main.parent
+        files = {str(p.relative_to(under.parent)): p.read_bytes() for p in sorted(under.rglob("*")) if p.is_file()}
+        seeds.sets.setdefault("savedmodel", {})[name.split("/", 1)[1]] = files
     for models in seeds.sets.values():
         for name, files in models.items():
             folder = work / "sets" / "good" / name
             folder.mkdir(parents=True, exist_ok=True)
             for file_name, data in files.items():
+                (folder / file_name).parent.mkdir(parents=True, exist_ok=True)
                 (folder / file_name).write_bytes(data)
             with contextlib.suppress(Exception):  # a seed that converts to no blob is damaged without one
                 with rnnconv.load(folder / name, all_rnns=True) as rnns:

@@ -18,10 +18,16 @@ PLUGIN = Plugin(
             "keras-h5": "Keras legacy HDF5",
             "keras-weights-h5": "Keras 3 .weights.h5",
             "keras-archive": "Keras 3 .keras archive",
+            "keras-savedmodel": "SavedModel directory (tf-keras model.save, Keras 3 export)",
+            "tf2-checkpoint": "TensorFlow 2 object-based checkpoint",
         },
-        read_help="legacy .h5 (Keras 2, tf-keras, Keras 3), .weights.h5 or .keras",
+        read_help="legacy .h5 (Keras 2, tf-keras, Keras 3), .weights.h5, .keras, a SavedModel directory or a TF2 "
+        "checkpoint (its prefix or X.index)",
         write_help="model.keras (keras.models.load_model opens it) or model.weights.h5",
-        read_note="Read with h5py alone: TensorFlow and Keras need not be installed.",
+        read_note="Read with h5py alone (SavedModels and TF2 checkpoints without it: their tensor bundle and object "
+        "graph read by rnnconv): TensorFlow and Keras need not be installed. A SavedModel without Keras' metadata "
+        "and a TF2 checkpoint keep no layer config: --activation and --recurrent-activation must say what the "
+        "shapes do not show.",
         write_note="A Keras 3 Sequential, one LSTM / GRU(reset_after=True) / SimpleRNN layer per cuDNN layer "
         "(Bidirectional for two directions), all returning sequences, written without Keras; an "
         "LSTM's two biases are summed into Keras' one.",

@@ -10,10 +10,11 @@ from typing import Any
 
 from rnnconv.errors import BadInput
 from rnnconv.formats.keras.wire import KERAS_CELLS, KERAS_RECURRENT_NAMES
-from rnnconv.table.apply import classes_of, keras_era
-from rnnconv.table.constants import MAX_LAYERS
+from rnnconv.table.apply import classes_of, keras_era, rows_for, stored_shapes
+from rnnconv.table.constants import KERAS_VARIABLES, MAX_LAYERS
 
 RECURRENT_CLASSES = set(classes_of("keras"))
+ROLE_OF_NAME = {name: role for role, name in KERAS_VARIABLES.items()}  # kernel -> input_matrix, ...
 
 
 @dataclass
@@ -28,6 +29,9 @@ class KerasLayer:
     inferred: bool = False  # class and activations guessed from a bare weights file
     refusal: str | None = None  # why this recurrent layer does not convert (its tensors are then best effort)
     keras_version: str | None = None  # the file's: the defaults of that version fill what its config leaves out
+    # Why nothing can say a setting its tensors do not show (a TF2 checkpoint keeps no config): each such setting is
+    # then refused unless stated, never assumed.
+    unrecorded: str | None = None
 
     @property
     def bidirectional(self) -> bool:
@@ -199,6 +203,34 @@ def snake_case(name: str) -> str:
     name = re.sub(r"\W+", "", name)
     name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
     return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def inferred_layer(name: str, tensors: list[dict[str, Any]], names: list[Any], named: bool) -> KerasLayer | None:
+    """A layer whose class comes from tensor shapes alone (no config in the file).
+
+    A recurrent kernel makes it a recurrent layer, listed as not converting when its shapes fit no row: one
+    named so (legacy files), or, where only positions tell (Keras 3 `vars/0..2`), a second matrix of G*H columns
+    for H rows beside a first matrix (a Dense layer's second variable is its bias).
+    """
+    first = tensors[0]
+    if "recurrent_matrix" not in first:
+        return None
+    names = [n if isinstance(n, dict) else {} for n in names]
+    wrapper = "Bidirectional" if len(tensors) == 2 else None
+    actual = {role: tuple(t.shape) for role, t in first.items()}
+    rec, kernel = actual["recurrent_matrix"], actual.get("input_matrix", ())
+    recurrent_shaped = len(rec) == 2 and rec[0] and not rec[1] % rec[0] and len(kernel) == 2
+    if not (named or recurrent_shaped):
+        return None
+    if recurrent_shaped:
+        hidden, has_bias = rec[0], "bias" in first
+        for row in rows_for("keras"):  # the first Keras row whose stored shapes these are
+            if row.adapter and stored_shapes(row, hidden, kernel[0], hidden, has_bias=has_bias) == actual:
+                config = {**row.defaults, "units": hidden, **row.when, "use_bias": has_bias}
+                return KerasLayer(name, row.source_class, config, tensors, names, wrapper, inferred=True)
+    shapes = ", ".join(f"{KERAS_VARIABLES.get(role, role)} {shape}" for role, shape in actual.items())
+    refusal = f"the file has no model config, and its tensors ({shapes}) fit no Keras recurrent layer rnnconv converts"
+    return KerasLayer(name, "unknown", {}, tensors, names, wrapper, inferred=True, refusal=refusal)
 
 
 def old_defaults(version: str | None) -> str | None:

@@ -14,7 +14,7 @@ from rnnconv.core.canonical import CanonicalRNN, RNNSpec, stack
 from rnnconv.core.contracts import InspectReport, Provenance
 from rnnconv.formats.base import Format, Written
 from rnnconv.formats.keras import PLUGIN
-from rnnconv.formats.probe import HDF5_MAGIC
+from rnnconv.formats.probe import HDF5_MAGIC, Probe
 from rnnconv.formats.registry import register
 from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source, convert_each, inspect_entry
@@ -37,12 +37,26 @@ def _name(layer: KerasLayer) -> str:
 class KerasFormat(Format):
     plugin = PLUGIN
 
+    def locate(self, path: Path) -> Path | None:
+        from rnnconv.formats.keras.savedmodel import saved_model_in
+
+        return saved_model_in(path)
+
+    def claims(self, probe: Probe) -> bool:
+        from rnnconv.formats.tf1.wire import INDEX_SUFFIX
+
+        if not probe.path.name.endswith(INDEX_SUFFIX):
+            return True
+        from rnnconv.formats.keras.savedmodel import is_object_checkpoint
+
+        return is_object_checkpoint(probe.path)
+
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
-        from rnnconv.formats.keras.reader import KerasFile, to_canonical
+        from rnnconv.formats.keras.reader import opened, to_canonical
 
         reading = SourcePass(path) if options.hash_source else None  # begun once the file is open: see KerasFile
-        with KerasFile(path, reading) as keras_file:
+        with opened(path, reading) as keras_file:
             versions = keras_file.versions
             info = Provenance(
                 path=str(resolved(path)),
@@ -102,10 +116,10 @@ class KerasFormat(Format):
         return Written([path])
 
     def inspect(self, path: Path) -> InspectReport:
-        from rnnconv.formats.keras.reader import KerasFile, layer_sizes, to_canonical
+        from rnnconv.formats.keras.reader import layer_sizes, opened, to_canonical
 
         provenance = Provenance(path=str(path))
-        with KerasFile(path) as keras_file:
+        with opened(path) as keras_file:
             entries = [
                 inspect_entry(
                     layer.name,
@@ -120,9 +134,9 @@ class KerasFormat(Format):
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
         if recorded.layer or recorded.stacked:
             return recorded
-        from rnnconv.formats.keras.reader import KerasFile
+        from rnnconv.formats.keras.reader import opened
 
-        with KerasFile(path) as keras_file:
+        with opened(path) as keras_file:
             return recorded.model_copy(update={"layer": keras_file.layer(layer).name, "format": keras_file.kind})
 
     def source_options(self, source: Provenance) -> ReadOptions:

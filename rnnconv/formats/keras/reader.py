@@ -17,7 +17,7 @@ import re
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h5py
 
@@ -25,7 +25,16 @@ from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance, RNNSizes
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line, listing, no_such_rnn, several_rnns
 from rnnconv.formats import _zip
-from rnnconv.formats.keras.config import MAX_NESTING, ConfigEntry, KerasLayer, old_defaults, walk_config
+from rnnconv.formats.keras import PLUGIN
+from rnnconv.formats.keras.config import (
+    MAX_NESTING,
+    ROLE_OF_NAME,
+    ConfigEntry,
+    KerasLayer,
+    inferred_layer,
+    old_defaults,
+    walk_config,
+)
 from rnnconv.formats.keras.hdf5 import (
     DAMAGED,
     HDF5_TIMEOUT,
@@ -51,11 +60,24 @@ from rnnconv.formats.reading import Found, Settled, StoredCell, read, settle
 from rnnconv.formats.sources import SOURCE_KEY, read_source_records
 from rnnconv.safeio.digests import SourcePass
 from rnnconv.safeio.inputs import Guard, add_guard, json_document, pin, regular_file, within
-from rnnconv.table.apply import find_row, keras_era, rows_for, stored_shapes
+from rnnconv.table.apply import find_row, keras_era, rows_for
 from rnnconv.table.constants import KERAS_VARIABLES, MAX_SIZE, NONLINEARITY_KEY
 from rnnconv.table.rows import DEFAULT_BIAS_SPLIT, VERSIONED_DEFAULTS, Row
 
-ROLE_OF_NAME = {name: role for role, name in KERAS_VARIABLES.items()}
+if TYPE_CHECKING:
+    from rnnconv.formats.keras.savedmodel import ObjectFile
+
+
+def opened(path: Path, reading: SourcePass | None = None) -> KerasFile | ObjectFile:
+    """A Keras file, or a SavedModel's saved_model.pb or a TF2 checkpoint's index, open."""
+    from rnnconv.formats.keras.wire import SAVED_MODEL
+    from rnnconv.formats.tf1.wire import DATA_SHARD, INDEX_SUFFIX
+
+    if path.name == SAVED_MODEL or path.name.endswith(INDEX_SUFFIX) or DATA_SHARD.search(path.name):
+        from rnnconv.formats.keras.savedmodel import ObjectFile
+
+        return ObjectFile(path)
+    return KerasFile(path, reading)
 
 
 class KerasFile:
@@ -363,7 +385,7 @@ def _infer_legacy(weights: h5py.Group) -> list[KerasLayer]:
             by_layer.setdefault(parts[-1], []).append(roles)
         for name, directions in by_layer.items():
             tensors = [{r: as_dataset(follow(group, n), n) for r, n in roles.items()} for roles in directions]
-            layer = _inferred_layer(name, tensors, directions, named=True)
+            layer = inferred_layer(name, tensors, directions, named=True)
             if layer:
                 layers.append(layer)
     return layers
@@ -410,7 +432,7 @@ def _infer_keras3(root: h5py.Group) -> list[KerasLayer]:
             else:
                 visit(child, depth + 1)
                 continue
-            layer = _inferred_layer(_keras3_name(child), [c[0] for c in cells], [c[1] for c in cells], named=False)
+            layer = inferred_layer(_keras3_name(child), [c[0] for c in cells], [c[1] for c in cells], named=False)
             if layer:
                 layers.append(layer)
 
@@ -422,34 +444,6 @@ def _keras3_name(group: h5py.Group) -> str:
     if holds(group, "vars") and "name" in follow(group, "vars").attrs:
         return text_of(follow(group, "vars").attrs["name"])[:200]
     return "/".join(part for part in group.name.strip("/").split("/") if part != "layers")
-
-
-def _inferred_layer(name: str, tensors: list[dict[str, Any]], names: list[Any], named: bool) -> KerasLayer | None:
-    """A layer whose class comes from tensor shapes alone (no config in the file).
-
-    A recurrent kernel makes it a recurrent layer, listed as not converting when its shapes fit no row: one
-    named so (legacy files), or, where only positions tell (Keras 3 `vars/0..2`), a second matrix of G*H columns
-    for H rows beside a first matrix (a Dense layer's second variable is its bias).
-    """
-    first = tensors[0]
-    if "recurrent_matrix" not in first:
-        return None
-    names = [n if isinstance(n, dict) else {} for n in names]
-    wrapper = "Bidirectional" if len(tensors) == 2 else None
-    actual = {role: tuple(t.shape) for role, t in first.items()}
-    rec, kernel = actual["recurrent_matrix"], actual.get("input_matrix", ())
-    recurrent_shaped = len(rec) == 2 and rec[0] and not rec[1] % rec[0] and len(kernel) == 2
-    if not (named or recurrent_shaped):
-        return None
-    if recurrent_shaped:
-        hidden, has_bias = rec[0], "bias" in first
-        for row in rows_for("keras"):  # the first Keras row whose stored shapes these are
-            if row.adapter and stored_shapes(row, hidden, kernel[0], hidden, has_bias=has_bias) == actual:
-                config = {**row.defaults, "units": hidden, **row.when, "use_bias": has_bias}
-                return KerasLayer(name, row.source_class, config, tensors, names, wrapper, inferred=True)
-    shapes = ", ".join(f"{KERAS_VARIABLES.get(role, role)} {shape}" for role, shape in actual.items())
-    refusal = f"the file has no model config, and its tensors ({shapes}) fit no Keras recurrent layer rnnconv converts"
-    return KerasLayer(name, "unknown", {}, tensors, names, wrapper, inferred=True, refusal=refusal)
 
 
 def to_canonical(
@@ -473,6 +467,16 @@ def to_canonical(
     row = find_row("keras", layer.source_class, config)
     old = old_defaults(layer.keras_version) if layer.inferred else None
     refusals: dict[str, str] = {}
+    unsaid = [key for key in row.unstored if layer.unrecorded and not (stated or {}).get(key)]
+    if unsaid:
+        flags = " ".join(f"{PLUGIN.read_settings[key].flags[0]} X" for key in unsaid)
+        defaults = ", ".join(f"{key}={row.setting(config, key)}" for key in unsaid)
+        refusal = (
+            f"{layer.unrecorded}, so nothing says the {' or '.join(unsaid)} of layer {layer.name!r} "
+            f"({layer.display_class}), and rnnconv assumes none: state the model's own with {flags} (Keras' "
+            f"defaults are {defaults})"
+        )
+        refusals.update(dict.fromkeys(unsaid, refusal))
     if old:
         refusals["recurrent_activation"] = (
             f"the file has no model config, and {old}; converting it as if "

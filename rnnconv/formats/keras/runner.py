@@ -188,9 +188,9 @@ def load_source_layers(
     the blob's spec says: a file changed, or not the blob's source, is refused before Keras sees it.
     """
     from rnnconv.core.contracts import Provenance
-    from rnnconv.formats.keras.reader import KerasFile, to_canonical
+    from rnnconv.formats.keras.reader import opened, to_canonical
 
-    with KerasFile(path) as keras_file:
+    with opened(path) as keras_file:
         found = [keras_file.layer(n) for n in names]
         for index, layer in enumerate(found):
             stated = {key: converted_with.get(key) for key in ("activation", "recurrent_activation")}
@@ -201,7 +201,9 @@ def load_source_layers(
                     f"layer {layer.name!r} of {path} is a {read.describe()}, but the blob is a "
                     f"{spec.describe()}: the blob was not made from this file as it is now"
                 )
-        legacy = keras_file.kind == "keras-h5" and not keras_file.versions.get("keras_version", "3").startswith("3")
+        legacy = keras_file.kind in ("keras-h5", "keras-savedmodel") and not keras_file.versions.get(
+            "keras_version", "3"
+        ).startswith("3")
         keras = import_keras("2") if legacy or any(f.source_class in CUDNN_CLASSES for f in found) else _any_keras()
         layers = [_built(keras, layer, converted_with) for layer in found]
     what = "the file's tensors" if keras_file.config is None else "the file's tensors and parsed settings"

@@ -20,13 +20,26 @@ KERAS_RECURRENT_NAMES: Final = r"LSTM|GRU|RNN"
 # Bidirectional's sub-layer groups in a Keras 3 weights file, forward first.
 KERAS_DIRECTION_GROUPS: Final = ("forward_layer", "backward_layer")
 KERAS_DIRECTION_PREFIXES: Final = ("forward", "backward")  # and the names of its sub-layers: forward_{name}
+# A SavedModel directory's files, and what a TF2 checkpoint's bundle holds beside its variables.
+SAVED_MODEL: Final = "saved_model.pb"  # the graphs (never parsed: the variables and the metadata say it all)
+SAVED_MODEL_HEAD: Final = b"\x08\x01\x12"  # SavedModel.saved_model_schema_version = 1, then its meta_graphs
+KERAS_METADATA: Final = "keras_metadata.pb"  # tf-keras' SavedMetadata: each object's JSON, the model config
+SAVED_MODEL_VARIABLES: Final = "variables/variables"  # the tensor bundle's prefix in the directory
+OBJECT_GRAPH_KEY: Final = "_CHECKPOINTABLE_OBJECT_GRAPH"  # the bundle's TrackableObjectGraph
+VALUE_ATTRIBUTE: Final = "VARIABLE_VALUE"  # the attribute of a variable's value in that graph
 
 
 def sniff(probe: Probe) -> bool:
-    """An HDF5 file (.h5), or a zip archive with a config.json (.keras)."""
+    """An HDF5 file (.h5), a zip archive with a config.json (.keras), a SavedModel's saved_model.pb, or a
+    checkpoint's index (whether it holds a TF2 object graph is the format's `claims`)."""
     from rnnconv.formats.probe import HDF5_MAGIC
+    from rnnconv.formats.tf1.wire import INDEX_SUFFIX
 
     if probe.head.startswith(HDF5_MAGIC):
+        return True
+    if probe.path.name == SAVED_MODEL:
+        return probe.head.startswith(SAVED_MODEL_HEAD)
+    if probe.path.name.endswith(INDEX_SUFFIX):
         return True
     names = probe.zip_names
     return names is not None and "config.json" in names

@@ -74,15 +74,6 @@ PLUGIN = Plugin(
         ),
     ),
     frameworks=("onnx", "onnxruntime"),
-    read_settings={
-        "dequantize": SettingField(
-            bool,
-            False,
-            ("--dequantize",),
-            "Convert an ONNX quantized LSTM (com.microsoft DynamicQuantizeLSTM) with its int8 weights "
-            "dequantized, (q - zero_point) * scale: the result is the float model the quantized one approximates.",
-        ),
-    },
     write_settings={
         "profile": SettingField(
             str | None,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
-from rnnconv.core.contracts import Provenance
+from rnnconv.core.contracts import Dequantized, Provenance
 from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported, listing
 from rnnconv.formats import sources
 from rnnconv.formats._graph import (
@@ -27,6 +27,7 @@ from rnnconv.formats._graph import (
     refuse,
     same_rnn,
 )
+from rnnconv.formats._quantized import Quantization, record
 from rnnconv.formats.onnx.folding import Folder, NotFoldable, Scope, node_name, scopes
 from rnnconv.formats.onnx.loops import loops_of, read_loops
 from rnnconv.formats.onnx.nodes import (
@@ -43,7 +44,7 @@ from rnnconv.formats.onnx.nodes import (
     why_refused,
 )
 from rnnconv.formats.onnx.unrolled import CellFinder, Recogniser
-from rnnconv.formats.onnx.wire import ONNX_GLUE
+from rnnconv.formats.onnx.wire import ONNX_GLUE, ONNX_INPUTS
 from rnnconv.formats.reading import Found, StoredCell, read, settle
 from rnnconv.safeio.inputs import regular_file
 from rnnconv.table.apply import find_row
@@ -323,6 +324,7 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
     provenance: dict[str, Any] = {"stacked": [n.name for n in chain] if len(chain) > 1 else None}
     if first.quantized:
         provenance["dtype"] = str(first.stored["W"].dtype)  # what the source computes with
+        provenance["dequantized"] = _quantized_record(chain)
     found = Found(
         ",".join(n.name for n in chain),
         row,
@@ -350,3 +352,20 @@ def _names(graph: Any) -> Iterator[Any]:
         yield from (attribute.name for attribute in node.attribute)
     yield from (tensor.name for tensor in graph.initializer)
     yield from (value.name for value in (*graph.input, *graph.output, *graph.value_info))
+
+
+def _quantized_record(chain: list[OnnxNode]) -> Dequantized:
+    """What --dequantize read of a chain of quantized nodes: each W and R with its scales (one per direction, or
+    one per column of each direction: axis 2 of the stored (directions, input, 4*hidden) tensor)."""
+    held = []
+    for node in chain:
+        for role in ("W", "R"):
+            scales, zeros = node.stored[f"{role}_scale"], node.stored[f"{role}_zero_point"]
+            axis = None if scales.ndim == 1 else 2
+            held.append(
+                (
+                    node.inputs[ONNX_INPUTS.index(role)],
+                    Quantization(tuple(scales.ravel().tolist()), tuple(zeros.ravel().astype(int).tolist()), axis),
+                )
+            )
+    return record(held, 8)

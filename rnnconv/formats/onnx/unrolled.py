@@ -489,8 +489,11 @@ class CellFinder(Recogniser):
                 while id(layer[-1]) in after and len(layer) <= len(read):
                     layer.append(after[id(layer[-1])])
                 layers.append(layer)
-        stacks: list[list[list[Cell]]] = [[layer] for layer in layers if self.over_time(layer)]
-        rest = [layer for layer in layers if len(layer) > 1 and not self.over_time(layer)]
+        timed = {id(layer[0]) for layer in layers if self.over_time(layer)}
+        unread = [layer for layer in layers if self.unread_step(layer) is not None]
+        layers = [layer for layer in layers if layer not in unread]
+        stacks: list[list[list[Cell]]] = [[layer] for layer in layers if id(layer[0]) in timed]
+        rest = [layer for layer in layers if len(layer) > 1 and id(layer[0]) not in timed]
         grown = True
         while grown and rest:
             grown = False
@@ -501,8 +504,29 @@ class CellFinder(Recogniser):
                     rest.remove(layer)
                     grown = True
                     break
-        stepped = {id(c) for stack in stacks for layer in stack for c in layer}
+        # a layer refused is one refusal, its first step's: its other steps are no cells alone
+        stepped = {id(c) for layer in unread for c in layer[1:]} | {
+            id(c) for stack in stacks for layer in stack for c in layer
+        }
         return stacks, [c for c in cells if id(c) not in stepped]
+
+    def unread_step(self, layer: list[Cell]) -> int | None:
+        """The first step of several whose new state nothing in the graph reads (no node, no output of the graph),
+        the layer's first step then refused saying so: the graph does not give that RNN's outputs, whatever its
+        steps compute (a step's new cell state may go unread: the last one's usually does)."""
+        if len(layer) < 2:
+            return None
+        graph = self.scope.graph
+        read = {name for node in graph.node for name in node.input} | {value.name for value in graph.output}
+        step = next((i for i, c in enumerate(layer) if c.reading and c.reading.outputs[0] not in read), None)
+        if step is not None:
+            folded = int(layer[0].after_zeros)  # a step 0 the exporter folded from zero states is a step too
+            layer[0].refusal = (
+                f"gives at step {step + 1 + folded} of {len(layer) + folded} a new state that nothing in the graph "
+                "reads, so the graph does not give the outputs of the RNN its steps make"
+            )
+            layer[0].reading = None
+        return step
 
     def earlier_step(self, cell: Cell, by_output: dict[str, Cell]) -> Cell | None:
         """The step whose new state `cell` reads as its state, the two read alike (a step that may be read with

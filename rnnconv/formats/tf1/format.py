@@ -30,13 +30,13 @@ class TF1Format(Format):
     plugin = PLUGIN
 
     def named(self, path: Path) -> int:
-        from rnnconv.formats.tf1.tensor_bundle import DATA_SHARD
+        from rnnconv.formats.tf1.wire import DATA_SHARD
 
         shard = DATA_SHARD.search(path.name)  # X.data-00000-of-00001: a checkpoint's data, named by its index
         return len(shard.group()) if shard else super().named(path)
 
     def locate(self, path: Path) -> Path | None:
-        from rnnconv.formats.tf1.tensor_bundle import INDEX_SUFFIX
+        from rnnconv.formats.tf1.wire import INDEX_SUFFIX
 
         index = path.with_name(path.name + INDEX_SUFFIX)
         return index if os.path.lexists(index) else None

@@ -15,7 +15,6 @@ file, and their crc32c is computed on the other core: outputs are committed only
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,14 +24,11 @@ import numpy as np
 
 from rnnconv.core.dtypes import decode, element_type
 from rnnconv.errors import BadInput
+from rnnconv.formats.tf1.wire import FOOTER_BYTES, TABLE_MAGIC, checkpoint_prefix, index_file
 from rnnconv.safeio.digests import checksum_guard
 from rnnconv.safeio.inputs import Guard, add_guard, read_array, regular_file, unchanged
 from rnnconv.table.constants import ELEMENT_TYPE_CODES
 
-INDEX_SUFFIX = ".index"
-DATA_SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
-TABLE_MAGIC = (0xDB4775248B80FB57).to_bytes(8, "little")  # kTableMagicNumber, the footer's last 8 bytes
-FOOTER_BYTES = 48  # two block handles padded to 40 bytes, then the magic number
 BLOCK_TRAILER_BYTES = 5  # after each block: its compression type, then the masked crc32c of block and type
 NO_COMPRESSION, SNAPPY = 0, 1
 BUNDLE_VERSION = 1  # kTensorBundleVersion: the consumer version this reader is
@@ -53,20 +49,6 @@ PACKED = -1  # in a schema: a repeated varint field, packed or not
 
 class Corrupt(ValueError):
     """What in an index does not fit its format: the reason, which the caller turns into one sentence."""
-
-
-def checkpoint_prefix(path: Path) -> Path:
-    """X for X.index, X.data-00000-of-00001 or X itself."""
-    name = path.name
-    if name.endswith(INDEX_SUFFIX):
-        return path.with_name(name[: -len(INDEX_SUFFIX)])
-    shard = DATA_SHARD.search(name)
-    return path.with_name(name[: shard.start()]) if shard else path
-
-
-def index_file(path: Path) -> Path:
-    prefix = checkpoint_prefix(path)
-    return prefix.with_name(prefix.name + INDEX_SUFFIX)
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -376,6 +358,34 @@ class Checkpoint:
             add_guard(check)
         words = read_array(shard, entry.offset, etype.storage, entry.shape)  # a shorter file: SourceChanged
         return decode(words, etype)
+
+    def string(self, name: str, limit: int) -> bytes | None:
+        """A scalar string tensor's bytes (a TF2 checkpoint's object graph), its crc32c checked at once; None where
+        the checkpoint has no such tensor. The bundle stores it as its length (a varint), that length's masked
+        crc32c, then the bytes; the entry's crc32c covers all of them."""
+        entry = self.entries.get(name)
+        if entry is None:
+            return None
+        what = f"{self.index}: tensor {name!r}"
+        if entry.dtype != "string" or entry.shape or entry.sliced:
+            raise BadInput(f"{what} is {entry.dtype} of shape {list(entry.shape)}, not the string TensorFlow writes")
+        if entry.size > limit:
+            raise BadInput(f"{what} claims {entry.size} bytes, more than {limit}, more than any object graph needs")
+        data = read_array(self.shards[entry.shard], entry.offset, np.uint8, (entry.size,)).tobytes()
+        try:
+            length, pos = _varint(data, 0, len(data))
+        except Corrupt as exc:
+            raise BadInput(f"{what} is damaged ({exc})") from None
+        if pos + 4 + length != len(data):
+            raise BadInput(f"{what} holds {len(data)} bytes, not the {length} its length says and their checksum")
+        # WriteStringTensor's checksum: the length as a 4-byte word (8 past 4 GiB), its masked crc32c, the bytes
+        size = length.to_bytes(4 if length < 1 << 32 else 8, "little")
+        sized = google_crc32c.value(size)
+        crc = google_crc32c.extend(sized, data[pos : pos + 4])
+        stored_sized = int.from_bytes(data[pos : pos + 4], "little")
+        if stored_sized != masked_crc32c(size) or google_crc32c.extend(crc, data[pos + 4 :]) != unmasked(entry.crc32c):
+            raise BadInput(f"{what} does not match its crc32c (damaged)")
+        return data[pos + 4 :]
 
     def check_read(self) -> None:
         """Wait for the crc32c checks of every tensor read so far: BadInput if one does not match."""

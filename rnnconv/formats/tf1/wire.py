@@ -6,6 +6,8 @@ each layer's canonical tensors under, the directions' names, the opaque buffer a
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
@@ -44,12 +46,29 @@ META_WHILE_BODY: Final = "body"  # the While's attribute naming its body functio
 META_PASS_THROUGH: Final = ("Identity", "ReadVariableOp", "Enter", "Switch", "BiasAdd", "MatMul")
 DT_FLOAT, DT_DOUBLE = 1, 2  # tensorflow/core/framework/types.proto
 KIND: Final = "tf1-checkpoint"  # the file kind a source records
+# A checkpoint's files: X.index, and its data in X.data-00000-of-00001 (TF2's object-based checkpoints too).
+INDEX_SUFFIX: Final = ".index"
+DATA_SHARD: Final = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
+TABLE_MAGIC: Final = (0xDB4775248B80FB57).to_bytes(8, "little")  # kTableMagicNumber, the index's last 8 bytes
+FOOTER_BYTES: Final = 48  # two block handles padded to 40 bytes, then the magic number
+
+
+def checkpoint_prefix(path: Path) -> Path:
+    """X for X.index, X.data-00000-of-00001 or X itself."""
+    name = path.name
+    if name.endswith(INDEX_SUFFIX):
+        return path.with_name(name[: -len(INDEX_SUFFIX)])
+    shard = DATA_SHARD.search(name)
+    return path.with_name(name[: shard.start()]) if shard else path
+
+
+def index_file(path: Path) -> Path:
+    prefix = checkpoint_prefix(path)
+    return prefix.with_name(prefix.name + INDEX_SUFFIX)
 
 
 def sniff(probe: Probe) -> bool:
     """A checkpoint's index (or a data shard named by it) that ends in a table's magic number."""
-    from rnnconv.formats.tf1.tensor_bundle import DATA_SHARD, FOOTER_BYTES, INDEX_SUFFIX, TABLE_MAGIC, index_file
-
     index = index_file(probe.path)
     if not (probe.path.name.endswith(INDEX_SUFFIX) or DATA_SHARD.search(probe.path.name)):
         return False

@@ -11,13 +11,16 @@ from typing import Any
 import numpy as np
 
 from rnnconv.errors import BackendMissing, BadInput, Unsupported
+from rnnconv.formats._quantized import Quantization
 from rnnconv.formats.tflite.wire import (
     BIDIRECTIONAL_LSTM,
     FEATURE_AXIS,
     LSTM_OPTION_SLOTS,
     OP_INPUTS,
     PLAIN_OPTION_SLOTS,
+    QUANTIZATION_SLOTS,
     RNN_OPTION_SLOTS,
+    TENSOR_QUANTIZATION_SLOT,
     TFLITE_CELL_OPS,
     TFLITE_FLATBUFFER_LIMIT,
     TFLITE_IDENTIFIER,
@@ -38,7 +41,14 @@ from rnnconv.safeio.outputs import write_array
 from rnnconv.table.constants import LSTM, RNN, TORCH_REVERSE_SUFFIX
 
 DATA_ALIGNMENT = 16  # where each weight buffer's data starts in a written file (what TFLite's converter aligns to)
-STORAGE = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "uint8": np.uint8}  # of buffers written
+STORAGE = {  # of buffers written (the quantized ones: a source's own weights, run as stored)
+    "float32": np.float32,
+    "float64": np.float64,
+    "int32": np.int32,
+    "uint8": np.uint8,
+    "int8": np.int8,
+    "int16": np.int16,
+}
 
 
 @dataclass
@@ -50,6 +60,7 @@ class Constant:
     shape: tuple[int, ...]
     dtype: str
     values: Callable[[], np.ndarray | FileArray]
+    quantization: Quantization | None = None  # a quantized weight's scales and zero points
 
     @property
     def nbytes(self) -> int:
@@ -64,6 +75,7 @@ class GraphTensor:
     dtype: str = "float32"
     buffer: int = 0
     variable: bool = False
+    quantization: Quantization | None = None
 
 
 @dataclass
@@ -85,7 +97,13 @@ class Graph:
     def constant(self, constant: Constant) -> int:
         self.buffers.append(constant)
         return self.tensor(
-            GraphTensor(constant.name, list(constant.shape), dtype=constant.dtype, buffer=len(self.buffers) - 1)
+            GraphTensor(
+                constant.name,
+                list(constant.shape),
+                dtype=constant.dtype,
+                buffer=len(self.buffers) - 1,
+                quantization=constant.quantization,
+            )
         )
 
     def activation(self, name: str, width: int) -> int:
@@ -196,6 +214,17 @@ def _vector(builder: Any, values: list[int], offsets: bool = False) -> int:
     return int(builder.EndVector())
 
 
+def _quantization_table(b: Any, quant: Quantization) -> int:
+    """A QuantizationParameters table: scales, zero points and the axis they run along."""
+    scales = b.CreateNumpyVector(np.asarray(quant.scales, np.float32))
+    zeros = b.CreateNumpyVector(np.asarray(quant.zero_points, np.int64))
+    b.StartObject(7)
+    b.PrependUOffsetTRelativeSlot(QUANTIZATION_SLOTS["scale"], scales, 0)
+    b.PrependUOffsetTRelativeSlot(QUANTIZATION_SLOTS["zero_point"], zeros, 0)
+    b.PrependInt32Slot(QUANTIZATION_SLOTS["quantized_dimension"], quant.axis or 0, 0)
+    return int(b.EndObject())
+
+
 def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, Constant]]]:
     """The flatbuffer's tables (every buffer's data left out), and each buffer's data with the padding before it.
 
@@ -222,12 +251,15 @@ def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, Constant]]]:
     for t in graph.tensors:
         name, shape = b.CreateString(t.name), _vector(b, t.shape)
         signature = _vector(b, t.signature) if t.signature else None
+        quantization = _quantization_table(b, t.quantization) if t.quantization else None
         b.StartObject(11)
         b.PrependUOffsetTRelativeSlot(0, shape, 0)
         b.PrependInt8Slot(1, TFLITE_TENSOR_TYPES[t.dtype], 0)
         b.PrependUint32Slot(2, t.buffer, 0)
         b.PrependUOffsetTRelativeSlot(3, name, 0)
         b.PrependBoolSlot(5, t.variable, False)
+        if quantization is not None:
+            b.PrependUOffsetTRelativeSlot(TENSOR_QUANTIZATION_SLOT, quantization, 0)
         if signature is not None:
             b.PrependUOffsetTRelativeSlot(7, signature, 0)
         tensors.append(b.EndObject())

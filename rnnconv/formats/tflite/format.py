@@ -48,7 +48,7 @@ class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
     def load(self, path: Path, options: ReadOptions | None = None) -> TfliteFile:
         from rnnconv.formats.tflite.model import TfliteFile
 
-        return TfliteFile.load(path)
+        return TfliteFile.load(path, options is not None and options.dequantize)
 
     def to_canonical(
         self, graph: TfliteFile, chain: Chain[Layer], source: Provenance, options: ReadOptions
@@ -135,6 +135,7 @@ class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
         from rnnconv.formats.tflite.reader import to_canonical
         from rnnconv.formats.tflite.runner import graph_of_file, litert_version, run_graph
 
+        graph.dequantize = True  # its quantized weights run as stored; the reading below only checks the ops
         if chain.first.loops:
             from rnnconv.formats._cells import run_loops
 
@@ -149,4 +150,6 @@ class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
         how = f"ai-edge-litert {litert_version()}: the file's own {first.title} op(s)"
         if first.shown:  # a bidirectional op's two directions, run as the unidirectional ops they compute
             how += f", each direction as an {first.name}"
+        if rnn.source.dequantized is not None:
+            how += " (int8 weights, inputs quantized at run time: the blob is its dequantized float model)"
         return run_graph(graph_of_file(graph, chain), inputs), how

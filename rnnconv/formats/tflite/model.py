@@ -15,6 +15,7 @@ from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import sources
 from rnnconv.formats._flatbuffer import Flat, Table
 from rnnconv.formats._graph import Chain, Graph, chained, same_rnn
+from rnnconv.formats._quantized import QUANTIZED_RANGES, Quantization, dequantized, quantization
 from rnnconv.formats.streaming import STREAM_INPUT
 from rnnconv.formats.tflite.loops import Loop, find_loops, grouped, kind_of
 from rnnconv.formats.tflite.wire import (
@@ -24,7 +25,9 @@ from rnnconv.formats.tflite.wire import (
     LSTM_OPTION_SLOTS,
     OP_INPUTS,
     OP_NAMES,
+    QUANTIZATION_SLOTS,
     RNN_OPTION_SLOTS,
+    TENSOR_QUANTIZATION_SLOT,
     TFLITE_BIDIRECTIONAL_LSTM_INPUTS,
     TFLITE_CELL_OPS,
     TFLITE_DIRECTION_PREFIXES,
@@ -48,6 +51,7 @@ FLOAT_TYPES: dict[str, np.dtype[Any]] = {
     "float64": np.dtype("<f8"),
 }
 INTEGER_TYPES: dict[str, np.dtype[Any]] = {"int32": np.dtype("<i4"), "int64": np.dtype("<i8"), "bool": np.dtype("?")}
+QUANTIZED_TYPES: dict[str, np.dtype[Any]] = {"int8": np.dtype("i1"), "uint8": np.dtype("u1"), "int16": np.dtype("<i2")}
 MAX_RANK = 8
 MAX_SUBGRAPHS = 4096
 MAX_RNN_OPS = 4096  # RNN ops in one file: far beyond any model; keeps grouping a hostile file's ops cheap
@@ -61,6 +65,11 @@ class Tensor:
     dtype: str  # a TYPE_NAMES name, or "type N"
     variable: bool
     data: tuple[int, int] | None  # (position in the file, bytes) of a constant's values
+    quantization: Table | None = None  # its QuantizationParameters, read only when its values are dequantized
+
+    @property
+    def quantized(self) -> bool:
+        return self.dtype in QUANTIZED_RANGES
 
 
 @dataclass
@@ -124,8 +133,9 @@ class TfliteFile(Graph[Layer]):
 
     what = "RNN layer"
 
-    def __init__(self, path: Path, subgraphs: list[Subgraph], record: str | None, flat: Flat):
+    def __init__(self, path: Path, subgraphs: list[Subgraph], record: str | None, flat: Flat, dequantize: bool = False):
         self.path, self.subgraphs, self.flat = path, subgraphs, flat
+        self.dequantize = dequantize  # --dequantize: quantized weights read as scale * (q - zero_point)
         main = subgraphs[0]
         self.tensors, self.ops, self.inputs, self.outputs = main.tensors, main.ops, main.inputs, main.outputs
         self.record = record  # the source rnnconv wrote in the metadata, read with an RNN (a damaged one refuses it)
@@ -133,7 +143,7 @@ class TfliteFile(Graph[Layer]):
         super().__init__(path, FORMAT, layers, chains, None)
 
     @classmethod
-    def load(cls, path: Path) -> TfliteFile:
+    def load(cls, path: Path, dequantize: bool = False) -> TfliteFile:
         size = regular_file(path)
         if size < 8:
             raise BadInput(f"{path} is not a readable TFLite model: it has {size} bytes")
@@ -155,15 +165,20 @@ class TfliteFile(Graph[Layer]):
         for entry in model.tables(6):
             if entry.string(0) == sources.SOURCE_KEY:
                 recorded = _buffer_text(entry.scalar(1, "u32", 0), buffers, flat)
-        return cls(path, graphs, recorded, flat)
+        return cls(path, graphs, recorded, flat, dequantize)
 
     def constant(self, index: int, what: str) -> np.ndarray:
-        """A constant tensor's values (float32, float64 for float64), read from the file."""
+        """A constant tensor's values (float32, float64 for float64 and for quantized values dequantized), read from
+        the file."""
         tensor = self.tensors[index]
         if tensor.data is None:
             producer = next((op.name for op in self.ops if index in op.outputs), None)
             how = f"computed by a {producer} op" if producer else "not a constant"
             raise Unsupported(f"{what} ({tensor.name!r}) is {how}: rnnconv reads float weights stored as they are")
+        if tensor.quantized:
+            if not self.dequantize:
+                raise Unsupported(refused_quantized(what, [tensor]))
+            return self.dequantized(tensor, what)
         if tensor.dtype not in FLOAT_TYPES:
             raise Unsupported(f"{what} ({tensor.name!r}) is of type {tensor.dtype}: quantized weights are not read")
         dtype = FLOAT_TYPES[tensor.dtype]
@@ -176,6 +191,35 @@ class TfliteFile(Graph[Layer]):
             )
         values = read_array(self.path, start, dtype, tensor.shape)  # a file cut short meanwhile: SourceChanged
         return values.astype(np.float64 if tensor.dtype == "float64" else np.float32, copy=False)
+
+    def quantization_of(self, tensor: Tensor, what: str) -> Quantization:
+        """A quantized tensor's scales and zero points (per tensor or along its quantized_dimension), checked."""
+        table = tensor.quantization
+        scales = table.numbers(QUANTIZATION_SLOTS["scale"], "<f4") if table is not None else None
+        zeros = table.numbers(QUANTIZATION_SLOTS["zero_point"], "<i8") if table is not None else None
+        axis = table.scalar(QUANTIZATION_SLOTS["quantized_dimension"], "i32", 0) if table is not None else 0
+        where = f"{what} ({tensor.name!r})"
+        return quantization(
+            [] if scales is None else scales.tolist(),
+            [] if zeros is None else zeros.tolist(),
+            axis,
+            tensor.shape,
+            tensor.dtype,
+            where,
+        )
+
+    def dequantized(self, tensor: Tensor, what: str) -> np.ndarray:
+        """A quantized constant's values, scale * (q - zero_point), exact in float64."""
+        quant = self.quantization_of(tensor, what)
+        dtype = QUANTIZED_TYPES[tensor.dtype]
+        count = int(np.prod(tensor.shape, dtype=np.int64))
+        assert tensor.data is not None
+        if count * dtype.itemsize != tensor.data[1]:
+            raise BadInput(
+                f"{self.path}: tensor {tensor.name!r} holds {tensor.data[1]} bytes, its shape {tensor.shape} needs "
+                f"{count * dtype.itemsize}"
+            )
+        return dequantized(read_array(self.path, tensor.data[0], dtype, tensor.shape), quant)
 
     def values(self, tensor: Tensor) -> np.ndarray | None:
         """A constant tensor's values as stored (floats, integers, booleans), or None where it holds none or its
@@ -356,12 +400,36 @@ class TfliteFile(Graph[Layer]):
         why = ""
         if self.record is not None and [self.tensors[t].name for t in self.inputs[:1]] == [STREAM_INPUT]:
             why = " (a streaming model rnnconv wrote, its cells in plain ops: verify it with --streaming)"
+        elif "WHILE" in held and self._quantized_products():
+            why = (
+                " (its WHILE loops' bodies multiply by quantized weights: rnnconv dequantizes the weights of the fused "
+                "LSTM and RNN ops, not a loop's; convert the float model the file was made from)"
+            )
         elif "WHILE" in held:
             why = " (its WHILE loops' bodies multiply by no constant weights: they step no RNN cell rnnconv reads)"
         return f"{self.path} holds no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN op (its ops: {held or 'none'}){why}"
 
+    def _quantized_products(self) -> bool:
+        """Whether a subgraph's FULLY_CONNECTED multiplies by a quantized constant (a loop's cell quantized)."""
+        return any(
+            op.name == "FULLY_CONNECTED" and len(op.inputs) > 1 and graph.tensors[op.inputs[1]].quantized
+            for graph in self.subgraphs[1:]
+            for op in graph.ops
+            if op.inputs[1:2] != [UNSET]
+        )
+
     def op_listing(self) -> str:
         return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in Counter(op.name for op in self.ops).items())
+
+
+def refused_quantized(what: str, tensors: list[Tensor]) -> str:
+    """Why quantized weights do not convert without --dequantize, in one sentence."""
+    kinds = " and ".join(sorted({t.dtype for t in tensors}))
+    more = f" and {len(tensors) - 1} more" if len(tensors) > 1 else ""
+    return (
+        f"{what} has {kinds} quantized weights ({tensors[0].name!r}{more}), which cuDNN does not compute with; "
+        f"--dequantize converts the float model they approximate, scale * (q - zero_point)"
+    )
 
 
 def _op_name(code: Table) -> str:
@@ -403,7 +471,13 @@ def _tensor(index: int, table: Table, buffers: list[Table], flat: Flat) -> Tenso
         raise BadInput(f"{flat.path} is not a readable TFLite model: tensor {index} names buffer {buffer}")
     data = _buffer(buffers[buffer], flat) if buffers else None
     return Tensor(
-        index, table.string(3), tuple(shape), TYPE_NAMES.get(code, f"type {code}"), bool(table.scalar(5, "u8", 0)), data
+        index,
+        table.string(3),
+        tuple(shape),
+        TYPE_NAMES.get(code, f"type {code}"),
+        bool(table.scalar(5, "u8", 0)),
+        data,
+        table.table(TENSOR_QUANTIZATION_SLOT),
     )
 
 

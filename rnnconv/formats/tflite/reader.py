@@ -15,10 +15,21 @@ from rnnconv.core.reference import forward
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing
 from rnnconv.formats import sources
 from rnnconv.formats._graph import Chain
+from rnnconv.formats._quantized import exact_dtype, note, record
 from rnnconv.formats.holding import CLIP_PROBE_SCALE, CLIP_PROBE_STEPS, PROBE_BATCH, PROBE_SEED, PROBE_STEPS
 from rnnconv.formats.reading import Found, StoredCell, read, settle
 from rnnconv.formats.tflite.loops import loop_canonical
-from rnnconv.formats.tflite.model import FLOAT_TYPES, Layer, Op, TfliteFile, cell_of_op, input_of, op_options
+from rnnconv.formats.tflite.model import (
+    FLOAT_TYPES,
+    QUANTIZED_TYPES,
+    Layer,
+    Op,
+    TfliteFile,
+    cell_of_op,
+    input_of,
+    op_options,
+    refused_quantized,
+)
 from rnnconv.formats.tflite.wire import ACTIVATION_NAMES, FORMAT, OP_INPUTS, TFLITE_CELL_OPS, TFLITE_STATE_INPUTS, UNSET
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_GATES, CUDNN_MODES, INPUT_MATRIX, LSTM, PROJECTION
@@ -65,6 +76,23 @@ def why_refused(file: TfliteFile, op: Op, where: str, drop_clip: bool = False) -
     names = OP_INPUTS[op.name]
     if op.refusal:
         return op.refusal
+    quantized = [file.tensors[t] for n in names if (t := input_of(op, n)) != UNSET and file.tensors[t].quantized]
+    if quantized and not file.dequantize:  # named first: a converter's quantized LSTM also clips (--allow-lossy)
+        return refused_quantized(where, quantized)
+    others = [n for n in names if (t := input_of(op, n)) != UNSET and file.tensors[t].quantized]
+    others = [n for n in others if not n.endswith("_weights")]
+    if others:  # full-integer quantization: int8 activations, int32 biases, an int16 cell state
+        return (
+            f"{where} has a quantized {others[0]}: rnnconv dequantizes the weight matrices of a dynamic-range "
+            f"quantized op (float biases, states and activations), not a fully integer one's"
+        )
+    channels = [t for t in quantized if file.quantization_of(t, where).axis is not None]
+    if channels:  # LiteRT's hybrid kernel, run on such a file, computes far from what the scales say (0.6 off)
+        return (
+            f"{where} has per-channel scales on its quantized weight {channels[0].name!r}, which LiteRT's "
+            f"{op.name} kernel does not compute with as they say: its dequantized weights would not compute what "
+            f"LiteRT computes of the file"
+        )
     if op.name == TFLITE_CELL_OPS[LSTM]:
         if len(op.inputs) not in (20, 24):
             return f"{where} has {len(op.inputs)} inputs, not the 20 or 24 of an UNIDIRECTIONAL_SEQUENCE_LSTM"
@@ -109,7 +137,7 @@ def _weights(file: TfliteFile, op: Op, row: Row, where: str) -> dict[str, int]:
         if t == UNSET:
             continue
         tensor = file.tensors[t]
-        if tensor.data is None or tensor.dtype not in FLOAT_TYPES:
+        if tensor.data is None or (tensor.dtype not in FLOAT_TYPES and not tensor.quantized):
             file.constant(t, f"{where} {name}")  # says why
         found[key] = t
     return found
@@ -145,15 +173,25 @@ def to_canonical(file: TfliteFile, chain: Chain[Layer], source: Provenance, drop
     hidden, input_size = shape
     proj_tensor = weights.get(PROJECTION)
     proj = file.tensors[proj_tensor].shape[0] if proj_tensor is not None else 0
-    dtypes = {file.tensors[t].dtype for cell in cells.values() for t in cell.values()}
+    weights_held = [(key, t) for cell in cells.values() for key, t in cell.items()]
+    dtypes = {file.tensors[t].dtype for _, t in weights_held if not file.tensors[t].quantized}
     if len(dtypes) > 1:
         raise Unsupported(f"{chain.name}: its weights are of several types ({', '.join(sorted(dtypes))})")
+    dtype, provenance, notes = dtypes.pop() if dtypes else "float32", dict[str, object](), list[str]()
+    quantized = [(key, t) for key, t in weights_held if file.tensors[t].quantized]
+    if quantized:  # the type that holds every dequantized product exactly (float32 where it can)
+        dtype, provenance, notes = _dequantized(file, chain.name, quantized, row, dtype)
 
     def cell_of(layer: int, direction: int, _: RNNSpec) -> StoredCell:
         held = cells[(layer, direction)]
         where = f"{chain.name} layer {layer} direction {direction}"
+
+        def fetch(key: str) -> np.ndarray:
+            values = file.constant(held[key], f"{where} {row.tensors[key]}")
+            return values.astype(np.float64 if dtype == "float64" else np.float32, copy=False)
+
         return StoredCell(
-            fetch=lambda key: file.constant(held[key], f"{where} {row.tensors[key]}"),
+            fetch=fetch,
             shapes={key: file.tensors[t].shape for key, t in held.items()},
             names={key: file.tensors[t].name or row.tensors[key] for key, t in held.items()},
             where=where,
@@ -165,12 +203,14 @@ def to_canonical(file: TfliteFile, chain: Chain[Layer], source: Provenance, drop
         settled,
         int(input_size),
         int(hidden),
-        dtypes.pop(),
+        dtype,
         cell_of,
         first.title,
         num_layers=len(chain.layers),
         bidirectional=len(chain.layers[0].ops) == 2,
         proj=int(proj),
+        later_notes=notes,
+        provenance=provenance,
         handover={"keepalive": file},
     )
     rnn = read(found, source)
@@ -180,6 +220,25 @@ def to_canonical(file: TfliteFile, chain: Chain[Layer], source: Provenance, drop
     if file.record is not None:
         rnn.origin = sources.read_source_record(file.record, file.path)
     return rnn
+
+
+def _dequantized(
+    file: TfliteFile, name: str, quantized: list[tuple[str, int]], row: Row, stored: str
+) -> tuple[str, dict[str, object], list[str]]:
+    """What --dequantize reads of an RNN's quantized weights: the element type that holds every product exactly,
+    the provenance recording the scheme, and the conversion's note."""
+    tensors = [file.tensors[t] for _, t in quantized]
+    values = [file.constant(t, f"{name} {row.tensors[key]}") for key, t in quantized]
+    held = [(t.name or f"tensor {t.index}", file.quantization_of(t, name)) for t in tensors]
+    kinds = {t.dtype for t in tensors}
+    if len(kinds) > 1:
+        raise Unsupported(f"{name}: its weights are quantized to several types ({', '.join(sorted(kinds))})")
+    (kind,) = kinds
+    exact = exact_dtype(values)
+    dtype = "float64" if "float64" in (exact, stored) else stored
+    rec = record(held, QUANTIZED_TYPES[kind].itemsize * 8)
+    how = "LiteRT's hybrid kernels also quantize each step's inputs to 8 bits"
+    return dtype, {"dtype": kind, "dequantized": rec}, [note(name, rec, dtype, how)]
 
 
 def chain_sizes(file: TfliteFile, chain: Chain[Layer]) -> RNNSizes | None:

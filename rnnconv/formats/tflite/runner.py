@@ -18,10 +18,11 @@ from rnnconv.formats.plugin import version
 from rnnconv.formats.runtimes import native_stderr_silenced
 from rnnconv.formats.streaming import STREAM_INPUT, check_stream_names
 from rnnconv.formats.tflite.builder import Constant, Graph, GraphTensor, build_graph, model_bytes
-from rnnconv.formats.tflite.model import Layer, TfliteFile, input_of, op_options
+from rnnconv.formats.tflite.model import QUANTIZED_TYPES, Layer, TfliteFile, input_of, op_options
 from rnnconv.formats.tflite.streaming import STREAMING_OPS
 from rnnconv.formats.tflite.wire import FORMAT, PLAIN_OPTION_SLOTS, UNSET
 from rnnconv.formats.tflite.writer import graph_of
+from rnnconv.safeio.inputs import read_array
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_GATES, INPUT_MATRIX, RECURRENT_MATRIX
 from rnnconv.table.layouts import per_gate
@@ -95,9 +96,17 @@ def _stored(file: TfliteFile, t: int) -> Callable[[], np.ndarray]:
     return lambda: file.constant(t, "a weight").astype(np.float32)
 
 
+def _stored_quantized(file: TfliteFile, t: int) -> Callable[[], np.ndarray]:
+    tensor = file.tensors[t]
+    assert tensor.data is not None
+    start = tensor.data[0]
+    return lambda: read_array(file.path, start, QUANTIZED_TYPES[tensor.dtype], tensor.shape)
+
+
 def graph_of_file(file: TfliteFile, chain: Chain[Layer]) -> Graph:
-    """The chain's own ops in rnnconv's graph: every input as the file stores it (widened to float32), and its
-    options as stored but for the layout of x and y (batch-major here)."""
+    """The chain's own ops in rnnconv's graph: every input as the file stores it (floats widened to float32, quantized
+    weights as they are, with their scales and zero points), and its options as stored but for the layout of x and
+    y (batch-major here)."""
     first = chain.first.op
     layers = []
     for held in chain.layers:
@@ -106,7 +115,12 @@ def graph_of_file(file: TfliteFile, chain: Chain[Layer]) -> Graph:
             constants = {}
             for slot, t in enumerate(op.inputs):
                 tensor = file.tensors[t] if t != UNSET else None
-                if slot and tensor is not None and tensor.data is not None:
+                if slot and tensor is not None and tensor.data is not None and tensor.quantized:
+                    quant = file.quantization_of(tensor, f"op {op.index}'s input {slot}")
+                    constants[slot] = Constant(
+                        tensor.name, tensor.shape, tensor.dtype, _stored_quantized(file, t), quant
+                    )
+                elif slot and tensor is not None and tensor.data is not None:
                     constants[slot] = Constant(
                         tensor.name,
                         tensor.shape,

@@ -85,16 +85,23 @@ TFLITE_ACTIVATIONS: Final[dict[str, int]] = {
     "tanh": 4,
     "sign_bit": 5,
 }
-# TensorType codes of the element types rnnconv reads (float weights; a loop's counters, indices and conditions)
-# and writes (int32 for REVERSE_V2's axis).
+# TensorType codes of the element types rnnconv reads (float weights; quantized weights, with --dequantize; a loop's
+# counters, indices and conditions) and writes (int32 for REVERSE_V2's axis).
 TFLITE_TENSOR_TYPES: Final[dict[str, int]] = {
     "float32": 0,
     "float16": 1,
     "int32": 2,
+    "uint8": 3,
     "int64": 4,
     "bool": 6,
+    "int16": 7,
+    "int8": 9,
     "float64": 10,
 }
+# A Tensor's quantization (its QuantizationParameters table) and that table's slots (schema.fbs): a quantized
+# tensor's values are scale * (q - zero_point), one scale per tensor or one per index of quantized_dimension.
+TENSOR_QUANTIZATION_SLOT: Final = 4
+QUANTIZATION_SLOTS: Final = {"scale": 2, "zero_point": 3, "quantized_dimension": 6}
 # The inputs of UNIDIRECTIONAL_SEQUENCE_LSTM, in order (lstm_shared.h): 9-11 peepholes, 16-17 the projection,
 # 18-19 the state variables (output state, cell state), 20-23 layer normalization; -1 where an optional one is absent.
 TFLITE_LSTM_INPUTS: Final = (

@@ -1,0 +1,103 @@
+"""Quantized weights read exactly: integers with their scales and zero points (per tensor, or per channel along one
+axis), checked and dequantized, `scale * (q - zero_point)`, into the float type that holds every product exactly,
+and the record of what was dequantized (`contracts.Dequantized`) a written file keeps. TFLite's and PyTorch's
+readers use it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rnnconv.core.contracts import Dequantized
+from rnnconv.errors import BadInput
+
+# The integer types a quantized weight is stored in, with their ranges (a zero point must lie within them).
+QUANTIZED_RANGES: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
+MAX_SCALE = 2.0**64  # far beyond any weight's step; a larger one makes products no float32 RNN computes with
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """How a stored integer tensor stands for floats: one scale and zero point, or one per channel along `axis`."""
+
+    scales: tuple[float, ...]
+    zero_points: tuple[int, ...]
+    axis: int | None  # None: per tensor
+
+    def scheme(self) -> str:
+        return "per-tensor" if self.axis is None else f"per-channel (axis {self.axis})"
+
+
+def quantization(
+    scales: Sequence[float], zero_points: Sequence[int], axis: int, shape: tuple[int, ...], dtype: str, where: str
+) -> Quantization:
+    """A tensor's quantization checked against its shape and type: scales finite and positive, one or one per
+    channel along `axis`, as many zero points (or none: 0), each within the type's range."""
+    if dtype not in QUANTIZED_RANGES:
+        raise BadInput(
+            f"{where} is of type {dtype}, not a quantized type rnnconv reads ({', '.join(QUANTIZED_RANGES)})"
+        )
+    if not scales:
+        raise BadInput(f"{where} is {dtype} with no scale: its values stand for no floats")
+    zeros = tuple(int(z) for z in zero_points) or (0,) * len(scales)
+    if len(zeros) != len(scales):
+        raise BadInput(f"{where} has {len(scales)} scales but {len(zeros)} zero points")
+    bad = [float(s) for s in scales if not (np.isfinite(s) and 0.0 < s < MAX_SCALE)]
+    if bad:
+        raise BadInput(f"{where} has a scale of {bad[0]:.3g}: a quantization step is a positive finite number")
+    low, high = QUANTIZED_RANGES[dtype]
+    outside = [z for z in zeros if not low <= z <= high]
+    if outside:
+        raise BadInput(f"{where} has a zero point of {outside[0]}, outside {dtype}'s range {low} to {high}")
+    if len(scales) == 1:
+        return Quantization((float(scales[0]),), zeros, None)
+    if not 0 <= axis < len(shape) or shape[axis] != len(scales):
+        along = f"axis {axis} of its shape {list(shape)}" if 0 <= axis < len(shape) else f"axis {axis}"
+        raise BadInput(f"{where} has {len(scales)} scales, one per channel along {along}, which does not fit")
+    return Quantization(tuple(float(s) for s in scales), zeros, axis)
+
+
+def dequantized(q: np.ndarray, quant: Quantization) -> np.ndarray:
+    """scale * (q - zero_point), in float64: every such product of a float32 scale and an integer of at most 17
+    bits is exact there."""
+    scales = np.asarray(quant.scales, np.float32).astype(np.float64)
+    zeros = np.asarray(quant.zero_points, np.int64)
+    if quant.axis is not None:
+        shape = [1] * q.ndim
+        shape[quant.axis] = -1
+        scales, zeros = scales.reshape(shape), zeros.reshape(shape)
+    return (q.astype(np.int64) - zeros).astype(np.float64) * scales
+
+
+def exact_dtype(values: Iterable[np.ndarray]) -> str:
+    """float32 where it holds every value exactly, else float64."""
+    for v in values:
+        if v.dtype == np.float64 and not np.array_equal(v.astype(np.float32).astype(np.float64), v):
+            return "float64"
+    return "float32"
+
+
+def record(held: Sequence[tuple[str, Quantization]], bits: int) -> Dequantized:
+    """What was dequantized of an RNN: each tensor's scheme, the bits, whether every zero point is 0, and the
+    largest step (each weight lies within half a step of the float it stands for)."""
+    schemes = sorted({quant.scheme() for _, quant in held})
+    return Dequantized(
+        scheme=", ".join(schemes),
+        bits=bits,
+        symmetric=all(z == 0 for _, quant in held for z in quant.zero_points),
+        tensors=[name for name, _ in held],
+        largest_step=max(s for _, quant in held for s in quant.scales),
+    )
+
+
+def note(name: str, rec: Dequantized, dtype: str, how: str) -> str:
+    """The conversion's note of what --dequantize read."""
+    zero = "zero points 0" if rec.symmetric else "with zero points"
+    count = len(rec.tensors)
+    return (
+        f"{name}: dequantized: {count} int{rec.bits} weight tensor{'s' * (count > 1)} ({rec.scheme}, {zero}, "
+        f"largest step {rec.largest_step:.3g}) read as scale * (q - zero_point) in {dtype}, the float model the "
+        f"quantized one approximates, not the quantized one ({how})"
+    )

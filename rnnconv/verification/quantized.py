@@ -1,0 +1,86 @@
+"""A quantized RNN held to its own error bound: each step of the quantized run, from the float model's states, against
+the float model's step, within the bound its scales give (`core.bound`), and its weights within half a step of the
+float checkpoint's.
+
+Over a whole sequence a quantized run's errors are carried from step to step, and no bound that holds for every
+input stays useful there; one step from the same states is where the scales bound the difference tightly enough to
+tell a faithful quantization from a wrong one (a gate swapped, a scale on the wrong axis, a wrong zero point moves a
+step far beyond it). So verify runs both sides a step at a time, each from the float model's own states (its
+trajectory, computed in the numpy reference), and compares the steps; the whole sequence's difference is reported
+beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from rnnconv.core.bound import quantization_bound
+from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
+from rnnconv.core.compare import Inputs, Outputs
+from rnnconv.core.contracts import Tolerance
+from rnnconv.core.reference import forward
+from rnnconv.table.constants import DIRECTION_WORDS, LSTM
+
+# A step's runtime rounds in float32 besides: the runtime's own tolerance, added to the bound.
+FLOAT_ATOL, FLOAT_RTOL = 1e-4, 1e-3
+
+
+def steppable(spec: RNNSpec) -> bool:
+    """Whether the float model's states at every step come from stepping it forward (no reverse direction)."""
+    return not spec.bidirectional
+
+
+def stepwise(
+    spec: RNNSpec,
+    param: Callable[[ParamKey], np.ndarray],
+    inputs: Inputs,
+    runs: tuple[Callable[[Inputs], Outputs], Callable[[Inputs], Outputs]],
+    weight_error: float,
+) -> tuple[Outputs, Outputs, Tolerance]:
+    """Both runs (`runs`: the quantized one, the float one) a step at a time from the float model's states, each
+    step's outputs stacked as a sequence's (y per step, the last step's h_n and c_n), and the tolerance: the largest
+    bound of any step, plus float32's."""
+    x, h, c = inputs["x"], inputs["h0"], inputs["c0"]
+    assert x is not None
+    stepped: tuple[list[Outputs], list[Outputs]] = ([], [])
+    bound = 0.0
+    for t in range(x.shape[0]):
+        step: Inputs = {"x": x[t : t + 1], "h0": h, "c0": c, "lengths": None}
+        bound = max(bound, quantization_bound(spec, param, x[t : t + 1], h, c, weight_error))
+        for run, outputs in zip(runs, stepped, strict=True):
+            outputs.append(run(step))
+        _, h_next, c_next = forward(spec, param, x[t : t + 1], h, c)
+        h = h_next.astype(np.float32)
+        c = None if c_next is None else c_next.astype(np.float32)
+    joined = tuple(_joined(outputs, spec) for outputs in stepped)
+    return joined[0], joined[1], Tolerance(atol=bound + FLOAT_ATOL, rtol=FLOAT_RTOL, bound=bound)
+
+
+def _joined(steps: list[Outputs], spec: RNNSpec) -> Outputs:
+    last = steps[-1]
+    return {
+        "y": np.concatenate([np.asarray(s["y"]) for s in steps], axis=0),
+        "h_n": last["h_n"],
+        "c_n": last.get("c_n") if spec.mode == LSTM else None,
+    }
+
+
+def weights_off(reading: CanonicalRNN, float_model: CanonicalRNN, step: float) -> str | None:
+    """Where a dequantized weight is more than half a step from the float checkpoint's (None: nowhere): the tensor
+    and gate block, and by how much."""
+    worst, where = 0.0, None
+    for key in reading.spec.param_keys():
+        off = float(np.max(np.abs(np.asarray(reading.param(key), np.float64) - float_model.param(key)), initial=0))
+        if off > worst:
+            worst, where = off, key
+    slack = step * 2.0**-20  # the float32 rounding of a checkpoint's weight
+    if where is None or worst <= step / 2 + slack:
+        return None
+    direction = f" {DIRECTION_WORDS[where.direction]}" if reading.spec.bidirectional else ""
+    return (
+        f"its {where.kind} of gate {where.gate or '-'} (layer {where.layer}{direction}) is {worst:.3g} from the "
+        f"checkpoint's, more than half its largest quantization step ({step / 2:.3g}): it was not quantized from "
+        f"this checkpoint's weights as its scales say"
+    )

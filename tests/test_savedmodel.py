@@ -1,0 +1,133 @@
+"""SavedModel directories and TF2 object-based checkpoints (fixtures/make_savedmodel_fixtures.py): every RNN of each
+converts and computes what TensorFlow computed on the file (the SavedModels through their serving signature, the
+checkpoints restored into their model), from the oracle the fixture script recorded; inspect, --layer, the
+settings a checkpoint does not keep, verify, the way out to a .keras, and damaged files."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, FRAMEWORKS, LARGEST_ERRORS, assert_clean_failure, run_cli
+from facts.keras import SAVED_ACTIVATIONS, SAVED_RUNS, saved_run
+
+import rnnconv
+from rnnconv.formats.cudnn.reader import open_bin
+
+SAVED = FIXTURES / "savedmodel"
+STATED = {"activation": "tanh", "recurrent_activation": "sigmoid"}
+# Each source by another of its names: its directory (with or without /), its saved_model.pb, a prefix, an index.
+NAMES = {
+    "tfk_lstm_state": "tfk_lstm_state",
+    "tfk_bigru": "tfk_bigru/saved_model.pb",
+    "k3_export": "k3_export/",
+    "tfk_ckpt": "tfk_ckpt/ckpt-1.index",
+    "k3_ckpt": "k3_ckpt/ckpt",
+}
+
+
+def test_every_rnn_computes_what_tensorflow_computed(tmp_path):
+    oracle = np.load(SAVED / "oracle.npz")
+    for seed, runs in SAVED_RUNS.items():
+        values = {key.split("/", 1)[1]: oracle[key] for key in oracle if key.startswith(seed + "/")}
+        for layer in runs:
+            stated = SAVED_ACTIVATIONS.get(layer, STATED) if "ckpt" in seed or "k3" in seed else {}
+            out = tmp_path / f"{seed}-{layer}.bin"
+            rnnconv.convert(SAVED / NAMES[seed], out, layer=layer if len(runs) > 1 else None, **stated)
+            blob = open_bin(out)
+            pairs = saved_run(layer, blob.spec, blob.param, values, seed)
+            worst = max(float(np.abs(got - expected).max()) for got, expected in pairs)
+            LARGEST_ERRORS[f"tensorflow savedmodel {seed} {layer}"] = worst
+            assert worst < 1e-5, (seed, layer)
+            assert (len(pairs) == 3) == (layer == "encoder")  # the LSTM fed non-zero h0 and c0 by the model
+
+
+def test_inspect_lists_each_rnn_with_its_sizes():
+    seen = {}
+    for source in ("tfk_lstm_state", "tfk_bigru", "k3_export", "tfk_ckpt/ckpt-1", "k3_ckpt/ckpt.index"):
+        report = rnnconv.inspect(SAVED / source)
+        for rnn in report.rnns:
+            assert rnn.sizes is not None
+            sizes = rnn.sizes
+            seen[f"{source}:{rnn.name}"] = (rnn.layer_class, sizes.input_size, sizes.hidden_size, sizes.bidirectional)
+    assert seen == {
+        "tfk_lstm_state:encoder": ("LSTM", 4, 6, False),
+        "tfk_lstm_state:relu_rnn": ("SimpleRNN", 6, 3, False),
+        "tfk_bigru:bidi": ("Bidirectional(GRU)", 3, 5, True),
+        "tfk_bigru:backwards": ("GRU", 5, 4, False),
+        "k3_export:gru": ("GRU", 3, 5, False),
+        "k3_export:lstm": ("LSTM", 5, 4, False),
+        "tfk_ckpt/ckpt-1:encoder": ("LSTM", 4, 6, False),
+        "tfk_ckpt/ckpt-1:relu_rnn": ("SimpleRNN", 6, 3, False),
+        "k3_ckpt/ckpt.index:bidi_lstm": ("Bidirectional(LSTM)", 3, 4, True),
+    }
+
+
+def test_a_checkpoint_without_config_is_refused_naming_what_to_state(tmp_path):
+    result = run_cli("convert", SAVED / "k3_ckpt" / "ckpt", tmp_path / "out.bin")
+    assert_clean_failure(result, 2, "keeps no layer configs", "--activation X --recurrent-activation X", "assumes none")
+    assert not (tmp_path / "out.bin").exists()
+    result = run_cli("convert", SAVED / "tfk_bigru", tmp_path / "out.bin")  # two RNNs: --layer picks one
+    assert_clean_failure(result, 2, "2 recurrent layers (bidi, backwards)", "--layer")
+
+
+@pytest.mark.slow
+def test_verify_runs_the_restored_layers_and_the_way_out_to_a_keras_file(tmp_path):
+    blob = tmp_path / "enc.bin"
+    rnnconv.convert(SAVED / "tfk_ckpt" / "ckpt-1", blob, layer="encoder", **STATED)
+    report = rnnconv.verify(blob, backend="numpy")
+    assert report.verdict == "match", report.summary
+    assert report.source is not None and "layers built by rnnconv" in report.source.run
+    # a Keras 2 SavedModel, which Keras 3 cannot load, written as a .keras that Keras 3 loads and verify runs
+    result = run_cli("convert", SAVED / "tfk_bigru/", tmp_path / "bidi.keras", "--layer", "bidi")
+    assert result.returncode == 0, result.stderr
+    result = run_cli("verify", tmp_path / "bidi.keras")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "MATCH" in result.stdout
+    code = (
+        "import sys, rnnconv\n"
+        "rnnconv.convert(sys.argv[1], sys.argv[2], layer='encoder')\n"
+        f"found = set({list(FRAMEWORKS)!r}) & set(sys.modules)\n"
+        "assert not found, f'{found} imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, SAVED / "tfk_lstm_state", tmp_path / "e.keras"], text=True)
+    assert done.returncode == 0  # reading a SavedModel and writing a .keras import no framework
+
+
+def _damaged_graph(folder):
+    """The Keras 3 checkpoint with a name in its object graph cut short (the same bytes, a length byte changed), its
+    crc32c and the index block's made right again: the damage reaches the graph's reader."""
+    from tests.fuzz.mutators import reseal_object_graph
+
+    shutil.copytree(SAVED / "k3_ckpt", folder)
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert reseal_object_graph(files, lambda graph: graph[:1] + b"\xff" + graph[2:])  # the first node's length
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    return folder / "ckpt"
+
+
+@pytest.mark.parametrize(
+    "damage, phrase",
+    [
+        ("graph", "its object graph (_CHECKPOINTABLE_OBJECT_GRAPH) is damaged"),
+        ("metadata", "keras_metadata.pb is damaged"),
+        ("variables", "is a SavedModel without variables"),
+    ],
+)
+def test_damaged_files_give_one_sentence(damage, phrase, tmp_path):
+    source = tmp_path / "saved"
+    if damage == "graph":
+        source = _damaged_graph(tmp_path / "ckpt")
+    else:
+        shutil.copytree(SAVED / "tfk_bigru", source)
+        metadata = source / "keras_metadata.pb"
+        if damage == "metadata":
+            metadata.write_bytes(metadata.read_bytes()[:-9])
+        else:
+            shutil.rmtree(source / "variables")
+    result = run_cli("inspect", source)
+    assert_clean_failure(result, 2, phrase)

@@ -1,0 +1,154 @@
+"""TFLite's dynamic-range quantized LSTM (what TensorFlow's converter writes with Optimize.DEFAULT): refused without
+--dequantize, naming it; with it, every int8 weight read as LiteRT's own scale * (q - zero_point), exactly, the
+written record saying what was dequantized; verify and the audit hold the quantized file to the bound its scales
+give, and a copy with a gate swapped or a scale changed is a mismatch; damaged quantization parameters refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+schema = pytest.importorskip("ai_edge_litert.schema_py_generated")
+
+from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
+
+import rnnconv
+from rnnconv.core.canonical import ParamKey
+
+SOURCE = FIXTURES / "tflite" / "keras_lstm_dynamic_range.tflite"
+CHECKPOINT = FIXTURES / "tflite" / "keras_lstm_dynamic_range.h5"
+# The op's matrix inputs (TFLite's order: input_to_{input,forget,cell,output}, then recurrent_to_...) and
+# torch's gate order (i, f, g, o): the same.
+MATRICES = range(1, 9)
+
+
+def _copy(tmp_path, name, change):
+    """The fixture rewritten through TFLite's own schema classes, `change(model, op)` applied."""
+    import flatbuffers
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(SOURCE.read_bytes(), 0))
+    change(model, model.subgraphs[0].operators[0])
+    builder = flatbuffers.Builder(0)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    path = tmp_path / f"{name}.tflite"
+    path.write_bytes(builder.Output())
+    return path
+
+
+def _quantization(model, op, slot):
+    return model.subgraphs[0].tensors[op.inputs[slot]].quantization
+
+
+def test_refused_without_dequantize_in_one_sentence_naming_it(tmp_path):
+    """The fused op names --dequantize; a Keras 3 GRU's WHILE loop with int8 weights (which rnnconv does not
+    dequantize) is named as such, not passed over as a file without RNNs."""
+    (entry,) = rnnconv.inspect(SOURCE).rnns
+    assert not entry.converts and "int8 quantized weights" in entry.reason and "--dequantize" in entry.reason
+    result = run_cli("convert", SOURCE, tmp_path / "m.pt", "--allow-lossy")
+    assert_clean_failure(result, 2, "int8 quantized weights", "--dequantize")
+    result = run_cli("convert", FIXTURES / "tflite" / "loop_k3_gru_dynamic_range.tflite", tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "WHILE loops' bodies multiply by quantized weights", "convert the float model")
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_dequantized_weights_are_litert_s_own_exactly_and_verify_holds_them_to_the_bound(tmp_path):
+    """Each weight of the converted nn.LSTM is LiteRT's scale * (q - zero_point) of the int8 tensor, exactly (float64
+    holds every product); within half a step of the float Keras model's; the record says per-tensor int8; verify
+    runs LiteRT's hybrid kernel a step at a time and holds it to the bound the scales give."""
+    out = tmp_path / "lstm.pt"
+    result = run_cli("convert", SOURCE, out, "--dequantize", "--allow-lossy")  # the converter's cell_clip=10 too
+    assert result.returncode == 0, result.stderr
+    assert "dequantized: 8 int8 weight tensors (per-tensor, zero points 0" in result.stderr
+    interpreter = litert.Interpreter(model_path=str(SOURCE))
+    interpreter.allocate_tensors()
+    (op,) = [o for o in interpreter._get_ops_details() if o["op_name"] == "UNIDIRECTIONAL_SEQUENCE_LSTM"]
+    details = {d["index"]: d for d in interpreter.get_tensor_details()}
+    blocks = []
+    for slot in MATRICES:
+        detail = details[op["inputs"][slot]]
+        q = interpreter.get_tensor(detail["index"])
+        scale, zero = detail["quantization_parameters"]["scales"], detail["quantization_parameters"]["zero_points"]
+        assert q.dtype == np.int8 and scale.shape == (1,) and zero.tolist() == [0]
+        blocks.append(np.float64(np.float32(scale[0])) * (q.astype(np.int64) - int(zero[0])))
+    state = torch.load(out, weights_only=True)
+    assert state["weight_ih_l0"].dtype == torch.float64
+    assert np.array_equal(state["weight_ih_l0"].numpy(), np.concatenate(blocks[:4]))
+    assert np.array_equal(state["weight_hh_l0"].numpy(), np.concatenate(blocks[4:]))
+
+    with rnnconv.load(out) as (rnn,), rnnconv.load(CHECKPOINT) as (keras,):
+        record = rnn.origin.dequantized if rnn.origin is not None else None
+        assert record is not None and (record.scheme, record.bits, record.symmetric) == ("per-tensor", 8, True)
+        for kind in ("W", "R"):
+            for gate in rnn.spec.gates:
+                key = ParamKey(0, 0, kind, gate)
+                assert np.abs(rnn.param(key) - keras.param(key)).max() <= record.largest_step / 2 * (1 + 2**-20)
+
+    report = rnnconv.verify(out)
+    assert report.verdict == "match" and report.tolerance.bound is not None
+    assert report.comparison.worst < report.tolerance.bound
+    assert any("held to the bound its scales give" in w for w in report.warnings)
+    LARGEST_ERRORS["LiteRT's hybrid int8 LSTM, a step, vs its dequantized nn.LSTM"] = report.comparison.worst
+
+
+def test_the_audit_holds_the_quantized_file_to_its_float_checkpoint_and_catches_a_swap_or_a_scale(tmp_path):
+    """The converter's quantized file against the tf-keras model it came from: within the bound its scales give,
+    every weight within half a step; a copy with two gates' input matrices swapped, or one scale 1.5 times its
+    own, is a mismatch naming the weight that was not quantized from the checkpoint. (The Keras model as the
+    nn.LSTM rnnconv converts it to: the same weights, run without importing TensorFlow.)"""
+    checkpoint = tmp_path / "float.pt"
+    rnnconv.convert(CHECKPOINT, checkpoint)
+    result = run_cli("verify", SOURCE, "--against", checkpoint)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "the quantization's bound per step" in result.stdout and "within half a step" in result.stderr
+
+    def swapped(model, op):
+        inputs = list(op.inputs)
+        inputs[1], inputs[2] = inputs[2], inputs[1]
+        op.inputs = inputs
+
+    def rescaled(model, op):
+        quant = _quantization(model, op, 5)
+        quant.scale = [quant.scale[0] * 1.5]
+
+    for name, change, named in (("swapped", swapped, "of gate"), ("rescaled", rescaled, "R of gate i")):
+        damaged = _copy(tmp_path, name, change)
+        result = run_cli("verify", damaged, "--against", checkpoint)
+        assert result.returncode == 1, (name, result.stdout, result.stderr)
+        assert "MISMATCH" in result.stdout and named in result.stdout and "half its largest" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "scales", "zeros", "axis", "phrase"),
+    [
+        ("zero_scale", [0.0], [0], 0, "a scale of 0:"),
+        ("nan_scale", [float("nan")], [0], 0, "a scale of nan"),
+        ("negative_scale", [-0.01], [0], 0, "a scale of -0.01"),
+        ("zero_point_outside", [0.01], [300], 0, "zero point of 300, outside int8's range"),
+        ("channels_that_lie", [0.01, 0.02, 0.03], [0, 0, 0], 0, "3 scales, one per channel along axis 0"),
+        ("per_channel", [0.01] * 33, [0] * 33, 0, "per-channel scales on its quantized weight"),
+    ],
+)
+def test_damaged_quantization_is_refused_in_one_sentence(tmp_path, name, scales, zeros, axis, phrase):
+    def damaged(model, op):
+        quant = _quantization(model, op, 1)
+        quant.scale, quant.zeroPoint, quant.quantizedDimension = scales, zeros, axis
+
+    path = _copy(tmp_path, name, damaged)
+    result = run_cli("convert", path, tmp_path / "m.pt", "--dequantize", "--allow-lossy")
+    assert_clean_failure(result, 2, phrase)
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_a_fully_integer_ops_quantized_bias_is_refused(tmp_path):
+    """A bias quantized (as full-integer quantization stores it) is no dynamic-range op's: refused, naming it."""
+
+    def quantized_bias(model, op):
+        bias = model.subgraphs[0].tensors[op.inputs[12]]
+        bias.type, bias.quantization = schema.TensorType.INT16, schema.QuantizationParametersT()
+        bias.quantization.scale, bias.quantization.zeroPoint = [1e-5], [0]
+
+    path = _copy(tmp_path, "quantized_bias", quantized_bias)
+    result = run_cli("convert", path, tmp_path / "m.pt", "--dequantize", "--allow-lossy")
+    assert_clean_failure(result, 2, "a quantized input_gate_bias", "not a fully integer one's")
