@@ -32,7 +32,7 @@ SOURCES = {
     "MLX": FIXTURES / "mlx" / "lstm.safetensors",
     "ncnn": FIXTURES / "ncnn" / "lstm.param",
     "TensorFlow.js": None,
-    "TF1 cuDNN checkpoints": FIXTURES / "tf1" / "rnn_tanh.ckpt",
+    "TF1 checkpoints": FIXTURES / "tf1" / "rnn_tanh.ckpt",
 }
 WRITTEN = {
     "cuDNN blob": "made.bin",

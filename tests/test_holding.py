@@ -90,5 +90,5 @@ def test_inspect_to_says_which_rnns_convert_to_a_target_as_a_conversion_would():
 
 
 def test_inspect_to_a_format_rnnconv_only_reads_is_refused():
-    with pytest.raises(BadInput, match="reads TF1 cuDNN checkpoint files but does not write them"):
+    with pytest.raises(BadInput, match="reads TF1 checkpoint files but does not write them"):
         rnnconv.inspect(FIXTURES / "keras3" / "mixed.keras", to="tf1")

@@ -199,7 +199,7 @@ def test_several_rnns_need_a_layer_and_all_go_to_a_safetensors(tmp_path):
     result = run_cli("tf1-to-cudnn", TF1 / "seq2seq.ckpt.index", "-o", tmp_path / "out.bin")
     assert_clean_failure(result, 2, "holds 2 RNNs", "'decoder/cudnn_gru'", "'encoder/cudnn_lstm'", "--layer")
     assert not (tmp_path / "out.bin").exists()
-    with pytest.raises(BadInput, match="has no cuDNN layer 'decoder'"):
+    with pytest.raises(BadInput, match="has no RNN 'decoder'"):
         rnnconv.load(TF1 / "seq2seq.ckpt", layer="decoder")
     rnnconv.convert(TF1 / "seq2seq.ckpt", tmp_path / "all.safetensors")
     assert sorted(r.name for r in rnnconv.inspect(tmp_path / "all.safetensors").rnns) == [
@@ -310,7 +310,7 @@ DAMAGED = {
     "data truncated": "more than its data files hold",
     "data corrupted": "does not match its crc32c (damaged); nothing was written",
     "integer kernel": "its tensors are of types float32, int32",
-    "wrong shape": "has shape [7, 16], but an input of 4 and hidden size 4 need [8, n]",
+    "wrong shape": "has shape [7, 16], but an input of 4 and a recurrent input of 4 need [8, n]",
     "bias missing": "bias is missing",
     "layer missing": "less layer 1 (its parameters stop short",
     "layer numbered absurdly": "more than the 1024 layers an RNN may have",
@@ -334,7 +334,7 @@ def test_a_missing_checkpoint_and_a_foreign_index_are_refused(tmp_path):
     assert_clean_failure(run_cli("tf1-to-cudnn", tmp_path / "nothing.ckpt"), 2, "does not exist")
     foreign = tmp_path / "table.index"
     foreign.write_bytes(bytes(range(256)))
-    assert_clean_failure(run_cli("inspect", foreign), 2, "(TF1 cuDNN checkpoint by its name) is not a readable")
+    assert_clean_failure(run_cli("inspect", foreign), 2, "(TF1 checkpoint by its name) is not a readable")
 
 
 @pytest.mark.slow

@@ -59,6 +59,7 @@ class ReadOptions(Settings):
     recurrent_activation: str | None = _offered(READ_FIELDS["recurrent_activation"])
     require_stated: bool = _offered(READ_FIELDS["require_stated"])
     dequantize: bool = _offered(READ_FIELDS["dequantize"])
+    forget_bias: float | None = _offered(READ_FIELDS["forget_bias"])
     raw_spec: RNNSpec | None = Field(
         None, alias="spec", description="The spec of a raw cuDNN weight space without a sidecar."
     )

@@ -170,14 +170,25 @@ TF1_GRU_CANDIDATE_HIDDEN: Final = "candidate/hidden_projection"  # /kernel [H, H
 TF1_INPUT_ROWS: Final = "input"
 TF1_RECURRENT_ROWS: Final = "recurrent"
 TF1_ALL_ROWS: Final = "all"
-# Each role's tensor (table/rows.py) as the columns of these variables of the cell scope, joined in order.
+# TF1's own cells (tf.compat.v1.nn.rnn_cell; docs/LAYOUTS.md section 9): BasicLSTMCell and LSTMCell keep a kernel
+# [in + H, 4H] in gate order i, j, f, o (j the candidate: TF1_LSTM_GATES) and a bias [4H]; LSTMCell's num_proj=P adds
+# projection/kernel [H, P] (h @ kernel, no bias) and its kernel is [in + P, 4H]; use_peepholes adds TF1_PEEPHOLES [H].
+# GRUCell keeps gates/ [in + H, 2H] (r, u) and candidate/ [in + H, H], each with its bias, and applies its reset to h
+# before the candidate's product.
+TF1_PROJECTION: Final = "projection/kernel"
+TF1_GRU_CANDIDATE: Final = "candidate"  # GRUCell's: /kernel [in + H, H], /bias [H]
+TF1_PEEPHOLES: Final = ("w_i_diag", "w_f_diag", "w_o_diag")
+TF1_TRANSPOSED: Final = "transposed"  # the tensor whole, transposed: a projection [H, P] that h @ kernel applies
+# Each role's tensor (table/rows.py) as the columns of these variables of the cell scope, joined in order, by the class
+# that saves them.
+_TF1_LSTM_KERNEL: Final[dict[str, tuple[tuple[str, str], ...]]] = {
+    "input_matrix": ((TF1_KERNEL, TF1_INPUT_ROWS),),
+    "recurrent_matrix": ((TF1_KERNEL, TF1_RECURRENT_ROWS),),
+    "bias": ((TF1_BIAS, TF1_ALL_ROWS),),
+}
 TF1_VARIABLES: Final[dict[str, dict[str, tuple[tuple[str, str], ...]]]] = {
-    "lstm": {
-        "input_matrix": ((TF1_KERNEL, TF1_INPUT_ROWS),),
-        "recurrent_matrix": ((TF1_KERNEL, TF1_RECURRENT_ROWS),),
-        "bias": ((TF1_BIAS, TF1_ALL_ROWS),),
-    },
-    "gru": {
+    "CudnnLSTM": _TF1_LSTM_KERNEL,
+    "CudnnGRU": {
         "input_matrix": (
             (f"{TF1_GRU_GATES}/{TF1_KERNEL}", TF1_INPUT_ROWS),
             (f"{TF1_GRU_CANDIDATE_INPUT}/{TF1_KERNEL}", TF1_ALL_ROWS),
@@ -190,10 +201,19 @@ TF1_VARIABLES: Final[dict[str, dict[str, tuple[tuple[str, str], ...]]]] = {
         "input_bias": ((f"{TF1_GRU_CANDIDATE_INPUT}/{TF1_BIAS}", TF1_ALL_ROWS),),
         "recurrent_bias": ((f"{TF1_GRU_CANDIDATE_HIDDEN}/{TF1_BIAS}", TF1_ALL_ROWS),),
     },
-    "rnn": {
-        "input_matrix": ((TF1_KERNEL, TF1_INPUT_ROWS),),
-        "recurrent_matrix": ((TF1_KERNEL, TF1_RECURRENT_ROWS),),
-        "bias": ((TF1_BIAS, TF1_ALL_ROWS),),
+    "CudnnRNN": _TF1_LSTM_KERNEL,
+    "BasicLSTMCell": _TF1_LSTM_KERNEL,
+    "LSTMCell": {**_TF1_LSTM_KERNEL, "projection": ((TF1_PROJECTION, TF1_TRANSPOSED),)},
+    "GRUCell": {
+        "input_matrix": (
+            (f"{TF1_GRU_GATES}/{TF1_KERNEL}", TF1_INPUT_ROWS),
+            (f"{TF1_GRU_CANDIDATE}/{TF1_KERNEL}", TF1_INPUT_ROWS),
+        ),
+        "recurrent_matrix": (
+            (f"{TF1_GRU_GATES}/{TF1_KERNEL}", TF1_RECURRENT_ROWS),
+            (f"{TF1_GRU_CANDIDATE}/{TF1_KERNEL}", TF1_RECURRENT_ROWS),
+        ),
+        "bias": ((f"{TF1_GRU_GATES}/{TF1_BIAS}", TF1_ALL_ROWS), (f"{TF1_GRU_CANDIDATE}/{TF1_BIAS}", TF1_ALL_ROWS)),
     },
 }
 # --- TFLite / LiteRT (docs/LAYOUTS.md section 13) -------------------------------------------------------------------

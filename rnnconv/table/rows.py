@@ -32,6 +32,7 @@ from rnnconv.table.constants import (
     TF1_ALL_ROWS,
     TF1_INPUT_ROWS,
     TF1_RECURRENT_ROWS,
+    TF1_TRANSPOSED,
     TF1_VARIABLES,
     TFLITE_GATE_WORDS,
     TFLITE_RNN_WEIGHTS,
@@ -138,11 +139,11 @@ NCNN_GRU_NAMES = {
 }
 
 
-def _tf1_names(cell: str) -> dict[str, str]:
+def _tf1_names(source_class: str) -> dict[str, str]:
     """Each role's tensor as a TF1 checkpoint stores it: kernels' rows split at `I`, parts joined with |."""
-    rows = {TF1_INPUT_ROWS: "[:I]", TF1_RECURRENT_ROWS: "[I:]", TF1_ALL_ROWS: ""}
+    rows = {TF1_INPUT_ROWS: "[:I]", TF1_RECURRENT_ROWS: "[I:]", TF1_ALL_ROWS: "", TF1_TRANSPOSED: ".T"}
     names = {}
-    for role, parts in TF1_VARIABLES[cell].items():
+    for role, parts in TF1_VARIABLES[source_class].items():
         joined = " | ".join(f"{variable}{rows[part]}" for variable, part in parts)
         names[role] = f"[{joined}]" if len(parts) > 1 else joined
     return names
@@ -314,13 +315,21 @@ TABLE: tuple[Row, ...] = (
         note="weights dequantized: the float model the quantized one approximates"),
     # --- TF1 tf.contrib.cudnn_rnn checkpoints: the canonical tensors saved beside the opaque buffer, per layer
     # and direction; kernels are [in + H, n] (x @ kernel[:I] + h @ kernel[I:]), read-only.
-    Row("tf1", "CudnnLSTM", "lstm", TF1_LSTM_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("lstm"), LSTM_MODES,
+    Row("tf1", "CudnnLSTM", "lstm", TF1_LSTM_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("CudnnLSTM"), LSTM_MODES,
         FIXED, note="CudnnCompatibleLSTMCell: bias = bW + bR, used with forget_bias=0"),
-    Row("tf1", "CudnnGRU", "gru", GRU_GATES, MATRIX_COLUMNS, BIAS_SINGLE_BUT_LAST, _tf1_names("gru"), GRU_MODES,
+    Row("tf1", "CudnnGRU", "gru", GRU_GATES, MATRIX_COLUMNS, BIAS_SINGLE_BUT_LAST, _tf1_names("CudnnGRU"), GRU_MODES,
         FIXED, note="CudnnCompatibleGRUCell: gates/bias = bW + bR of r and z; the candidate's two biases apart"),
-    Row("tf1", "CudnnRNN", "rnn", RNN_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("rnn"), RNN_MODES,
+    Row("tf1", "CudnnRNN", "rnn", RNN_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("CudnnRNN"), RNN_MODES,
         TORCH_RNN_DEFAULTS, unstored=ACTIVATION,
         note="CudnnRNNTanh and CudnnRNNRelu save the same basic_rnn_cell tensors: the nonlinearity is not stored"),
+    # tf.compat.v1.nn.rnn_cell's own cells: gates i, j, f, o; forget_bias is added to f when the cell runs, and
+    # is not in the checkpoint (the .meta graph's constant, or --forget-bias): read, it joins the f gate's bias.
+    Row("tf1", "BasicLSTMCell", "lstm", TF1_LSTM_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("BasicLSTMCell"),
+        LSTM_MODES, FIXED, note="f = sigmoid(x @ K_f + h @ K'_f + b_f + forget_bias), forget_bias not stored"),
+    Row("tf1", "LSTMCell", "lstm", TF1_LSTM_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("LSTMCell"), LSTM_MODES,
+        FIXED, note="num_proj=P: projection/kernel [H, P] (h @ it), the kernel [in + P, 4H]; forget_bias not stored"),
+    Row("tf1", "GRUCell", "gru", GRU_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("GRUCell"), {}, FIXED,
+        refusal=f"this tf.compat.v1 GRUCell {RESET_BEFORE} (GRUCell: c = tanh([x, r*h] @ candidate/kernel + b))"),
     # --- TFLite / LiteRT: the fused sequence ops, one (H, in) tensor per gate, one bias per gate (bW + bR).
     Row("tflite", "UNIDIRECTIONAL_SEQUENCE_LSTM", "lstm", LSTM_GATES, MATRIX_PER_GATE, BIAS_PER_GATE,
         TFLITE_LSTM_NAMES, LSTM_MODES, FIXED,

@@ -67,6 +67,7 @@ FAMILIES = (
     "odd_torch",
     "onnx",
     "tf1",
+    "tf1_meta",
     "blob_sidecar",
     "rnnconv_safetensors",
     "raw_blob",
@@ -99,6 +100,7 @@ FAMILIES = (
 )
 # The families of the readers added since the first round (what `--families new` runs).
 NEW_FAMILIES = (
+    "tf1_meta",
     "openvino",
     "tflite",
     "flax_msgpack",
@@ -461,6 +463,19 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         if name in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
         return case
+    if family == "tf1_meta":  # a cell checkpoint's .meta graph damaged, its conversions held against TF's reading
+        name = rng.choice(sorted(n for n, files in seeds.tf1.items() if any(f.endswith(".meta") for f in files)))
+        case = Case(family, f"{index:06d}_{family}_{name}", mutators.mutate_meta_graph(seeds.tf1[name], rng))
+        case.oracle = "tf1-meta" if rng.random() < 0.03 else ""  # a TensorFlow process each: a sample of the cases
+        source = f"{{dir}}/{name}"
+        case.commands = [
+            ["inspect", source],
+            ["convert", source, "{dir}/out.pt"],
+            ["convert", source, "{dir}/existing.bin"],
+        ]
+        if name in seeds.good_blob:
+            case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
+        return case
     if family == "blob_sidecar":
         name = rng.choice(["blob.bin", "gru.bin"])
         blob = seeds.blobs[name]
@@ -650,6 +665,34 @@ ORACLE = r"""
 import sys
 import numpy as np, torch, rnnconv
 runtime, source, converted = sys.argv[1:4]
+if runtime == "tf1-meta":  # the f gate's bias shift against the forget biases TensorFlow's own parse of the graph adds
+    import tensorflow as tf
+    from tensorflow.core.protobuf import meta_graph_pb2
+    graph = meta_graph_pb2.MetaGraphDef()
+    try:
+        graph.ParseFromString(open(source + ".meta", "rb").read())
+    except Exception:
+        sys.exit(3)  # a graph TensorFlow itself cannot read: nothing to judge the conversion by
+    added = set()
+    for nodes in [graph.graph_def.node] + [f.node_def for f in graph.graph_def.library.function]:
+        by_name = {n.name: n for n in nodes}  # names are the graph's or one function's own
+        for n in nodes:
+            if n.op not in ("Add", "AddV2") or len(n.input) != 2:
+                continue
+            for gate, const in (n.input, n.input[::-1]):
+                split, c = by_name.get(gate.split(":")[0]), by_name.get(const.split(":")[0])
+                if split is not None and split.op == "Split" and gate.split(":")[-1] == "2" and c is not None \
+                        and c.op == "Const" and not c.attr["value"].tensor.tensor_shape.dim:
+                    added.add(float(tf.make_ndarray(c.attr["value"].tensor)))
+    state = torch.load(converted, weights_only=True)
+    reader = tf.train.load_checkpoint(source)
+    biases = sorted(k for k in reader.get_variable_to_shape_map() if k.endswith("cell/bias"))
+    bias = reader.get_tensor(next((k for k in biases if "/fw/" in k), biases[0]))  # layer 0, forward
+    hidden = bias.shape[0] // 4
+    shift = (state["bias_ih_l0"] + state["bias_hh_l0"]).numpy()[hidden : 2 * hidden] - bias[2 * hidden : 3 * hidden]
+    ok = any(np.allclose(shift, value, atol=1e-5) for value in added)
+    print("" if ok else f"off by a forget bias the graph does not add ({shift[0]:.3g}; the graph adds {sorted(added)})")
+    sys.exit(0)
 initial = []  # the initial states the model takes as inputs, fed to both
 (entry,) = rnnconv.inspect(converted).rnns
 spec = entry.spec

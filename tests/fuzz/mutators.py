@@ -1023,6 +1023,38 @@ def mutate_tensor_bundle(files: dict[str, bytes], rng: random.Random) -> dict[st
     return out
 
 
+def mutate_meta_graph(files: dict[str, bytes], rng: random.Random) -> dict[str, bytes]:
+    """A TF1 checkpoint's .meta graph damaged where the forget bias is read: the Const an LSTM cell adds to its f gate
+    given another value (NaN and infinities among them), the Add or Split renamed or rewired to another output (same
+    length: the protobuf stays well formed), bytes hit or cut, or the graph gone."""
+    meta_name = next(n for n in files if n.endswith(".meta"))
+    meta = bytearray(files[meta_name])
+    out = dict(files)
+    choice = rng.random()
+    if choice < 0.1:
+        del out[meta_name]
+        return out
+    if choice < 0.3:
+        out[meta_name] = mutate_bytes(bytes(meta), rng)
+        return out
+    if choice < 0.65:  # a scalar float32 Const's value: float_val, field 5, packed, 4 bytes
+        places = [m.start() + 2 for m in re.finditer(re.escape(b"\x2a\x04"), bytes(meta))]
+        if places:
+            value = rng.choice([0.0, -1.0, 3.5, 1e30, float("nan"), float("inf"), rng.uniform(-5, 5)])
+            for where in rng.sample(places, min(len(places), rng.randint(1, 3))):
+                meta[where : where + 4] = struct.pack("<f", value)
+        out[meta_name] = bytes(meta)
+        return out
+    swaps = [(b"split:output:2", b"split:output:1"), (b"split:2", b"split:3"), (b"AddV2", b"MulV2"),
+             (b"AddV2", b"Add\x00\x00"), (b"Split", b"Splat"), (b"While", b"Whale"), (b"Const", b"Konst")]  # fmt: skip
+    old, new = rng.choice(swaps)
+    places = [m.start() for m in re.finditer(re.escape(old), bytes(meta))]
+    for where in rng.sample(places, min(len(places), rng.randint(1, 2))):
+        meta[where : where + len(old)] = new
+    out[meta_name] = bytes(meta)
+    return out
+
+
 # --- ONNX subgraphs, computed weights, quantized and unrolled RNNs ----------------------------------------
 
 RNN_OP_TYPES = ("LSTM", "GRU", "RNN", "DynamicQuantizeLSTM")

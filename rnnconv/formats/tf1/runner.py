@@ -1,6 +1,7 @@
-"""A checkpoint's canonical tensors, as stored, stepped in TensorFlow on the CPU as the TF cells do: the LSTM
+"""A checkpoint's tensors, as stored, stepped in TensorFlow on the CPU as the TF cells do: a cuDNN layer's LSTM
 through LSTMBlockCell (the kernel CudnnCompatibleLSTMCell runs), the GRU and the simple RNN through their cells'
-equations in TF ops (TF 2 has no CPU kernel of cuDNN's reset-after GRU)."""
+equations in TF ops (TF 2 has no CPU kernel of cuDNN's reset-after GRU); tf.compat.v1's BasicLSTMCell and LSTMCell
+through their `call`'s equations in TF ops, forget_bias and projection included."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import numpy as np
 
 from rnnconv.core.canonical import RNNSpec
 from rnnconv.errors import BackendMissing
-from rnnconv.formats.tf1.reader import TF1RNN
+from rnnconv.formats.settings import ReadOptions
+from rnnconv.formats.tf1.reader import TF1RNN, forget_biases
 from rnnconv.formats.tf1.tensor_bundle import Checkpoint
 from rnnconv.table.constants import (
     GRU,
@@ -24,6 +26,7 @@ from rnnconv.table.constants import (
     TF1_GRU_CANDIDATE_INPUT,
     TF1_GRU_GATES,
     TF1_KERNEL,
+    TF1_PROJECTION,
 )
 
 
@@ -50,6 +53,7 @@ def run_in_tensorflow(
     dirs = spec.num_directions
     h_n, c_n = np.zeros_like(h0), np.zeros((spec.num_layers * dirs, batch, spec.hidden_size), np.float32)
     layer_input = x
+    biases, _ = forget_biases(checkpoint, rnn, ReadOptions())
     with tf.device("/CPU:0"):
         for layer in range(spec.num_layers):
             outputs = []
@@ -57,7 +61,10 @@ def run_in_tensorflow(
                 pseudo = layer * dirs + direction
                 stored = rnn.tensors[(layer, direction)]
                 weights = {v: tf.constant(checkpoint.tensor(n).astype(np.float32)) for v, n in stored.items()}
-                cell = _cell(tf, rnn.cell, spec.mode, weights, spec.hidden_size)
+                if rnn.own:
+                    cell = _own_lstm(tf, weights, biases[(layer, direction)])
+                else:
+                    cell = _cell(tf, rnn.row.cell, spec.mode, weights, spec.hidden_size)
                 c_start = np.asarray(c0, np.float32)[pseudo] if c0 is not None else np.zeros_like(h0[pseudo])
                 y, h_n[pseudo], c_n[pseudo] = _steps(tf, cell, layer_input, h0[pseudo], c_start, lengths, direction)
                 outputs.append(y)
@@ -66,7 +73,9 @@ def run_in_tensorflow(
         LSTM: "LSTMBlockCell (forget_bias=0, no clipping, no peepholes) on each layer's kernel and bias",
         GRU: "CudnnCompatibleGRUCell's equations in TF ops (TF 2 has no CPU kernel of cuDNN's GRU)",
         RNN: "BasicRNNCell's equation in TF ops",
-    }[rnn.cell]
+    }[rnn.row.cell]
+    if rnn.own:
+        how = f"{rnn.cell}'s equations in TF ops, with its forget_bias added to f at each step"
     result: dict[str, np.ndarray | None] = {"y": layer_input, "h_n": h_n, "c_n": c_n if spec.mode == LSTM else None}
     return result, f"tensorflow {tf.__version__}: {how}"
 
@@ -108,6 +117,22 @@ def _cell(tf: Any, cell: str, mode: str, w: dict[str, Any], hidden: int) -> Cell
         return activation(tf.nn.bias_add(tf.matmul(tf.concat([x, h], 1), w[TF1_KERNEL]), w[TF1_BIAS])), c
 
     return simple
+
+
+def _own_lstm(tf: Any, w: dict[str, Any], forget_bias: float) -> Cell:
+    """One step of tf.compat.v1's BasicLSTMCell / LSTMCell (no peepholes, no clipping), as their `call` computes it:
+    i, j, f, o = split([x, h] @ kernel + bias); c = c*sigmoid(f + forget_bias) + sigmoid(i)*tanh(j);
+    h = sigmoid(o)*tanh(c), then h @ projection/kernel where num_proj made one."""
+    projection = w.get(TF1_PROJECTION)
+
+    def lstm(x: Any, h: Any, c: Any) -> tuple[Any, Any]:
+        value = tf.nn.bias_add(tf.matmul(tf.concat([x, h], 1), w[TF1_KERNEL]), w[TF1_BIAS])
+        i, j, f, o = tf.split(value, 4, axis=1)
+        c = c * tf.sigmoid(f + forget_bias) + tf.sigmoid(i) * tf.tanh(j)
+        m = tf.sigmoid(o) * tf.tanh(c)
+        return (m if projection is None else tf.matmul(m, projection)), c
+
+    return lstm
 
 
 def _steps(

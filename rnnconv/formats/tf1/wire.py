@@ -18,12 +18,33 @@ TF1_UNIDIRECTIONAL: Final = "rnn/multi_rnn_cell/cell_{layer}"
 TF1_BIDIRECTIONAL: Final = "stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{direction}"
 TF1_DIRECTIONS: Final = ("fw", "bw")  # forward, backward
 TF1_OPAQUE: Final = "opaque_kernel"  # the layer's cuDNN buffer itself, beside the canonical tensors
-# The cell scope of each cell family's tensors (the snake-cased name of the cell class that reads them).
-TF1_CELLS: Final[dict[str, str]] = {
-    "lstm": "cudnn_compatible_lstm_cell",
-    "gru": "cudnn_compatible_gru_cell",
-    "rnn": "basic_rnn_cell",
+# The cell scope of each layer class's tensors (the snake-cased name of the cell class that reads or writes them):
+# the cuDNN layers' canonical cells, then tf.compat.v1.nn.rnn_cell's own.
+TF1_CUDNN_CELLS: Final[dict[str, str]] = {
+    "CudnnLSTM": "cudnn_compatible_lstm_cell",
+    "CudnnGRU": "cudnn_compatible_gru_cell",
+    "CudnnRNN": "basic_rnn_cell",
 }
+TF1_OWN_CELLS: Final[dict[str, str]] = {
+    "BasicLSTMCell": "basic_lstm_cell",
+    "LSTMCell": "lstm_cell",
+    "GRUCell": "gru_cell",
+}
+TF1_CELLS: Final[dict[str, str]] = TF1_CUDNN_CELLS | TF1_OWN_CELLS
+# Where a MultiRNNCell puts each layer's cell scope, below the RNN's scope.
+TF1_MULTI: Final = "multi_rnn_cell/cell_{layer}"
+META_SUFFIX: Final = ".meta"  # the MetaGraphDef Saver writes beside the checkpoint: X.meta
+# The ops of a .meta graph that say an LSTM cell's forget_bias: the Add of a Const to the f gate, output 2 of the Split
+# of [x, h] @ kernel + bias; and the ops a value passes through unchanged on its way from a variable to the cell (the
+# While loop of control flow v2 hands it to its body function as an argument; v1's Enter into its frame).
+META_ADDS: Final = ("Add", "AddV2")
+META_CONST: Final = "Const"
+META_SPLIT: Final = "Split"
+META_F_OUTPUT: Final = 2  # i, j, f, o: f is the split's third output
+META_WHILES: Final = ("While", "StatelessWhile")
+META_WHILE_BODY: Final = "body"  # the While's attribute naming its body function
+META_PASS_THROUGH: Final = ("Identity", "ReadVariableOp", "Enter", "Switch", "BiasAdd", "MatMul")
+DT_FLOAT, DT_DOUBLE = 1, 2  # tensorflow/core/framework/types.proto
 KIND: Final = "tf1-checkpoint"  # the file kind a source records
 # A checkpoint's files: X.index, and its data in X.data-00000-of-00001 (TF2's object-based checkpoints too).
 INDEX_SUFFIX: Final = ".index"
