@@ -329,7 +329,11 @@ def to_canonical(
         )
 
     if rnn.own:
-        notes = [f"{rnn.name}: read from the {rnn.cell} variables; its bias split --bias-split {options.bias_split}"]
+        notes = [
+            f"{rnn.name}: read from the {rnn.cell} variables; its bias split --bias-split {options.bias_split}; its "
+            "activation taken as tanh, the cell's default (neither the checkpoint nor rnnconv's reading of the .meta "
+            "says it: a cell made with another activation converts wrong)"
+        ]
     else:
         notes = [
             f"{rnn.name}: read from TF's canonical tensors ({TF1_CELLS[rnn.cell]}); summed biases split "
