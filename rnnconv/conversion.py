@@ -22,7 +22,7 @@ from rnnconv.errors import BadInput, RnnconvError, SeveralRnns, Unsupported, eit
 from rnnconv.formats import holding, registry
 from rnnconv.formats.base import Format
 from rnnconv.formats.holding import PROBE_BATCH, PROBE_SEED, PROBE_STEPS, Loss
-from rnnconv.formats.setting_fields import WRITE_FIELDS, not_its_own
+from rnnconv.formats.setting_fields import WRITE_FIELDS, foreign_read_setting, not_its_own
 from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source, check_stated
 from rnnconv.formats.streaming import check_streamable, streams
@@ -76,6 +76,8 @@ def source_format(path: Path, options: ReadOptions, expect: str | None = None, t
         targets = [target] if found.name != target else others
         commands = " or ".join(f"`rnnconv {found.name}-to-{name}`" for name in targets)
         raise BadInput(f"{path} is a {found.name} file, not a {expect} one; use {commands}")
+    if why := foreign_read_setting(options, found.title, path.name):
+        raise BadInput(why)
     return found
 
 

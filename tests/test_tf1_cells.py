@@ -130,3 +130,12 @@ def test_a_damaged_meta_graph_is_one_sentence(damage, said, tmp_path):
     result = run_cli("convert", tmp_path / "basic_lstm.ckpt", tmp_path / "out.bin")
     assert_clean_failure(result, 2, said)
     assert not (tmp_path / "out.bin").exists()
+
+
+def test_a_read_setting_of_another_format_is_refused_not_left_unused(tmp_path):
+    """--forget-bias given for a PyTorch checkpoint (it is TF1's) is refused in one sentence, nothing written: a
+    setting given is never silently left unused."""
+    out = tmp_path / "x.bin"
+    result = run_cli("convert", FIXTURES / "torch" / "gru_bf16.pt", out, "--forget-bias", "1")
+    assert_clean_failure(result, 2, "--forget-bias is for TF1 checkpoint files, and gru_bf16.pt is PyTorch")
+    assert not out.exists()

@@ -126,9 +126,22 @@ TARGET_FIELDS: Final[dict[str, SettingField]] = {
 }
 
 
-def not_its_own(name: str, title: str, what: str) -> str | None:
-    """Why a format's own write setting `name` does not apply to `what`, a file of format `title` (None: it does)."""
-    owning = next((p for p in plugins() if name in p.write_settings), None)
+def not_its_own(name: str, title: str, what: str, side: str = "write") -> str | None:
+    """Why a format's own setting `name` (of `side`: read, write) does not apply to `what`, a file of format `title`
+    (None: it does)."""
+    owning = next((p for p in plugins() if name in getattr(p, f"{side}_settings")), None)
     if owning is None or owning.info.title == title:
         return None
-    return f"{owning.write_settings[name].flags[0]} is for {owning.info.title} files, and {what} is {title}"
+    flag = getattr(owning, f"{side}_settings")[name].flags[0]
+    return f"{flag} is for {owning.info.title} files, and {what} is {title}"
+
+
+def foreign_read_setting(options: object, title: str, what: str) -> str | None:
+    """Why a read setting another format owns (TF1's --forget-bias), given in `options`, does not apply to `what`,
+    a file of format `title`; None where every one given applies (a setting given is never silently left unused)."""
+    for plugin in plugins():
+        for name, setting in plugin.read_settings.items():
+            given = getattr(options, name, setting.default) != setting.default
+            if given and (why := not_its_own(name, title, what, "read")):
+                return why
+    return None
