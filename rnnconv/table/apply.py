@@ -26,7 +26,7 @@ from rnnconv.table.constants import (
     RECURRENT_MATRIX,
     Kind,
 )
-from rnnconv.table.layouts import DEFAULT_BIAS_SPLIT, Loader
+from rnnconv.table.layouts import DEFAULT_BIAS_SPLIT, PROJECTION_TRANSPOSED, Loader
 from rnnconv.table.rows import KERAS_ERAS, TABLE, KerasEra, Row
 
 
@@ -140,7 +140,7 @@ def stored_shapes(
     if has_bias:
         shapes.update(row.bias.shapes(row.gate_order, hidden))
     if proj:
-        shapes[PROJECTION] = (proj, hidden)
+        shapes[PROJECTION] = (hidden, proj) if row.projection == PROJECTION_TRANSPOSED else (proj, hidden)
     return shapes
 
 
@@ -167,7 +167,9 @@ def gate_loaders(
             row.bias.load(fetch, order, gate, hidden, bias_split) if has_bias else (_zeros(hidden),) * len(BIAS_KINDS)
         )
         loaders.update(((kind, gate), load) for kind, load in zip(BIAS_KINDS, biases))
-    if proj:
+    if proj and row.projection == PROJECTION_TRANSPOSED:
+        loaders[(Kind.P, "")] = lambda: np.ascontiguousarray(np.asarray(fetch(PROJECTION)[:, :]).T)
+    elif proj:
         loaders[(Kind.P, "")] = lambda: np.asarray(fetch(PROJECTION)[:, :])
     return loaders
 
@@ -212,9 +214,10 @@ def assemble_stored(
     for gate in CUDNN_GATES[row.cell] if biases else ():
         row.bias.store(biases, order, gate, hidden, *(param(kind, gate) for kind in BIAS_KINDS))
     out.update(biases)
-    projection = wanted({PROJECTION: (proj, hidden)}) if proj else {}
+    transposed = row.projection == PROJECTION_TRANSPOSED
+    projection = wanted({PROJECTION: (hidden, proj) if transposed else (proj, hidden)}) if proj else {}
     if projection:
-        projection[PROJECTION][...] = param(Kind.P, "")
+        projection[PROJECTION][...] = param(Kind.P, "").T if transposed else param(Kind.P, "")
     out.update(projection)
     return out
 
@@ -275,5 +278,6 @@ def recipe(row: Row, single_bias_split: str = DEFAULT_BIAS_SPLIT) -> list[tuple[
     for side, kind in enumerate(BIAS_KINDS):
         out += [(f"{kind}_{gate}", biases[gate][side]) for gate in gates]
     if PROJECTION in names:
-        out.append((CUDNN_TENSOR_NAMES[PROJECTION], names[PROJECTION]))
+        transposed = ".T" if row.projection == PROJECTION_TRANSPOSED else ""
+        out.append((CUDNN_TENSOR_NAMES[PROJECTION], names[PROJECTION] + transposed))
     return out
