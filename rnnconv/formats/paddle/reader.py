@@ -115,8 +115,10 @@ def _flatten(root: dict, path: Path) -> Iterator[tuple[str, np.ndarray]]:
             if not isinstance(key, str) or key == NAME_TABLE:
                 continue
             held = value
-            if isinstance(value, _pickled.Object) and type(value).of(*NESTED_TENSOR):
-                held = value.args[0][1] if _is_named_tensor(value.args) else None
+            if isinstance(value, _pickled.Object) and type(value).of(*NESTED_TENSOR) and len(value.args) == 1:
+                held = value.args[0]  # builtins.tuple(((name, array),))
+            if _is_named_tensor(held):
+                held = held[1]
             if isinstance(held, np.ndarray):
                 yield prefix + key, held
             elif isinstance(held, dict) and id(held) not in seen:
@@ -126,15 +128,9 @@ def _flatten(root: dict, path: Path) -> Iterator[tuple[str, np.ndarray]]:
     return walk(root, "", 0)
 
 
-def _is_named_tensor(args: tuple) -> bool:
-    """builtins.tuple(((name, array),)): how paddle.save pickles a tensor inside a nested container."""
-    return (
-        len(args) == 1
-        and isinstance(args[0], tuple)
-        and len(args[0]) == 2
-        and isinstance(args[0][0], str)
-        and isinstance(args[0][1], np.ndarray)
-    )
+def _is_named_tensor(value: Any) -> bool:
+    """(name, array): how paddle.save pickles a tensor inside a nested container (as a call of builtins.tuple)."""
+    return isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], np.ndarray)
 
 
 # --- finding RNNs ----------------------------------------------------------------------------------------------------
