@@ -19,12 +19,16 @@ from rnnconv.formats.cudnn.reader import open_bin
 PADDLE = FIXTURES / "paddle"
 RECORDED = np.load(PADDLE / "outputs.npz")
 # fixture stem -> (--layer, --nonlinearity): the SimpleRNN's activation is not in its state_dict
-FIXTURES_READ = {"lstm_bi2": (None, None), "tagger": ("gru", None), "lstm_proj": (None, None), "rnn_relu": (None, "relu")}
+FIXTURES_READ = {
+    "lstm_bi2": (None, None),
+    "tagger": ("gru", None),
+    "lstm_proj": (None, None),
+    "rnn_relu": (None, "relu"),
+}
 
 
 def recorded(stem: str) -> tuple[np.ndarray, ...]:
-    get = lambda key: RECORDED[f"{stem}.{key}"] if f"{stem}.{key}" in RECORDED else None  # noqa: E731
-    return tuple(get(key) for key in ("x", "h0", "c0", "y", "h_n", "c_n"))
+    return tuple(RECORDED.get(f"{stem}.{key}") for key in ("x", "h0", "c0", "y", "h_n", "c_n"))
 
 
 def worst(got, want) -> float:
@@ -134,7 +138,8 @@ def test_hostile_pdparams_are_refused_in_a_sentence_and_never_run(tmp_path):
     payload.write_bytes(_reduce_payload(marker))
     blob = tmp_path / "tagger.bin"
     rnnconv.convert(PADDLE / "tagger.pdparams", blob)
-    for command in (["inspect", payload], ["convert", payload, tmp_path / "out.bin"], ["verify", blob, "--against", payload]):
+    commands = (["inspect", payload], ["convert", payload, tmp_path / "out.bin"], ["verify", blob, "--against", payload])
+    for command in commands:
         assert_clean_failure(run_cli(*command), 2, "io.open", "never runs anything a file names")
     assert not marker.exists() and not (tmp_path / "out.bin").exists()
     original = (PADDLE / "lstm_bi2.pdparams").read_bytes()

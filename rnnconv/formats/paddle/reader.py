@@ -130,7 +130,9 @@ def _flatten(root: dict, path: Path) -> Iterator[tuple[str, np.ndarray]]:
 
 def _is_named_tensor(value: Any) -> bool:
     """(name, array): how paddle.save pickles a tensor inside a nested container (as a call of builtins.tuple)."""
-    return isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], np.ndarray)
+    return (
+        isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], np.ndarray)
+    )
 
 
 # --- finding RNNs ----------------------------------------------------------------------------------------------------
