@@ -138,10 +138,11 @@ def test_hostile_pdparams_are_refused_in_a_sentence_and_never_run(tmp_path):
     payload.write_bytes(_reduce_payload(marker))
     blob = tmp_path / "tagger.bin"
     rnnconv.convert(PADDLE / "tagger.pdparams", blob)
-    commands = (["inspect", payload], ["convert", payload, tmp_path / "out.bin"], ["verify", blob, "--against", payload])
+    out = tmp_path / "out.bin"
+    commands = (["inspect", payload], ["convert", payload, out], ["verify", blob, "--against", payload])
     for command in commands:
         assert_clean_failure(run_cli(*command), 2, "io.open", "never runs anything a file names")
-    assert not marker.exists() and not (tmp_path / "out.bin").exists()
+    assert not marker.exists() and not out.exists()
     original = (PADDLE / "lstm_bi2.pdparams").read_bytes()
     state = pickled(PADDLE / "lstm_bi2.pdparams")
     cut_aliases = {k: v for k, v in state.items() if k != "bias_hh_l1_reverse"}
