@@ -114,15 +114,14 @@ class Evil:
     "payload, phrase",
     [
         (Evil(), "exec"),
-        ({"weight_ih_l0": torch.nn.LSTM(2, 2)}, "holds a torch.nn.modules.rnn.LSTM"),
         ({"args": Path("x")}, "pathlib"),
     ],
 )
-def test_globals_beyond_tensors_are_refused_and_never_run(payload, phrase, tmp_path):
+def test_pickles_of_other_globals_are_read_inertly_and_never_run(payload, phrase, tmp_path):
     path = tmp_path / "evil.pt"
     torch.save(payload, path)
     result = run_cli("torch-to-cudnn", path, "-o", tmp_path / "out.bin", cwd=tmp_path)
-    assert_clean_failure(result, 2, "was refused", phrase, "never unpickles code")
+    assert_clean_failure(result, 2, "holds no tensors", phrase, "without importing or running")
     assert not (tmp_path / "MARKER").exists() and not (tmp_path / "out.bin").exists()
 
 

@@ -19,6 +19,8 @@ PLUGIN = Plugin(
             "torch": "torch.save checkpoint",
             "torch-safetensors": "safetensors state_dict",
             "torch-sharded": "sharded safetensors checkpoint (its index)",
+            "torch-module": "torch.save of a whole model, read inertly",
+            "torch-script": "TorchScript archive (torch.jit.save), read inertly",
         },
         read_help=".pt/.pth/.bin from torch.save, a .safetensors state_dict, or a sharded checkpoint's "
         "model.safetensors.index.json (or the save_pretrained folder holding it)",

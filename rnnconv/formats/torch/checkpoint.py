@@ -1,10 +1,10 @@
-"""`torch.save`'s zip checkpoints read and written without torch: a restricted unpickler, storages in place.
+"""`torch.save`'s zip checkpoints read and written without torch: an inert unpickler, storages in place.
 
 A zip checkpoint is `<name>/data.pkl` (a pickle naming its tensors) beside `<name>/data/<key>`, one
-member per storage, stored uncompressed. The pickle is read by an unpickler that resolves only the
-globals `torch.load(weights_only=True)` needs for tensors and plain containers (tensor and parameter
-rebuild functions, storage classes, dtypes, `torch.Size`, `OrderedDict`); any other global (a module, a
-function, a class of the user's) refuses the file before anything is built from it. A tensor's values stay
+member per storage, stored uncompressed. The pickle is read by the inert unpickler (`_pickled`), which turns
+only torch.save's own words into values (`TORCH_REBUILDS`: tensor and parameter rebuild functions, storage
+classes, dtypes, `torch.Size`) beside plain containers; any other global (a module, a function, a class of the
+user's) is recorded by name, never imported or called, for the reader to judge. A tensor's values stay
 in the file until they are read (never mapped: a file cut short meanwhile is an error, not SIGBUS); offsets,
 sizes and strides are checked against the storage, so a hostile file can name no byte outside it.
 """
@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import io
 import math
-import pickle
 import struct
 import zipfile
 import zlib
-from collections import Counter, OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -27,8 +25,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from rnnconv.core.dtypes import ELEMENT_TYPES, encode
-from rnnconv.errors import BadInput, first_line
-from rnnconv.formats import _zip
+from rnnconv.errors import BadInput
+from rnnconv.formats import _pickled, _zip
 from rnnconv.formats._zip import LOCAL_HEADER
 from rnnconv.formats.sources import SOURCE_KEY, SOURCE_RECORD_LIMIT
 from rnnconv.formats.torch.wire import TORCH_STORAGES
@@ -37,12 +35,7 @@ from rnnconv.safeio.inputs import FileArray, byte_view, regular_file
 from rnnconv.safeio.outputs import write_array
 from rnnconv.table.constants import NONLINEARITY_KEY
 
-MAX_PICKLE = 256 << 20  # bytes: a state_dict's pickle names tensors; it holds none of their values
 RECORDS = (SOURCE_KEY, NONLINEARITY_KEY)  # what a checkpoint rnnconv wrote records beside its pickle, as members
-
-
-class Refused(Exception):
-    """A global the file needs that is not a tensor, a storage or a plain container."""
 
 
 @dataclass(frozen=True)
@@ -96,8 +89,11 @@ def _rebuild_parameter(data: Any, *_: Any) -> Any:
 
 
 def _rebuild_from_type(func: Any, new_type: Any, args: Any, state: Any = None) -> Any:
-    if func is not _rebuild_tensor or new_type not in (_TENSOR_TYPE, _PARAMETER_TYPE) or not isinstance(args, tuple):
-        raise Refused("torch._tensor._rebuild_from_type_v2")
+    if func is not _rebuild_tensor or not isinstance(args, tuple):
+        raise BadInput("a tensor is rebuilt by something other than torch's own rebuild")
+    if new_type not in (_TENSOR_TYPE, _PARAMETER_TYPE):
+        named = new_type.qualified() if isinstance(new_type, type) and issubclass(new_type, _pickled.Object) else "?"
+        return _odd_tensor(f"is a tensor of the subclass {named}, not a plain tensor")()
     return func(*args)
 
 
@@ -139,12 +135,8 @@ _DTYPES = {
     "complex64": "<c8",
     "complex128": "<c16",
 }
-SAFE_GLOBALS: dict[tuple[str, str], Any] = {
-    ("collections", "OrderedDict"): OrderedDict,
-    ("collections", "Counter"): Counter,
-    ("builtins", "set"): set,
-    ("builtins", "frozenset"): frozenset,
-    ("__builtin__", "set"): set,
+# torch.save's own words for tensors, storages and dtypes: what the inert unpickler (`_pickled`) turns into values.
+TORCH_REBUILDS: dict[tuple[str, str], Any] = {
     ("torch", "Size"): tuple,
     ("torch", "Tensor"): _TENSOR_TYPE,
     ("torch.nn.parameter", "Parameter"): _PARAMETER_TYPE,
@@ -163,26 +155,19 @@ SAFE_GLOBALS: dict[tuple[str, str], Any] = {
 }
 
 
-class _Unpickler(pickle.Unpickler):
-    """Resolves SAFE_GLOBALS only; storages by their persistent ids."""
+class Storages:
+    """The storages a pickle names by their persistent ids, by key (`persistent_load` for `_pickled.load`)."""
 
-    def __init__(self, data: bytes):
-        super().__init__(io.BytesIO(data))
-        self.storages: dict[str, Storage] = {}  # by key, as the pickle names them
+    def __init__(self) -> None:
+        self.by_key: dict[str, Storage] = {}
 
-    def find_class(self, module: str, name: str) -> Any:
-        found = SAFE_GLOBALS.get((module, name))
-        if found is None:
-            raise Refused(f"{module}.{name}")
-        return found
-
-    def persistent_load(self, pid: Any) -> Storage:
+    def __call__(self, pid: Any) -> Storage:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
             raise BadInput(f"the pickle names a persistent object {str(pid)[:80]} that is no storage")
         _, kind, key, _location, numel = pid
         if not isinstance(kind, StorageClass) or not isinstance(key, str) or not isinstance(numel, int) or numel < 0:
             raise BadInput(f"the pickle names storage {str(pid)[:80]}, not one torch.save writes")
-        storage = self.storages.setdefault(key, Storage(kind, key, numel))
+        storage = self.by_key.setdefault(key, Storage(kind, key, numel))
         if storage != Storage(kind, key, numel):
             raise BadInput(f"the pickle gives storage {key!r} two sizes or types")
         return storage
@@ -197,6 +182,11 @@ class ZipCheckpoint:
     _storages: dict[str, np.ndarray | FileArray]
     folder: str = "archive/"  # the members' common folder, as the writer named it
     records: dict[str, bytes] = field(default_factory=dict)  # rnnconv's records beside the pickle (RECORDS), by name
+    script: dict[str, str] | None = None  # a TorchScript archive's code of torch.nn's RNN classes, by module; else None
+
+    def code(self, module: str) -> str | None:
+        """The TorchScript source of a module (`__torch__.torch.nn.modules.rnn`), where the archive holds it."""
+        return (self.script or {}).get(module)
 
     def values(self, tensor: PickledTensor) -> np.ndarray | FileArray:
         """The tensor's values, every index checked inside its storage: still in the file when they lie there in
@@ -244,24 +234,15 @@ def read_zip(path: Path) -> ZipCheckpoint:
         folder = pickles[0][: -len("data.pkl")]
         info = infos[pickles[0]]
         _zip.check_member(path, info, size, "torch.save")
-        if info.file_size > MAX_PICKLE:
+        if info.file_size > _pickled.MAX_PICKLE:
             raise BadInput(f"{path}: its pickle claims {info.file_size} bytes, more than any state_dict's")
         data = _zip.read_member(archive, pickles[0], path)
         order = infos.get(folder + "byteorder")
         big = order is not None and _zip.read_member(archive, order.filename, path).strip() == b"big"
-        unpickler = _Unpickler(data)
-        try:
-            root = unpickler.load()
-        except (BadInput, Refused):
-            raise
-        except RecursionError:
-            raise BadInput(f"{path}: its pickle nests deeper than any state_dict") from None
-        except Exception as exc:  # a damaged pickle raises anything pickle can raise
-            raise BadInput(
-                f"{path} is not a readable PyTorch checkpoint (truncated or corrupt: {first_line(exc)})"
-            ) from None
+        named = Storages()
+        root = _pickled.load(data, str(path), TORCH_REBUILDS, named)
         storages: dict[str, np.ndarray | FileArray] = {}
-        for key, storage in unpickler.storages.items():
+        for key, storage in named.by_key.items():
             numel = storage.numel
             member = infos.get(f"{folder}data/{key}")
             if member is None:
@@ -286,7 +267,28 @@ def read_zip(path: Path) -> ZipCheckpoint:
             if record.file_size > SOURCE_RECORD_LIMIT:
                 raise BadInput(f"{path}: its {name} member is larger than any record rnnconv writes")
             records[name] = _zip.read_member(archive, record.filename, path)
-    return ZipCheckpoint(path, root, storages, folder, records)
+        script = _script_code(path, archive, infos, folder, size) if folder + SCRIPT_CONSTANTS in infos else None
+    return ZipCheckpoint(path, root, storages, folder, records, script)
+
+
+SCRIPT_CONSTANTS = "constants.pkl"  # what a TorchScript archive holds beside its data.pkl, and torch.save's do not
+SCRIPT_RNN_CODE = "code/__torch__/torch/nn/modules/rnn"  # where torch.jit.save writes the code of torch.nn's RNNs
+MAX_CODE = 16 << 20  # bytes of that code read, at most: a few KB per RNN class
+
+
+def _script_code(path: Path, archive: zipfile.ZipFile, infos: dict, folder: str, size: int) -> dict[str, str]:
+    """The TorchScript source of torch.nn's RNN classes in an archive, by module (never run: read for what it says)."""
+    code, total = {}, 0
+    for name, info in infos.items():
+        if not (name.startswith(folder + SCRIPT_RNN_CODE) and name.endswith(".py")):
+            continue
+        _zip.check_member(path, info, size, "torch.jit.save")
+        total += info.file_size
+        if total > MAX_CODE:
+            raise BadInput(f"{path}: its TorchScript code of torch.nn's RNNs is larger than any archive's")
+        module = name[len(folder) + len("code/") : -len(".py")].replace("/", ".")
+        code[module] = _zip.read_member(archive, name, path).decode("utf-8", "replace")
+    return code
 
 
 # --- writing ----------------------------------------------------------------------------------------

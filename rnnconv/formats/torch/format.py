@@ -24,15 +24,6 @@ if TYPE_CHECKING:
     from rnnconv.formats.torch.reader import TorchRNN
 
 
-def _kind(path: Path) -> str:
-    from rnnconv.formats.torch.reader import is_safetensors
-    from rnnconv.formats.torch.sharded import is_index
-
-    if is_index(path):
-        return "torch-sharded"
-    return "torch-safetensors" if is_safetensors(path) else "torch"
-
-
 @register
 class TorchFormat(Format):
     plugin = PLUGIN
@@ -44,22 +35,23 @@ class TorchFormat(Format):
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
-        from rnnconv.formats.torch.reader import find_rnns, load_state_dict, pick, to_canonical
+        from rnnconv.formats.torch.reader import find_kept, load_state_dict, pick, to_canonical
 
         state = load_state_dict(path)
-        found = find_rnns(state)
+        found = find_kept(state, path)
         sources, nonlinearities = state.recorded(path)  # of a file rnnconv wrote
         several = options.take_all and options.layer is None and len(found) > 1
         chosen = found if several else [pick(found, options.layer, path)]
 
         def canonical(rnn: TorchRNN, info: Provenance) -> CanonicalRNN:
-            converted = to_canonical(rnn, info, options.nonlinearity or nonlinearities.get(rnn.prefix))
+            stated = options.nonlinearity or nonlinearities.get(rnn.prefix)
+            converted = to_canonical(rnn, info, stated, state.kept.get(rnn.prefix[:-1]))
             converted.origin = sources.get(rnn.prefix)
             return converted
 
         yield read_chosen(
             path,
-            _kind(path),
+            state.kind,
             chosen,
             canonical,
             lambda rnn: rnn.name,
@@ -83,9 +75,16 @@ class TorchFormat(Format):
     def write_into(
         self, rnns: list[CanonicalRNN], model: Path, path: Path, layer: str | None, options: WriteOptions
     ) -> Written:
+        from rnnconv.formats.torch.reader import load_state_dict
         from rnnconv.formats.torch.sharded import is_index
         from rnnconv.formats.torch.writer import bin_warning, patch_checkpoint
 
+        kind = load_state_dict(model).kind if not is_index(model) else "torch-sharded"
+        if kind in ("torch-module", "torch-script"):
+            raise Unsupported(
+                f"--into writes a copy of a state_dict checkpoint, and {model} is a {PLUGIN.info.kinds[kind]}: write "
+                f"the RNN as a state_dict of its own (OUT.pt) and load it into the model with load_state_dict"
+            )
         if is_index(model):
             raise Unsupported(
                 f"--into writes a copy of one checkpoint file, and {model} is a sharded checkpoint's index: write the "
@@ -95,28 +94,38 @@ class TorchFormat(Format):
         return Written([path], bin_warning(path))
 
     def inspect(self, path: Path) -> InspectReport:
-        from rnnconv.formats.torch.reader import find_rnns, load_state_dict, rnn_sizes, to_canonical
+        from rnnconv.formats.torch.reader import find_kept, load_state_dict, rnn_sizes, to_canonical
 
         provenance = Provenance(path=str(path))
+        state = load_state_dict(path)
 
         def entry(rnn: TorchRNN) -> InspectEntry:
             cls, sizes = rnn_sizes(rnn)  # the class its tensors' shapes give, also when it does not convert
-            return inspect_entry(rnn.name, cls, functools.partial(to_canonical, rnn, provenance), lambda: sizes)
+            read = functools.partial(to_canonical, rnn, provenance, None, state.kept.get(rnn.prefix[:-1]))
+            return inspect_entry(rnn.name, cls, read, lambda: sizes)
 
-        rnns = [entry(rnn) for rnn in find_rnns(load_state_dict(path))]
-        return InspectReport(path=str(path), format=_kind(path), rnns=rnns)
+        rnns = [entry(rnn) for rnn in find_kept(state, path)]
+        return InspectReport(path=str(path), format=state.kind, rnns=rnns)
 
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
         if recorded.prefix is not None:
             return recorded
-        from rnnconv.formats.torch.reader import find_rnns, load_state_dict, pick
+        from rnnconv.formats.torch.reader import find_kept, load_state_dict, pick
 
-        rnn = pick(find_rnns(load_state_dict(path)), layer, path)
-        return recorded.model_copy(update={"prefix": rnn.prefix, "layer": rnn.name, "format": _kind(path)})
+        state = load_state_dict(path)
+        rnn = pick(find_kept(state, path), layer, path)
+        return recorded.model_copy(update={"prefix": rnn.prefix, "layer": rnn.name, "format": state.kind})
 
     def run(
         self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
     ) -> tuple[dict[str, np.ndarray | None], str]:
-        from rnnconv.formats.torch.runner import run_source
+        from rnnconv.formats.torch.reader import load_state_dict
+        from rnnconv.formats.torch.runner import run_read, run_script, run_source
 
+        state = load_state_dict(path)
+        if state.kind == "torch-module":  # never torch.load of a whole pickle: its classes' code would run
+            with self.read(path, self.source_options(source)) as found:
+                return run_read(found.rnns[0], inputs)
+        if state.kind == "torch-script":
+            return run_script(path, source.prefix or "", spec, inputs, state.kept.get((source.prefix or "")[:-1]))
         return run_source(path, source.prefix or "", spec, inputs)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pickle
 import re
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,16 +25,31 @@ from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance, RNNSizes
 from rnnconv.core.dtypes import ELEMENT_TYPES, decode
 from rnnconv.errors import BackendMissing, BadInput, listing, no_such_rnn, several_rnns
-from rnnconv.formats import _safetensors
-from rnnconv.formats.reading import Found, StoredCell, held_grid, nonlinearity_note, read, settle_nonlinearity
+from rnnconv.formats import _pickled, _safetensors
+from rnnconv.formats.reading import (
+    Found,
+    StoredCell,
+    held_grid,
+    nonlinearity_note,
+    read,
+    settle,
+    settle_nonlinearity,
+)
 from rnnconv.formats.sources import SOURCE_KEY, read_source_records
 from rnnconv.formats.torch import sharded
 from rnnconv.formats.torch.checkpoint import (
     PickledTensor,
-    Refused,
     ZipCheckpoint,
     is_zip_checkpoint,
     read_zip,
+)
+from rnnconv.formats.torch.modules import (
+    MAX_MODULES,
+    KeptRNN,
+    check_settings,
+    is_module,
+    kept_rnn,
+    module_entries,
 )
 from rnnconv.formats.torch.wire import is_legacy_checkpoint
 from rnnconv.safeio.inputs import FileArray, json_document
@@ -117,12 +132,14 @@ def load_state_dict(path: Path) -> StateDict:
     """Every floating point tensor of a checkpoint (a sharded one's, through its index), keyed by its dotted path
     through wrappers."""
     if sharded.is_index(path):
-        return StateDict(sharded.read_shards(path, _safetensors_floats))
+        out = StateDict(sharded.read_shards(path, _safetensors_floats))
+        out.kind = "torch-sharded"
+        return out
     if is_safetensors(path):
         sharded.check_alone(path)
         header = _safetensors.read_header(path)
         out = StateDict(_safetensors_floats(path, header))
-        out.records = header[0].get("__metadata__", {})
+        out.records, out.kind = header[0].get("__metadata__", {}), "torch-safetensors"
         return out
     with open(path, "rb") as f:
         head = f.read(32)
@@ -162,23 +179,39 @@ FLOAT_STORAGES = {etype.storage.str if name != "bfloat16" else name: name for na
 
 
 def _zip_state_dict(path: Path) -> StateDict:
-    """A zip checkpoint's float tensors, through rnnconv's own restricted unpickler (no torch)."""
-    try:
-        found = read_zip(path)
-    except Refused as exc:
-        raise BadInput(
-            f"{path} was refused: it needs more than weights to load (it holds a {exc}), and "
-            f"rnnconv never unpickles code; save model.state_dict() instead of the model object"
-        ) from None
+    """A zip checkpoint's float tensors, through rnnconv's own inert unpickler (no torch): a state_dict's, or those of
+    a whole model (torch.save(model), a TorchScript archive) keyed by module path, with the RNN modules it holds."""
+    found = read_zip(path)
     tensors = StateDict()
-    for key, value in flatten_checkpoint(found.root, ""):
+    modules: list[str] = []
+    kept: dict[str, KeptRNN] = {}
+
+    def module(node: _pickled.Object, at: str) -> None:
+        modules.append(at)
+        if len(modules) > MAX_MODULES:
+            raise BadInput(f"{path} holds more than {MAX_MODULES:,} modules, more than any model")
+        rnn = kept_rnn(node, at, found.code)
+        if rnn is not None:
+            kept[at] = rnn
+
+    tensors.kept = kept
+    any_tensor = False
+    for key, value in flatten_checkpoint(found.root, "", module):
         if not isinstance(value, PickledTensor):
             continue
+        any_tensor = True
         dtype = FLOAT_STORAGES.get(value.dtype.replace(">", "<"))
         if dtype is not None or (value.problem and value.dtype == ""):
             tensors[key] = Tensor(
                 value.shape, dtype or "float32", _Values(found, value), dtype == "bfloat16", value.problem
             )
+    named = _pickled.globals_named(found.root)
+    if not any_tensor and named:
+        raise BadInput(
+            f"{path} holds no tensors, only what its pickle would make of {listing(named)}; rnnconv read it without "
+            f"importing or running any of it"
+        )
+    tensors.kind = "torch-script" if found.script is not None else "torch-module" if modules else "torch"
     tensors.wrapped = _wraps(found.root)
     tensors.records = found.records
     return tensors
@@ -208,6 +241,8 @@ class StateDict(dict):
 
     wrapped = False
     records: Mapping[str, str | bytes] = {}
+    kind = "torch"  # the file's kind (PLUGIN's kinds): a torch.save checkpoint, a whole model's, a TorchScript archive
+    kept: Mapping[str, KeptRNN] = {}  # of a whole model: its RNN modules, by module path, with the settings it states
 
     def recorded(self, path: Path) -> tuple[dict[str, Provenance], dict[str, str]]:
         """The source of each RNN and each nn.RNN's nonlinearity that the file records, by key prefix."""
@@ -255,8 +290,12 @@ def is_safetensors(path: Path) -> bool:
     return len(head) == 9 and head[8:9] == b"{"
 
 
-def flatten_checkpoint(obj: Any, prefix: str) -> Iterator[tuple[str, Any]]:
-    """(dotted key, leaf) of a checkpoint: wrappers and containers become key prefixes.
+def flatten_checkpoint(
+    obj: Any, prefix: str, module: Callable[[_pickled.Object, str], None] | None = None
+) -> Iterator[tuple[str, Any]]:
+    """(dotted key, leaf) of a checkpoint: wrappers and containers become key prefixes; a whole model's modules
+    (`modules.is_module`) give their tensors under their module paths, as their state_dict would, each module told
+    to `module` with its path first; another record's attribute dict is walked as a dict.
 
     A pickle can share one container many times over (a list of itself, nested): the depth and the
     number of entries walked are bounded, so a small file cannot make the walk endless.
@@ -270,7 +309,14 @@ def flatten_checkpoint(obj: Any, prefix: str) -> Iterator[tuple[str, Any]]:
             raise BadInput(f"the checkpoint nests containers more than {MAX_NESTING} deep, more than any state_dict")
         if walked > MAX_ENTRIES:
             raise BadInput(f"the checkpoint holds more than {MAX_ENTRIES} entries, more than any state_dict")
-        if isinstance(node, Mapping):
+        if is_module(node):
+            if module is not None:
+                module(node, path[:-1])
+            for key, value in module_entries(node):
+                yield from walk(value, f"{path}{key}.", depth + 1)
+        elif isinstance(node, _pickled.Object) and isinstance(node.state, Mapping):
+            yield from walk(node.state, path, depth + 1)
+        elif isinstance(node, Mapping):
             for key, value in node.items():
                 yield from walk(value, f"{path}{key}.", depth + 1)
         elif isinstance(node, (list, tuple)):
@@ -328,6 +374,17 @@ def find_rnns(tensors: Mapping[str, Tensor]) -> list[TorchRNN]:
     return rnns
 
 
+def find_kept(state: StateDict, path: Path) -> list[TorchRNN]:
+    """The RNNs of a checkpoint by their parameter names; of a whole model, each RNN module its classes name must be
+    among them (one that holds no weights is refused, never passed over)."""
+    rnns = find_rnns(state)
+    found = {rnn.prefix[:-1] for rnn in rnns}
+    for at, kept in state.kept.items():
+        if at not in found:
+            raise BadInput(f"{path}: its torch.nn.{kept.cls} module {at or '(the root)'!r} holds no weights")
+    return rnns
+
+
 def first_layer(rnn: TorchRNN) -> int | None:
     """Layer index of the first layer's tensors: 0, or None for a cell's unsuffixed names."""
     return None if rnn.is_cell else 0
@@ -360,8 +417,12 @@ def pick(rnns: list[TorchRNN], prefix: str | None, path: Path) -> TorchRNN:
 # --- to the canonical form -----------------------------------------------------------------
 
 
-def to_canonical(rnn: TorchRNN, source: Provenance, nonlinearity: str | None = None) -> CanonicalRNN:
-    """The canonical RNN of a state_dict's RNN; an nn.RNN's nonlinearity is `nonlinearity`, or assumed tanh."""
+def to_canonical(
+    rnn: TorchRNN, source: Provenance, nonlinearity: str | None = None, kept: KeptRNN | None = None
+) -> CanonicalRNN:
+    """The canonical RNN of a state_dict's RNN; an nn.RNN's nonlinearity is `nonlinearity`, or assumed tanh. Of a
+    whole model's RNN module (`kept`), the settings its file states: its nonlinearity, and every other checked
+    against what its tensors give."""
     what = f"RNN {rnn.name!r}"
     t = rnn.tensors
     first = first_layer(rnn)
@@ -397,9 +458,17 @@ def to_canonical(rnn: TorchRNN, source: Provenance, nonlinearity: str | None = N
         )
     cls = CLASS_BY_GATES[hh.shape[0] // hidden] + ("Cell" if rnn.is_cell else "")
     row = find_row("torch", cls)
-    settled = settle_nonlinearity(
-        row, nonlinearity, rnn.name, f"{what} is an {cls}: --nonlinearity applies to nn.RNN only"
-    )
+    if kept is not None and kept.cls != cls:
+        raise BadInput(f"{what} is a torch.nn.{kept.cls} by its class, but its tensors are those of an nn.{cls}")
+    stored = kept.nonlinearity if kept is not None and "activation" in row.unstored else None
+    if kept is not None and stored is not None:
+        if nonlinearity not in (None, stored):
+            raise BadInput(f"{what} is an nn.{cls} with nonlinearity {stored} by {kept.told_by}, not {nonlinearity}")
+        settled = settle(row, {"activation": stored}, rnn.name, unstored=())
+    else:
+        settled = settle_nonlinearity(
+            row, nonlinearity, rnn.name, f"{what} is an {cls}: --nonlinearity applies to nn.RNN only"
+        )
     proj = hr.shape[0] if hr is not None else 0
     has_bias = ("input_bias", first, 0) in t
 
@@ -445,12 +514,19 @@ def to_canonical(rnn: TorchRNN, source: Provenance, nonlinearity: str | None = N
         has_bias=has_bias,
         without_bias="bias=False",
         without_bias_aside=" (as PyTorch gives cuDNN)",
-        notes=nonlinearity_note(rnn.name, settled, row, "a state_dict"),
+        notes=[] if stored is not None else nonlinearity_note(rnn.name, settled, row, "a state_dict"),
         later_notes=[f"{rnn.name}: an {cls} is a one-layer RNN run one step at a time"] if rnn.is_cell else [],
         provenance={"prefix": rnn.prefix},
         handover={"stacked": stacked},
     )
-    return read(found, source)
+    canonical = read(found, source)
+    if kept is not None:
+        spec = canonical.spec
+        told = {"mode": spec.mode.upper(), "input_size": spec.input_size, "hidden_size": spec.hidden_size}
+        if not rnn.is_cell:
+            told |= {"num_layers": spec.num_layers, "bidirectional": spec.bidirectional, "proj_size": spec.proj_size}
+        check_settings(kept, told | {"bias": spec.bias}, what)
+    return canonical
 
 
 def rnn_sizes(rnn: TorchRNN) -> tuple[str, RNNSizes | None]:

@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.core.canonical import RNNSpec
+from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.reference import forward
 from rnnconv.errors import BadInput
+from rnnconv.formats.torch.modules import KeptRNN
 from rnnconv.formats.torch.reader import load_state_dict, require_torch
 from rnnconv.formats.torch.writer import torch_class
 from rnnconv.table.apply import rows_for
@@ -68,6 +70,96 @@ def run_source(
     torch, module, is_cell, how = load_source_module(path, prefix, spec)
     x, h0 = np.asarray(inputs["x"]), np.asarray(inputs["h0"])
     return run_module(torch, module, spec, is_cell, x, h0, inputs["c0"], inputs["lengths"]), how
+
+
+def run_read(rnn: CanonicalRNN, inputs: dict[str, np.ndarray | None]) -> tuple[dict[str, np.ndarray | None], str]:
+    """A whole pickled model's RNN as rnnconv read it, run by the numpy reference of its equations: torch.load would
+    run the pickle's classes' code, so the file is never given to torch."""
+    y, h_n, c_n = forward(rnn.spec, rnn.param, np.asarray(inputs["x"]), inputs["h0"], inputs["c0"], inputs["lengths"])
+    how = (
+        f"numpy {np.__version__}: the numpy reference on the weights rnnconv read from the pickled model inertly "
+        f"(a whole model's pickle is never given to torch.load, which would run its classes' code)"
+    )
+    return {"y": y, "h_n": h_n, "c_n": c_n}, how
+
+
+def run_script(
+    path: Path, prefix: str, spec: RNNSpec, inputs: dict[str, np.ndarray | None], kept: KeptRNN | None
+) -> tuple[dict[str, np.ndarray | None], str]:
+    """The RNN module under `prefix` of a TorchScript archive, loaded by torch.jit.load and run by TorchScript itself
+    (a scripted module's forward, or the traced graph) on verify's inputs, one sequence at a time where their lengths
+    differ: y, h_n, c_n (sequence-major)."""
+    torch = require_torch("running a TorchScript archive")
+    name = prefix.rstrip(".") or "the root module"
+    try:
+        module = torch.jit.load(str(path), map_location="cpu")
+        for part in filter(None, prefix.rstrip(".").split(".")):
+            module = getattr(module, part)
+    except Exception as exc:  # torch.jit raises its own errors on an archive it cannot load
+        raise BadInput(f"torch.jit.load cannot load {path}: {' '.join(str(exc).split())[:300]}") from None
+    x, h0 = np.asarray(inputs["x"]), np.asarray(inputs["h0"])
+    c0 = None if inputs["c0"] is None else np.asarray(inputs["c0"])
+    steps, batch, _ = x.shape
+    lengths = np.full(batch, steps) if inputs["lengths"] is None else np.asarray(inputs["lengths"])
+    dtype = torch.float64 if spec.dtype == "float64" else torch.float32
+    lstm = spec.mode == LSTM
+    y = np.zeros((steps, batch, spec.num_directions * spec.output_size))
+    h_n, c_n = np.zeros_like(h0), None if c0 is None else np.zeros_like(c0)
+    groups = [np.arange(batch)] if (lengths == steps).all() else [np.array([b]) for b in range(batch)]
+    for group in groups:
+        length = int(lengths[group[0]])
+        xs, h = torch.as_tensor(x[:length, group], dtype=dtype), torch.as_tensor(h0[:, group], dtype=dtype)
+        c = None if c0 is None else torch.as_tensor(c0[:, group], dtype=dtype)
+        try:
+            with torch.no_grad():
+                out, h_last, c_last = _script_run(torch, module, spec, kept, xs, h, c)
+        except Exception as exc:  # a module TorchScript cannot run as an RNN of this spec
+            raise BadInput(
+                f"TorchScript cannot run {name} of {path} as an {spec.describe()}: {' '.join(str(exc).split())[:300]}"
+            ) from None
+        y[:length, group], h_n[:, group] = out, h_last
+        if c_n is not None and c_last is not None:
+            c_n[:, group] = c_last
+    scripted = any(n.startswith("forward__") for n in module._c._method_names())
+    ran = "its compiled forward" if scripted else f"torch.{spec.mode}, the call of its traced graph, on its parameters"
+    how = f"torch {torch.__version__}: torch.jit.load of the archive, {name} run by {ran}"
+    return {"y": y, "h_n": h_n, "c_n": c_n if lstm else None}, how
+
+
+def _script_run(
+    torch: Any, module: Any, spec: RNNSpec, kept: KeptRNN | None, x: Any, h: Any, c: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """One run of a TorchScript RNN module: y, h_n, c_n (sequence-major). A scripted nn.LSTM/GRU/RNN runs its own
+    compiled forward for a tensor input; a traced one keeps only the graph its model used (perhaps y alone), so the
+    aten call that graph makes (`torch.lstm`, ...) runs on the module's loaded parameters in their order."""
+    lstm = spec.mode == LSTM
+    if kept is not None and kept.cls.endswith("Cell"):
+        ran = _run_cell(torch, module, lstm, x, h[0], h[0] if c is None else c[0], np.full(x.shape[1], x.shape[0]))
+        return ran["y"], ran["h_n"], ran["c_n"]
+    batch_first = kept is not None and kept.settings.get("batch_first") is True
+    given = x.transpose(0, 1) if batch_first else x
+    methods = module._c._method_names()
+    overloads = [getattr(module, n) for n in methods if n.startswith("forward__")]
+    tensor_forward = [m for m in overloads if str(m.schema.arguments[1].type) == "Tensor"]
+    if tensor_forward:  # scripted
+        out, states = tensor_forward[0](given, (h, c) if lstm else h)
+        h_n, c_n = states if lstm else (states, None)
+    else:  # traced
+        params = [p for _, p in module.named_parameters()]
+        ran = getattr(torch, spec.mode)(
+            given,
+            [h, c] if lstm else h,
+            params,
+            spec.bias,
+            spec.num_layers,
+            0.0,
+            False,
+            spec.bidirectional,
+            batch_first,
+        )
+        out, h_n, c_n = ran if lstm else (*ran, None)
+    y = (out.transpose(0, 1) if batch_first else out).numpy()
+    return y, h_n.numpy(), None if c_n is None else c_n.numpy()
 
 
 def run_module(
