@@ -223,10 +223,10 @@ def to_canonical(rnn: PaddleRNN, source: Provenance, nonlinearity: str | None = 
             held = listing(sorted(rnn.key(0, first, r) for (k, c, r) in t if (k, c) == (0, first)))
             raise BadInput(f"{what} is incomplete: its first cell has no {rnn.key(0, first, role)} beside {held}")
     ih, hh, ho = t[(0, first, "input_matrix")], t[(0, first, "recurrent_matrix")], t.get((0, first, "projection"))
-    for (layer, cell, role), array in t.items():
+    for (layer, attribute, role), array in t.items():
         if array.dtype.name not in FLOATS:
             raise BadInput(
-                f"{what}: {rnn.key(layer, cell, role)} is {array.dtype.name}, not floating point (Paddle saves "
+                f"{what}: {rnn.key(layer, attribute, role)} is {array.dtype.name}, not floating point (Paddle saves "
                 f"bfloat16 as uint16, which rnnconv does not take for bfloat16)"
             )
     if ih.ndim != 2:
