@@ -22,8 +22,10 @@ from rnnconv.table.constants import (
     INPUT_MATRIX,
     KIND_OF_ROLE,
     MATRIX_ROLES,
+    PADDLE_CELLS,
     PROJECTION,
     RECURRENT_MATRIX,
+    TORCH_REVERSE_SUFFIX,
     Kind,
 )
 from rnnconv.table.layouts import DEFAULT_BIAS_SPLIT, PROJECTION_TRANSPOSED, Loader
@@ -32,6 +34,13 @@ from rnnconv.table.rows import KERAS_ERAS, TABLE, KerasEra, Row
 
 def rows_for(fmt: str, source_class: str | None = None) -> list[Row]:
     return [r for r in TABLE if r.format == fmt and (source_class is None or r.source_class == source_class)]
+
+
+def tensor_name(row: Row, role: str, layer: int, direction: int, directions: int) -> str:
+    """A role's stored tensor's name in one layer and direction, every placeholder its row's names hold filled:
+    {layer}, PyTorch's {suffix} (the reverse direction's) and Paddle's {cell} (its cells' attribute)."""
+    suffix = TORCH_REVERSE_SUFFIX if direction else ""
+    return row.tensors.get(role, role).format(layer=layer, suffix=suffix, cell=PADDLE_CELLS[directions][direction])
 
 
 def classes_of(fmt: str) -> tuple[str, ...]:

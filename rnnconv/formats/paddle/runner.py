@@ -21,8 +21,8 @@ from rnnconv.errors import BackendMissing, BadInput, Unsupported
 from rnnconv.formats.paddle.reader import CELL, load_state_dict
 from rnnconv.formats.paddle.wire import BIDIRECTIONAL, flat_names
 from rnnconv.formats.paddle.writer import activation_of, paddle_class
-from rnnconv.table.apply import row_for_mode
-from rnnconv.table.constants import LSTM, PADDLE_CELLS, RNN
+from rnnconv.table.apply import row_for_mode, tensor_name
+from rnnconv.table.constants import LSTM, RNN
 
 
 @contextlib.contextmanager
@@ -64,9 +64,9 @@ def build(paddle: Any, spec: RNNSpec, arrays: dict[str, np.ndarray], what: str) 
         paddle.set_default_dtype(previous)
     # The cells' own keys are what Paddle computes with; its aliases (PyTorch's names) are given the same arrays.
     row = row_for_mode("paddle", spec.mode)[0]
-    cells = PADDLE_CELLS[spec.num_directions]
     aliases = flat_names(spec.num_layers, spec.num_directions, (True, True), spec.proj_size > 0)
-    cell_keys = {name: row.tensors[role].format(layer=k, cell=cells[d]) for name, (k, d, role) in aliases.items()}
+    directions = spec.num_directions
+    cell_keys = {name: tensor_name(row, role, k, d, directions) for name, (k, d, role) in aliases.items()}
     own = module.state_dict()
     given = {key: arrays.get(cell_keys.get(key, key)) for key in own}
     missing = [cell_keys.get(key, key) for key, value in given.items() if value is None]

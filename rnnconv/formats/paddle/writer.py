@@ -21,8 +21,8 @@ from rnnconv.formats.paddle.wire import BIDIRECTIONAL, PADDLE_CLASSES, flat_name
 from rnnconv.formats.sources import SOURCE_KEY, recorded_source, source_records
 from rnnconv.formats.writing import literal, stored
 from rnnconv.safeio.outputs import atomic_outputs
-from rnnconv.table.apply import row_for_mode
-from rnnconv.table.constants import LSTM, NONLINEARITIES, NONLINEARITY_KEY, PADDLE_CELLS, RNN
+from rnnconv.table.apply import row_for_mode, tensor_name
+from rnnconv.table.constants import LSTM, NONLINEARITIES, NONLINEARITY_KEY, RNN
 
 PROTOCOL = 4  # paddle.save's default
 
@@ -37,7 +37,6 @@ def state_dict_arrays(rnn: CanonicalRNN, dtype: str, prefix: str = "") -> dict[s
     spec = rnn.spec
     row = row_for_mode("paddle", spec.mode)[0]
     etype = element_type(dtype)
-    cells = PADDLE_CELLS[spec.num_directions]
     own: dict[tuple[int, int, str], np.ndarray] = {}
     for layer in range(spec.num_layers):
         for direction in range(spec.num_directions):
@@ -46,7 +45,7 @@ def state_dict_arrays(rnn: CanonicalRNN, dtype: str, prefix: str = "") -> dict[s
     aliases = flat_names(spec.num_layers, spec.num_directions, (True, True), spec.proj_size > 0)
     out = {prefix + name: own[place] for name, place in aliases.items()}
     for (layer, direction, role), array in own.items():
-        out[prefix + row.tensors[role].format(layer=layer, cell=cells[direction])] = array
+        out[prefix + tensor_name(row, role, layer, direction, spec.num_directions)] = array
     return out
 
 
