@@ -89,6 +89,7 @@ FAMILIES = (
     "tfjs",
     "hf_sharded",
     "executorch",
+    "paddle",
     "identify",
     "streaming",
 )
@@ -103,6 +104,7 @@ NEW_FAMILIES = (
     "tfjs",
     "hf_sharded",
     "executorch",
+    "paddle",
     "onnx_subgraph",
     "onnx_unrolled",
     "onnx_cells",
@@ -123,6 +125,7 @@ SET_FAMILIES = {
     "ncnn": mutators.mutate_ncnn,
     "tfjs": mutators.mutate_tfjs,
     "hf_sharded": mutators.mutate_hf_index,
+    "paddle": mutators.mutate_paddle,
 }
 # What a damaged model is converted to besides a blob: every format rnnconv writes.
 TARGETS = (
@@ -136,6 +139,7 @@ TARGETS = (
     ".eqx",
     ".mlx.safetensors",
     ".param",
+    ".pdparams",
 )
 # The ONNX families: the seeds each mutates (by their names' ends), and how.
 ONNX_FAMILIES = {
