@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 from facts import RUNTIMES
+from facts.paddle import needs_paddle, run_usage
 
 import rnnconv
 from rnnconv.core import reference
@@ -87,21 +88,21 @@ def test_to_paddle_round_trips_and_loads_into_paddle(stem, tmp_path):
         assert rnn.origin is not None and rnn.origin.path.endswith("x.pt")
         assert rnn.spec.mode == ("rnn_relu" if stem == "rnn_relu" else rnn.spec.mode)  # recorded: no --nonlinearity
     assert result.usage.startswith("import paddle"), result.usage
-    pytest.importorskip("paddle")
+    needs_paddle()
     x, h0, c0, *want = recorded(stem)
     got = RUNTIMES["paddle"].ways[0].run(back, rnn.spec, x, h0, c0)
     assert worst(got, want) <= 1e-5
-    paddle = pytest.importorskip("paddle")
-    scope = {"x": paddle.to_tensor(np.ascontiguousarray(x.transpose(1, 0, 2)))}
-    exec(compile(result.usage, "<usage line>", "exec"), scope)  # the printed code, as a user pastes it: zero states
+    y = run_usage(result.usage, np.ascontiguousarray(x.transpose(1, 0, 2)))  # as printed, from zero states
     zero = RUNTIMES["paddle"].ways[0].run(back, rnn.spec, x, np.zeros_like(h0), None if c0 is None else 0 * c0)
-    assert np.array_equal(scope["y"].numpy().transpose(1, 0, 2), zero[0])
+    assert np.array_equal(y.transpose(1, 0, 2), zero[0])
 
 
+@pytest.mark.slow  # Paddle in three child interpreters
 def test_verify_runs_paddle_on_both_sides(tmp_path):
     """`verify` of a blob made from a .pdparams runs the file's RNN in Paddle (never paddle.load: its arrays as rnnconv
-    read them); `verify` of a written .pdparams runs it in Paddle against its recorded source; `--backend paddle`."""
-    pytest.importorskip("paddle")
+    read them); `verify` of a written .pdparams runs it in Paddle against its recorded source; `--backend paddle`.
+    Paddle runs in a child process: TensorFlow (a Keras source's) and Paddle cannot share one."""
+    needs_paddle()
     blob = tmp_path / "proj.bin"
     rnnconv.convert(PADDLE / "lstm_proj.pdparams", blob)
     result = run_cli("verify", blob, "--json")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rnnconv.core.contracts import InspectEntry, InspectReport, Provenance
-from rnnconv.formats.base import Format, Written
+from rnnconv.formats.base import Format, RuntimeEngine, Written
 from rnnconv.formats.paddle import PLUGIN
 from rnnconv.formats.paddle.wire import KIND
 from rnnconv.formats.registry import register
@@ -26,6 +26,12 @@ if TYPE_CHECKING:
 @register
 class PaddleFormat(Format):
     plugin = PLUGIN
+
+    def make_engine(self, name: str | None = None) -> RuntimeEngine | None:
+        from rnnconv.formats.paddle.runner import PaddleEngine  # Paddle runs in a child: never imported here
+
+        info = self.engine_info(name)
+        return None if info is None else PaddleEngine(self, info)
 
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
