@@ -138,7 +138,7 @@ def run_state(spec: RNNSpec, state: dict[str, np.ndarray], inputs: Inputs, what:
         given["input.c0"] = np.asarray(inputs["c0"], dtype)
     with tempfile.TemporaryDirectory(prefix="rnnconv-paddle-") as folder:
         feeds, got = Path(folder) / "given.npz", Path(folder) / "got.npz"
-        np.savez(feeds, **given)
+        np.savez(feeds, **given)  # type: ignore[arg-type]
         try:
             child = subprocess.run(
                 [sys.executable, "-c", _CHILD, json.dumps(module), str(feeds), str(got)],
