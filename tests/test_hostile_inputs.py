@@ -183,9 +183,15 @@ def test_pickles_with_reduce_never_run(tmp_path):
     with zipfile.ZipFile(zipped, "w") as dst:
         for info, data in members:
             dst.writestr(info, _reduce_payload(marker) if info.filename.endswith("data.pkl") else data)
+    script = tmp_path / "script.pt"  # a TorchScript archive whose module tree would run the payload
+    with zipfile.ZipFile(FIXTURES / "torch_kept" / "seq2seq_script.pt") as src:
+        members = [(info, src.read(info)) for info in src.infolist()]
+    with zipfile.ZipFile(script, "w") as dst:
+        for info, data in members:
+            dst.writestr(info, _reduce_payload(marker) if info.filename.endswith("/data.pkl") else data)
     good = tmp_path / "good.bin"
     assert run_cli("convert", TORCH / "rnn_tanh.pt", good).returncode == 0
-    for source in (legacy, zipped):
+    for source in (legacy, zipped, script):
         for args in (
             ["inspect", source],
             ["convert", source, tmp_path / "x.bin"],
@@ -193,6 +199,37 @@ def test_pickles_with_reduce_never_run(tmp_path):
         ):
             result = run_cli(*args)
             assert_clean_failure(result, 2)
+    assert not marker.exists()
+
+
+class _Model:
+    """A pickled model of a class its reader lacks: an nn.GRU beside an attribute whose unpickling would run code."""
+
+    def __init__(self, gru, marker: Path):
+        self.gru, self.hook = gru, _Runs(marker)
+
+
+class _Runs:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+@pytest.mark.needs("torch")
+def test_a_whole_model_pickle_is_read_and_verified_without_running_it(tmp_path):
+    import torch
+
+    marker = tmp_path / "RAN"
+    model = tmp_path / "model.pt"
+    torch.save({"model": _Model(torch.nn.GRU(3, 4, num_layers=2), marker), "epoch": 3}, model)
+    blob = tmp_path / "x.bin"
+    assert "gru" in run_cli("inspect", model).stdout
+    assert run_cli("convert", model, blob).returncode == 0
+    result = run_cli("verify", blob, "--json")
+    assert result.returncode == 0 and json.loads(result.stdout)["verdict"] == "match", result.stdout + result.stderr
+    assert "numpy reference" in json.loads(result.stdout)["source"]["run"]
     assert not marker.exists()
 
 

@@ -20,7 +20,8 @@ Only these globals become values:
   pickle's own (inert) arguments, which they check.
 
 Bounded: the pickle's size (`MAX_PICKLE`), its opcodes (`MAX_OPCODES`, counted before anything is made, so a small
-file cannot make millions of objects), and the nesting of what it makes (`MAX_DEPTH`, walked without recursing
+file cannot make millions of objects) and the memo slots they name (no higher than that count: the C unpickler's
+memo is an array as long as the highest slot), and the nesting of what it makes (`MAX_DEPTH`, walked without recursing
 past it). Anything damaged or past a bound is `BadInput`, one sentence naming the file.
 
 API: `load(data, what, rebuilds=..., persistent_load=...)` -> the pickle's root; `globals_named(root)`: the
@@ -44,6 +45,7 @@ from rnnconv.errors import BadInput, first_line
 MAX_PICKLE = 256 << 20  # bytes: a pickle names tensors and records; their values lie beside it
 MAX_OPCODES = 5_000_000  # about 15 per tensor of a state_dict, more than any checkpoint's pickle holds
 MAX_DEPTH = 200  # containers within containers: a module tree is three per module level
+_PUTS = ("PUT", "BINPUT", "LONG_BINPUT")  # the opcodes that put an object in the memo at a slot they name
 
 
 class Object:
@@ -247,10 +249,15 @@ def load(
     if len(data) > MAX_PICKLE:
         raise BadInput(f"{what}: its pickle is {len(data):,} bytes, more than any checkpoint's ({MAX_PICKLE:,})")
     try:
-        for count, _ in enumerate(pickletools.genops(data), 1):
+        for count, (opcode, argument, _) in enumerate(pickletools.genops(data), 1):
             if count > MAX_OPCODES:
                 raise BadInput(
                     f"{what}: its pickle makes more than {MAX_OPCODES:,} objects, more than any checkpoint's"
+                )
+            # the C unpickler's memo is an array as long as the highest slot put: picklers number slots from 0
+            if opcode.name in _PUTS and not (isinstance(argument, int) and 0 <= argument <= MAX_OPCODES):
+                raise BadInput(
+                    f"{what}: its pickle puts an object in memo slot {str(argument)[:20]}, past any pickler's"
                 )
         root = _Unpickler(data, rebuilds or {}, persistent_load).load()
     except BadInput as exc:

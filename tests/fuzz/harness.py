@@ -60,6 +60,8 @@ FAMILIES = (
     "keras_archive",
     "keras_weights",
     "torch_zip",
+    "torchscript",
+    "torch_module",
     "torch_other",
     "payload",
     "odd_torch",
@@ -89,6 +91,7 @@ FAMILIES = (
     "tfjs",
     "hf_sharded",
     "executorch",
+    "torch_export",
     "paddle",
     "identify",
     "streaming",
@@ -104,6 +107,9 @@ NEW_FAMILIES = (
     "tfjs",
     "hf_sharded",
     "executorch",
+    "torchscript",
+    "torch_module",
+    "torch_export",
     "paddle",
     "onnx_subgraph",
     "onnx_unrolled",
@@ -248,13 +254,20 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         "keras_h5": [n for n in seeds.sources if n.endswith(".h5") and "weights" not in n and "payload" not in n],
         "keras_archive": [n for n in seeds.sources if n.endswith(".keras") and "payload" not in n],
         "keras_weights": [n for n in seeds.sources if "weights" in n],
-        "torch_zip": [n for n in seeds.sources if n.endswith((".pt", ".pth")) and "legacy" not in n and "odd" not in n],
+        "torch_zip": [
+            n
+            for n in seeds.sources
+            if n.endswith((".pt", ".pth")) and "legacy" not in n and "odd" not in n and "torch_kept" not in n
+        ],
+        "torchscript": [n for n in seeds.sources if n.startswith("torch_kept__seq2seq_")],
+        "torch_module": [n for n in seeds.sources if n.startswith("torch_kept__kept_module")],
         "torch_other": [n for n in seeds.sources if n.endswith(".safetensors") or "legacy" in n],
         "payload": [n for n in seeds.sources if n.startswith("payload")],
         "odd_torch": [n for n in seeds.sources if n.startswith("odd")],
         "onnx": [n for n in seeds.sources if n.endswith(".onnx")],
         "tflite": [n for n in seeds.sources if n.endswith(".tflite")],
         "executorch": [n for n in seeds.sources if n.endswith(".pte")],
+        "torch_export": [n for n in seeds.sources if n.endswith(".pt2")],
         "keras_config": [
             n for n in seeds.sources if n.endswith((".h5", ".keras")) and "weights" not in n and "payload" not in n
         ],

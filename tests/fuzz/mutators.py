@@ -525,6 +525,141 @@ def mutate_torch_zip(data: bytes, rng: random.Random) -> bytes:
     return _rezip(members)
 
 
+# --- whole models: torch.save(model), TorchScript archives ----------------------------------------------------
+
+_RNN_CLASSES = [b"LSTM", b"GRU", b"RNN", b"LSTMCell", b"GRUCell", b"RNNCell", b"Module", b"Linear"]
+_SETTINGS = [b"hidden_size", b"input_size", b"num_layers", b"proj_size", b"bidirectional", b"bias", b"batch_first"]
+_SETTINGS += [b"mode", b"nonlinearity", b"_parameters", b"_modules", b"weight_hh_l0", b"weight_ih_l1_reverse"]
+
+
+def _mutate_module_pickle(payload: bytes, rng: random.Random) -> bytes:
+    """A module tree's pickle changed where it says what a module is: a class renamed, a setting's value or key
+    changed (kept the same length, so the pickle still reads), or the opcodes damaged."""
+    op = rng.random()
+    if op < 0.3:  # a class named by a GLOBAL opcode (protocol 2) or in TorchScript's __torch__ names
+        old = rng.choice([c for c in _RNN_CLASSES if b"\n" + c + b"\n" in payload] or [b"LSTM"])
+        return payload.replace(b"\n" + old + b"\n", b"\n" + rng.choice(_RNN_CLASSES) + b"\n", 1)
+    if op < 0.7:
+        key = rng.choice([k for k in _SETTINGS if k in payload] or _SETTINGS)
+        at = payload.find(key)
+        if at < 0:
+            return mutate_pickle(payload, rng)
+        end = at + len(key)
+        if rng.random() < 0.3:  # the key itself: one letter changed
+            spot = rng.randrange(at, end)
+            return payload[:spot] + bytes([rng.randrange(97, 123)]) + payload[spot + 1 :]
+        while end < len(payload) and payload[end : end + 1] in (b"q", b"\x94"):  # BINPUT x, MEMOIZE
+            end += 2 if payload[end : end + 1] == b"q" else 1
+        code = payload[end : end + 1]
+        if code == b"K":  # BININT1: another small integer
+            return payload[: end + 1] + bytes([rng.choice([0, 1, 2, 3, 7, 255])]) + payload[end + 2 :]
+        if code in (b"\x88", b"\x89"):  # NEWTRUE / NEWFALSE: flipped
+            return payload[:end] + (b"\x89" if code == b"\x88" else b"\x88") + payload[end + 1 :]
+        if code == b"X":  # BINUNICODE: another text of the same length
+            (length,) = struct.unpack("<I", payload[end + 1 : end + 5])
+            text = bytes(rng.choice(b"LSTMGRUNtanhrelu_") for _ in range(min(length, 16)))
+            return payload[: end + 5] + text + payload[end + 5 + len(text) :]
+        return payload[:end] + rng.choice([b"N", b"K\x00", b"J\xff\xff\xff\x7f", b"\x88"]) + payload[end:]
+    return mutate_pickle(payload, rng)
+
+
+def mutate_torch_module(data: bytes, rng: random.Random) -> bytes:
+    """torch.save(model) damaged: its module tree's pickle (_mutate_module_pickle), or as any torch zip."""
+    if rng.random() < 0.3:
+        return mutate_torch_zip(data, rng)
+    members = _members(data)
+    return _rezip([(i, _mutate_module_pickle(p, rng) if i.filename.endswith("/data.pkl") else p) for i, p in members])
+
+
+_CODE_EDITS = [
+    (rb"Final\[int\] = (\d+)", [b"Final[int] = 0", b"Final[int] = 7", b"Final[int] = -1", b"Final[int] = 99999999"]),
+    (rb"Final\[bool\] = (True|False)", [b"Final[bool] = True", b"Final[bool] = False", b"Final[bool] = 2"]),
+    (rb"Final\[str\] = \"\w+\"", [b'Final[str] = "GRU"', b'Final[str] = "RNN_TANH"', b"Final[str] = x"]),
+    (
+        rb"torch\.(lstm|gru|rnn_tanh|rnn_relu)\(",
+        [b"torch.lstm(", b"torch.gru(", b"torch.rnn_tanh(", b"torch.rnn_relu("],
+    ),
+    (rb", (True|False|\d+)(, |\))", [b", 7, ", b", False, ", b", x, ", b")"]),
+    (rb"^class \w+", [b"class Other", b"klass LSTM"]),
+]
+
+
+def _mutate_code(code: bytes, rng: random.Random) -> bytes:
+    """TorchScript source changed where it says what an RNN is, or cut, or made no text."""
+    op = rng.random()
+    if op < 0.7:
+        pattern, choices = rng.choice(_CODE_EDITS)
+        spans = [m.span() for m in re.finditer(pattern, code, re.M)]
+        if spans:
+            start, end = rng.choice(spans)
+            return code[:start] + rng.choice(choices) + code[end:]
+    if op < 0.8:
+        return code[: rng.randrange(len(code) + 1)]
+    if op < 0.9:
+        return code + b"\xff\xfe" * rng.randint(1, 50)
+    return mutate_bytes(code, rng)
+
+
+def mutate_torchscript(data: bytes, rng: random.Random) -> bytes:
+    """A TorchScript archive damaged: its code (_mutate_code), its module tree's pickle, its constants, a member
+    gone, or as any torch zip."""
+    members = _members(data)
+    op = rng.random()
+    if op < 0.4:
+        code = [k for k, (i, _) in enumerate(members) if i.filename.endswith(".py") and "/code/" in i.filename]
+        if code:
+            k = rng.choice(code)
+            members[k] = (members[k][0], _mutate_code(members[k][1], rng))
+            return _rezip(members)
+    if op < 0.65:
+        return _rezip(
+            [(i, _mutate_module_pickle(p, rng) if i.filename.endswith("/data.pkl") else p) for i, p in members]
+        )
+    if op < 0.75:
+        return _rezip([(i, mutate_pickle(p, rng) if i.filename.endswith("constants.pkl") else p) for i, p in members])
+    if op < 0.85:
+        del members[rng.randrange(len(members))]
+        return _rezip(members)
+    return mutate_torch_zip(data, rng)
+
+
+def mutate_pt2(data: bytes, rng: random.Random) -> bytes:
+    """A torch.export archive damaged: its graph's or a config's JSON (values replaced, removed, nested deep), a weight
+    file cut or grown, a tensor marked pickled, its sample inputs or a weight made a code payload, headers, bytes."""
+    members = _members(data)
+    op = rng.choice(["graph", "graph", "config", "weight", "pickled", "payload", "headers", "bytes"])
+    pick = {
+        "graph": lambda n: n.endswith("/models/model.json"),
+        "config": lambda n: n.endswith("_config.json"),
+        "weight": lambda n: "/data/weights/weight_" in n,
+        "pickled": lambda n: n.endswith("/model_weights_config.json"),
+        "payload": lambda n: n.endswith("/data/sample_inputs/model.pt") or "/data/weights/weight_" in n,
+    }
+    if op == "headers":
+        return _patch_headers(data, rng)
+    if op == "bytes" or op not in pick:
+        return mutate_bytes(data, rng)
+    chosen = [k for k, (info, _) in enumerate(members) if pick[op](info.filename)]
+    if not chosen:
+        return mutate_bytes(data, rng)
+    k = rng.choice(chosen)
+    info, payload = members[k]
+    if op in ("graph", "config"):
+        payload = mutate_json_text(payload.decode("utf-8", "replace"), rng).encode("utf-8", "surrogatepass")
+    elif op == "weight":
+        cut = payload[: rng.randrange(max(len(payload), 1))]
+        payload = cut if rng.random() < 0.7 else payload + bytes(rng.randint(1, 99))
+    elif op == "pickled":
+        config = json.loads(payload)
+        for entry in config.get("config", {}).values():
+            entry["use_pickle"] = entry["use_pickle"] or rng.random() < 0.5
+        payload = json.dumps(config).encode()
+    else:
+        payload = code_pickle(rng)
+    members[k] = (info, payload)
+    return _rezip(members)
+
+
 # --- safetensors, sidecars, blobs ---------------------------------------------------------------------
 
 
@@ -812,6 +947,10 @@ def mutate_file(name: str, data: bytes, rng: random.Random) -> bytes:
         return mutate_tflite(data, rng)
     if name.endswith(".pte"):
         return mutate_pte(data, rng)
+    if name.endswith(".pt2"):
+        return mutate_pt2(data, rng)
+    if data.startswith(b"PK\x03\x04") and "torch_kept" in name:  # a whole model: TorchScript, torch.save(model)
+        return mutate_torchscript(data, rng) if "seq2seq" in name else mutate_torch_module(data, rng)
     if data.startswith(b"PK\x03\x04"):
         return mutate_torch_zip(data, rng)
     return mutate_pickle(data, rng)

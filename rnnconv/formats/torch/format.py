@@ -15,7 +15,7 @@ from rnnconv.formats.registry import register
 from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source, inspect_entry, read_chosen
 from rnnconv.formats.torch import PLUGIN
-from rnnconv.formats.torch.wire import CHECKPOINT_SUFFIXES
+from rnnconv.formats.torch.wire import CHECKPOINT_SUFFIXES, EXPORT_KIND
 
 if TYPE_CHECKING:
     import numpy as np
@@ -120,9 +120,11 @@ class TorchFormat(Format):
         self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
     ) -> tuple[dict[str, np.ndarray | None], str]:
         from rnnconv.formats.torch.reader import load_state_dict
-        from rnnconv.formats.torch.runner import run_read, run_script, run_source
+        from rnnconv.formats.torch.runner import run_program, run_read, run_script, run_source
 
         state = load_state_dict(path)
+        if state.kind == EXPORT_KIND:
+            return run_program(path, source.prefix or "", spec, inputs)
         if state.kind == "torch-module":  # never torch.load of a whole pickle: its classes' code would run
             with self.read(path, self.source_options(source)) as found:
                 return run_read(found.rnns[0], inputs)

@@ -1,9 +1,11 @@
 """Reading PyTorch state_dicts: find the RNNs in a checkpoint and read them.
 
 Zip `.pt`/`.pth`/`.bin` checkpoints (torch.save's format since 1.6) are read without torch,
-by rnnconv's restricted unpickler (`checkpoint.py`): a file that needs more than tensors and plain
-containers is refused, never unpickled. Legacy (pre-zip) files are read by
-`torch.load(weights_only=True)`. `.safetensors` state_dicts are read without torch at all.
+by rnnconv's inert unpickler (`checkpoint.py`, `_pickled`): whole models (torch.save(model), TorchScript
+archives) give their modules' tensors by module path and their RNN modules' settings (`modules.py`); nothing of a
+file is imported or run. Legacy (pre-zip) files are read by
+`torch.load(weights_only=True)`. `.safetensors` state_dicts are read without torch at all, and so are
+`torch.export` programs (`exported`), whose RNN ops' tensors come as a state_dict under each module's path.
 RNNs are found by their parameter names (the torch rows' tensor names: `weight_ih_l0`,
 `weight_hh_l0_reverse`, a cell's bare names); their mode, sizes, layers, directions and
 projection come from names and shapes, through the torch rows of the layout table.
@@ -28,6 +30,7 @@ from rnnconv.errors import BackendMissing, BadInput, listing, no_such_rnn, sever
 from rnnconv.formats import _pickled, _safetensors
 from rnnconv.formats.reading import (
     Found,
+    Settled,
     StoredCell,
     held_grid,
     nonlinearity_note,
@@ -36,7 +39,7 @@ from rnnconv.formats.reading import (
     settle_nonlinearity,
 )
 from rnnconv.formats.sources import SOURCE_KEY, read_source_records
-from rnnconv.formats.torch import sharded
+from rnnconv.formats.torch import exported, sharded
 from rnnconv.formats.torch.checkpoint import (
     PickledTensor,
     ZipCheckpoint,
@@ -51,7 +54,7 @@ from rnnconv.formats.torch.modules import (
     kept_rnn,
     module_entries,
 )
-from rnnconv.formats.torch.wire import is_legacy_checkpoint
+from rnnconv.formats.torch.wire import EXPORT_KIND, is_legacy_checkpoint
 from rnnconv.safeio.inputs import FileArray, json_document
 from rnnconv.table.apply import find_row, rows_for
 from rnnconv.table.constants import (
@@ -143,6 +146,11 @@ def load_state_dict(path: Path) -> StateDict:
         return out
     with open(path, "rb") as f:
         head = f.read(32)
+    if is_zip_checkpoint(path, head[:4]) and exported.is_program(path):
+        program = exported.read_program(path)
+        tensors = _pickled_tensors(program.found)
+        tensors.programs, tensors.kind = program.rnns, EXPORT_KIND
+        return tensors
     if is_zip_checkpoint(path, head[:4]):
         return _zip_state_dict(path)
     if not is_legacy_checkpoint(head):
@@ -179,9 +187,15 @@ FLOAT_STORAGES = {etype.storage.str if name != "bfloat16" else name: name for na
 
 
 def _zip_state_dict(path: Path) -> StateDict:
-    """A zip checkpoint's float tensors, through rnnconv's own inert unpickler (no torch): a state_dict's, or those of
-    a whole model (torch.save(model), a TorchScript archive) keyed by module path, with the RNN modules it holds."""
-    found = read_zip(path)
+    """A zip checkpoint's float tensors, through rnnconv's own inert unpickler (no torch)."""
+    return _pickled_tensors(read_zip(path))
+
+
+def _pickled_tensors(found: ZipCheckpoint) -> StateDict:
+    """The float tensors of a checkpoint's object tree, each read from its storage when first indexed: a state_dict's,
+    or those of a whole model (torch.save(model), a TorchScript archive) keyed by module path, with the RNN modules
+    it holds."""
+    path = found.path
     tensors = StateDict()
     modules: list[str] = []
     kept: dict[str, KeptRNN] = {}
@@ -243,6 +257,7 @@ class StateDict(dict):
     records: Mapping[str, str | bytes] = {}
     kind = "torch"  # the file's kind (PLUGIN's kinds): a torch.save checkpoint, a whole model's, a TorchScript archive
     kept: Mapping[str, KeptRNN] = {}  # of a whole model: its RNN modules, by module path, with the settings it states
+    programs: Mapping[str, exported.ExportedRNN] = {}  # a torch.export program's: what its graph says, by prefix
 
     def recorded(self, path: Path) -> tuple[dict[str, Provenance], dict[str, str]]:
         """The source of each RNN and each nn.RNN's nonlinearity that the file records, by key prefix."""
@@ -343,6 +358,7 @@ class TorchRNN:
     tensors: dict[tuple[str, int | None, int], Tensor]  # (role, layer or None for cells, direction)
     keys: dict[tuple[str, int | None, int], str]
     wrapper: str = ""  # "state_dict." when the checkpoint wraps its state_dict in a dict
+    program: exported.ExportedRNN | None = None  # what a torch.export program's graph says of it
 
     @property
     def name(self) -> str:
@@ -367,6 +383,8 @@ def find_rnns(tensors: Mapping[str, Tensor]) -> list[TorchRNN]:
         rnn.keys[slot] = key
     # a layer's names (weight_ih_l1, ...) are nn.RNN modules' own: kept whatever they lack, to be refused as incomplete
     rnns = [r for r in found.values() if not r.is_cell or ("input_matrix", None, 0) in r.tensors]
+    for rnn in rnns:
+        rnn.program = getattr(tensors, "programs", {}).get(rnn.prefix)
     wrappers = {r.prefix.split(".")[0] for r in rnns}
     if len(wrappers) == 1 and getattr(tensors, "wrapped", False) and all("." in r.prefix for r in rnns):
         for rnn in rnns:
@@ -461,14 +479,18 @@ def to_canonical(
     if kept is not None and kept.cls != cls:
         raise BadInput(f"{what} is a torch.nn.{kept.cls} by its class, but its tensors are those of an nn.{cls}")
     stored = kept.nonlinearity if kept is not None and "activation" in row.unstored else None
-    if kept is not None and stored is not None:
+    program = rnn.program
+    if program is not None:
+        settled, notes = _settle_program(row, program, nonlinearity, what, rnn.name)
+    elif kept is not None and stored is not None:
         if nonlinearity not in (None, stored):
             raise BadInput(f"{what} is an nn.{cls} with nonlinearity {stored} by {kept.told_by}, not {nonlinearity}")
-        settled = settle(row, {"activation": stored}, rnn.name, unstored=())
+        settled, notes = settle(row, {"activation": stored}, rnn.name, unstored=()), []
     else:
         settled = settle_nonlinearity(
             row, nonlinearity, rnn.name, f"{what} is an {cls}: --nonlinearity applies to nn.RNN only"
         )
+        notes = nonlinearity_note(rnn.name, settled, row, "a state_dict")
     proj = hr.shape[0] if hr is not None else 0
     has_bias = ("input_bias", first, 0) in t
 
@@ -514,7 +536,7 @@ def to_canonical(
         has_bias=has_bias,
         without_bias="bias=False",
         without_bias_aside=" (as PyTorch gives cuDNN)",
-        notes=[] if stored is not None else nonlinearity_note(rnn.name, settled, row, "a state_dict"),
+        notes=notes,
         later_notes=[f"{rnn.name}: an {cls} is a one-layer RNN run one step at a time"] if rnn.is_cell else [],
         provenance={"prefix": rnn.prefix},
         handover={"stacked": stacked},
@@ -527,6 +549,25 @@ def to_canonical(
             told |= {"num_layers": spec.num_layers, "bidirectional": spec.bidirectional, "proj_size": spec.proj_size}
         check_settings(kept, told | {"bias": spec.bias}, what)
     return canonical
+
+
+def _settle_program(
+    row: Row, program: exported.ExportedRNN, nonlinearity: str | None, what: str, name: str
+) -> tuple[Settled, list[str]]:
+    """A program's RNN settled by its graph: the op says the class and an nn.RNN's nonlinearity (stored, never
+    assumed); a --nonlinearity that contradicts it is refused."""
+    if program.layer_class != row.source_class:
+        raise BadInput(
+            f"{what}: the program calls {program.op.removeprefix('torch.ops.')} on tensors shaped as an "
+            f"nn.{row.source_class}'s"
+        )
+    if nonlinearity is not None and nonlinearity != program.nonlinearity:
+        raise BadInput(
+            f"{what}: --nonlinearity {nonlinearity} contradicts the program, which calls "
+            f"{program.op.removeprefix('torch.ops.')}"
+        )
+    stored = {"activation": program.nonlinearity} if program.nonlinearity else {}
+    return settle(row, stored, name, unstored=()), exported.explain_states(program, name)
 
 
 def rnn_sizes(rnn: TorchRNN) -> tuple[str, RNNSizes | None]:

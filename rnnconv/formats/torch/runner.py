@@ -1,13 +1,20 @@
 """Run a PyTorch source RNN in PyTorch itself (CPU), for `verify` to compare a blob with.
 
-The checkpoint is loaded again with `torch.load(weights_only=True)` (or safetensors),
-the RNN's tensors taken by the prefix recorded at conversion, and loaded with
-`load_state_dict(strict=True)` into the nn module the spec describes: a wrong
-spec cannot load. Cells run step by step, as their users run them.
+A state_dict is read again by rnnconv's checked reader, the RNN's tensors taken by the prefix recorded at
+conversion, and loaded with `load_state_dict(strict=True)` into the nn module the spec describes: a wrong
+spec cannot load. Cells run step by step, as their users run them. A TorchScript archive runs in
+`torch.jit.load` (`run_script`); a whole pickled model never reaches torch, whose unpickling would run its
+classes' code: its RNN runs in the numpy reference on the weights rnnconv read (`run_read`). A torch.export program
+runs its own call of the RNN op in `torch.export.load(...).module()` (`run_program`).
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import tempfile
+import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +22,7 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.reference import forward
-from rnnconv.errors import BadInput
+from rnnconv.errors import BadInput, cut, first_line
 from rnnconv.formats.torch.modules import KeptRNN
 from rnnconv.formats.torch.reader import load_state_dict, require_torch
 from rnnconv.formats.torch.writer import torch_class
@@ -92,11 +99,13 @@ def run_script(
     torch = require_torch("running a TorchScript archive")
     name = prefix.rstrip(".") or "the root module"
     try:
-        module = torch.jit.load(str(path), map_location="cpu")
+        with warnings.catch_warnings():  # torch's own (torch.jit.load is deprecated): rnnconv speaks for itself
+            warnings.simplefilter("ignore")
+            module = torch.jit.load(str(path), map_location="cpu")
         for part in filter(None, prefix.rstrip(".").split(".")):
             module = getattr(module, part)
     except Exception as exc:  # torch.jit raises its own errors on an archive it cannot load
-        raise BadInput(f"torch.jit.load cannot load {path}: {' '.join(str(exc).split())[:300]}") from None
+        raise BadInput(f"torch.jit.load cannot load {path} (it says: {_said(exc)})") from None
     x, h0 = np.asarray(inputs["x"]), np.asarray(inputs["h0"])
     c0 = None if inputs["c0"] is None else np.asarray(inputs["c0"])
     steps, batch, _ = x.shape
@@ -111,11 +120,12 @@ def run_script(
         xs, h = torch.as_tensor(x[:length, group], dtype=dtype), torch.as_tensor(h0[:, group], dtype=dtype)
         c = None if c0 is None else torch.as_tensor(c0[:, group], dtype=dtype)
         try:
-            with torch.no_grad():
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 out, h_last, c_last = _script_run(torch, module, spec, kept, xs, h, c)
         except Exception as exc:  # a module TorchScript cannot run as an RNN of this spec
             raise BadInput(
-                f"TorchScript cannot run {name} of {path} as an {spec.describe()}: {' '.join(str(exc).split())[:300]}"
+                f"TorchScript cannot run {name} of {path} as an {spec.describe()} (it says: {_said(exc)})"
             ) from None
         y[:length, group], h_n[:, group] = out, h_last
         if c_n is not None and c_last is not None:
@@ -162,6 +172,11 @@ def _script_run(
     return y, h_n.numpy(), None if c_n is None else c_n.numpy()
 
 
+def _said(exc: BaseException) -> str:
+    """What torch.jit says of an error, as a clause: its first line, without the colon that leads to its detail."""
+    return first_line(exc, 200).rstrip(" :") or type(exc).__name__
+
+
 def run_module(
     torch: Any,
     module: Any,
@@ -203,3 +218,98 @@ def _run_cell(torch: Any, cell: Any, lstm: bool, x: Any, h: Any, c: Any, lengths
         h = torch.where(live, new_h, h)
         ys.append(torch.where(live, new_h, torch.zeros_like(new_h)))
     return {"y": torch.stack(ys).numpy(), "h_n": h[None].numpy(), "c_n": c[None].numpy() if lstm else None}
+
+
+def run_program(
+    path: Path, prefix: str, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+) -> tuple[dict[str, np.ndarray | None], str]:
+    """The RNN under `prefix` in a torch.export program, run by torch as the program runs it: the archive loaded by
+    `torch.export.load` (from a copy of what it needs, once rnnconv's reader has checked that nothing in it runs
+    code: no pickle, no op but ATen's, no guard), and the graph's own call of the RNN op in `.module()` given
+    verify's inputs and states (batch-first where the program is)."""
+    from rnnconv.formats.torch.exported import read_program, runnable
+
+    program = read_program(path)
+    rnn = program.rnns.get(prefix)
+    if rnn is None:
+        raise BadInput(f"{path} holds no RNN under the module path {prefix.rstrip('.')!r} the blob was made from")
+    runnable(program)
+    lengths = inputs.get("lengths")
+    x = np.asarray(inputs["x"])
+    if lengths is not None and np.any(np.asarray(lengths) != x.shape[0]):
+        raise BadInput(
+            f"{path}'s {rnn.op.removeprefix('torch.ops.')} takes no sequence lengths (every sequence runs all "
+            f"steps): verify it without --lengths"
+        )
+    torch = require_torch("running the torch.export program")
+    with tempfile.TemporaryDirectory(prefix="rnnconv-pt2-") as folder:
+        copy = Path(folder) / "program.pt2"
+        _loadable_copy(program, copy)
+        quiet = logging.getLogger("torch.export")  # its loader logs a traceback before it raises
+        level, quiet.level = quiet.level, logging.CRITICAL
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                module = torch.export.load(copy).module()
+        except Exception as exc:  # torch's loader raises what it likes of a program it cannot take
+            said = cut(" ".join(str(exc).split()), 200).rstrip(":")
+            raise BadInput(f"torch.export.load cannot load {path} (it says: {said})") from None
+        finally:
+            quiet.level = level
+    node = next((n for n in module.graph.nodes if n.name == rnn.node and n.op == "call_function"), None)
+    if node is None or len(node.args) < 3:
+        raise BadInput(f"{path}: torch.export.load's module has no call {rnn.node!r} of {rnn.op}")
+    lstm = spec.mode == LSTM
+    states = [inputs["h0"], inputs["c0"]] if lstm else [inputs["h0"]]
+    feed = torch.from_numpy(np.ascontiguousarray(x.transpose(1, 0, 2) if rnn.batch_first else x, np.float32))
+    hx = [torch.from_numpy(np.asarray(s, np.float32)) for s in states]
+
+    def value(arg: Any) -> Any:
+        if isinstance(arg, (list, tuple)):
+            return type(arg)(value(a) for a in arg)
+        if isinstance(arg, torch.fx.Node):
+            if arg.op != "get_attr":
+                raise BadInput(f"{path}: the program computes a tensor its {rnn.node} takes as a parameter")
+            return (
+                module.get_parameter(arg.target)
+                if arg.target in dict(module.named_parameters())
+                else (module.get_buffer(arg.target))
+            )
+        return arg
+
+    args = [feed, hx if lstm else hx[0], *(value(a) for a in node.args[2:])]
+    with torch.no_grad():
+        out = node.target(*args, **{k: value(v) for k, v in node.kwargs.items()})
+    y = out[0].numpy()
+    got: dict[str, np.ndarray | None] = {
+        "y": y.transpose(1, 0, 2) if rnn.batch_first else y,
+        "h_n": out[1].numpy(),
+        "c_n": out[2].numpy() if lstm else None,
+    }
+    return got, f"torch {torch.__version__}: torch.export.load(...).module()'s {node.target}"
+
+
+def _loadable_copy(program: Any, copy: Path) -> None:
+    """The archive as torch.export.load takes it, holding only what rnnconv's reader checked: the program's graph
+    (its guards, Python that .module() would compile, left out), its configs, version files and weights; its
+    sample inputs (a pickle) empty."""
+    from rnnconv.formats import _zip
+    from rnnconv.formats.torch.wire import (
+        EXPORT_CONSTANTS_DIR,
+        EXPORT_PROGRAM,
+        EXPORT_SAMPLE_INPUTS,
+        EXPORT_WEIGHTS_DIR,
+    )
+
+    kept = ("archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id")
+    path, folder = program.found.path, program.folder
+    with _zip.open_archive(path) as archive, zipfile.ZipFile(copy, "w", zipfile.ZIP_STORED) as out:
+        for name in program.members:
+            inner = name[len(folder) :]
+            if inner == EXPORT_PROGRAM:
+                document = json.loads(_zip.read_member(archive, name, path))
+                document["guards_code"] = []
+                out.writestr(name, json.dumps(document))
+            elif inner in kept or inner.rpartition("/")[0] + "/" in (EXPORT_WEIGHTS_DIR, EXPORT_CONSTANTS_DIR):
+                out.writestr(name, _zip.read_member(archive, name, path))
+        out.writestr(folder + EXPORT_SAMPLE_INPUTS, b"")

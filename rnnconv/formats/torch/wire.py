@@ -64,10 +64,42 @@ def is_shard_index(probe: Probe) -> bool:
         return f'"{WEIGHT_MAP}"'.encode() in f.read(INDEX_SNIFF_BYTES)
 
 
+# torch.export.save's archives (`.pt2`, torch/export/pt2_archive/constants.py, PyTorch 2.13): one folder holding
+# `archive_format` ("pt2"), each program's graph as JSON (`models/<name>.json`: torch._export.serde.schema), its
+# weights' and constants' configs (JSON) and their raw bytes, one file each (`data/weights/weight_<k>`), and its
+# sample inputs pickled with torch.save (never read).
+EXPORT_FORMAT_MEMBER: Final = "archive_format"
+EXPORT_FORMAT: Final = b"pt2"
+EXPORT_PROGRAM: Final = "models/model.json"  # torch.export.save's one program ("model")
+EXPORT_WEIGHTS: Final = "data/weights/model_weights_config.json"
+EXPORT_CONSTANTS: Final = "data/constants/model_constants_config.json"
+EXPORT_WEIGHTS_DIR: Final = "data/weights/"
+EXPORT_CONSTANTS_DIR: Final = "data/constants/"
+EXPORT_SAMPLE_INPUTS: Final = "data/sample_inputs/model.pt"
+EXPORT_OLD_PROGRAM: Final = "serialized_exported_program.json"  # torch 2.1 to 2.5's layout, its weights pickled
+EXPORT_KIND: Final = "torch-export"
+# The serialized graph's words: each RNN op's target -> its module class, and an nn.RNN op's nonlinearity.
+EXPORT_RNN_OPS: Final[dict[str, tuple[str, str | None]]] = {
+    "torch.ops.aten.lstm.input": ("LSTM", None),
+    "torch.ops.aten.gru.input": ("GRU", None),
+    "torch.ops.aten.rnn_tanh.input": ("RNN", "tanh"),
+    "torch.ops.aten.rnn_relu.input": ("RNN", "relu"),
+}
+EXPORT_ZEROS: Final = "torch.ops.aten.zeros.default"  # initial states the module makes when called without them
+# schema.ScalarType of the float types -> torch.save's storage class of the same elements; schema.Layout.Strided
+EXPORT_FLOATS: Final[dict[int, str]] = {6: "HalfStorage", 7: "FloatStorage", 8: "DoubleStorage", 13: "BFloat16Storage"}
+EXPORT_STRIDED: Final = 7
+
+
+def is_export_archive(names: list[str]) -> bool:
+    """A zip whose one folder holds torch.export.save's archive_format (or the older serialized program)."""
+    return any(n.count("/") == 1 and n.endswith(("/" + EXPORT_FORMAT_MEMBER, "/" + EXPORT_OLD_PROGRAM)) for n in names)
+
+
 def sniff(probe: Probe) -> bool:
-    """A torch.save zip (its data.pkl), a legacy checkpoint, any safetensors (after rnnconv's and MLX's), or the index
-    of a sharded checkpoint."""
+    """A torch.save zip (its data.pkl), a torch.export archive, a legacy checkpoint, any safetensors (after rnnconv's
+    and MLX's), or the index of a sharded checkpoint."""
     names = probe.zip_names
     if names is not None:
-        return any(n.endswith(TORCH_ZIP_RECORD) for n in names)
+        return any(n.endswith(TORCH_ZIP_RECORD) for n in names) or is_export_archive(names)
     return is_legacy_checkpoint(probe.head) or probe.safetensors_metadata is not None or is_shard_index(probe)
