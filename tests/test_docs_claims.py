@@ -16,7 +16,7 @@ from rnnconv.core.compare import NARROWED, TOLERANCES
 DOCS = ROOT / "docs"
 HIDDEN = (
     *("onnx", "onnxruntime", "flatbuffers", "torch", "tensorflow", "keras", "tf_keras", "openvino"),
-    *("mlx", "ncnn", "jax", "flax", "equinox", "ai_edge_litert"),
+    *("mlx", "ncnn", "jax", "flax", "equinox", "ai_edge_litert", "paddle"),
 )
 ONE_LSTM = FIXTURES / "ncnn" / "lstm.pt"  # one layer, one direction: every target holds it
 # The install page's rows -> a file of that format (None: made from ONE_LSTM with this name), and what is written.
@@ -31,6 +31,7 @@ SOURCES = {
     "Equinox": None,
     "MLX": FIXTURES / "mlx" / "lstm.safetensors",
     "ncnn": FIXTURES / "ncnn" / "lstm.param",
+    "PaddlePaddle": FIXTURES / "paddle" / "lstm_bi2.pdparams",
     "TensorFlow.js": None,
     "TF1 checkpoints": FIXTURES / "tf1" / "rnn_tanh.ckpt",
 }
@@ -45,6 +46,7 @@ WRITTEN = {
     "Equinox": "made.eqx",
     "MLX": "made.mlx.safetensors",
     "ncnn": "ncnn/made.param",
+    "PaddlePaddle": "made.pdparams",
     "TensorFlow.js": "tfjs/model.json",
 }
 

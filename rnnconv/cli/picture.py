@@ -26,7 +26,7 @@ from rich.text import Text
 from rnnconv.core.canonical import RNNSpec
 from rnnconv.core.weightspace import regions
 from rnnconv.errors import BadInput
-from rnnconv.table.apply import assemble_stored, gate_loaders, stored_shapes
+from rnnconv.table.apply import assemble_stored, gate_loaders, stored_shapes, tensor_name
 from rnnconv.table.constants import (
     BIAS_KINDS,
     CUDNN_GATES,
@@ -34,7 +34,6 @@ from rnnconv.table.constants import (
     DIRECTIONS,
     GATE_NAMES,
     KIND_OF_ROLE,
-    TORCH_REVERSE_SUFFIX,
 )
 from rnnconv.table.rows import TABLE, Row
 
@@ -95,8 +94,7 @@ class Layout:
                 for r in first_cell
             ]
         shapes = stored_shapes(self.row, spec.hidden_size, spec.input_size, spec.output_size, spec.proj_size, spec.bias)
-        suffix = TORCH_REVERSE_SUFFIX if self.direction else ""
-        names = {role: self.row.tensors.get(role, role).format(layer=0, suffix=suffix) for role in shapes}
+        names = {role: tensor_name(self.row, role, 0, self.direction, spec.num_directions) for role in shapes}
         return [Tensor(role, names[role], shape) for role, shape in shapes.items()]
 
     def to_canonical(self, arrays: Mapping[str, np.ndarray]) -> Canonical:

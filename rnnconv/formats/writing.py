@@ -35,7 +35,7 @@ from rnnconv.errors import BadInput, listing
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.table.apply import gate_loaders, stored_shapes
 from rnnconv.table.constants import BIAS_KINDS, MATRIX_ROLES, PROJECTION, Kind
-from rnnconv.table.layouts import Block
+from rnnconv.table.layouts import PROJECTION_AS_IS, Block
 from rnnconv.table.rows import Row
 
 
@@ -136,7 +136,7 @@ def stored(
         if key in roles:
             blocks = row.matrix.blocks(key, roles[key], row.gate_order)
         elif key == PROJECTION:
-            blocks = [(Kind.P, "")]
+            blocks = [(Kind.P, "")] if row.projection == PROJECTION_AS_IS else None
         else:
             blocks = row.bias.blocks(key, row.gate_order)
         out[key] = StoredTensor(rnn, row, layer, direction, key, shape, None if blocks is None else tuple(blocks), work)

@@ -22,16 +22,25 @@ from rnnconv.table.constants import (
     INPUT_MATRIX,
     KIND_OF_ROLE,
     MATRIX_ROLES,
+    PADDLE_CELLS,
     PROJECTION,
     RECURRENT_MATRIX,
+    TORCH_REVERSE_SUFFIX,
     Kind,
 )
-from rnnconv.table.layouts import DEFAULT_BIAS_SPLIT, Loader
+from rnnconv.table.layouts import DEFAULT_BIAS_SPLIT, PROJECTION_TRANSPOSED, Loader
 from rnnconv.table.rows import KERAS_ERAS, TABLE, KerasEra, Row
 
 
 def rows_for(fmt: str, source_class: str | None = None) -> list[Row]:
     return [r for r in TABLE if r.format == fmt and (source_class is None or r.source_class == source_class)]
+
+
+def tensor_name(row: Row, role: str, layer: int, direction: int, directions: int) -> str:
+    """A role's stored tensor's name in one layer and direction, every placeholder its row's names hold filled:
+    {layer}, PyTorch's {suffix} (the reverse direction's) and Paddle's {cell} (its cells' attribute)."""
+    suffix = TORCH_REVERSE_SUFFIX if direction else ""
+    return row.tensors.get(role, role).format(layer=layer, suffix=suffix, cell=PADDLE_CELLS[directions][direction])
 
 
 def classes_of(fmt: str) -> tuple[str, ...]:
@@ -140,7 +149,7 @@ def stored_shapes(
     if has_bias:
         shapes.update(row.bias.shapes(row.gate_order, hidden))
     if proj:
-        shapes[PROJECTION] = (proj, hidden)
+        shapes[PROJECTION] = (hidden, proj) if row.projection == PROJECTION_TRANSPOSED else (proj, hidden)
     return shapes
 
 
@@ -167,7 +176,9 @@ def gate_loaders(
             row.bias.load(fetch, order, gate, hidden, bias_split) if has_bias else (_zeros(hidden),) * len(BIAS_KINDS)
         )
         loaders.update(((kind, gate), load) for kind, load in zip(BIAS_KINDS, biases))
-    if proj:
+    if proj and row.projection == PROJECTION_TRANSPOSED:
+        loaders[(Kind.P, "")] = lambda: np.ascontiguousarray(np.asarray(fetch(PROJECTION)[:, :]).T)
+    elif proj:
         loaders[(Kind.P, "")] = lambda: np.asarray(fetch(PROJECTION)[:, :])
     return loaders
 
@@ -212,9 +223,10 @@ def assemble_stored(
     for gate in CUDNN_GATES[row.cell] if biases else ():
         row.bias.store(biases, order, gate, hidden, *(param(kind, gate) for kind in BIAS_KINDS))
     out.update(biases)
-    projection = wanted({PROJECTION: (proj, hidden)}) if proj else {}
+    transposed = row.projection == PROJECTION_TRANSPOSED
+    projection = wanted({PROJECTION: (hidden, proj) if transposed else (proj, hidden)}) if proj else {}
     if projection:
-        projection[PROJECTION][...] = param(Kind.P, "")
+        projection[PROJECTION][...] = param(Kind.P, "").T if transposed else param(Kind.P, "")
     out.update(projection)
     return out
 
@@ -275,5 +287,6 @@ def recipe(row: Row, single_bias_split: str = DEFAULT_BIAS_SPLIT) -> list[tuple[
     for side, kind in enumerate(BIAS_KINDS):
         out += [(f"{kind}_{gate}", biases[gate][side]) for gate in gates]
     if PROJECTION in names:
-        out.append((CUDNN_TENSOR_NAMES[PROJECTION], names[PROJECTION]))
+        transposed = ".T" if row.projection == PROJECTION_TRANSPOSED else ""
+        out.append((CUDNN_TENSOR_NAMES[PROJECTION], names[PROJECTION] + transposed))
     return out

@@ -150,6 +150,23 @@ TORCH_PARAMETERS: Final[dict[str, str]] = {
 TORCH_LAYER_NAME: Final = "{name}_l{layer}{suffix}"
 TORCH_REVERSE_SUFFIX: Final = "_reverse"
 
+# --- PaddlePaddle (paddle.nn.LSTM / GRU / SimpleRNN; docs/LAYOUTS.md section "PaddlePaddle") -----------------------
+# Each layer's cells keep their parameters under `{layer}.{cell}.{name}`: `cell` one way, `cell_fw` and `cell_bw` both
+# ways. The LSTM's projection `weight_ho` is (H, P), applied as h @ weight_ho: cuDNN's P transposed.
+PADDLE_PARAMETERS: Final[dict[str, str]] = {
+    "input_matrix": "weight_ih",
+    "recurrent_matrix": "weight_hh",
+    "input_bias": "bias_ih",
+    "recurrent_bias": "bias_hh",
+    "projection": "weight_ho",
+}
+PADDLE_CELL_NAME: Final = "{layer}.{cell}.{name}"
+PADDLE_CELLS: Final[dict[int, tuple[str, ...]]] = {1: ("cell",), 2: ("cell_fw", "cell_bw")}  # by direction count
+# RNNBase also names its cells' parameters as PyTorch does (TORCH_LAYER_NAME, with TORCH_PARAMETERS' four names, the
+# bias ones only where the bias is on), by zipping those names with its cells' parameters in order: where a cell has
+# a fifth (a projection) or the names leave the biases out, the names fall on other cells' parameters.
+PADDLE_ALIASED: Final = ("input_matrix", "recurrent_matrix", "input_bias", "recurrent_bias")
+
 # cuDNN: the names the sidecar and `explain` give each role.
 CUDNN_TENSOR_NAMES: Final[dict[str, str]] = {
     "input_matrix": "W",

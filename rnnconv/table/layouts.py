@@ -436,6 +436,11 @@ BIAS_SINGLE_NO_LAST_RECURRENT: Final = DeclaredBias(
 # One bias (H) per gate = input + recurrent (TFLite's LSTM and RNN ops), split like a single bias.
 BIAS_PER_GATE: Final = DeclaredBias("per-gate-single", {BIAS: flat(Run(SUMMED))}, own=True)
 
+# How an LSTM's projection is stored: cuDNN's (P, H) as it is (PyTorch's weight_hr), or transposed, (H, P), applied
+# as h @ W (PaddlePaddle's weight_ho).
+PROJECTION_AS_IS: Final = AS_IS
+PROJECTION_TRANSPOSED: Final = TRANSPOSED
+
 _DECLARED: Final[dict[str, MatrixLayout | BiasLayout]] = {
     layout.name: layout
     for layout in (

@@ -29,6 +29,8 @@ from rnnconv.table.constants import (
     NONLINEARITIES,
     OPENVINO_GRU_GATES,
     OPENVINO_LSTM_GATES,
+    PADDLE_CELL_NAME,
+    PADDLE_PARAMETERS,
     TF1_ALL_ROWS,
     TF1_INPUT_ROWS,
     TF1_RECURRENT_ROWS,
@@ -53,6 +55,8 @@ from rnnconv.table.layouts import (
     MATRIX_COLUMNS_RAW,
     MATRIX_PER_GATE,
     MATRIX_ROWS,
+    PROJECTION_AS_IS,
+    PROJECTION_TRANSPOSED,
     BiasLayout,
     MatrixLayout,
     per_gate,
@@ -79,6 +83,7 @@ class Row:
     refusal: str | None = None
     note: str = ""
     adapter: bool = True  # False for rows kept for `explain` only (no reader or writer in rnnconv)
+    projection: str = PROJECTION_AS_IS  # how an LSTM's projection is stored: cuDNN's (P, H), or transposed (H, P)
     # Settings that change what the layer computes but that a file without a config does not store
     # (a bare Keras weights file, any PyTorch state_dict): they must be stated, or are assumed and said so.
     unstored: tuple[str, ...] = ()
@@ -109,6 +114,10 @@ CUDNN_NAMES_NO_PROJECTION = {k: v for k, v in CUDNN_NAMES.items() if k != "proje
 KERAS_NAMES = dict(KERAS_VARIABLES)
 TORCH_LAYER_NAMES = _named(TORCH_PARAMETERS, TORCH_LAYER_NAME)
 TORCH_CELL_NAMES = {k: v for k, v in TORCH_PARAMETERS.items() if k != "projection"}
+PADDLE_NAMES = {
+    role: PADDLE_CELL_NAME.format(layer="{layer}", cell="{cell}", name=name) for role, name in PADDLE_PARAMETERS.items()
+}
+PADDLE_NAMES_NO_PROJECTION = {k: v for k, v in PADDLE_NAMES.items() if k != "projection"}
 ONNX_NAMES = {"input_matrix": "W[d]", "recurrent_matrix": "R[d]", "bias": "B[d]"}
 ONNX_DEQUANTIZED_NAMES = {
     "input_matrix": "(W[d] - W_zero_point[d]) * W_scale[d]",
@@ -290,6 +299,14 @@ TABLE: tuple[Row, ...] = (
     Row("torch", "GRUCell", "gru", GRU_GATES, MATRIX_ROWS, BIAS_SEPARATE, TORCH_CELL_NAMES, GRU_MODES, FIXED),
     Row("torch", "RNNCell", "rnn", RNN_GATES, MATRIX_ROWS, BIAS_SEPARATE, TORCH_CELL_NAMES, RNN_MODES,
         TORCH_RNN_DEFAULTS, unstored=ACTIVATION),
+    # --- PaddlePaddle (paddle.nn.LSTM / GRU / SimpleRNN): each cell's weights (G*H, in) as PyTorch's; the projection
+    # weight_ho (H, P) applied as h @ weight_ho.
+    Row("paddle", "LSTM", "lstm", LSTM_GATES, MATRIX_ROWS, BIAS_SEPARATE, PADDLE_NAMES, LSTM_MODES, FIXED,
+        projection=PROJECTION_TRANSPOSED, note="gates i, f, g, o; weight_ho is cuDNN's projection transposed"),
+    Row("paddle", "GRU", "gru", GRU_GATES, MATRIX_ROWS, BIAS_SEPARATE, PADDLE_NAMES_NO_PROJECTION, GRU_MODES, FIXED,
+        note="gates r, z, c; the reset gate applied after the recurrent matrix, as cuDNN"),
+    Row("paddle", "SimpleRNN", "rnn", RNN_GATES, MATRIX_ROWS, BIAS_SEPARATE, PADDLE_NAMES_NO_PROJECTION, RNN_MODES,
+        TORCH_RNN_DEFAULTS, note="the activation is not stored in a state_dict", unstored=ACTIVATION),
     # --- ExecuTorch: torch.export lifts nn.LSTM/GRU/RNN's parameters as they are, PyTorch's layout, into a program's
     # constants, which keep no names (a delegated program's weights lie in its delegate's payloads): listed, refused.
     Row("executorch", "LSTM", "lstm", LSTM_GATES, MATRIX_ROWS, BIAS_SEPARATE, TORCH_LAYER_NAMES, LSTM_MODES, FIXED,

@@ -95,6 +95,7 @@ FAMILIES = (
     "executorch",
     "torch_export",
     "savedmodel",
+    "paddle",
     "identify",
     "streaming",
 )
@@ -114,6 +115,7 @@ NEW_FAMILIES = (
     "torch_module",
     "torch_export",
     "savedmodel",
+    "paddle",
     "onnx_subgraph",
     "onnx_unrolled",
     "onnx_cells",
@@ -135,6 +137,7 @@ SET_FAMILIES = {
     "ncnn": mutators.mutate_ncnn,
     "tfjs": mutators.mutate_tfjs,
     "hf_sharded": mutators.mutate_hf_index,
+    "paddle": mutators.mutate_paddle,
 }
 # What a damaged model is converted to besides a blob: every format rnnconv writes.
 TARGETS = (
@@ -148,6 +151,7 @@ TARGETS = (
     ".eqx",
     ".mlx.safetensors",
     ".param",
+    ".pdparams",
 )
 # The ONNX families: the seeds each mutates (by their names' ends), and how.
 ONNX_FAMILIES = {

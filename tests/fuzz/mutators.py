@@ -2841,3 +2841,87 @@ def mutate_saved(files: dict[str, bytes], main: str, rng: random.Random) -> bool
         del files[name]
         return not name.endswith(("keras_metadata.pb", "/checkpoint"))  # the rest is read
     return False
+
+
+# PaddlePaddle: a .pdparams, a pickle of a dict of numpy arrays
+
+
+def _paddle_state(data: bytes) -> dict | None:
+    """A seed's state_dict as Python's pickle reads it (the seeds are fixtures and files rnnconv wrote: trusted)."""
+    try:
+        state = pickle.loads(data)
+    except Exception:
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _odd_array(array: np.ndarray, rng: random.Random) -> Any:
+    """An array of another shape, type, order or size, or no array at all."""
+    return rng.choice(
+        [
+            lambda: array.reshape(-1),
+            lambda: array.T.copy() if array.ndim == 2 else array[:, None],
+            lambda: array[: max(len(array) - 1, 0)],
+            lambda: np.concatenate([array, array]),
+            lambda: array.astype(rng.choice([np.int32, np.uint16, np.float16, np.float64, np.complex64, bool])),
+            lambda: array.astype(array.dtype.newbyteorder(">")),
+            lambda: np.asfortranarray(array),
+            lambda: np.zeros((0,) * array.ndim, array.dtype),
+            lambda: np.full(array.shape, rng.choice([np.nan, np.inf, 1e38]), array.dtype),
+            lambda: (f"name_{rng.randrange(9)}", array),  # a nested save's (name, array)
+            lambda: odd_value(rng),
+        ]
+    )()
+
+
+def mutate_pdparams(data: bytes, rng: random.Random) -> tuple[bytes, bool]:
+    """A .pdparams damaged: keys dropped, renamed (a layer, a cell attribute, an alias), repeated under another
+    prefix or nested, arrays reshaped, retyped or given other values, the name table and rnnconv's records changed,
+    a payload in place of an array (must refuse: True), re-pickled with another protocol; or its opcodes damaged."""
+    state = _paddle_state(data)
+    if state is None or rng.random() < 0.3:
+        return mutate_pickle(data, rng), False
+    keys = [k for k, v in state.items() if isinstance(v, np.ndarray)]
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        op = rng.choice(["drop", "rename", "array", "array", "nest", "extra", "table", "record"])
+        key = rng.choice(keys) if keys else None
+        if op == "drop" and key in state:
+            del state[key]
+        elif op == "rename" and key in state:
+            renamed = rng.choice(
+                [
+                    key.replace("cell_fw", "cell"),
+                    key.replace("cell.", "cell_bw."),
+                    re.sub(r"\d+", lambda m: str(int(m.group()) + rng.choice([1, 7, 1023, 10**6])), key, count=1),
+                    key.replace("weight_ih", "weight_ho"),
+                    key.replace("_reverse", ""),
+                    "." + key,
+                    key + ".",
+                    long_name(rng),
+                ]
+            )
+            state[renamed] = state.pop(key)
+        elif op == "array" and key in state:
+            state[key] = _odd_array(state[key], rng)
+        elif op == "nest":
+            state = {rng.choice(["model", "state_dict", "0", ""]): state, "epoch": rng.randrange(9)}
+        elif op == "extra" and key is not None and isinstance(state.get(key), np.ndarray):
+            state[rng.choice(["enc.", "a.b.", "0."]) + key] = state[key]
+        elif op == "table":
+            state["StructuredToParameterName@@"] = rng.choice([odd_value(rng), {k: long_name(rng) for k in keys}])
+        elif op == "record":
+            state[rng.choice(["rnnconv.source", "rnnconv.nonlinearity"])] = rng.choice(
+                ["", "{}", "[]", '{"": "relu"}', '{"": 1}', "x" * rng.choice([10, 2 << 20]), odd_value(rng)]
+            )
+    refuse = rng.random() < 0.15  # a payload in the state_dict, last: nothing after takes it out
+    if refuse:
+        state[rng.choice(keys) if keys else "0.cell.weight_ih"] = _WritesMarker(rng.choice(["open", "system", "eval"]))
+    try:
+        return pickle.dumps(state, protocol=rng.choice([2, 3, 4, 5])), refuse
+    except Exception:
+        return mutate_pickle(data, rng), False
+
+
+def mutate_paddle(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    files[main], refuse = mutate_pdparams(files[main], rng)
+    return refuse

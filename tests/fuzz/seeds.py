@@ -47,6 +47,7 @@ WRITTEN_AS = {  # target -> (the family that damages it, the written file's suff
     "mlx": ("mlx", ".mlx.safetensors"),
     "ncnn": ("ncnn", ".param"),
     "tfjs": ("tfjs", ".json"),
+    "paddle": ("paddle", ".pdparams"),
 }
 SHIPPED_SETS = {  # fixtures written by the frameworks themselves, with the files beside them
     "openvino": ["openvino/rnn_tanh.xml", "openvino/lstm_saved_f16.xml"],
@@ -55,6 +56,7 @@ SHIPPED_SETS = {  # fixtures written by the frameworks themselves, with the file
     "mlx": ["mlx/lstm.safetensors", "mlx/encoder.safetensors"],
     "tfjs": ["tfjs/saved/model.json", "tfjs/converted/model.json"],
     "hf_sharded": ["hf_sharded/lstm/model.safetensors.index.json", "hf_sharded/gru/model.safetensors.index.json"],
+    "paddle": SEEDS["paddle"],
 }
 # SavedModel directories and TF2 checkpoints' prefixes (fixtures/savedmodel): each model's files under its own name
 SAVED_SEEDS = keras.SAVED_SEEDS
