@@ -686,6 +686,32 @@ def test_qdq_is_refused_without_dequantize_and_with_quantized_activations(tmp_pa
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ("axis", r"axis 7 is no axis of a 3-dimensional tensor"),
+        ("scale", r"has a scale of 0: a quantization step is a positive finite number"),
+        ("zero", r"zero point \(float32, shape \[24\]\)"),
+    ],
+)
+def test_damaged_qdq_weights_are_refused_in_one_sentence(damage, said, tmp_path):
+    model = onnx.load(str(ONNX / "lstm_qdq_per_channel.onnx"))
+    stored = {t.name: t for t in model.graph.initializer}
+    node = next(n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.attribute)
+    scale, zero = numpy_helper.to_array(stored[node.input[1]]), numpy_helper.to_array(stored[node.input[2]])
+    if damage == "axis":
+        node.attribute[0].i = 7
+    elif damage == "scale":
+        stored[node.input[1]].CopyFrom(numpy_helper.from_array(np.where(np.arange(24) == 3, 0, scale), node.input[1]))
+    else:
+        stored[node.input[2]].CopyFrom(numpy_helper.from_array(zero.astype(np.float32), node.input[2]))
+    path = tmp_path / "damaged.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(rnnconv.errors.BadInput, match=said):
+        rnnconv.convert(path, tmp_path / "out.bin", dequantize=True)
+    assert not (tmp_path / "out.bin").exists()
+
+
 CELL_LAYERS = {"node_Split_6": ("LSTM", 3, 4), "node_Split_12": ("GRU", 3, 5)}  # in cells_dynamo.onnx
 
 
