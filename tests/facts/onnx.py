@@ -60,6 +60,8 @@ SEEDS = [
     "onnx/lstm_cell_in_if_torchscript.onnx",
     "onnx/lstm_quantized.onnx",
     "onnx/lstm_quantized_per_channel.onnx",
+    "onnx/lstm_qdq.onnx",  # onnxruntime QDQ: weights and activations quantized
+    "onnx/lstm_qdq_per_channel.onnx",  # QDQ weights alone, per channel
     "onnx/rnn_unrolled_dynamo.onnx",
     "onnx/rnn_stack_dynamo.onnx",
     "onnx/cells_dynamo.onnx",

@@ -156,7 +156,10 @@ TARGETS = (
 # The ONNX families: the seeds each mutates (by their names' ends), and how.
 ONNX_FAMILIES = {
     "onnx_subgraph": (("lstm_cell_in_if_torchscript.onnx", "tagger_lstm_torchscript.onnx"), "mutate_onnx_folding"),
-    "onnx_quantized": (("lstm_quantized.onnx", "lstm_quantized_per_channel.onnx"), "mutate_onnx_quantized"),
+    "onnx_quantized": (
+        ("lstm_quantized.onnx", "lstm_quantized_per_channel.onnx", "lstm_qdq.onnx", "lstm_qdq_per_channel.onnx"),
+        "mutate_onnx_quantized",
+    ),
     "onnx_unrolled": (
         ("rnn_unrolled_dynamo.onnx", "rnn_stack_dynamo.onnx", "cells_dynamo.onnx"),
         "mutate_onnx_unrolled",

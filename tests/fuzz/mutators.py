@@ -1231,21 +1231,23 @@ def _stored_values(tensor) -> np.ndarray | None:
 
 
 def mutate_onnx_quantized(data: bytes, rng: random.Random) -> bytes:
-    """A quantized LSTM's int8 weights, scales and zero points of other types, shapes and values."""
+    """A quantized LSTM's int8 weights, scales and zero points (its own, or its QDQ DequantizeLinear nodes') of
+    other types, shapes and values; a DequantizeLinear's axis anywhere."""
     import onnx
-    from onnx import numpy_helper
+    from onnx import helper, numpy_helper
 
     model = onnx.ModelProto()
     model.ParseFromString(data)
     graph = model.graph
-    quantized = [n for n in graph.node if n.op_type == "DynamicQuantizeLSTM"]
+    quantized = [n for n in graph.node if n.op_type in ("DynamicQuantizeLSTM", "DequantizeLinear")]
     stored = {t.name: t for t in graph.initializer}
     for _ in range(rng.choice([1, 1, 2, 3])):
         if not quantized:
             break
         node = rng.choice(quantized)
         choice = rng.randrange(8)
-        names = [i for i in node.input[8:] if i in stored] + [i for i in node.input[1:3] if i in stored]
+        qdq = node.op_type == "DequantizeLinear"
+        names = [i for i in (node.input[:3] if qdq else [*node.input[8:], *node.input[1:3]]) if i in stored]
         if choice == 0 and names:  # values: NaN, inf, zero or huge scales; zero points anywhere
             tensor = stored[rng.choice(names)]
             values = _stored_values(tensor)
@@ -1279,6 +1281,9 @@ def mutate_onnx_quantized(data: bytes, rng: random.Random) -> bytes:
                 del node.input[rng.randrange(1, len(node.input)) :]
             else:
                 node.input.extend(["", "extra"])
+        elif choice == 4 and qdq:  # per channel along any axis, or none
+            del node.attribute[:]
+            node.attribute.append(helper.make_attribute("axis", rng.choice([-4, -1, 0, 1, 2, 3, 7])))
         elif choice == 4:  # the domain or op of another runtime
             node.domain = rng.choice(["", "com.evil", "ai.onnx", "com.microsoft"])
         elif choice == 5:  # peepholes given
@@ -1291,7 +1296,7 @@ def mutate_onnx_quantized(data: bytes, rng: random.Random) -> bytes:
                 node.input.append("")
             node.input[7] = peephole
         elif choice == 6:  # scales computed by a hostile chain
-            index = rng.choice([8, 9, 10, 11])
+            index = rng.choice([0, 1, 2] if qdq else [8, 9, 10, 11])
             if index < len(node.input):
                 node.input[index] = _weight_chain(graph, node.input[index], rng, f"q{index}")
         else:

@@ -13,6 +13,7 @@ from rnnconv.core.dtypes import element_type
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats._cells import LoopLayer, Reading, why_not_cudnn
 from rnnconv.formats._graph import chained
+from rnnconv.formats._quantized import Quantization, dequantized, exact_dtype, quantization
 from rnnconv.formats.onnx.folding import SUBGRAPH, Folder, NotFoldable, Scope, node_name
 from rnnconv.formats.onnx.loops import Loop
 from rnnconv.formats.onnx.unrolled import Cell, Unrolled
@@ -57,6 +58,8 @@ class OnnxNode:
     source_class: str = ""  # the node's op as the table's rows name it: op, or a quantized op
     unrolled: int = 0  # for an RNN an exporter unrolled into per-step ops: its steps
     stored: dict[str, np.ndarray] = field(default_factory=dict)  # a quantized node's inputs as stored (int8 W, R...)
+    qdq: dict[str, tuple[str, Quantization]] = field(default_factory=dict)  # role -> its DequantizeLinear's q, scales
+    rounded: list[str] = field(default_factory=list)  # its inputs that QuantizeLinear/DequantizeLinear pairs round
     probed: float | None = None  # a cell read by what it computes: how far its reading was from it on probes
     scanned: bool = False  # a cell that is a Scan's body, stepped over the Scan's sequence
     loops: list[Loop] = field(default_factory=list)  # the Loops stepping its cell (its directions), where it is theirs
@@ -210,13 +213,18 @@ def read_node(node: Any, index: int, scope: Scope, folding: Folder, dequantize: 
         raise BadInput(f"node {name!r} has {len(node.input)} inputs; {node.op_type} has {len(roles)}")
     inputs = list(node.input) + [""] * (len(roles) - len(node.input))
     attributes = _attributes(node, name, op)
-    stored, sources, refusal = {}, {}, None
+    stored, sources, refusal, qdq = {}, {}, None, {}
     for role in ("W", "R", "B", "P", *ONNX_QUANTIZED_INPUTS):
         source = inputs[roles.index(role)] if role in roles else ""
         if not source:
             continue
         try:
-            stored[role] = folding.value(source, scope)
+            dequantizing = _dequantize_node(source, scope)
+            if dequantizing is None:
+                stored[role] = folding.value(source, scope)
+            else:
+                stored[role], qdq[role] = _qdq_weight(dequantizing, scope, folding, f"node {name!r}: its {role}")
+                source = dequantizing.input[0]
         except NotFoldable as exc:
             refusal = (
                 refusal or f"node {name!r}: its {role} is computed in the graph in a way rnnconv does not fold: {exc}"
@@ -226,8 +234,13 @@ def read_node(node: Any, index: int, scope: Scope, folding: Folder, dequantize: 
     if not inputs[roles.index("W")] or not inputs[roles.index("R")]:
         raise BadInput(f"node {name!r} has no W or R input")
     found = OnnxNode(name, op, inputs, list(node.output), attributes, {}, "", short, refusal, sources, node.op_type)
+    found.qdq = qdq
     if refusal is not None:
         return found
+    if qdq:  # one type for the node's weights: float64 where a product of a scale and an integer needs it
+        wide = exact_dtype(stored[role] for role in qdq)
+        stored.update({role: values.astype(wide) for role, values in stored.items() if role in ("W", "R", "B", "P")})
+        found.refusal = _qdq_refusal(found, scope, dequantize)
     if quantized:
         found.stored = stored
         stored = _dequantized(found, stored)
@@ -255,6 +268,67 @@ def read_node(node: Any, index: int, scope: Scope, folding: Folder, dequantize: 
         raise BadInput(f"node {name!r}: its weights are of different types ({', '.join(dtypes)})")
     found.dtype = dtypes[0]
     return found
+
+
+def _dequantize_node(value: str, scope: Scope) -> Any | None:
+    """The standard DequantizeLinear node computing `value`, None where another node or no node does."""
+    owner = scope.owner(value)
+    if owner is None or value not in owner.produced:
+        return None
+    node = owner.produced[value][0]
+    return node if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx") else None
+
+
+def _qdq_weight(node: Any, scope: Scope, folding: Folder, where: str) -> tuple[np.ndarray, tuple[str, Quantization]]:
+    """A weight a DequantizeLinear node computes of stored integers, `scale * (q - zero_point)` per tensor or per
+    channel along its axis, exactly (float32 where that holds every product, else float64), with its quantization."""
+    inputs = list(node.input) + [""] * (3 - len(node.input))
+    if len(node.input) > 3 or not inputs[0] or not inputs[1]:
+        raise BadInput(f"{where} is computed by a DequantizeLinear node without its quantized values and scale")
+    q, scale = folding.value(inputs[0], scope), folding.value(inputs[1], scope)
+    if q.dtype not in (np.int8, np.uint8):
+        raise BadInput(f"{where} is DequantizeLinear of {q.dtype} values, not int8 or uint8 ones rnnconv reads")
+    zero = folding.value(inputs[2], scope) if inputs[2] else np.zeros(scale.shape, q.dtype)
+    if scale.dtype != np.float32 or zero.dtype != q.dtype or scale.ndim > 1 or zero.shape != scale.shape:
+        raise BadInput(
+            f"{where}: its DequantizeLinear's scale ({scale.dtype}, shape {list(scale.shape)}) and zero point "
+            f"({zero.dtype}, shape {list(zero.shape)}) are not float32 and {q.dtype} of one shape, one or one per "
+            f"channel"
+        )
+    axis = next((attribute_value(a) for a in node.attribute if a.name == "axis"), 1)
+    if not isinstance(axis, int) or not -q.ndim <= axis < q.ndim:
+        raise BadInput(f"{where}: its DequantizeLinear's axis {axis!r} is no axis of a {q.ndim}-dimensional tensor")
+    if scale.ndim == 1 and scale.size == 1:
+        scale, zero = scale.reshape(()), zero.reshape(())
+    quant = quantization(
+        scale.ravel().tolist(), zero.ravel().tolist(), axis % q.ndim, tuple(q.shape), str(q.dtype), where
+    )
+    values = dequantized(q, quant)
+    return values.astype(exact_dtype([values])), (inputs[0], quant)
+
+
+def _qdq_refusal(node: OnnxNode, scope: Scope, dequantize: bool) -> str | None:
+    """Why a node whose weights are dequantized integers is not read: without --dequantize, or where its inputs
+    too are rounded by QuantizeLinear/DequantizeLinear pairs (quantized activations), which no converted RNN
+    computes."""
+    node.rounded = [
+        role
+        for role in ("X", "initial_h", "initial_c")
+        if node.inputs[ONNX_INPUTS.index(role)] and _dequantize_node(node.inputs[ONNX_INPUTS.index(role)], scope)
+    ]
+    if node.rounded:
+        return (
+            f"node {node.name!r} is quantized with its activations: its {', '.join(node.rounded)} pass through "
+            f"QuantizeLinear and DequantizeLinear, which round them to a quantization's steps, and the converted "
+            f"RNN would leave that rounding out (rnnconv reads only quantized weights, --dequantize)"
+        )
+    if dequantize:
+        return None
+    roles = ", ".join(node.qdq)
+    return (
+        f"node {node.name!r} has its {roles} computed by DequantizeLinear of stored integers (quantized weights); "
+        f"--dequantize reads them exactly as scale * (q - zero_point), the float model the node computes with"
+    )
 
 
 def _dequantized(node: OnnxNode, stored: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -27,7 +27,7 @@ from rnnconv.formats._graph import (
     refuse,
     same_rnn,
 )
-from rnnconv.formats._quantized import Quantization, record
+from rnnconv.formats._quantized import Quantization, note, record
 from rnnconv.formats.onnx.folding import Folder, NotFoldable, Scope, node_name, scopes
 from rnnconv.formats.onnx.loops import loops_of, read_loops
 from rnnconv.formats.onnx.nodes import (
@@ -325,6 +325,17 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
     if first.quantized:
         provenance["dtype"] = str(first.stored["W"].dtype)  # what the source computes with
         provenance["dequantized"] = _quantized_record(chain)
+    if first.qdq:  # the node computes in float with the dequantized weights: the float model is the node's own
+        held = [quant for node in chain for quant in node.qdq.values()]
+        provenance["dequantized"] = record(held, 8)
+        later.append(
+            note(
+                ",".join(n.name for n in chain),
+                provenance["dequantized"],
+                first.dtype,
+                "here the same: the node computes in float with what DequantizeLinear gives",
+            )
+        )
     found = Found(
         ",".join(n.name for n in chain),
         row,

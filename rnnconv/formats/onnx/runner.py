@@ -74,7 +74,8 @@ def run_nodes(
     how it ran."""
     layers = []
     for node in chain:
-        if node.refusal is not None and not node.stored:  # no weights to run (a quantized node has its own)
+        # no weights to run (a quantized node has its own; a node of dequantized weights computes with them)
+        if node.refusal is not None and not node.stored and (not node.qdq or node.rounded):
             raise Unsupported(node.refusal)
         attributes = {k: v for k, v in node.attributes.items() if k != "layout"}  # sequence-major I/O here
         if node.quantized:  # the quantized node itself, its int8 weights as stored
