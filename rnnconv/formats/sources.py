@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +20,8 @@ from rnnconv.errors import MESSAGE_LIMIT, BadInput, RnnconvError, Unsupported, c
 from rnnconv.formats.settings import ReadOptions
 from rnnconv.formats.writing import arrays_in_source
 from rnnconv.safeio.digests import SourcePass
-from rnnconv.safeio.inputs import resolved
+from rnnconv.safeio.inputs import json_document, resolved
+from rnnconv.table.constants import NONLINEARITY_KEY
 
 
 @dataclass
@@ -66,6 +67,16 @@ def read_source_records(text: str | bytes, path: Path) -> dict[str, Provenance]:
     if not isinstance(records, dict) or not all(isinstance(r, dict) for r in records.values()):
         raise BadInput(f"{path}: its {SOURCE_KEY} record is not the record of the sources rnnconv writes")
     return {where: read_source_record(json.dumps(record), path) for where, record in records.items()}
+
+
+def recorded_by_prefix(records: Mapping[str, str | bytes], path: Path) -> tuple[dict[str, Provenance], dict[str, str]]:
+    """What rnnconv recorded beside a state_dict it wrote (PyTorch's, PaddlePaddle's): the source of each RNN and
+    each simple RNN's nonlinearity, by key prefix."""
+    sources = records.get(SOURCE_KEY)
+    nonlinearities = json_document(records.get(NONLINEARITY_KEY) or "{}", f"{path}: its {NONLINEARITY_KEY}")
+    if not isinstance(nonlinearities, dict) or not all(isinstance(v, str) for v in nonlinearities.values()):
+        raise BadInput(f"{path}: its {NONLINEARITY_KEY} record does not map key prefixes to nonlinearities")
+    return ({} if sources is None else read_source_records(sources, path)), nonlinearities
 
 
 def read_source_record(text: str | bytes, path: Path) -> Provenance:

@@ -22,14 +22,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rnnconv.core.canonical import CanonicalRNN, ParamKey
+from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.core.dtypes import ElementType, decode, element_type, encode, stored_words
 from rnnconv.errors import BadInput, listing
 from rnnconv.safeio.inputs import FileArray
@@ -167,6 +167,19 @@ def rounded_sums(rnn: CanonicalRNN, row: Row, dtype: str) -> tuple[float, Canoni
 def literal(path: Path) -> str:
     """A path as a Python string literal, for a usage line (which a user pastes as code)."""
     return json.dumps(str(path), ensure_ascii=False)
+
+
+def each_rnn_lines(rnns: list[CanonicalRNN], constructor: Callable[[RNNSpec], str], load: str) -> list[str]:
+    """Usage lines building each RNN of a state_dict of several (PyTorch's, PaddlePaddle's) from its keys under its
+    name: `rnns[NAME] = <constructor>; rnns[NAME].<load>({...})`."""
+    lines = ["rnns = {}"]
+    for rnn in rnns:
+        name, prefix = json.dumps(rnn.name), json.dumps(f"{rnn.name}.")
+        lines.append(
+            f"rnns[{name}] = {constructor(rnn.spec)}; rnns[{name}].{load}("
+            f"{{k.removeprefix({prefix}): v for k, v in state.items() if k.startswith({prefix})}})"
+        )
+    return lines
 
 
 def only_rnn(rnns: list[CanonicalRNN], what: str) -> CanonicalRNN:

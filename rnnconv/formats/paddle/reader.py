@@ -29,8 +29,8 @@ from rnnconv.formats.paddle.wire import (
     flat_names,
 )
 from rnnconv.formats.reading import Found, StoredCell, held_grid, nonlinearity_note, read, settle_nonlinearity
-from rnnconv.formats.sources import SOURCE_KEY, read_source_records
-from rnnconv.safeio.inputs import json_document, read_array, regular_file
+from rnnconv.formats.sources import SOURCE_KEY, recorded_by_prefix
+from rnnconv.safeio.inputs import read_array, regular_file
 from rnnconv.table.apply import find_row, rows_for
 from rnnconv.table.constants import (
     MAX_LAYERS,
@@ -66,11 +66,7 @@ class StateDict:
 
     def recorded(self, path: Path) -> tuple[dict[str, Provenance], dict[str, str]]:
         """The source of each RNN and each SimpleRNN's activation that the file records, by key prefix."""
-        sources = self.records.get(SOURCE_KEY)
-        nonlinearities = json_document(self.records.get(NONLINEARITY_KEY) or "{}", f"{path}: its {NONLINEARITY_KEY}")
-        if not isinstance(nonlinearities, dict) or not all(isinstance(v, str) for v in nonlinearities.values()):
-            raise BadInput(f"{path}: its {NONLINEARITY_KEY} record does not map key prefixes to activations")
-        return ({} if sources is None else read_source_records(sources, path)), nonlinearities
+        return recorded_by_prefix(self.records, path)
 
 
 def load_state_dict(path: Path) -> StateDict:

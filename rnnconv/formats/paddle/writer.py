@@ -19,7 +19,7 @@ from rnnconv.core.dtypes import element_type, encode
 from rnnconv.errors import BadInput
 from rnnconv.formats.paddle.wire import BIDIRECTIONAL, PADDLE_CLASSES, flat_names
 from rnnconv.formats.sources import SOURCE_KEY, recorded_source, source_records
-from rnnconv.formats.writing import literal, stored
+from rnnconv.formats.writing import each_rnn_lines, literal, stored
 from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.table.apply import row_for_mode, tensor_name
 from rnnconv.table.constants import LSTM, NONLINEARITIES, NONLINEARITY_KEY, RNN
@@ -99,11 +99,4 @@ def loading_code(rnns: list[CanonicalRNN], path: Path, dtypes: list[str]) -> str
             f"{spec.num_directions * spec.output_size})"
         )
         return "\n".join(lines)
-    lines.append("rnns = {}")
-    for rnn in rnns:
-        name, prefix = json.dumps(rnn.name), json.dumps(f"{rnn.name}.")
-        lines.append(
-            f"rnns[{name}] = {constructor(rnn.spec)}; rnns[{name}].set_state_dict("
-            f"{{k.removeprefix({prefix}): v for k, v in state.items() if k.startswith({prefix})}})"
-        )
-    return "\n".join(lines)
+    return "\n".join(lines + each_rnn_lines(rnns, constructor, "set_state_dict"))

@@ -38,7 +38,7 @@ from rnnconv.formats.reading import (
     settle,
     settle_nonlinearity,
 )
-from rnnconv.formats.sources import SOURCE_KEY, read_source_records
+from rnnconv.formats.sources import recorded_by_prefix
 from rnnconv.formats.torch import exported, sharded
 from rnnconv.formats.torch.checkpoint import (
     PickledTensor,
@@ -55,14 +55,13 @@ from rnnconv.formats.torch.modules import (
     module_entries,
 )
 from rnnconv.formats.torch.wire import EXPORT_KIND, is_legacy_checkpoint
-from rnnconv.safeio.inputs import FileArray, json_document
+from rnnconv.safeio.inputs import FileArray
 from rnnconv.table.apply import find_row, rows_for
 from rnnconv.table.constants import (
     CUDNN_GATES,
     KIND_OF_ROLE,
     MAX_LAYERS,
     MAX_SIZE,
-    NONLINEARITY_KEY,
     TORCH_LAYER_NAME,
     TORCH_PARAMETERS,
     TORCH_REVERSE_SUFFIX,
@@ -261,11 +260,7 @@ class StateDict(dict):
 
     def recorded(self, path: Path) -> tuple[dict[str, Provenance], dict[str, str]]:
         """The source of each RNN and each nn.RNN's nonlinearity that the file records, by key prefix."""
-        sources = self.records.get(SOURCE_KEY)
-        nonlinearities = json_document(self.records.get(NONLINEARITY_KEY) or "{}", f"{path}: its {NONLINEARITY_KEY}")
-        if not isinstance(nonlinearities, dict) or not all(isinstance(v, str) for v in nonlinearities.values()):
-            raise BadInput(f"{path}: its {NONLINEARITY_KEY} record does not map key prefixes to nonlinearities")
-        return ({} if sources is None else read_source_records(sources, path)), nonlinearities
+        return recorded_by_prefix(self.records, path)
 
 
 def load_checkpoint(torch: Any, path: Path) -> Any:

@@ -39,7 +39,7 @@ from rnnconv.formats.torch.reader import (
     require_torch,
 )
 from rnnconv.formats.torch.wire import CHECKPOINT_SUFFIXES
-from rnnconv.formats.writing import literal, stored
+from rnnconv.formats.writing import each_rnn_lines, literal, stored
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import atomic_outputs, write_array
 from rnnconv.table.apply import row_for_mode, rows_for
@@ -100,14 +100,7 @@ def loading_code(rnns: list[CanonicalRNN], path: Path) -> str:
             f"{spec.num_directions * spec.output_size})"
         )
         return "\n".join(lines)
-    lines.append("rnns = {}")
-    for rnn in rnns:
-        name, prefix = json.dumps(rnn.name), json.dumps(f"{rnn.name}.")
-        lines.append(
-            f"rnns[{name}] = {constructor(rnn.spec)}; rnns[{name}].load_state_dict("
-            f"{{k.removeprefix({prefix}): v for k, v in state.items() if k.startswith({prefix})}})"
-        )
-    return "\n".join(lines)
+    return "\n".join(lines + each_rnn_lines(rnns, constructor, "load_state_dict"))
 
 
 def write_state_dict(rnns: list[CanonicalRNN], path: Path, dtype: str | None, force: bool = False) -> None:
