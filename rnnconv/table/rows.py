@@ -251,8 +251,9 @@ RESET_BEFORE = (
 TFJS_RESET_BEFORE = f"TensorFlow.js's GRUCell has no reset_after=True: it {RESET_BEFORE}"
 
 EXECUTORCH_UNNAMED = (
-    "an ExecuTorch program keeps its constants without names, so nothing in it says which is an input or a recurrent "
-    "matrix, of which layer and direction: convert the checkpoint it was exported from instead"
+    "an ExecuTorch program keeps its constants without names: only the kernels its instructions pass them to say "
+    "which is an input or a recurrent matrix, of which layer and direction, and rnnconv does not follow those; "
+    "convert the checkpoint it was exported from instead"
 )
 
 # One row per line: the table is read as a table.
