@@ -41,6 +41,7 @@ def pickled(path) -> dict:
     return pickle.loads(path.read_bytes())
 
 
+@pytest.mark.needs("onnx", "torch")
 @pytest.mark.parametrize("stem", list(FIXTURES_READ))
 def test_paddle_files_convert_and_compute_what_paddle_computed(stem, tmp_path):
     """Each fixture to a cuDNN blob (run by cuDNN's equations), to ONNX (onnxruntime) and to PyTorch (torch.nn), from
