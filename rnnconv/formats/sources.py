@@ -16,7 +16,16 @@ import pydantic
 
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.contracts import InspectEntry, Provenance, RNNSizes, dump
-from rnnconv.errors import MESSAGE_LIMIT, BadInput, RnnconvError, Unsupported, cut, listing, no_such_rnn
+from rnnconv.errors import (
+    MESSAGE_LIMIT,
+    BadInput,
+    RnnconvError,
+    Unsupported,
+    cut,
+    listing,
+    no_such_rnn,
+    several_rnns,
+)
 from rnnconv.formats.settings import ReadOptions
 from rnnconv.formats.writing import arrays_in_source
 from rnnconv.safeio.digests import SourcePass
@@ -120,6 +129,13 @@ class Named(Protocol):
 
 
 Item = TypeVar("Item", bound=Named)
+
+
+class Prefixed(Named, Protocol):
+    prefix: str  # the state_dict keys' common start, with its dot
+
+
+Keyed = TypeVar("Keyed", bound=Prefixed)
 T = TypeVar("T")
 
 
@@ -202,3 +218,21 @@ def pick_named(
             f"{path} holds {len(items)} RNNs ({listing(i.name for i in items)}); pick one with --layer{or_else}"
         )
     return items
+
+
+def pick_by_prefix(rnns: list[Keyed], prefix: str | None, path: Path) -> Keyed:
+    """The RNN of a state_dict (PyTorch's, PaddlePaddle's; `rnns` not empty) that `prefix` names (its name, its
+    keys' prefix, or that prefix's end), or the only one."""
+    if prefix is None:
+        if len(rnns) == 1:
+            return rnns[0]
+        raise several_rnns(path, f"holds {len(rnns)} RNNs ({', '.join(repr(r.name) for r in rnns)})")
+    wanted = prefix.rstrip(".")
+    matches = [
+        r for r in rnns if r.name == wanted or r.prefix.rstrip(".") == wanted or r.prefix.endswith("." + wanted + ".")
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise no_such_rnn(f"{path} has no RNN with prefix", prefix, [r.name for r in rnns])
+    raise BadInput(f"prefix {prefix!r} matches several RNNs in {path} ({listing(r.name for r in matches)}); give more")

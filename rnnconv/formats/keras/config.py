@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from rnnconv.errors import BadInput
+from rnnconv.errors import BadInput, listing, no_such_rnn, several_rnns
 from rnnconv.formats.keras.wire import KERAS_CELLS, KERAS_RECURRENT_NAMES
 from rnnconv.table.apply import classes_of, keras_era, rows_for, stored_shapes
 from rnnconv.table.constants import KERAS_VARIABLES, MAX_LAYERS
@@ -258,3 +259,21 @@ def old_defaults(version: str | None) -> str | None:
 
 
 MAX_NESTING = 64  # models and groups nested deeper than this are no Keras model
+
+
+def pick_layer(layers: list[KerasLayer], name: str | None, path: Path) -> KerasLayer:
+    """The recurrent layer `name` names (its whole name, or the last part of a SavedModel's layer path), or the
+    only one."""
+    if name is None:
+        if len(layers) == 1:
+            return layers[0]
+        if not layers:
+            raise BadInput(f"{path} has no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU)")
+        raise several_rnns(path, f"has {len(layers)} recurrent layers ({listing(n.name for n in layers)})")
+    matches = [n for n in layers if n.name == name] or [n for n in layers if n.name.rsplit("/", 1)[-1] == name]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        ending = listing(n.name for n in matches)
+        raise BadInput(f"{len(matches)} recurrent layers of {path} end in {name!r} ({ending}); give the whole name")
+    raise no_such_rnn(f"{path} has no recurrent layer named", name, [n.name for n in layers])

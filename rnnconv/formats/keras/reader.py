@@ -23,7 +23,7 @@ import h5py
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance, RNNSizes
-from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line, listing, no_such_rnn, several_rnns
+from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line
 from rnnconv.formats import _zip
 from rnnconv.formats.keras import PLUGIN
 from rnnconv.formats.keras.config import (
@@ -33,6 +33,7 @@ from rnnconv.formats.keras.config import (
     KerasLayer,
     inferred_layer,
     old_defaults,
+    pick_layer,
     walk_config,
 )
 from rnnconv.formats.keras.hdf5 import (
@@ -129,17 +130,7 @@ class KerasFile:
         self._closers.clear()
 
     def layer(self, name: str | None) -> KerasLayer:
-        if name is None:
-            if len(self.layers) == 1:
-                return self.layers[0]
-            if not self.layers:
-                raise BadInput(f"{self.path} has no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU)")
-            names = listing(found.name for found in self.layers)
-            raise several_rnns(self.path, f"has {len(self.layers)} recurrent layers ({names})")
-        for layer in self.layers:
-            if layer.name == name:
-                return layer
-        raise no_such_rnn(f"{self.path} has no recurrent layer named", name, [found.name for found in self.layers])
+        return pick_layer(self.layers, name, self.path)
 
     # --- opening ----------------------------------------------------------------------------
 

@@ -22,8 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.errors import BadInput, RnnconvError, listing, no_such_rnn, several_rnns
-from rnnconv.formats.keras.config import ROLE_OF_NAME, ConfigEntry, KerasLayer, inferred_layer, walk_config
+from rnnconv.errors import BadInput, RnnconvError
+from rnnconv.formats.keras.config import (
+    ROLE_OF_NAME,
+    ConfigEntry,
+    KerasLayer,
+    inferred_layer,
+    pick_layer,
+    walk_config,
+)
 from rnnconv.formats.keras.hdf5 import TensorReader, check_tensor
 from rnnconv.formats.keras.wire import (
     KERAS_DIRECTION_PREFIXES,
@@ -271,18 +278,7 @@ class ObjectFile:
         pass
 
     def layer(self, name: str | None) -> KerasLayer:
-        if name is None:
-            if len(self.layers) == 1:
-                return self.layers[0]
-            if not self.layers:
-                raise BadInput(f"{self.path} has no recurrent layer (LSTM, GRU, SimpleRNN, CuDNNLSTM, CuDNNGRU)")
-            raise several_rnns(
-                self.path, f"has {len(self.layers)} recurrent layers ({listing(n.name for n in self.layers)})"
-            )
-        matches = [layer for layer in self.layers if name in (layer.name, layer.name.rsplit("/", 1)[-1])]
-        if len(matches) == 1:
-            return matches[0]
-        raise no_such_rnn(f"{self.path} has no recurrent layer named", name, [found.name for found in self.layers])
+        return pick_layer(self.layers, name, self.path)
 
 
 def _inferred(groups: dict[str, list[dict[str, BundleTensor]]], unrecorded: str) -> Iterator[KerasLayer]:

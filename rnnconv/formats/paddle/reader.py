@@ -19,7 +19,7 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance, RNNSizes
-from rnnconv.errors import BadInput, listing, no_such_rnn, several_rnns
+from rnnconv.errors import BadInput, listing
 from rnnconv.formats import _pickled
 from rnnconv.formats.paddle.wire import (
     CELL_ROLES,
@@ -29,7 +29,7 @@ from rnnconv.formats.paddle.wire import (
     flat_names,
 )
 from rnnconv.formats.reading import Found, StoredCell, held_grid, nonlinearity_note, read, settle_nonlinearity
-from rnnconv.formats.sources import SOURCE_KEY, recorded_by_prefix
+from rnnconv.formats.sources import SOURCE_KEY, pick_by_prefix, recorded_by_prefix
 from rnnconv.safeio.inputs import read_array, regular_file
 from rnnconv.table.apply import find_row, rows_for
 from rnnconv.table.constants import (
@@ -173,18 +173,7 @@ def pick(rnns: list[PaddleRNN], prefix: str | None, path: Path) -> PaddleRNN:
     if not rnns:
         first = rows_for("paddle", "LSTM")[0].tensors["input_matrix"].format(layer=0, cell=PADDLE_CELLS[1][0])
         raise BadInput(f"{path} holds no PaddlePaddle RNN weights (no {first} under any prefix)")
-    names = ", ".join(repr(r.name) for r in rnns)
-    if prefix is None:
-        if len(rnns) == 1:
-            return rnns[0]
-        raise several_rnns(path, f"holds {len(rnns)} RNNs ({names})")
-    wanted = prefix.rstrip(".")
-    matches = [r for r in rnns if r.name == wanted or r.prefix.endswith("." + wanted + ".")]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise no_such_rnn(f"{path} has no RNN with prefix", prefix, [r.name for r in rnns])
-    raise BadInput(f"prefix {prefix!r} matches several RNNs in {path} ({listing(r.name for r in matches)}); give more")
+    return pick_by_prefix(rnns, prefix, path)
 
 
 # --- to the canonical form -------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import numpy as np
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance, RNNSizes
 from rnnconv.core.dtypes import ELEMENT_TYPES, decode
-from rnnconv.errors import BackendMissing, BadInput, listing, no_such_rnn, several_rnns
+from rnnconv.errors import BackendMissing, BadInput, listing
 from rnnconv.formats import _pickled, _safetensors
 from rnnconv.formats.reading import (
     Found,
@@ -38,7 +38,7 @@ from rnnconv.formats.reading import (
     settle,
     settle_nonlinearity,
 )
-from rnnconv.formats.sources import recorded_by_prefix
+from rnnconv.formats.sources import pick_by_prefix, recorded_by_prefix
 from rnnconv.formats.torch import exported, sharded
 from rnnconv.formats.torch.checkpoint import (
     PickledTensor,
@@ -408,23 +408,7 @@ def pick(rnns: list[TorchRNN], prefix: str | None, path: Path) -> TorchRNN:
         layer_row, cell_row = rows_for("torch", "LSTM")[0], rows_for("torch", "LSTMCell")[0]
         first = layer_row.tensors["input_matrix"].format(layer=0, suffix="")
         raise BadInput(f"{path} holds no PyTorch RNN weights (no {first} or cell {cell_row.tensors['input_matrix']})")
-    names = ", ".join(repr(r.name) for r in rnns)
-    if prefix is None:
-        if len(rnns) == 1:
-            return rnns[0]
-        raise several_rnns(path, f"holds {len(rnns)} RNNs ({names})")
-    wanted = prefix.rstrip(".")
-    matches = [
-        r for r in rnns if r.name == wanted or r.prefix.rstrip(".") == wanted or r.prefix.endswith("." + wanted + ".")
-    ]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise no_such_rnn(f"{path} has no RNN with prefix", prefix, [r.name for r in rnns])
-    raise BadInput(
-        f"prefix {prefix!r} matches several RNNs in {path} "
-        f"({', '.join(repr(r.name) for r in matches)}); give more of it"
-    )
+    return pick_by_prefix(rnns, prefix, path)
 
 
 # --- to the canonical form -----------------------------------------------------------------
