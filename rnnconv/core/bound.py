@@ -14,12 +14,12 @@ scales say (a gate swapped, a scale on the wrong axis, a wrong zero point).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from rnnconv.core.canonical import ParamKey, RNNSpec
-from rnnconv.core.reference import ACTIVATIONS, sigmoid
+from rnnconv.core.reference import ACTIVATIONS, forward, sigmoid
 from rnnconv.table.constants import GRU, LSTM, Kind
 
 ACTIVATION_STEPS = 127  # a step of the kernel's 8-bit inputs is at most max|value| / 127
@@ -55,6 +55,35 @@ def quantization_bound(
             worst = max(worst, float(dh.max()), float(dc.max()) if spec.mode == LSTM else 0.0)
         values, errors = np.concatenate(outputs, axis=-1), np.concatenate(bounds, axis=-1)
     return max(worst, float(errors.max()))
+
+
+def float_steps(
+    spec: RNNSpec, param: Callable[[ParamKey], np.ndarray], x: np.ndarray, h0: np.ndarray | None, c0: np.ndarray | None
+) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]]:
+    """Each step's input with the float model's states before it (its own trajectory, in the numpy reference, as
+    float32): where a step of a quantized run is compared with the float model's (forward directions only)."""
+    h, c = h0, c0
+    for t in range(x.shape[0]):
+        yield x[t : t + 1], h, c
+        _, h_next, c_next = forward(spec, param, x[t : t + 1], h, c)
+        h = h_next.astype(np.float32)
+        c = None if c_next is None else c_next.astype(np.float32)
+
+
+def stepwise_bound(
+    spec: RNNSpec,
+    param: Callable[[ParamKey], np.ndarray],
+    x: np.ndarray,
+    h0: np.ndarray | None,
+    c0: np.ndarray | None,
+    weight_error: float,
+    quantized_inputs: bool = True,
+) -> float:
+    """The largest bound of any step, each from the float model's states (`float_steps`)."""
+    return max(
+        quantization_bound(spec, param, x_t, h, c, weight_error, quantized_inputs)
+        for x_t, h, c in float_steps(spec, param, x, h0, c0)
+    )
 
 
 def _stacked(spec: RNNSpec, param: Callable[[ParamKey], np.ndarray], layer: int, d: int, kind: str) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Quantized weights read exactly: integers with their scales and zero points (per tensor, or per channel along one
 axis), checked and dequantized, `scale * (q - zero_point)`, into the float type that holds every product exactly,
 and the record of what was dequantized (`contracts.Dequantized`) a written file keeps. TFLite's and PyTorch's
-readers use it."""
+readers use it. And weights quantized for writing (`--quantize`): symmetric int8 as TensorFlow's converter rounds
+them, with the record of what was written (`contracts.Quantized`), which TFLite's and ONNX's writers use."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rnnconv.core.contracts import Dequantized
+from rnnconv.core.bound import quantization_bound, stepwise_bound
+from rnnconv.core.canonical import CanonicalRNN
+from rnnconv.core.compare import make_inputs
+from rnnconv.core.contracts import Dequantized, Quantized
 from rnnconv.errors import BadInput
+from rnnconv.formats.holding import PROBE_BATCH, PROBE_SEED, PROBE_STEPS
 
 # The integer types a quantized weight is stored in, with their ranges (a zero point must lie within them).
 QUANTIZED_RANGES: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
@@ -100,4 +105,65 @@ def note(name: str, rec: Dequantized, dtype: str, how: str) -> str:
         f"{name}: dequantized: {count} int{rec.bits} weight tensor{'s' * (count > 1)} ({rec.scheme}, {zero}, "
         f"largest step {rec.largest_step:.3g}) read as scale * (q - zero_point) in {dtype}, the float model the "
         f"quantized one approximates, not the quantized one ({how})"
+    )
+
+
+# The types --quantize writes, each with its symmetric scheme's largest level (int8: -127 to 127, as TensorFlow's
+# converter writes).
+WRITTEN_TYPES: dict[str, tuple[type[np.signedinteger], int]] = {"int8": (np.int8, 127)}
+
+
+def symmetric(values: np.ndarray, channel_axes: tuple[int, ...], kind: str = "int8") -> tuple[np.ndarray, np.ndarray]:
+    """Float weights quantized symmetrically, as TensorFlow's converter does (SymmetricQuantizeFloats): over each
+    channel (the axes `channel_axes` keep; none: the whole tensor) scale = max|W| / 127 in float32 and q =
+    round(W * (127 / max|W|)), halves away from zero; a channel of zeros gets scale 1. The integers, and the scales
+    in the shape that broadcasts against them."""
+    storage, top = WRITTEN_TYPES[kind]
+    levels = np.float32(top)
+    v = np.asarray(values, np.float32)
+    reduced = tuple(axis for axis in range(v.ndim) if axis not in channel_axes)
+    largest = np.abs(v).max(axis=reduced, keepdims=True) if v.size else np.ones([1] * v.ndim, np.float32)
+    largest = np.where(largest > 0, largest, levels).astype(np.float32)
+    scaled = v * (levels / largest).astype(np.float32)
+    q = np.clip(np.sign(scaled) * np.floor(np.abs(scaled) + np.float32(0.5)), -levels, levels)
+    return q.astype(storage), (largest / levels).astype(np.float32)
+
+
+def rounding_error(values: np.ndarray, q: np.ndarray, quant: Quantization) -> float:
+    """The largest difference of the written weights, scale * q, from the float ones."""
+    return float(np.max(np.abs(dequantized(q, quant) - np.asarray(values, np.float64)), initial=0.0))
+
+
+def written_record(
+    rnn: CanonicalRNN, held: Sequence[tuple[str, Quantization]], kind: str, weight_error: float, inputs_quantized: bool
+) -> Quantized:
+    """What a file written with --quantize records of it: the scheme, the largest rounding of a weight, and the bound
+    its scales give each step of the float source's run on the conversion's probe inputs (the whole sequence's, for a
+    bidirectional RNN, whose reverse direction is not stepped)."""
+    inputs = make_inputs(rnn.spec, PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
+    x, h0, c0 = inputs["x"], inputs["h0"], inputs["c0"]
+    bound = (
+        quantization_bound(rnn.spec, rnn.param, x, h0, c0, weight_error, inputs_quantized)
+        if rnn.spec.bidirectional
+        else stepwise_bound(rnn.spec, rnn.param, x, h0, c0, weight_error, inputs_quantized)
+    )
+    return Quantized(
+        **record(held, np.dtype(WRITTEN_TYPES[kind][0]).itemsize * 8).model_dump(),
+        weight_error=weight_error,
+        inputs_quantized=inputs_quantized,
+        step_bound=bound,
+        seed=PROBE_SEED,
+        steps=PROBE_STEPS,
+        batch=PROBE_BATCH,
+    )
+
+
+def quantized_note(name: str, rec: Quantized, target: str) -> str:
+    """The conversion's warning of what --quantize wrote."""
+    inputs = ", each step's inputs quantized to 8 bits at run time" if rec.inputs_quantized else ""
+    return (
+        f"--quantize: {name}'s {len(rec.tensors)} weight matrices written to {target} as int{rec.bits} ({rec.scheme}, "
+        f"symmetric, scale = max|W| / 127{inputs}): each weight within {rec.weight_error:.3g} of the source's (half "
+        f"the largest step is {rec.largest_step / 2:.3g}); on probe inputs (seed {rec.seed}, {rec.steps} steps, batch "
+        f"{rec.batch}) the bound its scales give a step is {rec.step_bound:.3g}, which verify holds the file to"
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
+from rnnconv.errors import either
 from rnnconv.formats.catalog import FORMAT_INFO, plugins
 from rnnconv.formats.plugin import SettingField
 from rnnconv.table.layouts import BIAS_SPLITS, DEFAULT_BIAS_SPLIT
@@ -21,6 +22,11 @@ def _those_with(option: str) -> str:
     """The formats whose files the read option `option` concerns, as a sentence names them."""
     titles = [info.title for info in FORMAT_INFO.values() if option in info.source_options]
     return ", ".join(titles[:-1]) + f" or {titles[-1]}" if len(titles) > 1 else "".join(titles)
+
+
+def _quantizing() -> str:
+    """The formats whose files --quantize can write, as a sentence names them."""
+    return either([info.title for info in FORMAT_INFO.values() if info.holds.quantizes])
 
 
 def _layer_help() -> str:
@@ -106,6 +112,16 @@ WRITE_FIELDS: Final[dict[str, SettingField]] = {
         "without it, and say how much that changes the outputs on probe inputs.",
     ),
     "streaming": SettingField(bool, False, ("--streaming",), _streaming_help()),
+    "quantize": SettingField(
+        str | None,
+        None,
+        ("--quantize",),
+        f"Write the weight matrices quantized ({_quantizing()}): symmetric, scale = max|W| / 127, one scale per "
+        "channel where the target's kernel takes that, else per tensor; biases and states stay float. Quantization "
+        "rounds each weight by up to half a step: asked for, it is allowed, and the written record says the scheme "
+        "and the bound its scales give, which verify holds the file to.",
+        ("int8",),
+    ),
     **_own("write"),
 }
 TARGET_FIELDS: Final[dict[str, SettingField]] = {

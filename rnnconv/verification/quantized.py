@@ -8,6 +8,13 @@ tell a faithful quantization from a wrong one (a gate swapped, a scale on the wr
 step far beyond it). So verify runs both sides a step at a time, each from the float model's own states (its
 trajectory, computed in the numpy reference), and compares the steps; the whole sequence's difference is reported
 beside it.
+
+A file rnnconv wrote with --quantize is proved in three terms (`prove`), each with its number: its weights (each
+within half a step of the float source's: exact), its kernel (the file in its runtime against the float run of its own
+dequantized weights, a step at a time: the rounding of each step's inputs, within the bound its scales give) and end
+to end (the file against the float source over the whole sequence, within --bound or the bound the other two give). A
+mistake in the file (a gate swapped, a scale on the wrong tensor) leaves the kernel's term small and puts the end to
+end one far above it.
 """
 
 from __future__ import annotations
@@ -16,12 +23,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from rnnconv.core.bound import quantization_bound
+from rnnconv.core.bound import float_steps, quantization_bound
 from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
-from rnnconv.core.compare import Inputs, Outputs
-from rnnconv.core.contracts import Tolerance
+from rnnconv.core.compare import Inputs, Outputs, compare
+from rnnconv.core.contracts import Comparison, QuantizationProof, QuantizationTerm, Quantized, Tolerance
 from rnnconv.core.reference import forward
-from rnnconv.table.constants import DIRECTION_WORDS, LSTM
+from rnnconv.table.constants import DIRECTION_WORDS, LSTM, Kind
 
 # A step's runtime rounds in float32 besides: the runtime's own tolerance, added to the bound.
 FLOAT_ATOL, FLOAT_RTOL = 1e-4, 1e-3
@@ -38,22 +45,21 @@ def stepwise(
     inputs: Inputs,
     runs: tuple[Callable[[Inputs], Outputs], Callable[[Inputs], Outputs]],
     weight_error: float,
+    quantized_inputs: bool = True,
 ) -> tuple[Outputs, Outputs, Tolerance]:
     """Both runs (`runs`: the quantized one, the float one) a step at a time from the float model's states, each
     step's outputs stacked as a sequence's (y per step, the last step's h_n and c_n), and the tolerance: the largest
-    bound of any step, plus float32's."""
-    x, h, c = inputs["x"], inputs["h0"], inputs["c0"]
+    bound of any step, plus float32's (`quantized_inputs`: whether the quantized run's kernel quantizes each step's
+    inputs to 8 bits)."""
+    x = inputs["x"]
     assert x is not None
     stepped: tuple[list[Outputs], list[Outputs]] = ([], [])
     bound = 0.0
-    for t in range(x.shape[0]):
-        step: Inputs = {"x": x[t : t + 1], "h0": h, "c0": c, "lengths": None}
-        bound = max(bound, quantization_bound(spec, param, x[t : t + 1], h, c, weight_error))
+    for x_t, h, c in float_steps(spec, param, x, inputs["h0"], inputs["c0"]):
+        step: Inputs = {"x": x_t, "h0": h, "c0": c, "lengths": None}
+        bound = max(bound, quantization_bound(spec, param, x_t, h, c, weight_error, quantized_inputs))
         for run, outputs in zip(runs, stepped, strict=True):
             outputs.append(run(step))
-        _, h_next, c_next = forward(spec, param, x[t : t + 1], h, c)
-        h = h_next.astype(np.float32)
-        c = None if c_next is None else c_next.astype(np.float32)
     joined = tuple(_joined(outputs, spec) for outputs in stepped)
     return joined[0], joined[1], Tolerance(atol=bound + FLOAT_ATOL, rtol=FLOAT_RTOL, bound=bound)
 
@@ -67,20 +73,150 @@ def _joined(steps: list[Outputs], spec: RNNSpec) -> Outputs:
     }
 
 
-def weights_off(reading: CanonicalRNN, float_model: CanonicalRNN, step: float) -> str | None:
-    """Where a dequantized weight is more than half a step from the float checkpoint's (None: nowhere): the tensor
-    and gate block, and by how much."""
+def farthest_weight(
+    reading: CanonicalRNN, float_model: CanonicalRNN, kinds: tuple[str, ...] | None = None
+) -> tuple[float, ParamKey | None]:
+    """The largest difference of a dequantized weight from the float model's (of `kinds`; None: every tensor), and
+    the block it is in."""
     worst, where = 0.0, None
     for key in reading.spec.param_keys():
+        if kinds is not None and key.kind not in kinds:
+            continue
         off = float(np.max(np.abs(np.asarray(reading.param(key), np.float64) - float_model.param(key)), initial=0))
         if off > worst:
             worst, where = off, key
-    slack = step * 2.0**-20  # the float32 rounding of a checkpoint's weight
-    if where is None or worst <= step / 2 + slack:
+    return worst, where
+
+
+def _half_step(step: float) -> float:
+    return step / 2 + step * 2.0**-20  # with the float32 rounding of a checkpoint's weight
+
+
+def weights_off(
+    reading: CanonicalRNN,
+    float_model: CanonicalRNN,
+    step: float,
+    whose: str = "checkpoint's",
+    kinds: tuple[str, ...] | None = None,
+) -> str | None:
+    """Where a dequantized weight (of `kinds`) is more than half a step from the float checkpoint's (None: nowhere):
+    the tensor and gate block, and by how much."""
+    worst, where = farthest_weight(reading, float_model, kinds)
+    if where is None or worst <= _half_step(step):
         return None
     direction = f" {DIRECTION_WORDS[where.direction]}" if reading.spec.bidirectional else ""
     return (
         f"its {where.kind} of gate {where.gate or '-'} (layer {where.layer}{direction}) is {worst:.3g} from the "
-        f"checkpoint's, more than half its largest quantization step ({step / 2:.3g}): it was not quantized from "
-        f"this checkpoint's weights as its scales say"
+        f"{whose}, more than half its largest quantization step ({step / 2:.3g}): it was not quantized from "
+        f"these weights as its scales say"
     )
+
+
+FAR_ABOVE = 10.0  # an end-to-end difference this many times the kernel's is no rounding: a mistake in the file
+MATRICES = (Kind.W, Kind.R, Kind.P)  # what --quantize quantizes (biases stay float, as the source's)
+
+
+def _reference(rnn: CanonicalRNN) -> Callable[[Inputs], Outputs]:
+    def run(step: Inputs) -> Outputs:
+        y, h_n, c_n = forward(rnn.spec, rnn.param, step["x"], step["h0"], step["c0"])
+        return {"y": y, "h_n": h_n, "c_n": c_n}
+
+    return run
+
+
+def _held(
+    rnn: CanonicalRNN, inputs: Inputs, quantized: Callable[[Inputs], Outputs], weight_error: float, record: Quantized
+) -> tuple[Comparison, Tolerance, str]:
+    """The quantized run against `rnn`'s float one, a step at a time from `rnn`'s states, within the bound its scales
+    give (the whole sequence, within its wider bound, for a bidirectional RNN, whose reverse direction is not
+    stepped)."""
+    spec, x, h0, c0 = rnn.spec, inputs["x"], inputs["h0"], inputs["c0"]
+    if steppable(spec):
+        runs = (quantized, _reference(rnn))
+        got, want, tol = stepwise(spec, rnn.param, inputs, runs, weight_error, record.inputs_quantized)
+        how = "each step from the same states"
+    else:
+        got, want = quantized(inputs), _reference(rnn)(inputs)
+        whole = quantization_bound(spec, rnn.param, x, h0, c0, weight_error, record.inputs_quantized)
+        tol, how = Tolerance(atol=whole + FLOAT_ATOL, rtol=FLOAT_RTOL, bound=whole), "the whole sequence"
+    return compare(spec, got, want, tol, None), tol, how
+
+
+def prove(
+    reading: CanonicalRNN,
+    float_model: CanonicalRNN,
+    record: Quantized,
+    inputs: Inputs,
+    runs: tuple[Outputs, Outputs],
+    file_run: Callable[[Inputs], Outputs],
+    bound: float | None,
+) -> tuple[QuantizationProof, Comparison, Tolerance]:
+    """A file written with --quantize (`reading`: its dequantized weights; `record`: what it says was written)
+    proved against its float source (`float_model`) in three terms: its weights, each within half a step of the
+    source's; its kernel (`file_run`) against the float run of its own dequantized weights, a step at a time from the
+    same states, within the bound its scales give (weights exact, each step's inputs rounded as the kernel does); and
+    end to end, the file against the float source: over the whole sequence (`runs`: the file's outputs, the source's
+    in its framework) within `bound`, or by default a step at a time from the source's states within the bound of the
+    other two (each weight within half a step, each step's inputs rounded). The proof, the end-to-end comparison and
+    its tolerance."""
+    spec = reading.spec
+    off, _ = farthest_weight(reading, float_model, MATRICES)
+    half = _half_step(record.largest_step)
+    weights_detail = weights_off(reading, float_model, record.largest_step, "float source's", MATRICES) or (
+        f"every dequantized weight within {off:.3g} of the float source's (half the largest step: {half:.3g})"
+    )
+    weights = QuantizationTerm(measured=off, bound=half, ok=off <= half, detail=weights_detail)
+    kernel_cmp, kernel_tol, how = _held(reading, inputs, file_run, 0.0, record)
+    assert kernel_tol.bound is not None
+    kernel = QuantizationTerm(
+        measured=kernel_cmp.worst,
+        bound=kernel_tol.bound,
+        ok=kernel_cmp.match,
+        detail=f"the file in its runtime against the float run of its dequantized weights ({how}): up to "
+        f"{kernel_cmp.worst:.3g}, the bound its scales give {kernel_tol.bound:.3g}",
+    )
+    whole = compare(spec, runs[0], runs[1], Tolerance(atol=0.0, rtol=0.0), inputs["lengths"]).worst
+    if bound is not None:  # the user's own bound on the whole sequence
+        end_tol = Tolerance(atol=bound, rtol=0.0, bound=bound)
+        end_cmp = compare(spec, runs[0], runs[1], end_tol, inputs["lengths"])
+        held = f"over the whole sequence: up to {end_cmp.worst:.3g}, held to --bound {bound:.3g}"
+    else:
+        end_cmp, end_tol, how = _held(float_model, inputs, file_run, record.largest_step / 2, record)
+        assert end_tol.bound is not None
+        held = (
+            f"({how}, the source's steps in the numpy reference): up to {end_cmp.worst:.3g}, held to the bound of "
+            f"weights within half a step and the kernel's rounding, {end_tol.bound:.3g}; over the whole sequence "
+            f"the outputs differ by up to {whole:.3g}, each step's rounding carried to the next"
+        )
+    assert end_tol.bound is not None
+    end_to_end = QuantizationTerm(
+        measured=end_cmp.worst,
+        bound=end_tol.bound,
+        ok=end_cmp.match,
+        detail=f"the file in its runtime against the float source {held}",
+    )
+    proof = QuantizationProof(
+        scheme=record.scheme,
+        bits=record.bits,
+        weights=weights,
+        kernel=kernel,
+        end_to_end=end_to_end,
+        bound_given=bound is not None,
+    )
+    return proof, end_cmp, end_tol
+
+
+def terms_failed(proof: QuantizationProof) -> str:
+    """What a proof's failed terms say, and the mistake an end-to-end difference far above the kernel's points to."""
+    failed = [
+        f"{name}: {term.detail}"
+        for name, term in (("weights", proof.weights), ("kernel", proof.kernel), ("end to end", proof.end_to_end))
+        if not term.ok
+    ]
+    if proof.end_to_end.measured > FAR_ABOVE * max(proof.kernel.measured, proof.kernel.bound):
+        failed.append(
+            f"end to end it is {proof.end_to_end.measured / max(proof.kernel.measured, proof.kernel.bound, 1e-30):.3g} "
+            f"times the kernel's difference: no rounding does that; the file computes another RNN than its source (a "
+            f"gate swapped, a scale on the wrong tensor or axis, a wrong zero point, a clip)"
+        )
+    return "; ".join(failed)
