@@ -129,9 +129,11 @@ def symmetric(values: np.ndarray, channel_axes: tuple[int, ...], kind: str = "in
     return q.astype(storage), (largest / levels).astype(np.float32)
 
 
-def rounding_error(values: np.ndarray, q: np.ndarray, quant: Quantization) -> float:
-    """The largest difference of the written weights, scale * q, from the float ones."""
-    return float(np.max(np.abs(dequantized(q, quant) - np.asarray(values, np.float64)), initial=0.0))
+def rounding_error(values: np.ndarray, q: np.ndarray, scales: np.ndarray) -> float:
+    """The largest difference of the written weights, scale * q (`scales` broadcast against q), from the float ones:
+    in float64, which holds every such product exactly."""
+    written = q.astype(np.float64) * scales.astype(np.float64)
+    return float(np.max(np.abs(written - np.asarray(values, np.float64)), initial=0.0))
 
 
 def written_record(

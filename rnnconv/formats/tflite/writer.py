@@ -58,7 +58,7 @@ def graph_of(rnn: CanonicalRNN, quantize: str | None = None) -> tuple[Graph, Qua
                 quant = Quantization((float(scales.flat[0]),), (0,), None)
                 constants[slot_of(op_name, key)] = Constant(name, tensor.shape, quantize, lambda q=q: q, quant)
                 held.append((name, quant))
-                rounded = max(rounded, rounding_error(values, q, quant))
+                rounded = max(rounded, rounding_error(values, q, scales))
             directions.append(constants)
         layers.append(directions)
     options: dict[str, object] = {"activation": _activation_code(row, spec.mode)}
