@@ -20,7 +20,7 @@ from rnnconv.errors import cut
 
 _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 _NOT_TEXT = re.compile(r"[\x00-\x1f\x7f]+")
-MARKS = {"match": "✅", "not-deployed": "➖", "structure-only": "⚠️", "lossy-as-recorded": "⚠️"}  # else ❌
+MARKS = {"match": "✅", "within-bound": "✅", "not-deployed": "➖", "structure-only": "⚠️", "lossy-as-recorded": "⚠️"}  # else ❌
 
 
 def text(value: str, limit: int = 300) -> str:
