@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rnnconv.core.contracts import Comparison, Report, Tolerance
 from rnnconv.table.constants import DIRECTIONS
+from rnnconv.verification.quantized import terms
 
 OUTPUTS = {"y": "output sequence", "h_n": "final hidden state", "c_n": "final cell state"}
 # What XML 1.0 cannot hold at all, escaping or not (control characters, lone surrogates): shown as \xNN.
@@ -83,7 +84,7 @@ def cases_of(report: Report) -> list[Case]:
     cases = [overall]
     proof = report.quantization
     if proof is not None:  # a file written with --quantize: its proof's three terms, a case each
-        for title, term in (("weights", proof.weights), ("kernel", proof.kernel), ("end to end", proof.end_to_end)):
+        for title, term in terms(proof):
             case = Case(f"{rnn}: quantized {title}")
             if not term.ok:
                 case.outcome = "failure"

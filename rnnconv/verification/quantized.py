@@ -26,7 +26,7 @@ import numpy as np
 from rnnconv.core.bound import float_steps, quantization_bound
 from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.core.compare import Inputs, Outputs, compare
-from rnnconv.core.contracts import Comparison, QuantizationProof, QuantizationTerm, Quantized, Tolerance
+from rnnconv.core.contracts import Check, Comparison, Dequantized, QuantizationProof, QuantizationTerm, Tolerance
 from rnnconv.core.reference import forward
 from rnnconv.table.constants import DIRECTION_WORDS, LSTM, Kind
 
@@ -125,19 +125,19 @@ def _reference(rnn: CanonicalRNN) -> Callable[[Inputs], Outputs]:
 
 
 def _held(
-    rnn: CanonicalRNN, inputs: Inputs, quantized: Callable[[Inputs], Outputs], weight_error: float, record: Quantized
+    rnn: CanonicalRNN, inputs: Inputs, quantized: Callable[[Inputs], Outputs], weight_error: float, rounds: bool
 ) -> tuple[Comparison, Tolerance, str]:
     """The quantized run against `rnn`'s float one, a step at a time from `rnn`'s states, within the bound its scales
-    give (the whole sequence, within its wider bound, for a bidirectional RNN, whose reverse direction is not
-    stepped)."""
+    give (`rounds`: whether its kernel quantizes each step's inputs; the whole sequence, within its wider bound, for a
+    bidirectional RNN, whose reverse direction is not stepped)."""
     spec, x, h0, c0 = rnn.spec, inputs["x"], inputs["h0"], inputs["c0"]
     if steppable(spec):
         runs = (quantized, _reference(rnn))
-        got, want, tol = stepwise(spec, rnn.param, inputs, runs, weight_error, record.inputs_quantized)
+        got, want, tol = stepwise(spec, rnn.param, inputs, runs, weight_error, rounds)
         how = "each step from the same states"
     else:
         got, want = quantized(inputs), _reference(rnn)(inputs)
-        whole = quantization_bound(spec, rnn.param, x, h0, c0, weight_error, record.inputs_quantized)
+        whole = quantization_bound(spec, rnn.param, x, h0, c0, weight_error, rounds)
         tol, how = Tolerance(atol=whole + FLOAT_ATOL, rtol=FLOAT_RTOL, bound=whole), "the whole sequence"
     return compare(spec, got, want, tol, None), tol, how
 
@@ -145,16 +145,18 @@ def _held(
 def prove(
     reading: CanonicalRNN,
     float_model: CanonicalRNN,
-    record: Quantized,
+    record: Dequantized,
+    rounds: bool,
     inputs: Inputs,
     runs: tuple[Outputs, Outputs],
     file_run: Callable[[Inputs], Outputs],
     bound: float | None,
 ) -> tuple[QuantizationProof, Comparison, Tolerance]:
-    """A file written with --quantize (`reading`: its dequantized weights; `record`: what it says was written)
-    proved against its float source (`float_model`) in three terms: its weights, each within half a step of the
-    source's; its kernel (`file_run`) against the float run of its own dequantized weights, a step at a time from the
-    same states, within the bound its scales give (weights exact, each step's inputs rounded as the kernel does); and
+    """A quantized file (`reading`: its dequantized weights; `record`: its scheme, what --quantize wrote or what was
+    read of it; `rounds`: whether its kernel quantizes each step's inputs) proved against its float source
+    (`float_model`) in three terms: its weights, each within half a step of the source's; its kernel (`file_run`)
+    against the float run of its own dequantized weights, a step at a time from the same states, within the bound its
+    scales give (weights exact, each step's inputs rounded as the kernel does); and
     end to end, the file against the float source: over the whole sequence (`runs`: the file's outputs, the source's
     in its framework) within `bound`, or by default a step at a time from the source's states within the bound of the
     other two (each weight within half a step, each step's inputs rounded). The proof, the end-to-end comparison and
@@ -166,7 +168,7 @@ def prove(
         f"every dequantized weight within {off:.3g} of the float source's (half the largest step: {half:.3g})"
     )
     weights = QuantizationTerm(measured=off, bound=half, ok=off <= half, detail=weights_detail)
-    kernel_cmp, kernel_tol, how = _held(reading, inputs, file_run, 0.0, record)
+    kernel_cmp, kernel_tol, how = _held(reading, inputs, file_run, 0.0, rounds)
     assert kernel_tol.bound is not None
     kernel = QuantizationTerm(
         measured=kernel_cmp.worst,
@@ -181,7 +183,7 @@ def prove(
         end_cmp = compare(spec, runs[0], runs[1], end_tol, inputs["lengths"])
         held = f"over the whole sequence: up to {end_cmp.worst:.3g}, held to --bound {bound:.3g}"
     else:
-        end_cmp, end_tol, how = _held(float_model, inputs, file_run, record.largest_step / 2, record)
+        end_cmp, end_tol, how = _held(float_model, inputs, file_run, record.largest_step / 2, rounds)
         assert end_tol.bound is not None
         held = (
             f"({how}, the source's steps in the numpy reference): up to {end_cmp.worst:.3g}, held to the bound of "
@@ -206,13 +208,28 @@ def prove(
     return proof, end_cmp, end_tol
 
 
+def terms(proof: QuantizationProof) -> list[tuple[str, QuantizationTerm]]:
+    return [("weights", proof.weights), ("kernel", proof.kernel), ("end to end", proof.end_to_end)]
+
+
+def proof_checks(proof: QuantizationProof) -> list[Check]:
+    """The report's checks of a proof: one for each term, with its number."""
+    return [Check(check=f"quantized {name}", ok=term.ok, detail=term.detail) for name, term in terms(proof)]
+
+
+def said(proof: QuantizationProof) -> str:
+    """A proof's terms as a summary says them, each with its number and bound."""
+    held = ", ".join(f"{name} {term.measured:.3g} (bound {term.bound:.3g})" for name, term in terms(proof))
+    return f"{proof.scheme}, int{proof.bits}: {held}"
+
+
+def proved(proof: QuantizationProof) -> bool:
+    return all(term.ok for _, term in terms(proof))
+
+
 def terms_failed(proof: QuantizationProof) -> str:
     """What a proof's failed terms say, and the mistake an end-to-end difference far above the kernel's points to."""
-    failed = [
-        f"{name}: {term.detail}"
-        for name, term in (("weights", proof.weights), ("kernel", proof.kernel), ("end to end", proof.end_to_end))
-        if not term.ok
-    ]
+    failed = [f"{name}: {term.detail}" for name, term in terms(proof) if not term.ok]
     kernel = max(proof.kernel.measured, FLOAT_ATOL)  # what the kernel's rounding moved a step, at least float32's
     if not proof.end_to_end.ok and proof.end_to_end.measured > FAR_ABOVE * kernel:
         failed.append(

@@ -44,7 +44,7 @@ from rnnconv.table.constants import LSTM
 from rnnconv.verification.diagnose import diagnose
 from rnnconv.verification.identify import probe_comparison
 from rnnconv.verification.junit import junit_xml
-from rnnconv.verification.quantized import prove, steppable, stepwise, terms_failed
+from rnnconv.verification.quantized import proof_checks, prove, proved, said, steppable, stepwise, terms_failed
 from rnnconv.verification.subject import (
     WRITTEN_DIGEST,
     Against,
@@ -170,12 +170,16 @@ def judge(
         stage("proving the quantized file: its weights, its kernel, end to end")
         with fmt.read(source_path, fmt.source_options(source)) as found:
             proof, report.comparison, report.tolerance = prove(
-                blob.to_canonical(), found.rnns[0], written, inputs, (got, want), lambda step: engine.run(blob, step), options.bound
+                blob.to_canonical(),
+                found.rnns[0],
+                written,
+                written.inputs_quantized,
+                inputs,
+                (got, want),
+                lambda step: engine.run(blob, step),
+                options.bound,
             )
-        report.checks += [
-            Check(check=f"quantized {name}", ok=term.ok, detail=term.detail)
-            for name, term in (("weights", proof.weights), ("kernel", proof.kernel), ("end to end", proof.end_to_end))
-        ]
+        report.checks += proof_checks(proof)
         report.quantization = proof
     elif fmt is not None and streamed is None and blob.source.dequantized is not None and steppable(blob.spec):
         stage("comparing step by step, within the quantization's bound")
@@ -222,8 +226,7 @@ def judge(
     )
     report.verdict = "match" if report.comparison.match and not report.problems else "mismatch"
     if proof is not None:
-        held = proof.weights.ok and proof.kernel.ok and proof.end_to_end.ok and not report.problems
-        report.verdict = "within-bound" if held else "mismatch"
+        report.verdict = "within-bound" if proved(proof) and not report.problems else "mismatch"
     if recorded is not None:
         beyond = compare(blob.spec, got, expected, report.tolerance, inputs["lengths"])
         probe = (recorded.seed, recorded.steps, recorded.batch, False)
@@ -305,12 +308,8 @@ def _summary(report: Report, subject: str) -> str:
     worst = report.comparison.worst
     proof = report.quantization
     if report.verdict == "within-bound" and proof is not None:
-        return (
-            f"{subject} computes what {Path(report.source.path).name} computes within its quantization's bound "
-            f"({proof.scheme}, int{proof.bits}): weights within {proof.weights.measured:.3g} (half a step "
-            f"{proof.weights.bound:.3g}), kernel {proof.kernel.measured:.3g} a step (bound {proof.kernel.bound:.3g}), "
-            f"end to end {proof.end_to_end.measured:.3g} (bound {proof.end_to_end.bound:.3g})"
-        )
+        source = Path(report.source.path).name
+        return f"{subject} computes what {source} computes within its quantization's bound ({said(proof)})"
     if report.verdict == "match":
         assumed = f" under the assumption that {' and '.join(report.assumptions)}" if report.assumptions else ""
         return (
