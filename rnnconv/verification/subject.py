@@ -61,7 +61,9 @@ class VerifyOptions:
         if self.seed < 0 or (self.atol is not None and self.atol < 0) or (self.rtol is not None and self.rtol < 0):
             raise BadInput("--seed, --atol and --rtol cannot be negative")
         if self.bound is not None and not (math.isfinite(self.bound) and self.bound > 0):
-            raise BadInput(f"--bound must be a positive number (the largest difference allowed end to end), not {self.bound}")
+            raise BadInput(
+                f"--bound must be a positive number (the largest difference allowed end to end), not {self.bound}"
+            )
         if self.stream_runtime is not None and not self.streaming:
             raise BadInput("--stream-runtime runs a streaming model: give it with --streaming")
         if self.streaming and (self.ragged or self.raw_spec is not None):

@@ -21,7 +21,13 @@ from rnnconv.errors import cut
 _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 _NOT_TEXT = re.compile(r"[\x00-\x1f\x7f]+")
 HOLDING = ("match", "within-bound")  # the verdicts of an RNN that computes what its source does (exit 0)
-MARKS = {"match": "✅", "within-bound": "✅", "not-deployed": "➖", "structure-only": "⚠️", "lossy-as-recorded": "⚠️"}  # else ❌
+MARKS = {
+    "match": "✅",
+    "within-bound": "✅",
+    "not-deployed": "➖",
+    "structure-only": "⚠️",
+    "lossy-as-recorded": "⚠️",
+}  # else ❌
 
 
 def text(value: str, limit: int = 300) -> str:

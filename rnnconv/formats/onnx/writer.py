@@ -153,7 +153,11 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     for index, layer in enumerate(layers):
         names = _weight_names(layer, index, constant, storage)
         for role, (scale, zero) in layer.dequantized.items():  # a scale and zero point per row
-            dequantizing = [names[role], constant(f"{role}_{index}_scale", scale), constant(f"{role}_{index}_zero", zero)]
+            dequantizing = [
+                names[role],
+                constant(f"{role}_{index}_scale", scale),
+                constant(f"{role}_{index}_zero", zero),
+            ]
             names[role] = f"{role}_{index}_dequantized"
             nodes.append(helper.make_node("DequantizeLinear", dequantizing, [names[role]], axis=1))
         constant(f"layer_{index}_lo", np.array([index * dirs], np.int64))
