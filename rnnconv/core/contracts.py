@@ -354,6 +354,8 @@ class QuantizationTerm(Contract):
     is within it."""
 
     measured: float = Field(ge=0)
+    # the weights': half the largest step; the kernel's and a derived end to end's: the bound the scales give plus
+    # float32's 1e-4 (and 1e-3 x |value|, which `detail` says); --bound's as given
     bound: float = Field(ge=0)
     ok: bool
     detail: str

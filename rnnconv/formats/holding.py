@@ -198,7 +198,10 @@ def check_quantizable(info: FormatInfo, quantize: str | None, dtype: str | None,
             f"{info.title} holds no {quantize} quantized weights (--quantize {quantize}): {either(holders)} do"
         )
     if streaming:
-        raise BadInput(f"--quantize writes the RNN's ops with {quantize} weights, not a streaming model: leave out one")
+        raise BadInput(
+            f"--quantize writes the RNN's ops with {quantize} weights, not a streaming model: leave out --streaming or "
+            "--quantize"
+        )
     if dtype is not None and dtype != info.holds.dtypes[0]:
         raise BadInput(
             f"--quantize {quantize} writes {quantize} weight matrices with {info.holds.dtypes[0]} biases and states: "

@@ -142,6 +142,11 @@ def _held(
     return compare(spec, got, want, tol, None), tol, how
 
 
+def _float32(tol: Tolerance) -> str:
+    """What a term's tolerance adds to the quantization's bound: float32's rounding in the runtime."""
+    return f" (+ {FLOAT_ATOL:g} + {FLOAT_RTOL:g} x |value| for float32's rounding)" if tol.rtol else ""
+
+
 def prove(
     reading: CanonicalRNN,
     float_model: CanonicalRNN,
@@ -172,10 +177,10 @@ def prove(
     assert kernel_tol.bound is not None
     kernel = QuantizationTerm(
         measured=kernel_cmp.worst,
-        bound=kernel_tol.bound,
+        bound=kernel_tol.atol,
         ok=kernel_cmp.match,
         detail=f"the file in its runtime against the float run of its dequantized weights ({how}): up to "
-        f"{kernel_cmp.worst:.3g}, the bound its scales give {kernel_tol.bound:.3g}",
+        f"{kernel_cmp.worst:.3g}, held to the bound its scales give, {kernel_tol.bound:.3g}{_float32(kernel_tol)}",
     )
     whole = compare(spec, runs[0], runs[1], Tolerance(atol=0.0, rtol=0.0), inputs["lengths"]).worst
     if bound is not None:  # the user's own bound on the whole sequence
@@ -187,13 +192,12 @@ def prove(
         assert end_tol.bound is not None
         held = (
             f"({how}, the source's steps in the numpy reference): up to {end_cmp.worst:.3g}, held to the bound of "
-            f"weights within half a step and the kernel's rounding, {end_tol.bound:.3g}; over the whole sequence "
-            f"the outputs differ by up to {whole:.3g}, each step's rounding carried to the next"
+            f"weights within half a step and the kernel's rounding, {end_tol.bound:.3g}{_float32(end_tol)}; over the "
+            f"whole sequence the outputs differ by up to {whole:.3g}, each step's rounding carried to the next"
         )
-    assert end_tol.bound is not None
     end_to_end = QuantizationTerm(
         measured=end_cmp.worst,
-        bound=end_tol.bound,
+        bound=end_tol.atol,
         ok=end_cmp.match,
         detail=f"the file in its runtime against the float source {held}",
     )

@@ -80,7 +80,7 @@ def why_refused(file: TfliteFile, op: Op, where: str, drop_clip: bool = False) -
     if quantized and not file.dequantize:  # named first: a converter's quantized LSTM also clips (--allow-lossy)
         return refused_quantized(where, quantized)
     others = [n for n in names if (t := input_of(op, n)) != UNSET and file.tensors[t].quantized]
-    others = [n for n in others if not n.endswith("_weights")]
+    others = [n for n in others if not n.endswith("weights")]  # the LSTM's `*_weights`, the RNN's two
     if others:  # full-integer quantization: int8 activations, int32 biases, an int16 cell state
         return (
             f"{where} has a quantized {others[0]}: rnnconv dequantizes the weight matrices of a dynamic-range "
