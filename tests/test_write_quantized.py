@@ -68,7 +68,7 @@ def _assert_within_bound(report, what: str):
     assert report.verdict == "within-bound" and report.exit_code == 0, report.summary
     for term in _terms(report):
         assert term.ok and term.measured <= term.bound, term.detail
-    weights, kernel, end_to_end = _terms(report)
+    _, kernel, end_to_end = _terms(report)
     assert kernel.measured > 0  # the file ran in its runtime, not in the reference
     LARGEST_ERRORS[f"{what}: end to end vs the float source (bound {end_to_end.bound:.3g})"] = end_to_end.measured
 
@@ -213,7 +213,7 @@ def _tflite_copy(path, out, change):
 
     model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(path.read_bytes(), 0))
     graph = model.subgraphs[0]
-    change(model, [o for o in graph.operators if model.operatorCodes[o.opcodeIndex].builtinCode == 44][0])
+    change(model, next(o for o in graph.operators if model.operatorCodes[o.opcodeIndex].builtinCode == 44))
     builder = flatbuffers.Builder(0)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     out.write_bytes(builder.Output())

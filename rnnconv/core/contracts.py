@@ -418,9 +418,9 @@ class Report(Contract):
 
     @property
     def exit_code(self) -> int:
-        """0 match (or within-bound, or a recorded loss accepted, or an RNN not deployed), 1 mismatch (or a recorded loss not
-        accepted, or no partner found), 2 nothing could be compared (unless a structure check alone was accepted) or
-        verify could not run, 3 a backend is missing."""
+        """0 match (or within-bound, or a recorded loss accepted, or an RNN not deployed), 1 mismatch (or a recorded
+        loss not accepted, or no partner found), 2 nothing could be compared (unless a structure check alone was
+        accepted) or verify could not run, 3 a backend is missing."""
         if self.verdict in ("mismatch", "not-found") or (
             self.verdict == "lossy-as-recorded" and not self.accept_recorded_loss
         ):

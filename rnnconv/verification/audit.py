@@ -315,12 +315,13 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
         if not comparison.match and proof is None and options.diagnose:
             report.diagnosis = _diagnosis(reading, deployed, checkpoint, source, spec, inputs, got, want, tol)
     what = f"{theirs} of {checkpoint.path.name}"
+    tolerated = f"{comparison.worst:.3g} (tolerance {tol.described()})"
     report.summary = (
         f"{ours} computes what {what} computes within its quantization's bound ({said(proof)})"
         if proof is not None and report.verdict == "within-bound"
-        else f"{ours} computes what {what} computes: largest difference {comparison.worst:.3g} (tolerance {tol.described()})"
+        else f"{ours} computes what {what} computes: largest difference {tolerated}"
         if report.verdict == "match"
-        else f"{ours} differs from {what} by up to {comparison.worst:.3g} (tolerance {tol.described()})"
+        else f"{ours} differs from {what} by up to {tolerated}"
         + "".join(f"; {problem}" for problem in report.problems)
         + (f". {report.diagnosis.message}" if report.diagnosis else "")
     )
