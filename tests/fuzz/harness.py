@@ -31,7 +31,14 @@ from pathlib import Path
 from rnnconv.errors import MESSAGE_LIMIT
 from rnnconv.formats.onnx.wire import ONNX_PROFILES
 from tests.fuzz import changing, mutators, odd_env
-from tests.fuzz.seeds import OPENVINO_LOOP_SEEDS, Seeds, files_beside, prepare
+from tests.fuzz.seeds import (
+    OPENVINO_LOOP_SEEDS,
+    QUANTIZED_WRITTEN,
+    QUANTIZED_WRITTEN_STEM,
+    Seeds,
+    files_beside,
+    prepare,
+)
 
 TIME_LIMIT = 20.0  # seconds for one command on a small input
 # A command over TIME_LIMIT runs again from the same files with this limit: only one over both is a hang; one that
@@ -157,7 +164,13 @@ TARGETS = (
 ONNX_FAMILIES = {
     "onnx_subgraph": (("lstm_cell_in_if_torchscript.onnx", "tagger_lstm_torchscript.onnx"), "mutate_onnx_folding"),
     "onnx_quantized": (
-        ("lstm_quantized.onnx", "lstm_quantized_per_channel.onnx", "lstm_qdq.onnx", "lstm_qdq_per_channel.onnx"),
+        (
+            "lstm_quantized.onnx",
+            "lstm_quantized_per_channel.onnx",
+            "lstm_qdq.onnx",
+            "lstm_qdq_per_channel.onnx",
+            *(f"{QUANTIZED_WRITTEN_STEM}{layer}{suffix}" for layer, suffix in QUANTIZED_WRITTEN if suffix == ".onnx"),
+        ),
         "mutate_onnx_quantized",
     ),
     "onnx_unrolled": (
@@ -179,7 +192,8 @@ ONNX_FAMILIES = {
 }
 ORACLE_SHARE = 0.04  # the savedmodel cases whose conversions TensorFlow judges (its imports: 10 s apiece)
 ORACLE_FAMILIES = ("onnx_loops", "onnx_loop_forms")  # the ONNX families whose conversions are run against the file
-TFLITE_QUANTIZED = "tflite__keras_lstm_dynamic_range"  # the seeds of the tflite_quantized family
+# the seeds of the tflite_quantized family: TensorFlow's converter's, and what --quantize int8 writes
+TFLITE_QUANTIZED = ("tflite__keras_lstm_dynamic_range", f"tflite__{QUANTIZED_WRITTEN_STEM}")
 TFLITE_LOOP_FORMS = (
     "tflite__loop_k3_lstm_batch1.tflite",
     "tflite__loop_k3_lstm_per_gate.tflite",
@@ -340,6 +354,8 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         ]
         if family == "onnx_quantized":
             case.commands.append(["convert", source, "{dir}/deq.bin", "--dequantize"])
+        if QUANTIZED_WRITTEN_STEM in name:  # proved in three terms against the float source its record names
+            case.commands.append(["verify", source, "--seq-len", "3"])
         if name in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
         return case
@@ -373,6 +389,8 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             ["verify", source, "--against", str(seeds.sources[name]), "--seq-len", "3"],
             ["convert", source, "{dir}/existing.bin", "--dequantize", "--allow-lossy"],
         ]
+        if QUANTIZED_WRITTEN_STEM in name:  # proved in three terms against the float source its record names
+            case.commands.append(["verify", source, "--seq-len", "3"])
         return case
     if family in ("tflite_loops", "tflite_loop_forms"):
         forms = family == "tflite_loop_forms"
