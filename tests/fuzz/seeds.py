@@ -58,7 +58,7 @@ SHIPPED_SETS = {  # fixtures written by the frameworks themselves, with the file
     "hf_sharded": ["hf_sharded/lstm/model.safetensors.index.json", "hf_sharded/gru/model.safetensors.index.json"],
     "paddle": SEEDS["paddle"],
 }
-# What --quantize int8 writes of fixtures/streaming/stacks.pt's RNNs (layer, suffix), named QUANTIZED_WRITTEN_STEM + layer:
+# What --quantize int8 writes of fixtures/streaming/stacks.pt's RNNs (layer, suffix), named its STEM + layer:
 # LiteRT's hybrid LSTM and RNN, onnxruntime's DynamicQuantizeLSTM and a GRU and an RNN of DequantizeLinear weights.
 QUANTIZED_WRITTEN = (("lstm", ".tflite"), ("rnn", ".tflite"), ("lstm", ".onnx"), ("gru", ".onnx"), ("rnn", ".onnx"))
 QUANTIZED_WRITTEN_STEM = "quantized_written_"

@@ -87,26 +87,39 @@ def layers_of(
             "W": np.stack([s["input_matrix"] for s in stored]),
             "R": np.stack([s["recurrent_matrix"] for s in stored]),
         }
-        weights = {} if quantize is not None else {k: encode(v, etype) for k, v in matrices.items()}
+        dequantized: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        if quantize is None:
+            weights = {k: encode(v, etype) for k, v in matrices.items()}
+        else:
+            weights, dequantized, rounding = _quantized(matrices, layer, hybrid, quantize, held)
+            rounded = max(rounded, rounding)
         if spec.bias:
             weights["B"] = encode(np.stack([s["bias"] for s in stored]), etype)
-        dequantized = {}
-        for role, values in matrices.items() if quantize is not None else ():
-            # a scale per output channel: per direction and column (the hybrid op's), or per row (DequantizeLinear's
-            # one axis, shared by the directions)
-            q, scales = symmetric(values, (0, 2) if hybrid else (1,), quantize)
-            rounded = max(rounded, rounding_error(values, q, scales))
-            zeros = np.zeros(scales.shape, q.dtype)
-            axis = 2 if hybrid else 1
-            held.append((f"{role}_{layer}", Quantization(tuple(scales.ravel().tolist()), (0,) * scales.size, axis)))
-            weights[role] = q
-            if hybrid:  # (directions, 4H): a scale and zero point per direction and column
-                weights[f"{role}_scale"], weights[f"{role}_zero_point"] = scales[:, 0, :], zeros[:, 0, :]
-            else:
-                dequantized[role] = (scales.ravel(), zeros.ravel())
         domain = ONNX_QUANTIZED_OPS[row.source_class][0] if hybrid else ""
         layers.append(Layer(row.source_class, dict(attributes), weights, domain, dequantized))
     return layers, held, rounded
+
+
+def _quantized(
+    matrices: dict[str, np.ndarray], layer: int, hybrid: bool, quantize: str, held: list[tuple[str, Quantization]]
+) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]], float]:
+    """A layer's W and R quantized, a scale per output channel: per direction and column (the hybrid op's own
+    inputs), or per row (DequantizeLinear's one axis, shared by the directions); the node's weights, what
+    DequantizeLinear nodes dequantize, and the largest rounding of a weight (each tensor's scheme added to `held`)."""
+    weights, dequantized, rounded = {}, {}, 0.0
+    for role, values in matrices.items():
+        q, scales = symmetric(values, (0, 2) if hybrid else (1,), quantize)
+        rounded = max(rounded, rounding_error(values, q, scales))
+        zeros = np.zeros(scales.shape, q.dtype)
+        held.append(
+            (f"{role}_{layer}", Quantization(tuple(scales.ravel().tolist()), (0,) * scales.size, 2 if hybrid else 1))
+        )
+        weights[role] = q
+        if hybrid:  # (directions, 4H): a scale and zero point per direction and column
+            weights[f"{role}_scale"], weights[f"{role}_zero_point"] = scales[:, 0, :], zeros[:, 0, :]
+        else:
+            dequantized[role] = (scales.ravel(), zeros.ravel())
+    return weights, dequantized, rounded
 
 
 def _activations_for(op: str, activation: str, directions: int) -> list[str] | None:

@@ -56,7 +56,7 @@ def graph_of(rnn: CanonicalRNN, quantize: str | None = None) -> tuple[Graph, Qua
                 values = tensor.assembled()
                 q, scales = symmetric(values, (), quantize)
                 quant = Quantization((float(scales.flat[0]),), (0,), None)
-                constants[slot_of(op_name, key)] = Constant(name, tensor.shape, quantize, lambda q=q: q, quant)
+                constants[slot_of(op_name, key)] = Constant(name, tensor.shape, quantize, _made(q), quant)
                 held.append((name, quant))
                 rounded = max(rounded, rounding_error(values, q, scales))
             directions.append(constants)
@@ -69,6 +69,11 @@ def graph_of(rnn: CanonicalRNN, quantize: str | None = None) -> tuple[Graph, Qua
         return graph, None
     graph.op_versions[op_name] = TFLITE_HYBRID_VERSIONS[op_name]
     return graph, written_record(rnn, held, quantize, rounded, inputs_quantized=True)
+
+
+def _made(values: np.ndarray) -> Callable[[], np.ndarray]:
+    """A constant already made (a quantized matrix, whose scale its table needs before the file is written)."""
+    return lambda: values
 
 
 def _one_run(tensor: StoredTensor) -> Callable[[], np.ndarray | FileArray]:
