@@ -213,7 +213,8 @@ def prove(
 
 
 def terms(proof: QuantizationProof) -> list[tuple[str, QuantizationTerm]]:
-    return [("weights", proof.weights), ("kernel", proof.kernel), ("end to end", proof.end_to_end)]
+    """The proof's terms in their order (weights, kernel, end to end), each with its name as the report says it."""
+    return [(name.replace("_", " "), value) for name, value in proof if isinstance(value, QuantizationTerm)]
 
 
 def proof_checks(proof: QuantizationProof) -> list[Check]:

@@ -80,7 +80,9 @@ def layers_of(
         row = find_row("onnx", QUANTIZING_OPS[row.source_class])
         attributes.pop("layout")
     etype = element_type(dtype)
-    layers, held, rounded = [], [], 0.0
+    layers: list[Layer] = []
+    held: list[tuple[str, Quantization]] = []
+    rounded = 0.0
     for layer in range(spec.num_layers):
         stored = [rnn.stored(row, layer, d) for d in range(spec.num_directions)]
         matrices = {
