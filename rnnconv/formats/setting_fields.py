@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from rnnconv.errors import either
 from rnnconv.formats.catalog import FORMAT_INFO, plugins
 from rnnconv.formats.plugin import SettingField
 from rnnconv.table.layouts import BIAS_SPLITS, DEFAULT_BIAS_SPLIT
@@ -25,8 +24,13 @@ def _those_with(option: str) -> str:
 
 
 def _quantizing() -> str:
-    """The formats whose files --quantize can write, as a sentence names them."""
-    return either([info.title for info in FORMAT_INFO.values() if info.holds.quantizes])
+    """The formats whose files --quantize can write, each with its scheme (its Holds say whether its kernels take a
+    scale per channel), as a sentence names them."""
+    return "; ".join(
+        f"{info.title}: a scale per {'channel' if info.holds.per_channel else 'tensor'}"
+        for info in FORMAT_INFO.values()
+        if info.holds.quantizes
+    )
 
 
 def _layer_help() -> str:
@@ -116,8 +120,8 @@ WRITE_FIELDS: Final[dict[str, SettingField]] = {
         str | None,
         None,
         ("--quantize",),
-        f"Write the weight matrices quantized ({_quantizing()}): symmetric, scale = max|W| / 127, one scale per "
-        "channel where the target's kernel takes that, else per tensor; biases and states stay float. Quantization "
+        f"Write the weight matrices quantized, symmetric, scale = max|W| / 127 ({_quantizing()}, as its kernels "
+        "take them); biases and states stay float. Quantization "
         "rounds each weight by up to half a step: asked for, it is allowed, and the written record says the scheme "
         "and the bound its scales give, which verify holds the file to.",
         ("int8",),
