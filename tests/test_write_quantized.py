@@ -284,3 +284,9 @@ def test_a_copy_with_a_scale_moved_to_another_channel_is_a_mismatch_naming_the_b
     weights, kernel, _ = _terms(report)
     assert report.verdict == "mismatch" and report.exit_code == 1
     assert not weights.ok and "(layer 0 forward)" in weights.detail and kernel.ok
+
+    scales[0, 3] = np.inf  # a scale no step is: refused as it is read, before anything runs (the fuzz found it)
+    initializer.CopyFrom(numpy_helper.from_array(scales, "W_scale_0"))
+    onnx.save(model, moved)
+    result = run_cli("verify", moved)
+    assert_clean_failure(result, 2, "the W_scale of node 'layer0' (direction 0) has a scale of inf")

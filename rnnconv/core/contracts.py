@@ -353,10 +353,11 @@ class QuantizationTerm(Contract):
     """One term of a quantized file's proof: the largest difference measured, the bound it is held to, and whether it
     is within it."""
 
-    measured: float = Field(ge=0)
+    # NaN (and not ok) where a run or the bound gave values that are not finite, as a comparison's errors are
+    measured: float
     # the weights': half the largest step; the kernel's and a derived end to end's: the bound the scales give plus
     # float32's 1e-4 (and 1e-3 x |value|, which `detail` says); --bound's as given
-    bound: float = Field(ge=0)
+    bound: float
     ok: bool
     detail: str
 
