@@ -77,3 +77,13 @@ def test_without_a_kernel_copy_even_an_aligned_copy_goes_through_the_buffer(tmp_
         outputs.write_array(f, inputs.FileArray(path, 0, np.dtype(np.uint8), (5000,)))
     assert ways == {"kernel": 0, "shifted": 5000}
     assert (tmp_path / "out").read_bytes() == data
+
+
+def test_without_positioned_reads_the_values_go_through_the_file_object(tmp_path, ways, monkeypatch):
+    monkeypatch.delattr(os, "preadv")  # as on Windows
+    path, data = source_file(tmp_path, 5000)
+    with open(tmp_path / "out", "wb") as f:
+        f.write(b"h")
+        outputs.write_array(f, inputs.FileArray(path, 0, np.dtype(np.uint8), (5000,)))
+    assert ways == {"kernel": 0, "shifted": 0}
+    assert (tmp_path / "out").read_bytes() == b"h" + data

@@ -181,12 +181,15 @@ SHIFTED_RUN = 1 << 21  # bytes read, then written, at a time where a copy shifts
 
 
 def _file_copy(source: Path, offset: int, size: int, f: BinaryIO) -> bool:
-    """Copy `size` bytes of `source` from `offset` to `f`'s position; False when `f` is no file (nothing written).
+    """Copy `size` bytes of `source` from `offset` to `f`'s position; False when `f` is no file or this system has
+    no positioned reads (nothing written).
 
     Bytes that keep their place within a page (the output's position and the source's offset a whole number of
     pages apart, as `cp` copies) go inside the kernel; shifted ones (a weight space's or a runtime file's tensor,
     placed where the source did not put it) a run at a time through one buffer, read and written once: the kernel's
     copy moves a shifted byte at two thirds the speed (bench/bench.py's rows of the copies)."""
+    if not hasattr(os, "preadv"):  # no positioned reads here (Windows): the runs go through `f.write`
+        return False
     try:
         f.fileno()
     except (OSError, ValueError):  # a file object with no file under it (io.BytesIO)
