@@ -51,7 +51,8 @@ def written(sources, tmp_path_factory):
     def write(name: str, suffix: str):
         if (name, suffix) not in files:
             files[name, suffix] = folder / f"{name}{suffix}"
-            result = rnnconv.convert(sources[name], files[name, suffix], quantize="int8")
+            stated = {"nonlinearity": "relu"} if name == "rnn_relu" else {}  # what an nn.RNN's state_dict does not say
+            result = rnnconv.convert(sources[name], files[name, suffix], quantize="int8", **stated)
             assert any(w.startswith("--quantize: ") for w in result.warnings), result.warnings
         return files[name, suffix]
 
@@ -105,9 +106,9 @@ def test_tflite_s_hybrid_lstm_is_tensorflow_s_converter_s_own_bit_for_bit(tmp_pa
 
 @NEEDS_TFLITE
 @pytest.mark.parametrize("name", ["lstm_proj", "rnn_relu"])
-def test_litert_runs_the_written_hybrid_file_within_the_bound_of_its_float_source(written, name):
+def test_litert_runs_the_written_hybrid_file_within_the_bound_of_its_float_source(written, sources, name):
     """Each matrix int8 per tensor, the op LiteRT's hybrid one (version 3); verify runs it in LiteRT and proves it in
-    three terms against the torch source it records."""
+    three terms against the torch source it records, and so does the audit of the file against that checkpoint."""
     from ai_edge_litert.interpreter import Interpreter
 
     path = written(name, ".tflite")
@@ -122,6 +123,10 @@ def test_litert_runs_the_written_hybrid_file_within_the_bound_of_its_float_sourc
         params = detail["quantization_parameters"]
         assert params["scales"].shape == (1,) and params["zero_points"].tolist() == [0]
     _assert_within_bound(rnnconv.verify(path), f"LiteRT's hybrid {name}, written by --quantize int8")
+    if name == "lstm_proj":  # the audit pairs the op with the checkpoint's RNN by its sizes, its projection's too
+        result = run_cli("verify", path, "--against", sources[name])
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "1 of 1 RNN matches (1 within its quantization's bound)" in result.stdout
 
 
 # --- ONNX ---------------------------------------------------------------------------------------------------------
@@ -194,7 +199,7 @@ def test_a_target_that_holds_no_int8_weights_and_mnn_s_profile_are_refused_in_on
     assert holders and "Keras" not in holders
     result = run_cli("convert", sources["gru_bi"], tmp_path / "m.keras", "--quantize", "int8")
     assert_clean_failure(result, 2, "Keras holds no int8 quantized weights (--quantize int8)", *holders)
-    result = run_cli("convert", sources["rnn_relu"], tmp_path / "m.onnx", "--quantize", "int8", "--profile", "mnn")
+    result = run_cli("convert", sources["gru_bi"], tmp_path / "m.onnx", "--quantize", "int8", "--profile", "mnn")
     assert_clean_failure(result, 2, "W and R must be stored, not computed by DequantizeLinear", "mnn")
     result = run_cli("convert", sources["lstm_bi"], tmp_path / "m.onnx", "--quantize", "int8", "--profile", "mnn")
     assert_clean_failure(result, 2, "DynamicQuantizeLSTM")

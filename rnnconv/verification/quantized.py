@@ -19,6 +19,7 @@ end one far above it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -167,6 +168,8 @@ def prove(
     other two (each weight within half a step, each step's inputs rounded). The proof, the end-to-end comparison and
     its tolerance."""
     spec = reading.spec
+    # the source as verify runs it: with the settings it does not store taken from the file (an nn.RNN's nonlinearity)
+    float_model = dataclasses.replace(float_model, spec=dataclasses.replace(float_model.spec, mode=spec.mode))
     off, _ = farthest_weight(reading, float_model, MATRICES)
     half = _half_step(record.largest_step)
     weights_detail = weights_off(reading, float_model, record.largest_step, "float source's", MATRICES) or (

@@ -252,8 +252,11 @@ def chain_sizes(file: TfliteFile, chain: Chain[Layer]) -> RNNSizes | None:
     if matrix == UNSET or len(file.tensors[matrix].shape) != 2:
         return None
     hidden, input_size = file.tensors[matrix].shape
+    projection = input_of(first, row.tensors[PROJECTION]) if PROJECTION in row.tensors else UNSET
+    shape = file.tensors[projection].shape if projection != UNSET else ()
+    proj = shape[0] if len(shape) == 2 else 0  # (P, H): an audit pairs the op with its checkpoint's RNN by these sizes
     mode = next(mode for mode, (cell, _) in CUDNN_MODES.items() if cell == row.cell)
     with contextlib.suppress(RnnconvError, ValueError):
-        spec = RNNSpec(mode, input_size, hidden, len(chain.layers), len(chain.layers[0].ops) == 2)
+        spec = RNNSpec(mode, input_size, hidden, len(chain.layers), len(chain.layers[0].ops) == 2, proj)
         return RNNSizes.of(spec.to_model())
     return None
