@@ -124,7 +124,7 @@ def test_litert_runs_the_written_hybrid_file_within_the_bound_of_its_float_sourc
         assert params["scales"].shape == (1,) and params["zero_points"].tolist() == [0]
     _assert_within_bound(rnnconv.verify(path), f"LiteRT's hybrid {name}, written by --quantize int8")
     if name == "lstm_proj":  # the audit pairs the op with the checkpoint's RNN by its sizes, its projection's too
-        result = run_cli("verify", path, "--against", sources[name])
+        result = run_cli("verify", path, "--against", sources[name], "--seq-len", "3")
         assert result.returncode == 0, result.stdout + result.stderr
         assert "1 of 1 RNN matches (1 within its quantization's bound)" in result.stdout
 
@@ -264,7 +264,7 @@ def test_a_gate_swapped_copy_is_a_mismatch_far_above_the_kernel_s_term_and_bound
     }
     assert failed == {"weights", "end to end"}
 
-    tight = rnnconv.verify(good, bound=end_to_end.measured / 1000)
+    tight = rnnconv.verify(good, bound=end_to_end.measured / 1000, seq_len=3)
     assert tight.verdict == "mismatch" and tight.quantization.bound_given
     assert tight.quantization.end_to_end.bound == end_to_end.measured / 1000 and not tight.quantization.end_to_end.ok
     result = run_cli("verify", good, "--bound", "-1")
