@@ -167,5 +167,6 @@ def quantized_note(name: str, rec: Quantized, target: str) -> str:
         f"--quantize: {name}'s {len(rec.tensors)} weight matrices written to {target} as int{rec.bits} ({rec.scheme}, "
         f"symmetric, scale = max|W| / 127{inputs}): each weight within {rec.weight_error:.3g} of the source's (half "
         f"the largest step is {rec.largest_step / 2:.3g}); on probe inputs (seed {rec.seed}, {rec.steps} steps, batch "
-        f"{rec.batch}) the bound its scales give a step is {rec.step_bound:.3g}, which verify holds the file to"
+        f"{rec.batch}) the bound its scales give a step is {rec.step_bound:.3g}; verify holds each step to the bound "
+        "on its own inputs"
     )
