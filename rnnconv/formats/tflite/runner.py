@@ -144,8 +144,7 @@ class TfliteEngine(base.RuntimeEngine):
     def run(self, blob: Any, inputs: Inputs) -> Outputs:
         rnn = blob.to_canonical()
         holding.check_held(self.fmt.info, rnn, "float32")  # computed in float32, whatever the blob holds
-        graph, _ = graph_of(rnn)
-        return run_graph(graph, inputs)
+        return run_graph(graph_of(rnn), inputs)
 
 
 STREAMING_TYPES = {"float32": np.float32, "int32": np.int32}  # of a streaming model's tensors (int32: SPLIT's axis)

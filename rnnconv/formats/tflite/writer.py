@@ -33,10 +33,22 @@ FLOAT32 = element_type("float32")  # what TFLite's LSTM and RNN ops compute with
 MATRICES = (INPUT_MATRIX, RECURRENT_MATRIX, PROJECTION)  # what --quantize quantizes (the hybrid kernels' int8 inputs)
 
 
-def graph_of(rnn: CanonicalRNN, quantize: str | None = None) -> tuple[Graph, Quantized | None]:
+def graph_of(rnn: CanonicalRNN) -> Graph:
     """The graph of a canonical RNN, each weight made by the table's writing as the file is written (a matrix still
     in a float32 source file copied from it), one layer and direction at a time; biases always (zeros where the RNN
-    has none). With `quantize`, its matrices quantized (made now: their scales are in the tables), and the record."""
+    has none)."""
+    return _graph(rnn, None)[0]
+
+
+def quantized_graph(rnn: CanonicalRNN, quantize: str) -> tuple[Graph, Quantized]:
+    """The graph of `graph_of` with its matrices quantized (made now: their scales are in the tables), and the record
+    of what was written."""
+    graph, record = _graph(rnn, quantize)
+    assert record is not None
+    return graph, record
+
+
+def _graph(rnn: CanonicalRNN, quantize: str | None) -> tuple[Graph, Quantized | None]:
     op_name = TFLITE_CELL_OPS[rnn.spec.cell]
     spec = rnn.spec
     row = find_row(FORMAT, op_name)
@@ -94,9 +106,13 @@ def _activation_code(row: Row, mode: str) -> int:
 def write_tflite(rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> tuple[CanonicalRNN, list[str]]:
     """The file, and the warnings its writing gives (what --quantize wrote)."""
     rnn = writing.only_rnn(rnns, "a .tflite")
-    graph, quantized = (
-        (streaming_graph(rnn, options.chunk or 1), None) if options.streaming else graph_of(rnn, options.quantize)
-    )
+    quantized = None
+    if options.streaming:
+        graph = streaming_graph(rnn, options.chunk or 1)
+    elif options.quantize is not None:
+        graph, quantized = quantized_graph(rnn, options.quantize)
+    else:
+        graph = graph_of(rnn)
     warnings = []
     if quantized is not None:  # the record says what was written: verify holds the file to it
         rnn = dataclasses.replace(rnn, source=rnn.source.model_copy(update={"quantized": quantized}))
