@@ -178,12 +178,14 @@ def test_damaged_files_give_one_sentence(damage, phrase, tmp_path):
 @pytest.mark.needs("tensorflow", "tf_keras")
 def test_the_source_digest_covers_every_file_read(tmp_path):
     """A SavedModel's, a TF2 checkpoint's and a TF1 checkpoint's digest covers their data files (and the SavedModel's
-    variables index and keras_metadata.pb): a change to one alone is seen by verify and by verify-changed."""
+    saved_model.pb and keras_metadata.pb, the TF1 checkpoint's .meta graph): a change to one alone
+    is seen by verify and by verify-changed."""
     from rnnconv.core.contracts import Sidecar
     from rnnconv.verification.changed import made_from
 
     shutil.copytree(SAVED / "tfk_lstm_state", tmp_path / "saved")
     shutil.copytree(SAVED / "k3_ckpt", tmp_path / "ckpt")
+    shutil.copytree(SAVED / "k3_export_activations", tmp_path / "export")
     for part in (FIXTURES / "tf1").glob("basic_lstm.ckpt.*"):
         shutil.copy(part, tmp_path / part.name)
     sources = {
@@ -191,6 +193,8 @@ def test_the_source_digest_covers_every_file_read(tmp_path):
         "tf2": (tmp_path / "ckpt" / "ckpt", STATED, "ckpt/ckpt.data-00000-of-00001"),
         "tf1": (tmp_path / "basic_lstm.ckpt", {}, "basic_lstm.ckpt.data-00000-of-00001"),
         "metadata": (tmp_path / "saved", {"layer": "encoder"}, "saved/keras_metadata.pb"),
+        "graph": (tmp_path / "export", {"layer": "bidi_relu"}, "export/saved_model.pb"),  # its activations' source
+        "meta": (tmp_path / "basic_lstm.ckpt", {}, "basic_lstm.ckpt.meta"),
     }
     for name, (source, stated, part) in sources.items():
         blob = tmp_path / f"{name}.bin"

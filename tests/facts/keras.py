@@ -40,6 +40,7 @@ SAVED_SEEDS = [
     "savedmodel/tfk_lstm_state",
     "savedmodel/tfk_bigru",
     "savedmodel/k3_export",
+    "savedmodel/k3_export_activations",
     "savedmodel/tfk_ckpt/ckpt-1",
     "savedmodel/k3_ckpt/ckpt",
 ]
