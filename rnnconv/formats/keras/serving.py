@@ -179,13 +179,15 @@ def _simple(body: _Body) -> Settings | None:
     """A simple RNN step: h' = act(x @ kernel + bias + h @ recurrent_kernel), and no split."""
     if any(node.op == SERVING_SPLIT for node in body.nodes.values()):
         return None
-    found = set()
-    for name, node in body.nodes.items():
-        operands = body.inputs(name)
-        if node.op == SERVING_ADD and len(operands) == 2 and all(body.products(v[0]) for v in operands):
-            applied = body.activation((name, 0))
-            found.add(applied[0] if applied else None)
-    return (next(iter(found)), None) if len(found) == 1 and None not in found else None
+    applied = [
+        body.activation((name, 0))
+        for name, node in body.nodes.items()
+        if node.op == SERVING_ADD
+        and len(body.inputs(name)) == 2
+        and all(body.products(v[0]) for v in body.inputs(name))
+    ]
+    found = {each[0] for each in applied if each}
+    return (found.pop(), None) if applied and all(applied) and len(found) == 1 else None
 
 
 CELLS = ((LSTM, _lstm), (GRU, _gru), (RNN, _simple))
