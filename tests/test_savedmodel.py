@@ -116,6 +116,23 @@ def test_a_graph_that_does_not_settle_them_still_asks(tmp_path):
     assert_clean_failure(result, 2, "keeps no layer configs", "--activation X")
 
 
+def test_a_loop_body_whose_inputs_run_in_a_cycle_settles_nothing(tmp_path):
+    """A damaged loop body whose GRU bias is added to itself (found by the fuzz family savedmodel_serving: the walk to
+    the product recursed without end): that body says nothing, so the GRU asks for its activations; the LSTM's body,
+    untouched, still says its own."""
+    source = tmp_path / "export"
+    shutil.copytree(SAVED / "k3_export", source)
+    graph = source / "saved_model.pb"
+    data = graph.read_bytes()
+    product, itself = b"while/gru_cell_1/MatMul:product:0", b"while/gru_cell_1/BiasAdd:output:0"  # of one length
+    assert product in data
+    graph.write_bytes(data.replace(product, itself))
+    result = run_cli("convert", source, tmp_path / "gru.bin", "--layer", "gru")
+    assert_clean_failure(result, 2, "keeps no layer configs", "--activation X")
+    result = run_cli("convert", source, tmp_path / "lstm.bin", "--layer", "lstm")
+    assert result.returncode == 0, result.stderr
+
+
 @pytest.mark.slow
 def test_verify_runs_the_restored_layers_and_the_way_out_to_a_keras_file(tmp_path):
     blob = tmp_path / "enc.bin"

@@ -107,12 +107,19 @@ class _Body:
         return SERVING_HARD_SIGMOID, (divide, 0)
 
     def products(self, name: str) -> bool:
-        """Whether the node adds a product of a matrix (MatMul, or a MatMul with its bias added)."""
-        node = self.nodes.get(name)
-        return node is not None and (
-            node.op == SERVING_MATMUL
-            or (node.op in (SERVING_BIAS_ADD, SERVING_ADD) and any(self.products(v[0]) for v in self.inputs(name)[:1]))
-        )
+        """Whether the node adds a product of a matrix (MatMul, or a MatMul with its bias added): its first operands
+        followed, each node once (a damaged graph's inputs may run in a cycle)."""
+        seen: set[str] = set()
+        while name not in seen:
+            seen.add(name)
+            node = self.nodes.get(name)
+            if node is None or node.op not in (SERVING_MATMUL, SERVING_BIAS_ADD, SERVING_ADD):
+                return False
+            operands = self.inputs(name)
+            if node.op == SERVING_MATMUL or not operands:
+                return node.op == SERVING_MATMUL
+            name = operands[0][0]
+        return False
 
 
 def _value(ref: str) -> Value:
