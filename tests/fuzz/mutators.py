@@ -2920,7 +2920,7 @@ def mutate_serving(data: bytes, rng: random.Random) -> bytes:
             k = rng.choice(nodes)
             damaged = _damage_node(function[k][2], names, rng)  # type: ignore[arg-type]
             function[k] = (3, 2, damaged if damaged is not None else b"")
-    except ValueError:  # a field of a wire type the re-encoder does not write
+    except (ValueError, IndexError):  # a field of a wire type the re-encoder does not write, a node damaged twice
         return mutate_bytes(data, rng)
     function = [(n, w, v) for n, w, v in function if not (n == 3 and v == b"")]
     library[at] = (1, 2, _pb_encode(function))
