@@ -96,6 +96,7 @@ class KerasFile:
         self.limit = self.size  # no tensor can hold more bytes than its file (Keras never compresses datasets)
         try:
             self.kind, root = self._open()
+            self.root: h5py.Group = root  # the weights' top group (a whole model's rescue copies every layer's)
             self.layers = self._find_layers(root)
             # of a file rnnconv wrote: each RNN's source, by its layers; each SimpleRNN's activation, by its layer
             recorded = root.attrs.get(SOURCE_KEY)
