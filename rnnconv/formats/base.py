@@ -167,6 +167,11 @@ class Format(ABC):
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         raise Unsupported(f"no writer for format {self.name!r}")
 
+    def write_model(self, source: Path, path: Path, options: ReadOptions, write: WriteOptions) -> Written | None:
+        """The whole model a file of this format holds, written as `path` in this format's current form (Keras'
+        rescue of archives current Keras refuses); None where this conversion is of its RNNs, as any other."""
+        return None
+
     def stream(self, path: Path, runtime: str) -> Stream:
         """A streaming model this format wrote, loaded in `runtime` (one of `info.streams`)."""
         raise Unsupported(f"no streaming runner for format {self.name!r}")

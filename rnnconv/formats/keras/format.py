@@ -12,12 +12,14 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec, stack
 from rnnconv.core.contracts import InspectReport, Provenance
+from rnnconv.errors import BadInput
 from rnnconv.formats.base import Format, Written
 from rnnconv.formats.keras import PLUGIN
 from rnnconv.formats.probe import HDF5_MAGIC, Probe
 from rnnconv.formats.registry import register
 from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source, convert_each, inspect_entry
+from rnnconv.formats.writing import literal
 from rnnconv.safeio.digests import SourcePass
 from rnnconv.safeio.inputs import resolved
 
@@ -102,6 +104,26 @@ class KerasFormat(Format):
 
         write_keras(rnns, path, options.dtype, options.force)
         return Written([path], usage=loading_snippet(rnns, path))
+
+    def write_model(self, source: Path, path: Path, options: ReadOptions, write: WriteOptions) -> Written | None:
+        """A .keras archive (none rnnconv wrote) converted to Keras without --layer: its whole model, as Keras 3.15
+        loads it (`rescue`), every layer's variables kept as stored."""
+        from rnnconv.formats.keras.rescue import holds_model, write_rescued
+
+        if options.layer is not None or not holds_model(source):
+            return None
+        if write.dtype is not None:
+            raise BadInput(
+                f"{source} holds a whole model, copied with each variable as it is stored: leave out --dtype, or "
+                f"name one RNN with --layer"
+            )
+        rescued = write_rescued(source, path, write.force)
+        usage = (
+            f"import keras\nmodel = keras.models.load_model({literal(path)})"
+            if path.suffix == ".keras"
+            else f"model.load_weights({literal(path)})  # model: the source's model, built in Keras 3"
+        )
+        return Written([path], [f"not carried over: {what}" for what in rescued.dropped], usage)
 
     def into_suffixes(self, model: Path) -> tuple[str, ...]:
         with open(model, "rb") as f:  # a copy is the same container: a .keras zip, or an HDF5 file

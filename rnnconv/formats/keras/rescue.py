@@ -445,6 +445,17 @@ def _count(value: Any, what: str, path: Path) -> int:
 
 
 
+def holds_model(source: Path) -> bool:
+    """Whether a file is a .keras archive of a user's model (not one rnnconv wrote of RNNs alone)."""
+    from rnnconv.formats.probe import ZIP_MAGIC
+
+    with open(source, "rb") as f:
+        if f.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+            return False
+    with KerasFile(source) as keras_file:
+        return not keras_file.records
+
+
 def write_rescued(source: Path, path: Path, force: bool = False) -> Rescued:
     """The whole model of `source` as a `.keras` archive Keras 3.15 loads, or its `.weights.h5` alone."""
     from rnnconv.formats.keras.writer import write_archive
