@@ -47,9 +47,6 @@ BATCH_INPUT_SHAPE = "batch_input_shape"  # tf.keras' input shape: Keras 3's Inpu
 INPUT_LENGTH = "input_length"  # tf.keras' Embedding argument, used only to infer shapes; Keras 3 has none
 COMPILE_CONFIG = "compile_config"  # the training set-up (optimizer, loss): not what the model computes
 OPTIMIZER_GROUP = "optimizer"  # the optimizer's variables, saved with the training set-up
-TEMPLATE_GROUP = "layer"  # Keras 3.0 saved a Bidirectional's template layer (never built: no variables) beside its
-# two directions, and then expected variables for it when loading ("expected 3 variables, but received 0");
-# Keras 3.15 saves and reads the two directions only.
 MASKING = ("Masking",)  # tf.keras 2 and Keras 3 differ in what an RNN outputs at a masked step
 
 
@@ -174,10 +171,10 @@ class Translation:
         where = f"layer {_said(name)}"
         if depth > MAX_NESTING:
             raise BadInput(f"{self.path}: the model config nests layers more than {MAX_NESTING} deep")
-        if not isinstance(cls, str) or cls not in KERAS3_LAYER_KEYS:
-            raise self.refuse(f"{where} is a {_said(cls)}, a layer class it has no rule for")
         if entry.get("registered_name") is not None or entry.get("module") not in (None, "keras.layers"):
             raise self.refuse(f"{where} is a custom layer ({_said(entry.get('registered_name') or entry['module'])})")
+        if not isinstance(cls, str) or cls not in KERAS3_LAYER_KEYS:
+            raise self.refuse(f"{where} is a {_said(cls)}, a layer class it has no rule for")
         _known_keys(entry, ENTRY_KEYS | (NODE_KEYS if functional and depth == 0 else set()), where, self.refuse)
         cfg = dict(_object(entry.get("config"), f"the config of {where}"))
         if not isinstance(cfg.get("name"), str):
@@ -278,7 +275,15 @@ class Translation:
 
     def claim_weights(self, entries: list[dict[str, Any]], functional: bool) -> None:
         """Each layer's variables, where Keras 3.15 reads them (layers/<class>[_N]/...), from the same place in the
-        source: the Kerases that wrote these files name a layer's group the same way."""
+        source: the Kerases that wrote these files name a layer's group the same way. Every other dataset is
+        refused, but for the optimizer's, left out with the training set-up.
+
+        A Bidirectional's `layer` group is not carried: Keras 3.0 to 3.3.2's Bidirectional was a Wrapper tracking
+        its template layer, never built, so saved without variables beside its two directions, and built when
+        loading, which then expected its variables ("Layer 'lstm_cell' expected 3 variables, but received 0");
+        Keras 3.3.3 made it a plain Layer of its two directions (keras-team/keras 67419fb), whose files hold
+        forward_layer and backward_layer alone, as Keras 3.15 reads them.
+        """
         used: dict[str, int] = {}
         root = self.file.root
         for entry in entries:
