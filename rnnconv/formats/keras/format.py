@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec, stack
-from rnnconv.core.contracts import InspectReport, Provenance
+from rnnconv.core.contracts import InspectReport, Provenance, Report
 from rnnconv.errors import BadInput
 from rnnconv.formats.base import Format, Written
 from rnnconv.formats.keras import PLUGIN
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 STATED = ("activation", "recurrent_activation")  # what a user states for a weights file without a model config
 THINGS = "recurrent layers"  # what a refusal of every layer names
+RESCUE_TOLERANCE = 1e-5  # a rescued model against the numpy of its source: float32 rounding, nothing more
 
 
 def _name(layer: KerasLayer) -> str:
@@ -124,6 +125,16 @@ class KerasFormat(Format):
             else f"model.load_weights({literal(path)})  # model: the source's model, built in Keras 3"
         )
         return Written([path], [f"not carried over: {what}" for what in rescued.dropped], usage)
+
+    def copies_model(self, path: Path, against: Path) -> bool:
+        from rnnconv.formats.keras.rescue import holds_model
+
+        return holds_model(path) and holds_model(against)
+
+    def model_report(self, path: Path, against: Path, batch: int, steps: int, seed: int, atol: float | None) -> Report:
+        from rnnconv.formats.keras.model import check_rescued
+
+        return check_rescued(path, against, batch, steps, seed, RESCUE_TOLERANCE if atol is None else atol)
 
     def into_suffixes(self, model: Path) -> tuple[str, ...]:
         with open(model, "rb") as f:  # a copy is the same container: a .keras zip, or an HDF5 file

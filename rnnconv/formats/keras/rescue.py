@@ -58,6 +58,7 @@ class Rescued:
     config: dict[str, Any]
     variables: dict[str, Any] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)
+    groups: list[str | None] = field(default_factory=list)  # each layer's group (None: a Sequential's InputLayer)
 
 
 class Translation:
@@ -70,6 +71,7 @@ class Translation:
         self.tf_keras = self.version.startswith("2.")
         self.variables: dict[str, Any] = {}
         self.dropped: list[str] = []
+        self.groups: list[str | None] = []
 
     def refuse(self, what: str) -> Unsupported:
         return Unsupported(f"{self.path}: {what}, which the rescue for Keras 3 does not translate; nothing was written")
@@ -288,11 +290,13 @@ class Translation:
         root = self.file.root
         for entry in entries:
             if entry["class_name"] == "InputLayer" and not functional:
-                continue  # a Sequential's `layers` leaves its InputLayer out, and so does its weights file
+                self.groups.append(None)  # a Sequential's `layers` leaves its InputLayer out, and so does its file
+                continue
             snake = snake_case(entry["class_name"])
             index = used.get(snake, 0)
             used[snake] = index + 1
             group = f"layers/{snake}" + (f"_{index}" if index else "")
+            self.groups.append(group)
             self.layer_variables(entry, group)
         claimed = {dataset.name.lstrip("/") for dataset in self.variables.values()}
         for name in _datasets(root, self.path):
@@ -355,7 +359,7 @@ def rescue(keras_file: KerasFile) -> Rescued:
     """The model of a Keras file that holds one, as Keras 3.15 reads it."""
     translation = Translation(keras_file)
     config = translation.model()
-    return Rescued(config, translation.variables, translation.dropped)
+    return Rescued(config, translation.variables, translation.dropped, translation.groups)
 
 
 def weights_file(rescued: Rescued) -> bytes:
