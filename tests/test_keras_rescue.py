@@ -16,6 +16,8 @@ import pytest
 from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 
 import rnnconv
+import rnnconv.api
+from rnnconv.formats import registry
 
 RESCUE = FIXTURES / "keras_rescue"
 NAMES = ["tfkeras215_bidi", "keras30_bidi", "tfkeras215_functional"]
@@ -145,3 +147,48 @@ def test_a_variable_of_the_wrong_shape_is_refused(tmp_path):
 def test_a_whole_model_keeps_its_types_so_dtype_is_refused(tmp_path):
     result = run_cli("convert", RESCUE / "keras30_bidi.keras", tmp_path / "fixed.keras", "--dtype", "float16")
     assert_clean_failure(result, result.returncode or 1, "whole model", "leave out --dtype", "--layer")
+
+
+def test_an_archive_current_keras_wrote_converts_its_rnn_as_before(tmp_path):
+    """Keras 3.3.3 on load their own archives: converting one to Keras is of its RNN, as the Keras page says."""
+    result = rnnconv.convert(FIXTURES / "keras3" / "lstm.keras", tmp_path / "lstm.keras")
+    assert [r.name for r in result.rnns] == ["lstm"]
+
+
+@pytest.mark.needs("keras")
+def test_a_keras_3_functional_model_before_3_3_3_is_rescued_whole(tmp_path):
+    """A Keras 3 Functional model's build_config has no input shape (None), as Keras 3 writes it."""
+    import keras
+
+    source = FIXTURES / "keras3" / "lstm.keras"
+    with zipfile.ZipFile(source) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    members["metadata.json"] = json.dumps({"keras_version": "3.0.5"}).encode()
+    old = tmp_path / "old.keras"
+    with zipfile.ZipFile(old, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    result = rnnconv.convert(old, tmp_path / "fixed.keras")
+    assert result.rnns == []
+    x = np.random.default_rng(4).standard_normal((2, 6, 5)).astype(np.float32)
+    want = np.asarray(keras.saving.load_model(source)(x))
+    got = np.asarray(keras.saving.load_model(tmp_path / "fixed.keras")(x))
+    assert float(np.abs(got - want).max()) <= 1e-6
+
+
+@pytest.mark.needs("keras")
+def test_verify_checks_the_rescued_model_whole_against_the_old_file(tmp_path):
+    old = RESCUE / "tfkeras215_functional.keras"
+    fixed = rnnconv.convert(old, tmp_path / "fixed.keras").outputs[0]
+    assert rnnconv.api.audits(fixed, old)
+    whole, *rnns = rnnconv.audit(fixed, against=old).root
+    assert (whole.name, whole.verdict) == ("whole model", "match"), whole.summary
+    assert [(r.name, r.verdict) for r in rnns] == [("bidi_lstm", "match"), ("gru", "match")]
+
+    def changed(h5):
+        h5["layers/dense/vars/0"][0, 0] += 0.5
+
+    tampered = rewritten(Path(fixed), tmp_path / "tampered.keras", weights=changed)
+    whole = registry.detect(tampered).model_report(tampered, old, batch=2, steps=4, seed=0, atol=None)
+    assert whole.verdict == "mismatch"
+    assert "variables: differ: layers/dense/vars/0" in whole.summary and "outputs" in whole.summary

@@ -107,11 +107,11 @@ class KerasFormat(Format):
         return Written([path], usage=loading_snippet(rnns, path))
 
     def write_model(self, source: Path, path: Path, options: ReadOptions, write: WriteOptions) -> Written | None:
-        """A .keras archive (none rnnconv wrote) converted to Keras without --layer: its whole model, as Keras 3.15
-        loads it (`rescue`), every layer's variables kept as stored."""
+        """A .keras archive of a Keras before 3.3.3 (none rnnconv wrote) converted to Keras without --layer: its whole
+        model, as Keras 3.15 loads it (`rescue`), every layer's variables kept as stored."""
         from rnnconv.formats.keras.rescue import holds_model, write_rescued
 
-        if options.layer is not None or not holds_model(source):
+        if options.layer is not None or not holds_model(source, rescued=True):
             return None
         if write.dtype is not None:
             raise BadInput(
@@ -129,7 +129,7 @@ class KerasFormat(Format):
     def copies_model(self, path: Path, against: Path) -> bool:
         from rnnconv.formats.keras.rescue import holds_model
 
-        return holds_model(path) and holds_model(against)
+        return holds_model(path) and holds_model(against, rescued=True)
 
     def model_report(self, path: Path, against: Path, batch: int, steps: int, seed: int, atol: float | None) -> Report:
         from rnnconv.formats.keras.model import check_rescued

@@ -18,22 +18,28 @@ from typing import Any
 import numpy as np
 
 from rnnconv.core.contracts import Check, Provenance, Report, SourceRun
-from rnnconv.core.reference import forward
+from rnnconv.core.reference import forward, sigmoid
 from rnnconv.errors import Unsupported
 from rnnconv.formats.keras.reader import KerasFile, to_canonical
 from rnnconv.formats.keras.rescue import RECURRENT, Rescued, rescue
 
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    shifted = np.exp(x - x.max(-1, keepdims=True))
+    return shifted / shifted.sum(-1, keepdims=True)
+
+
 ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "linear": lambda x: x,
     "tanh": np.tanh,
-    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "sigmoid": sigmoid,
     "relu": lambda x: np.maximum(x, 0),
-    "softmax": lambda x: np.exp(x - x.max(-1, keepdims=True)) / np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True),
+    "softmax": _softmax,
     "softplus": lambda x: np.logaddexp(x, 0),
     "softsign": lambda x: x / (1 + np.abs(x)),
     "exponential": np.exp,
-    "swish": lambda x: x / (1 + np.exp(-x)),
-    "silu": lambda x: x / (1 + np.exp(-x)),
+    "swish": lambda x: x * sigmoid(x),
+    "silu": lambda x: x * sigmoid(x),
 }
 MERGES: dict[Any, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "concat": lambda a, b: np.concatenate([a, b], -1),
@@ -81,7 +87,9 @@ class Computed:
     def inbound(self, entry: dict[str, Any]) -> str:
         nodes = entry.get("inbound_nodes", [])
         if len(nodes) != 1:
-            raise Unsupported(f"layer {entry['config']['name']!r} is called {len(nodes)} times; verify computes one call")
+            raise Unsupported(
+                f"layer {entry['config']['name']!r} is called {len(nodes)} times; verify computes one call"
+            )
         node = nodes[0]
         calls = [a["config"]["keras_history"] for a in node.get("args", [])] if isinstance(node, dict) else node
         if len(calls) != 1:
@@ -180,7 +188,8 @@ def check_rescued(path: Path, against: Path, batch: int, steps: int, seed: int, 
         f"{path.name} loads in Keras {keras.__version__} and computes what {against.name} computes (the whole model, "
         f"its RNNs by the cuDNN equations from rnnconv's reading): largest difference {worst:.3g}"
         if ok
-        else f"{path.name} is not {against.name} rescued: " + "; ".join(f"{c.check}: {c.detail}" for c in checks if not c.ok)
+        else f"{path.name} is not {against.name} rescued: "
+        + "; ".join(f"{c.check}: {c.detail}" for c in checks if not c.ok)
     )
     return Report(
         verdict="match" if ok else "mismatch",

@@ -23,16 +23,17 @@ from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats.keras.config import MAX_NESTING, snake_case
 from rnnconv.formats.keras.hdf5 import MAX_OBJECTS, as_dataset, as_group, check_tensor, follow, holds, is_bfloat16
 from rnnconv.formats.keras.reader import KerasFile
-from rnnconv.safeio.outputs import atomic_outputs
 from rnnconv.formats.keras.wire import (
     KERAS3_ACTIVATIONS,
     KERAS3_LAYER_KEYS,
     KERAS3_OBJECTS,
     KERAS_DIRECTION_GROUPS,
     RESCUE_FUNCTIONAL_MODULES,
+    RESCUED_BEFORE,
     SAME_ACTIVATIONS,
 )
-from rnnconv.table.apply import find_row, stored_shapes
+from rnnconv.safeio.outputs import atomic_outputs
+from rnnconv.table.apply import find_row, stored_shapes, version_number
 from rnnconv.table.constants import KERAS_VARIABLES
 
 RECURRENT = ("LSTM", "GRU", "SimpleRNN")  # the recurrent layers the rescue carries (Bidirectional of any of them)
@@ -74,7 +75,10 @@ class Translation:
         self.groups: list[str | None] = []
 
     def refuse(self, what: str) -> Unsupported:
-        return Unsupported(f"{self.path}: {what}, which the rescue for Keras 3 does not translate; nothing was written")
+        return Unsupported(
+            f"{self.path}: {what}, which the rescue for Keras 3 does not translate; nothing was written (convert one "
+            f"RNN alone with --layer NAME)"
+        )
 
     # --- the model ------------------------------------------------------------------------
 
@@ -248,7 +252,7 @@ class Translation:
     def build_config(self, value: Any, where: str) -> dict[str, Any]:
         held = _object(value, f"the build_config of {where}")
         _known_keys(held, {"input_shape"}, f"the build_config of {where}", self.refuse)
-        if not _shape_tree(held.get("input_shape")):
+        if held.get("input_shape") is not None and not _shape_tree(held["input_shape"]):  # Keras 3's Functional: None
             raise BadInput(f"{self.path}: the build_config of {where} gives no input shape")
         return held
 
@@ -453,16 +457,17 @@ def _count(value: Any, what: str, path: Path) -> int:
     return value
 
 
-
-def holds_model(source: Path) -> bool:
-    """Whether a file is a .keras archive of a user's model (not one rnnconv wrote of RNNs alone)."""
+def holds_model(source: Path, rescued: bool = False) -> bool:
+    """Whether a file is a .keras archive of a user's model (not one rnnconv wrote of RNNs alone); with `rescued`,
+    one a Keras before 3.3.3 wrote, whose whole model a conversion to Keras rescues."""
     from rnnconv.formats.probe import ZIP_MAGIC
 
     with open(source, "rb") as f:
         if f.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
             return False
     with KerasFile(source) as keras_file:
-        return not keras_file.records
+        number = version_number(keras_file.versions.get("keras_version"))
+        return not keras_file.records and not (rescued and (number is None or number >= RESCUED_BEFORE))
 
 
 def write_rescued(source: Path, path: Path, force: bool = False) -> Rescued:

@@ -44,6 +44,7 @@ def sniff(probe: Probe) -> bool:
     names = probe.zip_names
     return names is not None and "config.json" in names
 
+
 # The rescue of whole models (rescue.py): what Keras 3.15 reads. Each layer class it carries and the settings its
 # config may have (3.15's get_config, and activity_regularizer, which every Keras 3 layer takes).
 _BASE = ("name", "trainable", "dtype")
@@ -94,6 +95,14 @@ KERAS3_OBJECTS: Final[dict[str, frozenset[str]]] = {
     "regularizer": frozenset({"L1", "L1L2", "L2", "OrthogonalRegularizer"}),
     "constraint": frozenset({"MaxNorm", "MinMaxNorm", "NonNeg", "UnitNorm"}),
 }  # fmt: skip
+# The Kerases whose .keras archives are rescued whole: tf.keras 2.13 to 2.15 (Keras 3.15 refuses theirs) and Keras 3
+# before 3.3.3 (their own loader refused their Bidirectional RNNs; 3.3.3 made Bidirectional a plain layer). A later
+# Keras' archive loads as it is, so its conversion to Keras is of its RNNs, as for any other source.
+RESCUED_BEFORE: Final = (3, 3, 3)
 # The modules a Functional model's class is saved under: tf.keras 2.13 to 2.15's (which Keras 3 cannot import) and
 # Keras 3's.
-RESCUE_FUNCTIONAL_MODULES: Final = ("keras.src.engine.functional", "keras.engine.functional", "keras.src.models.functional")
+RESCUE_FUNCTIONAL_MODULES: Final = (
+    "keras.src.engine.functional",
+    "keras.engine.functional",
+    "keras.src.models.functional",
+)
