@@ -17,6 +17,7 @@ from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 
 import rnnconv
 import rnnconv.api
+from rnnconv.errors import BadInput
 from rnnconv.formats import registry
 
 RESCUE = FIXTURES / "keras_rescue"
@@ -144,9 +145,14 @@ def test_a_variable_of_the_wrong_shape_is_refused(tmp_path):
     assert_clean_failure(result, result.returncode or 1, "layer 'bidi_gru'", "cell/vars/1 has shape (3, 12)")
 
 
-def test_a_whole_model_keeps_its_types_so_dtype_is_refused(tmp_path):
+def test_a_setting_of_one_rnn_is_refused_for_a_whole_model(tmp_path):
+    """A whole model keeps each variable and setting as stored: a flag it would leave unused is refused."""
     result = run_cli("convert", RESCUE / "keras30_bidi.keras", tmp_path / "fixed.keras", "--dtype", "float16")
     assert_clean_failure(result, result.returncode or 1, "whole model", "leave out --dtype", "--layer")
+    for setting, value, flag in (("activation", "relu", "--activation"), ("bias_split", "half", "--bias-split")):
+        with pytest.raises(BadInput, match=f"leave out {flag}, or name one RNN with --layer"):
+            rnnconv.convert(RESCUE / "keras30_bidi.keras", tmp_path / "fixed.keras", **{setting: value})
+    assert not (tmp_path / "fixed.keras").exists()
 
 
 def test_an_archive_current_keras_wrote_converts_its_rnn_as_before(tmp_path):

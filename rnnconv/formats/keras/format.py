@@ -17,6 +17,7 @@ from rnnconv.formats.base import Format, Written
 from rnnconv.formats.keras import PLUGIN
 from rnnconv.formats.probe import HDF5_MAGIC, Probe
 from rnnconv.formats.registry import register
+from rnnconv.formats.setting_fields import READ_FIELDS, WRITE_FIELDS
 from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source, convert_each, inspect_entry
 from rnnconv.formats.writing import literal
@@ -29,7 +30,17 @@ if TYPE_CHECKING:
 
 STATED = ("activation", "recurrent_activation")  # what a user states for a weights file without a model config
 THINGS = "recurrent layers"  # what a refusal of every layer names
+# The settings of one RNN's reading or writing, which a whole model's rescue (each variable and setting copied as
+# stored) would otherwise leave unused: given, they are refused.
+WHOLE_MODEL_TAKES_NONE = (
+    "bias_split", "nonlinearity", "activation", "recurrent_activation", "dequantize", "forget_bias", "dtype",
+    "profile", "streaming", "chunk",
+)  # fmt: skip
 RESCUE_TOLERANCE = 1e-5  # a rescued model against the numpy of its source: float32 rounding, nothing more
+
+
+def _given(settings: ReadOptions | WriteOptions, name: str) -> bool:
+    return bool(getattr(settings, name) != type(settings).model_fields[name].default)
 
 
 def _name(layer: KerasLayer) -> str:
@@ -113,11 +124,14 @@ class KerasFormat(Format):
 
         if options.layer is not None or not holds_model(source, rescued=True):
             return None
-        if write.dtype is not None:
-            raise BadInput(
-                f"{source} holds a whole model, copied with each variable as it is stored: leave out --dtype, or "
-                f"name one RNN with --layer"
-            )
+        for given, fields in ((options, READ_FIELDS), (write, WRITE_FIELDS)):
+            setting = next((name for name in WHOLE_MODEL_TAKES_NONE if name in fields and _given(given, name)), None)
+            if setting is not None:
+                flag = (fields[setting].flags or (f"--{setting}",))[0]
+                raise BadInput(
+                    f"{source} holds a whole model, copied with each variable and setting as it is stored: leave out "
+                    f"{flag}, or name one RNN with --layer"
+                )
         rescued = write_rescued(source, path, write.force)
         usage = (
             f"import keras\nmodel = keras.models.load_model({literal(path)})"
