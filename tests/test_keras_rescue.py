@@ -17,7 +17,7 @@ from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 
 import rnnconv
 import rnnconv.api
-from rnnconv.errors import BadInput
+from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import registry
 
 RESCUE = FIXTURES / "keras_rescue"
@@ -123,6 +123,16 @@ def test_what_the_translation_does_not_know_is_refused_naming_the_layer(change, 
     result = run_cli("convert", source, tmp_path / "fixed.keras")
     assert_clean_failure(result, result.returncode or 1, *phrases, "nothing was written")
     assert result.returncode != 0 and not (tmp_path / "fixed.keras").exists()
+
+
+def test_a_member_besides_the_model_is_refused(tmp_path):
+    source = tmp_path / "old.keras"
+    source.write_bytes((RESCUE / "keras30_bidi.keras").read_bytes())
+    with zipfile.ZipFile(source, "a") as archive:
+        archive.writestr("assets/vocabulary.txt", "a\nb\n")
+    with pytest.raises(Unsupported, match=r"holds 'assets/vocabulary\.txt' besides its model.*--layer"):
+        rnnconv.convert(source, tmp_path / "fixed.keras")
+    assert not (tmp_path / "fixed.keras").exists()
 
 
 def test_a_variable_no_layer_owns_is_refused(tmp_path):

@@ -93,6 +93,7 @@ class KerasFile:
         self._closers: list[Any] = []
         self.config: dict[str, Any] | None = None
         self.versions: dict[str, str] = {}
+        self.members: tuple[str, ...] = ()  # a .keras archive's member names
         self.limit = self.size  # no tensor can hold more bytes than its file (Keras never compresses datasets)
         try:
             self.kind, root = self._open()
@@ -184,6 +185,7 @@ class KerasFile:
         archive = _zip.open_archive(self.path)
         self._closers.append(archive)
         names = set(archive.namelist())
+        self.members = tuple(sorted(names))
         if "config.json" not in names:
             if any(n.endswith("data.pkl") for n in names):
                 raise BadInput(f"{self.path} is a PyTorch checkpoint, not a Keras file")

@@ -48,6 +48,7 @@ BATCH_INPUT_SHAPE = "batch_input_shape"  # tf.keras' input shape: Keras 3's Inpu
 INPUT_LENGTH = "input_length"  # tf.keras' Embedding argument, used only to infer shapes; Keras 3 has none
 COMPILE_CONFIG = "compile_config"  # the training set-up (optimizer, loss): not what the model computes
 OPTIMIZER_GROUP = "optimizer"  # the optimizer's variables, saved with the training set-up
+ARCHIVE_MEMBERS = {"config.json", "metadata.json", "model.weights.h5"}  # all a rescued archive is written from
 MASKING = ("Masking",)  # tf.keras 2 and Keras 3 differ in what an RNN outputs at a masked step
 
 
@@ -86,6 +87,9 @@ class Translation:
         top = self.file.config
         if not isinstance(top, dict):
             raise BadInput(f"{self.path} holds no model config to rescue")
+        extra = sorted(set(self.file.members) - ARCHIVE_MEMBERS)
+        if extra:
+            raise self.refuse(f"the archive holds {_said(extra[0])} besides its model (assets a layer would read)")
         cls = top.get("class_name")
         if cls not in ("Sequential", "Functional"):
             raise self.refuse(f"its model is a {_said(cls)}, not a Sequential or Functional model")
