@@ -210,7 +210,7 @@ class Translation:
         _known_keys(cfg, KERAS3_LAYER_KEYS[cls], f"the config of {where}", self.refuse)
         for key, value in cfg.items():
             self.setting(key, value, where)
-        out = {"module": "keras.layers", "class_name": cls, "config": cfg, "registered_name": None}
+        out: dict[str, Any] = {"module": "keras.layers", "class_name": cls, "config": cfg, "registered_name": None}
         if "build_config" in entry:
             out["build_config"] = self.build_config(entry["build_config"], where)
         if functional and depth == 0:
