@@ -371,13 +371,8 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data})
         case.oracle = "keras-rescue" if rng.random() < RESCUE_ORACLE_SHARE else ""
         source = "{dir}/mut_" + name
-        case.commands = [
-            ["inspect", source],
-            ["convert", source, "{dir}/fixed.keras"],
-            ["convert", source, "{dir}/fixed.weights.h5"],
-            ["convert", source, "{dir}/out.safetensors"],
-            ["convert", source, "{dir}/existing.bin"],
-        ]
+        outputs = ("fixed.keras", "fixed.weights.h5", "out.safetensors", "existing.bin")  # whole, whole, RNNs, kept
+        case.commands = [["inspect", source]] + [["convert", source, "{dir}/" + output] for output in outputs]
         return case
     if family == "tflite_quantized":  # quantization parameters damaged, read with and without --dequantize
         held = [n for n in seeds.sources if n.startswith(TFLITE_QUANTIZED)] or sorted(seeds.sources)
