@@ -108,15 +108,25 @@ def _hard_sigmoid(config):
     config["config"]["layers"][2]["config"]["layer"]["config"]["recurrent_activation"] = "hard_sigmoid"
 
 
+def _activation_object(config):  # found by the keras_rescue fuzz family: an unhashable value where a name goes
+    config["config"]["layers"][2]["config"]["layer"]["config"]["recurrent_activation"] = {}
+
+
+def _initializer_class_object(config):
+    config["config"]["layers"][3]["config"]["kernel_initializer"] = {"class_name": {}, "config": {}}
+
+
 @pytest.mark.parametrize(
     ("change", "phrases"),
     [
+        (_activation_object, ["layer 'gru'", "recurrent_activation {}"]),
+        (_initializer_class_object, ["layer 'head'", "kernel_initializer {}", "not one of Keras' own"]),
         (_custom_layer, ["layer 'pool'", "custom layer", "my_project>AttentionPooling"]),
         (_time_major, ["layer 'lstm'", "time_major=True"]),
         (_unknown_key, ["layer 'head'", "'lora_rank'"]),
         (_hard_sigmoid, ["layer 'gru'", "hard_sigmoid", "x/6 + 0.5"]),
     ],
-    ids=["custom layer", "time_major", "unknown key", "hard_sigmoid"],
+    ids=["activation object", "initializer class object", "custom layer", "time_major", "unknown key", "hard_sigmoid"],
 )
 def test_what_the_translation_does_not_know_is_refused_naming_the_layer(change, phrases, tmp_path):
     source = rewritten(RESCUE / "tfkeras215_bidi.keras", tmp_path / "old.keras", config=change)

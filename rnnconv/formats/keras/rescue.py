@@ -231,7 +231,7 @@ class Translation:
         """A value Keras 3.15 reads as the old Keras meant it: an activation it has, a dtype, a built-in
         initializer, regularizer or constraint (the rest are plain values, checked by Keras as it builds)."""
         if key in ("activation", "recurrent_activation"):
-            if value not in KERAS3_ACTIVATIONS:
+            if not isinstance(value, str) or value not in KERAS3_ACTIVATIONS:
                 raise self.refuse(f"{where} has {key} {_said(value)}, not one of Keras 3's own")
             if self.tf_keras and value not in SAME_ACTIVATIONS:
                 raise self.refuse(
@@ -249,7 +249,8 @@ class Translation:
             if (
                 held.get("module") not in (None, f"keras.{kind}s")
                 or held.get("registered_name") is not None
-                or held.get("class_name") not in known
+                or not isinstance(held.get("class_name"), str)
+                or held["class_name"] not in known
             ):
                 raise self.refuse(f"{where} has {key} {_said(held.get('class_name'))}, not one of Keras' own")
 
