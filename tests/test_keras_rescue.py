@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -218,3 +219,24 @@ def test_verify_checks_the_rescued_model_whole_against_the_old_file(tmp_path):
     whole = registry.detect(tampered).model_report(tampered, old, batch=2, steps=4, seed=0, atol=None)
     assert whole.verdict == "mismatch"
     assert "variables: differ: layers/dense/vars/0" in whole.summary and "outputs" in whole.summary
+
+
+def _output_object(config):
+    config["config"]["output_layers"] = [[{}, 0, 0]]
+
+
+def _bidirectional_without_layer(config):
+    del config["config"]["layers"][2]["config"]["layer"]
+
+
+@pytest.mark.parametrize(
+    ("change", "phrase"),
+    [(_output_object, "output_layers names [{}, 0, 0]"), (_bidirectional_without_layer, "wrapping no layer")],
+    ids=["output object", "Bidirectional without layer"],
+)
+def test_a_damaged_config_is_refused_in_a_sentence(change, phrase, tmp_path):
+    """Each was an internal error (found looking for more of what the keras_rescue fuzz family found)."""
+    source = rewritten(RESCUE / "tfkeras215_functional.keras", tmp_path / "old.keras", config=change)
+    with pytest.raises(BadInput, match=re.escape(phrase)):
+        rnnconv.convert(source, tmp_path / "fixed.keras")
+    assert not (tmp_path / "fixed.keras").exists()

@@ -19,7 +19,7 @@ import numpy as np
 
 from rnnconv.core.contracts import Check, Provenance, Report, SourceRun
 from rnnconv.core.reference import forward, sigmoid
-from rnnconv.errors import Unsupported
+from rnnconv.errors import Unsupported, cut
 from rnnconv.formats.keras.reader import KerasFile, to_canonical
 from rnnconv.formats.keras.rescue import RECURRENT, Rescued, rescue
 
@@ -75,7 +75,10 @@ class Computed:
         for index, entry in enumerate(self.config["layers"]):
             name = entry["config"]["name"]
             if self.functional and entry["class_name"] != "InputLayer":
-                previous = values[self.inbound(entry)]
+                called = self.inbound(entry)
+                if called not in values:
+                    raise Unsupported(f"layer {name!r} is called on {called!r}, which no layer before it gives")
+                previous = values[called]
             values[name] = previous = self.layer(entry, self.groups[index], previous)
         if not self.functional:
             return previous
@@ -91,10 +94,13 @@ class Computed:
                 f"layer {entry['config']['name']!r} is called {len(nodes)} times; verify computes one call"
             )
         node = nodes[0]
-        calls = [a["config"]["keras_history"] for a in node.get("args", [])] if isinstance(node, dict) else node
-        if len(calls) != 1:
-            raise Unsupported(f"layer {entry['config']['name']!r} takes {len(calls)} inputs; verify computes one")
-        return str(calls[0][0])
+        try:  # Keras 3's node ({"args": [a tensor's config], ...}) or tf.keras' ([[layer, node, tensor, kwargs]])
+            calls = [a["config"]["keras_history"] for a in node["args"]] if isinstance(node, dict) else node
+            if len(calls) != 1:
+                raise Unsupported(f"layer {entry['config']['name']!r} takes {len(calls)} inputs; verify computes one")
+            return str(calls[0][0])
+        except (KeyError, TypeError, IndexError):
+            raise Unsupported(f"layer {entry['config']['name']!r} has an inbound node verify does not read") from None
 
     def layer(self, entry: dict[str, Any], group: str | None, x: np.ndarray) -> np.ndarray:
         cls, cfg = entry["class_name"], entry["config"]
@@ -179,8 +185,10 @@ def check_rescued(path: Path, against: Path, batch: int, steps: int, seed: int, 
         x = computed.inputs(batch, steps, seed)
         want = computed(x)
     keras = import_keras("3")
-    model = keras.saving.load_model(path, compile=False, safe_mode=True)
-    got = np.asarray(model(x), np.float64)
+    try:  # Keras on a file rnnconv's translation has accepted: what Keras makes of it is the check's to say
+        got = np.asarray(keras.saving.load_model(path, compile=False, safe_mode=True)(x), np.float64)
+    except Exception as exc:
+        raise Unsupported(f"Keras {keras.__version__} does not run {path}: {cut(str(exc), 200)}") from None
     worst = float(np.abs(got - want).max()) if got.shape == want.shape else float("inf")
     checks.append(Check(check="outputs", ok=worst <= tol, detail=f"largest difference {worst:.3g} (tolerance {tol:g})"))
     ok = all(c.ok for c in checks)

@@ -168,6 +168,7 @@ class Translation:
             if not (
                 isinstance(end, list)
                 and len(end) == 3
+                and isinstance(end[0], str)
                 and end[0] in names
                 and all(type(i) is int and 0 <= i < MAX_OBJECTS for i in end[1:])
             ):
@@ -199,6 +200,8 @@ class Translation:
         if cls == "Embedding":
             cfg.pop(INPUT_LENGTH, None)
         if cls == "Bidirectional":
+            if cfg.get("layer") is None:
+                raise BadInput(f"{self.path}: {where} is a Bidirectional wrapping no layer")
             for key in ("layer", "backward_layer"):
                 if cfg.get(key) is not None:
                     inner = _object(cfg[key], f"the {key} of {where}")
