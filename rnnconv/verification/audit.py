@@ -97,7 +97,7 @@ def wanted(path: Path, against: Path | None, layers: Sequence[str], raw: bool) -
         fmt = registry.detect(path)
         if fmt.name == "cudnn":
             return False
-        if registry.detect(against) is fmt and fmt.copies_model(path, against):  # the model checked whole too
+        if fmt.copies_model(path, against) and registry.detect(against) is fmt:  # the model checked whole too
             return True
         deployed = fmt.listed(path)
         if len(deployed) != 1:

@@ -12,7 +12,7 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec, stack
 from rnnconv.core.contracts import InspectReport, Provenance, Report
-from rnnconv.errors import BadInput
+from rnnconv.errors import BadInput, RnnconvError
 from rnnconv.formats.base import Format, Written
 from rnnconv.formats.keras import PLUGIN
 from rnnconv.formats.probe import HDF5_MAGIC, Probe
@@ -143,7 +143,12 @@ class KerasFormat(Format):
     def copies_model(self, path: Path, against: Path) -> bool:
         from rnnconv.formats.keras.rescue import holds_model
 
-        return holds_model(path) and holds_model(against, rescued=True)
+        if not (path.is_file() and against.is_file()):
+            return False
+        try:  # any other file against it is the audit's to judge, in its words
+            return holds_model(path) and holds_model(against, rescued=True)
+        except RnnconvError:
+            return False
 
     def model_report(self, path: Path, against: Path, batch: int, steps: int, seed: int, atol: float | None) -> Report:
         from rnnconv.formats.keras.model import check_rescued
