@@ -97,6 +97,8 @@ def wanted(path: Path, against: Path | None, layers: Sequence[str], raw: bool) -
         fmt = registry.detect(path)
         if fmt.name == "cudnn":
             return False
+        if fmt.copies_model(path, against) and registry.detect(against) is fmt:  # the model checked whole too
+            return True
         deployed = fmt.listed(path)
         if len(deployed) != 1:
             return len(deployed) > 1
@@ -165,6 +167,17 @@ def audit(path: Path, options: VerifyOptions, named: dict[str, str], stage: Stag
         )
     checkpoint = Side.of(options.against)
     rows = []
+    if deployed.fmt is checkpoint.fmt and deployed.fmt.copies_model(path, checkpoint.path):
+        if stage:
+            stage(f"checking the whole model against {cut(checkpoint.path.name)}")
+        try:
+            rows.append(
+                deployed.fmt.model_report(
+                    path, checkpoint.path, options.batch, options.seq_len, options.seed, options.atol
+                )
+            )
+        except RnnconvError as exc:
+            rows.append(failed_report(path, exc).model_copy(update={"name": "whole model"}))
     for ours, theirs in pair(deployed, checkpoint, named):
         if ours is None and theirs is not None and named:  # --layer said what is deployed: the rest is not
             rows.append(_not_deployed(deployed, checkpoint, theirs))

@@ -99,6 +99,7 @@ FAMILIES = (
     "paddle",
     "identify",
     "streaming",
+    "keras_rescue",
 )
 # The families of the readers added since the first round (what `--families new` runs).
 NEW_FAMILIES = (
@@ -129,6 +130,7 @@ NEW_FAMILIES = (
     "openvino_loops",
     "identify",
     "streaming",
+    "keras_rescue",
 )
 # The families whose seeds are models of several files (seeds.sets): the mutator of each, files -> must refuse.
 SET_FAMILIES = {
@@ -179,6 +181,10 @@ ONNX_FAMILIES = {
         "mutate_onnx_loops",  # a file of no Loop (the dynamo exporter's steps) damaged as the onnx family does
     ),
 }
+RESCUE_ORACLE_SHARE = 0.02  # the keras_rescue cases whose rescued file Keras runs against the old one (10 s apiece)
+# A Python whose tf.keras is 2.15 (TensorFlow 2.15), to run a tf.keras archive as its own Keras did: a rescued file
+# of one is judged only with it (Keras 3.15 runs a Keras 3.0 archive itself).
+OLD_KERAS_PYTHON = os.environ.get("RNNCONV_FUZZ_TF_KERAS_PYTHON", "")
 ORACLE_SHARE = 0.04  # the savedmodel cases whose conversions TensorFlow judges (its imports: 10 s apiece)
 SERVING_ORACLE_SHARE = 0.05  # those of them whose serving graph was damaged
 SERVING_SEEDS = ["k3_export", "k3_export_activations"]  # the savedmodel seeds whose activations their graph says
@@ -363,6 +369,15 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             ["verify", source, "--streaming", "--stream-runtime", runtime, "--seq-len", "6"] for runtime in runtimes
         ]
         case.commands += [["inspect", source], ["convert", source, "{dir}/out.safetensors"]]
+        return case
+    if family == "keras_rescue":  # an old archive damaged, rescued whole, the rescued file run against the old one
+        name = rng.choice(sorted(seeds.rescue))
+        data = mutators.mutate_keras_rescue(seeds.rescue[name].read_bytes(), rng)
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data})
+        case.oracle = "keras-rescue" if rng.random() < RESCUE_ORACLE_SHARE else ""
+        source = "{dir}/mut_" + name
+        outputs = ("fixed.keras", "fixed.weights.h5", "out.safetensors", "existing.bin")  # whole, whole, RNNs, kept
+        case.commands = [["inspect", source]] + [["convert", source, "{dir}/" + output] for output in outputs]
         return case
     if family == "tflite_quantized":  # quantization parameters damaged, read with and without --dequantize
         held = [n for n in seeds.sources if n.startswith(TFLITE_QUANTIZED)] or sorted(seeds.sources)
@@ -660,6 +675,7 @@ def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, t
         if case.must_refuse and code == 0:
             problems.append("malformed_accepted")
         saved = case.oracle == "tensorflow" and args[2].endswith("out.safetensors")  # every RNN, as stated
+        saved = saved or (case.oracle == "keras-rescue" and command[-1].endswith("fixed.keras"))  # the whole model
         if case.oracle and code == 0 and command[0] == "convert" and (command[-1].endswith("out.pt") or saved):
             stated = ["stated"] if "--activation" in args else []
             judged = disagrees(case.oracle, Path(args[1]), Path(args[2]), *stated)
@@ -818,6 +834,39 @@ print(f"off by {max(errors):.2g}" if not max(errors) <= 1e-5 else "")
 """
 
 
+RESCUE_ORACLE = r"""
+import json, os, subprocess, sys, zipfile
+from pathlib import Path
+import numpy as np
+_, source, converted, old_python = sys.argv[1:]
+seed = next(name for name in ("tfkeras215_bidi", "keras30_bidi", "tfkeras215_functional") if name in source)
+x = np.load(f"fixtures/keras_rescue/{seed}.npz")["x"]
+version = json.loads(zipfile.ZipFile(source).read("metadata.json")).get("keras_version", "")
+RUN = "import sys, numpy as np\nfrom {module} import saving\n" \
+    "model = saving.load_model(sys.argv[1], compile=False)\n" \
+    "np.save(sys.argv[2], np.asarray(model(np.load(sys.argv[3]))))"
+np.save(Path(converted).with_suffix(".x.npy"), x)
+def run(python, module, path, out):  # each Keras in a process of its own: one may crash on a damaged file
+    done = subprocess.run([python, "-c", RUN.format(module=module), str(path), str(out),
+                           str(Path(converted).with_suffix(".x.npy"))], capture_output=True, timeout=300)
+    return np.load(out) if done.returncode == 0 else None
+got = run(sys.executable, "keras", converted, Path(converted).with_suffix(".got.npy"))
+if got is None:
+    print("off by inf (Keras 3 does not run the rescued file)")
+    sys.exit(0)
+if version.startswith("3."):
+    want = run(sys.executable, "keras", source, Path(converted).with_suffix(".want.npy"))
+elif old_python:
+    want = run(old_python, "tensorflow.keras", source, Path(converted).with_suffix(".want.npy"))
+else:
+    sys.exit(3)
+if want is None or want.shape != got.shape:
+    sys.exit(3)  # the old Keras does not run the damaged file: nothing to judge the rescue by
+error = float(np.abs(want - got).max())
+print(f"off by {error:.2g}" if not error <= 1e-5 else "")
+"""
+
+
 def disagrees(runtime: str, source: Path, converted: Path, *more: str) -> str | None:
     """Whether a converted loop computes otherwise than its runtime (LiteRT, OpenVINO's CPU plugin, onnxruntime)
     running the mutated file (the model's output: every step's, or each direction's last): "off by E"; None where it
@@ -826,7 +875,9 @@ def disagrees(runtime: str, source: Path, converted: Path, *more: str) -> str | 
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     try:
         done = subprocess.run(
-            [sys.executable, "-c", SAVED_ORACLE if runtime == "tensorflow" else ORACLE, runtime, str(source)]
+            [sys.executable, "-c", RESCUE_ORACLE, runtime, str(source), str(converted), OLD_KERAS_PYTHON]
+            if runtime == "keras-rescue"
+            else [sys.executable, "-c", SAVED_ORACLE if runtime == "tensorflow" else ORACLE, runtime, str(source)]
             + [str(converted), *more],
             capture_output=True,
             text=True,

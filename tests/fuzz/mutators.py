@@ -434,6 +434,87 @@ def mutate_keras_archive(data: bytes, rng: random.Random) -> bytes:
     return _rezip(members)
 
 
+# --- the Keras rescue (archives of a Keras before 3.3.3, rescued whole) ----------------------------------------
+
+RESCUE_VALUES = [None, -1, 0, 2**40, 1.5, "x", "", [], {}, [None], [[[[[[[[]]]]]]]], True, "hard_sigmoid", "gelu"]
+RESCUE_KEYS = [
+    "units", "activation", "recurrent_activation", "use_bias", "return_sequences", "go_backwards", "return_state",
+    "stateful", "time_major", "reset_after", "unit_forget_bias", "dtype", "name", "merge_mode", "batch_shape",
+    "batch_input_shape", "input_dim", "output_dim", "mask_zero", "rate", "kernel_initializer", "unroll", "lora_rank",
+]  # fmt: skip
+RESCUE_CLASSES = ["Dense", "LSTM", "GRU", "SimpleRNN", "Dropout", "Bidirectional", "Conv1D", "Lambda", "InputLayer"]
+RESCUE_VERSIONS = ["3.15.1", "3.3.2", "3.3.3", "2.15.0-tf", "2.13.1", "1.2.2", "x", "", 7, None, "9" * 300]
+
+
+def mutate_keras_rescue(data: bytes, rng: random.Random) -> bytes:
+    """An old .keras archive damaged where its rescue reads it: its config's layers (classes, settings, nodes, the
+    model's ends), its weights' variables (gone, reshaped, retyped, extra), its metadata's Keras version, or the
+    zip itself (the archive mutator's)."""
+    op = rng.choice(["config", "config", "config", "weights", "weights", "metadata", "archive"])
+    if op == "archive":
+        return mutate_keras_archive(data, rng)
+    members = _members(data)
+    for index, (info, payload) in enumerate(members):
+        if op == "config" and info.filename == "config.json":
+            config = json.loads(payload)
+            for _ in range(rng.choice([1, 1, 2, 3])):
+                _mutate_rescue_config(config, rng)
+            members[index] = (info, json.dumps(config).encode())
+        elif op == "weights" and info.filename == "model.weights.h5":
+            members[index] = (info, _mutate_rescue_weights(payload, rng))
+        elif op == "metadata" and info.filename == "metadata.json":
+            members[index] = (info, json.dumps({"keras_version": rng.choice(RESCUE_VERSIONS)}).encode())
+    return _rezip(members)
+
+
+def _mutate_rescue_config(config: dict[str, Any], rng: random.Random) -> None:
+    _, layers = _keras_models_and_layers(config)
+    inner = [held for entry in layers for held, key in _held_objects(entry.get("class_name"), entry.get("config"))]
+    entries = [e for e in layers + inner if isinstance(e, dict)]
+    entry = rng.choice(entries) if entries else config
+    cfg = entry.get("config") if isinstance(entry.get("config"), dict) else entry
+    model = config.get("config") if isinstance(config.get("config"), dict) else config
+    op = rng.choice(["set", "set", "set", "drop", "class", "module", "nodes", "ends", "order", "top"])
+    if op == "set":
+        cfg[rng.choice(RESCUE_KEYS)] = rng.choice(RESCUE_VALUES)
+    elif op == "drop" and cfg:
+        del cfg[rng.choice(sorted(cfg))]
+    elif op == "class":
+        entry["class_name"] = rng.choice(RESCUE_CLASSES)
+    elif op == "module":
+        entry[rng.choice(["module", "registered_name"])] = rng.choice(["keras.layers", "my.layers", None, "x>y", 3])
+    elif op == "nodes":
+        entry["inbound_nodes"] = rng.choice([[], [[["nowhere", 0, 0, {}]]], [[["input_2", 0, 0, {"mask": 1}]]], 5])
+    elif op == "ends":
+        model[rng.choice(["input_layers", "output_layers"])] = rng.choice([[], ["head", 0, 0], [["x", 0, 0]], "y"])
+    elif op == "order" and isinstance(model.get("layers"), list) and len(model["layers"]) > 1:
+        rng.shuffle(model["layers"])
+    else:
+        config[rng.choice(["class_name", "module", "compile_config", "build_config"])] = rng.choice(RESCUE_VALUES)
+
+
+def _mutate_rescue_weights(data: bytes, rng: random.Random) -> bytes:
+    buffer = io.BytesIO(data)
+    with h5py.File(buffer, "r+") as h5:
+        _, datasets = _h5_objects(h5)
+        name = rng.choice([d for d in datasets if "/vars/" in d] or datasets)
+        values = h5[name][...]
+        op = rng.choice(["delete", "shape", "dtype", "extra", "nan", "structure"])
+        if op == "structure":
+            return mutate_hdf5(data, rng)
+        del h5[name]
+        if op == "shape":
+            h5[name] = np.zeros(rng.choice([(), (1,), values.shape[::-1], (*values.shape, 1), (0, 3)]), np.float32)
+        elif op == "dtype":
+            h5[name] = values.astype(rng.choice([np.float16, np.float64, np.int32, np.uint8, np.complex64, "S4"]))
+        elif op == "extra":
+            h5[name] = values
+            h5[name.rsplit("/", 1)[0] + "/" + rng.choice(["9", "x", "3"])] = values
+        elif op == "nan":
+            h5[name] = np.where(np.arange(values.size).reshape(values.shape) == 0, np.nan, values).astype(values.dtype)
+    return buffer.getvalue()
+
+
 def _pickle_ops(payload: bytes) -> list[tuple[int, int]]:
     """(start, end) byte spans of the opcodes of a pickle."""
     spans, previous = [], None

@@ -122,6 +122,7 @@ class Seeds:
     sets: dict[str, dict[str, dict[str, bytes]]] = field(default_factory=dict)
     identify: dict[str, tuple[bytes, bytes, list[str]]] = field(default_factory=dict)  # name -> blob, probe, flags
     streaming: dict[str, Path] = field(default_factory=dict)  # name -> a streaming model rnnconv wrote
+    rescue: dict[str, Path] = field(default_factory=dict)  # name -> a .keras archive a Keras before 3.3.3 wrote
 
 
 def files_beside(main: Path, prefix: str = "") -> dict[str, bytes]:
@@ -236,6 +237,8 @@ def prepare(work: Path) -> Seeds:
         target = work / name.replace("/", "__")
         shutil.copy(FIXTURES / name, target)
         seeds.sources[target.name] = target
+    for path in sorted((FIXTURES / "keras_rescue").glob("*.keras")):  # the rescue's: whole models, kept apart
+        seeds.rescue[path.name] = path
     for name in OPENVINO_LOOP_SEEDS:  # an IR's weights, beside it
         shutil.copy((FIXTURES / name).with_suffix(".bin"), (work / name.replace("/", "__")).with_suffix(".bin"))
     shutil.copy(FIXTURES / "onnx" / "lstm_external.onnx.data", work)  # where the renamed seed's weights are
