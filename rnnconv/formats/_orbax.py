@@ -76,14 +76,14 @@ def checkpoint_in(folder: Path) -> Path | None:
         return folder / items[0] / METADATA
     if items:
         raise BadInput(
-            f"{folder} is an Orbax checkpoint of {len(items)} items ({', '.join(cut(i) for i in items[:8])}); "
+            f"{folder} is an Orbax checkpoint of several items ({', '.join(cut(i) for i in items[:8])}); "
             f"name the one that holds the model's params ({cut(str(folder / items[0]))})"
         )
     steps = sorted(p.name for p in _subfolders(folder) if os.path.lexists(p / CHECKPOINT_METADATA))
     if steps:
         raise BadInput(
-            f"{folder} is an Orbax CheckpointManager's folder of {len(steps)} steps "
-            f"({', '.join(cut(s) for s in steps[:8])}); name the step to read ({cut(str(folder / steps[-1]))})"
+            f"{folder} is an Orbax CheckpointManager's folder (steps {', '.join(cut(s) for s in steps[-8:])}); name "
+            f"the step to read ({cut(str(folder / steps[-1]))})"
         )
     return None
 

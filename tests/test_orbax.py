@@ -1,0 +1,175 @@
+"""Orbax checkpoints (fixtures/orbax, saved by Orbax itself): each converts and computes what Flax computes on the
+params Orbax restores, from non-zero initial states; inspect lists each RNN with its sizes; --layer picks by path;
+verify runs the checkpoint in Flax; a folder that is not a plain checkpoint, or damaged, is refused in a sentence."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
+
+import rnnconv
+from rnnconv.core import reference
+from rnnconv.core.contracts import Provenance
+from rnnconv.formats import registry
+
+ORBAX = FIXTURES / "orbax"
+NNX_STEP = ORBAX / "nnx_manager" / "1"
+# fixture folder -> (format, the RNN's name, mode, layers, bidirectional)
+CHECKPOINTS = {
+    "lstm_bi2": ("flax", "params", "lstm", 2, True),
+    "gru": ("flax", "params", "gru", 1, False),
+    "gru_zarr": ("flax", "params", "gru", 1, False),
+    "nnx_manager/1": ("flax-nnx", "layers", "lstm", 2, False),
+}
+IN, H, T, B = 5, 7, 6, 3
+
+
+def inputs(spec):
+    rng = np.random.default_rng(11)
+    pseudo = spec.num_layers * spec.num_directions
+    return {
+        "x": rng.normal(0, 0.8, (T, B, IN)).astype(np.float32),
+        "h0": rng.normal(0, 0.5, (pseudo, B, H)).astype(np.float32),
+        "c0": rng.normal(0, 0.5, (pseudo, B, H)).astype(np.float32),
+        "lengths": None,
+    }
+
+
+@pytest.mark.needs("tensorstore", "jax", "flax", "orbax.checkpoint")
+@pytest.mark.parametrize("name", sorted(CHECKPOINTS))
+def test_each_checkpoint_converts_to_what_flax_computes_on_what_orbax_restores(name):
+    """The canonical RNN read without JAX, run by cuDNN's equations, against Flax's cells on Orbax's own restore."""
+    fmt, rnn_name, mode, layers, bidirectional = CHECKPOINTS[name]
+    with rnnconv.load(ORBAX / name) as (rnn,):
+        spec = rnn.spec
+        assert (spec.mode, spec.input_size, spec.hidden_size, spec.num_layers, spec.bidirectional) == (
+            mode, IN, H, layers, bidirectional,
+        )  # fmt: skip
+        given = inputs(spec)
+        ours = reference.forward(spec, rnn.param, given["x"], given["h0"], given["c0"] if mode == "lstm" else None)
+    source = registry.source_file(ORBAX / name)
+    flax_ran, how = registry.get(fmt).run(source, Provenance(layer=rnn_name), spec, given)
+    assert "flax" in how
+    error = max(float(np.abs(np.asarray(a) - b).max()) for a, b in zip(ours, flax_ran.values()) if b is not None)
+    LARGEST_ERRORS[f"orbax {name}"] = error
+    assert error <= 1e-5
+
+
+@pytest.mark.needs("tensorstore", "jax", "flax", "orbax.checkpoint")
+def test_a_linen_checkpoint_computes_what_its_whole_model_computes():
+    """The fixture's own module applied to Orbax's restore (zero initial carry, as a linen model runs): the runner's
+    layer-by-layer reading of the tree is not what is being trusted."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import flax.linen as nn
+    import jax.numpy as jnp
+    import orbax.checkpoint as ocp
+
+    one = lambda: nn.RNN(nn.LSTMCell(H))  # noqa: E731
+    model = nn.Sequential([nn.Bidirectional(one(), one()), nn.Bidirectional(one(), one())])
+    variables = ocp.PyTreeCheckpointer().restore(str(ORBAX / "lstm_bi2"))
+    x = np.random.default_rng(2).normal(0, 0.8, (B, T, IN)).astype(np.float32)
+    expected = np.asarray(model.apply(variables, jnp.asarray(x)))
+    with rnnconv.load(ORBAX / "lstm_bi2") as (rnn,):
+        y, _, _ = reference.forward(rnn.spec, rnn.param, x.transpose(1, 0, 2))
+    assert np.abs(y.transpose(1, 0, 2) - expected).max() <= 1e-5
+
+
+@pytest.mark.needs("tensorstore")
+def test_inspect_lists_each_rnn_with_its_sizes():
+    for name, (fmt, rnn_name, mode, layers, bidirectional) in CHECKPOINTS.items():
+        result = run_cli("inspect", ORBAX / name, "--json")
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert report["format"] == f"{fmt}-orbax"
+        (entry,) = report["rnns"]
+        spec = entry["spec"]
+        assert entry["name"] == rnn_name and spec["mode"] == mode, entry
+        assert (spec["input_size"], spec["hidden_size"], spec["num_layers"], spec["bidirectional"]) == (
+            IN, H, layers, bidirectional,
+        )  # fmt: skip
+
+
+@pytest.mark.needs("tensorstore", "jax", "flax", "orbax.checkpoint")
+def test_convert_with_layer_and_verify_runs_the_checkpoint_in_flax(tmp_path):
+    out = tmp_path / "gru.pt"
+    result = run_cli("convert", ORBAX / "gru", out, "--layer", "params")
+    assert result.returncode == 0, result.stderr
+    result = run_cli("verify", out, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "match", report
+    assert_clean_failure(run_cli("convert", ORBAX / "gru", tmp_path / "x.pt", "--layer", "cell"), 2, "params")
+
+
+def copy_of(tmp_path, name="gru"):
+    folder = tmp_path / name
+    shutil.copytree(ORBAX / name, folder)
+    return folder
+
+
+def damaged_metadata(folder, change):
+    document = json.loads((folder / "_METADATA").read_text())
+    change(document)
+    (folder / "_METADATA").write_text(json.dumps(document))
+
+
+def first_leaf(document):
+    return next(iter(document["tree_metadata"].values()))
+
+
+HOSTILE = {
+    "a symbolic link in it": (lambda f: (f / "elsewhere").symlink_to("/etc"), "symbolic link"),
+    "a data file cut short": (
+        lambda f: [p.write_bytes(p.read_bytes()[:20]) for p in f.rglob("d/*")],
+        "cannot be read",
+    ),
+    "no data files": (lambda f: [shutil.rmtree(p) for p in sorted(f.rglob("d"))], "cannot be read"),
+    "a huge declared shape": (
+        lambda f: damaged_metadata(f, lambda d: first_leaf(d)["value_metadata"].update(write_shape=[2**45, 2**45])),
+        "write_shape",
+    ),
+    "another shape": (
+        lambda f: damaged_metadata(f, lambda d: first_leaf(d)["value_metadata"].update(write_shape=[3])),
+        "not the [3]",
+    ),
+    "zarr3": (lambda f: damaged_metadata(f, lambda d: d.update(use_zarr3=True)), "use_zarr3"),
+    "a key with a slash": (
+        lambda f: damaged_metadata(f, lambda d: first_leaf(d)["key_metadata"][0].update(key="../x")),
+        "no name Orbax gives",
+    ),
+    "a leaf missing from the store": (
+        lambda f: damaged_metadata(f, lambda d: first_leaf(d)["key_metadata"][0].update(key="other")),
+        "missing from the checkpoint",
+    ),
+    "not JSON": (lambda f: (f / "_METADATA").write_bytes(b'{"tree_metadata": {'), "not valid JSON"),
+}
+
+
+@pytest.mark.needs("tensorstore")
+@pytest.mark.parametrize("damage", sorted(HOSTILE))
+def test_a_damaged_checkpoint_is_refused_in_a_sentence(damage, tmp_path):
+    change, phrase = HOSTILE[damage]
+    folder = copy_of(tmp_path)
+    change(folder)
+    assert_clean_failure(run_cli("convert", folder, tmp_path / "out.pt"), 2, phrase)
+    assert not (tmp_path / "out.pt").exists()
+
+
+def test_folders_of_several_are_refused_naming_what_to_pick(tmp_path):
+    assert_clean_failure(run_cli("inspect", ORBAX / "nnx_manager"), 2, "CheckpointManager", "nnx_manager/1")
+    step = tmp_path / "step"
+    shutil.copytree(NNX_STEP, step)
+    shutil.copytree(NNX_STEP / "state", step / "other")
+    assert_clean_failure(run_cli("inspect", step), 2, "several items", "other, state")
+
+
+def test_without_tensorstore_the_refusal_names_the_extra(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "tensorstore", None)
+    with pytest.raises(rnnconv.errors.BackendMissing, match=r"rnnconv\[orbax\]"):
+        rnnconv.inspect(ORBAX / "gru")
