@@ -10,7 +10,6 @@ import shutil
 
 import numpy as np
 import pytest
-
 from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 
 import rnnconv

@@ -424,7 +424,11 @@ def restored(metadata: Path) -> Any:
 
     with warnings.catch_warnings():  # that it takes the shardings from the checkpoint: on one CPU, as saved
         warnings.simplefilter("ignore")
-        tree = ocp.PyTreeCheckpointer().restore(str(metadata.parent))
+        try:
+            tree = ocp.PyTreeCheckpointer().restore(str(metadata.parent))
+        except Exception as exc:  # Orbax's own refusal of a damaged checkpoint, of whatever type it raises
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise BadInput(f"Orbax itself cannot restore {metadata.parent} ({cut(reason, 300)})") from None
     return jax.tree_util.tree_map(lambda value: _numpy(jax, value), tree)
 
 
