@@ -131,3 +131,36 @@ def test_damaged_files_give_one_sentence(damage, phrase, tmp_path):
             shutil.rmtree(source / "variables")
     result = run_cli("inspect", source)
     assert_clean_failure(result, 2, phrase)
+
+
+@pytest.mark.needs("tensorflow", "tf_keras")
+def test_the_source_digest_covers_every_file_read(tmp_path):
+    """A SavedModel's, a TF2 checkpoint's and a TF1 checkpoint's digest covers their data files (and the SavedModel's
+    variables index and keras_metadata.pb): a change to one alone is seen by verify and by verify-changed."""
+    from rnnconv.core.contracts import Sidecar
+    from rnnconv.verification.changed import made_from
+
+    shutil.copytree(SAVED / "tfk_lstm_state", tmp_path / "saved")
+    shutil.copytree(SAVED / "k3_ckpt", tmp_path / "ckpt")
+    for part in (FIXTURES / "tf1").glob("basic_lstm.ckpt.*"):
+        shutil.copy(part, tmp_path / part.name)
+    sources = {
+        "saved": (tmp_path / "saved", {"layer": "encoder"}, "variables/variables.data-00000-of-00001"),
+        "tf2": (tmp_path / "ckpt" / "ckpt", STATED, "ckpt/ckpt.data-00000-of-00001"),
+        "tf1": (tmp_path / "basic_lstm.ckpt", {}, "basic_lstm.ckpt.data-00000-of-00001"),
+        "metadata": (tmp_path / "saved", {"layer": "encoder"}, "saved/keras_metadata.pb"),
+    }
+    for name, (source, stated, part) in sources.items():
+        blob = tmp_path / f"{name}.bin"
+        rnnconv.convert(source, blob, **stated)
+        changed = (tmp_path / "saved" / part) if name == "saved" else tmp_path / part
+        recorded = Sidecar.model_validate_json((tmp_path / f"{name}.bin.json").read_text()).source
+        assert not made_from(blob, [recorded], [tmp_path / "saved" / "fingerprint.none"])
+        assert made_from(blob, [recorded], [changed]), name  # verify-changed verifies what was made from it
+        assert not [w for w in rnnconv.verify(blob, backend="numpy").warnings if "changed since" in w]
+        original = changed.read_bytes()
+        changed.write_bytes(original + b"\x78\x00")  # a field no reader reads: only the digest tells
+        report = rnnconv.verify(blob, backend="numpy")
+        assert report.verdict == "match", report.summary
+        assert [w for w in report.warnings if "or a file read with it" in w and "changed since" in w], name
+        changed.write_bytes(original)

@@ -71,10 +71,9 @@ if TYPE_CHECKING:
 
 def opened(path: Path, reading: SourcePass | None = None) -> KerasFile | ObjectFile:
     """A Keras file, or a SavedModel's saved_model.pb or a TF2 checkpoint's index, open."""
-    from rnnconv.formats.keras.wire import SAVED_MODEL
-    from rnnconv.formats.tf1.wire import DATA_SHARD, INDEX_SUFFIX
+    from rnnconv.formats.keras.wire import is_object_file
 
-    if path.name == SAVED_MODEL or path.name.endswith(INDEX_SUFFIX) or DATA_SHARD.search(path.name):
+    if is_object_file(path):
         from rnnconv.formats.keras.savedmodel import ObjectFile
 
         return ObjectFile(path)

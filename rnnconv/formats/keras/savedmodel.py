@@ -47,8 +47,10 @@ from rnnconv.formats.tf1.tensor_bundle import (
     Corrupt,
     _embedded,
     _message,
+    data_files,
     read_table,
 )
+from rnnconv.formats.tf1.wire import index_file
 from rnnconv.safeio.inputs import add_guard, json_document, read_array, regular_file, unchanged
 from rnnconv.table.constants import DIRECTION_WORDS, MAX_LAYERS
 
@@ -207,6 +209,26 @@ def _keras_metadata(path: Path) -> tuple[dict[str, Any] | None, dict[str, str]]:
     return {"class_name": "Model", "config": {"layers": top}}, versions
 
 
+def _saved_model_folder(path: Path) -> Path | None:
+    """The SavedModel directory whose saved_model.pb or variables index `path` is, else None."""
+    if path.name == SAVED_MODEL:
+        return path.parent
+    folder = path.parent.parent
+    in_folder = path.parent.name + "/" + path.name == SAVED_MODEL_VARIABLES + ".index"
+    return folder if in_folder and saved_model_in(folder) else None
+
+
+def source_parts(path: Path) -> list[Path]:
+    """The files besides `path` that reading a SavedModel or a TF2 checkpoint reads: the other of saved_model.pb
+    and the variables index, the data files, keras_metadata.pb where there is one."""
+    folder = _saved_model_folder(path)
+    if folder is None:
+        return [part for part in [index_file(path), *data_files(path)] if part != path]
+    index = folder / (SAVED_MODEL_VARIABLES + ".index")
+    metadata = [folder / KERAS_METADATA] if os.path.lexists(folder / KERAS_METADATA) else []
+    return [part for part in [folder / SAVED_MODEL, index, *data_files(index), *metadata] if part != path]
+
+
 class ObjectFile:
     """A SavedModel or a TF2 checkpoint, open: its kind, versions, config and recurrent layers, as a KerasFile."""
 
@@ -217,11 +239,9 @@ class ObjectFile:
         self.records: dict[str, Any] = {}
         self.versions: dict[str, str] = {}
         self.config: dict[str, Any] | None = None
-        folder = path.parent.parent  # a SavedModel's variables/variables.index is read as its SavedModel
-        if path.name == SAVED_MODEL or (
-            path.parent.name + "/" + path.name == SAVED_MODEL_VARIABLES + ".index" and saved_model_in(folder)
-        ):
-            self.kind, folder = "keras-savedmodel", folder if path.name != SAVED_MODEL else path.parent
+        folder = _saved_model_folder(path)  # a SavedModel's variables/variables.index is read as its SavedModel
+        if folder is not None:
+            self.kind = "keras-savedmodel"
             regular_file(folder / SAVED_MODEL, "the SavedModel's saved_model.pb")
             index = folder / (SAVED_MODEL_VARIABLES + ".index")
             if not os.path.lexists(index):

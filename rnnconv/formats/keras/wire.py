@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rnnconv.formats.probe import Probe
 
 # The Keras layer arguments that initialize each variable (in the same order).
@@ -43,3 +45,11 @@ def sniff(probe: Probe) -> bool:
         return True
     names = probe.zip_names
     return names is not None and "config.json" in names
+
+
+def is_object_file(path: Path) -> bool:
+    """Whether `path` is read as a SavedModel's or a TF2 checkpoint's (its saved_model.pb, an index, a data file),
+    not as a Keras file."""
+    from rnnconv.formats.tf1.wire import DATA_SHARD, INDEX_SUFFIX
+
+    return path.name == SAVED_MODEL or path.name.endswith(INDEX_SUFFIX) or bool(DATA_SHARD.search(path.name))
