@@ -15,11 +15,15 @@ before TensorStore reads its values, in a bounded time, and every file unchanged
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import math
 import os
+import re
 import stat
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -49,6 +53,16 @@ MAX_KEY_CHARS = 1000
 MAX_CHUNKS = 1 << 20  # chunks of one array
 ZARRAY_LIMIT = 64 << 10  # bytes of an array's zarr metadata
 READ_SECONDS = 120.0  # what TensorStore may take to read one array
+# TensorStore's status codes (absl's), which begin its error messages.
+STATUS_CODES: Final = (
+    "NOT_FOUND", "DATA_LOSS", "FAILED_PRECONDITION", "INVALID_ARGUMENT", "OUT_OF_RANGE", "UNIMPLEMENTED",
+    "RESOURCE_EXHAUSTED", "INTERNAL", "UNKNOWN", "ABORTED", "CANCELLED", "DEADLINE_EXCEEDED", "UNAVAILABLE",
+)  # fmt: skip
+FILE_NAMED: Final = re.compile(r'local file "([^"]{1,4096})"')  # the file a TensorStore error names
+# The files besides _METADATA and the arrays that Orbax's restore reads (JSON), checked before Orbax is called.
+RESTORE_JSON: Final = ("_CHECKPOINT_METADATA", "_sharding")
+ARRAY_METADATAS: Final = "array_metadatas"
+REMEDY: Final = "save the checkpoint again, or copy it whole"  # the way out of a damaged checkpoint
 
 
 class Unread:
@@ -291,6 +305,31 @@ def _zarray(data: bytes, leaf: Leaf, where: str) -> tuple[ZarrArray, dict[str, A
     return ZarrArray(tuple(shape), FLOAT_TYPES.get(dtype, ""), dtype), meta
 
 
+def refusal(exc: BaseException, root: Path) -> str:
+    """TensorStore's refusal (its status code, the checkpoint's file it names) as the end of a sentence, without its
+    internal text (byte offsets, specs, decoder names): what is wrong and the way out."""
+    text = str(exc)
+    code = next((c for c in STATUS_CODES if text.startswith(c + ":")), "")
+    named = FILE_NAMED.search(text)
+    file = ""
+    if named and os.path.normpath(named.group(1)).startswith(str(root) + os.sep):
+        file = f" (file {cut(os.path.relpath(named.group(1), root))})"
+    what = "is missing" if code == "NOT_FOUND" else "is damaged or cut short"
+    return f"its stored data{file} {what}{f' (TensorStore: {code})' if code else ''}; {REMEDY}"
+
+
+def _restore_refusal(exc: BaseException, root: Path) -> str:
+    """Orbax's refusal of a restore as the end of a sentence: TensorStore's said as `refusal` says it, Python's own
+    (a metadata file's JSON of other types than Orbax writes) said as such."""
+    text = str(exc)
+    if text.startswith(STATUS_CODES) or "TensorStore" in text:
+        return refusal(exc, root)
+    if isinstance(exc, (AttributeError, TypeError, KeyError, IndexError, json.JSONDecodeError)) or not text:
+        files = ", ".join((METADATA, *RESTORE_JSON, ARRAY_METADATAS))
+        return f"a metadata file ({files}) is not as Orbax writes it; {REMEDY}"
+    return f"{cut(text.splitlines()[0], 300)}; {REMEDY}"
+
+
 class Store:
     """A checkpoint's arrays, read by TensorStore from the folder rnnconv checked: in its OCDBT store, or each in
     its own folder."""
@@ -324,8 +363,7 @@ class Store:
             ) from None
         except (ValueError, RuntimeError, OSError) as exc:  # TensorStore's errors are ValueErrors
             self.folder.check()
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise BadInput(f"{self.where}: {what} cannot be read (TensorStore: {cut(reason, 300)})") from None
+            raise BadInput(f"{self.where}: {what} cannot be read: {refusal(exc, self.folder.root)}") from None
 
     def metadata(self, leaf: Leaf) -> bytes:
         name = f"{leaf.param_name}/{ZARRAY}"
@@ -351,7 +389,8 @@ class Store:
         kvstore = {**self.kvstore, "path": f"{leaf.param_name}/"}
         if not self.ocdbt:
             kvstore = {"driver": "file", "path": str(self.folder.root / leaf.param_name) + "/"}
-        spec = {"driver": "zarr", "kvstore": kvstore, "metadata": meta, "open": True}
+        # A chunk missing is refused, as Orbax refuses it, not read as the fill value (zeros where none is given).
+        spec = {"driver": "zarr", "kvstore": kvstore, "metadata": meta, "open": True, "fill_missing_data_reads": False}
         array = self._ask(lambda: self.ts.open(spec, context=self.context, read=True), what)
         values = self._ask(array.read, what)
         values = np.asarray(values)
@@ -413,7 +452,7 @@ def load_tree(metadata: Path) -> dict[str, Any]:
 
 def restored(metadata: Path) -> Any:
     """The checkpoint restored by Orbax itself (for verify: the run rests on Orbax's reading, not on rnnconv's), as
-    numpy; called after `load_tree` checked it."""
+    numpy; called after `load_tree` checked it, and the other files Orbax reads checked here first."""
     try:
         import orbax.checkpoint as ocp
     except ImportError:
@@ -422,14 +461,53 @@ def restored(metadata: Path) -> Any:
         ) from None
     import jax
 
+    root = metadata.parent
+    folder = Folder(root, _look(root))
+    for name in sorted(folder.files):
+        if name in RESTORE_JSON or name.startswith(ARRAY_METADATAS + os.sep):
+            with open(root / name, "rb") as f:
+                json_document(f.read(ZARRAY_LIMIT + 1), str(root / name))
     with warnings.catch_warnings():  # that it takes the shardings from the checkpoint: on one CPU, as saved
         warnings.simplefilter("ignore")
         try:
-            tree = ocp.PyTreeCheckpointer().restore(str(metadata.parent))
+            with _draining_loops():
+                tree = ocp.PyTreeCheckpointer().restore(str(root))
         except Exception as exc:  # Orbax's own refusal of a damaged checkpoint, of whatever type it raises
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise BadInput(f"Orbax itself cannot restore {metadata.parent} ({cut(reason, 300)})") from None
+            folder.check()
+            raise BadInput(f"Orbax itself cannot restore {root}: {_restore_refusal(exc, root)}") from None
     return jax.tree_util.tree_map(lambda value: _numpy(jax, value), tree)
+
+
+class _DrainingLoop(asyncio.SelectorEventLoop):
+    """An event loop that, closed, first lets the tasks still running end (each read of an array Orbax began: its
+    restore closes its loop as soon as one fails, and their TensorStore futures would then call into a closed loop
+    from TensorStore's threads, and their coroutines be destroyed pending), their outcomes taken."""
+
+    def close(self) -> None:
+        if not self.is_closed() and not self.is_running():
+            pending = asyncio.all_tasks(self)
+            if pending:
+                _, late = self.run_until_complete(asyncio.wait(pending, timeout=READ_SECONDS))
+                for task in late:
+                    task.cancel()
+                self.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        super().close()
+
+
+class _DrainingPolicy(asyncio.DefaultEventLoopPolicy):
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        return _DrainingLoop()
+
+
+@contextlib.contextmanager
+def _draining_loops() -> Iterator[None]:
+    """Orbax's event loops (it makes a new one for each restore) drain before they close, while this lasts."""
+    before = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(_DrainingPolicy())
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop_policy(before)
 
 
 def _numpy(jax: Any, value: Any) -> Any:
