@@ -126,9 +126,17 @@ HOSTILE = {
     "a symbolic link in it": (lambda f: (f / "elsewhere").symlink_to("/etc"), "symbolic link"),
     "a data file cut short": (
         lambda f: [p.write_bytes(p.read_bytes()[:20]) for p in f.rglob("d/*")],
-        "cannot be read",
+        "is damaged or cut short (TensorStore: OUT_OF_RANGE); save the checkpoint again",
     ),
     "no data files": (lambda f: [shutil.rmtree(p) for p in sorted(f.rglob("d"))], "cannot be read"),
+    "a chunk missing": (  # not read as the fill value: refused, as Orbax refuses it
+        lambda f: (f / "params.cell.hn.kernel" / "0.0").unlink(),
+        "'params.cell.hn.kernel' cannot be read: its stored data (file params.cell.hn.kernel/0.0) is missing",
+    ),
+    "a chunk damaged": (
+        lambda f: (f / "params.cell.in.bias" / "0").write_bytes(b"not zstd"),
+        "its stored data (file params.cell.in.bias/0) is damaged or cut short (TensorStore: FAILED_PRECONDITION)",
+    ),
     "a huge declared shape": (
         lambda f: damaged_metadata(f, lambda d: first_leaf(d)["value_metadata"].update(write_shape=[2**45, 2**45])),
         "write_shape",
@@ -154,10 +162,71 @@ HOSTILE = {
 @pytest.mark.parametrize("damage", sorted(HOSTILE))
 def test_a_damaged_checkpoint_is_refused_in_a_sentence(damage, tmp_path):
     change, phrase = HOSTILE[damage]
-    folder = copy_of(tmp_path)
+    folder = copy_of(tmp_path, "gru_zarr" if "chunk" in damage else "gru")
     change(folder)
-    assert_clean_failure(run_cli("convert", folder, tmp_path / "out.pt"), 2, phrase)
+    result = run_cli("convert", folder, tmp_path / "out.pt")
+    assert_clean_failure(result, 2, phrase)
+    assert "TensorStore({" not in result.stderr and "at byte" not in result.stderr  # none of its internal text
     assert not (tmp_path / "out.pt").exists()
+
+
+@pytest.mark.needs("tensorstore")
+def test_the_source_digest_covers_every_file_of_the_checkpoint(tmp_path):
+    """A change to one array file alone (bytes no read reaches) is seen by verify (its warning, without the run that
+    costs seconds) and by verify-changed."""
+    from pathlib import Path
+
+    from rnnconv.core.contracts import Sidecar
+    from rnnconv.verification.changed import made_from
+    from rnnconv.verification.subject import source_changed
+
+    folder = copy_of(tmp_path)
+    blob = tmp_path / "gru.bin"
+    rnnconv.convert(folder, blob)
+    recorded = Sidecar.model_validate_json((tmp_path / "gru.bin.json").read_text()).source
+    data = max((folder / "ocdbt.process_0" / "d").iterdir(), key=lambda p: p.stat().st_size)
+    assert made_from(blob, [recorded], [data])  # verify-changed verifies what was made from it
+    assert not made_from(blob, [recorded], [tmp_path / "gru.bin.json"])
+    assert source_changed(recorded, Path(recorded.path)) == []
+    data.write_bytes(data.read_bytes() + b"\0")
+    (warning,) = source_changed(recorded, Path(recorded.path))
+    assert "or a file read with it" in warning and "changed since" in warning, warning
+    with rnnconv.load(folder) as (rnn,):  # the bytes added are none a read reaches: only the digest tells
+        assert rnn.spec.mode == "gru"
+
+
+@pytest.mark.needs("tensorstore", "jax", "orbax.checkpoint")
+def test_a_restore_orbax_refuses_is_said_naming_the_file_and_leaves_nothing_pending(tmp_path):
+    """Orbax's restore closes its event loop as soon as one read fails: the reads still running then called into a
+    closed loop from TensorStore's threads ("Event loop is closed" tracebacks at exit). Its loops now drain first;
+    and a metadata file only Orbax reads is checked, and named, before Orbax is called."""
+    import asyncio
+
+    from rnnconv.formats import _orbax
+
+    folder = copy_of(tmp_path)
+    (folder / "array_metadatas" / "process_0").write_bytes(b"")
+    with rnnconv.load(folder) as (rnn,):
+        spec = rnn.spec
+    with pytest.raises(rnnconv.errors.BadInput, match="array_metadatas/process_0 cannot be read: it is not valid JSON"):
+        registry.get("flax").run(folder / "_METADATA", Provenance(layer="params"), spec, {})
+    finished = []
+
+    async def read():
+        await asyncio.sleep(0.05)
+        finished.append(True)
+
+    async def restore():  # as Orbax's run_sync runs one: a read begun, then a failure, then the loop closed
+        asyncio.ensure_future(read())
+        raise ValueError("one read failed")
+
+    with _orbax._draining_loops():
+        loop = asyncio.new_event_loop()
+        with pytest.raises(ValueError):
+            loop.run_until_complete(restore())
+        loop.close()
+    assert finished == [True] and loop.is_closed()
+    assert not isinstance(asyncio.new_event_loop(), _orbax._DrainingLoop)  # only while Orbax restores
 
 
 def test_folders_of_several_are_refused_naming_what_to_pick(tmp_path):

@@ -331,6 +331,14 @@ class TreeFormat(base.Format):
 
         return checkpoint_in(path)
 
+    def source_parts(self, path: Path) -> list[Path]:
+        """An Orbax checkpoint's every other file (its arrays' storage, the metadata Orbax's restore reads)."""
+        if self.kind_of(path) != self.orbax_kind:
+            return []
+        from rnnconv.formats._orbax import source_parts
+
+        return source_parts(path)
+
     def _module(self, verb: str) -> Any:
         """The package's reader or runner, imported when a verb needs it (sniffing imports neither)."""
         return importlib.import_module(f"{self.plugin.package}.{verb}")
@@ -368,6 +376,7 @@ class TreeFormat(base.Format):
             options,
             describe=lambda rnn: f"RNN {rnn.name!r} in {path}",
             things="recurrent layers",
+            parts=self.source_parts(path),
         )
 
     def inspect(self, path: Path) -> InspectReport:

@@ -416,6 +416,13 @@ def _checked(metadata: Path) -> tuple[Folder, list[Leaf], bool]:
     return folder, leaves, ocdbt
 
 
+def source_parts(metadata: Path) -> list[Path]:
+    """Every file of the checkpoint but its `_METADATA`, in the order of their names: what its reading and Orbax's
+    restore may open (OCDBT's manifests and data files, the zarr chunks, _sharding, array_metadatas/)."""
+    root = metadata.parent
+    return [root / name for name in sorted(_look(root)) if name != METADATA]
+
+
 def top_keys(metadata: Path) -> set[str]:
     """The keys at the top of the checkpoint's tree (a Flax linen model's variables have "params")."""
     _, leaves, _ = _checked(metadata)
