@@ -3000,7 +3000,10 @@ def mutate_orbax(files: dict[str, bytes], main: str, rng: random.Random) -> bool
         name = rng.choice(stored)
         files[name] = mutate_bytes(files[name], rng)
     elif op == "gone":
-        del files[rng.choice(sorted(files))]
+        name = rng.choice(sorted(files))
+        del files[name]
+        folder, _, chunk = name.rpartition("/")
+        return chunk[:1].isdigit() and folder + "/" + ".zarray" in files  # a zarr chunk: never read as its fill value
     else:
         files[rng.choice(sorted(files))] = b""
     return False
