@@ -215,10 +215,11 @@ def _leaves(document: Any, where: Path) -> tuple[list[Leaf], bool]:
         value = entry.get("value_metadata") if isinstance(entry, dict) else None
         if not isinstance(keys, list) or not 0 < len(keys) <= MAX_KEYS or not isinstance(value, dict):
             raise bad("a leaf without its key path and value metadata")
-        names = tuple(k.get("key") if isinstance(k, dict) else None for k in keys)
-        for name in names:
+        found = [k.get("key") if isinstance(k, dict) else None for k in keys]
+        for name in found:
             if not isinstance(name, str) or not 0 < len(name) <= MAX_KEY_CHARS or "/" in name or "\0" in name:
                 raise bad(f"a leaf's key {cut(str(name))!r} is no name Orbax gives an array")
+        names = tuple(str(name) for name in found)
         shape = value.get("write_shape")
         if shape is not None and not (
             isinstance(shape, list) and len(shape) <= MAX_KEYS and all(_count(n) for n in shape)
@@ -368,7 +369,8 @@ class Store:
     def metadata(self, leaf: Leaf) -> bytes:
         name = f"{leaf.param_name}/{ZARRAY}"
         if self.store is not None:
-            read = self._ask(lambda: self.store.read(name), f"array {cut(leaf.param_name)!r}'s metadata")
+            store = self.store
+            read = self._ask(lambda: store.read(name), f"array {cut(leaf.param_name)!r}'s metadata")
             if read.state != "value":
                 raise BadInput(
                     f"{self.where}: array {cut(leaf.param_name)!r} is missing from the checkpoint's OCDBT store"
