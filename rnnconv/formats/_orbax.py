@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from rnnconv.core.dtypes import ELEMENT_TYPES
 from rnnconv.errors import BackendMissing, BadInput, cut
 from rnnconv.formats._msgpack import Bfloat16Words
 from rnnconv.formats.flax.wire import ORBAX_METADATA as METADATA
@@ -38,9 +39,11 @@ from rnnconv.safeio.inputs import SourceChanged, add_guard, json_document
 CHECKPOINT_METADATA: Final = "_CHECKPOINT_METADATA"  # a checkpoint's (or a CheckpointManager step's) own record
 ZARRAY: Final = ".zarray"  # a zarr v2 array's metadata
 ARRAY_TYPES: Final = ("jax.Array", "np.ndarray")  # the value types Orbax stores as arrays
-# The zarr element types an RNN's params may have (numpy's little-endian codes, TensorStore's name for bfloat16).
-FLOAT_TYPES: Final = {"<f2": "float16", "<f4": "float32", "<f8": "float64", "bfloat16": "bfloat16"}
-ITEM_BYTES: Final = {"float16": 2, "float32": 4, "float64": 8, "bfloat16": 2}
+# The zarr element types an RNN's params may have: numpy's little-endian codes of the table's, and TensorStore's name
+# for bfloat16 (which numpy has no code for).
+FLOAT_TYPES: Final = {
+    (name if name == "bfloat16" else etype.storage.str): name for name, etype in ELEMENT_TYPES.items()
+}
 COMPRESSORS: Final = ("zstd", None)  # what Orbax writes its chunks with: zstd, or none
 EXTRA: Final = "orbax"
 
@@ -273,7 +276,7 @@ class ZarrArray:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * ITEM_BYTES[self.dtype]
+        return math.prod(self.shape) * ELEMENT_TYPES[self.dtype].itemsize
 
 
 def _zarray(data: bytes, leaf: Leaf, where: str) -> tuple[ZarrArray, dict[str, Any]]:
