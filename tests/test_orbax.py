@@ -12,7 +12,6 @@ import shutil
 
 import numpy as np
 import pytest
-import yaml
 from conftest import FIXTURES, LARGEST_ERRORS, ROOT, assert_clean_failure, run_cli
 
 import rnnconv
@@ -203,6 +202,8 @@ def test_the_source_digest_covers_every_file_of_the_checkpoint(tmp_path):
     assert "or a file read with it" in warning and "changed since" in warning, warning
     with rnnconv.load(folder) as (rnn,):  # the bytes added are none a read reaches: only the digest tells
         assert rnn.spec.mode == "gru"
+    import yaml
+
     (hook,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())  # the hook looks at each such file
     for name in [data, folder / "manifest.ocdbt", FIXTURES / "orbax/gru_zarr/params.cell.hn.kernel/0.0"]:
         assert re.search(hook["files"], str(name.relative_to(tmp_path if folder in name.parents else ROOT))), name
