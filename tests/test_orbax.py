@@ -224,6 +224,10 @@ def test_a_restore_orbax_refuses_is_said_naming_the_file_and_leaves_nothing_pend
         spec = rnn.spec
     with pytest.raises(rnnconv.errors.BadInput, match="array_metadatas/process_0 cannot be read: it is not valid JSON"):
         registry.get("flax").run(folder / "_METADATA", Provenance(layer="params"), spec, {})
+    (folder / "array_metadatas" / "process_0").write_bytes((ORBAX / "gru/array_metadatas/process_0").read_bytes())
+    sharding = folder / "_sharding"
+    sharding.write_bytes(sharding.read_bytes() + b" " * 100_000)  # as large as a large model's: checked whole
+    assert "params" in registry.get("flax")._module("reader").restored(folder / "_METADATA")
     finished, started = [], []
 
     async def read():

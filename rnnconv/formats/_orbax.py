@@ -55,6 +55,7 @@ MAX_KEYS = 32  # keys in a leaf's path
 MAX_KEY_CHARS = 1000
 MAX_CHUNKS = 1 << 20  # chunks of one array
 ZARRAY_LIMIT = 64 << 10  # bytes of an array's zarr metadata
+JSON_LIMIT = 1 << 28  # bytes of a metadata file Orbax's restore reads (one entry per array: large for a large tree)
 READ_SECONDS = 120.0  # what TensorStore may take to read one array
 # TensorStore's status codes (absl's), which begin its error messages.
 STATUS_CODES: Final = (
@@ -477,8 +478,11 @@ def restored(metadata: Path) -> Any:
     folder = Folder(root, _look(root))
     for name in sorted(folder.files):
         if name in RESTORE_JSON or name.startswith(ARRAY_METADATAS + os.sep):
+            size = folder.files[name][0]
+            if size > JSON_LIMIT:
+                raise BadInput(f"{root / name} is {size} bytes, more than Orbax writes of any checkpoint's metadata")
             with open(root / name, "rb") as f:
-                json_document(f.read(ZARRAY_LIMIT + 1), str(root / name))
+                json_document(f.read(size + 1), str(root / name))
     with warnings.catch_warnings():  # that it takes the shardings from the checkpoint: on one CPU, as saved
         warnings.simplefilter("ignore")
         try:
