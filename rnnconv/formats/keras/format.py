@@ -81,7 +81,13 @@ class KerasFormat(Format):
             def canonical(layer: KerasLayer) -> CanonicalRNN:
                 recorded = keras_file.activations.get(layer.name) if layer.inferred else None  # no config to say it
                 told = {**stated, "activation": stated["activation"] or recorded}
+                notes = []
+                if layer.name in keras_file.shown:  # a SavedModel's serving graph showed its activations
+                    from rnnconv.formats.keras.savedmodel import shown_notes
+
+                    notes = shown_notes(layer, keras_file.shown[layer.name], stated)
                 rnn = to_canonical(layer, info, options.bias_split, keras_file.reader, told)
+                rnn.notes.extend(notes)
                 rnn.digest = digest
                 rnn.origin = keras_file.records.get(layer.name)
                 return rnn

@@ -90,6 +90,7 @@ class KerasFile:
         self.size = regular_file(path)
         self.reader = TensorReader(path)  # shared by every layer: one tensor in memory at a time
         self._closers: list[Any] = []
+        self.shown: dict[str, dict[str, str]] = {}  # by layer: settings shown elsewhere than a config (none here)
         self.config: dict[str, Any] | None = None
         self.versions: dict[str, str] = {}
         self.limit = self.size  # no tensor can hold more bytes than its file (Keras never compresses datasets)

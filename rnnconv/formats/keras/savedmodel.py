@@ -237,6 +237,7 @@ class ObjectFile:
         self.reader = TensorReader()
         self.activations: dict[str, str] = {}  # what rnnconv records in files it writes: none here
         self.records: dict[str, Any] = {}
+        self.shown: dict[str, dict[str, str]] = {}  # by layer: the settings its serving graph shows
         self.versions: dict[str, str] = {}
         self.config: dict[str, Any] | None = None
         folder = _saved_model_folder(path)  # a SavedModel's variables/variables.index is read as its SavedModel
@@ -260,6 +261,8 @@ class ObjectFile:
             self.layers = [self._configured(entry, groups) for entry in walk_config(self.config)]
         else:
             self.layers = list(_inferred(groups, UNRECORDED.format(what=what)))
+            if folder is not None:
+                self._read_activations(folder / SAVED_MODEL)
         limit = 2 * sum(shard.stat().st_size for shard in self.checkpoint.shards)  # bfloat16 is read widened
         for layer in self.layers:
             layer.keras_version = self.versions.get("keras_version")
@@ -270,6 +273,23 @@ class ObjectFile:
                         stored = self.checkpoint.dtypes[tensor.key]
                         raise BadInput(f"{what} holds {stored} values, not floating point numbers")
                     check_tensor(tensor, what, limit)
+
+    def _read_activations(self, saved_model: Path) -> None:
+        """The activations of the layers of each class, where the serving graph's loop bodies of that class are
+        as many as those layers' cells and agree (`serving`): set as if a config said them, and noted."""
+        from rnnconv.formats.keras.serving import loop_activations
+
+        bodies = loop_activations(saved_model)
+        for layer_class, read in bodies.items():
+            layers = [layer for layer in self.layers if layer.source_class == layer_class and not layer.refusal]
+            if len(read) != sum(len(layer.tensors) for layer in layers) or len(set(read)) != 1:
+                continue
+            activation, recurrent = read[0]
+            settings = {"activation": activation} | ({"recurrent_activation": recurrent} if recurrent else {})
+            for layer in layers:
+                layer.config.update(settings)
+                layer.inferred, layer.unrecorded = False, None
+                self.shown[layer.name] = settings
 
     def _configured(self, entry: ConfigEntry, groups: dict[str, list[dict[str, BundleTensor]]]) -> KerasLayer:
         def tensors() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
@@ -299,6 +319,22 @@ class ObjectFile:
 
     def layer(self, name: str | None) -> KerasLayer:
         return pick_layer(self.layers, name, self.path)
+
+
+def shown_notes(layer: KerasLayer, shown: dict[str, str], stated: dict[str, str | None]) -> list[str]:
+    """What a layer's serving graph showed of its settings, in a note; a stated one that is not what it shows is
+    refused (the graph is what the SavedModel computes)."""
+    for key, value in shown.items():
+        if stated.get(key) not in (None, value):
+            raise BadInput(
+                f"layer {layer.name!r}: {key} {stated[key]} was stated, but the SavedModel's serving graph applies "
+                f"{value}: state none, the graph says it"
+            )
+    said = ", ".join(f"{key}={value}" for key, value in shown.items())
+    return [
+        f"{layer.name}: the SavedModel has no model config; class {layer.display_class} was inferred from tensor "
+        f"shapes, and {said} read from its serving graph's loop bodies"
+    ]
 
 
 def _inferred(groups: dict[str, list[dict[str, BundleTensor]]], unrecorded: str) -> Iterator[KerasLayer]:
