@@ -97,6 +97,7 @@ FAMILIES = (
     "savedmodel",
     "savedmodel_serving",
     "paddle",
+    "orbax",
     "identify",
     "streaming",
     "keras_rescue",
@@ -119,6 +120,7 @@ NEW_FAMILIES = (
     "savedmodel",
     "savedmodel_serving",
     "paddle",
+    "orbax",
     "onnx_subgraph",
     "onnx_unrolled",
     "onnx_cells",
@@ -457,6 +459,28 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             ["convert", source, "{dir}/existing.bin", *stated],
         ]
         if main in seeds.good_blob:
+            case.commands.append(["verify", str(seeds.good_blob[main]), "--against", source, "--backend", "numpy"])
+        return case
+    if family == "orbax":  # an Orbax checkpoint's folder, its files damaged
+        models = seeds.sets[family]
+        main = rng.choice(sorted(models))
+        files = dict(models[main])
+        case = Case(family, f"{index:06d}_{family}_{main}", files, must_refuse=mutators.mutate_orbax(files, main, rng))
+        source = "{dir}/" + main
+        case.commands = [
+            ["inspect", source + rng.choice(["", "/"]), *(["--json"] if rng.random() < 0.3 else [])],
+            ["convert", source, "{dir}/out.safetensors"],
+            [
+                "convert",
+                source,
+                "{dir}/out" + rng.choice(TARGETS),
+                *(["--layer", "params"] if rng.random() < 0.3 else []),
+            ],
+            ["convert", source, "{dir}/existing.bin"],
+        ]
+        if rng.random() < 0.1:  # run in Flax, on what Orbax restores, against the source its record names
+            case.commands.append(["verify", source])
+        if main in seeds.good_blob and rng.random() < 0.4:  # Flax compiles each run: seconds, so not every case
             case.commands.append(["verify", str(seeds.good_blob[main]), "--against", source, "--backend", "numpy"])
         return case
     if family == "identify":

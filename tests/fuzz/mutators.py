@@ -3114,3 +3114,80 @@ def mutate_pdparams(data: bytes, rng: random.Random) -> tuple[bytes, bool]:
 def mutate_paddle(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
     files[main], refuse = mutate_pdparams(files[main], rng)
     return refuse
+
+
+# Orbax: a checkpoint's folder (its _METADATA, each array's zarr metadata, OCDBT's manifests and data files)
+
+
+def _orbax_metadata(document: Any, rng: random.Random) -> bool:
+    """A _METADATA's tree damaged where its reader looks: a leaf's keys, shape or type, the storage flags. True
+    where every reader must refuse it."""
+    tree = document.get("tree_metadata") if isinstance(document, dict) else None
+    if not isinstance(tree, dict) or not tree:
+        return False
+    name = rng.choice(sorted(tree))
+    leaf = tree[name]
+    op = rng.choice(["shape", "key", "type", "drop", "copy", "flag", "zarr3"])
+    if op == "shape":
+        leaf["value_metadata"]["write_shape"] = rng.choice(
+            [[], [0], [7, 7, 7], [2**40], [-1], [2**31, 2**31], "7", [1.5], [True]]
+        )
+    elif op == "key":
+        leaf["key_metadata"][rng.randrange(len(leaf["key_metadata"]))]["key"] = rng.choice(
+            ["", "..", "a/b", "x\0", "d", "manifest.ocdbt", long_name(rng)[:2000], 7, None]
+        )
+    elif op == "type":
+        leaf["value_metadata"][rng.choice(["value_type", "skip_deserialize"])] = rng.choice(
+            ["scalar", "np.ndarray", "string", True, None, 3]
+        )
+    elif op == "drop":
+        del tree[name]
+    elif op == "copy":  # a leaf twice, or one under another
+        other = json.loads(json.dumps(leaf))
+        other["key_metadata"] = other["key_metadata"] + ([{"key": "x", "key_type": 2}] if rng.random() < 0.5 else [])
+        tree[name + "'"] = other
+    elif op == "flag":
+        document["use_ocdbt"] = rng.choice([not document.get("use_ocdbt", True), None, "yes"])
+    else:
+        document["use_zarr3"] = True
+        return True
+    return False
+
+
+def mutate_orbax(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    """An Orbax checkpoint's folder damaged: its _METADATA (its tree, or as JSON text), a .zarray, an OCDBT manifest,
+    data or chunk file, a file removed or emptied. True where every reader must refuse the result."""
+    metadata = next(n for n in files if n.endswith("_METADATA") and not n.endswith("_CHECKPOINT_METADATA"))
+    zarrays = [n for n in files if n.endswith(".zarray")]
+    stored = [n for n in files if "/d/" in n or n.endswith("manifest.ocdbt") or n.rsplit("/", 1)[-1][:1].isdigit()]
+    op = rng.choice(["tree", "tree", "json", "zarray", "stored", "stored", "gone", "empty"])
+    if op == "tree":
+        document = json.loads(files[metadata])
+        must_refuse = _orbax_metadata(document, rng)
+        files[metadata] = json.dumps(document).encode()
+        return must_refuse
+    if op == "json":
+        files[metadata] = mutate_json_text(files[metadata].decode(), rng).encode("utf-8", "surrogatepass")
+    elif op == "zarray" and zarrays:
+        name = rng.choice(zarrays)
+        document = json.loads(files[name])
+        field = rng.choice(["shape", "chunks", "dtype", "compressor", "filters", "order", "zarr_format", "text"])
+        if field == "text":
+            files[name] = mutate_json_text(files[name].decode(), rng).encode("utf-8", "surrogatepass")
+            return False
+        document[field] = rng.choice(
+            [[2**40, 2**40], [1] * 40, [0], [7, 7, 7], "<i4", ">f4", "|O", "bfloat16", "<f8", {"id": "blosc"}, None,
+             "F", 3, [], {"id": "zstd", "level": 99}]
+        )  # fmt: skip
+        files[name] = json.dumps(document).encode()
+    elif op in ("stored", "zarray"):
+        name = rng.choice(stored)
+        files[name] = mutate_bytes(files[name], rng)
+    elif op == "gone":
+        name = rng.choice(sorted(files))
+        del files[name]
+        folder, _, chunk = name.rpartition("/")
+        return chunk[:1].isdigit() and folder + "/" + ".zarray" in files  # a zarr chunk: never read as its fill value
+    else:
+        files[rng.choice(sorted(files))] = b""
+    return False

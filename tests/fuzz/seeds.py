@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.facts import SEEDS, keras, openvino
+from tests.facts import SEEDS, flax, keras, openvino
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
@@ -202,6 +202,10 @@ def prepare_sets(work: Path, seeds: Seeds) -> None:
         under = main if main.is_dir() else main.parent
         files = {str(p.relative_to(under.parent)): p.read_bytes() for p in sorted(under.rglob("*")) if p.is_file()}
         seeds.sets.setdefault("savedmodel", {})[name.split("/", 1)[1]] = files
+    for name in flax.ORBAX_SEEDS:  # a checkpoint's folder, under its own name
+        main = FIXTURES / name
+        files = {str(p.relative_to(main.parent)): p.read_bytes() for p in sorted(main.rglob("*")) if p.is_file()}
+        seeds.sets.setdefault("orbax", {})[main.name] = files
     for models in seeds.sets.values():
         for name, files in models.items():
             folder = work / "sets" / "good" / name
