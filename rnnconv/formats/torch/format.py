@@ -45,7 +45,7 @@ class TorchFormat(Format):
 
         def canonical(rnn: TorchRNN, info: Provenance) -> CanonicalRNN:
             stated = options.nonlinearity or nonlinearities.get(rnn.prefix)
-            converted = to_canonical(rnn, info, stated, state.kept.get(rnn.prefix[:-1]))
+            converted = to_canonical(rnn, info, stated, state.kept.get(rnn.prefix[:-1]), options.dequantize)
             converted.origin = sources.get(rnn.prefix)
             return converted
 
