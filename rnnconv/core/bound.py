@@ -2,27 +2,66 @@
 
 Two things move a quantized run away from the float one: its weights, each within `weight_error` of the float
 weight (half a quantization step, from the scales; 0 when the float model is the dequantized weights themselves),
-and, in a hybrid kernel (LiteRT's, onnxruntime's DynamicQuantizeLSTM), each step's matrix inputs x and h quantized
-to 8 bits at run time: each within half a step of max|value| / 127 (the largest step of a symmetric int8 scheme over
-the values' range, which also bounds an asymmetric uint8 or int8 one). The bound follows both through cuDNN's
-equations step by step, elementwise, in the float model's own values: a product's error from its operands' (|W|
-times the input's error plus the weight error times |input|), sigmoid's slope at most 1/4, tanh's and ReLU's at most
-1, each gate's error at most its range, and the states' errors carried to the next step and the next layer. It is an
-upper bound, not an estimate: a quantized file whose outputs leave it was not quantized from that float model as its
+and, in a hybrid kernel, each step's matrix inputs x and h quantized at run time, each within half a step of the
+kernel's scheme (`InputRounding`): LiteRT's and onnxruntime's DynamicQuantizeLSTM take at most max|value| / 127 per
+row (the largest step of a symmetric int8 scheme over the values' range, which also bounds an asymmetric uint8 or
+int8 one); PyTorch's dynamic kernels (fbgemm's `PackedLinearWeight::apply_dynamic`) one step over the whole input,
+(max(v, 0) - min(v, 0)) / 127 (uint8 with `reduce_range`, which halves it to 0..127: what quantize_dynamic's RNNs
+record) or / 255, the integer product then exact and rescaled with the float bias added. The bound follows both
+through cuDNN's equations step by step, elementwise, in the float model's own values: a product's error from its
+operands' (|W| times the input's error plus the weight error times |input|), sigmoid's slope at most 1/4, tanh's and
+ReLU's at most 1, each gate's error at most its range, and the states' errors carried to the next step and the next
+layer. It is an upper bound, not an estimate: a quantized file whose outputs leave it was not quantized from that float model as its
 scales say (a gate swapped, a scale on the wrong axis, a wrong zero point).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from rnnconv.core.canonical import ParamKey, RNNSpec
+from rnnconv.core.contracts import Dequantized
 from rnnconv.core.reference import ACTIVATIONS, sigmoid
 from rnnconv.table.constants import GRU, LSTM, Kind
 
 ACTIVATION_STEPS = 127  # a step of the kernel's 8-bit inputs is at most max|value| / 127
+
+
+@dataclass(frozen=True)
+class InputRounding:
+    """How a hybrid kernel quantizes a product's input at run time: `levels` steps across a span that is 2 max|v|
+    (symmetric) or max(v, 0) - min(v, 0) (asymmetric: 0 exactly representable), of each row or of the whole input."""
+
+    levels: int
+    per_tensor: bool
+    asymmetric: bool
+
+    def step(self, values: np.ndarray, errors: np.ndarray) -> np.ndarray:
+        """The largest step it takes for an input within `errors` of `values` (B, n): (B, 1) or (1, 1)."""
+        axis = None if self.per_tensor else -1
+        if self.asymmetric:
+            high = np.maximum((values + errors).max(axis=axis, keepdims=True), 0.0)
+            low = np.minimum((values - errors).min(axis=axis, keepdims=True), 0.0)
+            span = high - low
+        else:
+            span = 2 * (np.abs(values) + errors).max(axis=axis, keepdims=True)
+        return np.asarray(span / self.levels)
+
+
+SYMMETRIC_ROWS = InputRounding(2 * ACTIVATION_STEPS, per_tensor=False, asymmetric=False)
+# The schemes a record names (contracts.Dequantized.inputs); None: SYMMETRIC_ROWS.
+INPUT_ROUNDINGS: dict[str, InputRounding] = {
+    "uint8 per tensor, 7 bits": InputRounding(127, per_tensor=True, asymmetric=True),  # fbgemm, reduce_range
+    "uint8 per tensor": InputRounding(255, per_tensor=True, asymmetric=True),
+}
+
+
+def input_rounding(record: Dequantized) -> InputRounding:
+    """The run-time rounding of the kernel a record's weights were read from."""
+    return SYMMETRIC_ROWS if record.inputs is None else INPUT_ROUNDINGS[record.inputs]
 
 
 def quantization_bound(
@@ -33,10 +72,11 @@ def quantization_bound(
     c0: np.ndarray | None,
     weight_error: float,
     quantized_inputs: bool = True,
+    rounding: InputRounding = SYMMETRIC_ROWS,
 ) -> float:
     """The largest difference a quantized run's y, h_n and c_n can have from the float model's (`param`) on these
     inputs, when each matrix weight is within `weight_error` and (`quantized_inputs`) each step's matrix inputs are
-    quantized to 8 bits."""
+    quantized as `rounding` says."""
     x = np.asarray(x, np.float64)
     batch, dirs = x.shape[1], spec.num_directions
     h0 = np.zeros((spec.num_layers * dirs, batch, spec.output_size)) if h0 is None else np.asarray(h0, np.float64)
@@ -48,7 +88,16 @@ def quantization_bound(
         for direction in range(dirs):
             pseudo = layer * dirs + direction
             y, dy, dh, dc = _direction(
-                spec, param, layer, direction, values, errors, h0[pseudo], c0[pseudo], weight_error, quantized_inputs
+                spec,
+                param,
+                layer,
+                direction,
+                values,
+                errors,
+                h0[pseudo],
+                c0[pseudo],
+                weight_error,
+                rounding if quantized_inputs else None,
             )
             outputs.append(y)
             bounds.append(dy)
@@ -62,13 +111,12 @@ def _stacked(spec: RNNSpec, param: Callable[[ParamKey], np.ndarray], layer: int,
 
 
 def _product_error(
-    values: np.ndarray, errors: np.ndarray, matrix: np.ndarray, weight_error: float, quantized: bool
+    values: np.ndarray, errors: np.ndarray, matrix: np.ndarray, weight_error: float, rounding: InputRounding | None
 ) -> np.ndarray:
     """The bound of (W' v')'s difference from W v, rows of v (B, n) within `errors`, W' within `weight_error`."""
     off = errors
-    if quantized:  # the kernel's 8-bit copy of v': within half its step of v'
-        step = (np.abs(values) + errors).max(axis=-1, keepdims=True) / ACTIVATION_STEPS
-        off = errors + step / 2
+    if rounding is not None:  # the kernel's integer copy of v': within half its step of v'
+        off = errors + rounding.step(values, errors) / 2
     return off @ np.abs(matrix).T + weight_error * (np.abs(values) + off).sum(axis=-1, keepdims=True)
 
 
@@ -82,7 +130,7 @@ def _direction(
     h: np.ndarray,
     c: np.ndarray,
     weight_error: float,
-    quantized: bool,
+    quantized: InputRounding | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One direction of one layer: its outputs and their bounds, and its final states' bounds."""
     steps, batch, _ = x.shape

@@ -118,6 +118,8 @@ class Dequantized(Contract):
     symmetric: bool
     tensors: list[str] = Field(min_length=1)
     largest_step: float = Field(gt=0)
+    # how its kernel quantizes each product's input at run time (core.bound.INPUT_ROUNDINGS); None: int8 per row
+    inputs: Literal["uint8 per tensor, 7 bits", "uint8 per tensor"] | None = None
 
 
 class Provenance(Contract):

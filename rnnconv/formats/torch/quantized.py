@@ -54,7 +54,8 @@ class QuantizedCell:
 
     key: str
     weights: tuple[PickledTensor, PickledTensor]  # input_matrix, recurrent_matrix
-    biases: tuple[PickledTensor, PickledTensor] | None
+    biases: tuple[PickledTensor, PickledTensor] | None  # the packed weights' own: what the CPU kernel adds
+    listed: tuple[PickledTensor, ...]  # the cell params' copy of them (int8 cells), which only serialization uses
     reduce_range: bool
 
 
@@ -106,19 +107,19 @@ def _cell(value: Any, key: str) -> tuple[str, QuantizedCell]:
         if not (isinstance(pair, tuple) and len(pair) == 2):
             raise BadInput(f"{where}'s packed params are not (weight, bias)")
         linears.append((_tensor(pair[0], where), None if pair[1] is None else _tensor(pair[1], f"{where}'s bias")))
+    given = [bias for _, bias in linears]
+    if any(b is None for b in given) and any(b is not None for b in given):
+        raise BadInput(f"{key}: one of its packed linear weights has a bias and the other none")
+    listed: tuple[PickledTensor, ...] = ()
+    reduce_range = False
     if kind == DYNAMIC:
         if len(tensors) != 2 or len(longs) > 1 or any(not isinstance(v, int) for v in longs):
             raise BadInput(f"{key}: its dynamic cell params are not ([b_ih, b_hh], [reduce_range])")
-        biases = (_tensor(tensors[0], f"{key}: its b_ih"), _tensor(tensors[1], f"{key}: its b_hh"))
+        listed = (_tensor(tensors[0], f"{key}: its b_ih"), _tensor(tensors[1], f"{key}: its b_hh"))
         reduce_range = bool(longs[0]) if longs else False
-    else:
-        given = [bias for _, bias in linears]
-        biases = None if all(b is None for b in given) else tuple(given)  # type: ignore[assignment]
-        if biases is not None and any(b is None for b in given):
-            raise BadInput(f"{key}: one of its packed linear weights has a bias and the other none")
-        reduce_range = False
+    biases = None if given[0] is None else (given[0], given[1])
     weights = (linears[0][0], linears[1][0])
-    return kind, QuantizedCell(key, weights, biases, reduce_range)  # type: ignore[arg-type]
+    return kind, QuantizedCell(key, weights, biases, listed, reduce_range)  # type: ignore[arg-type]
 
 
 def _grid(cells: Mapping[int, QuantizedCell], what: str) -> bool:
@@ -203,10 +204,25 @@ def _read(
                 values[name(role)] = _float(found, weight, f"{found.path}: {name(role)}")
         for role, bias in zip(BIASES, cell.biases or ()):
             values[name(role)] = _float(found, bias, f"{found.path}: {name(role)}")
+        copies = [
+            _float(found, bias, f"{found.path}: {cell.key}'s copy of {name(role)}")
+            for role, bias in zip(BIASES, cell.listed)
+        ]
+        if cell.listed and (
+            cell.biases is None
+            or any(not np.array_equal(copy, values[name(role)]) for role, copy in zip(BIASES, copies))
+        ):
+            raise BadInput(
+                f"{found.path}: {cell.key} holds two different biases, its packed weights' (which its kernel adds) "
+                f"and its cell params' copy: it was not written by quantize_dynamic"
+            )
     dtype = exact_dtype(values.values())
     for key, array in values.items():
         add(key, array, dtype)
-    return QuantizedRNN(kind, grid, quantizations, record(held, 8) if held else None, dtype, bidirectional)
+    # fbgemm quantizes each product's input to uint8, halved to 0..127 where the cell says reduce_range
+    inputs = "uint8 per tensor, 7 bits" if any(c.reduce_range for c in grid.values()) else "uint8 per tensor"
+    rec = record(held, 8).model_copy(update={"inputs": inputs}) if held else None
+    return QuantizedRNN(kind, grid, quantizations, rec, dtype, bidirectional)
 
 
 def stored(found: ZipCheckpoint, tensor: PickledTensor, where: str) -> tuple[np.ndarray, Quantization]:

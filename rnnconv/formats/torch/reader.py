@@ -228,7 +228,7 @@ def _pickled_tensors(found: ZipCheckpoint) -> StateDict:
             raise BadInput(f"{path}: {key} is both a quantized RNN's weight and a tensor of its own")
         tensors[key] = Tensor(values.shape, dtype, values.astype(dtype, copy=False), False)
 
-    tensors.quantized = quantized_rnns(found, cell_params, add)
+    tensors.quantized, tensors.checkpoint = quantized_rnns(found, cell_params, add), found
     any_tensor = any_tensor or bool(tensors.quantized)
     named = _pickled.globals_named(found.root)
     if not any_tensor and named:
@@ -270,6 +270,7 @@ class StateDict(dict):
     kept: Mapping[str, KeptRNN] = {}  # of a whole model: its RNN modules, by module path, with the settings it states
     programs: Mapping[str, exported.ExportedRNN] = {}  # a torch.export program's: what its graph says, by prefix
     quantized: Mapping[str, QuantizedRNN] = {}  # quantize_dynamic's RNNs, by prefix (their tensors are above)
+    checkpoint: ZipCheckpoint | None = None  # a zip checkpoint's tree and storages, where they were read
 
     def recorded(self, path: Path) -> tuple[dict[str, Provenance], dict[str, str]]:
         """The source of each RNN and each nn.RNN's nonlinearity that the file records, by key prefix."""
@@ -537,8 +538,7 @@ def to_canonical(
         without_bias="bias=False",
         without_bias_aside=" (as PyTorch gives cuDNN)",
         notes=notes,
-        later_notes=[f"{rnn.name}: an {cls} is a one-layer RNN run one step at a time"] * rnn.is_cell
-        + quantized_notes,
+        later_notes=[f"{rnn.name}: an {cls} is a one-layer RNN run one step at a time"] * rnn.is_cell + quantized_notes,
         provenance={"prefix": rnn.prefix, **quantized_provenance},
         handover={"stacked": stacked},
     )
