@@ -11,8 +11,8 @@ record) or / 255, the integer product then exact and rescaled with the float bia
 through cuDNN's equations step by step, elementwise, in the float model's own values: a product's error from its
 operands' (|W| times the input's error plus the weight error times |input|), sigmoid's slope at most 1/4, tanh's and
 ReLU's at most 1, each gate's error at most its range, and the states' errors carried to the next step and the next
-layer. It is an upper bound, not an estimate: a quantized file whose outputs leave it was not quantized from that float model as its
-scales say (a gate swapped, a scale on the wrong axis, a wrong zero point).
+layer. It is an upper bound, not an estimate: a quantized file whose outputs leave it was not quantized from that
+float model as its scales say (a gate swapped, a scale on the wrong axis, a wrong zero point).
 """
 
 from __future__ import annotations
