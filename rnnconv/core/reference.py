@@ -37,8 +37,12 @@ def forward(
     lengths: np.ndarray | None = None,
     clip: tuple[float, float] = (0.0, 0.0),
     reset_before: bool = False,
+    trajectory: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Run the RNN; return y (T, B, D*out), h_n (L*D, B, out) and c_n (L*D, B, H) or None.
+
+    `trajectory`, where given, gets each layer's and direction's states as they enter each step, (h (T, B, out),
+    c (T, B, H)) by (layer, direction): a reverse direction's at step t are those it left step t + 1 with.
 
     `clip`: an LSTM's cell state and projected output clipped to within those bounds at every step (0: not), as
     TFLite's cell_clip and proj_clip do, which cuDNN does not: what --allow-lossy measures when it drops them.
@@ -57,12 +61,27 @@ def forward(
         outputs = []
         for direction in range(dirs):
             pseudo = layer * dirs + direction
+            entering = None if trajectory is None else trajectory.setdefault((layer, direction), _states(h0, c0, steps))
             y, h_n[pseudo], c_n[pseudo] = _run_direction(
-                spec, param, layer, direction, layer_input, h0[pseudo], c0[pseudo], lengths, clip, reset_before
+                spec,
+                param,
+                layer,
+                direction,
+                layer_input,
+                h0[pseudo],
+                c0[pseudo],
+                lengths,
+                clip,
+                reset_before,
+                entering,
             )
             outputs.append(y)
         layer_input = np.concatenate(outputs, axis=-1)
     return layer_input, h_n, (c_n if spec.mode == LSTM else None)
+
+
+def _states(h0: np.ndarray, c0: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros((steps, *h0.shape[1:])), np.zeros((steps, *c0.shape[1:]))
 
 
 def _stacked(
@@ -85,6 +104,7 @@ def _run_direction(
     lengths: np.ndarray,
     clip: tuple[float, float],
     reset_before: bool,
+    entering: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     steps, batch, _ = x.shape
     cell_clip, proj_clip = clip
@@ -96,6 +116,8 @@ def _run_direction(
     h, c = h.copy(), c.copy()
     for t in order:
         live = (t < lengths)[:, None]  # sequences that have a step t; the rest keep their state
+        if entering is not None:
+            entering[0][t], entering[1][t] = h, c
         pre_x = input_part[t]
         pre_h = h @ r.T + br
         new_c = c

@@ -6,8 +6,8 @@ Over a whole sequence a quantized run's errors are carried from step to step, an
 input stays useful there; one step from the same states is where the scales bound the difference tightly enough to
 tell a faithful quantization from a wrong one (a gate swapped, a scale on the wrong axis, a wrong zero point moves a
 step far beyond it). So verify runs both sides a step at a time, each from the float model's own states (its
-trajectory, computed in the numpy reference), and compares the steps; the whole sequence's difference is reported
-beside it.
+trajectory, computed in the numpy reference: a forward direction's from the steps before, a reverse one's from
+the steps after), and compares the steps; the whole sequence's difference is reported beside it.
 """
 
 from __future__ import annotations
@@ -27,11 +27,6 @@ from rnnconv.table.constants import DIRECTION_WORDS, LSTM
 FLOAT_ATOL, FLOAT_RTOL = 1e-4, 1e-3
 
 
-def steppable(spec: RNNSpec) -> bool:
-    """Whether the float model's states at every step come from stepping it forward (no reverse direction)."""
-    return not spec.bidirectional
-
-
 def stepwise(
     spec: RNNSpec,
     param: Callable[[ParamKey], np.ndarray],
@@ -43,28 +38,33 @@ def stepwise(
     """Both runs (`runs`: the quantized one, the float one) a step at a time from the float model's states, each
     step's outputs stacked as a sequence's (y per step, the last step's h_n and c_n), and the tolerance: the largest
     bound of any step (its kernel's inputs rounded as `rounding` says), plus float32's."""
-    x, h, c = inputs["x"], inputs["h0"], inputs["c0"]
+    x = inputs["x"]
     assert x is not None
+    trajectory: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    forward(spec, param, x, inputs["h0"], inputs["c0"], trajectory=trajectory)
+    cells = [trajectory[(layer, d)] for layer in range(spec.num_layers) for d in range(spec.num_directions)]
     stepped: tuple[list[Outputs], list[Outputs]] = ([], [])
     bound = 0.0
-    for t in range(x.shape[0]):
+    for t in range(x.shape[0]):  # each direction of each layer entering step t as the float model does
+        h = np.stack([states[0][t] for states in cells]).astype(np.float32)
+        c = np.stack([states[1][t] for states in cells]).astype(np.float32) if spec.mode == LSTM else None
         step: Inputs = {"x": x[t : t + 1], "h0": h, "c0": c, "lengths": None}
         bound = max(bound, quantization_bound(spec, param, x[t : t + 1], h, c, weight_error, rounding=rounding))
         for run, outputs in zip(runs, stepped, strict=True):
             outputs.append(run(step))
-        _, h_next, c_next = forward(spec, param, x[t : t + 1], h, c)
-        h = h_next.astype(np.float32)
-        c = None if c_next is None else c_next.astype(np.float32)
     joined = tuple(_joined(outputs, spec) for outputs in stepped)
     return joined[0], joined[1], Tolerance(atol=bound + FLOAT_ATOL, rtol=FLOAT_RTOL, bound=bound)
 
 
 def _joined(steps: list[Outputs], spec: RNNSpec) -> Outputs:
-    last = steps[-1]
+    """The steps' outputs as a sequence's: y of every step; h_n and c_n of the last step a direction takes (a
+    reverse direction's is the first)."""
+    last = [steps[-1] if d == 0 else steps[0] for _ in range(spec.num_layers) for d in range(spec.num_directions)]
+    states = ("h_n", "c_n") if spec.mode == LSTM else ("h_n",)
     return {
         "y": np.concatenate([np.asarray(s["y"]) for s in steps], axis=0),
-        "h_n": last["h_n"],
-        "c_n": last.get("c_n") if spec.mode == LSTM else None,
+        **{name: np.stack([np.asarray(s[name])[i] for i, s in enumerate(last)]) for name in states},
+        **({} if spec.mode == LSTM else {"c_n": None}),
     }
 
 
