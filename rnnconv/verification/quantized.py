@@ -76,7 +76,7 @@ def weights_off(reading: CanonicalRNN, float_model: CanonicalRNN, step: float) -
         off = float(np.max(np.abs(np.asarray(reading.param(key), np.float64) - float_model.param(key)), initial=0))
         if off > worst:
             worst, where = off, key
-    slack = step * 2.0**-20  # the float32 rounding of a checkpoint's weight
+    slack = step * 2.0**-16  # float32 rounding: of a scale (max|W| / 127.5) over the 128 steps to the largest weight
     if where is None or worst <= step / 2 + slack:
         return None
     direction = f" {DIRECTION_WORDS[where.direction]}" if reading.spec.bidirectional else ""
