@@ -157,10 +157,26 @@ def _patched(tmp_path, name, change):
     return path
 
 
+def test_the_bound_takes_fbgemm_s_own_input_step():
+    """The step torch's dynamic kernels quantize a product's input with (its own choice of parameters, per tensor,
+    reduce_range) is the one the bound takes; the int8-per-row step of LiteRT's kernels would understate it."""
+    from rnnconv.core.bound import INPUT_ROUNDINGS, SYMMETRIC_ROWS
+
+    rounding = INPUT_ROUNDINGS["uint8 per tensor, 7 bits"]
+    rng = np.random.default_rng(7)
+    for shift in (0.0, 0.7, -2.0):
+        x = (rng.standard_normal((3, 7)) + shift).astype(np.float32)
+        scale, _ = torch._choose_qparams_per_tensor(torch.from_numpy(x), True)
+        step = float(rounding.step(x.astype(np.float64), np.zeros_like(x, np.float64)).max())
+        assert scale == pytest.approx(step, rel=1e-6)
+        assert float(SYMMETRIC_ROWS.step(x, np.zeros_like(x)).min()) < scale
+
+
 def test_against_the_float_checkpoint_and_a_swapped_gate_or_a_changed_scale(tmp_path):
-    result = run_cli("verify", LSTM, "--against", FLOAT[LSTM])
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "the quantization's bound per step" in result.stdout
+    for source in (LSTM, GRU):  # the GRU's per-channel weights lie within half a step but for the scales' rounding
+        result = run_cli("verify", source, "--against", FLOAT[source])
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "the quantization's bound per step" in result.stdout
 
     def swapped(qweight):  # gates i and f of W_ih traded, the integers and scale kept
         ints = qweight.int_repr().clone()
