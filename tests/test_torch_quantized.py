@@ -20,7 +20,6 @@ torch = pytest.importorskip("torch")
 from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 
 import rnnconv
-from rnnconv.core.canonical import ParamKey
 
 pytestmark = pytest.mark.needs("torch")
 
@@ -145,7 +144,7 @@ def _patched(tmp_path, name, change):
     """A copy of the LSTM fixture with one cell's W_ih changed by `change(qweight) -> qweight`, packed again."""
     state = _quantized_state(LSTM)
     key = "rnn._all_weight_values.1.param"  # layer 0, reverse
-    _, tensors, _, longs, packed = state[key].__getstate__()[0]
+    _, _, _, longs, packed = state[key].__getstate__()[0]
     (w_ih, b_ih), (w_hh, b_hh) = (torch.ops.quantized.linear_unpack(p) for p in packed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

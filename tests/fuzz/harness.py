@@ -84,6 +84,7 @@ FAMILIES = (
     "tflite_loops",
     "tflite_loop_forms",
     "tflite_quantized",
+    "torch_quantized",
     "openvino",
     "openvino_loops",
     "flax_msgpack",
@@ -124,6 +125,7 @@ NEW_FAMILIES = (
     "tflite_loops",
     "tflite_loop_forms",
     "tflite_quantized",
+    "torch_quantized",
     "openvino_loops",
     "identify",
     "streaming",
@@ -180,6 +182,15 @@ ONNX_FAMILIES = {
 ORACLE_SHARE = 0.04  # the savedmodel cases whose conversions TensorFlow judges (its imports: 10 s apiece)
 ORACLE_FAMILIES = ("onnx_loops", "onnx_loop_forms")  # the ONNX families whose conversions are run against the file
 TFLITE_QUANTIZED = "tflite__keras_lstm_dynamic_range"  # the seeds of the tflite_quantized family
+# The seeds of the torch_quantized family, each with the float checkpoint it was quantized from (seeds too).
+TORCH_QUANTIZED = {
+    f"torch_quantized__{name}": f"torch_quantized__{checkpoint}"
+    for name, checkpoint in (
+        ("lstm_qint8.pt", "lstm_float.pt"),
+        ("gru_qint8_per_channel.pt", "gru_float.pt"),
+        ("lstm_fp16.pt", "lstm_float.pt"),
+    )
+}
 TFLITE_LOOP_FORMS = (
     "tflite__loop_k3_lstm_batch1.tflite",
     "tflite__loop_k3_lstm_per_gate.tflite",
@@ -373,6 +384,23 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             ["verify", source, "--against", str(seeds.sources[name]), "--seq-len", "3"],
             ["convert", source, "{dir}/existing.bin", "--dequantize", "--allow-lossy"],
         ]
+        return case
+    if family == "torch_quantized":  # quantize_dynamic's state_dicts damaged, read with and without --dequantize
+        held = [n for n in seeds.sources if n in TORCH_QUANTIZED] or sorted(seeds.sources)
+        name = rng.choice(held)
+        data = mutators.mutate_torch_quantized(seeds.sources[name].read_bytes(), rng)
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data})
+        source = "{dir}/mut_" + name
+        checkpoint = seeds.sources.get(TORCH_QUANTIZED.get(name, ""))
+        case.commands = [
+            ["inspect", source],
+            ["convert", source, "{dir}/out.onnx"],
+            ["convert", source, "{dir}/deq.pt", "--dequantize"],
+            ["convert", source, "{dir}/deq.onnx", "--dequantize", "--dtype", "float32"],
+            ["convert", source, "{dir}/existing.bin", "--dequantize", "--dtype", "float32"],
+        ]
+        if checkpoint is not None:  # the damaged file run as torch's quantized module, against its float model
+            case.commands.append(["verify", source, "--against", str(checkpoint), "--seq-len", "3"])
         return case
     if family in ("tflite_loops", "tflite_loop_forms"):
         forms = family == "tflite_loop_forms"

@@ -2685,6 +2685,82 @@ def mutate_tflite_quantized(data: bytes, rng: random.Random) -> bytes:
     return bytes(builder.Output())
 
 
+def mutate_torch_quantized(data: bytes, rng: random.Random) -> bytes:
+    """A quantize_dynamic state_dict's quantizers and cell params damaged in its pickle (opcodes found by
+    pickletools, each replaced by one that means something else): scales 0, negative, NaN, infinite, huge or
+    subnormal; zero points out of int8's range; a weight's shape, stride or offset that reaches past its storage, a
+    storage's size that lies; a qscheme, cell-params kind, class or reduce_range that is not quantize_dynamic's; a
+    storage member cut short; now and then bytes flipped anywhere in the pickle."""
+    with zipfile.ZipFile(io.BytesIO(data)) as source:
+        members = {info.filename: source.read(info) for info in source.infolist()}
+    (name,) = [n for n in members if n.endswith("/data.pkl")]
+    pkl = members[name]
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        ops = list(pickletools.genops(pkl))
+        ends = [pos for _, _, pos in ops[1:]] + [len(pkl)]
+        spans = [(op.name, arg, pos, end) for (op, arg, pos), end in zip(ops, ends)]
+        floats = [(pos, end) for op, _, pos, end in spans if op == "BINFLOAT"]
+        ints = [(pos, end, arg) for op, arg, pos, end in spans if op in ("BININT1", "BININT2", "BININT")]
+        texts = [(pos, end, arg) for op, arg, pos, end in spans if op == "BINUNICODE"]
+        globals_ = [(pos, end, arg) for op, arg, pos, end in spans if op == "GLOBAL"]
+        choice = rng.randrange(8)
+        replacement = None
+        if choice == 0 and floats:  # a scale
+            pos, end = rng.choice(floats)
+            special = rng.choice([0.0, -0.01, float("nan"), float("inf"), -float("inf"), 1e300, 1e-300, 5e-324])
+            replacement = (pos, end, b"G" + struct.pack(">d", special))
+        elif choice in (1, 2) and ints:  # a zero point, a size, a stride, an offset, a storage's length, a long
+            pos, end, _ = rng.choice(ints)
+            value = rng.choice([-129, 128, 255, 300, -1, 0, 1, 2**31 - 1, -(2**31), 7, 200])
+            replacement = (pos, end, b"J" + struct.pack("<i", value))
+        elif choice == 3 and texts:  # the kind, a class name, a storage key
+            pos, end, _ = rng.choice(texts)
+            text = rng.choice(["quantized", "quantized_fp16", "quantized_dynamic", "", "x" * 300, "0", "99"])
+            text += rng.choice(["", "__torch__.torch.classes.rnn.CellParamsBase"[: rng.randrange(40)]])
+            replacement = (pos, end, b"X" + struct.pack("<I", len(text.encode())) + text.encode())
+        elif choice == 4 and globals_:  # a qscheme, a storage class, a rebuild named otherwise
+            pos, end, _ = rng.choice(globals_)
+            named = rng.choice(
+                [
+                    "torch per_tensor_symmetric",
+                    "torch per_channel_affine",
+                    "torch per_tensor_affine",
+                    "torch QUInt8Storage",
+                    "torch QInt32Storage",
+                    "torch FloatStorage",
+                    "torch ScriptObject",
+                    "torch._utils _rebuild_qtensor",
+                    "torch._utils _rebuild_tensor_v2",
+                    "os system",
+                ]
+            )
+            module, _, attr = named.partition(" ")
+            replacement = (pos, end, b"c" + module.encode() + b"\n" + attr.encode() + b"\n")
+        elif choice == 5:  # a storage member cut short
+            stored = [n for n in members if "/data/" in n]
+            if stored:
+                cut = rng.choice(stored)
+                members[cut] = members[cut][: rng.randrange(len(members[cut]) + 1)]
+        elif choice == 6:  # an opcode dropped
+            pos, end = rng.choice([(pos, end) for _, _, pos, end in spans[1:-1]])
+            replacement = (pos, end, b"")
+        else:
+            pkl = mutate_bytes(pkl, rng)
+        if replacement is not None:
+            pos, end, made = replacement
+            pkl = pkl[:pos] + made + pkl[end:]
+        try:
+            list(pickletools.genops(pkl))
+        except Exception:  # a pickle no longer parsed: damaged enough
+            break
+    members[name] = pkl
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
+        for member, contents in members.items():
+            archive.writestr(member, contents)
+    return out.getvalue()
+
+
 # --- SavedModels and TF2 checkpoints: the object graph, keras_metadata.pb ------------------------------------
 
 OBJECT_GRAPH_KEY = b"_CHECKPOINTABLE_OBJECT_GRAPH"
