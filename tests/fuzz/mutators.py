@@ -2695,7 +2695,7 @@ def mutate_torch_quantized(data: bytes, rng: random.Random) -> bytes:
         members = {info.filename: source.read(info) for info in source.infolist()}
     (name,) = [n for n in members if n.endswith("/data.pkl")]
     pkl = members[name]
-    for _ in range(rng.choice([1, 1, 2, 3])):
+    for _ in range(rng.choice([1, 1, 1, 2])):
         ops = list(pickletools.genops(pkl))
         ends = [pos for _, _, pos in ops[1:]] + [len(pkl)]
         spans = [(op.name, arg, pos, end) for (op, arg, pos), end in zip(ops, ends)]
@@ -2703,15 +2703,15 @@ def mutate_torch_quantized(data: bytes, rng: random.Random) -> bytes:
         ints = [(pos, end, arg) for op, arg, pos, end in spans if op in ("BININT1", "BININT2", "BININT")]
         texts = [(pos, end, arg) for op, arg, pos, end in spans if op == "BINUNICODE"]
         globals_ = [(pos, end, arg) for op, arg, pos, end in spans if op == "GLOBAL"]
-        choice = rng.randrange(8)
+        choice = rng.choices(range(8), weights=[5, 4, 3, 2, 2, 2, 1, 1])[0]
         replacement = None
         if choice == 0 and floats:  # a scale
             pos, end = rng.choice(floats)
             special = rng.choice([0.0, -0.01, float("nan"), float("inf"), -float("inf"), 1e300, 1e-300, 5e-324])
             replacement = (pos, end, b"G" + struct.pack(">d", special))
         elif choice in (1, 2) and ints:  # a zero point, a size, a stride, an offset, a storage's length, a long
-            pos, end, _ = rng.choice(ints)
-            value = rng.choice([-129, 128, 255, 300, -1, 0, 1, 2**31 - 1, -(2**31), 7, 200])
+            pos, end, was = rng.choice(ints)
+            value = rng.choice([-129, 128, 255, 300, -1, 0, 1, 2**31 - 1, -(2**31), was + 1, was - 1, was * 2])
             replacement = (pos, end, b"J" + struct.pack("<i", value))
         elif choice == 3 and texts:  # the kind, a class name, a storage key
             pos, end, _ = rng.choice(texts)

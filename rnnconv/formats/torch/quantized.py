@@ -166,7 +166,10 @@ def quantized_rnns(
         cells = by_prefix.setdefault(match["prefix"], {})
         if len(cells) >= MAX_CELLS or len(match["index"]) > 6:
             raise BadInput(f"{found.path}: {key} is past the {MAX_CELLS} layers and directions any RNN has")
-        cells[int(match["index"])] = _cell(value, key)
+        try:
+            cells[int(match["index"])] = _cell(value, key)
+        except BadInput as exc:
+            raise BadInput(f"{found.path}: {exc}") from None
     return {prefix: _read(found, prefix, cells, add) for prefix, cells in by_prefix.items()}
 
 
@@ -242,6 +245,8 @@ def stored(found: ZipCheckpoint, tensor: PickledTensor, where: str) -> tuple[np.
         if not np.array_equal(scales.astype(np.float32).astype(np.float64), scales, equal_nan=True):
             raise BadInput(f"{where} has a scale that is not a float32: quantize_dynamic's observers give float32 ones")
         axis = quantizer.axis if quantizer.axis is not None else 0
+        if axis != 0:  # fbgemm's dynamic kernels scale each output row: quantize_dynamic's observers give no other
+            raise BadInput(f"{where} is quantized per channel along axis {axis}, not per output row (axis 0)")
         return q, quantization(list(scales), list(zeros), axis, q.shape, kind, where)
     assert isinstance(quantizer.scales, float) and isinstance(quantizer.zero_points, int)
     # torch dequantizes with float(scale): the pickled double rounded to float32, as `dequantized` does (checked so)

@@ -95,12 +95,15 @@ def run_quantized(
     torch = require_torch("running the quantized PyTorch source model")
     found = state.checkpoint
     assert found is not None
-    with warnings.catch_warnings():  # torch's own (its quantized tensors are deprecated): rnnconv speaks for itself
-        warnings.simplefilter("ignore")
-        module = _quantized_module(torch, path, found, quantized, spec)
     x, h0 = np.asarray(inputs["x"]), np.asarray(inputs["h0"])
     single = dataclasses.replace(spec, dtype="float32")  # its kernels take float32 inputs
-    ran = run_module(torch, module, single, False, x, h0, inputs["c0"], inputs["lengths"])
+    with warnings.catch_warnings():  # torch's own (its quantized tensors are deprecated): rnnconv speaks for itself
+        warnings.simplefilter("ignore")
+        try:
+            module = _quantized_module(torch, path, found, quantized, spec)
+            ran = run_module(torch, module, single, False, x, h0, inputs["c0"], inputs["lengths"])
+        except RuntimeError as exc:  # torch's packing and kernels refuse what they cannot take
+            raise BadInput(f"torch cannot run the quantized RNN of {path} (it says: {_said(exc)})") from None
     scheme = "int8 weights" if quantized.kind == DYNAMIC else "float16 weights"
     return ran, f"torch {torch.__version__}: torch.ao.nn.quantized.dynamic.{module._get_name()} ({scheme})"
 
