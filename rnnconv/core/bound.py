@@ -10,19 +10,38 @@ times the input's error plus the weight error times |input|), sigmoid's slope at
 1, each gate's error at most its range, and the states' errors carried to the next step and the next layer. It is an
 upper bound, not an estimate: a quantized file whose outputs leave it was not quantized from that float model as its
 scales say (a gate swapped, a scale on the wrong axis, a wrong zero point).
+
+A file that rounds an input before its RNN computes with it (OpenVINO's FakeQuantize, ONNX's QuantizeLinear and
+DequantizeLinear pairs: `contracts.RoundedInput`) moves each rounded value by at most half its step, beside the
+distance of the float value outside the range it is clamped to: added to that input's error where it enters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from rnnconv.core.canonical import ParamKey, RNNSpec
+from rnnconv.core.contracts import RoundedInput
 from rnnconv.core.reference import ACTIVATIONS, sigmoid
 from rnnconv.table.constants import GRU, LSTM, Kind
 
 ACTIVATION_STEPS = 127  # a step of the kernel's 8-bit inputs is at most max|value| / 127
+
+
+def rounded(values: np.ndarray, rounding: RoundedInput) -> np.ndarray:
+    """`values` as the file rounds them: clamped to the rounding's range, each the nearest of its levels (float64)."""
+    level = np.clip(np.rint((np.asarray(values, np.float64) - rounding.low) / rounding.step), 0, rounding.levels - 1)
+    return rounding.low + level * rounding.step
+
+
+def rounding_error(rounding: RoundedInput, values: np.ndarray, errors: np.ndarray) -> np.ndarray:
+    """The bound of a rounded value's difference from the float one, `values` the float values and `errors` the
+    bound of the rounding's own input's difference from them: half a step, and the distance outside the range."""
+    high = rounding.low + rounding.step * (rounding.levels - 1)
+    outside = np.maximum(rounding.low - values, 0.0) + np.maximum(values - high, 0.0)
+    return errors + rounding.step / 2 + outside
 
 
 def quantization_bound(
@@ -33,22 +52,39 @@ def quantization_bound(
     c0: np.ndarray | None,
     weight_error: float,
     quantized_inputs: bool = True,
+    rounded_inputs: Sequence[RoundedInput] = (),
 ) -> float:
     """The largest difference a quantized run's y, h_n and c_n can have from the float model's (`param`) on these
-    inputs, when each matrix weight is within `weight_error` and (`quantized_inputs`) each step's matrix inputs are
-    quantized to 8 bits."""
+    inputs, when each matrix weight is within `weight_error`, (`quantized_inputs`) each step's matrix inputs are
+    quantized to 8 bits and the file rounds the inputs `rounded_inputs` names (a layer's x, its initial states)."""
     x = np.asarray(x, np.float64)
     batch, dirs = x.shape[1], spec.num_directions
     h0 = np.zeros((spec.num_layers * dirs, batch, spec.output_size)) if h0 is None else np.asarray(h0, np.float64)
     c0 = np.zeros((spec.num_layers * dirs, batch, spec.hidden_size)) if c0 is None else np.asarray(c0, np.float64)
     values, errors = x, np.zeros_like(x)
     worst = 0.0
+    roundings = {(r.value, r.layer): r for r in rounded_inputs}
     for layer in range(spec.num_layers):
+        if ("x", layer) in roundings:
+            errors = rounding_error(roundings["x", layer], values, errors)
         outputs, bounds = [], []
         for direction in range(dirs):
             pseudo = layer * dirs + direction
+            states = [np.zeros_like(h0[pseudo]), np.zeros_like(c0[pseudo])]
+            for index, (state, value) in enumerate(zip((h0, c0), ("initial_h", "initial_c"), strict=True)):
+                if (value, layer) in roundings:
+                    states[index] = rounding_error(roundings[value, layer], state[pseudo], states[index])
             y, dy, dh, dc = _direction(
-                spec, param, layer, direction, values, errors, h0[pseudo], c0[pseudo], weight_error, quantized_inputs
+                spec,
+                param,
+                layer,
+                direction,
+                values,
+                errors,
+                (h0[pseudo], states[0]),
+                (c0[pseudo], states[1]),
+                weight_error,
+                quantized_inputs,
             )
             outputs.append(y)
             bounds.append(dy)
@@ -79,20 +115,20 @@ def _direction(
     direction: int,
     x: np.ndarray,
     dx: np.ndarray,
-    h: np.ndarray,
-    c: np.ndarray,
+    initial_h: tuple[np.ndarray, np.ndarray],
+    initial_c: tuple[np.ndarray, np.ndarray],
     weight_error: float,
     quantized: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One direction of one layer: its outputs and their bounds, and its final states' bounds."""
+    """One direction of one layer: its outputs and their bounds, and its final states' bounds (`initial_h`,
+    `initial_c`: each state with the bound of its difference where the run starts)."""
     steps, batch, _ = x.shape
     w, r, bw, br = (_stacked(spec, param, layer, direction, kind) for kind in (Kind.W, Kind.R, Kind.bW, Kind.bR))
     proj = np.asarray(param(ParamKey(layer, direction, Kind.P, "")), np.float64) if spec.proj_size else None
     gates = len(spec.gates)
     y = np.zeros((steps, batch, spec.output_size))
     dy = np.zeros_like(y)
-    h, c = h.copy(), c.copy()
-    dh, dc = np.zeros_like(h), np.zeros_like(c)
+    (h, dh), (c, dc) = ((state.copy(), error.copy()) for state, error in (initial_h, initial_c))
     for t in range(steps) if direction == 0 else range(steps - 1, -1, -1):
         pre_x, pre_h = x[t] @ w.T + bw, h @ r.T + br
         e_x = _product_error(x[t], dx[t], w, weight_error, quantized)

@@ -12,14 +12,14 @@ beside it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from rnnconv.core.bound import quantization_bound
 from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.core.compare import Inputs, Outputs
-from rnnconv.core.contracts import Tolerance
+from rnnconv.core.contracts import RoundedInput, Tolerance
 from rnnconv.core.reference import forward
 from rnnconv.table.constants import DIRECTION_WORDS, LSTM
 
@@ -38,17 +38,21 @@ def stepwise(
     inputs: Inputs,
     runs: tuple[Callable[[Inputs], Outputs], Callable[[Inputs], Outputs]],
     weight_error: float,
+    rounded_inputs: Sequence[RoundedInput] = (),
 ) -> tuple[Outputs, Outputs, Tolerance]:
     """Both runs (`runs`: the quantized one, the float one) a step at a time from the float model's states, each
     step's outputs stacked as a sequence's (y per step, the last step's h_n and c_n), and the tolerance: the largest
-    bound of any step, plus float32's."""
+    bound of any step, plus float32's (`rounded_inputs`: what the quantized file rounds besides its weights)."""
     x, h, c = inputs["x"], inputs["h0"], inputs["c0"]
     assert x is not None
     stepped: tuple[list[Outputs], list[Outputs]] = ([], [])
     bound = 0.0
     for t in range(x.shape[0]):
         step: Inputs = {"x": x[t : t + 1], "h0": h, "c0": c, "lengths": None}
-        bound = max(bound, quantization_bound(spec, param, x[t : t + 1], h, c, weight_error))
+        bound = max(
+            bound,
+            quantization_bound(spec, param, x[t : t + 1], h, c, weight_error, rounded_inputs=rounded_inputs),
+        )
         for run, outputs in zip(runs, stepped, strict=True):
             outputs.append(run(step))
         _, h_next, c_next = forward(spec, param, x[t : t + 1], h, c)

@@ -167,7 +167,9 @@ def judge(
         rnn, spec = blob.to_canonical(), dataclasses.replace(blob.spec, bias=held.bias)
         quantized_run = lambda step: fmt.run(source_path, source, spec, step)[0]  # noqa: E731
         float_run = lambda step: engine.run(blob, step)  # noqa: E731
-        want, got, report.tolerance = stepwise(blob.spec, rnn.param, inputs, (quantized_run, float_run), 0.0)
+        rounded = blob.source.dequantized.rounded or ()  # inputs the file rounds (--allow-lossy left that out)
+        runs = (quantized_run, float_run)
+        want, got, report.tolerance = stepwise(blob.spec, rnn.param, inputs, runs, 0.0, rounded)
         whole = report.comparison.worst
         report.comparison = compare(blob.spec, got, want, report.tolerance, None)
         quantized_steps = want  # what the file computes, a step at a time: a recorded loss explains nothing beyond
