@@ -83,6 +83,7 @@ MAX_LAYERS_IN_GRAPH = 200_000  # layers of an IR, at most (a hostile file cannot
 MAX_DIMS = 16
 MAX_HIDDEN = 1 << 20
 MAX_LEVELS = 1 << 16  # a FakeQuantize's levels, at most (16 bits)
+ZERO_POINT_STORAGE = {**STORAGE, **QUANTIZED_STORAGE}  # a zero point's Const: of the weight's type, or i32, i64
 
 
 class _Refused(Exception):
@@ -387,7 +388,7 @@ class IRFile(Graph[SequenceOp]):
             values_layer = self._feeding(subtract, 0, OPENVINO_DECOMPRESSION, f"{what}: its {OPENVINO_ZERO_POINT}")
             zero = self._feeding(subtract, 1, OPENVINO_DECOMPRESSION, f"{what}: its zero point")
             zero_const = self._feeding(zero, 0, "Const", f"{what}: its zero point's Convert")
-            zero_points = self.const(zero_const, {t: STORAGE[t] for t in OPENVINO_ZERO_POINT_TYPES})
+            zero_points = self.const(zero_const, {t: ZERO_POINT_STORAGE[t] for t in OPENVINO_ZERO_POINT_TYPES})
         if values_layer.kind != OPENVINO_DECOMPRESSION:
             raise Unsupported(f"{what} is a {OPENVINO_SCALE} of a {values_layer.kind} layer, not of Converted integers")
         if values_layer.data.get("destination_type") != COMPUTE_TYPE:
