@@ -98,7 +98,10 @@ def test_dequantized_weights_are_exact_and_compute_what_openvino_computes_with_t
     # OpenVINO's gate order (LSTM f, i, c, o; GRU z, r, h) into torch's (i, f, g, o; r, z, n)
     order = [1, 0, 2, 3] if gates == 4 else [1, 0, 2]
     for layer, op in enumerate(sequences):
-        for port, key in ((op.input_value(4 if gates == 4 else 3), "ih"), (op.input_value(5 if gates == 4 else 4), "hh")):
+        for port, key in (
+            (op.input_value(4 if gates == 4 else 3), "ih"),
+            (op.input_value(5 if gates == 4 else 4), "hh"),
+        ):
             values = exact(port)[0]
             torch_order = np.concatenate([values[g * hidden : (g + 1) * hidden] for g in order])
             assert np.array_equal(state[f"weight_{key}_l{layer}"].numpy(), torch_order)
@@ -125,7 +128,9 @@ def test_dequantized_weights_are_exact_and_compute_what_openvino_computes_with_t
     (y_ov,) = [o for o in theirs if o.shape == (2, 6, hidden)] or [theirs[0].reshape(2, 6, hidden)]
     difference = float(np.abs(y.numpy() - y_ov).max())
     assert difference <= 1e-5
-    LARGEST_ERRORS[f"OpenVINO, nncf IR without its FakeQuantizes vs its dequantized nn.{module._get_name()}"] = difference
+    LARGEST_ERRORS[f"OpenVINO, nncf IR without its FakeQuantizes vs its dequantized nn.{module._get_name()}"] = (
+        difference
+    )
 
 
 def test_verify_holds_the_quantized_ir_run_in_openvino_to_the_bound(converted, tmp_path):
@@ -179,12 +184,29 @@ def _scale(value):
         (None, _scale(0.0), "a scale of 0:"),
         (None, _scale(-0.01), "a scale of -0.01"),
         (None, _scale(float("nan")), "a scale of nan"),
-        (lambda x: x.replace('shape="1, 28, 1" offset="209" size="112"', 'shape="1, 14, 1" offset="209" size="56"', 1),
-         None, "neither one nor one per row"),
-        (lambda x: x.replace('element_type="i8" shape="1, 28, 5" offset="69" size="140"',
-                             'element_type="i8" shape="1, 28, 5" offset="69" size="141"', 1), None, "is not that of"),
-        (lambda x: x.replace('element_type="i8" shape="1, 28, 5" offset="69"',
-                             'element_type="i8" shape="1, 28, 5" offset="1400"', 1), None, "points past its weights"),
+        (
+            lambda x: x.replace(
+                'shape="1, 28, 1" offset="209" size="112"', 'shape="1, 14, 1" offset="209" size="56"', 1
+            ),
+            None,
+            "neither one nor one per row",
+        ),
+        (
+            lambda x: x.replace(
+                'element_type="i8" shape="1, 28, 5" offset="69" size="140"',
+                'element_type="i8" shape="1, 28, 5" offset="69" size="141"',
+                1,
+            ),
+            None,
+            "is not that of",
+        ),
+        (
+            lambda x: x.replace(
+                'element_type="i8" shape="1, 28, 5" offset="69"', 'element_type="i8" shape="1, 28, 5" offset="1400"', 1
+            ),
+            None,
+            "points past its weights",
+        ),
         (lambda x: x.replace('levels="256"', 'levels="1"', 1), None, "levels='1', not a count"),
     ],
 )
