@@ -38,6 +38,7 @@ def forward(
     clip: tuple[float, float] = (0.0, 0.0),
     reset_before: bool = False,
     trajectory: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None,
+    round_input: Callable[[int, np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Run the RNN; return y (T, B, D*out), h_n (L*D, B, out) and c_n (L*D, B, H) or None.
 
@@ -47,7 +48,9 @@ def forward(
     `clip`: an LSTM's cell state and projected output clipped to within those bounds at every step (0: not), as
     TFLite's cell_clip and proj_clip do, which cuDNN does not: what --allow-lossy measures when it drops them.
     `reset_before`: a GRU's reset gate applied before the recurrent matrix (Keras's reset_after=False, ONNX's
-    linear_before_reset=0), which cuDNN does not: what the audit of a deployed model tries on a mismatch."""
+    linear_before_reset=0), which cuDNN does not: what the audit of a deployed model tries on a mismatch.
+    `round_input`: each layer's input (layer, values) as a quantized file rounds it before computing with it, which
+    cuDNN does not: what --allow-lossy measures when it leaves the rounding out."""
     x = np.asarray(x, dtype=np.float64)
     steps, batch, _ = x.shape
     dirs, out_size, hidden = spec.num_directions, spec.output_size, spec.hidden_size
@@ -58,6 +61,8 @@ def forward(
     c_n = np.zeros_like(c0)
     layer_input = x
     for layer in range(spec.num_layers):
+        if round_input is not None:
+            layer_input = round_input(layer, layer_input)
         outputs = []
         for direction in range(dirs):
             pseudo = layer * dirs + direction

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnconv.core.bound import input_rounding
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.compare import STATE_SCALE, Inputs, Outputs, compare, make_inputs, tolerance
 from rnnconv.core.contracts import (
@@ -269,8 +268,8 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
                     lambda step: deployed.fmt.run(deployed.path, where, spec, step)[0],
                     lambda step: _outputs(float_model.spec, float_model, step),
                 )
-                rounding = input_rounding(reading.source.dequantized)
-                got, want, tol = stepwise(spec, float_model.param, inputs, runs, step_size / 2, rounding)
+                record = reading.source.dequantized
+                got, want, tol = stepwise(spec, float_model.param, inputs, runs, step_size / 2, record)
             whole, comparison = comparison.worst, compare(spec, got, want, tol, None)
             notes.append(
                 f"it computes with quantized weights ({reading.source.dequantized.scheme}, "

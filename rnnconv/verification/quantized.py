@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from rnnconv.core.bound import SYMMETRIC_ROWS, InputRounding, quantization_bound
+from rnnconv.core.bound import input_rounding, quantization_bound
 from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.core.compare import Inputs, Outputs
-from rnnconv.core.contracts import Tolerance
+from rnnconv.core.contracts import Dequantized, Tolerance
 from rnnconv.core.reference import forward
 from rnnconv.table.constants import DIRECTION_WORDS, LSTM
 
@@ -33,12 +33,14 @@ def stepwise(
     inputs: Inputs,
     runs: tuple[Callable[[Inputs], Outputs], Callable[[Inputs], Outputs]],
     weight_error: float,
-    rounding: InputRounding = SYMMETRIC_ROWS,
+    record: Dequantized,
 ) -> tuple[Outputs, Outputs, Tolerance]:
     """Both runs (`runs`: the quantized one, the float one) a step at a time from the float model's states, each
     step's outputs stacked as a sequence's (y per step, the last step's h_n and c_n), and the tolerance: the largest
-    bound of any step (its kernel's inputs rounded as `rounding` says), plus float32's."""
+    bound of any step, plus float32's. `record`, what was dequantized, says what the quantized side rounds: its
+    kernel's inputs, and the inputs the file itself rounds."""
     x = inputs["x"]
+    kernel, rounded_inputs = input_rounding(record), record.rounded or ()
     assert x is not None
     trajectory: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
     forward(spec, param, x, inputs["h0"], inputs["c0"], trajectory=trajectory)
@@ -49,7 +51,8 @@ def stepwise(
         h = np.stack([states[0][t] for states in cells]).astype(np.float32)
         c = np.stack([states[1][t] for states in cells]).astype(np.float32) if spec.mode == LSTM else None
         step: Inputs = {"x": x[t : t + 1], "h0": h, "c0": c, "lengths": None}
-        bound = max(bound, quantization_bound(spec, param, x[t : t + 1], h, c, weight_error, rounding=rounding))
+        step_bound = quantization_bound(spec, param, x[t : t + 1], h, c, weight_error, kernel, rounded_inputs)
+        bound = max(bound, step_bound)
         for run, outputs in zip(runs, stepped, strict=True):
             outputs.append(run(step))
     joined = tuple(_joined(outputs, spec) for outputs in stepped)
