@@ -132,6 +132,7 @@ def test_dequantized_weights_are_exact_and_compute_what_openvino_computes_with_t
     )
 
 
+@pytest.mark.slow  # runs OpenVINO a step at a time, twice over
 def test_verify_holds_the_quantized_ir_run_in_openvino_to_the_bound(converted, tmp_path):
     """verify runs the file's quantized ops (its integers, scales and FakeQuantizes) in OpenVINO a step at a time
     against the converted LSTM, within the bound its scales and its input rounding give; a copy with one scale
