@@ -158,6 +158,15 @@ def test_verify_holds_the_quantized_ir_run_in_openvino_to_the_bound(converted, t
     assert rnnconv.verify(copy).verdict == "mismatch"
 
 
+@pytest.mark.slow  # runs OpenVINO a step at a time
+def test_the_audit_holds_the_ir_to_its_float_checkpoint_its_summed_biases_compared_as_sums():
+    """The nncf IR against the nn.LSTM it was quantized from: every weight within half a step (the IR's one bias a
+    gate, b_ih + b_hh, held against the checkpoint's sum, not its b_ih), each step within the bound."""
+    result = run_cli("verify", HERE / "lstm_nncf.xml", "--against", HERE / "lstm_nncf.pt")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "the quantization's bound per step" in result.stdout and "within half a step" in result.stderr
+
+
 def _damaged(tmp_path, xml_change=None, bin_change=None):
     xml, data = (HERE / "lstm_nncf.xml").read_text(), bytearray((HERE / "lstm_nncf.bin").read_bytes())
     offset = int(re.search(r'element_type="f32" shape="1, 28, 1" offset="(\d+)"', xml)[1])

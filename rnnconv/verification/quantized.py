@@ -12,6 +12,7 @@ the steps after), and compares the steps; the whole sequence's difference is rep
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -21,7 +22,7 @@ from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.core.compare import Inputs, Outputs
 from rnnconv.core.contracts import Dequantized, Tolerance
 from rnnconv.core.reference import forward
-from rnnconv.table.constants import DIRECTION_WORDS, LSTM
+from rnnconv.table.constants import BIAS_KINDS, DIRECTION_WORDS, GRU, LSTM, Kind
 
 # A step's runtime rounds in float32 besides: the runtime's own tolerance, added to the bound.
 FLOAT_ATOL, FLOAT_RTOL = 1e-4, 1e-3
@@ -73,18 +74,35 @@ def _joined(steps: list[Outputs], spec: RNNSpec) -> Outputs:
 
 def weights_off(reading: CanonicalRNN, float_model: CanonicalRNN, step: float) -> str | None:
     """Where a dequantized weight is more than half a step from the float checkpoint's (None: nowhere): the tensor
-    and gate block, and by how much."""
+    and gate block, and by how much. A gate's biases are compared as their sum where they add (all but a GRU's
+    candidate, whose bR its reset gate scales): a file may hold only the sum (OpenVINO's and ONNX's B)."""
     worst, where = 0.0, None
     for key in reading.spec.param_keys():
-        off = float(np.max(np.abs(np.asarray(reading.param(key), np.float64) - float_model.param(key)), initial=0))
+        if key.kind == Kind.bR and _summed(reading.spec, key):
+            continue
+        got, want = (_compared(rnn, key) for rnn in (reading, float_model))
+        off = float(np.max(np.abs(got - want), initial=0))
         if off > worst:
             worst, where = off, key
     slack = step * 2.0**-16  # float32 rounding: of a scale (max|W| / 127.5) over the 128 steps to the largest weight
     if where is None or worst <= step / 2 + slack:
         return None
     direction = f" {DIRECTION_WORDS[where.direction]}" if reading.spec.bidirectional else ""
+    tensor = "bW + bR" if where.kind == Kind.bW and _summed(reading.spec, where) else where.kind
     return (
-        f"its {where.kind} of gate {where.gate or '-'} (layer {where.layer}{direction}) is {worst:.3g} from the "
+        f"its {tensor} of gate {where.gate or '-'} (layer {where.layer}{direction}) is {worst:.3g} from the "
         f"checkpoint's, more than half its largest quantization step ({step / 2:.3g}): it was not quantized from "
         f"this checkpoint's weights as its scales say"
     )
+
+
+def _summed(spec: RNNSpec, key: ParamKey) -> bool:
+    return key.kind in BIAS_KINDS and not (spec.mode == GRU and key.gate == "h")
+
+
+def _compared(rnn: CanonicalRNN, key: ParamKey) -> np.ndarray:
+    """The tensor `weights_off` compares at `key`: the weight, or a gate's bias sum."""
+    value = np.asarray(rnn.param(key), np.float64)
+    if key.kind == Kind.bW and _summed(rnn.spec, key):
+        value = value + np.asarray(rnn.param(dataclasses.replace(key, kind=Kind.bR)), np.float64)
+    return value
