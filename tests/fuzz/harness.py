@@ -31,7 +31,7 @@ from pathlib import Path
 from rnnconv.errors import MESSAGE_LIMIT
 from rnnconv.formats.onnx.wire import ONNX_PROFILES
 from tests.fuzz import changing, mutators, odd_env
-from tests.fuzz.seeds import OPENVINO_LOOP_SEEDS, Seeds, files_beside, prepare
+from tests.fuzz.seeds import OPENVINO_LOOP_SEEDS, OPENVINO_QUANTIZED_SEEDS, Seeds, files_beside, prepare
 
 TIME_LIMIT = 20.0  # seconds for one command on a small input
 # A command over TIME_LIMIT runs again from the same files with this limit: only one over both is a hang; one that
@@ -87,6 +87,7 @@ FAMILIES = (
     "torch_quantized",
     "openvino",
     "openvino_loops",
+    "openvino_quantized",
     "flax_msgpack",
     "equinox",
     "mlx",
@@ -127,6 +128,7 @@ NEW_FAMILIES = (
     "tflite_quantized",
     "torch_quantized",
     "openvino_loops",
+    "openvino_quantized",
     "identify",
     "streaming",
 )
@@ -181,6 +183,7 @@ ONNX_FAMILIES = {
 }
 ORACLE_SHARE = 0.04  # the savedmodel cases whose conversions TensorFlow judges (its imports: 10 s apiece)
 ORACLE_FAMILIES = ("onnx_loops", "onnx_loop_forms")  # the ONNX families whose conversions are run against the file
+VERIFY_SHARE = 0.1  # the openvino_quantized cases whose conversions verify runs in OpenVINO (seconds apiece)
 TFLITE_QUANTIZED = "tflite__keras_lstm_dynamic_range"  # the seeds of the tflite_quantized family
 # The seeds of the torch_quantized family, each with the float checkpoint it was quantized from (seeds too).
 TORCH_QUANTIZED = {
@@ -420,6 +423,26 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         weights = seeds.sources[name].with_suffix(".bin").read_bytes()
         files = {f"mut_{name}": data, f"mut_{name[: -len('.xml')]}.bin": weights}
         return _loop_case(family, index, name, files, "openvino")
+    if family == "openvino_quantized":  # nncf's IRs damaged in their quantization, with and without the flags
+        held = [n.replace("/", "__") for n in OPENVINO_QUANTIZED_SEEDS]
+        name = rng.choice([n for n in held if n in seeds.sources] or sorted(seeds.sources))
+        stem = name[: -len(".xml")]
+        weights = seeds.sources[name].with_suffix(".bin").read_bytes()
+        data, weights = mutators.mutate_openvino_quantized(seeds.sources[name].read_bytes(), weights, rng)
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data, f"mut_{stem}.bin": weights})
+        source = "{dir}/mut_" + name
+        case.commands = [
+            ["inspect", source],
+            ["convert", source, "{dir}/out.pt"],
+            ["convert", source, "{dir}/deq.pt", "--dequantize"],
+            ["convert", source, "{dir}/lossy.pt", "--dequantize", "--allow-lossy"],
+            ["convert", source, "{dir}/lossy.onnx", "--dequantize", "--allow-lossy", "--dtype", "float32"],
+            ["convert", source, "{dir}/existing.bin", "--dequantize", "--allow-lossy"],
+        ]
+        if rng.random() < VERIFY_SHARE:  # the damaged IR run in OpenVINO: against its conversion, its checkpoint
+            checkpoint = str(seeds.sources[name].with_suffix(".pt"))
+            case.commands += [["verify", "{dir}/lossy.pt"], ["verify", source, "--against", checkpoint]]
+        return case
     if family in SET_FAMILIES:
         models = seeds.sets[family]
         main = rng.choice(sorted(models))

@@ -2567,6 +2567,142 @@ def mutate_openvino_loops(data: bytes, rng: random.Random) -> bytes:
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
+def mutate_openvino_quantized(xml: bytes, weights: bytes, rng: random.Random) -> tuple[bytes, bytes]:
+    """An nncf-quantized IR (its .xml and .bin) damaged where its quantization is: a scale (one value or all) 0,
+    negative, NaN, infinite, huge or subnormal; a FakeQuantize's range or levels that lie; an integer constant's
+    type, shape (per-row lengths that lie), offset or size; a zero point's bytes; a Convert's destination; a
+    decompression layer made another kind or fed from elsewhere; the .bin cut short; now and then bytes flipped."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(xml)
+    layers = root.findall("./layers/layer")
+    by_id = {layer.get("id"): layer for layer in layers}
+    edges = root.findall("./edges/edge")
+    feeding: dict[str, list[str]] = {}  # a layer's id -> the kinds of the layers it feeds
+    for edge in edges:
+        feeding.setdefault(edge.get("from-layer", ""), []).append(
+            by_id.get(edge.get("to-layer"), ET.Element("x")).get("type", "")
+        )
+    consts = [layer for layer in layers if layer.get("type") == "Const" and layer.find("data") is not None]
+    integers = [c for c in consts if c.find("data").get("element_type") in ("i8", "u8")]  # type: ignore[union-attr]
+    scales = [
+        c
+        for c in consts
+        if c.find("data").get("element_type") == "f32" and "Multiply" in feeding.get(c.get("id", ""), [])
+    ]  # type: ignore[union-attr]
+    ranges = [c for c in consts if "FakeQuantize" in feeding.get(c.get("id", ""), [])]
+    quantizing = [la for la in layers if la.get("type") in ("Convert", "Multiply", "Subtract", "FakeQuantize")]
+    data = bytearray(weights)
+
+    def placed(layer: ET.Element) -> tuple[int, int] | None:
+        element = layer.find("data")
+        try:
+            offset, size = int(element.get("offset", "")), int(element.get("size", ""))  # type: ignore[union-attr]
+        except ValueError:
+            return None
+        return (offset, size) if offset >= 0 and offset + size <= len(data) else None
+
+    for _ in range(rng.choice([1, 1, 1, 2])):
+        choice = rng.choices(range(10), weights=[5, 3, 3, 3, 2, 2, 2, 2, 1, 1])[0]
+        if choice == 0 and scales:  # a scale, or every scale of a tensor
+            where = placed(rng.choice(scales))
+            if where is not None and where[1] >= 4:
+                special = rng.choice([0.0, -0.01, -1.0, float("nan"), float("inf"), -float("inf"), 3e38, 1e-45, 1e-30])
+                count = where[1] // 4
+                first = rng.randrange(count) if rng.random() < 0.7 else 0
+                for k in range(first, first + 1 if rng.random() < 0.7 else count):
+                    data[where[0] + 4 * k : where[0] + 4 * k + 4] = struct.pack("<f", special)
+        elif choice == 1 and ranges:  # a FakeQuantize's range: swapped, empty, NaN, infinite
+            where = placed(rng.choice(ranges))
+            if where is not None and where[1] >= 4:
+                value = rng.choice([0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e30, -1e30, 1e-40])
+                data[where[0] : where[0] + 4] = struct.pack("<f", value)
+        elif choice == 2:  # a FakeQuantize's levels
+            fqs = [la.find("data") for la in layers if la.get("type") == "FakeQuantize"]
+            found = [d for d in fqs if d is not None]
+            if found:
+                rng.choice(found).set(
+                    "levels", rng.choice(["0", "1", "2", "3", "255", "65536", "65537", "-1", "x", "1e9"])
+                )
+        elif choice == 3 and integers:  # an integer constant's type or shape (per-row lengths that lie)
+            element = rng.choice(integers).find("data")
+            assert element is not None
+            if rng.random() < 0.5:
+                element.set(
+                    "element_type", rng.choice(["u8", "i8", "i16", "u16", "i4", "u4", "f16", "f32", "boolean", "x"])
+                )
+            else:
+                element.set(
+                    "shape",
+                    rng.choice(
+                        [
+                            "1, 27, 5",
+                            "1, 29, 5",
+                            "1, 28",
+                            "28",
+                            "",
+                            "0",
+                            "1, 28, 5, 1",
+                            "1, 2147483647, 5",
+                            "-1",
+                            "1, 28, x",
+                        ]
+                    ),
+                )
+        elif choice == 4 and (scales or integers):  # a scale's or an integer's shape, offset or size
+            element = rng.choice(scales + integers).find("data")
+            assert element is not None
+            key = rng.choice(["shape", "offset", "size"])
+            was = element.get(key, "")
+            element.set(
+                key,
+                rng.choice(
+                    [
+                        "1, 27, 1",
+                        "1, 1, 1",
+                        "1, 28, 2",
+                        "1, 1, 28",
+                        "28, 1",
+                        "0",
+                        "-4",
+                        str(len(data)),
+                        str(len(data) - 2),
+                        "99999999999",
+                        was + "0",
+                        "x",
+                    ]
+                ),
+            )
+        elif choice == 5 and integers:  # a zero point's or an integer weight's bytes
+            where = placed(rng.choice(integers))
+            if where is not None and where[1]:
+                at = where[0] + rng.randrange(where[1])
+                data[at] = rng.choice([0, 1, 127, 128, 255])
+        elif choice == 6:  # a Convert's destination
+            converts = [la.find("data") for la in layers if la.get("type") == "Convert"]
+            found = [d for d in converts if d is not None]
+            if found:
+                rng.choice(found).set("destination_type", rng.choice(["f16", "bf16", "f64", "i32", "i8", "u8", "x"]))
+        elif choice == 7 and quantizing:  # a decompression or rounding layer made another kind
+            rng.choice(quantizing).set(
+                "type", rng.choice(["Add", "Subtract", "Multiply", "Divide", "Convert", "FakeQuantize", "Relu"])
+            )
+        elif choice == 8 and quantizing:  # a decompression or rounding layer fed from elsewhere
+            targets = {la.get("id") for la in quantizing}
+            into = [e for e in edges if e.get("to-layer") in targets]
+            sources = [(la.get("id"), port.get("id")) for la in layers for port in la.iterfind("output/port")]
+            if into and sources:
+                edge, (layer_id, port_id) = rng.choice(into), rng.choice(sources)
+                edge.set("from-layer", str(layer_id))
+                edge.set("from-port", str(port_id))
+        elif choice == 9:  # the .bin cut short, or its bytes flipped
+            data = bytearray(mutate_bytes(bytes(data), rng))
+    out = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    if rng.random() < 0.05:
+        out = mutate_bytes(out, rng)
+    return out, bytes(data)
+
+
 # Hugging Face sharded checkpoints: model.safetensors.index.json (its weight_map) and the shards it names
 
 HF_BAD_SHARDS = [*TFJS_BAD_PATHS, ".", "sub/model.safetensors", "model.safetensors:x", "C:model.safetensors"]
