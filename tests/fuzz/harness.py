@@ -352,8 +352,12 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             ],
             ["convert", source, "{dir}/existing.bin"],
         ]
-        if family == "onnx_quantized":
-            case.commands.append(["convert", source, "{dir}/deq.bin", "--dequantize"])
+        if family == "onnx_quantized":  # with --allow-lossy too: quantize_static's activation pairs left out, recorded
+            layer = ["--layer", rng.choice(["/LSTM", "/LSTM_1"])] if rng.random() < 0.7 else []
+            case.commands += [
+                ["convert", source, "{dir}/deq.bin", "--dequantize"],
+                ["convert", source, "{dir}/lossy.bin", "--dequantize", "--allow-lossy", *layer],
+            ]
         if name in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
         return case
