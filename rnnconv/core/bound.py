@@ -115,7 +115,7 @@ def quantization_bound(
     c0 = np.zeros((spec.num_layers * dirs, batch, spec.hidden_size)) if c0 is None else np.asarray(c0, np.float64)
     values, errors = x, np.zeros_like(x)
     worst = 0.0
-    roundings = {(r.value, r.layer): r for r in rounded_inputs}
+    roundings: dict[tuple[str, int], RoundedInput] = {(r.value, r.layer): r for r in rounded_inputs}
     for layer in range(spec.num_layers):
         if ("x", layer) in roundings:
             errors = rounding_error(roundings["x", layer], values, errors)

@@ -134,7 +134,7 @@ def rounding_dropped(rnn: CanonicalRNN, rounding: Sequence[RoundedInput]) -> Can
     reference), and the roundings in its record of what was dequantized (verify's bound takes them in)."""
     spec = rnn.spec
     probe = make_inputs(spec, PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
-    by_value = {(r.value, r.layer): r for r in rounding}
+    by_value: dict[tuple[str, int], RoundedInput] = {(r.value, r.layer): r for r in rounding}
     dirs = spec.num_directions
 
     def states(values: np.ndarray | None, name: str) -> np.ndarray | None:

@@ -167,8 +167,8 @@ def judge(
         rnn, spec = blob.to_canonical(), dataclasses.replace(blob.spec, bias=held.bias)
         quantized_run = lambda step: fmt.run(source_path, source, spec, step)[0]  # noqa: E731
         float_run = lambda step: engine.run(blob, step)  # noqa: E731
-        runs = (quantized_run, float_run)
-        want, got, report.tolerance = stepwise(blob.spec, rnn.param, inputs, runs, 0.0, blob.source.dequantized)
+        both = (quantized_run, float_run)
+        want, got, report.tolerance = stepwise(blob.spec, rnn.param, inputs, both, 0.0, blob.source.dequantized)
         whole = report.comparison.worst
         report.comparison = compare(blob.spec, got, want, report.tolerance, None)
         quantized_steps = want  # what the file computes, a step at a time: a recorded loss explains nothing beyond

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -36,6 +36,12 @@ from rnnconv.table.rows import GRU_GATES_ZRH, ONNX_LSTM_GATES, RNN_GATES
 
 MAX_HIDDEN = 1 << 20  # far beyond any real RNN; keeps sizes computed from a hostile file small
 RNN_OPS = {op: cell for cell, op in ONNX_OPS.items()}
+# The inputs a QuantizeLinear/DequantizeLinear pair may round, as a RoundedInput names them.
+ROUNDED_VALUES: dict[str, Literal["x", "initial_h", "initial_c"]] = {
+    "X": "x",
+    "initial_h": "initial_h",
+    "initial_c": "initial_c",
+}
 ONNX_GATE_ORDER = {"LSTM": ONNX_LSTM_GATES, "GRU": GRU_GATES_ZRH, "RNN": RNN_GATES}  # the ONNX rows' orders
 ONNX_MODE_ACTIVATIONS = {
     mode: op for op, name in ONNX_ACTIVATIONS.items() for act, mode in NONLINEARITIES.items() if name == act
@@ -318,14 +324,14 @@ def _rounding(pair: Any, role: str, scope: Scope, folding: Folder, where: str) -
     parts = []
     for node in (quantizing, pair):
         inputs = list(node.input) + [""] * (3 - len(node.input))
-        scale = folding.value(inputs[1], scope)
-        zero = folding.value(inputs[2], scope) if inputs[2] else np.zeros((), np.uint8)
-        if scale.size != 1 or zero.size != 1 or zero.dtype.name not in QUANTIZED_RANGES:
+        scales = folding.value(inputs[1], scope)
+        zeros = folding.value(inputs[2], scope) if inputs[2] else np.zeros((), np.uint8)
+        if scales.size != 1 or zeros.size != 1 or zeros.dtype.name not in QUANTIZED_RANGES:
             raise Unsupported(
-                f"{where}: its {role} is rounded by a {node.op_type} of {scale.size} scales and {zero.size} zero "
-                f"points of type {zero.dtype}: rnnconv reads a per-tensor rounding to int8 or uint8 steps"
+                f"{where}: its {role} is rounded by a {node.op_type} of {scales.size} scales and {zeros.size} zero "
+                f"points of type {zeros.dtype}: rnnconv reads a per-tensor rounding to int8 or uint8 steps"
             )
-        parts.append((float(scale.reshape(-1)[0]), int(zero.reshape(-1)[0]), zero.dtype.name))
+        parts.append((float(scales.reshape(-1)[0]), int(zeros.reshape(-1)[0]), zeros.dtype.name))
     if parts[0] != parts[1]:
         raise Unsupported(
             f"{where}: its {role}'s QuantizeLinear and DequantizeLinear have different scales or zero points, which "
@@ -334,7 +340,7 @@ def _rounding(pair: Any, role: str, scope: Scope, folding: Folder, where: str) -
     scale, zero, dtype = parts[0]
     quantization([scale], [zero], 0, (1,), dtype, f"{where}: its {role}'s rounding")  # its scale and zero point
     low, high = QUANTIZED_RANGES[dtype]
-    value = {"X": "x"}.get(role, role)
+    value = ROUNDED_VALUES[role]
     by = f"QuantizeLinear/DequantizeLinear {node_name(pair, 0)!r}"
     return RoundedInput(value=value, layer=0, low=(low - zero) * scale, step=scale, levels=high - low + 1, by=by)
 
@@ -348,7 +354,7 @@ def _qdq_refusal(node: OnnxNode, scope: Scope, folding: Folder, dequantize: bool
     """Why a node whose weights are dequantized integers is not read without --dequantize; its inputs that
     QuantizeLinear/DequantizeLinear pairs round too (quantized activations: the chain refuses them without
     --allow-lossy) kept with how they are rounded."""
-    for role in ("X", "initial_h", "initial_c"):
+    for role in ROUNDED_VALUES:
         value = node.inputs[ONNX_INPUTS.index(role)]
         pair = _dequantize_node(value, scope) if value else None
         if pair is not None:

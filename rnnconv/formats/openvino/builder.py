@@ -5,7 +5,7 @@ to y, h_n, c_n."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from xml.sax.saxutils import quoteattr
@@ -245,7 +245,7 @@ class Layer:
 
     op: str
     attributes: dict[str, str]
-    weights: dict[str, Tensor | QuantizedTensor]
+    weights: Mapping[str, Tensor | QuantizedTensor]
     rounding: tuple[float, float, int] | None = None
 
 

@@ -96,7 +96,7 @@ def _check_shapes(xml: Path, model: Any, expected: dict[str, list[int]]) -> None
             )
 
 
-def _one(values: FileArray) -> Parts:
+def _one(values: FileArray | np.ndarray) -> Parts:
     return lambda: iter([values])
 
 
@@ -116,7 +116,7 @@ def _own_layers(chain: list[SequenceOp]) -> list[Layer]:
             if stored is None:
                 etype = "f32" if op.stored else OPENVINO_ELEMENT_TYPES[op.dtype]  # a quantized op's B: f32 as stored
                 weights[role] = Tensor(
-                    etype, tuple(values.shape), _one(values.astype(np.float32) if op.stored else values)
+                    etype, tuple(values.shape), _one(np.asarray(values, np.float32) if op.stored else values)
                 )
                 continue
             zero = None if stored.zero_points is None else _stored(*stored.zero_points)

@@ -112,12 +112,12 @@ def _rebuild_qtensor(storage: Any, offset: Any, size: Any, stride: Any, params: 
         tensor.problem = f"is quantized {scheme}, which torch.save does not write and rnnconv does not read"
         return tensor
     if scheme == "per_tensor_affine":
-        _, scale, zero_point = params if len(params) == 3 else (None, None, None)
+        scale, zero_point = params[1:] if len(params) == 3 else (None, None)
         if not isinstance(scale, float) or isinstance(zero_point, bool) or not isinstance(zero_point, int):
             raise BadInput(f"a per-tensor quantized tensor's scale and zero point are {str(params[1:])[:60]}")
         tensor.quantizer = Quantizer(scheme, scale, zero_point, None)
         return tensor
-    _, scales, zero_points, axis = params if len(params) == 4 else (None, None, None, None)
+    scales, zero_points, axis = params[1:] if len(params) == 4 else (None, None, None)
     if not isinstance(scales, PickledTensor) or not isinstance(zero_points, PickledTensor):
         raise BadInput("a per-channel quantized tensor's scales and zero points are not tensors")
     if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < max(len(tensor.shape), 1):
