@@ -167,6 +167,22 @@ def test_the_audit_holds_the_ir_to_its_float_checkpoint_its_summed_biases_compar
     assert "the quantization's bound per step" in result.stdout and "within half a step" in result.stderr
 
 
+def test_layers_whose_integers_are_of_two_types_convert(tmp_path, converted):
+    """Layer 1's last weight stored as u8 (the same bytes), layer 0's as i8: each dequantized as its own type says
+    (the record said one type for the source, and two made it fail)."""
+    xml = (HERE / "lstm_nncf.xml").read_text()
+    at = xml.rindex('element_type="i8"')
+    path = tmp_path / "mixed.xml"
+    path.write_text(xml[:at] + 'element_type="u8"' + xml[at + len('element_type="i8"') :])
+    shutil.copy(HERE / "lstm_nncf.bin", path.with_suffix(".bin"))
+    out = tmp_path / "mixed.pt"
+    result = run_cli("convert", path, out, "--dequantize", "--allow-lossy")
+    assert result.returncode == 0, result.stderr
+    with rnnconv.load(out) as (mixed,), rnnconv.load(converted["lstm_nncf"][0]) as (exact,):
+        changed = {k.layer for k in mixed.spec.param_keys() if not np.array_equal(mixed.param(k), exact.param(k))}
+    assert changed == {1}
+
+
 def _damaged(tmp_path, xml_change=None, bin_change=None):
     xml, data = (HERE / "lstm_nncf.xml").read_text(), bytearray((HERE / "lstm_nncf.bin").read_bytes())
     offset = int(re.search(r'element_type="f32" shape="1, 28, 1" offset="(\d+)"', xml)[1])

@@ -703,8 +703,10 @@ def to_canonical(
     if held:  # OpenVINO computes in float with what the Multiply gives: the float model is the op's own
         bits = {QUANTIZED_STORAGE[weight.etype].itemsize * 8 for op in chain for weight in op.stored.values()}
         provenance["dequantized"] = record(held, max(bits))
-        (stored,) = {OPENVINO_QUANTIZED[weight.etype] for op in chain for weight in op.stored.values()} or {"int8"}
-        provenance["dtype"] = stored  # what the source computes with
+        types = {weight.etype for op in chain for weight in op.stored.values()}
+        # what the source computes with: its widest integer type (one layer's may be i8, another's u8)
+        widest = max(types, key=lambda etype: (QUANTIZED_STORAGE[etype].itemsize, etype))
+        provenance["dtype"] = OPENVINO_QUANTIZED[widest]
         how = "here the same: OpenVINO computes in float with what the Multiply gives"
         later.append(note(name, provenance["dequantized"], first.dtype, how))
     found = Found(
