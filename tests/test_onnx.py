@@ -686,6 +686,20 @@ def test_qdq_is_refused_without_dequantize_and_with_quantized_activations(tmp_pa
     assert not out.exists()
 
 
+def test_qdq_activation_scale_that_cannot_be_computed_is_said(tmp_path):
+    """An activation QuantizeLinear whose scale names a value nothing makes: the node listed with that reason, the
+    conversion refused in one sentence (it was an internal error; found by the onnx_quantized fuzz family)."""
+    model = onnx.load(ONNX / "lstm_qdq.onnx")
+    quantize = next(n for n in model.graph.node if n.op_type == "QuantizeLinear")
+    quantize.input[1] = "nowhere_scale"
+    path = tmp_path / "scale_nowhere.onnx"
+    onnx.save(model, path)
+    out = tmp_path / "out.bin"
+    result = run_cli("convert", path, out, "--dequantize", "--allow-lossy", "--layer", "/LSTM")
+    assert_clean_failure(result, 2, "has a scale or zero point rnnconv cannot compute")
+    assert "'nowhere_scale' is produced by no node" in result.stderr and not out.exists()
+
+
 def test_qdq_with_quantized_activations_converts_with_allow_lossy_the_rounding_recorded(tmp_path):
     """quantize_static's activation pairs on X, initial_h and initial_c: with --allow-lossy the node converts
     without that rounding, the warning and the record naming each pair; the converted RNN computes what onnxruntime

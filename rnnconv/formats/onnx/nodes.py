@@ -324,8 +324,13 @@ def _rounding(pair: Any, role: str, scope: Scope, folding: Folder, where: str) -
     parts = []
     for node in (quantizing, pair):
         inputs = list(node.input) + [""] * (3 - len(node.input))
-        scales = folding.value(inputs[1], scope)
-        zeros = folding.value(inputs[2], scope) if inputs[2] else np.zeros((), np.uint8)
+        try:
+            scales = folding.value(inputs[1], scope)
+            zeros = folding.value(inputs[2], scope) if inputs[2] else np.zeros((), np.uint8)
+        except NotFoldable as exc:
+            raise Unsupported(
+                f"{where}: its {role}'s {node.op_type} has a scale or zero point rnnconv cannot compute ({exc})"
+            ) from None
         if scales.size != 1 or zeros.size != 1 or zeros.dtype.name not in QUANTIZED_RANGES:
             raise Unsupported(
                 f"{where}: its {role} is rounded by a {node.op_type} of {scales.size} scales and {zeros.size} zero "
