@@ -713,11 +713,7 @@ def test_qdq_with_quantized_activations_converts_with_allow_lossy_the_rounding_r
     sidecar = json.loads((tmp_path / "lossy.bin.json").read_text())
     source = rnnconv.core.contracts.Provenance.model_validate(sidecar["source"])
     assert source.loss is not None and len(source.loss.dropped) == 3
-    assert source.dequantized is not None and [r.value for r in source.dequantized.rounded] == [
-        "x",
-        "initial_h",
-        "initial_c",
-    ]
+    assert source.dequantized is not None and [r.value for r in source.dequantized.rounded] == ["x", "h0", "c0"]
     weights_only = tmp_path / "weights.bin"
     rnnconv.convert(ONNX / "lstm_qdq_weights.onnx", weights_only, dequantize=True, layer="/LSTM")
     with rnnconv.load(out) as (lossy,), rnnconv.load(weights_only) as (exact,):

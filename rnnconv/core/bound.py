@@ -123,7 +123,7 @@ def quantization_bound(
         for direction in range(dirs):
             pseudo = layer * dirs + direction
             states = [np.zeros_like(h0[pseudo]), np.zeros_like(c0[pseudo])]
-            for index, (state, value) in enumerate(zip((h0, c0), ("initial_h", "initial_c"), strict=True)):
+            for index, (state, value) in enumerate(zip((h0, c0), ("h0", "c0"), strict=True)):
                 if (value, layer) in roundings:
                     states[index] = rounding_error(roundings[value, layer], state[pseudo], states[index])
             y, dy, dh, dc = _direction(

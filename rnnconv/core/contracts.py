@@ -113,7 +113,7 @@ class RoundedInput(Contract):
     DequantizeLinear pair): each value clamped to `levels` evenly spaced values from `low`, `step` apart, and rounded
     to the nearest. What the float RNN rnnconv converts it to leaves out (--allow-lossy)."""
 
-    value: Literal["x", "initial_h", "initial_c"]  # a layer's input sequence, or its initial states
+    value: Literal["x", "h0", "c0"]  # a layer's input sequence, or its initial states (as verify's inputs name them)
     layer: int = Field(ge=0)
     low: float
     step: float = Field(gt=0)

@@ -150,7 +150,7 @@ def rounding_dropped(rnn: CanonicalRNN, rounding: Sequence[RoundedInput]) -> Can
     def round_input(layer: int, values: np.ndarray) -> np.ndarray:
         return rounded(values, by_value["x", layer]) if ("x", layer) in by_value else values
 
-    h0, c0 = states(probe["h0"], "initial_h"), states(probe["c0"], "initial_c")
+    h0, c0 = states(probe["h0"], "h0"), states(probe["c0"], "c0")
     exact = forward(spec, rnn.param, probe["x"], h0, c0, round_input=round_input)
     written = forward(spec, rnn.param, probe["x"], probe["h0"], probe["c0"])
     moved = max(float(np.max(np.abs(a - b))) for a, b in zip(exact, written, strict=True) if a is not None)

@@ -37,11 +37,7 @@ from rnnconv.table.rows import GRU_GATES_ZRH, ONNX_LSTM_GATES, RNN_GATES
 MAX_HIDDEN = 1 << 20  # far beyond any real RNN; keeps sizes computed from a hostile file small
 RNN_OPS = {op: cell for cell, op in ONNX_OPS.items()}
 # The inputs a QuantizeLinear/DequantizeLinear pair may round, as a RoundedInput names them.
-ROUNDED_VALUES: dict[str, Literal["x", "initial_h", "initial_c"]] = {
-    "X": "x",
-    "initial_h": "initial_h",
-    "initial_c": "initial_c",
-}
+ROUNDED_VALUES: dict[str, Literal["x", "h0", "c0"]] = {"X": "x", "initial_h": "h0", "initial_c": "c0"}
 ONNX_GATE_ORDER = {"LSTM": ONNX_LSTM_GATES, "GRU": GRU_GATES_ZRH, "RNN": RNN_GATES}  # the ONNX rows' orders
 ONNX_MODE_ACTIVATIONS = {
     mode: op for op, name in ONNX_ACTIVATIONS.items() for act, mode in NONLINEARITIES.items() if name == act
