@@ -261,7 +261,8 @@ def test_the_hook_looks_at_every_format_rnnconv_reads():
     (hook,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     pattern = re.compile(hook["files"])
     names = {f"m{suffix}" for info in FORMAT_INFO.values() for suffix in (*info.read_suffixes, *info.default_for)}
-    names |= {"m.bin.json", "p.msgpack.rnnconv.json", "ckpt.data-00000-of-00001"}
+    names |= {"m.bin.json", "p.msgpack.rnnconv.json", "ckpt.data-00000-of-00001", "ckpt.meta"}
+    names |= {"saved_model.pb", "keras_metadata.pb"}  # a source's parts its digest covers (Format.source_parts)
     assert not [name for name in names if not pattern.search(f"models/{name}")]
     assert not pattern.search("README.md") and not pattern.search("train.py")
     assert hook["entry"] == "rnnconv verify-changed" and hook["language"] == "unsupported"

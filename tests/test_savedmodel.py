@@ -26,6 +26,7 @@ NAMES = {
     "k3_export": "k3_export/",
     "tfk_ckpt": "tfk_ckpt/ckpt-1.index",
     "k3_ckpt": "k3_ckpt/ckpt",
+    "k3_export_activations": "k3_export_activations",
 }
 
 
@@ -34,9 +35,11 @@ def test_every_rnn_computes_what_tensorflow_computed(tmp_path):
     for seed, runs in SAVED_RUNS.items():
         values = {key.split("/", 1)[1]: oracle[key] for key in oracle if key.startswith(seed + "/")}
         for layer in runs:
-            stated = SAVED_ACTIVATIONS.get(layer, STATED) if "ckpt" in seed or "k3" in seed else {}
+            stated = SAVED_ACTIVATIONS.get(layer, STATED) if "ckpt" in seed else {}  # an export's graph says them
             out = tmp_path / f"{seed}-{layer}.bin"
-            rnnconv.convert(SAVED / NAMES[seed], out, layer=layer if len(runs) > 1 else None, **stated)
+            rnnconv.convert(
+                SAVED / NAMES[seed], out, layer=layer if len(runs) > 1 or "export" in seed else None, **stated
+            )
             blob = open_bin(out)
             pairs = saved_run(layer, blob.spec, blob.param, values, seed)
             worst = max(float(np.abs(got - expected).max()) for got, expected in pairs)
@@ -47,7 +50,15 @@ def test_every_rnn_computes_what_tensorflow_computed(tmp_path):
 
 def test_inspect_lists_each_rnn_with_its_sizes():
     seen = {}
-    for source in ("tfk_lstm_state", "tfk_bigru", "k3_export", "tfk_ckpt/ckpt-1", "k3_ckpt/ckpt.index"):
+    sources = (
+        "tfk_lstm_state",
+        "tfk_bigru",
+        "k3_export",
+        "tfk_ckpt/ckpt-1",
+        "k3_ckpt/ckpt.index",
+        "k3_export_activations",
+    )
+    for source in sources:
         report = rnnconv.inspect(SAVED / source)
         for rnn in report.rnns:
             assert rnn.sizes is not None
@@ -63,6 +74,8 @@ def test_inspect_lists_each_rnn_with_its_sizes():
         "tfk_ckpt/ckpt-1:encoder": ("LSTM", 4, 6, False),
         "tfk_ckpt/ckpt-1:relu_rnn": ("SimpleRNN", 6, 3, False),
         "k3_ckpt/ckpt.index:bidi_lstm": ("Bidirectional(LSTM)", 3, 4, True),
+        "k3_export_activations:bidi_relu": ("Bidirectional(SimpleRNN)", 3, 4, True),
+        "k3_export_activations:hard_gru": ("GRU", 8, 5, False),
     }
 
 
@@ -72,6 +85,52 @@ def test_a_checkpoint_without_config_is_refused_naming_what_to_state(tmp_path):
     assert not (tmp_path / "out.bin").exists()
     result = run_cli("convert", SAVED / "tfk_bigru", tmp_path / "out.bin")  # two RNNs: --layer picks one
     assert_clean_failure(result, 2, "2 recurrent layers (bidi, backwards)", "--layer")
+
+
+def test_an_exports_activations_are_read_from_its_serving_graph(tmp_path):
+    """A Keras 3 export keeps no config: its loop bodies say the activations (relu converts and computes what
+    serve(x) computed; hard_sigmoid is refused by its name); a stated one the graph contradicts is refused."""
+    result = run_cli("convert", SAVED / "k3_export_activations", tmp_path / "gru.bin", "--layer", "hard_gru")
+    assert_clean_failure(result, 2, "recurrent_activation='hard_sigmoid'", "computes sigmoid only")
+    out = tmp_path / "relu.bin"
+    result = run_cli("convert", SAVED / "k3_export_activations", out, "--layer", "bidi_relu", "--activation", "tanh")
+    assert_clean_failure(result, 2, "activation tanh was stated, but the SavedModel's serving graph applies relu")
+    assert not out.exists()
+    with rnnconv.load(SAVED / "k3_export_activations", layer="bidi_relu") as (rnn,):
+        assert rnn.spec.mode == "rnn_relu"
+        assert any("activation=relu read from its serving graph's loop bodies" in note for note in rnn.notes)
+    with rnnconv.load(SAVED / "k3_export", layer="lstm") as (exported,):  # the defaults, read alike: none stated
+        assert any("recurrent_activation=sigmoid read from its serving graph" in note for note in exported.notes)
+
+
+def test_a_graph_that_does_not_settle_them_still_asks(tmp_path):
+    """A loop body whose activation is no op rnnconv knows (here a Sigmoid made a Tanh's unknown neighbour) settles
+    nothing: the layers are refused naming --activation, as without a graph."""
+    source = tmp_path / "export"
+    shutil.copytree(SAVED / "k3_export", source)
+    graph = source / "saved_model.pb"
+    data = graph.read_bytes()
+    assert data.count(b"\x12\x04Tanh") >= 2  # NodeDef.op = "Tanh", in the bodies and the traced call
+    graph.write_bytes(data.replace(b"\x12\x04Tanh", b"\x12\x04Tanx"))
+    result = run_cli("convert", source, tmp_path / "out.bin", "--layer", "lstm")
+    assert_clean_failure(result, 2, "keeps no layer configs", "--activation X")
+
+
+def test_a_loop_body_whose_inputs_run_in_a_cycle_settles_nothing(tmp_path):
+    """A damaged loop body whose GRU bias is added to itself (found by the fuzz family savedmodel_serving: the walk to
+    the product recursed without end): that body says nothing, so the GRU asks for its activations; the LSTM's body,
+    untouched, still says its own."""
+    source = tmp_path / "export"
+    shutil.copytree(SAVED / "k3_export", source)
+    graph = source / "saved_model.pb"
+    data = graph.read_bytes()
+    product, itself = b"while/gru_cell_1/MatMul:product:0", b"while/gru_cell_1/BiasAdd:output:0"  # of one length
+    assert product in data
+    graph.write_bytes(data.replace(product, itself))
+    result = run_cli("convert", source, tmp_path / "gru.bin", "--layer", "gru")
+    assert_clean_failure(result, 2, "keeps no layer configs", "--activation X")
+    result = run_cli("convert", source, tmp_path / "lstm.bin", "--layer", "lstm")
+    assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.slow
@@ -131,3 +190,40 @@ def test_damaged_files_give_one_sentence(damage, phrase, tmp_path):
             shutil.rmtree(source / "variables")
     result = run_cli("inspect", source)
     assert_clean_failure(result, 2, phrase)
+
+
+@pytest.mark.needs("tensorflow", "tf_keras")
+def test_the_source_digest_covers_every_file_read(tmp_path):
+    """A SavedModel's, a TF2 checkpoint's and a TF1 checkpoint's digest covers their data files (and the SavedModel's
+    saved_model.pb and keras_metadata.pb, the TF1 checkpoint's .meta graph): a change to one alone
+    is seen by verify and by verify-changed."""
+    from rnnconv.core.contracts import Sidecar
+    from rnnconv.verification.changed import made_from
+
+    shutil.copytree(SAVED / "tfk_lstm_state", tmp_path / "saved")
+    shutil.copytree(SAVED / "k3_ckpt", tmp_path / "ckpt")
+    shutil.copytree(SAVED / "k3_export_activations", tmp_path / "export")
+    for part in (FIXTURES / "tf1").glob("basic_lstm.ckpt.*"):
+        shutil.copy(part, tmp_path / part.name)
+    sources = {
+        "saved": (tmp_path / "saved", {"layer": "encoder"}, "variables/variables.data-00000-of-00001"),
+        "tf2": (tmp_path / "ckpt" / "ckpt", STATED, "ckpt/ckpt.data-00000-of-00001"),
+        "tf1": (tmp_path / "basic_lstm.ckpt", {}, "basic_lstm.ckpt.data-00000-of-00001"),
+        "metadata": (tmp_path / "saved", {"layer": "encoder"}, "saved/keras_metadata.pb"),
+        "graph": (tmp_path / "export", {"layer": "bidi_relu"}, "export/saved_model.pb"),  # its activations' source
+        "meta": (tmp_path / "basic_lstm.ckpt", {}, "basic_lstm.ckpt.meta"),
+    }
+    for name, (source, stated, part) in sources.items():
+        blob = tmp_path / f"{name}.bin"
+        rnnconv.convert(source, blob, **stated)
+        changed = (tmp_path / "saved" / part) if name == "saved" else tmp_path / part
+        recorded = Sidecar.model_validate_json((tmp_path / f"{name}.bin.json").read_text()).source
+        assert not made_from(blob, [recorded], [tmp_path / "saved" / "fingerprint.none"])
+        assert made_from(blob, [recorded], [changed]), name  # verify-changed verifies what was made from it
+        assert not [w for w in rnnconv.verify(blob, backend="numpy").warnings if "changed since" in w]
+        original = changed.read_bytes()
+        changed.write_bytes(original + b"\x78\x00")  # a field no reader reads: only the digest tells
+        report = rnnconv.verify(blob, backend="numpy")
+        assert report.verdict == "match", report.summary
+        assert [w for w in report.warnings if "or a file read with it" in w and "changed since" in w], name
+        changed.write_bytes(original)

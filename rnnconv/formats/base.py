@@ -117,6 +117,11 @@ class Format(ABC):
         None."""
         return None
 
+    def source_parts(self, path: Path) -> list[Path]:
+        """The files besides `path` that reading it reads, in a fixed order (a checkpoint's data files, a
+        SavedModel's variables): the source's digest covers them after it, so that a change to any is seen."""
+        return []
+
     def claims(self, probe: Probe) -> bool:
         """Whether a file its `wire.sniff` says may be of it is of it: where the first bytes leave that open (MLX's
         safetensors, told from PyTorch's by their parameter names), its reader looks."""

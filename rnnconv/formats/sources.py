@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,12 +184,13 @@ def read_chosen(
     origin: Provenance | None = None,
     describe: Callable[[T], str] | None = None,
     things: str = "RNNs",
+    parts: Sequence[Path] = (),
 ) -> Source:
     """What every format's read does with the RNNs chosen from its file (of file kind `kind`): each converted with
-    the provenance that names the file, given the file's digest (computed meanwhile, on the other core), as
-    `convert_each` converts them."""
+    the provenance that names the file, given the file's digest (with the source's other `parts`: its
+    `Format.source_parts`; computed meanwhile, on the other core), as `convert_each` converts them."""
     info = Provenance(path=str(resolved(path)), format=kind)
-    reading = SourcePass(path) if options.hash_source else None
+    reading = SourcePass(path, parts) if options.hash_source else None
     digest = None if reading is None else reading.digest
     source = convert_each(
         chosen, lambda item: convert(item, info), name, digest=digest, origin=origin, describe=describe, things=things

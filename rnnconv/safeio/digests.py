@@ -6,7 +6,8 @@ from __future__ import annotations
 import bisect
 import hashlib
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,22 +36,44 @@ DIGEST_ALGORITHMS = ("blake3", "sha256")
 DIGEST_RUN = 2 << 20  # bytes read at a time: in the core's cache, and large enough for the GIL to be let go
 
 
-def digest_of(path: Path, algorithm: str = DIGEST_ALGORITHM, start: int = 0, length: int | None = None) -> str:
-    """`algorithm:hex` of the file's bytes, or of `length` of them from byte `start` (one thread: the conversion has
-    the other core).
+def _hasher(algorithm: str) -> Any:
+    return _blake3().blake3(max_threads=1) if algorithm == "blake3" else hashlib.sha256()
 
-    Read a cache-sized run at a time, never mapped: a file cut short meanwhile gives the digest of fewer bytes
-    (its guard then says the source changed), never SIGBUS.
-    """
-    digest: Any = _blake3().blake3(max_threads=1) if algorithm == "blake3" else hashlib.sha256()
-    buffer = bytearray(DIGEST_RUN)
-    view = memoryview(buffer)
+
+def _hash_file(digest: Any, path: Path, view: memoryview, start: int = 0, length: int | None = None) -> None:
     left: float = math.inf if length is None else length
     with open_source(path) as f:
         f.seek(start)
         while left > 0 and (n := f.readinto(view[: int(min(DIGEST_RUN, left))])):
             digest.update(view[:n])  # blake3 and hashlib release the GIL on large buffers
             left -= n
+
+
+def _hash_parts(digest: Any, path: Path, parts: Sequence[Path], view: memoryview) -> None:
+    """The other files of a source of several (a checkpoint's data files, a SavedModel's variables), after its own
+    bytes: each one's name seen from the source's folder, then its bytes, so that no change to any goes unseen."""
+    for part in parts:
+        digest.update(b"\0" + os.fsencode(os.path.relpath(part, path.parent)) + b"\0")
+        _hash_file(digest, part, view)
+
+
+def digest_of(
+    path: Path,
+    algorithm: str = DIGEST_ALGORITHM,
+    start: int = 0,
+    length: int | None = None,
+    parts: Sequence[Path] = (),
+) -> str:
+    """`algorithm:hex` of the file's bytes, or of `length` of them from byte `start`, then of its source's other
+    `parts` (one thread: the conversion has the other core).
+
+    Read a cache-sized run at a time, never mapped: a file cut short meanwhile gives the digest of fewer bytes
+    (its guard then says the source changed), never SIGBUS.
+    """
+    digest = _hasher(algorithm)
+    view = memoryview(bytearray(DIGEST_RUN))
+    _hash_file(digest, path, view, start, length)
+    _hash_parts(digest, path, parts, view)
     return f"{algorithm}:{digest.hexdigest()}"
 
 
@@ -59,13 +82,15 @@ def digest_placeholder() -> str:
     return f"{DIGEST_ALGORITHM}:{'0' * 64}"
 
 
-def digest_differs(path: Path, recorded: str, start: int = 0, length: int | None = None) -> bool | None:
-    """Whether the file's digest (or that of `length` bytes from `start`) differs from `recorded` ("ALGORITHM:HEX");
-    None when it cannot be computed here."""
+def digest_differs(
+    path: Path, recorded: str, start: int = 0, length: int | None = None, parts: Sequence[Path] = ()
+) -> bool | None:
+    """Whether the file's digest (or that of `length` bytes from `start`; with its source's other `parts`) differs
+    from `recorded` ("ALGORITHM:HEX"); None when it cannot be computed here."""
     algorithm, _, _ = recorded.partition(":")
     if algorithm not in DIGEST_ALGORITHMS or (algorithm == "blake3" and _blake3() is None):
         return None
-    return digest_of(path, algorithm, start, length) != recorded
+    return digest_of(path, algorithm, start, length, parts) != recorded
 
 
 _HASHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rnnconv-background")
@@ -108,8 +133,9 @@ class SourcePass:
     own (its values may lie across the other's runs), and the writer counts its values itself.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, parts: Sequence[Path] = ()) -> None:
         self.path = path
+        self.parts = parts  # the source's other files, which its digest covers after it (`digest_of`)
         self.digest: Future[str] = Future()
         self._watched: dict[tuple[int, int], _Watched] = {}
         self._ordered: list[_Watched] = []  # from `start`: the watched ranges that overlap none before them
@@ -178,9 +204,8 @@ class SourcePass:
                 checked.known.set_result(checked.value)
 
     def _digest_and_scan(self) -> str:
-        digest: Any = _blake3().blake3(max_threads=1) if DIGEST_ALGORITHM == "blake3" else hashlib.sha256()
-        buffer = bytearray(DIGEST_RUN)
-        view = memoryview(buffer)
+        digest = _hasher(DIGEST_ALGORITHM)
+        view = memoryview(bytearray(DIGEST_RUN))
         position, index = 0, 0  # index: the first range not read past
         checking: list[_Checked] = []
         following = 0  # the first checksum not yet begun
@@ -205,6 +230,7 @@ class SourcePass:
                     if position + n == current.end and not current.known.done():
                         current.known.set_result(True)  # every run of it read, and each sum finite
                 position += n
+        _hash_parts(digest, self.path, self.parts, view)
         return f"{DIGEST_ALGORITHM}:{digest.hexdigest()}"
 
 

@@ -18,7 +18,7 @@ from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BackendMissing, RnnconvError
 from rnnconv.formats import registry
 from rnnconv.formats.settings import ReadOptions
-from rnnconv.verification.subject import find_source
+from rnnconv.verification.subject import find_source, source_parts
 
 # What a written file keeps beside it under a name of its own: a blob's sidecar (X.bin.json), the record of a format
 # with no room for one (X.rnnconv.json), an IR's or an ncnn model's weights (X.xml, X.param: X.bin).
@@ -56,13 +56,15 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def made_from(written: Path, sources: Iterable[Provenance], changed: Sequence[Path]) -> bool:
-    """Whether a file rnnconv wrote records one of the changed files as a source (where verify would find it)."""
+    """Whether a file rnnconv wrote records one of the changed files as a source, or as a part of one (a
+    checkpoint's data file), where verify would find it."""
     for source in sources:
         try:
             found, _ = find_source(written, source)
-        except RnnconvError:  # a recorded source that is no regular file: verify says so, if it is asked
+            files = [] if found is None else [found, *source_parts(source, found)]
+        except RnnconvError:  # a recorded source that is no regular file, or unreadable: verify says so, if asked
             continue
-        if found is not None and any(_same(found, path) for path in changed):
+        if any(_same(file, path) for file in files for path in changed):
             return True
     return False
 

@@ -15,7 +15,7 @@ from rnnconv.core.compare import Inputs, Outputs
 from rnnconv.core.contracts import BackendInfo, Check, Provenance, Sidecar
 from rnnconv.core.dtypes import count_non_finite
 from rnnconv.core.weightspace import REPORTED_LAYOUT_NAME, regions
-from rnnconv.errors import BadInput, cut
+from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats import base, registry, runtimes
 from rnnconv.formats.probe import Probe
 from rnnconv.formats.settings import ReadOptions
@@ -353,6 +353,17 @@ def check_same_rnn(spec: RNNSpec, held: RNNSpec, path: Path, source: Path, again
     )
 
 
+def source_parts(source: Provenance, path: Path) -> list[Path]:
+    """The other files of the source at `path` that its digest covers (`Format.source_parts` of its kind's format)."""
+    if source.format is None:
+        return []
+    try:
+        fmt = registry.for_kind(source.format)
+    except Unsupported:  # a kind no format of this installation reads: its file alone
+        return []
+    return fmt.source_parts(path)
+
+
 def source_changed(source: Provenance, path: Path) -> list[str]:
     """Warnings when the source named by the blob changed since it was converted, or when that cannot be told."""
     recorded = source.digest or (f"sha256:{source.sha256}" if source.sha256 else None)
@@ -360,7 +371,8 @@ def source_changed(source: Provenance, path: Path) -> list[str]:
         return [f"a conversion from a cuDNN blob records no digest of it, so a change to {path} since cannot be told"]
     if recorded is None:
         return [f"the blob records no digest of {path} (converted with --no-hash), so a change since cannot be told"]
-    differs = digest_differs(path, recorded)
+    parts = source_parts(source, path)
+    differs = digest_differs(path, recorded, parts=parts)
     algorithm = recorded.partition(":")[0]
     if differs is None:
         return [
@@ -368,7 +380,8 @@ def source_changed(source: Provenance, path: Path) -> list[str]:
             "(pip install blake3)"
         ]
     if differs:
-        return [f"{path} changed since the blob was made ({algorithm} differs); comparing with the file as it is now"]
+        what = f"{path} or a file read with it ({listing([part.name for part in parts])})" if parts else str(path)
+        return [f"{what} changed since the blob was made ({algorithm} differs); comparing with the file as it is now"]
     return []
 
 

@@ -40,6 +40,7 @@ SAVED_SEEDS = [
     "savedmodel/tfk_lstm_state",
     "savedmodel/tfk_bigru",
     "savedmodel/k3_export",
+    "savedmodel/k3_export_activations",
     "savedmodel/tfk_ckpt/ckpt-1",
     "savedmodel/k3_ckpt/ckpt",
 ]
@@ -54,6 +55,7 @@ SAVED_RUNS: dict[str, dict[str, tuple[str, tuple[str, ...], tuple[int, ...], str
     "tfk_bigru": {"bidi": ("in/x", (), (0,), "sum"), "backwards": ("out/0", (), (1,), "reversed")},
     "k3_export": {"gru": ("in/x", (), (0,), None), "lstm": ("out/0", (), (1,), None)},
     "k3_ckpt": {"bidi_lstm": ("in/x", (), (0,), None)},
+    "k3_export_activations": {"bidi_relu": ("in/x", (), (0,), None)},  # its GRU (hard_sigmoid) is refused
 }
 SAVED_RUNS["tfk_ckpt"] = SAVED_RUNS["tfk_lstm_state"]
 # The activations of the RNNs whose file keeps no config (what the fixture script built them with).

@@ -97,6 +97,7 @@ FAMILIES = (
     "executorch",
     "torch_export",
     "savedmodel",
+    "savedmodel_serving",
     "paddle",
     "identify",
     "streaming",
@@ -117,6 +118,7 @@ NEW_FAMILIES = (
     "torch_module",
     "torch_export",
     "savedmodel",
+    "savedmodel_serving",
     "paddle",
     "onnx_subgraph",
     "onnx_unrolled",
@@ -182,6 +184,9 @@ ONNX_FAMILIES = {
     ),
 }
 ORACLE_SHARE = 0.04  # the savedmodel cases whose conversions TensorFlow judges (its imports: 10 s apiece)
+SERVING_ORACLE_SHARE = 0.05  # those of them whose serving graph was damaged
+SERVING_SEEDS = ["k3_export", "k3_export_activations"]  # the savedmodel seeds whose activations their graph says
+SAID_ACTIVATIONS = ["--activation", "tanh", "--recurrent-activation", "sigmoid"]  # the savedmodel seeds' own
 ORACLE_FAMILIES = ("onnx_loops", "onnx_loop_forms")  # the ONNX families whose conversions are run against the file
 VERIFY_SHARE = 0.1  # the openvino_quantized cases whose conversions verify runs in OpenVINO (seconds apiece)
 TFLITE_QUANTIZED = "tflite__keras_lstm_dynamic_range"  # the seeds of the tflite_quantized family
@@ -467,16 +472,24 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         if main in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[main]), "--against", source, "--backend", "numpy"])
         return case
-    if family == "savedmodel":  # a SavedModel directory or a TF2 checkpoint's prefix, its files damaged
-        models = seeds.sets[family]
-        main = rng.choice(sorted(models))
+    if family in ("savedmodel", "savedmodel_serving"):  # a SavedModel or a TF2 checkpoint, its files damaged
+        models = seeds.sets["savedmodel"]
+        main = rng.choice(sorted(models) if family == "savedmodel" else SERVING_SEEDS)
         files = dict(models[main])
+        serving = f"{main}/saved_model.pb"
         case = Case(family, f"{index:06d}_{family}_{main.replace('/', '_')}", files)
-        case.must_refuse = mutators.mutate_saved(files, main, rng)
-        case.oracle = "tensorflow" if rng.random() < ORACLE_SHARE else ""
+        if family == "savedmodel":
+            case.must_refuse = mutators.mutate_saved(files, main, rng)
+        else:  # a Keras 3 export's serving graph, where its activations are read, damaged
+            files[serving] = mutators.mutate_serving(files[serving], rng)
+        served = serving in files and files[serving] != models[main][serving]  # its graph's loop bodies damaged
+        # a conversion read from a damaged serving graph is judged more often: it is what those cases test
+        case.oracle = "tensorflow" if rng.random() < (SERVING_ORACLE_SHARE if served else ORACLE_SHARE) else ""
         source = "{dir}/" + main
-        stated = ["--activation", "tanh", "--recurrent-activation", "sigmoid"] if rng.random() < 0.6 else []
-        layer = ["--layer", rng.choice(["encoder", "bidi", "gru", "bidi_lstm", "relu_rnn", "x"])]
+        # what is stated is what the model computes (where its graph is damaged, the graph alone is to say it)
+        said = ["--activation", "relu"] if main == "k3_export_activations" else SAID_ACTIVATIONS
+        stated = said if rng.random() < 0.6 and not served else []
+        layer = ["--layer", rng.choice(["encoder", "bidi", "gru", "bidi_lstm", "relu_rnn", "bidi_relu", "x"])]
         case.commands = [
             ["inspect", source + rng.choice(["", ".index"] if "/" in main else ["", "/"]), "--json"],
             ["convert", source, "{dir}/out.safetensors", *stated],
@@ -832,7 +845,7 @@ try:  # TensorFlow itself on the damaged file: tf-keras' loader (the config its 
     if seed.startswith("tfk_") and "ckpt" not in seed:
         outputs = tf_keras.models.load_model(str(source), compile=False)(
             feeds if len(feeds) > 1 else feeds[0])
-    elif seed == "k3_export":
+    elif seed.startswith("k3_export"):
         loaded = tf.saved_model.load(str(source))
         outputs = loaded.serve(tf.constant(feeds[0]))
     else:

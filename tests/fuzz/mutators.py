@@ -3040,9 +3040,112 @@ def mutate_keras_metadata(data: bytes, rng: random.Random) -> bytes:
     return _pb_encode([(1, 2, node) for node in nodes])
 
 
+# The ops a loop body's node is given in place of its own: activations, and the arithmetic of a cell's step.
+UNARY_OPS = [b"Sigmoid", b"Tanh", b"Relu", b"Relu6", b"Elu", b"Selu", b"Softplus", b"Softsign", b"Identity", b"Neg"]
+BINARY_OPS = [b"AddV2", b"Sub", b"Mul", b"RealDiv", b"BiasAdd", b"MatMul"]
+
+
+def _damage_node(node: bytes, names: list[bytes], rng: random.Random) -> bytes | None:
+    """A FunctionDef's NodeDef changed as a graph that still parses: its op swapped for a like one, an input made
+    another node's output, dropped or repeated, its name changed, a constant's value changed; None: the node removed."""
+    fields = _pb_fields(node)
+    op = next((value for number, _, value in fields if number == 2), b"")
+    inputs = [k for k, (number, _, _) in enumerate(fields) if number == 3]
+    kind = rng.choice(["op", "op", "op", "input", "input", "name", "const", "const", "drop"])
+    if not names or kind == "drop":
+        return None
+    if kind == "op" and op in UNARY_OPS + BINARY_OPS:
+        swapped = rng.choice(UNARY_OPS if op in UNARY_OPS else BINARY_OPS)
+        fields = [(n, w, swapped if n == 2 else v) for n, w, v in fields]
+    elif kind == "input" and inputs:
+        at = rng.choice(inputs)
+        choice = rng.random()
+        if choice < 0.5:
+            ref = rng.choice(names) + rng.choice([b"", b":z:0", b":y:0", b":output:1", b":output:0"])
+            fields[at] = (3, 2, ref)
+        elif choice < 0.7:
+            del fields[at]
+        elif choice < 0.85:
+            fields.insert(at, fields[at])
+        elif len(inputs) > 1:  # operands swapped: x - y made y - x
+            first, second = inputs[:2]
+            fields[first], fields[second] = fields[second], fields[first]
+    elif kind == "name":
+        fields = [(n, w, rng.choice(names) if n == 1 else v) for n, w, v in fields]
+    elif kind == "const" and op == b"Const":
+        fields = [(n, w, _damage_attr_value(v, rng) if n == 5 else v) for n, w, v in fields]
+    else:
+        return mutate_bytes(node, rng)
+    return _pb_encode(fields)
+
+
+def _damage_attr_value(entry: Any, rng: random.Random) -> Any:
+    """A Const's `value` attribute (a map entry: key, AttrValue of a TensorProto) holding other numbers."""
+    fields = _pb_fields(entry)
+    if (1, 2, b"value") not in fields:
+        return entry
+    number = rng.choice([0.0, 1.0, 2.0, 3.0, 6.0, -3.0, 0.5, float("nan"), float("inf"), 1e38])
+    out = []
+    for n, w, v in fields:
+        if n == 2 and isinstance(v, bytes):
+            attr = _pb_fields(v)
+            tensor = next((t for m, _, t in attr if m == 8), None)
+            if isinstance(tensor, bytes):
+                changed = []
+                for m, wire, t in _pb_fields(tensor):
+                    if m == 5 and isinstance(t, bytes):  # float_val, packed or not
+                        t = struct.pack("<f", number) * max(len(t) // 4, 1)
+                    elif m == 4 and isinstance(t, bytes) and len(t) % 4 == 0:  # tensor_content
+                        t = struct.pack("<f", number) * (len(t) // 4)
+                    changed.append((m, wire, t))
+                v = _pb_encode([(m, wire, _pb_encode(changed) if m == 8 else t) for m, wire, t in attr])
+        out.append((n, w, v))
+    return _pb_encode(out)
+
+
+def mutate_serving(data: bytes, rng: random.Random) -> bytes:
+    """A SavedModel's saved_model.pb with its serving graph's functions damaged (the While loop bodies most often,
+    where a Keras 3 export's activations are read): nodes changed as `_damage_node` does, the proto encoded again,
+    so the graph still parses; or its bytes damaged."""
+    try:
+        model = _pb_fields(data)
+        meta_at = next(k for k, (n, _, _) in enumerate(model) if n == 2)
+        meta = _pb_fields(model[meta_at][2])  # type: ignore[arg-type]
+        graph_at = next(k for k, (n, _, _) in enumerate(meta) if n == 2)
+        graph = _pb_fields(meta[graph_at][2])  # type: ignore[arg-type]
+        library_at = next(k for k, (n, _, _) in enumerate(graph) if n == 2)
+        library = _pb_fields(graph[library_at][2])  # type: ignore[arg-type]
+    except (ValueError, StopIteration, IndexError):
+        return mutate_bytes(data, rng)
+    functions = [k for k, (n, _, _) in enumerate(library) if n == 1]
+    bodies = [k for k in functions if b"while_body" in library[k][2][:300]]  # type: ignore[index]
+    if not functions or rng.random() < 0.1:
+        return mutate_bytes(data, rng)
+    at = rng.choice(bodies if bodies and rng.random() < 0.85 else functions)
+    try:
+        function = _pb_fields(library[at][2])  # type: ignore[arg-type]
+        nodes = [k for k, (n, _, _) in enumerate(function) if n == 3]
+        names = [v for k in nodes for n, _, v in _pb_fields(function[k][2]) if n == 1]  # type: ignore[arg-type]
+        for _ in range(rng.choice([1, 1, 1, 2, 3])):
+            if not nodes:
+                break
+            k = rng.choice(nodes)
+            damaged = _damage_node(function[k][2], names, rng)  # type: ignore[arg-type]
+            function[k] = (3, 2, damaged if damaged is not None else b"")
+    except (ValueError, IndexError):  # a field of a wire type the re-encoder does not write, a node damaged twice
+        return mutate_bytes(data, rng)
+    function = [(n, w, v) for n, w, v in function if not (n == 3 and v == b"")]
+    library[at] = (1, 2, _pb_encode(function))
+    graph[library_at] = (2, 2, _pb_encode(library))
+    meta[graph_at] = (2, 2, _pb_encode(graph))
+    model[meta_at] = (2, 2, _pb_encode(meta))
+    return _pb_encode(model)
+
+
 def mutate_saved(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
     """A SavedModel directory or a TF2 checkpoint damaged: its object graph (resealed, so its reader is reached), its
-    keras_metadata.pb, its tensor bundle, a file removed. True where every reader must refuse the result."""
+    keras_metadata.pb, its tensor bundle, a file removed (a Keras 3 export's serving graph: `mutate_serving`). True
+    where every reader must refuse the result."""
     metadata = next((n for n in files if n.endswith("keras_metadata.pb")), None)
     op = rng.choice(["graph", "graph", "metadata", "metadata", "bundle", "gone"] if metadata else ["graph", "bundle"])
     bundle = {n: d for n, d in files.items() if n.endswith(".index") or ".data-" in n}

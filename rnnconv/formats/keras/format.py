@@ -42,6 +42,15 @@ class KerasFormat(Format):
 
         return saved_model_in(path)
 
+    def source_parts(self, path: Path) -> list[Path]:
+        from rnnconv.formats.keras.wire import is_object_file
+
+        if not is_object_file(path):
+            return []
+        from rnnconv.formats.keras.savedmodel import source_parts
+
+        return source_parts(path)
+
     def claims(self, probe: Probe) -> bool:
         from rnnconv.formats.tf1.wire import INDEX_SUFFIX
 
@@ -55,7 +64,8 @@ class KerasFormat(Format):
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
         from rnnconv.formats.keras.reader import opened, to_canonical
 
-        reading = SourcePass(path) if options.hash_source else None  # begun once the file is open: see KerasFile
+        # begun once the file is open: see KerasFile
+        reading = SourcePass(path, self.source_parts(path)) if options.hash_source else None
         with opened(path, reading) as keras_file:
             versions = keras_file.versions
             info = Provenance(
@@ -71,7 +81,13 @@ class KerasFormat(Format):
             def canonical(layer: KerasLayer) -> CanonicalRNN:
                 recorded = keras_file.activations.get(layer.name) if layer.inferred else None  # no config to say it
                 told = {**stated, "activation": stated["activation"] or recorded}
+                notes = []
+                if layer.name in keras_file.shown:  # a SavedModel's serving graph showed its activations
+                    from rnnconv.formats.keras.savedmodel import shown_notes
+
+                    notes = shown_notes(layer, keras_file.shown[layer.name], stated)
                 rnn = to_canonical(layer, info, options.bias_split, keras_file.reader, told)
+                rnn.notes.extend(notes)
                 rnn.digest = digest
                 rnn.origin = keras_file.records.get(layer.name)
                 return rnn

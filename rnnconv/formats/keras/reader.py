@@ -71,10 +71,9 @@ if TYPE_CHECKING:
 
 def opened(path: Path, reading: SourcePass | None = None) -> KerasFile | ObjectFile:
     """A Keras file, or a SavedModel's saved_model.pb or a TF2 checkpoint's index, open."""
-    from rnnconv.formats.keras.wire import SAVED_MODEL
-    from rnnconv.formats.tf1.wire import DATA_SHARD, INDEX_SUFFIX
+    from rnnconv.formats.keras.wire import is_object_file
 
-    if path.name == SAVED_MODEL or path.name.endswith(INDEX_SUFFIX) or DATA_SHARD.search(path.name):
+    if is_object_file(path):
         from rnnconv.formats.keras.savedmodel import ObjectFile
 
         return ObjectFile(path)
@@ -91,6 +90,7 @@ class KerasFile:
         self.size = regular_file(path)
         self.reader = TensorReader(path)  # shared by every layer: one tensor in memory at a time
         self._closers: list[Any] = []
+        self.shown: dict[str, dict[str, str]] = {}  # by layer: settings shown elsewhere than a config (none here)
         self.config: dict[str, Any] | None = None
         self.versions: dict[str, str] = {}
         self.limit = self.size  # no tensor can hold more bytes than its file (Keras never compresses datasets)

@@ -47,8 +47,10 @@ from rnnconv.formats.tf1.tensor_bundle import (
     Corrupt,
     _embedded,
     _message,
+    data_files,
     read_table,
 )
+from rnnconv.formats.tf1.wire import index_file
 from rnnconv.safeio.inputs import add_guard, json_document, read_array, regular_file, unchanged
 from rnnconv.table.constants import DIRECTION_WORDS, MAX_LAYERS
 
@@ -207,6 +209,26 @@ def _keras_metadata(path: Path) -> tuple[dict[str, Any] | None, dict[str, str]]:
     return {"class_name": "Model", "config": {"layers": top}}, versions
 
 
+def _saved_model_folder(path: Path) -> Path | None:
+    """The SavedModel directory whose saved_model.pb or variables index `path` is, else None."""
+    if path.name == SAVED_MODEL:
+        return path.parent
+    folder = path.parent.parent
+    in_folder = path.parent.name + "/" + path.name == SAVED_MODEL_VARIABLES + ".index"
+    return folder if in_folder and saved_model_in(folder) else None
+
+
+def source_parts(path: Path) -> list[Path]:
+    """The files besides `path` that reading a SavedModel or a TF2 checkpoint reads: the other of saved_model.pb
+    and the variables index, the data files, keras_metadata.pb where there is one."""
+    folder = _saved_model_folder(path)
+    if folder is None:
+        return [part for part in [index_file(path), *data_files(path)] if part != path]
+    index = folder / (SAVED_MODEL_VARIABLES + ".index")
+    metadata = [folder / KERAS_METADATA] if os.path.lexists(folder / KERAS_METADATA) else []
+    return [part for part in [folder / SAVED_MODEL, index, *data_files(index), *metadata] if part != path]
+
+
 class ObjectFile:
     """A SavedModel or a TF2 checkpoint, open: its kind, versions, config and recurrent layers, as a KerasFile."""
 
@@ -215,13 +237,12 @@ class ObjectFile:
         self.reader = TensorReader()
         self.activations: dict[str, str] = {}  # what rnnconv records in files it writes: none here
         self.records: dict[str, Any] = {}
+        self.shown: dict[str, dict[str, str]] = {}  # by layer: the settings its serving graph shows
         self.versions: dict[str, str] = {}
         self.config: dict[str, Any] | None = None
-        folder = path.parent.parent  # a SavedModel's variables/variables.index is read as its SavedModel
-        if path.name == SAVED_MODEL or (
-            path.parent.name + "/" + path.name == SAVED_MODEL_VARIABLES + ".index" and saved_model_in(folder)
-        ):
-            self.kind, folder = "keras-savedmodel", folder if path.name != SAVED_MODEL else path.parent
+        folder = _saved_model_folder(path)  # a SavedModel's variables/variables.index is read as its SavedModel
+        if folder is not None:
+            self.kind = "keras-savedmodel"
             regular_file(folder / SAVED_MODEL, "the SavedModel's saved_model.pb")
             index = folder / (SAVED_MODEL_VARIABLES + ".index")
             if not os.path.lexists(index):
@@ -240,6 +261,8 @@ class ObjectFile:
             self.layers = [self._configured(entry, groups) for entry in walk_config(self.config)]
         else:
             self.layers = list(_inferred(groups, UNRECORDED.format(what=what)))
+            if folder is not None:
+                self._read_activations(folder / SAVED_MODEL)
         limit = 2 * sum(shard.stat().st_size for shard in self.checkpoint.shards)  # bfloat16 is read widened
         for layer in self.layers:
             layer.keras_version = self.versions.get("keras_version")
@@ -250,6 +273,23 @@ class ObjectFile:
                         stored = self.checkpoint.dtypes[tensor.key]
                         raise BadInput(f"{what} holds {stored} values, not floating point numbers")
                     check_tensor(tensor, what, limit)
+
+    def _read_activations(self, saved_model: Path) -> None:
+        """The activations of the layers of each class, where the serving graph's loop bodies of that class are
+        as many as those layers' cells and agree (`serving`): set as if a config said them, and noted."""
+        from rnnconv.formats.keras.serving import loop_activations
+
+        bodies = loop_activations(saved_model)
+        for layer_class, read in bodies.items():
+            layers = [layer for layer in self.layers if layer.source_class == layer_class and not layer.refusal]
+            if len(read) != sum(len(layer.tensors) for layer in layers) or len(set(read)) != 1:
+                continue
+            activation, recurrent = read[0]
+            settings = {"activation": activation} | ({"recurrent_activation": recurrent} if recurrent else {})
+            for layer in layers:
+                layer.config.update(settings)
+                layer.inferred, layer.unrecorded = False, None
+                self.shown[layer.name] = settings
 
     def _configured(self, entry: ConfigEntry, groups: dict[str, list[dict[str, BundleTensor]]]) -> KerasLayer:
         def tensors() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
@@ -279,6 +319,22 @@ class ObjectFile:
 
     def layer(self, name: str | None) -> KerasLayer:
         return pick_layer(self.layers, name, self.path)
+
+
+def shown_notes(layer: KerasLayer, shown: dict[str, str], stated: dict[str, str | None]) -> list[str]:
+    """What a layer's serving graph showed of its settings, in a note; a stated one that is not what it shows is
+    refused (the graph is what the SavedModel computes)."""
+    for key, value in shown.items():
+        if stated.get(key) not in (None, value):
+            raise BadInput(
+                f"layer {layer.name!r}: {key} {stated[key]} was stated, but the SavedModel's serving graph applies "
+                f"{value}: state none, the graph says it"
+            )
+    said = ", ".join(f"{key}={value}" for key, value in shown.items())
+    return [
+        f"{layer.name}: the SavedModel has no model config; class {layer.display_class} was inferred from tensor "
+        f"shapes, and {said} read from its serving graph's loop bodies"
+    ]
 
 
 def _inferred(groups: dict[str, list[dict[str, BundleTensor]]], unrecorded: str) -> Iterator[KerasLayer]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rnnconv.formats.probe import Probe
 
 # The Keras layer arguments that initialize each variable (in the same order).
@@ -43,3 +45,35 @@ def sniff(probe: Probe) -> bool:
         return True
     names = probe.zip_names
     return names is not None and "config.json" in names
+
+
+def is_object_file(path: Path) -> bool:
+    """Whether `path` is read as a SavedModel's or a TF2 checkpoint's (its saved_model.pb, an index, a data file),
+    not as a Keras file."""
+    from rnnconv.formats.tf1.wire import DATA_SHARD, INDEX_SUFFIX
+
+    return path.name == SAVED_MODEL or path.name.endswith(INDEX_SUFFIX) or bool(DATA_SHARD.search(path.name))
+
+
+# The ops of a Keras 3 export's loop bodies that say a cell's activations (formats/keras/serving.py): an activation's
+# op by its Keras name; Keras 3's hard_sigmoid, relu6(x + 3) / 6; and the ops of the cell's step around them.
+SERVING_ACTIVATIONS: Final[dict[str, str]] = {
+    "Sigmoid": "sigmoid",
+    "Tanh": "tanh",
+    "Relu": "relu",
+    "Relu6": "relu6",
+    "Elu": "elu",
+    "Selu": "selu",
+    "Softplus": "softplus",
+    "Softsign": "softsign",
+}
+SERVING_HARD_SIGMOID: Final = "hard_sigmoid"
+SERVING_RELU6: Final = "Relu6"
+SERVING_DIVIDE: Final = "RealDiv"
+SERVING_ADD: Final = "AddV2"
+SERVING_BIAS_ADD: Final = "BiasAdd"
+SERVING_MATMUL: Final = "MatMul"
+SERVING_MULTIPLY: Final = "Mul"
+SERVING_SUBTRACT: Final = "Sub"
+SERVING_SPLIT: Final = "Split"
+SERVING_IDENTITY: Final = "Identity"

@@ -41,6 +41,15 @@ class TF1Format(Format):
         index = path.with_name(path.name + INDEX_SUFFIX)
         return index if os.path.lexists(index) else None
 
+    def source_parts(self, path: Path, shards: list[Path] | None = None) -> list[Path]:
+        """Its data files (`shards`, where its index was read), and the .meta graph beside it that an LSTM cell's
+        forget bias is read from."""
+        from rnnconv.formats.tf1.tensor_bundle import data_files
+        from rnnconv.formats.tf1.wire import meta_graph_of
+
+        meta = meta_graph_of(path)
+        return (data_files(path) if shards is None else shards) + ([meta] if os.path.isfile(meta) else [])
+
     @contextlib.contextmanager
     def read(self, path: Path, options: ReadOptions) -> Iterator[Source]:
         from rnnconv.formats.tf1.reader import OPAQUE_REASON, choose, find_rnns, to_canonical
@@ -59,6 +68,7 @@ class TF1Format(Format):
             options,
             describe=lambda rnn: f"RNN {rnn.name!r} in {checkpoint.index}",
             things="recurrent layers",
+            parts=self.source_parts(checkpoint.index, checkpoint.shards),
         )
         source.skipped += [(name, OPAQUE_REASON.format(name=name)) for name in opaque_only if several]
         yield source

@@ -20,9 +20,8 @@ from rnnconv.core.contracts import Provenance, RNNSizes
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing, several_rnns
 from rnnconv.formats.reading import Found, StoredCell, held_grid, nonlinearity_note, read, settle_nonlinearity
 from rnnconv.formats.settings import ReadOptions
-from rnnconv.formats.tf1.tensor_bundle import Checkpoint, checkpoint_prefix
+from rnnconv.formats.tf1.tensor_bundle import Checkpoint
 from rnnconv.formats.tf1.wire import (
-    META_SUFFIX,
     TF1_BIDIRECTIONAL,
     TF1_CELLS,
     TF1_CUDNN_CELLS,
@@ -31,6 +30,7 @@ from rnnconv.formats.tf1.wire import (
     TF1_OPAQUE,
     TF1_OWN_CELLS,
     TF1_UNIDIRECTIONAL,
+    meta_graph_of,
 )
 from rnnconv.table.apply import rows_for
 from rnnconv.table.constants import (
@@ -258,8 +258,7 @@ def forget_biases(
         return dict.fromkeys(rnn.tensors, options.forget_bias), "stated with --forget-bias"
     from rnnconv.formats.tf1.meta_graph import forget_biases as in_graph
 
-    meta = checkpoint_prefix(checkpoint.index)
-    meta = meta.with_name(meta.name + META_SUFFIX)
+    meta = meta_graph_of(checkpoint.index)
     unsaid = ""
     if not os.path.lexists(meta):
         unsaid = f"no .meta graph ({meta.name}) is beside it"

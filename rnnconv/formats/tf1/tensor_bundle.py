@@ -288,6 +288,24 @@ def _shard_count(index: Path, header: bytes) -> int:
     return shards
 
 
+def _data_files(index: Path, table: list[tuple[bytes, bytes]]) -> list[Path]:
+    """The data files the bundle header (the index's first entry) names: X.data-00000-of-00002, ..."""
+    if not table or table[0][0] != b"":
+        raise BadInput(f"{index} is not a readable TensorFlow checkpoint: it has no bundle header")
+    try:
+        count = _shard_count(index, table[0][1])
+    except Corrupt as exc:
+        raise BadInput(f"{index} is not a readable TensorFlow checkpoint: its header is damaged ({exc})") from None
+    prefix = checkpoint_prefix(index)
+    return [prefix.with_name(f"{prefix.name}.data-{k:05d}-of-{count:05d}") for k in range(count)]
+
+
+def data_files(path: Path) -> list[Path]:
+    """The data files of the checkpoint `path` names (its index, a data file or its prefix)."""
+    index = index_file(path)
+    return _data_files(index, read_table(index))
+
+
 @dataclass
 class Checkpoint:
     """A checkpoint's tensors (names, dtypes, shapes) from its index; values read from its data files."""
@@ -301,18 +319,15 @@ class Checkpoint:
 
     @classmethod
     def open(cls, path: Path) -> Checkpoint:
-        index, prefix = index_file(path), checkpoint_prefix(path)
+        index = index_file(path)
         table = read_table(index)
-        if not table or table[0][0] != b"":
-            raise BadInput(f"{index} is not a readable TensorFlow checkpoint: it has no bundle header")
-        try:
-            count = _shard_count(index, table[0][1])
-        except Corrupt as exc:
-            raise BadInput(f"{index} is not a readable TensorFlow checkpoint: its header is damaged ({exc})") from None
-        shards = [prefix.with_name(f"{prefix.name}.data-{k:05d}-of-{count:05d}") for k in range(count)]
+        shards = _data_files(index, table)
         for shard in shards:
             if not shard.exists():
-                raise BadInput(f"the checkpoint {prefix} has no data file ({shard.name} is missing beside its index)")
+                raise BadInput(
+                    f"the checkpoint {checkpoint_prefix(index)} has no data file ({shard.name} is missing beside its "
+                    f"index)"
+                )
         sizes = [regular_file(shard, "the checkpoint's data file") for shard in shards]
         for shard in shards:  # part of the source: one that changes from here on commits nothing either
             add_guard(unchanged(shard))

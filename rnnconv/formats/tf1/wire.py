@@ -62,6 +62,12 @@ def checkpoint_prefix(path: Path) -> Path:
     return path.with_name(name[: shard.start()]) if shard else path
 
 
+def meta_graph_of(path: Path) -> Path:
+    """X.meta, the MetaGraphDef Saver writes beside the checkpoint X."""
+    prefix = checkpoint_prefix(path)
+    return prefix.with_name(prefix.name + META_SUFFIX)
+
+
 def index_file(path: Path) -> Path:
     prefix = checkpoint_prefix(path)
     return prefix.with_name(prefix.name + INDEX_SUFFIX)
