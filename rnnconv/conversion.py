@@ -153,7 +153,7 @@ def holdable(target: Format, rnn: CanonicalRNN, write: WriteOptions) -> tuple[Ca
         if read_without is None:
             return rnn, ""
         return rnn, (
-            f"--allow-lossy: {rnn.name} read without its clip, which cuDNN does not compute "
+            f"--allow-lossy: {rnn.name} read without what cuDNN does not compute "
             f"({'; '.join(read_without.dropped)}); {probe} its outputs move by up to {read_without.difference:.3g}"
         )
     terms = "; ".join(loss.term for loss in losses)

@@ -44,7 +44,7 @@ from rnnconv.formats.holding import reset_before_settings
 from rnnconv.formats.settings import ReadOptions
 from rnnconv.table.constants import CUDNN_MODES, GRU, LSTM
 from rnnconv.verification.diagnose import diagnose
-from rnnconv.verification.quantized import steppable, stepwise, weights_off
+from rnnconv.verification.quantized import stepwise, weights_off
 from rnnconv.verification.run import Stage, failed_report
 from rnnconv.verification.subject import SAME_RNN, VerifyOptions, check_same_rnn
 from rnnconv.version import __version__
@@ -269,7 +269,7 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
         name = deployed.fmt.name if engine is None else engine.name
         tol = tolerance(name, spec.dtype, source.dtype, options.atol, options.rtol)
         comparison = compare(spec, got, want, tol, inputs["lengths"])
-        quantized = reading is not None and reading.source.dequantized is not None and steppable(spec)
+        quantized = reading is not None and reading.source.dequantized is not None
         notes, weights = [], None
         if quantized and not options.ragged:
             assert reading is not None and reading.source.dequantized is not None
@@ -281,7 +281,8 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
                     lambda step: deployed.fmt.run(deployed.path, where, spec, step)[0],
                     lambda step: _outputs(float_model.spec, float_model, step),
                 )
-                got, want, tol = stepwise(spec, float_model.param, inputs, runs, step_size / 2)
+                record = reading.source.dequantized
+                got, want, tol = stepwise(spec, float_model.param, inputs, runs, step_size / 2, record)
             whole, comparison = comparison.worst, compare(spec, got, want, tol, None)
             notes.append(
                 f"it computes with quantized weights ({reading.source.dequantized.scheme}, "

@@ -42,7 +42,7 @@ from rnnconv.table.constants import LSTM
 from rnnconv.verification.diagnose import diagnose
 from rnnconv.verification.identify import probe_comparison
 from rnnconv.verification.junit import junit_xml
-from rnnconv.verification.quantized import steppable, stepwise
+from rnnconv.verification.quantized import stepwise
 from rnnconv.verification.subject import (
     WRITTEN_DIGEST,
     Against,
@@ -162,12 +162,13 @@ def judge(
     compared = [(run, compare(blob.spec, run[2], run[1], tol, run[0]["lengths"])) for run in outcomes]
     (inputs, want, got), report.comparison = min(compared, key=lambda c: (not c[1].match, c[1].worst))
     quantized_steps: Outputs | None = None
-    if fmt is not None and streamed is None and blob.source.dequantized is not None and steppable(blob.spec):
+    if fmt is not None and streamed is None and blob.source.dequantized is not None:
         stage("comparing step by step, within the quantization's bound")
         rnn, spec = blob.to_canonical(), dataclasses.replace(blob.spec, bias=held.bias)
         quantized_run = lambda step: fmt.run(source_path, source, spec, step)[0]  # noqa: E731
         float_run = lambda step: engine.run(blob, step)  # noqa: E731
-        want, got, report.tolerance = stepwise(blob.spec, rnn.param, inputs, (quantized_run, float_run), 0.0)
+        both = (quantized_run, float_run)
+        want, got, report.tolerance = stepwise(blob.spec, rnn.param, inputs, both, 0.0, blob.source.dequantized)
         whole = report.comparison.worst
         report.comparison = compare(blob.spec, got, want, report.tolerance, None)
         quantized_steps = want  # what the file computes, a step at a time: a recorded loss explains nothing beyond

@@ -31,7 +31,7 @@ from pathlib import Path
 from rnnconv.errors import MESSAGE_LIMIT
 from rnnconv.formats.onnx.wire import ONNX_PROFILES
 from tests.fuzz import changing, mutators, odd_env
-from tests.fuzz.seeds import OPENVINO_LOOP_SEEDS, Seeds, files_beside, prepare
+from tests.fuzz.seeds import OPENVINO_LOOP_SEEDS, OPENVINO_QUANTIZED_SEEDS, Seeds, files_beside, prepare
 
 TIME_LIMIT = 20.0  # seconds for one command on a small input
 # A command over TIME_LIMIT runs again from the same files with this limit: only one over both is a hang; one that
@@ -84,8 +84,10 @@ FAMILIES = (
     "tflite_loops",
     "tflite_loop_forms",
     "tflite_quantized",
+    "torch_quantized",
     "openvino",
     "openvino_loops",
+    "openvino_quantized",
     "flax_msgpack",
     "equinox",
     "mlx",
@@ -129,7 +131,9 @@ NEW_FAMILIES = (
     "tflite_loops",
     "tflite_loop_forms",
     "tflite_quantized",
+    "torch_quantized",
     "openvino_loops",
+    "openvino_quantized",
     "identify",
     "streaming",
     "keras_rescue",
@@ -192,7 +196,17 @@ SERVING_ORACLE_SHARE = 0.05  # those of them whose serving graph was damaged
 SERVING_SEEDS = ["k3_export", "k3_export_activations"]  # the savedmodel seeds whose activations their graph says
 SAID_ACTIVATIONS = ["--activation", "tanh", "--recurrent-activation", "sigmoid"]  # the savedmodel seeds' own
 ORACLE_FAMILIES = ("onnx_loops", "onnx_loop_forms")  # the ONNX families whose conversions are run against the file
+VERIFY_SHARE = 0.1  # the openvino_quantized cases whose conversions verify runs in OpenVINO (seconds apiece)
 TFLITE_QUANTIZED = "tflite__keras_lstm_dynamic_range"  # the seeds of the tflite_quantized family
+# The seeds of the torch_quantized family, each with the float checkpoint it was quantized from (seeds too).
+TORCH_QUANTIZED = {
+    f"torch_quantized__{name}": f"torch_quantized__{checkpoint}"
+    for name, checkpoint in (
+        ("lstm_qint8.pt", "lstm_float.pt"),
+        ("gru_qint8_per_channel.pt", "gru_float.pt"),
+        ("lstm_fp16.pt", "lstm_float.pt"),
+    )
+}
 TFLITE_LOOP_FORMS = (
     "tflite__loop_k3_lstm_batch1.tflite",
     "tflite__loop_k3_lstm_per_gate.tflite",
@@ -351,8 +365,12 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             ],
             ["convert", source, "{dir}/existing.bin"],
         ]
-        if family == "onnx_quantized":
-            case.commands.append(["convert", source, "{dir}/deq.bin", "--dequantize"])
+        if family == "onnx_quantized":  # with --allow-lossy too: quantize_static's activation pairs left out, recorded
+            layer = ["--layer", rng.choice(["/LSTM", "/LSTM_1"])] if rng.random() < 0.7 else []
+            case.commands += [
+                ["convert", source, "{dir}/deq.bin", "--dequantize"],
+                ["convert", source, "{dir}/lossy.bin", "--dequantize", "--allow-lossy", *layer],
+            ]
         if name in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
         return case
@@ -396,6 +414,23 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             ["convert", source, "{dir}/existing.bin", "--dequantize", "--allow-lossy"],
         ]
         return case
+    if family == "torch_quantized":  # quantize_dynamic's state_dicts damaged, read with and without --dequantize
+        held = [n for n in seeds.sources if n in TORCH_QUANTIZED] or sorted(seeds.sources)
+        name = rng.choice(held)
+        data = mutators.mutate_torch_quantized(seeds.sources[name].read_bytes(), rng)
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data})
+        source = "{dir}/mut_" + name
+        checkpoint = seeds.sources.get(TORCH_QUANTIZED.get(name, ""))
+        case.commands = [
+            ["inspect", source],
+            ["convert", source, "{dir}/out.onnx"],
+            ["convert", source, "{dir}/deq.pt", "--dequantize"],
+            ["convert", source, "{dir}/deq.onnx", "--dequantize", "--dtype", "float32"],
+            ["convert", source, "{dir}/existing.bin", "--dequantize", "--dtype", "float32"],
+        ]
+        if checkpoint is not None:  # the damaged file run as torch's quantized module, against its float model
+            case.commands.append(["verify", source, "--against", str(checkpoint), "--seq-len", "3"])
+        return case
     if family in ("tflite_loops", "tflite_loop_forms"):
         forms = family == "tflite_loop_forms"
         held = [n for n in seeds.sources if (n in TFLITE_LOOP_FORMS) == forms and n.startswith("tflite__loop_")]
@@ -414,6 +449,26 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         weights = seeds.sources[name].with_suffix(".bin").read_bytes()
         files = {f"mut_{name}": data, f"mut_{name[: -len('.xml')]}.bin": weights}
         return _loop_case(family, index, name, files, "openvino")
+    if family == "openvino_quantized":  # nncf's IRs damaged in their quantization, with and without the flags
+        held = [n.replace("/", "__") for n in OPENVINO_QUANTIZED_SEEDS]
+        name = rng.choice([n for n in held if n in seeds.sources] or sorted(seeds.sources))
+        stem = name[: -len(".xml")]
+        weights = seeds.sources[name].with_suffix(".bin").read_bytes()
+        data, weights = mutators.mutate_openvino_quantized(seeds.sources[name].read_bytes(), weights, rng)
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data, f"mut_{stem}.bin": weights})
+        source = "{dir}/mut_" + name
+        case.commands = [
+            ["inspect", source],
+            ["convert", source, "{dir}/out.pt"],
+            ["convert", source, "{dir}/deq.pt", "--dequantize"],
+            ["convert", source, "{dir}/lossy.pt", "--dequantize", "--allow-lossy"],
+            ["convert", source, "{dir}/lossy.onnx", "--dequantize", "--allow-lossy", "--dtype", "float32"],
+            ["convert", source, "{dir}/existing.bin", "--dequantize", "--allow-lossy"],
+        ]
+        if rng.random() < VERIFY_SHARE:  # the damaged IR run in OpenVINO: against its conversion, its checkpoint
+            checkpoint = str(seeds.sources[name].with_suffix(".pt"))
+            case.commands += [["verify", "{dir}/lossy.pt"], ["verify", source, "--against", checkpoint]]
+        return case
     if family in SET_FAMILIES:
         models = seeds.sets[family]
         main = rng.choice(sorted(models))

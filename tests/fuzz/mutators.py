@@ -2648,6 +2648,142 @@ def mutate_openvino_loops(data: bytes, rng: random.Random) -> bytes:
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
+def mutate_openvino_quantized(xml: bytes, weights: bytes, rng: random.Random) -> tuple[bytes, bytes]:
+    """An nncf-quantized IR (its .xml and .bin) damaged where its quantization is: a scale (one value or all) 0,
+    negative, NaN, infinite, huge or subnormal; a FakeQuantize's range or levels that lie; an integer constant's
+    type, shape (per-row lengths that lie), offset or size; a zero point's bytes; a Convert's destination; a
+    decompression layer made another kind or fed from elsewhere; the .bin cut short; now and then bytes flipped."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(xml)
+    layers = root.findall("./layers/layer")
+    by_id = {layer.get("id"): layer for layer in layers}
+    edges = root.findall("./edges/edge")
+    feeding: dict[str, list[str]] = {}  # a layer's id -> the kinds of the layers it feeds
+    for edge in edges:
+        feeding.setdefault(edge.get("from-layer", ""), []).append(
+            by_id.get(edge.get("to-layer"), ET.Element("x")).get("type", "")
+        )
+    consts = [layer for layer in layers if layer.get("type") == "Const" and layer.find("data") is not None]
+    integers = [c for c in consts if c.find("data").get("element_type") in ("i8", "u8")]  # type: ignore[union-attr]
+    scales = [
+        c
+        for c in consts
+        if c.find("data").get("element_type") == "f32" and "Multiply" in feeding.get(c.get("id", ""), [])
+    ]  # type: ignore[union-attr]
+    ranges = [c for c in consts if "FakeQuantize" in feeding.get(c.get("id", ""), [])]
+    quantizing = [la for la in layers if la.get("type") in ("Convert", "Multiply", "Subtract", "FakeQuantize")]
+    data = bytearray(weights)
+
+    def placed(layer: ET.Element) -> tuple[int, int] | None:
+        element = layer.find("data")
+        try:
+            offset, size = int(element.get("offset", "")), int(element.get("size", ""))  # type: ignore[union-attr]
+        except ValueError:
+            return None
+        return (offset, size) if offset >= 0 and offset + size <= len(data) else None
+
+    for _ in range(rng.choice([1, 1, 1, 2])):
+        choice = rng.choices(range(10), weights=[5, 3, 3, 3, 2, 2, 2, 2, 1, 1])[0]
+        if choice == 0 and scales:  # a scale, or every scale of a tensor
+            where = placed(rng.choice(scales))
+            if where is not None and where[1] >= 4:
+                special = rng.choice([0.0, -0.01, -1.0, float("nan"), float("inf"), -float("inf"), 3e38, 1e-45, 1e-30])
+                count = where[1] // 4
+                first = rng.randrange(count) if rng.random() < 0.7 else 0
+                for k in range(first, first + 1 if rng.random() < 0.7 else count):
+                    data[where[0] + 4 * k : where[0] + 4 * k + 4] = struct.pack("<f", special)
+        elif choice == 1 and ranges:  # a FakeQuantize's range: swapped, empty, NaN, infinite
+            where = placed(rng.choice(ranges))
+            if where is not None and where[1] >= 4:
+                value = rng.choice([0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e30, -1e30, 1e-40])
+                data[where[0] : where[0] + 4] = struct.pack("<f", value)
+        elif choice == 2:  # a FakeQuantize's levels
+            fqs = [la.find("data") for la in layers if la.get("type") == "FakeQuantize"]
+            found = [d for d in fqs if d is not None]
+            if found:
+                rng.choice(found).set(
+                    "levels", rng.choice(["0", "1", "2", "3", "255", "65536", "65537", "-1", "x", "1e9"])
+                )
+        elif choice == 3 and integers:  # an integer constant's type or shape (per-row lengths that lie)
+            element = rng.choice(integers).find("data")
+            assert element is not None
+            if rng.random() < 0.5:
+                element.set(
+                    "element_type", rng.choice(["u8", "i8", "i16", "u16", "i4", "u4", "f16", "f32", "boolean", "x"])
+                )
+            else:
+                element.set(
+                    "shape",
+                    rng.choice(
+                        [
+                            "1, 27, 5",
+                            "1, 29, 5",
+                            "1, 28",
+                            "28",
+                            "",
+                            "0",
+                            "1, 28, 5, 1",
+                            "1, 2147483647, 5",
+                            "-1",
+                            "1, 28, x",
+                        ]
+                    ),
+                )
+        elif choice == 4 and (scales or integers):  # a scale's or an integer's shape, offset or size
+            element = rng.choice(scales + integers).find("data")
+            assert element is not None
+            key = rng.choice(["shape", "offset", "size"])
+            was = element.get(key, "")
+            element.set(
+                key,
+                rng.choice(
+                    [
+                        "1, 27, 1",
+                        "1, 1, 1",
+                        "1, 28, 2",
+                        "1, 1, 28",
+                        "28, 1",
+                        "0",
+                        "-4",
+                        str(len(data)),
+                        str(len(data) - 2),
+                        "99999999999",
+                        was + "0",
+                        "x",
+                    ]
+                ),
+            )
+        elif choice == 5 and integers:  # a zero point's or an integer weight's bytes
+            where = placed(rng.choice(integers))
+            if where is not None and where[1]:
+                at = where[0] + rng.randrange(where[1])
+                data[at] = rng.choice([0, 1, 127, 128, 255])
+        elif choice == 6:  # a Convert's destination
+            converts = [la.find("data") for la in layers if la.get("type") == "Convert"]
+            found = [d for d in converts if d is not None]
+            if found:
+                rng.choice(found).set("destination_type", rng.choice(["f16", "bf16", "f64", "i32", "i8", "u8", "x"]))
+        elif choice == 7 and quantizing:  # a decompression or rounding layer made another kind
+            rng.choice(quantizing).set(
+                "type", rng.choice(["Add", "Subtract", "Multiply", "Divide", "Convert", "FakeQuantize", "Relu"])
+            )
+        elif choice == 8 and quantizing:  # a decompression or rounding layer fed from elsewhere
+            targets = {la.get("id") for la in quantizing}
+            into = [e for e in edges if e.get("to-layer") in targets]
+            sources = [(la.get("id"), port.get("id")) for la in layers for port in la.iterfind("output/port")]
+            if into and sources:
+                edge, (layer_id, port_id) = rng.choice(into), rng.choice(sources)
+                edge.set("from-layer", str(layer_id))
+                edge.set("from-port", str(port_id))
+        elif choice == 9:  # the .bin cut short, or its bytes flipped
+            data = bytearray(mutate_bytes(bytes(data), rng))
+    out = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    if rng.random() < 0.05:
+        out = mutate_bytes(out, rng)
+    return out, bytes(data)
+
+
 # Hugging Face sharded checkpoints: model.safetensors.index.json (its weight_map) and the shards it names
 
 HF_BAD_SHARDS = [*TFJS_BAD_PATHS, ".", "sub/model.safetensors", "model.safetensors:x", "C:model.safetensors"]
@@ -2764,6 +2900,82 @@ def mutate_tflite_quantized(data: bytes, rng: random.Random) -> bytes:
     builder = flatbuffers.Builder(0)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
+
+
+def mutate_torch_quantized(data: bytes, rng: random.Random) -> bytes:
+    """A quantize_dynamic state_dict's quantizers and cell params damaged in its pickle (opcodes found by
+    pickletools, each replaced by one that means something else): scales 0, negative, NaN, infinite, huge or
+    subnormal; zero points out of int8's range; a weight's shape, stride or offset that reaches past its storage, a
+    storage's size that lies; a qscheme, cell-params kind, class or reduce_range that is not quantize_dynamic's; a
+    storage member cut short; now and then bytes flipped anywhere in the pickle."""
+    with zipfile.ZipFile(io.BytesIO(data)) as source:
+        members = {info.filename: source.read(info) for info in source.infolist()}
+    (name,) = [n for n in members if n.endswith("/data.pkl")]
+    pkl = members[name]
+    for _ in range(rng.choice([1, 1, 1, 2])):
+        ops = list(pickletools.genops(pkl))
+        ends = [pos for _, _, pos in ops[1:]] + [len(pkl)]
+        spans = [(op.name, arg, pos, end) for (op, arg, pos), end in zip(ops, ends)]
+        floats = [(pos, end) for op, _, pos, end in spans if op == "BINFLOAT"]
+        ints = [(pos, end, arg) for op, arg, pos, end in spans if op in ("BININT1", "BININT2", "BININT")]
+        texts = [(pos, end, arg) for op, arg, pos, end in spans if op == "BINUNICODE"]
+        globals_ = [(pos, end, arg) for op, arg, pos, end in spans if op == "GLOBAL"]
+        choice = rng.choices(range(8), weights=[5, 4, 3, 2, 2, 2, 1, 1])[0]
+        replacement = None
+        if choice == 0 and floats:  # a scale
+            pos, end = rng.choice(floats)
+            special = rng.choice([0.0, -0.01, float("nan"), float("inf"), -float("inf"), 1e300, 1e-300, 5e-324])
+            replacement = (pos, end, b"G" + struct.pack(">d", special))
+        elif choice in (1, 2) and ints:  # a zero point, a size, a stride, an offset, a storage's length, a long
+            pos, end, was = rng.choice(ints)
+            value = rng.choice([-129, 128, 255, 300, -1, 0, 1, 2**31 - 1, -(2**31), was + 1, was - 1, was * 2])
+            replacement = (pos, end, b"J" + struct.pack("<i", value))
+        elif choice == 3 and texts:  # the kind, a class name, a storage key
+            pos, end, _ = rng.choice(texts)
+            text = rng.choice(["quantized", "quantized_fp16", "quantized_dynamic", "", "x" * 300, "0", "99"])
+            text += rng.choice(["", "__torch__.torch.classes.rnn.CellParamsBase"[: rng.randrange(40)]])
+            replacement = (pos, end, b"X" + struct.pack("<I", len(text.encode())) + text.encode())
+        elif choice == 4 and globals_:  # a qscheme, a storage class, a rebuild named otherwise
+            pos, end, _ = rng.choice(globals_)
+            named = rng.choice(
+                [
+                    "torch per_tensor_symmetric",
+                    "torch per_channel_affine",
+                    "torch per_tensor_affine",
+                    "torch QUInt8Storage",
+                    "torch QInt32Storage",
+                    "torch FloatStorage",
+                    "torch ScriptObject",
+                    "torch._utils _rebuild_qtensor",
+                    "torch._utils _rebuild_tensor_v2",
+                    "os system",
+                ]
+            )
+            module, _, attr = named.partition(" ")
+            replacement = (pos, end, b"c" + module.encode() + b"\n" + attr.encode() + b"\n")
+        elif choice == 5:  # a storage member cut short
+            stored = [n for n in members if "/data/" in n]
+            if stored:
+                cut = rng.choice(stored)
+                members[cut] = members[cut][: rng.randrange(len(members[cut]) + 1)]
+        elif choice == 6:  # an opcode dropped
+            pos, end = rng.choice([(pos, end) for _, _, pos, end in spans[1:-1]])
+            replacement = (pos, end, b"")
+        else:
+            pkl = mutate_bytes(pkl, rng)
+        if replacement is not None:
+            pos, end, made = replacement
+            pkl = pkl[:pos] + made + pkl[end:]
+        try:
+            list(pickletools.genops(pkl))
+        except Exception:  # a pickle no longer parsed: damaged enough
+            break
+    members[name] = pkl
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
+        for member, contents in members.items():
+            archive.writestr(member, contents)
+    return out.getvalue()
 
 
 # --- SavedModels and TF2 checkpoints: the object graph, keras_metadata.pb ------------------------------------

@@ -26,6 +26,7 @@ KERAS_SEEDS, TORCH_SEEDS, ONNX_SEEDS, TFLITE_SEEDS, TF1_SEEDS, EXECUTORCH_SEEDS 
     SEEDS[name] for name in ("keras", "torch", "onnx", "tflite", "tf1", "executorch")
 )
 OPENVINO_LOOP_SEEDS = openvino.LOOP_SEEDS
+OPENVINO_QUANTIZED_SEEDS = openvino.QUANTIZED_SEEDS
 
 
 # The formats read since the first round, as rnnconv writes them from PyTorch and Keras sources ((source, layer) ->
@@ -237,14 +238,16 @@ def prepare(work: Path) -> Seeds:
 
     seeds = Seeds()
     work.mkdir(parents=True, exist_ok=True)
-    for name in KERAS_SEEDS + TORCH_SEEDS + ONNX_SEEDS + TFLITE_SEEDS + EXECUTORCH_SEEDS + OPENVINO_LOOP_SEEDS:
+    irs = OPENVINO_LOOP_SEEDS + OPENVINO_QUANTIZED_SEEDS
+    for name in KERAS_SEEDS + TORCH_SEEDS + ONNX_SEEDS + TFLITE_SEEDS + EXECUTORCH_SEEDS + irs:
         target = work / name.replace("/", "__")
         shutil.copy(FIXTURES / name, target)
         seeds.sources[target.name] = target
     for path in sorted((FIXTURES / "keras_rescue").glob("*.keras")):  # the rescue's: whole models, kept apart
         seeds.rescue[path.name] = path
-    for name in OPENVINO_LOOP_SEEDS:  # an IR's weights, beside it
-        shutil.copy((FIXTURES / name).with_suffix(".bin"), (work / name.replace("/", "__")).with_suffix(".bin"))
+    for name in irs:  # an IR's weights beside it, and a quantized one's float checkpoint
+        for suffix in (".bin", ".pt") if name in OPENVINO_QUANTIZED_SEEDS else (".bin",):
+            shutil.copy((FIXTURES / name).with_suffix(suffix), (work / name.replace("/", "__")).with_suffix(suffix))
     shutil.copy(FIXTURES / "onnx" / "lstm_external.onnx.data", work)  # where the renamed seed's weights are
     for name in TF1_SEEDS:
         prefix = Path(name).name
