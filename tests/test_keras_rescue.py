@@ -166,6 +166,19 @@ def test_a_variable_of_the_wrong_shape_is_refused(tmp_path):
     assert_clean_failure(result, result.returncode or 1, "layer 'bidi_gru'", "cell/vars/1 has shape (3, 12)")
 
 
+def test_a_variable_holding_nan_is_copied_as_stored_and_said(tmp_path):
+    """As every writer says of the NaN and Inf values it writes (the cuDNN writer's warning)."""
+    name = "layers/bidirectional/forward_layer/cell/vars/0"
+
+    def spoiled(h5):
+        h5[name][0, 1] = np.nan
+
+    source = rewritten(RESCUE / "tfkeras215_bidi.keras", tmp_path / "old.keras", weights=spoiled)
+    result = run_cli("convert", source, tmp_path / "fixed.keras")
+    assert result.returncode == 0, result.stderr
+    assert f"{name} holds 1 NaN or Inf value(s)" in result.stderr
+
+
 def test_a_setting_of_one_rnn_is_refused_for_a_whole_model(tmp_path):
     """A whole model keeps each variable and setting as stored: a flag it would leave unused is refused."""
     result = run_cli("convert", RESCUE / "keras30_bidi.keras", tmp_path / "fixed.keras", "--dtype", "float16")

@@ -154,7 +154,9 @@ class KerasFormat(Format):
             if path.suffix == ".keras"
             else f"model.load_weights({literal(path)})  # model: the source's model, built in Keras 3"
         )
-        return Written([path], [f"not carried over: {what}" for what in rescued.dropped], usage)
+        warnings = [f"not carried over: {what}" for what in rescued.dropped]
+        warnings += [f"{name} holds {bad} NaN or Inf value(s)" for name, bad in rescued.non_finite.items()]
+        return Written([path], warnings, usage)
 
     def copies_model(self, path: Path, against: Path) -> bool:
         from rnnconv.formats.keras.rescue import holds_model

@@ -19,6 +19,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from rnnconv.core.dtypes import count_non_finite
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats.keras.config import MAX_NESTING, snake_case
 from rnnconv.formats.keras.hdf5 import MAX_OBJECTS, as_dataset, as_group, check_tensor, follow, holds, is_bfloat16
@@ -61,6 +62,7 @@ class Rescued:
     variables: dict[str, Any] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)
     groups: list[str | None] = field(default_factory=list)  # each layer's group (None: a Sequential's InputLayer)
+    non_finite: dict[str, int] = field(default_factory=dict)  # a copied variable's NaN and Inf values, counted
 
 
 class Translation:
@@ -381,6 +383,8 @@ def weights_file(rescued: Rescued) -> bytes:
         h5.create_group("vars")
         for name, dataset in rescued.variables.items():
             values = np.asarray(dataset[...])
+            if values.dtype.kind == "f" and (bad := count_non_finite(values)):  # copied as stored, and said
+                rescued.non_finite[name] = bad
             written = h5.create_dataset(name, data=values)
             if is_bfloat16(dataset):
                 written.attrs["dtype"] = "bfloat16"
