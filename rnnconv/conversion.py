@@ -154,7 +154,7 @@ def holdable(target: Format, rnn: CanonicalRNN, write: WriteOptions) -> tuple[Ca
         if read_without is None:
             return rnn, ""
         return rnn, (
-            f"--allow-lossy: {rnn.name} read without its clip, which cuDNN does not compute "
+            f"--allow-lossy: {rnn.name} read without what cuDNN does not compute "
             f"({'; '.join(read_without.dropped)}); {probe} its outputs move by up to {read_without.difference:.3g}"
         )
     terms = "; ".join(loss.term for loss in losses)
@@ -218,6 +218,15 @@ def convert(
         output = output or default_output(source, target)
         if resolved(output) == resolved(source):
             raise BadInput(f"the output {output} is the source itself")
+        if into is None and fmt is target and (whole := fmt.write_model(source, output, options, write)):
+            return ConversionResult(
+                outputs=[str(p) for p in whole.outputs],
+                target=target.name,
+                dtype="as stored",
+                rnns=[],
+                warnings=whole.warnings,
+                usage=whole.usage,
+            )
         options.take_all = options.take_all or target.holds_several(output)
         options.drop_clip = options.drop_clip or write.allow_lossy
         options.check_finite = options.check_finite or target.info.counts_non_finite

@@ -16,7 +16,7 @@ from rnnconv.core.compare import NARROWED, TOLERANCES
 DOCS = ROOT / "docs"
 HIDDEN = (
     *("onnx", "onnxruntime", "flatbuffers", "torch", "tensorflow", "keras", "tf_keras", "openvino"),
-    *("mlx", "ncnn", "jax", "flax", "equinox", "ai_edge_litert", "paddle"),
+    *("mlx", "ncnn", "jax", "flax", "equinox", "ai_edge_litert", "paddle", "tensorstore"),
 )
 ONE_LSTM = FIXTURES / "ncnn" / "lstm.pt"  # one layer, one direction: every target holds it
 # The install page's rows -> a file of that format (None: made from ONE_LSTM with this name), and what is written.
@@ -34,6 +34,7 @@ SOURCES = {
     "PaddlePaddle": FIXTURES / "paddle" / "lstm_bi2.pdparams",
     "TensorFlow.js": None,
     "TF1 checkpoints": FIXTURES / "tf1" / "rnn_tanh.ckpt",
+    "Orbax checkpoints": FIXTURES / "orbax" / "gru",
 }
 WRITTEN = {
     "cuDNN blob": "made.bin",

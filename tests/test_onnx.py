@@ -681,9 +681,44 @@ def test_qdq_is_refused_without_dequantize_and_with_quantized_activations(tmp_pa
     with pytest.raises(rnnconv.errors.RnnconvError, match=r"DequantizeLinear of stored integers.*--dequantize"):
         rnnconv.convert(ONNX / "lstm_qdq_weights.onnx", out)
     for layer in ("/LSTM", "/LSTM_1"):
-        with pytest.raises(rnnconv.errors.RnnconvError, match=r"its X, initial_h, initial_c pass through .*rounding"):
+        with pytest.raises(rnnconv.errors.RnnconvError, match=r"quantized with its activations.*--allow-lossy"):
             rnnconv.convert(ONNX / "lstm_qdq.onnx", out, dequantize=True, layer=layer)
     assert not out.exists()
+
+
+def test_qdq_activation_scale_that_cannot_be_computed_is_said(tmp_path):
+    """An activation QuantizeLinear whose scale names a value nothing makes: the node listed with that reason, the
+    conversion refused in one sentence (it was an internal error; found by the onnx_quantized fuzz family)."""
+    model = onnx.load(ONNX / "lstm_qdq.onnx")
+    quantize = next(n for n in model.graph.node if n.op_type == "QuantizeLinear")
+    quantize.input[1] = "nowhere_scale"
+    path = tmp_path / "scale_nowhere.onnx"
+    onnx.save(model, path)
+    out = tmp_path / "out.bin"
+    result = run_cli("convert", path, out, "--dequantize", "--allow-lossy", "--layer", "/LSTM")
+    assert_clean_failure(result, 2, "has a scale or zero point rnnconv cannot compute")
+    assert "'nowhere_scale' is produced by no node" in result.stderr and not out.exists()
+
+
+def test_qdq_with_quantized_activations_converts_with_allow_lossy_the_rounding_recorded(tmp_path):
+    """quantize_static's activation pairs on X, initial_h and initial_c: with --allow-lossy the node converts
+    without that rounding, the warning and the record naming each pair; the converted RNN computes what onnxruntime
+    computes of the weights-only file (the same weights), and the rounded file differs from it by about what the
+    conversion measured."""
+    out = tmp_path / "lossy.bin"
+    result = run_cli("convert", ONNX / "lstm_qdq.onnx", out, "--layer", "/LSTM", "--dequantize", "--allow-lossy")
+    assert result.returncode == 0, result.stderr
+    assert "read without what cuDNN does not compute" in result.stderr
+    assert result.stderr.count("rounded by QuantizeLinear/DequantizeLinear") == 3
+    sidecar = json.loads((tmp_path / "lossy.bin.json").read_text())
+    source = rnnconv.core.contracts.Provenance.model_validate(sidecar["source"])
+    assert source.loss is not None and len(source.loss.dropped) == 3
+    assert source.dequantized is not None and [r.value for r in source.dequantized.rounded] == ["x", "h0", "c0"]
+    weights_only = tmp_path / "weights.bin"
+    rnnconv.convert(ONNX / "lstm_qdq_weights.onnx", weights_only, dequantize=True, layer="/LSTM")
+    with rnnconv.load(out) as (lossy,), rnnconv.load(weights_only) as (exact,):
+        for key in lossy.spec.param_keys():
+            assert np.array_equal(lossy.param(key), exact.param(key))
 
 
 @pytest.mark.parametrize(

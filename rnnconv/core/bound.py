@@ -2,27 +2,101 @@
 
 Two things move a quantized run away from the float one: its weights, each within `weight_error` of the float
 weight (half a quantization step, from the scales; 0 when the float model is the dequantized weights themselves),
-and, in a hybrid kernel (LiteRT's, onnxruntime's DynamicQuantizeLSTM), each step's matrix inputs x and h quantized
-to 8 bits at run time: each within half a step of max|value| / 127 (the largest step of a symmetric int8 scheme over
-the values' range, which also bounds an asymmetric uint8 or int8 one). The bound follows both through cuDNN's
-equations step by step, elementwise, in the float model's own values: a product's error from its operands' (|W|
-times the input's error plus the weight error times |input|), sigmoid's slope at most 1/4, tanh's and ReLU's at most
-1, each gate's error at most its range, and the states' errors carried to the next step and the next layer. It is an
-upper bound, not an estimate: a quantized file whose outputs leave it was not quantized from that float model as its
-scales say (a gate swapped, a scale on the wrong axis, a wrong zero point).
+and values rounded on a grid before they are computed with: each within half the grid's step of its float value,
+beside its distance outside the range the grid clamps to (`on_grid`). Two things round so:
+
+- a hybrid kernel, each step's matrix inputs x and h at run time, on a grid it takes from their range
+  (`InputRounding`): LiteRT's and onnxruntime's DynamicQuantizeLSTM at most max|value| / 127 per row (the largest
+  step of a symmetric int8 scheme over the values' range, which also bounds an asymmetric uint8 or int8 one);
+  PyTorch's dynamic kernels (fbgemm's `PackedLinearWeight::apply_dynamic`) one step over the whole input,
+  (max(v, 0) - min(v, 0)) / 127 (uint8 with `reduce_range`, which halves it to 0..127: what quantize_dynamic's RNNs
+  record) or / 255, the integer product then exact and rescaled with the float bias added;
+- the file itself, a layer's input or initial states on a fixed grid (OpenVINO's FakeQuantize, ONNX's
+  QuantizeLinear and DequantizeLinear pairs: `contracts.RoundedInput`), added to that input's error where it enters.
+
+The bound follows both through cuDNN's equations step by step, elementwise, in the float model's own values: a
+product's error from its operands' (|W| times the input's error plus the weight error times |input|), sigmoid's slope
+at most 1/4, tanh's and ReLU's at most 1, each gate's error at most its range, and the states' errors carried to the
+next step and the next layer. It is an upper bound, not an estimate: a quantized file whose outputs leave it was not
+quantized from that float model as its scales say (a gate swapped, a scale on the wrong axis, a wrong zero point).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from rnnconv.core.canonical import ParamKey, RNNSpec
+from rnnconv.core.contracts import Dequantized, Quantized, RoundedInput
 from rnnconv.core.reference import ACTIVATIONS, forward, sigmoid
 from rnnconv.table.constants import GRU, LSTM, Kind
 
 ACTIVATION_STEPS = 127  # a step of the kernel's 8-bit inputs is at most max|value| / 127
+
+
+def on_grid(
+    values: np.ndarray, errors: np.ndarray, step: np.ndarray | float, low: float = -np.inf, high: float = np.inf
+) -> np.ndarray:
+    """The bound of a value's difference from its float one (`values`) once rounded on a grid `step` apart that
+    clamps to low..high, `errors` the bound of the rounding's own input's difference: half a step more, and the float
+    value's distance outside the range."""
+    outside = np.maximum(low - values, 0.0) + np.maximum(values - high, 0.0)
+    return errors + np.asarray(step) / 2 + outside
+
+
+@dataclass(frozen=True)
+class InputRounding:
+    """How a hybrid kernel rounds a product's input at run time: on a grid of `levels` steps across a span that is
+    2 max|v| (symmetric) or max(v, 0) - min(v, 0) (asymmetric: 0 exactly representable), of each row or of the whole
+    input; the span covers every value, so nothing is clamped."""
+
+    levels: int
+    per_tensor: bool
+    asymmetric: bool
+
+    def step(self, values: np.ndarray, errors: np.ndarray) -> np.ndarray:
+        """The largest step it takes for an input within `errors` of `values` (B, n): (B, 1) or (1, 1)."""
+        axis = None if self.per_tensor else -1
+        if self.asymmetric:
+            high = np.maximum((values + errors).max(axis=axis, keepdims=True), 0.0)
+            low = np.minimum((values - errors).min(axis=axis, keepdims=True), 0.0)
+            span = high - low
+        else:
+            span = 2 * (np.abs(values) + errors).max(axis=axis, keepdims=True)
+        return np.asarray(span / self.levels)
+
+    def error(self, values: np.ndarray, errors: np.ndarray) -> np.ndarray:
+        """The bound of the rounded copy's difference from `values`: `on_grid` on the grid it takes."""
+        return on_grid(values, errors, self.step(values, errors))
+
+
+SYMMETRIC_ROWS = InputRounding(2 * ACTIVATION_STEPS, per_tensor=False, asymmetric=False)
+# The schemes a record names (contracts.Dequantized.inputs); None: SYMMETRIC_ROWS.
+INPUT_ROUNDINGS: dict[str, InputRounding] = {
+    "uint8 per tensor, 7 bits": InputRounding(127, per_tensor=True, asymmetric=True),  # fbgemm, reduce_range
+    "uint8 per tensor": InputRounding(255, per_tensor=True, asymmetric=True),
+}
+
+
+def input_rounding(record: Dequantized) -> InputRounding | None:
+    """The run-time rounding of the kernel a record's weights were read from (None: a file --quantize wrote for a
+    kernel that computes in float with its dequantized weights)."""
+    if isinstance(record, Quantized) and not record.inputs_quantized:
+        return None
+    return SYMMETRIC_ROWS if record.inputs is None else INPUT_ROUNDINGS[record.inputs]
+
+
+def rounded(values: np.ndarray, rounding: RoundedInput) -> np.ndarray:
+    """`values` as the file rounds them: clamped to the rounding's range, each the nearest of its levels (float64)."""
+    level = np.clip(np.rint((np.asarray(values, np.float64) - rounding.low) / rounding.step), 0, rounding.levels - 1)
+    return rounding.low + level * rounding.step
+
+
+def rounding_error(rounding: RoundedInput, values: np.ndarray, errors: np.ndarray) -> np.ndarray:
+    """The bound of a value the file rounds: `on_grid` on the rounding's fixed grid."""
+    return on_grid(values, errors, rounding.step, rounding.low, rounding.high)
 
 
 def quantization_bound(
@@ -32,23 +106,40 @@ def quantization_bound(
     h0: np.ndarray | None,
     c0: np.ndarray | None,
     weight_error: float,
-    quantized_inputs: bool = True,
+    kernel: InputRounding | None = SYMMETRIC_ROWS,
+    rounded_inputs: Sequence[RoundedInput] = (),
 ) -> float:
     """The largest difference a quantized run's y, h_n and c_n can have from the float model's (`param`) on these
-    inputs, when each matrix weight is within `weight_error` and (`quantized_inputs`) each step's matrix inputs are
-    quantized to 8 bits."""
+    inputs, when each matrix weight is within `weight_error`, each step's matrix inputs are rounded as `kernel` says
+    (None: not) and the file rounds the inputs `rounded_inputs` names (a layer's x, its initial states)."""
     x = np.asarray(x, np.float64)
     batch, dirs = x.shape[1], spec.num_directions
     h0 = np.zeros((spec.num_layers * dirs, batch, spec.output_size)) if h0 is None else np.asarray(h0, np.float64)
     c0 = np.zeros((spec.num_layers * dirs, batch, spec.hidden_size)) if c0 is None else np.asarray(c0, np.float64)
     values, errors = x, np.zeros_like(x)
     worst = 0.0
+    roundings: dict[tuple[str, int], RoundedInput] = {(r.value, r.layer): r for r in rounded_inputs}
     for layer in range(spec.num_layers):
+        if ("x", layer) in roundings:
+            errors = rounding_error(roundings["x", layer], values, errors)
         outputs, bounds = [], []
         for direction in range(dirs):
             pseudo = layer * dirs + direction
+            states = [np.zeros_like(h0[pseudo]), np.zeros_like(c0[pseudo])]
+            for index, (state, value) in enumerate(zip((h0, c0), ("h0", "c0"), strict=True)):
+                if (value, layer) in roundings:
+                    states[index] = rounding_error(roundings[value, layer], state[pseudo], states[index])
             y, dy, dh, dc = _direction(
-                spec, param, layer, direction, values, errors, h0[pseudo], c0[pseudo], weight_error, quantized_inputs
+                spec,
+                param,
+                layer,
+                direction,
+                values,
+                errors,
+                (h0[pseudo], states[0]),
+                (c0[pseudo], states[1]),
+                weight_error,
+                kernel,
             )
             outputs.append(y)
             bounds.append(dy)
@@ -57,17 +148,19 @@ def quantization_bound(
     return max(worst, float(errors.max()))
 
 
-def float_steps(
+def float_states(
     spec: RNNSpec, param: Callable[[ParamKey], np.ndarray], x: np.ndarray, h0: np.ndarray | None, c0: np.ndarray | None
-) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]]:
-    """Each step's input with the float model's states before it (its own trajectory, in the numpy reference, as
-    float32): where a step of a quantized run is compared with the float model's (forward directions only)."""
-    h, c = h0, c0
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """Each step's input with the states each direction of each layer enters it with in the float model (its
+    trajectory in the numpy reference, as float32: a forward direction's from the steps before, a reverse one's from
+    the steps after): where a step of a quantized run is compared with the float model's."""
+    trajectory: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    forward(spec, param, x, h0, c0, trajectory=trajectory)
+    cells = [trajectory[(layer, d)] for layer in range(spec.num_layers) for d in range(spec.num_directions)]
     for t in range(x.shape[0]):
+        h = np.stack([states[0][t] for states in cells]).astype(np.float32)
+        c = np.stack([states[1][t] for states in cells]).astype(np.float32) if spec.mode == LSTM else None
         yield x[t : t + 1], h, c
-        _, h_next, c_next = forward(spec, param, x[t : t + 1], h, c)
-        h = h_next.astype(np.float32)
-        c = None if c_next is None else c_next.astype(np.float32)
 
 
 def stepwise_bound(
@@ -77,12 +170,12 @@ def stepwise_bound(
     h0: np.ndarray | None,
     c0: np.ndarray | None,
     weight_error: float,
-    quantized_inputs: bool = True,
+    kernel: InputRounding | None,
 ) -> float:
-    """The largest bound of any step, each from the float model's states (`float_steps`)."""
+    """The largest bound of any step, each from the float model's states (`float_states`)."""
     return max(
-        quantization_bound(spec, param, x_t, h, c, weight_error, quantized_inputs)
-        for x_t, h, c in float_steps(spec, param, x, h0, c0)
+        quantization_bound(spec, param, x_t, h, c, weight_error, kernel)
+        for x_t, h, c in float_states(spec, param, x, h0, c0)
     )
 
 
@@ -91,13 +184,10 @@ def _stacked(spec: RNNSpec, param: Callable[[ParamKey], np.ndarray], layer: int,
 
 
 def _product_error(
-    values: np.ndarray, errors: np.ndarray, matrix: np.ndarray, weight_error: float, quantized: bool
+    values: np.ndarray, errors: np.ndarray, matrix: np.ndarray, weight_error: float, rounding: InputRounding | None
 ) -> np.ndarray:
     """The bound of (W' v')'s difference from W v, rows of v (B, n) within `errors`, W' within `weight_error`."""
-    off = errors
-    if quantized:  # the kernel's 8-bit copy of v': within half its step of v'
-        step = (np.abs(values) + errors).max(axis=-1, keepdims=True) / ACTIVATION_STEPS
-        off = errors + step / 2
+    off = errors if rounding is None else rounding.error(values, errors)  # the kernel's integer copy of v'
     return off @ np.abs(matrix).T + weight_error * (np.abs(values) + off).sum(axis=-1, keepdims=True)
 
 
@@ -108,24 +198,24 @@ def _direction(
     direction: int,
     x: np.ndarray,
     dx: np.ndarray,
-    h: np.ndarray,
-    c: np.ndarray,
+    initial_h: tuple[np.ndarray, np.ndarray],
+    initial_c: tuple[np.ndarray, np.ndarray],
     weight_error: float,
-    quantized: bool,
+    kernel: InputRounding | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One direction of one layer: its outputs and their bounds, and its final states' bounds."""
+    """One direction of one layer: its outputs and their bounds, and its final states' bounds (`initial_h`,
+    `initial_c`: each state with the bound of its difference where the run starts)."""
     steps, batch, _ = x.shape
     w, r, bw, br = (_stacked(spec, param, layer, direction, kind) for kind in (Kind.W, Kind.R, Kind.bW, Kind.bR))
     proj = np.asarray(param(ParamKey(layer, direction, Kind.P, "")), np.float64) if spec.proj_size else None
     gates = len(spec.gates)
     y = np.zeros((steps, batch, spec.output_size))
     dy = np.zeros_like(y)
-    h, c = h.copy(), c.copy()
-    dh, dc = np.zeros_like(h), np.zeros_like(c)
+    (h, dh), (c, dc) = ((state.copy(), error.copy()) for state, error in (initial_h, initial_c))
     for t in range(steps) if direction == 0 else range(steps - 1, -1, -1):
         pre_x, pre_h = x[t] @ w.T + bw, h @ r.T + br
-        e_x = _product_error(x[t], dx[t], w, weight_error, quantized)
-        e_h = _product_error(h, dh, r, weight_error, quantized)
+        e_x = _product_error(x[t], dx[t], w, weight_error, kernel)
+        e_h = _product_error(h, dh, r, weight_error, kernel)
         if spec.mode == LSTM:
             a = dict(zip(spec.gates, np.split(pre_x + pre_h, gates, axis=-1)))
             e = dict(zip(spec.gates, np.split(e_x + e_h, gates, axis=-1)))
@@ -138,7 +228,7 @@ def _direction(
             new_h = o * cell
             dh = o * np.minimum(dc, 2.0) + do * (np.abs(cell) + np.minimum(dc, 2.0))
             if proj is not None:
-                dh = _product_error(new_h, dh, proj, weight_error, quantized)
+                dh = _product_error(new_h, dh, proj, weight_error, kernel)
                 new_h = new_h @ proj.T
             c = new_c
         elif spec.mode == GRU:

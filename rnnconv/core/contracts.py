@@ -119,6 +119,24 @@ class RecordedLoss(Contract):
     batch: int = Field(ge=1)
 
 
+class RoundedInput(Contract):
+    """An input a quantized file rounds before its RNN computes with it (a FakeQuantize, a QuantizeLinear and
+    DequantizeLinear pair): each value clamped to `levels` evenly spaced values from `low`, `step` apart, and rounded
+    to the nearest. What the float RNN rnnconv converts it to leaves out (--allow-lossy)."""
+
+    value: Literal["x", "h0", "c0"]  # a layer's input sequence, or its initial states (as verify's inputs name them)
+    layer: int = Field(ge=0)
+    low: float
+    step: float = Field(gt=0)
+    levels: int = Field(ge=2, le=1 << 16)
+    by: str  # the file's op that rounds it, as the conversion's warning names it
+
+    @property
+    def high(self) -> float:
+        """The largest of its levels."""
+        return self.low + self.step * (self.levels - 1)
+
+
 class Dequantized(Contract):
     """What `--dequantize` read of a quantized RNN: the scheme of its integer weights (per tensor, or per channel
     along an axis of the stored tensor), their bits, whether every zero point is 0, the tensors, and the largest
@@ -129,6 +147,9 @@ class Dequantized(Contract):
     symmetric: bool
     tensors: list[str] = Field(min_length=1)
     largest_step: float = Field(gt=0)
+    # how its kernel rounds each product's input at run time (core.bound.INPUT_ROUNDINGS); None: int8 per row
+    inputs: Literal["uint8 per tensor, 7 bits", "uint8 per tensor"] | None = None
+    rounded: list[RoundedInput] | None = None  # inputs the quantized file rounds, left out with --allow-lossy
 
 
 class Quantized(Dequantized):

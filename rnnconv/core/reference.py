@@ -37,13 +37,20 @@ def forward(
     lengths: np.ndarray | None = None,
     clip: tuple[float, float] = (0.0, 0.0),
     reset_before: bool = False,
+    trajectory: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None,
+    round_input: Callable[[int, np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Run the RNN; return y (T, B, D*out), h_n (L*D, B, out) and c_n (L*D, B, H) or None.
+
+    `trajectory`, where given, gets each layer's and direction's states as they enter each step, (h (T, B, out),
+    c (T, B, H)) by (layer, direction): a reverse direction's at step t are those it left step t + 1 with.
 
     `clip`: an LSTM's cell state and projected output clipped to within those bounds at every step (0: not), as
     TFLite's cell_clip and proj_clip do, which cuDNN does not: what --allow-lossy measures when it drops them.
     `reset_before`: a GRU's reset gate applied before the recurrent matrix (Keras's reset_after=False, ONNX's
-    linear_before_reset=0), which cuDNN does not: what the audit of a deployed model tries on a mismatch."""
+    linear_before_reset=0), which cuDNN does not: what the audit of a deployed model tries on a mismatch.
+    `round_input`: each layer's input (layer, values) as a quantized file rounds it before computing with it, which
+    cuDNN does not: what --allow-lossy measures when it leaves the rounding out."""
     x = np.asarray(x, dtype=np.float64)
     steps, batch, _ = x.shape
     dirs, out_size, hidden = spec.num_directions, spec.output_size, spec.hidden_size
@@ -54,15 +61,32 @@ def forward(
     c_n = np.zeros_like(c0)
     layer_input = x
     for layer in range(spec.num_layers):
+        if round_input is not None:
+            layer_input = round_input(layer, layer_input)
         outputs = []
         for direction in range(dirs):
             pseudo = layer * dirs + direction
+            entering = None if trajectory is None else trajectory.setdefault((layer, direction), _states(h0, c0, steps))
             y, h_n[pseudo], c_n[pseudo] = _run_direction(
-                spec, param, layer, direction, layer_input, h0[pseudo], c0[pseudo], lengths, clip, reset_before
+                spec,
+                param,
+                layer,
+                direction,
+                layer_input,
+                h0[pseudo],
+                c0[pseudo],
+                lengths,
+                clip,
+                reset_before,
+                entering,
             )
             outputs.append(y)
         layer_input = np.concatenate(outputs, axis=-1)
     return layer_input, h_n, (c_n if spec.mode == LSTM else None)
+
+
+def _states(h0: np.ndarray, c0: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros((steps, *h0.shape[1:])), np.zeros((steps, *c0.shape[1:]))
 
 
 def _stacked(
@@ -85,6 +109,7 @@ def _run_direction(
     lengths: np.ndarray,
     clip: tuple[float, float],
     reset_before: bool,
+    entering: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     steps, batch, _ = x.shape
     cell_clip, proj_clip = clip
@@ -96,6 +121,8 @@ def _run_direction(
     h, c = h.copy(), c.copy()
     for t in order:
         live = (t < lengths)[:, None]  # sequences that have a step t; the rest keep their state
+        if entering is not None:
+            entering[0][t], entering[1][t] = h, c
         pre_x = input_part[t]
         pre_h = h @ r.T + br
         new_c = c

@@ -29,6 +29,7 @@ from rnnconv.core.dtypes import decode, element_type, encode
 from rnnconv.errors import BackendMissing, BadInput, no_such_rnn, several_rnns
 from rnnconv.formats import base, runtimes, sources
 from rnnconv.formats._msgpack import Bfloat16Words
+from rnnconv.formats.flax.wire import ORBAX_METADATA
 from rnnconv.formats.reading import Found, StoredCell, nonlinearity_note, read, settle_nonlinearity
 from rnnconv.formats.settings import ReadOptions
 from rnnconv.safeio.inputs import regular_file
@@ -315,8 +316,28 @@ class TreeFormat(base.Format):
     JAX. A library's package has a reader (load_tree, find, to_canonical) and a runner (run_rnn), imported when used."""
 
     kind: ClassVar[str]  # the file kind a source records
+    orbax_kind: ClassVar[str]  # the kind of an Orbax checkpoint of its tree (a folder, named by its _METADATA)
     cells: ClassVar[str]  # what a sentence calls the RNNs it holds: "Flax RNN cell"
     module: ClassVar[str]  # the library's module that runs an RNN, for the report: "nn.RNN(nn.{cell})"
+
+    def kind_of(self, path: Path) -> str:
+        return self.orbax_kind if path.name == ORBAX_METADATA else self.kind
+
+    def locate(self, path: Path) -> Path | None:
+        """An Orbax checkpoint's folder stands for its _METADATA."""
+        if not path.is_dir():
+            return None
+        from rnnconv.formats._orbax import checkpoint_in
+
+        return checkpoint_in(path)
+
+    def source_parts(self, path: Path) -> list[Path]:
+        """An Orbax checkpoint's every other file (its arrays' storage, the metadata Orbax's restore reads)."""
+        if self.kind_of(path) != self.orbax_kind:
+            return []
+        from rnnconv.formats._orbax import source_parts
+
+        return source_parts(path)
 
     def _module(self, verb: str) -> Any:
         """The package's reader or runner, imported when a verb needs it (sniffing imports neither)."""
@@ -348,29 +369,33 @@ class TreeFormat(base.Format):
         chosen = self.chosen(path, self.load_tree(path), options.layer, options.take_all)
         yield sources.read_chosen(
             path,
-            self.kind,
+            self.kind_of(path),
             chosen,
             lambda rnn, info: self.to_canonical(rnn, path, info, options),
             lambda rnn: rnn.name,
             options,
             describe=lambda rnn: f"RNN {rnn.name!r} in {path}",
             things="recurrent layers",
+            parts=self.source_parts(path),
         )
 
     def inspect(self, path: Path) -> InspectReport:
-        return inspect_tree(path, self.find(self.load_tree(path)), self.kind, self.to_canonical)
+        return inspect_tree(path, self.find(self.load_tree(path)), self.kind_of(path), self.to_canonical)
 
     def resolve(self, path: Path, recorded: Provenance, layer: str | None) -> Provenance:
-        if recorded.layer and recorded.format == self.kind:
+        if recorded.layer and recorded.format == self.kind_of(path):
             return recorded
         (rnn,) = self.chosen(path, self.load_tree(path), layer)
-        return recorded.model_copy(update={"layer": rnn.name, "format": self.kind})
+        return recorded.model_copy(update={"layer": rnn.name, "format": self.kind_of(path)})
 
     def run(
         self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
     ) -> tuple[dict[str, np.ndarray | None], str]:
-        """The file's own params, run by the library's cells in JAX on the CPU."""
+        """The file's own params, run by the library's cells in JAX on the CPU: an Orbax checkpoint's as Orbax
+        itself restores them, once rnnconv's reading has checked it (so the run does not rest on that reading)."""
         tree = self.load_tree(path)
+        if self.kind_of(path) == self.orbax_kind:
+            tree = self._module("reader").restored(path)
         (rnn,) = self.chosen(path, tree, source.layer)
         check_same(self.to_canonical(rnn, path, source).spec, spec, rnn.name, path)
         ran = runtimes.versions_of(self.runtimes[0].modules, self.info.extra, f"running {self.title} files")

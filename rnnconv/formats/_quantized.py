@@ -1,20 +1,24 @@
 """Quantized weights read exactly: integers with their scales and zero points (per tensor, or per channel along one
 axis), checked and dequantized, `scale * (q - zero_point)`, into the float type that holds every product exactly,
-and the record of what was dequantized (`contracts.Dequantized`) a written file keeps. TFLite's and PyTorch's
+and the record of what was dequantized (`contracts.Dequantized`) a written file keeps; and the inputs a quantized
+file rounds before its RNN computes with them (`contracts.RoundedInput`), refused in one sentence or, with
+--allow-lossy, left out, the loss measured and recorded. TFLite's, ONNX's, OpenVINO's and PyTorch's
 readers use it. And weights quantized for writing (`--quantize`): symmetric int8 as TensorFlow's converter rounds
 them, with the record of what was written (`contracts.Quantized`), which TFLite's and ONNX's writers use."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from rnnconv.core.bound import quantization_bound, stepwise_bound
+from rnnconv.core.bound import SYMMETRIC_ROWS, rounded, stepwise_bound
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.compare import make_inputs
-from rnnconv.core.contracts import Dequantized, Quantized
+from rnnconv.core.contracts import Dequantized, Quantized, RecordedLoss, RoundedInput
+from rnnconv.core.reference import forward
 from rnnconv.errors import BadInput
 from rnnconv.formats.holding import PROBE_BATCH, PROBE_SEED, PROBE_STEPS
 
@@ -108,6 +112,64 @@ def note(name: str, rec: Dequantized, dtype: str, how: str) -> str:
     )
 
 
+def rounded_term(rounding: RoundedInput) -> str:
+    """What a rounding does, as a refusal and a record name it."""
+    return (
+        f"layer {rounding.layer}'s {rounding.value} rounded by {rounding.by} to {rounding.levels} levels from "
+        f"{rounding.low:.4g} to {rounding.high:.4g} (step {rounding.step:.3g})"
+    )
+
+
+def rounding_refusal(name: str, rounding: Sequence[RoundedInput]) -> str:
+    """Why an RNN whose file rounds its inputs is not read without --allow-lossy, in one sentence."""
+    terms = "; ".join(rounded_term(r) for r in rounding)
+    return (
+        f"{name} is quantized with its activations ({terms}): the converted float RNN would leave that rounding "
+        f"out (--allow-lossy converts it without the rounding, and says how far that moves the outputs)"
+    )
+
+
+def rounding_dropped(rnn: CanonicalRNN, rounding: Sequence[RoundedInput]) -> CanonicalRNN:
+    """An RNN whose file rounds its inputs, read without the rounding as --allow-lossy asks: the loss recorded in
+    its source's provenance (what was left out, and how far that moves the outputs on probe inputs, in the numpy
+    reference), and the roundings in its record of what was dequantized (verify's bound takes them in)."""
+    spec = rnn.spec
+    probe = make_inputs(spec, PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
+    by_value: dict[tuple[str, int], RoundedInput] = {(r.value, r.layer): r for r in rounding}
+    dirs = spec.num_directions
+
+    def states(values: np.ndarray | None, name: str) -> np.ndarray | None:
+        if values is None:
+            return None
+        values = np.array(values, np.float64)
+        for layer in range(spec.num_layers):
+            if (name, layer) in by_value:
+                part = slice(layer * dirs, (layer + 1) * dirs)
+                values[part] = rounded(values[part], by_value[name, layer])
+        return values
+
+    def round_input(layer: int, values: np.ndarray) -> np.ndarray:
+        return rounded(values, by_value["x", layer]) if ("x", layer) in by_value else values
+
+    h0, c0 = states(probe["h0"], "h0"), states(probe["c0"], "c0")
+    exact = forward(spec, rnn.param, probe["x"], h0, c0, round_input=round_input)
+    written = forward(spec, rnn.param, probe["x"], probe["h0"], probe["c0"])
+    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(exact, written, strict=True) if a is not None)
+    earlier = rnn.source.loss
+    loss = RecordedLoss(
+        dropped=[*(earlier.dropped if earlier else []), *(rounded_term(r) for r in rounding)],
+        difference=moved + (earlier.difference if earlier else 0.0),
+        seed=PROBE_SEED,
+        steps=PROBE_STEPS,
+        batch=PROBE_BATCH,
+    )
+    record = rnn.source.dequantized
+    update: dict[str, object] = {"loss": loss}
+    if record is not None:
+        update["dequantized"] = record.model_copy(update={"rounded": list(rounding)})
+    return dataclasses.replace(rnn, source=rnn.source.model_copy(update=update))
+
+
 # The types --quantize writes, each with its symmetric scheme's largest level (int8: -127 to 127, as TensorFlow's
 # converter writes).
 WRITTEN_TYPES: dict[str, tuple[type[np.signedinteger], int]] = {"int8": (np.int8, 127)}
@@ -129,7 +191,7 @@ def symmetric(values: np.ndarray, channel_axes: tuple[int, ...], kind: str = "in
     return q.astype(storage), (largest / levels).astype(np.float32)
 
 
-def rounding_error(values: np.ndarray, q: np.ndarray, scales: np.ndarray) -> float:
+def largest_rounding(values: np.ndarray, q: np.ndarray, scales: np.ndarray) -> float:
     """The largest difference of the written weights, scale * q (`scales` broadcast against q), from the float ones:
     in float64, which holds every such product exactly."""
     written = q.astype(np.float64) * scales.astype(np.float64)
@@ -140,15 +202,11 @@ def written_record(
     rnn: CanonicalRNN, held: Sequence[tuple[str, Quantization]], kind: str, weight_error: float, inputs_quantized: bool
 ) -> Quantized:
     """What a file written with --quantize records of it: the scheme, the largest rounding of a weight, and the bound
-    its scales give each step of the float source's run on the conversion's probe inputs (the whole sequence's, for a
-    bidirectional RNN, whose reverse direction is not stepped)."""
+    its scales give each step of the float source's run on the conversion's probe inputs (`inputs_quantized`: the
+    target's kernel rounds each step's inputs as LiteRT's and onnxruntime's hybrid ones do, per row)."""
     inputs = make_inputs(rnn.spec, PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
-    x, h0, c0 = inputs["x"], inputs["h0"], inputs["c0"]
-    bound = (
-        quantization_bound(rnn.spec, rnn.param, x, h0, c0, weight_error, inputs_quantized)
-        if rnn.spec.bidirectional
-        else stepwise_bound(rnn.spec, rnn.param, x, h0, c0, weight_error, inputs_quantized)
-    )
+    kernel = SYMMETRIC_ROWS if inputs_quantized else None
+    bound = stepwise_bound(rnn.spec, rnn.param, inputs["x"], inputs["h0"], inputs["c0"], weight_error, kernel)
     return Quantized(
         **record(held, np.dtype(WRITTEN_TYPES[kind][0]).itemsize * 8).model_dump(),
         weight_error=weight_error,

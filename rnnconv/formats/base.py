@@ -22,7 +22,7 @@ import numpy as np
 from rnnconv.core.blob import Blob
 from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.core.compare import Inputs, Outputs
-from rnnconv.core.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
+from rnnconv.core.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, Report
 from rnnconv.core.dtypes import element_type
 from rnnconv.errors import BadInput, Unsupported, listing
 from rnnconv.formats import holding
@@ -171,6 +171,20 @@ class Format(ABC):
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         raise Unsupported(f"no writer for format {self.name!r}")
+
+    def write_model(self, source: Path, path: Path, options: ReadOptions, write: WriteOptions) -> Written | None:
+        """The whole model a file of this format holds, written as `path` in this format's current form (Keras'
+        rescue of archives current Keras refuses); None where this conversion is of its RNNs, as any other."""
+        return None
+
+    def copies_model(self, path: Path, against: Path) -> bool:
+        """Whether `path` may be the whole model of `against` written by `write_model` (verify then checks it
+        whole, `model_report`, beside the audit of its RNNs)."""
+        return False
+
+    def model_report(self, path: Path, against: Path, batch: int, steps: int, seed: int, atol: float | None) -> Report:
+        """Whether `path` is the whole model of `against` as `write_model` writes it, and computes what it does."""
+        raise Unsupported(f"no whole-model check for format {self.name!r}")
 
     def stream(self, path: Path, runtime: str) -> Stream:
         """A streaming model this format wrote, loaded in `runtime` (one of `info.streams`)."""

@@ -63,12 +63,17 @@ def find_row(fmt: str, source_class: str, config: Mapping[str, Any] | None = Non
     raise Unsupported(f"no layout for a {fmt} {source_class} with {chosen}")
 
 
+def version_number(version: str | None) -> tuple[int, int, int] | None:
+    """The number of a version string ("2.0.8", "2.1.6-tf", "3.6.0"), or None when it names none."""
+    found = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
+    return (int(found[1]), int(found[2]), int(found[3])) if found else None
+
+
 def keras_era(version: str | None) -> KerasEra | None:
     """The era of a Keras version string ("2.0.8", "2.1.6-tf", "3.6.0"), or None when it names none."""
-    found = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
-    if not found:
+    number = version_number(version)
+    if number is None:
         return None
-    number = (int(found[1]), int(found[2]), int(found[3]))
     tf_suffix = (version or "").endswith("-tf")
     return next((era for era in KERAS_ERAS if era.holds(number, tf_suffix)), None)
 

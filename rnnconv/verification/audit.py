@@ -44,7 +44,7 @@ from rnnconv.formats.holding import reset_before_settings
 from rnnconv.formats.settings import ReadOptions
 from rnnconv.table.constants import CUDNN_MODES, GRU, LSTM
 from rnnconv.verification.diagnose import diagnose
-from rnnconv.verification.quantized import proof_checks, prove, proved, said, steppable, terms_failed
+from rnnconv.verification.quantized import proof_checks, prove, proved, said, terms_failed
 from rnnconv.verification.run import Stage, failed_report
 from rnnconv.verification.subject import SAME_RNN, VerifyOptions, check_same_rnn
 from rnnconv.version import __version__
@@ -97,6 +97,8 @@ def wanted(path: Path, against: Path | None, layers: Sequence[str], raw: bool) -
         fmt = registry.detect(path)
         if fmt.name == "cudnn":
             return False
+        if fmt.copies_model(path, against) and registry.detect(against) is fmt:  # the model checked whole too
+            return True
         deployed = fmt.listed(path)
         if len(deployed) != 1:
             return len(deployed) > 1
@@ -165,6 +167,17 @@ def audit(path: Path, options: VerifyOptions, named: dict[str, str], stage: Stag
         )
     checkpoint = Side.of(options.against)
     rows = []
+    if deployed.fmt is checkpoint.fmt and deployed.fmt.copies_model(path, checkpoint.path):
+        if stage:
+            stage(f"checking the whole model against {cut(checkpoint.path.name)}")
+        try:
+            rows.append(
+                deployed.fmt.model_report(
+                    path, checkpoint.path, options.batch, options.seq_len, options.seed, options.atol
+                )
+            )
+        except RnnconvError as exc:
+            rows.append(failed_report(path, exc).model_copy(update={"name": "whole model"}))
     for ours, theirs in pair(deployed, checkpoint, named):
         if ours is None and theirs is not None and named:  # --layer said what is deployed: the rest is not
             rows.append(_not_deployed(deployed, checkpoint, theirs))
@@ -256,18 +269,16 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
         name = deployed.fmt.name if engine is None else engine.name
         tol = tolerance(name, spec.dtype, source.dtype, options.atol, options.rtol)
         comparison = compare(spec, got, want, tol, inputs["lengths"])
-        quantized = reading is not None and reading.source.dequantized is not None and steppable(spec)
+        quantized = reading is not None and reading.source.dequantized is not None
         proof = None
         if quantized and not options.ragged:
             assert reading is not None and reading.source.dequantized is not None
             written = None if reading.origin is None else reading.origin.quantized  # what rnnconv's --quantize wrote
-            rounds = True if written is None else written.inputs_quantized  # a hybrid kernel rounds a step's inputs
             with checkpoint.fmt.read(checkpoint.path, checkpoint.fmt.source_options(source)) as found:
                 proof, comparison, tol = prove(
                     reading,
                     found.rnns[0],
-                    reading.source.dequantized,
-                    rounds,
+                    written or reading.source.dequantized,  # what its kernel rounds: what was written, or read
                     inputs,
                     (got, want),
                     lambda step: deployed.fmt.run(deployed.path, where, spec, step)[0],

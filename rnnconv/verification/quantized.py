@@ -6,15 +6,16 @@ Over a whole sequence a quantized run's errors are carried from step to step, an
 input stays useful there; one step from the same states is where the scales bound the difference tightly enough to
 tell a faithful quantization from a wrong one (a gate swapped, a scale on the wrong axis, a wrong zero point moves a
 step far beyond it). So verify runs both sides a step at a time, each from the float model's own states (its
-trajectory, computed in the numpy reference), and compares the steps; the whole sequence's difference is reported
-beside it.
+trajectory, computed in the numpy reference: a forward direction's from the steps before, a reverse one's from
+the steps after), and compares the steps; the whole sequence's difference is reported beside it.
 
-A file rnnconv wrote with --quantize is proved in three terms (`prove`), each with its number: its weights (each
-within half a step of the float source's: exact), its kernel (the file in its runtime against the float run of its own
-dequantized weights, a step at a time: the rounding of each step's inputs, within the bound its scales give) and end
-to end (the file against the float source over the whole sequence, within --bound or the bound the other two give). A
-mistake in the file (a gate swapped, a scale on the wrong tensor) leaves the kernel's term small and puts the end to
-end one far above it.
+A quantized file proved against its float source (one rnnconv wrote with --quantize, or a deployed one the audit
+holds to its checkpoint) is proved in three terms (`prove`), each with its number: its weights (each within half a
+step of the float source's: exact), its kernel (the file in its runtime against the float run of its own dequantized
+weights, a step at a time: the rounding of each step's inputs, within the bound its scales give) and end to end (the
+file against the float source, a step at a time within the bound the other two give, or over the whole sequence
+within --bound). A mistake in the file (a gate swapped, a scale on the wrong tensor) leaves the kernel's term small
+and puts the end to end one far above it.
 """
 
 from __future__ import annotations
@@ -24,20 +25,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from rnnconv.core.bound import float_steps, quantization_bound
+from rnnconv.core.bound import float_states, input_rounding, quantization_bound
 from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.core.compare import Inputs, Outputs, compare
 from rnnconv.core.contracts import Check, Comparison, Dequantized, QuantizationProof, QuantizationTerm, Tolerance
 from rnnconv.core.reference import forward
-from rnnconv.table.constants import DIRECTION_WORDS, LSTM, Kind
+from rnnconv.table.constants import BIAS_KINDS, DIRECTION_WORDS, GRU, LSTM, Kind
 
 # A step's runtime rounds in float32 besides: the runtime's own tolerance, added to the bound.
 FLOAT_ATOL, FLOAT_RTOL = 1e-4, 1e-3
-
-
-def steppable(spec: RNNSpec) -> bool:
-    """Whether the float model's states at every step come from stepping it forward (no reverse direction)."""
-    return not spec.bidirectional
 
 
 def stepwise(
@@ -46,19 +42,20 @@ def stepwise(
     inputs: Inputs,
     runs: tuple[Callable[[Inputs], Outputs], Callable[[Inputs], Outputs]],
     weight_error: float,
-    quantized_inputs: bool = True,
+    record: Dequantized,
 ) -> tuple[Outputs, Outputs, Tolerance]:
     """Both runs (`runs`: the quantized one, the float one) a step at a time from the float model's states, each
     step's outputs stacked as a sequence's (y per step, the last step's h_n and c_n), and the tolerance: the largest
-    bound of any step, plus float32's (`quantized_inputs`: whether the quantized run's kernel quantizes each step's
-    inputs to 8 bits)."""
+    bound of any step, plus float32's. `record`, what was dequantized (or quantized), says what the quantized side
+    rounds: its kernel's inputs, and the inputs the file itself rounds."""
     x = inputs["x"]
+    kernel, rounded_inputs = input_rounding(record), record.rounded or ()
     assert x is not None
     stepped: tuple[list[Outputs], list[Outputs]] = ([], [])
     bound = 0.0
-    for x_t, h, c in float_steps(spec, param, x, inputs["h0"], inputs["c0"]):
+    for x_t, h, c in float_states(spec, param, x, inputs["h0"], inputs["c0"]):
         step: Inputs = {"x": x_t, "h0": h, "c0": c, "lengths": None}
-        bound = max(bound, quantization_bound(spec, param, x_t, h, c, weight_error, quantized_inputs))
+        bound = max(bound, quantization_bound(spec, param, x_t, h, c, weight_error, kernel, rounded_inputs))
         for run, outputs in zip(runs, stepped, strict=True):
             outputs.append(run(step))
     joined = tuple(_joined(outputs, spec) for outputs in stepped)
@@ -66,55 +63,67 @@ def stepwise(
 
 
 def _joined(steps: list[Outputs], spec: RNNSpec) -> Outputs:
-    last = steps[-1]
+    """The steps' outputs as a sequence's: y of every step; h_n and c_n of the last step a direction takes (a
+    reverse direction's is the first)."""
+    last = [steps[-1] if d == 0 else steps[0] for _ in range(spec.num_layers) for d in range(spec.num_directions)]
+    states = ("h_n", "c_n") if spec.mode == LSTM else ("h_n",)
     return {
         "y": np.concatenate([np.asarray(s["y"]) for s in steps], axis=0),
-        "h_n": last["h_n"],
-        "c_n": last.get("c_n") if spec.mode == LSTM else None,
+        **{name: np.stack([np.asarray(s[name])[i] for i, s in enumerate(last)]) for name in states},
+        **({} if spec.mode == LSTM else {"c_n": None}),
     }
 
 
-def farthest_weight(
-    reading: CanonicalRNN, float_model: CanonicalRNN, kinds: tuple[str, ...] | None = None
-) -> tuple[float, ParamKey | None]:
-    """The largest difference of a dequantized weight from the float model's (of `kinds`; None: every tensor), and
-    the block it is in."""
+def farthest_weight(reading: CanonicalRNN, float_model: CanonicalRNN) -> tuple[float, ParamKey | None]:
+    """The largest difference of a dequantized weight from the float model's, and the block it is in. A gate's
+    biases are compared as their sum where they add (all but a GRU's candidate, whose bR its reset gate scales): a
+    file may hold only the sum (OpenVINO's and ONNX's B)."""
     worst, where = 0.0, None
     for key in reading.spec.param_keys():
-        if kinds is not None and key.kind not in kinds:
+        if key.kind == Kind.bR and _summed(reading.spec, key):
             continue
-        off = float(np.max(np.abs(np.asarray(reading.param(key), np.float64) - float_model.param(key)), initial=0))
+        got, want = (_compared(rnn, key) for rnn in (reading, float_model))
+        off = float(np.max(np.abs(got - want), initial=0))
         if off > worst:
             worst, where = off, key
     return worst, where
 
 
 def _half_step(step: float) -> float:
-    return step / 2 + step * 2.0**-20  # with the float32 rounding of a checkpoint's weight
+    """Half a step, and float32's rounding: of a scale (max|W| / 127.5) over the 128 steps to the largest weight."""
+    return step / 2 + step * 2.0**-16
 
 
 def weights_off(
-    reading: CanonicalRNN,
-    float_model: CanonicalRNN,
-    step: float,
-    whose: str = "checkpoint's",
-    kinds: tuple[str, ...] | None = None,
+    reading: CanonicalRNN, float_model: CanonicalRNN, step: float, whose: str = "the checkpoint's"
 ) -> str | None:
-    """Where a dequantized weight (of `kinds`) is more than half a step from the float checkpoint's (None: nowhere):
+    """Where a dequantized weight is more than half a step from the float model's (`whose` it is; None: nowhere):
     the tensor and gate block, and by how much."""
-    worst, where = farthest_weight(reading, float_model, kinds)
+    worst, where = farthest_weight(reading, float_model)
     if where is None or worst <= _half_step(step):
         return None
     direction = f" {DIRECTION_WORDS[where.direction]}" if reading.spec.bidirectional else ""
+    tensor = "bW + bR" if where.kind == Kind.bW and _summed(reading.spec, where) else where.kind
     return (
-        f"its {where.kind} of gate {where.gate or '-'} (layer {where.layer}{direction}) is {worst:.3g} from the "
-        f"{whose}, more than half its largest quantization step ({step / 2:.3g}): it was not quantized from "
-        f"these weights as its scales say"
+        f"its {tensor} of gate {where.gate or '-'} (layer {where.layer}{direction}) is {worst:.3g} from {whose}, "
+        f"more than half its largest quantization step ({step / 2:.3g}): it was not quantized from these weights as "
+        f"its scales say"
     )
 
 
+def _summed(spec: RNNSpec, key: ParamKey) -> bool:
+    return key.kind in BIAS_KINDS and not (spec.mode == GRU and key.gate == "h")
+
+
+def _compared(rnn: CanonicalRNN, key: ParamKey) -> np.ndarray:
+    """The tensor `farthest_weight` compares at `key`: the weight, or a gate's bias sum."""
+    value = np.asarray(rnn.param(key), np.float64)
+    if key.kind == Kind.bW and _summed(rnn.spec, key):
+        value = value + np.asarray(rnn.param(dataclasses.replace(key, kind=Kind.bR)), np.float64)
+    return value
+
+
 FAR_ABOVE = 10.0  # an end-to-end difference this many times the kernel's is no rounding: a mistake in the file
-MATRICES = (Kind.W, Kind.R, Kind.P)  # what --quantize quantizes (biases stay float, as the source's)
 
 
 def _reference(rnn: CanonicalRNN) -> Callable[[Inputs], Outputs]:
@@ -126,21 +135,12 @@ def _reference(rnn: CanonicalRNN) -> Callable[[Inputs], Outputs]:
 
 
 def _held(
-    rnn: CanonicalRNN, inputs: Inputs, quantized: Callable[[Inputs], Outputs], weight_error: float, rounds: bool
-) -> tuple[Comparison, Tolerance, str]:
+    rnn: CanonicalRNN, inputs: Inputs, quantized: Callable[[Inputs], Outputs], weight_error: float, record: Dequantized
+) -> tuple[Comparison, Tolerance]:
     """The quantized run against `rnn`'s float one, a step at a time from `rnn`'s states, within the bound its scales
-    give (`rounds`: whether its kernel quantizes each step's inputs; the whole sequence, within its wider bound, for a
-    bidirectional RNN, whose reverse direction is not stepped)."""
-    spec, x, h0, c0 = rnn.spec, inputs["x"], inputs["h0"], inputs["c0"]
-    if steppable(spec):
-        runs = (quantized, _reference(rnn))
-        got, want, tol = stepwise(spec, rnn.param, inputs, runs, weight_error, rounds)
-        how = "each step from the same states"
-    else:
-        got, want = quantized(inputs), _reference(rnn)(inputs)
-        whole = quantization_bound(spec, rnn.param, x, h0, c0, weight_error, rounds)
-        tol, how = Tolerance(atol=whole + FLOAT_ATOL, rtol=FLOAT_RTOL, bound=whole), "the whole sequence"
-    return compare(spec, got, want, tol, None), tol, how
+    give (`record`: what the quantized side rounds)."""
+    got, want, tol = stepwise(rnn.spec, rnn.param, inputs, (quantized, _reference(rnn)), weight_error, record)
+    return compare(rnn.spec, got, want, tol, None), tol
 
 
 def _float32(tol: Tolerance) -> str:
@@ -152,31 +152,30 @@ def prove(
     reading: CanonicalRNN,
     float_model: CanonicalRNN,
     record: Dequantized,
-    rounds: bool,
     inputs: Inputs,
     runs: tuple[Outputs, Outputs],
     file_run: Callable[[Inputs], Outputs],
     bound: float | None,
 ) -> tuple[QuantizationProof, Comparison, Tolerance]:
-    """A quantized file (`reading`: its dequantized weights; `record`: its scheme, what --quantize wrote or what was
-    read of it; `rounds`: whether its kernel quantizes each step's inputs) proved against its float source
-    (`float_model`) in three terms: its weights, each within half a step of the source's; its kernel (`file_run`)
-    against the float run of its own dequantized weights, a step at a time from the same states, within the bound its
-    scales give (weights exact, each step's inputs rounded as the kernel does); and
-    end to end, the file against the float source: over the whole sequence (`runs`: the file's outputs, the source's
-    in its framework) within `bound`, or by default a step at a time from the source's states within the bound of the
-    other two (each weight within half a step, each step's inputs rounded). The proof, the end-to-end comparison and
-    its tolerance."""
+    """A quantized file (`reading`: its dequantized weights; `record`: its scheme and what its kernel rounds, what
+    --quantize wrote or what was read of it) proved against its float source (`float_model`) in three terms: its
+    weights, each within half a step of the source's; its kernel (`file_run`) against the float run of its own
+    dequantized weights, a step at a time from the same states, within the bound its scales give (weights exact,
+    each step's inputs rounded as the kernel does); and end to end, the file against the float source: by default a
+    step at a time from the source's states within the bound of the other two (each weight within half a step, each
+    step's inputs rounded), or with `bound` over the whole sequence (`runs`: the file's outputs, the source's in its
+    framework). The proof, the end-to-end comparison and its tolerance."""
     spec = reading.spec
     # the source as verify runs it: with the settings it does not store taken from the file (an nn.RNN's nonlinearity)
     float_model = dataclasses.replace(float_model, spec=dataclasses.replace(float_model.spec, mode=spec.mode))
-    off, _ = farthest_weight(reading, float_model, MATRICES)
+    off, _ = farthest_weight(reading, float_model)
     half = _half_step(record.largest_step)
-    weights_detail = weights_off(reading, float_model, record.largest_step, "float source's", MATRICES) or (
+    weights_detail = weights_off(reading, float_model, record.largest_step, "the float source's") or (
         f"every dequantized weight within {off:.3g} of the float source's (half the largest step: {half:.3g})"
     )
     weights = QuantizationTerm(measured=off, bound=half, ok=off <= half, detail=weights_detail)
-    kernel_cmp, kernel_tol, how = _held(reading, inputs, file_run, 0.0, rounds)
+    how = "each step from the same states"
+    kernel_cmp, kernel_tol = _held(reading, inputs, file_run, 0.0, record)
     assert kernel_tol.bound is not None
     kernel = QuantizationTerm(
         measured=kernel_cmp.worst,
@@ -191,7 +190,7 @@ def prove(
         end_cmp = compare(spec, runs[0], runs[1], end_tol, inputs["lengths"])
         held = f"over the whole sequence: up to {end_cmp.worst:.3g}, held to --bound {bound:.3g}"
     else:
-        end_cmp, end_tol, how = _held(float_model, inputs, file_run, record.largest_step / 2, rounds)
+        end_cmp, end_tol = _held(float_model, inputs, file_run, record.largest_step / 2, record)
         assert end_tol.bound is not None
         held = (
             f"({how}, the source's steps in the numpy reference): up to {end_cmp.worst:.3g}, held to the bound of "

@@ -44,7 +44,7 @@ from rnnconv.table.constants import LSTM
 from rnnconv.verification.diagnose import diagnose
 from rnnconv.verification.identify import probe_comparison
 from rnnconv.verification.junit import junit_xml
-from rnnconv.verification.quantized import proof_checks, prove, proved, said, steppable, stepwise, terms_failed
+from rnnconv.verification.quantized import proof_checks, prove, proved, said, stepwise, terms_failed
 from rnnconv.verification.subject import (
     WRITTEN_DIGEST,
     Against,
@@ -173,7 +173,6 @@ def judge(
                 blob.to_canonical(),
                 found.rnns[0],
                 written,
-                written.inputs_quantized,
                 inputs,
                 (got, want),
                 lambda step: engine.run(blob, step),
@@ -181,12 +180,13 @@ def judge(
             )
         report.checks += proof_checks(proof)
         report.quantization = proof
-    elif fmt is not None and streamed is None and blob.source.dequantized is not None and steppable(blob.spec):
+    elif fmt is not None and streamed is None and blob.source.dequantized is not None:
         stage("comparing step by step, within the quantization's bound")
         rnn, spec = blob.to_canonical(), dataclasses.replace(blob.spec, bias=held.bias)
         quantized_run = lambda step: fmt.run(source_path, source, spec, step)[0]  # noqa: E731
         float_run = lambda step: engine.run(blob, step)  # noqa: E731
-        want, got, report.tolerance = stepwise(blob.spec, rnn.param, inputs, (quantized_run, float_run), 0.0)
+        both = (quantized_run, float_run)
+        want, got, report.tolerance = stepwise(blob.spec, rnn.param, inputs, both, 0.0, blob.source.dequantized)
         whole = report.comparison.worst
         report.comparison = compare(blob.spec, got, want, report.tolerance, None)
         quantized_steps = want  # what the file computes, a step at a time: a recorded loss explains nothing beyond

@@ -75,3 +75,6 @@ def flax_documented(target: str) -> Callable[[Path, RNNSpec, np.ndarray], np.nda
 
 
 RUNTIME = Runtime((".msgpack", ".msgpack.rnnconv.json"), 2e-6, (engine_way("flax"),), flax_documented("flax"), True)
+
+# Orbax checkpoints' folders (fixtures/orbax): each one's files under its own name, damaged by the orbax family.
+ORBAX_SEEDS = ["orbax/gru", "orbax/gru_zarr", "orbax/lstm_bi2", "orbax/nnx_manager/1"]

@@ -39,6 +39,10 @@ def _openvino(path, spec, x, h0, c0, lengths=None) -> Outputs:
 
 RUNTIME = Runtime((".xml", ".bin"), 1e-5, (Way("OpenVINO's CPU plugin", _openvino, True),), None, True)
 
+# The IRs nncf quantized that the fuzz harness damages (its openvino_quantized family), each with its .bin and the
+# float checkpoint it was quantized from (its .pt) beside it.
+QUANTIZED_SEEDS = ["openvino_quantized/lstm_nncf.xml", "openvino_quantized/gru_nncf_asym.xml"]
+
 # The IRs of Loops the fuzz harness damages (its openvino_loops family), each with the .bin beside it.
 LOOP_SEEDS = [
     "openvino/keras_lstm_loop.xml",

@@ -63,4 +63,9 @@ SEEDS = [
     "torch_export/lstm_states.pt2",
     "torch_export/gru_head.pt2",
     "torch_export/rnn_relu.pt2",
+    "torch_quantized/lstm_qint8.pt",
+    "torch_quantized/gru_qint8_per_channel.pt",
+    "torch_quantized/lstm_fp16.pt",
+    "torch_quantized/lstm_float.pt",
+    "torch_quantized/gru_float.pt",
 ]

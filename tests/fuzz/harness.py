@@ -33,6 +33,7 @@ from rnnconv.formats.onnx.wire import ONNX_PROFILES
 from tests.fuzz import changing, mutators, odd_env
 from tests.fuzz.seeds import (
     OPENVINO_LOOP_SEEDS,
+    OPENVINO_QUANTIZED_SEEDS,
     QUANTIZED_WRITTEN,
     QUANTIZED_WRITTEN_STEM,
     Seeds,
@@ -91,8 +92,10 @@ FAMILIES = (
     "tflite_loops",
     "tflite_loop_forms",
     "tflite_quantized",
+    "torch_quantized",
     "openvino",
     "openvino_loops",
+    "openvino_quantized",
     "flax_msgpack",
     "equinox",
     "mlx",
@@ -104,8 +107,10 @@ FAMILIES = (
     "savedmodel",
     "savedmodel_serving",
     "paddle",
+    "orbax",
     "identify",
     "streaming",
+    "keras_rescue",
 )
 # The families of the readers added since the first round (what `--families new` runs).
 NEW_FAMILIES = (
@@ -125,6 +130,7 @@ NEW_FAMILIES = (
     "savedmodel",
     "savedmodel_serving",
     "paddle",
+    "orbax",
     "onnx_subgraph",
     "onnx_unrolled",
     "onnx_cells",
@@ -133,9 +139,12 @@ NEW_FAMILIES = (
     "tflite_loops",
     "tflite_loop_forms",
     "tflite_quantized",
+    "torch_quantized",
     "openvino_loops",
+    "openvino_quantized",
     "identify",
     "streaming",
+    "keras_rescue",
 )
 # The families whose seeds are models of several files (seeds.sets): the mutator of each, files -> must refuse.
 SET_FAMILIES = {
@@ -192,13 +201,27 @@ ONNX_FAMILIES = {
         "mutate_onnx_loops",  # a file of no Loop (the dynamo exporter's steps) damaged as the onnx family does
     ),
 }
+RESCUE_ORACLE_SHARE = 0.02  # the keras_rescue cases whose rescued file Keras runs against the old one (10 s apiece)
+# A Python whose tf.keras is 2.15 (TensorFlow 2.15), to run a tf.keras archive as its own Keras did: a rescued file
+# of one is judged only with it (Keras 3.15 runs a Keras 3.0 archive itself).
+OLD_KERAS_PYTHON = os.environ.get("RNNCONV_FUZZ_TF_KERAS_PYTHON", "")
 ORACLE_SHARE = 0.04  # the savedmodel cases whose conversions TensorFlow judges (its imports: 10 s apiece)
 SERVING_ORACLE_SHARE = 0.05  # those of them whose serving graph was damaged
 SERVING_SEEDS = ["k3_export", "k3_export_activations"]  # the savedmodel seeds whose activations their graph says
 SAID_ACTIVATIONS = ["--activation", "tanh", "--recurrent-activation", "sigmoid"]  # the savedmodel seeds' own
 ORACLE_FAMILIES = ("onnx_loops", "onnx_loop_forms")  # the ONNX families whose conversions are run against the file
+VERIFY_SHARE = 0.1  # the openvino_quantized cases whose conversions verify runs in OpenVINO (seconds apiece)
 # the seeds of the tflite_quantized family: TensorFlow's converter's, and what --quantize int8 writes
 TFLITE_QUANTIZED = ("tflite__keras_lstm_dynamic_range", f"tflite__{QUANTIZED_WRITTEN_STEM}")
+# The seeds of the torch_quantized family, each with the float checkpoint it was quantized from (seeds too).
+TORCH_QUANTIZED = {
+    f"torch_quantized__{name}": f"torch_quantized__{checkpoint}"
+    for name, checkpoint in (
+        ("lstm_qint8.pt", "lstm_float.pt"),
+        ("gru_qint8_per_channel.pt", "gru_float.pt"),
+        ("lstm_fp16.pt", "lstm_float.pt"),
+    )
+}
 TFLITE_LOOP_FORMS = (
     "tflite__loop_k3_lstm_batch1.tflite",
     "tflite__loop_k3_lstm_per_gate.tflite",
@@ -357,8 +380,12 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             ],
             ["convert", source, "{dir}/existing.bin"],
         ]
-        if family == "onnx_quantized":
-            case.commands.append(["convert", source, "{dir}/deq.bin", "--dequantize"])
+        if family == "onnx_quantized":  # with --allow-lossy too: quantize_static's activation pairs left out, recorded
+            layer = ["--layer", rng.choice(["/LSTM", "/LSTM_1"])] if rng.random() < 0.7 else []
+            case.commands += [
+                ["convert", source, "{dir}/deq.bin", "--dequantize"],
+                ["convert", source, "{dir}/lossy.bin", "--dequantize", "--allow-lossy", *layer],
+            ]
         if QUANTIZED_WRITTEN_STEM in name:  # proved in three terms against the float source its record names
             case.commands.append(["verify", source, "--seq-len", "3"])
         if name in seeds.good_blob:
@@ -380,6 +407,15 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         ]
         case.commands += [["inspect", source], ["convert", source, "{dir}/out.safetensors"]]
         return case
+    if family == "keras_rescue":  # an old archive damaged, rescued whole, the rescued file run against the old one
+        name = rng.choice(sorted(seeds.rescue))
+        data = mutators.mutate_keras_rescue(seeds.rescue[name].read_bytes(), rng)
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data})
+        case.oracle = "keras-rescue" if rng.random() < RESCUE_ORACLE_SHARE else ""
+        source = "{dir}/mut_" + name
+        outputs = ("fixed.keras", "fixed.weights.h5", "out.safetensors", "existing.bin")  # whole, whole, RNNs, kept
+        case.commands = [["inspect", source]] + [["convert", source, "{dir}/" + output] for output in outputs]
+        return case
     if family == "tflite_quantized":  # quantization parameters damaged, read with and without --dequantize
         held = [n for n in seeds.sources if n.startswith(TFLITE_QUANTIZED)] or sorted(seeds.sources)
         name = rng.choice(held)
@@ -396,6 +432,23 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         ]
         if QUANTIZED_WRITTEN_STEM in name:  # proved in three terms against the float source its record names
             case.commands.append(["verify", source, "--seq-len", "3"])
+        return case
+    if family == "torch_quantized":  # quantize_dynamic's state_dicts damaged, read with and without --dequantize
+        held = [n for n in seeds.sources if n in TORCH_QUANTIZED] or sorted(seeds.sources)
+        name = rng.choice(held)
+        data = mutators.mutate_torch_quantized(seeds.sources[name].read_bytes(), rng)
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data})
+        source = "{dir}/mut_" + name
+        checkpoint = seeds.sources.get(TORCH_QUANTIZED.get(name, ""))
+        case.commands = [
+            ["inspect", source],
+            ["convert", source, "{dir}/out.onnx"],
+            ["convert", source, "{dir}/deq.pt", "--dequantize"],
+            ["convert", source, "{dir}/deq.onnx", "--dequantize", "--dtype", "float32"],
+            ["convert", source, "{dir}/existing.bin", "--dequantize", "--dtype", "float32"],
+        ]
+        if checkpoint is not None:  # the damaged file run as torch's quantized module, against its float model
+            case.commands.append(["verify", source, "--against", str(checkpoint), "--seq-len", "3"])
         return case
     if family in ("tflite_loops", "tflite_loop_forms"):
         forms = family == "tflite_loop_forms"
@@ -415,6 +468,26 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         weights = seeds.sources[name].with_suffix(".bin").read_bytes()
         files = {f"mut_{name}": data, f"mut_{name[: -len('.xml')]}.bin": weights}
         return _loop_case(family, index, name, files, "openvino")
+    if family == "openvino_quantized":  # nncf's IRs damaged in their quantization, with and without the flags
+        held = [n.replace("/", "__") for n in OPENVINO_QUANTIZED_SEEDS]
+        name = rng.choice([n for n in held if n in seeds.sources] or sorted(seeds.sources))
+        stem = name[: -len(".xml")]
+        weights = seeds.sources[name].with_suffix(".bin").read_bytes()
+        data, weights = mutators.mutate_openvino_quantized(seeds.sources[name].read_bytes(), weights, rng)
+        case = Case(family, f"{index:06d}_{family}_{name}", {f"mut_{name}": data, f"mut_{stem}.bin": weights})
+        source = "{dir}/mut_" + name
+        case.commands = [
+            ["inspect", source],
+            ["convert", source, "{dir}/out.pt"],
+            ["convert", source, "{dir}/deq.pt", "--dequantize"],
+            ["convert", source, "{dir}/lossy.pt", "--dequantize", "--allow-lossy"],
+            ["convert", source, "{dir}/lossy.onnx", "--dequantize", "--allow-lossy", "--dtype", "float32"],
+            ["convert", source, "{dir}/existing.bin", "--dequantize", "--allow-lossy"],
+        ]
+        if rng.random() < VERIFY_SHARE:  # the damaged IR run in OpenVINO: against its conversion, its checkpoint
+            checkpoint = str(seeds.sources[name].with_suffix(".pt"))
+            case.commands += [["verify", "{dir}/lossy.pt"], ["verify", source, "--against", checkpoint]]
+        return case
     if family in SET_FAMILIES:
         models = seeds.sets[family]
         main = rng.choice(sorted(models))
@@ -460,6 +533,28 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             ["convert", source, "{dir}/existing.bin", *stated],
         ]
         if main in seeds.good_blob:
+            case.commands.append(["verify", str(seeds.good_blob[main]), "--against", source, "--backend", "numpy"])
+        return case
+    if family == "orbax":  # an Orbax checkpoint's folder, its files damaged
+        models = seeds.sets[family]
+        main = rng.choice(sorted(models))
+        files = dict(models[main])
+        case = Case(family, f"{index:06d}_{family}_{main}", files, must_refuse=mutators.mutate_orbax(files, main, rng))
+        source = "{dir}/" + main
+        case.commands = [
+            ["inspect", source + rng.choice(["", "/"]), *(["--json"] if rng.random() < 0.3 else [])],
+            ["convert", source, "{dir}/out.safetensors"],
+            [
+                "convert",
+                source,
+                "{dir}/out" + rng.choice(TARGETS),
+                *(["--layer", "params"] if rng.random() < 0.3 else []),
+            ],
+            ["convert", source, "{dir}/existing.bin"],
+        ]
+        if rng.random() < 0.1:  # run in Flax, on what Orbax restores, against the source its record names
+            case.commands.append(["verify", source])
+        if main in seeds.good_blob and rng.random() < 0.4:  # Flax compiles each run: seconds, so not every case
             case.commands.append(["verify", str(seeds.good_blob[main]), "--against", source, "--backend", "numpy"])
         return case
     if family == "identify":
@@ -678,6 +773,7 @@ def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, t
         if case.must_refuse and code == 0:
             problems.append("malformed_accepted")
         saved = case.oracle == "tensorflow" and args[2].endswith("out.safetensors")  # every RNN, as stated
+        saved = saved or (case.oracle == "keras-rescue" and command[-1].endswith("fixed.keras"))  # the whole model
         if case.oracle and code == 0 and command[0] == "convert" and (command[-1].endswith("out.pt") or saved):
             stated = ["stated"] if "--activation" in args else []
             judged = disagrees(case.oracle, Path(args[1]), Path(args[2]), *stated)
@@ -836,6 +932,42 @@ print(f"off by {max(errors):.2g}" if not max(errors) <= 1e-5 else "")
 """
 
 
+RESCUE_ORACLE = r"""
+import json, os, subprocess, sys, zipfile
+from pathlib import Path
+import numpy as np
+_, source, converted, old_python = sys.argv[1:]
+seed = next(name for name in ("tfkeras215_bidi", "keras30_bidi", "tfkeras215_functional") if name in source)
+x = np.load(f"fixtures/keras_rescue/{seed}.npz")["x"]
+version = json.loads(zipfile.ZipFile(source).read("metadata.json")).get("keras_version", "")
+RUN = "import sys, numpy as np\nfrom {module} import saving\n" \
+    "model = saving.load_model(sys.argv[1], compile=False)\n" \
+    "np.save(sys.argv[2], np.asarray(model(np.load(sys.argv[3]))))"
+np.save(Path(converted).with_suffix(".x.npy"), x)
+def run(python, module, path, out):  # each Keras in a process of its own: one may crash on a damaged file
+    done = subprocess.run([python, "-c", RUN.format(module=module), str(path), str(out),
+                           str(Path(converted).with_suffix(".x.npy"))], capture_output=True, timeout=300)
+    return np.load(out) if done.returncode == 0 else None
+got = run(sys.executable, "keras", converted, Path(converted).with_suffix(".got.npy"))
+if got is None:
+    print("off by inf (Keras 3 does not run the rescued file)")
+    sys.exit(0)
+if version.startswith("3."):
+    want = run(sys.executable, "keras", source, Path(converted).with_suffix(".want.npy"))
+elif old_python:
+    want = run(old_python, "tensorflow.keras", source, Path(converted).with_suffix(".want.npy"))
+else:
+    sys.exit(3)
+if want is None or want.shape != got.shape:
+    sys.exit(3)  # the old Keras does not run the damaged file: nothing to judge the rescue by
+if not (np.isnan(want) == np.isnan(got)).all():
+    sys.exit(print("off by nan (NaN where the old Keras gives none, or the other way)"))
+# NaN weights give NaN outputs in both Kerases: the rescue copies variables as stored
+error = float(np.abs(np.nan_to_num(want) - np.nan_to_num(got)).max())
+print(f"off by {error:.2g}" if not error <= 1e-5 else "")
+"""
+
+
 def disagrees(runtime: str, source: Path, converted: Path, *more: str) -> str | None:
     """Whether a converted loop computes otherwise than its runtime (LiteRT, OpenVINO's CPU plugin, onnxruntime)
     running the mutated file (the model's output: every step's, or each direction's last): "off by E"; None where it
@@ -844,7 +976,9 @@ def disagrees(runtime: str, source: Path, converted: Path, *more: str) -> str | 
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     try:
         done = subprocess.run(
-            [sys.executable, "-c", SAVED_ORACLE if runtime == "tensorflow" else ORACLE, runtime, str(source)]
+            [sys.executable, "-c", RESCUE_ORACLE, runtime, str(source), str(converted), OLD_KERAS_PYTHON]
+            if runtime == "keras-rescue"
+            else [sys.executable, "-c", SAVED_ORACLE if runtime == "tensorflow" else ORACLE, runtime, str(source)]
             + [str(converted), *more],
             capture_output=True,
             text=True,

@@ -434,6 +434,87 @@ def mutate_keras_archive(data: bytes, rng: random.Random) -> bytes:
     return _rezip(members)
 
 
+# --- the Keras rescue (archives of a Keras before 3.3.3, rescued whole) ----------------------------------------
+
+RESCUE_VALUES = [None, -1, 0, 2**40, 1.5, "x", "", [], {}, [None], [[[[[[[[]]]]]]]], True, "hard_sigmoid", "gelu"]
+RESCUE_KEYS = [
+    "units", "activation", "recurrent_activation", "use_bias", "return_sequences", "go_backwards", "return_state",
+    "stateful", "time_major", "reset_after", "unit_forget_bias", "dtype", "name", "merge_mode", "batch_shape",
+    "batch_input_shape", "input_dim", "output_dim", "mask_zero", "rate", "kernel_initializer", "unroll", "lora_rank",
+]  # fmt: skip
+RESCUE_CLASSES = ["Dense", "LSTM", "GRU", "SimpleRNN", "Dropout", "Bidirectional", "Conv1D", "Lambda", "InputLayer"]
+RESCUE_VERSIONS = ["3.15.1", "3.3.2", "3.3.3", "2.15.0-tf", "2.13.1", "1.2.2", "x", "", 7, None, "9" * 300]
+
+
+def mutate_keras_rescue(data: bytes, rng: random.Random) -> bytes:
+    """An old .keras archive damaged where its rescue reads it: its config's layers (classes, settings, nodes, the
+    model's ends), its weights' variables (gone, reshaped, retyped, extra), its metadata's Keras version, or the
+    zip itself (the archive mutator's)."""
+    op = rng.choice(["config", "config", "config", "weights", "weights", "metadata", "archive"])
+    if op == "archive":
+        return mutate_keras_archive(data, rng)
+    members = _members(data)
+    for index, (info, payload) in enumerate(members):
+        if op == "config" and info.filename == "config.json":
+            config = json.loads(payload)
+            for _ in range(rng.choice([1, 1, 2, 3])):
+                _mutate_rescue_config(config, rng)
+            members[index] = (info, json.dumps(config).encode())
+        elif op == "weights" and info.filename == "model.weights.h5":
+            members[index] = (info, _mutate_rescue_weights(payload, rng))
+        elif op == "metadata" and info.filename == "metadata.json":
+            members[index] = (info, json.dumps({"keras_version": rng.choice(RESCUE_VERSIONS)}).encode())
+    return _rezip(members)
+
+
+def _mutate_rescue_config(config: dict[str, Any], rng: random.Random) -> None:
+    _, layers = _keras_models_and_layers(config)
+    inner = [held for entry in layers for held, key in _held_objects(entry.get("class_name"), entry.get("config"))]
+    entries = [e for e in layers + inner if isinstance(e, dict)]
+    entry = rng.choice(entries) if entries else config
+    cfg = entry.get("config") if isinstance(entry.get("config"), dict) else entry
+    model = config.get("config") if isinstance(config.get("config"), dict) else config
+    op = rng.choice(["set", "set", "set", "drop", "class", "module", "nodes", "ends", "order", "top"])
+    if op == "set":
+        cfg[rng.choice(RESCUE_KEYS)] = rng.choice(RESCUE_VALUES)
+    elif op == "drop" and cfg:
+        del cfg[rng.choice(sorted(cfg))]
+    elif op == "class":
+        entry["class_name"] = rng.choice(RESCUE_CLASSES)
+    elif op == "module":
+        entry[rng.choice(["module", "registered_name"])] = rng.choice(["keras.layers", "my.layers", None, "x>y", 3])
+    elif op == "nodes":
+        entry["inbound_nodes"] = rng.choice([[], [[["nowhere", 0, 0, {}]]], [[["input_2", 0, 0, {"mask": 1}]]], 5])
+    elif op == "ends":
+        model[rng.choice(["input_layers", "output_layers"])] = rng.choice([[], ["head", 0, 0], [["x", 0, 0]], "y"])
+    elif op == "order" and isinstance(model.get("layers"), list) and len(model["layers"]) > 1:
+        rng.shuffle(model["layers"])
+    else:
+        config[rng.choice(["class_name", "module", "compile_config", "build_config"])] = rng.choice(RESCUE_VALUES)
+
+
+def _mutate_rescue_weights(data: bytes, rng: random.Random) -> bytes:
+    buffer = io.BytesIO(data)
+    with h5py.File(buffer, "r+") as h5:
+        _, datasets = _h5_objects(h5)
+        name = rng.choice([d for d in datasets if "/vars/" in d] or datasets)
+        values = h5[name][...]
+        op = rng.choice(["delete", "shape", "dtype", "extra", "nan", "structure"])
+        if op == "structure":
+            return mutate_hdf5(data, rng)
+        del h5[name]
+        if op == "shape":
+            h5[name] = np.zeros(rng.choice([(), (1,), values.shape[::-1], (*values.shape, 1), (0, 3)]), np.float32)
+        elif op == "dtype":
+            h5[name] = values.astype(rng.choice([np.float16, np.float64, np.int32, np.uint8, np.complex64, "S4"]))
+        elif op == "extra":
+            h5[name] = values
+            h5[name.rsplit("/", 1)[0] + "/" + rng.choice(["9", "x", "3"])] = values
+        elif op == "nan":
+            h5[name] = np.where(np.arange(values.size).reshape(values.shape) == 0, np.nan, values).astype(values.dtype)
+    return buffer.getvalue()
+
+
 def _pickle_ops(payload: bytes) -> list[tuple[int, int]]:
     """(start, end) byte spans of the opcodes of a pickle."""
     spans, previous = [], None
@@ -2567,6 +2648,142 @@ def mutate_openvino_loops(data: bytes, rng: random.Random) -> bytes:
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
+def mutate_openvino_quantized(xml: bytes, weights: bytes, rng: random.Random) -> tuple[bytes, bytes]:
+    """An nncf-quantized IR (its .xml and .bin) damaged where its quantization is: a scale (one value or all) 0,
+    negative, NaN, infinite, huge or subnormal; a FakeQuantize's range or levels that lie; an integer constant's
+    type, shape (per-row lengths that lie), offset or size; a zero point's bytes; a Convert's destination; a
+    decompression layer made another kind or fed from elsewhere; the .bin cut short; now and then bytes flipped."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(xml)
+    layers = root.findall("./layers/layer")
+    by_id = {layer.get("id"): layer for layer in layers}
+    edges = root.findall("./edges/edge")
+    feeding: dict[str, list[str]] = {}  # a layer's id -> the kinds of the layers it feeds
+    for edge in edges:
+        feeding.setdefault(edge.get("from-layer", ""), []).append(
+            by_id.get(edge.get("to-layer"), ET.Element("x")).get("type", "")
+        )
+    consts = [layer for layer in layers if layer.get("type") == "Const" and layer.find("data") is not None]
+    integers = [c for c in consts if c.find("data").get("element_type") in ("i8", "u8")]  # type: ignore[union-attr]
+    scales = [
+        c
+        for c in consts
+        if c.find("data").get("element_type") == "f32" and "Multiply" in feeding.get(c.get("id", ""), [])
+    ]  # type: ignore[union-attr]
+    ranges = [c for c in consts if "FakeQuantize" in feeding.get(c.get("id", ""), [])]
+    quantizing = [la for la in layers if la.get("type") in ("Convert", "Multiply", "Subtract", "FakeQuantize")]
+    data = bytearray(weights)
+
+    def placed(layer: ET.Element) -> tuple[int, int] | None:
+        element = layer.find("data")
+        try:
+            offset, size = int(element.get("offset", "")), int(element.get("size", ""))  # type: ignore[union-attr]
+        except ValueError:
+            return None
+        return (offset, size) if offset >= 0 and offset + size <= len(data) else None
+
+    for _ in range(rng.choice([1, 1, 1, 2])):
+        choice = rng.choices(range(10), weights=[5, 3, 3, 3, 2, 2, 2, 2, 1, 1])[0]
+        if choice == 0 and scales:  # a scale, or every scale of a tensor
+            where = placed(rng.choice(scales))
+            if where is not None and where[1] >= 4:
+                special = rng.choice([0.0, -0.01, -1.0, float("nan"), float("inf"), -float("inf"), 3e38, 1e-45, 1e-30])
+                count = where[1] // 4
+                first = rng.randrange(count) if rng.random() < 0.7 else 0
+                for k in range(first, first + 1 if rng.random() < 0.7 else count):
+                    data[where[0] + 4 * k : where[0] + 4 * k + 4] = struct.pack("<f", special)
+        elif choice == 1 and ranges:  # a FakeQuantize's range: swapped, empty, NaN, infinite
+            where = placed(rng.choice(ranges))
+            if where is not None and where[1] >= 4:
+                value = rng.choice([0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e30, -1e30, 1e-40])
+                data[where[0] : where[0] + 4] = struct.pack("<f", value)
+        elif choice == 2:  # a FakeQuantize's levels
+            fqs = [la.find("data") for la in layers if la.get("type") == "FakeQuantize"]
+            found = [d for d in fqs if d is not None]
+            if found:
+                rng.choice(found).set(
+                    "levels", rng.choice(["0", "1", "2", "3", "255", "65536", "65537", "-1", "x", "1e9"])
+                )
+        elif choice == 3 and integers:  # an integer constant's type or shape (per-row lengths that lie)
+            element = rng.choice(integers).find("data")
+            assert element is not None
+            if rng.random() < 0.5:
+                element.set(
+                    "element_type", rng.choice(["u8", "i8", "i16", "u16", "i4", "u4", "f16", "f32", "boolean", "x"])
+                )
+            else:
+                element.set(
+                    "shape",
+                    rng.choice(
+                        [
+                            "1, 27, 5",
+                            "1, 29, 5",
+                            "1, 28",
+                            "28",
+                            "",
+                            "0",
+                            "1, 28, 5, 1",
+                            "1, 2147483647, 5",
+                            "-1",
+                            "1, 28, x",
+                        ]
+                    ),
+                )
+        elif choice == 4 and (scales or integers):  # a scale's or an integer's shape, offset or size
+            element = rng.choice(scales + integers).find("data")
+            assert element is not None
+            key = rng.choice(["shape", "offset", "size"])
+            was = element.get(key, "")
+            element.set(
+                key,
+                rng.choice(
+                    [
+                        "1, 27, 1",
+                        "1, 1, 1",
+                        "1, 28, 2",
+                        "1, 1, 28",
+                        "28, 1",
+                        "0",
+                        "-4",
+                        str(len(data)),
+                        str(len(data) - 2),
+                        "99999999999",
+                        was + "0",
+                        "x",
+                    ]
+                ),
+            )
+        elif choice == 5 and integers:  # a zero point's or an integer weight's bytes
+            where = placed(rng.choice(integers))
+            if where is not None and where[1]:
+                at = where[0] + rng.randrange(where[1])
+                data[at] = rng.choice([0, 1, 127, 128, 255])
+        elif choice == 6:  # a Convert's destination
+            converts = [la.find("data") for la in layers if la.get("type") == "Convert"]
+            found = [d for d in converts if d is not None]
+            if found:
+                rng.choice(found).set("destination_type", rng.choice(["f16", "bf16", "f64", "i32", "i8", "u8", "x"]))
+        elif choice == 7 and quantizing:  # a decompression or rounding layer made another kind
+            rng.choice(quantizing).set(
+                "type", rng.choice(["Add", "Subtract", "Multiply", "Divide", "Convert", "FakeQuantize", "Relu"])
+            )
+        elif choice == 8 and quantizing:  # a decompression or rounding layer fed from elsewhere
+            targets = {la.get("id") for la in quantizing}
+            into = [e for e in edges if e.get("to-layer") in targets]
+            sources = [(la.get("id"), port.get("id")) for la in layers for port in la.iterfind("output/port")]
+            if into and sources:
+                edge, (layer_id, port_id) = rng.choice(into), rng.choice(sources)
+                edge.set("from-layer", str(layer_id))
+                edge.set("from-port", str(port_id))
+        elif choice == 9:  # the .bin cut short, or its bytes flipped
+            data = bytearray(mutate_bytes(bytes(data), rng))
+    out = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    if rng.random() < 0.05:
+        out = mutate_bytes(out, rng)
+    return out, bytes(data)
+
+
 # Hugging Face sharded checkpoints: model.safetensors.index.json (its weight_map) and the shards it names
 
 HF_BAD_SHARDS = [*TFJS_BAD_PATHS, ".", "sub/model.safetensors", "model.safetensors:x", "C:model.safetensors"]
@@ -2683,6 +2900,82 @@ def mutate_tflite_quantized(data: bytes, rng: random.Random) -> bytes:
     builder = flatbuffers.Builder(0)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
+
+
+def mutate_torch_quantized(data: bytes, rng: random.Random) -> bytes:
+    """A quantize_dynamic state_dict's quantizers and cell params damaged in its pickle (opcodes found by
+    pickletools, each replaced by one that means something else): scales 0, negative, NaN, infinite, huge or
+    subnormal; zero points out of int8's range; a weight's shape, stride or offset that reaches past its storage, a
+    storage's size that lies; a qscheme, cell-params kind, class or reduce_range that is not quantize_dynamic's; a
+    storage member cut short; now and then bytes flipped anywhere in the pickle."""
+    with zipfile.ZipFile(io.BytesIO(data)) as source:
+        members = {info.filename: source.read(info) for info in source.infolist()}
+    (name,) = [n for n in members if n.endswith("/data.pkl")]
+    pkl = members[name]
+    for _ in range(rng.choice([1, 1, 1, 2])):
+        ops = list(pickletools.genops(pkl))
+        ends = [pos for _, _, pos in ops[1:]] + [len(pkl)]
+        spans = [(op.name, arg, pos, end) for (op, arg, pos), end in zip(ops, ends)]
+        floats = [(pos, end) for op, _, pos, end in spans if op == "BINFLOAT"]
+        ints = [(pos, end, arg) for op, arg, pos, end in spans if op in ("BININT1", "BININT2", "BININT")]
+        texts = [(pos, end, arg) for op, arg, pos, end in spans if op == "BINUNICODE"]
+        globals_ = [(pos, end, arg) for op, arg, pos, end in spans if op == "GLOBAL"]
+        choice = rng.choices(range(8), weights=[5, 4, 3, 2, 2, 2, 1, 1])[0]
+        replacement = None
+        if choice == 0 and floats:  # a scale
+            pos, end = rng.choice(floats)
+            special = rng.choice([0.0, -0.01, float("nan"), float("inf"), -float("inf"), 1e300, 1e-300, 5e-324])
+            replacement = (pos, end, b"G" + struct.pack(">d", special))
+        elif choice in (1, 2) and ints:  # a zero point, a size, a stride, an offset, a storage's length, a long
+            pos, end, was = rng.choice(ints)
+            value = rng.choice([-129, 128, 255, 300, -1, 0, 1, 2**31 - 1, -(2**31), was + 1, was - 1, was * 2])
+            replacement = (pos, end, b"J" + struct.pack("<i", value))
+        elif choice == 3 and texts:  # the kind, a class name, a storage key
+            pos, end, _ = rng.choice(texts)
+            text = rng.choice(["quantized", "quantized_fp16", "quantized_dynamic", "", "x" * 300, "0", "99"])
+            text += rng.choice(["", "__torch__.torch.classes.rnn.CellParamsBase"[: rng.randrange(40)]])
+            replacement = (pos, end, b"X" + struct.pack("<I", len(text.encode())) + text.encode())
+        elif choice == 4 and globals_:  # a qscheme, a storage class, a rebuild named otherwise
+            pos, end, _ = rng.choice(globals_)
+            named = rng.choice(
+                [
+                    "torch per_tensor_symmetric",
+                    "torch per_channel_affine",
+                    "torch per_tensor_affine",
+                    "torch QUInt8Storage",
+                    "torch QInt32Storage",
+                    "torch FloatStorage",
+                    "torch ScriptObject",
+                    "torch._utils _rebuild_qtensor",
+                    "torch._utils _rebuild_tensor_v2",
+                    "os system",
+                ]
+            )
+            module, _, attr = named.partition(" ")
+            replacement = (pos, end, b"c" + module.encode() + b"\n" + attr.encode() + b"\n")
+        elif choice == 5:  # a storage member cut short
+            stored = [n for n in members if "/data/" in n]
+            if stored:
+                cut = rng.choice(stored)
+                members[cut] = members[cut][: rng.randrange(len(members[cut]) + 1)]
+        elif choice == 6:  # an opcode dropped
+            pos, end = rng.choice([(pos, end) for _, _, pos, end in spans[1:-1]])
+            replacement = (pos, end, b"")
+        else:
+            pkl = mutate_bytes(pkl, rng)
+        if replacement is not None:
+            pos, end, made = replacement
+            pkl = pkl[:pos] + made + pkl[end:]
+        try:
+            list(pickletools.genops(pkl))
+        except Exception:  # a pickle no longer parsed: damaged enough
+            break
+    members[name] = pkl
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
+        for member, contents in members.items():
+            archive.writestr(member, contents)
+    return out.getvalue()
 
 
 # --- SavedModels and TF2 checkpoints: the object graph, keras_metadata.pb ------------------------------------
@@ -3033,3 +3326,80 @@ def mutate_pdparams(data: bytes, rng: random.Random) -> tuple[bytes, bool]:
 def mutate_paddle(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
     files[main], refuse = mutate_pdparams(files[main], rng)
     return refuse
+
+
+# Orbax: a checkpoint's folder (its _METADATA, each array's zarr metadata, OCDBT's manifests and data files)
+
+
+def _orbax_metadata(document: Any, rng: random.Random) -> bool:
+    """A _METADATA's tree damaged where its reader looks: a leaf's keys, shape or type, the storage flags. True
+    where every reader must refuse it."""
+    tree = document.get("tree_metadata") if isinstance(document, dict) else None
+    if not isinstance(tree, dict) or not tree:
+        return False
+    name = rng.choice(sorted(tree))
+    leaf = tree[name]
+    op = rng.choice(["shape", "key", "type", "drop", "copy", "flag", "zarr3"])
+    if op == "shape":
+        leaf["value_metadata"]["write_shape"] = rng.choice(
+            [[], [0], [7, 7, 7], [2**40], [-1], [2**31, 2**31], "7", [1.5], [True]]
+        )
+    elif op == "key":
+        leaf["key_metadata"][rng.randrange(len(leaf["key_metadata"]))]["key"] = rng.choice(
+            ["", "..", "a/b", "x\0", "d", "manifest.ocdbt", long_name(rng)[:2000], 7, None]
+        )
+    elif op == "type":
+        leaf["value_metadata"][rng.choice(["value_type", "skip_deserialize"])] = rng.choice(
+            ["scalar", "np.ndarray", "string", True, None, 3]
+        )
+    elif op == "drop":
+        del tree[name]
+    elif op == "copy":  # a leaf twice, or one under another
+        other = json.loads(json.dumps(leaf))
+        other["key_metadata"] = other["key_metadata"] + ([{"key": "x", "key_type": 2}] if rng.random() < 0.5 else [])
+        tree[name + "'"] = other
+    elif op == "flag":
+        document["use_ocdbt"] = rng.choice([not document.get("use_ocdbt", True), None, "yes"])
+    else:
+        document["use_zarr3"] = True
+        return True
+    return False
+
+
+def mutate_orbax(files: dict[str, bytes], main: str, rng: random.Random) -> bool:
+    """An Orbax checkpoint's folder damaged: its _METADATA (its tree, or as JSON text), a .zarray, an OCDBT manifest,
+    data or chunk file, a file removed or emptied. True where every reader must refuse the result."""
+    metadata = next(n for n in files if n.endswith("_METADATA") and not n.endswith("_CHECKPOINT_METADATA"))
+    zarrays = [n for n in files if n.endswith(".zarray")]
+    stored = [n for n in files if "/d/" in n or n.endswith("manifest.ocdbt") or n.rsplit("/", 1)[-1][:1].isdigit()]
+    op = rng.choice(["tree", "tree", "json", "zarray", "stored", "stored", "gone", "empty"])
+    if op == "tree":
+        document = json.loads(files[metadata])
+        must_refuse = _orbax_metadata(document, rng)
+        files[metadata] = json.dumps(document).encode()
+        return must_refuse
+    if op == "json":
+        files[metadata] = mutate_json_text(files[metadata].decode(), rng).encode("utf-8", "surrogatepass")
+    elif op == "zarray" and zarrays:
+        name = rng.choice(zarrays)
+        document = json.loads(files[name])
+        field = rng.choice(["shape", "chunks", "dtype", "compressor", "filters", "order", "zarr_format", "text"])
+        if field == "text":
+            files[name] = mutate_json_text(files[name].decode(), rng).encode("utf-8", "surrogatepass")
+            return False
+        document[field] = rng.choice(
+            [[2**40, 2**40], [1] * 40, [0], [7, 7, 7], "<i4", ">f4", "|O", "bfloat16", "<f8", {"id": "blosc"}, None,
+             "F", 3, [], {"id": "zstd", "level": 99}]
+        )  # fmt: skip
+        files[name] = json.dumps(document).encode()
+    elif op in ("stored", "zarray"):
+        name = rng.choice(stored)
+        files[name] = mutate_bytes(files[name], rng)
+    elif op == "gone":
+        name = rng.choice(sorted(files))
+        del files[name]
+        folder, _, chunk = name.rpartition("/")
+        return chunk[:1].isdigit() and folder + "/" + ".zarray" in files  # a zarr chunk: never read as its fill value
+    else:
+        files[rng.choice(sorted(files))] = b""
+    return False

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.facts import SEEDS, keras, openvino
+from tests.facts import SEEDS, flax, keras, openvino
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
@@ -26,6 +26,7 @@ KERAS_SEEDS, TORCH_SEEDS, ONNX_SEEDS, TFLITE_SEEDS, TF1_SEEDS, EXECUTORCH_SEEDS 
     SEEDS[name] for name in ("keras", "torch", "onnx", "tflite", "tf1", "executorch")
 )
 OPENVINO_LOOP_SEEDS = openvino.LOOP_SEEDS
+OPENVINO_QUANTIZED_SEEDS = openvino.QUANTIZED_SEEDS
 
 
 # The formats read since the first round, as rnnconv writes them from PyTorch and Keras sources ((source, layer) ->
@@ -126,6 +127,7 @@ class Seeds:
     sets: dict[str, dict[str, dict[str, bytes]]] = field(default_factory=dict)
     identify: dict[str, tuple[bytes, bytes, list[str]]] = field(default_factory=dict)  # name -> blob, probe, flags
     streaming: dict[str, Path] = field(default_factory=dict)  # name -> a streaming model rnnconv wrote
+    rescue: dict[str, Path] = field(default_factory=dict)  # name -> a .keras archive a Keras before 3.3.3 wrote
 
 
 def files_beside(main: Path, prefix: str = "") -> dict[str, bytes]:
@@ -205,6 +207,10 @@ def prepare_sets(work: Path, seeds: Seeds) -> None:
         under = main if main.is_dir() else main.parent
         files = {str(p.relative_to(under.parent)): p.read_bytes() for p in sorted(under.rglob("*")) if p.is_file()}
         seeds.sets.setdefault("savedmodel", {})[name.split("/", 1)[1]] = files
+    for name in flax.ORBAX_SEEDS:  # a checkpoint's folder, under its own name
+        main = FIXTURES / name
+        files = {str(p.relative_to(main.parent)): p.read_bytes() for p in sorted(main.rglob("*")) if p.is_file()}
+        seeds.sets.setdefault("orbax", {})[main.name] = files
     for models in seeds.sets.values():
         for name, files in models.items():
             folder = work / "sets" / "good" / name
@@ -236,12 +242,16 @@ def prepare(work: Path) -> Seeds:
 
     seeds = Seeds()
     work.mkdir(parents=True, exist_ok=True)
-    for name in KERAS_SEEDS + TORCH_SEEDS + ONNX_SEEDS + TFLITE_SEEDS + EXECUTORCH_SEEDS + OPENVINO_LOOP_SEEDS:
+    irs = OPENVINO_LOOP_SEEDS + OPENVINO_QUANTIZED_SEEDS
+    for name in KERAS_SEEDS + TORCH_SEEDS + ONNX_SEEDS + TFLITE_SEEDS + EXECUTORCH_SEEDS + irs:
         target = work / name.replace("/", "__")
         shutil.copy(FIXTURES / name, target)
         seeds.sources[target.name] = target
-    for name in OPENVINO_LOOP_SEEDS:  # an IR's weights, beside it
-        shutil.copy((FIXTURES / name).with_suffix(".bin"), (work / name.replace("/", "__")).with_suffix(".bin"))
+    for path in sorted((FIXTURES / "keras_rescue").glob("*.keras")):  # the rescue's: whole models, kept apart
+        seeds.rescue[path.name] = path
+    for name in irs:  # an IR's weights beside it, and a quantized one's float checkpoint
+        for suffix in (".bin", ".pt") if name in OPENVINO_QUANTIZED_SEEDS else (".bin",):
+            shutil.copy((FIXTURES / name).with_suffix(suffix), (work / name.replace("/", "__")).with_suffix(suffix))
     shutil.copy(FIXTURES / "onnx" / "lstm_external.onnx.data", work)  # where the renamed seed's weights are
     for name in TF1_SEEDS:
         prefix = Path(name).name

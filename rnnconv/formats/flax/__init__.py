@@ -20,15 +20,20 @@ PLUGIN = Plugin(
     info=FormatInfo(
         "flax",
         "Flax linen",
-        {"flax-msgpack": "flax.serialization msgpack of a linen RNN's variables"},
+        {
+            "flax-msgpack": "flax.serialization msgpack of a linen RNN's variables",
+            "flax-orbax": "Orbax checkpoint of a linen RNN's variables",
+        },
         read_help="X.msgpack from flax.serialization.to_bytes of the variables of nn.RNN(cell), "
         "nn.Bidirectional(nn.RNN(cell), nn.RNN(cell)) or an nn.Sequential of them (LSTMCell, OptimizedLSTMCell, "
-        "GRUCell, SimpleCell)",
+        "GRUCell, SimpleCell), or the folder of an Orbax checkpoint of those variables (StandardCheckpointer, "
+        "PyTreeCheckpointer, a CheckpointManager's step)",
         write_help="X.msgpack: flax.serialization.from_bytes(variables, data) loads it into the variables of "
         "nn.RNN(nn.LSTMCell(H)) (nn.Bidirectional for two directions, nn.Sequential for several layers), with "
         "X.msgpack.rnnconv.json beside it saying where it came from",
-        read_note="Read without Flax or JAX (msgpack decoded by rnnconv, every array's shape and size checked); "
-        "SimpleCell's activation_fn is not stored (--nonlinearity).",
+        read_note="Read without Flax or JAX (msgpack decoded by rnnconv, every array's shape and size checked; an "
+        "Orbax checkpoint's arrays read by TensorStore, pip install 'rnnconv[orbax]', after rnnconv checked its "
+        "folder and metadata); SimpleCell's activation_fn is not stored (--nonlinearity).",
         write_note="Written without Flax or JAX; biases stored summed act as cuDNN's two (a half-precision source's "
         "sums that its type cannot hold are refused: --dtype float32); the printed "
         "line builds the module whose variables it fills.",

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from rnnconv.formats import _jax, writing
 from rnnconv.formats.base import Written
 from rnnconv.formats.flax import PLUGIN
-from rnnconv.formats.flax.wire import KIND
+from rnnconv.formats.flax.wire import FLAX_PARAMS, KIND, ORBAX_KIND, orbax_checkpoint
+from rnnconv.formats.probe import Probe
 from rnnconv.formats.registry import register
 from rnnconv.formats.settings import WriteOptions
 
@@ -21,8 +22,17 @@ if TYPE_CHECKING:
 class FlaxFormat(_jax.TreeFormat):
     plugin = PLUGIN
     kind = KIND
+    orbax_kind = ORBAX_KIND
     cells = "Flax RNN cell"
     module = "nn.RNN(nn.{cell})"
+
+    def claims(self, probe: Probe) -> bool:
+        """An Orbax checkpoint is a linen model's variables where its tree has a params collection (else nnx's)."""
+        if not orbax_checkpoint(probe):
+            return True
+        from rnnconv.formats._orbax import top_keys
+
+        return FLAX_PARAMS in top_keys(probe.path)
 
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.flax.writer import write

@@ -10,7 +10,7 @@ from typing import Any
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BadInput
-from rnnconv.formats import _jax, _msgpack
+from rnnconv.formats import _jax, _msgpack, _orbax
 from rnnconv.formats.flax.wire import FLAX_LINEN_CLASSES, FLAX_LINEN_LAYERS, FLAX_PARAMS
 from rnnconv.formats.settings import ReadOptions
 from rnnconv.safeio.inputs import regular_file
@@ -34,12 +34,22 @@ def layers(node: Mapping[str, Any]) -> list[Any] | None:
 
 
 def load_tree(path: Path) -> dict[str, Any]:
-    """The variables tree of a file, checked to be one."""
+    """The variables tree of a file (or of an Orbax checkpoint), checked to be one."""
+    if _orbax.is_checkpoint(path):
+        return variables(_orbax.load_tree(path), f"{path.parent} is an Orbax checkpoint")
     if regular_file(path) > MAX_BYTES:
         raise BadInput(f"{path} is larger than rnnconv reads whole ({MAX_BYTES} bytes)")
-    tree = _msgpack.loads(path.read_bytes(), str(path))
+    return variables(_msgpack.loads(path.read_bytes(), str(path)), f"{path} is msgpack")
+
+
+def restored(path: Path) -> dict[str, Any]:
+    """An Orbax checkpoint's variables as Orbax restores them."""
+    return variables(_orbax.restored(path), f"{path.parent} is an Orbax checkpoint")
+
+
+def variables(tree: Any, what: str) -> dict[str, Any]:
     if not isinstance(tree, dict) or not isinstance(tree.get(FLAX_PARAMS), dict):
-        raise BadInput(f"{path} is msgpack but not a Flax variables tree (no {FLAX_PARAMS!r} collection)")
+        raise BadInput(f"{what} but not a Flax variables tree (no {FLAX_PARAMS!r} collection)")
     return tree
 
 

@@ -20,10 +20,13 @@ PLUGIN = Plugin(
     info=FormatInfo(
         "flax-nnx",
         "flax.nnx",
-        {"flax-nnx-msgpack": "flax.serialization msgpack of an nnx RNN's parameters (a pure dict)"},
+        {
+            "flax-nnx-msgpack": "flax.serialization msgpack of an nnx RNN's parameters (a pure dict)",
+            "flax-nnx-orbax": "Orbax checkpoint of an nnx RNN's state",
+        },
         read_help="X.nnx.msgpack: flax.serialization.msgpack_serialize(nnx.state(model, nnx.Param).to_pure_dict()) "
         "of nnx.RNN(cell), nnx.Bidirectional or an nnx.Sequential of them (LSTMCell, OptimizedLSTMCell, GRUCell, "
-        "SimpleCell)",
+        "SimpleCell), or the folder of an Orbax checkpoint of nnx.state(model) or nnx.split(model)'s state",
         write_help="X.nnx.msgpack: the pure dict of nnx.state(model, nnx.Param) of nnx.RNN(nnx.LSTMCell(I, H)) "
         "(nnx.Bidirectional, nnx.Sequential), for nnx.replace_by_pure_dict, with X.nnx.msgpack.rnnconv.json "
         "beside it",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from rnnconv.formats import _jax, writing
 from rnnconv.formats.base import Written
 from rnnconv.formats.flax_nnx import PLUGIN
-from rnnconv.formats.flax_nnx.wire import KIND
+from rnnconv.formats.flax_nnx.wire import KIND, ORBAX_KIND
 from rnnconv.formats.registry import register
 from rnnconv.formats.settings import WriteOptions
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 class FlaxNnxFormat(_jax.TreeFormat):
     plugin = PLUGIN
     kind = KIND
+    orbax_kind = ORBAX_KIND
     cells = "flax.nnx RNN cell"
     module = "nnx.RNN(nnx.{cell})"
 

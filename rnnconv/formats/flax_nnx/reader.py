@@ -11,7 +11,7 @@ from typing import Any
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BadInput
-from rnnconv.formats import _jax, _msgpack
+from rnnconv.formats import _jax, _msgpack, _orbax
 from rnnconv.formats.flax_nnx.wire import FLAX_NNX_CELLS, FLAX_NNX_LAYERS
 from rnnconv.formats.settings import ReadOptions
 from rnnconv.safeio.inputs import regular_file
@@ -20,6 +20,7 @@ from rnnconv.table.constants import GRU
 
 MAX_BYTES = 1 << 34
 RNGS = "rngs"  # nnx.RNN's own random-number state: no weights
+VALUE = "value"  # a Variable's value in an nnx.State that Orbax saved (its pure dict drops the key)
 
 
 def recognise(node: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -57,13 +58,33 @@ def without_rngs(node: Any) -> Any:
     return {k: without_rngs(v) for k, v in node.items() if k != RNGS}
 
 
+def pure(node: Any) -> Any:
+    """An nnx.State's tree as its pure dict: each Variable ({"value": array}) its value."""
+    if not isinstance(node, Mapping):
+        return node
+    if set(node) == {VALUE}:
+        return node[VALUE]
+    return {k: pure(v) for k, v in node.items()}
+
+
 def load_tree(path: Path) -> dict[Any, Any]:
+    if _orbax.is_checkpoint(path):
+        return pure(without_rngs(_orbax.load_tree(path)))
     if regular_file(path) > MAX_BYTES:
         raise BadInput(f"{path} is larger than rnnconv reads whole ({MAX_BYTES} bytes)")
     tree = _msgpack.loads(path.read_bytes(), str(path))
     if not isinstance(tree, dict):
         raise BadInput(f"{path} is msgpack but not a tree of params (its top is no map)")
     cleaned: dict[Any, Any] = without_rngs(tree)
+    return cleaned
+
+
+def restored(path: Path) -> dict[Any, Any]:
+    """An Orbax checkpoint's state as Orbax restores it, as its pure dict."""
+    tree = _orbax.restored(path)
+    if not isinstance(tree, dict):
+        raise BadInput(f"{path.parent} is an Orbax checkpoint but not of an nnx state (its top is no map)")
+    cleaned: dict[Any, Any] = pure(without_rngs(tree))
     return cleaned
 
 

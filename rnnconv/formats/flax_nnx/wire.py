@@ -21,10 +21,14 @@ FLAX_NNX_CELLS: Final[dict[str, dict[str, tuple[str, ...]]]] = {  # class -> rol
 }
 FLAX_NNX_CLASSES: Final[dict[str, str]] = {LSTM: "LSTMCell", GRU: "GRUCell", RNN: "SimpleCell"}  # what is written
 KIND: Final = "flax-nnx-msgpack"  # the file kind a source records
+ORBAX_KIND: Final = "flax-nnx-orbax"  # the kind of an Orbax checkpoint of an nnx model's state
 
 
 def sniff(probe: Probe) -> bool:
-    """Any other msgpack map named as nnx's files are (after Flax linen's variables)."""
+    """Any other msgpack map named as nnx's files are (after Flax linen's variables), or any other Orbax checkpoint."""
+    from rnnconv.formats.flax.wire import orbax_checkpoint
     from rnnconv.formats.probe import is_msgpack_map
 
-    return is_msgpack_map(probe.head) and probe.path.name.endswith(PLUGIN.info.read_suffixes)
+    return orbax_checkpoint(probe) or (
+        is_msgpack_map(probe.head) and probe.path.name.endswith(PLUGIN.info.read_suffixes)
+    )

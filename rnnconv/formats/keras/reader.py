@@ -93,9 +93,11 @@ class KerasFile:
         self.shown: dict[str, dict[str, str]] = {}  # by layer: settings shown elsewhere than a config (none here)
         self.config: dict[str, Any] | None = None
         self.versions: dict[str, str] = {}
+        self.members: tuple[str, ...] = ()  # a .keras archive's member names
         self.limit = self.size  # no tensor can hold more bytes than its file (Keras never compresses datasets)
         try:
             self.kind, root = self._open()
+            self.root: h5py.Group = root  # the weights' top group (a whole model's rescue copies every layer's)
             self.layers = self._find_layers(root)
             # of a file rnnconv wrote: each RNN's source, by its layers; each SimpleRNN's activation, by its layer
             recorded = root.attrs.get(SOURCE_KEY)
@@ -183,6 +185,7 @@ class KerasFile:
         archive = _zip.open_archive(self.path)
         self._closers.append(archive)
         names = set(archive.namelist())
+        self.members = tuple(sorted(names))
         if "config.json" not in names:
             if any(n.endswith("data.pkl") for n in names):
                 raise BadInput(f"{self.path} is a PyTorch checkpoint, not a Keras file")

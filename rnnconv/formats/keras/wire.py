@@ -77,3 +77,65 @@ SERVING_MULTIPLY: Final = "Mul"
 SERVING_SUBTRACT: Final = "Sub"
 SERVING_SPLIT: Final = "Split"
 SERVING_IDENTITY: Final = "Identity"
+
+# The rescue of whole models (rescue.py): what Keras 3.15 reads. Each layer class it carries and the settings its
+# config may have (3.15's get_config, and activity_regularizer, which every Keras 3 layer takes).
+_BASE = ("name", "trainable", "dtype")
+_RNN = (
+    *_BASE,
+    "units", "activation", "use_bias", "kernel_initializer", "recurrent_initializer", "bias_initializer",
+    "kernel_regularizer", "recurrent_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
+    "recurrent_constraint", "bias_constraint", "dropout", "recurrent_dropout", "seed", "return_sequences",
+    "return_state", "go_backwards", "stateful", "unroll", "zero_output_for_mask",
+)  # fmt: skip
+KERAS3_LAYER_KEYS: Final[dict[str, frozenset[str]]] = {
+    "InputLayer": frozenset({"batch_shape", "dtype", "name", "optional", "ragged", "sparse"}),
+    "Dense": frozenset({
+        *_BASE, "units", "activation", "use_bias", "kernel_initializer", "bias_initializer", "kernel_regularizer",
+        "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint", "quantization_config",
+    }),
+    "Embedding": frozenset({
+        *_BASE, "input_dim", "output_dim", "embeddings_initializer", "embeddings_regularizer", "activity_regularizer",
+        "embeddings_constraint", "mask_zero", "quantization_config",
+    }),
+    "Dropout": frozenset({*_BASE, "rate", "noise_shape", "seed"}),
+    "Activation": frozenset({*_BASE, "activation"}),
+    "Flatten": frozenset({*_BASE, "data_format"}),
+    "Masking": frozenset({*_BASE, "mask_value"}),
+    "LSTM": frozenset({*_RNN, "recurrent_activation", "unit_forget_bias"}),
+    "GRU": frozenset({*_RNN, "recurrent_activation", "reset_after"}),
+    "SimpleRNN": frozenset(_RNN),
+    "Bidirectional": frozenset({*_BASE, "layer", "backward_layer", "merge_mode"}),
+}  # fmt: skip
+# Activations by name that compute the same in tf.keras 2 and in Keras 3 (hard_sigmoid does not: 0.2x + 0.5 in
+# tf.keras 2, x/6 + 0.5 in Keras 3; gelu's default approximation is not the same either), and Keras 3's own.
+SAME_ACTIVATIONS: Final = frozenset({
+    "linear", "tanh", "sigmoid", "relu", "softmax", "elu", "selu", "softplus", "softsign", "exponential", "swish",
+    "silu", "mish",
+})  # fmt: skip
+KERAS3_ACTIVATIONS: Final = SAME_ACTIVATIONS | frozenset({
+    "celu", "gelu", "glu", "hard_shrink", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh", "leaky_relu",
+    "log_sigmoid", "log_softmax", "relu6", "soft_shrink", "sparse_plus", "sparse_sigmoid", "sparsemax",
+    "squareplus", "tanh_shrink", "threshold",
+})  # fmt: skip
+# Keras' own initializers, regularizers and constraints, by the last word of the settings that take them.
+KERAS3_OBJECTS: Final[dict[str, frozenset[str]]] = {
+    "initializer": frozenset({
+        "Constant", "GlorotNormal", "GlorotUniform", "HeNormal", "HeUniform", "Identity", "IdentityInitializer",
+        "LecunNormal", "LecunUniform", "Ones", "Orthogonal", "OrthogonalInitializer", "RandomNormal",
+        "RandomUniform", "TruncatedNormal", "VarianceScaling", "Zeros",
+    }),
+    "regularizer": frozenset({"L1", "L1L2", "L2", "OrthogonalRegularizer"}),
+    "constraint": frozenset({"MaxNorm", "MinMaxNorm", "NonNeg", "UnitNorm"}),
+}  # fmt: skip
+# The Kerases whose .keras archives are rescued whole: tf.keras 2.13 to 2.15 (Keras 3.15 refuses theirs) and Keras 3
+# before 3.3.3 (their own loader refused their Bidirectional RNNs; 3.3.3 made Bidirectional a plain layer). A later
+# Keras' archive loads as it is, so its conversion to Keras is of its RNNs, as for any other source.
+RESCUED_BEFORE: Final = (3, 3, 3)
+# The modules a Functional model's class is saved under: tf.keras 2.13 to 2.15's (which Keras 3 cannot import) and
+# Keras 3's.
+RESCUE_FUNCTIONAL_MODULES: Final = (
+    "keras.src.engine.functional",
+    "keras.engine.functional",
+    "keras.src.models.functional",
+)

@@ -210,11 +210,16 @@ def write_keras(rnns: list[CanonicalRNN], path: Path, dtype: str | None = None, 
     weights = io.BytesIO()
     with h5py.File(weights, "w") as h5:
         _write_weights(rnns, h5, dtype, path)
+    write_archive(path, model_config(rnns), weights.getvalue(), force)
+
+
+def write_archive(path: Path, config: dict[str, Any], weights: bytes, force: bool = False) -> None:
+    """A `.keras` archive as Keras 3 saves one: its metadata, the model's config and its weights file."""
     metadata = {"keras_version": KERAS_VERSION, "date_saved": time.strftime("%Y-%m-%d@%H:%M:%S")}
     with atomic_outputs([path], force) as (tmp,), zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:
         zf.writestr("metadata.json", json.dumps(metadata))
-        zf.writestr("config.json", json.dumps(model_config(rnns)))
-        zf.writestr("model.weights.h5", weights.getvalue())
+        zf.writestr("config.json", json.dumps(config))
+        zf.writestr("model.weights.h5", weights)
 
 
 def loading_snippet(rnns: list[CanonicalRNN], path: Path) -> str:

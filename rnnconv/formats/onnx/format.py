@@ -49,7 +49,7 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
     ) -> CanonicalRNN:
         from rnnconv.formats.onnx.reader import to_canonical
 
-        return to_canonical(chain.layers, source)
+        return to_canonical(chain.layers, source, options.drop_clip)
 
     def sizes(self, graph: OnnxFile, chain: Chain[OnnxNode]) -> RNNSizes | None:
         from rnnconv.formats.onnx.nodes import RNN_OPS

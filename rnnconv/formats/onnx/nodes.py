@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
+from rnnconv.core.contracts import RoundedInput
 from rnnconv.core.dtypes import element_type
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats._cells import LoopLayer, Reading, why_not_cudnn
 from rnnconv.formats._graph import chained
-from rnnconv.formats._quantized import Quantization, dequantized, exact_dtype, quantization
+from rnnconv.formats._quantized import QUANTIZED_RANGES, Quantization, dequantized, exact_dtype, quantization
 from rnnconv.formats.onnx.folding import SUBGRAPH, Folder, NotFoldable, Scope, node_name
 from rnnconv.formats.onnx.loops import Loop
 from rnnconv.formats.onnx.unrolled import Cell, Unrolled
@@ -35,6 +36,8 @@ from rnnconv.table.rows import GRU_GATES_ZRH, ONNX_LSTM_GATES, RNN_GATES
 
 MAX_HIDDEN = 1 << 20  # far beyond any real RNN; keeps sizes computed from a hostile file small
 RNN_OPS = {op: cell for cell, op in ONNX_OPS.items()}
+# The inputs a QuantizeLinear/DequantizeLinear pair may round, as a RoundedInput names them.
+ROUNDED_VALUES: dict[str, Literal["x", "h0", "c0"]] = {"X": "x", "initial_h": "h0", "initial_c": "c0"}
 ONNX_GATE_ORDER = {"LSTM": ONNX_LSTM_GATES, "GRU": GRU_GATES_ZRH, "RNN": RNN_GATES}  # the ONNX rows' orders
 ONNX_MODE_ACTIVATIONS = {
     mode: op for op, name in ONNX_ACTIVATIONS.items() for act, mode in NONLINEARITIES.items() if name == act
@@ -60,6 +63,7 @@ class OnnxNode:
     stored: dict[str, np.ndarray] = field(default_factory=dict)  # a quantized node's inputs as stored (int8 W, R...)
     qdq: dict[str, tuple[str, Quantization]] = field(default_factory=dict)  # role -> its DequantizeLinear's q, scales
     rounded: list[str] = field(default_factory=list)  # its inputs that QuantizeLinear/DequantizeLinear pairs round
+    rounding: list[RoundedInput] = field(default_factory=list)  # how they round them (layer 0: set in the chain)
     probed: float | None = None  # a cell read by what it computes: how far its reading was from it on probes
     scanned: bool = False  # a cell that is a Scan's body, stepped over the Scan's sequence
     loops: list[Loop] = field(default_factory=list)  # the Loops stepping its cell (its directions), where it is theirs
@@ -240,7 +244,7 @@ def read_node(node: Any, index: int, scope: Scope, folding: Folder, dequantize: 
     if qdq:  # one type for the node's weights: float64 where a product of a scale and an integer needs it
         wide = exact_dtype(stored[role] for role in qdq)
         stored.update({role: values.astype(wide) for role, values in stored.items() if role in ("W", "R", "B", "P")})
-        found.refusal = _qdq_refusal(found, scope, dequantize)
+        found.refusal = _qdq_refusal(found, scope, folding, dequantize)
     if quantized:
         found.stored = stored
         stored = _dequantized(found, stored)
@@ -307,21 +311,59 @@ def _qdq_weight(node: Any, scope: Scope, folding: Folder, where: str) -> tuple[n
     return values.astype(exact_dtype([values])), (inputs[0], quant)
 
 
-def _qdq_refusal(node: OnnxNode, scope: Scope, dequantize: bool) -> str | None:
-    """Why a node whose weights are dequantized integers is not read: without --dequantize, or where its inputs
-    too are rounded by QuantizeLinear/DequantizeLinear pairs (quantized activations), which no converted RNN
-    computes."""
-    node.rounded = [
-        role
-        for role in ("X", "initial_h", "initial_c")
-        if node.inputs[ONNX_INPUTS.index(role)] and _dequantize_node(node.inputs[ONNX_INPUTS.index(role)], scope)
-    ]
-    if node.rounded:
-        return (
-            f"node {node.name!r} is quantized with its activations: its {', '.join(node.rounded)} pass through "
-            f"QuantizeLinear and DequantizeLinear, which round them to a quantization's steps, and the converted "
-            f"RNN would leave that rounding out (rnnconv reads only quantized weights, --dequantize)"
+def _rounding(pair: Any, role: str, scope: Scope, folding: Folder, where: str) -> RoundedInput:
+    """An input a QuantizeLinear and DequantizeLinear pair (`pair`: the DequantizeLinear) rounds: clamped to the
+    integer type's range and rounded to its scale's steps, the pair's scales and zero points one and the same."""
+    quantizing = _producer(pair.input[0], scope) if pair.input else None
+    if quantizing is None or quantizing.op_type != "QuantizeLinear" or len(pair.input) < 2:
+        raise BadInput(f"{where}: its {role} is DequantizeLinear of no QuantizeLinear's output, nor stored integers")
+    parts = []
+    for node in (quantizing, pair):
+        inputs = list(node.input) + [""] * (3 - len(node.input))
+        try:
+            scales = folding.value(inputs[1], scope)
+            zeros = folding.value(inputs[2], scope) if inputs[2] else np.zeros((), np.uint8)
+        except NotFoldable as exc:
+            raise Unsupported(
+                f"{where}: its {role}'s {node.op_type} has a scale or zero point rnnconv cannot compute ({exc})"
+            ) from None
+        if scales.size != 1 or zeros.size != 1 or zeros.dtype.name not in QUANTIZED_RANGES:
+            raise Unsupported(
+                f"{where}: its {role} is rounded by a {node.op_type} of {scales.size} scales and {zeros.size} zero "
+                f"points of type {zeros.dtype}: rnnconv reads a per-tensor rounding to int8 or uint8 steps"
+            )
+        parts.append((float(scales.reshape(-1)[0]), int(zeros.reshape(-1)[0]), zeros.dtype.name))
+    if parts[0] != parts[1]:
+        raise Unsupported(
+            f"{where}: its {role}'s QuantizeLinear and DequantizeLinear have different scales or zero points, which "
+            f"round and rescale it: no RNN's input is rescaled"
         )
+    scale, zero, dtype = parts[0]
+    quantization([scale], [zero], 0, (1,), dtype, f"{where}: its {role}'s rounding")  # its scale and zero point
+    low, high = QUANTIZED_RANGES[dtype]
+    value = ROUNDED_VALUES[role]
+    by = f"QuantizeLinear/DequantizeLinear {node_name(pair, 0)!r}"
+    return RoundedInput(value=value, layer=0, low=(low - zero) * scale, step=scale, levels=high - low + 1, by=by)
+
+
+def _producer(value: str, scope: Scope) -> Any | None:
+    owner = scope.owner(value)
+    return owner.produced[value][0] if owner is not None and value in owner.produced else None
+
+
+def _qdq_refusal(node: OnnxNode, scope: Scope, folding: Folder, dequantize: bool) -> str | None:
+    """Why a node whose weights are dequantized integers is not read without --dequantize; its inputs that
+    QuantizeLinear/DequantizeLinear pairs round too (quantized activations: the chain refuses them without
+    --allow-lossy) kept with how they are rounded."""
+    for role in ROUNDED_VALUES:
+        value = node.inputs[ONNX_INPUTS.index(role)]
+        pair = _dequantize_node(value, scope) if value else None
+        if pair is not None:
+            node.rounded.append(role)
+            try:
+                node.rounding.append(_rounding(pair, role, scope, folding, f"node {node.name!r}"))
+            except Unsupported as exc:
+                return str(exc)
     if dequantize:
         return None
     roles = ", ".join(node.qdq)

@@ -27,7 +27,7 @@ from rnnconv.formats._graph import (
     refuse,
     same_rnn,
 )
-from rnnconv.formats._quantized import Quantization, note, record
+from rnnconv.formats._quantized import Quantization, note, record, rounding_dropped, rounding_refusal
 from rnnconv.formats.onnx.folding import Folder, NotFoldable, Scope, node_name, scopes
 from rnnconv.formats.onnx.loops import loops_of, read_loops
 from rnnconv.formats.onnx.nodes import (
@@ -255,11 +255,15 @@ def _chains(nodes: list[OnnxNode], scope: Scope, folding: Folder) -> list[list[O
     return chained(nodes, glued(lambda node: node.inputs[0], step, by_output.get))
 
 
-def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
-    """The canonical RNN of a chain of nodes (one node: one layer)."""
+def to_canonical(chain: list[OnnxNode], source: Provenance, lossy: bool = False) -> CanonicalRNN:
+    """The canonical RNN of a chain of nodes (one node: one layer); `lossy` (--allow-lossy): inputs that
+    QuantizeLinear/DequantizeLinear pairs round read without the rounding."""
     first = chain[0]
     cell = RNN_OPS[first.op]
     refuse(chain, why_refused)
+    rounding = [r.model_copy(update={"layer": index}) for index, node in enumerate(chain) for r in node.rounding]
+    if rounding and not lossy:
+        raise Unsupported(rounding_refusal(",".join(n.name for n in chain), rounding))
     config = first.config()
     row = find_row("onnx", first.source_class, config)
     settled = settle(row, config, first.name)
@@ -353,7 +357,8 @@ def to_canonical(chain: list[OnnxNode], source: Provenance) -> CanonicalRNN:
         later_notes=later,
         provenance=provenance,
     )
-    return read(found, source)
+    rnn = read(found, source)
+    return rounding_dropped(rnn, rounding) if rounding else rnn
 
 
 def _names(graph: Any) -> Iterator[Any]:

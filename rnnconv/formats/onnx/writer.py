@@ -20,7 +20,7 @@ from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.dtypes import element_type, encode
 from rnnconv.errors import Unsupported
 from rnnconv.formats import sources, writing
-from rnnconv.formats._quantized import Quantization, quantized_note, rounding_error, symmetric, written_record
+from rnnconv.formats._quantized import Quantization, largest_rounding, quantized_note, symmetric, written_record
 from rnnconv.formats.onnx import profile as profiles
 from rnnconv.formats.onnx.nodes import RNN_OPS
 from rnnconv.formats.onnx.reader import require_onnx
@@ -111,7 +111,7 @@ def _quantized(
     weights, dequantized, rounded = {}, {}, 0.0
     for role, values in matrices.items():
         q, scales = symmetric(values, (0, 2) if hybrid else (1,), quantize)
-        rounded = max(rounded, rounding_error(values, q, scales))
+        rounded = max(rounded, largest_rounding(values, q, scales))
         zeros = np.zeros(scales.shape, q.dtype)
         held.append(
             (f"{role}_{layer}", Quantization(tuple(scales.ravel().tolist()), (0,) * scales.size, 2 if hybrid else 1))

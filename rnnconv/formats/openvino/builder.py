@@ -5,7 +5,7 @@ to y, h_n, c_n."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from xml.sax.saxutils import quoteattr
@@ -25,9 +25,13 @@ from rnnconv.formats.openvino.wire import (
     OPENVINO_LENGTHS,
     OPENVINO_OPSET,
     OPENVINO_PRECISIONS,
+    OPENVINO_ROUNDING,
+    OPENVINO_SCALE,
     OPENVINO_WEIGHT_PORTS,
     OPENVINO_X,
     OPENVINO_Y,
+    OPENVINO_ZERO_POINT,
+    QUANTIZED_STORAGE,
     SEQUENCE_OPS,
     SHAPE_TYPE,
     STORAGE,
@@ -50,7 +54,17 @@ class Tensor:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * STORAGE[self.etype].itemsize
+        return math.prod(self.shape) * {**STORAGE, **QUANTIZED_STORAGE}[self.etype].itemsize
+
+
+@dataclass
+class QuantizedTensor:
+    """A weight as nncf.quantize stores it: integers Converted to f32, less their zero points (where it has them),
+    times their scales."""
+
+    values: Tensor
+    scales: Tensor
+    zero_points: Tensor | None = None
 
 
 def constant(values: np.ndarray, etype: str) -> Tensor:
@@ -142,6 +156,43 @@ class Graph:
         )
         return port
 
+    def quantized(self, name: str, weight: QuantizedTensor) -> Port:
+        """A quantized weight's Consts and the ops that make its floats of them, as nncf.quantize writes them."""
+        shape, converted = weight.values.shape, {"destination_type": COMPUTE_TYPE}
+        (value,) = self.add(
+            OPENVINO_DECOMPRESSION,
+            f"{name}/values",
+            [self.const(f"{name}/q", weight.values)],
+            [(COMPUTE_TYPE, shape, "")],
+            converted,
+        )
+        numpy = {"auto_broadcast": "numpy"}
+        if weight.zero_points is not None:
+            zero = self.const(f"{name}/zero_point", weight.zero_points)
+            (zero,) = self.add(
+                OPENVINO_DECOMPRESSION,
+                f"{name}/zero_point/convert",
+                [zero],
+                [(COMPUTE_TYPE, zero.shape, "")],
+                converted,
+            )
+            (value,) = self.add(
+                OPENVINO_ZERO_POINT, f"{name}/centred", [value, zero], [(COMPUTE_TYPE, shape, "")], numpy
+            )
+        scales = self.const(f"{name}/scales", weight.scales)
+        (port,) = self.add(OPENVINO_SCALE, name, [value, scales], [(COMPUTE_TYPE, shape, "")], numpy)
+        return port
+
+    def rounded(self, name: str, port: Port, low: float, high: float, levels: int) -> Port:
+        """`port`'s values rounded by a FakeQuantize to `levels` values from low to high (as nncf.quantize writes)."""
+        bounds = [
+            self.const(f"{name}/{end}", constant(np.float32(value), COMPUTE_TYPE))
+            for end, value in (("low", low), ("high", high))
+        ]
+        data = {"levels": str(levels), "auto_broadcast": "numpy"}
+        (out,) = self.add(OPENVINO_ROUNDING, name, [port, *bounds, *bounds], [(COMPUTE_TYPE, port.shape, "")], data)
+        return out
+
     def op(self, kind: str, name: str, inputs: list[Port], shapes: list[tuple[int, ...]], **data: str) -> list[Port]:
         etype = inputs[0].etype
         return self.add(kind, name, inputs, [(etype, shape, "") for shape in shapes], data or None)
@@ -189,11 +240,13 @@ def _port(index: int, etype: str, shape: tuple[int, ...], names: str) -> list[st
 
 @dataclass
 class Layer:
-    """One sequence op of a built graph: its op, attributes, and weights by role (W, R, B as the op takes them)."""
+    """One sequence op of a built graph: its op, attributes, and weights by role (W, R, B as the op takes them),
+    and the FakeQuantize that rounds its input (low, high, levels), where it has one."""
 
     op: str
     attributes: dict[str, str]
-    weights: dict[str, Tensor]
+    weights: Mapping[str, Tensor | QuantizedTensor]
+    rounding: tuple[float, float, int] | None = None
 
 
 def build(layers: list[Layer], input_size: int, name: str) -> Graph:
@@ -229,9 +282,13 @@ def build(layers: list[Layer], input_size: int, name: str) -> Graph:
             for s, parts in zip((OPENVINO_INITIAL_H, OPENVINO_INITIAL_C), split)
         ]
         weights = [
-            graph.const(f"{prefix}/{role}", layer.weights[role], COMPUTE_TYPE)
+            graph.quantized(f"{prefix}/{role}", weight)
+            if isinstance(weight := layer.weights[role], QuantizedTensor)
+            else graph.const(f"{prefix}/{role}", weight, COMPUTE_TYPE)
             for role in sorted(OPENVINO_WEIGHT_PORTS[layer.op], key=OPENVINO_WEIGHT_PORTS[layer.op].__getitem__)
         ]
+        if layer.rounding is not None:
+            y = graph.rounded(f"{prefix}/{OPENVINO_ROUNDING}", y, *layer.rounding)
         inputs = [y, initial[0], *initial[1:], lengths, *weights]
         shapes = [(-1, dirs, -1, hidden)] + [(-1, dirs, hidden)] * len(states)
         outputs = graph.add(

@@ -53,7 +53,7 @@ class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
             return loop_canonical(chain.name, [op.loops for op in chain.layers], source)
         from rnnconv.formats.openvino.reader import to_canonical
 
-        return to_canonical(chain.layers, source, options.bias_split)
+        return to_canonical(chain.layers, source, options.bias_split, options.dequantize, options.drop_clip)
 
     def sizes(self, graph: IRFile, chain: Chain[SequenceOp]) -> RNNSizes | None:
         if chain.first.loops:

@@ -17,13 +17,15 @@ from xml.parsers import expat
 import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
-from rnnconv.core.contracts import Provenance
+from rnnconv.core.contracts import Provenance, RoundedInput
 from rnnconv.core.dtypes import decode, element_type
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats import sources
 from rnnconv.formats._cells import LoopLayer, loop_layers
 from rnnconv.formats._graph import (
     CONCAT,
+    IDENTITY,
+    MAX_GLUE,
     Glue,
     Graph,
     chained,
@@ -32,8 +34,19 @@ from rnnconv.formats._graph import (
     refuse,
     same_rnn,
 )
+from rnnconv.formats._quantized import (
+    Quantization,
+    dequantized,
+    exact_dtype,
+    note,
+    quantization,
+    record,
+    rounding_dropped,
+    rounding_refusal,
+)
 from rnnconv.formats.openvino.loops import LOOP_OPS, MAX_LOOPS, Loop, MainGraph, read_loop
 from rnnconv.formats.openvino.wire import (
+    COMPUTE_TYPE,
     DTYPE_OF,
     OPENVINO_BIDIRECTIONAL,
     OPENVINO_DECOMPRESSION,
@@ -46,9 +59,17 @@ from rnnconv.formats.openvino.wire import (
     OPENVINO_INTEGERS,
     OPENVINO_IR_VERSIONS,
     OPENVINO_LENGTHS,
+    OPENVINO_QUANTIZED,
     OPENVINO_REVERSE,
+    OPENVINO_ROUNDING,
+    OPENVINO_ROUNDING_INPUTS,
+    OPENVINO_SCALE,
+    OPENVINO_WEIGHT_NAMES,
     OPENVINO_WEIGHT_PORTS,
     OPENVINO_X,
+    OPENVINO_ZERO_POINT,
+    OPENVINO_ZERO_POINT_TYPES,
+    QUANTIZED_STORAGE,
     SEQUENCE_OPS,
     STORAGE,
 )
@@ -61,6 +82,8 @@ XML_LIMIT = 64 << 20  # bytes of XML: far more than any graph of RNN layers need
 MAX_LAYERS_IN_GRAPH = 200_000  # layers of an IR, at most (a hostile file cannot make the reader walk more)
 MAX_DIMS = 16
 MAX_HIDDEN = 1 << 20
+MAX_LEVELS = 1 << 16  # a FakeQuantize's levels, at most (16 bits)
+ZERO_POINT_STORAGE = {**STORAGE, **QUANTIZED_STORAGE}  # a zero point's Const: of the weight's type, or i32, i64
 
 
 class _Refused(Exception):
@@ -107,6 +130,17 @@ class IRLayer:
     element: ET.Element | None = None  # a Loop's or TensorIterator's, whose body it holds
 
 
+@dataclass(frozen=True)
+class Quantized:
+    """A weight as nncf.quantize stores it: its integers, their element type, its scales and zero points (one, or one
+    per output row: (directions, rows, 1)), each still in the .bin."""
+
+    values: FileArray
+    etype: str
+    scales: FileArray
+    zero_points: tuple[FileArray, str] | None  # with its element type; None: no Subtract
+
+
 @dataclass
 class SequenceOp:
     """One LSTMSequence/GRUSequence/RNNSequence: its attributes and weights (by role, one row per direction)."""
@@ -115,9 +149,13 @@ class SequenceOp:
     layer: str  # its layer id
     op: str
     attributes: dict[str, str]
-    weights: dict[str, FileArray] = field(default_factory=dict)
+    weights: dict[str, FileArray | np.ndarray] = field(default_factory=dict)  # quantized ones dequantized
     dtype: str = ""
     refusal: str | None = None  # why its weights cannot be read
+    quantized: dict[str, list[tuple[str, Quantization]]] = field(default_factory=dict)  # role -> per direction
+    stored: dict[str, Quantized] = field(default_factory=dict)  # role -> its quantized weight as the file holds it
+    rounding: RoundedInput | None = None  # the FakeQuantize that rounds its X (its layer set in the chain)
+    rounding_range: tuple[float, float] = (0.0, 0.0)  # that FakeQuantize's input (and output) low and high
     loops: list[Loop] = field(default_factory=list)  # Loops whose bodies compute a cell: the layer's directions
     below: LoopLayer[Loop] | None = None  # the loop layer whose output sequence a loop layer reads
 
@@ -267,21 +305,22 @@ class IRFile(Graph[SequenceOp]):
         found = self.producer.get((layer.id, layer.inputs[index]))
         return (self.ir[found[0]], found[1]) if found else None
 
-    def const(self, layer: IRLayer) -> tuple[FileArray, str]:
-        """A Const's values, still in the .bin (its offset and size checked), and its element type."""
+    def const(self, layer: IRLayer, storage: dict[str, np.dtype[Any]] = STORAGE) -> tuple[FileArray, str]:
+        """A Const's values, still in the .bin (its offset and size checked), and its element type (of `storage`:
+        the quantized ones only where a quantized weight is read)."""
         etype = layer.data.get("element_type", "")
-        if etype not in STORAGE:
+        if etype not in storage:
             raise Unsupported(f"Const {layer.name!r} holds {etype or 'untyped'} values, not a type rnnconv reads")
         shape = _shape(layer.data.get("shape"), f"Const {layer.name!r}")
         offset, size = _integer(layer.data.get("offset"), layer.name), _integer(layer.data.get("size"), layer.name)
-        if size != math.prod(shape) * STORAGE[etype].itemsize:
+        if size != math.prod(shape) * storage[etype].itemsize:
             raise BadInput(f"Const {layer.name!r}: size {size} is not that of {shape} {etype} values")
         if offset + size > self.bin_size:
             raise BadInput(
                 f"Const {layer.name!r} lies at bytes {offset}-{offset + size} of {self.weights_path.name}, which has "
                 f"{self.bin_size}: the IR points past its weights (truncated or not its .bin)"
             )
-        return FileArray(self.weights_path, offset, STORAGE[etype], shape), etype
+        return FileArray(self.weights_path, offset, storage[etype], shape), etype
 
     def integers(self, layer: IRLayer, index: int) -> list[int] | None:
         """The integer Const that feeds input `index`, or None when it is none."""
@@ -293,12 +332,14 @@ class IRFile(Graph[SequenceOp]):
             return None
         return [int(v) for v in np.asarray(values).reshape(-1)]
 
-    def _weight(self, op: IRLayer, role: str) -> tuple[FileArray, str]:
+    def _weight(self, op: IRLayer, role: str) -> tuple[FileArray | Quantized, str]:
         found = self.input_of(op, OPENVINO_WEIGHT_PORTS[op.kind][role])
         what = f"{op.kind} {op.name!r}: its {role.replace('_', ' ')}"
         if found is None:
             raise BadInput(f"{what} is not connected")
         source, _ = found
+        if source.kind == OPENVINO_SCALE:
+            return self._quantized(source, what), DTYPE_OF[COMPUTE_TYPE]
         if source.kind == OPENVINO_DECOMPRESSION:
             if source.data.get("destination_type") not in DTYPE_OF:
                 raise Unsupported(f"{what} is converted to {source.data.get('destination_type')}, not a float type")
@@ -311,12 +352,128 @@ class IRFile(Graph[SequenceOp]):
         elif source.kind != "Const":
             raise Unsupported(
                 f"{what} is computed by a {source.kind} layer, not stored in a Const: rnnconv reads weights stored as "
-                f"they are (or f16 Consts decompressed by Convert)"
+                f"they are (or f16 Consts decompressed by Convert, or integers multiplied by their scales)"
             )
         values, etype = self.const(source)
         if etype not in DTYPE_OF:
             raise Unsupported(f"{what} holds {etype} values, not floats")
         return values, DTYPE_OF[etype]
+
+    def _feeding(self, layer: IRLayer, index: int, kind: str, what: str) -> IRLayer:
+        """The layer of `kind` that feeds input `index` (BadInput where another does)."""
+        found = self.input_of(layer, index)
+        if found is None or found[0].kind != kind:
+            given = found[0].kind if found is not None else "nothing"
+            raise BadInput(f"{what} is fed by {given}, where a quantized weight's {kind} is")
+        return found[0]
+
+    def _quantized(self, multiply: IRLayer, what: str) -> Quantized:
+        """A weight nncf.quantize stores as integers: Convert(Const) [- Convert(Const zero point)] times a Const of
+        scales, each part checked (the values' and scales' ranges are checked when dequantized)."""
+        sources = [self.input_of(multiply, index) for index in range(2)]
+        if len(multiply.inputs) != 2 or any(s is None for s in sources):
+            raise BadInput(f"{what} is a {OPENVINO_SCALE} without its two inputs")
+        scale_at = next((i for i, s in enumerate(sources) if s is not None and s[0].kind == "Const"), None)
+        if scale_at is None:
+            raise Unsupported(
+                f"{what} is a {OPENVINO_SCALE} of two computed values, not of quantized integers by a Const of scales"
+            )
+        scale_layer, values_layer = sources[scale_at][0], sources[1 - scale_at][0]  # type: ignore[index]
+        scales, scale_type = self.const(scale_layer)
+        if scale_type != COMPUTE_TYPE:
+            raise Unsupported(f"{what}: its scales are {scale_type} values, not {COMPUTE_TYPE} ones rnnconv reads")
+        zero_points = None
+        if values_layer.kind == OPENVINO_ZERO_POINT:
+            subtract = values_layer
+            values_layer = self._feeding(subtract, 0, OPENVINO_DECOMPRESSION, f"{what}: its {OPENVINO_ZERO_POINT}")
+            zero = self._feeding(subtract, 1, OPENVINO_DECOMPRESSION, f"{what}: its zero point")
+            zero_const = self._feeding(zero, 0, "Const", f"{what}: its zero point's Convert")
+            zero_points = self.const(zero_const, {t: ZERO_POINT_STORAGE[t] for t in OPENVINO_ZERO_POINT_TYPES})
+        if values_layer.kind != OPENVINO_DECOMPRESSION:
+            raise Unsupported(f"{what} is a {OPENVINO_SCALE} of a {values_layer.kind} layer, not of Converted integers")
+        if values_layer.data.get("destination_type") != COMPUTE_TYPE:
+            raise Unsupported(
+                f"{what}: its integers are converted to {values_layer.data.get('destination_type')}, not "
+                f"{COMPUTE_TYPE}: rnnconv reads the products computed in {COMPUTE_TYPE}"
+            )
+        const = self._feeding(values_layer, 0, "Const", f"{what}: its Convert")
+        values, etype = self.const(const, QUANTIZED_STORAGE)
+        return Quantized(values, etype, scales, zero_points)
+
+    def _dequantize(
+        self, op: SequenceOp, role: str, weight: Quantized
+    ) -> tuple[np.ndarray, list[tuple[str, Quantization]]]:
+        """A quantized weight's floats, scale * (q - zero_point), exactly (float64), and its quantization per
+        direction: one scale for the tensor, or one per output row ((directions, rows, 1))."""
+        what = f"{op.op} {op.name!r}: its {role.replace('_', ' ')}"
+        q = weight.values
+        if q.ndim != 3 or q.shape[0] != op.directions:
+            raise BadInput(f"{what} has the quantized shape {list(q.shape)}, not (directions, rows, columns)")
+        per_row = (q.shape[0], q.shape[1], 1)
+        for part, values in (("scales", weight.scales), ("zero points", weight.zero_points and weight.zero_points[0])):
+            if values is not None and values.size != 1 and tuple(values.shape) != per_row:
+                raise BadInput(
+                    f"{what}: its {part} have the shape {list(values.shape)}, neither one nor one per row of its "
+                    f"{list(q.shape)} integers ({list(per_row)})"
+                )
+        scales = np.asarray(weight.scales, np.float32).reshape(-1)
+        zeros = np.zeros(1, np.int64) if weight.zero_points is None else np.asarray(weight.zero_points[0]).reshape(-1)
+        stored, held = np.asarray(q), []
+        parts = []
+        for d in range(op.directions):
+            rows = slice(d * q.shape[1], (d + 1) * q.shape[1])
+            each = scales if scales.size == 1 else scales[rows]
+            zero = zeros if zeros.size == 1 else zeros[rows]
+            if zero.size == 1 and each.size > 1:
+                zero = np.repeat(zero, each.size)
+            where = f"{what} (direction {d})" if op.directions > 1 else what
+            quant = quantization(  # along the rows of the stored (directions, rows, columns) tensor
+                each.tolist(), zero.tolist(), 1, (1, *q.shape[1:]), OPENVINO_QUANTIZED[weight.etype], where
+            )
+            held.append((f"{op.name}/{role}" + (f"[{d}]" if op.directions > 1 else ""), quant))
+            parts.append(dequantized(stored[d : d + 1], quant))
+        return np.concatenate(parts), held
+
+    def _rounding(self, layer: IRLayer, op: SequenceOp) -> RoundedInput | None:
+        """The FakeQuantize that rounds a sequence op's X, through the glue before it; None where none does."""
+        found = self.input_of(layer, 0)
+        for _ in range(MAX_GLUE + 1):
+            if found is None or found[0].kind not in (*OPENVINO_GLUE, OPENVINO_ROUNDING):
+                return None
+            if found[0].kind == OPENVINO_ROUNDING:
+                return self._rounded(found[0], op)
+            found = self.input_of(found[0], 0)
+        return None
+
+    def _rounded(self, fq: IRLayer, op: SequenceOp) -> RoundedInput:
+        """A FakeQuantize as the rounding it is: its input range, and its output the same (what nncf writes)."""
+        what = f"{OPENVINO_ROUNDING} {fq.name!r}"
+        levels = fq.data.get("levels", "")
+        if not levels.isdigit() or not 2 <= int(levels) <= MAX_LEVELS or len(levels) > 6:
+            raise BadInput(f"{what} has levels={levels!r}, not a count from 2 to {MAX_LEVELS}")
+        if len(fq.inputs) != OPENVINO_ROUNDING_INPUTS:
+            raise BadInput(f"{what} has {len(fq.inputs)} inputs, not {OPENVINO_ROUNDING_INPUTS}")
+        bounds = []
+        for index, name in enumerate(("input_low", "input_high", "output_low", "output_high"), start=1):
+            const = self._feeding(fq, index, "Const", f"{what}: its {name}")
+            values, etype = self.const(const)
+            if etype != COMPUTE_TYPE or values.size != 1:
+                raise Unsupported(
+                    f"{what}: its {name} is {list(values.shape)} {etype} values, not one {COMPUTE_TYPE} value (a "
+                    f"per-tensor rounding, what rnnconv reads)"
+                )
+            bounds.append(float(np.asarray(values).reshape(-1)[0]))
+        low, high, out_low, out_high = bounds
+        if not (np.isfinite(low) and np.isfinite(high) and low < high):
+            raise BadInput(f"{what} rounds to the range {low:.4g} to {high:.4g}, which is no range of values")
+        if (out_low, out_high) != (low, high):
+            raise Unsupported(
+                f"{what} maps its input range {low:.4g} to {high:.4g} onto {out_low:.4g} to {out_high:.4g}: it scales "
+                f"the values besides rounding them, which no RNN's input does"
+            )
+        step = (high - low) / (int(levels) - 1)
+        op.rounding_range = (low, high)
+        return RoundedInput(value="x", layer=0, low=low, step=step, levels=int(levels), by=what)
 
     # --- sequence ops and chains
 
@@ -338,13 +495,26 @@ class IRFile(Graph[SequenceOp]):
         dtypes = set()
         for role in OPENVINO_WEIGHT_PORTS[layer.kind]:
             try:
-                found.weights[role], dtype = self._weight(layer, role)
+                weight, dtype = self._weight(layer, role)
+                if isinstance(weight, Quantized):
+                    found.stored[role] = weight
+                    found.weights[role], found.quantized[role] = self._dequantize(found, role, weight)
+                else:
+                    found.weights[role] = weight
             except Unsupported as exc:
                 found.refusal = found.refusal or str(exc)
                 continue
             dtypes.add(dtype)
+        try:
+            found.rounding = self._rounding(layer, found)
+        except Unsupported as exc:
+            found.refusal = found.refusal or str(exc)
         if found.refusal is not None:
             return found
+        if found.quantized:  # one type for the op's weights: float64 where a product of a scale and an integer needs it
+            wide = exact_dtype(np.asarray(w) for w in found.weights.values())
+            found.weights = {role: np.asarray(w).astype(wide) for role, w in found.weights.items()}
+            dtypes = {wide}
         if len(dtypes) > 1:
             raise BadInput(f"{layer.kind} {layer.name!r}: its weights are of different types ({', '.join(dtypes)})")
         found.dtype = dtypes.pop()
@@ -365,7 +535,7 @@ class IRFile(Graph[SequenceOp]):
         readable = {op.layer: op for op in ops if op.kind is not None}
 
         def step(found: tuple[IRLayer, str] | None) -> tuple[Glue, tuple[IRLayer, str] | None] | None:
-            if found is None or found[0].kind not in OPENVINO_GLUE:
+            if found is None or found[0].kind not in (*OPENVINO_GLUE, OPENVINO_ROUNDING):
                 return None
             return self._glue(found[0]), self.input_of(found[0], 0)
 
@@ -390,6 +560,8 @@ class IRFile(Graph[SequenceOp]):
         tensors a Concat joins."""
         if layer.kind == CONCAT:
             return Glue(layer.kind, inputs=len(layer.inputs))
+        if layer.kind == OPENVINO_ROUNDING:  # moves no axis: what it rounds is the later op's (its `rounding`)
+            return Glue(IDENTITY)
         return Glue(layer.kind, self.integers(layer, 1), layer.data.get("special_zero", "false").lower() == "true")
 
     def nothing_held(self) -> str:
@@ -460,10 +632,41 @@ def _refusal(op: SequenceOp) -> str | None:
     return None
 
 
-def to_canonical(chain: list[SequenceOp], source: Provenance, bias_split: str) -> CanonicalRNN:
-    """The canonical RNN of a chain of ops (one op: one layer)."""
+def _quantized_refusal(chain: list[SequenceOp], dequantize: bool, rounding: list[RoundedInput]) -> str | None:
+    """Why a chain of ops quantized by nncf is not read: without --dequantize (its integer weights), without
+    --allow-lossy (its rounded inputs), in one sentence naming what each flag would convert."""
+    quantized = [op for op in chain if op.quantized]
+    if not quantized or dequantize:
+        return None
+    first = quantized[0]
+    schemes = sorted({quant.scheme() for op in quantized for held in op.quantized.values() for _, quant in held})
+    types = sorted({weight.etype for op in quantized for weight in op.stored.values()})
+    roles = " and ".join(OPENVINO_WEIGHT_NAMES[role] for role in first.quantized)
+    rounded = (
+        f"; its inputs are rounded too ({', '.join(r.by for r in rounding)}), which --allow-lossy leaves out"
+        if rounding
+        else ""
+    )
+    return (
+        f"{first.op} {first.name!r} computes with quantized weights (its {roles} are "
+        f"{'/'.join(types)} Consts times their scales, {', '.join(schemes)}), which cuDNN does not compute with; "
+        f"--dequantize converts the float model they stand for, scale * (q - zero_point){rounded}"
+    )
+
+
+def to_canonical(
+    chain: list[SequenceOp], source: Provenance, bias_split: str, dequantize: bool = False, lossy: bool = False
+) -> CanonicalRNN:
+    """The canonical RNN of a chain of ops (one op: one layer); `dequantize`: quantized weights read as
+    scale * (q - zero_point); `lossy` (--allow-lossy): inputs a FakeQuantize rounds read without the rounding."""
     first = chain[0]
     refuse(chain, _refusal)
+    rounding = [op.rounding.model_copy(update={"layer": index}) for index, op in enumerate(chain) if op.rounding]
+    refusal = _quantized_refusal(chain, dequantize, rounding)
+    if refusal is None and rounding and not lossy:
+        refusal = rounding_refusal(",".join(op.name for op in chain), rounding)
+    if refusal is not None:
+        raise Unsupported(refusal)
     config = first.config()
     row = find_row("openvino", first.op, config)
     settled = settle(row, config, first.name)
@@ -493,8 +696,21 @@ def to_canonical(chain: list[SequenceOp], source: Provenance, bias_split: str) -
             f"direction): feed the converted RNN the sequence reversed (each sequence within its length) and reverse "
             f"its outputs to match OpenVINO"
         )
+    name = ",".join(op.name for op in chain)
+    provenance: dict[str, Any] = {"stacked": [op.name for op in chain] if len(chain) > 1 else None}
+    later = []
+    held = [quant for op in chain for each in op.quantized.values() for quant in each]
+    if held:  # OpenVINO computes in float with what the Multiply gives: the float model is the op's own
+        bits = {QUANTIZED_STORAGE[weight.etype].itemsize * 8 for op in chain for weight in op.stored.values()}
+        provenance["dequantized"] = record(held, max(bits))
+        types = {weight.etype for op in chain for weight in op.stored.values()}
+        # what the source computes with: its widest integer type (one layer's may be i8, another's u8)
+        widest = max(types, key=lambda etype: (QUANTIZED_STORAGE[etype].itemsize, etype))
+        provenance["dtype"] = OPENVINO_QUANTIZED[widest]
+        how = "here the same: OpenVINO computes in float with what the Multiply gives"
+        later.append(note(name, provenance["dequantized"], first.dtype, how))
     found = Found(
-        ",".join(op.name for op in chain),
+        name,
         row,
         settled,
         input_size=first.input_size,
@@ -506,6 +722,8 @@ def to_canonical(chain: list[SequenceOp], source: Provenance, bias_split: str) -
         bidirectional=dirs == 2,
         bias_split=bias_split,
         notes=notes,
-        provenance={"stacked": [op.name for op in chain] if len(chain) > 1 else None},
+        later_notes=later,
+        provenance=provenance,
     )
-    return read(found, source)
+    rnn = read(found, source)
+    return rounding_dropped(rnn, rounding) if rounding else rnn

@@ -12,7 +12,7 @@ from rnnconv.core.canonical import RNNSpec
 from rnnconv.core.compare import Inputs
 from rnnconv.errors import BackendMissing, BadInput, Unsupported
 from rnnconv.formats._graph import Chain, reverse_sequences
-from rnnconv.formats.openvino.builder import Graph, Layer, Parts, Tensor, build
+from rnnconv.formats.openvino.builder import Graph, Layer, Parts, QuantizedTensor, Tensor, build
 from rnnconv.formats.openvino.reader import IRFile, SequenceOp
 from rnnconv.formats.openvino.wire import (
     OPENVINO_C_N,
@@ -96,20 +96,35 @@ def _check_shapes(xml: Path, model: Any, expected: dict[str, list[int]]) -> None
             )
 
 
-def _one(values: FileArray) -> Parts:
+def _one(values: FileArray | np.ndarray) -> Parts:
     return lambda: iter([values])
 
 
+def _stored(values: FileArray, etype: str) -> Tensor:
+    return Tensor(etype, tuple(values.shape), _one(values))
+
+
 def _own_layers(chain: list[SequenceOp]) -> list[Layer]:
-    """A chain's ops with their weights and attributes as the file holds them."""
+    """A chain's ops with their weights and attributes as the file holds them (quantized ones as their integers and
+    scales, and the FakeQuantize that rounds an op's input)."""
     layers = []
     for op in chain:
         attributes = dict(op.attributes)
-        weights = {}
+        weights: dict[str, Tensor | QuantizedTensor] = {}
         for role, values in op.weights.items():
-            etype = OPENVINO_ELEMENT_TYPES[op.dtype]
-            weights[role] = Tensor(etype, tuple(values.shape), _one(values))
-        layers.append(Layer(op.op, attributes, weights))
+            stored = op.stored.get(role)
+            if stored is None:
+                etype = "f32" if op.stored else OPENVINO_ELEMENT_TYPES[op.dtype]  # a quantized op's B: f32 as stored
+                weights[role] = Tensor(
+                    etype, tuple(values.shape), _one(np.asarray(values, np.float32) if op.stored else values)
+                )
+                continue
+            zero = None if stored.zero_points is None else _stored(*stored.zero_points)
+            weights[role] = QuantizedTensor(_stored(stored.values, stored.etype), _stored(stored.scales, "f32"), zero)
+        rounding = None
+        if op.rounding is not None:
+            rounding = (*op.rounding_range, op.rounding.levels)
+        layers.append(Layer(op.op, attributes, weights, rounding))
     return layers
 
 

@@ -32,6 +32,7 @@ OPENVINO_WEIGHT_PORTS: Final[dict[str, dict[str, int]]] = {
     "GRUSequence": {"input_matrix": 3, "recurrent_matrix": 4, "bias": 5},
     "RNNSequence": {"input_matrix": 3, "recurrent_matrix": 4, "bias": 5},
 }
+OPENVINO_WEIGHT_NAMES: Final = {"input_matrix": "W", "recurrent_matrix": "R", "bias": "B"}  # as the opset names them
 OPENVINO_INPUT_COUNT: Final[dict[str, int]] = {"LSTMSequence": 7, "GRUSequence": 6, "RNNSequence": 6}
 # The graph rnnconv writes: inputs x (batch, seq, input), initial_h / initial_c (layers*dirs, batch, hidden),
 # sequence_lens (batch,); outputs y (batch, seq, dirs*hidden), h_n and c_n (layers*dirs, batch, hidden).
@@ -51,20 +52,33 @@ OPENVINO_PRECISIONS: Final[dict[str, str]] = {
     "f64": "FP64",
     "i32": "I32",
     "i64": "I64",
+    "i8": "I8",
+    "u8": "U8",
 }
 OPENVINO_INTEGERS: Final[dict[str, str]] = {"i32": "<i4", "i64": "<i8"}  # the integer Consts the reader reads
 # Ops that only move a layer's output into the next layer's input, and the one op between a Const and a weight
 # input the reader looks through (what ov.save_model's compress_to_fp16 writes: f16 Const -> Convert to f32).
 OPENVINO_GLUE: Final = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Concat")
 OPENVINO_DECOMPRESSION: Final = "Convert"
+# Quantized weights as nncf.quantize writes them: an integer Const -> Convert to f32 -> (Subtract a zero point,
+# itself a Convert of an integer Const, as nncf.compress_weights writes it) -> Multiply by an f32 Const of scales,
+# one or one per output row; the integer types by the names `formats._quantized` gives them.
+OPENVINO_SCALE, OPENVINO_ZERO_POINT = "Multiply", "Subtract"
+OPENVINO_QUANTIZED: Final[dict[str, str]] = {"i8": "int8", "u8": "uint8"}
+OPENVINO_ZERO_POINT_TYPES: Final = ("i8", "u8", "i32", "i64")
+# An activation rounded to `levels` values (nncf.quantize's on X and between layers): its inputs, the value and its
+# input_low, input_high, output_low, output_high.
+OPENVINO_ROUNDING: Final = "FakeQuantize"
+OPENVINO_ROUNDING_INPUTS: Final = 5
 SEQUENCE_OPS: Final = {op: cell for cell, op in OPENVINO_OPS.items()}
 DTYPE_OF: Final = {etype: name for name, etype in OPENVINO_ELEMENT_TYPES.items()}
 STORAGE: Final = {  # the numpy type of each element type's values in the .bin
     **{OPENVINO_ELEMENT_TYPES[name]: element_type(name).storage for name in OPENVINO_ELEMENT_TYPES},
     **{etype: np.dtype(storage) for etype, storage in OPENVINO_INTEGERS.items()},
     "boolean": np.dtype(np.bool_),  # a loop's condition
-    "u8": np.dtype(np.uint8),  # a Broadcast's axes in a loop's body
+    "u8": np.dtype(np.uint8),  # a Broadcast's axes in a loop's body, a quantized weight
 }
+QUANTIZED_STORAGE: Final = {"i8": np.dtype(np.int8), "u8": np.dtype(np.uint8)}  # read only as quantized weights
 INDEX_TYPE: Final = next(iter(OPENVINO_INTEGERS))  # i32: sequence_lens
 SHAPE_TYPE: Final = list(OPENVINO_INTEGERS)[-1]  # i64: perms, shapes, axes
 COMPUTE_TYPE: Final = OPENVINO_ELEMENT_TYPES["float32"]  # what the graph computes in

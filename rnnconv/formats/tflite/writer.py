@@ -16,7 +16,7 @@ from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.contracts import Quantized
 from rnnconv.core.dtypes import element_type
 from rnnconv.formats import sources, writing
-from rnnconv.formats._quantized import Quantization, quantized_note, rounding_error, symmetric, written_record
+from rnnconv.formats._quantized import Quantization, largest_rounding, quantized_note, symmetric, written_record
 from rnnconv.formats.settings import WriteOptions
 from rnnconv.formats.tflite.builder import Constant, Graph, build_graph, serialize, write_graph
 from rnnconv.formats.tflite.model import slot_of
@@ -70,7 +70,7 @@ def _graph(rnn: CanonicalRNN, quantize: str | None) -> tuple[Graph, Quantized | 
                 quant = Quantization((float(scales.flat[0]),), (0,), None)
                 constants[slot_of(op_name, key)] = Constant(name, tensor.shape, quantize, _made(q), quant)
                 held.append((name, quant))
-                rounded = max(rounded, rounding_error(values, q, scales))
+                rounded = max(rounded, largest_rounding(values, q, scales))
             directions.append(constants)
         layers.append(directions)
     options: dict[str, object] = {"activation": _activation_code(row, spec.mode)}

@@ -64,6 +64,7 @@ class PickledTensor:
     stride: tuple[int, ...]
     dtype: str  # TORCH_STORAGES' numpy dtype name
     problem: str | None = None
+    quantizer: Quantizer | None = None  # a quantized tensor's: its integers stand for scale * (q - zero_point)
 
     def __setstate__(self, state: Any) -> None:  # a parameter's or subclass's extra state: not weights
         pass
@@ -82,6 +83,47 @@ def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *_: Any) 
     if len(shape) != len(strides):
         raise BadInput(f"a tensor's size {shape} and stride {strides} differ in length")
     return PickledTensor(storage, offset, shape, strides, storage.kind.dtype)
+
+
+@dataclass(frozen=True)
+class Quantizer:
+    """A quantized tensor's quantizer as torch.save pickles it: per tensor one scale and zero point, per channel
+    a tensor of each along `axis` (read from their storages only when the tensor is)."""
+
+    scheme: str  # QSCHEMES' names: per_tensor_affine, per_channel_affine
+    scales: float | PickledTensor
+    zero_points: int | PickledTensor
+    axis: int | None  # None: per tensor
+
+
+# torch's qscheme objects, by the names its pickles give them; only the affine ones are read (as torch.save
+# pickles them: torch's _rebuild_qtensor refuses the symmetric ones too)
+QSCHEMES = ("per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric")
+READ_QSCHEMES = ("per_tensor_affine", "per_channel_affine")
+
+
+def _rebuild_qtensor(storage: Any, offset: Any, size: Any, stride: Any, params: Any, *_: Any) -> PickledTensor:
+    """torch._utils._rebuild_qtensor(storage, offset, size, stride, quantizer_params, requires_grad, hooks)."""
+    tensor = _rebuild_tensor(storage, offset, size, stride)
+    scheme = params[0] if isinstance(params, tuple) and params else None
+    if scheme not in QSCHEMES:
+        raise BadInput(f"a quantized tensor's quantizer is {str(params)[:60]}, not one torch.save writes")
+    if scheme not in READ_QSCHEMES:
+        tensor.problem = f"is quantized {scheme}, which torch.save does not write and rnnconv does not read"
+        return tensor
+    if scheme == "per_tensor_affine":
+        scale, zero_point = params[1:] if len(params) == 3 else (None, None)
+        if not isinstance(scale, float) or isinstance(zero_point, bool) or not isinstance(zero_point, int):
+            raise BadInput(f"a per-tensor quantized tensor's scale and zero point are {str(params[1:])[:60]}")
+        tensor.quantizer = Quantizer(scheme, scale, zero_point, None)
+        return tensor
+    scales, zero_points, axis = params[1:] if len(params) == 4 else (None, None, None)
+    if not isinstance(scales, PickledTensor) or not isinstance(zero_points, PickledTensor):
+        raise BadInput("a per-channel quantized tensor's scales and zero points are not tensors")
+    if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < max(len(tensor.shape), 1):
+        raise BadInput(f"a per-channel quantized tensor of shape {tensor.shape} is quantized along axis {axis!r}")
+    tensor.quantizer = Quantizer(scheme, scales, zero_points, axis)
+    return tensor
 
 
 def _rebuild_parameter(data: Any, *_: Any) -> Any:
@@ -146,12 +188,14 @@ TORCH_REBUILDS: dict[tuple[str, str], Any] = {
     ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type,
     ("torch._utils", "_rebuild_sparse_tensor"): _odd_tensor("is a sparse tensor, not a dense one"),
     ("torch._utils", "_rebuild_sparse_csr_tensor"): _odd_tensor("is a sparse tensor, not a dense one"),
-    ("torch._utils", "_rebuild_qtensor"): _odd_tensor("is a quantized tensor, not a floating point one"),
+    ("torch._utils", "_rebuild_qtensor"): _rebuild_qtensor,
     ("torch._utils", "_rebuild_nested_tensor"): _odd_tensor("is a nested tensor, not a dense one"),
     ("torch._utils", "_rebuild_meta_tensor_no_storage"): _meta_tensor,
     ("torch.serialization", "_get_layout"): str,
     **{("torch", name): StorageClass(name) for name in TORCH_STORAGES},
     **{("torch", name): dtype for name, dtype in _DTYPES.items()},
+    **{("torch", name): name for name in QSCHEMES},
+    **{("torch", name): name for name in ("qint8", "quint8", "qint32")},  # a whole quantized model's dtype
 }
 
 
@@ -166,7 +210,8 @@ class Storages:
             raise BadInput(f"the pickle names a persistent object {str(pid)[:80]} that is no storage")
         _, kind, key, _location, numel = pid
         if not isinstance(kind, StorageClass) or not isinstance(key, str) or not isinstance(numel, int) or numel < 0:
-            raise BadInput(f"the pickle names storage {str(pid)[:80]}, not one torch.save writes")
+            named = kind.qualified() if isinstance(kind, type) and issubclass(kind, _pickled.Object) else str(kind)
+            raise BadInput(f"the pickle names a storage {str(key)[:40]!r} of {named[:60]}, not one torch.save writes")
         storage = self.by_key.setdefault(key, Storage(kind, key, numel))
         if storage != Storage(kind, key, numel):
             raise BadInput(f"the pickle gives storage {key!r} two sizes or types")

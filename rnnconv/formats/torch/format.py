@@ -45,7 +45,7 @@ class TorchFormat(Format):
 
         def canonical(rnn: TorchRNN, info: Provenance) -> CanonicalRNN:
             stated = options.nonlinearity or nonlinearities.get(rnn.prefix)
-            converted = to_canonical(rnn, info, stated, state.kept.get(rnn.prefix[:-1]))
+            converted = to_canonical(rnn, info, stated, state.kept.get(rnn.prefix[:-1]), options.dequantize)
             converted.origin = sources.get(rnn.prefix)
             return converted
 
@@ -120,7 +120,7 @@ class TorchFormat(Format):
         self, path: Path, source: Provenance, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
     ) -> tuple[dict[str, np.ndarray | None], str]:
         from rnnconv.formats.torch.reader import load_state_dict
-        from rnnconv.formats.torch.runner import run_program, run_read, run_script, run_source
+        from rnnconv.formats.torch.runner import run_program, run_quantized, run_read, run_script, run_source
 
         state = load_state_dict(path)
         if state.kind == EXPORT_KIND:
@@ -130,4 +130,6 @@ class TorchFormat(Format):
                 return run_read(found.rnns[0], inputs)
         if state.kind == "torch-script":
             return run_script(path, source.prefix or "", spec, inputs, state.kept.get((source.prefix or "")[:-1]))
+        if (source.prefix or "") in state.quantized:  # never a float module of its dequantized weights
+            return run_quantized(path, source.prefix or "", spec, inputs)
         return run_source(path, source.prefix or "", spec, inputs)

@@ -26,8 +26,8 @@ import numpy as np
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.contracts import Provenance, RNNSizes
 from rnnconv.core.dtypes import ELEMENT_TYPES, decode
-from rnnconv.errors import BackendMissing, BadInput, listing
-from rnnconv.formats import _pickled, _safetensors
+from rnnconv.errors import BackendMissing, BadInput, Unsupported, listing
+from rnnconv.formats import _pickled, _quantized, _safetensors
 from rnnconv.formats.reading import (
     Found,
     Settled,
@@ -54,6 +54,7 @@ from rnnconv.formats.torch.modules import (
     kept_rnn,
     module_entries,
 )
+from rnnconv.formats.torch.quantized import FP16, QuantizedRNN, is_cell_params, quantized_rnns
 from rnnconv.formats.torch.wire import EXPORT_KIND, is_legacy_checkpoint
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.table.apply import find_row, rows_for
@@ -209,7 +210,10 @@ def _pickled_tensors(found: ZipCheckpoint) -> StateDict:
 
     tensors.kept = kept
     any_tensor = False
+    cell_params: list[tuple[str, Any]] = []  # a quantized RNN's, one per layer and direction
     for key, value in flatten_checkpoint(found.root, "", module):
+        if is_cell_params(value):
+            cell_params.append((key, value))
         if not isinstance(value, PickledTensor):
             continue
         any_tensor = True
@@ -218,6 +222,14 @@ def _pickled_tensors(found: ZipCheckpoint) -> StateDict:
             tensors[key] = Tensor(
                 value.shape, dtype or "float32", _Values(found, value), dtype == "bfloat16", value.problem
             )
+
+    def add(key: str, values: np.ndarray, dtype: str) -> None:
+        if key in tensors:
+            raise BadInput(f"{path}: {key} is both a quantized RNN's weight and a tensor of its own")
+        tensors[key] = Tensor(values.shape, dtype, values.astype(dtype, copy=False), False)
+
+    tensors.quantized, tensors.checkpoint = quantized_rnns(found, cell_params, add), found
+    any_tensor = any_tensor or bool(tensors.quantized)
     named = _pickled.globals_named(found.root)
     if not any_tensor and named:
         raise BadInput(
@@ -257,6 +269,8 @@ class StateDict(dict):
     kind = "torch"  # the file's kind (PLUGIN's kinds): a torch.save checkpoint, a whole model's, a TorchScript archive
     kept: Mapping[str, KeptRNN] = {}  # of a whole model: its RNN modules, by module path, with the settings it states
     programs: Mapping[str, exported.ExportedRNN] = {}  # a torch.export program's: what its graph says, by prefix
+    quantized: Mapping[str, QuantizedRNN] = {}  # quantize_dynamic's RNNs, by prefix (their tensors are above)
+    checkpoint: ZipCheckpoint | None = None  # a zip checkpoint's tree and storages, where they were read
 
     def recorded(self, path: Path) -> tuple[dict[str, Provenance], dict[str, str]]:
         """The source of each RNN and each nn.RNN's nonlinearity that the file records, by key prefix."""
@@ -354,6 +368,7 @@ class TorchRNN:
     keys: dict[tuple[str, int | None, int], str]
     wrapper: str = ""  # "state_dict." when the checkpoint wraps its state_dict in a dict
     program: exported.ExportedRNN | None = None  # what a torch.export program's graph says of it
+    quantized: QuantizedRNN | None = None  # a dynamically quantized RNN's cells, as stored
 
     @property
     def name(self) -> str:
@@ -380,6 +395,7 @@ def find_rnns(tensors: Mapping[str, Tensor]) -> list[TorchRNN]:
     rnns = [r for r in found.values() if not r.is_cell or ("input_matrix", None, 0) in r.tensors]
     for rnn in rnns:
         rnn.program = getattr(tensors, "programs", {}).get(rnn.prefix)
+        rnn.quantized = getattr(tensors, "quantized", {}).get(rnn.prefix)
     wrappers = {r.prefix.split(".")[0] for r in rnns}
     if len(wrappers) == 1 and getattr(tensors, "wrapped", False) and all("." in r.prefix for r in rnns):
         for rnn in rnns:
@@ -415,12 +431,18 @@ def pick(rnns: list[TorchRNN], prefix: str | None, path: Path) -> TorchRNN:
 
 
 def to_canonical(
-    rnn: TorchRNN, source: Provenance, nonlinearity: str | None = None, kept: KeptRNN | None = None
+    rnn: TorchRNN,
+    source: Provenance,
+    nonlinearity: str | None = None,
+    kept: KeptRNN | None = None,
+    dequantize: bool = False,
 ) -> CanonicalRNN:
     """The canonical RNN of a state_dict's RNN; an nn.RNN's nonlinearity is `nonlinearity`, or assumed tanh. Of a
     whole model's RNN module (`kept`), the settings its file states: its nonlinearity, and every other checked
-    against what its tensors give."""
+    against what its tensors give. A dynamically quantized RNN's int8 weights are read dequantized only with
+    `dequantize`."""
     what = f"RNN {rnn.name!r}"
+    quantized_provenance, quantized_notes = _quantized_reading(rnn, what, dequantize)
     t = rnn.tensors
     first = first_layer(rnn)
     layers: list[int | None] = [None]
@@ -516,8 +538,8 @@ def to_canonical(
         without_bias="bias=False",
         without_bias_aside=" (as PyTorch gives cuDNN)",
         notes=notes,
-        later_notes=[f"{rnn.name}: an {cls} is a one-layer RNN run one step at a time"] if rnn.is_cell else [],
-        provenance={"prefix": rnn.prefix},
+        later_notes=[f"{rnn.name}: an {cls} is a one-layer RNN run one step at a time"] * rnn.is_cell + quantized_notes,
+        provenance={"prefix": rnn.prefix, **quantized_provenance},
         handover={"stacked": stacked},
     )
     canonical = read(found, source)
@@ -528,6 +550,31 @@ def to_canonical(
             told |= {"num_layers": spec.num_layers, "bidirectional": spec.bidirectional, "proj_size": spec.proj_size}
         check_settings(kept, told | {"bias": spec.bias}, what)
     return canonical
+
+
+def _quantized_reading(rnn: TorchRNN, what: str, dequantize: bool) -> tuple[dict[str, Any], list[str]]:
+    """What reading a dynamically quantized RNN records and notes; without `dequantize` its int8 weights are
+    refused, in a sentence that says their scheme."""
+    quantized = rnn.quantized
+    if quantized is None:
+        return {}, []
+    if quantized.kind == FP16:
+        return {}, [
+            f"{rnn.name}: a float16 dynamically quantized RNN (quantize_dynamic, dtype=torch.float16): its weights are "
+            f"float16 values, read as stored, which its kernel computes with in float32"
+        ]
+    rec = quantized.record
+    assert rec is not None
+    zero = "zero points 0" if rec.symmetric else "with zero points"
+    count = len(rec.tensors)
+    if not dequantize:
+        raise Unsupported(
+            f"{what} is dynamically quantized (quantize_dynamic): {count} int{rec.bits} weight tensors ({rec.scheme}, "
+            f"{zero}, largest step {rec.largest_step:.3g}), which cuDNN does not compute with; --dequantize converts "
+            f"the float model they approximate, scale * (q - zero_point)"
+        )
+    how = "torch's dynamic kernels also quantize each product's input to uint8 per tensor at run time"
+    return {"dtype": "int8", "dequantized": rec}, [_quantized.note(rnn.name, rec, quantized.dtype, how)]
 
 
 def _settle_program(

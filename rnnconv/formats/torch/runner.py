@@ -10,6 +10,7 @@ runs its own call of the RNN op in `torch.export.load(...).module()` (`run_progr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import tempfile
@@ -23,7 +24,9 @@ import numpy as np
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.reference import forward
 from rnnconv.errors import BadInput, cut, first_line
+from rnnconv.formats.torch.checkpoint import ZipCheckpoint
 from rnnconv.formats.torch.modules import KeptRNN
+from rnnconv.formats.torch.quantized import DYNAMIC, QuantizedRNN, stored
 from rnnconv.formats.torch.reader import load_state_dict, require_torch
 from rnnconv.formats.torch.writer import torch_class
 from rnnconv.table.apply import rows_for
@@ -77,6 +80,70 @@ def run_source(
     torch, module, is_cell, how = load_source_module(path, prefix, spec)
     x, h0 = np.asarray(inputs["x"]), np.asarray(inputs["h0"])
     return run_module(torch, module, spec, is_cell, x, h0, inputs["c0"], inputs["lengths"]), how
+
+
+def run_quantized(
+    path: Path, prefix: str, spec: RNNSpec, inputs: dict[str, np.ndarray | None]
+) -> tuple[dict[str, np.ndarray | None], str]:
+    """A dynamically quantized RNN as torch runs it: its quantized module (torch.ao.nn.quantized.dynamic) rebuilt
+    from the integers, scales and biases rnnconv's reader checked, packed by torch's own ops as quantize_dynamic
+    packs them, run in float32 (the kernels quantize each product's input at run time)."""
+    state = load_state_dict(path)
+    quantized = state.quantized.get(prefix)
+    if quantized is None:
+        raise BadInput(f"{path} holds no quantized RNN under the prefix {prefix!r} the blob was made from")
+    torch = require_torch("running the quantized PyTorch source model")
+    found = state.checkpoint
+    assert found is not None
+    x, h0 = np.asarray(inputs["x"]), np.asarray(inputs["h0"])
+    single = dataclasses.replace(spec, dtype="float32")  # its kernels take float32 inputs
+    with warnings.catch_warnings():  # torch's own (its quantized tensors are deprecated): rnnconv speaks for itself
+        warnings.simplefilter("ignore")
+        try:
+            module = _quantized_module(torch, path, found, quantized, spec)
+            ran = run_module(torch, module, single, False, x, h0, inputs["c0"], inputs["lengths"])
+        except RuntimeError as exc:  # torch's packing and kernels refuse what they cannot take
+            raise BadInput(f"torch cannot run the quantized RNN of {path} (it says: {_said(exc)})") from None
+    scheme = "int8 weights" if quantized.kind == DYNAMIC else "float16 weights"
+    return ran, f"torch {torch.__version__}: torch.ao.nn.quantized.dynamic.{module._get_name()} ({scheme})"
+
+
+def _quantized_module(torch: Any, path: Path, found: ZipCheckpoint, quantized: QuantizedRNN, spec: RNNSpec) -> Any:
+    """The quantized module of `quantized`'s cells, each packed as quantize_dynamic packs it."""
+    ops, dynamic = torch.ops.quantized, torch.ao.nn.quantized.dynamic
+    packed = []
+    for _, cell in sorted(quantized.cells.items()):  # in the order layer * directions + direction
+        biases = (
+            [None, None] if cell.biases is None else [torch.from_numpy(np.array(found.values(b))) for b in cell.biases]
+        )
+        linears = []
+        for weight, bias in zip(cell.weights, biases):
+            if quantized.kind != DYNAMIC:
+                linears.append(ops.linear_prepack_fp16(torch.from_numpy(np.array(found.values(weight))), bias))
+                continue
+            q, quant = stored(found, weight, f"{path}: {cell.key}")
+            ints = torch.from_numpy(np.array(q))
+            if quant.axis is None:
+                qweight = torch._make_per_tensor_quantized_tensor(ints, quant.scales[0], quant.zero_points[0])
+            else:
+                scales = torch.tensor(quant.scales, dtype=torch.float64)
+                zeros = torch.tensor(quant.zero_points, dtype=torch.int64)
+                qweight = torch._make_per_channel_quantized_tensor(ints, scales, zeros, quant.axis)
+            linears.append(ops.linear_prepack(qweight, bias))
+        if quantized.kind == DYNAMIC:
+            params = ops.make_quantized_cell_params_dynamic(*linears, *biases, cell.reduce_range)
+        else:
+            params = ops.make_quantized_cell_params_fp16(*linears)
+        packed.append(dynamic.modules.rnn.PackedParameter(params))
+    module = getattr(dynamic, torch_class(spec))(
+        spec.input_size,
+        spec.hidden_size,
+        spec.num_layers,
+        bidirectional=spec.bidirectional,
+        dtype=torch.qint8 if quantized.kind == DYNAMIC else torch.float16,
+    )
+    module._all_weight_values = torch.nn.ModuleList(packed)
+    return module
 
 
 def run_read(rnn: CanonicalRNN, inputs: dict[str, np.ndarray | None]) -> tuple[dict[str, np.ndarray | None], str]:

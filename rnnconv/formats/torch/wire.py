@@ -27,6 +27,10 @@ TORCH_STORAGES: Final[dict[str, str]] = {
     "BoolStorage": "?",
     "ComplexFloatStorage": "<c8",
     "ComplexDoubleStorage": "<c16",
+    # a quantized tensor's integers (`torch._utils._rebuild_qtensor`): read only with their quantizer
+    "QInt8Storage": "i1",
+    "QUInt8Storage": "u1",
+    "QInt32Storage": "<i4",
 }
 
 # torch.save files (a patched copy too): every PyTorch ending but a safetensors state_dict's

@@ -1,0 +1,243 @@
+"""OpenVINO IRs quantized by NNCF (fixtures/make_openvino_quantized_fixtures.py): refused without --dequantize, naming
+it, and without --allow-lossy where a FakeQuantize rounds an op's input, naming the rounding; with both, every weight
+read as scale * (q - zero_point) exactly, the converted RNN computing what OpenVINO computes with those weights, the
+record saying what was dequantized and what rounding was left out; verify runs the quantized ops in OpenVINO a step
+at a time and holds them to the bound; damaged quantization refused in one sentence."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+ov = pytest.importorskip("openvino")
+
+from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
+
+import rnnconv
+
+HERE = FIXTURES / "openvino_quantized"
+FIXTURE_NAMES = ["lstm_nncf", "gru_nncf_asym"]
+pytestmark = pytest.mark.needs("openvino", "torch")
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """Each fixture converted once with --dequantize --allow-lossy: its .pt and the command's stderr."""
+    folder = tmp_path_factory.mktemp("converted")
+    out = {}
+    for name in FIXTURE_NAMES:
+        result = run_cli("convert", HERE / f"{name}.xml", folder / f"{name}.pt", "--dequantize", "--allow-lossy")
+        assert result.returncode == 0, result.stderr
+        out[name] = (folder / f"{name}.pt", result.stderr)
+    return out
+
+
+def _float_ir_outputs(name: str, x: np.ndarray) -> list[np.ndarray]:
+    """OpenVINO running the quantized IR with its FakeQuantizes taken out: the float model of its dequantized
+    weights, as OpenVINO computes them (x batch-first, zero initial states, f32)."""
+    core = ov.Core()
+    model = core.read_model(str(HERE / f"{name}.xml"))
+    for op in model.get_ops():
+        if op.get_type_name() == "FakeQuantize":
+            for target in list(op.output(0).get_target_inputs()):
+                target.replace_source_output(op.input_value(0))
+    model.validate_nodes_and_infer_types()
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    results = compiled({0: x})
+    return [np.asarray(results[o]) for o in compiled.outputs]
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_refused_without_dequantize_and_without_allow_lossy_in_one_sentence(name, tmp_path):
+    out = tmp_path / "m.pt"
+    result = run_cli("convert", HERE / f"{name}.xml", out)
+    assert_clean_failure(result, 2, "computes with quantized weights", "--dequantize", "FakeQuantize", "--allow-lossy")
+    result = run_cli("convert", HERE / f"{name}.xml", out, "--dequantize")
+    assert_clean_failure(result, 2, "quantized with its activations", "rounded by FakeQuantize", "--allow-lossy")
+    assert not out.exists()
+    (entry,) = [e for e in rnnconv.inspect(HERE / f"{name}.xml").rnns if "," in e.name or name.startswith("gru")]
+    assert not entry.converts and "per-channel (axis 1)" in entry.reason and "--dequantize" in entry.reason
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_dequantized_weights_are_exact_and_compute_what_openvino_computes_with_them(name, converted):
+    """Each weight is scale * (q - zero_point) of the IR's own Consts (read by OpenVINO), within half a step of the
+    float module's; the converted nn.LSTM/GRU computes, within 1e-5, what OpenVINO computes of the IR without its
+    FakeQuantizes; the record says the scheme and the rounding that was left out, and the warning says so."""
+    out, stderr = converted[name]
+    assert "read without what cuDNN does not compute" in stderr and "rounded by FakeQuantize" in stderr
+    assert "dequantized: " in stderr and "per-channel (axis 1)" in stderr
+    core = ov.Core()
+    model = core.read_model(str(HERE / f"{name}.xml"))
+    ops = {op.get_friendly_name(): op for op in model.get_ops()}
+    sequences = [op for op in model.get_ordered_ops() if op.get_type_name().endswith("Sequence")]
+    state = torch.load(out, weights_only=True)
+    float_module = torch.load(HERE / f"{name}.pt", weights_only=True)
+
+    def exact(port):  # the test's own scale * (q - zero_point), from the Consts OpenVINO reads
+        multiply = port.get_node()
+        centred, scales = (multiply.input_value(i).get_node() for i in range(2))
+        zero = np.zeros(1)
+        if centred.get_type_name() == "Subtract":
+            zero = centred.input_value(1).get_node().input_value(0).get_node().get_data().astype(np.int64)
+            centred = centred.input_value(0).get_node()
+        q = centred.input_value(0).get_node().get_data().astype(np.int64)
+        return (q - zero) * scales.get_data().astype(np.float64)
+
+    def exact_steps(port):  # each row's scale, in torch's gate order
+        scales = port.get_node().input_value(1).get_node().get_data().astype(np.float64)[0]
+        return np.concatenate([scales[g * hidden : (g + 1) * hidden] for g in order])
+
+    hidden = 7
+    gates = 4 if name.startswith("lstm") else 3
+    # OpenVINO's gate order (LSTM f, i, c, o; GRU z, r, h) into torch's (i, f, g, o; r, z, n)
+    order = [1, 0, 2, 3] if gates == 4 else [1, 0, 2]
+    for layer, op in enumerate(sequences):
+        for port, key in (
+            (op.input_value(4 if gates == 4 else 3), "ih"),
+            (op.input_value(5 if gates == 4 else 4), "hh"),
+        ):
+            values = exact(port)[0]
+            torch_order = np.concatenate([values[g * hidden : (g + 1) * hidden] for g in order])
+            assert np.array_equal(state[f"weight_{key}_l{layer}"].numpy(), torch_order)
+            off = np.abs(torch_order - float_module[f"weight_{key}_l{layer}"].numpy())
+            if name.startswith("lstm"):  # nncf saturates a row's outliers at +-127 steps: the rest within half a step
+                steps = exact_steps(port)
+                assert np.all((off <= steps / 2 * (1 + 2**-20)) | (np.abs(torch_order) >= 127 * steps * (1 - 2**-20)))
+            else:
+                assert off.max() <= np.ptp(values, axis=1).max() / 255 / 2 * (1 + 2**-20) + 2**-20
+    assert ops  # the IR read
+    with rnnconv.load(out) as (rnn,):
+        record = rnn.origin.dequantized if rnn.origin is not None else None
+        assert record is not None and record.bits == 8 and record.scheme == "per-channel (axis 1)"
+        assert record.symmetric == name.startswith("lstm") and record.rounded
+        assert [r.layer for r in record.rounded] == list(range(len(sequences)))
+        assert rnn.origin.loss is not None and all("FakeQuantize" in term for term in rnn.origin.loss.dropped)
+    module = (torch.nn.LSTM if gates == 4 else torch.nn.GRU)(5, hidden, num_layers=len(sequences), batch_first=True)
+    module = module.double()
+    module.load_state_dict(state)
+    x = np.random.default_rng(3).standard_normal((2, 6, 5)).astype(np.float32)
+    with torch.no_grad():
+        y, _ = module(torch.from_numpy(x).double())
+    theirs = _float_ir_outputs(name, x)
+    (y_ov,) = [o for o in theirs if o.shape == (2, 6, hidden)] or [theirs[0].reshape(2, 6, hidden)]
+    difference = float(np.abs(y.numpy() - y_ov).max())
+    assert difference <= 1e-5
+    LARGEST_ERRORS[f"OpenVINO, nncf IR without its FakeQuantizes vs its dequantized nn.{module._get_name()}"] = (
+        difference
+    )
+
+
+@pytest.mark.slow  # runs OpenVINO a step at a time, twice over
+def test_verify_holds_the_quantized_ir_run_in_openvino_to_the_bound(converted, tmp_path):
+    """verify runs the file's quantized ops (its integers, scales and FakeQuantizes) in OpenVINO a step at a time
+    against the converted LSTM, within the bound its scales and its input rounding give; a copy with one scale
+    changed is a mismatch."""
+    out, _ = converted["lstm_nncf"]
+    report = rnnconv.verify(out)
+    assert report.verdict == "match" and report.tolerance.bound is not None, report.summary
+    assert report.comparison.worst < report.tolerance.bound
+    assert any("held to the bound its scales give" in w for w in report.warnings)
+    LARGEST_ERRORS["OpenVINO's nncf-quantized LSTM, a step, vs its dequantized nn.LSTM"] = report.comparison.worst
+    damaged = tmp_path / "lstm_nncf.xml"
+    shutil.copy(HERE / "lstm_nncf.bin", damaged.with_suffix(".bin"))
+    xml = (HERE / "lstm_nncf.xml").read_text()
+    offset = int(re.search(r'element_type="f32" shape="1, 28, 1" offset="(\d+)"', xml)[1])
+    data = bytearray(damaged.with_suffix(".bin").read_bytes())
+    scales = np.frombuffer(bytes(data[offset : offset + 112]), np.float32) * np.float32(3.0)
+    data[offset : offset + 112] = scales.tobytes()
+    damaged.with_suffix(".bin").write_bytes(bytes(data))
+    damaged.write_text(xml)
+    copy = tmp_path / "copy.pt"
+    assert run_cli("convert", damaged, copy, "--dequantize", "--allow-lossy").returncode == 0
+    shutil.copy(HERE / "lstm_nncf.bin", damaged.with_suffix(".bin"))  # the file verify runs: the scales it was not
+    assert rnnconv.verify(copy).verdict == "mismatch"
+
+
+@pytest.mark.slow  # runs OpenVINO a step at a time
+def test_the_audit_holds_the_ir_to_its_float_checkpoint_its_summed_biases_compared_as_sums():
+    """The nncf IR against the nn.LSTM it was quantized from: every weight within half a step (the IR's one bias a
+    gate, b_ih + b_hh, held against the checkpoint's sum, not its b_ih), each step within the bound."""
+    result = run_cli("verify", HERE / "lstm_nncf.xml", "--against", HERE / "lstm_nncf.pt")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "WITHIN-BOUND" in result.stdout and "within its quantization's bound" in result.stdout
+    assert "weights " in result.stdout  # the proof's first term: every weight within half a step, bias sums too
+
+
+def test_layers_whose_integers_are_of_two_types_convert(tmp_path, converted):
+    """Layer 1's last weight stored as u8 (the same bytes), layer 0's as i8: each dequantized as its own type says
+    (the record said one type for the source, and two made it fail)."""
+    xml = (HERE / "lstm_nncf.xml").read_text()
+    at = xml.rindex('element_type="i8"')
+    path = tmp_path / "mixed.xml"
+    path.write_text(xml[:at] + 'element_type="u8"' + xml[at + len('element_type="i8"') :])
+    shutil.copy(HERE / "lstm_nncf.bin", path.with_suffix(".bin"))
+    out = tmp_path / "mixed.pt"
+    result = run_cli("convert", path, out, "--dequantize", "--allow-lossy")
+    assert result.returncode == 0, result.stderr
+    with rnnconv.load(out) as (mixed,), rnnconv.load(converted["lstm_nncf"][0]) as (exact,):
+        changed = {k.layer for k in mixed.spec.param_keys() if not np.array_equal(mixed.param(k), exact.param(k))}
+    assert changed == {1}
+
+
+def _damaged(tmp_path, xml_change=None, bin_change=None):
+    xml, data = (HERE / "lstm_nncf.xml").read_text(), bytearray((HERE / "lstm_nncf.bin").read_bytes())
+    offset = int(re.search(r'element_type="f32" shape="1, 28, 1" offset="(\d+)"', xml)[1])
+    if bin_change is not None:
+        bin_change(data, offset)
+    if xml_change is not None:
+        xml = xml_change(xml)
+    path = tmp_path / "damaged.xml"
+    path.write_text(xml)
+    path.with_suffix(".bin").write_bytes(bytes(data))
+    return path
+
+
+def _scale(value):
+    def change(data, offset):
+        data[offset + 8 : offset + 12] = np.float32(value).tobytes()
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("xml_change", "bin_change", "phrase"),
+    [
+        (None, _scale(0.0), "a scale of 0:"),
+        (None, _scale(-0.01), "a scale of -0.01"),
+        (None, _scale(float("nan")), "a scale of nan"),
+        (
+            lambda x: x.replace(
+                'shape="1, 28, 1" offset="209" size="112"', 'shape="1, 14, 1" offset="209" size="56"', 1
+            ),
+            None,
+            "neither one nor one per row",
+        ),
+        (
+            lambda x: x.replace(
+                'element_type="i8" shape="1, 28, 5" offset="69" size="140"',
+                'element_type="i8" shape="1, 28, 5" offset="69" size="141"',
+                1,
+            ),
+            None,
+            "is not that of",
+        ),
+        (
+            lambda x: x.replace(
+                'element_type="i8" shape="1, 28, 5" offset="69"', 'element_type="i8" shape="1, 28, 5" offset="1400"', 1
+            ),
+            None,
+            "points past its weights",
+        ),
+        (lambda x: x.replace('levels="256"', 'levels="1"', 1), None, "levels='1', not a count"),
+    ],
+)
+def test_damaged_quantization_is_refused_in_one_sentence(tmp_path, xml_change, bin_change, phrase):
+    path = _damaged(tmp_path, xml_change, bin_change)
+    result = run_cli("convert", path, tmp_path / "m.pt", "--dequantize", "--allow-lossy")
+    assert_clean_failure(result, 2, phrase)
+    assert not (tmp_path / "m.pt").exists()
