@@ -106,8 +106,9 @@ def into_target(into: Path, output: Path | None, to: str | None, write: WriteOpt
             if suffixes
             else f"the patched copy of {into} is a file of its kind: give -o a name without an ending, as {into} has"
         )
-    if write.dtype is not None:
-        raise BadInput("--into keeps the element type of each tensor it replaces; leave out --dtype")
+    if write.dtype is not None or write.quantize is not None:
+        flag = "--dtype" if write.dtype is not None else "--quantize"
+        raise BadInput(f"--into keeps the element type of each tensor it replaces; leave out {flag}")
     return found
 
 
@@ -234,6 +235,7 @@ def convert(
                 raise RnnconvError(f"{source} gave no RNN to write")
             check_stated(found.rnns, options)
             check_streamable(target.info, found.rnns, write)
+            holding.check_quantizable(target.info, write.quantize, write.dtype, write.streaming)
             check_own_settings(target, write)
             held = [holdable(target, rnn, write) for rnn in found.rnns]  # before anything is written
             if into is None:

@@ -538,7 +538,7 @@ def test_json_is_the_result_on_stdout_everywhere(tmp_path):
     conversion = json.loads(run_cli("keras-to-cudnn", FIXTURES / "keras3" / "lstm.h5", "-o", out, "--json").stdout)
     assert conversion["outputs"][0] == str(out)
     report = json.loads(run_cli("verify", out, "--backend", "numpy", "--json").stdout)
-    assert report["verdict"] == "match" and report["schema_version"] == 5
+    assert report["verdict"] == "match" and report["schema_version"] == 6
     assert json.loads(run_cli("inspect", out, "--json").stdout)["format"] == "cudnn-bin"
     rows = json.loads(run_cli("explain", "keras", "GRU", "--json").stdout)
     assert rows[0]["gate_order"] == ["z", "r", "h"]

@@ -164,7 +164,8 @@ def test_the_audit_holds_the_ir_to_its_float_checkpoint_its_summed_biases_compar
     gate, b_ih + b_hh, held against the checkpoint's sum, not its b_ih), each step within the bound."""
     result = run_cli("verify", HERE / "lstm_nncf.xml", "--against", HERE / "lstm_nncf.pt")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "the quantization's bound per step" in result.stdout and "within half a step" in result.stderr
+    assert "WITHIN-BOUND" in result.stdout and "within its quantization's bound" in result.stdout
+    assert "weights " in result.stdout  # the proof's first term: every weight within half a step, bias sums too
 
 
 def test_layers_whose_integers_are_of_two_types_convert(tmp_path, converted):

@@ -101,7 +101,8 @@ def test_the_audit_holds_the_quantized_file_to_its_float_checkpoint_and_catches_
     rnnconv.convert(CHECKPOINT, checkpoint)
     result = run_cli("verify", SOURCE, "--against", checkpoint)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "the quantization's bound per step" in result.stdout and "within half a step" in result.stderr
+    assert "WITHIN-BOUND" in result.stdout and "within its quantization's bound" in result.stdout
+    assert "1 of 1 RNN matches (1 within its quantization's bound)" in result.stdout
 
     def swapped(model, op):
         inputs = list(op.inputs)

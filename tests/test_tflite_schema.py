@@ -48,12 +48,17 @@ SLOT_FIELDS = {
             "cell_clip": "CellClip",
             "proj_clip": "ProjClip",
             "time_major": "TimeMajor",
+            "asymmetric_quantize_inputs": "AsymmetricQuantizeInputs",
             "diagonal": "DiagonalRecurrentTensors",
         },
     ),
     "SequenceRNNOptions": (
         wire.RNN_OPTION_SLOTS,
-        {"time_major": "TimeMajor", "activation": "FusedActivationFunction"},
+        {
+            "time_major": "TimeMajor",
+            "activation": "FusedActivationFunction",
+            "asymmetric_quantize_inputs": "AsymmetricQuantizeInputs",
+        },
     ),
     "SplitOptions": (wire.PLAIN_OPTION_SLOTS["SPLIT"], {"num_splits": "NumSplits"}),
     "PackOptions": (wire.PLAIN_OPTION_SLOTS["PACK"], {"values_count": "ValuesCount", "axis": "Axis"}),

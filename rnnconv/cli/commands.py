@@ -171,7 +171,10 @@ for _target in sorted(ADAPTER_FORMATS, key=lambda name: name != "cudnn"):
             + "; a directory for several sources (DIR/ is created; the target is --to's, cuDNN by default). Given "
             "with -o, every argument is a source; without, the last one is the output.",
         ),
-        *map(parameter, ("to", "layer", "prefix", *ALL_SOURCE_OPTIONS, "into", "streaming", "chunk", *CONVERSION_TAIL)),
+        *map(
+            parameter,
+            ("to", "layer", "prefix", *ALL_SOURCE_OPTIONS, "into", "streaming", "chunk", "quantize", *CONVERSION_TAIL),
+        ),
     ],
 )
 def convert(**values: Any) -> int:

@@ -159,6 +159,15 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         "beyond the recorded loss is a mismatch either way.",
         {},
     ),
+    "bound": (
+        float | None,
+        None,
+        ("--bound",),
+        "A file written with --quantize: the largest difference from its float source allowed end to end (the "
+        "third of its proof's terms) [default: the bound derived from its weights' rounding and its kernel's, "
+        "recorded in the report].",
+        {},
+    ),
     "convert": (
         bool,
         False,
@@ -280,7 +289,11 @@ def direction_options(source: str, target: str) -> list[str]:
     """The options of a SOURCE-to-TARGET command after its sources, output and --layer/--prefix: the element type,
     the source format's, the target's (--into, --streaming), then every conversion's."""
     info = FORMAT_INFO[target]
-    targets = (["into"] if info.writes_into else []) + (["streaming", "chunk"] if info.streams else [])
+    targets = (
+        (["into"] if info.writes_into else [])
+        + (["streaming", "chunk"] if info.streams else [])
+        + (["quantize"] if info.holds.quantizes else [])
+    )
     return ["dtype", *(o for o in source_options(source) if o != "dtype"), *targets, *CONVERSION_TAIL]
 
 
@@ -300,6 +313,7 @@ VERIFY_OPTIONS = [
     "stream_runtime",
     "atol",
     "rtol",
+    "bound",
     "report",
     "junit",
     "summary",

@@ -94,6 +94,7 @@ def _table(**options: Any) -> Table:
 
 VERDICT_COLOURS = {
     "match": "green",
+    "within-bound": "green",
     "structure-only": "yellow",
     "lossy-as-recorded": "yellow",
     "not-deployed": "yellow",

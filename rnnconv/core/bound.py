@@ -23,14 +23,14 @@ quantized from that float model as its scales say (a gate swapped, a scale on th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from rnnconv.core.canonical import ParamKey, RNNSpec
-from rnnconv.core.contracts import Dequantized, RoundedInput
-from rnnconv.core.reference import ACTIVATIONS, sigmoid
+from rnnconv.core.contracts import Dequantized, Quantized, RoundedInput
+from rnnconv.core.reference import ACTIVATIONS, forward, sigmoid
 from rnnconv.table.constants import GRU, LSTM, Kind
 
 ACTIVATION_STEPS = 127  # a step of the kernel's 8-bit inputs is at most max|value| / 127
@@ -80,8 +80,11 @@ INPUT_ROUNDINGS: dict[str, InputRounding] = {
 }
 
 
-def input_rounding(record: Dequantized) -> InputRounding:
-    """The run-time rounding of the kernel a record's weights were read from."""
+def input_rounding(record: Dequantized) -> InputRounding | None:
+    """The run-time rounding of the kernel a record's weights were read from (None: a file --quantize wrote for a
+    kernel that computes in float with its dequantized weights)."""
+    if isinstance(record, Quantized) and not record.inputs_quantized:
+        return None
     return SYMMETRIC_ROWS if record.inputs is None else INPUT_ROUNDINGS[record.inputs]
 
 
@@ -143,6 +146,37 @@ def quantization_bound(
             worst = max(worst, float(dh.max()), float(dc.max()) if spec.mode == LSTM else 0.0)
         values, errors = np.concatenate(outputs, axis=-1), np.concatenate(bounds, axis=-1)
     return max(worst, float(errors.max()))
+
+
+def float_states(
+    spec: RNNSpec, param: Callable[[ParamKey], np.ndarray], x: np.ndarray, h0: np.ndarray | None, c0: np.ndarray | None
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """Each step's input with the states each direction of each layer enters it with in the float model (its
+    trajectory in the numpy reference, as float32: a forward direction's from the steps before, a reverse one's from
+    the steps after): where a step of a quantized run is compared with the float model's."""
+    trajectory: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    forward(spec, param, x, h0, c0, trajectory=trajectory)
+    cells = [trajectory[(layer, d)] for layer in range(spec.num_layers) for d in range(spec.num_directions)]
+    for t in range(x.shape[0]):
+        h = np.stack([states[0][t] for states in cells]).astype(np.float32)
+        c = np.stack([states[1][t] for states in cells]).astype(np.float32) if spec.mode == LSTM else None
+        yield x[t : t + 1], h, c
+
+
+def stepwise_bound(
+    spec: RNNSpec,
+    param: Callable[[ParamKey], np.ndarray],
+    x: np.ndarray,
+    h0: np.ndarray | None,
+    c0: np.ndarray | None,
+    weight_error: float,
+    kernel: InputRounding | None,
+) -> float:
+    """The largest bound of any step, each from the float model's states (`float_states`)."""
+    return max(
+        quantization_bound(spec, param, x_t, h, c, weight_error, kernel)
+        for x_t, h, c in float_states(spec, param, x, h0, c0)
+    )
 
 
 def _stacked(spec: RNNSpec, param: Callable[[ParamKey], np.ndarray], layer: int, d: int, kind: str) -> np.ndarray:

@@ -27,16 +27,27 @@ SIDECAR_SCHEMA_VERSION = 4
 # Report version 2: per-step errors per output direction and each output's `match`. Version 3: the verdict
 # lossy-as-recorded and the report's `loss`; a source record's `loss` (what --allow-lossy dropped). Version 4: the
 # verdict not-found (a row of the audit of a deployed model: an RNN with no partner on the other side). Version 5: the
-# verdict not-deployed (a checkpoint's RNN that the audit's --layer pairs leave out).
-REPORT_SCHEMA_VERSION = 5
+# verdict not-deployed (a checkpoint's RNN that the audit's --layer pairs leave out). Version 6: the verdict
+# within-bound and the report's `quantization` (a file written with --quantize: its three terms); a source record's
+# `quantized` (what --quantize wrote).
+REPORT_SCHEMA_VERSION = 6
 
 # error / backend-missing: verify could not run (exit 2 / 3); a report asked for is still written, saying why.
 # lossy-as-recorded: a file written with --allow-lossy differs from its source by what its record says was dropped,
 # and by nothing more (exit 1 unless --accept-recorded-loss). not-found: an RNN of a deployed model or of its
 # checkpoint that has no partner on the other side (exit 1). not-deployed: a checkpoint's RNN that the audit's --layer
 # pairs leave out, as they say the deployed file holds only the others (exit 0: nothing of the file is wrong).
+# within-bound: a file written with --quantize whose three terms (weights, kernel, end to end) each hold (exit 0).
 Verdict = Literal[
-    "match", "mismatch", "lossy-as-recorded", "structure-only", "error", "backend-missing", "not-found", "not-deployed"
+    "match",
+    "mismatch",
+    "lossy-as-recorded",
+    "within-bound",
+    "structure-only",
+    "error",
+    "backend-missing",
+    "not-found",
+    "not-deployed",
 ]
 
 
@@ -141,6 +152,19 @@ class Dequantized(Contract):
     rounded: list[RoundedInput] | None = None  # inputs the quantized file rounds, left out with --allow-lossy
 
 
+class Quantized(Dequantized):
+    """What `--quantize` wrote of an RNN: its scheme (as `Dequantized` records one), the largest difference of a
+    written weight, scale * q, from the source's (at most half a step), whether the target's kernel also quantizes each
+    step's inputs to 8 bits at run time, and the bound its scales give each step on the conversion's probe inputs."""
+
+    weight_error: float = Field(ge=0)
+    inputs_quantized: bool
+    step_bound: float = Field(ge=0)
+    seed: int = Field(ge=0)
+    steps: int = Field(ge=1)
+    batch: int = Field(ge=1)
+
+
 class Provenance(Contract):
     """Where an RNN came from: the file, its kind, its hash, and what in it."""
 
@@ -162,6 +186,7 @@ class Provenance(Contract):
     assumptions: list[str] | None = None  # settings the file does not store, taken as the format's default
     loss: RecordedLoss | None = None  # what --allow-lossy left out writing the file that records this source
     dequantized: Dequantized | None = None  # what --dequantize read of its quantized weights
+    quantized: Quantized | None = None  # what --quantize wrote of the file that records this source
 
 
 class LayoutInfo(Contract):
@@ -345,6 +370,33 @@ class LossCheck(Contract):
     explained: bool  # `beyond` is within the tolerance: the file loses what its record says, and nothing more
 
 
+class QuantizationTerm(Contract):
+    """One term of a quantized file's proof: the largest difference measured, the bound it is held to, and whether it
+    is within it."""
+
+    # NaN (and not ok) where a run or the bound gave values that are not finite, as a comparison's errors are
+    measured: float
+    # the weights': half the largest step; the kernel's and a derived end to end's: the bound the scales give plus
+    # float32's 1e-4 (and 1e-3 x |value|, which `detail` says); --bound's as given
+    bound: float
+    ok: bool
+    detail: str
+
+
+class QuantizationProof(Contract):
+    """A file written with `--quantize`, proved in three terms: its weights (each dequantized weight within half a
+    step of the float source's), its kernel (the file in its runtime against the float run of its dequantized weights,
+    a step at a time from the same states, within the bound its scales give) and end to end (the file in its runtime
+    against the float source over the whole sequence, within `--bound` or the bound derived from the other two)."""
+
+    scheme: str
+    bits: int
+    weights: QuantizationTerm
+    kernel: QuantizationTerm
+    end_to_end: QuantizationTerm
+    bound_given: bool  # end_to_end's bound is --bound's, not derived
+
+
 class LayoutFinding(Contract):
     """A tensor (or the whole weight space) that cuDNN places elsewhere than the blob says."""
 
@@ -383,13 +435,14 @@ class Report(Contract):
     allow_structure_only: bool = False  # whether a structure check alone was accepted
     loss: LossCheck | None = None  # a file written with --allow-lossy: what it loses, measured
     accept_recorded_loss: bool = False  # whether a lossy-as-recorded file was accepted
+    quantization: QuantizationProof | None = None  # a file written with --quantize: its three terms
     warnings: list[str] = Field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
-        """0 match (or a recorded loss accepted, or an RNN not deployed), 1 mismatch (or a recorded loss not
-        accepted, or no partner found), 2 nothing could be compared (unless a structure check alone was accepted) or
-        verify could not run, 3 a backend is missing."""
+        """0 match (or within-bound, or a recorded loss accepted, or an RNN not deployed), 1 mismatch (or a recorded
+        loss not accepted, or no partner found), 2 nothing could be compared (unless a structure check alone was
+        accepted) or verify could not run, 3 a backend is missing."""
         if self.verdict in ("mismatch", "not-found") or (
             self.verdict == "lossy-as-recorded" and not self.accept_recorded_loss
         ):

@@ -3,7 +3,8 @@ axis), checked and dequantized, `scale * (q - zero_point)`, into the float type 
 and the record of what was dequantized (`contracts.Dequantized`) a written file keeps; and the inputs a quantized
 file rounds before its RNN computes with them (`contracts.RoundedInput`), refused in one sentence or, with
 --allow-lossy, left out, the loss measured and recorded. TFLite's, ONNX's, OpenVINO's and PyTorch's
-readers use it."""
+readers use it. And weights quantized for writing (`--quantize`): symmetric int8 as TensorFlow's converter rounds
+them, with the record of what was written (`contracts.Quantized`), which TFLite's and ONNX's writers use."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rnnconv.core.bound import rounded
+from rnnconv.core.bound import SYMMETRIC_ROWS, rounded, stepwise_bound
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.compare import make_inputs
-from rnnconv.core.contracts import Dequantized, RecordedLoss, RoundedInput
+from rnnconv.core.contracts import Dequantized, Quantized, RecordedLoss, RoundedInput
 from rnnconv.core.reference import forward
 from rnnconv.errors import BadInput
 from rnnconv.formats.holding import PROBE_BATCH, PROBE_SEED, PROBE_STEPS
@@ -167,3 +168,63 @@ def rounding_dropped(rnn: CanonicalRNN, rounding: Sequence[RoundedInput]) -> Can
     if record is not None:
         update["dequantized"] = record.model_copy(update={"rounded": list(rounding)})
     return dataclasses.replace(rnn, source=rnn.source.model_copy(update=update))
+
+
+# The types --quantize writes, each with its symmetric scheme's largest level (int8: -127 to 127, as TensorFlow's
+# converter writes).
+WRITTEN_TYPES: dict[str, tuple[type[np.signedinteger], int]] = {"int8": (np.int8, 127)}
+
+
+def symmetric(values: np.ndarray, channel_axes: tuple[int, ...], kind: str = "int8") -> tuple[np.ndarray, np.ndarray]:
+    """Float weights quantized symmetrically, as TensorFlow's converter does (SymmetricQuantizeFloats): over each
+    channel (the axes `channel_axes` keep; none: the whole tensor) scale = max|W| / 127 in float32 and q =
+    round(W * (127 / max|W|)), halves away from zero; a channel of zeros gets scale 1. The integers, and the scales
+    in the shape that broadcasts against them."""
+    storage, top = WRITTEN_TYPES[kind]
+    levels = np.float32(top)
+    v = np.asarray(values, np.float32)
+    reduced = tuple(axis for axis in range(v.ndim) if axis not in channel_axes)
+    largest = np.abs(v).max(axis=reduced, keepdims=True) if v.size else np.ones([1] * v.ndim, np.float32)
+    largest = np.where(largest > 0, largest, levels).astype(np.float32)
+    scaled = v * (levels / largest).astype(np.float32)
+    q = np.clip(np.sign(scaled) * np.floor(np.abs(scaled) + np.float32(0.5)), -levels, levels)
+    return q.astype(storage), (largest / levels).astype(np.float32)
+
+
+def largest_rounding(values: np.ndarray, q: np.ndarray, scales: np.ndarray) -> float:
+    """The largest difference of the written weights, scale * q (`scales` broadcast against q), from the float ones:
+    in float64, which holds every such product exactly."""
+    written = q.astype(np.float64) * scales.astype(np.float64)
+    return float(np.max(np.abs(written - np.asarray(values, np.float64)), initial=0.0))
+
+
+def written_record(
+    rnn: CanonicalRNN, held: Sequence[tuple[str, Quantization]], kind: str, weight_error: float, inputs_quantized: bool
+) -> Quantized:
+    """What a file written with --quantize records of it: the scheme, the largest rounding of a weight, and the bound
+    its scales give each step of the float source's run on the conversion's probe inputs (`inputs_quantized`: the
+    target's kernel rounds each step's inputs as LiteRT's and onnxruntime's hybrid ones do, per row)."""
+    inputs = make_inputs(rnn.spec, PROBE_STEPS, PROBE_BATCH, PROBE_SEED, ragged=False)
+    kernel = SYMMETRIC_ROWS if inputs_quantized else None
+    bound = stepwise_bound(rnn.spec, rnn.param, inputs["x"], inputs["h0"], inputs["c0"], weight_error, kernel)
+    return Quantized(
+        **record(held, np.dtype(WRITTEN_TYPES[kind][0]).itemsize * 8).model_dump(),
+        weight_error=weight_error,
+        inputs_quantized=inputs_quantized,
+        step_bound=bound,
+        seed=PROBE_SEED,
+        steps=PROBE_STEPS,
+        batch=PROBE_BATCH,
+    )
+
+
+def quantized_note(name: str, rec: Quantized, target: str) -> str:
+    """The conversion's warning of what --quantize wrote."""
+    inputs = ", each step's inputs quantized to 8 bits at run time" if rec.inputs_quantized else ""
+    return (
+        f"--quantize: {name}'s {len(rec.tensors)} weight matrices written to {target} as int{rec.bits} ({rec.scheme}, "
+        f"symmetric, scale = max|W| / 127{inputs}): each weight within {rec.weight_error:.3g} of the source's (half "
+        f"the largest step is {rec.largest_step / 2:.3g}); on probe inputs (seed {rec.seed}, {rec.steps} steps, batch "
+        f"{rec.batch}) the bound its scales give a step is {rec.step_bound:.3g}; verify holds each step to the bound "
+        "on its own inputs"
+    )

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
-from rnnconv.errors import Unsupported, either, listing
+from rnnconv.errors import BadInput, Unsupported, cut, either, listing
 from rnnconv.formats.catalog import FORMAT_INFO
 from rnnconv.formats.plugin import FormatInfo
 from rnnconv.table.apply import row_for_mode
@@ -182,6 +182,31 @@ def losses(info: FormatInfo, rnn: CanonicalRNN) -> list[Loss]:
                 )
             )
     return found
+
+
+def check_quantizable(info: FormatInfo, quantize: str | None, dtype: str | None, streaming: bool) -> None:
+    """Refuse, in one sentence, a --quantize the target cannot hold (as its `Holds` says) or that another setting
+    contradicts."""
+    if quantize is None:
+        return
+    every = sorted({kind for other in FORMAT_INFO.values() for kind in other.holds.quantizes})
+    if quantize not in every:
+        raise BadInput(f"unknown --quantize {cut(quantize)!r} (choose {either(every)})")
+    if quantize not in info.holds.quantizes:
+        holders = [other.title for other in FORMAT_INFO.values() if quantize in other.holds.quantizes]
+        raise Unsupported(
+            f"{info.title} holds no {quantize} quantized weights (--quantize {quantize}): {either(holders)} do"
+        )
+    if streaming:
+        raise BadInput(
+            f"--quantize writes the RNN's ops with {quantize} weights, not a streaming model: leave out --streaming or "
+            "--quantize"
+        )
+    if dtype is not None and dtype != info.holds.dtypes[0]:
+        raise BadInput(
+            f"--quantize {quantize} writes {quantize} weight matrices with {info.holds.dtypes[0]} biases and states: "
+            f"leave out --dtype {dtype}"
+        )
 
 
 def check_held(info: FormatInfo, rnn: CanonicalRNN, requested: str | None) -> None:

@@ -46,6 +46,10 @@ class Holds:
     keeps: tuple[str, ...] | None = None
     layers: bool = True  # several layers in one file
     directions: bool = True  # a bidirectional RNN
+    # The integer types its weights may be quantized to (--quantize: weights only, symmetric, biases and states
+    # float), and whether its runtime's quantized kernels take a scale per channel (else one per tensor).
+    quantizes: tuple[str, ...] = ()
+    per_channel: bool = False
 
     @property
     def kept(self) -> tuple[str, ...]:

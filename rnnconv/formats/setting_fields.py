@@ -23,6 +23,16 @@ def _those_with(option: str) -> str:
     return ", ".join(titles[:-1]) + f" or {titles[-1]}" if len(titles) > 1 else "".join(titles)
 
 
+def _quantizing() -> str:
+    """The formats whose files --quantize can write, each with its scheme (its Holds say whether its kernels take a
+    scale per channel), as a sentence names them."""
+    return "; ".join(
+        f"{info.title}: a scale per {'channel' if info.holds.per_channel else 'tensor'}"
+        for info in FORMAT_INFO.values()
+        if info.holds.quantizes
+    )
+
+
 def _layer_help() -> str:
     named = [f"{info.title}: {info.layer}" for info in FORMAT_INFO.values() if info.layer]
     return (
@@ -106,6 +116,16 @@ WRITE_FIELDS: Final[dict[str, SettingField]] = {
         "without it, and say how much that changes the outputs on probe inputs.",
     ),
     "streaming": SettingField(bool, False, ("--streaming",), _streaming_help()),
+    "quantize": SettingField(
+        str | None,
+        None,
+        ("--quantize",),
+        f"Write the weight matrices quantized, symmetric, scale = max|W| / 127 ({_quantizing()}, as its kernels "
+        "take them); biases and states stay float. Quantization "
+        "rounds each weight by up to half a step: asked for, it is allowed, and the written record says the scheme "
+        "and the bound its scales give, which verify holds the file to.",
+        ("int8",),
+    ),
     **_own("write"),
 }
 TARGET_FIELDS: Final[dict[str, SettingField]] = {

@@ -88,6 +88,7 @@ class WriteOptions(Settings):
     profile: str | None = _offered(WRITE_FIELDS["profile"])
     streaming: bool = _offered(WRITE_FIELDS["streaming"])
     chunk: int | None = _offered(WRITE_FIELDS["chunk"])
+    quantize: str | None = _offered(WRITE_FIELDS["quantize"])
     progress: Progress | None = Field(None, description="Told (bytes just written, total bytes) as a blob is written.")
 
 

@@ -44,7 +44,7 @@ from rnnconv.formats.holding import reset_before_settings
 from rnnconv.formats.settings import ReadOptions
 from rnnconv.table.constants import CUDNN_MODES, GRU, LSTM
 from rnnconv.verification.diagnose import diagnose
-from rnnconv.verification.quantized import stepwise, weights_off
+from rnnconv.verification.quantized import proof_checks, prove, proved, said, terms_failed
 from rnnconv.verification.run import Stage, failed_report
 from rnnconv.verification.subject import SAME_RNN, VerifyOptions, check_same_rnn
 from rnnconv.version import __version__
@@ -270,30 +270,25 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
         tol = tolerance(name, spec.dtype, source.dtype, options.atol, options.rtol)
         comparison = compare(spec, got, want, tol, inputs["lengths"])
         quantized = reading is not None and reading.source.dequantized is not None
-        notes, weights = [], None
+        proof = None
         if quantized and not options.ragged:
             assert reading is not None and reading.source.dequantized is not None
-            step_size = reading.source.dequantized.largest_step
+            written = None if reading.origin is None else reading.origin.quantized  # what rnnconv's --quantize wrote
             with checkpoint.fmt.read(checkpoint.path, checkpoint.fmt.source_options(source)) as found:
-                float_model = found.rnns[0]
-                weights = weights_off(reading, float_model, step_size)
-                runs = (  # the checkpoint's steps in the numpy reference: its framework ran the whole sequence above
+                proof, comparison, tol = prove(
+                    reading,
+                    found.rnns[0],
+                    written or reading.source.dequantized,  # what its kernel rounds: what was written, or read
+                    inputs,
+                    (got, want),
                     lambda step: deployed.fmt.run(deployed.path, where, spec, step)[0],
-                    lambda step: _outputs(float_model.spec, float_model, step),
+                    options.bound,
                 )
-                record = reading.source.dequantized
-                got, want, tol = stepwise(spec, float_model.param, inputs, runs, step_size / 2, record)
-            whole, comparison = comparison.worst, compare(spec, got, want, tol, None)
-            notes.append(
-                f"it computes with quantized weights ({reading.source.dequantized.scheme}, "
-                f"int{reading.source.dequantized.bits}): every weight is within half a step of the checkpoint's"
-                * (weights is None)
-                + f"; each step was run from the checkpoint's states and held to the bound its scales give; over "
-                f"the whole sequence the outputs differ by up to {whole:.3g}, each step's rounding carried to the next"
-            )
         lengths = None if inputs["lengths"] is None else [int(v) for v in inputs["lengths"]]
         report = Report(
-            verdict="match" if comparison.match and weights is None else "mismatch",
+            verdict=("within-bound" if proved(proof) else "mismatch")
+            if proof is not None
+            else ("match" if comparison.match else "mismatch"),
             summary="",
             blob=str(deployed.path),
             name=ours,
@@ -316,23 +311,28 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
                 state_distribution=f"normal(0, {STATE_SCALE}), {'h0 and c0' if spec.mode == LSTM else 'h0'} non-zero",
             ),
             comparison=comparison,
+            quantization=proof,
         )
-        report.warnings += notes
-        if weights is not None:
-            report.problems.append(weights)
+        if proof is not None:
+            report.checks += proof_checks(proof)
+            if not proved(proof):
+                report.diagnosis = Diagnosis(found=False, tried=0, message=terms_failed(proof))
         loss = None if reading is None else reading.source.loss
         if loss is not None and comparison.match:  # honest about what these inputs never reached
             report.warnings.append(
                 f"it clips where {theirs} of {checkpoint.path.name} does not ({'; '.join(loss.dropped)}); verify's "
                 f"inputs never reach the clip, so it matches here"
             )
-        if not comparison.match and weights is None and options.diagnose:
+        if not comparison.match and proof is None and options.diagnose:
             report.diagnosis = _diagnosis(reading, deployed, checkpoint, source, spec, inputs, got, want, tol)
     what = f"{theirs} of {checkpoint.path.name}"
+    tolerated = f"{comparison.worst:.3g} (tolerance {tol.described()})"
     report.summary = (
-        f"{ours} computes what {what} computes: largest difference {comparison.worst:.3g} (tolerance {tol.described()})"
+        f"{ours} computes what {what} computes within its quantization's bound ({said(proof)})"
+        if proof is not None and report.verdict == "within-bound"
+        else f"{ours} computes what {what} computes: largest difference {tolerated}"
         if report.verdict == "match"
-        else f"{ours} differs from {what} by up to {comparison.worst:.3g} (tolerance {tol.described()})"
+        else f"{ours} differs from {what} by up to {tolerated}"
         + "".join(f"; {problem}" for problem in report.problems)
         + (f". {report.diagnosis.message}" if report.diagnosis else "")
     )

@@ -5,7 +5,8 @@ included) and one per compared output (the output sequence, h_n, and c_n for an 
 a failure carries the largest error, the tolerance and the diagnosis. A verify that could
 not run (exit 2 or 3) is one test case with an <error>; a structure check alone that was
 accepted is skipped, since nothing was compared, and so is a checkpoint's RNN that the audit's pairs leave out; a
-file that loses what its --allow-lossy record says is one case, failed unless --accept-recorded-loss accepted it.
+file that loses what its --allow-lossy record says is one case, failed unless --accept-recorded-loss accepted it; a
+file written with --quantize has a case for each of its proof's three terms (weights, kernel, end to end).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from rnnconv.core.contracts import Comparison, Report, Tolerance
 from rnnconv.table.constants import DIRECTIONS
+from rnnconv.verification.quantized import terms
 
 OUTPUTS = {"y": "output sequence", "h_n": "final hidden state", "c_n": "final cell state"}
 # What XML 1.0 cannot hold at all, escaping or not (control characters, lone surrogates): shown as \xNN.
@@ -80,6 +82,15 @@ def cases_of(report: Report) -> list[Case]:
         overall.outcome, overall.message = "failure", report.summary
         overall.details = "\n".join([report.summary, *report.problems])
     cases = [overall]
+    proof = report.quantization
+    if proof is not None:  # a file written with --quantize: its proof's three terms, a case each
+        for title, term in terms(proof):
+            case = Case(f"{rnn}: quantized {title}")
+            if not term.ok:
+                case.outcome = "failure"
+                case.message = f"{term.measured:.3g} exceeds the bound {term.bound:.3g}"
+                case.details = term.detail
+            cases.append(case)
     if report.comparison is not None and report.tolerance is not None:
         diagnosis = report.diagnosis.message if report.diagnosis else ""
         cases += _output_cases(rnn, report.comparison, report.tolerance, diagnosis)

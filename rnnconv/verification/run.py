@@ -24,9 +24,11 @@ from rnnconv.conversion import without
 from rnnconv.core.compare import STATE_SCALE, Inputs, Outputs, compare, make_inputs, tolerance
 from rnnconv.core.contracts import (
     Check,
+    Diagnosis,
     InputsInfo,
     LossCheck,
     Provenance,
+    QuantizationProof,
     Report,
     Reports,
     SourceRun,
@@ -42,7 +44,7 @@ from rnnconv.table.constants import LSTM
 from rnnconv.verification.diagnose import diagnose
 from rnnconv.verification.identify import probe_comparison
 from rnnconv.verification.junit import junit_xml
-from rnnconv.verification.quantized import stepwise
+from rnnconv.verification.quantized import proof_checks, prove, proved, said, stepwise, terms_failed
 from rnnconv.verification.subject import (
     WRITTEN_DIGEST,
     Against,
@@ -162,7 +164,23 @@ def judge(
     compared = [(run, compare(blob.spec, run[2], run[1], tol, run[0]["lengths"])) for run in outcomes]
     (inputs, want, got), report.comparison = min(compared, key=lambda c: (not c[1].match, c[1].worst))
     quantized_steps: Outputs | None = None
-    if fmt is not None and streamed is None and blob.source.dequantized is not None:
+    written = blob.source.quantized  # what --quantize wrote: proved in three terms
+    proof: QuantizationProof | None = None
+    if written is not None and fmt is not None and isinstance(engine, FileRun) and streamed is None:
+        stage("proving the quantized file: its weights, its kernel, end to end")
+        with fmt.read(source_path, fmt.source_options(source)) as found:
+            proof, report.comparison, report.tolerance = prove(
+                blob.to_canonical(),
+                found.rnns[0],
+                written,
+                inputs,
+                (got, want),
+                lambda step: engine.run(blob, step),
+                options.bound,
+            )
+        report.checks += proof_checks(proof)
+        report.quantization = proof
+    elif fmt is not None and streamed is None and blob.source.dequantized is not None:
         stage("comparing step by step, within the quantization's bound")
         rnn, spec = blob.to_canonical(), dataclasses.replace(blob.spec, bias=held.bias)
         quantized_run = lambda step: fmt.run(source_path, source, spec, step)[0]  # noqa: E731
@@ -207,6 +225,8 @@ def judge(
         ),
     )
     report.verdict = "match" if report.comparison.match and not report.problems else "mismatch"
+    if proof is not None:
+        report.verdict = "within-bound" if proved(proof) and not report.problems else "mismatch"
     if recorded is not None:
         beyond = compare(blob.spec, got, expected, report.tolerance, inputs["lengths"])
         probe = (recorded.seed, recorded.steps, recorded.batch, False)
@@ -220,7 +240,9 @@ def judge(
         )
         if report.verdict == "mismatch" and beyond.match and not report.problems:
             report.verdict = "lossy-as-recorded"
-    if report.verdict == "mismatch" and not report.comparison.match and options.diagnose and streamed is None:
+    if proof is not None and report.verdict == "mismatch":
+        report.diagnosis = Diagnosis(found=False, tried=0, message=terms_failed(proof))
+    elif report.verdict == "mismatch" and not report.comparison.match and options.diagnose and streamed is None:
         check_guards()  # a blob or a source that changed meanwhile explains it, without minutes of trying
         stage("looking for the mistake that explains the mismatch")
         # a mistake beyond a recorded loss
@@ -284,6 +306,10 @@ def write_outputs(chosen: dict[Path, Writer], force: bool = False) -> None:
 def _summary(report: Report, subject: str) -> str:
     assert report.comparison is not None and report.tolerance is not None and report.source is not None
     worst = report.comparison.worst
+    proof = report.quantization
+    if report.verdict == "within-bound" and proof is not None:
+        source = Path(report.source.path).name
+        return f"{subject} computes what {source} computes within its quantization's bound ({said(proof)})"
     if report.verdict == "match":
         assumed = f" under the assumption that {' and '.join(report.assumptions)}" if report.assumptions else ""
         return (

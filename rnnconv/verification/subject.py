@@ -5,6 +5,7 @@ them."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,7 @@ class VerifyOptions:
     allow_structure_only: bool = False  # accept a structure check alone when the source is nowhere (exit 0)
     require_stated: bool = False  # refuse a blob that assumed a setting its source does not store
     accept_recorded_loss: bool = False  # exit 0 for a file that loses what --allow-lossy recorded, and no more
+    bound: float | None = None  # a file written with --quantize: the end-to-end bound [default: derived]
     streaming: bool = False  # the file is a streaming model: fed in chunks, its states carried
     stream_runtime: str | None = None  # what runs it [default: its format's own runtime]
 
@@ -58,6 +60,10 @@ class VerifyOptions:
             raise BadInput(f"verify needs --seq-len of at least 2 and --batch of at least 1 (each at most {MAX_STEPS})")
         if self.seed < 0 or (self.atol is not None and self.atol < 0) or (self.rtol is not None and self.rtol < 0):
             raise BadInput("--seed, --atol and --rtol cannot be negative")
+        if self.bound is not None and not (math.isfinite(self.bound) and self.bound > 0):
+            raise BadInput(
+                f"--bound must be a positive number (the largest difference allowed end to end), not {self.bound}"
+            )
         if self.stream_runtime is not None and not self.streaming:
             raise BadInput("--stream-runtime runs a streaming model: give it with --streaming")
         if self.streaming and (self.ragged or self.raw_spec is not None):
@@ -189,7 +195,8 @@ def runtime_format(path: Path, options: VerifyOptions) -> base.Format | None:
 def open_runtime_file(path: Path, fmt: base.Format, options: VerifyOptions) -> tuple[Blob, Provenance]:
     """The RNN of a runtime's file, read back as a weight space (for the checks and the diagnosis; its source is
     the one the file records), and where it is in the file (what the format's `run` is given)."""
-    read = ReadOptions(layer=options.layer, hash_source=False, take_all=True)
+    # a quantized file (rnnconv's --quantize, or another's) read as its dequantized weights, run as it is
+    read = ReadOptions(layer=options.layer, hash_source=False, take_all=True, dequantize=True)
     with fmt.read(path, read) as found:
         (rnn,) = pick_named(found.rnns, options.layer, path, or_else=", or verify them all with --all")
         return registry.weight_spaces().in_memory(rnn, path, next(iter(fmt.info.kinds))), rnn.source
@@ -222,7 +229,7 @@ def rnn_names(path: Path, options: VerifyOptions) -> list[str]:
     runtime = runtime_format(path, options)
     if runtime is None:
         return [b.name for b in registry.weight_spaces().blobs(path, options.raw_spec)]
-    with runtime.read(path, ReadOptions(hash_source=False, take_all=True)) as found:
+    with runtime.read(path, ReadOptions(hash_source=False, take_all=True, dequantize=True)) as found:
         return [rnn.name for rnn in found.rnns]
 
 

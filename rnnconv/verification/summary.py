@@ -20,7 +20,14 @@ from rnnconv.errors import cut
 
 _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 _NOT_TEXT = re.compile(r"[\x00-\x1f\x7f]+")
-MARKS = {"match": "✅", "not-deployed": "➖", "structure-only": "⚠️", "lossy-as-recorded": "⚠️"}  # else ❌
+HOLDING = ("match", "within-bound")  # the verdicts of an RNN that computes what its source does (exit 0)
+MARKS = {
+    "match": "✅",
+    "within-bound": "✅",
+    "not-deployed": "➖",
+    "structure-only": "⚠️",
+    "lossy-as-recorded": "⚠️",
+}  # else ❌
 
 
 def text(value: str, limit: int = 300) -> str:
@@ -35,9 +42,12 @@ def overall(reports: Sequence[Report]) -> tuple[str, str]:
     worst = max(held, key=lambda r: (r.exit_code, r.verdict != "match"), default=None)
     verdict = "match" if worst is None else worst.verdict
     one = len(held) == 1
-    matched = sum(r.verdict == "match" for r in held)
+    matched = sum(r.verdict in HOLDING for r in held)
     counted = f"{matched} of {len(held)} RNN{'' if one else 's'} match{'es' if one else ''}"
-    others = Counter(r.verdict for r in held if r.verdict != "match")
+    bounded = sum(r.verdict == "within-bound" for r in held)
+    if bounded:
+        counted += f" ({bounded} within {'its' if one else 'their'} quantization's bound)"
+    others = Counter(r.verdict for r in held if r.verdict not in HOLDING)
     if others:
         counted += "; " + ", ".join(f"{count} {name}" for name, count in others.items())
     absent = len(reports) - len(held)

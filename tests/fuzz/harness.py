@@ -31,7 +31,15 @@ from pathlib import Path
 from rnnconv.errors import MESSAGE_LIMIT
 from rnnconv.formats.onnx.wire import ONNX_PROFILES
 from tests.fuzz import changing, mutators, odd_env
-from tests.fuzz.seeds import OPENVINO_LOOP_SEEDS, OPENVINO_QUANTIZED_SEEDS, Seeds, files_beside, prepare
+from tests.fuzz.seeds import (
+    OPENVINO_LOOP_SEEDS,
+    OPENVINO_QUANTIZED_SEEDS,
+    QUANTIZED_WRITTEN,
+    QUANTIZED_WRITTEN_STEM,
+    Seeds,
+    files_beside,
+    prepare,
+)
 
 TIME_LIMIT = 20.0  # seconds for one command on a small input
 # A command over TIME_LIMIT runs again from the same files with this limit: only one over both is a hang; one that
@@ -167,7 +175,13 @@ TARGETS = (
 ONNX_FAMILIES = {
     "onnx_subgraph": (("lstm_cell_in_if_torchscript.onnx", "tagger_lstm_torchscript.onnx"), "mutate_onnx_folding"),
     "onnx_quantized": (
-        ("lstm_quantized.onnx", "lstm_quantized_per_channel.onnx", "lstm_qdq.onnx", "lstm_qdq_per_channel.onnx"),
+        (
+            "lstm_quantized.onnx",
+            "lstm_quantized_per_channel.onnx",
+            "lstm_qdq.onnx",
+            "lstm_qdq_per_channel.onnx",
+            *(f"{QUANTIZED_WRITTEN_STEM}{layer}{suffix}" for layer, suffix in QUANTIZED_WRITTEN if suffix == ".onnx"),
+        ),
         "mutate_onnx_quantized",
     ),
     "onnx_unrolled": (
@@ -197,7 +211,8 @@ SERVING_SEEDS = ["k3_export", "k3_export_activations"]  # the savedmodel seeds w
 SAID_ACTIVATIONS = ["--activation", "tanh", "--recurrent-activation", "sigmoid"]  # the savedmodel seeds' own
 ORACLE_FAMILIES = ("onnx_loops", "onnx_loop_forms")  # the ONNX families whose conversions are run against the file
 VERIFY_SHARE = 0.1  # the openvino_quantized cases whose conversions verify runs in OpenVINO (seconds apiece)
-TFLITE_QUANTIZED = "tflite__keras_lstm_dynamic_range"  # the seeds of the tflite_quantized family
+# the seeds of the tflite_quantized family: TensorFlow's converter's, and what --quantize int8 writes
+TFLITE_QUANTIZED = ("tflite__keras_lstm_dynamic_range", f"tflite__{QUANTIZED_WRITTEN_STEM}")
 # The seeds of the torch_quantized family, each with the float checkpoint it was quantized from (seeds too).
 TORCH_QUANTIZED = {
     f"torch_quantized__{name}": f"torch_quantized__{checkpoint}"
@@ -371,6 +386,8 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
                 ["convert", source, "{dir}/deq.bin", "--dequantize"],
                 ["convert", source, "{dir}/lossy.bin", "--dequantize", "--allow-lossy", *layer],
             ]
+        if QUANTIZED_WRITTEN_STEM in name:  # proved in three terms against the float source its record names
+            case.commands.append(["verify", source, "--seq-len", "3"])
         if name in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
         return case
@@ -413,6 +430,8 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             ["verify", source, "--against", str(seeds.sources[name]), "--seq-len", "3"],
             ["convert", source, "{dir}/existing.bin", "--dequantize", "--allow-lossy"],
         ]
+        if QUANTIZED_WRITTEN_STEM in name:  # proved in three terms against the float source its record names
+            case.commands.append(["verify", source, "--seq-len", "3"])
         return case
     if family == "torch_quantized":  # quantize_dynamic's state_dicts damaged, read with and without --dequantize
         held = [n for n in seeds.sources if n in TORCH_QUANTIZED] or sorted(seeds.sources)

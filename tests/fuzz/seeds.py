@@ -59,6 +59,10 @@ SHIPPED_SETS = {  # fixtures written by the frameworks themselves, with the file
     "hf_sharded": ["hf_sharded/lstm/model.safetensors.index.json", "hf_sharded/gru/model.safetensors.index.json"],
     "paddle": SEEDS["paddle"],
 }
+# What --quantize int8 writes of fixtures/streaming/stacks.pt's RNNs (layer, suffix), named its STEM + layer:
+# LiteRT's hybrid LSTM and RNN, onnxruntime's DynamicQuantizeLSTM and a GRU and an RNN of DequantizeLinear weights.
+QUANTIZED_WRITTEN = (("lstm", ".tflite"), ("rnn", ".tflite"), ("lstm", ".onnx"), ("gru", ".onnx"), ("rnn", ".onnx"))
+QUANTIZED_WRITTEN_STEM = "quantized_written_"
 # SavedModel directories and TF2 checkpoints' prefixes (fixtures/savedmodel): each model's files under its own name
 SAVED_SEEDS = keras.SAVED_SEEDS
 # identify's inputs: a headerless blob, the flags that describe it, and a probe of what its model computes
@@ -260,6 +264,11 @@ def prepare(work: Path) -> Seeds:
     with contextlib.suppress(RnnconvError, ImportError):
         rnnconv.convert(FIXTURES / "torch" / "lstm_proj.pt", written, force=True)
         seeds.sources[written.name] = written
+    for layer, suffix in QUANTIZED_WRITTEN:  # what --quantize int8 writes: the quantized families' seeds too
+        quantized = work / f"{suffix[1:]}__{QUANTIZED_WRITTEN_STEM}{layer}{suffix}"
+        with contextlib.suppress(RnnconvError, ImportError):
+            rnnconv.convert(FIXTURES / "streaming" / "stacks.pt", quantized, layer=layer, quantize="int8", force=True)
+            seeds.sources[quantized.name] = quantized
     streams = (("gru", ".tflite"), ("lstm", ".tflite"), ("lstm", ".onnx"), ("rnn", ".onnx"), ("lstm", ".json"))
     for layer, suffix in streams:
         stream = work / f"streaming__{layer}{suffix}"  # fed a chunk at a time, its states inputs and outputs

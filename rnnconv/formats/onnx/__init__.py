@@ -51,7 +51,11 @@ PLUGIN = Plugin(
         streams=("onnxruntime",),
         # The weight types the RNN ops of opset 20 take (their T; bfloat16 came in opset 22); a half-precision
         # source is written as float32 unless asked: onnxruntime's CPU RNN kernels compute float32 alone.
-        holds=Holds(dtypes=("float32", "float16", "float64"), keeps=("float32",)),
+        # int8 weights: an LSTM as onnxruntime's DynamicQuantizeLSTM, a GRU or an RNN with DequantizeLinear before
+        # W and R; both take a scale per channel
+        holds=Holds(
+            dtypes=("float32", "float16", "float64"), keeps=("float32",), quantizes=("int8",), per_channel=True
+        ),
     ),
     listed=40,
     sniff_order=60,  # a protobuf has no magic number: after every format that has one

@@ -69,7 +69,7 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
         from rnnconv.formats.onnx.writer import write_onnx
 
         dtype = self.written_dtype(rnns[0].spec, options.dtype)
-        write_onnx(rnns, path, dtype, options.force, options.profile, options.streaming)
+        warnings = write_onnx(rnns, path, dtype, options.force, options.profile, options.streaming, options.quantize)
         spec = rnns[0].spec
         # the CPU provider, as `run_model` runs it: another (CUDA's, where installed) computes other numbers
         session = (
@@ -96,6 +96,7 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
             usage=f"{session}\nh0 = np.zeros(({depth}, x.shape[1], {spec.hidden_size}), np.{dtype})   # initial "
             f"states: every layer's, in cuDNN's order\n{outputs} = session.run(None, {{\"X\": x, {states}}})   # x "
             f"(seq, batch, {spec.input_size}) {dtype}, y (seq, batch, {dirs * spec.output_size})",
+            warnings=warnings,
         )
 
     def stream(self, path: Path, runtime: str) -> OnnxStream:

@@ -397,6 +397,9 @@ def _dequantized(node: OnnxNode, stored: dict[str, np.ndarray]) -> dict[str, np.
             )
         if zero.shape != scale.shape:
             raise BadInput(f"node {node.name!r}: {zero_role} has shape {tuple(zero.shape)}, {scale_role} {scale.shape}")
+        for d in range(dirs):  # each direction's scales finite and positive, its zero points within the type's range
+            where = f"the {scale_role} of node {node.name!r} (direction {d})"
+            quantization(scale[d].ravel().tolist(), zero[d].ravel().tolist(), 1, q.shape[1:], str(q.dtype), where)
         per = (slice(None), None, slice(None)) if scale.ndim == 2 else (slice(None), None, None)
         centred = q.astype(np.int32) - zero.astype(np.int32)[per]
         out[role] = centred.astype(np.float32) * scale[per]

@@ -86,6 +86,12 @@ LIMITS: Final = (
     ),
     Limit("peepholes", "P (peepholes) must not be given", ("mnn",), "MNN's OnnxLSTMMerge.cpp"),
     Limit(
+        "stored-weights",
+        "W and R must be stored, not computed by DequantizeLinear (quantized weights, --quantize)",
+        ("mnn",),
+        "measured with mnn 3.6.1: a GRU whose W and R DequantizeLinear computes gives other numbers (0.63 off)",
+    ),
+    Limit(
         "sequence-lens",
         "sequence_lens must not be a graph input (MNN runs every item the full length)",
         ("mnn",),
@@ -176,6 +182,15 @@ def _element_types(node: Node) -> bool:
     return all(owner.stored[name].data_type in allowed for name, owner in owners if owner and name in owner.stored)
 
 
+def _stored_weights(node: Node) -> bool:
+    """Whether no DequantizeLinear node computes W or R."""
+    for name in node.node.input[1:3]:
+        owner = node.scope.owner(name) if name else None
+        if owner is not None and name in owner.produced and owner.produced[name][0].op_type == "DequantizeLinear":
+            return False
+    return True
+
+
 def _lengths_given(node: Node) -> bool:
     """Whether sequence_lens is an input of the graph that defines it (the node's, or one around it)."""
     lengths = node.input(4)
@@ -199,6 +214,7 @@ CHECKS: Final[dict[str, Callable[[Node], bool]]] = {
     "bias": lambda node: bool(node.input(3)),
     "state-inputs": lambda node: not node.facts.initialized_inputs,
     "peepholes": lambda node: not node.input(7),
+    "stored-weights": _stored_weights,
     "sequence-lens": lambda node: not _lengths_given(node),
     "clip": lambda node: node.attribute("clip", None) is None,
     "linear-before-reset": lambda node: node.node.op_type != "GRU" or node.attribute("linear_before_reset", 0) == 1,

@@ -1,10 +1,16 @@
 """The ONNX graph of a canonical RNN: its nodes (weights stored as the table's ONNX row says) stacked into one
-model, X (seq, batch, input) to Y, Y_h, Y_c; the same builder runs a source's own nodes in onnxruntime."""
+model, X (seq, batch, input) to Y, Y_h, Y_c; the same builder runs a source's own nodes in onnxruntime.
+
+With --quantize, the weight matrices int8, symmetric, a scale per output channel: an LSTM as onnxruntime's
+DynamicQuantizeLSTM (its hybrid kernel quantizes each step's inputs at run time), a GRU or an RNN as ONNX's own node
+with DequantizeLinear (axis 1, a scale per row, shared by the two directions) before its W and R, which onnxruntime
+computes in float with the dequantized weights."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +20,7 @@ from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.dtypes import element_type, encode
 from rnnconv.errors import Unsupported
 from rnnconv.formats import sources, writing
+from rnnconv.formats._quantized import Quantization, largest_rounding, quantized_note, symmetric, written_record
 from rnnconv.formats.onnx import profile as profiles
 from rnnconv.formats.onnx.nodes import RNN_OPS
 from rnnconv.formats.onnx.reader import require_onnx
@@ -28,8 +35,11 @@ from rnnconv.formats.onnx.wire import (
 )
 from rnnconv.formats.streaming import STATE_INPUT, STATE_OUTPUT, STREAM_INPUT, STREAM_OUTPUT
 from rnnconv.safeio.outputs import atomic_outputs
-from rnnconv.table.apply import row_for_mode
+from rnnconv.table.apply import find_row, row_for_mode
 from rnnconv.table.constants import CUDNN_GATES, STATES
+
+# The op each ONNX op is written as with --quantize, where onnxruntime has a quantized one (its hybrid kernel).
+QUANTIZING_OPS = {base: op for op, (_, base) in ONNX_QUANTIZED_OPS.items()}
 
 
 @dataclass
@@ -41,10 +51,16 @@ class Layer:
     attributes: dict[str, Any]
     weights: dict[str, np.ndarray]
     domain: str = ""
+    # the roles whose stored integers a DequantizeLinear node dequantizes before the node: role -> (scale, zero point)
+    dequantized: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
-def layers_of(rnn: CanonicalRNN, dtype: str) -> list[Layer]:
-    """The ONNX nodes of a canonical RNN, its tensors stored as the table's ONNX row says."""
+def layers_of(
+    rnn: CanonicalRNN, dtype: str, quantize: str | None = None
+) -> tuple[list[Layer], list[tuple[str, Quantization]], float]:
+    """The ONNX nodes of a canonical RNN, its tensors stored as the table's ONNX row says; with `quantize`, its
+    matrices quantized (an LSTM's node onnxruntime's quantized one), each quantized tensor's scheme, and the largest
+    rounding of a weight."""
     spec = rnn.spec
     row, activation = row_for_mode("onnx", spec.mode)
     attributes: dict[str, Any] = {
@@ -59,18 +75,53 @@ def layers_of(rnn: CanonicalRNN, dtype: str) -> list[Layer]:
     activations = _activations_for(row.source_class, activation, spec.num_directions)
     if activations:
         attributes["activations"] = activations
-    layers = []
+    hybrid = quantize is not None and row.source_class in QUANTIZING_OPS
+    if hybrid:  # onnxruntime's quantized LSTM: its matrices transposed, no layout attribute (sequence-major)
+        row = find_row("onnx", QUANTIZING_OPS[row.source_class])
+        attributes.pop("layout")
+    etype = element_type(dtype)
+    layers: list[Layer] = []
+    held: list[tuple[str, Quantization]] = []
+    rounded = 0.0
     for layer in range(spec.num_layers):
         stored = [rnn.stored(row, layer, d) for d in range(spec.num_directions)]
-        weights = {
+        matrices = {
             "W": np.stack([s["input_matrix"] for s in stored]),
             "R": np.stack([s["recurrent_matrix"] for s in stored]),
         }
+        dequantized: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        if quantize is None:
+            weights = {k: encode(v, etype) for k, v in matrices.items()}
+        else:
+            weights, dequantized, rounding = _quantized(matrices, layer, hybrid, quantize, held)
+            rounded = max(rounded, rounding)
         if spec.bias:
-            weights["B"] = np.stack([s["bias"] for s in stored])
-        etype = element_type(dtype)
-        layers.append(Layer(row.source_class, dict(attributes), {k: encode(v, etype) for k, v in weights.items()}))
-    return layers
+            weights["B"] = encode(np.stack([s["bias"] for s in stored]), etype)
+        domain = ONNX_QUANTIZED_OPS[row.source_class][0] if hybrid else ""
+        layers.append(Layer(row.source_class, dict(attributes), weights, domain, dequantized))
+    return layers, held, rounded
+
+
+def _quantized(
+    matrices: dict[str, np.ndarray], layer: int, hybrid: bool, quantize: str, held: list[tuple[str, Quantization]]
+) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]], float]:
+    """A layer's W and R quantized, a scale per output channel: per direction and column (the hybrid op's own
+    inputs), or per row (DequantizeLinear's one axis, shared by the directions); the node's weights, what
+    DequantizeLinear nodes dequantize, and the largest rounding of a weight (each tensor's scheme added to `held`)."""
+    weights, dequantized, rounded = {}, {}, 0.0
+    for role, values in matrices.items():
+        q, scales = symmetric(values, (0, 2) if hybrid else (1,), quantize)
+        rounded = max(rounded, largest_rounding(values, q, scales))
+        zeros = np.zeros(scales.shape, q.dtype)
+        held.append(
+            (f"{role}_{layer}", Quantization(tuple(scales.ravel().tolist()), (0,) * scales.size, 2 if hybrid else 1))
+        )
+        weights[role] = q
+        if hybrid:  # (directions, 4H): a scale and zero point per direction and column
+            weights[f"{role}_scale"], weights[f"{role}_zero_point"] = scales[:, 0, :], zeros[:, 0, :]
+        else:
+            dequantized[role] = (scales.ravel(), zeros.ravel())
+    return weights, dequantized, rounded
 
 
 def _activations_for(op: str, activation: str, directions: int) -> list[str] | None:
@@ -116,6 +167,14 @@ def build_model(layers: list[Layer], input_size: int, dtype: str, sequence_lens:
     x, hs, cs = "X", [], []
     for index, layer in enumerate(layers):
         names = _weight_names(layer, index, constant, storage)
+        for role, (scale, zero) in layer.dequantized.items():  # a scale and zero point per row
+            dequantizing = [
+                names[role],
+                constant(f"{role}_{index}_scale", scale),
+                constant(f"{role}_{index}_zero", zero),
+            ]
+            names[role] = f"{role}_{index}_dequantized"
+            nodes.append(helper.make_node("DequantizeLinear", dequantizing, [names[role]], axis=1))
         constant(f"layer_{index}_lo", np.array([index * dirs], np.int64))
         constant(f"layer_{index}_hi", np.array([(index + 1) * dirs], np.int64))
         for state in state_names:
@@ -260,14 +319,28 @@ def build_streaming_model(layers: list[Layer], input_size: int, dtype: str) -> A
 
 
 def write_onnx(
-    rnns: list[CanonicalRNN], path: Path, dtype: str, force: bool, profile: str | None = None, streaming: bool = False
-) -> None:
+    rnns: list[CanonicalRNN],
+    path: Path,
+    dtype: str,
+    force: bool,
+    profile: str | None = None,
+    streaming: bool = False,
+    quantize: str | None = None,
+) -> list[str]:
+    """The file, and the warnings its writing gives (what --quantize wrote)."""
     rnn = writing.only_rnn(rnns, "an .onnx")
     build = build_streaming_model if streaming else build_model
-    model = build(layers_of(rnn, dtype), rnn.spec.input_size, dtype)
+    layers, held, rounded = layers_of(rnn, dtype, quantize)
+    model = build(layers, rnn.spec.input_size, dtype)
     if profile is not None and (broken := profiles.broken(model, profiles.check_profile(profile))):
         raise Unsupported(f"{rnn.name} cannot be written within {profile}'s limits: {broken[0].line(profile)}")
+    warnings = []
+    if quantize is not None:  # the record says what was written: verify holds the file to it
+        quantized = written_record(rnn, held, quantize, rounded, inputs_quantized=bool(layers[0].domain))
+        rnn = dataclasses.replace(rnn, source=rnn.source.model_copy(update={"quantized": quantized}))
+        warnings.append(quantized_note(rnn.name, quantized, "ONNX"))
     entry = model.metadata_props.add()  # where the RNN came from, for `verify model.onnx`
     entry.key, entry.value = sources.SOURCE_KEY, sources.source_record(rnn, path)
     with atomic_outputs([path], force) as (tmp,):
         tmp.write_bytes(model.SerializeToString())
+    return warnings

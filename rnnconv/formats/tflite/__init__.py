@@ -52,7 +52,9 @@ PLUGIN = Plugin(
         extra="tflite",
         streams=("litert", "tflite-micro"),
         fixed_chunk=True,
-        holds=Holds(dtypes=("float32",)),  # its LSTM and RNN ops compute with float32 weights
+        # its LSTM and RNN ops compute with float32 weights, or int8 ones (LiteRT's hybrid kernels: one scale per
+        # tensor, each step's inputs quantized at run time)
+        holds=Holds(dtypes=("float32",), quantizes=("int8",)),
     ),
     listed=50,
     sniff_order=20,

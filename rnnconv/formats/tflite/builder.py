@@ -89,6 +89,7 @@ class Graph:
     outputs: list[int] = field(default_factory=list)
     states: list[list[int]] = field(default_factory=list)  # per layer*directions + direction: h (and c)
     metadata: dict[str, int] = field(default_factory=dict)
+    op_versions: dict[str, int] = field(default_factory=dict)  # an op's version where it is not 1 (a hybrid op's)
 
     def tensor(self, tensor: GraphTensor) -> int:
         self.tensors.append(tensor)
@@ -179,6 +180,8 @@ def _options_table(builder: Any, op_name: str, options: dict[str, Any]) -> int |
         builder.PrependFloat32Slot(LSTM_OPTION_SLOTS["cell_clip"], options.get("cell_clip", 0.0), 0.0)
         builder.PrependFloat32Slot(LSTM_OPTION_SLOTS["proj_clip"], options.get("proj_clip", 0.0), 0.0)
         builder.PrependBoolSlot(LSTM_OPTION_SLOTS["time_major"], False, False)
+        asymmetric = options.get("asymmetric_quantize_inputs", False)
+        builder.PrependBoolSlot(LSTM_OPTION_SLOTS["asymmetric_quantize_inputs"], asymmetric, False)
         return int(builder.EndObject())
     if op_name == BIDIRECTIONAL_LSTM:  # not written by rnnconv's writer; its tests write one
         builder.StartObject(6)
@@ -190,6 +193,8 @@ def _options_table(builder: Any, op_name: str, options: dict[str, Any]) -> int |
         builder.StartObject(3)
         builder.PrependBoolSlot(RNN_OPTION_SLOTS["time_major"], False, False)
         builder.PrependInt8Slot(RNN_OPTION_SLOTS["activation"], options["activation"], 0)
+        asymmetric = options.get("asymmetric_quantize_inputs", False)
+        builder.PrependBoolSlot(RNN_OPTION_SLOTS["asymmetric_quantize_inputs"], asymmetric, False)
         return int(builder.EndObject())
     if op_name == "CONCATENATION":
         builder.StartObject(2)
@@ -280,7 +285,7 @@ def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, Constant]]]:
     for op in codes:
         b.StartObject(4)
         b.PrependInt8Slot(0, min(TFLITE_OPS[op], 127), 0)  # deprecated_builtin_code: the code, below 127
-        b.PrependInt32Slot(2, 1, 1)
+        b.PrependInt32Slot(2, graph.op_versions.get(op, 1), 1)
         b.PrependInt32Slot(3, TFLITE_OPS[op], 0)
         code_tables.append(b.EndObject())
     entries = []

@@ -82,7 +82,7 @@ class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.tflite.writer import write_tflite
 
-        rnn = write_tflite(rnns, path, options)
+        rnn, warnings = write_tflite(rnns, path, options)
         spec = rnn.spec
         interpreter = (
             f"from ai_edge_litert.interpreter import Interpreter\ninterpreter = Interpreter({writing.literal(path)})"
@@ -120,7 +120,7 @@ class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
             f'interpreter.invoke()\ny = interpreter.get_tensor(tensors["{TFLITE_OUTPUT}"]["index"])   # (batch, '
             f"steps, {spec.num_directions * spec.output_size}); the final states: get_tensor each of states"
         )
-        return Written([path], usage=usage)
+        return Written([path], usage=usage, warnings=warnings)
 
     def run_chain(
         self,

@@ -519,8 +519,12 @@ def op_options(op: Op) -> dict[str, Any]:
             "cell_clip": op.option(LSTM_OPTION_SLOTS["cell_clip"], "f32", 0.0),
             "proj_clip": op.option(LSTM_OPTION_SLOTS["proj_clip"], "f32", 0.0),
             "diagonal": op.option(LSTM_OPTION_SLOTS["diagonal"], "u8", 0),
+            "asymmetric_quantize_inputs": bool(op.option(LSTM_OPTION_SLOTS["asymmetric_quantize_inputs"], "u8", 0)),
         }
-    return {"activation": op.option(RNN_OPTION_SLOTS["activation"], "u8", 0)}
+    return {
+        "activation": op.option(RNN_OPTION_SLOTS["activation"], "u8", 0),
+        "asymmetric_quantize_inputs": bool(op.option(RNN_OPTION_SLOTS["asymmetric_quantize_inputs"], "u8", 0)),
+    }
 
 
 def cell_of_op(op_name: str) -> str:

@@ -80,7 +80,7 @@ def why_refused(file: TfliteFile, op: Op, where: str, drop_clip: bool = False) -
     if quantized and not file.dequantize:  # named first: a converter's quantized LSTM also clips (--allow-lossy)
         return refused_quantized(where, quantized)
     others = [n for n in names if (t := input_of(op, n)) != UNSET and file.tensors[t].quantized]
-    others = [n for n in others if not n.endswith("_weights")]
+    others = [n for n in others if not n.endswith("weights")]  # the LSTM's `*_weights`, the RNN's two
     if others:  # full-integer quantization: int8 activations, int32 biases, an int16 cell state
         return (
             f"{where} has a quantized {others[0]}: rnnconv dequantizes the weight matrices of a dynamic-range "
@@ -252,8 +252,11 @@ def chain_sizes(file: TfliteFile, chain: Chain[Layer]) -> RNNSizes | None:
     if matrix == UNSET or len(file.tensors[matrix].shape) != 2:
         return None
     hidden, input_size = file.tensors[matrix].shape
+    projection = input_of(first, row.tensors[PROJECTION]) if PROJECTION in row.tensors else UNSET
+    shape = file.tensors[projection].shape if projection != UNSET else ()
+    proj = shape[0] if len(shape) == 2 else 0  # (P, H): an audit pairs the op with its checkpoint's RNN by these sizes
     mode = next(mode for mode, (cell, _) in CUDNN_MODES.items() if cell == row.cell)
     with contextlib.suppress(RnnconvError, ValueError):
-        spec = RNNSpec(mode, input_size, hidden, len(chain.layers), len(chain.layers[0].ops) == 2)
+        spec = RNNSpec(mode, input_size, hidden, len(chain.layers), len(chain.layers[0].ops) == 2, proj)
         return RNNSizes.of(spec.to_model())
     return None

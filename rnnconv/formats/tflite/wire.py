@@ -148,8 +148,18 @@ TYPE_NAMES: Final = {code: name for name, code in TFLITE_TENSOR_TYPES.items()}
 UNSET: Final = -1  # an optional input left out
 TIME_AXIS, FEATURE_AXIS = 1, 2  # of the batch-major tensors rnnconv writes
 # Options' slots (schema.fbs): UnidirectionalSequenceLSTMOptions and SequenceRNNOptions.
-LSTM_OPTION_SLOTS: Final = {"activation": 0, "cell_clip": 1, "proj_clip": 2, "time_major": 3, "diagonal": 5}
-RNN_OPTION_SLOTS: Final = {"time_major": 0, "activation": 1}
+LSTM_OPTION_SLOTS: Final = {
+    "activation": 0,
+    "cell_clip": 1,
+    "proj_clip": 2,
+    "time_major": 3,
+    "asymmetric_quantize_inputs": 4,
+    "diagonal": 5,
+}
+RNN_OPTION_SLOTS: Final = {"time_major": 0, "activation": 1, "asymmetric_quantize_inputs": 2}
+# The op versions that first take int8 weights with inputs quantized asymmetrically at run time (what TensorFlow's
+# converter writes for a dynamic-range hybrid op: register.cc's versions, its file's operator code).
+TFLITE_HYBRID_VERSIONS: Final = {"UNIDIRECTIONAL_SEQUENCE_LSTM": 3, "UNIDIRECTIONAL_SEQUENCE_RNN": 3}
 # The int32 slots of the plain ops' options a streaming model's graph sets (FULLY_CONNECTED, ADD, SUB, MUL: none, their
 # fused activation left NONE).
 PLAIN_OPTION_SLOTS: Final[dict[str, dict[str, int]]] = {
