@@ -224,6 +224,9 @@ def test_verify_checks_the_rescued_model_whole_against_the_old_file(tmp_path):
     whole, *rnns = rnnconv.audit(fixed, against=old).root
     assert (whole.name, whole.verdict) == ("whole model", "match"), whole.summary
     assert [(r.name, r.verdict) for r in rnns] == [("bidi_lstm", "match"), ("gru", "match")]
+    from rnnconv.verification.summary import overall
+
+    assert overall([whole, *rnns]) == ("match", "2 of 2 RNNs match; the whole model matches")
 
     def changed(h5):
         h5["layers/dense/vars/0"][0, 0] += 0.5

@@ -410,6 +410,9 @@ class LayoutFinding(Contract):
     differs: list[str] = []
 
 
+WHOLE_MODEL = "whole model"  # the name of an audit's row for a whole model copied as it is, beside its RNNs' rows
+
+
 class Report(Contract):
     """What `verify` found: the verdict, why, and everything needed to repeat it."""
 

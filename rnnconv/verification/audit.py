@@ -27,6 +27,7 @@ import numpy as np
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.compare import STATE_SCALE, Inputs, Outputs, compare, make_inputs, tolerance
 from rnnconv.core.contracts import (
+    WHOLE_MODEL,
     BackendInfo,
     Diagnosis,
     InputsInfo,
@@ -177,7 +178,7 @@ def audit(path: Path, options: VerifyOptions, named: dict[str, str], stage: Stag
                 )
             )
         except RnnconvError as exc:
-            rows.append(failed_report(path, exc).model_copy(update={"name": "whole model"}))
+            rows.append(failed_report(path, exc).model_copy(update={"name": WHOLE_MODEL}))
     for ours, theirs in pair(deployed, checkpoint, named):
         if ours is None and theirs is not None and named:  # --layer said what is deployed: the rest is not
             rows.append(_not_deployed(deployed, checkpoint, theirs))

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from rnnconv.core.contracts import Report, Reports
+from rnnconv.core.contracts import WHOLE_MODEL, Report, Reports
 from rnnconv.errors import cut
 
 _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
@@ -38,9 +38,11 @@ def text(value: str, limit: int = 300) -> str:
 def overall(reports: Sequence[Report]) -> tuple[str, str]:
     """The verdict of several reports (the worst: the highest exit code; MATCH where every RNN held against another
     matches) and the sentence that counts them: how many match, what the others are."""
-    held = [r for r in reports if r.verdict != "not-deployed"]
-    worst = max(held, key=lambda r: (r.exit_code, r.verdict != "match"), default=None)
+    everything_held = [r for r in reports if r.verdict != "not-deployed"]
+    worst = max(everything_held, key=lambda r: (r.exit_code, r.verdict != "match"), default=None)
     verdict = "match" if worst is None else worst.verdict
+    models = [r for r in everything_held if r.name == WHOLE_MODEL]  # counted apart: a whole model is no RNN
+    held = [r for r in everything_held if r.name != WHOLE_MODEL]
     one = len(held) == 1
     matched = sum(r.verdict in HOLDING for r in held)
     counted = f"{matched} of {len(held)} RNN{'' if one else 's'} match{'es' if one else ''}"
@@ -50,7 +52,9 @@ def overall(reports: Sequence[Report]) -> tuple[str, str]:
     others = Counter(r.verdict for r in held if r.verdict not in HOLDING)
     if others:
         counted += "; " + ", ".join(f"{count} {name}" for name, count in others.items())
-    absent = len(reports) - len(held)
+    for model in models:
+        counted += f"; the whole model {'matches' if model.verdict in HOLDING else model.verdict}"
+    absent = len(reports) - len(everything_held)
     if absent:
         counted += f"; {absent} of the checkpoint's RNNs not deployed"
     return verdict, counted

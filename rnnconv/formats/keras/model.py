@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.core.contracts import Check, Provenance, Report, SourceRun
+from rnnconv.core.contracts import WHOLE_MODEL, Check, Provenance, Report, SourceRun
 from rnnconv.core.reference import forward, sigmoid
 from rnnconv.errors import Unsupported, cut
 from rnnconv.formats.keras.reader import KerasFile, to_canonical
@@ -203,7 +203,7 @@ def check_rescued(path: Path, against: Path, batch: int, steps: int, seed: int, 
         verdict="match" if ok else "mismatch",
         summary=summary,
         blob=str(path),
-        name="whole model",
+        name=WHOLE_MODEL,
         checks=checks,
         source=SourceRun(path=str(against), format="keras-archive", run="numpy, from rnnconv's reading"),
         versions={"keras": keras.__version__},
