@@ -13,8 +13,10 @@ from typing import Any
 import numpy as np
 
 from rnnconv.core.reference import sigmoid
-from rnnconv.errors import Unsupported
+from rnnconv.errors import Unsupported, cut
 from rnnconv.formats._cells import NotEvaluated, axis_of, run_ops
+from rnnconv.formats._quantized import Quantization
+from rnnconv.formats.openvino.wire import COMPUTE_TYPE, OPENVINO_DECOMPRESSION, OPENVINO_SCALE, OPENVINO_ZERO_POINT
 
 MAX_EVALUATED = 1 << 24  # elements of one value the evaluator computes (64 MiB of float32): any cell's are fewer
 MAX_RUN = 1 << 26  # elements one run of a graph computes, at most
@@ -255,13 +257,46 @@ def evaluate(layer: BodyLayer, arguments: list[np.ndarray | None]) -> list[np.nd
     raise NotEvaluated(kind)
 
 
+def decompression(layer: BodyLayer | Any, producer: Callable[[Any, int], Any]) -> bool:
+    """Whether a layer ends a quantized weight's decompression as nncf writes it: a Multiply of a Const (its scales)
+    and a Convert or Subtract (its integers), or the Convert to f32 of one (nncf.compress_weights's f16 form)."""
+    if layer.kind == OPENVINO_DECOMPRESSION and layer.data.get("destination_type") == COMPUTE_TYPE:
+        inner = producer(layer, 0)
+        return inner is not None and inner.kind == OPENVINO_SCALE and decompression(inner, producer)
+    if layer.kind != OPENVINO_SCALE or len(layer.inputs) != 2:
+        return False
+    kinds = sorted(getattr(producer(layer, index), "kind", "") for index in range(2))
+    return kinds in (["Const", OPENVINO_DECOMPRESSION], ["Const", OPENVINO_ZERO_POINT])
+
+
 class Evaluator:
-    """A body's layers computed in numpy from values fed by name ("layer:port") and its Consts."""
+    """A body's layers computed in numpy from values fed by name ("layer:port") and its Consts (and the quantized
+    weights decompressed from them: `decompressed`)."""
 
     def __init__(self, ir: Any, body: Body, budget: list[int] | None = None):
         self.ir, self.body = ir, body
         self.constants: dict[str, np.ndarray | None] = {}
         self.budget = budget  # elements all its runs together may compute (None: MAX_RUN a run)
+        self.quantized: dict[str, tuple[Any, Quantization]] = {}  # value -> its weight as stored, its quantization
+
+    def producer(self, layer: BodyLayer, index: int) -> BodyLayer | None:
+        """The body's layer that feeds input `index` of a layer, or None."""
+        value = layer.inputs[index] if index < len(layer.inputs) else ABSENT
+        return None if value == ABSENT else self.body.layers.get(value.split(":", maxsplit=1)[0])
+
+    def decompressed(self, value: str) -> np.ndarray | None:
+        """The floats of the quantized weight whose decompression gives `value`, scale * (q - zero_point) exactly
+        (read and checked by the IR: BadInput or Unsupported for a damaged one), kept as the constant it is and its
+        quantization in `quantized`; None where no decompression gives it."""
+        layer = self.body.layers.get(value.split(":", maxsplit=1)[0])
+        if layer is None or not decompression(layer, self.producer):
+            return None
+        what = f"its body's weight {cut(layer.name)!r}"
+        stored = self.ir.quantized(layer, what, self.producer)
+        values, quant = self.ir.dequantized_matrix(stored, what)
+        self.quantized[value] = (stored, quant)
+        self.constants[value] = values
+        return values
 
     def constant(self, value: str) -> np.ndarray | None:
         if value not in self.constants:
