@@ -68,7 +68,7 @@ class Loop:
     sequence_reversed: bool = False  # its port map slices the sequence from its last step
     output_reversed: bool = False  # its port map concatenates its new states from the last place
     batch: int | None = None  # its body computes any batch
-    quantized: list[tuple[str, Quantization, str]] = dataclasses.field(default_factory=list)  # name, scheme, type
+    quantized: list[tuple[str, Quantization, Any]] = dataclasses.field(default_factory=list)  # name, scheme, weight
 
     def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         computed, _ = self.evaluator.run(feeds)
@@ -268,7 +268,7 @@ def read_loop(ir: Any, layer: Any, graph: MainGraph) -> Loop | None:
         return None
     loop = Loop(layer, layer.name, body, evaluator)
     loop.quantized = [
-        (f"{cut(layer.name)}/{body.layers[value.split(':')[0]].name}", quant, stored.etype)
+        (f"{cut(layer.name)}/{body.layers[value.split(':')[0]].name}", quant, stored)
         for value, (stored, quant) in evaluator.quantized.items()
     ]
     if len(products) == 3:  # a GRU that resets the state before the candidate's block of R: that block's own product
@@ -556,13 +556,14 @@ def loop_canonical(name: str, layers: list[list[Loop]], source: Provenance, dequ
                 f"convert the checkpoint it was exported from"
             )
     held = [(tensor, quant) for loop in loops for tensor, quant, _ in loop.quantized]
-    types = sorted({etype for loop in loops for _, _, etype in loop.quantized})
+    types = sorted({stored.etype for loop in loops for _, _, stored in loop.quantized})
     if held and not dequantize:
         schemes = sorted({quant.scheme() for _, quant in held})
+        scales = "/".join(sorted({stored.scale_type for loop in loops for _, _, stored in loop.quantized}))
         raise Unsupported(
-            f"{name}: its {loops[0].layer.kind} body computes with quantized weights ({len(held)} MatMul weights "
-            f"{'/'.join(types)} Consts times their scales, {', '.join(schemes)}), which cuDNN does not compute with; "
-            f"--dequantize converts the float model they stand for, scale * (q - zero_point)"
+            f"{name}: its {loops[0].layer.kind} body computes with quantized weights ({len(held)} MatMul weights, "
+            f"{'/'.join(types)} Consts times their {scales} scales, {', '.join(schemes)}), which cuDNN does not "
+            f"compute with; --dequantize converts the float model they stand for, scale * (q - zero_point)"
         )
     readings = [[loop.reading for loop in layer if loop.reading is not None] for layer in layers]
     first = readings[0][0]

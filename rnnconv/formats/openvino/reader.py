@@ -149,7 +149,6 @@ class Quantized:
 Producer = Callable[[Any, int], Any]  # the layer that feeds input `index` of a layer, in one graph (None: none)
 
 
-
 @dataclass
 class SequenceOp:
     """One LSTMSequence/GRUSequence/RNNSequence: its attributes and weights (by role, one row per direction)."""
@@ -717,6 +716,7 @@ def _quantized_refusal(chain: list[SequenceOp], dequantize: bool, rounding: list
     first = quantized[0]
     schemes = sorted({quant.scheme() for op in quantized for held in op.quantized.values() for _, quant in held})
     types = sorted({weight.etype for op in quantized for weight in op.stored.values()})
+    scales = "/".join(sorted({weight.scale_type for op in quantized for weight in op.stored.values()}))
     roles = " and ".join(OPENVINO_WEIGHT_NAMES[role] for role in first.quantized)
     rounded = (
         f"; its inputs are rounded too ({', '.join(r.by for r in rounding)}), which --allow-lossy leaves out"
@@ -725,7 +725,8 @@ def _quantized_refusal(chain: list[SequenceOp], dequantize: bool, rounding: list
     )
     return (
         f"{first.op} {first.name!r} computes with quantized weights (its {roles} are "
-        f"{'/'.join(types)} Consts times their scales, {', '.join(schemes)}), which cuDNN does not compute with; "
+        f"{'/'.join(types)} Consts times their {scales} scales, {', '.join(schemes)}), which cuDNN does not compute "
+        "with; "
         f"--dequantize converts the float model they stand for, scale * (q - zero_point){rounded}"
     )
 
