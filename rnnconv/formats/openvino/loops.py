@@ -39,8 +39,8 @@ from rnnconv.formats._cells import (
     recognise,
 )
 from rnnconv.formats._quantized import Quantization, exact_dtype, note, record
-from rnnconv.formats.openvino.wire import OPENVINO_QUANTIZED, QUANTIZED_STORAGE
 from rnnconv.formats.openvino.evaluation import ABSENT, MAX_EVALUATED, MAX_RUN, Body, BodyLayer, Evaluator, Part, flag
+from rnnconv.formats.openvino.wire import OPENVINO_QUANTIZED, QUANTIZED_STORAGE
 from rnnconv.table.constants import CUDNN_MODES
 
 LOOP_OPS = ("Loop", "TensorIterator")

@@ -465,9 +465,9 @@ class IRFile(Graph[SequenceOp]):
             )
             held.append((f"{op.name}/{role}" + (f"[{d}]" if op.directions > 1 else ""), quant))
             parts.append(dequantized(stored[d : d + 1], quant))
-        values = np.concatenate(parts)
-        _in_f16_range(values, weight, what)
-        return values, held
+        floats = np.concatenate(parts)
+        _in_f16_range(floats, weight, what)
+        return floats, held
 
     def dequantized_matrix(self, weight: Quantized, what: str) -> tuple[np.ndarray, Quantization]:
         """A quantized MatMul weight of a Loop's body ((rows, columns)): its floats, scale * (q - zero_point),
@@ -489,14 +489,15 @@ class IRFile(Graph[SequenceOp]):
             axis = along[0]
         scales = np.asarray(weight.scales, np.float32).reshape(-1)
         zeros = np.zeros(1, np.int64) if weight.zero_points is None else np.asarray(weight.zero_points[0]).reshape(-1)
-        count = max(scales.size, zeros.size)
-        scales, zeros = (np.repeat(v, count) if v.size == 1 else v for v in (scales, zeros))
+        count = max(scales.size, zeros.size)  # one of them per channel, the other one for all: repeated
+        scales = np.repeat(scales, count) if scales.size == 1 else scales
+        zeros = np.repeat(zeros, count) if zeros.size == 1 else zeros
         quant = quantization(  # nncf.compress_weights's symmetric scales carry a sign
             scales.tolist(), zeros.tolist(), axis or 0, tuple(q.shape), OPENVINO_QUANTIZED[weight.etype], what, True
         )
-        values = dequantized(np.asarray(q), quant)
-        _in_f16_range(values, weight, what)
-        return values, quant
+        floats = dequantized(np.asarray(q), quant)
+        _in_f16_range(floats, weight, what)
+        return floats, quant
 
     def _rounding(self, layer: IRLayer, op: SequenceOp) -> RoundedInput | None:
         """The FakeQuantize that rounds a sequence op's X, through the glue before it; None where none does."""
