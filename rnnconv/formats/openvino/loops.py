@@ -264,6 +264,8 @@ def read_loop(ir: Any, layer: Any, graph: MainGraph) -> Loop | None:
         products = _products(evaluator)
     except Unsupported as exc:  # a quantized weight in a form rnnconv does not read
         return Loop(layer, layer.name, body, evaluator, refusal=str(exc))
+    except BadInput as exc:  # a damaged one: said with the loop it is in
+        raise BadInput(f"{where}: {exc}") from None
     if not products:
         return None
     loop = Loop(layer, layer.name, body, evaluator)
