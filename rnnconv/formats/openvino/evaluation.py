@@ -16,7 +16,7 @@ from rnnconv.core.reference import sigmoid
 from rnnconv.errors import Unsupported, cut
 from rnnconv.formats._cells import NotEvaluated, axis_of, run_ops
 from rnnconv.formats._quantized import Quantization
-from rnnconv.formats.openvino.wire import COMPUTE_TYPE, OPENVINO_DECOMPRESSION, OPENVINO_SCALE, OPENVINO_ZERO_POINT
+from rnnconv.formats.openvino.decompression import decompression, dequantized_matrix, read_quantized
 
 MAX_EVALUATED = 1 << 24  # elements of one value the evaluator computes (64 MiB of float32): any cell's are fewer
 MAX_RUN = 1 << 26  # elements one run of a graph computes, at most
@@ -257,18 +257,6 @@ def evaluate(layer: BodyLayer, arguments: list[np.ndarray | None]) -> list[np.nd
     raise NotEvaluated(kind)
 
 
-def decompression(layer: BodyLayer | Any, producer: Callable[[Any, int], Any]) -> bool:
-    """Whether a layer ends a quantized weight's decompression as nncf writes it: a Multiply of a Const (its scales)
-    and a Convert or Subtract (its integers), or the Convert to f32 of one (nncf.compress_weights's f16 form)."""
-    if layer.kind == OPENVINO_DECOMPRESSION and layer.data.get("destination_type") == COMPUTE_TYPE:
-        inner = producer(layer, 0)
-        return inner is not None and inner.kind == OPENVINO_SCALE and decompression(inner, producer)
-    if layer.kind != OPENVINO_SCALE or len(layer.inputs) != 2:
-        return False
-    kinds = sorted(getattr(producer(layer, index), "kind", "") for index in range(2))
-    return kinds in (["Const", OPENVINO_DECOMPRESSION], ["Const", OPENVINO_ZERO_POINT])
-
-
 class Evaluator:
     """A body's layers computed in numpy from values fed by name ("layer:port") and its Consts (and the quantized
     weights decompressed from them: `decompressed`)."""
@@ -292,8 +280,8 @@ class Evaluator:
         if layer is None or not decompression(layer, self.producer):
             return None
         what = f"its body's weight {cut(layer.name)!r}"
-        stored = self.ir.quantized(layer, what, self.producer)
-        values, quant = self.ir.dequantized_matrix(stored, what)
+        stored = read_quantized(self.ir.const, layer, what, self.producer)
+        values, quant = dequantized_matrix(stored, what)
         self.quantized[value] = (stored, quant)
         self.constants[value] = values
         return values

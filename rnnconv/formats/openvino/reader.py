@@ -9,7 +9,6 @@ import math
 import re
 import xml.etree.ElementTree as ET
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,13 +44,11 @@ from rnnconv.formats._quantized import (
     rounding_dropped,
     rounding_refusal,
 )
-from rnnconv.formats.openvino.evaluation import decompression
+from rnnconv.formats.openvino.decompression import Quantized, decompression, fed, in_f16_range, read_quantized
 from rnnconv.formats.openvino.loops import LOOP_OPS, MAX_LOOPS, Loop, MainGraph, read_loop
 from rnnconv.formats.openvino.wire import (
     COMPUTE_TYPE,
     DTYPE_OF,
-    HALF_LARGEST,
-    HALF_TYPE,
     OPENVINO_BIDIRECTIONAL,
     OPENVINO_DECOMPRESSION,
     OPENVINO_DEFAULT_ACTIVATIONS,
@@ -71,8 +68,6 @@ from rnnconv.formats.openvino.wire import (
     OPENVINO_WEIGHT_NAMES,
     OPENVINO_WEIGHT_PORTS,
     OPENVINO_X,
-    OPENVINO_ZERO_POINT,
-    OPENVINO_ZERO_POINT_TYPES,
     QUANTIZED_STORAGE,
     SEQUENCE_OPS,
     STORAGE,
@@ -87,7 +82,6 @@ MAX_LAYERS_IN_GRAPH = 200_000  # layers of an IR, at most (a hostile file cannot
 MAX_DIMS = 16
 MAX_HIDDEN = 1 << 20
 MAX_LEVELS = 1 << 16  # a FakeQuantize's levels, at most (16 bits)
-ZERO_POINT_STORAGE = {**STORAGE, **QUANTIZED_STORAGE}  # a zero point's Const: of the weight's type, or i32, i64
 
 
 class _Refused(Exception):
@@ -132,21 +126,6 @@ class IRLayer:
     inputs: list[str]  # port ids, in order
     outputs: list[str]
     element: ET.Element | None = None  # a Loop's or TensorIterator's, whose body it holds
-
-
-@dataclass(frozen=True)
-class Quantized:
-    """A weight as nncf.quantize stores it: its integers, their element type, its scales and zero points (one, or one
-    per output row: (directions, rows, 1)), each still in the .bin."""
-
-    values: FileArray
-    etype: str
-    scales: FileArray
-    zero_points: tuple[FileArray, str] | None  # with its element type; None: no Subtract
-    scale_type: str = COMPUTE_TYPE  # f32, or f16 (its product converted to f32)
-
-
-Producer = Callable[[Any, int], Any]  # the layer that feeds input `index` of a layer, in one graph (None: none)
 
 
 @dataclass
@@ -347,7 +326,7 @@ class IRFile(Graph[SequenceOp]):
             raise BadInput(f"{what} is not connected")
         source, _ = found
         if source.kind == OPENVINO_SCALE or decompression(source, self._producer):
-            return self.quantized(source, what), DTYPE_OF[COMPUTE_TYPE]
+            return read_quantized(self.const, source, what, self._producer), DTYPE_OF[COMPUTE_TYPE]
         if source.kind == OPENVINO_DECOMPRESSION:
             if source.data.get("destination_type") not in DTYPE_OF:
                 raise Unsupported(f"{what} is converted to {source.data.get('destination_type')}, not a float type")
@@ -371,67 +350,10 @@ class IRFile(Graph[SequenceOp]):
         found = self.input_of(layer, index)
         return found[0] if found is not None else None
 
-    def _feeding(self, layer: Any, index: int, kind: str, what: str, producer: Producer | None = None) -> Any:
-        """The layer of `kind` that feeds input `index` (BadInput where another does); `producer`: the graph's (a
-        body's), the IR's own by default."""
-        found = (producer or self._producer)(layer, index)
-        if found is None or found.kind != kind:
-            given = found.kind if found is not None else "nothing"
-            raise BadInput(f"{what} is fed by {given}, where a quantized weight's {kind} is")
+    def _feeding(self, layer: IRLayer, index: int, kind: str, what: str) -> IRLayer:
+        """The layer of `kind` that feeds input `index` (BadInput where another does)."""
+        found: IRLayer = fed(self._producer, layer, index, kind, what)
         return found
-
-    def quantized(self, top: Any, what: str, producer: Producer | None = None) -> Quantized:
-        """A weight nncf stores as integers: Convert(Const) [- Convert(Const zero point)] times a Const of scales, in
-        f32, or in f16 with the product Converted to f32 (nncf.compress_weights's, `top` that Convert); each part
-        checked (the values' and scales' ranges are checked when dequantized). `producer`: the layer feeding a
-        layer's input, in the graph `top` is in (the IR's own by default, or a Loop's body)."""
-        producer = producer or self._producer
-        multiply, scale_type = top, COMPUTE_TYPE
-        if top.kind == OPENVINO_DECOMPRESSION:  # nncf.compress_weights's f16 decompression, converted to f32 last
-            if top.data.get("destination_type") != COMPUTE_TYPE:
-                raise Unsupported(f"{what} is converted to {top.data.get('destination_type')}, not {COMPUTE_TYPE}")
-            multiply = self._feeding(top, 0, OPENVINO_SCALE, f"{what}: its {OPENVINO_DECOMPRESSION}", producer)
-            scale_type = HALF_TYPE
-        sources = [producer(multiply, index) for index in range(2)]
-        if len(multiply.inputs) != 2 or any(s is None for s in sources):
-            raise BadInput(f"{what} is a {OPENVINO_SCALE} without its two inputs")
-        scale_at = next((i for i, s in enumerate(sources) if s is not None and s.kind == "Const"), None)
-        if scale_at is None:
-            raise Unsupported(
-                f"{what} is a {OPENVINO_SCALE} of two computed values, not of quantized integers by a Const of scales"
-            )
-        scale_layer, values_layer = sources[scale_at], sources[1 - scale_at]
-        assert scale_layer is not None and values_layer is not None
-        scales, found_type = self.const(scale_layer)
-        if found_type != scale_type:
-            raise Unsupported(
-                f"{what}: its scales are {found_type} values, not the {scale_type} ones rnnconv reads "
-                + ("of a product converted to f32" if scale_type == HALF_TYPE else "(f16 ones are converted to f32)")
-            )
-        zero_points = None
-        if values_layer.kind == OPENVINO_ZERO_POINT:
-            subtract = values_layer
-            values_layer = self._feeding(
-                subtract, 0, OPENVINO_DECOMPRESSION, f"{what}: its {OPENVINO_ZERO_POINT}", producer
-            )
-            zero = self._feeding(subtract, 1, OPENVINO_DECOMPRESSION, f"{what}: its zero point", producer)
-            if zero.data.get("destination_type") != scale_type:
-                raise Unsupported(
-                    f"{what}: its zero points are converted to {zero.data.get('destination_type')}, not {scale_type} "
-                    f"as its scales are"
-                )
-            zero_const = self._feeding(zero, 0, "Const", f"{what}: its zero point's Convert", producer)
-            zero_points = self.const(zero_const, {t: ZERO_POINT_STORAGE[t] for t in OPENVINO_ZERO_POINT_TYPES})
-        if values_layer.kind != OPENVINO_DECOMPRESSION:
-            raise Unsupported(f"{what} is a {OPENVINO_SCALE} of a {values_layer.kind} layer, not of Converted integers")
-        if values_layer.data.get("destination_type") != scale_type:
-            raise Unsupported(
-                f"{what}: its integers are converted to {values_layer.data.get('destination_type')}, not "
-                f"{scale_type} as its scales are"
-            )
-        const = self._feeding(values_layer, 0, "Const", f"{what}: its Convert", producer)
-        values, etype = self.const(const, QUANTIZED_STORAGE)
-        return Quantized(values, etype, scales, zero_points, scale_type)
 
     def _dequantize(
         self, op: SequenceOp, role: str, weight: Quantized
@@ -466,38 +388,8 @@ class IRFile(Graph[SequenceOp]):
             held.append((f"{op.name}/{role}" + (f"[{d}]" if op.directions > 1 else ""), quant))
             parts.append(dequantized(stored[d : d + 1], quant))
         floats = np.concatenate(parts)
-        _in_f16_range(floats, weight, what)
+        in_f16_range(floats, weight, what)
         return floats, held
-
-    def dequantized_matrix(self, weight: Quantized, what: str) -> tuple[np.ndarray, Quantization]:
-        """A quantized MatMul weight of a Loop's body ((rows, columns)): its floats, scale * (q - zero_point),
-        exactly (float64), and its quantization: one scale and zero point, or one per row ((rows, 1)) or per column
-        ((1, columns)), as nncf.compress_weights gives a MatMul's weights one per output channel."""
-        q = weight.values
-        if q.ndim != 2:
-            raise BadInput(f"{what} has the quantized shape {list(q.shape)}, not (rows, columns)")
-        axis = None
-        for part, values in (("scales", weight.scales), ("zero points", weight.zero_points and weight.zero_points[0])):
-            if values is None or values.size == 1:
-                continue
-            along = [a for a in range(2) if tuple(values.shape) == tuple(q.shape[a] if i == a else 1 for i in range(2))]
-            if not along or axis not in (None, along[0]):
-                raise BadInput(
-                    f"{what}: its {part} have the shape {list(values.shape)}, neither one nor one per row or column "
-                    f"of its {list(q.shape)} integers"
-                )
-            axis = along[0]
-        scales = np.asarray(weight.scales, np.float32).reshape(-1)
-        zeros = np.zeros(1, np.int64) if weight.zero_points is None else np.asarray(weight.zero_points[0]).reshape(-1)
-        count = max(scales.size, zeros.size)  # one of them per channel, the other one for all: repeated
-        scales = np.repeat(scales, count) if scales.size == 1 else scales
-        zeros = np.repeat(zeros, count) if zeros.size == 1 else zeros
-        quant = quantization(  # nncf.compress_weights's symmetric scales carry a sign
-            scales.tolist(), zeros.tolist(), axis or 0, tuple(q.shape), OPENVINO_QUANTIZED[weight.etype], what, True
-        )
-        floats = dequantized(np.asarray(q), quant)
-        _in_f16_range(floats, weight, what)
-        return floats, quant
 
     def _rounding(self, layer: IRLayer, op: SequenceOp) -> RoundedInput | None:
         """The FakeQuantize that rounds a sequence op's X, through the glue before it; None where none does."""
@@ -669,17 +561,6 @@ def _integer(text: str | None, what: str) -> int:
     if text is None or not text.strip().isdigit() or len(text) > 20:
         raise BadInput(f"Const {what!r} has the offset or size {text!r}, not a byte count")
     return int(text)
-
-
-def _in_f16_range(values: np.ndarray, weight: Quantized, what: str) -> None:
-    """Unsupported where a decompression in f16 gives a product f16 cannot hold: inf where OpenVINO computes in f16,
-    a finite float where it computes in f32 (its CPU plugin): no one value the file stands for."""
-    largest = float(np.max(np.abs(values), initial=0.0))
-    if weight.scale_type == HALF_TYPE and largest > HALF_LARGEST:
-        raise Unsupported(
-            f"{what} is decompressed in f16 to values up to {largest:.6g}, beyond f16's largest ({HALF_LARGEST:.0f}): "
-            f"OpenVINO gives inf where it computes in f16 and the product where it computes in f32"
-        )
 
 
 def _check_attributes(op: SequenceOp) -> None:
