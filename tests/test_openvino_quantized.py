@@ -256,14 +256,19 @@ LOOPS = {
 
 @pytest.fixture(scope="module")
 def converted_loops(tmp_path_factory):
-    """Each compressed Loop converted once with --dequantize, to PyTorch and to ONNX: the two files and stderr."""
+    """Each compressed Loop converted once with --dequantize, to PyTorch, ONNX and a cuDNN blob: the .pt, the .onnx
+    and stderr (the blob's weights checked here: the .pt's)."""
     folder = tmp_path_factory.mktemp("loops")
     out = {}
     for name in LOOPS:
-        pt, onnx = folder / f"{name}.pt", folder / f"{name}.onnx"
+        pt, onnx, blob = (folder / f"{name}{suffix}" for suffix in (".pt", ".onnx", ".bin"))
         result = run_cli("convert", HERE / f"{name}.xml", pt, "--dequantize")
         assert result.returncode == 0, result.stderr
-        assert run_cli("convert", HERE / f"{name}.xml", onnx, "--dequantize").returncode == 0
+        for target in (onnx, blob):
+            assert run_cli("convert", HERE / f"{name}.xml", target, "--dequantize").returncode == 0
+        with rnnconv.load(pt) as (ours,), rnnconv.load(blob) as (cudnn,):
+            assert ours.spec == cudnn.spec
+            assert all(np.array_equal(ours.param(k), cudnn.param(k)) for k in ours.spec.param_keys())
         out[name] = (pt, onnx, result.stderr)
     return out
 
