@@ -408,3 +408,23 @@ def test_a_kernel_stored_as_columns_is_transposed_straight_into_the_output(tmp_p
     assert (tmp_path / "out.bin").read_bytes() == blockwise.getvalue()
     assert warnings == expected == [f"rnn: {ParamKey(0, 0, Kind.W, spec.gates[1]).label} holds 1 NaN or Inf value(s)"]
     assert peak < stored[Kind.R].nbytes // 4, peak  # a band of rows, not a kernel
+
+
+@pytest.mark.parametrize("failure", [errno.ENOSPC, errno.EOPNOTSUPP])
+def test_a_kernels_place_that_cannot_be_allocated_is_a_full_disk_or_a_plain_write(failure, tmp_path, monkeypatch):
+    """A full disk while a kernel's place is allocated is one sentence and no output; a file system that cannot
+    allocate ahead gets the blocks written one by one, the same bytes."""
+    source = FIXTURES / "keras3" / "lstm.h5"
+    api.convert(source, tmp_path / "mapped.bin")
+
+    def refuse(fd: int, offset: int, length: int) -> None:
+        raise OSError(failure, os.strerror(failure))
+
+    monkeypatch.setattr(outputs.os, "posix_fallocate", refuse)
+    if failure == errno.ENOSPC:
+        with pytest.raises(BadInput, match=r"^cannot write .*written\.bin: .*[Nn]o space"):
+            api.convert(source, tmp_path / "written.bin")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["mapped.bin", "mapped.bin.json"]
+    else:
+        api.convert(source, tmp_path / "written.bin")
+        assert (tmp_path / "written.bin").read_bytes() == (tmp_path / "mapped.bin").read_bytes()
