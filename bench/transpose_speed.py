@@ -52,7 +52,9 @@ def tiles(block: np.ndarray, out: np.ndarray, workers: int) -> None:
     bounds[-1] = block.shape[0]
     parts = [(int(lo), int(hi)) for lo, hi in itertools.pairwise(bounds) if hi > lo]
     whole = [(0, block.shape[1], 0)]
-    for done in [transpose._POOL.submit(transpose._copy_tiles, block, out, lo, hi, step, whole) for lo, hi in parts]:
+    for done in [
+        transpose._POOL.submit(transpose._copy_tiles, block, out, lo, hi, step, whole, False) for lo, hi in parts
+    ]:
         done.result()
 
 

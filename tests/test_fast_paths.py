@@ -372,13 +372,15 @@ def test_a_small_conversion_builds_no_document_it_does_not_write(tmp_path):
 
 def test_a_kernel_stored_as_columns_is_transposed_straight_into_the_output(tmp_path):
     """A kernel whose column blocks are the gates (a Keras kernel, here in another gate order than cuDNN's) goes from
-    the source file into a map of its place in the output, tile by tile: the bytes and the NaN count those of the
-    block-by-block write, and no copy of the kernel, transposed or not, is made in memory."""
+    the source file into a map of its place in the output, tile by tile, each band summed as it is copied: the bytes
+    and the NaN count those of the block-by-block write, and no copy of the kernel, transposed or not, is made in
+    memory."""
     spec = RNNSpec("lstm", 384, 256)
     order = tuple(reversed(spec.gates))
     rng = np.random.default_rng(0)
     stored = {kind: rng.standard_normal((n, 4 * 256), dtype=np.float32) for kind, n in ((Kind.W, 384), (Kind.R, 256))}
     stored[Kind.W][5, order.index(spec.gates[1]) * 256 + 3] = np.nan
+    stored[Kind.R][:4, :8] = 3e38  # finite, though their sum overflows: counted, not taken for NaN or Inf
     source = tmp_path / "kernels.bin"
     source.write_bytes(stored[Kind.W].tobytes() + stored[Kind.R].tobytes())
     in_file = {

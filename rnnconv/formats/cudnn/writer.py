@@ -127,8 +127,9 @@ def _transposed_in_place(
 ) -> list[tuple[Region, Callable[[], int]]] | None:
     """The gate blocks of one kind (`kind`: their regions, one after another) written at the file's position as the
     transpose of the source's matrix whose columns they are, tile by tile straight into a map of their place: no
-    copy of the matrix, transposed or not, is held in memory. Each block's NaN and Inf values, counted before the map
-    goes; None (nothing written) where the source holds no such matrix or the file cannot be mapped."""
+    copy of the matrix, transposed or not, is held in memory. Each block's NaN and Inf values: none where the sums of
+    its bands, taken as the tiles copied them, were finite, else counted before the map goes; None (nothing written)
+    where the source holds no such matrix or the file cannot be mapped."""
     first = kind[0].key
     found = columns_in_source(rnn, first.layer, first.direction, first.kind, etype)
     if found is None or [r.key.kind for r in kind] != [first.kind] * len(rnn.spec.gates):
@@ -139,10 +140,10 @@ def _transposed_in_place(
         if place is None:
             return None
         out = np.frombuffer(place, etype.storage, rows * width).reshape(rows, width)
-        transpose_into(matrix, out, pieces)
+        finite = transpose_into(matrix, out, pieces, sums=True)
         bad, at = [], 0
-        for region in kind:
-            bad.append(count_non_finite(out[at : at + region.shape[0]]))
+        for region, summed in zip(kind, finite):  # counted only where a band's sum was not finite
+            bad.append(0 if summed else count_non_finite(out[at : at + region.shape[0]]))
             at += region.shape[0]
         del out  # before the map goes
     return [(region, functools.partial(int, n)) for region, n in zip(kind, bad)]
