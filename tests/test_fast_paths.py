@@ -430,3 +430,16 @@ def test_a_kernels_place_that_cannot_be_allocated_is_a_full_disk_or_a_plain_writ
     else:
         api.convert(source, tmp_path / "written.bin")
         assert (tmp_path / "written.bin").read_bytes() == (tmp_path / "mapped.bin").read_bytes()
+
+
+def test_a_failure_while_a_kernel_is_transposed_into_its_place_is_said_as_itself(tmp_path, monkeypatch):
+    """The map of a kernel's place is let go without hiding what went wrong (arrays on it live on in the traceback)."""
+
+    def changed(block, out, pieces=None, sums=False):
+        out[0, 0] = 1.0
+        raise inputs.SourceChanged(FIXTURES / "keras3" / "lstm.h5")
+
+    monkeypatch.setattr(writer, "transpose_into", changed)
+    with pytest.raises(inputs.SourceChanged):
+        api.convert(FIXTURES / "keras3" / "lstm.h5", tmp_path / "out.bin")
+    assert list(tmp_path.iterdir()) == []

@@ -209,9 +209,13 @@ def mapped_run(f: BinaryIO, nbytes: int) -> Iterator[memoryview | None]:
     view = memoryview(region)[position - start :]
     try:
         yield view
-    finally:
-        view.release()
-        region.close()
+    except BaseException:
+        with contextlib.suppress(BufferError):  # arrays on the view live on in the traceback: the map goes with them
+            view.release()
+            region.close()
+        raise
+    view.release()
+    region.close()
     f.seek(position + nbytes)
 
 
