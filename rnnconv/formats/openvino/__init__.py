@@ -43,8 +43,9 @@ PLUGIN = Plugin(
         example="model.xml",
         examples=("model.xml --layer /encoder/LSTMSequence",),
         extra="openvino",
-        # float16 and bfloat16 weights are stored as they are and decompressed to float32, in which OpenVINO computes
-        holds=Holds(dtypes=("float32", "float16", "bfloat16")),
+        # float16 and bfloat16 weights are stored as they are and decompressed to float32, in which OpenVINO computes;
+        # int8 W and R (a scale per direction and output row) are decompressed by a Convert and a Multiply
+        holds=Holds(dtypes=("float32", "float16", "bfloat16"), quantizes=("int8",), per_channel=True),
     ),
     listed=60,
     sniff_order=40,
