@@ -219,11 +219,11 @@ def _edited_ir(xml, out, name, change):
 
 @NEEDS_OPENVINO
 @pytest.mark.parametrize("name", ["lstm_bi", "gru_bi", "rnn_bi"])
-def test_openvino_runs_the_int8_ir_and_rnnconv_reads_back_its_int8_times_scale_exactly(written, name):
+def test_openvino_reads_the_int8_ir_and_rnnconv_reads_back_its_int8_times_scale_exactly(written, name):
     """Each layer's W and R an i8 Const, Converted to f32 and multiplied by an f32 Const of one scale per direction
     and output row ([2, gates * H, 1]), as OpenVINO's weight compression writes them; B f32. OpenVINO's own reading
     of the IR finds those Consts, rnnconv's reading with --dequantize gives exactly q * scale in the OpenVINO row's
-    layout, and verify runs the IR in the CPU plugin and proves it in three terms against its torch source."""
+    layout (test_conformance proves these files within their bound with verify)."""
     import openvino as ov
 
     from rnnconv.table.apply import row_for_mode
@@ -245,10 +245,6 @@ def test_openvino_runs_the_int8_ir_and_rnnconv_reads_back_its_int8_times_scale_e
                 for d in range(2):
                     assert np.array_equal(rnn.stored(row, layer, d)[role], product[d])
             assert consts[f"layer{layer}/bias"].get_element_type() == ov.Type.f32
-    report = rnnconv.verify(path)
-    _assert_within_bound(report, f"OpenVINO's int8 IR of {name}, written by --quantize int8")
-    _, kernel, _ = _terms(report)
-    assert kernel.measured < 1e-6  # the plugin computes in f32 with q * scale, rounding no input: what the bound says
 
 
 @NEEDS_OPENVINO
