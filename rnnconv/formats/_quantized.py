@@ -4,7 +4,7 @@ and the record of what was dequantized (`contracts.Dequantized`) a written file 
 file rounds before its RNN computes with them (`contracts.RoundedInput`), refused in one sentence or, with
 --allow-lossy, left out, the loss measured and recorded. TFLite's, ONNX's, OpenVINO's and PyTorch's
 readers use it. And weights quantized for writing (`--quantize`): symmetric int8 as TensorFlow's converter rounds
-them, with the record of what was written (`contracts.Quantized`), which TFLite's and ONNX's writers use."""
+them, with the record of what was written (`contracts.Quantized`), which TFLite's, ONNX's and OpenVINO's writers use."""
 
 from __future__ import annotations
 
