@@ -1,10 +1,11 @@
-"""`--quantize int8`: TFLite's dynamic-range hybrid LSTM and RNN (the integers and scales TensorFlow's converter
-writes, bit for bit), run by LiteRT; ONNX's DynamicQuantizeLSTM and a GRU or RNN with DequantizeLinear weights, run
-by onnxruntime; OpenVINO IRs of int8 W and R decompressed by Convert and Multiply, run by its CPU plugin; the refusal of a target that holds no int8 weights (as its Holds say) and of MNN's profile; and the
-three-term proof verify gives a written file against its float source: within-bound for the file as written, a
-mismatch for a copy with a gate block swapped or a scale moved to another channel, `--bound`, and the JUnit cases.
-Sources: torch modules of distinct random weights per gate and direction, input 5, hidden 7, projection 3, two
-layers; verify runs 8 steps from non-zero initial states."""
+"""`--quantize int8`: TFLite's dynamic-range hybrid LSTM and RNN (the integers and scales TensorFlow's converter writes,
+bit for bit), run by LiteRT; ONNX's DynamicQuantizeLSTM and a GRU or RNN with DequantizeLinear weights, run by
+onnxruntime; OpenVINO IRs of int8 W and R decompressed by Convert and Multiply, run by its CPU plugin; the refusal of
+a target that holds no int8 weights (as its Holds say) and of MNN's profile; and the three-term proof verify gives a
+written file against its float source: within-bound for the file as written, a mismatch for a copy with a gate block
+swapped or a scale moved to another channel, `--bound`, and the JUnit cases. Sources: torch modules of distinct
+random weights per gate and direction, input 5, hidden 7, projection 3, two layers; verify runs 8 steps from non-zero
+initial states."""
 
 from __future__ import annotations
 
@@ -202,7 +203,8 @@ def _ir_consts(xml):
         if layer.get("type") == "Const":
             data = layer.find("data")
             shape = tuple(int(n) for n in data.get("shape").split(",") if n.strip())
-            consts[layer.get("name")] = (data.get("element_type"), shape, int(data.get("offset")), int(data.get("size")))
+            where = int(data.get("offset")), int(data.get("size"))
+            consts[layer.get("name")] = (data.get("element_type"), shape, *where)
     return consts
 
 
@@ -239,7 +241,9 @@ def test_openvino_reads_the_int8_ir_and_rnnconv_reads_back_its_int8_times_scale_
                 q = consts[f"layer{layer}/{role}/q"]
                 scales = consts[f"layer{layer}/{role}/scales"].get_data()
                 assert q.get_element_type() == ov.Type.i8 and scales.shape == (2, gates * HIDDEN, 1)
-                (multiply,) = [t.get_node() for t in q.output(0).get_target_inputs()][0].output(0).get_target_inputs()
+                (convert,) = q.output(0).get_target_inputs()
+                (multiply,) = convert.get_node().output(0).get_target_inputs()
+                assert convert.get_node().get_type_name() == "Convert"
                 assert multiply.get_node().get_type_name() == "Multiply"
                 product = q.get_data().astype(np.float64) * scales.astype(np.float64)
                 for d in range(2):

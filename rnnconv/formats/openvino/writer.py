@@ -7,7 +7,6 @@ B stays f32. The CPU plugin computes the op in f32 with those products (`wire.OP
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -106,9 +105,7 @@ def _parts(rnn: CanonicalRNN, row: Row, layer: int, role: str, dtype: str) -> Pa
     return lambda: (run for d in directions for run in stored(rnn, row, layer, d, np.float32, True)[role].words(etype))
 
 
-def write_ir(
-    rnns: list[CanonicalRNN], path: Path, dtype: str, options: WriteOptions
-) -> tuple[Path, list[str]]:
+def write_ir(rnns: list[CanonicalRNN], path: Path, dtype: str, options: WriteOptions) -> tuple[Path, list[str]]:
     """The IR and its .bin (returned), and the warnings its writing gives (what --quantize wrote)."""
     rnn = writing.only_rnn(rnns, "an .xml")
     weights = path.with_suffix(".bin")
