@@ -234,7 +234,13 @@ def test_openvino_reads_the_int8_ir_and_rnnconv_reads_back_its_int8_times_scale_
     consts = {node.get_friendly_name(): node for node in ov.Core().read_model(str(path)).get_ops()}
     gates = {"lstm_bi": 4, "gru_bi": 3, "rnn_bi": 1}[name]
     with rnnconv.load(path, dequantize=True) as (rnn,):
-        assert rnn.source.dequantized.inputs == "float"  # the CPU plugin rounds no input (the bound says so)
+        read, written_record = rnn.source.dequantized, rnn.origin.quantized
+        assert read.inputs == "float"  # the CPU plugin rounds no input (the bound says so)
+        assert (read.tensors, read.scheme, read.largest_step) == (
+            written_record.tensors,
+            written_record.scheme,
+            written_record.largest_step,
+        )
         row = row_for_mode("openvino", rnn.spec.mode)[0]
         for layer in range(LAYERS):
             for role in ("input_matrix", "recurrent_matrix"):

@@ -15,14 +15,13 @@ from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.dtypes import element_type
 from rnnconv.formats import sources, writing
 from rnnconv.formats._quantized import Quantization, largest_rounding, quantized_note, symmetric, written_record
-from rnnconv.formats.openvino.builder import Layer, Parts, QuantizedTensor, Tensor, build
+from rnnconv.formats.openvino.builder import Layer, Parts, QuantizedTensor, Tensor, build, constant
 from rnnconv.formats.openvino.wire import (
     COMPUTE_TYPE,
     OPENVINO_BIDIRECTIONAL,
     OPENVINO_DEFAULT_ACTIVATIONS,
     OPENVINO_ELEMENT_TYPES,
     OPENVINO_FORWARD,
-    OPENVINO_WEIGHT_NAMES,
     QUANTIZED_ETYPES,
 )
 from rnnconv.formats.settings import WriteOptions
@@ -79,17 +78,12 @@ def _quantized(
     directions = range(rnn.spec.num_directions)
     values = np.stack([stored(rnn, row, layer, d, np.float32, True)[role].assembled() for d in directions])
     q, scales = symmetric(values, (0, 1), quantize)
-    name = f"layer{layer}/{OPENVINO_WEIGHT_NAMES[role]}"
+    name = f"layer{layer}/{row.source_class}/{role}"  # the op's name in the graph `build` makes, and the role
     for d in directions:
         each = tuple(scales[d].ravel().tolist())
         held.append((f"{name}[{d}]" if len(directions) > 1 else name, Quantization(each, (0,) * len(each), 1)))
-    tensor = QuantizedTensor(_made(q, QUANTIZED_ETYPES[quantize]), _made(scales, COMPUTE_TYPE))
+    tensor = QuantizedTensor(constant(q, QUANTIZED_ETYPES[quantize]), constant(scales, COMPUTE_TYPE))
     return tensor, largest_rounding(values, q, scales)
-
-
-def _made(values: np.ndarray, etype: str) -> Tensor:
-    """A Const already made (quantized integers or their scales)."""
-    return Tensor(etype, tuple(values.shape), lambda: iter([values]))
 
 
 def _activations_for(op: str, activation: str) -> list[str]:
