@@ -258,6 +258,39 @@ def test_openvino_reads_the_int8_ir_and_rnnconv_reads_back_its_int8_times_scale_
 
 
 @NEEDS_OPENVINO
+def test_openvino_s_cpu_plugin_computes_the_int8_ir_as_the_f32_ir_of_its_products(written, tmp_path):
+    """Why a quantized IR's bound takes no rounding of the kernel's inputs (its record's inputs "float",
+    wire.OPENVINO_KERNEL_INPUTS): the CPU plugin runs the LSTM of i8 W and R decompressed by Convert and Multiply bit
+    for bit as the same graph with f32 Consts of the products q * scale (verify runs an nncf IR's ops in such a
+    graph)."""
+    import openvino as ov
+    import openvino.opset13 as ops
+    from facts.openvino import ov_run
+
+    path = written("lstm_bi", ".xml")
+    model = ov.Core().read_model(str(path))
+    replaced = 0
+    for op in model.get_ops():
+        if op.get_type_name() == "LSTMSequence":
+            for port in (4, 5):  # W, R
+                multiply = op.input_value(port).get_node()
+                convert, scales = (multiply.input_value(i).get_node() for i in range(2))
+                q = convert.input_value(0).get_node().get_data()
+                product = q.astype(np.float32) * scales.get_data()
+                op.input(port).replace_source_output(ops.constant(product).output(0))
+                replaced += 1
+    assert replaced == 2 * LAYERS
+    floats = tmp_path / "products.xml"
+    ov.save_model(model, str(floats), compress_to_fp16=False)
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(3, 6, INPUT)).astype(np.float32)
+    h0, c0 = (rng.normal(0, 0.5, (2 * LAYERS, 3, HIDDEN)).astype(np.float32) for _ in range(2))
+    quantized, products = (ov_run(p, x, h0, c0) for p in (path, floats))
+    for name in ("y", "h_n", "c_n"):
+        assert np.array_equal(quantized[name], products[name]), name
+
+
+@NEEDS_OPENVINO
 @pytest.mark.needs("keras")
 def test_an_int8_ir_of_a_keras_bidirectional_lstm_is_within_the_bound_of_the_keras_model(tmp_path):
     """A Keras 3 Bidirectional(LSTM) (input 7, hidden 6) written with --quantize int8: verify runs Keras on its
