@@ -155,6 +155,11 @@ def rounding_dropped(rnn: CanonicalRNN, rounding: Sequence[RoundedInput]) -> Can
     exact = forward(spec, rnn.param, probe["x"], h0, c0, round_input=round_input)
     written = forward(spec, rnn.param, probe["x"], probe["h0"], probe["c0"])
     moved = max(float(np.max(np.abs(a - b))) for a, b in zip(exact, written, strict=True) if a is not None)
+    if not np.isfinite(moved):  # a weight NaN or so large that the float model overflows: no loss to measure
+        raise BadInput(
+            f"{rnn.name} computes NaN or infinite outputs on probe inputs (its weights hold NaN or Inf, or overflow), "
+            f"so how far leaving its rounding out moves them cannot be measured"
+        )
     earlier = rnn.source.loss
     loss = RecordedLoss(
         dropped=[*(earlier.dropped if earlier else []), *(rounded_term(r) for r in rounding)],
