@@ -40,7 +40,7 @@ from rnnconv.formats._cells import (
 )
 from rnnconv.formats._quantized import Quantization, exact_dtype, note, record
 from rnnconv.formats.openvino.evaluation import ABSENT, MAX_EVALUATED, MAX_RUN, Body, BodyLayer, Evaluator, Part, flag
-from rnnconv.formats.openvino.wire import OPENVINO_QUANTIZED, QUANTIZED_STORAGE
+from rnnconv.formats.openvino.wire import OPENVINO_KERNEL_INPUTS, OPENVINO_QUANTIZED, QUANTIZED_STORAGE
 from rnnconv.table.constants import CUDNN_MODES
 
 LOOP_OPS = ("Loop", "TensorIterator")
@@ -578,7 +578,8 @@ def loop_canonical(name: str, layers: list[list[Loop]], source: Provenance, dequ
         f"inputs, within {error:.1g} of the reading)"
     ]
     if held:  # the body computes in f32 with what the decompression gives: the float model is the body's own
-        rec = record(held, max(QUANTIZED_STORAGE[etype].itemsize * 8 for etype in types))
+        bits = max(QUANTIZED_STORAGE[etype].itemsize * 8 for etype in types)
+        rec = record(held, bits).model_copy(update={"inputs": OPENVINO_KERNEL_INPUTS})  # no input rounded
         wide = exact_dtype(m for layer in readings for r in layer for gate in r.gates.values() for m in gate)
         readings = [[_as_type(r, wide) for r in layer] for layer in readings]
         widest = max(types, key=lambda etype: (QUANTIZED_STORAGE[etype].itemsize, etype))
