@@ -88,6 +88,9 @@ class SpecModel(Contract):
     proj_size: int = Field(0, ge=0, le=MAX_SIZE)
     dtype: str = "float32"
     bias: bool = True
+    # False: a GRU whose reset gate multiplies the state before the recurrent product (RNNSpec.reset_after); left
+    # out for every other RNN.
+    reset_after: bool | None = None
     bias_mode: Literal["double"] | None = None  # what cuDNN gets: two biases, zero when the source had none
 
     @field_validator("mode")

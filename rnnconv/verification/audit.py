@@ -340,10 +340,8 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
     return report
 
 
-def _outputs(spec: RNNSpec, rnn: CanonicalRNN, inputs: Inputs, reset_before: bool = False) -> Outputs:
-    y, h_n, c_n = forward(
-        spec, rnn.param, inputs["x"], inputs["h0"], inputs["c0"], inputs["lengths"], reset_before=reset_before
-    )
+def _outputs(spec: RNNSpec, rnn: CanonicalRNN, inputs: Inputs) -> Outputs:
+    y, h_n, c_n = forward(spec, rnn.param, inputs["x"], inputs["h0"], inputs["c0"], inputs["lengths"])
     return {"y": y, "h_n": h_n, "c_n": c_n}
 
 
@@ -390,9 +388,10 @@ def _known_mistakes(
 ) -> Iterator[tuple[str, bool]]:
     """Each known exporter mistake, and whether it explains the difference."""
     lengths = inputs["lengths"]
-    if spec.mode == GRU:  # the checkpoint's GRU with the other reset placement: does it give what the file gives?
+    if spec.mode == GRU and spec.reset_after:  # the checkpoint's GRU with the reset before: what the file gives?
         with checkpoint.fmt.read(checkpoint.path, checkpoint.fmt.source_options(source)) as found:
-            moved = _outputs(found.rnns[0].spec, found.rnns[0], inputs, reset_before=True)
+            held = found.rnns[0]
+            moved = _outputs(dataclasses.replace(held.spec, reset_after=False), held, inputs)
         yield RESET_PLACEMENT, compare(spec, got, moved, tol, lengths).match
     loss = None if reading is None else reading.source.loss
     if reading is not None and loss is not None:  # the deployed reading without its clip: the checkpoint's outputs?

@@ -28,7 +28,7 @@ from rnnconv.version import __version__
 def layers_of(rnn: CanonicalRNN, dtype: str) -> list[Layer]:
     """The sequence ops of a canonical RNN, its tensors stored as the table's OpenVINO row says."""
     spec = rnn.spec
-    row, activation = row_for_mode("openvino", spec.mode)
+    row, activation = row_for_mode("openvino", spec.mode, reset_after=spec.reset_after)
     attributes = {
         "direction": OPENVINO_BIDIRECTIONAL if spec.bidirectional else OPENVINO_FORWARD,
         "hidden_size": str(spec.hidden_size),
