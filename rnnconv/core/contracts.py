@@ -29,8 +29,8 @@ SIDECAR_SCHEMA_VERSION = 4
 # verdict not-found (a row of the audit of a deployed model: an RNN with no partner on the other side). Version 5: the
 # verdict not-deployed (a checkpoint's RNN that the audit's --layer pairs leave out). Version 6: the verdict
 # within-bound and the report's `quantization` (a file written with --quantize: its three terms); a source record's
-# `quantized` (what --quantize wrote). Version 7: a spec's `reset_after` (false: a GRU whose reset gate is applied before
-# the recurrent product, TF1's GRUCell or Keras reset_after=False; left out for every other RNN).
+# `quantized` (what --quantize wrote). Version 7: a spec's `reset_after` (false: a GRU whose reset gate is applied
+# before the recurrent product, TF1's GRUCell or Keras reset_after=False; left out for every other RNN).
 REPORT_SCHEMA_VERSION = 7
 
 # error / backend-missing: verify could not run (exit 2 / 3); a report asked for is still written, saying why.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
-from rnnconv.errors import BadInput, Unsupported, cut, either, listing
+from rnnconv.errors import BadInput, Unsupported, cut, either
 from rnnconv.formats.catalog import FORMAT_INFO
 from rnnconv.formats.plugin import FormatInfo
 from rnnconv.table.apply import row_for_mode

@@ -1,7 +1,7 @@
 """A checkpoint's tensors, as stored, stepped in TensorFlow on the CPU as the TF cells do: a cuDNN layer's LSTM
 through LSTMBlockCell (the kernel CudnnCompatibleLSTMCell runs), the GRU and the simple RNN through their cells'
-equations in TF ops (TF 2 has no CPU kernel of cuDNN's reset-after GRU); tf.compat.v1's BasicLSTMCell, LSTMCell and GRUCell
-through their `call`'s equations in TF ops, forget_bias and projection included."""
+equations in TF ops (TF 2 has no CPU kernel of cuDNN's reset-after GRU); tf.compat.v1's BasicLSTMCell, LSTMCell and
+GRUCell through their `call`'s equations in TF ops, forget_bias and projection included."""
 
 from __future__ import annotations
 
