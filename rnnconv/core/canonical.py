@@ -19,7 +19,7 @@ import numpy as np
 
 from rnnconv.core.contracts import Provenance, SpecModel
 from rnnconv.core.dtypes import DTYPES
-from rnnconv.errors import BadInput
+from rnnconv.errors import BadInput, Unsupported
 from rnnconv.safeio.digests import SourcePass, digest_placeholder
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.table.apply import assemble_stored
@@ -271,8 +271,15 @@ class CanonicalRNN:
         bias: bool | None = None,
     ) -> dict[str, np.ndarray]:
         """One layer and direction as `row`'s format stores it (by role): every stored tensor, or those of `keys`,
-        assembled in `work` (default: `work_type`); with `bias`, its biases whether it has any or not (zeros)."""
+        assembled in `work` (default: `work_type`); with `bias`, its biases whether it has any or not (zeros). A GRU
+        is never stored by a row of the other reset placement: those tensors would compute another function."""
         spec = self.spec
+        if spec.mode == GRU and row.reset_after != spec.reset_after:
+            said = {True: "after", False: "before"}
+            raise Unsupported(
+                f"{row.format}'s {row.source_class} applies its reset gate {said[row.reset_after]} the recurrent "
+                f"product, and {self.name}'s GRU {said[spec.reset_after]} it: no weights of it compute this GRU"
+            )
         return assemble_stored(
             row,
             spec.hidden_size,

@@ -100,13 +100,9 @@ def _family_rows(fmt: str, cell: str) -> list[Row]:
 def _no_cell(info: FormatInfo, spec: RNNSpec) -> str:
     """Why a format writes no cell of `spec`'s mode: its row's refusal, that its GRUs apply the reset gate after the
     recurrent product, the activations its class computes, or the classes it has."""
+    if not spec.reset_after:
+        return reset_before_term(info.title)
     rows = _family_rows(info.name, spec.cell)
-    if not spec.reset_after and rows:
-        return (
-            f"this GRU has {RESET_BEFORE_TERM} (h' = tanh(Wh x + Rh (r*h) + b), not cuDNN's tanh(Wh x + r*(Rh h + "
-            f"bRh) + b)), which no {info.title} file rnnconv writes computes (it writes that GRU as "
-            f"{reset_before_settings()})"
-        )
     refused = next((row.refusal for row in rows if row.refusal), None)
     if refused:
         return refused
@@ -117,6 +113,15 @@ def _no_cell(info: FormatInfo, spec: RNNSpec) -> str:
     classes = list(dict.fromkeys(row.source_class for row in TABLE if row.format == info.name and row.adapter))
     has = " and ".join([", ".join(classes[:-1]), classes[-1]] if len(classes) > 1 else classes)
     return f"{info.title} has no {CELL_NAMES[spec.cell]} (it has {has})"
+
+
+def reset_before_term(title: str) -> str:
+    """The refusal of a GRU whose reset gate is applied before the recurrent product, by a format whose files rnnconv
+    writes hold none: the term, and the settings of the formats that hold it (no nearest GRU computes the same)."""
+    return (
+        f"this GRU has {RESET_BEFORE_TERM} (h' = tanh(Wh x + Rh (r*h) + b), not cuDNN's tanh(Wh x + r*(Rh h + bRh) + "
+        f"b)), which no {title} file rnnconv writes computes (it writes that GRU as {reset_before_settings()})"
+    )
 
 
 def reset_before_settings() -> str:
