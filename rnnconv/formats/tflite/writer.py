@@ -50,7 +50,7 @@ def quantized_graph(rnn: CanonicalRNN, quantize: str) -> tuple[Graph, Quantized]
 
 def _graph(rnn: CanonicalRNN, quantize: str | None) -> tuple[Graph, Quantized | None]:
     spec = rnn.spec
-    row = row_for_mode(FORMAT, spec.mode, reset_after=spec.reset_after)  # refuses a cell no op of TFLite computes
+    row, _ = row_for_mode(FORMAT, spec.mode, reset_after=spec.reset_after)  # refuses a cell no op of TFLite computes
     op_name = row.source_class
     layers = []
     held: list[tuple[str, Quantization]] = []
