@@ -3,32 +3,34 @@
     python bench/bench.py [--workdir /tmp/rnnconv-bench-0.6gb] [--repeat 5] [--rows big,small,...] [--only TEXT]
                           [--quick] [--large] [--peers] [--small-only]
 
-Makes (once, with the real frameworks: bench/make_models.py) a 2-layer bidirectional LSTM, input 1024, hidden
-2048, float32 (0.60 GB) as a PyTorch `.pt`, a Keras legacy `.h5` and a `.keras`, a 1-layer LSTM as a `.pt` and
-an `.h5`, 100 copies of the small `.pt`, and the big LSTM a tenth the size (and, with --large, ten times: 6 GB,
-deleted after its row). Each job runs in a fresh process, paired with its baseline (`cp` of its source for a big
-conversion, an empty interpreter for a small job, one small conversion for the 100 files): the two run one after the
-other, --repeat times after an untimed pair, their order swapped every pair, the source read into the page cache and
-every output removed (and `sync`) before each run of either, so both see the same cache. A row prints the job's best
-and median wall time, its baseline's, the ratio of the bests and the median of the pairs' ratios, its CPU time, the
-peak resident memory of the job's process, and its goal, met or missed (a missed one against its floor row); a
+Makes (once, with the real frameworks: bench/make_models.py) a 2-layer bidirectional LSTM, input 1024, hidden 2048,
+float32 (0.60 GB) as a PyTorch `.pt`, a Keras legacy `.h5` and a `.keras`, a 1-layer LSTM as a `.pt` and an `.h5`,
+100 copies of the small `.pt`, and the big LSTM a tenth the size (and, with --large, ten times: 6 GB, deleted after
+its row). Each job runs in a fresh process, paired with its baseline (`cp` of its source for a big conversion, an
+empty interpreter for a small job, one small conversion for the 100 files): the two run one after the other,
+--repeat times after an untimed pair, their order swapped every pair, the source read into the page cache and every
+output removed (and `sync`) before each run of either, so both see the same cache. A row prints the job's best and
+median wall time, its baseline's, the ratio of the bests and the median of the pairs' ratios, its CPU time, the peak
+resident memory of the job's process, and its goal, met or missed (a missed one against its floor row); a
 conversion's row also holds its peak memory to 1.3 x the model + 150 MB. The floors follow: an empty interpreter,
 `import numpy`, numpy and the typed contracts (pydantic) that every conversion imports (and h5py, that a Keras
-file's needs), the same small conversion through the library (no command line), the contracts' start-up then `cp` in
-the kernel (the floor of a conversion that copies every byte unchanged), then the copy with the tensors shifted to
-new places (the floor of a conversion to a weight space or a runtime's file), in the kernel and, as rnnconv copies a
-shifted byte, through one buffer read and written once, and a bare h5py read of the `.h5`'s datasets (then with
-numpy's transpose of each matrix), against `cp` of the same file.
+file's needs), numpy and typer with the pydantic typer coerces every option through (the libraries' own floor of a
+conversion on this command line), the same small conversion through the library (no command line), the contracts'
+start-up then `cp` in the kernel (the floor of a conversion that copies every byte unchanged), then the copy with
+the tensors shifted to new places (the floor of a conversion to a weight space or a runtime's file), in the kernel
+and, as rnnconv copies a shifted byte, through one buffer read and written once, and a bare h5py read of the `.h5`'s
+datasets (then with numpy's transpose of each matrix), against `cp` of the same file.
 
 Groups of rows (--rows; all but peers by default): big (the 0.60 GB conversions and their floors), growth (0.06 GB,
 and 6 GB with --large: how the ratio and the memory grow), batch (100 small files, -j 1 and -j 2), small (small
 conversions, --help and their floors), transpose (the Keras kernels transposed in memory, bench/transpose_speed.py:
-numpy's way, rnnconv's tiles on one and two threads, and into a memory map of the output, against a plain copy of the
-same bytes), verify (verify of the small and the 0.60 GB models in each backend, split into its phases,
-bench/verify_phases.py: once each, after the conversion that made the file), peers (the frameworks' own ways,
-minutes: --peers). --only keeps the rows whose label holds TEXT; --quick is --repeat 1. The tables are printed twice:
-as text, then as markdown rows for docs/speed.md. Python writes its bytecode caches as on a user's machine
-(PYTHONDONTWRITEBYTECODE is dropped). A benchmark, not a test: it judges nothing by exit code.
+numpy's way, rnnconv's tiles on one and two threads, transposed into memory then written, and straight into a map of
+each kernel's place in the output as a Keras conversion writes them now, against a plain copy of the same bytes),
+verify (verify of the small and the 0.60 GB models in each backend, split into its phases, bench/verify_phases.py:
+once each, after the conversion that made the file), peers (the frameworks' own ways, minutes: --peers). --only
+keeps the rows whose label holds TEXT; --quick is --repeat 1. The tables are printed twice: as text, then as
+markdown rows for docs/speed.md. Python writes its bytecode caches as on a user's machine (PYTHONDONTWRITEBYTECODE
+is dropped). A benchmark, not a test: it judges nothing by exit code.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ SHIFTED_FLOOR = "the floor: numpy and the contracts, then cp to new places"
 BUFFERED_FLOOR = "... the same shifted copy through one buffer (rnnconv's)"
 TRANSPOSE_FLOOR = "... and numpy's transpose of its matrices"
 START_FLOOR = "the floor: import numpy and the contracts (pydantic)"
+# typer (0.2x) coerces each option's value through a pydantic TypeAdapter: numpy, typer and pydantic are the libraries'
+# floor of a conversion on this command line, whatever rnnconv's own documents are built with.
+LIBRARIES_FLOOR = "the floor: import numpy and typer, with the pydantic it coerces options with"
 H5_START_FLOOR = "... and h5py"
 SMALL_ONE = "small: small.pt -> .bin"
 LIBRARY = "import sys, rnnconv; rnnconv.convert(sys.argv[1], sys.argv[2], to='cudnn', force=True)"
@@ -429,7 +434,8 @@ def small(work: Path, repeat: int) -> list[Case]:
     outputs = [out, Path(f"{out}.json")]
     empty = Job("python -c pass", EMPTY)
     jobs = [
-        (Job(SMALL_ONE, [*RNNCONV, "convert", str(work / "small.pt"), str(out), "-q"], outputs), "s 0.15", START_FLOOR),
+        (Job(SMALL_ONE, [*RNNCONV, "convert", str(work / "small.pt"), str(out), "-q"], outputs), "s 0.15",
+         LIBRARIES_FLOOR),
         (Job("small: small.h5 -> .bin", [*RNNCONV, "convert", str(work / "small.h5"), str(out), "-q"], outputs),
          "s 0.15", H5_START_FLOOR),
         (Job("small: small.pt -> .bin, its result printed", [*RNNCONV, "convert", str(work / "small.pt"), str(out)],
@@ -438,6 +444,7 @@ def small(work: Path, repeat: int) -> list[Case]:
         (Job("the floor: python -c 'import numpy'", [PYTHON, "-c", "import numpy"]), "", ""),
         (Job(START_FLOOR, [PYTHON, "-c", DESIGN]), "s 0.1", ""),
         (Job(H5_START_FLOOR, [PYTHON, "-c", f"{DESIGN}, h5py"]), "", ""),
+        (Job(LIBRARIES_FLOOR, [PYTHON, "-c", "import numpy, typer.main, typer._adapters"]), "", ""),
         (Job("small.pt -> .bin by rnnconv.convert, no command line",
              [PYTHON, "-c", LIBRARY, str(work / "small.pt"), str(out)], outputs), "", ""),
     ]  # fmt: skip

@@ -6,9 +6,10 @@ rows run.
 The kernels of the bench's 2-layer bidirectional LSTM (input 1024, hidden 2048: (in, 4H) and (H, 4H) float32 per
 layer and direction, 0.60 GB), made with random values, each copied into one output the size of them all: as a plain
 copy of the same bytes (the floor: memory read and written once), by numpy (`out[...] = kernel.T`), by rnnconv's
-tiles on one thread and on two (`rnnconv.table.transpose.transposed`, what a Keras conversion runs), and by the tiles
-on two threads straight into a memory map of an output file (its bytes then written back by the kernel). Prints one
-JSON line: each way's best and median seconds.
+tiles on one thread and on two, transposed into memory then written to a file (`rnnconv.table.transpose.transposed`,
+what a Keras conversion ran before), and by the tiles straight into a map of each kernel's place in an output file
+(`safeio.outputs.mapped_run` and `transpose.transpose_into`, what a Keras conversion to a weight space runs now; the
+bytes then written back by the kernel). Prints one JSON line: each way's best and median seconds.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rnnconv.safeio import outputs
 from rnnconv.table import transpose
 
 INPUT, HIDDEN = 1024, 2048
@@ -49,7 +51,10 @@ def tiles(block: np.ndarray, out: np.ndarray, workers: int) -> None:
     bounds = np.linspace(0, block.shape[0] // step, workers + 1).astype(int) * step
     bounds[-1] = block.shape[0]
     parts = [(int(lo), int(hi)) for lo, hi in itertools.pairwise(bounds) if hi > lo]
-    for done in [transpose._POOL.submit(transpose._copy_tiles, block, out, lo, hi, step) for lo, hi in parts]:
+    whole = [(0, block.shape[1], 0)]
+    for done in [
+        transpose._POOL.submit(transpose._copy_tiles, block, out, lo, hi, step, whole, False) for lo, hi in parts
+    ]:
         done.result()
 
 
@@ -65,10 +70,11 @@ def main() -> None:
 
     def into_map() -> None:
         mapped_path.unlink(missing_ok=True)
-        mapped = np.memmap(mapped_path, np.float32, "w+", shape=(total,))
-        for block, place in zip(blocks, places(mapped, blocks)):
-            tiles(block, place, 2)
-        del mapped
+        with open(mapped_path, "w+b") as f:
+            for block in blocks:
+                with outputs.mapped_run(f, block.nbytes) as place:
+                    assert place is not None, "this file system cannot allocate blocks ahead"
+                    transpose.transpose_into(block, np.frombuffer(place, block.dtype).reshape(block.shape[::-1]))
 
     def then_written() -> None:
         mapped_path.unlink(missing_ok=True)
@@ -82,7 +88,7 @@ def main() -> None:
         "tiles, one thread": lambda: [tiles(b, p, 1) for b, p in zip(blocks, places(out, blocks))],
         "tiles, two threads": lambda: [tiles(b, p, 2) for b, p in zip(blocks, places(out, blocks))],
         "transposed() then written": then_written,
-        "tiles, two threads, into a memory map of the output": into_map,
+        "transpose_into() a map of its place in the output": into_map,
     }
     times: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(args.repeat + 1):  # the first run of each way faults its pages in

@@ -26,6 +26,7 @@ from facts.torch import torch_module_for, torch_outputs
 import rnnconv
 from rnnconv.core.canonical import RNNSpec
 from rnnconv.errors import Unsupported
+from rnnconv.formats.catalog import FORMAT_INFO
 
 STEPS, BATCH = 6, 3
 LENGTHS = np.array([6, 2, 4])  # ragged: each sequence ends where its length says, as PyTorch's packed sequences
@@ -284,3 +285,35 @@ def test_the_written_file_computes_what_its_source_computes(target, case, source
         error = float(np.abs(y.transpose(1, 0, 2) - made.zero_y).max())
         LARGEST_ERRORS[f"{label} (the documented module)"] = error
         assert error < tolerance, ("the documented module, from zero states", error)
+
+
+# --quantize int8: every format whose declarations say it holds int8 weights (its Holds), from a source of each cell
+# (several layers, two directions): the file its runtime runs, proved by verify against its source in three terms
+# (a kernel that computes in float with the dequantized weights, as the file's record says, off by float32's rounding
+# alone), or the source refused as the format's declarations say (TFLite has no GRU op).
+QUANTIZING = [name for name in RUNTIMES if "int8" in FORMAT_INFO[name].holds.quantizes]
+QUANTIZED_CASES = ["torch-lstm-x2-bi", "torch-gru-x2-bi", "torch-rnn_tanh-x3-bi"]
+
+
+@pytest.mark.parametrize("target, case", [(t, c) for t in QUANTIZING for c in QUANTIZED_CASES])
+def test_the_int8_file_is_within_its_bound_of_its_source(target, case, source, tmp_path):
+    made = source(case)
+    out = tmp_path / f"model{RUNTIMES[target].ending}"
+    refused = refusal(target, made)
+    if refused is not None:
+        with pytest.raises(Unsupported) as raised:
+            rnnconv.convert(made.path, out, to=target, quantize="int8")
+        assert refused in str(raised.value) and not any(tmp_path.iterdir())
+        return
+    rnnconv.convert(made.path, out, to=target, quantize="int8")
+    report = rnnconv.verify(out)
+    assert report.verdict == "within-bound" and report.quantization is not None, report.summary
+    with rnnconv.load(out, dequantize=True) as (back,):
+        record = back.origin.quantized
+    assert record is not None and report.quantization.scheme == record.scheme
+    if not record.inputs_quantized:
+        assert report.quantization.kernel.measured < 1e-6
+    end_to_end = report.quantization.end_to_end
+    LARGEST_ERRORS[f"{target} --quantize int8 from {case}: end to end (bound {end_to_end.bound:.3g})"] = (
+        end_to_end.measured
+    )

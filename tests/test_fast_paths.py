@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
+import io
 import json
 import os
 import subprocess
 import sys
+import tracemalloc
 import zipfile
 import zlib
 from pathlib import Path
@@ -24,13 +27,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rnnconv import api
-from rnnconv.core.dtypes import count_non_finite
+from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
+from rnnconv.core.dtypes import count_non_finite, element_type
 from rnnconv.errors import BadInput
 from rnnconv.formats import _zip
 from rnnconv.formats.cudnn import reader as cudnn
 from rnnconv.formats.cudnn import writer
 from rnnconv.formats.keras import reader
 from rnnconv.safeio import digests, inputs, outputs
+from rnnconv.table.constants import Kind
+from rnnconv.table.transpose import transposed
 
 TORCH = FIXTURES / "torch"
 
@@ -362,3 +368,78 @@ def test_a_small_conversion_builds_no_document_it_does_not_write(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["[]"]
+
+
+def test_a_kernel_stored_as_columns_is_transposed_straight_into_the_output(tmp_path):
+    """A kernel whose column blocks are the gates (a Keras kernel, here in another gate order than cuDNN's) goes from
+    the source file into a map of its place in the output, tile by tile, each band summed as it is copied: the bytes
+    and the NaN count those of the block-by-block write, and no copy of the kernel, transposed or not, is made in
+    memory."""
+    spec = RNNSpec("lstm", 384, 256)
+    order = tuple(reversed(spec.gates))
+    rng = np.random.default_rng(0)
+    stored = {kind: rng.standard_normal((n, 4 * 256), dtype=np.float32) for kind, n in ((Kind.W, 384), (Kind.R, 256))}
+    stored[Kind.W][5, order.index(spec.gates[1]) * 256 + 3] = np.nan
+    stored[Kind.R][:4, :8] = 3e38  # finite, though their sum overflows: counted, not taken for NaN or Inf
+    source = tmp_path / "kernels.bin"
+    source.write_bytes(stored[Kind.W].tobytes() + stored[Kind.R].tobytes())
+    in_file = {
+        Kind.W: inputs.FileArray(source, 0, np.dtype(np.float32), (384, 1024)),
+        Kind.R: inputs.FileArray(source, stored[Kind.W].nbytes, np.dtype(np.float32), (256, 1024)),
+    }
+
+    def block(key: ParamKey) -> np.ndarray:  # as the Keras reader loads one: its whole kernel transposed first
+        at = order.index(key.gate) * 256
+        return transposed(in_file[key.kind])[at : at + 256]
+
+    biases = {key: rng.standard_normal(256, dtype=np.float32) for key in spec.param_keys() if key.kind not in stored}
+    loaders = {
+        key: functools.partial(block, key) if key.kind in stored else biases[key].copy for key in spec.param_keys()
+    }
+    rnn = CanonicalRNN(
+        "rnn", spec, loaders, columns=lambda _, __, kind: (in_file[kind], order) if kind in in_file else None
+    )
+    etype = element_type("float32")
+    blockwise = io.BytesIO()  # no file under it: each block written as it is loaded
+    expected = writer.write_weight_space(rnn, blockwise, etype)
+    with open(tmp_path / "out.bin", "w+b") as f:
+        tracemalloc.start()
+        warnings = writer.write_weight_space(rnn, f, etype)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert (tmp_path / "out.bin").read_bytes() == blockwise.getvalue()
+    assert warnings == expected == [f"rnn: {ParamKey(0, 0, Kind.W, spec.gates[1]).label} holds 1 NaN or Inf value(s)"]
+    assert peak < stored[Kind.R].nbytes // 4, peak  # a band of rows, not a kernel
+
+
+@pytest.mark.parametrize("failure", [errno.ENOSPC, errno.EOPNOTSUPP])
+def test_a_kernels_place_that_cannot_be_allocated_is_a_full_disk_or_a_plain_write(failure, tmp_path, monkeypatch):
+    """A full disk while a kernel's place is allocated is one sentence and no output; a file system that cannot
+    allocate ahead gets the blocks written one by one, the same bytes."""
+    source = FIXTURES / "keras3" / "lstm.h5"
+    api.convert(source, tmp_path / "mapped.bin")
+
+    def refuse(fd: int, offset: int, length: int) -> None:
+        raise OSError(failure, os.strerror(failure))
+
+    monkeypatch.setattr(outputs.os, "posix_fallocate", refuse)
+    if failure == errno.ENOSPC:
+        with pytest.raises(BadInput, match=r"^cannot write .*written\.bin: .*[Nn]o space"):
+            api.convert(source, tmp_path / "written.bin")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["mapped.bin", "mapped.bin.json"]
+    else:
+        api.convert(source, tmp_path / "written.bin")
+        assert (tmp_path / "written.bin").read_bytes() == (tmp_path / "mapped.bin").read_bytes()
+
+
+def test_a_failure_while_a_kernel_is_transposed_into_its_place_is_said_as_itself(tmp_path, monkeypatch):
+    """The map of a kernel's place is let go without hiding what went wrong (arrays on it live on in the traceback)."""
+
+    def changed(block, out, pieces=None, sums=False):
+        out[0, 0] = 1.0
+        raise inputs.SourceChanged(FIXTURES / "keras3" / "lstm.h5")
+
+    monkeypatch.setattr(writer, "transpose_into", changed)
+    with pytest.raises(inputs.SourceChanged):
+        api.convert(FIXTURES / "keras3" / "lstm.h5", tmp_path / "out.bin")
+    assert list(tmp_path.iterdir()) == []

@@ -3,9 +3,9 @@ typer and the table's data, never numpy, pydantic or a framework. Their speed is
 what is held here is why they are fast, which does not depend on the machine. And what a conversion imports: the
 modules of its two formats, of every other format only what tells its files apart (its `wire`).
 
-Completing a command's options is the exception: typer (0.2x) coerces every option's default through pydantic
-while it finds the command, so pydantic comes with it (and the package metadata it reads), but still no numpy and
-no framework."""
+Completing a command's options too: typer (0.2x) coerces every option while it finds the command, through a pydantic
+adapter it builds for each, and rnnconv gives back the unset ones itself, as typer would (`cli.aliases.Coerced`).
+"""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_help_and_completion_import_neither_numpy_nor_pydantic_nor_a_framework()
     assert result.returncode == 0, result.stderr
     helps, options = result.stdout.split("\n")[:2]
     assert helps == "", f"--help or completing a command imported {helps}"
-    assert set(options.split()) <= {"pydantic", "importlib.metadata"}, f"completing an option imported {options}"
+    assert options == "", f"completing an option imported {options}"  # its unset options coerced without pydantic
 
 
 # A conversion in a fresh interpreter, as the `rnnconv` command runs it; then every module it imported.
@@ -123,6 +123,8 @@ def test_a_conversion_imports_only_its_two_formats(source, output, formats, tmp_
     libraries = {library for fmt, library in FORMAT_LIBRARIES.items() if fmt not in formats} & imported
     assert not libraries, f"converting {source} to {output} imported {sorted(libraries)}"
     assert "rich" not in imported, f"converting {source} to {output} with -q (nothing shown) imported rich"
+    # its options, unset or words, given back as typer's coercion gives them without building its pydantic adapters
+    assert "typer._adapters" not in imported, f"converting {source} to {output} built typer's option adapters"
 
 
 def test_a_command_is_made_when_it_is_named():
@@ -170,3 +172,33 @@ def test_the_command_line_imports_its_libraries_without_collecting_then_collects
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0", "True", "True"], result.stdout  # none while starting; on, the start frozen
+
+
+@pytest.mark.parametrize("command", ["convert", "keras-to-cudnn", "verify"])
+def test_options_given_back_without_typers_adapters_are_what_its_adapters_give(command):
+    """The command line skips typer's pydantic adapter of an option only where the value is what that adapter gives
+    back: each value here coerced both ways, the same result or the same refusal."""
+    from typer._coercion import build_runtime_param
+    from typer.main import get_command
+
+    from rnnconv.cli.aliases import Coerced
+    from rnnconv.cli.commands import app
+
+    made = get_command(app).commands[command]  # type: ignore[attr-defined]
+    ctx = made.make_context(command, ["x", "y"] if command == "convert" else ["x"], resilient_parsing=True)
+    tried = 0
+    for param in made.get_params(ctx):
+        if not hasattr(param, "type_descriptor") or param.type_descriptor.annotation is bool:
+            continue
+        choices = [getattr(c, "value", c) for c in param.type_descriptor.choices or ()]
+        values = [None, param.default, "word", "7", 7, -1, 0.5, "", ("a", "b"), *choices, *(c.upper() for c in choices)]
+        for value in values:
+            outcomes = []
+            for coercion in (Coerced(param.type_descriptor), build_runtime_param(param.type_descriptor)):
+                try:
+                    outcomes.append(("value", coercion.coerce(value, param=param, ctx=ctx)))
+                except Exception as exc:  # the refusal itself is compared
+                    outcomes.append((type(exc).__name__, str(exc)))
+            assert outcomes[0] == outcomes[1], (param.name, value, outcomes)
+            tried += 1
+    assert tried > 50

@@ -204,6 +204,10 @@ def _scale(value):
     return change
 
 
+def _nan_bias(data, _):
+    data[629 + 40 : 629 + 44] = np.float32(np.nan).tobytes()  # one of layer 0's B
+
+
 @pytest.mark.parametrize(
     ("xml_change", "bin_change", "phrase"),
     [
@@ -234,6 +238,7 @@ def _scale(value):
             "points past its weights",
         ),
         (lambda x: x.replace('levels="256"', 'levels="1"', 1), None, "levels='1', not a count"),
+        (None, _nan_bias, "computes NaN or infinite outputs on probe inputs"),  # the fuzz found it (exit 4)
     ],
 )
 def test_damaged_quantization_is_refused_in_one_sentence(tmp_path, xml_change, bin_change, phrase):

@@ -1,10 +1,11 @@
-"""`--quantize int8`: TFLite's dynamic-range hybrid LSTM and RNN (the integers and scales TensorFlow's converter
-writes, bit for bit), run by LiteRT; ONNX's DynamicQuantizeLSTM and a GRU or RNN with DequantizeLinear weights, run
-by onnxruntime; the refusal of a target that holds no int8 weights (as its Holds say) and of MNN's profile; and the
-three-term proof verify gives a written file against its float source: within-bound for the file as written, a
-mismatch for a copy with a gate block swapped or a scale moved to another channel, `--bound`, and the JUnit cases.
-Sources: torch modules of distinct random weights per gate and direction, input 5, hidden 7, projection 3, two
-layers; verify runs 8 steps from non-zero initial states."""
+"""`--quantize int8`: TFLite's dynamic-range hybrid LSTM and RNN (the integers and scales TensorFlow's converter writes,
+bit for bit), run by LiteRT; ONNX's DynamicQuantizeLSTM and a GRU or RNN with DequantizeLinear weights, run by
+onnxruntime; OpenVINO IRs of int8 W and R decompressed by Convert and Multiply, run by its CPU plugin; the refusal of
+a target that holds no int8 weights (as its Holds say) and of MNN's profile; and the three-term proof verify gives a
+written file against its float source: within-bound for the file as written, a mismatch for a copy with a gate block
+swapped or a scale moved to another channel, `--bound`, and the JUnit cases. Sources: torch modules of distinct
+random weights per gate and direction, input 5, hidden 7, projection 3, two layers; verify runs 8 steps from non-zero
+initial states."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from rnnconv.formats.catalog import FORMAT_INFO
 INPUT, HIDDEN, PROJECTION, LAYERS = 5, 7, 3, 2
 NEEDS_TFLITE = pytest.mark.needs("torch", "ai_edge_litert", "flatbuffers")
 NEEDS_ONNX = pytest.mark.needs("torch", "onnx", "onnxruntime")
+NEEDS_OPENVINO = pytest.mark.needs("torch", "openvino")
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +36,7 @@ def sources(tmp_path_factory):
         "lstm_bi": torch.nn.LSTM(INPUT, HIDDEN, LAYERS, bidirectional=True),
         "gru_bi": torch.nn.GRU(INPUT, HIDDEN, LAYERS, bidirectional=True),
         "rnn_relu": torch.nn.RNN(INPUT, HIDDEN, LAYERS, nonlinearity="relu"),
+        "rnn_bi": torch.nn.RNN(INPUT, HIDDEN, LAYERS, bidirectional=True),
     }
     paths = {}
     for name, module in modules.items():
@@ -188,6 +191,144 @@ def test_onnxruntime_runs_the_dynamically_quantized_lstm_within_the_bound_of_its
     assert ops["DynamicQuantizeLSTM"] == "com.microsoft" and "DequantizeLinear" not in ops
     assert stored["W_0"].dtype == np.int8 and stored["W_scale_0"].shape == (2, 4 * HIDDEN)
     _assert_within_bound(rnnconv.verify(path), "onnxruntime's DynamicQuantizeLSTM, written by --quantize int8")
+
+
+# --- OpenVINO -----------------------------------------------------------------------------------------------------
+
+
+def _ir_consts(xml):
+    """The IR's Consts by name: (element type, shape, offset, size) as its XML says."""
+    consts = {}
+    for layer in ET.parse(xml).iter("layer"):
+        if layer.get("type") == "Const":
+            data = layer.find("data")
+            shape = tuple(int(n) for n in data.get("shape").split(",") if n.strip())
+            where = int(data.get("offset")), int(data.get("size"))
+            consts[layer.get("name")] = (data.get("element_type"), shape, *where)
+    return consts
+
+
+def _edited_ir(xml, out, name, change):
+    """A copy of the IR whose Const `name` is `change(values)` in its .bin (the XML as it is)."""
+    etype, shape, offset, size = _ir_consts(xml)[name]
+    data = bytearray(xml.with_suffix(".bin").read_bytes())
+    values = np.frombuffer(bytes(data[offset : offset + size]), {"i8": np.int8, "f32": np.float32}[etype])
+    data[offset : offset + size] = np.ascontiguousarray(change(values.reshape(shape).copy())).tobytes()
+    out.with_suffix(".bin").write_bytes(bytes(data))
+    out.write_text(xml.read_text())
+    return out
+
+
+@NEEDS_OPENVINO
+@pytest.mark.parametrize("name", ["lstm_bi", "gru_bi", "rnn_bi"])
+def test_openvino_reads_the_int8_ir_and_rnnconv_reads_back_its_int8_times_scale_exactly(written, name):
+    """Each layer's W and R an i8 Const, Converted to f32 and multiplied by an f32 Const of one scale per direction
+    and output row ([2, gates * H, 1]), as OpenVINO's weight compression writes them; B f32. OpenVINO's own reading
+    of the IR finds those Consts, rnnconv's reading with --dequantize gives exactly q * scale in the OpenVINO row's
+    layout (test_conformance proves these files within their bound with verify)."""
+    import openvino as ov
+
+    from rnnconv.table.apply import row_for_mode
+
+    path = written(name, ".xml")
+    consts = {node.get_friendly_name(): node for node in ov.Core().read_model(str(path)).get_ops()}
+    gates = {"lstm_bi": 4, "gru_bi": 3, "rnn_bi": 1}[name]
+    with rnnconv.load(path, dequantize=True) as (rnn,):
+        read, written_record = rnn.source.dequantized, rnn.origin.quantized
+        assert read.inputs == "float"  # the CPU plugin rounds no input (the bound says so)
+        assert (read.tensors, read.scheme, read.largest_step) == (
+            written_record.tensors,
+            written_record.scheme,
+            written_record.largest_step,
+        )
+        row = row_for_mode("openvino", rnn.spec.mode)[0]
+        for layer in range(LAYERS):
+            for role in ("input_matrix", "recurrent_matrix"):
+                q = consts[f"layer{layer}/{role}/q"]
+                scales = consts[f"layer{layer}/{role}/scales"].get_data()
+                assert q.get_element_type() == ov.Type.i8 and scales.shape == (2, gates * HIDDEN, 1)
+                (convert,) = q.output(0).get_target_inputs()
+                (multiply,) = convert.get_node().output(0).get_target_inputs()
+                assert convert.get_node().get_type_name() == "Convert"
+                assert multiply.get_node().get_type_name() == "Multiply"
+                product = q.get_data().astype(np.float64) * scales.astype(np.float64)
+                for d in range(2):
+                    assert np.array_equal(rnn.stored(row, layer, d)[role], product[d])
+            assert consts[f"layer{layer}/bias"].get_element_type() == ov.Type.f32
+
+
+@NEEDS_OPENVINO
+def test_openvino_s_cpu_plugin_computes_the_int8_ir_as_the_f32_ir_of_its_products(written, tmp_path):
+    """Why a quantized IR's bound takes no rounding of the kernel's inputs (its record's inputs "float",
+    wire.OPENVINO_KERNEL_INPUTS): the CPU plugin runs the LSTM of i8 W and R decompressed by Convert and Multiply bit
+    for bit as the same graph with f32 Consts of the products q * scale (verify runs an nncf IR's ops in such a
+    graph)."""
+    import openvino as ov
+    import openvino.opset13 as ops
+    from facts.openvino import ov_run
+
+    path = written("lstm_bi", ".xml")
+    model = ov.Core().read_model(str(path))
+    replaced = 0
+    for op in model.get_ops():
+        if op.get_type_name() == "LSTMSequence":
+            for port in (4, 5):  # W, R
+                multiply = op.input_value(port).get_node()
+                convert, scales = (multiply.input_value(i).get_node() for i in range(2))
+                q = convert.input_value(0).get_node().get_data()
+                product = q.astype(np.float32) * scales.get_data()
+                op.input(port).replace_source_output(ops.constant(product).output(0))
+                replaced += 1
+    assert replaced == 2 * LAYERS
+    floats = tmp_path / "products.xml"
+    ov.save_model(model, str(floats), compress_to_fp16=False)
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(3, 6, INPUT)).astype(np.float32)
+    h0, c0 = (rng.normal(0, 0.5, (2 * LAYERS, 3, HIDDEN)).astype(np.float32) for _ in range(2))
+    quantized, products = (ov_run(p, x, h0, c0) for p in (path, floats))
+    for name in ("y", "h_n", "c_n"):
+        assert np.array_equal(quantized[name], products[name]), name
+
+
+@NEEDS_OPENVINO
+@pytest.mark.needs("keras")
+def test_an_int8_ir_of_a_keras_bidirectional_lstm_is_within_the_bound_of_the_keras_model(tmp_path):
+    """A Keras 3 Bidirectional(LSTM) (input 7, hidden 6) written with --quantize int8: verify runs Keras on its
+    source and OpenVINO on the IR, within-bound."""
+    path = tmp_path / "bidi_lstm.xml"
+    rnnconv.convert(FIXTURES / "keras3" / "mixed.keras", path, layer="bidi_lstm", quantize="int8")
+    _assert_within_bound(rnnconv.verify(path), "OpenVINO's int8 IR of a Keras Bidirectional(LSTM)")
+
+
+@NEEDS_OPENVINO
+def test_an_ir_with_a_gate_block_swapped_or_a_scale_moved_is_a_mismatch_naming_it(written, tmp_path):
+    """The LSTM's IR with layer 0's forget and input gate blocks of W swapped (their integers and scales, forward
+    direction), and the GRU's with layer 0's forward W scales moved one row: the weights term names the block, the
+    kernel's still holds (the file computes its own weights faithfully), end to end far beyond the bound, which the
+    diagnosis says no rounding explains."""
+    hidden = slice(0, HIDDEN), slice(HIDDEN, 2 * HIDDEN)
+
+    def swapped(values):
+        values[0, hidden[0]], values[0, hidden[1]] = values[0, hidden[1]].copy(), values[0, hidden[0]].copy()
+        return values
+
+    lstm = written("lstm_bi", ".xml")
+    copy = _edited_ir(lstm, tmp_path / "swapped.xml", "layer0/input_matrix/q", swapped)
+    copy = _edited_ir(copy, copy, "layer0/input_matrix/scales", swapped)
+    moved = _edited_ir(
+        written("gru_bi", ".xml"),
+        tmp_path / "moved.xml",
+        "layer0/input_matrix/scales",
+        lambda values: np.concatenate([np.roll(values[:1], 1, axis=1), values[1:]]),
+    )
+    for path, gates in ((copy, ("of gate i", "of gate f")), (moved, ("of gate",))):
+        report = rnnconv.verify(path)
+        weights, kernel, end_to_end = _terms(report)
+        assert report.verdict == "mismatch" and report.exit_code == 1, report.summary
+        assert not weights.ok and "(layer 0 forward)" in weights.detail
+        assert any(gate in weights.detail for gate in gates), weights.detail
+        assert kernel.ok and not end_to_end.ok and end_to_end.measured > 2 * end_to_end.bound
+        assert report.diagnosis is not None and "which no rounding explains" in report.diagnosis.message
 
 
 # --- refusals -----------------------------------------------------------------------------------------------------

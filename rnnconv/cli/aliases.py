@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -79,9 +80,69 @@ class Made(MutableMapping[str, Any]):
         return len(self.made) + sum(name not in self.made for name in self.makers)
 
 
+_RETYPE = object()  # what `already_typed` gives for a value that only typer's own coercion may take
+
+
+def already_typed(value: Any, descriptor: Any, many: bool, ctx: Any) -> Any:
+    """`value` as typer's coercion gives it back, where that needs none of its pydantic adapters: a str for a str,
+    strs for a list of them, an int or a float within its bounds, an enum's member or the value that names one
+    (typer's own choice matching); `_RETYPE` for anything else (a path, a number as text, a wrong value: typer's
+    adapters take it, with their own words for what is wrong)."""
+    from typer._param_types import coerce_cli_choice, lenient_issubclass
+
+    annotation, info = descriptor.annotation, descriptor.parameter_info
+    if info.parser is not None or descriptor.file_annotation is not None:
+        return _RETYPE
+    if many:
+        strings = annotation == list[str] and isinstance(value, (list, tuple))
+        return list(value) if strings and all(type(item) is str for item in value) else _RETYPE
+    if annotation is str and type(value) is str:
+        return value
+    if annotation in (int, float) and type(value) is annotation and not info.clamp:
+        within = (info.min is None or value >= info.min) and (info.max is None or value <= info.max)
+        return value if within else _RETYPE
+    if lenient_issubclass(annotation, Enum) and isinstance(value, str):  # a str enum's member is a str too
+        try:
+            return coerce_cli_choice(value, choices=tuple(annotation), case_sensitive=info.case_sensitive, ctx=ctx)
+        except ValueError:
+            return _RETYPE
+    return _RETYPE
+
+
+class Coerced:
+    """typer's coercion of one parameter, its pydantic adapter built only for a value that needs it: typer (0.2x)
+    builds one for every parameter a command takes before the command runs (pydantic's import, then about half a
+    millisecond each), though an unset option, a word, a default are given back as they are (`already_typed`)."""
+
+    def __init__(self, descriptor: Any) -> None:
+        self.descriptor = descriptor
+        self.adapted: Any = None  # typer's own coercion, made when a value first needs it
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        many = param.multiple or param.nargs == -1
+        if value is None:  # as typer's own coercion begins
+            return () if many else None
+        kept = already_typed(value, self.descriptor, many, ctx)
+        if kept is not _RETYPE:
+            return kept
+        if self.adapted is None:
+            from typer._coercion import build_runtime_param
+
+            self.adapted = build_runtime_param(self.descriptor)
+        return self.adapted.coerce(value, param=param, ctx=ctx)
+
+
 class Command(TyperCommand):
     """A command whose help names its arguments as click's usage lines do, `BLOB`, `SOURCE...`, `[NAME]` (typer
-    writes `{BLOB}`, and a Python type after each argument's name: `SOURCE <list[Path]>`)."""
+    writes `{BLOB}`, and a Python type after each argument's name: `SOURCE <list[Path]>`); its parameters coerced
+    as typer coerces them, through pydantic only where a value needs it (`Coerced`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        for param in self.get_params(ctx):
+            if getattr(param, "_runtime_param", False) is None and hasattr(param, "type_descriptor"):
+                setattr(param, "_runtime_param", Coerced(param.type_descriptor))  # noqa: B010 - typer's own slot
+        parsed: list[str] = super().parse_args(ctx, args)
+        return parsed
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         words = [self.options_metavar] if self.options_metavar else []

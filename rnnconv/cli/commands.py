@@ -123,7 +123,7 @@ def add_direction(source: str, target: str) -> None:
         parameter(
             "sources",
             argument=True,
-            annotation=list[Path],
+            annotation=list[str],  # made paths by `sources_and_output`, as convert's are
             metavar="SOURCE",
             help=f"{FORMAT_INFO[source].title} files: {FORMAT_INFO[source].read_help}.",
         ),

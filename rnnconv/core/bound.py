@@ -10,7 +10,8 @@ beside its distance outside the range the grid clamps to (`on_grid`). Two things
   step of a symmetric int8 scheme over the values' range, which also bounds an asymmetric uint8 or int8 one);
   PyTorch's dynamic kernels (fbgemm's `PackedLinearWeight::apply_dynamic`) one step over the whole input,
   (max(v, 0) - min(v, 0)) / 127 (uint8 with `reduce_range`, which halves it to 0..127: what quantize_dynamic's RNNs
-  record) or / 255, the integer product then exact and rescaled with the float bias added;
+  record) or / 255, the integer product then exact and rescaled with the float bias added; a kernel of the
+  dequantized weights in float (OpenVINO's CPU plugin, a QDQ node onnxruntime computes in float) rounds none;
 - the file itself, a layer's input or initial states on a fixed grid (OpenVINO's FakeQuantize, ONNX's
   QuantizeLinear and DequantizeLinear pairs: `contracts.RoundedInput`), added to that input's error where it enters.
 
@@ -74,15 +75,16 @@ class InputRounding:
 
 SYMMETRIC_ROWS = InputRounding(2 * ACTIVATION_STEPS, per_tensor=False, asymmetric=False)
 # The schemes a record names (contracts.Dequantized.inputs); None: SYMMETRIC_ROWS.
-INPUT_ROUNDINGS: dict[str, InputRounding] = {
+INPUT_ROUNDINGS: dict[str, InputRounding | None] = {
     "uint8 per tensor, 7 bits": InputRounding(127, per_tensor=True, asymmetric=True),  # fbgemm, reduce_range
     "uint8 per tensor": InputRounding(255, per_tensor=True, asymmetric=True),
+    "float": None,  # a kernel of the dequantized weights in float (OpenVINO's CPU plugin): it rounds no input
 }
 
 
 def input_rounding(record: Dequantized) -> InputRounding | None:
-    """The run-time rounding of the kernel a record's weights were read from (None: a file --quantize wrote for a
-    kernel that computes in float with its dequantized weights)."""
+    """The run-time rounding of the kernel a record's weights were read from (None: a kernel that computes in float
+    with its dequantized weights, as the record says or as a file --quantize wrote for such a kernel)."""
     if isinstance(record, Quantized) and not record.inputs_quantized:
         return None
     return SYMMETRIC_ROWS if record.inputs is None else INPUT_ROUNDINGS[record.inputs]

@@ -190,6 +190,14 @@ def _nothing_stacked(layer: int, direction: int, kind: str) -> np.ndarray | File
     return None
 
 
+# A stored matrix whose column blocks are one kind's gates (a Keras kernel, (in, G*H)), and their order there.
+Columns = tuple[np.ndarray | FileArray, tuple[str, ...]]
+
+
+def _no_columns(layer: int, direction: int, kind: str) -> Columns | None:
+    return None
+
+
 @dataclass
 class CanonicalRNN:
     """One RNN in cuDNN's convention: its spec, and a loader for each per-gate tensor.
@@ -208,6 +216,10 @@ class CanonicalRNN:
     # holds them that way (a weight space, a state_dict): writers then copy their bytes file to file
     # (a FileArray, still in the source) or at least assemble nothing.
     stacked: Callable[[int, int, str], np.ndarray | FileArray | None] = _nothing_stacked
+    # All gates of one kind of one layer and direction as the column blocks of one stored matrix, when the source
+    # holds them so (a Keras kernel): a writer then transposes the matrix straight into its output, whole, in tiles,
+    # where each gate's block read alone would transpose the whole matrix into memory first.
+    columns: Callable[[int, int, str], Columns | None] = _no_columns
     digest: Future[str] | None = None
     # The read of the source that computes `digest` and whether the values of its arrays still in the file (those
     # `stacked` gives) are finite: a writer that copies them file to file asks it rather than reading them again.
@@ -334,5 +346,13 @@ def stack(name: str, rnns: list[CanonicalRNN]) -> CanonicalRNN:
         f"(nothing may sit between them in the model)"
     )
     return CanonicalRNN(
-        name, spec, loaders, source, notes, digest=rnns[0].digest, keepalive=rnns[0].keepalive, stored_as=stored_as
+        name,
+        spec,
+        loaders,
+        source,
+        notes,
+        columns=lambda layer, direction, kind: rnns[layer].columns(0, direction, kind),
+        digest=rnns[0].digest,
+        keepalive=rnns[0].keepalive,
+        stored_as=stored_as,
     )

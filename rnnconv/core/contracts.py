@@ -151,8 +151,9 @@ class Dequantized(Contract):
     symmetric: bool
     tensors: list[str] = Field(min_length=1)
     largest_step: float = Field(gt=0)
-    # how its kernel rounds each product's input at run time (core.bound.INPUT_ROUNDINGS); None: int8 per row
-    inputs: Literal["uint8 per tensor, 7 bits", "uint8 per tensor"] | None = None
+    # how its kernel rounds each product's input at run time (core.bound.INPUT_ROUNDINGS; "float": it rounds none,
+    # computing in float with the dequantized weights); None: int8 per row
+    inputs: Literal["uint8 per tensor, 7 bits", "uint8 per tensor", "float"] | None = None
     rounded: list[RoundedInput] | None = None  # inputs the quantized file rounds, left out with --allow-lossy
 
 

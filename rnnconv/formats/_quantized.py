@@ -4,7 +4,7 @@ and the record of what was dequantized (`contracts.Dequantized`) a written file 
 file rounds before its RNN computes with them (`contracts.RoundedInput`), refused in one sentence or, with
 --allow-lossy, left out, the loss measured and recorded. TFLite's, ONNX's, OpenVINO's and PyTorch's
 readers use it. And weights quantized for writing (`--quantize`): symmetric int8 as TensorFlow's converter rounds
-them, with the record of what was written (`contracts.Quantized`), which TFLite's and ONNX's writers use."""
+them, with the record of what was written (`contracts.Quantized`), which TFLite's, ONNX's and OpenVINO's writers use."""
 
 from __future__ import annotations
 
@@ -155,6 +155,11 @@ def rounding_dropped(rnn: CanonicalRNN, rounding: Sequence[RoundedInput]) -> Can
     exact = forward(spec, rnn.param, probe["x"], h0, c0, round_input=round_input)
     written = forward(spec, rnn.param, probe["x"], probe["h0"], probe["c0"])
     moved = max(float(np.max(np.abs(a - b))) for a, b in zip(exact, written, strict=True) if a is not None)
+    if not np.isfinite(moved):  # a weight NaN or so large that the float model overflows: no loss to measure
+        raise BadInput(
+            f"{rnn.name} computes NaN or infinite outputs on probe inputs (its weights hold NaN or Inf, or overflow), "
+            f"so how far leaving its rounding out moves them cannot be measured"
+        )
     earlier = rnn.source.loss
     loss = RecordedLoss(
         dropped=[*(earlier.dropped if earlier else []), *(rounded_term(r) for r in rounding)],

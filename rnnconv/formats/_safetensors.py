@@ -70,7 +70,7 @@ def write(
     warnings: dict[str, list[str]] = {e.name: [] for e in entries}
     with atomic_outputs([path], force) as (tmp,):
         reserved = _header_bytes(metadata(warnings, {}), header, HEADER_SLACK)
-        with open(tmp, "wb") as f:
+        with open(tmp, "w+b") as f:  # read too: a transposed kernel is written through a map of its place
             f.seek(8 + len(reserved))
             for entry in entries:  # in offset order: the data is written front to back, once
                 warnings[entry.name] = entry.write(f)

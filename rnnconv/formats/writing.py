@@ -37,6 +37,7 @@ from rnnconv.table.apply import gate_loaders, stored_shapes
 from rnnconv.table.constants import BIAS_KINDS, MATRIX_ROLES, PROJECTION, Kind
 from rnnconv.table.layouts import PROJECTION_AS_IS, Block
 from rnnconv.table.rows import Row
+from rnnconv.table.transpose import Pieces
 
 
 def in_source(rnn: CanonicalRNN, key: ParamKey, etype: ElementType | None = None) -> FileArray | None:
@@ -55,6 +56,24 @@ def in_source(rnn: CanonicalRNN, key: ParamKey, etype: ElementType | None = None
         return None
     block: FileArray = stacked[index * shape[0] : (index + 1) * shape[0]]
     return block
+
+
+def columns_in_source(
+    rnn: CanonicalRNN, layer: int, direction: int, kind: str, etype: ElementType
+) -> tuple[np.ndarray | FileArray, Pieces] | None:
+    """All gates of one kind of one layer and direction as the column blocks of one stored matrix (a Keras kernel)
+    of `etype`'s words (never bfloat16's: a source's are widened when read): the matrix and, for `transpose_into`,
+    where each gate's columns start and the rows of cuDNN's stacked blocks (its gate order) they fill."""
+    found = rnn.columns(layer, direction, kind)
+    if found is None:
+        return None
+    matrix, order = found
+    hidden, width = rnn.spec.param_shape(ParamKey(layer, direction, kind, rnn.spec.gates[0]))
+    if etype.name == "bfloat16" or matrix.dtype != etype.storage or sorted(order) != sorted(rnn.spec.gates):
+        return None
+    if matrix.shape != (width, len(order) * hidden):
+        return None
+    return matrix, [(order.index(gate) * hidden, hidden, k * hidden) for k, gate in enumerate(rnn.spec.gates)]
 
 
 def arrays_in_source(rnn: CanonicalRNN) -> list[FileArray]:

@@ -176,6 +176,52 @@ def write_array(f: BinaryIO, array: np.ndarray | FileArray) -> list[str]:
     return []
 
 
+@contextlib.contextmanager
+def mapped_run(f: BinaryIO, nbytes: int) -> Iterator[memoryview | None]:
+    """The next `nbytes` of the output `f`, from its position, mapped to be written in place (a transpose's tiles go
+    straight there: no copy of the whole in this process), the position then after them; None where `f` is no file
+    open for reading and writing or its file system cannot allocate blocks ahead (the caller then writes the bytes).
+
+    The blocks are allocated before the mapping, so a full disk is an error here, never SIGBUS while the map is
+    written. The view must be let go (every array made on it with it) before the context ends."""
+    if not hasattr(os, "posix_fallocate") or nbytes <= 0:
+        yield None
+        return
+    try:
+        fd = f.fileno()
+    except (OSError, ValueError):  # a file object with no file under it (io.BytesIO)
+        yield None
+        return
+    if not f.readable():  # a map needs a file open for reading too ("w+b")
+        yield None
+        return
+    f.flush()
+    position = f.tell()
+    try:
+        os.posix_fallocate(fd, position, nbytes)
+    except OSError as exc:
+        if exc.errno not in _NO_ALLOCATION:
+            raise
+        yield None
+        return
+    start = position - position % mmap.ALLOCATIONGRANULARITY
+    region = mmap.mmap(fd, position + nbytes - start, offset=start)
+    view = memoryview(region)[position - start :]
+    try:
+        yield view
+    except BaseException:
+        with contextlib.suppress(BufferError):  # arrays on the view live on in the traceback: the map goes with them
+            view.release()
+            region.close()
+        raise
+    view.release()
+    region.close()
+    f.seek(position + nbytes)
+
+
+_NO_ALLOCATION = {errno.EOPNOTSUPP, errno.EINVAL, errno.ENODEV, errno.ESPIPE, errno.EBADF}
+
+
 PAGE = mmap.PAGESIZE
 SHIFTED_RUN = 1 << 21  # bytes read, then written, at a time where a copy shifts its bytes within a page
 

@@ -35,25 +35,49 @@ def transposed(block: np.ndarray | FileArray) -> np.ndarray:
     if isinstance(block, np.ndarray) and block.size < SMALL:
         out[...] = block.T
         return out
+    transpose_into(block, out)
+    return out
+
+
+Pieces = list[tuple[int, int, int]]  # (first column of the block, columns, first row of the output)
+
+
+def transpose_into(
+    block: np.ndarray | FileArray, out: np.ndarray, pieces: Pieces | None = None, sums: bool = False
+) -> list[bool]:
+    """block.T written into `out` ((cols, rows), C order: an array, or a writer's output mapped in place) in tiles,
+    on both cores for a large block; with `pieces`, each run of the block's columns to rows of its own (a kernel's
+    gate blocks in another gate order). Values still in their file are read once, a band of rows at a time. With
+    `sums`, each band of a piece is summed while it is in the core's cache: whether each piece's sums were all finite
+    (IEEE arithmetic carries any NaN or Inf into a sum, so a NaN and Inf count is needed only where one was not)."""
+    rows, cols = block.shape
+    pieces = pieces or [(0, cols, 0)]
     step = max(1, 64 // block.itemsize)  # source rows per tile: one 64-byte line of each destination row
     workers = _POOL._max_workers if block.size >= PARALLEL else 1
     bounds = np.linspace(0, rows // step, workers + 1).astype(int) * step
     bounds[-1] = rows
     parts = [(int(lo), int(hi)) for lo, hi in itertools.pairwise(bounds) if hi > lo]
     if len(parts) == 1:
-        _copy_tiles(block, out, *parts[0], step)
-    else:
-        for done in [_POOL.submit(_copy_tiles, block, out, lo, hi, step) for lo, hi in parts]:
-            done.result()
-    return out
+        return _copy_tiles(block, out, *parts[0], step, pieces, sums)
+    done = [_POOL.submit(_copy_tiles, block, out, lo, hi, step, pieces, sums) for lo, hi in parts]
+    return [all(each) for each in zip(*(part.result() for part in done))]
 
 
-def _copy_tiles(block: np.ndarray | FileArray, out: np.ndarray, first: int, last: int, step: int) -> None:
-    cols = block.shape[1]
-    band = np.empty((step, cols), block.dtype) if isinstance(block, FileArray) else None
+def _copy_tiles(
+    block: np.ndarray | FileArray, out: np.ndarray, first: int, last: int, step: int, pieces: Pieces, sums: bool
+) -> list[bool]:
+    band = np.empty((step, block.shape[1]), block.dtype) if isinstance(block, FileArray) else None
+    finite = [True] * len(pieces)
+    accumulate = np.float64 if block.dtype == np.float64 else np.float32
     for r in range(first, last, step):
         source = block[r : r + step]
         if isinstance(source, FileArray) and band is not None:
             source = source.read(out=band[: source.shape[0]])
-        for c in range(0, cols, TILE_WIDTH):
-            out[c : c + TILE_WIDTH, r : r + step] = source[:, c : c + TILE_WIDTH].T
+        for k, (start, width, at) in enumerate(pieces):
+            for c in range(0, width, TILE_WIDTH):
+                n = min(TILE_WIDTH, width - c)
+                out[at + c : at + c + n, r : r + step] = source[:, start + c : start + c + n].T
+            if sums and finite[k]:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    finite[k] = bool(np.isfinite(np.add.reduce(source[:, start : start + width], None, accumulate)))
+    return finite

@@ -468,8 +468,9 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         weights = seeds.sources[name].with_suffix(".bin").read_bytes()
         files = {f"mut_{name}": data, f"mut_{name[: -len('.xml')]}.bin": weights}
         return _loop_case(family, index, name, files, "openvino")
-    if family == "openvino_quantized":  # nncf's IRs damaged in their quantization, with and without the flags
-        held = [n.replace("/", "__") for n in OPENVINO_QUANTIZED_SEEDS]
+    if family == "openvino_quantized":  # nncf's IRs and --quantize's damaged in their quantization, with and without
+        held = [n.replace("/", "__") for n in OPENVINO_QUANTIZED_SEEDS]  # the flags
+        held += [f"xml__{QUANTIZED_WRITTEN_STEM}{layer}.xml" for layer, suffix in QUANTIZED_WRITTEN if suffix == ".xml"]
         name = rng.choice([n for n in held if n in seeds.sources] or sorted(seeds.sources))
         stem = name[: -len(".xml")]
         weights = seeds.sources[name].with_suffix(".bin").read_bytes()
@@ -484,7 +485,9 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             ["convert", source, "{dir}/lossy.onnx", "--dequantize", "--allow-lossy", "--dtype", "float32"],
             ["convert", source, "{dir}/existing.bin", "--dequantize", "--allow-lossy"],
         ]
-        if rng.random() < VERIFY_SHARE:  # the damaged IR run in OpenVINO: against its conversion, its checkpoint
+        if QUANTIZED_WRITTEN_STEM in name:  # proved in three terms against the float source its record names
+            case.commands.append(["verify", source, "--seq-len", "3"])
+        elif rng.random() < VERIFY_SHARE:  # the damaged IR run in OpenVINO: against its conversion, its checkpoint
             checkpoint = str(seeds.sources[name].with_suffix(".pt"))
             case.commands += [["verify", "{dir}/lossy.pt"], ["verify", source, "--against", checkpoint]]
         return case

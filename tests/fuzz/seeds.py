@@ -60,8 +60,17 @@ SHIPPED_SETS = {  # fixtures written by the frameworks themselves, with the file
     "paddle": SEEDS["paddle"],
 }
 # What --quantize int8 writes of fixtures/streaming/stacks.pt's RNNs (layer, suffix), named its STEM + layer:
-# LiteRT's hybrid LSTM and RNN, onnxruntime's DynamicQuantizeLSTM and a GRU and an RNN of DequantizeLinear weights.
-QUANTIZED_WRITTEN = (("lstm", ".tflite"), ("rnn", ".tflite"), ("lstm", ".onnx"), ("gru", ".onnx"), ("rnn", ".onnx"))
+# LiteRT's hybrid LSTM and RNN, onnxruntime's DynamicQuantizeLSTM and a GRU and an RNN of DequantizeLinear weights,
+# OpenVINO IRs of an LSTM and a GRU (each with its .bin beside it).
+QUANTIZED_WRITTEN = (
+    ("lstm", ".tflite"),
+    ("rnn", ".tflite"),
+    ("lstm", ".onnx"),
+    ("gru", ".onnx"),
+    ("rnn", ".onnx"),
+    ("lstm", ".xml"),
+    ("gru", ".xml"),
+)
 QUANTIZED_WRITTEN_STEM = "quantized_written_"
 # SavedModel directories and TF2 checkpoints' prefixes (fixtures/savedmodel): each model's files under its own name
 SAVED_SEEDS = keras.SAVED_SEEDS

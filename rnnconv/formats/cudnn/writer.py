@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import io
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
@@ -22,11 +22,12 @@ from rnnconv.core.weightspace import LAYOUT, REPORTED_LAYOUT_NAME, Region, regio
 from rnnconv.errors import BadInput, listing
 from rnnconv.formats import _safetensors, sources, writing
 from rnnconv.formats.cudnn.wire import sidecar_path
-from rnnconv.formats.writing import in_source
+from rnnconv.formats.writing import columns_in_source, in_source
 from rnnconv.safeio.digests import digest_of, digest_placeholder
 from rnnconv.safeio.inputs import FileArray
-from rnnconv.safeio.outputs import atomic_outputs, write_array
+from rnnconv.safeio.outputs import atomic_outputs, mapped_run, write_array
 from rnnconv.table.constants import BIAS_MODE, CUDNN_MODES, DIRECTION, INPUT_MODE
+from rnnconv.table.transpose import transpose_into
 from rnnconv.version import __version__
 
 ByteProgress = Callable[[int], None]  # called with a number of bytes written
@@ -81,11 +82,26 @@ def write_weight_space(
 
     Each block is scanned for NaN and Inf on another core while the next one is written; one scan at a time, so no
     more than two blocks are ever held. A block copied file to file is not read again where the source's own read
-    (`CanonicalRNN.source_pass`, for its digest) found its values finite.
+    (`CanonicalRNN.source_pass`, for its digest) found its values finite. A kind's gate blocks that the source holds
+    as the columns of one matrix (a Keras kernel) are transposed straight into their place in the file, all at once
+    (`_transposed_in_place`).
     """
     counts: list[tuple[Region, Callable[[], int]]] = []
     scanning: Future[int] | None = None
-    for region in regions(rnn.spec):
+    spaces, gates = regions(rnn.spec), len(rnn.spec.gates)
+    placed = 0  # regions after this one already written with it
+    for index, region in enumerate(spaces):
+        if placed:
+            placed -= 1
+            continue
+        if region.key.gate == rnn.spec.gates[0] and (
+            found := _transposed_in_place(rnn, spaces[index : index + gates], f, etype)
+        ):
+            counts += found
+            placed = gates - 1
+            if progress:
+                progress(sum(r.size for r, _ in found) * etype.itemsize)
+            continue
         in_file = in_source(rnn, region.key, etype)
         block = rnn.param(region.key) if in_file is None else in_file
         checked = None if in_file is None or rnn.source_pass is None else rnn.source_pass.finite(in_file)
@@ -104,6 +120,33 @@ def write_weight_space(
         for region, count in counts
         if (bad := count())
     ]
+
+
+def _transposed_in_place(
+    rnn: CanonicalRNN, kind: Sequence[Region], f: BinaryIO, etype: ElementType
+) -> list[tuple[Region, Callable[[], int]]] | None:
+    """The gate blocks of one kind (`kind`: their regions, one after another) written at the file's position as the
+    transpose of the source's matrix whose columns they are, tile by tile straight into a map of their place: no
+    copy of the matrix, transposed or not, is held in memory. Each block's NaN and Inf values: none where the sums of
+    its bands, taken as the tiles copied them, were finite, else counted before the map goes; None (nothing written)
+    where the source holds no such matrix or the file cannot be mapped."""
+    first = kind[0].key
+    found = columns_in_source(rnn, first.layer, first.direction, first.kind, etype)
+    if found is None or [r.key.kind for r in kind] != [first.kind] * len(rnn.spec.gates):
+        return None
+    matrix, pieces = found
+    rows, width = sum(r.shape[0] for r in kind), kind[0].shape[1]
+    with mapped_run(f, rows * width * etype.itemsize) as place:
+        if place is None:
+            return None
+        out = np.frombuffer(place, etype.storage, rows * width).reshape(rows, width)
+        finite = transpose_into(matrix, out, pieces, sums=True)
+        bad, at = [], 0
+        for region, summed in zip(kind, finite):  # counted only where a band's sum was not finite
+            bad.append(0 if summed else count_non_finite(out[at : at + region.shape[0]]))
+            at += region.shape[0]
+        del out  # before the map goes
+    return [(region, functools.partial(int, n)) for region, n in zip(kind, bad)]
 
 
 def _counted(finite: Future[bool], block: FileArray) -> int:
@@ -150,7 +193,7 @@ def write_bin(
 ) -> list[str]:
     etype = element_type(dtype)
     with atomic_outputs([path, sidecar_path(path)], force) as (blob_tmp, side_tmp):
-        with open(blob_tmp, "wb") as f:
+        with open(blob_tmp, "w+b") as f:  # read too: a transposed kernel is written through a map of its place
             warnings = write_weight_space(rnn, f, etype, progress)
         written = digest_of(blob_tmp)  # what verify knows it by later: its bytes read back from the page cache
         doc = describe(rnn, etype, warnings, path, digest=written)

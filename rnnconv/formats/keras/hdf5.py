@@ -46,15 +46,20 @@ class TensorReader:
     def read(self, dataset: Any, columns: bool = False) -> Any:
         if self._key is None or self._key[0] is not dataset or self._key[1] != columns:
             self._key, self._values = None, None  # let the previous tensor go before reading the next
-            try:
-                values = _Bfloat16View(dataset)[...] if is_bfloat16(dataset) else self._mapped(dataset)
-            except DAMAGED as exc:  # a damaged chunk, a broken B-tree: seen only when the data is read
-                raise BadInput(
-                    f"{self._path}: weight {dataset.name} cannot be read, the file is damaged ({first_line(exc)})"
-                ) from None
+            values = self.stored(dataset)
             self._values = _Transposed(transposed(values)) if columns and values.ndim == 2 else values
             self._key = (dataset, columns)
         return self._values
+
+    def stored(self, dataset: Any) -> Any:
+        """A tensor's values as stored (bfloat16 widened): where they lie in the file when they can be read there,
+        else read now."""
+        try:
+            return _Bfloat16View(dataset)[...] if is_bfloat16(dataset) else self._mapped(dataset)
+        except DAMAGED as exc:  # a damaged chunk, a broken B-tree: seen only when the data is read
+            raise BadInput(
+                f"{self._path}: weight {dataset.name} cannot be read, the file is damaged ({first_line(exc)})"
+            ) from None
 
     def _mapped(self, dataset: Any) -> Any:
         """A contiguous, unfiltered dataset's values where they lie in the file (a FileArray, read a band at a

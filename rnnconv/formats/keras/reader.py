@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import h5py
 
-from rnnconv.core.canonical import CanonicalRNN, RNNSpec
+from rnnconv.core.canonical import CanonicalRNN, Columns, RNNSpec
 from rnnconv.core.contracts import Provenance, RNNSizes
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, first_line
 from rnnconv.formats import _zip
@@ -62,7 +62,7 @@ from rnnconv.formats.sources import SOURCE_KEY, read_source_records
 from rnnconv.safeio.digests import SourcePass
 from rnnconv.safeio.inputs import Guard, add_guard, json_document, pin, regular_file, within
 from rnnconv.table.apply import find_row, keras_era, rows_for
-from rnnconv.table.constants import KERAS_VARIABLES, MAX_SIZE, NONLINEARITY_KEY
+from rnnconv.table.constants import KERAS_VARIABLES, KIND_OF_ROLE, MATRIX_ROLES, MAX_SIZE, NONLINEARITY_KEY
 from rnnconv.table.rows import DEFAULT_BIAS_SPLIT, VERSIONED_DEFAULTS, Row
 
 if TYPE_CHECKING:
@@ -502,14 +502,22 @@ def to_canonical(
     if use_bias and not has_bias:
         raise BadInput(f"{what} has use_bias=True in its config but no bias tensor in the file")
 
+    kernels = reader or TensorReader()
+
     def cell(_: int, direction: int, spec: RNNSpec) -> StoredCell:
         tensors, names = layer.tensors[direction], layer.tensor_names[direction]
         return StoredCell(
-            fetch=fetcher(tensors, reader or TensorReader(), row),
+            fetch=fetcher(tensors, kernels, row),
             shapes={role: tuple(t.shape) for role, t in tensors.items()},
             names={role: names.get(role) or name for role, name in KERAS_VARIABLES.items()},
             where=f"{what} (units={units}, input {n_in})",
         )
+
+    def columns(_: int, direction: int, kind: str) -> Columns | None:
+        """A kernel whose column blocks are the gates (in the row's order), as `cell` takes its tensors."""
+        role = next((r for r in MATRIX_ROLES if KIND_OF_ROLE[r] == kind), None)
+        tensor = layer.tensors[direction].get(role) if role is not None and row.matrix.transposed else None
+        return None if tensor is None else (kernels.stored(tensor), row.gate_order)
 
     notes = [f"{layer.name}: {text}" for text in implied]
     if layer.inferred:
@@ -539,6 +547,7 @@ def to_canonical(
         notes=notes,
         later_notes=later,
         provenance={"keras_config": _config_summary(layer.name, settled.config, layer.extra)},
+        handover={"columns": columns},
     )
     return read(found, source)
 

@@ -5,7 +5,9 @@ Written models are one runnable graph of every layer and direction: inputs x (ba
 initial_c (layers*directions, batch, hidden), sequence_lens (batch,); outputs y (batch, seq, directions*hidden),
 h_n and c_n (layers*directions, batch, hidden). Layer l+1 reads layer l's y. The weights are Consts in model.bin,
 float32, or float16 / bfloat16 decompressed to float32 by a Convert (as `ov.save_model(compress_to_fp16=True)`
-writes them). Where the RNN came from is recorded in the model's rt_info.
+writes them); with --quantize int8, W and R int8 Consts decompressed by a Convert and a Multiply by their scales (one
+per direction and output row), which the CPU plugin computes with in f32. Where the RNN came from is recorded in
+the model's rt_info.
 
 Reading is for untrusted files: the XML may hold no DOCTYPE or entity, its size is bounded, the weights must be
 in the `.bin` of the same stem beside it, and every Const's offset and size is checked against that file before
@@ -43,8 +45,9 @@ PLUGIN = Plugin(
         example="model.xml",
         examples=("model.xml --layer /encoder/LSTMSequence",),
         extra="openvino",
-        # float16 and bfloat16 weights are stored as they are and decompressed to float32, in which OpenVINO computes
-        holds=Holds(dtypes=("float32", "float16", "bfloat16")),
+        # float16 and bfloat16 weights are stored as they are and decompressed to float32, in which OpenVINO computes;
+        # int8 W and R (a scale per direction and output row) are decompressed by a Convert and a Multiply
+        holds=Holds(dtypes=("float32", "float16", "bfloat16"), quantizes=("int8",), per_channel=True),
     ),
     listed=60,
     sniff_order=40,

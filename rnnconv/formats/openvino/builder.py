@@ -68,7 +68,8 @@ class QuantizedTensor:
 
 
 def constant(values: np.ndarray, etype: str) -> Tensor:
-    array = np.array(values, dtype=STORAGE[etype], order="C")  # 0-d stays 0-d (a Split's axis is a scalar)
+    """A Const of values already made, stored as `etype` (quantized integers too)."""
+    array = np.array(values, dtype={**STORAGE, **QUANTIZED_STORAGE}[etype], order="C")  # 0-d stays 0-d (an axis)
     return Tensor(etype, tuple(array.shape), lambda: iter([array]))
 
 

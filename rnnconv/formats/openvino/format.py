@@ -88,12 +88,13 @@ class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
 
         spec = rnns[0].spec
         # OpenVINO computes in float32: narrower weights are stored as they are and decompressed by a Convert
-        weights = write_ir(rnns, path, self.written_dtype(spec, options.dtype), options.force, options.progress)
+        weights, warnings = write_ir(rnns, path, self.written_dtype(spec, options.dtype), options)
         lstm = spec.mode == LSTM
         feeds = f'"{OPENVINO_X}": x, "{OPENVINO_INITIAL_H}": h0, ' + (f'"{OPENVINO_INITIAL_C}": c0, ' if lstm else "")
         states = "h0 and c0" if lstm else "h0"
         return Written(
             [path, weights],
+            warnings,
             # as `run_ir` runs it: static shapes (with dynamic ones the CPU plugin ignores sequence_lens) and f32
             # (its default is bf16 on CPUs with bfloat16 units: 1e-3 off)
             usage=f"import openvino\ncore = openvino.Core(); model = core.read_model({writing.literal(path)})\n"

@@ -58,6 +58,7 @@ from rnnconv.formats.openvino.wire import (
     OPENVINO_INPUT_COUNT,
     OPENVINO_INTEGERS,
     OPENVINO_IR_VERSIONS,
+    OPENVINO_KERNEL_INPUTS,
     OPENVINO_LENGTHS,
     OPENVINO_QUANTIZED,
     OPENVINO_REVERSE,
@@ -702,7 +703,7 @@ def to_canonical(
     held = [quant for op in chain for each in op.quantized.values() for quant in each]
     if held:  # OpenVINO computes in float with what the Multiply gives: the float model is the op's own
         bits = {QUANTIZED_STORAGE[weight.etype].itemsize * 8 for op in chain for weight in op.stored.values()}
-        provenance["dequantized"] = record(held, max(bits))
+        provenance["dequantized"] = record(held, max(bits)).model_copy(update={"inputs": OPENVINO_KERNEL_INPUTS})
         types = {weight.etype for op in chain for weight in op.stored.values()}
         # what the source computes with: its widest integer type (one layer's may be i8, another's u8)
         widest = max(types, key=lambda etype: (QUANTIZED_STORAGE[etype].itemsize, etype))

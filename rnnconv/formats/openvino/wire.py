@@ -65,6 +65,11 @@ OPENVINO_DECOMPRESSION: Final = "Convert"
 # one or one per output row; the integer types by the names `formats._quantized` gives them.
 OPENVINO_SCALE, OPENVINO_ZERO_POINT = "Multiply", "Subtract"
 OPENVINO_QUANTIZED: Final[dict[str, str]] = {"i8": "int8", "u8": "uint8"}
+QUANTIZED_ETYPES: Final = {name: etype for etype, name in OPENVINO_QUANTIZED.items()}  # what --quantize writes
+# What the CPU plugin computes a sequence op with: the f32 products of its weights' decompression, rounding no input
+# at run time (the record's `inputs`, core.bound.INPUT_ROUNDINGS): an op of quantized weights runs bit for bit as the
+# op of f32 Consts of those products (docs/formats/openvino.md, "What the CPU plugin computes with quantized weights").
+OPENVINO_KERNEL_INPUTS: Final = "float"
 OPENVINO_ZERO_POINT_TYPES: Final = ("i8", "u8", "i32", "i64")
 # An activation rounded to `levels` values (nncf.quantize's on X and between layers): its inputs, the value and its
 # input_low, input_high, output_low, output_high.
