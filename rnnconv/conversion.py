@@ -24,7 +24,7 @@ from rnnconv.formats.base import Format
 from rnnconv.formats.holding import PROBE_BATCH, PROBE_SEED, PROBE_STEPS, Loss
 from rnnconv.formats.setting_fields import WRITE_FIELDS, foreign_read_setting, not_its_own
 from rnnconv.formats.settings import ReadOptions, WriteOptions
-from rnnconv.formats.sources import Source, check_stated
+from rnnconv.formats.sources import Source, check_stated, each_why
 from rnnconv.formats.streaming import check_streamable, streams
 from rnnconv.safeio.inputs import reading, resolved
 
@@ -144,6 +144,24 @@ def ways_out(target: Format, rnn: CanonicalRNN, write: WriteOptions) -> str:
     return "".join(f"; {way}" for way in ways)
 
 
+def held_of_several(
+    target: Format, found: Source, write: WriteOptions, several: bool
+) -> tuple[list[tuple[CanonicalRNN, str]], list[tuple[str, str]]]:
+    """Each RNN as `holdable` gives it, before anything is written, and, of several written to one file, those the
+    target cannot hold skipped and said (as a reader skips those that do not convert); refused all, one sentence."""
+    held, skipped = [], []
+    for rnn in found.rnns:
+        try:
+            held.append(holdable(target, rnn, write))
+        except Unsupported as exc:
+            if not several:
+                raise
+            skipped.append((rnn.name, str(exc)))
+    if not held:
+        raise Unsupported(f"none of the RNNs can be converted: {each_why(skipped)}")
+    return held, skipped
+
+
 def holdable(target: Format, rnn: CanonicalRNN, write: WriteOptions) -> tuple[CanonicalRNN, str]:
     """`rnn` if `target` holds it exactly; else refused naming the term it cannot hold, or with `allow_lossy`, the
     nearest RNN it can hold, and a warning saying how far that one's outputs are from `rnn`'s on probe inputs."""
@@ -237,10 +255,10 @@ def convert(
             check_streamable(target.info, found.rnns, write)
             holding.check_quantizable(target.info, write.quantize, write.dtype, write.streaming)
             check_own_settings(target, write)
-            held = [holdable(target, rnn, write) for rnn in found.rnns]  # before anything is written
+            held, skipped = held_of_several(target, found, write, several=into is None and len(found.rnns) > 1)
             if into is None:
-                dtype = target.written_dtype(found.rnns[0].spec, write.dtype)  # what the file holds, said once
-                changed = [holding.dtype_warning(target.info, rnn, write.dtype) for rnn in found.rnns]
+                dtype = target.written_dtype(held[0][0].spec, write.dtype)  # what the file holds, said once
+                changed = [holding.dtype_warning(target.info, rnn, write.dtype) for rnn, _ in held]
                 written = target.write([rnn for rnn, _ in held], output, write)
                 written.warnings += [warning for warning in changed if warning]
             else:
@@ -259,8 +277,9 @@ def convert(
                 rnns=[
                     ConvertedRNN(name=r.name, spec=r.spec.to_model(), notes=r.notes, source=r.provenance())
                     for r in found.rnns
+                    if r.name not in dict(skipped)
                 ],
                 warnings=written.warnings,
-                skipped=[Skipped(name=n, reason=why) for n, why in found.skipped],
+                skipped=[Skipped(name=n, reason=why) for n, why in [*found.skipped, *skipped]],
                 usage=written.usage,
             )

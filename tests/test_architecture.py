@@ -320,7 +320,7 @@ def test_rows_have_explicit_defaults():
         same_class = rows_for(row.format, row.source_class)
         assert all(other.defaults == row.defaults for other in same_class), row
     # a missing key means the format's documented default: ONNX's GRU resets before the recurrent matrix
-    assert find_row("onnx", "GRU", {}).refusal
+    assert not find_row("onnx", "GRU", {}).reset_after
     assert not find_row("onnx", "GRU", {"linear_before_reset": 1}).refusal
     assert find_row("keras", "GRU", {}).bias == "stacked"  # reset_after=True since TF2
 
@@ -538,7 +538,7 @@ def test_json_is_the_result_on_stdout_everywhere(tmp_path):
     conversion = json.loads(run_cli("keras-to-cudnn", FIXTURES / "keras3" / "lstm.h5", "-o", out, "--json").stdout)
     assert conversion["outputs"][0] == str(out)
     report = json.loads(run_cli("verify", out, "--backend", "numpy", "--json").stdout)
-    assert report["verdict"] == "match" and report["schema_version"] == 6
+    assert report["verdict"] == "match" and report["schema_version"] == 7
     assert json.loads(run_cli("inspect", out, "--json").stdout)["format"] == "cudnn-bin"
     rows = json.loads(run_cli("explain", "keras", "GRU", "--json").stdout)
     assert rows[0]["gate_order"] == ["z", "r", "h"]

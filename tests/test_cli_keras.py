@@ -108,7 +108,7 @@ def test_dtypes(dtype, numpy_type, tmp_path):
 def test_refusal_explains_and_writes_nothing(tmp_path):
     result = run_cli("keras-to-cudnn", K3 / "gru_reset_before.h5", "-o", tmp_path / "x.bin")
     assert_clean_failure(
-        result, 2, "reset_after=False", "reset gate before the recurrent matrix", "cuDNN applies it after"
+        result, 2, "reset gate applied before the recurrent product", "not cuDNN's", "Keras's reset_after=False"
     )
     assert not list(tmp_path.iterdir())
 
@@ -251,7 +251,7 @@ print("ok")
 def test_inspect_table_and_json():
     result = run_cli("inspect", K3 / "mixed.h5")
     assert result.returncode == 0, result.stderr
-    assert "gru_reset_before" in result.stdout and "reset_after=False" in " ".join(result.stdout.split())
+    assert "gru_reset_before" in result.stdout and "gru (reset before)" in result.stdout
     report = json.loads(run_cli("inspect", K3 / "mixed.h5", "--json").stdout)
     by_name = {r["name"]: r for r in report["rnns"]}
     assert by_name["bidi_gru"]["converts"] and by_name["bidi_gru"]["spec"]["bidirectional"]
@@ -276,7 +276,7 @@ def test_explain_prints_the_table_rows():
     text = result.stdout
     assert "W_r    = kernel[:, H:2H].T" in text and "W_z    = kernel[:, :H].T" in text
     assert "bR_h   = bias[1, 2H:3H]" in text
-    assert "not convertible" in text  # the reset_after=False row
+    assert "reset gate: before the recurrent product" in text  # the reset_after=False row
     assert_clean_failure(run_cli("explain", "caffe"), 2, "no format or layer class named 'caffe'")
 
 

@@ -28,7 +28,7 @@ OLD = FIXTURES / "keras2_early"
 LISTED = {
     "gru_2_0_8.h5": {"gru_1": ("GRU", False, (5, 7, False), "Keras 2.0.8 wrote it, and Keras 2.0-2.1.4 had no")},
     "bidi_gru_2_0_8.h5": {
-        "bidirectional_5": ("Bidirectional(GRU)", False, (5, 6, True), "reset gate before the recurrent matrix")
+        "bidirectional_5": ("Bidirectional(GRU)", False, (5, 6, True), "recurrent_activation='hard_sigmoid'")
     },
     "lstm_sigmoid_2_0_8.h5": {
         "lstm_1": ("LSTM", True, (5, 7, False), None),
@@ -45,7 +45,7 @@ LISTED = {
     },
     "nested_gru_2_1_6.h5": {
         "gru_3": ("GRU", True, (5, 5, False), None),
-        "gru_4": ("GRU", False, (5, 4, False), "reset_after=False"),
+        "gru_4": ("GRU", False, (5, 4, False), "recurrent_activation='hard_sigmoid'"),
     },
 }
 CONVERTING = [(file, layer) for file, layers in LISTED.items() for layer, row in layers.items() if row[1]]
@@ -127,11 +127,13 @@ def test_stacked_bidirectional_layers_convert_and_verify(tmp_path):
     assert report["verdict"] == "match" and "tf_keras" in json.dumps(report)
 
 
-def test_pre_2_1_5_gru_is_refused_as_reset_before_not_by_its_shape(tmp_path):
+def test_pre_2_1_5_gru_is_refused_for_its_hard_sigmoid_not_by_its_shape(tmp_path):
+    """Keras before 2.1.5 had no reset_after: its GRUs are reset-before (rnnconv holds that form) with hard_sigmoid
+    (which it does not): refused naming both, never by a tensor's shape."""
     for file, layer in (("gru_2_0_8.h5", None), ("bidi_gru_2_0_8.h5", "bidirectional_5")):
         args = ["--layer", layer] if layer else []
         result = run_cli("keras-to-cudnn", OLD / file, *args, "-o", tmp_path / "x.bin")
-        assert_clean_failure(result, 2, "reset gate before the recurrent matrix", "had no reset_after setting")
+        assert_clean_failure(result, 2, "hard_sigmoid", "had no reset_after setting")
         assert "has shape" not in result.stderr and "it holds: none" not in result.stderr
     assert not list(tmp_path.iterdir())
 

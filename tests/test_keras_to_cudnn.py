@@ -159,7 +159,7 @@ def test_seed000_tables_digit_for_digit(name, tmp_path):
 )
 @pytest.mark.parametrize(
     "layer,reason",
-    [("gru_reset_before", "reset gate before the recurrent matrix"), ("lstm_hard_sigmoid", "hard_sigmoid")],
+    [("gru_reset_before", "reset gate applied before the recurrent product"), ("lstm_hard_sigmoid", "hard_sigmoid")],
 )
 def test_layers_cudnn_cannot_run_are_refused(generation, name, layer, reason, tmp_path):
     out = tmp_path / "x.bin"

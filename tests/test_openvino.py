@@ -211,14 +211,21 @@ def test_projection_is_refused(tmp_path):
     assert not (tmp_path / "m.xml").exists() and not (tmp_path / "m.bin").exists()
 
 
-def test_reset_before_gru_is_refused(tmp_path):
-    with pytest.raises(rnnconv.Unsupported, match="reset_after=False"):
-        rnnconv.convert(K3 / "gru_reset_before.keras", tmp_path / "m.xml")
-    path, _ = saved_by_openvino(tmp_path, "gru", compress=False, linear_before_reset=False)
-    with pytest.raises(
-        rnnconv.Unsupported, match=r"linear_before_reset=false \(OpenVINO's default\): it applies the reset"
-    ):
+def test_a_reset_before_gru_saved_by_openvino_reads_back_and_is_refused_for_cudnn(tmp_path):
+    """A GRUSequence with linear_before_reset=false, built and saved by OpenVINO itself, bidirectional: rnnconv's IR
+    of it holds the same W, R and B and computes what it computes (verify runs both); cuDNN refuses it."""
+    path, (w, r, b) = saved_by_openvino(
+        tmp_path, "gru", compress=False, linear_before_reset=False, direction="bidirectional"
+    )
+    back = tmp_path / "back.xml"
+    rnnconv.convert(path, back)
+    assert 'linear_before_reset="false"' in back.read_text()
+    data = (tmp_path / "back.bin").read_bytes()
+    assert w.tobytes() in data and r.tobytes() in data and b.tobytes() in data
+    assert rnnconv.verify(back, against=path).verdict == "match"
+    with pytest.raises(rnnconv.Unsupported, match="reset gate applied before the recurrent product"):
         rnnconv.convert(path, tmp_path / "m.bin")
+    assert not (tmp_path / "m.bin").exists()
 
 
 def test_the_weights_of_an_ir_are_never_written_over(tmp_path):

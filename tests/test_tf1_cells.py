@@ -1,6 +1,7 @@
 """TF1 checkpoints of tf.compat.v1's own cells (BasicLSTMCell, LSTMCell, GRUCell): each conversion computes what
 tf.compat.v1 itself computed when the fixtures were made (fixtures/make_tf1_cells_fixtures.py, non-zero initial
-states), its forget_bias read from the .meta graph, or stated, never assumed; GRUCell refused."""
+states), its forget_bias read from the .meta graph, or stated, never assumed; GRUCell's reset gate, applied before
+the candidate's product, written only where a format holds that form (ONNX, Keras, OpenVINO), refused for cuDNN."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
+from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, largest_difference, run_cli
 
 import rnnconv
 from rnnconv.core import reference
@@ -87,7 +88,7 @@ def test_the_forget_bias_is_folded_into_the_f_gate_and_stated_without_a_meta_gra
     np.testing.assert_allclose(shift, 1.0, atol=1e-6)  # --bias-split recurrent: the whole bias on the bR side
 
 
-def test_verify_runs_the_cells_in_tensorflow_and_the_gru_cell_is_refused(tmp_path):
+def test_verify_runs_the_cells_in_tensorflow_and_the_gru_cell_is_refused_for_cudnn(tmp_path):
     pytest.importorskip("tensorflow")
     for name in ("lstm_proj", "multi2", "bidi"):
         blob = tmp_path / f"{name}.bin"
@@ -96,12 +97,54 @@ def test_verify_runs_the_cells_in_tensorflow_and_the_gru_cell_is_refused(tmp_pat
         assert report.verdict == "match", report.summary
         assert report.source is not None and "forget_bias added" in (report.source.run or "")
     inspected = json.loads(run_cli("inspect", TF1 / "gru.ckpt", "--json").stdout)["rnns"]
-    assert [(r["class"], r["converts"], r["sizes"]["input_size"], r["sizes"]["hidden_size"]) for r in inspected] == [
-        ("GRUCell", False, 5, 4)
+    assert [(r["class"], r["converts"], r["spec"]["input_size"], r["spec"]["hidden_size"]) for r in inspected] == [
+        ("GRUCell", True, 5, 4)
     ]
-    result = run_cli("convert", TF1 / "gru.ckpt", tmp_path / "gru.bin")
-    assert_clean_failure(result, 2, "GRUCell", "reset gate before")
-    assert not (tmp_path / "gru.bin").exists()
+    assert inspected[0]["spec"]["reset_after"] is False
+    for out in ("gru.bin", "gru.pt"):
+        result = run_cli("convert", TF1 / "gru.ckpt", tmp_path / out, "--allow-lossy")
+        assert_clean_failure(result, 2, "even with --allow-lossy", "reset gate applied before the recurrent product")
+        assert "Keras's reset_after=False" in result.stderr and not (tmp_path / out).exists()
+    rnnconv.convert(TF1 / "gru_cell_bidi.ckpt", tmp_path / "gru.onnx")
+    report = rnnconv.verify(tmp_path / "gru.onnx", against=TF1 / "gru_cell_bidi.ckpt")
+    assert report.verdict == "match" and "GRUCell's equations" in (report.source.run or ""), report.summary
+
+
+GRU_CELLS = {"gru": (1, False), "gru_cell_multi2": (2, False), "gru_cell_bidi": (1, True)}
+
+
+@pytest.mark.needs("onnxruntime", "keras", "tensorflow")
+def test_gru_cells_written_as_onnx_and_keras_compute_what_tf_compat_v1_computed(tmp_path):
+    """Each GRUCell checkpoint (one layer, a MultiRNNCell of two, bidirectional; input 5, hidden 4) written as ONNX
+    (linear_before_reset=0) run in onnxruntime, and as Keras (reset_after=False) run in Keras 3, from tf.compat.v1's
+    own initial states: what GRUCell computed when the fixture was made."""
+    import keras
+    import onnxruntime
+
+    from rnnconv.formats.keras.runner import run_layer
+
+    for name, (layers, bidirectional) in GRU_CELLS.items():
+        got = np.load(TF1 / f"{name}.npz")
+        dirs = 2 if bidirectional else 1
+        h0 = np.stack([got[f"h0_{n}"] for n in range(layers * dirs)])
+        want_y, want_h = got["y"], np.stack([got[f"h_{n}"] for n in range(layers * dirs)])
+        rnnconv.convert(TF1 / f"{name}.ckpt", tmp_path / f"{name}.onnx")
+        session = onnxruntime.InferenceSession(str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+        y, h_n = session.run(None, {"X": got["x"].transpose(1, 0, 2), "initial_h": h0})
+        onnx_error = largest_difference((y.transpose(1, 0, 2), h_n), (want_y, want_h))
+        rnnconv.convert(TF1 / f"{name}.ckpt", tmp_path / f"{name}.keras")
+        model = keras.models.load_model(tmp_path / f"{name}.keras")
+        recurrent = [layer for layer in model.layers if layer.weights]
+        assert len(recurrent) == layers
+        x, finals = got["x"], []
+        for k, layer in enumerate(recurrent):
+            run = run_layer(keras, layer, x, h0[k * dirs : (k + 1) * dirs], None)
+            x = run["y"]
+            finals.append(run["h_n"])
+        keras_error = largest_difference((x, np.concatenate(finals)), (want_y, want_h))
+        LARGEST_ERRORS[f"tf.compat.v1 {name} as ONNX (onnxruntime)"] = onnx_error
+        LARGEST_ERRORS[f"tf.compat.v1 {name} as Keras 3"] = keras_error
+        assert onnx_error <= 1e-5 and keras_error <= 1e-5, (name, onnx_error, keras_error)
 
 
 @pytest.mark.parametrize(

@@ -58,17 +58,18 @@ def test_a_gru_exported_with_linear_before_reset_0_is_a_mismatch_naming_the_rese
     assert gru["comparison"]["y"]["max_abs"] > 0.01  # what the broken exporters' files compute: visibly off
     assert gru["diagnosis"]["found"] and "linear_before_reset" in gru["diagnosis"]["message"]
     assert "reset gate before the recurrent matrix" in gru["summary"]
-    # one 3-layer GRU alone, as the dynamo exporter wrote it (a chain of nodes), each flag set to 0: the audit runs
-    # it (verify of one RNN cannot read it)
+    # one 3-layer GRU alone, as the dynamo exporter wrote it (a chain of nodes), each flag set to 0: verify reads it as
+    # the reset-before GRU it is, and names the placement that differs from its source's
     onnx = pytest.importorskip("onnx")
     model = onnx.load(str(FIXTURES / "onnx" / "gru3_dynamo.onnx"))
     for node in (n for n in model.graph.node if n.op_type == "GRU"):
         (flag,) = [a for a in node.attribute if a.name == "linear_before_reset"]
         flag.i = 0
     onnx.save(model, str(tmp_path / "gru.onnx"))
-    found, reports, code = rows(tmp_path / "gru.onnx", "--against", FIXTURES / "onnx" / "gru3_dynamo.pt")
-    assert code == 1 and [verdict for *_, verdict in found] == ["mismatch"]
-    assert "linear_before_reset" in reports[0]["diagnosis"]["message"]
+    result = run_cli("verify", tmp_path / "gru.onnx", "--against", FIXTURES / "onnx" / "gru3_dynamo.pt", "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 1 and report["verdict"] == "mismatch" and report["spec"]["reset_after"] is False
+    assert "applies its reset gate before the recurrent product, gru3_dynamo.pt's after" in report["summary"]
 
 
 @pytest.mark.needs("torch", "onnxruntime")

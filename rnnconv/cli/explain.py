@@ -135,6 +135,8 @@ def explain_rows(
         _say(console, f"biases: {row.bias}", 2)
         modes = ", ".join(f"{a} -> {m}" for a, m in row.modes.items())
         _say(console, f"cuDNN modes: {modes or 'none'}", 2)
+        if not row.reset_after and not row.refusal:
+            _say(console, "reset gate: before the recurrent product (converts to the formats that hold that form)", 2)
         if row.refusal:
             _say(console, f"not convertible: {row.refusal}", 2)
         elif row.note:

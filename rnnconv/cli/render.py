@@ -134,7 +134,10 @@ def warning(text: str) -> None:
 
 
 def spec_text(spec: SpecModel | None) -> str:
-    return "-" if spec is None else f"{spec.mode} {sizes_text(spec)}"
+    """An RNN's mode and sizes; a GRU whose reset gate is applied before the recurrent product says so."""
+    if spec is None:
+        return "-"
+    return f"{spec.mode}{' (reset before)' if spec.reset_after is False else ''} {sizes_text(spec)}"
 
 
 def sizes_text(sizes: SpecModel | RNNSizes | None) -> str:

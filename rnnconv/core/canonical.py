@@ -19,7 +19,7 @@ import numpy as np
 
 from rnnconv.core.contracts import Provenance, SpecModel
 from rnnconv.core.dtypes import DTYPES
-from rnnconv.errors import BadInput
+from rnnconv.errors import BadInput, Unsupported
 from rnnconv.safeio.digests import SourcePass, digest_placeholder
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.table.apply import assemble_stored
@@ -27,6 +27,7 @@ from rnnconv.table.constants import (
     CUDNN_GATES,
     CUDNN_MODES,
     DIRECTIONS,
+    GRU,
     KINDS,
     LSTM,
     MAX_LAYERS,
@@ -35,6 +36,8 @@ from rnnconv.table.constants import (
     Kind,
 )
 from rnnconv.table.rows import Row
+
+RESET_BEFORE_WORDS = "reset gate before the recurrent product"  # what describe() says of a reset-before GRU
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,11 @@ class RNNSpec:
     # False when the source has no biases (Keras use_bias=False, PyTorch bias=False): cuDNN still gets
     # (zero) bias slots, and the way back leaves the biases out again.
     bias: bool = True
+    # False for a GRU whose reset gate multiplies the state before the recurrent product (TF1's GRUCell, Keras
+    # reset_after=False, ONNX linear_before_reset=0): h' = tanh(Wh x + bWh + Rh (r*h) + bRh), not cuDNN's
+    # tanh(Wh x + bWh + r*(Rh h + bRh)). Its tensors are cuDNN's all the same; only the formats whose table rows say
+    # reset_after=False hold it.
+    reset_after: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in CUDNN_MODES:
@@ -67,6 +75,8 @@ class RNNSpec:
             raise BadInput(f"a projection (proj_size={self.proj_size}) exists only for LSTMs, not {self.mode}")
         if self.proj_size >= self.hidden_size:
             raise BadInput(f"proj_size ({self.proj_size}) must be smaller than hidden_size ({self.hidden_size})")
+        if not self.reset_after and self.mode != GRU:
+            raise BadInput(f"only a GRU has a reset gate to apply before its recurrent product, not {self.mode}")
 
     @property
     def cell(self) -> str:
@@ -118,7 +128,9 @@ class RNNSpec:
         return asdict(self)
 
     def to_model(self, **extra: Any) -> SpecModel:
-        return SpecModel(**{**self.to_dict(), **extra})
+        """The spec as documents carry it: reset_after only where it is False (a document of any other RNN reads as
+        it did before the field existed)."""
+        return SpecModel(**{**self.to_dict(), "reset_after": None if self.reset_after else False, **extra})
 
     @classmethod
     def from_model(cls, model: SpecModel) -> RNNSpec:
@@ -132,6 +144,7 @@ class RNNSpec:
             model.proj_size,
             model.dtype,
             model.bias,
+            model.reset_after is not False,
         )
 
     def describe(self) -> str:
@@ -143,6 +156,8 @@ class RNNSpec:
         parts.append(self.dtype)
         if not self.bias:
             parts.append("no bias")
+        if not self.reset_after:
+            parts.append(RESET_BEFORE_WORDS)
         return ", ".join(parts)
 
 
@@ -268,8 +283,15 @@ class CanonicalRNN:
         bias: bool | None = None,
     ) -> dict[str, np.ndarray]:
         """One layer and direction as `row`'s format stores it (by role): every stored tensor, or those of `keys`,
-        assembled in `work` (default: `work_type`); with `bias`, its biases whether it has any or not (zeros)."""
+        assembled in `work` (default: `work_type`); with `bias`, its biases whether it has any or not (zeros). A GRU
+        is never stored by a row of the other reset placement: those tensors would compute another function."""
         spec = self.spec
+        if spec.mode == GRU and row.reset_after != spec.reset_after:
+            said = {True: "after", False: "before"}
+            raise Unsupported(
+                f"{row.format}'s {row.source_class} applies its reset gate {said[row.reset_after]} the recurrent "
+                f"product, and {self.name}'s GRU {said[spec.reset_after]} it: no weights of it compute this GRU"
+            )
         return assemble_stored(
             row,
             spec.hidden_size,
@@ -291,7 +313,7 @@ def stack(name: str, rnns: list[CanonicalRNN]) -> CanonicalRNN:
     """Consecutive one-layer RNNs (Keras layers stacked with return_sequences) as one multi-layer RNN."""
     first = rnns[0].spec
     for below, above in itertools.pairwise(rnns):
-        same = ("mode", "hidden_size", "bidirectional", "proj_size", "dtype", "bias")
+        same = ("mode", "hidden_size", "bidirectional", "proj_size", "dtype", "bias", "reset_after")
         differs = [f for f in same if getattr(below.spec, f) != getattr(above.spec, f)]
         if differs:
             raise BadInput(

@@ -29,8 +29,9 @@ SIDECAR_SCHEMA_VERSION = 4
 # verdict not-found (a row of the audit of a deployed model: an RNN with no partner on the other side). Version 5: the
 # verdict not-deployed (a checkpoint's RNN that the audit's --layer pairs leave out). Version 6: the verdict
 # within-bound and the report's `quantization` (a file written with --quantize: its three terms); a source record's
-# `quantized` (what --quantize wrote).
-REPORT_SCHEMA_VERSION = 6
+# `quantized` (what --quantize wrote). Version 7: a spec's `reset_after` (false: a GRU whose reset gate is applied
+# before the recurrent product, TF1's GRUCell or Keras reset_after=False; left out for every other RNN).
+REPORT_SCHEMA_VERSION = 7
 
 # error / backend-missing: verify could not run (exit 2 / 3); a report asked for is still written, saying why.
 # lossy-as-recorded: a file written with --allow-lossy differs from its source by what its record says was dropped,
@@ -88,6 +89,9 @@ class SpecModel(Contract):
     proj_size: int = Field(0, ge=0, le=MAX_SIZE)
     dtype: str = "float32"
     bias: bool = True
+    # False: a GRU whose reset gate multiplies the state before the recurrent product (RNNSpec.reset_after); left
+    # out for every other RNN.
+    reset_after: bool | None = None
     bias_mode: Literal["double"] | None = None  # what cuDNN gets: two biases, zero when the source had none
 
     @field_validator("mode")

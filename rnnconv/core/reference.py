@@ -36,7 +36,6 @@ def forward(
     c0: np.ndarray | None = None,
     lengths: np.ndarray | None = None,
     clip: tuple[float, float] = (0.0, 0.0),
-    reset_before: bool = False,
     trajectory: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None,
     round_input: Callable[[int, np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -47,8 +46,8 @@ def forward(
 
     `clip`: an LSTM's cell state and projected output clipped to within those bounds at every step (0: not), as
     TFLite's cell_clip and proj_clip do, which cuDNN does not: what --allow-lossy measures when it drops them.
-    `reset_before`: a GRU's reset gate applied before the recurrent matrix (Keras's reset_after=False, ONNX's
-    linear_before_reset=0), which cuDNN does not: what the audit of a deployed model tries on a mismatch.
+    A GRU's reset gate is applied after the recurrent product, as cuDNN's, or before it where the spec says
+    reset_after=False (TF1's GRUCell, Keras reset_after=False, ONNX linear_before_reset=0).
     `round_input`: each layer's input (layer, values) as a quantized file rounds it before computing with it, which
     cuDNN does not: what --allow-lossy measures when it leaves the rounding out."""
     x = np.asarray(x, dtype=np.float64)
@@ -77,7 +76,6 @@ def forward(
                 c0[pseudo],
                 lengths,
                 clip,
-                reset_before,
                 entering,
             )
             outputs.append(y)
@@ -108,7 +106,6 @@ def _run_direction(
     c: np.ndarray,
     lengths: np.ndarray,
     clip: tuple[float, float],
-    reset_before: bool,
     entering: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     steps, batch, _ = x.shape
@@ -141,7 +138,7 @@ def _run_direction(
             gh = dict(zip(spec.gates, np.split(pre_h, 3, axis=-1)))
             reset = sigmoid(gx["r"] + gh["r"])
             update = sigmoid(gx["z"] + gh["z"])
-            if reset_before:  # h' = tanh(Wh x + Rh (r*h) + bRh + bWh)
+            if not spec.reset_after:  # h' = tanh(Wh x + Rh (r*h) + bRh + bWh)
                 r_h, b_h = (dict(zip(spec.gates, np.split(v, 3)))["h"] for v in (r, br))
                 candidate = np.tanh(gx["h"] + (reset * h) @ r_h.T + b_h)
             else:  # reset after the recurrent matrix and its bias

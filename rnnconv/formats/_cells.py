@@ -375,8 +375,8 @@ def why_not_cudnn(reading: Reading) -> str | None:
     """Why cuDNN cannot compute a recognised cell (a clause: "it ..."), or None."""
     if reading.mode == GRU and not reading.reset_after:
         return (
-            f"applies its GRU reset gate to the state before the recurrent product ({reset_before_settings()}), "
-            f"where cuDNN's GRU applies it to the product"
+            f"applies its GRU reset gate to the state before the recurrent product, as {reset_before_settings()} "
+            f"do: rnnconv reads that GRU from those layers and nodes, not from a cell computed op by op"
         )
     return None
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
-from rnnconv.errors import BadInput, Unsupported, cut, either, listing
+from rnnconv.errors import BadInput, Unsupported, cut, either
 from rnnconv.formats.catalog import FORMAT_INFO
 from rnnconv.formats.plugin import FormatInfo
 from rnnconv.table.apply import row_for_mode
@@ -39,6 +39,7 @@ from rnnconv.table.rows import TABLE, Row
 
 PROBE_STEPS, PROBE_BATCH, PROBE_SEED = 8, 3, 0  # the inputs on which --allow-lossy measures what it changes
 CLIP_PROBE_STEPS, CLIP_PROBE_SCALE = 64, 10.0  # inputs large enough to reach a clip: longer, x and c0 scaled up
+RESET_BEFORE_TERM = "its reset gate applied before the recurrent product"  # a reset-before GRU, as refusals name it
 
 
 @dataclass
@@ -55,7 +56,7 @@ def written_row(fmt: str, spec: RNNSpec) -> Row | None:
     none."""
     for cell_class in (False, True):
         with contextlib.suppress(Unsupported):
-            return row_for_mode(fmt, spec.mode, cell_class)[0]
+            return row_for_mode(fmt, spec.mode, cell_class, spec.reset_after)[0]
     return None
 
 
@@ -97,8 +98,10 @@ def _family_rows(fmt: str, cell: str) -> list[Row]:
 
 
 def _no_cell(info: FormatInfo, spec: RNNSpec) -> str:
-    """Why a format writes no cell of `spec`'s mode: its row's refusal, the activations its class computes, or the
-    classes it has."""
+    """Why a format writes no cell of `spec`'s mode: its row's refusal, that its GRUs apply the reset gate after the
+    recurrent product, the activations its class computes, or the classes it has."""
+    if not spec.reset_after:
+        return reset_before_term(info.title)
     rows = _family_rows(info.name, spec.cell)
     refused = next((row.refusal for row in rows if row.refusal), None)
     if refused:
@@ -112,15 +115,24 @@ def _no_cell(info: FormatInfo, spec: RNNSpec) -> str:
     return f"{info.title} has no {CELL_NAMES[spec.cell]} (it has {has})"
 
 
+def reset_before_term(title: str) -> str:
+    """The refusal of a GRU whose reset gate is applied before the recurrent product, by a format whose files rnnconv
+    writes hold none: the term, and the settings of the formats that hold it (no nearest GRU computes the same)."""
+    return (
+        f"this GRU has {RESET_BEFORE_TERM} (h' = tanh(Wh x + Rh (r*h) + b), not cuDNN's tanh(Wh x + r*(Rh h + bRh) + "
+        f"b)), which no {title} file rnnconv writes computes (it writes that GRU as {reset_before_settings()})"
+    )
+
+
 def reset_before_settings() -> str:
-    """The settings by which formats' GRUs apply their reset gate before the recurrent matrix, as their table rows
-    say (the rows refused for it): what a sentence about that mistake names."""
+    """The settings by which formats write a GRU whose reset gate is applied before the recurrent product, as their
+    table rows say (reset_after False, written): what a sentence about that form names, the ways out of a refusal."""
     named = [
         f"{FORMAT_INFO[row.format].title}'s " + ", ".join(f"{key}={value}" for key, value in row.when.items())
         for row in TABLE
-        if row.cell == GRU and row.refusal and row.when and row.format in FORMAT_INFO
+        if row.cell == GRU and not row.reset_after and not row.refusal and row.when and row.format in FORMAT_INFO
     ]
-    return listing(dict.fromkeys(named), few=2)
+    return either(list(dict.fromkeys(named)))
 
 
 def b_hn_keys(spec: RNNSpec) -> list[ParamKey]:

@@ -170,6 +170,7 @@ def read(found: Found, source: Provenance) -> CanonicalRNN:
         found.proj,
         found.dtype,
         found.has_bias,
+        reset_after=row.reset_after,
     )
     loaders = {}
     names = {}

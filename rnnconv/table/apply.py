@@ -78,19 +78,28 @@ def keras_era(version: str | None) -> KerasEra | None:
     return next((era for era in KERAS_ERAS if era.holds(number, tf_suffix)), None)
 
 
-def row_for_mode(fmt: str, mode: str, cell_class: bool = False) -> tuple[Row, str]:
-    """The first adapter row of a format that runs a cuDNN mode, and the activation it needs for it."""
+def row_for_mode(fmt: str, mode: str, cell_class: bool = False, reset_after: bool = True) -> tuple[Row, str]:
+    """The first adapter row of a format that runs a cuDNN mode (a GRU's with its reset gate applied after the
+    recurrent product, or with `reset_after` False before it), and the activation it needs for it."""
     for row in TABLE:
-        if row.format == fmt and row.adapter and not row.refusal and row.source_class.endswith("Cell") == cell_class:
+        if (
+            row.format == fmt
+            and row.adapter
+            and not row.refusal
+            and row.source_class.endswith("Cell") == cell_class
+            and row.reset_after == reset_after
+        ):
             for activation, runs in row.modes.items():
                 if runs == mode:
                     return row, activation
-    raise Unsupported(f"{fmt} has no layer that computes cuDNN's {mode}")
+    before = "" if reset_after else " with its reset gate applied before the recurrent product"
+    raise Unsupported(f"{fmt} has no layer that computes cuDNN's {mode}{before}")
 
 
-def settings_for_mode(fmt: str, mode: str) -> tuple[str, dict[str, Any]]:
-    """The layer class of a format that computes a cuDNN mode, and the config it needs for it."""
-    row, activation = row_for_mode(fmt, mode)
+def settings_for_mode(fmt: str, mode: str, reset_after: bool = True) -> tuple[str, dict[str, Any]]:
+    """The layer class of a format that computes a cuDNN mode (a GRU's reset gate applied after the recurrent
+    product, or before it), and the config it needs for it."""
+    row, activation = row_for_mode(fmt, mode, reset_after=reset_after)
     settings = {**row.defaults, "activation": activation}
     settings.update({key: allowed[0] for key, allowed in row.requires.items()})
     settings.update(row.when)

@@ -87,6 +87,9 @@ class Row:
     # Settings that change what the layer computes but that a file without a config does not store
     # (a bare Keras weights file, any PyTorch state_dict): they must be stated, or are assumed and said so.
     unstored: tuple[str, ...] = ()
+    # False for a GRU whose reset gate multiplies the state before the recurrent product (Keras reset_after=False,
+    # ONNX linear_before_reset=0): h' = tanh(Wh x + bWh + Rh (r*h) + bRh), which cuDNN's GRU does not compute.
+    reset_after: bool = True
 
     @property
     def gates(self) -> int:
@@ -272,10 +275,9 @@ TABLE: tuple[Row, ...] = (
     Row("keras", "GRU", "gru", GRU_GATES_ZRH, MATRIX_COLUMNS, BIAS_STACKED, KERAS_NAMES, GRU_MODES,
         KERAS_GRU_DEFAULTS, requires=GATED, when={"reset_after": True},
         note="bias row 0 is the input side, row 1 the recurrent side", unstored=ACTIVATIONS),
-    Row("keras", "GRU", "gru", GRU_GATES_ZRH, MATRIX_COLUMNS, BIAS_SINGLE, KERAS_NAMES, {}, KERAS_GRU_DEFAULTS,
-        when={"reset_after": False}, unstored=ACTIVATIONS,
-        refusal=f"this GRU has reset_after=False: it {RESET_BEFORE}; retrain or convert the model with "
-                f"reset_after=True"),
+    Row("keras", "GRU", "gru", GRU_GATES_ZRH, MATRIX_COLUMNS, BIAS_SINGLE, KERAS_NAMES, GRU_MODES,
+        KERAS_GRU_DEFAULTS, requires=GATED, when={"reset_after": False}, unstored=ACTIVATIONS, reset_after=False,
+        note="the reset gate applied before the recurrent product; one bias: bW + bR"),
     Row("keras", "SimpleRNN", "rnn", RNN_GATES, MATRIX_COLUMNS, BIAS_SINGLE, KERAS_NAMES, RNN_MODES,
         KERAS_SIMPLE_DEFAULTS, unstored=ACTIVATION),
     Row("keras", "CuDNNLSTM", "lstm", LSTM_GATES, MATRIX_COLUMNS_RAW, BIAS_CONCATENATED, KERAS_NAMES, LSTM_MODES,
@@ -286,7 +288,7 @@ TABLE: tuple[Row, ...] = (
     Row("tfjs", "LSTM", "lstm", LSTM_GATES, MATRIX_COLUMNS, BIAS_SINGLE, KERAS_NAMES, LSTM_MODES,
         TFJS_GATED_DEFAULTS, requires=GATED, note="recurrentActivation defaults to hardSigmoid: always written out"),
     Row("tfjs", "GRU", "gru", GRU_GATES_ZRH, MATRIX_COLUMNS, BIAS_SINGLE, KERAS_NAMES, {}, TFJS_GATED_DEFAULTS,
-        refusal=TFJS_RESET_BEFORE),
+        refusal=TFJS_RESET_BEFORE, reset_after=False),
     Row("tfjs", "SimpleRNN", "rnn", RNN_GATES, MATRIX_COLUMNS, BIAS_SINGLE, KERAS_NAMES, RNN_MODES,
         KERAS_SIMPLE_DEFAULTS),
     # --- PyTorch: weights are (G*H, in), W @ x, gate order already cuDNN's.
@@ -322,9 +324,9 @@ TABLE: tuple[Row, ...] = (
     Row("onnx", "GRU", "gru", GRU_GATES_ZRH, MATRIX_ROWS, BIAS_CONCATENATED, ONNX_NAMES, GRU_MODES,
         ONNX_GRU_DEFAULTS, requires=GATED, when={"linear_before_reset": 1},
         note="only linear_before_reset=1 computes cuDNN's GRU"),
-    Row("onnx", "GRU", "gru", GRU_GATES_ZRH, MATRIX_ROWS, BIAS_CONCATENATED, ONNX_NAMES, {}, ONNX_GRU_DEFAULTS,
-        when={"linear_before_reset": 0},
-        refusal=f"this GRU has linear_before_reset=0 (ONNX's default): it {RESET_BEFORE}"),
+    Row("onnx", "GRU", "gru", GRU_GATES_ZRH, MATRIX_ROWS, BIAS_CONCATENATED, ONNX_NAMES, GRU_MODES,
+        ONNX_GRU_DEFAULTS, requires=GATED, when={"linear_before_reset": 0}, reset_after=False,
+        note="linear_before_reset=0 (ONNX's default): the reset gate applied before the recurrent product"),
     Row("onnx", "RNN", "rnn", RNN_GATES, MATRIX_ROWS, BIAS_CONCATENATED, ONNX_NAMES, RNN_MODES, TORCH_RNN_DEFAULTS),
     # onnxruntime's com.microsoft DynamicQuantizeLSTM: int8/uint8 W [D, in, 4H] and R [D, H, 4H] (transposed), their
     # scale and zero point per direction or per column; read only when asked to dequantize.
@@ -346,8 +348,9 @@ TABLE: tuple[Row, ...] = (
         LSTM_MODES, FIXED, note="f = sigmoid(x @ K_f + h @ K'_f + b_f + forget_bias), forget_bias not stored"),
     Row("tf1", "LSTMCell", "lstm", TF1_LSTM_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("LSTMCell"), LSTM_MODES,
         FIXED, note="num_proj=P: projection/kernel [H, P] (h @ it), the kernel [in + P, 4H]; forget_bias not stored"),
-    Row("tf1", "GRUCell", "gru", GRU_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("GRUCell"), {}, FIXED,
-        refusal=f"this tf.compat.v1 GRUCell {RESET_BEFORE} (GRUCell: c = tanh([x, r*h] @ candidate/kernel + b))"),
+    Row("tf1", "GRUCell", "gru", GRU_GATES, MATRIX_COLUMNS, BIAS_SINGLE, _tf1_names("GRUCell"), GRU_MODES,
+        FIXED, reset_after=False,
+        note="gates r, u (cuDNN's z), candidate: c = tanh([x, r*h] @ candidate/kernel + b), h = u*h + (1-u)*c"),
     # --- TFLite / LiteRT: the fused sequence ops, one (H, in) tensor per gate, one bias per gate (bW + bR).
     Row("tflite", "UNIDIRECTIONAL_SEQUENCE_LSTM", "lstm", LSTM_GATES, MATRIX_PER_GATE, BIAS_PER_GATE,
         TFLITE_LSTM_NAMES, LSTM_MODES, FIXED,
@@ -362,9 +365,10 @@ TABLE: tuple[Row, ...] = (
     Row("openvino", "GRUSequence", "gru", OPENVINO_GRU_GATES, MATRIX_ROWS, BIAS_SINGLE_BUT_LAST_JOINED, OPENVINO_NAMES,
         GRU_MODES, OPENVINO_GRU_DEFAULTS, requires=GATED, when={"linear_before_reset": True},
         note="only linear_before_reset=true computes cuDNN's GRU; B = [bW+bR of z, of r, bW_h, bR_h]"),
-    Row("openvino", "GRUSequence", "gru", OPENVINO_GRU_GATES, MATRIX_ROWS, BIAS_SINGLE, OPENVINO_NAMES, {},
-        OPENVINO_GRU_DEFAULTS, when={"linear_before_reset": False},
-        refusal=f"this GRUSequence has linear_before_reset=false (OpenVINO's default): it {RESET_BEFORE}"),
+    Row("openvino", "GRUSequence", "gru", OPENVINO_GRU_GATES, MATRIX_ROWS, BIAS_SINGLE, OPENVINO_NAMES, GRU_MODES,
+        OPENVINO_GRU_DEFAULTS, requires=GATED, when={"linear_before_reset": False}, reset_after=False,
+        note="linear_before_reset=false (OpenVINO's default): the reset gate applied before the recurrent product; "
+             "B = bW + bR"),
     Row("openvino", "RNNSequence", "rnn", RNN_GATES, MATRIX_ROWS, BIAS_SINGLE, OPENVINO_NAMES, RNN_MODES,
         TORCH_RNN_DEFAULTS, note="one bias: B = bW + bR"),
     # --- Flax linen (flax.linen.recurrent): one Dense per gate and side, kernels (in, H), x @ kernel; a role's

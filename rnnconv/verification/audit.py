@@ -15,11 +15,10 @@ some of the checkpoint's RNNs: an encoder deployed alone), which fails nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import platform
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +46,7 @@ from rnnconv.table.constants import CUDNN_MODES, GRU, LSTM
 from rnnconv.verification.diagnose import diagnose
 from rnnconv.verification.quantized import proof_checks, prove, proved, said, terms_failed
 from rnnconv.verification.run import Stage, failed_report
-from rnnconv.verification.subject import SAME_RNN, VerifyOptions, check_same_rnn
+from rnnconv.verification.subject import SAME_RNN, VerifyOptions, as_held, check_same_rnn
 from rnnconv.version import __version__
 
 RESET_PLACEMENT = (
@@ -264,7 +263,7 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
             else reading.source
         )
         inputs = make_inputs(spec, options.seq_len, options.batch, options.seed, options.ragged)
-        want, how = checkpoint.fmt.run(checkpoint.path, source, dataclasses.replace(spec, bias=held.bias), inputs)
+        want, how = checkpoint.fmt.run(checkpoint.path, source, as_held(spec, held), inputs)
         got, ran = deployed.fmt.run(deployed.path, where, spec, inputs)
         engine = deployed.fmt.make_engine()
         name = deployed.fmt.name if engine is None else engine.name
@@ -340,10 +339,8 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
     return report
 
 
-def _outputs(spec: RNNSpec, rnn: CanonicalRNN, inputs: Inputs, reset_before: bool = False) -> Outputs:
-    y, h_n, c_n = forward(
-        spec, rnn.param, inputs["x"], inputs["h0"], inputs["c0"], inputs["lengths"], reset_before=reset_before
-    )
+def _outputs(spec: RNNSpec, rnn: CanonicalRNN, inputs: Inputs) -> Outputs:
+    y, h_n, c_n = forward(spec, rnn.param, inputs["x"], inputs["h0"], inputs["c0"], inputs["lengths"])
     return {"y": y, "h_n": h_n, "c_n": c_n}
 
 
@@ -390,10 +387,12 @@ def _known_mistakes(
 ) -> Iterator[tuple[str, bool]]:
     """Each known exporter mistake, and whether it explains the difference."""
     lengths = inputs["lengths"]
-    if spec.mode == GRU:  # the checkpoint's GRU with the other reset placement: does it give what the file gives?
+    if spec.mode == GRU:  # the checkpoint's reset-after GRU with the reset before: does it give what the file gives?
         with checkpoint.fmt.read(checkpoint.path, checkpoint.fmt.source_options(source)) as found:
-            moved = _outputs(found.rnns[0].spec, found.rnns[0], inputs, reset_before=True)
-        yield RESET_PLACEMENT, compare(spec, got, moved, tol, lengths).match
+            held = found.rnns[0]
+            moved = None if not held.spec.reset_after else _outputs(replace(held.spec, reset_after=False), held, inputs)
+        if moved is not None:
+            yield RESET_PLACEMENT, compare(spec, got, moved, tol, lengths).match
     loss = None if reading is None else reading.source.loss
     if reading is not None and loss is not None:  # the deployed reading without its clip: the checkpoint's outputs?
         unclipped = compare(spec, _outputs(reading.spec, reading, inputs), want, tol, lengths)

@@ -101,7 +101,7 @@ def _stored_as(spec: RNNSpec, stored_as: StoredAs | None) -> StoredAs:
     """How the file stores the RNN; a cuDNN weight space's own tensors (W, R, bW, bR of each cell) where unsaid."""
     if stored_as is not None:
         return stored_as
-    row = row_for_mode("cudnn", spec.mode)[0]
+    row = row_for_mode("cudnn", spec.mode, reset_after=spec.reset_after)[0]
     return StoredAs(row, {(layer, d): (row.tensors, f"layer {layer}") for layer, d in _cells(spec)})
 
 

@@ -12,7 +12,6 @@ names the one that explains it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import platform
 from collections.abc import Callable
@@ -51,6 +50,7 @@ from rnnconv.verification.subject import (
     FileRun,
     Subject,
     VerifyOptions,
+    as_held,
     check_same_rnn,
     choose_engine,
     find_against,
@@ -127,7 +127,7 @@ def judge(
         held = fmt.source_spec(source_path, source)
         check_same_rnn(blob.spec, held, path, source_path, options.against is not None)
         try:
-            want, how = fmt.run(source_path, source, dataclasses.replace(blob.spec, bias=held.bias), inputs)
+            want, how = fmt.run(source_path, source, as_held(blob.spec, held), inputs)
         except BackendMissing as exc:  # the blob's side may miss its framework too: both are named
             runtime_engine = engine.engine if isinstance(engine, FileRun) else engine
             also = runtime_engine.missing(path.name) if isinstance(runtime_engine, base.RuntimeEngine) else None
@@ -182,7 +182,7 @@ def judge(
         report.quantization = proof
     elif fmt is not None and streamed is None and blob.source.dequantized is not None:
         stage("comparing step by step, within the quantization's bound")
-        rnn, spec = blob.to_canonical(), dataclasses.replace(blob.spec, bias=held.bias)
+        rnn, spec = blob.to_canonical(), as_held(blob.spec, held)
         quantized_run = lambda step: fmt.run(source_path, source, spec, step)[0]  # noqa: E731
         float_run = lambda step: engine.run(blob, step)  # noqa: E731
         both = (quantized_run, float_run)
@@ -242,6 +242,15 @@ def judge(
             report.verdict = "lossy-as-recorded"
     if proof is not None and report.verdict == "mismatch":
         report.diagnosis = Diagnosis(found=False, tried=0, message=terms_failed(proof))
+    elif report.verdict == "mismatch" and fmt is not None and blob.spec.reset_after != held.reset_after:
+        said = {True: "after", False: "before"}
+        report.diagnosis = Diagnosis(
+            found=True,
+            tried=0,
+            mistake="reset placement",
+            message=f"{subject.called}'s GRU applies its reset gate {said[blob.spec.reset_after]} the recurrent "
+            f"product, {source_path.name}'s {said[held.reset_after]} it: no weights make one GRU compute the other",
+        )
     elif report.verdict == "mismatch" and not report.comparison.match and options.diagnose and streamed is None:
         check_guards()  # a blob or a source that changed meanwhile explains it, without minutes of trying
         stage("looking for the mistake that explains the mismatch")

@@ -5,6 +5,7 @@ them."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -347,6 +348,13 @@ def _source_format(path: Path, source: Provenance, against: bool, raw_spec: RNNS
 
 
 SAME_RNN = ("input_size", "hidden_size", "num_layers", "bidirectional", "proj_size")
+
+
+def as_held(spec: RNNSpec, held: RNNSpec) -> RNNSpec:
+    """`spec`, the RNN a file holds, as its source runs it: with the source's biases (a target may hold zero ones) and
+    the source's reset placement (a deployed GRU may apply its reset gate before the product where the source's does
+    not: what the audit diagnoses)."""
+    return dataclasses.replace(spec, bias=held.bias, reset_after=held.reset_after)
 
 
 def check_same_rnn(spec: RNNSpec, held: RNNSpec, path: Path, source: Path, against: bool) -> None:

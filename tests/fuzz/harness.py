@@ -596,7 +596,10 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             ["convert", source, "{dir}/out.safetensors"],
             ["convert", f"{source}.index", "{dir}/out.pt"],
             ["convert", source, "{dir}/existing.bin"],
+            ["convert", source, "{dir}/out.onnx"],  # a GRUCell's reset-before GRU: ONNX holds it
         ]
+        # a TensorFlow process each, on a sample of a GRUCell's: its ONNX against GRUCell's equations
+        case.oracle = "tf1-gru" if name.startswith(TF1_GRU_CELLS) and rng.random() < 0.05 else ""
         if name in seeds.good_blob:
             case.commands.append(["verify", str(seeds.good_blob[name]), "--against", source, "--backend", "numpy"])
         return case
@@ -778,6 +781,7 @@ def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, t
             problems.append("malformed_accepted")
         saved = case.oracle == "tensorflow" and args[2].endswith("out.safetensors")  # every RNN, as stated
         saved = saved or (case.oracle == "keras-rescue" and command[-1].endswith("fixed.keras"))  # the whole model
+        saved = saved or (case.oracle == "tf1-gru" and command[-1].endswith("out.onnx"))
         if case.oracle and code == 0 and command[0] == "convert" and (command[-1].endswith("out.pt") or saved):
             stated = ["stated"] if "--activation" in args else []
             judged = disagrees(case.oracle, Path(args[1]), Path(args[2]), *stated)
@@ -799,6 +803,7 @@ def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, t
     shutil.rmtree(folder, ignore_errors=True)
 
 
+TF1_GRU_CELLS = ("gru.", "gru_cell")  # the tf1 seeds of GRUCell checkpoints (gru_bi is a CudnnGRU's)
 ORACLE = r"""
 import sys
 import numpy as np, torch, rnnconv
@@ -830,6 +835,52 @@ if runtime == "tf1-meta":  # the f gate's bias shift against the forget biases T
     shift = (state["bias_ih_l0"] + state["bias_hh_l0"]).numpy()[hidden : 2 * hidden] - bias[2 * hidden : 3 * hidden]
     ok = any(np.allclose(shift, value, atol=1e-5) for value in added)
     print("" if ok else f"off by a forget bias the graph does not add ({shift[0]:.3g}; the graph adds {sorted(added)})")
+    sys.exit(0)
+if runtime == "tf1-gru":  # a GRUCell checkpoint's ONNX against GRUCell's equations on TensorFlow's own reading of it
+    import re
+    import onnxruntime
+    import tensorflow as tf
+    try:
+        reader = tf.train.load_checkpoint(source)
+        names = reader.get_variable_to_shape_map()
+        where = {}  # (layer, direction) -> the cell's scope, as MultiRNNCell and bidirectional_dynamic_rnn name it
+        for name in names:
+            if name.endswith("gru_cell/gates/kernel"):
+                layer = re.search(r"cell_(\d+)/", name)
+                where[(int(layer[1]) if layer else 0, 1 if "/bw/" in name else 0)] = name[: -len("gates/kernel")]
+        w = {cell: {v: reader.get_tensor(scope + v) for v in ("gates/kernel", "gates/bias", "candidate/kernel",
+             "candidate/bias")} for cell, scope in where.items()}
+    except Exception:
+        sys.exit(3)  # a checkpoint TensorFlow itself cannot read, or not a GRUCell's: nothing to judge it by
+    layers, dirs = 1 + max(k for k, _ in where), 1 + max(d for _, d in where)
+    hidden = w[(0, 0)]["candidate/bias"].shape[0]
+    session = onnxruntime.InferenceSession(converted, providers=["CPUExecutionProvider"])
+    inputs = {i.name: i for i in session.get_inputs()}
+    size = inputs["X"].shape[-1]
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (4, 2, size)).astype(np.float32)
+    h0 = rng.normal(0, 0.5, (layers * dirs, 2, hidden)).astype(np.float32)
+    y = session.run(None, {"X": x, "initial_h": h0})[0]
+    layer_input = x
+    try:
+        for k in range(layers):
+            outs = []
+            for d in range(dirs):
+                c = w[(k, d)]
+                h, steps = tf.constant(h0[k * dirs + d]), np.zeros((4, 2, hidden), np.float32)
+                for t in range(4) if d == 0 else range(3, -1, -1):
+                    xt = tf.constant(layer_input[t])
+                    value = tf.sigmoid(tf.matmul(tf.concat([xt, h], 1), c["gates/kernel"]) + c["gates/bias"])
+                    r, u = tf.split(value, 2, axis=1)
+                    cand = tf.tanh(tf.matmul(tf.concat([xt, r * h], 1), c["candidate/kernel"]) + c["candidate/bias"])
+                    h = u * h + (1 - u) * cand
+                    steps[t] = h.numpy()
+                outs.append(steps)
+            layer_input = np.concatenate(outs, -1)
+    except Exception:
+        sys.exit(3)  # variables whose shapes GRUCell could not run: the conversion refuses those
+    worst = float(np.abs(y.reshape(layer_input.shape) - layer_input).max()) if y.size == layer_input.size else np.inf
+    print("" if worst <= 1e-4 or np.isnan(worst) and np.isnan(layer_input).any() else f"off by {worst:.3g}")
     sys.exit(0)
 initial = []  # the initial states the model takes as inputs, fed to both
 (entry,) = rnnconv.inspect(converted).rnns

@@ -12,6 +12,7 @@ from rnnconv.core.contracts import InspectEntry, InspectReport, Provenance
 from rnnconv.core.dtypes import element_type
 from rnnconv.core.weightspace import weight_space_elements
 from rnnconv.errors import BadInput, listing
+from rnnconv.formats import holding
 from rnnconv.formats.base import WeightSpaceFormat, Written
 from rnnconv.formats.cudnn import PLUGIN
 from rnnconv.formats.cudnn.wire import sidecar_path
@@ -93,6 +94,8 @@ class CudnnFormat(WeightSpaceFormat):
     def write(self, rnns: list[CanonicalRNN], path: Path, options: WriteOptions) -> Written:
         from rnnconv.formats.cudnn.writer import loading_snippet, write_bin, write_safetensors
 
+        for rnn in rnns:  # what cuDNN cannot compute (a GRU's reset before its product) never reaches a file
+            holding.check_held(self.info, rnn, options.dtype)
         dtype = self.written_dtype(rnns[0].spec, options.dtype)
         total = sum(weight_space_elements(r.spec) for r in rnns) * element_type(dtype).itemsize
         progress = options.progress

@@ -53,6 +53,8 @@ def check_sidecar(doc: object, where: str) -> Sidecar:
             f"{where} uses layout {layout.name} v{layout.version}; this rnnconv reads {LAYOUT_NAME} "
             f"v{LAYOUT_VERSION} and {REPORTED_LAYOUT_NAME}"
         )
+    if sidecar.spec.reset_after is False:  # cuDNN computes no such GRU: a weight space of one is no cuDNN blob
+        raise BadInput(f"{where} says its GRU applies its reset gate before the recurrent product: cuDNN's does not")
     return sidecar
 
 

@@ -48,7 +48,7 @@ def _keras_name(text: str) -> str:
 
 def _layer_config(spec: RNNSpec, name: str) -> dict[str, Any]:
     """The Keras layer config the table's row for this mode needs (activations, reset_after, ...)."""
-    _, settings = settings_for_mode("keras", spec.mode)
+    _, settings = settings_for_mode("keras", spec.mode, spec.reset_after)
     return {
         "name": name,
         "trainable": True,
@@ -101,7 +101,7 @@ def model_config(rnns: list[CanonicalRNN]) -> dict[str, Any]:
         spec = rnn.spec
         for layer in range(spec.num_layers):
             name = layer_name(rnn, layer)
-            cls = row_for_mode("keras", spec.mode)[0].source_class
+            cls = row_for_mode("keras", spec.mode, reset_after=spec.reset_after)[0].source_class
             config = _layer_config(spec, name)
             n_in = spec.layer_input_size(layer)
             if spec.bidirectional:
@@ -154,7 +154,7 @@ def _write_weights(rnns: list[CanonicalRNN], h5: h5py.File, dtype: str, path: Pa
     used: dict[str, int] = {}
     for rnn in rnns:
         spec = rnn.spec
-        row, _ = row_for_mode("keras", spec.mode)
+        row, _ = row_for_mode("keras", spec.mode, reset_after=spec.reset_after)
         cls = "bidirectional" if spec.bidirectional else snake_case(row.source_class)
         for layer in range(spec.num_layers):
             index = used.get(cls, 0)
@@ -235,7 +235,7 @@ def loading_snippet(rnns: list[CanonicalRNN], path: Path) -> str:
     for rnn in rnns:
         spec = rnn.spec
         for _layer in range(spec.num_layers):
-            row, activation = row_for_mode("keras", spec.mode)
+            row, activation = row_for_mode("keras", spec.mode, reset_after=spec.reset_after)
             cls = row.source_class
             args = [str(spec.hidden_size), "return_sequences=True"] + ([] if spec.bias else ["use_bias=False"])
             if activation != "tanh":

@@ -32,7 +32,7 @@ from rnnconv.table.constants import (
 def tensors_of(rnn: CanonicalRNN, dtype: str) -> dict[str, np.ndarray]:
     """The parameters of the modules, by key (bare for one layer, `layers.{k}.` for several), as storage words."""
     spec = rnn.spec
-    row, _ = row_for_mode("mlx", spec.mode)
+    row, _ = row_for_mode("mlx", spec.mode, reset_after=spec.reset_after)
     names = MLX_PARAMETERS[spec.cell]
     etype = element_type(dtype)
     out: dict[str, np.ndarray] = {}

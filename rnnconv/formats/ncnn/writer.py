@@ -57,7 +57,7 @@ def _tagged(values: np.ndarray, dtype: str) -> bytes:
 
 def layers_of(rnn: CanonicalRNN, dtype: str) -> list[LayerBlobs]:
     spec = rnn.spec
-    row, _ = row_for_mode("ncnn", spec.mode)
+    row, _ = row_for_mode("ncnn", spec.mode, reset_after=spec.reset_after)
     out = []
     for layer in range(spec.num_layers):
         cells = [rnn.stored(row, layer, d) for d in range(spec.num_directions)]

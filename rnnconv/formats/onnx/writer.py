@@ -62,7 +62,7 @@ def layers_of(
     matrices quantized (an LSTM's node onnxruntime's quantized one), each quantized tensor's scheme, and the largest
     rounding of a weight."""
     spec = rnn.spec
-    row, activation = row_for_mode("onnx", spec.mode)
+    row, activation = row_for_mode("onnx", spec.mode, reset_after=spec.reset_after)
     attributes: dict[str, Any] = {
         "hidden_size": spec.hidden_size,
         "direction": "bidirectional" if spec.bidirectional else "forward",

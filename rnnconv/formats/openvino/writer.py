@@ -41,7 +41,7 @@ def layers_of(
     """The sequence ops of a canonical RNN, its tensors stored as the table's OpenVINO row says; with `quantize`,
     its W and R quantized, each quantized tensor's scheme (per direction), and the largest rounding of a weight."""
     spec = rnn.spec
-    row, activation = row_for_mode("openvino", spec.mode)
+    row, activation = row_for_mode("openvino", spec.mode, reset_after=spec.reset_after)
     attributes = {
         "direction": OPENVINO_BIDIRECTIONAL if spec.bidirectional else OPENVINO_FORWARD,
         "hidden_size": str(spec.hidden_size),

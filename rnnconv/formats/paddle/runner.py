@@ -113,7 +113,7 @@ def module_of(spec: RNNSpec) -> dict:
 def state_for(spec: RNNSpec, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The cells' own arrays (what Paddle computes with) under their keys, and each alias Paddle's module of `spec`
     has given the cell's array it falls on; any other cell key of the file too, for the child to refuse."""
-    row = row_for_mode("paddle", spec.mode)[0]
+    row = row_for_mode("paddle", spec.mode, reset_after=spec.reset_after)[0]
     aliases = flat_names(spec.num_layers, spec.num_directions, (True, True), spec.proj_size > 0)
     state = {key: array for key, array in arrays.items() if CELL.match(key)}
     for name, (layer, direction, role) in aliases.items():

@@ -28,14 +28,14 @@ PROTOCOL = 4  # paddle.save's default
 
 
 def paddle_class(spec: RNNSpec) -> str:
-    return row_for_mode("paddle", spec.mode)[0].source_class
+    return row_for_mode("paddle", spec.mode, reset_after=spec.reset_after)[0].source_class
 
 
 def state_dict_arrays(rnn: CanonicalRNN, dtype: str, prefix: str = "") -> dict[str, np.ndarray]:
     """The state_dict Paddle's module of this RNN has, by key: its aliases first, then its cells' own, as Paddle
     orders them; an RNN without biases gets zero ones, as Paddle's cells always have them."""
     spec = rnn.spec
-    row = row_for_mode("paddle", spec.mode)[0]
+    row = row_for_mode("paddle", spec.mode, reset_after=spec.reset_after)[0]
     etype = element_type(dtype)
     own: dict[tuple[int, int, str], np.ndarray] = {}
     for layer in range(spec.num_layers):

@@ -1,7 +1,7 @@
 """A checkpoint's tensors, as stored, stepped in TensorFlow on the CPU as the TF cells do: a cuDNN layer's LSTM
 through LSTMBlockCell (the kernel CudnnCompatibleLSTMCell runs), the GRU and the simple RNN through their cells'
-equations in TF ops (TF 2 has no CPU kernel of cuDNN's reset-after GRU); tf.compat.v1's BasicLSTMCell and LSTMCell
-through their `call`'s equations in TF ops, forget_bias and projection included."""
+equations in TF ops (TF 2 has no CPU kernel of cuDNN's reset-after GRU); tf.compat.v1's BasicLSTMCell, LSTMCell and
+GRUCell through their `call`'s equations in TF ops, forget_bias and projection included."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from rnnconv.table.constants import (
     NONLINEARITIES,
     RNN,
     TF1_BIAS,
+    TF1_GRU_CANDIDATE,
     TF1_GRU_CANDIDATE_HIDDEN,
     TF1_GRU_CANDIDATE_INPUT,
     TF1_GRU_GATES,
@@ -61,7 +62,9 @@ def run_in_tensorflow(
                 pseudo = layer * dirs + direction
                 stored = rnn.tensors[(layer, direction)]
                 weights = {v: tf.constant(checkpoint.tensor(n).astype(np.float32)) for v, n in stored.items()}
-                if rnn.own:
+                if rnn.own and rnn.row.cell == GRU:
+                    cell = _own_gru(tf, weights)
+                elif rnn.own:
                     cell = _own_lstm(tf, weights, biases[(layer, direction)])
                 else:
                     cell = _cell(tf, rnn.row.cell, spec.mode, weights, spec.hidden_size)
@@ -75,7 +78,8 @@ def run_in_tensorflow(
         RNN: "BasicRNNCell's equation in TF ops",
     }[rnn.row.cell]
     if rnn.own:
-        how = f"{rnn.cell}'s equations in TF ops, with its forget_bias added to f at each step"
+        added = ", with its forget_bias added to f at each step" if rnn.row.cell == LSTM else ""
+        how = f"{rnn.cell}'s equations in TF ops{added}"
     result: dict[str, np.ndarray | None] = {"y": layer_input, "h_n": h_n, "c_n": c_n if spec.mode == LSTM else None}
     return result, f"tensorflow {tf.__version__}: {how}"
 
@@ -133,6 +137,21 @@ def _own_lstm(tf: Any, w: dict[str, Any], forget_bias: float) -> Cell:
         return (m if projection is None else tf.matmul(m, projection)), c
 
     return lstm
+
+
+def _own_gru(tf: Any, w: dict[str, Any]) -> Cell:
+    """One step of tf.compat.v1's GRUCell, as its `call` computes it: r, u = split(sigmoid([x, h] @ gates/kernel +
+    gates/bias)); c = tanh([x, r*h] @ candidate/kernel + candidate/bias); h = u*h + (1 - u)*c."""
+    gates_kernel, gates_bias = w[f"{TF1_GRU_GATES}/{TF1_KERNEL}"], w[f"{TF1_GRU_GATES}/{TF1_BIAS}"]
+    candidate_kernel, candidate_bias = w[f"{TF1_GRU_CANDIDATE}/{TF1_KERNEL}"], w[f"{TF1_GRU_CANDIDATE}/{TF1_BIAS}"]
+
+    def gru(x: Any, h: Any, c: Any) -> tuple[Any, Any]:
+        value = tf.sigmoid(tf.nn.bias_add(tf.matmul(tf.concat([x, h], 1), gates_kernel), gates_bias))
+        reset, update = tf.split(value, 2, axis=1)
+        candidate = tf.tanh(tf.nn.bias_add(tf.matmul(tf.concat([x, reset * h], 1), candidate_kernel), candidate_bias))
+        return update * h + (1 - update) * candidate, c
+
+    return gru
 
 
 def _steps(

@@ -83,7 +83,7 @@ def model_json(
 
 def _sequential(rnn: CanonicalRNN) -> dict[str, Any]:
     spec = rnn.spec
-    cls, settings = settings_for_mode("tfjs", spec.mode)
+    cls, settings = settings_for_mode("tfjs", spec.mode, spec.reset_after)
     layers = []
     for layer in range(spec.num_layers):
         name = layer_name(rnn, layer)
@@ -101,7 +101,7 @@ def _sequential(rnn: CanonicalRNN) -> dict[str, Any]:
 def _streaming_model(rnn: CanonicalRNN) -> dict[str, Any]:
     """The functional model of a streaming RNN (unidirectional: `check_streamable` refuses the others)."""
     spec = rnn.spec
-    cls, settings = settings_for_mode("tfjs", spec.mode)
+    cls, settings = settings_for_mode("tfjs", spec.mode, spec.reset_after)
     states = states_of(spec)
     sizes = {"h": spec.output_size, "c": spec.hidden_size}
 
@@ -147,7 +147,7 @@ def _streaming_model(rnn: CanonicalRNN) -> dict[str, Any]:
 def tensors_of(rnn: CanonicalRNN) -> dict[str, np.ndarray]:
     """Each weight by its name in the manifest, in the order the shard holds them, as little-endian float32."""
     spec = rnn.spec
-    row, _ = row_for_mode("tfjs", spec.mode)
+    row, _ = row_for_mode("tfjs", spec.mode, reset_after=spec.reset_after)
     out: dict[str, np.ndarray] = {}
     for layer, direction in itertools.product(range(spec.num_layers), range(spec.num_directions)):
         scope = layer_name(rnn, layer)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rnnconv.errors import BadInput
-from rnnconv.formats import writing
+from rnnconv.formats import holding, writing
 from rnnconv.formats._graph import GraphFormat
 from rnnconv.formats.base import Written
 from rnnconv.formats.registry import register
@@ -72,7 +72,9 @@ class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
         return [f"operators: {graph.op_listing() or 'none'}", *super().notes(graph)]
 
     def streaming_losses(self, rnn: CanonicalRNN) -> list[Loss]:
-        return []  # a streaming model's plain ops compute every cell rnnconv reads, a GRU and a projection among them
+        # a streaming model's plain ops compute every cell cuDNN computes, a GRU and a projection among them
+        held = rnn.spec.reset_after
+        return [] if held else [holding.Loss(holding.reset_before_term(f"{self.title} streaming model"))]
 
     def stream(self, path: Path, runtime: str) -> TfliteStream:
         from rnnconv.formats.tflite.runner import TfliteStream

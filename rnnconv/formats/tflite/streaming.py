@@ -64,7 +64,7 @@ def streaming_graph(rnn: CanonicalRNN, chunk: int) -> Graph:
     """The streaming graph of a one-direction RNN: x (1, chunk, input) and each layer's states (1, size) to y and the
     new states, each step of each layer's cell in plain ops."""
     spec = rnn.spec
-    row, activation = row_for_mode(ROW_FORMAT, spec.mode)
+    row, activation = row_for_mode(ROW_FORMAT, spec.mode, reset_after=spec.reset_after)
     graph = Graph()
     x = graph.tensor(GraphTensor(STREAM_INPUT, [1, chunk, spec.input_size], [UNSET, chunk, spec.input_size]))
     graph.inputs = [x]

@@ -21,11 +21,11 @@ from rnnconv.formats.settings import WriteOptions
 from rnnconv.formats.tflite.builder import Constant, Graph, build_graph, serialize, write_graph
 from rnnconv.formats.tflite.model import slot_of
 from rnnconv.formats.tflite.streaming import streaming_graph
-from rnnconv.formats.tflite.wire import FORMAT, TFLITE_ACTIVATIONS, TFLITE_CELL_OPS, TFLITE_HYBRID_VERSIONS
+from rnnconv.formats.tflite.wire import FORMAT, TFLITE_ACTIVATIONS, TFLITE_HYBRID_VERSIONS
 from rnnconv.formats.writing import StoredTensor, stored
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import atomic_outputs
-from rnnconv.table.apply import find_row
+from rnnconv.table.apply import row_for_mode
 from rnnconv.table.constants import INPUT_MATRIX, PROJECTION, RECURRENT_MATRIX, TORCH_REVERSE_SUFFIX
 from rnnconv.table.rows import Row
 
@@ -49,9 +49,9 @@ def quantized_graph(rnn: CanonicalRNN, quantize: str) -> tuple[Graph, Quantized]
 
 
 def _graph(rnn: CanonicalRNN, quantize: str | None) -> tuple[Graph, Quantized | None]:
-    op_name = TFLITE_CELL_OPS[rnn.spec.cell]
     spec = rnn.spec
-    row = find_row(FORMAT, op_name)
+    row, _ = row_for_mode(FORMAT, spec.mode, reset_after=spec.reset_after)  # refuses a cell no op of TFLite computes
+    op_name = row.source_class
     layers = []
     held: list[tuple[str, Quantization]] = []
     rounded = 0.0

@@ -47,7 +47,7 @@ from rnnconv.table.constants import NONLINEARITY_KEY, RNN, TORCH_REVERSE_SUFFIX
 
 
 def torch_class(spec: RNNSpec) -> str:
-    return row_for_mode("torch", spec.mode)[0].source_class
+    return row_for_mode("torch", spec.mode, reset_after=spec.reset_after)[0].source_class
 
 
 def state_dict_arrays(rnn: CanonicalRNN, prefix: str = "") -> dict[str, np.ndarray | FileArray]:
