@@ -20,7 +20,7 @@ from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 import rnnconv
 
 HERE = FIXTURES / "openvino_quantized"
-FIXTURE_NAMES = ["lstm_nncf", "gru_nncf_asym"]
+FIXTURE_NAMES = ["lstm_nncf", "gru_nncf_asym", "gru_nncf_asym_f16"]
 pytestmark = pytest.mark.needs("openvino", "torch")
 
 
@@ -80,6 +80,8 @@ def test_dequantized_weights_are_exact_and_compute_what_openvino_computes_with_t
 
     def exact(port):  # the test's own scale * (q - zero_point), from the Consts OpenVINO reads
         multiply = port.get_node()
+        if multiply.get_type_name() == "Convert":  # the f16 form: the product converted to f32
+            multiply = multiply.input_value(0).get_node()
         centred, scales = (multiply.input_value(i).get_node() for i in range(2))
         zero = np.zeros(1)
         if centred.get_type_name() == "Subtract":
@@ -244,5 +246,166 @@ def _nan_bias(data, _):
 def test_damaged_quantization_is_refused_in_one_sentence(tmp_path, xml_change, bin_change, phrase):
     path = _damaged(tmp_path, xml_change, bin_change)
     result = run_cli("convert", path, tmp_path / "m.pt", "--dequantize", "--allow-lossy")
+    assert_clean_failure(result, 2, phrase)
+    assert not (tmp_path / "m.pt").exists()
+
+
+# Loops whose bodies nncf.compress_weights compressed (f16 decompression of i8/u8 MatMul weights): fixture -> (its
+# float source, whether its input is batch-first)
+LOOPS = {
+    "keras_lstm_loop_int8_sym": ("keras_lstm_loop_int8_sym.keras", True),
+    "keras_gru_loop_int8_asym": ("keras_gru_loop_int8_asym.keras", True),
+    "onnx_scan_lstm_ti_int8_asym": ("onnx_scan_lstm_ti_float.xml", False),  # a TensorIterator, time-major
+}
+
+
+@pytest.fixture(scope="module")
+def converted_loops(tmp_path_factory):
+    """Each compressed Loop converted once with --dequantize, to PyTorch, ONNX and a cuDNN blob: the .pt, the .onnx
+    and stderr (the blob's weights checked here: the .pt's)."""
+    folder = tmp_path_factory.mktemp("loops")
+    out = {}
+    for name in LOOPS:
+        pt, onnx, blob = (folder / f"{name}{suffix}" for suffix in (".pt", ".onnx", ".bin"))
+        result = run_cli("convert", HERE / f"{name}.xml", pt, "--dequantize")
+        assert result.returncode == 0, result.stderr
+        for target in (onnx, blob):
+            assert run_cli("convert", HERE / f"{name}.xml", target, "--dequantize").returncode == 0
+        with rnnconv.load(pt) as (ours,), rnnconv.load(blob) as (cudnn,):
+            assert ours.spec == cudnn.spec
+            assert all(np.array_equal(ours.param(k), cudnn.param(k)) for k in ours.spec.param_keys())
+        out[name] = (pt, onnx, result.stderr)
+    return out
+
+
+def _folded_weights(name: str) -> list[np.ndarray]:
+    """The MatMul weights of each body as OpenVINO's own constant folding computes their decompression."""
+    from openvino.passes import ConstantFolding, Manager
+
+    model = ov.Core().read_model(str(HERE / f"{name}.xml"))
+    found = []
+    for loop in [op for op in model.get_ops() if op.get_type_name() in ("Loop", "TensorIterator")]:
+        body = loop.get_function()
+        manager = Manager()
+        manager.register_pass(ConstantFolding())
+        manager.run_passes(body)
+        for op in body.get_ops():
+            if op.get_type_name() == "MatMul":
+                weight = op.input_value(1).get_node()
+                assert weight.get_type_name() == "Constant"  # folded
+                matrix = weight.get_data()
+                found.append(matrix if op.get_attributes()["transpose_b"] else matrix.T)
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_a_compressed_loop_is_refused_without_dequantize_naming_it_and_its_scheme(name, tmp_path):
+    out = tmp_path / "m.pt"
+    result = run_cli("convert", HERE / f"{name}.xml", out)
+    assert_clean_failure(result, 2, "body computes with quantized weights", "per-channel (axis 0)", "--dequantize")
+    assert "f16 scales" in " ".join(result.stderr.split())
+    assert not out.exists()
+    (entry,) = rnnconv.inspect(HERE / f"{name}.xml").rnns
+    assert not entry.converts and "per-channel (axis 0)" in entry.reason and "--dequantize" in entry.reason
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_a_compressed_loop_reads_as_openvino_decompresses_it_and_computes_what_openvino_computes(name, converted_loops):
+    """Every converted weight matrix is, gate block for gate block, the one OpenVINO's constant folding makes of the
+    body's f16 decompression (the products in f32, not rounded to f16); the converted nn.LSTM/GRU (float64) and the
+    ONNX file (onnxruntime) compute, within 1e-5, what OpenVINO's CPU plugin computes running the quantized IR; the
+    record says the scheme."""
+    import itertools
+
+    pt, onnx, stderr = converted_loops[name]
+    assert "dequantized: 2 int8 weight tensors (per-channel (axis 0)" in " ".join(stderr.split())
+    state = torch.load(pt, weights_only=True)
+    hidden = state["weight_hh_l0"].shape[1]
+    gates = state["weight_ih_l0"].shape[0] // hidden
+    folded = _folded_weights(name)
+    for key in ("weight_ih_l0", "weight_hh_l0"):
+        ours = state[key].numpy()
+        blocks = [
+            np.concatenate([m[g * hidden : (g + 1) * hidden] for g in order])
+            for m in folded
+            if m.shape == ours.shape
+            for order in itertools.permutations(range(gates))
+        ]
+        assert any(np.array_equal(ours, b) for b in blocks), key
+    with rnnconv.load(pt) as (rnn,):
+        record = rnn.origin.dequantized if rnn.origin is not None else None
+        assert record is not None and record.bits == 8 and record.scheme == "per-channel (axis 0)"
+        assert record.symmetric == name.endswith("_sym") and not record.rounded and len(record.tensors) == 2
+    batch_first = LOOPS[name][1]
+    x = np.random.default_rng(7).normal(0, 1.5, (2, 5, 3) if batch_first else (5, 2, 3)).astype(np.float32)
+    compiled = ov.Core().compile_model(str(HERE / f"{name}.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    expected = np.asarray(compiled(x)[0])
+    module = (torch.nn.LSTM if gates == 4 else torch.nn.GRU)(3, hidden, batch_first=batch_first).double()
+    module.load_state_dict(state)
+    with torch.no_grad():
+        y, _ = module(torch.from_numpy(x).double())
+    difference = float(np.abs(y.numpy() - expected).max())
+    assert difference <= 1e-5
+    LARGEST_ERRORS[f"OpenVINO, nncf-compressed {name} vs its dequantized nn.{module._get_name()}"] = difference
+    from facts.onnx import ort_run
+
+    time_major = x.transpose(1, 0, 2) if batch_first else x
+    zeros = np.zeros((1, 2, hidden), np.float32)
+    y_onnx = ort_run(onnx, np.ascontiguousarray(time_major), zeros, zeros if gates == 4 else None)[0]
+    y_onnx = y_onnx.reshape(5, 2, hidden)
+    assert float(np.abs(y_onnx - (expected.transpose(1, 0, 2) if batch_first else expected)).max()) <= 1e-5
+
+
+def test_the_audit_holds_a_compressed_loop_to_its_float_source_in_three_terms():
+    """The TensorIterator against the float IR it was compressed from (the Keras ones against their .keras give
+    WITHIN-BOUND too, 7 s apiece: Keras's import)."""
+    name = "onnx_scan_lstm_ti_int8_asym"
+    result = run_cli("verify", HERE / f"{name}.xml", "--against", HERE / LOOPS[name][0])
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = " ".join(result.stdout.split())
+    assert "WITHIN-BOUND" in text and "weights " in text and "kernel " in text and "end to end " in text
+
+
+def _loop_damaged(tmp_path, name, change):
+    """A copy of a compressed Loop fixture with one Const of its body (found by its name's end) changed in the .bin."""
+    xml = (HERE / f"{name}.xml").read_text()
+    data = bytearray((HERE / f"{name}.xml").with_suffix(".bin").read_bytes())
+    change(xml, data)
+    path = tmp_path / "damaged.xml"
+    path.write_text(xml)
+    path.with_suffix(".bin").write_bytes(bytes(data))
+    return path
+
+
+def _const(xml: str, ending: str) -> tuple[int, int]:
+    found = re.search(
+        rf'name="[^"]*{re.escape(ending)}" type="Const" version="opset1">\s*<data element_type="\w+" '
+        rf'shape="[^"]*" offset="(\d+)" size="(\d+)"',
+        xml,
+    )
+    assert found is not None
+    return int(found[1]), int(found[2])
+
+
+def _half_scale(value):
+    def change(xml, data):
+        offset, _ = _const(xml, "/scale")
+        data[offset + 2 : offset + 4] = np.float16(value).tobytes()
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "phrase"),
+    [
+        (_half_scale(0.0), "a scale of 0: a quantization step is a finite number, not 0"),
+        (_half_scale(float("nan")), "a scale of nan"),
+        (_half_scale(float("inf")), "a scale of inf"),
+        (_half_scale(60000.0), "beyond f16's largest (65504)"),
+    ],
+)
+def test_a_damaged_loop_decompression_is_refused_in_one_sentence(tmp_path, change, phrase):
+    path = _loop_damaged(tmp_path, "keras_gru_loop_int8_asym", change)
+    result = run_cli("convert", path, tmp_path / "m.pt", "--dequantize")
     assert_clean_failure(result, 2, phrase)
     assert not (tmp_path / "m.pt").exists()

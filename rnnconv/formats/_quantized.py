@@ -40,10 +40,17 @@ class Quantization:
 
 
 def quantization(
-    scales: Sequence[float], zero_points: Sequence[int], axis: int, shape: tuple[int, ...], dtype: str, where: str
+    scales: Sequence[float],
+    zero_points: Sequence[int],
+    axis: int,
+    shape: tuple[int, ...],
+    dtype: str,
+    where: str,
+    signed: bool = False,
 ) -> Quantization:
-    """A tensor's quantization checked against its shape and type: scales finite and positive, one or one per
-    channel along `axis`, as many zero points (or none: 0), each within the type's range."""
+    """A tensor's quantization checked against its shape and type: scales finite and positive (`signed`: finite and
+    not 0, as nncf's symmetric compression gives a channel the sign that puts its extreme weight at -128), one or
+    one per channel along `axis`, as many zero points (or none: 0), each within the type's range."""
     if dtype not in QUANTIZED_RANGES:
         raise BadInput(
             f"{where} is of type {dtype}, not a quantized type rnnconv reads ({', '.join(QUANTIZED_RANGES)})"
@@ -53,9 +60,10 @@ def quantization(
     zeros = tuple(int(z) for z in zero_points) or (0,) * len(scales)
     if len(zeros) != len(scales):
         raise BadInput(f"{where} has {len(scales)} scales but {len(zeros)} zero points")
-    bad = [float(s) for s in scales if not (np.isfinite(s) and 0.0 < s < MAX_SCALE)]
+    bad = [float(s) for s in scales if not (np.isfinite(s) and 0.0 < (abs(s) if signed else s) < MAX_SCALE)]
     if bad:
-        raise BadInput(f"{where} has a scale of {bad[0]:.3g}: a quantization step is a positive finite number")
+        step = "a finite number, not 0" if signed else "a positive finite number"
+        raise BadInput(f"{where} has a scale of {bad[0]:.3g}: a quantization step is {step}")
     low, high = QUANTIZED_RANGES[dtype]
     outside = [z for z in zeros if not low <= z <= high]
     if outside:
@@ -90,14 +98,14 @@ def exact_dtype(values: Iterable[np.ndarray]) -> str:
 
 def record(held: Sequence[tuple[str, Quantization]], bits: int) -> Dequantized:
     """What was dequantized of an RNN: each tensor's scheme, the bits, whether every zero point is 0, and the
-    largest step (each weight lies within half a step of the float it stands for)."""
+    largest step, |scale| (each weight lies within half a step of the float it stands for)."""
     schemes = sorted({quant.scheme() for _, quant in held})
     return Dequantized(
         scheme=", ".join(schemes),
         bits=bits,
         symmetric=all(z == 0 for _, quant in held for z in quant.zero_points),
         tensors=[name for name, _ in held],
-        largest_step=max(s for _, quant in held for s in quant.scales),
+        largest_step=max(abs(s) for _, quant in held for s in quant.scales),
     )
 
 

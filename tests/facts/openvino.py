@@ -39,9 +39,16 @@ def _openvino(path, spec, x, h0, c0, lengths=None) -> Outputs:
 
 RUNTIME = Runtime((".xml", ".bin"), 1e-5, (Way("OpenVINO's CPU plugin", _openvino, True),), None, True)
 
-# The IRs nncf quantized that the fuzz harness damages (its openvino_quantized family), each with its .bin and the
-# float checkpoint it was quantized from (its .pt) beside it.
-QUANTIZED_SEEDS = ["openvino_quantized/lstm_nncf.xml", "openvino_quantized/gru_nncf_asym.xml"]
+# The IRs nncf quantized that the fuzz harness damages (its openvino_quantized family), each with its .bin beside it,
+# and the float source it was quantized from (an IR's with its .bin).
+QUANTIZED_SEEDS = {
+    "openvino_quantized/lstm_nncf.xml": "openvino_quantized/lstm_nncf.pt",
+    "openvino_quantized/gru_nncf_asym.xml": "openvino_quantized/gru_nncf_asym.pt",
+    "openvino_quantized/gru_nncf_asym_f16.xml": "openvino_quantized/gru_nncf_asym_f16.pt",
+    "openvino_quantized/keras_lstm_loop_int8_sym.xml": "openvino_quantized/keras_lstm_loop_int8_sym.keras",
+    "openvino_quantized/keras_gru_loop_int8_asym.xml": "openvino_quantized/keras_gru_loop_int8_asym.keras",
+    "openvino_quantized/onnx_scan_lstm_ti_int8_asym.xml": "openvino_quantized/onnx_scan_lstm_ti_float.xml",
+}
 
 # The IRs of Loops the fuzz harness damages (its openvino_loops family), each with the .bin beside it.
 LOOP_SEEDS = [

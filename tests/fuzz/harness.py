@@ -488,7 +488,8 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         if QUANTIZED_WRITTEN_STEM in name:  # proved in three terms against the float source its record names
             case.commands.append(["verify", source, "--seq-len", "3"])
         elif rng.random() < VERIFY_SHARE:  # the damaged IR run in OpenVINO: against its conversion, its checkpoint
-            checkpoint = str(seeds.sources[name].with_suffix(".pt"))
+            float_source = next(f for q, f in OPENVINO_QUANTIZED_SEEDS.items() if q.replace("/", "__") == name)
+            checkpoint = str(seeds.sources[name].parent / float_source.replace("/", "__"))
             case.commands += [["verify", "{dir}/lossy.pt"], ["verify", source, "--against", checkpoint]]
         return case
     if family in SET_FAMILIES:

@@ -13,6 +13,7 @@ import ast
 import copy
 import io
 import json
+import math
 import os
 import pickle
 import pickletools
@@ -2649,29 +2650,49 @@ def mutate_openvino_loops(data: bytes, rng: random.Random) -> bytes:
 
 
 def mutate_openvino_quantized(xml: bytes, weights: bytes, rng: random.Random) -> tuple[bytes, bytes]:
-    """An nncf-quantized IR (its .xml and .bin) damaged where its quantization is: a scale (one value or all) 0,
-    negative, NaN, infinite, huge or subnormal; a FakeQuantize's range or levels that lie; an integer constant's
-    type, shape (per-row lengths that lie), offset or size; a zero point's bytes; a Convert's destination; a
-    decompression layer made another kind or fed from elsewhere; the .bin cut short; now and then bytes flipped."""
+    """An nncf-quantized IR (its .xml and .bin) damaged where its quantization is, in its graph or a Loop's body: a
+    scale (one value or all, f32 or f16) 0, negative, NaN, infinite, huge or subnormal; a FakeQuantize's range or
+    levels that lie; an integer constant's type, shape (per-row lengths that lie), offset or size; a zero point's
+    bytes, or its Const made i32 of values outside the weight's range; a Convert's destination; a decompression
+    layer made another kind or fed from elsewhere; the .bin cut short; now and then bytes flipped."""
     import xml.etree.ElementTree as ET
 
     root = ET.fromstring(xml)
-    layers = root.findall("./layers/layer")
-    by_id = {layer.get("id"): layer for layer in layers}
-    edges = root.findall("./edges/edge")
-    feeding: dict[str, list[str]] = {}  # a layer's id -> the kinds of the layers it feeds
-    for edge in edges:
-        feeding.setdefault(edge.get("from-layer", ""), []).append(
-            by_id.get(edge.get("to-layer"), ET.Element("x")).get("type", "")
-        )
-    consts = [layer for layer in layers if layer.get("type") == "Const" and layer.find("data") is not None]
-    integers = [c for c in consts if c.find("data").get("element_type") in ("i8", "u8")]  # type: ignore[union-attr]
-    scales = [
-        c
-        for c in consts
-        if c.find("data").get("element_type") == "f32" and "Multiply" in feeding.get(c.get("id", ""), [])
-    ]  # type: ignore[union-attr]
-    ranges = [c for c in consts if "FakeQuantize" in feeding.get(c.get("id", ""), [])]
+    graphs = [root, *root.iter("body")]  # the IR's own graph and each Loop's body, each its layers and edges
+    layers: list[ET.Element] = []
+    edges_of: dict[int, list[ET.Element]] = {}  # a layer (by id()) -> the edges of its graph
+    consts, integers, scales, ranges, zero_points = [], [], [], [], []
+    for graph in graphs:
+        own = graph.findall("./layers/layer")
+        edges = graph.findall("./edges/edge")
+        by_id = {layer.get("id"): layer for layer in own}
+        feeding: dict[str, list[tuple[str, str]]] = {}  # a layer's id -> the kinds of the layers it feeds, and ports
+        for edge in edges:
+            fed = by_id.get(edge.get("to-layer"), ET.Element("x")).get("type", "")
+            feeding.setdefault(edge.get("from-layer", ""), []).append((fed, edge.get("to-port", "")))
+        for layer in own:
+            edges_of[id(layer)] = edges
+            layers.append(layer)
+            element = layer.find("data")
+            if layer.get("type") != "Const" or element is None:
+                continue
+            consts.append(layer)
+            kinds = [kind for kind, _ in feeding.get(layer.get("id", ""), [])]
+            etype = element.get("element_type")
+            if etype in ("i8", "u8"):
+                integers.append(layer)
+                converts = [e.get("to-layer") for e in edges if e.get("from-layer") == layer.get("id")]
+                if any(
+                    kind == "Subtract" and port == "1"
+                    for convert in converts
+                    if by_id.get(convert, ET.Element("x")).get("type") == "Convert"
+                    for kind, port in feeding.get(convert or "", [])
+                ):
+                    zero_points.append(layer)
+            if etype in ("f32", "f16") and "Multiply" in kinds:
+                scales.append(layer)
+            if "FakeQuantize" in kinds:
+                ranges.append(layer)
     quantizing = [la for la in layers if la.get("type") in ("Convert", "Multiply", "Subtract", "FakeQuantize")]
     data = bytearray(weights)
 
@@ -2684,15 +2705,23 @@ def mutate_openvino_quantized(xml: bytes, weights: bytes, rng: random.Random) ->
         return (offset, size) if offset >= 0 and offset + size <= len(data) else None
 
     for _ in range(rng.choice([1, 1, 1, 2])):
-        choice = rng.choices(range(10), weights=[5, 3, 3, 3, 2, 2, 2, 2, 1, 1])[0]
+        choice = rng.choices(range(11), weights=[5, 3, 3, 3, 2, 2, 2, 2, 1, 1, 2])[0]
         if choice == 0 and scales:  # a scale, or every scale of a tensor
-            where = placed(rng.choice(scales))
-            if where is not None and where[1] >= 4:
-                special = rng.choice([0.0, -0.01, -1.0, float("nan"), float("inf"), -float("inf"), 3e38, 1e-45, 1e-30])
-                count = where[1] // 4
+            layer = rng.choice(scales)
+            where = placed(layer)
+            width, form = (2, "<e") if layer.find("data").get("element_type") == "f16" else (4, "<f")  # type: ignore[union-attr]
+            if where is not None and where[1] >= width:
+                special = rng.choice(
+                    [0.0, -0.0, -0.01, -1.0, float("nan"), float("inf"), -float("inf"), 3e38, 6e4, 1e3, 1e-45, 1e-7]
+                )
+                try:
+                    packed = struct.pack(form, special)
+                except OverflowError:  # beyond f16: its infinity
+                    packed = struct.pack(form, float("inf") if special > 0 else -float("inf"))
+                count = where[1] // width
                 first = rng.randrange(count) if rng.random() < 0.7 else 0
                 for k in range(first, first + 1 if rng.random() < 0.7 else count):
-                    data[where[0] + 4 * k : where[0] + 4 * k + 4] = struct.pack("<f", special)
+                    data[where[0] + width * k : where[0] + width * k + width] = packed
         elif choice == 1 and ranges:  # a FakeQuantize's range: swapped, empty, NaN, infinite
             where = placed(rng.choice(ranges))
             if where is not None and where[1] >= 4:
@@ -2713,23 +2742,7 @@ def mutate_openvino_quantized(xml: bytes, weights: bytes, rng: random.Random) ->
                     "element_type", rng.choice(["u8", "i8", "i16", "u16", "i4", "u4", "f16", "f32", "boolean", "x"])
                 )
             else:
-                element.set(
-                    "shape",
-                    rng.choice(
-                        [
-                            "1, 27, 5",
-                            "1, 29, 5",
-                            "1, 28",
-                            "28",
-                            "",
-                            "0",
-                            "1, 28, 5, 1",
-                            "1, 2147483647, 5",
-                            "-1",
-                            "1, 28, x",
-                        ]
-                    ),
-                )
+                element.set("shape", rng.choice(OPENVINO_LYING_SHAPES))
         elif choice == 4 and (scales or integers):  # a scale's or an integer's shape, offset or size
             element = rng.choice(scales + integers).find("data")
             assert element is not None
@@ -2739,23 +2752,18 @@ def mutate_openvino_quantized(xml: bytes, weights: bytes, rng: random.Random) ->
                 key,
                 rng.choice(
                     [
-                        "1, 27, 1",
-                        "1, 1, 1",
-                        "1, 28, 2",
-                        "1, 1, 28",
-                        "28, 1",
+                        *OPENVINO_LYING_SHAPES[:6],
                         "0",
                         "-4",
                         str(len(data)),
                         str(len(data) - 2),
                         "99999999999",
                         was + "0",
-                        "x",
                     ]
                 ),
             )
         elif choice == 5 and integers:  # a zero point's or an integer weight's bytes
-            where = placed(rng.choice(integers))
+            where = placed(rng.choice(zero_points if zero_points and rng.random() < 0.5 else integers))
             if where is not None and where[1]:
                 at = where[0] + rng.randrange(where[1])
                 data[at] = rng.choice([0, 1, 127, 128, 255])
@@ -2763,25 +2771,62 @@ def mutate_openvino_quantized(xml: bytes, weights: bytes, rng: random.Random) ->
             converts = [la.find("data") for la in layers if la.get("type") == "Convert"]
             found = [d for d in converts if d is not None]
             if found:
-                rng.choice(found).set("destination_type", rng.choice(["f16", "bf16", "f64", "i32", "i8", "u8", "x"]))
+                rng.choice(found).set(
+                    "destination_type", rng.choice(["f16", "f32", "bf16", "f64", "i32", "i8", "u8", "x"])
+                )
         elif choice == 7 and quantizing:  # a decompression or rounding layer made another kind
             rng.choice(quantizing).set(
                 "type", rng.choice(["Add", "Subtract", "Multiply", "Divide", "Convert", "FakeQuantize", "Relu"])
             )
-        elif choice == 8 and quantizing:  # a decompression or rounding layer fed from elsewhere
-            targets = {la.get("id") for la in quantizing}
-            into = [e for e in edges if e.get("to-layer") in targets]
-            sources = [(la.get("id"), port.get("id")) for la in layers for port in la.iterfind("output/port")]
+        elif choice == 8 and quantizing:  # a decompression or rounding layer fed from elsewhere in its graph
+            layer = rng.choice(quantizing)
+            edges = edges_of[id(layer)]
+            into = [e for e in edges if e.get("to-layer") == layer.get("id")]
+            ends = {e.get("from-layer") for e in edges} | {e.get("to-layer") for e in edges}
+            sources = [
+                (la.get("id"), port.get("id"))
+                for la in layers
+                if edges_of[id(la)] is edges and la.get("id") in ends
+                for port in la.iterfind("output/port")
+            ]
             if into and sources:
                 edge, (layer_id, port_id) = rng.choice(into), rng.choice(sources)
                 edge.set("from-layer", str(layer_id))
                 edge.set("from-port", str(port_id))
         elif choice == 9:  # the .bin cut short, or its bytes flipped
             data = bytearray(mutate_bytes(bytes(data), rng))
+        elif choice == 10 and zero_points:  # a zero point's Const made i32, its values outside the weight's range
+            element = rng.choice(zero_points).find("data")
+            assert element is not None
+            count = math.prod(int(n) for n in element.get("shape", "").split(",") if n.strip().isdigit())
+            values = [rng.choice([0, 1, 128, 255, 256, 300, -1, -129, 2**31 - 1]) for _ in range(count)]
+            element.set("element_type", "i32")
+            element.set("offset", str(len(data)))
+            element.set("size", str(4 * count))
+            data += struct.pack(f"<{count}i", *values)
     out = ET.tostring(root, encoding="utf-8", xml_declaration=True)
     if rng.random() < 0.05:
         out = mutate_bytes(out, rng)
     return out, bytes(data)
+
+
+# Shapes a quantized weight's integers or scales may claim: per-row and per-column lengths that lie, other ranks.
+OPENVINO_LYING_SHAPES = [
+    "1, 27, 5",
+    "1, 29, 5",
+    "16, 1",
+    "1, 16",
+    "15, 3",
+    "20, 5",
+    "1, 28",
+    "28",
+    "",
+    "0",
+    "1, 28, 5, 1",
+    "1, 2147483647, 5",
+    "-1",
+    "1, 28, x",
+]
 
 
 # Hugging Face sharded checkpoints: model.safetensors.index.json (its weight_map) and the shards it names

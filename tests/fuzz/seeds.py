@@ -251,16 +251,20 @@ def prepare(work: Path) -> Seeds:
 
     seeds = Seeds()
     work.mkdir(parents=True, exist_ok=True)
-    irs = OPENVINO_LOOP_SEEDS + OPENVINO_QUANTIZED_SEEDS
+    irs = OPENVINO_LOOP_SEEDS + list(OPENVINO_QUANTIZED_SEEDS)
     for name in KERAS_SEEDS + TORCH_SEEDS + ONNX_SEEDS + TFLITE_SEEDS + EXECUTORCH_SEEDS + irs:
         target = work / name.replace("/", "__")
         shutil.copy(FIXTURES / name, target)
         seeds.sources[target.name] = target
     for path in sorted((FIXTURES / "keras_rescue").glob("*.keras")):  # the rescue's: whole models, kept apart
         seeds.rescue[path.name] = path
-    for name in irs:  # an IR's weights beside it, and a quantized one's float checkpoint
-        for suffix in (".bin", ".pt") if name in OPENVINO_QUANTIZED_SEEDS else (".bin",):
-            shutil.copy((FIXTURES / name).with_suffix(suffix), (work / name.replace("/", "__")).with_suffix(suffix))
+    for name in irs:  # an IR's weights beside it
+        shutil.copy((FIXTURES / name).with_suffix(".bin"), (work / name.replace("/", "__")).with_suffix(".bin"))
+    for source in OPENVINO_QUANTIZED_SEEDS.values():  # a quantized IR's float source (an IR's weights too)
+        for path in [FIXTURES / source] + (
+            [(FIXTURES / source).with_suffix(".bin")] if source.endswith(".xml") else []
+        ):
+            shutil.copy(path, work / str(path.relative_to(FIXTURES)).replace("/", "__"))
     shutil.copy(FIXTURES / "onnx" / "lstm_external.onnx.data", work)  # where the renamed seed's weights are
     for name in TF1_SEEDS:
         prefix = Path(name).name

@@ -13,8 +13,10 @@ from typing import Any
 import numpy as np
 
 from rnnconv.core.reference import sigmoid
-from rnnconv.errors import Unsupported
+from rnnconv.errors import Unsupported, cut
 from rnnconv.formats._cells import NotEvaluated, axis_of, run_ops
+from rnnconv.formats._quantized import Quantization
+from rnnconv.formats.openvino.decompression import decompression, dequantized_matrix, read_quantized
 
 MAX_EVALUATED = 1 << 24  # elements of one value the evaluator computes (64 MiB of float32): any cell's are fewer
 MAX_RUN = 1 << 26  # elements one run of a graph computes, at most
@@ -256,12 +258,33 @@ def evaluate(layer: BodyLayer, arguments: list[np.ndarray | None]) -> list[np.nd
 
 
 class Evaluator:
-    """A body's layers computed in numpy from values fed by name ("layer:port") and its Consts."""
+    """A body's layers computed in numpy from values fed by name ("layer:port") and its Consts (and the quantized
+    weights decompressed from them: `decompressed`)."""
 
     def __init__(self, ir: Any, body: Body, budget: list[int] | None = None):
         self.ir, self.body = ir, body
         self.constants: dict[str, np.ndarray | None] = {}
         self.budget = budget  # elements all its runs together may compute (None: MAX_RUN a run)
+        self.quantized: dict[str, tuple[Any, Quantization]] = {}  # value -> its weight as stored, its quantization
+
+    def producer(self, layer: BodyLayer, index: int) -> BodyLayer | None:
+        """The body's layer that feeds input `index` of a layer, or None."""
+        value = layer.inputs[index] if index < len(layer.inputs) else ABSENT
+        return None if value == ABSENT else self.body.layers.get(value.split(":", maxsplit=1)[0])
+
+    def decompressed(self, value: str) -> np.ndarray | None:
+        """The floats of the quantized weight whose decompression gives `value`, scale * (q - zero_point) exactly
+        (read and checked by the IR: BadInput or Unsupported for a damaged one), kept as the constant it is and its
+        quantization in `quantized`; None where no decompression gives it."""
+        layer = self.body.layers.get(value.split(":", maxsplit=1)[0])
+        if layer is None or not decompression(layer, self.producer):
+            return None
+        what = f"its body's weight {cut(layer.name)!r}"
+        stored = read_quantized(self.ir.const, layer, what, self.producer)
+        values, quant = dequantized_matrix(stored, what)
+        self.quantized[value] = (stored, quant)
+        self.constants[value] = values
+        return values
 
     def constant(self, value: str) -> np.ndarray | None:
         if value not in self.constants:

@@ -50,7 +50,7 @@ class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
         if chain.first.loops:
             from rnnconv.formats.openvino.loops import loop_canonical
 
-            return loop_canonical(chain.name, [op.loops for op in chain.layers], source)
+            return loop_canonical(chain.name, [op.loops for op in chain.layers], source, options.dequantize)
         from rnnconv.formats.openvino.reader import to_canonical
 
         return to_canonical(chain.layers, source, options.bias_split, options.dequantize, options.drop_clip)

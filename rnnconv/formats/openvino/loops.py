@@ -38,7 +38,9 @@ from rnnconv.formats._cells import (
     open_size,
     recognise,
 )
+from rnnconv.formats._quantized import Quantization, exact_dtype, note, record
 from rnnconv.formats.openvino.evaluation import ABSENT, MAX_EVALUATED, MAX_RUN, Body, BodyLayer, Evaluator, Part, flag
+from rnnconv.formats.openvino.wire import OPENVINO_KERNEL_INPUTS, OPENVINO_QUANTIZED, QUANTIZED_STORAGE
 from rnnconv.table.constants import CUDNN_MODES
 
 LOOP_OPS = ("Loop", "TensorIterator")
@@ -66,6 +68,7 @@ class Loop:
     sequence_reversed: bool = False  # its port map slices the sequence from its last step
     output_reversed: bool = False  # its port map concatenates its new states from the last place
     batch: int | None = None  # its body computes any batch
+    quantized: list[tuple[str, Quantization, Any]] = dataclasses.field(default_factory=list)  # name, scheme, weight
 
     def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         computed, _ = self.evaluator.run(feeds)
@@ -257,10 +260,19 @@ def read_loop(ir: Any, layer: Any, graph: MainGraph) -> Loop | None:
         return None  # far more than a cell's: some other loop
     body = parse_body(layer.element, where)
     evaluator = Evaluator(ir, body)
-    products = _products(evaluator)
+    try:
+        products = _products(evaluator)
+    except Unsupported as exc:  # a quantized weight in a form rnnconv does not read
+        return Loop(layer, layer.name, body, evaluator, refusal=str(exc))
+    except BadInput as exc:  # a damaged one: said with the loop it is in
+        raise BadInput(f"{where}: {exc}") from None
     if not products:
         return None
     loop = Loop(layer, layer.name, body, evaluator)
+    loop.quantized = [
+        (f"{cut(layer.name)}/{body.layers[value.split(':')[0]].name}", quant, stored)
+        for value, (stored, quant) in evaluator.quantized.items()
+    ]
     if len(products) == 3:  # a GRU that resets the state before the candidate's block of R: that block's own product
         products = _reset_before(products) or products
     _, inputs, hidden = sizes_of(products)
@@ -274,7 +286,7 @@ def read_loop(ir: Any, layer: Any, graph: MainGraph) -> Loop | None:
         return loop
     refusals = []
     for way in [reading] + [r for r in (exchanged(reading),) if r is not None]:
-        found = _stepped(ir, layer, body, way, graph)
+        found = _stepped(evaluator, layer, way, graph)
         if isinstance(found, str):
             refusals.append(found)
             continue
@@ -301,6 +313,8 @@ def _products(evaluator: Evaluator) -> list[Product]:
             continue
         value, weights = layer.inputs
         matrix = evaluator.constant(weights)
+        if matrix is None:  # a quantized weight: integers decompressed by the ops nncf writes
+            matrix = evaluator.decompressed(weights)
         if matrix is None or matrix.dtype.kind != "f" or matrix.ndim != 2 or evaluator.constant(value) is not None:
             continue
         found.append((layer, matrix if flag(layer.data, "transpose_b") else matrix.T))
@@ -376,7 +390,7 @@ def _carried(evaluator: Evaluator, products: list[Product]) -> list[str]:
 Stepped = tuple[str, str, tuple[int, int, int], bool, bool]
 
 
-def _stepped(ir: Any, layer: Any, body: Body, reading: Reading, graph: MainGraph) -> Stepped | str:
+def _stepped(evaluator: Evaluator, layer: Any, reading: Reading, graph: MainGraph) -> Stepped | str:
     """(the Loop's input port of the time-major sequence it steps over, its output port of the sequence of new
     states, that sequence's shape on the probes, whether the port map slices the sequence and concatenates the new
     states from the last step), where the Loop (or TensorIterator) runs the cell once per step of the sequence as
@@ -386,6 +400,7 @@ def _stepped(ir: Any, layer: Any, body: Body, reading: Reading, graph: MainGraph
     the step's new state written at the step (or it gives it out to be concatenated, or, concatenating nothing,
     gives out the last step's alone: Keras's return_sequences=False), the rest are passed on unchanged, and it goes
     on for exactly as many steps as the sequence has."""
+    ir, body = evaluator.ir, evaluator.body
     states = [reading.h] + ([reading.c] if reading.c else [])
     if any(body.back.get(s) != new for s, new in zip(states, reading.outputs)):
         return "its body's cell does not carry its state from one step to the next"
@@ -432,7 +447,6 @@ def _stepped(ir: Any, layer: Any, body: Body, reading: Reading, graph: MainGraph
     for state in states:
         if np.any(slots[state]):
             return "its initial state is not zeros"
-    evaluator = Evaluator(ir, body)
     carried = [
         Slot(value, body.back.get(value), str(start.dtype), start, tuple(start.shape))
         if value != sequence or not body.sliced
@@ -533,8 +547,9 @@ def _integers_of(ir: Any, body: Body, value: str) -> list[int] | None:
     return [int(v) for v in np.asarray(stored).reshape(-1)] if stored.size <= 64 else None
 
 
-def loop_canonical(name: str, layers: list[list[Loop]], source: Provenance) -> CanonicalRNN:
-    """The canonical RNN of Loop layers, each its directions (Unsupported: why a loop of them does not convert)."""
+def loop_canonical(name: str, layers: list[list[Loop]], source: Provenance, dequantize: bool = False) -> CanonicalRNN:
+    """The canonical RNN of Loop layers, each its directions (Unsupported: why a loop of them does not convert);
+    `dequantize`: their bodies' quantized weights read as scale * (q - zero_point)."""
     loops = [loop for layer in layers for loop in layer]
     for loop in loops:
         if loop.refusal is not None or loop.reading is None:
@@ -542,14 +557,39 @@ def loop_canonical(name: str, layers: list[list[Loop]], source: Provenance) -> C
                 f"{cut(loop.name)!r} is a {loop.layer.kind} whose body looks like an RNN cell, but {loop.refusal}; "
                 f"convert the checkpoint it was exported from"
             )
+    held = [(tensor, quant) for loop in loops for tensor, quant, _ in loop.quantized]
+    types = sorted({stored.etype for loop in loops for _, _, stored in loop.quantized})
+    if held and not dequantize:
+        schemes = sorted({quant.scheme() for _, quant in held})
+        scales = "/".join(sorted({stored.scale_type for loop in loops for _, _, stored in loop.quantized}))
+        raise Unsupported(
+            f"{name}: its {loops[0].layer.kind} body computes with quantized weights ({len(held)} MatMul weights, "
+            f"{'/'.join(types)} Consts times their {scales} scales, {', '.join(schemes)}), which cuDNN does not "
+            f"compute with; --dequantize converts the float model they stand for, scale * (q - zero_point)"
+        )
     readings = [[loop.reading for loop in layer if loop.reading is not None] for layer in layers]
     first = readings[0][0]
     cell = CUDNN_MODES[first.mode][0].upper()
     article = "a" if cell == "GRU" else "an"
     error = max(r.error for layer in readings for r in layer)
-    note = (
+    notes = [
         f"{name}: {listing(loop.layer.kind + ' ' + repr(cut(loop.name)) for loop in loops)}, each stepping "
         f"{article} {cell} cell over its sequence: its gates and layout read by what its body computes (run on probe "
         f"inputs, within {error:.1g} of the reading)"
-    )
-    return canonical(name, readings, source, f"Loop of {article} {cell} cell", [note])
+    ]
+    if held:  # the body computes in f32 with what the decompression gives: the float model is the body's own
+        bits = max(QUANTIZED_STORAGE[etype].itemsize * 8 for etype in types)
+        rec = record(held, bits).model_copy(update={"inputs": OPENVINO_KERNEL_INPUTS})  # no input rounded
+        wide = exact_dtype(m for layer in readings for r in layer for gate in r.gates.values() for m in gate)
+        readings = [[_as_type(r, wide) for r in layer] for layer in readings]
+        widest = max(types, key=lambda etype: (QUANTIZED_STORAGE[etype].itemsize, etype))
+        source = source.model_copy(update={"dequantized": rec, "dtype": OPENVINO_QUANTIZED[widest]})
+        how = "here the same: OpenVINO computes the body's products in f32 with what the decompression gives"
+        notes.append(note(name, rec, wide, how))
+    return canonical(name, readings, source, f"Loop of {article} {cell} cell", notes)
+
+
+def _as_type(reading: Reading, dtype: str) -> Reading:
+    """A reading's matrices and biases in one float type (a dequantized weight's products need float64 at times)."""
+    gates = {gate: tuple(m.astype(dtype) for m in arrays) for gate, arrays in reading.gates.items()}
+    return dataclasses.replace(reading, gates=gates)  # type: ignore[arg-type]

@@ -44,6 +44,7 @@ from rnnconv.formats._quantized import (
     rounding_dropped,
     rounding_refusal,
 )
+from rnnconv.formats.openvino.decompression import Quantized, decompression, fed, in_f16_range, read_quantized
 from rnnconv.formats.openvino.loops import LOOP_OPS, MAX_LOOPS, Loop, MainGraph, read_loop
 from rnnconv.formats.openvino.wire import (
     COMPUTE_TYPE,
@@ -68,8 +69,6 @@ from rnnconv.formats.openvino.wire import (
     OPENVINO_WEIGHT_NAMES,
     OPENVINO_WEIGHT_PORTS,
     OPENVINO_X,
-    OPENVINO_ZERO_POINT,
-    OPENVINO_ZERO_POINT_TYPES,
     QUANTIZED_STORAGE,
     SEQUENCE_OPS,
     STORAGE,
@@ -84,7 +83,6 @@ MAX_LAYERS_IN_GRAPH = 200_000  # layers of an IR, at most (a hostile file cannot
 MAX_DIMS = 16
 MAX_HIDDEN = 1 << 20
 MAX_LEVELS = 1 << 16  # a FakeQuantize's levels, at most (16 bits)
-ZERO_POINT_STORAGE = {**STORAGE, **QUANTIZED_STORAGE}  # a zero point's Const: of the weight's type, or i32, i64
 
 
 class _Refused(Exception):
@@ -129,17 +127,6 @@ class IRLayer:
     inputs: list[str]  # port ids, in order
     outputs: list[str]
     element: ET.Element | None = None  # a Loop's or TensorIterator's, whose body it holds
-
-
-@dataclass(frozen=True)
-class Quantized:
-    """A weight as nncf.quantize stores it: its integers, their element type, its scales and zero points (one, or one
-    per output row: (directions, rows, 1)), each still in the .bin."""
-
-    values: FileArray
-    etype: str
-    scales: FileArray
-    zero_points: tuple[FileArray, str] | None  # with its element type; None: no Subtract
 
 
 @dataclass
@@ -339,8 +326,8 @@ class IRFile(Graph[SequenceOp]):
         if found is None:
             raise BadInput(f"{what} is not connected")
         source, _ = found
-        if source.kind == OPENVINO_SCALE:
-            return self._quantized(source, what), DTYPE_OF[COMPUTE_TYPE]
+        if source.kind == OPENVINO_SCALE or decompression(source, self._producer):
+            return read_quantized(self.const, source, what, self._producer), DTYPE_OF[COMPUTE_TYPE]
         if source.kind == OPENVINO_DECOMPRESSION:
             if source.data.get("destination_type") not in DTYPE_OF:
                 raise Unsupported(f"{what} is converted to {source.data.get('destination_type')}, not a float type")
@@ -360,46 +347,14 @@ class IRFile(Graph[SequenceOp]):
             raise Unsupported(f"{what} holds {etype} values, not floats")
         return values, DTYPE_OF[etype]
 
+    def _producer(self, layer: Any, index: int) -> IRLayer | None:
+        found = self.input_of(layer, index)
+        return found[0] if found is not None else None
+
     def _feeding(self, layer: IRLayer, index: int, kind: str, what: str) -> IRLayer:
         """The layer of `kind` that feeds input `index` (BadInput where another does)."""
-        found = self.input_of(layer, index)
-        if found is None or found[0].kind != kind:
-            given = found[0].kind if found is not None else "nothing"
-            raise BadInput(f"{what} is fed by {given}, where a quantized weight's {kind} is")
-        return found[0]
-
-    def _quantized(self, multiply: IRLayer, what: str) -> Quantized:
-        """A weight nncf.quantize stores as integers: Convert(Const) [- Convert(Const zero point)] times a Const of
-        scales, each part checked (the values' and scales' ranges are checked when dequantized)."""
-        sources = [self.input_of(multiply, index) for index in range(2)]
-        if len(multiply.inputs) != 2 or any(s is None for s in sources):
-            raise BadInput(f"{what} is a {OPENVINO_SCALE} without its two inputs")
-        scale_at = next((i for i, s in enumerate(sources) if s is not None and s[0].kind == "Const"), None)
-        if scale_at is None:
-            raise Unsupported(
-                f"{what} is a {OPENVINO_SCALE} of two computed values, not of quantized integers by a Const of scales"
-            )
-        scale_layer, values_layer = sources[scale_at][0], sources[1 - scale_at][0]  # type: ignore[index]
-        scales, scale_type = self.const(scale_layer)
-        if scale_type != COMPUTE_TYPE:
-            raise Unsupported(f"{what}: its scales are {scale_type} values, not {COMPUTE_TYPE} ones rnnconv reads")
-        zero_points = None
-        if values_layer.kind == OPENVINO_ZERO_POINT:
-            subtract = values_layer
-            values_layer = self._feeding(subtract, 0, OPENVINO_DECOMPRESSION, f"{what}: its {OPENVINO_ZERO_POINT}")
-            zero = self._feeding(subtract, 1, OPENVINO_DECOMPRESSION, f"{what}: its zero point")
-            zero_const = self._feeding(zero, 0, "Const", f"{what}: its zero point's Convert")
-            zero_points = self.const(zero_const, {t: ZERO_POINT_STORAGE[t] for t in OPENVINO_ZERO_POINT_TYPES})
-        if values_layer.kind != OPENVINO_DECOMPRESSION:
-            raise Unsupported(f"{what} is a {OPENVINO_SCALE} of a {values_layer.kind} layer, not of Converted integers")
-        if values_layer.data.get("destination_type") != COMPUTE_TYPE:
-            raise Unsupported(
-                f"{what}: its integers are converted to {values_layer.data.get('destination_type')}, not "
-                f"{COMPUTE_TYPE}: rnnconv reads the products computed in {COMPUTE_TYPE}"
-            )
-        const = self._feeding(values_layer, 0, "Const", f"{what}: its Convert")
-        values, etype = self.const(const, QUANTIZED_STORAGE)
-        return Quantized(values, etype, scales, zero_points)
+        found: IRLayer = fed(self._producer, layer, index, kind, what)
+        return found
 
     def _dequantize(
         self, op: SequenceOp, role: str, weight: Quantized
@@ -433,7 +388,9 @@ class IRFile(Graph[SequenceOp]):
             )
             held.append((f"{op.name}/{role}" + (f"[{d}]" if op.directions > 1 else ""), quant))
             parts.append(dequantized(stored[d : d + 1], quant))
-        return np.concatenate(parts), held
+        floats = np.concatenate(parts)
+        in_f16_range(floats, weight, what)
+        return floats, held
 
     def _rounding(self, layer: IRLayer, op: SequenceOp) -> RoundedInput | None:
         """The FakeQuantize that rounds a sequence op's X, through the glue before it; None where none does."""
@@ -642,6 +599,7 @@ def _quantized_refusal(chain: list[SequenceOp], dequantize: bool, rounding: list
     first = quantized[0]
     schemes = sorted({quant.scheme() for op in quantized for held in op.quantized.values() for _, quant in held})
     types = sorted({weight.etype for op in quantized for weight in op.stored.values()})
+    scales = "/".join(sorted({weight.scale_type for op in quantized for weight in op.stored.values()}))
     roles = " and ".join(OPENVINO_WEIGHT_NAMES[role] for role in first.quantized)
     rounded = (
         f"; its inputs are rounded too ({', '.join(r.by for r in rounding)}), which --allow-lossy leaves out"
@@ -650,7 +608,8 @@ def _quantized_refusal(chain: list[SequenceOp], dequantize: bool, rounding: list
     )
     return (
         f"{first.op} {first.name!r} computes with quantized weights (its {roles} are "
-        f"{'/'.join(types)} Consts times their scales, {', '.join(schemes)}), which cuDNN does not compute with; "
+        f"{'/'.join(types)} Consts times their {scales} scales, {', '.join(schemes)}), which cuDNN does not compute "
+        "with; "
         f"--dequantize converts the float model they stand for, scale * (q - zero_point){rounded}"
     )
 

@@ -120,7 +120,9 @@ def _own_layers(chain: list[SequenceOp]) -> list[Layer]:
                 )
                 continue
             zero = None if stored.zero_points is None else _stored(*stored.zero_points)
-            weights[role] = QuantizedTensor(_stored(stored.values, stored.etype), _stored(stored.scales, "f32"), zero)
+            # f16 scales widened to f32, exactly: OpenVINO's CPU plugin computes an f16 decompression's products in f32
+            scales = Tensor("f32", tuple(stored.scales.shape), _one(np.asarray(stored.scales, np.float32)))
+            weights[role] = QuantizedTensor(_stored(stored.values, stored.etype), scales, zero)
         rounding = None
         if op.rounding is not None:
             rounding = (*op.rounding_range, op.rounding.levels)

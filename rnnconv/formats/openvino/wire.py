@@ -62,7 +62,8 @@ OPENVINO_GLUE: Final = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Concat"
 OPENVINO_DECOMPRESSION: Final = "Convert"
 # Quantized weights as nncf.quantize writes them: an integer Const -> Convert to f32 -> (Subtract a zero point,
 # itself a Convert of an integer Const, as nncf.compress_weights writes it) -> Multiply by an f32 Const of scales,
-# one or one per output row; the integer types by the names `formats._quantized` gives them.
+# one or one per output row; or all of it in f16 and the product Converted to f32 (what nncf.compress_weights writes
+# of a MatMul's weights by default); the integer types by the names `formats._quantized` gives them.
 OPENVINO_SCALE, OPENVINO_ZERO_POINT = "Multiply", "Subtract"
 OPENVINO_QUANTIZED: Final[dict[str, str]] = {"i8": "int8", "u8": "uint8"}
 QUANTIZED_ETYPES: Final = {name: etype for etype, name in OPENVINO_QUANTIZED.items()}  # what --quantize writes
@@ -87,6 +88,10 @@ QUANTIZED_STORAGE: Final = {"i8": np.dtype(np.int8), "u8": np.dtype(np.uint8)}  
 INDEX_TYPE: Final = next(iter(OPENVINO_INTEGERS))  # i32: sequence_lens
 SHAPE_TYPE: Final = list(OPENVINO_INTEGERS)[-1]  # i64: perms, shapes, axes
 COMPUTE_TYPE: Final = OPENVINO_ELEMENT_TYPES["float32"]  # what the graph computes in
+HALF_TYPE: Final = OPENVINO_ELEMENT_TYPES["float16"]  # a decompression's scales and zero points in nncf's f16 form
+# The largest f16: a decompression in f16 whose products pass it gives inf where OpenVINO computes in f16 (its CPU
+# plugin, at f32 precision, computes the products in f32)
+HALF_LARGEST: Final = float(np.finfo(np.float16).max)
 
 SNIFF_BYTES: Final = 4096  # how much of an .xml is looked at for an IR's <net version=...>
 NET: Final = re.compile(rb"<net\b[^>]*\bversion\s*=\s*[\"'](\d+)[\"']")
