@@ -4,6 +4,8 @@ body computes, converted, and the result run in PyTorch against LiteRT running t
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -61,7 +63,8 @@ def test_a_converter_loop_converts_to_what_litert_computes(name, tmp_path):
 def test_a_gru_applying_its_reset_before_the_product_converts_to_onnx_and_is_refused_for_cudnn(tmp_path):
     """tf-keras GRU(reset_after=False): its body multiplies r*h by the candidate's recurrent block, a third product
     (the block's split by tf.split's -1 size): read as a reset-before GRU, written as ONNX's linear_before_reset=0
-    computing what LiteRT computes of the converter's file, and refused for cuDNN naming the term."""
+    (and Keras's reset_after=False) computing what LiteRT computes of the converter's file, and refused for cuDNN
+    naming the term."""
     from facts.onnx import converted_y
 
     source = TFLITE / "loop_tfk_gru_reset_before.tflite"
@@ -70,9 +73,17 @@ def test_a_gru_applying_its_reset_before_the_product_converts_to_onnx_and_is_ref
     spec = entry.spec
     assert (spec.mode, spec.input_size, spec.hidden_size, spec.reset_after) == ("gru", 3, 4, False)
     x = np.random.default_rng(7).normal(0, 1.5, (2, 5, 3)).astype(np.float32)  # the file's batch and steps
-    error = float(np.abs(converted_y(source, tmp_path / "m.onnx", x) - litert(source, x)).max())
-    LARGEST_ERRORS["TFLite reset-before GRU WHILE to ONNX"] = error
-    assert error <= TOLERANCE
+    expected = litert(source, x)
+    errors = {"ONNX": float(np.abs(converted_y(source, tmp_path / "m.onnx", x) - expected).max())}
+    if importlib.util.find_spec("keras") is not None:  # Keras 3 runs the .keras written (reset_after=False)
+        from facts.keras import reset_before_keras_run
+
+        rnnconv.convert(source, tmp_path / "m.keras")
+        y, _ = reset_before_keras_run(tmp_path / "m.keras", x, np.zeros((1, 2, 4), np.float32))
+        errors["Keras"] = float(np.abs(y - expected).max())
+    for target, error in errors.items():
+        LARGEST_ERRORS[f"TFLite reset-before GRU WHILE to {target}"] = error
+    assert max(errors.values()) <= TOLERANCE, errors
     with pytest.raises(Unsupported, match="reset gate applied before the recurrent product"):
         rnnconv.convert(source, tmp_path / "m.bin", to="cudnn")
     assert not (tmp_path / "m.bin").exists()
