@@ -85,8 +85,9 @@ def test_a_new_storage_layout_is_one_class():
 
 
 def test_keras_gru_row_picks_reset_after_variant():
-    assert find_row("keras", "GRU", {"reset_after": True}).bias == "stacked"
-    assert find_row("keras", "GRU", {"reset_after": False}).refusal
+    after, before = find_row("keras", "GRU", {"reset_after": True}), find_row("keras", "GRU", {"reset_after": False})
+    assert (after.bias, after.reset_after) == ("stacked", True)  # (2, 3H): one bias each side, the reset after
+    assert (before.bias, before.reset_after, before.refusal) == ("single", False, None)  # (3H,), the reset before
 
 
 def test_layout_matches_jax_docstring_for_two_layer_bidirectional_lstm():
