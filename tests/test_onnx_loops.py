@@ -1,15 +1,16 @@
 """RNNs tf2onnx writes as ONNX Loops (fixtures/make_tf2onnx_fixtures.py: a Keras SimpleRNN, a 2-layer stack, a
 Bidirectional one, one returning its last step; a GRU with reset_after=False): each read by what its body computes,
-converted, and the result run in PyTorch against onnxruntime running tf2onnx's whole file; bodies that step no RNN
-listed with the reason and refused in one sentence."""
+converted, and the result run in PyTorch (the GRU: ONNX) against onnxruntime running tf2onnx's whole file; bodies
+that step no RNN listed with the reason and refused in one sentence."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, assert_clean_failure, run_cli
+from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 
 import rnnconv
+from rnnconv.errors import Unsupported
 
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
@@ -58,26 +59,24 @@ def test_a_tf2onnx_loop_converts_to_what_onnxruntime_computes_of_the_whole_file(
     assert "the file's Loop bodies' cell ops" in " ".join(result.stdout.split())
 
 
-def test_a_reset_before_gru_loop_is_listed_and_refused_naming_reset_after():
+def test_a_reset_before_gru_loop_converts_to_onnx_and_is_refused_for_cudnn(tmp_path):
     """tf2onnx's GRU(reset_after=False): its body multiplies r*h by the candidate's block of the recurrent matrix
-    (the matrix multiplied in parts, taken whole): read as a reset-before GRU, which cuDNN's GRU (and every target
-    rnnconv writes from the canonical form, as for Keras's own reset_after=False) cannot compute."""
+    (the matrix multiplied in parts, taken whole): read as a reset-before GRU, written as ONNX's linear_before_reset=0
+    computing what onnxruntime computes of tf2onnx's file, and refused for cuDNN naming the term."""
+    from facts.onnx import converted_y
+
     source = TF2ONNX / "gru_reset_before.onnx"
     (entry,) = rnnconv.inspect(source).rnns
-    assert not entry.converts and entry.layer_class == "GRU cell (Loop body)"
-    assert (entry.sizes.input_size, entry.sizes.hidden_size) == (3, 5)
-    assert "reset gate to the state before the recurrent product" in entry.reason, entry.reason
-    assert "reset_after=False" in entry.reason
-
-
-def test_a_reset_before_gru_loop_is_refused_in_one_sentence(tmp_path):
-    result = run_cli("convert", TF2ONNX / "gru_reset_before.onnx", tmp_path / "m.pt")
-    assert_clean_failure(
-        result,
-        2,
-        "Loop 'gru_reset_before/gru_1/while_loop' steps a GRU cell that applies its GRU reset gate to the state",
-    )
-    assert "reset_after=False" in result.stderr and not (tmp_path / "m.pt").exists()
+    assert entry.converts and entry.layer_class == "GRU cell (Loop body)", entry.reason
+    spec = entry.spec
+    assert (spec.mode, spec.input_size, spec.hidden_size, spec.reset_after) == ("gru", 3, 5, False)
+    x = np.random.default_rng(5).normal(0, 1.5, (2, 6, 3)).astype(np.float32)  # 6 steps: not the probes' 3
+    error = float(np.abs(converted_y(source, tmp_path / "m.onnx", x) - ort(source, x)).max())
+    LARGEST_ERRORS["tf2onnx reset-before GRU Loop to ONNX"] = error
+    assert error <= TOLERANCE
+    with pytest.raises(Unsupported, match="reset gate applied before the recurrent product"):
+        rnnconv.convert(source, tmp_path / "m.bin", to="cudnn")
+    assert not (tmp_path / "m.bin").exists()
 
 
 def _mutated(tmp_path, change) -> object:
@@ -218,7 +217,7 @@ def test_a_reset_before_gru_loop_is_read_as_the_onnx_gru_that_computes_it(tmp_pa
 
     source = TF2ONNX / "gru_reset_before.onnx"
     (node,) = OnnxFile.load(source).layers
-    assert node.op == "GRU" and node.attributes["linear_before_reset"] == 0 and "reset_after=False" in node.refusal
+    assert node.op == "GRU" and node.attributes["linear_before_reset"] == 0 and node.refusal is None
     weights = [numpy_helper.from_array(node.weights[role].astype(np.float32), role) for role in ("W", "R", "B")]
     gru = helper.make_node("GRU", ["X", "W", "R", "B"], ["Y"], hidden_size=5, linear_before_reset=0)
     graph = helper.make_graph(

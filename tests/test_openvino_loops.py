@@ -10,9 +10,10 @@ import pytest
 ov = pytest.importorskip("openvino")
 torch = pytest.importorskip("torch")
 
-from conftest import FIXTURES, assert_clean_failure, run_cli
+from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 
 import rnnconv
+from rnnconv.errors import Unsupported
 
 OPENVINO = FIXTURES / "openvino"
 TOLERANCE = 1e-5
@@ -270,15 +271,24 @@ def test_a_sliced_loop_that_does_not_step_its_cell_as_an_rnn_is_listed_with_the_
     assert not (tmp_path / "m.pt").exists()
 
 
-def test_a_reset_before_gru_loop_is_refused_naming_reset_after(tmp_path):
+def test_a_reset_before_gru_loop_converts_to_onnx_and_is_refused_for_cudnn(tmp_path):
     """tf-keras GRU(reset_after=False): its body multiplies the reset state by the candidate's block of R (a third
-    product); cuDNN's GRU resets the product: listed and refused naming reset_after."""
+    product): read as a reset-before GRU, written as ONNX's linear_before_reset=0 computing what OpenVINO computes of
+    the frontend's file, and refused for cuDNN naming the term."""
+    from facts.onnx import converted_y
+
     source = OPENVINO / "tf_keras_gru_reset_before_sliced.xml"
     (entry,) = rnnconv.inspect(source).rnns
-    assert not entry.converts and "reset_after=False" in entry.reason
-    result = run_cli("convert", source, tmp_path / "m.pt")
-    assert_clean_failure(result, 2, "reset_after=False")
-    assert not (tmp_path / "m.pt").exists()
+    assert entry.converts, entry.reason
+    spec = entry.spec
+    assert (spec.mode, spec.input_size, spec.hidden_size, spec.reset_after) == ("gru", 3, 5, False)
+    x = np.random.default_rng(7).normal(0, 1.5, (2, 5, 3)).astype(np.float32)
+    error = float(np.abs(converted_y(source, tmp_path / "m.onnx", x) - openvino(source, x)).max())
+    LARGEST_ERRORS["OpenVINO reset-before GRU Loop to ONNX"] = error
+    assert error <= TOLERANCE
+    with pytest.raises(Unsupported, match="reset gate applied before the recurrent product"):
+        rnnconv.convert(source, tmp_path / "m.bin", to="cudnn")
+    assert not (tmp_path / "m.bin").exists()
 
 
 DAMAGED = {  # a change to the LSTM fixture's Loop that leaves it no graph: the phrase its refusal says

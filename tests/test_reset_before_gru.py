@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import FIXTURES, LARGEST_ERRORS, largest_difference
+from facts.keras import reset_before_keras_run
 
 import rnnconv
 from rnnconv.errors import Unsupported
@@ -19,18 +20,6 @@ SOURCE = K3 / "gru_reset_before.keras"  # GRU(4, reset_after=False), input 5, ra
 HOLDERS = ("keras", "onnx", "openvino")  # the formats whose rows write a reset-before GRU
 
 
-def _keras_run(path, x, h0):
-    """y (B, T, H) and h_n (1, B, H) of the file's GRU layer, run by Keras 3 from h0."""
-    import keras
-
-    from rnnconv.formats.keras.runner import run_layer
-
-    (layer,) = [layer for layer in keras.models.load_model(path).layers if layer.weights]
-    assert layer.get_config()["reset_after"] is False
-    run = run_layer(keras, layer, x, h0, None)
-    return run["y"], run["h_n"]
-
-
 @pytest.mark.needs("keras", "tensorflow", "onnxruntime", "openvino")
 def test_a_keras_reset_before_gru_through_onnx_and_openvino_and_back_computes_what_keras_computes(tmp_path):
     import onnxruntime
@@ -39,7 +28,7 @@ def test_a_keras_reset_before_gru_through_onnx_and_openvino_and_back_computes_wh
     rng = np.random.default_rng(3)
     x = rng.normal(0, 1, (3, 6, 5)).astype(np.float32)  # batch 3, 6 steps, input 5
     h0 = rng.normal(0, 0.5, (1, 3, 4)).astype(np.float32)
-    want = _keras_run(SOURCE, x, h0)
+    want = reset_before_keras_run(SOURCE, x, h0)
     errors = {}
     rnnconv.convert(SOURCE, tmp_path / "m.onnx")
     session = onnxruntime.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
@@ -56,7 +45,7 @@ def test_a_keras_reset_before_gru_through_onnx_and_openvino_and_back_computes_wh
     for via in ("m.onnx", "m.xml"):
         back = tmp_path / f"back_{via.split('.')[1]}.keras"
         rnnconv.convert(tmp_path / via, back)
-        errors[f"{via} back to Keras"] = largest_difference(_keras_run(back, x, h0), want)
+        errors[f"{via} back to Keras"] = largest_difference(reset_before_keras_run(back, x, h0), want)
     for how, error in errors.items():
         LARGEST_ERRORS[f"keras reset_after=False via {how}"] = error
     assert max(errors.values()) <= 1e-5, errors

@@ -4,15 +4,18 @@ body computes, converted, and the result run in PyTorch against LiteRT running t
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 Interpreter = pytest.importorskip("ai_edge_litert.interpreter").Interpreter
 
-from conftest import FIXTURES, assert_clean_failure, run_cli
+from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 
 import rnnconv
+from rnnconv.errors import Unsupported
 
 TFLITE = FIXTURES / "tflite"
 TOLERANCE = 1e-5
@@ -57,15 +60,33 @@ def test_a_converter_loop_converts_to_what_litert_computes(name, tmp_path):
     assert float(np.abs(got - expected).max()) < TOLERANCE
 
 
-def test_a_gru_applying_its_reset_before_the_product_is_listed_with_the_reason(tmp_path):
-    """tf-keras GRU(reset_after=False): its body multiplies r*h by the candidate's recurrent block, a third product;
-    cuDNN's GRU cannot compute it: listed, refused in one sentence."""
+def test_a_gru_applying_its_reset_before_the_product_converts_to_onnx_and_is_refused_for_cudnn(tmp_path):
+    """tf-keras GRU(reset_after=False): its body multiplies r*h by the candidate's recurrent block, a third product
+    (the block's split by tf.split's -1 size): read as a reset-before GRU, written as ONNX's linear_before_reset=0
+    (and Keras's reset_after=False) computing what LiteRT computes of the converter's file, and refused for cuDNN
+    naming the term."""
+    from facts.onnx import converted_y
+
     source = TFLITE / "loop_tfk_gru_reset_before.tflite"
     (entry,) = rnnconv.inspect(source).rnns
-    assert not entry.converts and "WHILE loop (op 1)" in entry.reason and "3 matrix products" in entry.reason
-    result = run_cli("convert", source, tmp_path / "m.pt")
-    assert_clean_failure(result, 2, "WHILE loop", "its body's cell holds 3 matrix products", "one per gate of each")
-    assert not (tmp_path / "m.pt").exists()
+    assert entry.converts, entry.reason
+    spec = entry.spec
+    assert (spec.mode, spec.input_size, spec.hidden_size, spec.reset_after) == ("gru", 3, 4, False)
+    x = np.random.default_rng(7).normal(0, 1.5, (2, 5, 3)).astype(np.float32)  # the file's batch and steps
+    expected = litert(source, x)
+    errors = {"ONNX": float(np.abs(converted_y(source, tmp_path / "m.onnx", x) - expected).max())}
+    if importlib.util.find_spec("keras") is not None:  # Keras 3 runs the .keras written (reset_after=False)
+        from facts.keras import reset_before_keras_run
+
+        rnnconv.convert(source, tmp_path / "m.keras")
+        y, _ = reset_before_keras_run(tmp_path / "m.keras", x, np.zeros((1, 2, 4), np.float32))
+        errors["Keras"] = float(np.abs(y - expected).max())
+    for target, error in errors.items():
+        LARGEST_ERRORS[f"TFLite reset-before GRU WHILE to {target}"] = error
+    assert max(errors.values()) <= TOLERANCE, errors
+    with pytest.raises(Unsupported, match="reset gate applied before the recurrent product"):
+        rnnconv.convert(source, tmp_path / "m.bin", to="cudnn")
+    assert not (tmp_path / "m.bin").exists()
 
 
 def test_verify_runs_the_loops_own_cell_ops_against_the_conversion(tmp_path):

@@ -66,6 +66,35 @@ def as_two(
     )
 
 
+def reset_before_joined(products: Sequence[Product]) -> list[Product]:
+    """Three products as a GRU's two where two of them are its recurrent matrix's blocks, (2H, H) of the state and
+    (H, H) of the state its reset multiplies (Keras reset_after=False, a loop's body computing it op by op): those
+    joined as one matrix of the state, the candidate's block last; the products as they are where no two fit
+    (`recognise` runs the graph, which multiplies each block as it does)."""
+    if len(products) != 3:
+        return list(products)
+    for index, single in enumerate(products):
+        rest = [p for i, p in enumerate(products) if i != index]
+        for pair, block in ((rest[0], rest[1]), (rest[1], rest[0])):
+            hidden = block.matrix.shape[0]
+            if pair.matrix.shape != (2 * hidden, hidden) or block.matrix.shape != (hidden, hidden):
+                continue
+            if pair.value in (block.value, single.value):
+                continue
+            biases = [p.bias for p in (pair, block)]
+            bias = None
+            if any(b is not None for b in biases):
+                sizes = (2 * hidden, hidden)
+                if any(b is not None and b.size != n for b, n in zip(biases, sizes)):
+                    continue
+                bias = np.concatenate(
+                    [np.zeros(n, np.float32) if b is None else b.reshape(-1) for b, n in zip(biases, sizes)]
+                )
+            matrix = np.concatenate([pair.matrix, block.matrix])
+            return [single, Product(pair.value, matrix, bias, pair.name)]
+    return list(products)
+
+
 def sizes_of(products: Sequence[Product]) -> tuple[int, int, int]:
     """(gates, input, hidden) as the products' matrices suggest, for a cell not read: the squarest one's H, the
     other's input (the products of one per gate taken as one of each value)."""

@@ -28,7 +28,6 @@ from rnnconv.core.contracts import Provenance
 from rnnconv.core.reference import ACTIVATIONS, sigmoid
 from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats._cell_forms import Product, added_offset, as_two
-from rnnconv.formats.holding import reset_before_settings
 from rnnconv.table.constants import CUDNN_GATES, GRU, LSTM, RNN, Kind
 
 TOLERANCE = 1e-5  # float32: how far the graph's value may be from the reading's, relative to the value's size
@@ -371,27 +370,15 @@ def _family(mode: str) -> str:
     return RNN if mode.startswith(RNN) else mode
 
 
-def why_not_cudnn(reading: Reading) -> str | None:
-    """Why cuDNN cannot compute a recognised cell (a clause: "it ..."), or None."""
-    if reading.mode == GRU and not reading.reset_after:
-        return (
-            f"applies its GRU reset gate to the state before the recurrent product, as {reset_before_settings()} "
-            f"do: rnnconv reads that GRU from those layers and nodes, not from a cell computed op by op"
-        )
-    return None
-
-
 def canonical(
     name: str, layers: list[list[Reading]], source: Provenance, layer_class: str, notes: list[str]
 ) -> CanonicalRNN:
     """The canonical RNN of recognised cells: per layer, its directions (forward first), each layer reading the
-    one below's outputs; Unsupported where cuDNN cannot compute them, BadInput where they are no one RNN."""
+    one below's outputs (a GRU's reset placement held as the spec's reset_after); BadInput where they are no one
+    RNN."""
     first = layers[0][0]
     for layer, directions in enumerate(layers):
         for reading in directions:
-            reason = why_not_cudnn(reading)
-            if reason:
-                raise Unsupported(f"{name}: its cell {reason}")
             alike = (reading.mode, reading.hidden, reading.reset_after) == (first.mode, first.hidden, first.reset_after)
             expected = first.input_size if layer == 0 else len(layers[0]) * first.hidden
             if not alike or reading.input_size != expected or len(directions) != len(layers[0]):
@@ -408,6 +395,7 @@ def canonical(
         0,
         dtypes.pop(),
         any(r.has_bias for d in layers for r in d),
+        first.reset_after,
     )
     arrays = {}
     for key in spec.param_keys():

@@ -8,6 +8,18 @@ import pytest
 from . import Runtime
 
 
+def reset_before_keras_run(path, x: np.ndarray, h0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """y (B, T, H) and h_n (1, B, H) of the file's one GRU layer, a reset_after=False one, run by Keras 3 from h0."""
+    import keras
+
+    from rnnconv.formats.keras.runner import run_layer
+
+    (layer,) = [layer for layer in keras.models.load_model(path).layers if layer.weights]
+    assert layer.get_config()["reset_after"] is False
+    run = run_layer(keras, layer, x, h0, None)
+    return run["y"], run["h_n"]
+
+
 def _keras_documented(path, spec, x_batch_major) -> np.ndarray:
     """keras.models.load_model opens the file, and the model predicts (from zero initial states)."""
     keras = pytest.importorskip("keras")

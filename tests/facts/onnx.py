@@ -25,6 +25,16 @@ def ort_run(path, x: np.ndarray, h0: np.ndarray, c0: np.ndarray | None) -> list[
     return ort_session(path).run(None, feeds)
 
 
+def converted_y(source, out, x: np.ndarray) -> np.ndarray:
+    """`source` converted to the .onnx `out` and run in onnxruntime on x (batch, steps, features) from a zero state:
+    its output sequence, batch-major."""
+    import rnnconv
+
+    rnnconv.convert(source, out)
+    h0 = np.zeros((1, x.shape[0], rnnconv.inspect(out).rnns[0].spec.hidden_size), np.float32)
+    return ort_run(out, np.ascontiguousarray(x.transpose(1, 0, 2)), h0, None)[0].transpose(1, 0, 2)
+
+
 def _onnx(path, spec, x, h0, c0, lengths=None) -> Outputs:
     y, h_n, *c_n = ort_run(path, x, h0, c0)
     return y, h_n, c_n[0] if c_n else None
@@ -70,7 +80,7 @@ SEEDS = [
     "onnx/gru_cell_loop1_dynamo.onnx",
     "tf2onnx/lstm_states.onnx",  # tf2onnx's glue: Transposes, an empty sequence_lens, states from Shape/Expand
     "tf2onnx/lstm2.onnx",
-    "tf2onnx/gru_reset_before.onnx",  # a while loop as an ONNX Loop of three products: listed, refused
+    "tf2onnx/gru_reset_before.onnx",  # a while loop as an ONNX Loop of three products: a reset-before GRU
     "tf2onnx/simple_rnn.onnx",  # while loops as ONNX Loops: read by what their bodies compute
     "tf2onnx/simple_rnn2.onnx",
     "tf2onnx/simple_rnn_bi.onnx",

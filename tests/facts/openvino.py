@@ -59,6 +59,7 @@ LOOP_SEEDS = [
     "openvino/keras_gru2_loop.xml",
     "openvino/tf_keras_lstm_sliced.xml",
     "openvino/tf_keras_gru_sliced.xml",
+    "openvino/tf_keras_gru_reset_before_sliced.xml",  # a reset-before GRU: converted to ONNX, judged
     "openvino/tf_keras_rnn_sliced.xml",
     "openvino/tf_keras_bilstm_sliced.xml",
     "openvino/tf_keras_lstm_last_state.xml",

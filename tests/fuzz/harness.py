@@ -210,6 +210,7 @@ SERVING_ORACLE_SHARE = 0.05  # those of them whose serving graph was damaged
 SERVING_SEEDS = ["k3_export", "k3_export_activations"]  # the savedmodel seeds whose activations their graph says
 SAID_ACTIVATIONS = ["--activation", "tanh", "--recurrent-activation", "sigmoid"]  # the savedmodel seeds' own
 ORACLE_FAMILIES = ("onnx_loops", "onnx_loop_forms")  # the ONNX families whose conversions are run against the file
+LOOP_ORACLES = ("litert", "openvino", "onnxruntime")  # the runtimes of loop files: each run against its conversion
 VERIFY_SHARE = 0.1  # the openvino_quantized cases whose conversions verify runs in OpenVINO (seconds apiece)
 # the seeds of the tflite_quantized family: TensorFlow's converter's, and what --quantize int8 writes
 TFLITE_QUANTIZED = ("tflite__keras_lstm_dynamic_range", f"tflite__{QUANTIZED_WRITTEN_STEM}")
@@ -296,6 +297,7 @@ def _loop_case(family: str, index: int, name: str, files: dict[str, bytes], orac
         ["inspect", source],
         ["convert", source, "{dir}/out.safetensors"],
         ["convert", source, "{dir}/out.pt"],
+        ["convert", source, "{dir}/out.onnx"],  # judged where out.pt is refused (a reset-before GRU)
         ["convert", source, "{dir}/existing.bin"],
     ]
     return case
@@ -380,6 +382,8 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
             ],
             ["convert", source, "{dir}/existing.bin"],
         ]
+        if oracle:  # judged where out.pt is refused (a reset-before GRU)
+            case.commands.insert(3, ["convert", source, "{dir}/out.onnx"])
         if family == "onnx_quantized":  # with --allow-lossy too: quantize_static's activation pairs left out, recorded
             layer = ["--layer", rng.choice(["/LSTM", "/LSTM_1"])] if rng.random() < 0.7 else []
             case.commands += [
@@ -731,6 +735,7 @@ def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, t
         (folder / name).write_bytes(data)
     tally.cases[case.family] += 1
     failed = []
+    judged_pt = False  # a conversion to out.pt was made (and judged): out.onnx is then not judged too
     for command in case.commands:
         args = [a.replace("{dir}", str(folder)) for a in command]
         (folder / "existing.bin").write_bytes(SENTINEL)
@@ -782,6 +787,8 @@ def run_case(case: Case, worker_box: list[Worker], marker: Path, folder: Path, t
         saved = case.oracle == "tensorflow" and args[2].endswith("out.safetensors")  # every RNN, as stated
         saved = saved or (case.oracle == "keras-rescue" and command[-1].endswith("fixed.keras"))  # the whole model
         saved = saved or (case.oracle == "tf1-gru" and command[-1].endswith("out.onnx"))
+        saved = saved or (command[-1].endswith("out.onnx") and case.oracle in LOOP_ORACLES and not judged_pt)
+        judged_pt = judged_pt or (command[-1].endswith("out.pt") and code == 0)
         if case.oracle and code == 0 and command[0] == "convert" and (command[-1].endswith("out.pt") or saved):
             stated = ["stated"] if "--activation" in args else []
             judged = disagrees(case.oracle, Path(args[1]), Path(args[2]), *stated)
@@ -887,11 +894,15 @@ initial = []  # the initial states the model takes as inputs, fed to both
 spec = entry.spec
 # a .pt's state_dict does not say an RNN's activation: the source's reading does
 mode = next(e.spec.mode for e in rnnconv.inspect(source).rnns if e.converts)
-kind = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}.get(spec.mode, torch.nn.RNN)
-extra = {"nonlinearity": "relu"} if mode == "rnn_relu" else {}
-module = kind(spec.input_size, spec.hidden_size, num_layers=spec.num_layers, bidirectional=spec.bidirectional,
-              **extra)
-module.load_state_dict(torch.load(converted, weights_only=True))
+if converted.endswith(".onnx"):  # a reset-before GRU, which no .pt holds: its ONNX run in onnxruntime
+    import onnxruntime
+    written = onnxruntime.InferenceSession(converted, providers=["CPUExecutionProvider"])
+else:
+    kind = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}.get(spec.mode, torch.nn.RNN)
+    extra = {"nonlinearity": "relu"} if mode == "rnn_relu" else {}
+    module = kind(spec.input_size, spec.hidden_size, num_layers=spec.num_layers, bidirectional=spec.bidirectional,
+                  **extra)
+    module.load_state_dict(torch.load(converted, weights_only=True))
 if runtime == "litert":
     from ai_edge_litert.interpreter import Interpreter
     interpreter = Interpreter(model_path=source)
@@ -928,10 +939,19 @@ starts = tuple(torch.from_numpy(v)[None] for v in initial)
 if starts and len(starts) != (2 if spec.mode == "lstm" else 1):
     sys.exit(3)
 for batch_first in (True, False) if not starts else (True,):  # Keras's batch-major, ONNX Scans' time-major
-    module.batch_first = batch_first
-    with torch.no_grad():
-        y, state = module(torch.from_numpy(x), (starts if spec.mode == "lstm" else starts[0]) if starts else None)
-    h = (state[0] if spec.mode == "lstm" else state).numpy()
+    if not converted.endswith(".onnx"):
+        module.batch_first = batch_first
+        with torch.no_grad():
+            y, state = module(torch.from_numpy(x), (starts if spec.mode == "lstm" else starts[0]) if starts else None)
+        h = (state[0] if spec.mode == "lstm" else state).numpy()
+    else:  # Y (seq, batch, D*H) and Y_h from X (seq, batch, input), as a time-major torch RNN's
+        feeds = {"X": np.ascontiguousarray(x.swapaxes(0, 1) if batch_first else x)}
+        depth = spec.num_layers * (2 if spec.bidirectional else 1)
+        zeros = [np.zeros((depth, x.shape[0 if batch_first else 1], spec.hidden_size), np.float32)] * 2
+        states = [v[None] for v in initial] or zeros[: 2 if spec.mode == "lstm" else 1]
+        feeds |= dict(zip(("initial_h", "initial_c"), states))
+        y, h = (torch.from_numpy(v) for v in written.run(["Y", "Y_h"], feeds))
+        y, h = (y.transpose(0, 1) if batch_first else y), h.numpy()
     last = np.concatenate(list(h[-2:] if spec.bidirectional else h[-1:]), axis=-1)
     errors += [float(np.abs(got - expected).max()) for got in (y.numpy(), last) if got.shape == expected.shape]
 if not errors:

@@ -12,7 +12,7 @@ import numpy as np
 from rnnconv.core.contracts import RoundedInput
 from rnnconv.core.dtypes import element_type
 from rnnconv.errors import BadInput, Unsupported, cut, listing
-from rnnconv.formats._cells import LoopLayer, Reading, why_not_cudnn
+from rnnconv.formats._cells import LoopLayer, Reading
 from rnnconv.formats._graph import chained
 from rnnconv.formats._quantized import QUANTIZED_RANGES, Quantization, dequantized, exact_dtype, quantization
 from rnnconv.formats.onnx.folding import SUBGRAPH, Folder, NotFoldable, Scope, node_name
@@ -520,10 +520,7 @@ def looped_layer(layer: LoopLayer[Loop]) -> OnnxNode:
     refusal = next((loop.refusal for loop in layer.loops if loop.refusal is not None), None)
     readings = [loop.reading for loop in layer.loops if loop.reading is not None]
     if refusal is None and len(readings) == len(layer.loops):
-        node = _cell_node(name, readings, 1)
-        reason = why_not_cudnn(readings[0])  # a reset-before GRU: read as it is, and refused naming it
-        if reason is not None:
-            node.refusal = f"Loop {cut(first.name)!r} steps a GRU cell that {reason}"
+        node = _cell_node(name, readings, 1)  # a reset-before GRU: linear_before_reset=0
     else:
         gates, input_size, hidden = first.sizes
         op = {1: "RNN", 3: "GRU", 4: "LSTM"}.get(gates, "RNN")

@@ -24,7 +24,7 @@ import numpy as np
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.contracts import Provenance
 from rnnconv.errors import BadInput, Unsupported, cut, listing
-from rnnconv.formats._cell_forms import sizes_of
+from rnnconv.formats._cell_forms import reset_before_joined, sizes_of
 from rnnconv.formats._cells import (
     GIVEN_OUT,
     PROBE_SEED,
@@ -273,8 +273,7 @@ def read_loop(ir: Any, layer: Any, graph: MainGraph) -> Loop | None:
         (f"{cut(layer.name)}/{body.layers[value.split(':')[0]].name}", quant, stored)
         for value, (stored, quant) in evaluator.quantized.items()
     ]
-    if len(products) == 3:  # a GRU that resets the state before the candidate's block of R: that block's own product
-        products = _reset_before(products) or products
+    products = reset_before_joined(products)
     _, inputs, hidden = sizes_of(products)
     loop.sizes = (inputs, hidden)
     carried = tuple(_carried(evaluator, products))
@@ -325,32 +324,6 @@ def _products(evaluator: Evaluator) -> list[Product]:
         name = body.layers[layer.inputs[1].split(":")[0]].name
         products.append(Product(layer.inputs[0], matrix, bias, name))
     return products
-
-
-def _reset_before(products: list[Product]) -> list[Product] | None:
-    """Three products as a GRU's two where two of them are its recurrent matrix's blocks, (2H, H) of the state and
-    (H, H) of the state its reset multiplies (Keras reset_after=False): those joined as one matrix of the state, the
-    candidate's block last; None where no two fit."""
-    for index, single in enumerate(products):
-        rest = [p for i, p in enumerate(products) if i != index]
-        for pair, block in ((rest[0], rest[1]), (rest[1], rest[0])):
-            hidden = block.matrix.shape[0]
-            if pair.matrix.shape != (2 * hidden, hidden) or block.matrix.shape != (hidden, hidden):
-                continue
-            if pair.value in (block.value, single.value):
-                continue
-            biases = [p.bias for p in (pair, block)]
-            bias = None
-            if any(b is not None for b in biases):
-                sizes = (2 * hidden, hidden)
-                if any(b is not None and b.size != n for b, n in zip(biases, sizes)):
-                    continue
-                bias = np.concatenate(
-                    [np.zeros(n, np.float32) if b is None else b.reshape(-1) for b, n in zip(biases, sizes)]
-                )
-            matrix = np.concatenate([pair.matrix, block.matrix])
-            return [single, Product(pair.value, matrix, bias, pair.name)]
-    return None
 
 
 def _added(

@@ -24,7 +24,7 @@ from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.contracts import Provenance
 from rnnconv.core.reference import sigmoid
 from rnnconv.errors import BadInput, Unsupported, cut, listing
-from rnnconv.formats._cell_forms import sizes_of
+from rnnconv.formats._cell_forms import reset_before_joined, sizes_of
 from rnnconv.formats._cells import (
     CellGraph,
     NotEvaluated,
@@ -153,7 +153,10 @@ def evaluate(op: Any, arguments: list[np.ndarray | None]) -> list[np.ndarray]:
         return list(np.split(value, count, axis=axis_of(axis, value.ndim)))
     if name == "SPLIT_V":
         value, sizes, axis = values[0], values[1].reshape(-1).tolist(), int(values[2].reshape(-1)[0])
-        if any(s < 0 for s in sizes) or sum(sizes) != value.shape[axis_of(axis, value.ndim)]:
+        width = value.shape[axis_of(axis, value.ndim)]
+        if sizes.count(-1) == 1:  # one size -1: the rest (tf.split(..., [H, H, -1]) of a reset-before GRU's body)
+            sizes[sizes.index(-1)] = width - sum(s for s in sizes if s != -1)
+        if any(s < 0 for s in sizes) or sum(sizes) != width:
             raise NotEvaluated("SPLIT_V of sizes its value does not have")
         return list(np.split(value, np.cumsum(sizes)[:-1], axis=axis_of(axis, value.ndim)))
     if name == "CONCATENATION":
@@ -262,15 +265,16 @@ def _loop(file: Any, op: Any, cond: Any, body: Any, producers: dict[int, Any]) -
     if not (len(op.outputs) == len(body.inputs) == len(body.outputs) == count == len(cond.inputs)):
         loop.refusal = f"its WHILE op {op.index} has {count} inputs, and its body and condition do not take as many"
         return loop
-    _, inputs, hidden = sizes_of([p.product for p in products])
+    cell = reset_before_joined([p.product for p in products])
+    _, inputs, hidden = sizes_of(cell)
     loop.sizes = (inputs, hidden)
-    carried = tuple(str(t) for t in _carried(evaluator, products, body))
+    carried = tuple(str(t) for t in _carried(evaluator, cell, body))
     batches = {main.tensors[t].shape[0] for t in op.inputs if t != UNSET and len(main.tensors[t].shape) == 2}
     if len(batches) == 1 and 0 < (batch := batches.pop()) <= MAX_BATCH:
         loop.batch = batch  # the fixed batch its states have: the one its body may compute
     graph = CellGraph(
         loop.name,
-        tuple(p.product for p in products),
+        tuple(cell),
         carried,
         lambda feeds: _named(evaluator, feeds),
         lambda value: _joined_values(evaluator, value),
@@ -349,9 +353,9 @@ def _added(evaluator: Evaluator, value: int, readers: dict[int, list[Any]], prod
     return None
 
 
-def _carried(evaluator: Evaluator, products: list[FoundProduct], body: Any) -> list[int]:
+def _carried(evaluator: Evaluator, products: list[Product], body: Any) -> list[int]:
     """The body's inputs its cell's ops read besides its products' inputs: an LSTM's cell state among them."""
-    feeds = {int(p.product.value): np.zeros((1, p.product.matrix.shape[1]), np.float32) for p in products}
+    feeds = {int(p.value): np.zeros((1, p.matrix.shape[1]), np.float32) for p in products}
     _, missing = evaluator.run(feeds)
     return [t for t in dict.fromkeys(missing) if t in body.inputs][:MAX_CARRIED]
 
