@@ -58,7 +58,7 @@ def test_keras_rows(row, activation, bias_split):
     keras = pytest.importorskip("keras")
     rng = np.random.default_rng(len(row.source_class) + len(activation))
     settings = {key: allowed[0] for key, allowed in row.requires.items()} | dict(row.when)
-    spec = RNNSpec(row.modes[activation], INPUT, HIDDEN, 2, True)
+    spec = RNNSpec(row.modes[activation], INPUT, HIDDEN, 2, True, reset_after=row.reset_after)
     x, h0, c0 = states(spec, rng)
     lstm = row.cell == "lstm"
     layers, runs, layer_input = [], [], x.transpose(1, 0, 2)
@@ -84,7 +84,9 @@ def test_keras_rows(row, activation, bias_split):
         n_in = INPUT if layer == 0 else 2 * HIDDEN
         layers.append(
             CanonicalRNN.from_cell_loaders(
-                f"l{layer}", RNNSpec(spec.mode, n_in, HIDDEN, 1, True), {(0, d): c for d, c in enumerate(directions)}
+                f"l{layer}",
+                RNNSpec(spec.mode, n_in, HIDDEN, 1, True, reset_after=row.reset_after),
+                {(0, d): c for d, c in enumerate(directions)},
             )
         )
         runs.append(outputs)
