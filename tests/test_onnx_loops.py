@@ -10,7 +10,6 @@ import pytest
 from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, run_cli
 
 import rnnconv
-from rnnconv.errors import Unsupported
 
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
@@ -63,20 +62,14 @@ def test_a_reset_before_gru_loop_converts_to_onnx_and_is_refused_for_cudnn(tmp_p
     """tf2onnx's GRU(reset_after=False): its body multiplies r*h by the candidate's block of the recurrent matrix
     (the matrix multiplied in parts, taken whole): read as a reset-before GRU, written as ONNX's linear_before_reset=0
     computing what onnxruntime computes of tf2onnx's file, and refused for cuDNN naming the term."""
-    from facts.onnx import converted_y
+    from facts.onnx import reset_before_gru_to_onnx
 
     source = TF2ONNX / "gru_reset_before.onnx"
-    (entry,) = rnnconv.inspect(source).rnns
-    assert entry.converts and entry.layer_class == "GRU cell (Loop body)", entry.reason
-    spec = entry.spec
-    assert (spec.mode, spec.input_size, spec.hidden_size, spec.reset_after) == ("gru", 3, 5, False)
     x = np.random.default_rng(5).normal(0, 1.5, (2, 6, 3)).astype(np.float32)  # 6 steps: not the probes' 3
-    error = float(np.abs(converted_y(source, tmp_path / "m.onnx", x) - ort(source, x)).max())
+    entry, error = reset_before_gru_to_onnx(source, tmp_path, (3, 5), x, ort(source, x))
+    assert entry.layer_class == "GRU cell (Loop body)"
     LARGEST_ERRORS["tf2onnx reset-before GRU Loop to ONNX"] = error
     assert error <= TOLERANCE
-    with pytest.raises(Unsupported, match="reset gate applied before the recurrent product"):
-        rnnconv.convert(source, tmp_path / "m.bin", to="cudnn")
-    assert not (tmp_path / "m.bin").exists()
 
 
 def _mutated(tmp_path, change) -> object:

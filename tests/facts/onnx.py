@@ -35,6 +35,23 @@ def converted_y(source, out, x: np.ndarray) -> np.ndarray:
     return ort_run(out, np.ascontiguousarray(x.transpose(1, 0, 2)), h0, None)[0].transpose(1, 0, 2)
 
 
+def reset_before_gru_to_onnx(source, tmp_path, sizes: tuple[int, int], x: np.ndarray, expected: np.ndarray):
+    """A loop file `source` read as one reset-before GRU of (input, hidden) `sizes`: refused for cuDNN naming the
+    term (no file left), converted to ONNX and run on x against `expected`, its own runtime's output. Its inspect
+    entry and the ONNX output's largest error."""
+    import rnnconv
+    from rnnconv.errors import Unsupported
+
+    (entry,) = rnnconv.inspect(source).rnns
+    assert entry.converts, entry.reason
+    spec = entry.spec
+    assert (spec.mode, spec.input_size, spec.hidden_size, spec.reset_after) == ("gru", *sizes, False)
+    with pytest.raises(Unsupported, match="reset gate applied before the recurrent product"):
+        rnnconv.convert(source, tmp_path / "m.bin", to="cudnn")
+    assert not (tmp_path / "m.bin").exists()
+    return entry, float(np.abs(converted_y(source, tmp_path / "m.onnx", x) - expected).max())
+
+
 def _onnx(path, spec, x, h0, c0, lengths=None) -> Outputs:
     y, h_n, *c_n = ort_run(path, x, h0, c0)
     return y, h_n, c_n[0] if c_n else None
