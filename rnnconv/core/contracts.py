@@ -1,4 +1,5 @@
-"""The typed, versioned documents rnnconv writes and reads: sidecars, provenance, reports.
+"""The typed, versioned documents rnnconv writes and reads: sidecars, provenance, inspect's and a conversion's
+results (verify's, identify's and a batch's, built of these, are in `rnnconv.core.report_contracts`).
 
 One pydantic model per document; the writer builds it and the reader validates
 with the same model, so neither can drift from the other. `rnnconv schema NAME`
