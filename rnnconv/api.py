@@ -20,15 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rnnconv.conversion import convert as _convert
 from rnnconv.conversion import holdable, open_source, output_name
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
-from rnnconv.core.contracts import (
-    BatchItem,
-    BatchResults,
-    ConversionResult,
-    Identification,
-    InspectReport,
-    Report,
-    Reports,
-)
+from rnnconv.core.contracts import ConversionResult, InspectReport
 from rnnconv.errors import EXIT_INTERNAL, BadInput, RnnconvError, Unsupported, failure
 from rnnconv.formats import registry
 from rnnconv.formats.base import Format
@@ -37,6 +29,7 @@ from rnnconv.safeio.inputs import check_guards, explained, reading, regular_file
 from rnnconv.safeio.outputs import SIDECAR_SUFFIX, check_writable
 
 if TYPE_CHECKING:
+    from rnnconv.core.report_contracts import BatchItem, BatchResults, Identification, Report, Reports
     from rnnconv.verification.run import Stage, Writer
     from rnnconv.verification.subject import VerifyOptions
 
@@ -159,6 +152,8 @@ def convert_many(
     does not stop the others: its entry holds its exit code and sentence. `on_result` is called with
     each entry as its source finishes; the entries come back in the order of `sources`.
     """
+    from rnnconv.core.report_contracts import BatchItem, BatchResults
+
     if options.get("into") is not None:
         raise BadInput("--into writes one patched model: give one source")
     split(options, "convert_many")  # a setting that is wrong is wrong for every source: said once, before any work
@@ -217,6 +212,8 @@ def _plan_outputs(sources: list[Path], output_dir: PathLike | None, to: str | No
 
 def _convert_one(source: str, output: str, options: dict[str, Any]) -> BatchItem:
     """One source of a batch, its failure caught: a process of the pool runs this."""
+    from rnnconv.core.report_contracts import BatchItem
+
     try:
         result = convert(source, output, **options)
     except Exception as exc:
@@ -305,6 +302,7 @@ def verify_all(
     `layer` and `relayout`, which name one RNN. With `report`, the list is written there as JSON;
     with `junit`, one JUnit test suite per RNN. `plot` draws one RNN's errors: refused here.
     """
+    from rnnconv.core.report_contracts import Reports
     from rnnconv.verification.run import failed_report
     from rnnconv.verification.subject import VerifyOptions, rnn_names
 
@@ -345,6 +343,7 @@ def verify_changed(
     allow_structure_only, accept_recorded_loss, require_stated, force). `report`, `junit` and `summary` are written
     as for `verify_all`, never over a file verified.
     """
+    from rnnconv.core.report_contracts import Reports
     from rnnconv.verification.changed import to_verify
     from rnnconv.verification.run import failed_report, write_outputs, writers
     from rnnconv.verification.subject import VerifyOptions, rnn_names
@@ -412,6 +411,7 @@ def audit(
     the checkpoint has not, swapped gates, ...); an RNN with no partner gets the verdict not-found. `options` are
     `verify`'s that do not name one RNN (backend, seq_len, batch, seed, ragged, atol, rtol, diagnose, force, ...).
     """
+    from rnnconv.core.report_contracts import Reports
     from rnnconv.verification.audit import audit as _audit
     from rnnconv.verification.audit import pairs_named
     from rnnconv.verification.run import failed_report
@@ -457,7 +457,7 @@ def _verify_rnn(path: Path, settings: VerifyOptions, stage: Stage | None) -> Rep
         return failed_report(path, exc).model_copy(update={"name": settings.layer or ""})
 
 
-Verified = TypeVar("Verified", Report, Reports)
+Verified = TypeVar("Verified", "Report", "Reports")
 
 
 @dataclasses.dataclass
@@ -475,6 +475,7 @@ class _Outputs:
 
 def _summary_writer(document: Report | Reports) -> Writer:
     """`--summary`: the reports as the markdown table a CI job shows."""
+    from rnnconv.core.report_contracts import Reports
     from rnnconv.verification.summary import markdown
 
     each = document.root if isinstance(document, Reports) else [document]
@@ -491,6 +492,7 @@ def _reported(
 ) -> Verified:
     """`run`, its result also written where `outputs` ask; a verify that fails still writes `failed(exc)`.
     `make_blob` (verify --convert) writes the blob first, once the outputs are known to be writable."""
+    from rnnconv.core.report_contracts import Reports
     from rnnconv.verification.run import write_outputs, writers
 
     inputs_read = [blob, *([settings.against] if settings.against else [])]
@@ -658,7 +660,7 @@ def identify(
 def schema(name: str) -> dict[str, Any]:
     """The JSON schema of a document rnnconv writes (`sidecar`, `report`, `reports`, `inspect`, `conversion`,
     `batch`, `error`, `identify`)."""
-    from rnnconv.core.contracts import SCHEMAS
+    from rnnconv.core.report_contracts import SCHEMAS
 
     if name not in SCHEMAS:
         close = difflib.get_close_matches(name, SCHEMAS, n=1)

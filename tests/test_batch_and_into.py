@@ -19,7 +19,7 @@ from conftest import FIXTURES, assert_clean_failure, run_cli
 from test_torch import FIXTURE_RNNS, module_for
 
 import rnnconv
-from rnnconv.core.contracts import BatchResults, Reports
+from rnnconv.core.report_contracts import BatchResults, Reports
 from rnnconv.formats import _safetensors
 
 KERAS, TORCH = FIXTURES / "keras3", FIXTURES / "torch"

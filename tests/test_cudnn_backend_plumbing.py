@@ -311,7 +311,7 @@ def test_relayout_refuses_when_more_than_offsets_differ(gpu, tmp_path, monkeypat
 
 
 def test_relayout_refusal_names_what_moving_cannot_fix():
-    from rnnconv.core.contracts import LayoutFinding
+    from rnnconv.core.report_contracts import LayoutFinding
 
     key = ParamKey(0, 0, "W", "h")
     placed = [cudnn_backend.Placement(key, 0, 0, 64, [1, 4, 3], [12, 3, 1])]

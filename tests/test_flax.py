@@ -22,7 +22,7 @@ from facts import flax as flax_facts
 from test_torch import torch_run
 
 import rnnconv
-import rnnconv.core.contracts
+import rnnconv.core.report_contracts
 from rnnconv.core.canonical import RNNSpec
 from rnnconv.core.contracts import Provenance
 from rnnconv.formats import registry
@@ -259,12 +259,12 @@ def test_verify_runs_a_written_file_and_catches_two_gates_swapped(target, tmp_pa
     result = run_cli("verify", out, "--ragged", "--report", tmp_path / "r.json")
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"MATCH: {out.name} computes what rnn.pt computes" in " ".join(result.stdout.split())
-    report = rnnconv.core.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
+    report = rnnconv.core.report_contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
     assert report.backend.name == target and f"{out.name} run as written" in report.backend.detail
     swap_first_two_gates(out, target)
     result = run_cli("verify", out, "--json")
     assert result.returncode == 1, result.stdout + result.stderr
-    report = rnnconv.core.contracts.Report.model_validate_json(result.stdout)
+    report = rnnconv.core.report_contracts.Report.model_validate_json(result.stdout)
     assert report.verdict == "mismatch" and report.diagnosis is not None and report.diagnosis.found
     assert "look swapped" in report.diagnosis.message
 

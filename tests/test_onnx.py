@@ -27,6 +27,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import rnnconv
+import rnnconv.core.report_contracts
 from rnnconv.core import reference
 from rnnconv.core.canonical import ParamKey
 from rnnconv.core.weightspace import regions
@@ -96,7 +97,7 @@ def test_verify_runs_the_onnx_nodes_with_states_and_ragged_lengths(name, layer, 
         result = run_cli("verify", blob, "--backend", "numpy", "--report", tmp_path / "r.json", "--force", *extra)
         assert result.returncode == 0, result.stderr
         assert "MATCH" in result.stdout
-        report = rnnconv.core.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
+        report = rnnconv.core.report_contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
         assert report.source.run.startswith("onnxruntime")
 
 
@@ -596,7 +597,7 @@ def test_verify_compares_the_dequantized_blob_with_onnxruntime_running_the_quant
     rnnconv.convert(ONNX / f"{name}.onnx", blob, dequantize=True)
     result = run_cli("verify", blob, "--backend", "numpy", "--report", tmp_path / "r.json", "--ragged", "--batch", "4")
     assert result.returncode == 0, result.stdout + result.stderr
-    report = rnnconv.core.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
+    report = rnnconv.core.report_contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
     assert report.verdict == "match" and "DynamicQuantizeLSTM" in report.source.run
     assert "dequantized float model" in report.source.run
     assert 1e-4 < report.comparison.y.max_abs < 1e-2  # the quantized node's own rounding, and no more
@@ -940,7 +941,7 @@ def test_verify_runs_a_written_onnx_file_against_the_source_it_records(checkpoin
     result = run_cli("verify", out, "--ragged", "--report", tmp_path / "r.json")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "MATCH: model.onnx computes what" in " ".join(result.stdout.split())
-    report = rnnconv.core.contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
+    report = rnnconv.core.report_contracts.Report.model_validate_json((tmp_path / "r.json").read_text())
     assert report.backend.name == "onnxruntime" and "model.onnx run as written" in report.backend.detail
     assert report.source.path == str((FIXTURES / "torch" / checkpoint).resolve())
     assert [c.check for c in report.checks] == ["finite values"]
@@ -952,7 +953,7 @@ def test_verify_catches_a_written_onnx_with_two_gates_swapped(tmp_path):
     _swap_first_two_gates(out, 0, 4)  # ONNX's first two gates, i and o
     result = run_cli("verify", out, "--json")
     assert result.returncode == 1, result.stdout + result.stderr
-    report = rnnconv.core.contracts.Report.model_validate_json(result.stdout)
+    report = rnnconv.core.report_contracts.Report.model_validate_json(result.stdout)
     assert report.verdict == "mismatch" and report.diagnosis is not None and report.diagnosis.found
     assert "i (input gate) and o (output gate) of layer 0 forward look swapped" in report.diagnosis.message
 

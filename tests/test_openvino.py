@@ -16,6 +16,7 @@ from conftest import FIXTURES, LARGEST_ERRORS, assert_clean_failure, assert_no_f
 from facts.openvino import ov_run
 
 import rnnconv
+import rnnconv.core.report_contracts
 
 STEPS, BATCH, INPUT, HIDDEN = 6, 3, 5, 4
 LENGTHS = np.array([6, 2, 4])  # ragged: OpenVINO zeroes y past each length, as torch's packed sequences
@@ -328,7 +329,7 @@ def test_verify_catches_a_written_ir_with_two_gates_swapped(tmp_path):
     _swap_first_two_gates(tmp_path / "model.xml", HIDDEN)
     result = run_cli("verify", tmp_path / "model.xml", "--json")
     assert result.returncode == 1, result.stdout + result.stderr
-    report = rnnconv.core.contracts.Report.model_validate_json(result.stdout)
+    report = rnnconv.core.report_contracts.Report.model_validate_json(result.stdout)
     assert report.verdict == "mismatch" and report.diagnosis is not None and report.diagnosis.found
     assert "look swapped" in report.diagnosis.message
 

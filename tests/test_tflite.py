@@ -29,8 +29,9 @@ from conftest import (
 from facts.tflite import litert_run
 
 import rnnconv
-from rnnconv.core.contracts import Provenance, Report
+from rnnconv.core.contracts import Provenance
 from rnnconv.core.reference import forward
+from rnnconv.core.report_contracts import Report
 from rnnconv.errors import BadInput, RnnconvError, Unsupported
 from rnnconv.formats import registry
 from rnnconv.formats._flatbuffer import Flat

@@ -416,7 +416,7 @@ def test_bad_verify_inputs(tmp_path):
 @pytest.mark.slow
 def test_a_report_asked_for_is_written_when_verify_cannot_run(tmp_path):
     """A CI step always gets its report: verdict error (exit 2) or backend-missing (exit 3), with the reason."""
-    from rnnconv.core.contracts import Report
+    from rnnconv.core.report_contracts import Report
     from rnnconv.gpu.backend import probe
 
     report = tmp_path / "r.json"

@@ -261,7 +261,7 @@ def test_the_summary_is_a_markdown_table_of_the_rows(tmp_path):
 
 def test_the_summary_shows_what_a_file_names_as_text():
     """Names and sentences come from the files verified: none makes a link, an image, HTML or a cell of its own."""
-    from rnnconv.core.contracts import Report
+    from rnnconv.core.report_contracts import Report
     from rnnconv.verification.summary import markdown
 
     hostile = "![x](https://example.invalid/x.png) <img src=x> | `code` **b**\n| row |"

@@ -17,7 +17,7 @@ from rich.text import Text
 from test_verify import CORRUPTIONS, TORCH, corrupted, every_cell, swap_gates, to_blob
 
 from rnnconv.cli.render import sparkline
-from rnnconv.core.contracts import Report
+from rnnconv.core.report_contracts import Report
 from rnnconv.verification.junit import cases_of, junit_xml
 from rnnconv.verification.run import verify
 from rnnconv.verification.subject import VerifyOptions

@@ -25,22 +25,7 @@ from pydantic import BaseModel
 
 from rnnconv.cli import streams
 from rnnconv.core.canonical import RNNSpec
-from rnnconv.core.contracts import (
-    BatchItem,
-    BatchResults,
-    Comparison,
-    ConversionResult,
-    ErrorDocument,
-    Identification,
-    InputsInfo,
-    InspectReport,
-    Report,
-    Reports,
-    RNNSizes,
-    SpecModel,
-    Tolerance,
-    dump,
-)
+from rnnconv.core.contracts import ConversionResult, ErrorDocument, InspectReport, RNNSizes, SpecModel, dump
 from rnnconv.errors import EXIT_INTERNAL, BadInput, cut, failure, sentence
 from rnnconv.safeio.outputs import remove_live_temps
 from rnnconv.table.constants import DIRECTIONS, LSTM
@@ -48,6 +33,16 @@ from rnnconv.table.constants import DIRECTIONS, LSTM
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
+
+    from rnnconv.core.report_contracts import (
+        BatchItem,
+        BatchResults,
+        Comparison,
+        Identification,
+        Report,
+        Reports,
+        Tolerance,
+    )
 
 
 def _console(file: IO[str] | None = None) -> Console:
@@ -455,7 +450,7 @@ def verification(report: Report, as_json: bool, quiet: bool, verbose: bool) -> N
         out().print(f"  backend: {escape(report.backend.detail)}")
     if report.inputs:
         inputs = report.inputs
-        seeded = inputs.x_distribution == InputsInfo.model_fields["x_distribution"].default  # else a probe's own
+        seeded = inputs.x_distribution == type(inputs).model_fields["x_distribution"].default  # else a probe's own
         states = "non-zero h0 and c0" if report.spec and report.spec.mode == LSTM else "non-zero h0"
         out().print(
             f"  inputs:  {f'seed {inputs.seed}' if seeded else inputs.x_distribution}, {inputs.seq_len} steps, "

@@ -5,14 +5,16 @@ A leaf: it imports nothing of verify's, so each of them can import it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rnnconv.core.canonical import RNNSpec
-from rnnconv.core.contracts import Comparison, LayerDirectionError, OutputError, Tolerance
 from rnnconv.errors import BadInput
 from rnnconv.table.constants import DIRECTIONS, LSTM, MANTISSA_BITS
+
+if TYPE_CHECKING:
+    from rnnconv.core.report_contracts import Comparison, Tolerance
 
 Inputs = dict[str, Any]  # x (T, B, I), h0 (L*D, B, out), c0 (L*D, B, H) or None, lengths (B,) or None
 Outputs = dict[str, Any]  # y (T, B, D*out), h_n (L*D, B, out), c_n (L*D, B, H) or None
@@ -64,6 +66,8 @@ def tolerance(
     engine: str, blob_dtype: str, source_dtype: str | None, atol: float | None = None, rtol: float | None = None
 ) -> Tolerance:
     """The table's tolerance, widened when either side holds or computes in half precision; overrides win."""
+    from rnnconv.core.report_contracts import Tolerance  # verify's documents: a conversion's inputs need none
+
     table_atol, table_rtol = TOLERANCES[(engine if engine in ("numpy", "cudnn") else "runtime", blob_dtype)]
     narrowest = min((blob_dtype, source_dtype or blob_dtype), key=MANTISSA_BITS.__getitem__)
     if narrowest in NARROWED:
@@ -73,6 +77,8 @@ def tolerance(
 
 def compare(spec: RNNSpec, got: Outputs, want: Outputs, tol: Tolerance, lengths: np.ndarray | None) -> Comparison:
     """Errors overall, per time step, per output direction and per layer and direction."""
+    from rnnconv.core.report_contracts import Comparison, LayerDirectionError, OutputError
+
     steps, batch = np.shape(got["y"])[:2]  # every run gives y; a probe's expected outputs may leave it out
     valid = np.ones((steps, batch), bool) if lengths is None else np.arange(steps)[:, None] < lengths[None, :]
     errors: dict[str, Any] = {}

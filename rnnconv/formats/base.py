@@ -15,14 +15,14 @@ import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
 from rnnconv.core.blob import Blob
 from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.core.compare import Inputs, Outputs
-from rnnconv.core.contracts import BackendInfo, InspectEntry, InspectReport, Provenance, Report
+from rnnconv.core.contracts import BackendInfo, InspectEntry, InspectReport, Provenance
 from rnnconv.core.dtypes import element_type
 from rnnconv.errors import BadInput, Unsupported, listing
 from rnnconv.formats import holding
@@ -36,6 +36,9 @@ from rnnconv.formats.settings import ReadOptions, WriteOptions
 from rnnconv.formats.sources import Source
 from rnnconv.formats.writing import rounded_sums
 from rnnconv.safeio.inputs import unguarded
+
+if TYPE_CHECKING:
+    from rnnconv.core.report_contracts import Report
 
 # The formats whose files verify runs as sources, in their own frameworks (those that say what runs them).
 RUN_SOURCES = tuple(plugin.info.name for plugin in plugins() if plugin.runtimes)

@@ -26,8 +26,9 @@ import numpy as np
 from rnnconv.core.blob import Blob
 from rnnconv.core.canonical import ParamKey, RNNSpec
 from rnnconv.core.compare import Inputs, Outputs
-from rnnconv.core.contracts import BackendInfo, LayoutFinding
+from rnnconv.core.contracts import BackendInfo
 from rnnconv.core.dtypes import decode, element_type, encode
+from rnnconv.core.report_contracts import LayoutFinding
 from rnnconv.core.weightspace import Region, lin_layer_ids, lin_layer_tensors
 from rnnconv.errors import BackendMissing, Mismatch
 from rnnconv.gpu.api import FWD_MODE_INFERENCE, MATH, Cudnn, CudnnError

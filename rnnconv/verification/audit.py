@@ -25,19 +25,9 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.compare import STATE_SCALE, Inputs, Outputs, compare, make_inputs, tolerance
-from rnnconv.core.contracts import (
-    WHOLE_MODEL,
-    BackendInfo,
-    Diagnosis,
-    InputsInfo,
-    InspectEntry,
-    Provenance,
-    Report,
-    Reports,
-    SourceRun,
-    Tolerance,
-)
+from rnnconv.core.contracts import BackendInfo, InspectEntry, Provenance
 from rnnconv.core.reference import forward
+from rnnconv.core.report_contracts import WHOLE_MODEL, Diagnosis, InputsInfo, Report, Reports, SourceRun, Tolerance
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, cut, listing, no_such_rnn
 from rnnconv.formats import base, registry
 from rnnconv.formats.holding import reset_before_settings

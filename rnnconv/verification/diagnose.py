@@ -20,8 +20,8 @@ import numpy as np
 from rnnconv.core.blob import Blob
 from rnnconv.core.canonical import ParamKey, RNNSpec, StoredAs
 from rnnconv.core.compare import Inputs, Outputs, compare
-from rnnconv.core.contracts import Diagnosis, Tolerance
 from rnnconv.core.reference import forward
+from rnnconv.core.report_contracts import Diagnosis, Tolerance
 from rnnconv.errors import listing
 from rnnconv.table.apply import held_blocks, row_for_mode
 from rnnconv.table.constants import BIAS_KINDS, DIRECTION_WORDS, GATE_NAMES, MATRIX_KINDS

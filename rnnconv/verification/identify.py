@@ -27,9 +27,10 @@ import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.compare import Inputs, Outputs, tolerance
-from rnnconv.core.contracts import Identification, LayoutCandidate, Provenance, Tolerance
+from rnnconv.core.contracts import Provenance
 from rnnconv.core.dtypes import DTYPES, ElementType, decode, element_type, source_dtype_name
 from rnnconv.core.reference import forward
+from rnnconv.core.report_contracts import Identification, LayoutCandidate, Tolerance
 from rnnconv.errors import BadInput, Unsupported, either
 from rnnconv.formats import registry
 from rnnconv.formats._zip import ZIP_ERRORS

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rnnconv.core.contracts import Comparison, Report, Tolerance
+from rnnconv.core.report_contracts import Comparison, Report, Tolerance
 from rnnconv.table.constants import DIRECTIONS
 from rnnconv.verification.quantized import terms
 

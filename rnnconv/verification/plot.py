@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rnnconv.core.contracts import Report
+from rnnconv.core.report_contracts import Report
 from rnnconv.errors import BackendMissing, BadInput
 from rnnconv.table.constants import DIRECTIONS
 

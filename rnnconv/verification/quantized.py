@@ -28,8 +28,9 @@ import numpy as np
 from rnnconv.core.bound import float_states, input_rounding, quantization_bound
 from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.core.compare import Inputs, Outputs, compare
-from rnnconv.core.contracts import Check, Comparison, Dequantized, QuantizationProof, QuantizationTerm, Tolerance
+from rnnconv.core.contracts import Dequantized
 from rnnconv.core.reference import forward
+from rnnconv.core.report_contracts import Check, Comparison, QuantizationProof, QuantizationTerm, Tolerance
 from rnnconv.table.constants import BIAS_KINDS, DIRECTION_WORDS, GRU, LSTM, Kind
 
 # A step's runtime rounds in float32 besides: the runtime's own tolerance, added to the bound.

@@ -21,19 +21,18 @@ import numpy as np
 
 from rnnconv.conversion import without
 from rnnconv.core.compare import STATE_SCALE, Inputs, Outputs, compare, make_inputs, tolerance
-from rnnconv.core.contracts import (
+from rnnconv.core.contracts import Provenance, dump
+from rnnconv.core.reference import forward
+from rnnconv.core.report_contracts import (
     Check,
     Diagnosis,
     InputsInfo,
     LossCheck,
-    Provenance,
     QuantizationProof,
     Report,
     Reports,
     SourceRun,
-    dump,
 )
-from rnnconv.core.reference import forward
 from rnnconv.errors import BackendMissing, RnnconvError, Unsupported
 from rnnconv.formats import base, registry, runtimes
 from rnnconv.gpu.backend import LayoutMismatch

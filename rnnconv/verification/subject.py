@@ -14,8 +14,9 @@ from pathlib import Path
 from rnnconv.core.blob import Blob
 from rnnconv.core.canonical import RNNSpec
 from rnnconv.core.compare import Inputs, Outputs
-from rnnconv.core.contracts import BackendInfo, Check, Provenance, Sidecar
+from rnnconv.core.contracts import BackendInfo, Provenance, Sidecar
 from rnnconv.core.dtypes import count_non_finite
+from rnnconv.core.report_contracts import Check
 from rnnconv.core.weightspace import REPORTED_LAYOUT_NAME, regions
 from rnnconv.errors import BadInput, Unsupported, cut, listing
 from rnnconv.formats import base, registry, runtimes

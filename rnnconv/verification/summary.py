@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from rnnconv.core.contracts import WHOLE_MODEL, Report, Reports
+from rnnconv.core.report_contracts import WHOLE_MODEL, Report, Reports
 from rnnconv.errors import cut
 
 _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec, stack
-from rnnconv.core.contracts import InspectReport, Provenance, Report
+from rnnconv.core.contracts import InspectReport, Provenance
 from rnnconv.errors import BadInput, RnnconvError
 from rnnconv.formats.base import Format, Written
 from rnnconv.formats.keras import PLUGIN
@@ -25,6 +25,7 @@ from rnnconv.safeio.digests import SourcePass
 from rnnconv.safeio.inputs import resolved
 
 if TYPE_CHECKING:
+    from rnnconv.core.report_contracts import Report
     from rnnconv.formats.keras.config import KerasLayer
 
 

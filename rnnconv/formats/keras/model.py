@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from rnnconv.core.contracts import WHOLE_MODEL, Check, Provenance, Report, SourceRun
+from rnnconv.core.contracts import Provenance
 from rnnconv.core.reference import forward, sigmoid
+from rnnconv.core.report_contracts import WHOLE_MODEL, Check, Report, SourceRun
 from rnnconv.errors import Unsupported, cut
 from rnnconv.formats.keras.reader import KerasFile, to_canonical
 from rnnconv.formats.keras.rescue import RECURRENT, Rescued, rescue
