@@ -40,7 +40,7 @@ LOOPS = {  # fixture: (mode, input, hidden, layers, bidirectional)
 }
 SAVED_F16 = ("keras_lstm_loop", "keras_gru_loop", "keras_rnn_loop", "onnx_scan_lstm_ti")  # saved f16 too: NAME_f16
 LOOPS.update({f"{name}_f16": LOOPS[name] for name in SAVED_F16})
-TIME_MAJOR = {"onnx_scan_lstm_ti", "onnx_scan_bilstm_ti", "onnx_scan_lstm_ti_f16"}  # the ONNX Scans' input: (steps, batch, features)
+TIME_MAJOR = {"onnx_scan_lstm_ti", "onnx_scan_bilstm_ti", "onnx_scan_lstm_ti_f16"}  # (steps, batch, features)
 LAST_STATE = {  # the model gives out h_n
     "tf_keras_lstm_last_state",
     "tf_keras_gru2_last_state",
