@@ -40,7 +40,12 @@ from rnnconv.formats._cells import (
 )
 from rnnconv.formats._quantized import Quantization, exact_dtype, note, record
 from rnnconv.formats.openvino.evaluation import ABSENT, MAX_EVALUATED, MAX_RUN, Body, BodyLayer, Evaluator, Part, flag
-from rnnconv.formats.openvino.wire import OPENVINO_KERNEL_INPUTS, OPENVINO_QUANTIZED, QUANTIZED_STORAGE
+from rnnconv.formats.openvino.wire import (
+    OPENVINO_KERNEL_INPUTS,
+    OPENVINO_QUANTIZED,
+    OPENVINO_ROUNDING,
+    QUANTIZED_STORAGE,
+)
 from rnnconv.table.constants import CUDNN_MODES
 
 LOOP_OPS = ("Loop", "TensorIterator")
@@ -269,6 +274,17 @@ def read_loop(ir: Any, layer: Any, graph: MainGraph) -> Loop | None:
         raise BadInput(f"{where}: {exc}") from None
     if not products:
         return None
+    rounded = [op for op in body.order if op.kind == OPENVINO_ROUNDING]
+    if rounded:  # nncf.quantize's roundings of the cell's values (its products, gates, states), as the fixture's
+        return Loop(
+            layer,
+            layer.name,
+            body,
+            evaluator,
+            refusal=f"its body rounds its values by {len(rounded)} {OPENVINO_ROUNDING} layers (nncf.quantize's "
+            "roundings of the cell's activations), which cuDNN does not compute and rnnconv does not read in a loop's "
+            "body",
+        )
     loop = Loop(layer, layer.name, body, evaluator, types=types)
     loop.quantized = [
         (f"{cut(layer.name)}/{body.layers[value.split(':')[0]].name}", quant, stored)
