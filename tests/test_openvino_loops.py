@@ -38,7 +38,9 @@ LOOPS = {  # fixture: (mode, input, hidden, layers, bidirectional)
     "onnx_scan_lstm_ti": ("lstm", 3, 4, 1, False),
     "onnx_scan_bilstm_ti": ("lstm", 3, 4, 1, True),
 }
-TIME_MAJOR = {"onnx_scan_lstm_ti", "onnx_scan_bilstm_ti"}  # the ONNX Scans' input: (steps, batch, features)
+SAVED_F16 = ("keras_lstm_loop", "keras_gru_loop", "keras_rnn_loop", "onnx_scan_lstm_ti")  # saved f16 too: NAME_f16
+LOOPS.update({f"{name}_f16": LOOPS[name] for name in SAVED_F16})
+TIME_MAJOR = {"onnx_scan_lstm_ti", "onnx_scan_bilstm_ti", "onnx_scan_lstm_ti_f16"}  # (steps, batch, features)
 LAST_STATE = {  # the model gives out h_n
     "tf_keras_lstm_last_state",
     "tf_keras_gru2_last_state",
@@ -85,6 +87,45 @@ def test_verify_runs_a_frontend_loop_against_its_conversion(name, tmp_path):
     result = run_cli("verify", tmp_path / "m.pt", "--against", source)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "MATCH" in result.stdout
+
+
+@pytest.mark.parametrize("name", SAVED_F16)
+def test_a_loop_saved_f16_reads_as_float16_the_weights_of_the_loop_saved_f32_rounded(name, tmp_path):
+    """`ov.save_model`'s default compress_to_fp16: each float Const f16, Converted to f32 where the body reads it.
+    The Loop reads as float16, its weights the f16 Consts' own: the same model saved in f32, rounded to f16."""
+    (entry,) = rnnconv.inspect(OPENVINO / f"{name}_f16.xml").rnns
+    assert entry.converts and entry.spec.dtype == "float16", entry.reason
+    rnnconv.convert(OPENVINO / f"{name}_f16.xml", tmp_path / "f16.pt")
+    rnnconv.convert(OPENVINO / f"{name}.xml", tmp_path / "f32.pt")
+    half, full = (torch.load(tmp_path / f"{n}.pt", weights_only=True) for n in ("f16", "f32"))
+    assert half.keys() == full.keys() and all(t.dtype == torch.float16 for t in half.values())
+    assert all(torch.equal(half[key], full[key].half()) for key in full)
+    assert any(not torch.equal(half[key].float(), full[key]) for key in full)  # f16 did round them
+
+
+def test_a_loop_of_f16_and_f32_weights_reads_as_float32_exactly(tmp_path):
+    """A body whose bias stays f32 beside f16 matrices (as `ov.save_model` keeps a Const f16 cannot hold): no one
+    type is the source's, so the Loop reads as float32, which holds both exactly, and computes what OpenVINO does."""
+    source = tmp_path / "mixed.xml"
+    weights = bytearray((OPENVINO / "keras_lstm_loop_f16.bin").read_bytes())
+    text = (OPENVINO / "keras_lstm_loop_f16.xml").read_text()
+    old = '<data element_type="f16" shape="1, 16" offset="279" size="32" />'
+    assert text.count(old) == 1
+    bias = np.frombuffer(bytes(weights[279:311]), np.float16).astype(np.float32)
+    at = text.index(old)
+    port = text.index('precision="FP16"', at)  # the Const's output port's
+    new = f'<data element_type="f32" shape="1, 16" offset="{len(weights)}" size="64" />'
+    source.write_text(text[:at] + new + text[at + len(old) : port] + 'precision="FP32"' + text[port + 16 :])
+    source.with_suffix(".bin").write_bytes(bytes(weights) + (bias + 1e-4).tobytes())  # no longer f16 values
+    (entry,) = rnnconv.inspect(source).rnns
+    assert entry.converts and entry.spec.dtype == "float32", entry.reason
+    rnnconv.convert(source, tmp_path / "m.pt")
+    module = torch.nn.LSTM(3, 4, batch_first=True)
+    module.load_state_dict(torch.load(tmp_path / "m.pt", weights_only=True))
+    x = np.random.default_rng(7).normal(0, 1.5, (2, 5, 3)).astype(np.float32)
+    with torch.no_grad():
+        y, _ = module(torch.from_numpy(x))
+    assert float(np.abs(y.numpy() - openvino(source, x)).max()) < TOLERANCE
 
 
 MUTATIONS = {  # a change to the LSTM fixture's Loop: what it breaks, and the phrase its refusal says

@@ -409,3 +409,16 @@ def test_a_damaged_loop_decompression_is_refused_in_one_sentence(tmp_path, chang
     result = run_cli("convert", path, tmp_path / "m.pt", "--dequantize")
     assert_clean_failure(result, 2, phrase)
     assert not (tmp_path / "m.pt").exists()
+
+
+@pytest.mark.parametrize("flags", [(), ("--dequantize",), ("--dequantize", "--allow-lossy")])
+def test_a_loop_whose_body_nncf_quantized_is_refused_naming_its_roundings(flags, tmp_path):
+    """nncf.quantize of a Keras LSTM Loop's body (keras_lstm_loop_fq.xml) rounds the cell's own activations (its
+    input, state, products, gates and cell state: 12 FakeQuantizes), which no cuDNN RNN computes: listed with that
+    reason and refused in one sentence whatever the flags, nothing written (it read as no cell, naming its matrices)."""
+    source, out = HERE / "keras_lstm_loop_fq.xml", tmp_path / "m.pt"
+    (entry,) = rnnconv.inspect(source).rnns
+    assert not entry.converts and "12 FakeQuantize layers" in entry.reason
+    result = run_cli("convert", source, out, *flags)
+    assert_clean_failure(result, 2, "body rounds its values by 12 FakeQuantize layers", "does not read in a loop")
+    assert not out.exists()

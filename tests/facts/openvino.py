@@ -48,6 +48,7 @@ QUANTIZED_SEEDS = {
     "openvino_quantized/keras_lstm_loop_int8_sym.xml": "openvino_quantized/keras_lstm_loop_int8_sym.keras",
     "openvino_quantized/keras_gru_loop_int8_asym.xml": "openvino_quantized/keras_gru_loop_int8_asym.keras",
     "openvino_quantized/onnx_scan_lstm_ti_int8_asym.xml": "openvino_quantized/onnx_scan_lstm_ti_float.xml",
+    "openvino_quantized/keras_lstm_loop_fq.xml": "openvino/keras_lstm_loop.xml",  # its body's activations rounded
 }
 
 # The IRs of Loops the fuzz harness damages (its openvino_loops family), each with the .bin beside it.
@@ -68,4 +69,9 @@ LOOP_SEEDS = [
     "openvino/keras_bigru_last_loop.xml",
     "openvino/onnx_scan_lstm_ti.xml",
     "openvino/onnx_scan_bilstm_ti.xml",
+    # saved as ov.save_model does by default: f16 Consts Converted to f32 in the body and before it
+    "openvino/keras_lstm_loop_f16.xml",
+    "openvino/keras_gru_loop_f16.xml",
+    "openvino/keras_rnn_loop_f16.xml",
+    "openvino/onnx_scan_lstm_ti_f16.xml",
 ]

@@ -2563,7 +2563,8 @@ def mutate_openvino_loops(data: bytes, rng: random.Random) -> bytes:
     another kind (no cell), a split into other parts or a slice's masks changed, an edge rewired, a back edge or port
     map entry pointed elsewhere, a Loop's input (its initial state, its sequence, its trip count) fed by another
     layer, a port map's slicing over the iterations changed (its axis, start, end, stride or part_size; added or
-    taken away)."""
+    taken away), a weight's storage changed (a Const's element type, shape or offset; a Convert's destination, as
+    `ov.save_model`'s f16 compression writes them)."""
     import xml.etree.ElementTree as ET
 
     root = ET.fromstring(data)
@@ -2580,8 +2581,15 @@ def mutate_openvino_loops(data: bytes, rng: random.Random) -> bytes:
         edges = body.findall("./edges/edge")
         computed = [(layer.get("id"), port.get("id")) for layer in layers for port in layer.iterfind("output/port")]
         kind_of = {layer.get("id"): layer.get("type") for layer in layers}
-        choice = rng.randrange(10)
-        if choice >= 8:  # a port map's slicing changed, added or taken away
+        choice = rng.randrange(11)
+        if choice == 10:  # a weight's storage: a Const's element type, shape or offset, a Convert's destination
+            stored = [la.find("data") for la in layers if la.get("type") in ("Const", "Convert")]
+            found = [d for d in stored if d is not None]
+            if found:
+                element = rng.choice(found)
+                key = rng.choice(sorted(element.attrib) or ["element_type"])
+                element.set(key, rng.choice(["f16", "f32", "bf16", "f64", "i8", "u8", "boolean", "0", "1, 16", "x"]))
+        elif choice >= 8:  # a port map's slicing changed, added or taken away
             entries = [e for e in loop.findall("./port_map/*") if e.get("purpose") is None]
             if entries:
                 entry = rng.choice(entries)

@@ -1,4 +1,5 @@
-"""Quantized weights as nncf writes them in an OpenVINO IR, read: an integer Const -> Convert -> [Subtract a Convert
+"""Weights as an OpenVINO IR stores them, read: float Consts, as they are or decompressed by a Convert to f32
+(`stored_float`), and quantized weights as nncf writes them: an integer Const -> Convert -> [Subtract a Convert
 of an integer Const of zero points] -> Multiply by a Const of scales, in f32 (nncf.quantize's, before a sequence op)
 or in f16 with the product Converted to f32 (nncf.compress_weights's default, of a MatMul's weights); each part
 checked, found in any graph (the IR's own, a Loop's body) by the layer that feeds each input (`Producer`), and a
@@ -16,6 +17,7 @@ from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats._quantized import Quantization, dequantized, quantization
 from rnnconv.formats.openvino.wire import (
     COMPUTE_TYPE,
+    DTYPE_OF,
     HALF_LARGEST,
     HALF_TYPE,
     OPENVINO_DECOMPRESSION,
@@ -43,6 +45,28 @@ class Quantized:
     scales: FileArray
     zero_points: tuple[FileArray, str] | None  # with its element type; None: no Subtract
     scale_type: str = COMPUTE_TYPE  # f32, or f16 (its product converted to f32)
+
+
+def stored_float(const: Const, layer: Any, what: str, producer: Producer) -> tuple[FileArray, str]:
+    """A float weight as the IR stores it, from the layer that gives it: a Const, or a Convert of one
+    (`ov.save_model`'s default compress_to_fp16: an f16 Const decompressed to f32), its values still in the .bin
+    and their dtype's name (float16 for an f16 Const: the Convert widens it exactly)."""
+    if layer.kind == OPENVINO_DECOMPRESSION:
+        if layer.data.get("destination_type") not in DTYPE_OF:
+            raise Unsupported(f"{what} is converted to {layer.data.get('destination_type')}, not a float type")
+        inner = producer(layer, 0)
+        if inner is None or inner.kind != "Const":
+            raise Unsupported(f"{what} is a Convert of a {inner.kind if inner else 'missing'} layer, not a Const")
+        layer = inner
+    elif layer.kind != "Const":
+        raise Unsupported(
+            f"{what} is computed by a {layer.kind} layer, not stored in a Const: rnnconv reads weights stored as "
+            f"they are (or f16 Consts decompressed by Convert, or integers multiplied by their scales)"
+        )
+    values, etype = const(layer)
+    if etype not in DTYPE_OF:
+        raise Unsupported(f"{what} holds {etype} values, not floats")
+    return values, DTYPE_OF[etype]
 
 
 def decompression(layer: Any, producer: Producer) -> bool:

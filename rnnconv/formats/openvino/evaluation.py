@@ -12,11 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from rnnconv.core.dtypes import decode, element_type
 from rnnconv.core.reference import sigmoid
 from rnnconv.errors import Unsupported, cut
 from rnnconv.formats._cells import NotEvaluated, axis_of, run_ops
 from rnnconv.formats._quantized import Quantization
-from rnnconv.formats.openvino.decompression import decompression, dequantized_matrix, read_quantized
+from rnnconv.formats.openvino.decompression import decompression, dequantized_matrix, read_quantized, stored_float
+from rnnconv.formats.openvino.wire import COMPUTE_TYPE, DTYPE_OF, OPENVINO_DECOMPRESSION
 
 MAX_EVALUATED = 1 << 24  # elements of one value the evaluator computes (64 MiB of float32): any cell's are fewer
 MAX_RUN = 1 << 26  # elements one run of a graph computes, at most
@@ -266,6 +268,7 @@ class Evaluator:
         self.constants: dict[str, np.ndarray | None] = {}
         self.budget = budget  # elements all its runs together may compute (None: MAX_RUN a run)
         self.quantized: dict[str, tuple[Any, Quantization]] = {}  # value -> its weight as stored, its quantization
+        self.types: dict[str, str] = {}  # a float constant's value -> the dtype its Const stores it in
 
     def producer(self, layer: BodyLayer, index: int) -> BodyLayer | None:
         """The body's layer that feeds input `index` of a layer, or None."""
@@ -287,19 +290,43 @@ class Evaluator:
         return values
 
     def constant(self, value: str) -> np.ndarray | None:
+        """The values of the Const that gives `value`, or of the f16 (bf16) Const a Convert to f32 widens into it
+        (`ov.save_model`'s default compression), floats as float32; their stored type's name in `types`; None where
+        neither gives it."""
         if value not in self.constants:
             layer = self.body.layers.get(value.split(":", maxsplit=1)[0])
             found = None
             if layer is not None and layer.kind == "Const":
                 try:
-                    stored, _ = self.ir.const(layer)
+                    stored, etype = self.ir.const(layer)
                 except Unsupported:
                     stored = None
                 if stored is not None and stored.size <= MAX_EVALUATED:
                     found = np.asarray(stored)
                     found = found.astype(np.float32) if found.dtype.kind == "f" else found.copy()
+                    if found.dtype.kind == "f":
+                        self.types[value] = DTYPE_OF[etype]
+            elif layer is not None and self._widened(layer):
+                try:
+                    stored, dtype = stored_float(self.ir.const, layer, cut(layer.name), self.producer)
+                except Unsupported:
+                    stored = None
+                if stored is not None and stored.size <= MAX_EVALUATED:
+                    found = decode(np.asarray(stored), element_type(dtype)).astype(np.float32)
+                    self.types[value] = dtype
             self.constants[value] = found
         return self.constants[value]
+
+    def _widened(self, layer: BodyLayer) -> bool:
+        """Whether a layer is a Convert to f32 of a Const (what stored_float reads as the Const's floats)."""
+        inner = self.producer(layer, 0)
+        return (
+            layer.kind == OPENVINO_DECOMPRESSION
+            and layer.data.get("destination_type") == COMPUTE_TYPE
+            and len(layer.inputs) == 1
+            and inner is not None
+            and inner.kind == "Const"
+        )
 
     def run(self, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
         """Every value computed from `feeds` and Consts, and the values the layers reached also need (at most

@@ -40,7 +40,12 @@ from rnnconv.formats._cells import (
 )
 from rnnconv.formats._quantized import Quantization, exact_dtype, note, record
 from rnnconv.formats.openvino.evaluation import ABSENT, MAX_EVALUATED, MAX_RUN, Body, BodyLayer, Evaluator, Part, flag
-from rnnconv.formats.openvino.wire import OPENVINO_KERNEL_INPUTS, OPENVINO_QUANTIZED, QUANTIZED_STORAGE
+from rnnconv.formats.openvino.wire import (
+    OPENVINO_KERNEL_INPUTS,
+    OPENVINO_QUANTIZED,
+    OPENVINO_ROUNDING,
+    QUANTIZED_STORAGE,
+)
 from rnnconv.table.constants import CUDNN_MODES
 
 LOOP_OPS = ("Loop", "TensorIterator")
@@ -69,6 +74,7 @@ class Loop:
     output_reversed: bool = False  # its port map concatenates its new states from the last place
     batch: int | None = None  # its body computes any batch
     quantized: list[tuple[str, Quantization, Any]] = dataclasses.field(default_factory=list)  # name, scheme, weight
+    types: set[str] = dataclasses.field(default_factory=set)  # the dtypes its weights' and biases' Consts store
 
     def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         computed, _ = self.evaluator.run(feeds)
@@ -261,14 +267,25 @@ def read_loop(ir: Any, layer: Any, graph: MainGraph) -> Loop | None:
     body = parse_body(layer.element, where)
     evaluator = Evaluator(ir, body)
     try:
-        products = _products(evaluator)
+        products, types = _products(evaluator)
     except Unsupported as exc:  # a quantized weight in a form rnnconv does not read
         return Loop(layer, layer.name, body, evaluator, refusal=str(exc))
     except BadInput as exc:  # a damaged one: said with the loop it is in
         raise BadInput(f"{where}: {exc}") from None
     if not products:
         return None
-    loop = Loop(layer, layer.name, body, evaluator)
+    rounded = [op for op in body.order if op.kind == OPENVINO_ROUNDING]
+    if rounded:  # nncf.quantize's roundings of the cell's values (its products, gates, states), as the fixture's
+        return Loop(
+            layer,
+            layer.name,
+            body,
+            evaluator,
+            refusal=f"its body rounds its values by {len(rounded)} {OPENVINO_ROUNDING} layers (nncf.quantize's "
+            "roundings of the cell's activations), which cuDNN does not compute and rnnconv does not read in a loop's "
+            "body",
+        )
+    loop = Loop(layer, layer.name, body, evaluator, types=types)
     loop.quantized = [
         (f"{cut(layer.name)}/{body.layers[value.split(':')[0]].name}", quant, stored)
         for value, (stored, quant) in evaluator.quantized.items()
@@ -298,9 +315,10 @@ def read_loop(ir: Any, layer: Any, graph: MainGraph) -> Loop | None:
     return loop
 
 
-def _products(evaluator: Evaluator) -> list[Product]:
+def _products(evaluator: Evaluator) -> tuple[list[Product], set[str]]:
     """The body's MatMuls of a computed value by a constant float matrix, each with the constant added to it (or,
-    for the first, to its sum with the other)."""
+    for the first, to its sum with the other), and the dtypes their float Consts store them in (none for a
+    quantized weight's)."""
     body = evaluator.body
     readers: dict[str, list[BodyLayer]] = {}
     for layer in body.order:
@@ -318,17 +336,19 @@ def _products(evaluator: Evaluator) -> list[Product]:
             continue
         found.append((layer, matrix if flag(layer.data, "transpose_b") else matrix.T))
     outputs = {layer.outputs[0] for layer, _ in found if layer.outputs}
-    products = []
+    products, stored = [], []
     for index, (layer, matrix) in enumerate(found):
-        bias = _added(evaluator, layer.outputs[0], readers, outputs, index) if layer.outputs else None
+        added = _added(evaluator, layer.outputs[0], readers, outputs, index) if layer.outputs else None
         name = body.layers[layer.inputs[1].split(":")[0]].name
-        products.append(Product(layer.inputs[0], matrix, bias, name))
-    return products
+        products.append(Product(layer.inputs[0], matrix, None if added is None else evaluator.constant(added), name))
+        stored += [layer.inputs[1], *([added] if added else [])]
+    return products, {evaluator.types[value] for value in stored if value in evaluator.types}
 
 
 def _added(
     evaluator: Evaluator, value: str, readers: dict[str, list[BodyLayer]], products: set[str], index: int
-) -> np.ndarray | None:
+) -> str | None:
+    """The float constant added to a product's value (for the first product, to its sum with the other), or None."""
     for _ in range(2 if index == 0 else 1):
         adds = [op for op in readers.get(value, []) if op.kind == "Add" and len(op.inputs) == 2 and op.outputs]
         if len(adds) != 1:
@@ -336,7 +356,7 @@ def _added(
         (other,) = [v for v in adds[0].inputs if v != value] or [value]
         constant = evaluator.constant(other)
         if constant is not None:
-            return constant if constant.dtype.kind == "f" else None
+            return other if constant.dtype.kind == "f" else None
         if other not in products:
             return None
         value = adds[0].outputs[0]
@@ -541,6 +561,11 @@ def loop_canonical(name: str, layers: list[list[Loop]], source: Provenance, dequ
             f"compute with; --dequantize converts the float model they stand for, scale * (q - zero_point)"
         )
     readings = [[loop.reading for loop in layer if loop.reading is not None] for layer in layers]
+    half = np.dtype(np.float16).name
+    if not held and {dtype for loop in loops for dtype in loop.types} == {half}:  # ov.save_model's default
+        arrays = [m for layer in readings for r in layer for gate in r.gates.values() for m in gate]
+        if all(np.array_equal(m.astype(half).astype(m.dtype), m) for m in arrays):  # each f16 Const's own values
+            readings = [[_as_type(r, half) for r in layer] for layer in readings]
     first = readings[0][0]
     cell = CUDNN_MODES[first.mode][0].upper()
     article = "a" if cell == "GRU" else "an"

@@ -44,13 +44,19 @@ from rnnconv.formats._quantized import (
     rounding_dropped,
     rounding_refusal,
 )
-from rnnconv.formats.openvino.decompression import Quantized, decompression, fed, in_f16_range, read_quantized
+from rnnconv.formats.openvino.decompression import (
+    Quantized,
+    decompression,
+    fed,
+    in_f16_range,
+    read_quantized,
+    stored_float,
+)
 from rnnconv.formats.openvino.loops import LOOP_OPS, MAX_LOOPS, Loop, MainGraph, read_loop
 from rnnconv.formats.openvino.wire import (
     COMPUTE_TYPE,
     DTYPE_OF,
     OPENVINO_BIDIRECTIONAL,
-    OPENVINO_DECOMPRESSION,
     OPENVINO_DEFAULT_ACTIVATIONS,
     OPENVINO_DIRECTIONS,
     OPENVINO_FORWARD,
@@ -328,24 +334,7 @@ class IRFile(Graph[SequenceOp]):
         source, _ = found
         if source.kind == OPENVINO_SCALE or decompression(source, self._producer):
             return read_quantized(self.const, source, what, self._producer), DTYPE_OF[COMPUTE_TYPE]
-        if source.kind == OPENVINO_DECOMPRESSION:
-            if source.data.get("destination_type") not in DTYPE_OF:
-                raise Unsupported(f"{what} is converted to {source.data.get('destination_type')}, not a float type")
-            inner = self.input_of(source, 0)
-            if inner is None or inner[0].kind != "Const":
-                raise Unsupported(
-                    f"{what} is a Convert of a {inner[0].kind if inner else 'missing'} layer, not a Const"
-                )
-            source = inner[0]
-        elif source.kind != "Const":
-            raise Unsupported(
-                f"{what} is computed by a {source.kind} layer, not stored in a Const: rnnconv reads weights stored as "
-                f"they are (or f16 Consts decompressed by Convert, or integers multiplied by their scales)"
-            )
-        values, etype = self.const(source)
-        if etype not in DTYPE_OF:
-            raise Unsupported(f"{what} holds {etype} values, not floats")
-        return values, DTYPE_OF[etype]
+        return stored_float(self.const, source, what, self._producer)
 
     def _producer(self, layer: Any, index: int) -> IRLayer | None:
         found = self.input_of(layer, index)
