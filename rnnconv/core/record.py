@@ -15,6 +15,8 @@ model (verify's documents, which nest records) are used alike.
 
 from __future__ import annotations
 
+import json
+import math
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -192,6 +194,39 @@ def _dumped(value: Any, json: bool, by_alias: bool, exclude_none: bool) -> Any:
     if json and isinstance(value, PurePath):
         return str(value)
     return value
+
+
+def float_text(value: float) -> str:
+    """A finite float as pydantic's JSON writes it: Python's shortest repr, but a negative exponent unpadded
+    ("1e-7", not "1e-07") and a number of the order 1e-5 in decimals ("0.000015")."""
+    text = repr(value)
+    mantissa, e, exponent = text.partition("e")
+    if not e or exponent[0] == "+":
+        return text
+    if exponent == "-05":
+        sign, digits = ("-", mantissa[1:]) if mantissa[0] == "-" else ("", mantissa)
+        return f"{sign}0.0000{digits.replace('.', '')}"
+    return f"{mantissa}e-{exponent[1:].lstrip('0')}"
+
+
+def _json_text(value: Any) -> str:
+    """`value` (plain data: a record's JSON dump) as compact JSON text, as pydantic writes it."""
+    kind = type(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return str(value)
+    if kind is float:
+        return float_text(value) if math.isfinite(value) else "null"
+    if kind is str:
+        return json.dumps(value, ensure_ascii=False)
+    if kind is list:
+        return "[" + ",".join(_json_text(item) for item in value) + "]"
+    if kind is dict and all(type(key) is str for key in value):
+        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_json_text(v)}" for k, v in value.items()) + "}"
+    raise _Rejected  # anything else pydantic writes (or refuses) itself
 
 
 @dataclass_transform(kw_only_default=True, field_specifiers=(field,))
@@ -386,10 +421,19 @@ class Record:
             dumped[(field.alias or name) if by_alias else name] = _dumped(value, json, by_alias, exclude_none)
         return dumped
 
-    def model_dump_json(self, *, by_alias: bool = False, exclude_none: bool = False) -> str:
-        """The JSON text pydantic writes of it (compact, its float forms): written by pydantic."""
-        text: bytes = type(self).type_adapter().dump_json(self, by_alias=by_alias, exclude_none=exclude_none)
-        return text.decode()
+    def model_dump_json(self, *, indent: int | None = None, by_alias: bool = False, exclude_none: bool = False) -> str:
+        """The JSON text pydantic writes of it, byte for byte: compact, its float forms, non-finite floats as null
+        (written here; by pydantic with an indent, or where a value is of a type the plain writer does not know)."""
+        if indent is None:
+            try:
+                text = _json_text(self.model_dump(mode="json", by_alias=by_alias, exclude_none=exclude_none))
+                text.encode()  # a lone surrogate: refused, as pydantic refuses it (a ValueError)
+                return text
+            except _Rejected:
+                pass
+        adapter = type(self).type_adapter()
+        written: bytes = adapter.dump_json(self, indent=indent, by_alias=by_alias, exclude_none=exclude_none)
+        return written.decode()
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
