@@ -25,8 +25,6 @@ from rnnconv.core.record import REQUIRED, Record, _Rejected, float_text
 from rnnconv.formats import settings
 from rnnconv.table.constants import CUDNN_MODES, KINDS
 
-pytest.importorskip("pydantic")
-
 RECORDS = sorted(
     {
         value
