@@ -8,8 +8,6 @@ import functools
 import io
 import json
 import os
-import subprocess
-import sys
 import tracemalloc
 import zipfile
 import zlib
@@ -344,40 +342,6 @@ def test_a_file_loaded_outside_a_conversion_leaves_no_guard_behind(tmp_path):
         [rnn.arrays() for rnn in rnns]
     api.convert(TORCH / "rnn_tanh.pt", tmp_path / "later.bin")
     assert (tmp_path / "later.bin").exists()
-
-
-def test_a_small_conversion_builds_no_document_it_does_not_write(tmp_path):
-    """verify's, identify's and a batch's documents (`core.report_contracts`) are not even created by a conversion,
-    and inspect's are built only when first used: a conversion's start does not pay for them (bench/bench.py
-    --small-only times it). The same in the library, whose `convert` passes through `rnnconv.api`."""
-    code = (
-        "import sys\n"
-        "from rnnconv.cli.commands import main\n"
-        "source, output = sys.argv[1:]\n"
-        "sys.argv = ['rnnconv', 'convert', source, output, '-q']\n"
-        "try:\n"
-        "    main()\n"
-        "except SystemExit as done:\n"
-        "    assert not done.code, done.code\n"
-        "import rnnconv\n"
-        "rnnconv.convert(source, output + '.2.bin')\n"
-        "from pydantic import BaseModel\n"
-        "from rnnconv.core import contracts\n"
-        "built = {name for name, model in vars(contracts).items() if getattr(model, '__pydantic_complete__', False)}\n"
-        "models, created = [BaseModel], set()\n"
-        "while models:\n"
-        "    created.update(model.__name__ for model in models[-1].__subclasses__())\n"
-        "    models.extend(models.pop().__subclasses__())\n"
-        "print(sorted(built & {'InspectReport', 'InspectEntry', 'ErrorDocument'}))\n"
-        "print(sorted(created & {'Report', 'Reports', 'Comparison', 'Tolerance', 'BatchItem', 'Identification'}))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(TORCH / "rnn_tanh.pt"), str(tmp_path / "small.bin")],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split("\n")[:2] == ["[]", "[]"], result.stdout  # none built; none of verify's created
 
 
 def test_a_kernel_stored_as_columns_is_transposed_straight_into_the_output(tmp_path):

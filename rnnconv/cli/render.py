@@ -21,16 +21,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
-from pydantic import BaseModel
-
 from rnnconv.cli import streams
 from rnnconv.core.canonical import RNNSpec
 from rnnconv.core.contracts import ConversionResult, ErrorDocument, InspectReport, RNNSizes, SpecModel, dump
+from rnnconv.core.record import Record
 from rnnconv.errors import EXIT_INTERNAL, BadInput, cut, failure, sentence
 from rnnconv.safeio.outputs import remove_live_temps
 from rnnconv.table.constants import DIRECTIONS, LSTM
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
     from rich.console import Console
     from rich.table import Table
 
@@ -115,8 +115,8 @@ def shown(function: Shown) -> Shown:
 
 
 @shown
-def print_json(document: BaseModel | dict[str, Any]) -> None:
-    data = dump(document) if isinstance(document, BaseModel) else document
+def print_json(document: Record | BaseModel | dict[str, Any]) -> None:
+    data = document if isinstance(document, dict) else dump(document)
     print(json.dumps(data, indent=1))
 
 

@@ -1,10 +1,11 @@
 """The typed, versioned documents rnnconv writes and reads: sidecars, provenance, inspect's and a conversion's
 results (verify's, identify's and a batch's, built of these, are in `rnnconv.core.report_contracts`).
 
-One pydantic model per document; the writer builds it and the reader validates
-with the same model, so neither can drift from the other. `rnnconv schema NAME`
-prints each model's JSON schema (`docs/schema/` holds them). Every field name is
-an identifier; `class` is kept as it was written by rnnconv 0.1 sidecars.
+One declaration per document (a `rnnconv.core.record.Record`): the writer builds it, checked as it is built, and
+the reader validates with the pydantic model generated from the same declaration, so neither can drift from the
+other; a conversion builds its documents without importing pydantic. `rnnconv schema NAME` prints each document's
+JSON schema (`docs/schema/` holds them). Every field name is an identifier; `class` is kept as it was written by
+rnnconv 0.1 sidecars.
 
 A document that does not validate is bad input: `parse` turns pydantic's
 errors into one sentence naming the first offending field.
@@ -12,13 +13,15 @@ errors into one sentence naming the first offending field.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal, TypeVar
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from rnnconv.core.dtypes import DTYPES
+from rnnconv.core.record import Record, checks, field
 from rnnconv.errors import BadInput
 from rnnconv.table.constants import CUDNN_MODES, KINDS, MAX_LAYERS, MAX_SIZE
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 SIDECAR_FORMAT: Final = "rnnconv.cudnn-weight-space"
 # Version 1: rnnconv 0.1 (no schema_version field). Version 2: the typed model, source.format names the file kind.
@@ -35,19 +38,18 @@ SIDECAR_SCHEMA_VERSION = 4
 REPORT_SCHEMA_VERSION = 7
 
 
-class Contract(BaseModel):
-    # defer_build: a model is built when first used, so a conversion does not pay for the report models
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True, defer_build=True)
-
-
-M = TypeVar("M", bound=Contract)
+M = TypeVar("M", bound="Record | BaseModel")
 
 
 def parse(model: type[M], data: Any, where: str) -> M:
     """`data` validated as `model`, or BadInput naming the first field that is wrong."""
     try:
-        return model.model_validate(data)
-    except ValidationError as exc:
+        return model.model_validate(data)  # type: ignore[return-value]
+    except ValueError as exc:  # pydantic's ValidationError is one: imported only once a document is refused
+        from pydantic import ValidationError
+
+        if not isinstance(exc, ValidationError):
+            raise
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or "the document"
         # a validator's own sentence, not pydantic's wording around it ("Value error, ...")
@@ -55,20 +57,20 @@ def parse(model: type[M], data: Any, where: str) -> M:
         raise BadInput(f"{where}: {field}: {(message or first['msg'])[:200]}") from None
 
 
-def dump(document: BaseModel) -> Any:
+def dump(document: Record | BaseModel) -> Any:
     """The JSON form, with the names the documents use (`class`); fields without a value are left out."""
     return document.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-class SpecModel(Contract):
+class SpecModel(Record):
     """An RNN's spec as documents carry it; `RNNSpec.from_model` checks what types alone cannot."""
 
     mode: str
-    input_size: int = Field(ge=1, le=MAX_SIZE)
-    hidden_size: int = Field(ge=1, le=MAX_SIZE)
-    num_layers: int = Field(1, ge=1, le=MAX_LAYERS)
+    input_size: int = field(ge=1, le=MAX_SIZE)
+    hidden_size: int = field(ge=1, le=MAX_SIZE)
+    num_layers: int = field(default=1, ge=1, le=MAX_LAYERS)
     bidirectional: bool = False
-    proj_size: int = Field(0, ge=0, le=MAX_SIZE)
+    proj_size: int = field(default=0, ge=0, le=MAX_SIZE)
     dtype: str = "float32"
     bias: bool = True
     # False: a GRU whose reset gate multiplies the state before the recurrent product (RNNSpec.reset_after); left
@@ -76,16 +78,14 @@ class SpecModel(Contract):
     reset_after: bool | None = None
     bias_mode: Literal["double"] | None = None  # what cuDNN gets: two biases, zero when the source had none
 
-    @field_validator("mode")
-    @classmethod
-    def _known_mode(cls, value: str) -> str:
+    @checks("mode")
+    def _known_mode(value: str) -> str:
         if value not in CUDNN_MODES:
             raise ValueError(f"unknown RNN mode {value!r} (choose {', '.join(CUDNN_MODES)})")
         return value
 
-    @field_validator("dtype")
-    @classmethod
-    def _known_dtype(cls, value: str) -> str:
+    @checks("dtype")
+    def _known_dtype(value: str) -> str:
         if value not in DTYPES:
             raise ValueError(f"unknown dtype {value!r} (choose {', '.join(DTYPES)})")
         return value
@@ -94,27 +94,27 @@ class SpecModel(Contract):
 ConfigValue = str | int | float | bool | None
 
 
-class RecordedLoss(Contract):
+class RecordedLoss(Record):
     """What `--allow-lossy` left out of an RNN to write a target that cannot hold it (each term as the refusal names
     it), and how far that moved the outputs: the largest difference the conversion measured on its probe inputs."""
 
-    dropped: list[str] = Field(min_length=1)
-    difference: float = Field(ge=0)
-    seed: int = Field(ge=0)
-    steps: int = Field(ge=1)
-    batch: int = Field(ge=1)
+    dropped: list[str] = field(min_length=1)
+    difference: float = field(ge=0)
+    seed: int = field(ge=0)
+    steps: int = field(ge=1)
+    batch: int = field(ge=1)
 
 
-class RoundedInput(Contract):
+class RoundedInput(Record):
     """An input a quantized file rounds before its RNN computes with it (a FakeQuantize, a QuantizeLinear and
     DequantizeLinear pair): each value clamped to `levels` evenly spaced values from `low`, `step` apart, and rounded
     to the nearest. What the float RNN rnnconv converts it to leaves out (--allow-lossy)."""
 
     value: Literal["x", "h0", "c0"]  # a layer's input sequence, or its initial states (as verify's inputs name them)
-    layer: int = Field(ge=0)
+    layer: int = field(ge=0)
     low: float
-    step: float = Field(gt=0)
-    levels: int = Field(ge=2, le=1 << 16)
+    step: float = field(gt=0)
+    levels: int = field(ge=2, le=1 << 16)
     by: str  # the file's op that rounds it, as the conversion's warning names it
 
     @property
@@ -123,16 +123,16 @@ class RoundedInput(Contract):
         return self.low + self.step * (self.levels - 1)
 
 
-class Dequantized(Contract):
+class Dequantized(Record):
     """What `--dequantize` read of a quantized RNN: the scheme of its integer weights (per tensor, or per channel
     along an axis of the stored tensor), their bits, whether every zero point is 0, the tensors, and the largest
     quantization step (each dequantized weight is within half a step of the float weight it was rounded from)."""
 
     scheme: str
-    bits: int = Field(ge=1, le=32)
+    bits: int = field(ge=1, le=32)
     symmetric: bool
-    tensors: list[str] = Field(min_length=1)
-    largest_step: float = Field(gt=0)
+    tensors: list[str] = field(min_length=1)
+    largest_step: float = field(gt=0)
     # how its kernel rounds each product's input at run time (core.bound.INPUT_ROUNDINGS; "float": it rounds none,
     # computing in float with the dequantized weights); None: int8 per row
     inputs: Literal["uint8 per tensor, 7 bits", "uint8 per tensor", "float"] | None = None
@@ -144,15 +144,15 @@ class Quantized(Dequantized):
     written weight, scale * q, from the source's (at most half a step), whether the target's kernel also quantizes each
     step's inputs to 8 bits at run time, and the bound its scales give each step on the conversion's probe inputs."""
 
-    weight_error: float = Field(ge=0)
+    weight_error: float = field(ge=0)
     inputs_quantized: bool
-    step_bound: float = Field(ge=0)
-    seed: int = Field(ge=0)
-    steps: int = Field(ge=1)
-    batch: int = Field(ge=1)
+    step_bound: float = field(ge=0)
+    seed: int = field(ge=0)
+    steps: int = field(ge=1)
+    batch: int = field(ge=1)
 
 
-class Provenance(Contract):
+class Provenance(Record):
     """Where an RNN came from: the file, its kind, its hash, and what in it."""
 
     path: str | None = None
@@ -161,7 +161,7 @@ class Provenance(Contract):
     sha256: str | None = None  # what schema 2 recorded instead of `digest`
     name: str | None = None  # an RNN's name inside a blob source
     layer: str | None = None
-    layer_class: str | None = Field(None, alias="class")
+    layer_class: str | None = field(default=None, json_name="class")
     prefix: str | None = None  # a PyTorch RNN's key prefix, wrapper keys included
     stacked: list[str] | None = None  # Keras layers stacked into one multi-layer RNN
     bias_split: str | None = None
@@ -176,7 +176,7 @@ class Provenance(Contract):
     quantized: Quantized | None = None  # what --quantize wrote of the file that records this source
 
 
-class LayoutInfo(Contract):
+class LayoutInfo(Record):
     name: str
     version: int | str
     order: str
@@ -186,7 +186,7 @@ class LayoutInfo(Contract):
     unverified: str | None = None
 
 
-class CudnnSettings(Contract):
+class CudnnSettings(Record):
     """The values to hand cudnnSetRNNDescriptor_v8 (named as its parameters' types)."""
 
     cudnnRNNMode_t: int
@@ -200,53 +200,52 @@ class CudnnSettings(Contract):
     numLayers: int
 
 
-class WeightSpaceInfo(Contract):
-    elements: int = Field(ge=1)
-    bytes: int = Field(ge=1)
+class WeightSpaceInfo(Record):
+    elements: int = field(ge=1)
+    bytes: int = field(ge=1)
     byte_order: Literal["little"] = "little"
     # "ALGORITHM:HEX" of the weight space's bytes as they were written (schema 4; None: an older rnnconv wrote it)
     digest: str | None = None
 
 
-class TensorEntry(Contract):
+class TensorEntry(Record):
     """One matrix or bias: where it is in the weight space."""
 
     name: str
-    layer: int = Field(ge=0)
-    direction: int = Field(ge=0, le=1)
+    layer: int = field(ge=0)
+    direction: int = field(ge=0, le=1)
     tensor: str
     gate: str
-    pseudo_layer: int = Field(ge=0)
-    lin_layer_id: int = Field(ge=0)
-    offset_bytes: int = Field(ge=0)
+    pseudo_layer: int = field(ge=0)
+    lin_layer_id: int = field(ge=0)
+    offset_bytes: int = field(ge=0)
     shape: list[int]
 
-    @field_validator("tensor")
-    @classmethod
-    def _known_kind(cls, value: str) -> str:
+    @checks("tensor")
+    def _known_kind(value: str) -> str:
         if value not in KINDS:
             raise ValueError(f"unknown tensor kind {value!r} (one of {', '.join(KINDS)})")
         return value
 
 
-class Sidecar(Contract):
+class Sidecar(Record):
     """`X.bin.json`, and each RNN's entry in an rnnconv `.safetensors`' metadata."""
 
     format: Literal["rnnconv.cudnn-weight-space"]
-    schema_version: int = Field(SIDECAR_SCHEMA_VERSION, ge=1, le=SIDECAR_SCHEMA_VERSION)
+    schema_version: int = field(default=SIDECAR_SCHEMA_VERSION, ge=1, le=SIDECAR_SCHEMA_VERSION)
     rnnconv_version: str
     name: str
     spec: SpecModel
     layout: LayoutInfo
     cudnn: CudnnSettings | None = None
     weight_space: WeightSpaceInfo
-    source: Provenance = Field(default_factory=Provenance)
-    notes: list[str] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)
-    tensors: list[TensorEntry] = Field(default_factory=list)
+    source: Provenance = field(default_factory=Provenance)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    tensors: list[TensorEntry] = field(default_factory=list)
 
 
-class BackendInfo(Contract):
+class BackendInfo(Record):
     """Where the blob ran; the cuDNN backend adds what it ran on."""
 
     name: str
@@ -264,15 +263,15 @@ class BackendInfo(Contract):
 # --- inspect and convert results --------------------------------------------------------------
 
 
-class RNNSizes(Contract):
+class RNNSizes(Record):
     """An RNN's sizes as its file stores them, known whether or not it converts (a refused RNN has no cuDNN spec,
     and its sizes are what a user needs to decide what to state or retrain)."""
 
-    input_size: int = Field(ge=0, le=MAX_SIZE)
-    hidden_size: int = Field(ge=0, le=MAX_SIZE)
-    num_layers: int = Field(1, ge=1, le=MAX_LAYERS)
+    input_size: int = field(ge=0, le=MAX_SIZE)
+    hidden_size: int = field(ge=0, le=MAX_SIZE)
+    num_layers: int = field(default=1, ge=1, le=MAX_LAYERS)
     bidirectional: bool = False
-    proj_size: int = Field(0, ge=0, le=MAX_SIZE)
+    proj_size: int = field(default=0, ge=0, le=MAX_SIZE)
     dtype: str | None = None  # the stored element type, when it is one rnnconv names
     bias: bool | None = None  # whether the file stores biases, when that is known
 
@@ -289,64 +288,62 @@ class RNNSizes(Contract):
         )
 
 
-class InspectEntry(Contract):
+class InspectEntry(Record):
     name: str
-    layer_class: str = Field(alias="class")
+    layer_class: str = field(json_name="class")
     spec: SpecModel | None = None
     sizes: RNNSizes | None = None  # always given with a spec; for a refused RNN, where the file tells them
     converts: bool
     reason: str | None = None
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     source: Provenance | None = None
     layout: LayoutInfo | None = None
 
-    @model_validator(mode="after")
-    def _sizes_of_spec(self) -> InspectEntry:
+    def _complete(self) -> None:
         if self.spec is not None and self.sizes is None:
             self.sizes = RNNSizes.of(self.spec)
-        return self
 
 
-class InspectReport(Contract):
+class InspectReport(Record):
     schema_version: int = REPORT_SCHEMA_VERSION
     path: str
     format: str  # the file's kind
-    versions: dict[str, str] = Field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
     rnns: list[InspectEntry]
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     profile: str | None = None  # inspect --profile: the consumer whose documented limits were checked
     target: str | None = None  # inspect --to: the format whose files each RNN's `converts` says it can be written in
-    broken_limits: list[str] = Field(default_factory=list)  # each limit of the profile a node breaks, a line each
+    broken_limits: list[str] = field(default_factory=list)  # each limit of the profile a node breaks, a line each
 
 
-class ConvertedRNN(Contract):
+class ConvertedRNN(Record):
     name: str
     spec: SpecModel
     notes: list[str]
     source: Provenance
 
 
-class Skipped(Contract):
+class Skipped(Record):
     name: str
     reason: str
 
 
-class ConversionResult(Contract):
+class ConversionResult(Record):
     schema_version: int = REPORT_SCHEMA_VERSION
     outputs: list[str]
     target: str
     dtype: str
     rnns: list[ConvertedRNN]
-    warnings: list[str] = Field(default_factory=list)
-    skipped: list[Skipped] = Field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
     usage: str = ""  # how to load what was written
 
 
-class ErrorDocument(Contract):
+class ErrorDocument(Record):
     """What a command that fails prints on stdout with --json (its sentence goes to stderr as always), so that a
     CI step parsing stdout always gets a document: the exit code and the sentence."""
 
     schema_version: int = 1
     error: str  # the sentence printed after `error:` (or `internal error:`)
-    exit_code: int = Field(ge=1, le=255)  # 2 bad input, 3 a backend is missing, 4 a bug, 128+N a signal
+    exit_code: int = field(ge=1, le=255)  # 2 bad input, 3 a backend is missing, 4 a bug, 128+N a signal
     command: str | None = None  # the command that failed, when it got that far

@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator
 from rnnconv.core.contracts import (
     REPORT_SCHEMA_VERSION,
     BackendInfo,
-    Contract,
     ConversionResult,
     ErrorDocument,
     InspectReport,
@@ -21,10 +20,19 @@ from rnnconv.core.contracts import (
     Sidecar,
     SpecModel,
 )
+from rnnconv.core.record import Record
 from rnnconv.errors import BackendMissing, BadInput, Mismatch
 from rnnconv.table.constants import DIRECTIONS
 
 T = TypeVar("T")
+
+
+class Contract(BaseModel):
+    """A document of verify's, as a pydantic model (the documents a conversion writes are records, which these nest)."""
+
+    # defer_build: a model is built when first used
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True, defer_build=True)
+
 
 # error / backend-missing: verify could not run (exit 2 / 3); a report asked for is still written, saying why.
 # lossy-as-recorded: a file written with --allow-lossy differs from its source by what its record says was dropped,
@@ -178,7 +186,7 @@ class LayoutFinding(Contract):
     cudnn_bytes: int | None = None
     # what differs: "size" (the weight space's), "offset", "dims and strides", "missing" (cuDNN holds no such
     # tensor); --relayout can move tensors (offset, size), nothing else
-    differs: list[str] = []  # noqa: RUF012 - a pydantic field: each model gets its own copy
+    differs: list[str] = []
 
 
 WHOLE_MODEL = "whole model"  # the name of an audit's row for a whole model copied as it is, beside its RNNs' rows
@@ -292,7 +300,7 @@ class Identification(Contract):
         return 0 if self.verdict == "identified" else Mismatch.exit_code
 
 
-SCHEMAS: dict[str, type[BaseModel]] = {
+SCHEMAS: dict[str, type[BaseModel] | type[Record]] = {
     "sidecar": Sidecar,
     "report": Report,
     "inspect": InspectReport,

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
-
-from pydantic import ConfigDict, Field
+from typing import Any, ClassVar, TypeVar
 
 from rnnconv.core.canonical import RNNSpec
-from rnnconv.core.contracts import Contract, parse
+from rnnconv.core.contracts import parse
+from rnnconv.core.record import Record, Spec, field
 from rnnconv.formats.setting_fields import READ_FIELDS, TARGET_FIELDS, WRITE_FIELDS, SettingField
 
 Progress = Callable[[int, int], None]  # (bytes just written, total bytes of the weight spaces)
@@ -23,12 +22,12 @@ Progress = Callable[[int, int], None]  # (bytes just written, total bytes of the
 
 def _offered(setting: SettingField) -> Any:
     """The field of a setting the command line offers as an option: its default and its help."""
-    return Field(setting.default, description=setting.help)
+    return field(setting.default, description=setting.help)
 
 
-class Settings(Contract):
+class Settings(Record):
     # Not strict: a library user's str is a Path; a setting may be changed as a conversion goes.
-    model_config = ConfigDict(strict=False, arbitrary_types_allowed=True)
+    pydantic_config: ClassVar[dict[str, Any]] = {"strict": False, "arbitrary_types_allowed": True}
 
     @classmethod
     def of(cls: type[S], given: Mapping[str, Any], where: str) -> S:
@@ -45,7 +44,8 @@ S = TypeVar("S", bound=Settings)
 
 def names(model: type[Settings]) -> set[str]:
     """The keyword names a model takes: its fields' names and aliases."""
-    return {key for name, field in model.model_fields.items() for key in (name, field.alias) if key}
+    fields: dict[str, Spec] = model.model_fields
+    return {key for name, field in fields.items() for key in (name, field.alias) if key}
 
 
 class ReadOptions(Settings):
@@ -60,20 +60,22 @@ class ReadOptions(Settings):
     require_stated: bool = _offered(READ_FIELDS["require_stated"])
     dequantize: bool = _offered(READ_FIELDS["dequantize"])
     forget_bias: float | None = _offered(READ_FIELDS["forget_bias"])
-    raw_spec: RNNSpec | None = Field(
-        None, alias="spec", description="The spec of a raw cuDNN weight space without a sidecar."
+    raw_spec: RNNSpec | None = field(
+        default=None, json_name="spec", description="The spec of a raw cuDNN weight space without a sidecar."
     )
-    drop_clip: bool = Field(
-        False,
+    drop_clip: bool = field(
+        default=False,
         description="Read an LSTM that clips (TFLite's cell_clip, proj_clip) without the clip, the loss recorded with "
         "how far it moves the outputs: what a conversion with --allow-lossy asks of its source.",
     )
-    take_all: bool = Field(False, alias="all_rnns", description="Every RNN in the file, for outputs that hold several.")
-    hash_source: bool = Field(
-        True, description="Record the source's digest in the provenance (the command line's --no-hash: don't)."
+    take_all: bool = field(
+        default=False, json_name="all_rnns", description="Every RNN in the file, for outputs that hold several."
     )
-    check_finite: bool = Field(
-        False,
+    hash_source: bool = field(
+        default=True, description="Record the source's digest in the provenance (the command line's --no-hash: don't)."
+    )
+    check_finite: bool = field(
+        default=False,
         description="Check, in the read that computes the source's digest, whether the values its RNNs keep in the "
         "file are finite: what a conversion asks of its source when the target's writer counts NaN and Inf values.",
     )
@@ -89,7 +91,9 @@ class WriteOptions(Settings):
     streaming: bool = _offered(WRITE_FIELDS["streaming"])
     chunk: int | None = _offered(WRITE_FIELDS["chunk"])
     quantize: str | None = _offered(WRITE_FIELDS["quantize"])
-    progress: Progress | None = Field(None, description="Told (bytes just written, total bytes) as a blob is written.")
+    progress: Progress | None = field(
+        default=None, description="Told (bytes just written, total bytes) as a blob is written."
+    )
 
 
 class TargetOptions(Settings):
@@ -97,7 +101,9 @@ class TargetOptions(Settings):
 
     to: str | None = _offered(TARGET_FIELDS["to"])
     into: Path | None = _offered(TARGET_FIELDS["into"])
-    source_format: str | None = Field(None, description="The source's format, insisted on (its content decides).")
+    source_format: str | None = field(
+        default=None, description="The source's format, insisted on (its content decides)."
+    )
 
 
 def split(given: Mapping[str, Any], where: str) -> tuple[ReadOptions, WriteOptions, TargetOptions]:

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-import pydantic
-
 from rnnconv.core.canonical import CanonicalRNN
 from rnnconv.core.contracts import InspectEntry, Provenance, RNNSizes, dump
 from rnnconv.errors import (
@@ -94,7 +92,7 @@ def read_source_record(text: str | bytes, path: Path) -> Provenance:
         raise BadInput(f"{path}: its {SOURCE_KEY} record is {len(text)} bytes, more than a source record can be")
     try:
         return Provenance.model_validate_json(text)
-    except (pydantic.ValidationError, ValueError, RecursionError):
+    except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
         raise BadInput(f"{path}: its {SOURCE_KEY} record is not the record of a source rnnconv writes") from None
 
 
