@@ -1,4 +1,4 @@
-"""What OpenVINO's CPU plugin computes for an nncf-quantized LSTM IR's own graph (rnnconv.formats.openvino.int8_lstm):
+"""What OpenVINO's CPU plugin computes for an nncf-quantized LSTM IR's own graph (tests/openvino_u8_lstm.py):
 fixtures/openvino_quantized/lstm_nncf.xml compiled as it is, and a one-layer graph of its parts fed non-zero initial
 states, each within float32's rounding of the numpy emulation; the float LSTM of its dequantized weights, and the
 emulation without each of its findings, far from it."""
@@ -13,7 +13,7 @@ opset = pytest.importorskip("openvino.opset13")
 
 from conftest import FIXTURES
 
-from rnnconv.formats.openvino.int8_lstm import U8Grid, u8_lstm
+from openvino_u8_lstm import U8Grid, u8_lstm
 
 XML = FIXTURES / "openvino_quantized" / "lstm_nncf.xml"
 H0_SCALE = 3.1372548e-07  # the fixture's zero h0: u8 code 0 → Convert → Multiply by this

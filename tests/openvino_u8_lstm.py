@@ -1,5 +1,5 @@
 """What OpenVINO's CPU plugin computes for an `LSTMSequence` it runs in u8 (openvino 2026.4.1, measured against
-`fixtures/openvino_quantized/lstm_nncf.xml`'s own graph: docs/formats/openvino.md#cpu-plugin-own-graph).
+`fixtures/openvino_quantized/lstm_nncf.xml`'s own graph: docs/formats/openvino.md#cpu-plugin-own-graph), for the tests.
 
 The plugin takes this path when the sequence's X is a `FakeQuantize` output (or a u8 dequantization), its W and R
 int8 `Const` → `Convert` → `Multiply` by per-row scales, and its initial h a u8 dequantization or a `Const`
