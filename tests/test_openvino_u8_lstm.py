@@ -12,7 +12,6 @@ ov = pytest.importorskip("openvino")
 opset = pytest.importorskip("openvino.opset13")
 
 from conftest import FIXTURES
-
 from openvino_u8_lstm import U8Grid, u8_lstm
 
 XML = FIXTURES / "openvino_quantized" / "lstm_nncf.xml"
