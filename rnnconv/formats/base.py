@@ -38,7 +38,7 @@ from rnnconv.formats.writing import rounded_sums
 from rnnconv.safeio.inputs import unguarded
 
 if TYPE_CHECKING:
-    from rnnconv.core.report_contracts import Report
+    from rnnconv.core.report_contracts import Check, Report
 
 # The formats whose files verify runs as sources, in their own frameworks (those that say what runs them).
 RUN_SOURCES = tuple(plugin.info.name for plugin in plugins() if plugin.runtimes)
@@ -255,6 +255,12 @@ class Format(ABC):
         """The source RNN's own y, h_n, c_n (sequence-major, cuDNN's shapes) and how it ran: `spec` is the file's,
         with the source's own biases (or none)."""
         raise Unsupported(f"no runner for format {self.name!r}")
+
+    def deployed_check(self, path: Path, source: Provenance, spec: RNNSpec, bound: float) -> Check | None:
+        """Where the file's runtime, compiling the file as a user deploys it, computes otherwise than what `run` runs
+        of it (OpenVINO's low-precision path for an nncf IR's own graph): the check of how far, against `bound` (the
+        bound its scales give a step). None where it computes alike (every format but OpenVINO's)."""
+        return None
 
 
 class WeightSpaceFormat(Format):

@@ -307,6 +307,13 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
             report.checks += proof_checks(proof)
             if not proved(proof):
                 report.diagnosis = Diagnosis(found=False, tried=0, message=terms_failed(proof))
+            # the file as its runtime compiles it when deployed, where that is not what the proof ran
+            deployment = deployed.fmt.deployed_check(deployed.path, where, spec, proof.end_to_end.bound)
+            if deployment is not None:
+                report.checks.append(deployment)
+                if not deployment.ok:
+                    report.verdict = "mismatch"
+                    report.problems.append(f"{deployed.path.name}: {deployment.detail}")
         loss = None if reading is None else reading.source.loss
         if loss is not None and comparison.match:  # honest about what these inputs never reached
             report.warnings.append(

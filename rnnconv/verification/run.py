@@ -195,6 +195,10 @@ def judge(
             f"bound its scales give; over the whole sequence the outputs differ by up to {whole:.3g}, each step's "
             f"rounding carried to the next"
         )
+        assert report.tolerance.bound is not None
+        deployment = fmt.deployed_check(source_path, source, blob.spec, report.tolerance.bound)
+        if deployment is not None and not deployment.ok:  # the source's own deployment, not what was converted
+            report.warnings.append(f"{Path(source_path).name}: {deployment.detail}")
     recorded = blob.source.loss  # written with --allow-lossy: it should compute its source without what it lost
     expected = (
         want

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from rnnconv.core.canonical import CanonicalRNN, RNNSpec
     from rnnconv.core.contracts import Provenance, RNNSizes
+    from rnnconv.core.report_contracts import Check
     from rnnconv.formats._graph import Chain
     from rnnconv.formats.openvino.reader import IRFile, SequenceOp
 
@@ -107,6 +108,15 @@ class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
             f'y = compiled(feeds)["{OPENVINO_Y}"]   # (batch, seq, {spec.num_directions * spec.hidden_size}); '
             f'also "{OPENVINO_H_N}"' + (f', "{OPENVINO_C_N}"' if lstm else ""),
         )
+
+    def deployed_check(self, path: Path, source: Provenance, spec: RNNSpec, bound: float) -> Check | None:
+        """An nncf IR's own graph as the CPU plugin compiles it by default, against its f32 run (`runner.as_deployed`):
+        only a quantized file's sequence ops take the plugin's low-precision path."""
+        if source.dequantized is None:
+            return None
+        from rnnconv.formats.openvino.runner import as_deployed
+
+        return as_deployed(path, spec.input_size, bound)
 
     def run_chain(
         self,

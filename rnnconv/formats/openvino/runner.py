@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,10 +17,13 @@ from rnnconv.formats.openvino.reader import IRFile, SequenceOp
 from rnnconv.formats.openvino.wire import (
     OPENVINO_C_N,
     OPENVINO_ELEMENT_TYPES,
+    OPENVINO_F32,
     OPENVINO_H_N,
     OPENVINO_INITIAL_C,
     OPENVINO_INITIAL_H,
     OPENVINO_LENGTHS,
+    OPENVINO_LOW_PRECISION_OFF,
+    OPENVINO_LOW_PRECISIONS,
     OPENVINO_REVERSE,
     OPENVINO_X,
     OPENVINO_Y,
@@ -28,6 +31,13 @@ from rnnconv.formats.openvino.wire import (
 )
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.table.constants import LSTM
+
+if TYPE_CHECKING:
+    from rnnconv.core.report_contracts import Check
+
+# The own graph's inputs as the deployment check feeds them: its dynamic axes (batch and steps, whichever order the
+# graph has them in) given these lengths, its values from this seed.
+DEPLOYED_AXES, DEPLOYED_SEED = (3, 6), 0
 
 
 def require_openvino() -> Any:
@@ -74,7 +84,7 @@ def run_ir(xml: Path, inputs: Inputs, lstm: bool, width: int) -> dict[str, np.nd
         if lstm:
             expected[OPENVINO_C_N] = list(feeds[OPENVINO_INITIAL_C].shape)
         _check_shapes(xml, model, expected)
-        compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        compiled = core.compile_model(model, "CPU", OPENVINO_F32)
         results = compiled(feeds)
         got = {output.get_any_name(): np.asarray(results[output]) for output in compiled.outputs}
     except RuntimeError as exc:  # OpenVINO's own errors: a graph it refuses to read or run
@@ -167,3 +177,73 @@ def run_ops(
         out["y"] = reverse_sequences(np.asarray(out["y"]), inputs.get("lengths"))
         how += ", on the sequences reversed"
     return out, how
+
+
+def as_deployed(xml: Path, input_size: int, bound: float) -> Check | None:
+    """The file's own graph compiled as a user deploys it (the CPU plugin's defaults, an f32 hint) against the same
+    graph compiled with the plugin's low-precision transformations off, where the plugin runs a sequence op of it on
+    its low-precision path (what verify runs computes the file's ops in f32): the check of their difference against
+    `bound`, the bound the file's scales give a step. None where no sequence op runs in low precision."""
+    from rnnconv.core.report_contracts import Check
+
+    ov = require_openvino()
+    name = "as deployed in OpenVINO"
+    try:
+        core = ov.Core()
+        model = core.read_model(str(xml))
+        compiled = core.compile_model(model, "CPU", OPENVINO_F32)
+        low = [
+            op.get_friendly_name()
+            for op in compiled.get_runtime_model().get_ordered_ops()
+            if op.get_rt_info()["layerType"].astype(str) == "RNNSeq"
+            and op.get_rt_info()["runtimePrecision"].astype(str) in OPENVINO_LOW_PRECISIONS
+        ]
+        if not low:
+            return None
+        floating = {ov.Type.f32, ov.Type.f16}
+        odd = [p for p in model.inputs if p.get_element_type() not in floating or p.get_partial_shape().rank.is_dynamic]
+        if odd:
+            return Check(
+                check=name,
+                ok=False,
+                detail=f"its own graph runs {len(low)} sequence op(s) on the CPU plugin's low-precision path, which "
+                f"computes another RNN than the file holds; rnnconv feeds float inputs of a known rank only (its "
+                f"input {odd[0].get_element_type().get_type_name()} {odd[0].get_partial_shape()} is not one), so how "
+                f"far it is was not measured: deploy it compiled with {OPENVINO_LOW_PRECISION_OFF}",
+            )
+        rng = np.random.default_rng(DEPLOYED_SEED)
+        feeds = []
+        for parameter in model.inputs:
+            dims = list(parameter.get_partial_shape())
+            lengths = iter(DEPLOYED_AXES)
+            shape = [
+                d.get_length() if d.is_static else input_size if k == len(dims) - 1 else next(lengths, 1)
+                for k, d in enumerate(dims)
+            ]
+            feeds.append(rng.standard_normal(shape).astype(np.float32))
+        float_run = core.compile_model(model, "CPU", {**OPENVINO_F32, **OPENVINO_LOW_PRECISION_OFF})
+        deployed, computed = compiled(feeds), float_run(feeds)
+        off = max(
+            float(
+                np.max(np.abs(np.asarray(deployed[compiled.outputs[k]], np.float64) - computed[float_run.outputs[k]]))
+            )
+            for k in range(len(compiled.outputs))
+        )
+    except RuntimeError as exc:
+        return Check(
+            check=name, ok=False, detail=f"its own graph does not run in OpenVINO's CPU plugin: {openvino_reason(exc)}"
+        )
+    how = (
+        f"its own graph, compiled with the CPU plugin's defaults (OpenVINO {ov.__version__.split('-')[0]}, an f32 "
+        f"hint), runs "
+        f"{len(low)} sequence op(s) on the plugin's low-precision path: its outputs are up to {off:.3g} from the same "
+        f"graph compiled with {OPENVINO_LOW_PRECISION_OFF}, which computes the ops verify ran in f32"
+    )
+    if off <= bound:
+        return Check(check=name, ok=True, detail=f"{how}, within the bound its scales give a step ({bound:.3g})")
+    return Check(
+        check=name,
+        ok=False,
+        detail=f"{how}, more than the bound its scales give a step ({bound:.3g}): that path does not compute the RNN "
+        f"the file holds; deploy it compiled with {OPENVINO_LOW_PRECISION_OFF}",
+    )

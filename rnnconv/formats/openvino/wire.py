@@ -71,6 +71,12 @@ QUANTIZED_ETYPES: Final = {name: etype for etype, name in OPENVINO_QUANTIZED.ite
 # at run time (the record's `inputs`, core.bound.INPUT_ROUNDINGS): an op of quantized weights runs bit for bit as the
 # op of f32 Consts of those products (docs/formats/openvino.md, "What the CPU plugin computes with quantized weights").
 OPENVINO_KERNEL_INPUTS: Final = "float"
+# An nncf IR's own graph, compiled with the CPU plugin's defaults, runs its sequence ops on the plugin's low-precision
+# path (a u8 `RNNSeq`), which computes another RNN than the file holds (docs/formats/openvino.md#cpu-plugin-own-graph);
+# this setting of compile_model takes the path off, the ops then computed in f32.
+OPENVINO_LOW_PRECISION_OFF: Final = {"LP_TRANSFORMS_MODE": False}
+OPENVINO_F32: Final = {"INFERENCE_PRECISION_HINT": "f32"}  # not bf16, the default on CPUs with bfloat16 units
+OPENVINO_LOW_PRECISIONS: Final = ("u8", "i8")  # a compiled `RNNSeq`'s runtimePrecision on that path
 OPENVINO_ZERO_POINT_TYPES: Final = ("i8", "u8", "i32", "i64")
 # An activation rounded to `levels` values (nncf.quantize's on X and between layers): its inputs, the value and its
 # input_low, input_high, output_low, output_high.
