@@ -238,3 +238,21 @@ def test_a_small_conversion_imports_no_pydantic(tmp_path):
     result = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.rstrip().endswith("False"), result.stdout[-300:]
+
+
+def test_a_state_dict_is_read_without_the_reader_of_torch_export_programs():
+    """Whether a zip checkpoint is a torch.export program is asked of every `.pt`; the programs' reader is imported
+    only for one (a small conversion's start: bench/bench.py's small rows)."""
+    code = (
+        "import sys, rnnconv\n"
+        "with rnnconv.load(sys.argv[1]) as rnns: pass\n"
+        "print('rnnconv.formats.torch.exported' in sys.modules)\n"
+        "with rnnconv.load(sys.argv[2]) as rnns: pass\n"
+        "print('rnnconv.formats.torch.exported' in sys.modules)\n"
+    )
+    program = ROOT / "fixtures" / "torch_export" / "rnn_relu.pt2"
+    result = subprocess.run(
+        [sys.executable, "-c", code, TORCH / "rnn_tanh.pt", program], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True"], result.stdout

@@ -37,7 +37,6 @@ from rnnconv.formats.torch.wire import (
     EXPORT_WEIGHTS,
     EXPORT_WEIGHTS_DIR,
     EXPORT_ZEROS,
-    is_export_archive,
 )
 from rnnconv.safeio.inputs import JSON_LIMIT, FileArray, json_document, regular_file
 from rnnconv.table.apply import find_row
@@ -78,15 +77,6 @@ class Program:
     members: dict[str, zipfile.ZipInfo]
     folder: str
     payloads: dict[str, Any]
-
-
-def is_program(path: Path) -> bool:
-    """Whether a file is a torch.export archive (a zip whose folder holds archive_format)."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            return is_export_archive(archive.namelist())
-    except _zip.ZIP_ERRORS:
-        return False
 
 
 class _Doc:

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from rnnconv.formats.reading import (
     settle_nonlinearity,
 )
 from rnnconv.formats.sources import pick_by_prefix, recorded_by_prefix
-from rnnconv.formats.torch import exported, sharded
+from rnnconv.formats.torch import sharded
 from rnnconv.formats.torch.checkpoint import (
     PickledTensor,
     ZipCheckpoint,
@@ -55,7 +55,7 @@ from rnnconv.formats.torch.modules import (
     module_entries,
 )
 from rnnconv.formats.torch.quantized import FP16, QuantizedRNN, is_cell_params, quantized_rnns
-from rnnconv.formats.torch.wire import EXPORT_KIND, is_legacy_checkpoint
+from rnnconv.formats.torch.wire import EXPORT_KIND, is_legacy_checkpoint, is_program
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.table.apply import find_row, rows_for
 from rnnconv.table.constants import (
@@ -68,6 +68,9 @@ from rnnconv.table.constants import (
     TORCH_REVERSE_SUFFIX,
 )
 from rnnconv.table.rows import Row
+
+if TYPE_CHECKING:
+    from rnnconv.formats.torch import exported
 
 ROLE_OF = {name: role for role, name in TORCH_PARAMETERS.items()}
 LAYER_SUFFIX = TORCH_LAYER_NAME.format(name="", layer=r"(?P<layer>\d+)", suffix=f"(?P<suffix>{TORCH_REVERSE_SUFFIX})?")
@@ -146,7 +149,9 @@ def load_state_dict(path: Path) -> StateDict:
         return out
     with open(path, "rb") as f:
         head = f.read(32)
-    if is_zip_checkpoint(path, head[:4]) and exported.is_program(path):
+    if is_zip_checkpoint(path, head[:4]) and is_program(path):
+        from rnnconv.formats.torch import exported
+
         program = exported.read_program(path)
         tensors = _pickled_tensors(program.found)
         tensors.programs, tensors.kind = program.rnns, EXPORT_KIND
@@ -593,6 +598,8 @@ def _settle_program(
             f"{program.op.removeprefix('torch.ops.')}"
         )
     stored = {"activation": program.nonlinearity} if program.nonlinearity else {}
+    from rnnconv.formats.torch import exported
+
     return settle(row, stored, name, unstored=()), exported.explain_states(program, name)
 
 

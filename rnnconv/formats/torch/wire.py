@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pickle
 import re
+import zipfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from rnnconv.formats._zip import ZIP_ERRORS
 from rnnconv.formats.torch import PLUGIN
 
 if TYPE_CHECKING:
@@ -98,6 +101,16 @@ EXPORT_STRIDED: Final = 7
 def is_export_archive(names: list[str]) -> bool:
     """A zip whose one folder holds torch.export.save's archive_format (or the older serialized program)."""
     return any(n.count("/") == 1 and n.endswith(("/" + EXPORT_FORMAT_MEMBER, "/" + EXPORT_OLD_PROGRAM)) for n in names)
+
+
+def is_program(path: Path) -> bool:
+    """Whether a file is a torch.export archive (a zip whose folder holds archive_format): asked of every zip
+    checkpoint, so that a state_dict's reading need not import the reader of programs (`exported`)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return is_export_archive(archive.namelist())
+    except ZIP_ERRORS:
+        return False
 
 
 def sniff(probe: Probe) -> bool:
