@@ -76,7 +76,7 @@ def package(cell: str) -> str | None:
 # before it imported, without the half second of those imports each time. A child leaves the loop by SystemExit,
 # which the interpreter handles as it does for `python -m`; the parent prints each (exit code, stdout, stderr).
 FORKING = """
-import gc, json, os, runpy, sys
+import gc, json, os, runpy, signal, sys
 from pathlib import Path
 gc.disable()  # as rnnconv.__main__ does before these imports
 import rnnconv.api, rnnconv.cli.commands, rnnconv.cli.render
@@ -89,6 +89,7 @@ for index, args in enumerate(commands):
         for fd, path in ((1, out), (2, err)):
             os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
         sys.argv = ["-m", *args]
+        signal.alarm(300)  # a command that hangs is killed, as fresh_cli's timeout would
         runpy.run_module("rnnconv", run_name="__main__", alter_sys=True)
         sys.exit(0)
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
