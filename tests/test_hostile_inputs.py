@@ -137,7 +137,7 @@ def test_no_command_runs_a_files_code(name, payloads, tmp_path):
     source = tmp_path / name
     shutil.copy(payloads / name, source)
     blob = tmp_path / "x.bin"
-    *converted, verified, verified_against = fresh_clis(
+    inspected, *converted, verified, verified_against = fresh_clis(
         ["inspect", source],
         ["convert", source, blob],
         ["convert", source, tmp_path / "x.pt"],
@@ -145,7 +145,7 @@ def test_no_command_runs_a_files_code(name, payloads, tmp_path):
         ["verify", blob, "--against", source, "--backend", "numpy"],
         env={"MARKER": str(marker)},
     )
-    for result in converted:
+    for result in (inspected, *converted):
         assert result.returncode == 0, (result.args, result.stderr)
     assert verified.returncode == 0 and "MATCH" in verified.stdout, verified.stdout + verified.stderr
     assert verified_against.returncode == 0, verified_against.stderr
