@@ -134,6 +134,35 @@ def fresh_cli(*args: str | Path, cwd: Path | None = None, env: dict | None = Non
     )
 
 
+# Runs each command of argv[1] (JSON) with `run_cli` in this interpreter and prints (exit code, stdout, stderr) of each.
+_RUN_EACH = """
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from conftest import run_cli
+results = [run_cli(*args) for args in json.loads(sys.argv[1])]
+print(json.dumps([(result.returncode, result.stdout, result.stderr) for result in results]))
+"""
+
+
+def fresh_clis(*commands: list[str | Path], env: dict) -> list[subprocess.CompletedProcess]:
+    """Run each of `commands` as `python -m rnnconv ARGS`, one after another (as `run_cli` runs one here), in one fresh
+    interpreter with `env` added to the environment: for commands that need a fresh interpreter, but not one each (a
+    framework they import is imported once for all of them)."""
+    listed = json.dumps([[str(a) for a in args] for args in commands])
+    session = subprocess.run(
+        [sys.executable, "-c", _RUN_EACH, listed, str(Path(__file__).resolve().parent)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=300 * len(commands),
+    )
+    assert session.returncode == 0, session.stderr
+    return [
+        subprocess.CompletedProcess(["rnnconv", *map(str, args)], code, out, err)
+        for args, (code, out, err) in zip(commands, json.loads(session.stdout), strict=True)
+    ]
+
+
 class _TimedOut(BaseException):
     """Raised by the alarm in an in-process run: a BaseException, so the command's own handlers let it through."""
 

@@ -3,7 +3,12 @@ hidden), the tolerance table (the code's), and what a `.tflite` converted back h
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -65,6 +70,53 @@ def package(cell: str) -> str | None:
     return None if cell.startswith(("nothing", "read-only")) else cell.split(maxsplit=1)[0]
 
 
+# Runs each command of argv[2] (JSON) as `python -m rnnconv ARGS` in a child forked from an interpreter that has
+# imported only modules every conversion imports before it reads its file (the command line, the library and its
+# rendering: no format's reader or writer, no framework), so each starts as a fresh one would, nothing a command
+# before it imported, without the half second of those imports each time. A child leaves the loop by SystemExit,
+# which the interpreter handles as it does for `python -m`; the parent prints each (exit code, stdout, stderr).
+FORKING = """
+import gc, json, os, runpy, signal, sys
+from pathlib import Path
+gc.disable()  # as rnnconv.__main__ does before these imports
+import rnnconv.api, rnnconv.cli.commands, rnnconv.cli.render
+streams, commands = sys.argv[1], json.loads(sys.argv[2])
+results = []
+for index, args in enumerate(commands):
+    out, err = f"{streams}/{index}.out", f"{streams}/{index}.err"
+    pid = os.fork()
+    if pid == 0:
+        for fd, path in ((1, out), (2, err)):
+            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        sys.argv = ["-m", *args]
+        signal.alarm(300)  # a command that hangs is killed, as fresh_cli's timeout would
+        runpy.run_module("rnnconv", run_name="__main__", alter_sys=True)
+        sys.exit(0)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    results.append((code, Path(out).read_text(), Path(err).read_text()))
+print(json.dumps(results))
+"""
+
+
+def forked_clis(commands: list[list[str | Path]], env: dict, streams: Path) -> list[subprocess.CompletedProcess]:
+    """Each command run as `python -m rnnconv ARGS` in a fresh interpreter with `env` added to the environment would
+    be, but forked from one such interpreter (FORKING), its stdout and stderr kept in `streams`."""
+    streams.mkdir()
+    listed = json.dumps([[str(a) for a in args] for args in commands])
+    forking = subprocess.run(
+        [sys.executable, "-c", FORKING, str(streams), listed],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=600,
+    )
+    assert forking.returncode == 0, forking.stderr
+    return [
+        subprocess.CompletedProcess(["rnnconv", *map(str, args)], code, out, err)
+        for args, (code, out, err) in zip(commands, json.loads(forking.stdout), strict=True)
+    ]
+
+
 @pytest.mark.slow
 def test_each_format_needs_what_the_install_page_says(tmp_path):
     """With every framework and runtime hidden, a format reads and writes where the page says "nothing", and where
@@ -85,19 +137,27 @@ def test_each_format_needs_what_the_install_page_says(tmp_path):
         assert run_cli("convert", ONE_LSTM, tmp_path / f"source_{file}").returncode == 0
         SOURCES[name] = tmp_path / f"source_{file}"
     legacy = FIXTURES / "torch" / "lstm_legacy.pt"
+    commands = {}  # (format, what is checked) -> the command that checks it
+    for name, (reading, _) in table.items():
+        source = legacy if "legacy" in reading else SOURCES[name]
+        commands[name, "read"] = ["convert", source, tmp_path / f"read_{name.split()[0]}.bin"]
+        if package(reading) is None or "legacy" in reading:
+            commands[name, "ordinary"] = ["convert", SOURCES[name], tmp_path / f"ordinary_{name.split()[0]}.bin"]
+        if name in WRITTEN:
+            commands[name, "write"] = ["convert", SOURCES["cuDNN blob"], tmp_path / WRITTEN[name]]
+    results = dict(zip(commands, forked_clis(list(commands.values()), hidden, tmp_path / "streams"), strict=True))
     for name, (reading, writing) in table.items():
         needed = package(reading)
-        source = legacy if "legacy" in reading else SOURCES[name]
-        result = run_cli("convert", source, tmp_path / f"read_{name.split()[0]}.bin", env=hidden)
+        result = results[name, "read"]
         if needed is None or "legacy" in reading:
-            ordinary = run_cli("convert", SOURCES[name], tmp_path / f"ordinary_{name.split()[0]}.bin", env=hidden)
+            ordinary = results[name, "ordinary"]
             assert ordinary.returncode == 0, (name, ordinary.stderr)
         if needed is not None:
             assert result.returncode == 3 and needed in result.stderr, (name, result.stderr)
         if name not in WRITTEN:
             assert writing == "read-only", name
             continue
-        result = run_cli("convert", SOURCES["cuDNN blob"], tmp_path / WRITTEN[name], env=hidden)
+        result = results[name, "write"]
         needed = package(writing)
         if needed is None:
             assert result.returncode == 0, (name, result.stderr)
