@@ -417,3 +417,39 @@ def test_a_failure_while_a_kernel_is_transposed_into_its_place_is_said_as_itself
     with pytest.raises(inputs.SourceChanged):
         api.convert(FIXTURES / "keras3" / "lstm.h5", tmp_path / "out.bin")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_weight_space_is_hashed_behind_its_writer_not_read_again_after_it(tmp_path, monkeypatch):
+    """The digest a sidecar records of its blob is computed as the blob is written (a thread hashing each block
+    once it is in the file), not by reading the finished file again: `digest_of` is never asked, and the digest is
+    the finished file's, for a state_dict's blocks copied file to file and a Keras kernel transposed into its map."""
+
+    def read_again(*args, **kwargs):
+        raise AssertionError("the finished blob was read again for its digest")
+
+    monkeypatch.setattr(writer, "digest_of", read_again)
+    for source, out in ((FIXTURES / "torch" / "rnn_tanh.pt", "t.bin"), (FIXTURES / "keras3" / "lstm.h5", "k.bin")):
+        api.convert(source, tmp_path / out)
+        recorded = json.loads((tmp_path / f"{out}.json").read_text())["weight_space"]["digest"]
+        assert recorded == digests.digest_of(tmp_path / out)
+
+
+def test_the_trailing_digest_is_the_files_and_stops_with_its_writer(tmp_path):
+    """Told each block written, it gives the digest of the whole file; leaving it on an error stops its thread; a
+    file shorter than it was told is an error, not a digest of fewer bytes."""
+    path, rng = tmp_path / "f.bin", np.random.default_rng(0)
+    with open(path, "wb") as f, digests.TrailingDigest(path) as trailing:
+        for size in (1, 5 << 20, 3, 2 << 20):
+            f.write(rng.bytes(size))
+            f.flush()
+            trailing.written(f.tell())
+        got = trailing.result()
+    assert got == digests.digest_of(path)
+    with pytest.raises(KeyError), open(path, "ab") as f, digests.TrailingDigest(path) as trailing:
+        trailing.written(10)
+        raise KeyError("the writer failed")
+    assert not trailing._thread.is_alive()
+    with digests.TrailingDigest(path) as trailing:
+        trailing.written(path.stat().st_size + 1)
+        with pytest.raises(RuntimeError, match="shorter than"):
+            trailing.result()

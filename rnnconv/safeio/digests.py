@@ -7,6 +7,7 @@ import bisect
 import hashlib
 import math
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -75,6 +76,70 @@ def digest_of(
     _hash_file(digest, path, view, start, length)
     _hash_parts(digest, path, parts, view)
     return f"{algorithm}:{digest.hexdigest()}"
+
+
+class TrailingDigest:
+    """The digest of a file written front to back, computed on another core behind its writer: told how far the
+    file is written (`written`), a thread hashes up to there, reading the bytes back from the page cache, so the
+    digest is done soon after the last byte is written instead of taking a read of its own after it.
+
+    The same digest as `digest_of` gives of the finished file. Used as a context manager; leaving it on an error
+    stops the thread."""
+
+    def __init__(self, path: Path, algorithm: str = DIGEST_ALGORITHM):
+        self._algorithm, self._digest = algorithm, _hasher(algorithm)
+        self._told = self._hashed = 0
+        self._finished = False
+        self._changed = threading.Condition()
+        self._failure: BaseException | None = None
+        self._file = open(path, "rb")  # noqa: SIM115 - closed by __exit__, after the thread stopped
+        self._thread = threading.Thread(target=self._hash, name="rnnconv-written-digest", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> TrailingDigest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop()
+        self._file.close()
+
+    def written(self, end: int) -> None:
+        """The file's bytes up to `end` are written (flushed to the file, not held in a buffer)."""
+        with self._changed:
+            self._told = max(self._told, end)
+            self._changed.notify()
+
+    def result(self) -> str:
+        """`algorithm:hex` of the bytes told written, once the thread has hashed them all."""
+        self._stop()
+        if self._failure is not None:
+            raise self._failure
+        return f"{self._algorithm}:{self._digest.hexdigest()}"
+
+    def _stop(self) -> None:
+        with self._changed:
+            self._finished = True
+            self._changed.notify()
+        self._thread.join()
+
+    def _hash(self) -> None:
+        view = memoryview(bytearray(DIGEST_RUN))
+        try:
+            while True:
+                with self._changed:
+                    while self._hashed >= self._told and not self._finished:
+                        self._changed.wait()
+                    end, finished = self._told, self._finished
+                while self._hashed < end:
+                    n = os.preadv(self._file.fileno(), [view[: min(DIGEST_RUN, end - self._hashed)]], self._hashed)
+                    if n == 0:
+                        raise RuntimeError(f"{self._file.name} is shorter than the {end} bytes written to it")
+                    self._digest.update(view[:n])  # blake3 and hashlib release the GIL on large buffers
+                    self._hashed += n
+                if finished:
+                    return
+        except BaseException as exc:  # told to the writer by `result`
+            self._failure = exc
 
 
 def digest_placeholder() -> str:

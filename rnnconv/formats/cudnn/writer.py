@@ -23,7 +23,7 @@ from rnnconv.errors import BadInput, listing
 from rnnconv.formats import _safetensors, sources, writing
 from rnnconv.formats.cudnn.wire import sidecar_path
 from rnnconv.formats.writing import columns_in_source, in_source
-from rnnconv.safeio.digests import digest_of, digest_placeholder
+from rnnconv.safeio.digests import TrailingDigest, digest_of, digest_placeholder
 from rnnconv.safeio.inputs import FileArray
 from rnnconv.safeio.outputs import atomic_outputs, mapped_run, write_array
 from rnnconv.table.constants import BIAS_MODE, CUDNN_MODES, DIRECTION, INPUT_MODE
@@ -193,10 +193,21 @@ def write_bin(
 ) -> list[str]:
     etype = element_type(dtype)
     with atomic_outputs([path, sidecar_path(path)], force) as (blob_tmp, side_tmp):
-        with open(blob_tmp, "w+b") as f:  # read too: a transposed kernel is written through a map of its place
-            warnings = write_weight_space(rnn, f, etype, progress)
-        written = digest_of(blob_tmp)  # what verify knows it by later: its bytes read back from the page cache
-        doc = describe(rnn, etype, warnings, path, digest=written)
+        # what verify knows it by later: its bytes read back from the page cache, hashed on the other core behind
+        # the writer, a block at a time as each is written
+        with open(blob_tmp, "w+b") as f, TrailingDigest(blob_tmp) as trailing:  # w+b: a kernel's map is read too
+
+            def written(nbytes: int) -> None:
+                f.flush()  # the block's bytes in the file, where the digest's reads see them
+                trailing.written(f.tell())
+                if progress:
+                    progress(nbytes)
+
+            warnings = write_weight_space(rnn, f, etype, written)
+            f.flush()
+            trailing.written(f.tell())
+            written_digest = trailing.result()
+        doc = describe(rnn, etype, warnings, path, digest=written_digest)
         if blob_tmp.stat().st_size != doc.weight_space.bytes:
             raise RuntimeError(f"wrote {blob_tmp.stat().st_size} bytes, the layout has {doc.weight_space.bytes}")
         side_tmp.write_text(json.dumps(dump(doc), indent=1) + "\n")
