@@ -181,6 +181,43 @@ def test_the_audit_holds_the_ir_to_its_float_checkpoint_its_summed_biases_compar
     off = float(re.search(r"its outputs are up to ([0-9.e-]+) from", deployed["detail"])[1])
     assert off > 0.05  # far above the bound a step's rounding gives (0.021)
     assert report["verdict"] == "mismatch" and "low-precision path" in report["summary"]
+    # deployed as that sentence says, compiled with the path off: what verify proved is what it computes
+    result = run_cli(
+        "verify", HERE / "lstm_nncf.xml", "--against", HERE / "lstm_nncf.pt", "--json",
+        "--runtime-config", '{"LP_TRANSFORMS_MODE": false}',
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    (report,) = json.loads(result.stdout)
+    deployed = next(check for check in report["checks"] if check["check"] == "as deployed in OpenVINO")
+    assert deployed["ok"] and "runs no sequence op on the CPU plugin's low-precision path" in deployed["detail"]
+    assert report["verdict"] == "within-bound"
+    # a setting OpenVINO refuses is its reason, in a MISMATCH: the file cannot be deployed so
+    result = run_cli(
+        "verify", HERE / "lstm_nncf.xml", "--against", HERE / "lstm_nncf.pt", "--runtime-config", '{"NOT_A_SETTING": 1}'
+    )
+    assert result.returncode == 1 and "does not run in OpenVINO's CPU plugin" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ("[1]", "--runtime-config takes a JSON object of settings"),
+        ('{"LP_TRANSFORMS_MODE": [false]}', "--runtime-config takes a JSON object of settings"),
+        ("{" * 5000, "--runtime-config takes a JSON object of settings"),
+    ],
+)
+def test_a_runtime_config_that_is_no_object_of_settings_is_one_sentence(config, said):
+    result = run_cli("verify", HERE / "lstm_nncf.xml", "--against", HERE / "lstm_nncf.pt", "--runtime-config", config)
+    assert_clean_failure(result, 2, said)
+
+
+def test_a_runtime_config_for_a_file_it_does_not_set_up_is_refused(tmp_path):
+    """Given where nothing would take it (a float source, a file of another format), not silently left unused."""
+    source = FIXTURES / "torch" / "rnn_tanh.pt"
+    out = tmp_path / "m.tflite"
+    assert run_cli("convert", source, out).returncode == 0
+    result = run_cli("verify", out, "--runtime-config", '{"LP_TRANSFORMS_MODE": false}')
+    assert_clean_failure(result, 2, "--runtime-config sets up the runtime a quantized OpenVINO IR is deployed in")
 
 
 def test_layers_whose_integers_are_of_two_types_convert(tmp_path, converted):

@@ -168,6 +168,15 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, ...], str, dict[str, Any]]] = {
         "recorded in the report].",
         {},
     ),
+    "runtime_config": (
+        str | None,
+        None,
+        ("--runtime-config",),
+        "How the deployed file's runtime is set up where it is deployed, as a JSON object (an OpenVINO IR: "
+        "compile_model's properties, e.g. '{\"LP_TRANSFORMS_MODE\": false}'): the file's own graph is compiled so "
+        'for the check "as deployed in OpenVINO" [default: the runtime\'s defaults].',
+        {},
+    ),
     "convert": (
         bool,
         False,
@@ -216,6 +225,7 @@ VALUE_WORDS = {
     "to": "<format>",
     "from_format": "<format>",
     "stream_runtime": "<runtime>",
+    "runtime_config": "<json>",
     "candidate": "<id>",
 }
 TYPE_WORDS = {int: "<n>", float: "<number>", str: "<text>"}
@@ -314,6 +324,7 @@ VERIFY_OPTIONS = [
     "atol",
     "rtol",
     "bound",
+    "runtime_config",
     "report",
     "junit",
     "summary",

@@ -13,6 +13,7 @@ import functools
 import os
 import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -256,10 +257,15 @@ class Format(ABC):
         with the source's own biases (or none)."""
         raise Unsupported(f"no runner for format {self.name!r}")
 
-    def deployed_check(self, path: Path, source: Provenance, spec: RNNSpec, bound: float) -> Check | None:
-        """Where the file's runtime, compiling the file as a user deploys it, computes otherwise than what `run` runs
-        of it (OpenVINO's low-precision path for an nncf IR's own graph): the check of how far, against `bound` (the
-        bound its scales give a step). None where it computes alike (every format but OpenVINO's)."""
+    def deployed_check(
+        self, path: Path, source: Provenance, spec: RNNSpec, bound: float, config: Mapping[str, Any]
+    ) -> Check | None:
+        """Where the file's runtime, set up as it is deployed (`config`: verify's --runtime-config; empty: its
+        defaults), computes otherwise than what `run` runs of it (OpenVINO's low-precision path for an nncf IR's own
+        graph): the check of how far, against `bound` (the bound its scales give a step). None where it computes
+        alike (every format but OpenVINO's, which take no such settings)."""
+        if config:
+            raise BadInput(f"--runtime-config sets up an OpenVINO IR's runtime: {self.title} files take none")
         return None
 
 

@@ -307,8 +307,11 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
             report.checks += proof_checks(proof)
             if not proved(proof):
                 report.diagnosis = Diagnosis(found=False, tried=0, message=terms_failed(proof))
-            # the file as its runtime compiles it when deployed, where that is not what the proof ran
-            deployment = deployed.fmt.deployed_check(deployed.path, where, spec, proof.end_to_end.bound)
+        # the file as its runtime computes it where it is deployed, where that is not what the comparison ran
+        config = options.deployed_config()
+        if proof is not None or config:
+            bound = proof.end_to_end.bound if proof is not None else tol.atol
+            deployment = deployed.fmt.deployed_check(deployed.path, where, spec, bound, config)
             if deployment is not None:
                 report.checks.append(deployment)
                 if not deployment.ok:

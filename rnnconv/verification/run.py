@@ -33,7 +33,7 @@ from rnnconv.core.report_contracts import (
     Reports,
     SourceRun,
 )
-from rnnconv.errors import BackendMissing, RnnconvError, Unsupported
+from rnnconv.errors import BackendMissing, BadInput, RnnconvError, Unsupported
 from rnnconv.formats import base, registry, runtimes
 from rnnconv.gpu.backend import LayoutMismatch
 from rnnconv.safeio.inputs import check_guards
@@ -114,6 +114,11 @@ def judge(
     verdict: a match, a mismatch with its likely mistake, or a loss the file records and no more."""
     path, blob, runtime, streamed = subject.path, subject.blob, subject.runtime, subject.streamed
     fmt, source_path, source = against.fmt, against.path, against.source
+    if options.runtime_config is not None and (fmt is None or source.dequantized is None):
+        raise BadInput(
+            "--runtime-config sets up the runtime a quantized OpenVINO IR is deployed in: give it to its audit "
+            "(verify MODEL.xml --against CHECKPOINT) or to verify of a file converted from one"
+        )
     report.warnings += engine.notes
     steps = options.seq_len if streamed is None else streamed.steps(options.seq_len)
     if fmt is None:
@@ -196,7 +201,9 @@ def judge(
             f"rounding carried to the next"
         )
         assert report.tolerance.bound is not None
-        deployment = fmt.deployed_check(source_path, source, blob.spec, report.tolerance.bound)
+        deployment = fmt.deployed_check(
+            source_path, source, blob.spec, report.tolerance.bound, options.deployed_config()
+        )
         if deployment is not None and not deployment.ok:  # the source's own deployment, not what was converted
             report.warnings.append(f"{Path(source_path).name}: {deployment.detail}")
     recorded = blob.source.loss  # written with --allow-lossy: it should compute its source without what it lost

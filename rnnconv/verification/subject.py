@@ -6,6 +6,7 @@ them."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from rnnconv.verification.engines import select_engine
 from rnnconv.verification.identify import PROBE_KIND
 from rnnconv.verification.streaming import StreamRun
 
+CONFIG_LIMIT = 1 << 12  # characters of --runtime-config: a handful of settings
 MAX_STEPS = 1 << 16  # test inputs stay small: enough steps and items to show any layout mistake
 
 
@@ -55,6 +57,26 @@ class VerifyOptions:
     bound: float | None = None  # a file written with --quantize: the end-to-end bound [default: derived]
     streaming: bool = False  # the file is a streaming model: fed in chunks, its states carried
     stream_runtime: str | None = None  # what runs it [default: its format's own runtime]
+    runtime_config: str | None = (
+        None  # a JSON object: how the deployed file's runtime is set up (OpenVINO's properties)
+    )
+
+    def deployed_config(self) -> dict[str, bool | int | float | str]:
+        """--runtime-config's settings (none: the runtime's defaults)."""
+        if self.runtime_config is None:
+            return {}
+        try:
+            settings = json.loads(self.runtime_config) if len(self.runtime_config) <= CONFIG_LIMIT else None
+        except (ValueError, RecursionError):
+            settings = None
+        if not isinstance(settings, dict) or not all(
+            isinstance(value, bool | int | float | str) for value in settings.values()
+        ):
+            raise BadInput(
+                f"--runtime-config takes a JSON object of settings, each a name and true, false, a number or a word "
+                f"(e.g. '{{\"LP_TRANSFORMS_MODE\": false}}'), not {cut(self.runtime_config, 80)}"
+            )
+        return settings
 
     def __post_init__(self) -> None:
         """Refuse impossible settings before any work."""
@@ -66,6 +88,7 @@ class VerifyOptions:
             raise BadInput(
                 f"--bound must be a positive number (the largest difference allowed end to end), not {self.bound}"
             )
+        self.deployed_config()  # refused now, before any work, where it is no JSON object of settings
         if self.stream_runtime is not None and not self.streaming:
             raise BadInput("--stream-runtime runs a streaming model: give it with --streaming")
         if self.streaming and (self.ragged or self.raw_spec is not None):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -109,14 +110,17 @@ class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
             f'also "{OPENVINO_H_N}"' + (f', "{OPENVINO_C_N}"' if lstm else ""),
         )
 
-    def deployed_check(self, path: Path, source: Provenance, spec: RNNSpec, bound: float) -> Check | None:
-        """An nncf IR's own graph as the CPU plugin compiles it by default, against its f32 run (`runner.as_deployed`):
-        only a quantized file's sequence ops take the plugin's low-precision path."""
-        if source.dequantized is None:
+    def deployed_check(
+        self, path: Path, source: Provenance, spec: RNNSpec, bound: float, config: Mapping[str, Any]
+    ) -> Check | None:
+        """An nncf IR's own graph as the CPU plugin compiles it where it is deployed (`config`; empty: its defaults),
+        against its f32 run (`runner.as_deployed`): only a quantized file's sequence ops take the plugin's
+        low-precision path, and only they are checked unless `config` is given."""
+        if source.dequantized is None and not config:
             return None
         from rnnconv.formats.openvino.runner import as_deployed
 
-        return as_deployed(path, spec.input_size, bound)
+        return as_deployed(path, spec.input_size, bound, config)
 
     def run_chain(
         self,

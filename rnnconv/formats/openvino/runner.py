@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,7 @@ def require_openvino() -> Any:
     return openvino
 
 
-def openvino_reason(exc: RuntimeError) -> str:
+def openvino_reason(exc: Exception) -> str:
     """What OpenVINO says is wrong: the last line of its message (the lines before it say where in OpenVINO's sources
     it was raised and checked: `Exception from src/...:84:`, `Check '...' failed at ...:`)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
@@ -179,19 +180,22 @@ def run_ops(
     return out, how
 
 
-def as_deployed(xml: Path, input_size: int, bound: float) -> Check | None:
-    """The file's own graph compiled as a user deploys it (the CPU plugin's defaults, an f32 hint) against the same
-    graph compiled with the plugin's low-precision transformations off, where the plugin runs a sequence op of it on
-    its low-precision path (what verify runs computes the file's ops in f32): the check of their difference against
-    `bound`, the bound the file's scales give a step. None where no sequence op runs in low precision."""
+def as_deployed(xml: Path, input_size: int, bound: float, config: Mapping[str, Any]) -> Check | None:
+    """The file's own graph compiled as it is deployed (`config`: compile_model's properties there; empty: the CPU
+    plugin's defaults, with an f32 hint) against the same graph compiled with the plugin's low-precision
+    transformations off, where the plugin runs a sequence op of it on its low-precision path (what verify runs
+    computes the file's ops in f32): the check of their difference against `bound`, the bound the file's scales give
+    a step. Where no sequence op runs in low precision: None, or with `config` the check saying so."""
     from rnnconv.core.report_contracts import Check
 
     ov = require_openvino()
     name = "as deployed in OpenVINO"
+    compiled_as = f"compiled with {dict(config)}" if config else "compiled with the CPU plugin's defaults"
+    version = ov.__version__.split("-")[0]
     try:
         core = ov.Core()
         model = core.read_model(str(xml))
-        compiled = core.compile_model(model, "CPU", OPENVINO_F32)
+        compiled = core.compile_model(model, "CPU", {**OPENVINO_F32, **config})
         low = [
             op.get_friendly_name()
             for op in compiled.get_runtime_model().get_ordered_ops()
@@ -199,17 +203,25 @@ def as_deployed(xml: Path, input_size: int, bound: float) -> Check | None:
             and op.get_rt_info()["runtimePrecision"].astype(str) in OPENVINO_LOW_PRECISIONS
         ]
         if not low:
-            return None
+            if not config:
+                return None
+            return Check(
+                check=name,
+                ok=True,
+                detail=f"its own graph, {compiled_as} (OpenVINO {version}), runs no sequence op on the CPU "
+                f"plugin's low-precision path: it computes its ops as verify ran them",
+            )
         floating = {ov.Type.f32, ov.Type.f16}
         odd = [p for p in model.inputs if p.get_element_type() not in floating or p.get_partial_shape().rank.is_dynamic]
         if odd:
             return Check(
                 check=name,
                 ok=False,
-                detail=f"its own graph runs {len(low)} sequence op(s) on the CPU plugin's low-precision path, which "
-                f"computes another RNN than the file holds; rnnconv feeds float inputs of a known rank only (its "
-                f"input {odd[0].get_element_type().get_type_name()} {odd[0].get_partial_shape()} is not one), so how "
-                f"far it is was not measured: deploy it compiled with {OPENVINO_LOW_PRECISION_OFF}",
+                detail=f"its own graph, {compiled_as}, runs {len(low)} sequence op(s) on the CPU plugin's "
+                f"low-precision path, which computes another RNN than the file holds; rnnconv feeds float inputs of a "
+                f"known rank only (its input {odd[0].get_element_type().get_type_name()} "
+                f"{odd[0].get_partial_shape()} is not one), so how far it is was not measured: deploy it compiled "
+                f"with {OPENVINO_LOW_PRECISION_OFF}",
             )
         rng = np.random.default_rng(DEPLOYED_SEED)
         feeds = []
@@ -221,7 +233,7 @@ def as_deployed(xml: Path, input_size: int, bound: float) -> Check | None:
                 for k, d in enumerate(dims)
             ]
             feeds.append(rng.standard_normal(shape).astype(np.float32))
-        float_run = core.compile_model(model, "CPU", {**OPENVINO_F32, **OPENVINO_LOW_PRECISION_OFF})
+        float_run = core.compile_model(model, "CPU", {**OPENVINO_F32, **config, **OPENVINO_LOW_PRECISION_OFF})
         deployed, computed = compiled(feeds), float_run(feeds)
         off = max(
             float(
@@ -229,15 +241,16 @@ def as_deployed(xml: Path, input_size: int, bound: float) -> Check | None:
             )
             for k in range(len(compiled.outputs))
         )
-    except RuntimeError as exc:
+    except (RuntimeError, TypeError) as exc:  # OpenVINO's own errors; TypeError: a property of the wrong type
         return Check(
-            check=name, ok=False, detail=f"its own graph does not run in OpenVINO's CPU plugin: {openvino_reason(exc)}"
+            check=name,
+            ok=False,
+            detail=f"its own graph, {compiled_as}, does not run in OpenVINO's CPU plugin: {openvino_reason(exc)}",
         )
     how = (
-        f"its own graph, compiled with the CPU plugin's defaults (OpenVINO {ov.__version__.split('-')[0]}, an f32 "
-        f"hint), runs "
-        f"{len(low)} sequence op(s) on the plugin's low-precision path: its outputs are up to {off:.3g} from the same "
-        f"graph compiled with {OPENVINO_LOW_PRECISION_OFF}, which computes the ops verify ran in f32"
+        f"its own graph, {compiled_as} (OpenVINO {version}, an f32 hint), runs {len(low)} sequence op(s) on the "
+        f"plugin's low-precision path: its outputs are up to {off:.3g} from the same graph compiled with "
+        f"{OPENVINO_LOW_PRECISION_OFF}, which computes the ops verify ran in f32"
     )
     if off <= bound:
         return Check(check=name, ok=True, detail=f"{how}, within the bound its scales give a step ({bound:.3g})")
@@ -245,5 +258,6 @@ def as_deployed(xml: Path, input_size: int, bound: float) -> Check | None:
         check=name,
         ok=False,
         detail=f"{how}, more than the bound its scales give a step ({bound:.3g}): that path does not compute the RNN "
-        f"the file holds; deploy it compiled with {OPENVINO_LOW_PRECISION_OFF}",
+        f"the file holds; deploy it compiled with {OPENVINO_LOW_PRECISION_OFF} (verify --runtime-config "
+        f"'{{\"LP_TRANSFORMS_MODE\": false}}' then checks it so)",
     )
