@@ -161,11 +161,9 @@ class _Plan:
     def __init__(self, record: type[Record]) -> None:
         hints = record.field_types()
         own_checks: dict[str, list[Callable[[Any], Any]]] = {}
-        for klass in reversed(record.__mro__):
-            for attribute in vars(klass).values():
-                function = getattr(attribute, "__func__", None)
-                for name in getattr(function, "checks_fields", ()):
-                    own_checks.setdefault(name, []).append(function)  # type: ignore[arg-type]
+        for function, fields in record.field_checks().values():
+            for name in fields:
+                own_checks.setdefault(name, []).append(function)
         self.checks: dict[str, tuple[Check, Check | None, list[Callable[[Any], Any]]]] = {
             name: (_plain_check(hints[name]), _within(field.constraints), own_checks.get(name, []))
             for name, field in record.model_fields.items()
@@ -302,6 +300,17 @@ class Record:
         return kept
 
     @classmethod
+    def field_checks(cls) -> dict[str, tuple[Callable[[Any], Any], tuple[str, ...]]]:
+        """Each check (`@checks`) of its fields, by its name: the function and the fields it checks."""
+        found: dict[str, tuple[Callable[[Any], Any], tuple[str, ...]]] = {}
+        for klass in reversed(cls.__mro__):
+            for name, attribute in vars(klass).items():
+                function: Any = getattr(attribute, "__func__", None)
+                if getattr(function, "checks_fields", None):
+                    found[name] = (function, function.checks_fields)
+        return found
+
+    @classmethod
     def field_types(cls) -> dict[str, Any]:
         """Each field's type (its annotation, evaluated)."""
         hints = typing.get_type_hints(cls)
@@ -357,14 +366,10 @@ class Record:
 
             hints = cls.field_types()
             fields: Any = {name: (hints[name], field.pydantic_field()) for name, field in cls.model_fields.items()}
-            validators: dict[str, Any] = {}
-            for klass in reversed(cls.__mro__):
-                for name, attribute in vars(klass).items():
-                    function = getattr(attribute, "__func__", None)
-                    if getattr(function, "checks_fields", None):
-                        validators[name] = field_validator(*function.checks_fields)(  # type: ignore[union-attr]
-                            staticmethod(function)  # type: ignore[arg-type]
-                        )
+            validators: dict[str, Any] = {
+                name: field_validator(*fields)(staticmethod(function))
+                for name, (function, fields) in cls.field_checks().items()
+            }
             config = ConfigDict(extra="forbid", populate_by_name=True, **cls.pydantic_config)  # type: ignore[typeddict-item]
             model = create_model(
                 cls.__name__, __config__=config, __doc__=cls.__doc__, __module__=cls.__module__,
