@@ -118,6 +118,33 @@ def test_files_flax_wrote_convert_to_what_torch_runs_the_same(target, case, tmp_
     assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(*map(jax.tree_util.tree_leaves, restored)))
 
 
+def test_the_runner_is_flaxs_own_rnn_compiled_once_per_shape(tmp_path):
+    """rnnconv's linen runner applies Flax's own nn.RNN of the file's cell class under jax.jit: a second run of the
+    same RNN (and every layer after the first, of the same input size) reuses the compiled scan instead of tracing
+    it again, and computes the same outputs."""
+    from rnnconv.formats.flax.runner import compiled_rnn
+
+    module = torch_module("lstm", 3, True, seed=6)
+    source = tmp_path / "rnn.pt"
+    torch.save(module.state_dict(), source)
+    written = tmp_path / "rnn.msgpack"
+    rnnconv.convert(source, written, to="flax")
+    spec = RNNSpec("lstm", IN, H, 3, True)
+    x, h0, c0 = inputs(3, True)
+    feed = {"x": x.numpy(), "h0": h0.numpy(), "c0": c0.numpy(), "lengths": None}
+    compiled_rnn.cache_clear()
+    first, _ = registry.get("flax").run(written, Provenance(), spec, feed)
+    again, _ = registry.get("flax").run(written, Provenance(), spec, feed)
+    assert compiled_rnn.cache_info().currsize == 2  # one per direction
+    for reverse in (False, True):
+        applied = compiled_rnn("LSTMCell", H, None, reverse)
+        engine = applied.__wrapped__.func.__self__
+        assert type(engine) is nn.RNN and type(engine.cell) is nn.LSTMCell, engine
+        assert applied._cache_size() == 2  # layer 0 (input size IN) and layers 1-2 (2 H): not one per run or layer
+    assert all(np.array_equal(first[k], again[k]) for k in ("y", "h_n", "c_n"))
+    assert worst(first, torch_run(module, spec, x, h0, c0)) < 2e-6
+
+
 @pytest.mark.parametrize("target", ["flax", "flax-nnx"])
 def test_round_trips_are_exact(target, tmp_path):
     module = torch_module("lstm", 2, True, seed=4)

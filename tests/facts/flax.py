@@ -56,14 +56,15 @@ def load_documented(target: str, path, spec: RNNSpec):
         variables = module.init(jax.random.key(0), jnp.zeros((1, 1, spec.input_size)))
         variables = serialization.from_bytes(variables, data)
         assert serialization.to_bytes(variables) == data
-        return lambda x: module.apply(variables, x)
+        return lambda x: jax.jit(module.apply)(variables, x)  # as Flax's examples run it: one compile
     nnx = pytest.importorskip("flax.nnx")
     model = nnx_module(spec.mode, spec.input_size, *shape[1:])
     params = nnx.state(model, nnx.Param)
     nnx.replace_by_pure_dict(params, serialization.msgpack_restore(data))
     nnx.update(model, params)
     assert serialization.msgpack_serialize(nnx.to_pure_dict(nnx.state(model, nnx.Param))) == data
-    return model
+    call = nnx.jit(lambda m, x: m(x))
+    return lambda x: call(model, x)
 
 
 def flax_documented(target: str) -> Callable[[Path, RNNSpec, np.ndarray], np.ndarray]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -31,30 +32,33 @@ def require_flax() -> tuple[Any, Any]:
     return jax, nn
 
 
+@functools.cache
+def compiled_rnn(cell: str, hidden_size: int, activation: str | None, reverse: bool) -> Callable[..., Any]:
+    """`nn.RNN(cell).apply` of one direction under `jax.jit`, one per cell class and size: Flax traces and compiles
+    its scan once per input shape, not again for every layer, direction and run (0.2-0.5 s each)."""
+    jax, nn = require_flax()
+    kwargs = {} if activation is None else {"activation_fn": getattr(nn, activation)}
+    module = nn.RNN(getattr(nn, cell)(hidden_size, **kwargs), return_carry=True)
+    return jax.jit(functools.partial(module.apply, reverse=reverse, keep_order=True))
+
+
 def run_variables(
     tree: Mapping[str, Any], spec: RNNSpec, inputs: Mapping[str, np.ndarray | None]
 ) -> dict[str, np.ndarray | None]:
     """y, h_n, c_n of a variables tree as `module_code` lays it out, each layer and direction an `nn.RNN` of the
     Flax cell applied to its params (float32, CPU): the backward direction as nn.Bidirectional runs it
     (reverse=True, keep_order=True), ragged sequences through nn.RNN's seq_lengths."""
-    jax, nn = require_flax()
-    cell_class = getattr(nn, FLAX_LINEN_CLASSES[_jax.family(spec)])
-    kwargs = {"activation_fn": getattr(nn, _jax.activation_of(spec))} if _jax.family(spec) == RNN else {}
-    module = nn.RNN(cell_class(spec.hidden_size, **kwargs), return_carry=True)
+    jax, _ = require_flax()
+    cell = FLAX_LINEN_CLASSES[_jax.family(spec)]
+    activation = _jax.activation_of(spec) if _jax.family(spec) == RNN else None
     params = tree[FLAX_PARAMS]
 
     def run(layer: int, direction: int, layer_input: np.ndarray, carry: Any, lengths: np.ndarray) -> Any:
         stack = params if spec.num_layers == 1 else params[FLAX_LINEN_LAYERS.format(layer=layer)]
         rnn = stack[FLAX_DIRECTIONS[direction]] if spec.bidirectional else stack
-        cell = jax.tree_util.tree_map(lambda a: np.asarray(_jax.as_float(a), np.float32), rnn[FLAX_CELL])
-        return module.apply(
-            {FLAX_PARAMS: {FLAX_CELL: cell}},
-            layer_input,
-            initial_carry=carry,
-            seq_lengths=lengths,
-            reverse=direction == 1,
-            keep_order=True,
-        )
+        weights = jax.tree_util.tree_map(lambda a: np.asarray(_jax.as_float(a), np.float32), rnn[FLAX_CELL])
+        apply = compiled_rnn(cell, spec.hidden_size, activation, direction == 1)
+        return apply({FLAX_PARAMS: {FLAX_CELL: weights}}, layer_input, initial_carry=carry, seq_lengths=lengths)
 
     return _jax.run_stack(jax, spec, inputs, run)
 

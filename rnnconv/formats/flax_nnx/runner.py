@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -37,9 +38,22 @@ def run_rnn(rnn: _jax.TreeRNN, spec: RNNSpec, inputs: Mapping[str, np.ndarray | 
         params = nnx.state(module, nnx.Param)
         replace_by_pure_dict(nnx, params, {FLAX_CELL: _float32(rnn.cells[layer][direction])})
         nnx.update(module, params)
-        return module(layer_input, initial_carry=carry, seq_lengths=lengths, reverse=direction == 1, keep_order=True)
+        return compiled_call(direction == 1)(module, layer_input, carry, lengths)
 
     return _jax.run_stack(jax, spec, inputs, run)
+
+
+@functools.cache
+def compiled_call(reverse: bool) -> Callable[..., Any]:
+    """An nnx.RNN called on one direction's input under `nnx.jit`: compiled once per module structure and shape
+    (nnx.jit keys its cache by the module's graph), not traced again for every layer, direction and run."""
+    _, nnx = require_nnx()
+
+    @nnx.jit
+    def call(module: Any, layer_input: Any, carry: Any, lengths: Any) -> Any:
+        return module(layer_input, initial_carry=carry, seq_lengths=lengths, reverse=reverse, keep_order=True)
+
+    return call
 
 
 def replace_by_pure_dict(nnx: Any, state: Any, pure: Any) -> None:
