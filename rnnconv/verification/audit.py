@@ -327,15 +327,20 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
             report.diagnosis = _diagnosis(reading, deployed, checkpoint, source, spec, inputs, got, want, tol)
     what = f"{theirs} of {checkpoint.path.name}"
     tolerated = f"{comparison.worst:.3g} (tolerance {tol.described()})"
-    report.summary = (
-        f"{ours} computes what {what} computes within its quantization's bound ({said(proof)})"
-        if proof is not None and report.verdict == "within-bound"
-        else f"{ours} computes what {what} computes: largest difference {tolerated}"
-        if report.verdict == "match"
-        else f"{ours} differs from {what} by up to {tolerated}"
-        + "".join(f"; {problem}" for problem in report.problems)
-        + (f". {report.diagnosis.message}" if report.diagnosis else "")
-    )
+    if proof is not None and proved(proof):
+        held = f"{ours} computes what {what} computes within its quantization's bound ({said(proof)})"
+    elif proof is None and comparison.match:
+        held = f"{ours} computes what {what} computes: largest difference {tolerated}"
+    else:
+        held = None
+    if held is not None:  # a mismatch here is the file as deployed, not the comparison: said after what held
+        report.summary = held + "".join(f"; but {problem}" for problem in report.problems)
+    else:
+        report.summary = (
+            f"{ours} differs from {what} by up to {tolerated}"
+            + "".join(f"; {problem}" for problem in report.problems)
+            + (f". {report.diagnosis.message}" if report.diagnosis else "")
+        )
     return report
 
 
