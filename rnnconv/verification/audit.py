@@ -328,13 +328,13 @@ def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: Veri
     what = f"{theirs} of {checkpoint.path.name}"
     tolerated = f"{comparison.worst:.3g} (tolerance {tol.described()})"
     if proof is not None and proved(proof):
-        held = f"{ours} computes what {what} computes within its quantization's bound ({said(proof)})"
+        what_held = f"{ours} computes what {what} computes within its quantization's bound ({said(proof)})"
     elif proof is None and comparison.match:
-        held = f"{ours} computes what {what} computes: largest difference {tolerated}"
+        what_held = f"{ours} computes what {what} computes: largest difference {tolerated}"
     else:
-        held = None
-    if held is not None:  # a mismatch here is the file as deployed, not the comparison: said after what held
-        report.summary = held + "".join(f"; but {problem}" for problem in report.problems)
+        what_held = None
+    if what_held is not None:  # a mismatch here is the file as deployed, not the comparison: said after what held
+        report.summary = what_held + "".join(f"; but {problem}" for problem in report.problems)
     else:
         report.summary = (
             f"{ours} differs from {what} by up to {tolerated}"
