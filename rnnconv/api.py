@@ -164,19 +164,22 @@ def convert_many(
     outputs = _plan_outputs([registry.source_file(Path(s)) for s in sources], output_dir, options.get("to"))
     tasks = [(str(source), str(output), options) for source, output in zip(sources, outputs)]
     items: dict[int, BatchItem] = {}
+
+    def finished(index: int, outcome: tuple[int, str | None, ConversionResult | None]) -> None:
+        source, output, _ = tasks[index]
+        code, error, result = outcome
+        items[index] = BatchItem(source=source, output=output, exit_code=code, error=error, result=result)
+        if on_result:
+            on_result(items[index])
+
     if jobs == 1:
         for index, task in enumerate(tasks):
-            items[index] = _convert_one(*task)
-            if on_result:
-                on_result(items[index])
+            finished(index, _convert_one(*task))
     else:
         from rnnconv.pool import run as in_workers
 
-        for index, item, lost in in_workers(_convert_one, tasks, jobs):
-            source, output, _ = tasks[index]
-            items[index] = item or BatchItem(source=source, output=output, exit_code=EXIT_INTERNAL, error=lost)
-            if on_result:
-                on_result(items[index])
+        for index, outcome, lost in in_workers(_convert_one, tasks, jobs):
+            finished(index, outcome or (EXIT_INTERNAL, lost, None))
     return BatchResults([items[index] for index in range(len(tasks))])
 
 
@@ -210,16 +213,14 @@ def _plan_outputs(sources: list[Path], output_dir: PathLike | None, to: str | No
     return outputs
 
 
-def _convert_one(source: str, output: str, options: dict[str, Any]) -> BatchItem:
-    """One source of a batch, its failure caught: a process of the pool runs this."""
-    from rnnconv.core.report_contracts import BatchItem
-
+def _convert_one(source: str, output: str, options: dict[str, Any]) -> tuple[int, str | None, ConversionResult | None]:
+    """One source of a batch, its failure caught: its exit code, sentence and result. A process of the pool runs
+    this, so it returns plain values and records: the batch's pydantic entries are made by the caller alone (a worker
+    that imported pydantic to make them took 0.13 s longer to start)."""
     try:
-        result = convert(source, output, **options)
+        return 0, None, convert(source, output, **options)
     except Exception as exc:
-        code, sentence = failure(exc)
-        return BatchItem(source=source, output=output, exit_code=code, error=sentence)
-    return BatchItem(source=source, output=output, exit_code=0, result=result)
+        return *failure(exc), None
 
 
 def verify(

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, ROOT
 
+import rnnconv
 from rnnconv import pool
 
 
@@ -118,3 +119,28 @@ def test_a_worker_whose_caller_stopped_listening_ends_quietly():
     worker.stdin.close()
     assert worker.wait(timeout=60) == 0
     assert not worker.stderr.read(), "the worker said something"
+
+
+def converted_and_what_it_imported(source: str, output: str) -> tuple[object, list[str]]:
+    from rnnconv import api
+
+    outcome = api._convert_one(source, output, {})
+    return outcome, sorted(name for name in ("pydantic", "rnnconv.core.report_contracts") if name in sys.modules)
+
+
+def test_a_worker_converts_without_importing_pydantic_and_the_caller_makes_the_batchs_entries(tmp_path):
+    """A worker's start-up is what -j 2 pays per worker: it returns plain values and records, never the batch's
+    pydantic entries, so it imports neither pydantic nor the report contracts."""
+    source = FIXTURES / "torch" / "rnn_tanh.pt"
+    worker = pool.Worker()
+    try:
+        outcome, imported = worker.call(converted_and_what_it_imported, (str(source), str(tmp_path / "a.bin")))
+    finally:
+        worker.end(stop=False)
+    assert imported == []
+    code, error, result = outcome
+    assert (code, error) == (0, None) and result.outputs[0].endswith("a.bin")
+    (tmp_path / "bad.pt").write_bytes(b"no checkpoint")
+    items = rnnconv.convert_many([source, tmp_path / "bad.pt"], f"{tmp_path}/out/", jobs=2).root
+    assert [item.exit_code for item in items] == [0, 2] and "bad.pt" in (items[1].error or "")
+    assert items[0].result is not None and items[0].result.outputs[0] == str(tmp_path / "out" / "rnn_tanh.bin")
