@@ -43,6 +43,7 @@ RUNTIME = Runtime((".xml", ".bin"), 1e-5, (Way("OpenVINO's CPU plugin", _openvin
 # and the float source it was quantized from (an IR's with its .bin).
 QUANTIZED_SEEDS = {
     "openvino_quantized/lstm_nncf.xml": "openvino_quantized/lstm_nncf.pt",
+    "openvino_quantized/lstm_bi_nncf.xml": "openvino_quantized/lstm_bi_nncf.pt",  # its scales shared by both directions
     "openvino_quantized/gru_nncf_asym.xml": "openvino_quantized/gru_nncf_asym.pt",
     "openvino_quantized/gru_nncf_asym_f16.xml": "openvino_quantized/gru_nncf_asym_f16.pt",
     "openvino_quantized/keras_lstm_loop_int8_sym.xml": "openvino_quantized/keras_lstm_loop_int8_sym.keras",

@@ -349,26 +349,32 @@ class IRFile(Graph[SequenceOp]):
         self, op: SequenceOp, role: str, weight: Quantized
     ) -> tuple[np.ndarray, list[tuple[str, Quantization]]]:
         """A quantized weight's floats, scale * (q - zero_point), exactly (float64), and its quantization per
-        direction: one scale for the tensor, or one per output row ((directions, rows, 1))."""
+        direction: one scale for the tensor or each direction, or one per output row, each direction's own
+        ((directions, rows, 1)) or shared by both ((1, rows, 1): what nncf writes of a bidirectional op), as
+        OpenVINO's numpy broadcast applies them."""
         what = f"{op.op} {op.name!r}: its {role.replace('_', ' ')}"
         q = weight.values
         if q.ndim != 3 or q.shape[0] != op.directions:
             raise BadInput(f"{what} has the quantized shape {list(q.shape)}, not (directions, rows, columns)")
         per_row = (q.shape[0], q.shape[1], 1)
+        spread = {}  # scales and zero points as (directions, rows or 1) each
         for part, values in (("scales", weight.scales), ("zero points", weight.zero_points and weight.zero_points[0])):
-            if values is not None and values.size != 1 and tuple(values.shape) != per_row:
+            if values is None:
+                continue
+            shape = (1,) * (3 - values.ndim) + tuple(values.shape)
+            if values.ndim > 3 or shape[0] not in (1, q.shape[0]) or shape[1] not in (1, q.shape[1]) or shape[2] != 1:
+                shared = f", or [1, {q.shape[1]}, 1] for both directions" if q.shape[0] > 1 else ""
                 raise BadInput(
                     f"{what}: its {part} have the shape {list(values.shape)}, neither one nor one per row of its "
-                    f"{list(q.shape)} integers ({list(per_row)})"
+                    f"{list(q.shape)} integers ({list(per_row)}{shared})"
                 )
-        scales = np.asarray(weight.scales, np.float32).reshape(-1)
-        zeros = np.zeros(1, np.int64) if weight.zero_points is None else np.asarray(weight.zero_points[0]).reshape(-1)
+            spread[part] = np.broadcast_to(np.asarray(values).reshape(shape)[..., 0], (q.shape[0], shape[1]))
+        scales = np.asarray(spread["scales"], np.float32)
+        zeros = spread.get("zero points", np.zeros((q.shape[0], 1), np.int64))
         stored, held = np.asarray(q), []
         parts = []
         for d in range(op.directions):
-            rows = slice(d * q.shape[1], (d + 1) * q.shape[1])
-            each = scales if scales.size == 1 else scales[rows]
-            zero = zeros if zeros.size == 1 else zeros[rows]
+            each, zero = scales[d], zeros[d]
             if zero.size == 1 and each.size > 1:
                 zero = np.repeat(zero, each.size)
             where = f"{what} (direction {d})" if op.directions > 1 else what

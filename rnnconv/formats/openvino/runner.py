@@ -218,14 +218,18 @@ def as_deployed(xml: Path, input_size: int, bound: float, config: Mapping[str, A
                 detail=f"its own graph, {compiled_as} (OpenVINO {version}), runs no sequence op on the CPU "
                 f"plugin's low-precision path: it computes its ops as verify ran them",
             )
+        running = (
+            f"runs {len(low)} sequence op(s) (as the plugin compiles them, one per direction) on the CPU plugin's "
+            "low-precision path"
+        )
         floating = {ov.Type.f32, ov.Type.f16}
         odd = [p for p in model.inputs if p.get_element_type() not in floating or p.get_partial_shape().rank.is_dynamic]
         if odd:
             return Check(
                 check=name,
                 ok=False,
-                detail=f"its own graph, {compiled_as}, runs {len(low)} sequence op(s) on the CPU plugin's "
-                f"low-precision path, which computes another RNN than the file holds; rnnconv feeds float inputs of a "
+                detail=f"its own graph, {compiled_as}, {running}, which computes another RNN than the file holds; "
+                f"rnnconv feeds float inputs of a "
                 f"known rank only (its input {odd[0].get_element_type().get_type_name()} "
                 f"{odd[0].get_partial_shape()} is not one), so how far it is was not measured: deploy it compiled "
                 f"with {OPENVINO_LOW_PRECISION_OFF}",
@@ -256,9 +260,9 @@ def as_deployed(xml: Path, input_size: int, bound: float, config: Mapping[str, A
             + _compiles_off_the_low_precision_path(xml, config),
         )
     how = (
-        f"its own graph, {compiled_as} (OpenVINO {version}, an f32 hint), runs {len(low)} sequence op(s) on the "
-        f"plugin's low-precision path: its outputs are up to {off:.3g} from the same graph compiled with "
-        f"{OPENVINO_LOW_PRECISION_OFF}, which computes the ops verify ran in f32"
+        f"its own graph, {compiled_as} (OpenVINO {version}, an f32 hint), {running}: its outputs are up to "
+        f"{off:.3g} from the same graph compiled with {OPENVINO_LOW_PRECISION_OFF}, which computes the ops verify "
+        "ran in f32"
     )
     if off <= bound:
         return Check(check=name, ok=True, detail=f"{how}, within the bound its scales give a step ({bound:.3g})")
