@@ -14,7 +14,8 @@ int8 `Const` → `Convert` → `Multiply` by per-row scales, and its initial h a
   applied with the f and i blocks exchanged (OpenVINO's gate order f, i, c, o);
 - c not rounded; Y the value of each step's h code; h_n the last code times the initial h's dequantization scale.
 
-`u8_lstm` computes that in numpy (float64) for one forward direction, so that a file's own run can be compared with
+`u8_lstm` computes that in numpy (float64) for one forward direction (the plugin compiles a bidirectional op as one
+such path per direction, the reverse one over the reversed steps), so that a file's own run can be compared with
 what the plugin is known to compute rather than with the float LSTM it was converted from."""
 
 from __future__ import annotations
