@@ -170,6 +170,21 @@ def test_verify_holds_the_quantized_ir_run_in_openvino_to_the_bound(converted, t
     assert rnnconv.verify(copy).verdict == "mismatch"
 
 
+def _audit(name: str) -> tuple[object, ...]:
+    """verify's arguments for the audit of a fixture against its float checkpoint, as JSON."""
+    return HERE / f"{name}.xml", "--against", HERE / f"{name}.pt", "--json"
+
+
+def _audited_as_deployed(name: str) -> tuple[dict, dict]:
+    """The audit of a fixture whose deployment fails but whose proof holds: its report, its "as deployed" check."""
+    result = run_cli("verify", *_audit(name))
+    assert result.returncode == 1, result.stdout + result.stderr
+    (report,) = json.loads(result.stdout)
+    checks = {check["check"]: check for check in report["checks"]}
+    assert all(checks[f"quantized {term}"]["ok"] for term in ("weights", "kernel", "end to end")), checks
+    return report, checks["as deployed in OpenVINO"]
+
+
 @pytest.mark.slow  # runs OpenVINO a step at a time
 def test_the_audit_holds_the_ir_to_its_float_checkpoint_its_summed_biases_compared_as_sums():
     """The nncf IR against the nn.LSTM it was quantized from: every weight within half a step (the IR's one bias a
@@ -177,22 +192,14 @@ def test_the_audit_holds_the_ir_to_its_float_checkpoint_its_summed_biases_compar
     OpenVINO compiles it by default runs its LSTMSequences on the CPU plugin's u8 path, far from the f32 run of the
     same graph (docs/formats/openvino.md#cpu-plugin-own-graph): a MISMATCH naming the path and the setting that takes
     it off. A converted copy's verify says it as a warning (its weights are the file's)."""
-    result = run_cli("verify", HERE / "lstm_nncf.xml", "--against", HERE / "lstm_nncf.pt", "--json")
-    assert result.returncode == 1, result.stdout + result.stderr
-    (report,) = json.loads(result.stdout)
-    checks = {check["check"]: check for check in report["checks"]}
-    assert all(checks[f"quantized {term}"]["ok"] for term in ("weights", "kernel", "end to end")), checks
-    deployed = checks["as deployed in OpenVINO"]
+    report, deployed = _audited_as_deployed("lstm_nncf")
     assert not deployed["ok"] and "low-precision path" in deployed["detail"], deployed
     assert "{'LP_TRANSFORMS_MODE': False}" in deployed["detail"]
     off = float(re.search(r"its outputs are up to ([0-9.e-]+) from", deployed["detail"])[1])
     assert off > 0.05  # far above the bound a step's rounding gives (0.021)
     assert report["verdict"] == "mismatch" and "low-precision path" in report["summary"]
     # deployed as that sentence says, compiled with the path off: what verify proved is what it computes
-    result = run_cli(
-        "verify", HERE / "lstm_nncf.xml", "--against", HERE / "lstm_nncf.pt", "--json",
-        "--runtime-config", '{"LP_TRANSFORMS_MODE": false}',
-    )  # fmt: skip
+    result = run_cli("verify", *_audit("lstm_nncf"), "--runtime-config", '{"LP_TRANSFORMS_MODE": false}')
     assert result.returncode == 0, result.stdout + result.stderr
     (report,) = json.loads(result.stdout)
     deployed = next(check for check in report["checks"] if check["check"] == "as deployed in OpenVINO")
@@ -211,13 +218,7 @@ def test_the_audit_of_a_bidirectional_nncf_lstm_holds_both_directions_and_finds_
     weight of both directions within half a step, the three terms holding; the CPU plugin compiles its two ops as four
     u8 RNNSeqs, one per direction, far from the f32 run: a MISMATCH that says so and names the setting; deployed with
     it, WITHIN-BOUND."""
-    pair = (HERE / "lstm_bi_nncf.xml", "--against", HERE / "lstm_bi_nncf.pt", "--json")
-    result = run_cli("verify", *pair)
-    assert result.returncode == 1, result.stdout + result.stderr
-    (report,) = json.loads(result.stdout)
-    checks = {check["check"]: check for check in report["checks"]}
-    assert all(checks[f"quantized {term}"]["ok"] for term in ("weights", "kernel", "end to end")), checks
-    deployed = checks["as deployed in OpenVINO"]
+    report, deployed = _audited_as_deployed("lstm_bi_nncf")
     assert (
         not deployed["ok"]
         and "runs 4 sequence op(s) (as the plugin compiles them, one per direction)" in (deployed["detail"])
@@ -227,7 +228,7 @@ def test_the_audit_of_a_bidirectional_nncf_lstm_holds_both_directions_and_finds_
     assert off > 5 * bound, deployed  # measured: 0.427 against 0.0408
     held, _, problem = report["summary"].partition("; but ")
     assert "within its quantization's bound" in held and "{'LP_TRANSFORMS_MODE': False}" in problem, report
-    result = run_cli("verify", *pair, "--runtime-config", '{"LP_TRANSFORMS_MODE": false}')
+    result = run_cli("verify", *_audit("lstm_bi_nncf"), "--runtime-config", '{"LP_TRANSFORMS_MODE": false}')
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads(result.stdout)[0]["verdict"] == "within-bound"
 
@@ -238,13 +239,7 @@ def test_the_audit_of_nncfs_gru_says_its_graph_does_not_compile_as_deployed_and_
     its defaults: its low-precision transformations leave the GRUSequence's weights computed, where the plugin's GRU
     takes constants. A MISMATCH that says first what held, then OpenVINO's reason and the setting it compiles with;
     deployed so, within its bound."""
-    pair = (HERE / "gru_nncf_asym.xml", "--against", HERE / "gru_nncf_asym.pt", "--json")
-    result = run_cli("verify", *pair)
-    assert result.returncode == 1, result.stdout + result.stderr
-    (report,) = json.loads(result.stdout)
-    checks = {check["check"]: check for check in report["checks"]}
-    assert all(checks[f"quantized {term}"]["ok"] for term in ("weights", "kernel", "end to end")), checks
-    deployed = checks["as deployed in OpenVINO"]
+    report, deployed = _audited_as_deployed("gru_nncf_asym")
     assert not deployed["ok"] and "does not run in OpenVINO's CPU plugin" in deployed["detail"], deployed
     assert "expects Constant" in deployed["detail"]  # OpenVINO's own reason
     assert (
@@ -253,7 +248,7 @@ def test_the_audit_of_nncfs_gru_says_its_graph_does_not_compile_as_deployed_and_
     )
     held, _, problem = report["summary"].partition("; but ")
     assert "within its quantization's bound" in held and "does not run in OpenVINO's CPU plugin" in problem, report
-    result = run_cli("verify", *pair, "--runtime-config", '{"LP_TRANSFORMS_MODE": false}')
+    result = run_cli("verify", *_audit("gru_nncf_asym"), "--runtime-config", '{"LP_TRANSFORMS_MODE": false}')
     assert result.returncode == 0, result.stdout + result.stderr
     (report,) = json.loads(result.stdout)
     assert report["verdict"] == "within-bound", report["summary"]
