@@ -212,12 +212,12 @@ def test_the_audit_holds_the_ir_to_its_float_checkpoint_its_summed_biases_compar
     assert result.returncode == 1 and "does not run in OpenVINO's CPU plugin" in result.stdout, result.stdout
 
 
-@pytest.mark.slow  # runs OpenVINO a step at a time, twice over
+@pytest.mark.slow  # runs OpenVINO a step at a time
 def test_the_audit_of_a_bidirectional_nncf_lstm_holds_both_directions_and_finds_its_deployed_u8_path():
     """nncf's 2-layer bidirectional LSTM IR, its scales one per row shared by both directions ([1, 28, 1]): every
     weight of both directions within half a step, the three terms holding; the CPU plugin compiles its two ops as four
-    u8 RNNSeqs, one per direction, far from the f32 run: a MISMATCH that says so and names the setting; deployed with
-    it, WITHIN-BOUND."""
+    u8 RNNSeqs, one per direction, far from the f32 run: a MISMATCH that says so and names the setting (deployed with
+    it, WITHIN-BOUND: measured; held in the tests of nncf's forward LSTM and GRU)."""
     report, deployed = _audited_as_deployed("lstm_bi_nncf")
     assert (
         not deployed["ok"]
@@ -228,9 +228,6 @@ def test_the_audit_of_a_bidirectional_nncf_lstm_holds_both_directions_and_finds_
     assert off > 5 * bound, deployed  # measured: 0.427 against 0.0408
     held, _, problem = report["summary"].partition("; but ")
     assert "within its quantization's bound" in held and "{'LP_TRANSFORMS_MODE': False}" in problem, report
-    result = run_cli("verify", *_audit("lstm_bi_nncf"), "--runtime-config", '{"LP_TRANSFORMS_MODE": false}')
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert json.loads(result.stdout)[0]["verdict"] == "within-bound"
 
 
 @pytest.mark.slow  # runs OpenVINO a step at a time, twice over
