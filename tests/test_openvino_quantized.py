@@ -353,6 +353,20 @@ def test_damaged_quantization_is_refused_in_one_sentence(tmp_path, xml_change, b
     assert not (tmp_path / "m.pt").exists()
 
 
+def test_a_bidirectional_ops_scales_of_no_shape_its_directions_broadcast_to_are_refused(tmp_path):
+    """The scales both directions of lstm_bi_nncf.xml's first op share ([1, 28, 1]), stored as [2, 14, 1] (the same
+    28 values): neither one per direction's rows nor one per row for both, refused naming both forms."""
+    xml = (HERE / "lstm_bi_nncf.xml").read_text()
+    old = 'shape="1, 28, 1" offset="337" size="112"'
+    assert old in xml
+    path = tmp_path / "damaged.xml"
+    path.write_text(xml.replace(old, 'shape="2, 14, 1" offset="337" size="112"', 1))
+    shutil.copy(HERE / "lstm_bi_nncf.bin", path.with_suffix(".bin"))
+    result = run_cli("convert", path, tmp_path / "m.pt", "--dequantize", "--allow-lossy")
+    assert_clean_failure(result, 2, "[2, 14, 1], neither one nor one per row", "[2, 28, 1], or [1, 28, 1] for both")
+    assert not (tmp_path / "m.pt").exists()
+
+
 # Loops whose bodies nncf.compress_weights compressed (f16 decompression of i8/u8 MatMul weights): fixture -> (its
 # float source, whether its input is batch-first)
 LOOPS = {
