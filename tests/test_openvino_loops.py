@@ -87,6 +87,30 @@ def test_verify_runs_a_frontend_loop_against_its_conversion(name, tmp_path):
     result = run_cli("verify", tmp_path / "m.pt", "--against", source)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "MATCH" in result.stdout
+    assert "run by OpenVINO" in result.stdout and "CPU plugin: the file's" in " ".join(result.stdout.split())
+
+
+@pytest.mark.parametrize("name", sorted(set(LOOPS) - LAST_STATE))
+def test_the_cells_openvino_compiles_from_a_loops_body_stepped_by_rnnconv_compute_the_files_own_graph(name):
+    """The source's run in verify: each Loop's body, as OpenVINO reads it, cut at the step's input and state and
+    compiled, stepped by rnnconv from the file's zero states, gives what the file's whole graph gives in OpenVINO."""
+    from rnnconv.core.canonical import RNNSpec
+    from rnnconv.formats._cells import run_loops
+    from rnnconv.formats.openvino.reader import IRFile
+    from rnnconv.formats.openvino.runner import compiled_cells
+
+    source = OPENVINO / f"{name}.xml"
+    ir = IRFile(source)
+    (chain,) = ir.chains
+    spec = RNNSpec.from_model(rnnconv.inspect(source).rnns[0].spec)
+    x = np.random.default_rng(8).normal(0, 1.5, (5, 2, spec.input_size)).astype(np.float32)  # steps, batch
+    expected = openvino(source, x if name in TIME_MAJOR else x.transpose(1, 0, 2))
+    cells, how = compiled_cells(ir, chain)
+    assert how.startswith(f"OpenVINO {ov.__version__.split('-')[0]} CPU plugin")
+    states = np.zeros((spec.num_layers * spec.num_directions, 2, spec.hidden_size), np.float32)
+    y = run_loops(cells, spec, {"x": x, "h0": states, "c0": states}, "a Loop")["y"]
+    y = y if name in TIME_MAJOR else y.transpose(1, 0, 2)
+    assert y.shape == expected.shape and float(np.abs(y - expected).max()) < TOLERANCE
 
 
 @pytest.mark.parametrize("name", SAVED_F16)
@@ -382,3 +406,18 @@ def test_a_direction_keeping_its_last_step_beside_one_keeping_every_step_is_refu
     result = run_cli("convert", source, tmp_path / "m.pt", "--layer", refused[0].name)
     assert_clean_failure(result, 2, "whose body looks like an RNN cell", "runs backwards over its sequence")
     assert not (tmp_path / "m.pt").exists()
+
+
+def test_a_loop_whose_body_openvino_reads_with_its_cells_output_named_twice_is_not_run_in_its_place(tmp_path):
+    """OpenVINO's model knows a body's layers by name alone: where two share the name of the layer whose value is the
+    cell's new state, verify says it cannot cut the cell there, rather than run some other value as it."""
+    xml = (OPENVINO / "keras_lstm_loop.xml").read_text()
+    new_state = "functional_1/lstm_1/while/lstm_cell_1/mul_2"
+    other = "functional_1/lstm_1/while/lstm_cell_1/mul_1"
+    assert f'name="{new_state}" type="Multiply"' in xml and f'name="{other}" type="Multiply"' in xml
+    source = tmp_path / "named_twice.xml"
+    source.write_text(xml.replace(f'name="{other}" type="Multiply"', f'name="{new_state}" type="Multiply"'))
+    source.with_suffix(".bin").write_bytes((OPENVINO / "keras_lstm_loop.bin").read_bytes())
+    assert run_cli("convert", source, tmp_path / "m.pt").returncode == 0  # rnnconv reads a body by its layers' ids
+    result = run_cli("verify", tmp_path / "m.pt", "--against", source)
+    assert_clean_failure(result, 2, "OpenVINO reads 2 Multiply layers named", "so the cell rnnconv read there cannot")

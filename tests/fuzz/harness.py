@@ -211,7 +211,7 @@ SERVING_SEEDS = ["k3_export", "k3_export_activations"]  # the savedmodel seeds w
 SAID_ACTIVATIONS = ["--activation", "tanh", "--recurrent-activation", "sigmoid"]  # the savedmodel seeds' own
 ORACLE_FAMILIES = ("onnx_loops", "onnx_loop_forms")  # the ONNX families whose conversions are run against the file
 LOOP_ORACLES = ("litert", "openvino", "onnxruntime")  # the runtimes of loop files: each run against its conversion
-VERIFY_SHARE = 0.1  # the openvino_quantized cases whose conversions verify runs in OpenVINO (seconds apiece)
+VERIFY_SHARE = 0.1  # the openvino_quantized and _loops cases whose conversions verify runs in OpenVINO (seconds apiece)
 # the seeds of the tflite_quantized family: TensorFlow's converter's, and what --quantize int8 writes
 TFLITE_QUANTIZED = ("tflite__keras_lstm_dynamic_range", f"tflite__{QUANTIZED_WRITTEN_STEM}")
 # The seeds of the torch_quantized family, each with the float checkpoint it was quantized from (seeds too).
@@ -471,7 +471,10 @@ def make_case(family: str, seeds: Seeds, rng: random.Random, index: int) -> Case
         data = mutators.mutate_openvino_loops(seeds.sources[name].read_bytes(), rng)
         weights = seeds.sources[name].with_suffix(".bin").read_bytes()
         files = {f"mut_{name}": data, f"mut_{name[: -len('.xml')]}.bin": weights}
-        return _loop_case(family, index, name, files, "openvino")
+        case = _loop_case(family, index, name, files, "openvino")
+        if rng.random() < VERIFY_SHARE:  # its cells cut from the damaged body and compiled by OpenVINO
+            case.commands.append(["verify", "{dir}/out.onnx", "--against", "{dir}/mut_" + name])
+        return case
     if family == "openvino_quantized":  # nncf's IRs and --quantize's damaged in their quantization, with and without
         held = [n.replace("/", "__") for n in OPENVINO_QUANTIZED_SEEDS]  # the flags
         held += [f"xml__{QUANTIZED_WRITTEN_STEM}{layer}.xml" for layer, suffix in QUANTIZED_WRITTEN if suffix == ".xml"]

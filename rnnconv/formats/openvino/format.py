@@ -131,12 +131,13 @@ class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
         inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The file's own graph (one rnnconv wrote), or its sequence ops with their own weights and attributes,
-        run in OpenVINO's CPU plugin; a Loop's body's cell ops, evaluated in numpy."""
+        run in OpenVINO's CPU plugin; a Loop's body's cell, compiled by OpenVINO from the file, a step at a time."""
         if chain.first.loops:
             from rnnconv.formats._cells import run_loops
+            from rnnconv.formats.openvino.runner import compiled_cells
 
-            outputs = run_loops([op.loops for op in chain.layers], spec, inputs, f"an OpenVINO {chain.first.op}")
-            return outputs, f"rnnconv: the file's {chain.first.op} bodies' cell ops, evaluated in numpy"
+            cells, how = compiled_cells(graph, chain)
+            return run_loops(cells, spec, inputs, f"an OpenVINO {chain.first.op}"), how
         from rnnconv.formats.openvino.runner import run_ops
 
         return run_ops(graph, chain, spec, inputs, source.layer)

@@ -13,8 +13,10 @@ import numpy as np
 from rnnconv.core.canonical import RNNSpec
 from rnnconv.core.compare import Inputs
 from rnnconv.errors import BackendMissing, BadInput, Unsupported
+from rnnconv.formats._cells import Reading
 from rnnconv.formats._graph import Chain, reverse_sequences
 from rnnconv.formats.openvino.builder import Graph, Layer, Parts, QuantizedTensor, Tensor, build
+from rnnconv.formats.openvino.loops import Loop
 from rnnconv.formats.openvino.reader import IRFile, SequenceOp
 from rnnconv.formats.openvino.wire import (
     OPENVINO_C_N,
@@ -179,6 +181,86 @@ def run_ops(
         out["y"] = reverse_sequences(np.asarray(out["y"]), inputs.get("lengths"))
         how += ", on the sequences reversed"
     return out, how
+
+
+class CompiledCell:
+    """One Loop's (or TensorIterator's) cell as OpenVINO runs it: the file's own body, read by OpenVINO, cut at the
+    values rnnconv read as the step's input and carried state (each made a Parameter) and at the new state, compiled
+    for the CPU plugin in f32; stepped by `_cells.run_loops` as the Loop steps it, a `SteppedLoop`."""
+
+    reading: Reading | None
+    reversed: bool
+    batch: int | None
+
+    def __init__(self, path: Path, model: Any, loop: Loop, core: Any):
+        reading = loop.reading
+        if reading is None or loop.refusal is not None:
+            raise Unsupported(loop.refusal or f"the {loop.layer.kind} {loop.name!r} computes no cell rnnconv reads")
+        self.reading, self.reversed, self.batch = reading, loop.reversed, loop.batch
+        ov = require_openvino()
+        found = [
+            op
+            for op in model.get_ordered_ops()
+            if op.get_friendly_name() == loop.layer.name and op.get_type_name() == loop.layer.kind
+        ]
+        if len(found) != 1:
+            raise Unsupported(f"OpenVINO reads {len(found)} {loop.layer.kind} ops named {loop.layer.name!r} in {path}")
+        named: dict[str, list[Any]] = {}
+        for op in found[0].get_function().get_ordered_ops():
+            named.setdefault(op.get_friendly_name(), []).append(op)
+
+        def output(value: str) -> Any:
+            layer = loop.body.layers[value.split(":", maxsplit=1)[0]]
+            ops = [op for op in named.get(layer.name, []) if op.get_type_name() == layer.kind]
+            if len(ops) != 1:
+                raise Unsupported(
+                    f"OpenVINO reads {len(ops)} {layer.kind} layers named {layer.name!r} in the body of "
+                    f"{loop.layer.kind} {loop.name!r}, so the cell rnnconv read there cannot be cut from it"
+                )
+            return ops[0].output(layer.outputs.index(value))
+
+        sizes = {reading.x: reading.input_size, reading.h: reading.hidden, reading.c: reading.hidden}
+        self._outputs, self._what = reading.outputs, f"{loop.layer.kind} {loop.name!r}"
+        self._given = [v for v in (reading.x, reading.h, reading.c) if v is not None]
+        parameters, self._types = [], []
+        for value in self._given:
+            cut = output(value)
+            parameter = ov.opset13.parameter([loop.batch or -1, sizes[value]], cut.get_element_type(), name=value)
+            for reader in list(cut.get_target_inputs()):
+                reader.replace_source_output(parameter.output(0))
+            parameters.append(parameter)
+            self._types.append(cut.get_element_type().to_dtype())
+        try:
+            cell = ov.Model([output(v) for v in reading.outputs], parameters, f"{loop.name} cell")
+            cell.validate_nodes_and_infer_types()
+            self._compiled = core.compile_model(cell, "CPU", OPENVINO_F32)
+        except RuntimeError as exc:  # OpenVINO's: the cell reads more than the step's input and state, or won't run
+            raise Unsupported(
+                f"OpenVINO cannot run the cell of {self._what} on its own: {openvino_reason(exc)}"
+            ) from None
+
+    def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            results = self._compiled([np.asarray(feeds[v], t) for v, t in zip(self._given, self._types, strict=True)])
+        except RuntimeError as exc:
+            raise BadInput(f"OpenVINO cannot run the cell of {self._what}: {openvino_reason(exc)}") from None
+        return {
+            value: np.asarray(results[self._compiled.outputs[k]], np.float32) for k, value in enumerate(self._outputs)
+        }
+
+
+def compiled_cells(file: IRFile, chain: Chain[SequenceOp]) -> tuple[list[list[CompiledCell]], str]:
+    """A chain of Loop layers' cells, each compiled by OpenVINO from the file's own body (`CompiledCell`); and how
+    they run."""
+    ov = require_openvino()
+    try:
+        core = ov.Core()
+        model = core.read_model(str(file.path))
+    except RuntimeError as exc:
+        raise BadInput(f"OpenVINO cannot read {file.path}: {openvino_reason(exc)}") from None
+    cells = [[CompiledCell(file.path, model, loop, core) for loop in op.loops] for op in chain.layers]
+    version = ov.__version__.split("-")[0]
+    return cells, f"OpenVINO {version} CPU plugin: the file's {chain.first.op} bodies' cells, stepped by rnnconv"
 
 
 DEPLOY_OFF_THE_LOW_PRECISION_PATH = (
