@@ -63,12 +63,12 @@ def test_help_and_completion_import_neither_numpy_nor_pydantic_nor_a_framework()
 CONVERSION = """
 import sys
 from rnnconv.cli.commands import main
-sys.argv = ["rnnconv", "convert", *sys.argv[1:], "-q"]
+sys.argv = ["rnnconv", "convert", *sys.argv[1:]]
 try:
     main()
 except SystemExit as done:
     assert not done.code, done.code
-print(" ".join(sorted(sys.modules)))
+print(" ".join(sorted(sys.modules)), file=sys.stderr)
 """
 # The libraries one format's files need, which a conversion between two others must not import.
 FORMAT_LIBRARIES = {"keras": "h5py", "onnx": "onnx", "openvino": "xml.sax", "tf1": "google_crc32c"}
@@ -89,12 +89,13 @@ SHARED_MODULES = {
     ],
 )
 def test_a_conversion_imports_only_its_two_formats(source, output, formats, tmp_path):
-    """With -q nothing is drawn, so rich is not imported. Every format may be sniffed (detection goes by content),
+    """Its lines printed to a pipe are written as rich would print them (`render.say`), so rich is not imported (nor
+    where nothing is shown, -q). Every format may be sniffed (detection goes by content),
     so its `wire` module (where its `sniff` is) may be imported; its `format` module, reader, writer and runner (and
     the libraries they need: the IR writer's XML quoting alone imported ssl) and the modules its verbs are built on
     only when it is the conversion's source or target."""
     if source == "blob.bin":
-        assert run_cli("convert", FIXTURES / "torch" / "rnn_tanh.pt", tmp_path / source, "-q").returncode == 0
+        assert run_cli("convert", FIXTURES / "torch" / "rnn_tanh.pt", tmp_path / source).returncode == 0
     path = tmp_path / source if source == "blob.bin" else FIXTURES / source
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run(
@@ -105,7 +106,8 @@ def test_a_conversion_imports_only_its_two_formats(source, output, formats, tmp_
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    imported = set(result.stdout.split())
+    assert "\nwrote " in result.stdout  # its result, printed to a pipe
+    imported = set(result.stderr.splitlines()[-1].split())
     others = [
         name
         for name in imported
@@ -122,7 +124,7 @@ def test_a_conversion_imports_only_its_two_formats(source, output, formats, tmp_
     assert not shared, f"converting {source} to {output} imported rnnconv.formats.{shared[0]}"
     libraries = {library for fmt, library in FORMAT_LIBRARIES.items() if fmt not in formats} & imported
     assert not libraries, f"converting {source} to {output} imported {sorted(libraries)}"
-    assert "rich" not in imported, f"converting {source} to {output} with -q (nothing shown) imported rich"
+    assert "rich" not in imported, f"converting {source} to {output}, its result shown in no terminal, imported rich"
     # its options, unset or words, given back as typer's coercion gives them without building its pydantic adapters
     assert "typer._adapters" not in imported, f"converting {source} to {output} built typer's option adapters"
 
@@ -202,3 +204,34 @@ def test_options_given_back_without_typers_adapters_are_what_its_adapters_give(c
             assert outcomes[0] == outcomes[1], (param.name, value, outcomes)
             tried += 1
     assert tried > 50
+
+
+def test_a_line_written_without_rich_is_the_text_rich_prints_of_it_where_it_styles_nothing():
+    """`render.escape` and `render.plain` against rich itself: random text of brackets, backslashes, tags, control
+    codes and wide characters, escaped as rich escapes it, then inside a conversion's markup, printed by rich to a
+    stream it does not style, is what `plain` gives (a tab: rich's, which expands it by cells)."""
+    import io
+    import random
+
+    from rich.console import Console
+    from rich.markup import escape
+
+    from rnnconv.cli import render
+
+    rng = random.Random(0)
+    pieces = ["[", "]", "\\", "/", "a", "#", "@", "=", " ", "\r", "\n", "\x07", "\x08", "\x0b", "\x1b", "\x00", "é"]
+    pieces += ["中", "\u200b", "x[y]", "[/]", "[b]", "[link=x]", "\t"]
+    compared = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        assert render.escape(text) == escape(text), text
+        for markup in (render.escape(text), f"[yellow]warning:[/] {render.escape(text)} [b]x[/b]"):
+            shown = render.plain(markup)
+            if shown is None:
+                assert "\t" in markup
+                continue
+            printed = io.StringIO()
+            Console(file=printed, highlight=False, soft_wrap=True, emoji=False).print(markup)
+            assert printed.getvalue() == shown + "\n", markup
+            compared += 1
+    assert compared > 2000

@@ -14,6 +14,7 @@ import functools
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -70,11 +71,64 @@ def err() -> Console:
     return _console(cast(IO[str], streams.Tolerant("stderr", 2)))
 
 
-def escape(text: str) -> str:
-    """`text` shown as it is (rich's markup in it escaped)."""
-    from rich.markup import escape as escaped
+# rich's markup, as rich.markup parses and escapes it (rich 13-15): a tag is `[` then a letter, #, / or @, up to the
+# first `]` with no `[` before it; each backslash before one is doubled to show it and one more escapes the tag.
+MARKUP_TAG = re.compile(r"((\\*)\[([a-z#/@][^[]*?)])")
+ESCAPED_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
+RICH_STRIPS = dict.fromkeys((7, 8, 11, 12, 13))  # the control codes rich's Text leaves out (rich.control)
 
-    return escaped(text)
+
+def escape(text: str) -> str:
+    """`text` shown as it is (rich's markup in it escaped, as rich.markup.escape does)."""
+    text = ESCAPED_TAG.sub(lambda m: f"{m.group(1)}{m.group(1)}\\{m.group(2)}", text)
+    return text + "\\" if text.endswith("\\") and not text.endswith("\\\\") else text
+
+
+def plain(markup: str) -> str | None:
+    """The text rich prints of a line of markup where it prints no styles (rich.markup.render): its tags left out,
+    each escaped one and each pair of backslashes before one shown as one, `\\[` elsewhere as `[`, the control codes
+    rich leaves out left out; None where it holds a tab (which rich expands to its columns, measured in cells)."""
+    if "\t" in markup:
+        return None
+    if "[" not in markup:
+        return markup.translate(RICH_STRIPS)
+    parts, position = [], 0
+    for match in MARKUP_TAG.finditer(markup):
+        start, end = match.span()
+        parts.append(markup[position:start].replace("\\[", "["))
+        backslashes, escaped = divmod(len(match.group(2)), 2)
+        parts.append("\\" * backslashes)
+        if escaped:
+            parts.append(match.group(1)[len(match.group(2)) :].replace("\\[", "["))
+        position = end
+    parts.append(markup[position:].replace("\\[", "["))
+    return "".join(parts).translate(RICH_STRIPS)
+
+
+def say(markup: str, stderr: bool = False) -> None:
+    """One line of markup on stdout (or stderr): where the stream is no terminal, the text rich would print of it
+    written as it is, so that a conversion's few lines do not import rich (14 ms); else rich prints it."""
+    text = None if styled(stderr) else plain(markup)
+    if text is None:
+        (err() if stderr else out()).print(markup)
+    elif stderr:
+        streams.Tolerant("stderr", 2).write(text + "\n")
+    else:
+        sys.stdout.write(text + "\n")
+
+
+def styled(stderr: bool) -> bool:
+    """Whether rich would style stdout (or stderr), taking it for a terminal (rich's Console.is_terminal, without
+    making one): TTY_COMPATIBLE=1 or FORCE_COLOR set, else not with TTY_COMPATIBLE=0, else where it is a tty."""
+    environ = os.environ
+    if environ.get("TTY_COMPATIBLE") in ("0", "1"):
+        return environ["TTY_COMPATIBLE"] == "1"
+    if "FORCE_COLOR" in environ:
+        return environ["FORCE_COLOR"] != ""
+    try:
+        return (sys.stderr if stderr else sys.stdout).isatty()
+    except (AttributeError, ValueError):  # closed, or no file
+        return False
 
 
 Shown = TypeVar("Shown", bound=Callable[..., "int | None"])
@@ -121,11 +175,11 @@ def print_json(document: Record | BaseModel | dict[str, Any]) -> None:
 
 
 def note(text: str) -> None:
-    err().print(f"[dim]note:[/] {escape(sentence(text))}")
+    say(f"[dim]note:[/] {escape(sentence(text))}", stderr=True)
 
 
 def warning(text: str) -> None:
-    err().print(f"[yellow]warning:[/] {escape(sentence(text))}")
+    say(f"[yellow]warning:[/] {escape(sentence(text))}", stderr=True)
 
 
 def spec_text(spec: SpecModel | None) -> str:
@@ -179,7 +233,7 @@ def identification(result: Identification, as_json: bool, quiet: bool, verbose: 
 @shown
 def conversion(result: ConversionResult, as_json: bool, quiet: bool, verbose: bool) -> None:
     for skipped in result.skipped:
-        err().print(f"[yellow]skipped[/] {escape(sentence(f'{cut(skipped.name)}: {skipped.reason}'))}")
+        say(f"[yellow]skipped[/] {escape(sentence(f'{cut(skipped.name)}: {skipped.reason}'))}", stderr=True)
     for text in result.warnings:
         warning(text)
     if as_json:
@@ -191,7 +245,7 @@ def conversion(result: ConversionResult, as_json: bool, quiet: bool, verbose: bo
         for text in rnn.notes:
             note(text)
         described = RNNSpec.from_model(rnn.spec.model_copy(update={"dtype": result.dtype})).describe()
-        out().print(f"{escape(cut(rnn.name))}: {escape(described)}")
+        say(f"{escape(cut(rnn.name))}: {escape(described)}")
         if verbose and rnn.source.path:
             source = rnn.source
             where = ", ".join(
@@ -203,10 +257,10 @@ def conversion(result: ConversionResult, as_json: bool, quiet: bool, verbose: bo
                 )
                 if v
             )
-            out().print(f"  from {escape(source.path or '')} ({escape(where)})")
-    out().print("wrote " + ", ".join(escape(p) for p in result.outputs))
+            say(f"  from {escape(source.path or '')} ({escape(where)})")
+    say("wrote " + ", ".join(escape(p) for p in result.outputs))
     if result.usage:
-        out().print(escape(result.usage))
+        say(escape(result.usage))
 
 
 def batch_entry(item: BatchItem, quiet: bool) -> None:
@@ -583,7 +637,7 @@ def failed(code: int, told: str, as_json: bool, command: str | None = None, plai
 
 def stage_printer(enabled: bool) -> Callable[[str], None] | None:
     """A line on stderr for each stage of a long command, on a terminal only: a log or a pipe gets none."""
-    if not (enabled and err().is_terminal):
+    if not (enabled and styled(stderr=True)):
         return None
     return lambda text: err().print(f"[dim]{escape(text)}...[/]")
 
@@ -591,7 +645,7 @@ def stage_printer(enabled: bool) -> Callable[[str], None] | None:
 @contextlib.contextmanager
 def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
     """A progress callback (bytes written, total) that shows a bar on a terminal for large weight spaces."""
-    if not (enabled and err().is_terminal):
+    if not (enabled and styled(stderr=True)):
         yield None
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
