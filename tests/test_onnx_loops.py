@@ -53,9 +53,33 @@ def test_a_tf2onnx_loop_converts_to_what_onnxruntime_computes_of_the_whole_file(
     error = float(np.abs(got - expected).max())
     print(f"{name}: torch vs onnxruntime on tf2onnx's file, max abs {error:.3g}")
     assert error <= TOLERANCE
-    result = run_cli("verify", out)  # against the Loops run step by step, each step their bodies' own cell ops
+    result = run_cli("verify", out)  # against the Loops run step by step, each step their bodies' own cells
     assert result.returncode == 0 and "MATCH" in result.stdout, result.stdout + result.stderr
-    assert "the file's Loop bodies' cell ops" in " ".join(result.stdout.split())
+    assert "run by onnxruntime" in result.stdout and "the file's Loop bodies' cells" in " ".join(result.stdout.split())
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (_, _, sequences) in LOOPS.items() if sequences))
+def test_the_cells_onnxruntime_runs_of_a_loops_body_stepped_by_rnnconv_compute_the_whole_file(name):
+    """verify's run of the source: each Loop's body's own nodes from the step's input and state to its new state,
+    a model of their own in onnxruntime, stepped by rnnconv from the file's zero states, give what onnxruntime gives
+    of the whole file."""
+    from rnnconv.core.canonical import RNNSpec
+    from rnnconv.formats._cells import run_loops
+    from rnnconv.formats.onnx.reader import OnnxFile
+    from rnnconv.formats.onnx.runner import compiled_cells
+
+    layers = LOOPS[name][0]
+    source = TF2ONNX / f"{name}.onnx"
+    (entry,) = [e for e in rnnconv.inspect(source).rnns if e.spec is not None and e.spec.num_layers == layers]
+    (chain,) = [c for c in OnnxFile.load(source).chains if len(c.layers) == layers]
+    spec = RNNSpec.from_model(entry.spec)
+    x = np.random.default_rng(8).normal(0, 1.5, (6, 2, 3)).astype(np.float32)  # steps, batch
+    cells, how = compiled_cells(source, chain.layers)
+    assert how.startswith("onnxruntime ")
+    states = np.zeros((spec.num_layers * spec.num_directions, 2, spec.hidden_size), np.float32)
+    y = run_loops(cells, spec, {"x": x, "h0": states}, "a Loop")["y"].transpose(1, 0, 2)
+    expected = ort(source, np.ascontiguousarray(x.transpose(1, 0, 2)))
+    assert y.shape == expected.shape and float(np.abs(y - expected).max()) < TOLERANCE
 
 
 def test_a_reset_before_gru_loop_converts_to_onnx_and_is_refused_for_cudnn(tmp_path):

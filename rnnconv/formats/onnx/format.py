@@ -113,14 +113,15 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
         inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
         """The source's own nodes, weights and attributes as they are in the file, run in onnxruntime; Loops stepping
-        a cell run step by step, each step their bodies' own cell ops evaluated in numpy."""
+        a cell run step by step, each step their bodies' own cell nodes run in onnxruntime."""
         if chain.first.loops:
             from rnnconv.formats._cells import run_loops
             from rnnconv.formats.onnx.reader import to_canonical
+            from rnnconv.formats.onnx.runner import compiled_cells
 
             to_canonical(chain.layers, source)  # refuses what it cannot compare
-            how = "rnnconv: the file's Loop bodies' cell ops, evaluated in numpy"
-            return run_loops([node.loops for node in chain.layers], spec, inputs, "an ONNX Loop"), how
+            cells, how = compiled_cells(graph.path, chain.layers)
+            return run_loops(cells, spec, inputs, "an ONNX Loop"), how
         from rnnconv.formats.onnx.runner import run_nodes
 
         return run_nodes(chain.layers, spec, inputs, source.layer)

@@ -10,9 +10,11 @@ from typing import Any
 import numpy as np
 
 from rnnconv.core.canonical import RNNSpec
-from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line, listing
+from rnnconv.errors import BackendMissing, BadInput, Unsupported, cut, first_line, listing
 from rnnconv.formats import sources
+from rnnconv.formats._cells import Reading
 from rnnconv.formats._graph import reverse_sequences
+from rnnconv.formats.onnx.loops import Loop
 from rnnconv.formats.onnx.nodes import OnnxNode
 from rnnconv.formats.onnx.reader import require_onnx
 from rnnconv.formats.onnx.wire import ONNX_QUANTIZED_OPS
@@ -20,6 +22,7 @@ from rnnconv.formats.onnx.writer import Layer, build_model
 from rnnconv.formats.streaming import check_stream_names
 from rnnconv.safeio.inputs import regular_file
 
+MAX_CELL_NODES = 4096  # nodes of one cell run on its own: a body's are a few dozen
 MODEL_OUTPUTS = ("Y", "Y_h", "Y_c")  # what a built model gives: y, h_n and (an LSTM's) c_n
 
 
@@ -101,6 +104,87 @@ def run_nodes(
     out = run_model(model, flipped, chain[0].op == "LSTM")
     out["y"] = reverse_sequences(np.asarray(out["y"]), inputs["lengths"])
     return out, how + ", on the sequences reversed"
+
+
+class CompiledCell:
+    """One ONNX Loop's (or Scan's) cell as onnxruntime runs it: the body's own nodes from the values rnnconv read as
+    the step's input and carried state (each made a graph input) to its new state, each other value they read the
+    constant it is (the weights the body carries, started from the graph's constants), a model of its own in the
+    file's opsets; stepped by `_cells.run_loops` as the Loop steps it, a `SteppedLoop`."""
+
+    reading: Reading | None
+    reversed: bool
+    batch: int | None
+
+    def __init__(self, loop: Loop, opsets: Any, ir_version: int):
+        reading = loop.reading
+        if reading is None or loop.refusal is not None:
+            raise Unsupported(loop.refusal or f"the Loop {loop.name!r} computes no cell rnnconv reads")
+        self.reading, self.reversed, self.batch = reading, loop.reversed, loop.batch
+        onnx = require_onnx()
+        self._given = [v for v in (reading.x, reading.h, reading.c) if v is not None]
+        self._outputs, self._what = reading.outputs, f"the Loop {loop.name!r}"
+        body = loop.body
+        nodes: dict[str, Any] = {}
+        constants: dict[str, np.ndarray] = {}
+        waiting = list(self._outputs)
+        while waiting:  # from the new state back to the step's input and state, through the body's nodes
+            value = waiting.pop()
+            if value in self._given or value in constants or value in nodes:
+                continue
+            produced = body.produced.get(value)
+            if produced is None or len(nodes) > MAX_CELL_NODES:
+                folded = loop.finder.constant(value)
+                if folded is None:
+                    raise Unsupported(
+                        f"the cell of {self._what} reads {cut(value)!r}, which is neither its step's input, its state "
+                        "nor a constant, so it cannot be run on its own"
+                    )
+                constants[value] = folded
+                continue
+            nodes[value] = produced[0]
+            waiting += [name for name in produced[0].input if name]
+        order = {id(node): place for place, node in enumerate(body.graph.node)}
+        ran = sorted({id(node): node for node in nodes.values()}.values(), key=lambda node: order[id(node)])
+        sizes = {reading.x: reading.input_size, reading.h: reading.hidden, reading.c: reading.hidden}
+        helper = onnx.helper
+        graph = helper.make_graph(
+            ran,
+            "cell",
+            [helper.make_tensor_value_info(v, onnx.TensorProto.FLOAT, [loop.batch, sizes[v]]) for v in self._given],
+            [helper.make_tensor_value_info(v, onnx.TensorProto.FLOAT, None) for v in self._outputs],
+            [onnx.numpy_helper.from_array(np.asarray(array), name) for name, array in constants.items()],
+        )
+        model = helper.make_model(graph, opset_imports=list(opsets), ir_version=ir_version)
+        onnxruntime = _onnxruntime()
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        try:
+            self._session = onnxruntime.InferenceSession(
+                model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # onnxruntime's own errors: a cell it refuses
+            raise Unsupported(f"onnxruntime cannot run the cell of {self._what}: {onnxruntime_reason(exc)}") from None
+
+    def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            got = self._session.run(list(self._outputs), {v: np.asarray(feeds[v], np.float32) for v in self._given})
+        except Exception as exc:  # onnxruntime's own errors
+            raise BadInput(f"onnxruntime cannot run the cell of {self._what}: {onnxruntime_reason(exc)}") from None
+        return {value: np.asarray(array, np.float32) for value, array in zip(self._outputs, got, strict=True)}
+
+
+def compiled_cells(path: Path, chain: list[OnnxNode]) -> tuple[list[list[CompiledCell]], str]:
+    """A chain of Loop layers' cells, each a model of the body's own nodes run in onnxruntime (`CompiledCell`); and
+    how they run."""
+    onnx = require_onnx()
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError and others: the file changed since it was read
+        raise BadInput(f"{path} is not a readable ONNX model ({type(exc).__name__})") from None
+    cells = [[CompiledCell(loop, model.opset_import, model.ir_version) for loop in node.loops] for node in chain]
+    version = _onnxruntime().__version__
+    return cells, f"onnxruntime {version}: the file's Loop bodies' cells, stepped by rnnconv"
 
 
 ONNX_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16}
