@@ -36,9 +36,20 @@ OPTIONS_TABLES = {
     "SUB": "SubOptions",
     "MUL": "MulOptions",
     "SPLIT": "SplitOptions",
+    "SPLIT_V": "SplitVOptions",
+    "GATHER": "GatherOptions",
+    "STRIDED_SLICE": "StridedSliceOptions",
+    "RESHAPE": "ReshapeOptions",
     "PACK": "PackOptions",
     "UNPACK": "UnpackOptions",
 }
+
+
+def accessor(field: str) -> str:
+    """The schema's accessor of an options field rnnconv names in snake case (activation: its fused one)."""
+    return "FusedActivationFunction" if field == "activation" else "".join(w.title() for w in field.split("_"))
+
+
 # Each options slot rnnconv names, as the schema's table calls its field.
 SLOT_FIELDS = {
     "UnidirectionalSequenceLSTMOptions": (
@@ -60,17 +71,19 @@ SLOT_FIELDS = {
             "asymmetric_quantize_inputs": "AsymmetricQuantizeInputs",
         },
     ),
-    "SplitOptions": (wire.PLAIN_OPTION_SLOTS["SPLIT"], {"num_splits": "NumSplits"}),
-    "PackOptions": (wire.PLAIN_OPTION_SLOTS["PACK"], {"values_count": "ValuesCount", "axis": "Axis"}),
-    "UnpackOptions": (wire.PLAIN_OPTION_SLOTS["UNPACK"], {"num": "Num", "axis": "Axis"}),
+    **{
+        OPTIONS_TABLES[op]: (
+            {name: slot for name, (slot, *_) in fields.items()},
+            {name: accessor(name) for name in fields},
+        )
+        for op, fields in wire.TFLITE_OPTION_FIELDS.items()
+    },
     "QuantizationParameters": (
         wire.QUANTIZATION_SLOTS,
         {"scale": "Scale", "zero_point": "ZeroPoint", "quantized_dimension": "QuantizedDimension"},
     ),
     "Tensor": ({"quantization": wire.TENSOR_QUANTIZATION_SLOT}, {"quantization": "Quantization"}),
 }
-# The fields of the plain ops' options a streaming graph sets, as the schema's object API names them.
-PLAIN_FIELDS = {"num_splits": "numSplits", "values_count": "valuesCount", "axis": "axis", "num": "num"}
 TENSOR_TYPES = {
     "float32": "FLOAT32",
     "float16": "FLOAT16",
@@ -141,12 +154,12 @@ def _check_graph(data: bytes, graph: builder.Graph, recorded: bool) -> None:
             assert read.builtinOptionsType == wire.TFLITE_OPTIONS[op] and read.builtinOptions.axis == options["axis"]
         if op == "REVERSE_V2":
             assert read.builtinOptionsType == 0
-        if op in wire.PLAIN_OPTION_SLOTS:
+        if op in wire.TFLITE_OPTION_FIELDS:  # each field given as written, the rest the schema's defaults
             assert read.builtinOptionsType == wire.TFLITE_OPTIONS[op]
-            for name in wire.PLAIN_OPTION_SLOTS[op]:
-                assert getattr(read.builtinOptions, PLAIN_FIELDS[name]) == options[name], (op, name)
-            if hasattr(read.builtinOptions, "fusedActivationFunction"):
-                assert read.builtinOptions.fusedActivationFunction == 0  # NONE
+            for name, (_, kind, default) in wire.TFLITE_OPTION_FIELDS[op].items():
+                got = getattr(read.builtinOptions, accessor(name)[0].lower() + accessor(name)[1:])
+                got = list(got) if kind == "[i32]" and got is not None else got
+                assert got == options.get(name, default), (op, name)
     assert len(model.buffers) == len(graph.buffers) + recorded
     for index, (read, made) in enumerate(zip(model.buffers, graph.buffers)):
         if made is None:
@@ -193,4 +206,21 @@ def test_a_bidirectional_op_reads_back_through_the_schema():
     y = graph.activation("y", 8)
     graph.inputs, graph.outputs = [x], [y]
     graph.ops.append(("BIDIRECTIONAL_SEQUENCE_LSTM", [x], [y], {"activation": 4, "merge_outputs": True}))
+    _check_graph(builder.model_bytes(graph), graph, recorded=False)
+
+
+def test_every_option_field_of_a_loop_bodys_ops_reads_back_through_the_schema():
+    """Each field of the plain ops' options the builder writes again for a loop body's cell, set to a value of its
+    own: each reads back as that field, none as another."""
+    graph = builder.Graph()
+    x = graph.activation("x", 3)
+    graph.inputs = [x]
+    for number, (op, fields) in enumerate(wire.TFLITE_OPTION_FIELDS.items()):
+        options = {
+            name: [2, -1, number] if kind == "[i32]" else 1 - default if kind == "u8" else number * 10 + k + 1
+            for k, (name, (_, kind, default)) in enumerate(fields.items())
+        }
+        y = graph.activation(f"y{number}", 3)
+        graph.ops.append((op, [x], [y], options))
+        graph.outputs = [y]
     _check_graph(builder.model_bytes(graph), graph, recorded=False)

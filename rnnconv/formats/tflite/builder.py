@@ -17,7 +17,6 @@ from rnnconv.formats.tflite.wire import (
     FEATURE_AXIS,
     LSTM_OPTION_SLOTS,
     OP_INPUTS,
-    PLAIN_OPTION_SLOTS,
     QUANTIZATION_SLOTS,
     RNN_OPTION_SLOTS,
     TENSOR_QUANTIZATION_SLOT,
@@ -26,6 +25,7 @@ from rnnconv.formats.tflite.wire import (
     TFLITE_IDENTIFIER,
     TFLITE_INPUT,
     TFLITE_OPS,
+    TFLITE_OPTION_FIELDS,
     TFLITE_OPTIONS,
     TFLITE_OUTPUT,
     TFLITE_SCHEMA_VERSION,
@@ -196,15 +196,18 @@ def _options_table(builder: Any, op_name: str, options: dict[str, Any]) -> int |
         asymmetric = options.get("asymmetric_quantize_inputs", False)
         builder.PrependBoolSlot(RNN_OPTION_SLOTS["asymmetric_quantize_inputs"], asymmetric, False)
         return int(builder.EndObject())
-    if op_name == "CONCATENATION":
-        builder.StartObject(2)
-        builder.PrependInt32Slot(0, options["axis"], 0)
-        return int(builder.EndObject())
-    if op_name in PLAIN_OPTION_SLOTS:
-        slots = PLAIN_OPTION_SLOTS[op_name]
-        builder.StartObject(max(slots.values(), default=-1) + 1)
-        for name, at in slots.items():
-            builder.PrependInt32Slot(at, options[name], 0)
+    if op_name in TFLITE_OPTION_FIELDS:  # the fields `options` gives, by name; the rest the schema's defaults
+        fields = TFLITE_OPTION_FIELDS[op_name]
+        vectors = {name: _vector(builder, value) for name, value in options.items() if fields[name][1] == "[i32]"}
+        builder.StartObject(max((slot for slot, *_ in fields.values()), default=-1) + 1)
+        for name, value in options.items():
+            slot, kind, default = fields[name]
+            if kind == "[i32]":
+                builder.PrependUOffsetTRelativeSlot(slot, vectors[name], 0)
+            elif kind == "u8":
+                builder.PrependUint8Slot(slot, int(value), default)
+            else:
+                builder.PrependInt32Slot(slot, int(value), default)
         return int(builder.EndObject())
     return None
 

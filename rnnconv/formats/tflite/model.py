@@ -85,6 +85,7 @@ class Op:
     time_major: bool | None = None
     shown: str = ""
     refusal: str | None = None
+    version: int = 1  # its operator code's
 
     @property
     def title(self) -> str:
@@ -154,7 +155,7 @@ class TfliteFile(Graph[Layer]):
             raise BadInput(f"{path} is not a TFLite model (no {TFLITE_IDENTIFIER.decode()} identifier)")
         model = flat.root()
         buffers = model.tables(4)
-        codes = [_op_name(code) for code in model.tables(1)]
+        codes = [(_op_name(code), code.scalar(2, "i32", 1)) for code in model.tables(1)]
         subgraphs = model.tables(2)
         if not subgraphs:
             raise BadInput(f"{path} is not a readable TFLite model: it has no subgraph")
@@ -439,7 +440,7 @@ def _op_name(code: Table) -> str:
     return OP_NAMES.get(builtin, f"builtin {builtin}")
 
 
-def _subgraph(number: int, graph: Table, codes: list[str], buffers: list[Table], flat: Flat) -> Subgraph:
+def _subgraph(number: int, graph: Table, codes: list[tuple[str, int]], buffers: list[Table], flat: Flat) -> Subgraph:
     """A subgraph's tensors and ops, every index they name checked."""
     where = f"subgraph {number}" if number else "its main graph"
     tensors = [_tensor(i, t, buffers, flat) for i, t in enumerate(graph.tables(0))]
@@ -454,7 +455,8 @@ def _subgraph(number: int, graph: Table, codes: list[str], buffers: list[Table],
         for t in inputs + outputs:
             if not UNSET <= t < len(tensors):
                 raise BadInput(f"{flat.path} is not a readable TFLite model: {where}'s op {index} names tensor {t}")
-        ops.append(Op(index, codes[code], inputs, outputs, op.table(4)))
+        name, version = codes[code]
+        ops.append(Op(index, name, inputs, outputs, op.table(4), version=version))
     given, taken = graph.ints(1) or [], graph.ints(2) or []
     if any(not 0 <= t < len(tensors) for t in given + taken):
         raise BadInput(f"{flat.path} is not a readable TFLite model: {where} names a tensor it does not hold")

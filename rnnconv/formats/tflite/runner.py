@@ -18,9 +18,9 @@ from rnnconv.formats.plugin import version
 from rnnconv.formats.runtimes import native_stderr_silenced
 from rnnconv.formats.streaming import STREAM_INPUT, check_stream_names
 from rnnconv.formats.tflite.builder import Constant, Graph, GraphTensor, build_graph, model_bytes
-from rnnconv.formats.tflite.model import QUANTIZED_TYPES, Layer, TfliteFile, input_of, op_options
+from rnnconv.formats.tflite.model import QUANTIZED_TYPES, Layer, Op, TfliteFile, input_of, op_options
 from rnnconv.formats.tflite.streaming import STREAMING_OPS
-from rnnconv.formats.tflite.wire import FORMAT, PLAIN_OPTION_SLOTS, UNSET
+from rnnconv.formats.tflite.wire import FORMAT, STREAMING_OPTION_FIELDS, TFLITE_OPTION_FIELDS, UNSET
 from rnnconv.formats.tflite.writer import graph_of
 from rnnconv.safeio.inputs import read_array
 from rnnconv.table.apply import find_row
@@ -180,9 +180,10 @@ def streaming_graph_of_file(file: TfliteFile) -> Graph:
             )
         if UNSET in op.outputs or (UNSET in op.inputs and op.name != "FULLY_CONNECTED"):
             raise BadInput(f"{file.path.name}: its {op.name} op {op.index} leaves out a tensor it needs")
-        slots = PLAIN_OPTION_SLOTS.get(op.name, {})
-        options = {name: op.option(at, "i32", 0) for name, at in slots.items()}
-        if not slots and op.name in PLAIN_OPTION_SLOTS and any(op.option(at, "u8", 0) for at in range(3)):
+        fields = TFLITE_OPTION_FIELDS.get(op.name, {})
+        written = STREAMING_OPTION_FIELDS.get(op.name, ())
+        options = {name: op.option(*fields[name]) for name in written}
+        if any(_option_set(op, fields[name]) for name in fields if name not in written):
             raise BadInput(
                 f"{file.path.name}: its {op.name} op {op.index} fuses an activation or sets an option "
                 f"rnnconv does not write"
@@ -191,6 +192,14 @@ def streaming_graph_of_file(file: TfliteFile) -> Graph:
         graph.ops.append((op.name, op.inputs, op.outputs, options))
     graph.inputs, graph.outputs = list(file.inputs), list(file.outputs)
     return graph
+
+
+def _option_set(op: Op, field: tuple[int, str, int | None]) -> bool:
+    """Whether the op sets an option's field to other than the schema's default."""
+    slot, kind, default = field
+    if kind == "[i32]":
+        return op.options is not None and op.options.ints(slot) is not None
+    return bool(op.option(slot, kind, default) != default)
 
 
 def _check_counts(

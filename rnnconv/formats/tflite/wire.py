@@ -69,6 +69,10 @@ TFLITE_OPTIONS: Final[dict[str, int]] = {
     "MUL": 21,
     "SUB": 28,
     "SPLIT": 35,
+    "SPLIT_V": 79,
+    "GATHER": 23,
+    "STRIDED_SLICE": 32,
+    "RESHAPE": 17,
     "PACK": 59,
     "UNPACK": 64,
     "UNIDIRECTIONAL_SEQUENCE_RNN": 31,  # SequenceRNNOptions
@@ -160,16 +164,43 @@ RNN_OPTION_SLOTS: Final = {"time_major": 0, "activation": 1, "asymmetric_quantiz
 # The op versions that first take int8 weights with inputs quantized asymmetrically at run time (what TensorFlow's
 # converter writes for a dynamic-range hybrid op: register.cc's versions, its file's operator code).
 TFLITE_HYBRID_VERSIONS: Final = {"UNIDIRECTIONAL_SEQUENCE_LSTM": 3, "UNIDIRECTIONAL_SEQUENCE_RNN": 3}
-# The int32 slots of the plain ops' options a streaming model's graph sets (FULLY_CONNECTED, ADD, SUB, MUL: none, their
-# fused activation left NONE).
-PLAIN_OPTION_SLOTS: Final[dict[str, dict[str, int]]] = {
-    "FULLY_CONNECTED": {},
-    "ADD": {},
-    "SUB": {},
-    "MUL": {},
-    "SPLIT": {"num_splits": 0},
-    "PACK": {"values_count": 0, "axis": 1},
-    "UNPACK": {"num": 0, "axis": 1},
+# The fields of the plain ops' options rnnconv reads and writes (schema.fbs): each (slot, kind, the schema's default),
+# kind a `Flat` reader's ("u8": a byte or a bool; "i32"; "[i32]": a vector of them, absent by default). A loop body's
+# cell is written again with every field its ops set; a streaming model's graph sets only STREAMING_OPTION_FIELDS.
+TFLITE_OPTION_FIELDS: Final[dict[str, dict[str, tuple[int, str, int | None]]]] = {
+    "FULLY_CONNECTED": {
+        "activation": (0, "u8", 0),
+        "weights_format": (1, "u8", 0),
+        "keep_num_dims": (2, "u8", 0),
+        "asymmetric_quantize_inputs": (3, "u8", 0),
+    },
+    "ADD": {"activation": (0, "u8", 0), "pot_scale_int16": (1, "u8", 1)},
+    "SUB": {"activation": (0, "u8", 0), "pot_scale_int16": (1, "u8", 1)},
+    "MUL": {"activation": (0, "u8", 0)},
+    "CONCATENATION": {"axis": (0, "i32", 0), "activation": (1, "u8", 0)},
+    "SPLIT": {"num_splits": (0, "i32", 0)},
+    "SPLIT_V": {"num_splits": (0, "i32", 0)},
+    "PACK": {"values_count": (0, "i32", 0), "axis": (1, "i32", 0)},
+    "UNPACK": {"num": (0, "i32", 0), "axis": (1, "i32", 0)},
+    "GATHER": {"axis": (0, "i32", 0), "batch_dims": (1, "i32", 0)},
+    "STRIDED_SLICE": {
+        "begin_mask": (0, "i32", 0),
+        "end_mask": (1, "i32", 0),
+        "ellipsis_mask": (2, "i32", 0),
+        "new_axis_mask": (3, "i32", 0),
+        "shrink_axis_mask": (4, "i32", 0),
+        "offset": (5, "u8", 0),
+    },
+    "RESHAPE": {"new_shape": (0, "[i32]", None)},
+}
+STREAMING_OPTION_FIELDS: Final[dict[str, tuple[str, ...]]] = {
+    "FULLY_CONNECTED": (),
+    "ADD": (),
+    "SUB": (),
+    "MUL": (),
+    "SPLIT": ("num_splits",),
+    "PACK": ("values_count", "axis"),
+    "UNPACK": ("num", "axis"),
 }
 
 
