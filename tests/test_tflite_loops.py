@@ -81,14 +81,62 @@ def test_a_gru_applying_its_reset_before_the_product_converts_to_onnx_and_is_ref
     assert max(errors.values()) <= TOLERANCE, errors
 
 
-def test_verify_runs_the_loops_own_cell_ops_against_the_conversion(tmp_path):
-    """verify runs the source's loops step by step, each step their bodies' own cell ops (evaluated in numpy), the
-    backward loops over the sequences reversed: a 2-layer bidirectional GRU's conversion matches them."""
+def test_verify_runs_the_loops_own_cells_in_litert_against_the_conversion(tmp_path):
+    """verify runs the source's loops step by step, each step their bodies' own cell ops in LiteRT, the backward
+    loops over the sequences reversed: a 2-layer bidirectional GRU's conversion matches them."""
     converted = tmp_path / "m.pt"
     rnnconv.convert(TFLITE / "loop_k3_bigru2.tflite", converted)
     result = run_cli("verify", converted)
     assert result.returncode == 0, result.stderr
-    assert "MATCH" in result.stdout and "WHILE loop bodies' cell ops" in result.stdout
+    said = " ".join(result.stdout.split())
+    assert "MATCH" in said and "ai-edge-litert" in said and "the file's WHILE loop bodies' cells" in said
+
+
+# Every WHILE-loop fixture: the file's first output is its last layer's sequence, else its final state(s).
+STEPPED = [*LOOPS, "loop_tfk_gru_reset_before", "loop_k3_lstm_batch1", "loop_k3_lstm_per_gate", "basic_lstm"]
+
+
+@pytest.mark.parametrize("name", STEPPED)
+def test_the_cells_litert_runs_of_a_loops_body_stepped_by_rnnconv_compute_the_whole_file(name):
+    """verify's run of the source: each WHILE body's own ops from the step's input and state to its new state,
+    written again as a model of their own and run in LiteRT, stepped by rnnconv from the file's zero states, give
+    what LiteRT gives of the whole file (its own loops)."""
+    from rnnconv.core.canonical import RNNSpec
+    from rnnconv.formats._cells import run_loops
+    from rnnconv.formats.tflite.model import TfliteFile
+    from rnnconv.formats.tflite.runner import compiled_cells
+
+    source = FIXTURES / "tf2onnx" / f"{name}.tflite" if name == "basic_lstm" else TFLITE / f"{name}.tflite"
+    (entry,) = rnnconv.inspect(source).rnns
+    spec = RNNSpec.from_model(entry.spec)
+    (chain,) = TfliteFile.load(source).chains
+    cells, how = compiled_cells(chain)
+    assert how.startswith("ai-edge-litert ")
+    interpreter = Interpreter(model_path=str(source))
+    shape = interpreter.get_input_details()[0]["shape"]  # the file's batch and steps
+    x = np.random.default_rng(8).normal(0, 1.5, shape).astype(np.float32)
+    expected = litert(source, x)
+    out = run_loops(cells, spec, {"x": np.ascontiguousarray(x.transpose(1, 0, 2))}, "a WHILE loop")
+    finals = out["h_n"][-spec.num_directions :]
+    got = out["y"].transpose(1, 0, 2) if expected.ndim == 3 else np.concatenate(list(finals), axis=-1)
+    assert got.shape == expected.shape
+    assert float(np.abs(got - expected).max()) < TOLERANCE
+
+
+def test_a_cell_litert_cannot_run_is_refused_in_its_words(tmp_path):
+    """A loop whose body's FULLY_CONNECTED ops claim an operator version this LiteRT has no kernel for (a newer
+    converter's): read (the ops compute a cell), but verify cannot run its cell and says so in one sentence."""
+
+    def version_99(model, codes):
+        model.operatorCodes[codes["FULLY_CONNECTED"]].version = 99
+
+    mutated = tmp_path / "v99.tflite"
+    mutated.write_bytes(_rebuilt(TFLITE / "loop_tfk_gru.tflite", version_99))
+    (entry,) = rnnconv.inspect(mutated).rnns
+    assert entry.converts, entry.reason
+    rnnconv.convert(mutated, tmp_path / "m.pt")
+    result = run_cli("verify", tmp_path / "m.pt")
+    assert_clean_failure(result, 2, "LiteRT cannot run the cell of the WHILE loop", "FULLY_CONNECTED")
 
 
 def _rebuilt(source, change) -> bytes:

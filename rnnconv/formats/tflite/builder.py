@@ -41,10 +41,13 @@ from rnnconv.safeio.outputs import write_array
 from rnnconv.table.constants import LSTM, RNN, TORCH_REVERSE_SUFFIX
 
 DATA_ALIGNMENT = 16  # where each weight buffer's data starts in a written file (what TFLite's converter aligns to)
-STORAGE = {  # of buffers written (the quantized ones: a source's own weights, run as stored)
+STORAGE = {  # of buffers written (the quantized ones: a source's own weights, run as stored; int64 and bool: a
+    # loop body's constants)
     "float32": np.float32,
     "float64": np.float64,
     "int32": np.int32,
+    "int64": np.int64,
+    "bool": np.bool_,
     "uint8": np.uint8,
     "int8": np.int8,
     "int16": np.int16,

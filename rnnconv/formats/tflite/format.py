@@ -132,19 +132,19 @@ class TfliteFormat(GraphFormat["TfliteFile", "Layer"]):
         spec: RNNSpec,
         inputs: dict[str, np.ndarray | None],
     ) -> tuple[dict[str, np.ndarray | None], str]:
-        """The file's own ops, their weights and options as stored, in LiteRT's interpreter; a loop's body's cell
-        ops evaluated in numpy step by step."""
+        """The file's own ops, their weights and options as stored, in LiteRT's interpreter; WHILE loops stepping a
+        cell run step by step, each step their bodies' own cell ops in LiteRT."""
         from rnnconv.formats.tflite.reader import to_canonical
         from rnnconv.formats.tflite.runner import graph_of_file, litert_version, run_graph
 
         graph.dequantize = True  # its quantized weights run as stored; the reading below only checks the ops
         if chain.first.loops:
             from rnnconv.formats._cells import run_loops
+            from rnnconv.formats.tflite.runner import compiled_cells
 
             to_canonical(graph, chain, source)  # refuses what it cannot compare
-            return run_loops(
-                [layer.loops for layer in chain.layers], spec, inputs, "a TFLite WHILE loop"
-            ), "rnnconv: the file's WHILE loop bodies' cell ops, evaluated in numpy"
+            cells, how = compiled_cells(chain)
+            return run_loops(cells, spec, inputs, "a TFLite WHILE loop"), how
         rnn = to_canonical(graph, chain, source, source.loss is not None)  # refuses what it cannot compare
         if (rnn.spec.input_size, rnn.spec.num_layers) != (spec.input_size, spec.num_layers):
             raise BadInput(f"the TFLite ops {chain.name} are not the RNN the blob describes ({spec.describe()})")

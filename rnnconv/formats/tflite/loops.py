@@ -208,6 +208,11 @@ BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "LOGICAL_AND": np.logical_and,
 }
 FUSED = ("ADD", "SUB", "MUL")  # the binary ops with a fused activation
+# The ops `evaluate` computes: those a cell read from a body may hold.
+EVALUATED_OPS = frozenset(
+    [*BINARY, *UNARY, "FULLY_CONNECTED", "SPLIT", "SPLIT_V", "CONCATENATION", "RESHAPE", "GATHER", "STRIDED_SLICE"]
+    + ["SLICE", "TRANSPOSE"]
+)
 
 
 class Evaluator:

@@ -5,19 +5,22 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rnnconv.core.compare import Inputs, Outputs
-from rnnconv.errors import BackendMissing, BadInput, Unsupported, first_line, listing
+from rnnconv.errors import BackendMissing, BadInput, Unsupported, cut, first_line, listing
 from rnnconv.formats import base, holding, sources
+from rnnconv.formats._cells import Reading
 from rnnconv.formats._graph import Chain
 from rnnconv.formats.plugin import version
 from rnnconv.formats.runtimes import native_stderr_silenced
 from rnnconv.formats.streaming import STREAM_INPUT, check_stream_names
-from rnnconv.formats.tflite.builder import Constant, Graph, GraphTensor, build_graph, model_bytes
+from rnnconv.formats.tflite.builder import STORAGE, Constant, Graph, GraphTensor, build_graph, model_bytes
+from rnnconv.formats.tflite.loops import EVALUATED_OPS, Loop
 from rnnconv.formats.tflite.model import QUANTIZED_TYPES, Layer, Op, TfliteFile, input_of, op_options
 from rnnconv.formats.tflite.streaming import STREAMING_OPS
 from rnnconv.formats.tflite.wire import FORMAT, STREAMING_OPTION_FIELDS, TFLITE_OPTION_FIELDS, UNSET
@@ -145,6 +148,114 @@ class TfliteEngine(base.RuntimeEngine):
         rnn = blob.to_canonical()
         holding.check_held(self.fmt.info, rnn, "float32")  # computed in float32, whatever the blob holds
         return run_graph(graph_of(rnn), inputs)
+
+
+MAX_CELL_OPS = 4096  # ops of one loop body's cell: far beyond any cell's; keeps a hostile body's walk bounded
+
+
+class CompiledCell:
+    """One WHILE loop's cell as LiteRT runs it: the body's own ops from the values rnnconv read as the step's input
+    and carried state (each made a graph input) to its new state, each other value they read the constant it is, with
+    their options and operator versions as the file holds them, written again by rnnconv's builder as a model of its
+    own (never the file's bytes); stepped by `_cells.run_loops` as the WHILE steps it, a `SteppedLoop`."""
+
+    reading: Reading | None
+    reversed: bool
+    batch: int | None
+
+    def __init__(self, loop: Loop):
+        reading, evaluator = loop.reading, loop.evaluator
+        if reading is None or evaluator is None or loop.refusal is not None:
+            raise Unsupported(loop.refusal or f"the WHILE loop {loop.name!r} computes no cell rnnconv reads")
+        self.reading, self.reversed, self.batch = reading, loop.reversed, loop.batch
+        self._what = f"the WHILE loop {loop.name!r}"
+        self._given = [int(v) for v in (reading.x, reading.h, reading.c) if v is not None]
+        self._outputs = [int(v) for v in reading.outputs]
+        body = evaluator.graph
+        ops: dict[int, Op] = {}
+        constants: dict[int, np.ndarray] = {}
+        waiting = list(self._outputs)
+        while waiting:  # from the new state back to the step's input and state, through the body's ops
+            t = waiting.pop()
+            if t in self._given or t in constants or any(t in op.outputs for op in ops.values()):
+                continue
+            op = evaluator.producer.get(t)
+            if op is None or len(ops) >= MAX_CELL_OPS:
+                value = evaluator.constant(t)
+                if value is None:
+                    raise Unsupported(
+                        f"the cell of {self._what} reads tensor {cut(body.tensors[t].name)!r}, which is neither its "
+                        "step's input, its state nor a constant, so it cannot be run on its own"
+                    )
+                constants[t] = value
+                continue
+            if op.name not in EVALUATED_OPS:
+                raise Unsupported(f"the cell of {self._what} holds a {op.name} op, which rnnconv does not run alone")
+            ops[op.index] = op
+            waiting += [i for i in op.inputs if i != UNSET]
+        sizes = dict(zip(self._given, (reading.input_size, reading.hidden, reading.hidden)))
+        graph, places = Graph(), {}
+        for t in sorted({*self._given, *constants, *(i for op in ops.values() for i in (*op.inputs, *op.outputs))}):
+            if t == UNSET:
+                continue
+            tensor = body.tensors[t]
+            if t in constants:
+                value = constants[t]
+                dtype = "float32" if value.dtype.kind == "f" else value.dtype.name
+                places[t] = graph.constant(Constant(tensor.name, value.shape, dtype, partial(np.asarray, value)))
+                continue
+            dtype = "float32" if tensor.dtype.startswith("float") else tensor.dtype
+            if dtype not in STORAGE:
+                raise Unsupported(f"the cell of {self._what} computes a {tensor.dtype} tensor ({cut(tensor.name)!r})")
+            shape = [self.batch or 1, sizes[t]] if t in sizes else list(tensor.shape)
+            places[t] = graph.tensor(GraphTensor(tensor.name, shape, dtype=dtype))
+        for index in sorted(ops):
+            op = ops[index]
+            fields = TFLITE_OPTION_FIELDS.get(op.name, {})
+            options = {name: _option_value(op, field) for name, field in fields.items() if _option_set(op, field)}
+            mapped = [[UNSET if t == UNSET else places[t] for t in ts] for ts in (op.inputs, op.outputs)]
+            graph.ops.append((op.name, mapped[0], mapped[1], options))
+            if op.version != 1:
+                graph.op_versions[op.name] = max(op.version, graph.op_versions.get(op.name, 1))
+        graph.inputs = [places[t] for t in self._given]
+        graph.outputs = [places[t] for t in self._outputs]
+        self._ports = graph.inputs, graph.outputs  # the interpreter's tensor indices are the graph's
+        try:
+            self._interpreter = _interpreter()(model_content=model_bytes(graph))
+        except (RuntimeError, ValueError) as exc:  # LiteRT's own words: a cell it refuses
+            raise Unsupported(f"LiteRT cannot run the cell of {self._what}: {first_line(exc, 300)}") from None
+        self._rows: int | None = None
+
+    def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        given = [np.ascontiguousarray(feeds[str(t)], np.float32) for t in self._given]
+        interpreter, (inputs, outputs) = self._interpreter, self._ports
+        try:
+            if self._rows != len(given[0]):  # resized only where the batch changes
+                for index, value in zip(inputs, given, strict=True):
+                    interpreter.resize_tensor_input(index, value.shape)
+                allocate(interpreter)
+                self._rows = len(given[0])
+            for index, value in zip(inputs, given, strict=True):
+                interpreter.set_tensor(index, value)
+            interpreter.invoke()
+            got = [np.array(interpreter.get_tensor(index), np.float32) for index in outputs]
+        except (RuntimeError, ValueError) as exc:  # LiteRT's own words
+            raise BadInput(f"LiteRT cannot run the cell of {self._what}: {first_line(exc, 300)}") from None
+        return {str(t): value for t, value in zip(self._outputs, got, strict=True)}
+
+
+def compiled_cells(chain: Chain[Layer]) -> tuple[list[list[CompiledCell]], str]:
+    """A chain of WHILE layers' cells, each a model of the body's own ops run in LiteRT (`CompiledCell`); and how
+    they run."""
+    cells = [[CompiledCell(loop) for loop in layer.loops] for layer in chain.layers]
+    return cells, f"ai-edge-litert {litert_version()}: the file's WHILE loop bodies' cells, stepped by rnnconv"
+
+
+def _option_value(op: Op, field: tuple[int, str, int | None]) -> Any:
+    slot, kind, default = field
+    if kind == "[i32]":
+        return op.options.ints(slot) if op.options is not None else None
+    return op.option(slot, kind, default)
 
 
 STREAMING_TYPES = {"float32": np.float32, "int32": np.int32}  # of a streaming model's tensors (int32: SPLIT's axis)
