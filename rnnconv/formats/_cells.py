@@ -82,6 +82,14 @@ class Reading:
     c: str | None  # an LSTM's carried cell state
     outputs: tuple[str, ...]  # the values that are the new state (and an LSTM's new cell state)
 
+    def as_type(self, dtype: str) -> Reading:
+        """Its matrices and biases in one float type (a dequantized weight's products need float64 at times)."""
+        gates = {
+            gate: (w.astype(dtype), r.astype(dtype), bw.astype(dtype), br.astype(dtype))
+            for gate, (w, r, bw, br) in self.gates.items()
+        }
+        return dataclasses.replace(self, gates=gates)
+
 
 @dataclass(frozen=True)
 class Candidate:

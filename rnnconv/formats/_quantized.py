@@ -38,6 +38,12 @@ class Quantization:
     def scheme(self) -> str:
         return "per-tensor" if self.axis is None else f"per-channel (axis {self.axis})"
 
+    def range(self, dtype: str) -> tuple[float, float]:
+        """The floats a tensor of `dtype` holds at most: its integers' range scaled (the widest over channels)."""
+        low, high = QUANTIZED_RANGES[dtype]
+        ends = [(s * (low - z), s * (high - z)) for s, z in zip(self.scales, self.zero_points, strict=True)]
+        return min(a for a, _ in ends), max(b for _, b in ends)
+
 
 def quantization(
     scales: Sequence[float],

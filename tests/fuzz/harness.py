@@ -212,8 +212,13 @@ SAID_ACTIVATIONS = ["--activation", "tanh", "--recurrent-activation", "sigmoid"]
 ORACLE_FAMILIES = ("onnx_loops", "onnx_loop_forms")  # the ONNX families whose conversions are run against the file
 LOOP_ORACLES = ("litert", "openvino", "onnxruntime")  # the runtimes of loop files: each run against its conversion
 VERIFY_SHARE = 0.1  # the openvino_quantized and _loops cases whose conversions verify runs in OpenVINO (seconds apiece)
-# the seeds of the tflite_quantized family: TensorFlow's converter's, and what --quantize int8 writes
-TFLITE_QUANTIZED = ("tflite__keras_lstm_dynamic_range", f"tflite__{QUANTIZED_WRITTEN_STEM}")
+# the seeds of the tflite_quantized family: TensorFlow's converter's (a fused LSTM, a GRU's WHILE loop), and what
+# --quantize int8 writes
+TFLITE_QUANTIZED = (
+    "tflite__keras_lstm_dynamic_range",
+    "tflite__loop_k3_gru_dynamic_range.tflite",
+    f"tflite__{QUANTIZED_WRITTEN_STEM}",
+)
 # The seeds of the torch_quantized family, each with the float checkpoint it was quantized from (seeds too).
 TORCH_QUANTIZED = {
     f"torch_quantized__{name}": f"torch_quantized__{checkpoint}"

@@ -2914,11 +2914,16 @@ def mutate_tflite_quantized(data: bytes, rng: random.Random) -> bytes:
     from ai_edge_litert import schema_py_generated as schema
 
     model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(data, 0))
-    graph = model.subgraphs[0]
     specials = [0.0, -0.01, float("nan"), float("inf"), 1e38, 1e-45, 3.4e38]
     for _ in range(rng.choice([1, 1, 2, 3])):
-        # the tensors that still have scales (an earlier change may have taken a tensor's away)
-        quantized = [t for t in graph.tensors if t.quantization is not None and t.quantization.scale is not None]
+        # the tensors that still have scales (an earlier change may have taken a tensor's away), in any subgraph: a
+        # fused op's in the main one, a WHILE loop's in its body
+        quantized = [
+            t
+            for graph in model.subgraphs
+            for t in graph.tensors
+            if t.quantization is not None and t.quantization.scale is not None
+        ]
         if not quantized:
             break
         tensor = rng.choice(quantized)

@@ -565,7 +565,7 @@ def loop_canonical(name: str, layers: list[list[Loop]], source: Provenance, dequ
     if not held and {dtype for loop in loops for dtype in loop.types} == {half}:  # ov.save_model's default
         arrays = [m for layer in readings for r in layer for gate in r.gates.values() for m in gate]
         if all(np.array_equal(m.astype(half).astype(m.dtype), m) for m in arrays):  # each f16 Const's own values
-            readings = [[_as_type(r, half) for r in layer] for layer in readings]
+            readings = [[r.as_type(half) for r in layer] for layer in readings]
     first = readings[0][0]
     cell = CUDNN_MODES[first.mode][0].upper()
     article = "a" if cell == "GRU" else "an"
@@ -579,15 +579,9 @@ def loop_canonical(name: str, layers: list[list[Loop]], source: Provenance, dequ
         bits = max(QUANTIZED_STORAGE[etype].itemsize * 8 for etype in types)
         rec = record(held, bits).model_copy(update={"inputs": OPENVINO_KERNEL_INPUTS})  # no input rounded
         wide = exact_dtype(m for layer in readings for r in layer for gate in r.gates.values() for m in gate)
-        readings = [[_as_type(r, wide) for r in layer] for layer in readings]
+        readings = [[r.as_type(wide) for r in layer] for layer in readings]
         widest = max(types, key=lambda etype: (QUANTIZED_STORAGE[etype].itemsize, etype))
         source = source.model_copy(update={"dequantized": rec, "dtype": OPENVINO_QUANTIZED[widest]})
         how = "here the same: OpenVINO computes the body's products in f32 with what the decompression gives"
         notes.append(note(name, rec, wide, how))
     return canonical(name, readings, source, f"Loop of {article} {cell} cell", notes)
-
-
-def _as_type(reading: Reading, dtype: str) -> Reading:
-    """A reading's matrices and biases in one float type (a dequantized weight's products need float64 at times)."""
-    gates = {gate: tuple(m.astype(dtype) for m in arrays) for gate, arrays in reading.gates.items()}
-    return dataclasses.replace(reading, gates=gates)  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,7 @@ from rnnconv.formats._cells import (
     run_ops,
 )
 from rnnconv.formats._flatbuffer import Table
+from rnnconv.formats._quantized import Quantization, exact_dtype, note, record
 from rnnconv.formats.tflite.wire import UNSET
 from rnnconv.table.constants import CUDNN_MODES
 
@@ -64,6 +65,7 @@ class Loop:
     refusal: str | None = None
     sizes: tuple[int, int] = (0, 0)  # (input, hidden), where its matrices say them
     batch: int | None = None  # the one batch size its body computes (the file's), None where it does not say
+    quantized: list[tuple[Any, Quantization]] = field(default_factory=list)  # its products' quantized weights
 
     def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Its body's cell ops run on values fed by tensor (named by its index)."""
@@ -132,7 +134,8 @@ def evaluate(op: Any, arguments: list[np.ndarray | None]) -> list[np.ndarray]:
         x, weights = arguments[0], arguments[1]
         if x is None or weights is None or weights.ndim != 2 or _option(options, 1, "u8", 0):
             raise NotEvaluated("FULLY_CONNECTED without float weights")
-        product = x.reshape(-1, weights.shape[1]) @ weights.T
+        product = x.reshape(-1, weights.shape[1]) @ weights.T  # in x's type: a dequantized weight is float64
+        product = product.astype(x.dtype, copy=False) if x.dtype.kind == "f" else product
         if len(arguments) > 2 and arguments[2] is not None:
             product = product + arguments[2]
         if _option(options, 2, "u8", 0):  # keep_num_dims
@@ -222,12 +225,21 @@ class Evaluator:
         self.file, self.graph = file, graph
         self.constants: dict[int, np.ndarray | None] = {}
         self.producer = {t: op for op in graph.ops for t in op.outputs}
+        self.quantized: dict[int, Quantization] = {}  # the quantized constants read (dequantized), by tensor
 
     def constant(self, t: int) -> np.ndarray | None:
+        """A constant's values: floats as float32, a quantized one as scale * (q - zero_point), exact in float64
+        (a hybrid op's int8 weight: the float model it stands for)."""
         if t not in self.constants:
-            found = self.file.values(self.graph.tensors[t])
-            if found is not None and found.dtype.kind == "f":
-                found = found.astype(np.float32)
+            tensor = self.graph.tensors[t]
+            if tensor.quantized and tensor.data is not None:
+                what = f"a WHILE loop body's weight {cut(tensor.name)!r}"
+                self.quantized[t] = self.file.quantization_of(tensor, what)
+                found = self.file.dequantized(tensor, what)
+            else:
+                found = self.file.values(tensor)
+                if found is not None and found.dtype.kind == "f":
+                    found = found.astype(np.float32)
             self.constants[t] = found
         return self.constants[t]
 
@@ -270,6 +282,18 @@ def _loop(file: Any, op: Any, cond: Any, body: Any, producers: dict[int, Any]) -
     if not (len(op.outputs) == len(body.inputs) == len(body.outputs) == count == len(cond.inputs)):
         loop.refusal = f"its WHILE op {op.index} has {count} inputs, and its body and condition do not take as many"
         return loop
+    computed = [t for t in body.tensors if t.quantized and t.data is None]
+    if computed:  # full-integer quantization: LiteRT computes the cell in integers, no float cell
+        loop.refusal = (
+            f"its body computes with quantized values ({cut(computed[0].name)!r} is {computed[0].dtype}: full-integer "
+            "quantization), where rnnconv reads only a loop's quantized weights, with float activations"
+        )
+        return loop
+    loop.quantized = [
+        (body.tensors[p.matrix_tensor], evaluator.quantized[p.matrix_tensor])
+        for p in products
+        if p.matrix_tensor in evaluator.quantized
+    ]
     cell = reset_before_joined([p.product for p in products])
     _, inputs, hidden = sizes_of(cell)
     loop.sizes = (inputs, hidden)
@@ -555,8 +579,9 @@ def _joined(forward: Loop, backward: Loop, readers: dict[int, list[Any]], produc
     return forward.output
 
 
-def loop_canonical(chain: Any, source: Provenance) -> CanonicalRNN:
-    """The canonical RNN of a chain of loop layers (Unsupported: why a loop of it does not convert)."""
+def loop_canonical(chain: Any, source: Provenance, dequantize: bool = False) -> CanonicalRNN:
+    """The canonical RNN of a chain of loop layers (Unsupported: why a loop of it does not convert); `dequantize`:
+    their bodies' quantized weights read as scale * (q - zero_point)."""
     loops = [loop for layer in chain.layers for loop in layer.loops]
     for loop in loops:
         if loop.refusal is not None:
@@ -564,14 +589,34 @@ def loop_canonical(chain: Any, source: Provenance) -> CanonicalRNN:
                 f"{cut(loop.name)!r} is a WHILE loop (op {loop.op.index}) whose body looks like an RNN cell, but "
                 f"{loop.refusal}; convert the checkpoint it was exported from"
             )
+    held = [(tensor, quant) for loop in loops for tensor, quant in loop.quantized]
+    types = sorted({tensor.dtype for tensor, _ in held})
+    if held and not dequantize:
+        schemes = sorted({quant.scheme() for _, quant in held})
+        raise Unsupported(
+            f"{chain.name}: its WHILE loops' bodies multiply by quantized weights ({len(held)} FULLY_CONNECTED "
+            f"weights, {'/'.join(types)}, {', '.join(schemes)}), which cuDNN does not compute with; --dequantize "
+            "converts the float model they stand for, scale * (q - zero_point)"
+        )
     readings = [[loop.reading for loop in layer.loops if loop.reading is not None] for layer in chain.layers]
     first = readings[0][0]
     cell = CUDNN_MODES[first.mode][0].upper()
     article = "a" if cell == "GRU" else "an"
     error = max(r.error for layer in readings for r in layer)
-    note = (
+    notes = [
         f"{chain.name}: WHILE loops {listing(str(loop.op.index) for loop in loops)}, each stepping {article} {cell} "
         f"cell over its sequence: its gates and layout read by what its body computes (run on probe inputs, within "
         f"{error:.1g} of the reading)"
-    )
-    return canonical(chain.name, readings, source, f"WHILE loop of {article} {cell} cell", [note])
+    ]
+    if held:  # LiteRT's hybrid FULLY_CONNECTED: the float model is the dequantized weights' own
+        bits = max(np.dtype(kind).itemsize * 8 for kind in types)
+        # inputs None: its kernel quantizes each row of a product's inputs to 8 bits
+        rec = record([(tensor.name or f"tensor {tensor.index}", quant) for tensor, quant in held], bits)
+        wide = exact_dtype(m for layer in readings for r in layer for gate in r.gates.values() for m in gate)
+        readings = [[r.as_type(wide) for r in layer] for layer in readings]
+        source = source.model_copy(
+            update={"dequantized": rec, "dtype": max(types, key=lambda kind: np.dtype(kind).itemsize)}
+        )
+        how = "LiteRT's hybrid FULLY_CONNECTED kernel also quantizes each row of a product's inputs to 8 bits"
+        notes.append(note(chain.name, rec, wide, how))
+    return canonical(chain.name, readings, source, f"WHILE loop of {article} {cell} cell", notes)

@@ -401,23 +401,9 @@ class TfliteFile(Graph[Layer]):
         why = ""
         if self.record is not None and [self.tensors[t].name for t in self.inputs[:1]] == [STREAM_INPUT]:
             why = " (a streaming model rnnconv wrote, its cells in plain ops: verify it with --streaming)"
-        elif "WHILE" in held and self._quantized_products():
-            why = (
-                " (its WHILE loops' bodies multiply by quantized weights: rnnconv dequantizes the weights of the fused "
-                "LSTM and RNN ops, not a loop's; convert the float model the file was made from)"
-            )
         elif "WHILE" in held:
             why = " (its WHILE loops' bodies multiply by no constant weights: they step no RNN cell rnnconv reads)"
         return f"{self.path} holds no UNIDIRECTIONAL_SEQUENCE_LSTM or _RNN op (its ops: {held or 'none'}){why}"
-
-    def _quantized_products(self) -> bool:
-        """Whether a subgraph's FULLY_CONNECTED multiplies by a quantized constant (a loop's cell quantized)."""
-        return any(
-            op.name == "FULLY_CONNECTED" and len(op.inputs) > 1 and graph.tensors[op.inputs[1]].quantized
-            for graph in self.subgraphs[1:]
-            for op in graph.ops
-            if op.inputs[1:2] != [UNSET]
-        )
 
     def op_listing(self) -> str:
         return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in Counter(op.name for op in self.ops).items())

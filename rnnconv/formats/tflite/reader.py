@@ -76,16 +76,13 @@ def why_refused(file: TfliteFile, op: Op, where: str, drop_clip: bool = False) -
     names = OP_INPUTS[op.name]
     if op.refusal:
         return op.refusal
-    quantized = [file.tensors[t] for n in names if (t := input_of(op, n)) != UNSET and file.tensors[t].quantized]
+    held = [n for n in names if (t := input_of(op, n)) != UNSET and file.tensors[t].quantized]
+    others = [n for n in held if not n.endswith("weights")]  # the LSTM's `*_weights`, the RNN's two
+    if others:  # full-integer quantization: int8 activations, int32 biases, an int16 cell state
+        return _integer_refusal(file, op, where, others)
+    quantized = [file.tensors[input_of(op, n)] for n in held]
     if quantized and not file.dequantize:  # named first: a converter's quantized LSTM also clips (--allow-lossy)
         return refused_quantized(where, quantized)
-    others = [n for n in names if (t := input_of(op, n)) != UNSET and file.tensors[t].quantized]
-    others = [n for n in others if not n.endswith("weights")]  # the LSTM's `*_weights`, the RNN's two
-    if others:  # full-integer quantization: int8 activations, int32 biases, an int16 cell state
-        return (
-            f"{where} has a quantized {others[0]}: rnnconv dequantizes the weight matrices of a dynamic-range "
-            f"quantized op (float biases, states and activations), not a fully integer one's"
-        )
     channels = [t for t in quantized if file.quantization_of(t, where).axis is not None]
     if channels:  # LiteRT's hybrid kernel, run on such a file, computes far from what the scales say (0.6 off)
         return (
@@ -129,6 +126,31 @@ def why_refused(file: TfliteFile, op: Op, where: str, drop_clip: bool = False) -
     return None
 
 
+def _integer_refusal(file: TfliteFile, op: Op, where: str, names: list[str]) -> str:
+    """Why an op of full-integer quantization does not convert, in one sentence naming what its integer kernel
+    computes that no float RNN does: its states rounded to their types' ranges each step (the ranges named), its
+    input and biases in integers."""
+    states = TFLITE_STATE_INPUTS[op.name]
+    terms = []
+    for name in sorted(names, key=lambda n: n not in states):  # the states first: what clips
+        tensor = file.tensors[input_of(op, name)]
+        term = f"{name} {tensor.dtype}"
+        if name in states:
+            try:
+                low, high = file.quantization_of(tensor, f"{where} {name}").range(tensor.dtype)
+                term += f" over [{low:.3g}, {high:.3g}]"
+            except BadInput:  # a damaged quantization: its type alone
+                pass
+        terms.append(term)
+    return (
+        f"{where} is quantized to integers throughout (full-integer quantization: {listing(terms, 3)}): LiteRT's "
+        "integer kernel rounds each step's states to their types, clipped to those ranges, which no float RNN "
+        "computes; rnnconv reads "
+        "dynamic-range quantized ops (int8 weights, float activations): convert the float model, or convert it to "
+        "TFLite without a representative dataset"
+    )
+
+
 def _weights(file: TfliteFile, op: Op, row: Row, where: str) -> dict[str, int]:
     """The op's stored tensors by the row's keys, each checked to be a float constant (Unsupported otherwise)."""
     found = {}
@@ -147,7 +169,7 @@ def to_canonical(file: TfliteFile, chain: Chain[Layer], source: Provenance, drop
     """The canonical RNN of a chain of ops; `drop_clip`: an LSTM that clips read without the clip, the loss recorded
     (--allow-lossy)."""
     if chain.first.loops:
-        return loop_canonical(chain, source)
+        return loop_canonical(chain, source, file.dequantize)
     first = chain.first.op
     row = find_row(FORMAT, first.name)
     cells: dict[tuple[int, int], dict[str, int]] = {}
@@ -242,9 +264,15 @@ def _dequantized(
 
 
 def chain_sizes(file: TfliteFile, chain: Chain[Layer]) -> RNNSizes | None:
-    """The sizes of ops that do not convert, as far as their weights' shapes tell."""
+    """The sizes of ops that do not convert, as far as their weights' shapes tell (a loop's: as its cell reads)."""
     if chain.first.loops:
-        return None
+        first_loop = chain.first.loops[0]
+        if any(loop.reading is None for layer in chain.layers for loop in layer.loops) or not first_loop.reading:
+            return None
+        cell = first_loop.reading
+        spec = RNNSpec(cell.mode, cell.input_size, cell.hidden, len(chain.layers), len(chain.first.loops) == 2)
+        stored = {tensor.dtype for layer in chain.layers for loop in layer.loops for tensor, _ in loop.quantized}
+        return RNNSizes.of(spec.to_model()).model_copy(update={"dtype": "/".join(sorted(stored)) or spec.dtype})
     first = chain.first.op
     row = find_row(FORMAT, first.name)
     gate = CUDNN_GATES[row.cell][-1]
@@ -258,5 +286,5 @@ def chain_sizes(file: TfliteFile, chain: Chain[Layer]) -> RNNSizes | None:
     mode = next(mode for mode, (cell, _) in CUDNN_MODES.items() if cell == row.cell)
     with contextlib.suppress(RnnconvError, ValueError):
         spec = RNNSpec(mode, input_size, hidden, len(chain.layers), len(chain.layers[0].ops) == 2, proj)
-        return RNNSizes.of(spec.to_model())
+        return RNNSizes.of(spec.to_model()).model_copy(update={"dtype": file.tensors[matrix].dtype})  # as stored
     return None

@@ -21,7 +21,7 @@ from rnnconv.formats.runtimes import native_stderr_silenced
 from rnnconv.formats.streaming import STREAM_INPUT, check_stream_names
 from rnnconv.formats.tflite.builder import STORAGE, Constant, Graph, GraphTensor, build_graph, model_bytes
 from rnnconv.formats.tflite.loops import EVALUATED_OPS, Loop
-from rnnconv.formats.tflite.model import QUANTIZED_TYPES, Layer, Op, TfliteFile, input_of, op_options
+from rnnconv.formats.tflite.model import QUANTIZED_TYPES, Layer, Op, Tensor, TfliteFile, input_of, op_options
 from rnnconv.formats.tflite.streaming import STREAMING_OPS
 from rnnconv.formats.tflite.wire import FORMAT, STREAMING_OPTION_FIELDS, TFLITE_OPTION_FIELDS, UNSET
 from rnnconv.formats.tflite.writer import graph_of
@@ -99,8 +99,7 @@ def _stored(file: TfliteFile, t: int) -> Callable[[], np.ndarray]:
     return lambda: file.constant(t, "a weight").astype(np.float32)
 
 
-def _stored_quantized(file: TfliteFile, t: int) -> Callable[[], np.ndarray]:
-    tensor = file.tensors[t]
+def _stored_quantized(file: TfliteFile, tensor: Tensor) -> Callable[[], np.ndarray]:
     assert tensor.data is not None
     start = tensor.data[0]
     return lambda: read_array(file.path, start, QUANTIZED_TYPES[tensor.dtype], tensor.shape)
@@ -121,7 +120,7 @@ def graph_of_file(file: TfliteFile, chain: Chain[Layer]) -> Graph:
                 if slot and tensor is not None and tensor.data is not None and tensor.quantized:
                     quant = file.quantization_of(tensor, f"op {op.index}'s input {slot}")
                     constants[slot] = Constant(
-                        tensor.name, tensor.shape, tensor.dtype, _stored_quantized(file, t), quant
+                        tensor.name, tensor.shape, tensor.dtype, _stored_quantized(file, tensor), quant
                     )
                 elif slot and tensor is not None and tensor.data is not None:
                     constants[slot] = Constant(
@@ -199,6 +198,12 @@ class CompiledCell:
             if t == UNSET:
                 continue
             tensor = body.tensors[t]
+            if t in evaluator.quantized:  # a hybrid op's weight as stored, its scales beside it: LiteRT's own kernel
+                stored = _stored_quantized(evaluator.file, tensor)
+                places[t] = graph.constant(
+                    Constant(tensor.name, tensor.shape, tensor.dtype, stored, evaluator.quantized[t])
+                )
+                continue
             if t in constants:
                 value = constants[t]
                 dtype = "float32" if value.dtype.kind == "f" else value.dtype.name
@@ -248,7 +253,10 @@ def compiled_cells(chain: Chain[Layer]) -> tuple[list[list[CompiledCell]], str]:
     """A chain of WHILE layers' cells, each a model of the body's own ops run in LiteRT (`CompiledCell`); and how
     they run."""
     cells = [[CompiledCell(loop) for loop in layer.loops] for layer in chain.layers]
-    return cells, f"ai-edge-litert {litert_version()}: the file's WHILE loop bodies' cells, stepped by rnnconv"
+    how = f"ai-edge-litert {litert_version()}: the file's WHILE loop bodies' cells, stepped by rnnconv"
+    if any(loop.quantized for layer in chain.layers for loop in layer.loops):
+        how += " (int8 weights, inputs quantized at run time: the blob is its dequantized float model)"
+    return cells, how
 
 
 def _option_value(op: Op, field: tuple[int, str, int | None]) -> Any:

@@ -57,6 +57,7 @@ TFLITE_OPS: Final[dict[str, int]] = {
     "UNPACK": 88,
     "SPLIT_V": 102,
     "REVERSE_V2": 105,
+    "QUANTIZE": 114,
     "WHILE": 119,
 }
 # The fused op of each cell family (TFLite has no fused GRU).
