@@ -173,13 +173,15 @@ class CompiledCell:
         body = evaluator.graph
         ops: dict[int, Op] = {}
         constants: dict[int, np.ndarray] = {}
+        reached = set(self._given)
         waiting = list(self._outputs)
         while waiting:  # from the new state back to the step's input and state, through the body's ops
             t = waiting.pop()
-            if t in self._given or t in constants or any(t in op.outputs for op in ops.values()):
+            if t in reached:
                 continue
+            reached.add(t)
             op = evaluator.producer.get(t)
-            if op is None or len(ops) >= MAX_CELL_OPS:
+            if op is None:
                 value = evaluator.constant(t)
                 if value is None:
                     raise Unsupported(
@@ -188,8 +190,9 @@ class CompiledCell:
                     )
                 constants[t] = value
                 continue
-            if op.name not in EVALUATED_OPS:
-                raise Unsupported(f"the cell of {self._what} holds a {op.name} op, which rnnconv does not run alone")
+            if op.name not in EVALUATED_OPS or len(ops) >= MAX_CELL_OPS:
+                held = f"a {op.name} op" if op.name not in EVALUATED_OPS else f"more than {MAX_CELL_OPS} ops"
+                raise Unsupported(f"the cell of {self._what} holds {held}, which rnnconv does not run alone")
             ops[op.index] = op
             waiting += [i for i in op.inputs if i != UNSET]
         sizes = dict(zip(self._given, (reading.input_size, reading.hidden, reading.hidden)))
