@@ -123,6 +123,24 @@ def test_the_cells_litert_runs_of_a_loops_body_stepped_by_rnnconv_compute_the_wh
     assert float(np.abs(got - expected).max()) < TOLERANCE
 
 
+def test_a_cells_values_are_written_with_the_shapes_rnnconv_computes_not_those_the_file_declares(tmp_path):
+    """A body whose products' outputs declare a shape of 2**30 x 2**30 (LiteRT's XNNPACK delegate fails to prepare a
+    graph holding it as declared): the cell rnnconv writes again gives each value the shape its own evaluation
+    computed, so verify runs it and the conversion matches."""
+
+    def huge(model, codes):
+        body = model.subgraphs[2]
+        for op in body.operators:
+            if op.opcodeIndex == codes["FULLY_CONNECTED"]:
+                body.tensors[op.outputs[0]].shape = [2**30, 2**30]
+
+    mutated = tmp_path / "huge.tflite"
+    mutated.write_bytes(_rebuilt(TFLITE / "loop_tfk_gru.tflite", huge))
+    rnnconv.convert(mutated, tmp_path / "m.pt")
+    result = run_cli("verify", tmp_path / "m.pt")
+    assert result.returncode == 0 and "MATCH" in result.stdout, result.stdout + result.stderr
+
+
 def test_a_cell_litert_cannot_run_is_refused_in_its_words(tmp_path):
     """A loop whose body's FULLY_CONNECTED ops claim an operator version this LiteRT has no kernel for (a newer
     converter's): read (the ops compute a cell), but verify cannot run its cell and says so in one sentence."""

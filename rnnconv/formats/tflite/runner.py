@@ -196,6 +196,9 @@ class CompiledCell:
             ops[op.index] = op
             waiting += [i for i in op.inputs if i != UNSET]
         sizes = dict(zip(self._given, (reading.input_size, reading.hidden, reading.hidden)))
+        rows = self.batch or 1
+        # each value's shape and type as rnnconv computes them from the step's (the file's declared ones unread)
+        computed, _ = evaluator.run({t: np.zeros((rows, size), np.float32) for t, size in sizes.items()})
         graph, places = Graph(), {}
         for t in sorted({*self._given, *constants, *(i for op in ops.values() for i in (*op.inputs, *op.outputs))}):
             if t == UNSET:
@@ -212,10 +215,11 @@ class CompiledCell:
                 dtype = "float32" if value.dtype.kind == "f" else value.dtype.name
                 places[t] = graph.constant(Constant(tensor.name, value.shape, dtype, partial(np.asarray, value)))
                 continue
-            dtype = "float32" if tensor.dtype.startswith("float") else tensor.dtype
+            value = computed.get(t)
+            dtype = "float32" if t in sizes else tensor.dtype if value is None else value.dtype.name
             if dtype not in STORAGE:
-                raise Unsupported(f"the cell of {self._what} computes a {tensor.dtype} tensor ({cut(tensor.name)!r})")
-            shape = [self.batch or 1, sizes[t]] if t in sizes else list(tensor.shape)
+                raise Unsupported(f"the cell of {self._what} computes a {dtype} tensor ({cut(tensor.name)!r})")
+            shape = [rows, sizes[t]] if t in sizes else list(tensor.shape if value is None else value.shape)
             places[t] = graph.tensor(GraphTensor(tensor.name, shape, dtype=dtype))
         for index in sorted(ops):
             op = ops[index]
