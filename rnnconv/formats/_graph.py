@@ -514,9 +514,9 @@ class Sized(SequenceOp, Protocol):
     def config(self) -> dict[str, Any]: ...
 
 
-def sizes_of(fmt: str, cell: str, chain: Chain[Any]) -> RNNSizes | None:
+def sizes_of(fmt: str, cell: str, chain: Chain[Any], stored: str | None = None) -> RNNSizes | None:
     """The sizes of a chain that does not convert, as far as its first layer tells them: the mode its row gives it,
-    else the cell family's first."""
+    else the cell family's first; `stored`: the integer type its weights are quantized to (what it stores)."""
     first: Sized = chain.first
     try:
         mode = mode_for(find_row(fmt, first.op, first.config()), first.config())
@@ -524,7 +524,7 @@ def sizes_of(fmt: str, cell: str, chain: Chain[Any]) -> RNNSizes | None:
         mode = next(m for m, (c, _) in CUDNN_MODES.items() if c == cell)
     with contextlib.suppress(RnnconvError, ValueError):
         spec = RNNSpec(mode, first.input_size, first.hidden, len(chain.layers), first.directions == 2, 0, first.dtype)
-        return RNNSizes.of(spec.to_model())
+        return RNNSizes.of(spec.to_model()).model_copy(update={"dtype": stored or spec.dtype})
     return None
 
 

@@ -54,7 +54,8 @@ class OnnxFormat(GraphFormat["OnnxFile", "OnnxNode"]):
     def sizes(self, graph: OnnxFile, chain: Chain[OnnxNode]) -> RNNSizes | None:
         from rnnconv.formats.onnx.nodes import RNN_OPS
 
-        return sizes_of("onnx", RNN_OPS[chain.first.op], chain) if chain.first.sized else None
+        first = chain.first
+        return sizes_of("onnx", RNN_OPS[first.op], chain, first.quantized_type) if first.sized else None
 
     def notes(self, graph: OnnxFile) -> list[str]:
         looped = graph.loop_note()

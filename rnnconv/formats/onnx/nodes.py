@@ -67,6 +67,7 @@ class OnnxNode:
     probed: float | None = None  # a cell read by what it computes: how far its reading was from it on probes
     scanned: bool = False  # a cell that is a Scan's body, stepped over the Scan's sequence
     loops: list[Loop] = field(default_factory=list)  # the Loops stepping its cell (its directions), where it is theirs
+    quantized_type: str | None = None  # the integer type its weights are stored in, where they are quantized
 
     def __post_init__(self) -> None:
         self.source_class = self.source_class or self.op
@@ -217,7 +218,7 @@ def read_node(node: Any, index: int, scope: Scope, folding: Folder, dequantize: 
         raise BadInput(f"node {name!r} has {len(node.input)} inputs; {node.op_type} has {len(roles)}")
     inputs = list(node.input) + [""] * (len(roles) - len(node.input))
     attributes = _attributes(node, name, op)
-    stored, sources, refusal, qdq = {}, {}, None, {}
+    stored, sources, refusal, qdq, stored_types = {}, {}, None, {}, {}
     for role in ("W", "R", "B", "P", *ONNX_QUANTIZED_INPUTS):
         source = inputs[roles.index(role)] if role in roles else ""
         if not source:
@@ -227,7 +228,9 @@ def read_node(node: Any, index: int, scope: Scope, folding: Folder, dequantize: 
             if dequantizing is None:
                 stored[role] = folding.value(source, scope)
             else:
-                stored[role], qdq[role] = _qdq_weight(dequantizing, scope, folding, f"node {name!r}: its {role}")
+                stored[role], qdq[role], stored_types[role] = _qdq_weight(
+                    dequantizing, scope, folding, f"node {name!r}: its {role}"
+                )
                 source = dequantizing.input[0]
         except NotFoldable as exc:
             refusal = (
@@ -239,6 +242,9 @@ def read_node(node: Any, index: int, scope: Scope, folding: Folder, dequantize: 
         raise BadInput(f"node {name!r} has no W or R input")
     found = OnnxNode(name, op, inputs, list(node.output), attributes, {}, "", short, refusal, sources, node.op_type)
     found.qdq = qdq
+    if quantized and inputs[roles.index("W")] and "W" in stored:
+        stored_types["W"] = stored["W"].dtype.name  # the quantized op's int8 or uint8 W
+    found.quantized_type = "/".join(sorted(set(stored_types.values()))) or None
     if refusal is not None:
         return found
     if qdq:  # one type for the node's weights: float64 where a product of a scale and an integer needs it
@@ -283,9 +289,12 @@ def _dequantize_node(value: str, scope: Scope) -> Any | None:
     return node if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx") else None
 
 
-def _qdq_weight(node: Any, scope: Scope, folding: Folder, where: str) -> tuple[np.ndarray, tuple[str, Quantization]]:
+def _qdq_weight(
+    node: Any, scope: Scope, folding: Folder, where: str
+) -> tuple[np.ndarray, tuple[str, Quantization], str]:
     """A weight a DequantizeLinear node computes of stored integers, `scale * (q - zero_point)` per tensor or per
-    channel along its axis, exactly (float32 where that holds every product, else float64), with its quantization."""
+    channel along its axis, exactly (float32 where that holds every product, else float64), with its quantization
+    and the integers' type."""
     inputs = list(node.input) + [""] * (3 - len(node.input))
     if len(node.input) > 3 or not inputs[0] or not inputs[1]:
         raise BadInput(f"{where} is computed by a DequantizeLinear node without its quantized values and scale")
@@ -308,7 +317,7 @@ def _qdq_weight(node: Any, scope: Scope, folding: Folder, where: str) -> tuple[n
         scale.ravel().tolist(), zero.ravel().tolist(), axis % q.ndim, tuple(q.shape), str(q.dtype), where
     )
     values = dequantized(q, quant)
-    return values.astype(exact_dtype([values])), (inputs[0], quant)
+    return values.astype(exact_dtype([values])), (inputs[0], quant), q.dtype.name
 
 
 def _rounding(pair: Any, role: str, scope: Scope, folding: Folder, where: str) -> RoundedInput:

@@ -17,6 +17,7 @@ from rnnconv.formats.openvino.wire import (
     OPENVINO_INITIAL_C,
     OPENVINO_INITIAL_H,
     OPENVINO_LENGTHS,
+    OPENVINO_QUANTIZED,
     OPENVINO_X,
     OPENVINO_Y,
     SEQUENCE_OPS,
@@ -68,9 +69,14 @@ class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
             spec = RNNSpec(
                 reading.mode, reading.input_size, reading.hidden, len(chain.layers), chain.first.directions == 2
             )
-            return RNNSizes.of(spec.to_model())
+            etypes = {weight.etype for op in chain.layers for loop in op.loops for _, _, weight in loop.quantized}
+            return RNNSizes.of(spec.to_model()).model_copy(update={"dtype": _stored(etypes) or spec.dtype})
+        etypes = {weight.etype for op in chain.layers for weight in op.stored.values()}
+        first = chain.first
         return (
-            sizes_of("openvino", SEQUENCE_OPS[chain.first.op], chain) if INPUT_MATRIX in chain.first.weights else None
+            sizes_of("openvino", SEQUENCE_OPS[first.op], chain, _stored(etypes))
+            if INPUT_MATRIX in first.weights
+            else None
         )
 
     def notes(self, graph: IRFile) -> list[str]:
@@ -141,3 +147,8 @@ class OpenvinoFormat(GraphFormat["IRFile", "SequenceOp"]):
         from rnnconv.formats.openvino.runner import run_ops
 
         return run_ops(graph, chain, spec, inputs, source.layer)
+
+
+def _stored(etypes: set[str]) -> str | None:
+    """The integer types a chain's weights are quantized to, as numpy names them (None: none quantized)."""
+    return "/".join(sorted({OPENVINO_QUANTIZED[etype] for etype in etypes})) or None

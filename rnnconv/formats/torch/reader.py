@@ -622,7 +622,7 @@ def rnn_sizes(rnn: TorchRNN) -> tuple[str, RNNSizes | None]:
         num_layers=min(max(1, len({layer for (_, layer, _) in rnn.tensors})), MAX_LAYERS),
         bidirectional=any(direction for (_, _, direction) in rnn.tensors),
         proj_size=min(proj, MAX_SIZE),
-        dtype=ih.dtype,
+        dtype=f"int{rnn.quantized.record.bits}" if rnn.quantized and rnn.quantized.record else ih.dtype,  # as stored
         bias=("input_bias", first, 0) in rnn.tensors,
     )
     return f"nn.{CLASS_BY_GATES[gates]}{'Cell' if rnn.is_cell else ''}", sizes
