@@ -9,7 +9,9 @@ evaluated in numpy (a handful of ops, checked shapes, nothing run from the file 
 gives the new state where the state was, writes it at that step of the output sequence and moves its counters (from 0)
 on by one, and the condition holds for exactly as many steps as the sequence has. A loop reading its sequence reversed
 (REVERSE_V2) is a backward direction; a forward and a backward loop over the same sequence whose outputs are joined are
-one bidirectional layer; a layer reading another's output sequence is its next layer."""
+one bidirectional layer; a layer reading another's output sequence is its next layer. A product's quantized weight
+(the converter's dynamic-range quantization) is read as scale * (q - zero_point), the loop listing it. What is read
+here is only read: verify runs each cell in LiteRT (`runner.CompiledCell`)."""
 
 from __future__ import annotations
 
@@ -66,11 +68,6 @@ class Loop:
     sizes: tuple[int, int] = (0, 0)  # (input, hidden), where its matrices say them
     batch: int | None = None  # the one batch size its body computes (the file's), None where it does not say
     quantized: list[tuple[Any, Quantization]] = field(default_factory=list)  # its products' quantized weights
-
-    def step(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Its body's cell ops run on values fed by tensor (named by its index)."""
-        assert self.evaluator is not None
-        return _named(self.evaluator, feeds)
 
 
 def _activation(code: int, value: np.ndarray) -> np.ndarray:
