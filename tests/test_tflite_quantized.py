@@ -21,6 +21,7 @@ SOURCE = FIXTURES / "tflite" / "keras_lstm_dynamic_range.tflite"
 CHECKPOINT = FIXTURES / "tflite" / "keras_lstm_dynamic_range.h5"
 LOOP = FIXTURES / "tflite" / "loop_k3_gru_dynamic_range.tflite"  # a Keras 3 GRU(33)'s WHILE loop, int8 per channel
 LOOP_CHECKPOINT = LOOP.with_suffix(".keras")
+STACKED = FIXTURES / "tflite" / "loop_k3_bilstm2_dynamic_range.tflite"  # two Bidirectional(LSTM(33)): four loops
 # The op's matrix inputs (TFLite's order: input_to_{input,forget,cell,output}, then recurrent_to_...) and
 # torch's gate order (i, f, g, o): the same.
 MATRICES = range(1, 9)
@@ -188,9 +189,10 @@ def test_the_converters_full_integer_lstm_is_refused_naming_the_ranges_its_state
     assert not (tmp_path / "m.pt").exists()
 
 
-def _loop_weights(model):
-    """The loop body's FULLY_CONNECTED weights (schema objects): the state's product's, then the input's."""
-    body = model.subgraphs[2]
+def _loop_weights(model, body=2):
+    """A loop body's FULLY_CONNECTED weights (schema objects): the state's product's, then the input's (`body`: the
+    body's subgraph, the first loop's by default)."""
+    body = model.subgraphs[body]
     codes = [code.builtinCode for code in model.operatorCodes]
     products = [op for op in body.operators if codes[op.opcodeIndex] == schema.BuiltinOperator.FULLY_CONNECTED]
     return [body.tensors[op.inputs[1]] for op in products]
@@ -259,3 +261,29 @@ def test_a_loop_whose_body_computes_in_integers_is_refused_naming_it(tmp_path):
     assert not entry.converts and "full-integer" in entry.reason
     result = run_cli("convert", damaged, tmp_path / "m.pt", "--dequantize")
     assert_clean_failure(result, 2, "computes with quantized values", "full-integer")
+
+
+def test_the_audit_pairs_a_deployed_multi_layer_rnn_with_the_checkpoints_stacked_layers(tmp_path):
+    """Two stacked Keras 3 Bidirectional(LSTM) layers, deployed as one 2-layer bidirectional RNN of four int8 loops:
+    the audit pairs it with the checkpoint's two layers stacked (as convert --layer rnn0,rnn1 reads them; they were
+    two NOT-FOUND rows and one more), and holds it in the three terms; --layer names the stack too, and a stack out
+    of order is one sentence. A copy with a second-layer loop's scales rolled by a channel is a mismatch."""
+    checkpoint = STACKED.with_suffix(".keras")
+    result = run_cli("verify", STACKED, "--against", checkpoint)
+    said = " ".join(result.stdout.split())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "= rnn0,rnn1: WITHIN-BOUND" in said and "1 of 1 RNN matches (1 within its quantization's bound)" in said
+    (deployed,) = rnnconv.inspect(STACKED).rnns
+    result = run_cli("verify", STACKED, "--against", checkpoint, "--layer", f"{deployed.name}=rnn0,rnn1")
+    assert result.returncode == 0 and "WITHIN-BOUND" in result.stdout, result.stdout + result.stderr
+    result = run_cli("verify", STACKED, "--against", checkpoint, "--layer", f"{deployed.name}=rnn1,rnn0")
+    assert_clean_failure(result, 2, "rnn1, rnn0 do not stack into one RNN")
+
+    def rolled(model, op):
+        quant = _loop_weights(model, body=-1)[0].quantization
+        quant.scale = list(np.roll(np.asarray(quant.scale), 1))
+
+    damaged = _copy(tmp_path, "rolled", rolled, STACKED)
+    result = run_cli("verify", damaged, "--against", checkpoint)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "MISMATCH" in result.stdout and "layer 1" in result.stdout and "half its largest" in result.stdout

@@ -1,16 +1,17 @@
 """`rnnconv verify DEPLOYED --against CHECKPOINT`: audit a deployed whole model against its training checkpoint.
 
-Every RNN of the deployed file (as its format's reader lists them) is paired with one of the checkpoint's: by
-`--layer DEPLOYED=CHECKPOINT`, else by position and sizes (the first of the checkpoint's RNNs not yet paired that
-has the same sizes, and the same cell where both files tell it). Each pair runs on verify's seeded inputs: the
+Every RNN of the deployed file (as its format's reader lists them) is paired with one of the checkpoint's: by `--layer
+DEPLOYED=CHECKPOINT`, else by position and sizes (the first of the checkpoint's RNNs not yet paired that has the same
+sizes, and the same cell where both files tell it; for a multi-layer RNN no one RNN fits, the first run of consecutive
+unpaired ones that stack into it, as `convert --layer a,b` reads them). Each pair runs on verify's seeded inputs: the
 deployed RNN in its own runtime as written (its ops, weights and attributes: a clip, a reset placement), the
 checkpoint's in its own framework, compared as verify compares. A pair that differs is diagnosed by trying the
 exporters' known mistakes until one explains it: the checkpoint's GRU computed with the reset gate before the
-recurrent matrix (ONNX's linear_before_reset=0), the deployed reading without its clip (TensorFlow's converter
-writes cell_clip=10 for every Keras LSTM), then verify's usual mistakes on the deployed reading (gates swapped, ...).
-One row per RNN: match, mismatch with its diagnosis, or not-found (an RNN with no partner on the other side); where
---layer pairs say what is deployed, a checkpoint's RNN they leave out is not-deployed (the deployed file holds only
-some of the checkpoint's RNNs: an encoder deployed alone), which fails nothing.
+recurrent matrix (ONNX's linear_before_reset=0), the deployed reading without its clip (TensorFlow's converter writes
+cell_clip=10 for every Keras LSTM), then verify's usual mistakes on the deployed reading (gates swapped, ...). One row
+per RNN: match, mismatch with its diagnosis, or not-found (an RNN with no partner on the other side); where --layer
+pairs say what is deployed, a checkpoint's RNN they leave out is not-deployed (the deployed file holds only some of
+the checkpoint's RNNs: an encoder deployed alone), which fails nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from rnnconv.verification.run import Stage, failed_report
 from rnnconv.verification.subject import SAME_RNN, VerifyOptions, as_held, check_same_rnn
 from rnnconv.version import __version__
 
+STACK = ","  # consecutive RNNs of a checkpoint named as one stack (convert's --layer a,b)
 RESET_PLACEMENT = (
     f"the deployed GRU applies its reset gate before the recurrent matrix ({reset_before_settings()}), where the "
     f"checkpoint's applies it after (as cuDNN's GRU does): the checkpoint's GRU computed with the reset before gives "
@@ -112,23 +114,85 @@ def _fits(deployed: InspectEntry, checkpoint: InspectEntry) -> bool:
     return _sizes(deployed) is not None and _sizes(deployed) == _sizes(checkpoint) and len(cells) <= 1
 
 
+def _stacked(checkpoint: Side, entries: Sequence[InspectEntry]) -> InspectEntry | None:
+    """Consecutive RNNs of the checkpoint read as one RNN of their layers stacked, as `convert --layer a,b` reads
+    them (a Keras model's stacked layers, which a deployed file holds as one multi-layer RNN): its entry, its
+    provenance saying the stack; None where the format does not stack them."""
+    name = STACK.join(e.name for e in entries)
+    try:
+        with checkpoint.fmt.read(checkpoint.path, ReadOptions(layer=name, hash_source=False)) as found:
+            (rnn,) = found.rnns
+    except (RnnconvError, ValueError):  # not layers of one stack (or a format that stacks none)
+        return None
+    if not rnn.source.stacked:
+        return None
+    return InspectEntry(
+        name=name, layer_class=entries[0].layer_class, spec=rnn.spec.to_model(), converts=True, source=rnn.source
+    )
+
+
+def _stack_for(deployed: InspectEntry, checkpoint: Side, free: list[InspectEntry]) -> InspectEntry | None:
+    """The first run of consecutive unpaired RNNs of the checkpoint whose layers stacked are the deployed RNN's."""
+    sizes = deployed.sizes
+    if sizes is None or sizes.num_layers < 2:
+        return None
+    order = [e for e in checkpoint.rnns if e in free]
+    for start, first in enumerate(order):
+        if first.sizes is None or first.sizes.input_size != sizes.input_size:
+            continue
+        run, layers = [], 0
+        for entry in order[start:]:
+            alike = entry.sizes is not None and (entry.sizes.hidden_size, entry.sizes.bidirectional) == (
+                sizes.hidden_size,
+                sizes.bidirectional,
+            )
+            if not alike or layers >= sizes.num_layers:
+                break
+            run.append(entry)
+            layers += entry.sizes.num_layers if entry.sizes is not None else 0
+        if layers == sizes.num_layers and len(run) > 1:
+            stack = _stacked(checkpoint, run)
+            if stack is not None and _fits(deployed, stack):
+                return stack
+    return None
+
+
 def pair(
     deployed: Side, checkpoint: Side, named: dict[str, str]
 ) -> list[tuple[InspectEntry | None, InspectEntry | None]]:
     """The rows: each deployed RNN with its partner (None: none), in the deployed file's order, then the
-    checkpoint's RNNs left without one."""
+    checkpoint's RNNs left without one. A partner may be consecutive RNNs of the checkpoint stacked (`_stacked`):
+    named so by --layer (DEPLOYED=a,b), or found where no one RNN of the checkpoint fits."""
     held = {e.name: e for e in checkpoint.rnns}
-    for side, names in ((deployed, list(named)), (checkpoint, list(named.values()))):
-        known = [e.name for e in side.rnns]
-        for name in names:
-            if name not in known:
-                raise no_such_rnn(f"--layer: {side.path} has no RNN", name, known)
-    free = [e for e in checkpoint.rnns if e.name not in named.values()]
+    known = [e.name for e in deployed.rnns]
+    for name in named:
+        if name not in known:
+            raise no_such_rnn(f"--layer: {deployed.path} has no RNN", name, known)
+    taken = set(named.values())
+    for name in named.values():
+        parts = name.split(STACK) if name not in held else [name]
+        for part in parts:
+            if part not in held:
+                raise no_such_rnn(f"--layer: {checkpoint.path} has no RNN", part, list(held))
+        if len(parts) > 1:
+            stack = _stacked(checkpoint, [held[part] for part in parts])
+            if stack is None:
+                raise BadInput(
+                    f"--layer: {checkpoint.path.name}'s {listing(parts)} do not stack into one RNN (consecutive "
+                    f"layers of one class, units and directions, nothing between them)"
+                )
+            held[name] = stack
+            taken |= set(parts)
+    free = [e for e in checkpoint.rnns if e.name not in taken]
     rows: list[tuple[InspectEntry | None, InspectEntry | None]] = []
     for entry in deployed.rnns:
         partner = held[named[entry.name]] if entry.name in named else next((e for e in free if _fits(entry, e)), None)
+        if partner is None and entry.name not in named:
+            partner = _stack_for(entry, checkpoint, free)
         if partner in free:
             free.remove(partner)
+        elif partner is not None and partner.name not in held:  # a stack found: its layers are paired
+            free = [e for e in free if e.name not in partner.name.split(STACK)]
         rows.append((entry, partner))
     return rows + [(None, entry) for entry in free]
 
@@ -178,7 +242,7 @@ def audit(path: Path, options: VerifyOptions, named: dict[str, str], stage: Stag
         if stage:
             stage(f"checking {cut(ours.name)} against {cut(theirs.name)}")
         try:
-            rows.append(_row(deployed, ours.name, checkpoint, theirs.name, options))
+            rows.append(_row(deployed, ours.name, checkpoint, theirs, options))
         except RnnconvError as exc:  # a pair that cannot run says why; the others go on
             report = failed_report(path, exc)
             report.name, report.source = ours.name, _source_run(checkpoint, theirs.name, "not run")
@@ -239,9 +303,11 @@ def _reading(deployed: Side, name: str, stack: ExitStack) -> CanonicalRNN | None
     return rnn
 
 
-def _row(deployed: Side, ours: str, checkpoint: Side, theirs: str, options: VerifyOptions) -> Report:
+def _row(deployed: Side, ours: str, checkpoint: Side, partner: InspectEntry, options: VerifyOptions) -> Report:
     """A pair run on the same inputs, each side as its own runtime runs it, compared; diagnosed when it differs."""
-    source = checkpoint.fmt.resolve(checkpoint.path, Provenance(), theirs)
+    theirs = partner.name
+    stacked = partner.source if partner.source is not None and partner.source.stacked else None
+    source = stacked or checkpoint.fmt.resolve(checkpoint.path, Provenance(), theirs)
     held = checkpoint.fmt.source_spec(checkpoint.path, source)
     with ExitStack() as stack:
         reading = _reading(deployed, ours, stack)
