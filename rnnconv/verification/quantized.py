@@ -31,7 +31,7 @@ from rnnconv.core.compare import Inputs, Outputs, compare
 from rnnconv.core.contracts import Dequantized
 from rnnconv.core.reference import forward
 from rnnconv.core.report_contracts import Check, Comparison, QuantizationProof, QuantizationTerm, Tolerance
-from rnnconv.table.constants import BIAS_KINDS, DIRECTION_WORDS, GRU, LSTM, Kind
+from rnnconv.table.constants import BIAS_KINDS, DIRECTION_WORDS, GRU, LSTM, MANTISSA_BITS, Kind
 
 # A step's runtime rounds in float32 besides: the runtime's own tolerance, added to the bound.
 FLOAT_ATOL, FLOAT_RTOL = 1e-4, 1e-3
@@ -109,6 +109,30 @@ def weights_off(
         f"its {tensor} of gate {where.gate or '-'} (layer {where.layer}{direction}) is {worst:.3g} from {whose}, "
         f"more than half its largest quantization step ({step / 2:.3g}): it was not quantized from these weights as "
         f"its scales say"
+    )
+
+
+def holds_its_reading(rnn: CanonicalRNN, reading: CanonicalRNN, source: str) -> Check:
+    """A file converted from a quantized source against the source's dequantized reading, which the conversion
+    writes as it is (rounded only to the file's element type): the check each weight holds. The step-by-step bound
+    is a worst case over the kernel's rounding and lets a wrong weight pass (a matrix 10% off is 0.106 against a
+    TFLite loop's bound of 0.134); this check does not."""
+    worst, where = farthest_weight(rnn, reading)
+    largest = max(float(np.max(np.abs(_compared(reading, key)), initial=0)) for key in reading.spec.param_keys())
+    bits = min(MANTISSA_BITS[rnn.spec.dtype], MANTISSA_BITS[reading.spec.dtype])
+    rounding = 2 * largest * 2.0**-bits  # each weight (and a bias sum's two) rounded to the narrower type
+    name = "dequantized weights"
+    if where is None or worst <= rounding:
+        rounded = "exactly" if worst == 0 else f"within {worst:.3g} ({rnn.spec.dtype}'s rounding)"
+        return Check(check=name, ok=True, detail=f"each is {source}'s, {rounded}")
+    direction = f" {DIRECTION_WORDS[where.direction]}" if rnn.spec.bidirectional else ""
+    tensor = "bW + bR" if where.kind == Kind.bW and _summed(rnn.spec, where) else where.kind
+    return Check(
+        check=name,
+        ok=False,
+        detail=f"its {tensor} of gate {where.gate or '-'} (layer {where.layer}{direction}) is {worst:.3g} from "
+        f"{source}'s dequantized weight, which a conversion writes as it is (up to {rounding:.3g} of rounding): the "
+        f"file does not hold the float model of the source's weights",
     )
 
 

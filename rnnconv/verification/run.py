@@ -42,7 +42,15 @@ from rnnconv.table.constants import LSTM
 from rnnconv.verification.diagnose import diagnose
 from rnnconv.verification.identify import probe_comparison
 from rnnconv.verification.junit import junit_xml
-from rnnconv.verification.quantized import proof_checks, prove, proved, said, stepwise, terms_failed
+from rnnconv.verification.quantized import (
+    holds_its_reading,
+    proof_checks,
+    prove,
+    proved,
+    said,
+    stepwise,
+    terms_failed,
+)
 from rnnconv.verification.subject import (
     WRITTEN_DIGEST,
     Against,
@@ -191,6 +199,11 @@ def judge(
         float_run = lambda step: engine.run(blob, step)  # noqa: E731
         both = (quantized_run, float_run)
         want, got, report.tolerance = stepwise(blob.spec, rnn.param, inputs, both, 0.0, blob.source.dequantized)
+        with fmt.read(source_path, fmt.source_options(source)) as found:
+            held_weights = holds_its_reading(rnn, found.rnns[0], Path(source_path).name)
+        report.checks.append(held_weights)
+        if not held_weights.ok:
+            report.problems.append(held_weights.detail)
         whole = report.comparison.worst
         report.comparison = compare(blob.spec, got, want, report.tolerance, None)
         quantized_steps = want  # what the file computes, a step at a time: a recorded loss explains nothing beyond
