@@ -142,10 +142,17 @@ def _summed(spec: RNNSpec, key: ParamKey) -> bool:
 
 def _compared(rnn: CanonicalRNN, key: ParamKey) -> np.ndarray:
     """The tensor `farthest_weight` compares at `key`: the weight, or a gate's bias sum."""
-    value = np.asarray(rnn.param(key), np.float64)
+    value = _value(rnn, key)
     if key.kind == Kind.bW and _summed(rnn.spec, key):
-        value = value + np.asarray(rnn.param(dataclasses.replace(key, kind=Kind.bR)), np.float64)
+        value = value + _value(rnn, dataclasses.replace(key, kind=Kind.bR))
     return value
+
+
+def _value(rnn: CanonicalRNN, key: ParamKey) -> np.ndarray:
+    """A tensor in float64; a bias the RNN has none of, zeros (a target that always has biases holds them so)."""
+    if key not in rnn.loaders:
+        return np.zeros(rnn.spec.param_shape(key))
+    return np.asarray(rnn.param(key), np.float64)
 
 
 FAR_ABOVE = 10.0  # an end-to-end difference this many times the kernel's is no rounding: a mistake in the file
