@@ -18,7 +18,8 @@ import rnnconv
 from rnnconv.core.canonical import ParamKey
 
 SOURCE = FIXTURES / "tflite" / "keras_lstm_dynamic_range.tflite"
-CHECKPOINT = FIXTURES / "tflite" / "keras_lstm_dynamic_range.h5"
+CHECKPOINT = FIXTURES / "tflite" / "keras_lstm_dynamic_range.h5"  # the float model of both LSTM(33) files
+FULL_INTEGER = FIXTURES / "tflite" / "keras_lstm_full_integer.tflite"  # calibrated: int8 activations, int16 cell
 LOOP = FIXTURES / "tflite" / "loop_k3_gru_dynamic_range.tflite"  # a Keras 3 GRU(33)'s WHILE loop, int8 per channel
 LOOP_CHECKPOINT = LOOP.with_suffix(".keras")
 STACKED = FIXTURES / "tflite" / "loop_k3_bilstm2_dynamic_range.tflite"  # two Bidirectional(LSTM(33)): four loops
@@ -29,11 +30,14 @@ MATRICES = range(1, 9)
 
 def _copy(tmp_path, name, change, source=SOURCE):
     """The fixture rewritten through TFLite's own schema classes, `change(model, op)` applied (op: the main graph's
-    first)."""
+    LSTM, or its first op)."""
     import flatbuffers
 
     model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(source.read_bytes(), 0))
-    change(model, model.subgraphs[0].operators[0])
+    codes = [code.builtinCode for code in model.operatorCodes]
+    lstm = schema.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM
+    ops = model.subgraphs[0].operators
+    change(model, next((op for op in ops if codes[op.opcodeIndex] == lstm), ops[0]))
     builder = flatbuffers.Builder(0)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     path = tmp_path / f"{name}.tflite"
@@ -100,14 +104,16 @@ def test_dequantized_weights_are_litert_s_own_exactly_and_verify_holds_them_to_t
     LARGEST_ERRORS["LiteRT's hybrid int8 LSTM, a step, vs its dequantized nn.LSTM"] = report.comparison.worst
 
 
-def test_the_audit_holds_the_quantized_file_to_its_float_checkpoint_and_catches_a_swap_or_a_scale(tmp_path):
-    """The converter's quantized file against the tf-keras model it came from: within the bound its scales give,
-    every weight within half a step; a copy with two gates' input matrices swapped, or one scale 1.5 times its
-    own, is a mismatch naming the weight that was not quantized from the checkpoint. (The Keras model as the
-    nn.LSTM rnnconv converts it to: the same weights, run without importing TensorFlow.)"""
+@pytest.mark.parametrize("source", [SOURCE, FULL_INTEGER], ids=["dynamic_range", "full_integer"])
+def test_the_audit_holds_the_quantized_file_to_its_float_checkpoint_and_catches_a_swap_or_a_scale(tmp_path, source):
+    """The converter's quantized files (dynamic range; full integer, run in LiteRT's integer kernel) against the
+    tf-keras model they came from: within the bound their scales give, every weight within half a step; a copy with
+    two gates' input matrices swapped, or one scale 1.5 times its own, is a mismatch naming the weight that was not
+    quantized from the checkpoint. (The Keras model as the nn.LSTM rnnconv converts it to: the same weights, run
+    without importing TensorFlow.)"""
     checkpoint = tmp_path / "float.pt"
     rnnconv.convert(CHECKPOINT, checkpoint)
-    result = run_cli("verify", SOURCE, "--against", checkpoint)
+    result = run_cli("verify", source, "--against", checkpoint)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "WITHIN-BOUND" in result.stdout and "within its quantization's bound" in result.stdout
     assert "1 of 1 RNN matches (1 within its quantization's bound)" in result.stdout
@@ -122,7 +128,7 @@ def test_the_audit_holds_the_quantized_file_to_its_float_checkpoint_and_catches_
         quant.scale = [quant.scale[0] * 1.5]
 
     for name, change, named in (("swapped", swapped, "of gate"), ("rescaled", rescaled, "R of gate i")):
-        damaged = _copy(tmp_path, name, change)
+        damaged = _copy(tmp_path, name, change, source)
         result = run_cli("verify", damaged, "--against", checkpoint)
         assert result.returncode == 1, (name, result.stdout, result.stderr)
         assert "MISMATCH" in result.stdout and named in result.stdout and "half its largest" in result.stdout
@@ -150,8 +156,9 @@ def test_damaged_quantization_is_refused_in_one_sentence(tmp_path, name, scales,
     assert not (tmp_path / "m.pt").exists()
 
 
-def test_a_fully_integer_ops_quantized_bias_is_refused(tmp_path):
-    """A bias quantized (as full-integer quantization stores it) is no dynamic-range op's: refused, naming it."""
+def test_a_dynamic_range_op_with_a_quantized_bias_is_refused(tmp_path):
+    """A bias quantized in an op whose input is float is neither a dynamic-range op nor an integer one: refused,
+    naming it."""
 
     def quantized_bias(model, op):
         bias = model.subgraphs[0].tensors[op.inputs[12]]
@@ -160,33 +167,100 @@ def test_a_fully_integer_ops_quantized_bias_is_refused(tmp_path):
 
     path = _copy(tmp_path, "quantized_bias", quantized_bias)
     result = run_cli("convert", path, tmp_path / "m.pt", "--dequantize", "--allow-lossy")
-    assert_clean_failure(result, 2, "full-integer quantization: input_gate_bias int16", "dynamic-range quantized ops")
+    assert_clean_failure(result, 2, "quantizes input_gate_bias but holds input float32", "neither a dynamic-range op")
 
 
-def test_the_converters_full_integer_lstm_is_refused_naming_the_ranges_its_states_are_clipped_to(tmp_path):
-    """TensorFlow's converter with a representative dataset: an int8 LSTM between QUANTIZE and DEQUANTIZE, its
-    output state int8 and its cell state int16 over the ranges calibration gave. LiteRT's integer kernel computes
-    no float RNN (at inputs three times the calibration's it is 0.70 off the float model; the dynamic-range file
-    0.069): listed as int8, refused with and without --dequantize in the same sentence naming those ranges and
-    what converts."""
-    source = FIXTURES / "tflite" / "keras_lstm_full_integer.tflite"
-    report = rnnconv.inspect(source)
+def _litert_constants(path):
+    """The LSTM op's constant inputs as LiteRT's interpreter reads them: by slot, (integers, scale, zero point)."""
+    interpreter = litert.Interpreter(model_path=str(path))
+    interpreter.allocate_tensors()
+    (op,) = [o for o in interpreter._get_ops_details() if o["op_name"] == "UNIDIRECTIONAL_SEQUENCE_LSTM"]
+    details = {d["index"]: d for d in interpreter.get_tensor_details()}
+    found = {}
+    for slot in (*MATRICES, 12, 13, 14, 15):
+        detail = details[op["inputs"][slot]]
+        quant = detail["quantization_parameters"]
+        found[slot] = (interpreter.get_tensor(detail["index"]), quant["scales"], quant["zero_points"])
+    return found
+
+
+def test_the_converters_full_integer_lstm_converts_with_dequantize_and_allow_lossy(tmp_path):
+    """TensorFlow's converter with a representative dataset: QUANTIZE, an int8 LSTM (int8 input and output state,
+    int16 cell state, int32 biases), DEQUANTIZE. Refused without --dequantize naming it, then without --allow-lossy
+    naming the grids LiteRT's integer kernel rounds its input and each step's states to (the ranges calibration
+    gave); with both, each weight and bias of the nn.LSTM is LiteRT's scale * (q - zero_point) exactly (float64),
+    the rounding is recorded, and verify runs the file's own op in LiteRT's integer kernel a step at a time within
+    the bound its grids give."""
+    out = tmp_path / "m.pt"
+    report = rnnconv.inspect(FULL_INTEGER)
     (entry,) = report.rnns
-    assert (
-        not entry.converts
-        and entry.sizes.dtype == "int8"
-        and (entry.sizes.input_size, entry.sizes.hidden_size) == (32, 33)
-    )
+    assert entry.sizes.dtype == "int8" and (entry.sizes.input_size, entry.sizes.hidden_size) == (32, 33)
     assert "QUANTIZE" in " ".join(report.notes)
-    for flags in ((), ("--dequantize", "--allow-lossy")):
-        result = run_cli("convert", source, tmp_path / "m.pt", *flags)
-        assert_clean_failure(
-            result,
-            2,
-            "full-integer quantization: output_state int8 over [-0.858, 0.799], cell_state int16 over [-2, 2]",
-            "convert the float model",
-        )
-    assert not (tmp_path / "m.pt").exists()
+    result = run_cli("convert", FULL_INTEGER, out)
+    assert_clean_failure(result, 2, "has int8 quantized weights", "--dequantize")
+    result = run_cli("convert", FULL_INTEGER, out, "--dequantize")
+    assert_clean_failure(
+        result,
+        2,
+        "full-integer quantization): LiteRT's integer kernel rounds its input to int8 over [-3.88, 3.67], each "
+        "step's h to int8 over [-0.858, 0.799], each step's c to int16 over [-2, 2]",
+        "--allow-lossy converts the float RNN",
+    )
+    assert not out.exists()
+    result = run_cli("convert", FULL_INTEGER, out, "--dequantize", "--allow-lossy")
+    assert result.returncode == 0, result.stderr
+    assert "4 int32 biases" in result.stderr
+    stored = _litert_constants(FULL_INTEGER)
+    blocks = {}
+    for slot, (q, scale, zero) in stored.items():
+        assert q.dtype == (np.int8 if slot in MATRICES else np.int32) and scale.shape == (1,) and zero.tolist() == [0]
+        blocks[slot] = np.float64(np.float32(scale[0])) * q.astype(np.int64)
+    state = torch.load(out, weights_only=True)
+    assert state["weight_ih_l0"].dtype == torch.float64
+    assert np.array_equal(state["weight_ih_l0"].numpy(), np.concatenate([blocks[s] for s in range(1, 5)]))
+    assert np.array_equal(state["weight_hh_l0"].numpy(), np.concatenate([blocks[s] for s in range(5, 9)]))
+    assert np.array_equal(
+        state["bias_ih_l0"].numpy() + state["bias_hh_l0"].numpy(), np.concatenate([blocks[s] for s in range(12, 16)])
+    )
+
+    with rnnconv.load(out) as (rnn,):
+        record = rnn.origin.dequantized if rnn.origin is not None else None
+        assert record is not None and record.inputs == "integer" and (record.scheme, record.bits) == ("per-tensor", 8)
+        grids = {(r.value, r.layer): (r.levels, r.step) for r in record.rounded}
+        assert grids == {
+            ("x", 0): (256, pytest.approx(0.0296, rel=1e-3)),
+            ("h", 0): (256, pytest.approx(0.0065, rel=1e-3)),
+            ("c", 0): (65536, 2.0**-14),
+        }
+    report = rnnconv.verify(out)
+    assert report.verdict == "match" and report.tolerance.bound is not None
+    assert report.comparison.worst < report.tolerance.bound
+    LARGEST_ERRORS["LiteRT's integer LSTM, a step, vs its dequantized nn.LSTM"] = report.comparison.worst
+
+
+def test_the_integer_op_rnnconv_rebuilds_computes_what_the_file_computes_in_litert():
+    """The graph verify runs of a full-integer LSTM (its op rebuilt by rnnconv's builder: weights, int32 biases,
+    int8 and int16 states and the kernel's intermediates, with their grids) gives LiteRT's run of the file itself
+    bit for bit, and from initial states other than zero its final states are on their grids."""
+    from rnnconv.formats.tflite.model import TfliteFile
+    from rnnconv.formats.tflite.runner import graph_of_file, run_graph
+
+    file = TfliteFile.load(FULL_INTEGER, dequantize=True)
+    (chain,) = file.chains
+    rng = np.random.default_rng(7)
+    x = rng.normal(0, 1, (6, 2, 32)).astype(np.float32)
+    ours = run_graph(graph_of_file(file, chain), {"x": x, "h0": None, "c0": None, "lengths": None})
+    interpreter = litert.Interpreter(model_path=str(FULL_INTEGER))
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x.transpose(1, 0, 2))
+    interpreter.invoke()
+    theirs = interpreter.get_tensor(interpreter.get_output_details()[0]["index"]).transpose(1, 0, 2)
+    assert np.array_equal(ours["y"], theirs)
+    h0 = rng.normal(0, 0.3, (1, 2, 33)).astype(np.float32)
+    c0 = rng.normal(0, 0.8, (1, 2, 33)).astype(np.float32)
+    started = run_graph(graph_of_file(file, chain), {"x": x, "h0": h0, "c0": c0, "lengths": None})
+    assert not np.array_equal(started["y"][0], ours["y"][0])
+    assert np.allclose(started["c_n"] / 2.0**-14, np.rint(started["c_n"] / 2.0**-14), atol=1e-3)
 
 
 def _loop_weights(model, body=2):

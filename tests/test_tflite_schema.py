@@ -83,6 +83,7 @@ SLOT_FIELDS = {
         {"scale": "Scale", "zero_point": "ZeroPoint", "quantized_dimension": "QuantizedDimension"},
     ),
     "Tensor": ({"quantization": wire.TENSOR_QUANTIZATION_SLOT}, {"quantization": "Quantization"}),
+    "Operator": ({"intermediates": wire.OPERATOR_INTERMEDIATES_SLOT}, {"intermediates": "Intermediates"}),
 }
 TENSOR_TYPES = {
     "float32": "FLOAT32",

@@ -79,7 +79,31 @@ INPUT_ROUNDINGS: dict[str, InputRounding | None] = {
     "uint8 per tensor, 7 bits": InputRounding(127, per_tensor=True, asymmetric=True),  # fbgemm, reduce_range
     "uint8 per tensor": InputRounding(255, per_tensor=True, asymmetric=True),
     "float": None,  # a kernel of the dequantized weights in float (OpenVINO's CPU plugin): it rounds no input
+    "integer": None,  # an integer kernel: its inputs and states are on the file's grids already (`rounded`)
 }
+
+
+@dataclass(frozen=True)
+class IntegerGates:
+    """How an integer LSTM kernel computes its gates (LiteRT's, for full-integer quantization): each gate's
+    pre-activation, its two products rescaled to int16 on a grid `step` apart (each within half a step), clamped to
+    low..high, its sigmoid and tanh (and the cell's tanh) computed in fixed point within `activation` of the float
+    ones, and each of the cell's two products rounded to the cell state's grid before they are summed."""
+
+    step: float
+    low: float
+    high: float
+    activation: float
+
+
+# LiteRT's 8x8_16 LSTM without layer normalization: gates in int16 at 2^-12 (Q3.12, so within +-8), activations out in
+# Q0.15; `activation` allows 8 of the output's steps for the fixed-point sigmoid and tanh.
+LITERT_INTEGER_GATES = IntegerGates(2.0**-12, -8.0, 8.0 - 2.0**-12, 2.0**-12)
+
+
+def integer_gates(record: Dequantized) -> IntegerGates | None:
+    """The gates' integer arithmetic of the kernel a record's weights were read from (None: a float one)."""
+    return LITERT_INTEGER_GATES if record.inputs == "integer" else None
 
 
 def input_rounding(record: Dequantized) -> InputRounding | None:
@@ -110,10 +134,12 @@ def quantization_bound(
     weight_error: float,
     kernel: InputRounding | None = SYMMETRIC_ROWS,
     rounded_inputs: Sequence[RoundedInput] = (),
+    gates: IntegerGates | None = None,
 ) -> float:
     """The largest difference a quantized run's y, h_n and c_n can have from the float model's (`param`) on these
     inputs, when each matrix weight is within `weight_error`, each step's matrix inputs are rounded as `kernel` says
-    (None: not) and the file rounds the inputs `rounded_inputs` names (a layer's x, its initial states)."""
+    (None: not), the file rounds the inputs `rounded_inputs` names (a layer's x, its initial states, each step's new
+    states) and an integer LSTM kernel computes its gates as `gates` says (None: in float)."""
     x = np.asarray(x, np.float64)
     batch, dirs = x.shape[1], spec.num_directions
     h0 = np.zeros((spec.num_layers * dirs, batch, spec.output_size)) if h0 is None else np.asarray(h0, np.float64)
@@ -129,8 +155,10 @@ def quantization_bound(
             pseudo = layer * dirs + direction
             states = [np.zeros_like(h0[pseudo]), np.zeros_like(c0[pseudo])]
             for index, (state, value) in enumerate(zip((h0, c0), ("h0", "c0"), strict=True)):
-                if (value, layer) in roundings:
-                    states[index] = rounding_error(roundings[value, layer], state[pseudo], states[index])
+                # an initial state on its grid, or on the grid every step's state is rounded to
+                rounding = roundings.get((value, layer)) or roundings.get((value[0], layer))
+                if rounding is not None:
+                    states[index] = rounding_error(rounding, state[pseudo], states[index])
             y, dy, dh, dc = _direction(
                 spec,
                 param,
@@ -142,6 +170,8 @@ def quantization_bound(
                 (c0[pseudo], states[1]),
                 weight_error,
                 kernel,
+                (roundings.get(("h", layer)), roundings.get(("c", layer))),
+                gates,
             )
             outputs.append(y)
             bounds.append(dy)
@@ -204,13 +234,18 @@ def _direction(
     initial_c: tuple[np.ndarray, np.ndarray],
     weight_error: float,
     kernel: InputRounding | None,
+    step_states: tuple[RoundedInput | None, RoundedInput | None] = (None, None),
+    gates: IntegerGates | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One direction of one layer: its outputs and their bounds, and its final states' bounds (`initial_h`,
-    `initial_c`: each state with the bound of its difference where the run starts)."""
+    `initial_c`: each state with the bound of its difference where the run starts; `step_states`: the grids each
+    step's new h and c are rounded to)."""
+    round_h, round_c = step_states
+    act = gates.activation if gates is not None else 0.0
     steps, batch, _ = x.shape
     w, r, bw, br = (_stacked(spec, param, layer, direction, kind) for kind in (Kind.W, Kind.R, Kind.bW, Kind.bR))
     proj = np.asarray(param(ParamKey(layer, direction, Kind.P, "")), np.float64) if spec.proj_size else None
-    gates = len(spec.gates)
+    count = len(spec.gates)
     y = np.zeros((steps, batch, spec.output_size))
     dy = np.zeros_like(y)
     (h, dh), (c, dc) = ((state.copy(), error.copy()) for state, error in (initial_h, initial_c))
@@ -219,16 +254,21 @@ def _direction(
         e_x = _product_error(x[t], dx[t], w, weight_error, kernel)
         e_h = _product_error(h, dh, r, weight_error, kernel)
         if spec.mode == LSTM:
-            a = dict(zip(spec.gates, np.split(pre_x + pre_h, gates, axis=-1)))
-            e = dict(zip(spec.gates, np.split(e_x + e_h, gates, axis=-1)))
+            pre, e_pre = pre_x + pre_h, e_x + e_h
+            if gates is not None:  # two products rescaled onto int16's grid (half a step each), clamped
+                e_pre = on_grid(pre, e_pre, 2 * gates.step, gates.low, gates.high)
+            a = dict(zip(spec.gates, np.split(pre, count, axis=-1)))
+            e = dict(zip(spec.gates, np.split(e_pre, count, axis=-1)))
             f, i, g, o = sigmoid(a["f"]), sigmoid(a["i"]), np.tanh(a["c"]), sigmoid(a["o"])
-            df, di, do = np.minimum(e["f"] / 4, 1.0), np.minimum(e["i"] / 4, 1.0), np.minimum(e["o"] / 4, 1.0)
-            dg = np.minimum(e["c"], 2.0)
+            df, di, do = (np.minimum(e[gate] / 4, 1.0) + act for gate in ("f", "i", "o"))
+            dg = np.minimum(e["c"], 2.0) + act
             new_c = f * c + i * g
             dc = f * dc + df * (np.abs(c) + dc) + i * dg + di * (np.abs(g) + dg)
+            if round_c is not None:  # an integer kernel's two products, each on the cell's grid, then the sum's
+                dc = rounding_error(round_c, new_c, dc + round_c.step if gates is not None else dc)
             cell = np.tanh(new_c)
             new_h = o * cell
-            dh = o * np.minimum(dc, 2.0) + do * (np.abs(cell) + np.minimum(dc, 2.0))
+            dh = o * (np.minimum(dc, 2.0) + act) + do * (np.abs(cell) + np.minimum(dc, 2.0) + act)
             if proj is not None:
                 dh = _product_error(new_h, dh, proj, weight_error, kernel)
                 new_h = new_h @ proj.T
@@ -250,6 +290,8 @@ def _direction(
         else:  # tanh and ReLU: slope at most 1
             new_h = ACTIVATIONS[spec.mode](pre_x + pre_h)
             dh = e_x + e_h
+        if round_h is not None:
+            dh = rounding_error(round_h, new_h, dh)
         h = new_h
         y[t], dy[t] = new_h, dh
     return y, dy, dh, dc

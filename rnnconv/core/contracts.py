@@ -110,7 +110,9 @@ class RoundedInput(Record):
     DequantizeLinear pair): each value clamped to `levels` evenly spaced values from `low`, `step` apart, and rounded
     to the nearest. What the float RNN rnnconv converts it to leaves out (--allow-lossy)."""
 
-    value: Literal["x", "h0", "c0"]  # a layer's input sequence, or its initial states (as verify's inputs name them)
+    # a layer's input sequence, its initial states (as verify's inputs name them), or each step's new states (h, c:
+    # an integer kernel's, rounded to its state tensors' grids as it computes them)
+    value: Literal["x", "h0", "c0", "h", "c"]
     layer: int = field(ge=0)
     low: float
     step: float = field(gt=0)
@@ -134,8 +136,9 @@ class Dequantized(Record):
     tensors: list[str] = field(min_length=1)
     largest_step: float = field(gt=0)
     # how its kernel rounds each product's input at run time (core.bound.INPUT_ROUNDINGS; "float": it rounds none,
-    # computing in float with the dequantized weights); None: int8 per row
-    inputs: Literal["uint8 per tensor, 7 bits", "uint8 per tensor", "float"] | None = None
+    # computing in float with the dequantized weights; "integer": it computes in integers, its inputs and states on
+    # the grids `rounded` names, its gates on int16's); None: int8 per row
+    inputs: Literal["uint8 per tensor, 7 bits", "uint8 per tensor", "float", "integer"] | None = None
     rounded: list[RoundedInput] | None = None  # inputs the quantized file rounds, left out with --allow-lossy
 
 

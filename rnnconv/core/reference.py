@@ -11,6 +11,7 @@ as cudnnRNNForward does.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -38,6 +39,7 @@ def forward(
     clip: tuple[float, float] = (0.0, 0.0),
     trajectory: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None,
     round_input: Callable[[int, np.ndarray], np.ndarray] | None = None,
+    round_state: Callable[[int, str, np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Run the RNN; return y (T, B, D*out), h_n (L*D, B, out) and c_n (L*D, B, H) or None.
 
@@ -49,7 +51,8 @@ def forward(
     A GRU's reset gate is applied after the recurrent product, as cuDNN's, or before it where the spec says
     reset_after=False (TF1's GRUCell, Keras reset_after=False, ONNX linear_before_reset=0).
     `round_input`: each layer's input (layer, values) as a quantized file rounds it before computing with it, which
-    cuDNN does not: what --allow-lossy measures when it leaves the rounding out."""
+    cuDNN does not: what --allow-lossy measures when it leaves the rounding out; `round_state`: each step's new
+    states (layer, "h" or "c", values) as an integer kernel rounds them, likewise."""
     x = np.asarray(x, dtype=np.float64)
     steps, batch, _ = x.shape
     dirs, out_size, hidden = spec.num_directions, spec.output_size, spec.hidden_size
@@ -77,6 +80,7 @@ def forward(
                 lengths,
                 clip,
                 entering,
+                None if round_state is None else partial(round_state, layer),
             )
             outputs.append(y)
         layer_input = np.concatenate(outputs, axis=-1)
@@ -107,6 +111,7 @@ def _run_direction(
     lengths: np.ndarray,
     clip: tuple[float, float],
     entering: tuple[np.ndarray, np.ndarray] | None = None,
+    round_state: Callable[[str, np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     steps, batch, _ = x.shape
     cell_clip, proj_clip = clip
@@ -146,6 +151,8 @@ def _run_direction(
             new_h = (1.0 - update) * candidate + update * h
         else:
             new_h = ACTIVATIONS[spec.mode](pre_x + pre_h)
+        if round_state is not None:
+            new_h, new_c = round_state("h", new_h), round_state("c", new_c) if spec.mode == LSTM else new_c
         h = np.where(live, new_h, h)
         c = np.where(live, new_c, c)
         y[t] = np.where(live, new_h, 0.0)

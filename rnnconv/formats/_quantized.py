@@ -24,6 +24,10 @@ from rnnconv.formats.holding import PROBE_BATCH, PROBE_SEED, PROBE_STEPS
 
 # The integer types a quantized weight is stored in, with their ranges (a zero point must lie within them).
 QUANTIZED_RANGES: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
+# An integer kernel's biases (scale: its input's times its weight's), dequantized exactly in float64 while each
+# integer is below 2^29 (with a float32 scale's 24 bits, within float64's 53).
+BIAS_RANGES: dict[str, tuple[int, int]] = {"int32": (-(1 << 31), (1 << 31) - 1)}
+EXACT_BIAS = 1 << 29
 MAX_SCALE = 2.0**64  # far beyond any weight's step; a larger one makes products no float32 RNN computes with
 
 
@@ -53,14 +57,15 @@ def quantization(
     dtype: str,
     where: str,
     signed: bool = False,
+    bias: bool = False,
 ) -> Quantization:
     """A tensor's quantization checked against its shape and type: scales finite and positive (`signed`: finite and
     not 0, as nncf's symmetric compression gives a channel the sign that puts its extreme weight at -128), one or
-    one per channel along `axis`, as many zero points (or none: 0), each within the type's range."""
-    if dtype not in QUANTIZED_RANGES:
-        raise BadInput(
-            f"{where} is of type {dtype}, not a quantized type rnnconv reads ({', '.join(QUANTIZED_RANGES)})"
-        )
+    one per channel along `axis`, as many zero points (or none: 0), each within the type's range; `bias`: an
+    integer kernel's int32 bias."""
+    ranges = {**QUANTIZED_RANGES, **BIAS_RANGES} if bias else QUANTIZED_RANGES
+    if dtype not in ranges:
+        raise BadInput(f"{where} is of type {dtype}, not a quantized type rnnconv reads ({', '.join(ranges)})")
     if not scales:
         raise BadInput(f"{where} is {dtype} with no scale: its values stand for no floats")
     zeros = tuple(int(z) for z in zero_points) or (0,) * len(scales)
@@ -70,7 +75,7 @@ def quantization(
     if bad:
         step = "a finite number, not 0" if signed else "a positive finite number"
         raise BadInput(f"{where} has a scale of {bad[0]:.3g}: a quantization step is {step}")
-    low, high = QUANTIZED_RANGES[dtype]
+    low, high = ranges[dtype]
     outside = [z for z in zeros if not low <= z <= high]
     if outside:
         raise BadInput(f"{where} has a zero point of {outside[0]}, outside {dtype}'s range {low} to {high}")
@@ -83,8 +88,8 @@ def quantization(
 
 
 def dequantized(q: np.ndarray, quant: Quantization) -> np.ndarray:
-    """scale * (q - zero_point), in float64: every such product of a float32 scale and an integer of at most 17
-    bits is exact there."""
+    """scale * (q - zero_point), in float64: every such product of a float32 scale and an integer of at most 29
+    bits is exact there (`EXACT_BIAS`: an int32 bias beyond it is refused by its reader)."""
     scales = np.asarray(quant.scales, np.float32).astype(np.float64)
     zeros = np.asarray(quant.zero_points, np.int64)
     if quant.axis is not None:
@@ -126,10 +131,17 @@ def note(name: str, rec: Dequantized, dtype: str, how: str) -> str:
     )
 
 
+# The states an integer kernel rounds as it computes them (each step's, the initial ones too), with the initial
+# state each also rounds, as verify's inputs name it.
+STEP_STATES = {"h": "each step's h", "c": "each step's c"}
+INITIAL_STATES = {"h0": "h", "c0": "c"}
+
+
 def rounded_term(rounding: RoundedInput) -> str:
     """What a rounding does, as a refusal and a record name it."""
+    value = STEP_STATES.get(rounding.value, rounding.value)
     return (
-        f"layer {rounding.layer}'s {rounding.value} rounded by {rounding.by} to {rounding.levels} levels from "
+        f"layer {rounding.layer}'s {value} rounded by {rounding.by} to {rounding.levels} levels from "
         f"{rounding.low:.4g} to {rounding.high:.4g} (step {rounding.step:.3g})"
     )
 
@@ -157,16 +169,20 @@ def rounding_dropped(rnn: CanonicalRNN, rounding: Sequence[RoundedInput]) -> Can
             return None
         values = np.array(values, np.float64)
         for layer in range(spec.num_layers):
-            if (name, layer) in by_value:
+            rounding = by_value.get((name, layer)) or by_value.get((INITIAL_STATES[name], layer))
+            if rounding is not None:
                 part = slice(layer * dirs, (layer + 1) * dirs)
-                values[part] = rounded(values[part], by_value[name, layer])
+                values[part] = rounded(values[part], rounding)
         return values
 
     def round_input(layer: int, values: np.ndarray) -> np.ndarray:
         return rounded(values, by_value["x", layer]) if ("x", layer) in by_value else values
 
+    def round_state(layer: int, state: str, values: np.ndarray) -> np.ndarray:
+        return rounded(values, by_value[state, layer]) if (state, layer) in by_value else values
+
     h0, c0 = states(probe["h0"], "h0"), states(probe["c0"], "c0")
-    exact = forward(spec, rnn.param, probe["x"], h0, c0, round_input=round_input)
+    exact = forward(spec, rnn.param, probe["x"], h0, c0, round_input=round_input, round_state=round_state)
     written = forward(spec, rnn.param, probe["x"], probe["h0"], probe["c0"])
     moved = max(float(np.max(np.abs(a - b))) for a, b in zip(exact, written, strict=True) if a is not None)
     if not np.isfinite(moved):  # a weight NaN or so large that the float model overflows: no loss to measure

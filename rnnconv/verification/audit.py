@@ -384,7 +384,14 @@ def _row(deployed: Side, ours: str, checkpoint: Side, partner: InspectEntry, opt
                     report.verdict = "mismatch"
                     report.problems.append(f"{deployed.path.name}: {deployment.detail}")
         loss = None if reading is None else reading.source.loss
-        if loss is not None and comparison.match:  # honest about what these inputs never reached
+        rounds = reading is not None and bool(reading.source.dequantized and reading.source.dequantized.rounded)
+        if loss is not None and comparison.match and rounds:  # an integer kernel's grids: in the bound, not beside it
+            terms = listing(loss.dropped, 2, separator="; ", longest=400)
+            report.warnings.append(
+                f"it rounds and clips where {theirs} of {checkpoint.path.name} does not ({terms}); its quantization's "
+                "bound takes that rounding in, and it holds here"
+            )
+        elif loss is not None and comparison.match:  # honest about what these inputs never reached
             report.warnings.append(
                 f"it clips where {theirs} of {checkpoint.path.name} does not ({'; '.join(loss.dropped)}); verify's "
                 f"inputs never reach the clip, so it matches here"

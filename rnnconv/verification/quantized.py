@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from rnnconv.core.bound import float_states, input_rounding, quantization_bound
+from rnnconv.core.bound import float_states, input_rounding, integer_gates, quantization_bound
 from rnnconv.core.canonical import CanonicalRNN, ParamKey, RNNSpec
 from rnnconv.core.compare import Inputs, Outputs, compare
 from rnnconv.core.contracts import Dequantized
@@ -50,13 +50,13 @@ def stepwise(
     bound of any step, plus float32's. `record`, what was dequantized (or quantized), says what the quantized side
     rounds: its kernel's inputs, and the inputs the file itself rounds."""
     x = inputs["x"]
-    kernel, rounded_inputs = input_rounding(record), record.rounded or ()
+    kernel, rounded_inputs, gates = input_rounding(record), record.rounded or (), integer_gates(record)
     assert x is not None
     stepped: tuple[list[Outputs], list[Outputs]] = ([], [])
     bound = 0.0
     for x_t, h, c in float_states(spec, param, x, inputs["h0"], inputs["c0"]):
         step: Inputs = {"x": x_t, "h0": h, "c0": c, "lengths": None}
-        bound = max(bound, quantization_bound(spec, param, x_t, h, c, weight_error, kernel, rounded_inputs))
+        bound = max(bound, quantization_bound(spec, param, x_t, h, c, weight_error, kernel, rounded_inputs, gates))
         for run, outputs in zip(runs, stepped, strict=True):
             outputs.append(run(step))
     joined = tuple(_joined(outputs, spec) for outputs in stepped)

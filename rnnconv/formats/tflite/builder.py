@@ -17,6 +17,7 @@ from rnnconv.formats.tflite.wire import (
     FEATURE_AXIS,
     LSTM_OPTION_SLOTS,
     OP_INPUTS,
+    OPERATOR_INTERMEDIATES_SLOT,
     QUANTIZATION_SLOTS,
     RNN_OPTION_SLOTS,
     TENSOR_QUANTIZATION_SLOT,
@@ -93,6 +94,7 @@ class Graph:
     states: list[list[int]] = field(default_factory=list)  # per layer*directions + direction: h (and c)
     metadata: dict[str, int] = field(default_factory=dict)
     op_versions: dict[str, int] = field(default_factory=dict)  # an op's version where it is not 1 (a hybrid op's)
+    intermediates: dict[int, list[int]] = field(default_factory=dict)  # by op: an integer LSTM's scaled values
 
     def tensor(self, tensor: GraphTensor) -> int:
         self.tensors.append(tensor)
@@ -276,8 +278,9 @@ def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, Constant]]]:
         tensors.append(b.EndObject())
     codes = list(dict.fromkeys(op for op, *_ in graph.ops))
     ops = []
-    for op, inputs, outputs, options in graph.ops:
+    for index, (op, inputs, outputs, options) in enumerate(graph.ops):
         ins, outs = _vector(b, inputs), _vector(b, outputs)
+        between = _vector(b, graph.intermediates[index]) if index in graph.intermediates else None
         table = _options_table(b, op, options)
         b.StartObject(14)
         b.PrependUint32Slot(0, codes.index(op), 0)
@@ -286,6 +289,8 @@ def serialize(graph: Graph) -> tuple[bytes, list[tuple[int, Constant]]]:
         if table is not None:
             b.PrependUint8Slot(3, TFLITE_OPTIONS[op], 0)
             b.PrependUOffsetTRelativeSlot(4, table, 0)
+        if between is not None:
+            b.PrependUOffsetTRelativeSlot(OPERATOR_INTERMEDIATES_SLOT, between, 0)
         ops.append(b.EndObject())
     code_tables = []
     for op in codes:

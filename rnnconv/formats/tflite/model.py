@@ -15,7 +15,7 @@ from rnnconv.errors import BadInput, Unsupported
 from rnnconv.formats import sources
 from rnnconv.formats._flatbuffer import Flat, Table
 from rnnconv.formats._graph import Chain, Graph, chained, same_rnn
-from rnnconv.formats._quantized import QUANTIZED_RANGES, Quantization, dequantized, quantization
+from rnnconv.formats._quantized import EXACT_BIAS, QUANTIZED_RANGES, Quantization, dequantized, quantization
 from rnnconv.formats.streaming import STREAM_INPUT
 from rnnconv.formats.tflite.loops import Loop, find_loops, grouped, kind_of
 from rnnconv.formats.tflite.wire import (
@@ -25,6 +25,7 @@ from rnnconv.formats.tflite.wire import (
     LSTM_OPTION_SLOTS,
     OP_INPUTS,
     OP_NAMES,
+    OPERATOR_INTERMEDIATES_SLOT,
     QUANTIZATION_SLOTS,
     RNN_OPTION_SLOTS,
     TENSOR_QUANTIZATION_SLOT,
@@ -52,6 +53,7 @@ FLOAT_TYPES: dict[str, np.dtype[Any]] = {
 }
 INTEGER_TYPES: dict[str, np.dtype[Any]] = {"int32": np.dtype("<i4"), "int64": np.dtype("<i8"), "bool": np.dtype("?")}
 QUANTIZED_TYPES: dict[str, np.dtype[Any]] = {"int8": np.dtype("i1"), "uint8": np.dtype("u1"), "int16": np.dtype("<i2")}
+BIAS_TYPES: dict[str, np.dtype[Any]] = {"int32": np.dtype("<i4")}  # an integer kernel's biases, with their scales
 MAX_RANK = 8
 MAX_SUBGRAPHS = 4096
 MAX_RNN_OPS = 4096  # RNN ops in one file: far beyond any model; keeps grouping a hostile file's ops cheap
@@ -71,6 +73,11 @@ class Tensor:
     def quantized(self) -> bool:
         return self.dtype in QUANTIZED_RANGES
 
+    @property
+    def quantized_bias(self) -> bool:
+        """An int32 tensor with a scale: an integer kernel's bias (full-integer quantization)."""
+        return self.dtype in BIAS_TYPES and self.quantization is not None
+
 
 @dataclass
 class Op:
@@ -86,6 +93,7 @@ class Op:
     shown: str = ""
     refusal: str | None = None
     version: int = 1  # its operator code's
+    intermediates: list[int] = field(default_factory=list)  # an integer LSTM's: where its kernel takes scales from
 
     @property
     def title(self) -> str:
@@ -176,7 +184,7 @@ class TfliteFile(Graph[Layer]):
             producer = next((op.name for op in self.ops if index in op.outputs), None)
             how = f"computed by a {producer} op" if producer else "not a constant"
             raise Unsupported(f"{what} ({tensor.name!r}) is {how}: rnnconv reads float weights stored as they are")
-        if tensor.quantized:
+        if tensor.quantized or tensor.quantized_bias:
             if not self.dequantize:
                 raise Unsupported(refused_quantized(what, [tensor]))
             return self.dequantized(tensor, what)
@@ -207,12 +215,13 @@ class TfliteFile(Graph[Layer]):
             tensor.shape,
             tensor.dtype,
             where,
+            bias=tensor.quantized_bias,
         )
 
     def dequantized(self, tensor: Tensor, what: str) -> np.ndarray:
         """A quantized constant's values, scale * (q - zero_point), exact in float64."""
         quant = self.quantization_of(tensor, what)
-        dtype = QUANTIZED_TYPES[tensor.dtype]
+        dtype = {**QUANTIZED_TYPES, **BIAS_TYPES}[tensor.dtype]
         count = int(np.prod(tensor.shape, dtype=np.int64))
         assert tensor.data is not None
         if count * dtype.itemsize != tensor.data[1]:
@@ -220,7 +229,16 @@ class TfliteFile(Graph[Layer]):
                 f"{self.path}: tensor {tensor.name!r} holds {tensor.data[1]} bytes, its shape {tensor.shape} needs "
                 f"{count * dtype.itemsize}"
             )
-        return dequantized(read_array(self.path, tensor.data[0], dtype, tensor.shape), quant)
+        q = read_array(self.path, tensor.data[0], dtype, tensor.shape)
+        if (
+            tensor.quantized_bias
+            and q.size
+            and int(np.abs(q.astype(np.int64) - quant.zero_points[0]).max()) >= EXACT_BIAS
+        ):
+            raise BadInput(
+                f"{what} ({tensor.name!r}) holds a bias of 2^29 steps or more, which float64 cannot dequantize exactly"
+            )
+        return dequantized(q, quant)
 
     def values(self, tensor: Tensor) -> np.ndarray | None:
         """A constant tensor's values as stored (floats, integers, booleans), or None where it holds none or its
@@ -438,11 +456,12 @@ def _subgraph(number: int, graph: Table, codes: list[tuple[str, int]], buffers: 
                 f"{flat.path} is not a readable TFLite model: {where}'s op {index} names operator code {code}"
             )
         inputs, outputs = op.ints(1) or [], op.ints(2) or []
-        for t in inputs + outputs:
+        intermediates = op.ints(OPERATOR_INTERMEDIATES_SLOT) or []
+        for t in inputs + outputs + intermediates:
             if not UNSET <= t < len(tensors):
                 raise BadInput(f"{flat.path} is not a readable TFLite model: {where}'s op {index} names tensor {t}")
         name, version = codes[code]
-        ops.append(Op(index, name, inputs, outputs, op.table(4), version=version))
+        ops.append(Op(index, name, inputs, outputs, op.table(4), version=version, intermediates=intermediates))
     given, taken = graph.ints(1) or [], graph.ints(2) or []
     if any(not 0 <= t < len(tensors) for t in given + taken):
         raise BadInput(f"{flat.path} is not a readable TFLite model: {where} names a tensor it does not hold")

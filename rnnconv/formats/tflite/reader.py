@@ -5,17 +5,25 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from typing import Literal
 
 import numpy as np
 
 from rnnconv.core.canonical import CanonicalRNN, RNNSpec
 from rnnconv.core.compare import STATE_SCALE, make_inputs
-from rnnconv.core.contracts import Provenance, RecordedLoss, RNNSizes
+from rnnconv.core.contracts import Provenance, RecordedLoss, RNNSizes, RoundedInput
 from rnnconv.core.reference import forward
 from rnnconv.errors import BadInput, RnnconvError, Unsupported, listing
 from rnnconv.formats import sources
 from rnnconv.formats._graph import Chain
-from rnnconv.formats._quantized import exact_dtype, note, record
+from rnnconv.formats._quantized import (
+    QUANTIZED_RANGES,
+    Quantization,
+    exact_dtype,
+    note,
+    record,
+    rounding_dropped,
+)
 from rnnconv.formats.holding import CLIP_PROBE_SCALE, CLIP_PROBE_STEPS, PROBE_BATCH, PROBE_SEED, PROBE_STEPS
 from rnnconv.formats.reading import Found, StoredCell, read, settle
 from rnnconv.formats.tflite.loops import loop_canonical
@@ -30,7 +38,15 @@ from rnnconv.formats.tflite.model import (
     op_options,
     refused_quantized,
 )
-from rnnconv.formats.tflite.wire import ACTIVATION_NAMES, FORMAT, OP_INPUTS, TFLITE_CELL_OPS, TFLITE_STATE_INPUTS, UNSET
+from rnnconv.formats.tflite.wire import (
+    ACTIVATION_NAMES,
+    FORMAT,
+    INTEGER_LSTM_INTERMEDIATES,
+    OP_INPUTS,
+    TFLITE_CELL_OPS,
+    TFLITE_STATE_INPUTS,
+    UNSET,
+)
 from rnnconv.table.apply import find_row
 from rnnconv.table.constants import CUDNN_GATES, CUDNN_MODES, INPUT_MATRIX, LSTM, PROJECTION
 from rnnconv.table.layouts import per_gate
@@ -77,12 +93,15 @@ def why_refused(file: TfliteFile, op: Op, where: str, drop_clip: bool = False) -
     if op.refusal:
         return op.refusal
     held = [n for n in names if (t := input_of(op, n)) != UNSET and file.tensors[t].quantized]
-    others = [n for n in held if not n.endswith("weights")]  # the LSTM's `*_weights`, the RNN's two
-    if others:  # full-integer quantization: int8 activations, int32 biases, an int16 cell state
-        return _integer_refusal(file, op, where, others)
     quantized = [file.tensors[input_of(op, n)] for n in held]
+    others = [n for n in held if not n.endswith("weights")]  # the LSTM's `*_weights`, the RNN's two
     if quantized and not file.dequantize:  # named first: a converter's quantized LSTM also clips (--allow-lossy)
-        return refused_quantized(where, quantized)
+        weights = [file.tensors[input_of(op, n)] for n in held if n not in others]
+        return refused_quantized(where, weights or quantized)
+    if others:  # full-integer quantization: int8 activations, int32 biases, an int16 cell state
+        reason = _integer_refusal(file, op, where, others)
+        if reason or not drop_clip:
+            return reason or _rounding_refusal(file, op, where)
     channels = [t for t in quantized if file.quantization_of(t, where).axis is not None]
     if channels:  # LiteRT's hybrid kernel, run on such a file, computes far from what the scales say (0.6 off)
         return (
@@ -126,29 +145,81 @@ def why_refused(file: TfliteFile, op: Op, where: str, drop_clip: bool = False) -
     return None
 
 
-def _integer_refusal(file: TfliteFile, op: Op, where: str, names: list[str]) -> str:
-    """Why an op of full-integer quantization does not convert, in one sentence naming what its integer kernel
-    computes that no float RNN does: its states rounded to their types' ranges each step (the ranges named), its
-    input and biases in integers."""
-    states = TFLITE_STATE_INPUTS[op.name]
-    terms = []
-    for name in sorted(names, key=lambda n: n not in states):  # the states first: what clips
-        tensor = file.tensors[input_of(op, name)]
-        term = f"{name} {tensor.dtype}"
-        if name in states:
-            try:
-                low, high = file.quantization_of(tensor, f"{where} {name}").range(tensor.dtype)
-                term += f" over [{low:.3g}, {high:.3g}]"
-            except BadInput:  # a damaged quantization: its type alone
-                pass
-        terms.append(term)
-    return (
-        f"{where} is quantized to integers throughout (full-integer quantization: {listing(terms, 3)}): LiteRT's "
-        "integer kernel rounds each step's states to their types, clipped to those ranges, which no float RNN "
-        "computes; rnnconv reads "
-        "dynamic-range quantized ops (int8 weights, float activations): convert the float model, or convert it to "
-        "TFLite without a representative dataset"
-    )
+def _integer_refusal(file: TfliteFile, op: Op, where: str, names: list[str]) -> str | None:
+    """Why an op of full-integer quantization (`names`: its quantized inputs other than weights) is not one LiteRT's
+    integer LSTM kernel computes as rnnconv reads it, or None: an int8 input and output state on one grid with its
+    output, an int16 cell state, int32 biases with their scales, and the kernel's five intermediates."""
+    if op.name != TFLITE_CELL_OPS[LSTM]:
+        return (
+            f"{where} is an {op.name} quantized to integers throughout ({listing(names, 3)}): rnnconv reads "
+            "full-integer quantization of LSTMs only"
+        )
+    want = {"input": "int8", "output_state": "int8", "cell_state": "int16"}
+    types = {name: file.tensors[t].dtype if (t := input_of(op, name)) != UNSET else "absent" for name in want}
+    wrong = [f"{name} {types[name]}" for name, dtype in want.items() if types[name] != dtype]
+    if wrong:
+        return (
+            f"{where} quantizes {listing(names, 3)} but holds {listing(wrong, 3)}: neither a dynamic-range op "
+            "(int8 weights, float activations) nor LiteRT's full-integer LSTM (int8 input and output state, int16 "
+            "cell state)"
+        )
+    biases = [n for n in names if n.endswith("_bias")] + [
+        n for n in OP_INPUTS[op.name] if n.endswith("gate_bias") and not _integer_bias(file, op, n)
+    ]
+    if biases:
+        return f"{where} is quantized to integers throughout, but its {biases[0]} is not an int32 bias with a scale"
+    if input_of(op, "projection_weights") != UNSET:
+        return f"{where} is quantized to integers throughout with a projection, which rnnconv does not read"
+    if len(op.intermediates) != len(INTEGER_LSTM_INTERMEDIATES):
+        return (
+            f"{where} is quantized to integers throughout with {len(op.intermediates)} intermediate tensors, not the "
+            f"{len(INTEGER_LSTM_INTERMEDIATES)} of the integer LSTM kernel rnnconv runs (LiteRT's 8x8_16)"
+        )
+    output, state = file.tensors[op.outputs[0]], file.tensors[input_of(op, "output_state")]
+    if output.dtype != "int8" or file.quantization_of(output, where) != file.quantization_of(state, where):
+        return f"{where} gives its output on another grid than its output state's: rnnconv reads one grid for both"
+    return None
+
+
+def _integer_bias(file: TfliteFile, op: Op, name: str) -> bool:
+    t = input_of(op, name)
+    return t != UNSET and file.tensors[t].quantized_bias
+
+
+def _roundings(file: TfliteFile, chain: Chain[Layer]) -> list[RoundedInput]:
+    """The grids a full-integer chain's kernel computes on, per layer: its input's and its states' (each step's, the
+    initial ones too); one grid per layer: its directions' must agree."""
+    found = []
+    for layer, held in enumerate(chain.layers):
+        held_grids = set()
+        for op in held.ops:
+            where = f"op {op.index} ({op.title}, layer {layer})"
+            held_grids.add(
+                tuple(
+                    (name, tensor.dtype, file.quantization_of(tensor, f"{where} {name}"))
+                    for name in ("input", "output_state", "cell_state")
+                    for tensor in [file.tensors[input_of(op, name)]]
+                )
+            )
+        if len(held_grids) > 1:
+            raise Unsupported(f"{chain.name}: layer {layer}'s directions compute on different integer grids")
+        ((x, h, c),) = held_grids
+        by = f"op {held.ops[0].index}"
+        grids: list[tuple[Literal["x", "h", "c"], tuple[str, str, Quantization]]] = [("x", x), ("h", h), ("c", c)]
+        for values, (name, dtype, quant) in grids:
+            low, high = QUANTIZED_RANGES[dtype]
+            step = quant.scales[0]
+            found.append(
+                RoundedInput(
+                    value=values,
+                    layer=layer,
+                    low=step * (low - quant.zero_points[0]),
+                    step=step,
+                    levels=high - low + 1,
+                    by=f"{by}'s {dtype} {name}",
+                )
+            )
+    return found
 
 
 def _weights(file: TfliteFile, op: Op, row: Row, where: str) -> dict[str, int]:
@@ -159,7 +230,9 @@ def _weights(file: TfliteFile, op: Op, row: Row, where: str) -> dict[str, int]:
         if t == UNSET:
             continue
         tensor = file.tensors[t]
-        if tensor.data is None or (tensor.dtype not in FLOAT_TYPES and not tensor.quantized):
+        if tensor.data is None or (
+            tensor.dtype not in FLOAT_TYPES and not tensor.quantized and not tensor.quantized_bias
+        ):
             file.constant(t, f"{where} {name}")  # says why
         found[key] = t
     return found
@@ -196,13 +269,15 @@ def to_canonical(file: TfliteFile, chain: Chain[Layer], source: Provenance, drop
     proj_tensor = weights.get(PROJECTION)
     proj = file.tensors[proj_tensor].shape[0] if proj_tensor is not None else 0
     weights_held = [(key, t) for cell in cells.values() for key, t in cell.items()]
-    dtypes = {file.tensors[t].dtype for _, t in weights_held if not file.tensors[t].quantized}
+    integers = [(key, t) for key, t in weights_held if file.tensors[t].quantized or file.tensors[t].quantized_bias]
+    dtypes = {file.tensors[t].dtype for _, t in weights_held if (_, t) not in integers}
     if len(dtypes) > 1:
         raise Unsupported(f"{chain.name}: its weights are of several types ({', '.join(sorted(dtypes))})")
     dtype, provenance, notes = dtypes.pop() if dtypes else "float32", dict[str, object](), list[str]()
-    quantized = [(key, t) for key, t in weights_held if file.tensors[t].quantized]
-    if quantized:  # the type that holds every dequantized product exactly (float32 where it can)
-        dtype, provenance, notes = _dequantized(file, chain.name, quantized, row, dtype)
+    integer = file.tensors[input_of(first, "input")].quantized  # full-integer: its kernel computes in integers
+    roundings = _roundings(file, chain) if integer else []
+    if integers:  # the type that holds every dequantized product exactly (float32 where it can)
+        dtype, provenance, notes = _dequantized(file, chain.name, integers, row, dtype, integer)
 
     def cell_of(layer: int, direction: int, _: RNNSpec) -> StoredCell:
         held = cells[(layer, direction)]
@@ -239,28 +314,55 @@ def to_canonical(file: TfliteFile, chain: Chain[Layer], source: Provenance, drop
     (clip,) = clips
     if any(clip):
         rnn = clip_dropped(rnn, (clip[0], clip[1]))
+    if roundings:
+        rnn = rounding_dropped(rnn, roundings)
     if file.record is not None:
         rnn.origin = sources.read_source_record(file.record, file.path)
     return rnn
 
 
 def _dequantized(
-    file: TfliteFile, name: str, quantized: list[tuple[str, int]], row: Row, stored: str
+    file: TfliteFile, name: str, held: list[tuple[str, int]], row: Row, stored: str, integer: bool
 ) -> tuple[str, dict[str, object], list[str]]:
-    """What --dequantize reads of an RNN's quantized weights: the element type that holds every product exactly,
-    the provenance recording the scheme, and the conversion's note."""
-    tensors = [file.tensors[t] for _, t in quantized]
-    values = [file.constant(t, f"{name} {row.tensors[key]}") for key, t in quantized]
-    held = [(t.name or f"tensor {t.index}", file.quantization_of(t, name)) for t in tensors]
+    """What --dequantize reads of an RNN's quantized weights (and an integer kernel's int32 biases): the element
+    type that holds every product exactly, the provenance recording the scheme, and the conversion's note
+    (`integer`: a full-integer op, whose kernel computes in integers)."""
+    values = [file.constant(t, f"{name} {row.tensors[key]}") for key, t in held]
+    tensors = [file.tensors[t] for _, t in held if file.tensors[t].quantized]
     kinds = {t.dtype for t in tensors}
-    if len(kinds) > 1:
+    if len(kinds) != 1:
         raise Unsupported(f"{name}: its weights are quantized to several types ({', '.join(sorted(kinds))})")
     (kind,) = kinds
     exact = exact_dtype(values)
     dtype = "float64" if "float64" in (exact, stored) else stored
-    rec = record(held, QUANTIZED_TYPES[kind].itemsize * 8)
+    rec = record(
+        [(t.name or f"tensor {t.index}", file.quantization_of(t, name)) for t in tensors],
+        8 * QUANTIZED_TYPES[kind].itemsize,
+    )
     how = "LiteRT's hybrid kernels also quantize each step's inputs to 8 bits"
+    if integer:
+        rec = rec.model_copy(update={"inputs": "integer"})
+        biases = len(held) - len(tensors)
+        how = (
+            f"with {biases} int32 biases at the input's scale times the weight's; LiteRT's integer kernel also "
+            "computes its gates in int16 and rounds its states each step"
+        )
     return dtype, {"dtype": kind, "dequantized": rec}, [note(name, rec, dtype, how)]
+
+
+def _rounding_refusal(file: TfliteFile, op: Op, where: str) -> str:
+    """Why a full-integer op is not read without --allow-lossy, in one sentence naming the grids of its input and
+    states (the ranges it clips them to)."""
+    grids = []
+    for name, what in (("input", "its input"), ("output_state", "each step's h"), ("cell_state", "each step's c")):
+        tensor = file.tensors[input_of(op, name)]
+        low, high = file.quantization_of(tensor, f"{where} {name}").range(tensor.dtype)
+        grids.append(f"{what} to {tensor.dtype} over [{low:.3g}, {high:.3g}]")
+    return (
+        f"{where} is quantized to integers throughout (full-integer quantization): LiteRT's integer kernel rounds "
+        f"{listing(grids, 3)}, which no float RNN computes; --allow-lossy converts the float RNN its dequantized "
+        "weights compute, and says how far leaving the rounding out moves the outputs"
+    )
 
 
 def chain_sizes(file: TfliteFile, chain: Chain[Layer]) -> RNNSizes | None:

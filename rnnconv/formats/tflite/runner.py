@@ -16,14 +16,33 @@ from rnnconv.errors import BackendMissing, BadInput, Unsupported, cut, first_lin
 from rnnconv.formats import base, holding, sources
 from rnnconv.formats._cells import Reading
 from rnnconv.formats._graph import Chain
+from rnnconv.formats._quantized import QUANTIZED_RANGES
 from rnnconv.formats.plugin import version
 from rnnconv.formats.runtimes import native_stderr_silenced
 from rnnconv.formats.streaming import STREAM_INPUT, check_stream_names
 from rnnconv.formats.tflite.builder import STORAGE, Constant, Graph, GraphTensor, build_graph, model_bytes
 from rnnconv.formats.tflite.loops import EVALUATED_OPS, Loop
-from rnnconv.formats.tflite.model import QUANTIZED_TYPES, Layer, Op, Tensor, TfliteFile, input_of, op_options
+from rnnconv.formats.tflite.model import (
+    BIAS_TYPES,
+    QUANTIZED_TYPES,
+    Layer,
+    Op,
+    Tensor,
+    TfliteFile,
+    input_of,
+    op_options,
+)
 from rnnconv.formats.tflite.streaming import STREAMING_OPS
-from rnnconv.formats.tflite.wire import FORMAT, STREAMING_OPTION_FIELDS, TFLITE_OPTION_FIELDS, UNSET
+from rnnconv.formats.tflite.wire import (
+    FORMAT,
+    OP_INPUTS,
+    STREAMING_OPTION_FIELDS,
+    TFLITE_INPUT,
+    TFLITE_OPTION_FIELDS,
+    TFLITE_OUTPUT,
+    TFLITE_STATE_INPUTS,
+    UNSET,
+)
 from rnnconv.formats.tflite.writer import graph_of
 from rnnconv.safeio.inputs import read_array
 from rnnconv.table.apply import find_row
@@ -82,17 +101,38 @@ def run_graph(graph: Graph, inputs: Inputs | dict[str, np.ndarray | None]) -> di
             for k, t in enumerate(states):
                 start = given[k]
                 if start is not None:
-                    interpreter.set_tensor(t, np.ascontiguousarray(np.asarray(start)[index], np.float32))
+                    interpreter.set_tensor(t, _state_in(graph.tensors[t], np.asarray(start)[index]))
         interpreter.invoke()
         y = interpreter.get_tensor(graph.outputs[0]).transpose(1, 0, 2)
         finals = [
-            np.stack([interpreter.get_tensor(states[k]) for states in graph.states])
+            np.stack(
+                [_state_out(graph.tensors[states[k]], interpreter.get_tensor(states[k])) for states in graph.states]
+            )
             for k in range(2)
             if all(len(states) > k for states in graph.states)
         ]
     except (RuntimeError, ValueError) as exc:
         raise BadInput(f"LiteRT's interpreter cannot run this model: {first_line(exc, 300)}") from None
     return {"y": y, "h_n": finals[0], "c_n": finals[1] if len(finals) > 1 else None}
+
+
+def _state_in(tensor: GraphTensor, values: np.ndarray) -> np.ndarray:
+    """A state as its variable holds it: float32, or an integer state's values on its grid (rounded to the nearest
+    level, clamped to its type's range), as LiteRT's integer kernel keeps it."""
+    quant = tensor.quantization
+    if quant is None:
+        return np.ascontiguousarray(values, np.float32)
+    low, high = QUANTIZED_RANGES[tensor.dtype]
+    levels = np.rint(np.asarray(values, np.float64) / quant.scales[0]) + quant.zero_points[0]
+    return np.ascontiguousarray(np.clip(levels, low, high), STORAGE[tensor.dtype])
+
+
+def _state_out(tensor: GraphTensor, values: np.ndarray) -> np.ndarray:
+    """A state's values as floats: an integer state's dequantized from its grid."""
+    quant = tensor.quantization
+    if quant is None:
+        return np.asarray(values, np.float32)
+    return ((values.astype(np.float64) - quant.zero_points[0]) * quant.scales[0]).astype(np.float32)
 
 
 def _stored(file: TfliteFile, t: int) -> Callable[[], np.ndarray]:
@@ -102,14 +142,71 @@ def _stored(file: TfliteFile, t: int) -> Callable[[], np.ndarray]:
 def _stored_quantized(file: TfliteFile, tensor: Tensor) -> Callable[[], np.ndarray]:
     assert tensor.data is not None
     start = tensor.data[0]
-    return lambda: read_array(file.path, start, QUANTIZED_TYPES[tensor.dtype], tensor.shape)
+    return lambda: read_array(file.path, start, {**QUANTIZED_TYPES, **BIAS_TYPES}[tensor.dtype], tensor.shape)
+
+
+def _integer_graph(file: TfliteFile, chain: Chain[Layer]) -> Graph:
+    """A full-integer chain's own ops as LiteRT's integer kernel runs them: x quantized by a QUANTIZE op onto the
+    first op's input grid, each op with its weights, int32 biases, states and intermediates of the types and grids
+    the file gives them (its options and operator version as stored, but batch-major), y dequantized by a DEQUANTIZE
+    op. One direction per layer: the converter's bidirectional integer form is not read."""
+    if len(chain.layers[0].ops) != 1:
+        raise Unsupported(f"{chain.name}: rnnconv runs a full-integer LSTM of one direction per layer")
+    graph = Graph()
+    first = chain.first.op
+    x = graph.activation(TFLITE_INPUT, file.tensors[input_of(first, "input")].shape[-1])
+    graph.inputs = [x]
+    places: dict[int, int] = {}
+
+    def place(t: int, what: str) -> int:
+        if t in places:
+            return places[t]
+        tensor = file.tensors[t]
+        quant = file.quantization_of(tensor, what) if tensor.quantized or tensor.quantized_bias else None
+        if tensor.data is not None and not tensor.variable:
+            stored = _stored_quantized(file, tensor) if quant is not None else _stored(file, t)
+            dtype = tensor.dtype if quant is not None else "float32"
+            places[t] = graph.constant(Constant(tensor.name, tensor.shape, dtype, stored, quant))
+        else:  # a state (resized to the batch run), an activation, an intermediate: its type and grid as stored
+            shape = [1, tensor.shape[-1]] if tensor.variable else list(tensor.shape)
+            signature = [UNSET, tensor.shape[-1]] if tensor.variable else None
+            places[t] = graph.tensor(
+                GraphTensor(tensor.name, shape, signature, tensor.dtype, variable=tensor.variable, quantization=quant)
+            )
+        return places[t]
+
+    def sequence(t: int) -> int:  # an activation (batch, steps, width): the batch and steps those run
+        width = file.tensors[t].shape[-1]
+        graph.tensors[places[t]].shape, graph.tensors[places[t]].signature = [1, 1, width], [UNSET, UNSET, width]
+        return places[t]
+
+    place(input_of(first, "input"), "its input")
+    graph.ops.append(("QUANTIZE", [x], [sequence(input_of(first, "input"))], {}))
+    for layer, held in enumerate(chain.layers):
+        (op,) = held.ops
+        what = f"op {op.index}"
+        inputs = [UNSET if t == UNSET else place(t, f"{what}'s input {slot}") for slot, t in enumerate(op.inputs)]
+        if layer:  # the layer below's output, on the grid this op reads
+            inputs[0] = places[chain.layers[layer - 1].ops[0].outputs[0]]
+        place(op.outputs[0], f"{what}'s output")
+        out = sequence(op.outputs[0])
+        graph.states.append([inputs[OP_INPUTS[op.name].index(name)] for name in TFLITE_STATE_INPUTS[op.name]])
+        graph.ops.append((op.name, inputs, [out], op_options(op)))
+        graph.intermediates[len(graph.ops) - 1] = [place(t, f"{what}'s intermediate") for t in op.intermediates]
+        graph.op_versions[op.name] = op.version
+    y = graph.activation(TFLITE_OUTPUT, graph.tensors[out].shape[-1])
+    graph.ops.append(("DEQUANTIZE", [out], [y], {}))
+    graph.outputs = [y]
+    return graph
 
 
 def graph_of_file(file: TfliteFile, chain: Chain[Layer]) -> Graph:
     """The chain's own ops in rnnconv's graph: every input as the file stores it (floats widened to float32, quantized
     weights as they are, with their scales and zero points), and its options as stored but for the layout of x and
-    y (batch-major here)."""
+    y (batch-major here); a full-integer chain as `_integer_graph` builds it."""
     first = chain.first.op
+    if file.tensors[input_of(first, "input")].quantized:
+        return _integer_graph(file, chain)
     layers = []
     for held in chain.layers:
         directions = []

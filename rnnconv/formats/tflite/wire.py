@@ -107,6 +107,13 @@ TFLITE_TENSOR_TYPES: Final[dict[str, int]] = {
 # tensor's values are scale * (q - zero_point), one scale per tensor or one per index of quantized_dimension.
 TENSOR_QUANTIZATION_SLOT: Final = 4
 QUANTIZATION_SLOTS: Final = {"scale": 2, "zero_point": 3, "quantized_dimension": 6}
+# An Operator's `intermediates`: the tensors an integer LSTM's kernel takes its gates' and hidden value's scales from,
+# those TensorFlow's converter writes for full-integer quantization (lstm_shared.h's order).
+OPERATOR_INTERMEDIATES_SLOT: Final = 8
+INTEGER_LSTM_INTERMEDIATES: Final = (
+    *(f"input_to_{TFLITE_GATE_WORDS[g]}_intermediate" for g in CUDNN_GATES[LSTM]),
+    "effective_hidden_scale_intermediate",
+)
 # The inputs of UNIDIRECTIONAL_SEQUENCE_LSTM, in order (lstm_shared.h): 9-11 peepholes, 16-17 the projection,
 # 18-19 the state variables (output state, cell state), 20-23 layer normalization; -1 where an optional one is absent.
 TFLITE_LSTM_INPUTS: Final = (
