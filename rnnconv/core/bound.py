@@ -260,7 +260,11 @@ def _direction(
             a = dict(zip(spec.gates, np.split(pre, count, axis=-1)))
             e = dict(zip(spec.gates, np.split(e_pre, count, axis=-1)))
             f, i, g, o = sigmoid(a["f"]), sigmoid(a["i"]), np.tanh(a["c"]), sigmoid(a["o"])
-            df, di, do = (np.minimum(e[gate] / 4, 1.0) + act for gate in ("f", "i", "o"))
+            df, di, do = (
+                np.minimum(e["f"] / 4, 1.0) + act,
+                np.minimum(e["i"] / 4, 1.0) + act,
+                np.minimum(e["o"] / 4, 1.0) + act,
+            )
             dg = np.minimum(e["c"], 2.0) + act
             new_c = f * c + i * g
             dc = f * dc + df * (np.abs(c) + dc) + i * dg + di * (np.abs(g) + dg)
