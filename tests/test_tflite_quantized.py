@@ -387,3 +387,38 @@ def test_verify_holds_a_conversions_weights_to_the_sources_dequantized_ones_exac
     assert run_cli("convert", LOOP, narrowed, "--dequantize", "--dtype", "float32").returncode == 0
     result = run_cli("verify", narrowed)
     assert result.returncode == 0 and "float32's rounding" in " ".join(result.stdout.split()), result.stdout
+
+
+@pytest.mark.parametrize(
+    ("x_scale", "h_range", "c_range"), [(0.1, 0.3, 0.5), (1.0, 0.8, 1.9)], ids=["inside", "clamped"]
+)
+def test_a_step_of_litert_s_integer_kernel_stays_within_the_bound_its_grids_give(x_scale, h_range, c_range):
+    """One step of the full-integer op in LiteRT against the float step of its dequantized weights, from random
+    inputs and states (small ones, the grids' steps alone; large ones, which the grids clamp): always within the
+    bound, and the bound not vacuous (the difference at least a tenth of it where the grids clamp)."""
+    from rnnconv.core.bound import integer_gates, quantization_bound
+    from rnnconv.core.contracts import Provenance
+    from rnnconv.core.reference import forward
+    from rnnconv.formats.tflite.model import TfliteFile
+    from rnnconv.formats.tflite.reader import to_canonical
+    from rnnconv.formats.tflite.runner import graph_of_file, run_graph
+
+    file = TfliteFile.load(FULL_INTEGER, dequantize=True)
+    (chain,) = file.chains
+    rnn = to_canonical(file, chain, Provenance(path=str(FULL_INTEGER)), drop_clip=True)
+    record = rnn.source.dequantized
+    graph = graph_of_file(file, chain)
+    rng = np.random.default_rng(11)
+    ratios = []
+    for _ in range(10):
+        x = (rng.uniform(-3.5, 3.5, (1, 16, 32)) * x_scale).astype(np.float32)
+        h0 = rng.uniform(-h_range, h_range, (1, 16, 33)).astype(np.float32)
+        c0 = rng.uniform(-c_range, c_range, (1, 16, 33)).astype(np.float32)
+        got = run_graph(graph, {"x": x, "h0": h0, "c0": c0, "lengths": None})
+        y, _, c_n = forward(rnn.spec, rnn.param, x, h0, c0)
+        off = max(np.abs(got["y"] - y).max(), np.abs(got["c_n"] - c_n).max())
+        bound = quantization_bound(rnn.spec, rnn.param, x, h0, c0, 0.0, None, record.rounded, integer_gates(record))
+        ratios.append(off / bound)
+    assert max(ratios) < 1
+    if h_range > 0.5:
+        assert max(ratios) > 0.1
